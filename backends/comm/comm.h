@@ -1,0 +1,89 @@
+/* Internal communication layer behind the services' comm functions.
+ *
+ * A zero_comm is a communicator with a backend vtable.  Backends: "self"
+ * (world size 1, no MPI), "mpi" (MPI, nonblocking collectives driven by a
+ * progress thread of libzero's own, because Debian's Open MPI has no async
+ * progress), later "nccl".  All functions are thread-safe unless noted.
+ * Collectives on one communicator must be issued in the same order on every
+ * rank (MPI rule); async ones may complete in any order. */
+#ifndef ZERO_BACKENDS_COMM_H
+#define ZERO_BACKENDS_COMM_H
+#include <stddef.h>
+#include <stdint.h>
+#include "zero_plugin.h"
+
+struct zero_engine;
+
+typedef struct zero__comm_counters {
+    uint64_t allreduce_calls, reduce_scatter_calls, allgather_calls, broadcast_calls, other_calls;
+    uint64_t bytes_reduced, bytes_gathered;
+    double busy_seconds; /* wall time with >= 1 collective in flight */
+} zero__comm_counters;
+
+typedef struct zero__comm_ops {
+    const char *name;
+    zero_status (*split)(zero_comm *m, int color, int key, zero_comm **out);
+    void (*free)(zero_comm *m);
+    zero_status (*allreduce)(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op);
+    zero_status (*broadcast)(zero_comm *m, void *buf, size_t count, zero_dtype dt, int root);
+    zero_status (*barrier)(zero_comm *m);
+    zero_status (*iallreduce)(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op,
+                              zero_comm_req **req);
+    zero_status (*ireduce_scatterv)(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                                    zero_dtype dt, zero_comm_req **req);
+    zero_status (*iallgatherv)(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                               zero_dtype dt, zero_comm_req **req);
+    zero_status (*wait)(zero_comm_req *req);
+    zero_status (*test)(zero_comm_req *req, int *done);
+    /* blocking allgather of fixed-size byte blocks (used for agreement checks) */
+    zero_status (*allgather_bytes)(zero_comm *m, const void *send, void *recv, size_t bytes_each);
+} zero__comm_ops;
+
+/* Common header of every communicator; backends embed it first. */
+struct zero_comm {
+    const zero__comm_ops *ops;
+    int rank, size;
+    struct zero_engine *engine;      /* for error text and logging; may be NULL in unit tests */
+    zero__comm_counters counters;    /* updated under the backend's lock */
+};
+
+/* Byte size of a comm element type (0 if unknown). */
+size_t zero__dtype_size(zero_dtype dt);
+
+/* Create the world communicator.
+ *  kind ZERO_COMM_SELF: single process.
+ *  kind ZERO_COMM_MPI: `handle` points to an MPI_Comm (duplicated internally).
+ *  kind ZERO_COMM_AUTO: MPI_COMM_WORLD if built with MPI (initialising MPI with
+ *    MPI_THREAD_MULTIPLE if the host has not; finalised at zero__comm_world_free
+ *    only then), else self.
+ * `engine` may be NULL. Errors go to err. */
+zero_status zero__comm_world_create(int kind, void *handle, struct zero_engine *engine,
+                                    zero_comm **out, char *err, size_t err_len);
+void zero__comm_world_free(zero_comm *m);
+
+zero_comm *zero__comm_self_create(struct zero_engine *engine);
+#ifdef ZERO_HAVE_MPI
+/* handle: pointer to an MPI_Comm. */
+zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *engine, zero_comm **out,
+                                  char *err, size_t err_len);
+#endif
+
+/* Convenience wrappers dispatching through m->ops (these are what the
+ * services table points at). */
+zero_status zero__comm_split(zero_comm *m, int color, int key, zero_comm **out);
+void zero__comm_free(zero_comm *m);
+int zero__comm_rank(const zero_comm *m);
+int zero__comm_size(const zero_comm *m);
+zero_status zero__allreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op);
+zero_status zero__broadcast(zero_comm *m, void *buf, size_t count, zero_dtype dt, int root);
+zero_status zero__barrier(zero_comm *m);
+zero_status zero__iallreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op,
+                             zero_comm_req **req);
+zero_status zero__ireduce_scatterv(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                                   zero_dtype dt, zero_comm_req **req);
+zero_status zero__iallgatherv(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                              zero_dtype dt, zero_comm_req **req);
+zero_status zero__comm_wait(zero_comm_req *req);
+zero_status zero__comm_test(zero_comm_req *req, int *done);
+zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each);
+#endif

@@ -1,0 +1,57 @@
+# Shared CMake helpers.
+
+# Add every immediate subdirectory of `dir` that has a CMakeLists.txt.
+function(zero_add_subdirs dir)
+  file(GLOB _children LIST_DIRECTORIES true "${dir}/*")
+  list(SORT _children)
+  foreach(_c IN LISTS _children)
+    if(IS_DIRECTORY "${_c}" AND EXISTS "${_c}/CMakeLists.txt")
+      add_subdirectory("${_c}")
+    endif()
+  endforeach()
+endfunction()
+
+# zero_add_plugin(NAME name SOURCES ...): builds libzero-plugin-<name>.so into
+# ${ZERO_PLUGIN_BUILD_DIR}, exporting only the zero_plugin_v1 table, and
+# installs it.  A plugin sees only abi/ (like a third-party plugin would).
+function(zero_add_plugin)
+  cmake_parse_arguments(P "" "NAME" "SOURCES;LIBS" ${ARGN})
+  set(_t zero-plugin-${P_NAME})
+  add_library(${_t} MODULE ${P_SOURCES})
+  set_target_properties(${_t} PROPERTIES
+    PREFIX "lib" OUTPUT_NAME "zero-plugin-${P_NAME}"
+    LIBRARY_OUTPUT_DIRECTORY "${ZERO_PLUGIN_BUILD_DIR}"
+    C_VISIBILITY_PRESET hidden)
+  target_include_directories(${_t} PRIVATE "${ZERO_SOURCE_DIR}/abi")
+  target_link_libraries(${_t} PRIVATE zero_warnings m ${P_LIBS})
+  target_link_options(${_t} PRIVATE
+    "-Wl,--version-script=${ZERO_SOURCE_DIR}/cmake/plugin.map" "-Wl,--no-undefined")
+  install(TARGETS ${_t} LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}/zero/plugins")
+endfunction()
+
+# zero_add_test(NAME n COMMAND ... [TIMEOUT s] [LABELS ...])
+function(zero_add_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "COMMAND;LABELS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  add_test(NAME ${T_NAME} COMMAND ${T_COMMAND})
+  set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT}
+    ENVIRONMENT "ZERO_PLUGIN_PATH=${ZERO_PLUGIN_BUILD_DIR};OMPI_MCA_rmaps_base_oversubscribe=1")
+  if(T_LABELS)
+    set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}")
+  endif()
+endfunction()
+
+# zero_add_mpi_test(NAME n NP k COMMAND exe args... [TIMEOUT s]): runs under
+# mpirun --allow-run-as-root --oversubscribe -np k, always with a timeout so
+# that a hang fails instead of stalling CI.
+function(zero_add_mpi_test)
+  cmake_parse_arguments(T "" "NAME;NP;TIMEOUT" "COMMAND;LABELS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 180)
+  endif()
+  zero_add_test(NAME ${T_NAME} TIMEOUT ${T_TIMEOUT} LABELS mpi ${T_LABELS}
+    COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np ${T_NP}
+            --mca btl self,vader ${T_COMMAND})
+endfunction()

@@ -1,0 +1,30 @@
+/* Gradient bucket engine (see zero_bucket_spec in abi/zero_plugin.h).
+ *
+ * Buckets are static: built once from the layout, as contiguous flat ranges
+ * walking params in REVERSE flat order (backward produces the last layers
+ * first), each holding whole params up to bucket_numel elements; a param
+ * larger than bucket_numel is split over several buckets.  Because every rank
+ * builds the same buckets, the order in which hooks fire (even different per
+ * rank, even from several threads) changes only timing, never the result.
+ *
+ * A bucket launches its reduction when all its params are ready (overlap on)
+ * or at flush (overlap off).  SCATTER mode stages gradients in a pool of
+ * buffers (2 = double buffering; the pool grows only if the host's order
+ * leaves no free slot and none in flight, so it never deadlocks).
+ * Reductions are plain sums; scaling happens in the optimizer pass.
+ * Thread-safe: grad_slot/ready may be called concurrently. */
+#ifndef ZERO_CORE_BUCKETS_H
+#define ZERO_CORE_BUCKETS_H
+#include "zero_plugin.h"
+
+struct zero_engine;
+
+zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zero_buckets **out);
+zero_status zero__buckets_grad_slot(zero_buckets *b, uint32_t index, float **slot);
+zero_status zero__buckets_ready(zero_buckets *b, uint32_t index, const void *src, zero_dtype dt);
+zero_status zero__buckets_flush(zero_buckets *b);
+void zero__buckets_destroy(zero_buckets *b);
+/* introspection for tests/stats */
+uint32_t zero__buckets_count(const zero_buckets *b);
+uint64_t zero__buckets_staging_bytes(const zero_buckets *b);
+#endif

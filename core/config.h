@@ -1,0 +1,38 @@
+/* DeepSpeed JSON config (Jansson).  Parsing is pure apart from logging
+ * warnings through the callback given. */
+#ifndef ZERO_CORE_CONFIG_H
+#define ZERO_CORE_CONFIG_H
+#include <stddef.h>
+#include "zero_plugin.h"
+
+typedef struct zero__config zero__config; /* owns the json_t tree */
+
+typedef void (*zero__config_warn_fn)(void *user, const char *msg);
+
+/* Parse from text (if non-NULL) or a file path.  `world` is the data-parallel
+ * size used for batch-size derivation/checks (train = micro * gas * world).
+ * On success *out is set and ZERO_OK returned; unknown keys produce one
+ * warning each through warn (may be NULL).  On error, err receives a message
+ * naming the key, the value and what was expected (ZERO_ERR_CONFIG), or the
+ * file problem (ZERO_ERR_IO).  Neither text nor path: all defaults. */
+zero_status zero__config_parse(const char *text, const char *path, int world, zero__config **out,
+                               zero__config_warn_fn warn, void *warn_user, char *err, size_t err_len);
+void zero__config_free(zero__config *c);
+
+const zero_run_config *zero__config_run(const zero__config *c);
+
+/* Plugin chosen by the config: zero_optimization.plugin if set, else from
+ * stage/offload ("stage0".."stage3", "offload", "stage1-pp" when a pipeline
+ * section asks for >1 stage with stage 1).  Static or config-owned string. */
+const char *zero__config_plugin(const zero__config *c);
+
+/* Lookups by dotted path: 1 found, 0 absent, -1 wrong type. */
+int zero__config_int(const zero__config *c, const char *path, int64_t *out);
+int zero__config_double(const zero__config *c, const char *path, double *out);
+int zero__config_bool(const zero__config *c, const char *path, int *out);
+int zero__config_string(const zero__config *c, const char *path, const char **out);
+
+/* Scheduler as parsed ("WarmupLR", ...) or NULL; params object lookups go
+ * through the path functions ("scheduler.params.warmup_num_steps"). */
+const char *zero__config_scheduler(const zero__config *c);
+#endif

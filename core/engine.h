@@ -1,0 +1,81 @@
+/* The engine: what a zero_engine* (host) and a zero_core* (plugin) point at.
+ * Internal; never included by plugins. */
+#ifndef ZERO_CORE_ENGINE_H
+#define ZERO_CORE_ENGINE_H
+#include <pthread.h>
+#include <stdatomic.h>
+#include "zero_plugin.h"
+#include "config.h"
+#include "layout.h"
+#include "loader.h"
+#include "log.h"
+#include "memory.h"
+#include "comm.h"
+
+#define ZERO__PARAM_MAGIC 0x7a65726fu /* "zero" */
+
+/* Host handle for one parameter. */
+struct zero_param {
+    uint32_t magic;
+    struct zero_engine *engine;
+    zero_param_info info;     /* what the plugin sees */
+    atomic_int ready;         /* grad ready in the current micro-step */
+    char *name;               /* owned copy */
+};
+
+/* Per-group hyper-parameters resolved at params_done. */
+typedef struct zero__group_hp {
+    int32_t group_id;
+    double lr_scale;
+    double weight_decay;
+} zero__group_hp;
+
+struct zero_engine {
+    /* configuration and plumbing */
+    zero__config *cfg;
+    const zero_run_config *rc;
+    zero_comm *world;
+    zero__mem *mem;
+    zero_log_fn log_fn;
+    void *log_user;
+    int rank, world_size;
+    char last_error[2048];
+    pthread_mutex_t err_lock;
+
+    /* plugin */
+    zero__plugin plugin;
+    void *pstate;
+    zero_services_v1 svc;
+
+    /* params */
+    struct zero_param **params;
+    uint32_t nparams, params_cap;
+    void **param_set;            /* open-addressing set of valid handles */
+    uint32_t param_set_cap;
+    int params_frozen;
+    zero__layout layout;
+    zero__group_hp *groups;      /* ngroups entries, by layout group order */
+    uint32_t ngroups_hp;
+
+    /* step state */
+    uint32_t micro_step;         /* within the accumulation window */
+    uint64_t global_step;        /* optimizer steps taken */
+    uint64_t skipped_steps;
+    double lr;                   /* scheduled lr for the next optimizer step (group 0, before lr_scale) */
+    /* loss scaler (fp16) */
+    double loss_scale;
+    int scaler_good_steps, scaler_hysteresis_left;
+
+    /* stats */
+    atomic_uint_fast64_t reduction_passes;
+    double exposed_comm_seconds;
+};
+
+static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }
+static inline zero_core *zero__core_of(struct zero_engine *e) { return (zero_core *)e; }
+
+/* Fill e->svc (services.c). */
+void zero__services_init(struct zero_engine *e);
+/* Learning-rate schedule: lr for optimizer step t (1-based), group 0 (sched.c). */
+double zero__schedule_lr(const struct zero_engine *e, uint64_t t);
+#endif

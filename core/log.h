@@ -1,0 +1,25 @@
+/* Internal logging and per-engine error text.  Thread-safe. */
+#ifndef ZERO_CORE_LOG_H
+#define ZERO_CORE_LOG_H
+#include <stdarg.h>
+#include "zero.h"
+
+struct zero_engine;
+
+/* Level from ZERO_LOG_LEVEL ("error","warn","info","debug" or 0..3), default warn.
+ * Read once per process. */
+zero_log_level zero__log_threshold(void);
+
+/* Log for engine `e` (may be NULL before an engine exists: rank prefix -1).
+ * Goes to the engine's callback if the host installed one, else stderr as
+ * "[zero rank R] LEVEL: msg\n". */
+void zero__log(const struct zero_engine *e, zero_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void zero__vlog(const struct zero_engine *e, zero_log_level lvl, const char *fmt, va_list ap);
+
+/* Set e's last-error text to "rank R: <msg>" and log it at debug level.
+ * Returns s.  e may be NULL (then only logs). */
+zero_status zero__error(struct zero_engine *e, zero_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+zero_status zero__verror(struct zero_engine *e, zero_status s, const char *fmt, va_list ap);
+#endif

@@ -1,0 +1,24 @@
+/* Accounted memory: every allocation is tagged (zero_mem_tag) and tiered
+ * (zero_mem_tier); current and peak bytes are tracked per tag and tier.
+ * Thread-safe (one mutex per accountant). */
+#ifndef ZERO_CORE_MEMORY_H
+#define ZERO_CORE_MEMORY_H
+#include <stddef.h>
+#include "zero.h"
+
+typedef struct zero__mem zero__mem;
+
+/* Create/destroy an accountant.  destroy frees any block still allocated
+ * (and logs a leak count at debug level). */
+zero__mem *zero__mem_create(void);
+void zero__mem_destroy(zero__mem *m);
+
+/* 64-byte aligned, zero-filled; NULL on failure (bytes == 0 gives a valid
+ * unique pointer of size 0).  The HOST and DEVICE tiers are both host memory
+ * on a CPU build; on CUDA the device tier is cudaMalloc'd by the device
+ * backend (later). */
+void *zero__mem_alloc(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, size_t bytes);
+void zero__mem_free(zero__mem *m, void *p); /* NULL ok; unknown pointer ignored with a debug log */
+
+void zero__mem_stats(const zero__mem *m, zero_memory_stats *out); /* honours out->struct_size */
+#endif
