@@ -124,7 +124,8 @@ typedef struct zero_param_info {
     int32_t group;           /* param group id */
     const void *init_data;   /* host's initial values; valid only during params_done */
     zero_device_kind init_device;
-    int32_t reserved0;
+    int32_t grad_is_zero;    /* set by the core at zero_step for a param whose gradient never arrived
+                                this micro-step: on_grad_ready must treat it as zero (ignore host_grad) */
     void *host_grad;         /* host-owned gradient buffer or NULL */
     uint64_t flat_offset;    /* element offset in the global flat space (set by the layout) */
     void *data;              /* set by the plugin: persistent full tensor, or NULL (stage 3) */
