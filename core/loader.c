@@ -1,0 +1,247 @@
+/* Plugin loader (core/loader.h).
+ *
+ * RTLD_NOW so that an unresolved symbol fails here, with dlerror's text,
+ * instead of at the first call deep inside a training step; RTLD_LOCAL so
+ * that two plugins (or a plugin and the host) never see each other's
+ * symbols.  Every failure path dlclose()s, so a refused plugin leaves
+ * nothing behind and the process can load another one. */
+#include "loader.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#ifndef ZERO_INSTALL_PLUGIN_DIR
+#define ZERO_INSTALL_PLUGIN_DIR "/usr/local/lib/zero/plugins"
+#endif
+#ifndef ZERO_BUILD_PLUGIN_DIR
+#define ZERO_BUILD_PLUGIN_DIR "plugins"
+#endif
+
+/* A 1.0 table ends with `destroy`: anything shorter predates the ABI. */
+#define TABLE_V1_0_SIZE (offsetof(zero_plugin_table_v1, destroy) + sizeof(void (*)(void *)))
+
+/* Append to a bounded message buffer; truncation is acceptable, overflow is not. */
+static void appendf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void appendf(char *buf, size_t len, const char *fmt, ...) {
+    if (!buf || len == 0) return;
+    size_t used = strnlen(buf, len);
+    if (used + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, len - used, fmt, ap);
+    va_end(ap);
+}
+
+static void set_err(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t len, const char *fmt, ...) {
+    if (!err || len == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+}
+
+static char *dup_range(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+static int push_dir(char ***v, size_t *n, size_t *cap, const char *s, size_t len) {
+    if (len == 0) return 0; /* "a::b" or a trailing ':' — an empty entry is not "." */
+    for (size_t i = 0; i < *n; ++i) /* keep the first occurrence: it wins anyway */
+        if (strlen((*v)[i]) == len && strncmp((*v)[i], s, len) == 0) return 0;
+    if (*n + 2 > *cap) {
+        size_t nc = *cap ? *cap * 2 : 8;
+        char **nv = realloc(*v, nc * sizeof *nv);
+        if (!nv) return -1;
+        *v = nv;
+        *cap = nc;
+    }
+    char *d = dup_range(s, len);
+    if (!d) return -1;
+    (*v)[(*n)++] = d;
+    (*v)[*n] = NULL;
+    return 0;
+}
+
+char **zero__plugin_dirs(void) {
+    char **v = NULL;
+    size_t n = 0, cap = 0;
+    const char *env = getenv("ZERO_PLUGIN_PATH");
+    if (env) {
+        const char *p = env;
+        for (;;) {
+            const char *colon = strchr(p, ':');
+            size_t len = colon ? (size_t)(colon - p) : strlen(p);
+            if (push_dir(&v, &n, &cap, p, len) != 0) goto oom;
+            if (!colon) break;
+            p = colon + 1;
+        }
+    }
+    if (push_dir(&v, &n, &cap, ZERO_INSTALL_PLUGIN_DIR, strlen(ZERO_INSTALL_PLUGIN_DIR)) != 0) goto oom;
+    if (push_dir(&v, &n, &cap, ZERO_BUILD_PLUGIN_DIR, strlen(ZERO_BUILD_PLUGIN_DIR)) != 0) goto oom;
+    return v;
+oom:
+    zero__plugin_dirs_free(v);
+    return NULL;
+}
+
+void zero__plugin_dirs_free(char **dirs) {
+    if (!dirs) return;
+    for (char **d = dirs; *d; ++d) free(*d);
+    free(dirs);
+}
+
+static int is_path(const char *s) {
+    size_t n = strlen(s);
+    return strchr(s, '/') != NULL || (n >= 3 && strcmp(s + n - 3, ".so") == 0);
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Validate the table of an opened library; on error fills err and returns
+ * the status (the caller closes the library). */
+static zero_status check_table(const zero_plugin_table_v1 *t, const char *path, char *err, size_t len) {
+    const char *label = path;
+    if (t->abi_major != ZERO_PLUGIN_ABI_MAJOR) {
+        set_err(err, len,
+                "plugin %s was built for libzero plugin ABI %u.%u, this library implements %d.%d; "
+                "rebuild the plugin against this libzero's headers",
+                label, t->abi_major, t->abi_minor, ZERO_PLUGIN_ABI_MAJOR, ZERO_PLUGIN_ABI_MINOR);
+        return ZERO_ERR_PLUGIN_ABI;
+    }
+    if (t->abi_minor > ZERO_PLUGIN_ABI_MINOR) {
+        /* A newer minor may rely on services this core does not have. */
+        set_err(err, len,
+                "plugin %s was built for libzero plugin ABI %u.%u, newer than the %d.%d this library "
+                "implements; upgrade libzero or rebuild the plugin against these headers",
+                label, t->abi_major, t->abi_minor, ZERO_PLUGIN_ABI_MAJOR, ZERO_PLUGIN_ABI_MINOR);
+        return ZERO_ERR_PLUGIN_ABI;
+    }
+    if (t->struct_size < TABLE_V1_0_SIZE || t->struct_size > sizeof(zero_plugin_table_v1)) {
+        set_err(err, len,
+                "plugin %s has a table of %u bytes, but plugin ABI %u.%u tables are %zu..%zu bytes "
+                "(corrupt table, or struct_size not set to sizeof(zero_plugin_table_v1))",
+                label, t->struct_size, t->abi_major, t->abi_minor, (size_t)TABLE_V1_0_SIZE,
+                sizeof(zero_plugin_table_v1));
+        return ZERO_ERR_PLUGIN_ABI;
+    }
+    if (!t->name || !t->name[0]) {
+        set_err(err, len, "plugin %s: its table has no name", label);
+        return ZERO_ERR_PLUGIN_SYMBOL;
+    }
+    const char *missing[6];
+    int nmissing = 0;
+    if (!t->create) missing[nmissing++] = "create";
+    if (!t->params_done) missing[nmissing++] = "params_done";
+    if (!t->grad_buffer) missing[nmissing++] = "grad_buffer";
+    if (!t->on_grad_ready) missing[nmissing++] = "on_grad_ready";
+    if (!t->step) missing[nmissing++] = "step";
+    if (!t->destroy) missing[nmissing++] = "destroy";
+    if (nmissing) {
+        set_err(err, len, "plugin \"%s\" (%s) lacks required function%s:", t->name, label,
+                nmissing > 1 ? "s" : "");
+        for (int i = 0; i < nmissing; ++i) appendf(err, len, "%s %s", i ? "," : "", missing[i]);
+        return ZERO_ERR_PLUGIN_SYMBOL;
+    }
+    return ZERO_OK;
+}
+
+/* dlopen + dlsym + checks for one concrete file. */
+static zero_status open_file(const char *path, zero__plugin *out, char *err, size_t len) {
+    dlerror(); /* clear */
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) {
+        const char *why = dlerror();
+        set_err(err, len, "plugin %s could not be loaded: %s", path, why ? why : "unknown dlopen error");
+        return ZERO_ERR_PLUGIN_NOT_FOUND;
+    }
+    dlerror();
+    const zero_plugin_table_v1 *t = (const zero_plugin_table_v1 *)dlsym(dl, ZERO_PLUGIN_SYMBOL_V1);
+    if (!t) {
+        const char *why = dlerror();
+        /* A future ABI-2 plugin exports only zero_plugin_v2: say so rather
+         * than "symbol not found", since the fix is different. */
+        if (dlsym(dl, "zero_plugin_v2")) {
+            set_err(err, len,
+                    "plugin %s was built for libzero plugin ABI 2 (exports zero_plugin_v2 only), "
+                    "this library implements %d.%d",
+                    path, ZERO_PLUGIN_ABI_MAJOR, ZERO_PLUGIN_ABI_MINOR);
+            dlclose(dl);
+            return ZERO_ERR_PLUGIN_ABI;
+        }
+        set_err(err, len, "%s is not a libzero plugin: it does not export the symbol %s (%s)", path,
+                ZERO_PLUGIN_SYMBOL_V1, why ? why : "symbol is NULL");
+        dlclose(dl);
+        return ZERO_ERR_PLUGIN_SYMBOL;
+    }
+    zero_status s = check_table(t, path, err, len);
+    if (s != ZERO_OK) {
+        dlclose(dl);
+        return s;
+    }
+    out->dl = dl;
+    out->table = t;
+    snprintf(out->path, sizeof out->path, "%s", path);
+    return ZERO_OK;
+}
+
+zero_status zero__plugin_load(const char *name_or_path, zero__plugin *out, char *err, size_t err_len) {
+    if (err && err_len) err[0] = '\0';
+    if (!out) {
+        set_err(err, err_len, "zero__plugin_load: out is NULL");
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
+    memset(out, 0, sizeof *out);
+    if (!name_or_path || !name_or_path[0]) {
+        set_err(err, err_len, "no plugin name given");
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
+    if (is_path(name_or_path)) return open_file(name_or_path, out, err, err_len);
+
+    char **dirs = zero__plugin_dirs();
+    if (!dirs) {
+        set_err(err, err_len, "out of memory building the plugin search path");
+        return ZERO_ERR_OUT_OF_MEMORY;
+    }
+    /* The first existing file wins, even if it then fails to load: silently
+     * falling through to another copy would run code the user did not pick. */
+    zero_status s = ZERO_ERR_PLUGIN_NOT_FOUND;
+    char path[4096];
+    int found = 0;
+    for (char **d = dirs; *d; ++d) {
+        int n = snprintf(path, sizeof path, "%s/libzero-plugin-%s.so", *d, name_or_path);
+        if (n < 0 || (size_t)n >= sizeof path) continue;
+        if (file_exists(path)) {
+            found = 1;
+            s = open_file(path, out, err, err_len);
+            break;
+        }
+    }
+    if (!found) {
+        set_err(err, err_len, "plugin \"%s\" not found; searched:", name_or_path);
+        for (char **d = dirs; *d; ++d)
+            appendf(err, err_len, " %s/libzero-plugin-%s.so%s", *d, name_or_path, d[1] ? "," : "");
+        appendf(err, err_len, " (set ZERO_PLUGIN_PATH to a colon-separated list of directories, "
+                              "or give the plugin's path)");
+    }
+    zero__plugin_dirs_free(dirs);
+    return s;
+}
+
+void zero__plugin_unload(zero__plugin *p) {
+    if (!p) return;
+    if (p->dl) dlclose(p->dl);
+    memset(p, 0, sizeof *p);
+}

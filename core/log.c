@@ -1,0 +1,123 @@
+/* Logging and per-engine last-error text (core/log.h).
+ *
+ * Every line carries the rank because libzero always runs as N cooperating
+ * processes whose stderr is usually interleaved by mpirun; a line without a
+ * rank is useless there.  The threshold comes from ZERO_LOG_LEVEL once per
+ * process; it filters both stderr and the host callback (the callback is a
+ * sink, not a second filter). */
+#include "log.h"
+
+#include <ctype.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "engine.h"
+
+static zero_log_level g_threshold = ZERO_LOG_WARN;
+static pthread_once_t g_threshold_once = PTHREAD_ONCE_INIT;
+
+static void read_threshold(void) {
+    const char *v = getenv("ZERO_LOG_LEVEL");
+    if (!v || !*v) return;
+    static const struct { const char *name; zero_log_level lvl; } names[] = {
+        {"error", ZERO_LOG_ERROR}, {"warn", ZERO_LOG_WARN}, {"warning", ZERO_LOG_WARN},
+        {"info", ZERO_LOG_INFO},   {"debug", ZERO_LOG_DEBUG}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
+        if (strcasecmp(v, names[i].name) == 0) {
+            g_threshold = names[i].lvl;
+            return;
+        }
+    }
+    if (isdigit((unsigned char)v[0]) && v[1] == '\0' && v[0] <= '3') {
+        g_threshold = (zero_log_level)(v[0] - '0');
+        return;
+    }
+    /* An unknown value must not silence errors: keep the default and say so. */
+    fprintf(stderr, "[zero rank -1] WARN: ZERO_LOG_LEVEL=\"%s\" not understood "
+                    "(expected error, warn, info, debug or 0..3); using warn\n", v);
+}
+
+zero_log_level zero__log_threshold(void) {
+    pthread_once(&g_threshold_once, read_threshold);
+    return g_threshold;
+}
+
+static const char *level_name(zero_log_level lvl) {
+    switch (lvl) {
+    case ZERO_LOG_ERROR: return "ERROR";
+    case ZERO_LOG_WARN: return "WARN";
+    case ZERO_LOG_INFO: return "INFO";
+    default: return "DEBUG";
+    }
+}
+
+/* Format into `stack` when it fits, else into a malloc'd buffer that the
+ * caller frees (when the return value != stack).  Never returns NULL. */
+static char *format_msg(char *stack, size_t stack_len, const char *fmt, va_list ap) {
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(stack, stack_len, fmt, ap2);
+    va_end(ap2);
+    if (n < 0) {
+        snprintf(stack, stack_len, "(unformattable log message)");
+        return stack;
+    }
+    if ((size_t)n < stack_len) return stack;
+    char *big = malloc((size_t)n + 1);
+    if (!big) return stack; /* truncated text beats no text */
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    return big;
+}
+
+static void emit(const struct zero_engine *e, zero_log_level lvl, const char *msg) {
+    int rank = e ? e->rank : -1;
+    if (e && e->log_fn) {
+        e->log_fn(e->log_user, lvl, rank, msg);
+        return;
+    }
+    /* One fprintf per line: stdio locks the stream per call, so lines from
+     * several threads do not interleave mid-line. */
+    fprintf(stderr, "[zero rank %d] %s: %s\n", rank, level_name(lvl), msg);
+}
+
+void zero__vlog(const struct zero_engine *e, zero_log_level lvl, const char *fmt, va_list ap) {
+    if (lvl > zero__log_threshold()) return;
+    char stack[1024];
+    char *msg = format_msg(stack, sizeof stack, fmt, ap);
+    emit(e, lvl, msg);
+    if (msg != stack) free(msg);
+}
+
+void zero__log(const struct zero_engine *e, zero_log_level lvl, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    zero__vlog(e, lvl, fmt, ap);
+    va_end(ap);
+}
+
+zero_status zero__verror(struct zero_engine *e, zero_status s, const char *fmt, va_list ap) {
+    char stack[1024];
+    char *msg = format_msg(stack, sizeof stack, fmt, ap);
+    if (e) {
+        pthread_mutex_lock(&e->err_lock);
+        snprintf(e->last_error, sizeof e->last_error, "rank %d: %s", e->rank, msg);
+        pthread_mutex_unlock(&e->err_lock);
+    }
+    /* Debug only: the host receives the status and decides whether to print
+     * it; logging every error at warn would double every message. */
+    if (ZERO_LOG_DEBUG <= zero__log_threshold())
+        zero__log(e, ZERO_LOG_DEBUG, "%s (%s)", msg, zero_status_string(s));
+    if (msg != stack) free(msg);
+    return s;
+}
+
+zero_status zero__error(struct zero_engine *e, zero_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    zero__verror(e, s, fmt, ap);
+    va_end(ap);
+    return s;
+}
