@@ -1,0 +1,190 @@
+/* Accounted memory (see memory.h for the contract).
+ *
+ * Each accountant keeps a pointer -> (bytes, tier, tag) table rather than a
+ * header in front of each block: the device tier will be cudaMalloc'd memory
+ * the host cannot write a header into, and a table also lets free() of an
+ * unknown pointer be detected instead of corrupting the heap.  The table is
+ * open addressing with linear probing and backward-shift deletion (no
+ * tombstones, so lookups stay short however many alloc/free cycles run).
+ * One mutex guards table and counters; allocation itself (the expensive
+ * part: zero-filling) happens outside the lock. */
+#include "memory.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+#define ZERO_MEM_ALIGN 64
+
+typedef struct mem_entry {
+    void *ptr; /* NULL = empty slot */
+    size_t bytes;
+    zero_mem_tier tier;
+    zero_mem_tag tag;
+} mem_entry;
+
+struct zero__mem {
+    pthread_mutex_t lock;
+    mem_entry *slots;
+    size_t cap; /* power of two */
+    size_t count;
+    uint64_t current[ZERO_NTIERS][ZERO_MEM_NTAGS];
+    uint64_t peak[ZERO_NTIERS][ZERO_MEM_NTAGS];
+    uint64_t current_total[ZERO_NTIERS];
+    uint64_t peak_total[ZERO_NTIERS];
+};
+
+/* Fibonacci hashing of the pointer; low bits of aligned pointers are zero. */
+static size_t slot_of(const void *p, size_t cap) {
+    uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 32) & (cap - 1);
+}
+
+zero__mem *zero__mem_create(void) {
+    zero__mem *m = calloc(1, sizeof(*m));
+    if (!m) return NULL;
+    m->cap = 64;
+    m->slots = calloc(m->cap, sizeof(*m->slots));
+    if (!m->slots || pthread_mutex_init(&m->lock, NULL) != 0) {
+        free(m->slots);
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Insert without growth check (caller guarantees a free slot). */
+static void table_put(mem_entry *slots, size_t cap, const mem_entry *e) {
+    size_t i = slot_of(e->ptr, cap);
+    while (slots[i].ptr) i = (i + 1) & (cap - 1);
+    slots[i] = *e;
+}
+
+/* Keep the load factor <= 1/2.  Called with the lock held. */
+static int table_reserve(zero__mem *m) {
+    if ((m->count + 1) * 2 <= m->cap) return 0;
+    size_t ncap = m->cap * 2;
+    mem_entry *ns = calloc(ncap, sizeof(*ns));
+    if (!ns) return -1;
+    for (size_t i = 0; i < m->cap; ++i)
+        if (m->slots[i].ptr) table_put(ns, ncap, &m->slots[i]);
+    free(m->slots);
+    m->slots = ns;
+    m->cap = ncap;
+    return 0;
+}
+
+/* Remove p; returns 1 and fills *out if found.  Lock held. */
+static int table_take(zero__mem *m, const void *p, mem_entry *out) {
+    size_t mask = m->cap - 1, i = slot_of(p, m->cap);
+    while (m->slots[i].ptr && m->slots[i].ptr != p) i = (i + 1) & mask;
+    if (!m->slots[i].ptr) return 0;
+    *out = m->slots[i];
+    /* backward-shift: pull later members of the probe run into the hole */
+    size_t hole = i, j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!m->slots[j].ptr) break;
+        size_t home = slot_of(m->slots[j].ptr, m->cap);
+        /* j may move to hole unless its home lies cyclically in (hole, j] */
+        int stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+        if (!stays) {
+            m->slots[hole] = m->slots[j];
+            hole = j;
+        }
+    }
+    m->slots[hole].ptr = NULL;
+    m->count--;
+    return 1;
+}
+
+static int tier_tag_ok(zero_mem_tier tier, zero_mem_tag tag) {
+    return tier >= 0 && tier < ZERO_NTIERS && tag >= 0 && tag < ZERO_MEM_NTAGS;
+}
+
+void *zero__mem_alloc(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, size_t bytes) {
+    if (!m || !tier_tag_ok(tier, tag)) return NULL;
+    /* aligned_alloc wants a multiple of the alignment; a 0-byte request still
+     * gets a real, unique block so it can be tracked and freed. */
+    if (bytes > SIZE_MAX - ZERO_MEM_ALIGN) return NULL;
+    size_t rounded = bytes == 0 ? ZERO_MEM_ALIGN : (bytes + ZERO_MEM_ALIGN - 1) & ~(size_t)(ZERO_MEM_ALIGN - 1);
+    void *p = aligned_alloc(ZERO_MEM_ALIGN, rounded);
+    if (!p) return NULL;
+    memset(p, 0, rounded);
+
+    mem_entry e = {p, bytes, tier, tag};
+    pthread_mutex_lock(&m->lock);
+    if (table_reserve(m) != 0) {
+        pthread_mutex_unlock(&m->lock);
+        free(p);
+        return NULL;
+    }
+    table_put(m->slots, m->cap, &e);
+    m->count++;
+    m->current[tier][tag] += bytes;
+    if (m->current[tier][tag] > m->peak[tier][tag]) m->peak[tier][tag] = m->current[tier][tag];
+    m->current_total[tier] += bytes;
+    if (m->current_total[tier] > m->peak_total[tier]) m->peak_total[tier] = m->current_total[tier];
+    pthread_mutex_unlock(&m->lock);
+    return p;
+}
+
+void zero__mem_free(zero__mem *m, void *p) {
+    if (!m || !p) return;
+    mem_entry e;
+    pthread_mutex_lock(&m->lock);
+    int found = table_take(m, p, &e);
+    if (found) {
+        m->current[e.tier][e.tag] -= e.bytes;
+        m->current_total[e.tier] -= e.bytes;
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (found)
+        free(p);
+    else
+        zero__log(NULL, ZERO_LOG_DEBUG, "memory: free of a pointer this accountant did not allocate (%p), ignored",
+                  p);
+}
+
+void zero__mem_stats(const zero__mem *m, zero_memory_stats *out) {
+    if (!m || !out) return;
+    zero_memory_stats s;
+    memset(&s, 0, sizeof(s));
+    /* The mutex is logically not part of the accountant's value: lock through
+     * a cast so the query can take a const accountant. */
+    pthread_mutex_t *lock = (pthread_mutex_t *)&m->lock;
+    pthread_mutex_lock(lock);
+    memcpy(s.current, m->current, sizeof(s.current));
+    memcpy(s.peak, m->peak, sizeof(s.peak));
+    memcpy(s.current_total, m->current_total, sizeof(s.current_total));
+    memcpy(s.peak_total, m->peak_total, sizeof(s.peak_total));
+    pthread_mutex_unlock(lock);
+    /* Honour the caller's struct_size: an older, smaller struct gets only the
+     * fields it has. */
+    size_t n = out->struct_size < sizeof(s) ? out->struct_size : sizeof(s);
+    if (n <= sizeof(s.struct_size) + sizeof(s.reserved0)) return;
+    size_t skip = offsetof(zero_memory_stats, current);
+    memcpy((char *)out + skip, (const char *)&s + skip, n - skip);
+}
+
+void zero__mem_destroy(zero__mem *m) {
+    if (!m) return;
+    size_t leaked = 0;
+    uint64_t leaked_bytes = 0;
+    for (size_t i = 0; i < m->cap; ++i) {
+        if (m->slots[i].ptr) {
+            ++leaked;
+            leaked_bytes += m->slots[i].bytes;
+            free(m->slots[i].ptr);
+        }
+    }
+    if (leaked)
+        zero__log(NULL, ZERO_LOG_DEBUG, "memory: %zu block(s) (%llu bytes) still allocated at destroy, freed",
+                  leaked, (unsigned long long)leaked_bytes);
+    pthread_mutex_destroy(&m->lock);
+    free(m->slots);
+    free(m);
+}
