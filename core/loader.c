@@ -72,6 +72,18 @@ static int push_dir(char ***v, size_t *n, size_t *cap, const char *s, size_t len
     return 0;
 }
 
+/* "<dir of libzero.so>/zero/plugins" when this code runs from libzero.so
+ * (not when it is linked statically into a program).  Returns 1 if set. */
+static int self_plugin_dir(char *buf, size_t len) {
+    Dl_info info;
+    if (!dladdr((void *)&self_plugin_dir, &info) || !info.dli_fname) return 0;
+    const char *slash = strrchr(info.dli_fname, '/');
+    const char *base = slash ? slash + 1 : info.dli_fname;
+    if (!slash || strncmp(base, "libzero.so", 10) != 0) return 0;
+    int n = snprintf(buf, len, "%.*s/zero/plugins", (int)(slash - info.dli_fname), info.dli_fname);
+    return n > 0 && (size_t)n < len;
+}
+
 char **zero__plugin_dirs(void) {
     char **v = NULL;
     size_t n = 0, cap = 0;
@@ -86,6 +98,13 @@ char **zero__plugin_dirs(void) {
             p = colon + 1;
         }
     }
+    /* The install dir relative to where libzero.so actually is, so that an
+     * install moved to another prefix (or `cmake --install --prefix X`)
+     * still finds its own plugins; then the prefix configured at build time. */
+    char self_dir[4096];
+    if (self_plugin_dir(self_dir, sizeof self_dir) &&
+        push_dir(&v, &n, &cap, self_dir, strlen(self_dir)) != 0)
+        goto oom;
     if (push_dir(&v, &n, &cap, ZERO_INSTALL_PLUGIN_DIR, strlen(ZERO_INSTALL_PLUGIN_DIR)) != 0) goto oom;
     if (push_dir(&v, &n, &cap, ZERO_BUILD_PLUGIN_DIR, strlen(ZERO_BUILD_PLUGIN_DIR)) != 0) goto oom;
     return v;

@@ -1,0 +1,47 @@
+# Thin wrapper over CMake so that the README's two commands are
+#   make demo    and    make test
+# Both install missing Debian packages first (quietly, only if missing).
+
+BUILD     ?= build
+PREFIX    ?= /usr/local
+BUILD_TYPE ?= RelWithDebInfo   # -O2 plus DWARF: abidw/abidiff need the debug info
+JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
+# Multi-rank tests oversubscribe cores; running many at once on a small
+# machine turns timeouts into false failures, so ctest gets half the cores.
+CTEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 2 ? n / 2 : 1 )))
+CTEST_TIMEOUT ?= 600
+CMAKE_FLAGS ?=
+
+DEMO_SCRIPT := $(firstword $(wildcard examples/demo/demo.sh examples/demo/run.sh examples/demo/run_demo.sh))
+
+.PHONY: all deps configure build test demo install clean
+
+all: build
+
+deps:
+	@tools/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD) --log-level=WARNING -DCMAKE_BUILD_TYPE=$(strip $(BUILD_TYPE)) $(CMAKE_FLAGS)
+
+build: configure
+	@cmake --build $(BUILD) -j$(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure --timeout $(CTEST_TIMEOUT) -j$(CTEST_JOBS)
+
+ifneq ($(DEMO_SCRIPT),)
+demo: build
+	BUILD_DIR=$(abspath $(BUILD)) $(DEMO_SCRIPT)
+else
+# Until examples/demo/ exists: report the build and train a few steps on one rank.
+demo: build
+	$(BUILD)/tools/zero-info
+	ZERO_PLUGIN_PATH=$(abspath $(BUILD))/plugins $(BUILD)/examples/smoke/zero-smoke
+endif
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+clean:
+	rm -rf $(BUILD)
