@@ -86,4 +86,42 @@ zero_status zero__iallgatherv(zero_comm *m, const void *send, void *recv, const 
 zero_status zero__comm_wait(zero_comm_req *req);
 zero_status zero__comm_test(zero_comm_req *req, int *done);
 zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each);
+/* Snapshot of m's counters (plus those of sub-communicators split from it,
+ * for the world communicator).  Thread-safe. */
+void zero__comm_counters_get(const zero_comm *m, zero__comm_counters *out);
 #endif
+
+/* ---- appended by the comm backend (additive) ---------------------------- */
+#ifndef ZERO_BACKENDS_COMM_REQ_DEFINED
+#define ZERO_BACKENDS_COMM_REQ_DEFINED
+/* Common header of every request; backends embed it first so that
+ * zero__comm_wait/test can dispatch through req->comm->ops.  A request is
+ * owned by the caller from the i* call that returns it until wait() returns
+ * or test() reports done; both free it.  Every request must be completed
+ * before its communicator is freed (a free drives leftovers to completion
+ * and frees them, with a warning; using such a request afterwards is a bug). */
+struct zero_comm_req {
+    zero_comm *comm;
+};
+#endif
+
+/* Semantics shared by all backends (what the services table promises):
+ *  - split: collective over m; ranks passing color < 0 get *out = NULL
+ *    (MPI_UNDEFINED); ranks with the same color form a sub-communicator
+ *    ordered by (key, parent rank).  A sub-communicator shares its parent's
+ *    progress machinery and must be freed before the world.
+ *  - ireduce_scatterv: send holds sum(counts) elements (block b at offset
+ *    sum(counts[0..b))); recv receives this rank's block, the elementwise SUM
+ *    over ranks.  recv may alias this rank's block of send (in place).  The
+ *    summation order is fixed by the algorithm, so results are bitwise
+ *    repeatable for a given world size and counts.  BF16/F16 sums are
+ *    ZERO_ERR_UNSUPPORTED.
+ *  - iallgatherv: send holds counts[rank] elements; recv receives every
+ *    block at its offset.  send may alias recv's own block (in place).
+ *  - counts may contain zeros; counts must be identical on every rank.
+ *  - Errors from MPI come back as ZERO_ERR_COMM with MPI's error text (also
+ *    set as the engine's last error when the comm has an engine). */
+
+/* Consistent snapshot of m's counters (taken under the backend's lock).
+ * Thread-safe; busy_seconds includes the currently running busy interval. */
+void zero__comm_counters_get(zero_comm *m, zero__comm_counters *out);
