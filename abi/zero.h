@@ -302,7 +302,7 @@ typedef struct zero_memory_stats {
     uint64_t current_total[ZERO_NTIERS];
     uint64_t peak_total[ZERO_NTIERS]; /* peak of the sum, not sum of peaks */
 } zero_memory_stats;
-#define ZERO_MEMORY_STATS_INIT { sizeof(zero_memory_stats) }
+#define ZERO_MEMORY_STATS_INIT { .struct_size = sizeof(zero_memory_stats) }
 
 /* Fill *out for this rank. Thread-safe. */
 ZERO_API zero_status zero_memory_stats_get(const zero_engine *e, zero_memory_stats *out);
@@ -317,7 +317,7 @@ typedef struct zero_comm_stats {
     double exposed_comm_seconds; /* time zero_step waited for reductions started during backward */
     double total_comm_seconds;   /* wall time collectives were in flight */
 } zero_comm_stats;
-#define ZERO_COMM_STATS_INIT { sizeof(zero_comm_stats) }
+#define ZERO_COMM_STATS_INIT { .struct_size = sizeof(zero_comm_stats) }
 ZERO_API zero_status zero_comm_stats_get(const zero_engine *e, zero_comm_stats *out);
 
 /* Human-readable name of a memory tag ("params", "grads", ...). Static. */

@@ -11,6 +11,7 @@
 #include "log.h"
 #include "memory.h"
 #include "comm.h"
+#include "loss_scaler.h"
 
 #define ZERO__PARAM_MAGIC 0x7a65726fu /* "zero" */
 
@@ -62,9 +63,7 @@ struct zero_engine {
     uint64_t global_step;        /* optimizer steps taken */
     uint64_t skipped_steps;
     double lr;                   /* scheduled lr for the next optimizer step (group 0, before lr_scale) */
-    /* loss scaler (fp16) */
-    double loss_scale;
-    int scaler_good_steps, scaler_hysteresis_left;
+    zero__scaler scaler;         /* fp16 loss scale (1 and static otherwise) */
 
     /* stats */
     atomic_uint_fast64_t reduction_passes;
@@ -74,6 +73,8 @@ struct zero_engine {
 static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }
 static inline zero_core *zero__core_of(struct zero_engine *e) { return (zero_core *)e; }
 
+/* Hyper-parameter overrides of a param group (zero_set_group) or NULL. */
+const zero__group_hp *zero__group_hp_of(const struct zero_engine *e, int32_t group_id);
 /* Fill e->svc (services.c). */
 void zero__services_init(struct zero_engine *e);
 /* Learning-rate schedule: lr for optimizer step t (1-based), group 0 (sched.c). */

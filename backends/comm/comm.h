@@ -37,6 +37,8 @@ typedef struct zero__comm_ops {
     zero_status (*test)(zero_comm_req *req, int *done);
     /* blocking allgather of fixed-size byte blocks (used for agreement checks) */
     zero_status (*allgather_bytes)(zero_comm *m, const void *send, void *recv, size_t bytes_each);
+    /* appended: snapshot of the counters under the backend's lock; NULL = plain copy */
+    void (*counters_get)(zero_comm *m, zero__comm_counters *out);
 } zero__comm_ops;
 
 /* Common header of every communicator; backends embed it first. */
@@ -86,9 +88,6 @@ zero_status zero__iallgatherv(zero_comm *m, const void *send, void *recv, const 
 zero_status zero__comm_wait(zero_comm_req *req);
 zero_status zero__comm_test(zero_comm_req *req, int *done);
 zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each);
-/* Snapshot of m's counters (plus those of sub-communicators split from it,
- * for the world communicator).  Thread-safe. */
-void zero__comm_counters_get(const zero_comm *m, zero__comm_counters *out);
 #endif
 
 /* ---- appended by the comm backend (additive) ---------------------------- */

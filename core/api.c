@@ -1,0 +1,453 @@
+/* Host entry points (abi/zero.h): argument checking, lifecycle and the
+ * micro-step bookkeeping every plugin relies on.  Strategy-specific work is
+ * delegated to the loaded plugin. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "loss_scaler.h"
+#include "params.h"
+
+/* Engine-level state that does not need to be visible to other files. */
+#define ENGINE_ALIGN_ELEMS 16 /* 64 bytes of fp32: every param starts cache-line aligned */
+
+static void config_warn(void *user, const char *msg) { zero__log((struct zero_engine *)user, ZERO_LOG_WARN, "%s", msg); }
+
+static void copy_err(char *err, size_t err_len, const char *msg) {
+    if (err && err_len) snprintf(err, err_len, "%s", msg);
+}
+
+static zero_status fail_create(struct zero_engine *e, zero_status s, char *err, size_t err_len) {
+    copy_err(err, err_len, e->last_error);
+    zero_engine_destroy(e);
+    return s;
+}
+
+zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine **out, char *err,
+                               size_t err_len) {
+    if (out) *out = NULL;
+    if (!user_opts || !out) {
+        copy_err(err, err_len, "zero_engine_create: options and out must not be NULL");
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
+    if (user_opts->struct_size < offsetof(zero_engine_options, plugin)) {
+        copy_err(err, err_len, "zero_engine_create: options.struct_size is too small (use ZERO_ENGINE_OPTIONS_INIT)");
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
+    /* Fields beyond the caller's struct_size keep their defaults. */
+    zero_engine_options opts = ZERO_ENGINE_OPTIONS_INIT;
+    memcpy(&opts, user_opts, user_opts->struct_size < sizeof opts ? user_opts->struct_size : sizeof opts);
+
+    struct zero_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        copy_err(err, err_len, "zero_engine_create: out of memory");
+        return ZERO_ERR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_init(&e->err_lock, NULL);
+    e->rank = -1;
+    e->log_fn = opts.log_fn;
+    e->log_user = opts.log_user;
+    e->mem = zero__mem_create();
+    if (!e->mem) return fail_create(e, zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory"), err, err_len);
+
+    if (opts.device_kind != ZERO_DEVICE_CPU)
+        return fail_create(e,
+                           zero__error(e, ZERO_ERR_UNSUPPORTED,
+                                       "device kind %d is not supported by this build (CPU only)",
+                                       (int)opts.device_kind),
+                           err, err_len);
+
+    char msg[1024] = "";
+    zero_status s = zero__comm_world_create(opts.comm_kind, opts.comm, e, &e->world, msg, sizeof msg);
+    if (s != ZERO_OK) return fail_create(e, zero__error(e, s, "%s", msg), err, err_len);
+    e->rank = zero__comm_rank(e->world);
+    e->world_size = zero__comm_size(e->world);
+
+    s = zero__config_parse(opts.config_json, opts.config_json ? NULL : opts.config_path, e->world_size, &e->cfg,
+                           config_warn, e, msg, sizeof msg);
+    if (s != ZERO_OK) return fail_create(e, zero__error(e, s, "%s", msg), err, err_len);
+    e->rc = zero__config_run(e->cfg);
+
+    /* Plugin choice: explicit option, then $ZERO_PLUGIN, then the config. */
+    const char *plugin = opts.plugin;
+    if (!plugin || !plugin[0]) plugin = getenv("ZERO_PLUGIN");
+    if (!plugin || !plugin[0]) plugin = zero__config_plugin(e->cfg);
+    s = zero__plugin_load(plugin, &e->plugin, msg, sizeof msg);
+    if (s != ZERO_OK) return fail_create(e, zero__error(e, s, "%s", msg), err, err_len);
+    if (e->rc->pipeline_stages > 1 && !(e->plugin.table->caps & ZERO_PLUGIN_CAP_PIPELINE))
+        return fail_create(e,
+                           zero__error(e, ZERO_ERR_CONFIG,
+                                       "plugin '%s' cannot run with pipeline parallelism (pipeline.stages = %d): "
+                                       "it would reduce gradients on every micro-batch, multiplying data-parallel "
+                                       "traffic by the number of micro-batches for no memory gain; use stage 1 "
+                                       "(plugin stage1-pp)",
+                                       e->plugin.table->name, (int)e->rc->pipeline_stages),
+                           err, err_len);
+
+    zero__scaler_init(&e->scaler, e->rc->model_dtype == ZERO_DTYPE_F16, e->rc->fp16_loss_scale,
+                      e->rc->fp16_initial_scale_power, e->rc->fp16_loss_scale_window, e->rc->fp16_hysteresis,
+                      e->rc->fp16_consecutive_hysteresis, e->rc->fp16_min_loss_scale);
+    e->lr = zero__schedule_lr(e, 1);
+
+    zero__services_init(e);
+    s = e->plugin.table->create(&e->svc, &e->pstate);
+    if (s != ZERO_OK) {
+        if (!e->last_error[0]) zero__error(e, s, "plugin '%s' failed to initialise", e->plugin.table->name);
+        e->pstate = NULL;
+        return fail_create(e, s == ZERO_OK ? ZERO_ERR_PLUGIN_INIT : s, err, err_len);
+    }
+    zero__log(e, ZERO_LOG_INFO, "engine ready: plugin %s (%s), world %d, gas %lld", e->plugin.table->name,
+              e->plugin.path, e->world_size, (long long)e->rc->grad_accum_steps);
+    *out = e;
+    return ZERO_OK;
+}
+
+void zero_engine_destroy(zero_engine *e) {
+    if (!e) return;
+    if (e->plugin.table && e->pstate) {
+        if (e->plugin.table->sync) e->plugin.table->sync(e->pstate);
+        e->plugin.table->destroy(e->pstate);
+        e->pstate = NULL;
+    }
+    if (e->plugin.dl) zero__plugin_unload(&e->plugin);
+    if (e->params_frozen) zero__layout_free(&e->layout);
+    free(e->groups);
+    zero__params_free(e);
+    if (e->cfg) zero__config_free(e->cfg);
+    if (e->world) zero__comm_world_free(e->world);
+    if (e->mem) zero__mem_destroy(e->mem);
+    pthread_mutex_destroy(&e->err_lock);
+    free(e);
+}
+
+const char *zero_last_error(const zero_engine *e) { return e ? e->last_error : "no engine"; }
+int zero_rank(const zero_engine *e) { return e ? e->rank : -1; }
+int zero_world_size(const zero_engine *e) { return e ? e->world_size : 0; }
+const char *zero_plugin_name(const zero_engine *e) {
+    return e && e->plugin.table && e->plugin.table->name ? e->plugin.table->name : "";
+}
+double zero_loss_scale(const zero_engine *e) { return e ? e->scaler.scale : 1.0; }
+
+/* ------------------------------------------------------------------------ */
+
+static zero_status need_engine(const zero_engine *e) { return e ? ZERO_OK : ZERO_ERR_INVALID_ARGUMENT; }
+
+zero_status zero_register_param(zero_engine *e, const zero_param_desc *desc, zero_param **out) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!desc || !out) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param: NULL argument");
+    *out = NULL;
+    if (e->params_frozen)
+        return zero__error(e, ZERO_ERR_STATE, "zero_register_param(%s) after zero_params_done",
+                           desc->name ? desc->name : "?");
+    zero_param *p = NULL;
+    zero_status s = zero__param_register(e, desc, &p);
+    if (s != ZERO_OK) return s;
+    if (e->plugin.table->register_param) {
+        s = e->plugin.table->register_param(e->pstate, &p->info);
+        if (s != ZERO_OK) {
+            /* The plugin vetoed it: forget the registration entirely. */
+            if (!e->last_error[0]) zero__error(e, s, "plugin refused param '%s'", p->name);
+            zero__param_unregister_last(e);
+            return s;
+        }
+    }
+    *out = p;
+    return ZERO_OK;
+}
+
+zero_status zero_set_group(zero_engine *e, const zero_group_desc *d) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!d || d->struct_size < sizeof(uint32_t) + sizeof(int32_t))
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_set_group: bad descriptor");
+    if (e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_set_group after zero_params_done");
+    zero_group_desc g = ZERO_GROUP_DESC_INIT;
+    memcpy(&g, d, d->struct_size < sizeof g ? d->struct_size : sizeof g);
+    for (uint32_t i = 0; i < e->ngroups_hp; i++)
+        if (e->groups[i].group_id == g.group) {
+            e->groups[i].lr_scale = g.lr_scale;
+            e->groups[i].weight_decay = g.weight_decay;
+            return ZERO_OK;
+        }
+    zero__group_hp *ng = realloc(e->groups, (e->ngroups_hp + 1) * sizeof *ng);
+    if (!ng) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
+    e->groups = ng;
+    e->groups[e->ngroups_hp++] = (zero__group_hp){g.group, g.lr_scale, g.weight_decay};
+    return ZERO_OK;
+}
+
+const zero__group_hp *zero__group_hp_of(const struct zero_engine *e, int32_t group_id) {
+    for (uint32_t i = 0; i < e->ngroups_hp; i++)
+        if (e->groups[i].group_id == group_id) return &e->groups[i];
+    return NULL;
+}
+
+zero_status zero_params_done(zero_engine *e) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_params_done called twice");
+    zero_status s = zero__params_agree(e);
+    if (s != ZERO_OK) return s;
+    zero__layout_input *in = calloc(e->nparams ? e->nparams : 1, sizeof *in);
+    if (!in) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
+    for (uint32_t i = 0; i < e->nparams; i++) in[i] = (zero__layout_input){e->params[i]->info.numel, e->params[i]->info.group};
+    int rc = zero__layout_build(&e->layout, in, e->nparams, (uint32_t)e->world_size, (uint32_t)e->rank,
+                                ENGINE_ALIGN_ELEMS);
+    free(in);
+    if (rc != 0) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "could not build the partition layout");
+    for (uint32_t i = 0; i < e->nparams; i++) e->params[i]->info.flat_offset = e->layout.param_offset[i];
+    e->params_frozen = 1;
+    s = e->plugin.table->params_done(e->pstate);
+    /* The host's initial buffers are not referenced after this call. */
+    for (uint32_t i = 0; i < e->nparams; i++) e->params[i]->info.init_data = NULL;
+    if (s != ZERO_OK && !e->last_error[0]) zero__error(e, s, "plugin params_done failed");
+    return s;
+}
+
+static zero_status check_param(zero_engine *e, const zero_param *p, const char *fn) {
+    if (!zero__param_valid(e, p) || p->magic != ZERO__PARAM_MAGIC)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: unknown parameter handle %p", fn, (const void *)p);
+    if (!e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "%s(%s) before zero_params_done", fn, p->name);
+    return ZERO_OK;
+}
+
+zero_status zero_gather(zero_engine *e, zero_param *const *params, size_t n, void **ptrs) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    if ((!params || !ptrs) && n) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_gather: NULL array");
+    for (size_t i = 0; i < n; i++) {
+        zero_status s = check_param(e, params[i], "zero_gather");
+        if (s != ZERO_OK) return s;
+    }
+    if (e->plugin.table->gather) {
+        zero_param_info **infos = malloc((n ? n : 1) * sizeof *infos);
+        if (!infos) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
+        for (size_t i = 0; i < n; i++) infos[i] = &params[i]->info;
+        zero_status s = e->plugin.table->gather(e->pstate, infos, n, ptrs);
+        free(infos);
+        return s;
+    }
+    for (size_t i = 0; i < n; i++) ptrs[i] = params[i]->info.data;
+    return ZERO_OK;
+}
+
+zero_status zero_release(zero_engine *e, zero_param *const *params, size_t n) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!params && n) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_release: NULL array");
+    for (size_t i = 0; i < n; i++) {
+        zero_status s = check_param(e, params[i], "zero_release");
+        if (s != ZERO_OK) return s;
+    }
+    if (!e->plugin.table->release) return ZERO_OK;
+    zero_param_info **infos = malloc((n ? n : 1) * sizeof *infos);
+    if (!infos) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
+    for (size_t i = 0; i < n; i++) infos[i] = &params[i]->info;
+    zero_status s = e->plugin.table->release(e->pstate, infos, n);
+    free(infos);
+    return s;
+}
+
+zero_status zero_grad_buffer(zero_engine *e, zero_param *p, void **buf) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    zero_status s = check_param(e, p, "zero_grad_buffer");
+    if (s != ZERO_OK) return s;
+    if (!buf) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_grad_buffer: buf is NULL");
+    if (p->info.host_grad) {
+        *buf = p->info.host_grad;
+        return ZERO_OK;
+    }
+    return e->plugin.table->grad_buffer(e->pstate, &p->info, buf);
+}
+
+zero_status zero_on_grad_ready(zero_engine *e, zero_param *p, void *stream) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    zero_status s = check_param(e, p, "zero_on_grad_ready");
+    if (s != ZERO_OK) return s;
+    if (atomic_exchange(&p->ready, 1) != 0)
+        return zero__error(e, ZERO_ERR_DUPLICATE,
+                           "zero_on_grad_ready(%s) called twice in one micro-step (micro-step %u of step %llu)",
+                           p->name, e->micro_step, (unsigned long long)e->global_step + 1);
+    return e->plugin.table->on_grad_ready(e->pstate, &p->info, stream);
+}
+
+/* Params whose gradient never arrived: warn (naming them) and deliver a zero
+ * gradient, like DeepSpeed's ignore_unused_parameters; with strict_grads the
+ * step fails on every rank instead (agreed so no rank is left in a
+ * collective alone). */
+static zero_status settle_missing(zero_engine *e) {
+    uint32_t missing = 0;
+    for (uint32_t i = 0; i < e->nparams; i++)
+        if (!atomic_load(&e->params[i]->ready)) missing++;
+    if (e->rc->strict_grads) {
+        uint64_t any = missing;
+        zero_status s = zero__allreduce(e->world, &any, 1, ZERO_DTYPE_U64, ZERO_OP_MAX);
+        if (s != ZERO_OK) return s;
+        if (any) {
+            char names[512] = "";
+            size_t off = 0;
+            for (uint32_t i = 0; i < e->nparams && off < sizeof names - 1; i++)
+                if (!atomic_load(&e->params[i]->ready))
+                    off += snprintf(names + off, sizeof names - off, "%s%s", off ? ", " : "", e->params[i]->name);
+            e->micro_step = 0;
+            for (uint32_t i = 0; i < e->nparams; i++) atomic_store(&e->params[i]->ready, 0);
+            return zero__error(e, ZERO_ERR_STATE,
+                               "zero_step: gradients never arrived for %u param(s) on this rank (%s) or on another "
+                               "rank, and zero_optimization.strict_grads is set",
+                               missing, missing ? names : "none here");
+        }
+        return ZERO_OK;
+    }
+    if (!missing) return ZERO_OK;
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        struct zero_param *p = e->params[i];
+        if (atomic_load(&p->ready)) continue;
+        zero__log(e, ZERO_LOG_WARN, "gradient of '%s' never arrived in micro-step %u; treating it as zero", p->name,
+                  e->micro_step);
+        p->info.grad_is_zero = 1;
+        atomic_store(&p->ready, 1);
+        zero_status s = e->plugin.table->on_grad_ready(e->pstate, &p->info, NULL);
+        p->info.grad_is_zero = 0;
+        if (s != ZERO_OK) return s;
+    }
+    return ZERO_OK;
+}
+
+zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_result *result) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_step before zero_params_done");
+    if (result && result->struct_size < sizeof(uint32_t) * 4)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_step: result.struct_size too small");
+    zero_status s = settle_missing(e);
+    if (s != ZERO_OK) return s;
+
+    uint32_t gas = (uint32_t)e->rc->grad_accum_steps;
+    zero_step_ctx ctx = {sizeof ctx, 0, 0, 0, 0, 0, 0, 0, NULL};
+    ctx.boundary = (e->micro_step + 1 >= gas);
+    ctx.micro_step = e->micro_step;
+    ctx.grad_accum = gas;
+    ctx.global_step = e->global_step;
+    ctx.loss_scale = e->scaler.scale;
+    ctx.grad_clip = e->rc->gradient_clipping;
+    ctx.grad_divisor = (double)e->world_size * (double)gas;
+    ctx.stream = args && args->struct_size >= offsetof(zero_step_args, stream) + sizeof(void *) ? args->stream : NULL;
+    zero_step_report rep = {sizeof rep, 0, -1.0};
+    double lr_used = e->lr;
+
+    s = e->plugin.table->step(e->pstate, &ctx, &rep);
+    for (uint32_t i = 0; i < e->nparams; i++) atomic_store(&e->params[i]->ready, 0);
+    if (s != ZERO_OK) {
+        if (!e->last_error[0]) zero__error(e, s, "plugin step failed");
+        return s;
+    }
+
+    int taken = 0, at_min = 0;
+    if (ctx.boundary) {
+        e->micro_step = 0;
+        at_min = zero__scaler_update(&e->scaler, rep.overflow);
+        if (rep.overflow) {
+            e->skipped_steps++;
+            zero__log(e, ZERO_LOG_INFO, "overflow: step skipped, loss scale now %g", e->scaler.scale);
+        } else {
+            e->global_step++;
+            taken = 1;
+            e->lr = zero__schedule_lr(e, e->global_step + 1);
+        }
+    } else {
+        e->micro_step++;
+    }
+    if (result) {
+        zero_step_result r = ZERO_STEP_RESULT_INIT;
+        r.boundary = ctx.boundary;
+        r.taken = taken;
+        r.overflow = ctx.boundary ? rep.overflow : 0;
+        r.global_step = e->global_step;
+        r.grad_norm = ctx.boundary ? rep.grad_norm : -1.0;
+        r.loss_scale = e->scaler.scale;
+        r.lr = lr_used;
+        size_t n = result->struct_size < sizeof r ? result->struct_size : sizeof r;
+        r.struct_size = result->struct_size;
+        memcpy(result, &r, n);
+    }
+    if (at_min)
+        return zero__error(e, ZERO_ERR_LOSS_SCALE,
+                           "fp16 overflow with the loss scale already at min_loss_scale (%g): training diverged",
+                           e->rc->fp16_min_loss_scale);
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Checkpoints: the core saves its own step state next to the plugin's shard. */
+
+typedef struct core_ckpt {
+    uint64_t magic, version, global_step, skipped_steps;
+    uint32_t micro_step, world;
+    double lr;
+    zero__scaler scaler;
+} core_ckpt;
+#define CORE_CKPT_MAGIC 0x7a65726f636b7074ULL /* "zerockpt" */
+
+zero_status zero_save(zero_engine *e, const char *dir) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!dir) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_save: dir is NULL");
+    if (!e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_save before zero_params_done");
+    if (!e->plugin.table->save)
+        return zero__error(e, ZERO_ERR_UNSUPPORTED, "plugin '%s' does not implement checkpoints", e->plugin.table->name);
+    core_ckpt c = {CORE_CKPT_MAGIC, 1, e->global_step, e->skipped_steps, e->micro_step, (uint32_t)e->world_size,
+                   e->lr, e->scaler};
+    zero_status s = e->svc.ckpt_write(zero__core_of(e), dir, "core", &c, sizeof c);
+    if (s != ZERO_OK) return s;
+    s = e->plugin.table->save(e->pstate, dir);
+    if (s != ZERO_OK) return s;
+    return zero__barrier(e->world);
+}
+
+zero_status zero_load(zero_engine *e, const char *dir) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!dir) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_load: dir is NULL");
+    if (!e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_load before zero_params_done");
+    if (!e->plugin.table->load)
+        return zero__error(e, ZERO_ERR_UNSUPPORTED, "plugin '%s' does not implement checkpoints", e->plugin.table->name);
+    core_ckpt c;
+    zero_status s = e->svc.ckpt_read(zero__core_of(e), dir, "core", &c, sizeof c);
+    if (s != ZERO_OK) return s;
+    if (c.magic != CORE_CKPT_MAGIC || c.version != 1)
+        return zero__error(e, ZERO_ERR_IO, "checkpoint %s: not a libzero checkpoint (bad magic/version)", dir);
+    if (c.world != (uint32_t)e->world_size)
+        return zero__error(e, ZERO_ERR_MISMATCH, "checkpoint %s was written by %u ranks, this run has %d", dir, c.world,
+                           e->world_size);
+    s = e->plugin.table->load(e->pstate, dir);
+    if (s != ZERO_OK) return s;
+    e->global_step = c.global_step;
+    e->skipped_steps = c.skipped_steps;
+    e->micro_step = c.micro_step;
+    e->lr = c.lr;
+    e->scaler = c.scaler;
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+
+zero_status zero_memory_stats_get(const zero_engine *e, zero_memory_stats *out) {
+    if (!e || !out || out->struct_size < sizeof(uint32_t)) return ZERO_ERR_INVALID_ARGUMENT;
+    zero__mem_stats(e->mem, out);
+    return ZERO_OK;
+}
+
+zero_status zero_comm_stats_get(const zero_engine *e, zero_comm_stats *out) {
+    if (!e || !out || out->struct_size < sizeof(uint32_t)) return ZERO_ERR_INVALID_ARGUMENT;
+    zero_comm_stats st = ZERO_COMM_STATS_INIT;
+    zero__comm_counters c;
+    zero__comm_counters_get(e->world, &c);
+    st.allreduce_calls = c.allreduce_calls;
+    st.reduce_scatter_calls = c.reduce_scatter_calls;
+    st.allgather_calls = c.allgather_calls;
+    st.broadcast_calls = c.broadcast_calls;
+    st.other_calls = c.other_calls;
+    st.bytes_reduced = c.bytes_reduced;
+    st.bytes_gathered = c.bytes_gathered;
+    st.total_comm_seconds = c.busy_seconds;
+    st.reduction_passes = atomic_load(&((struct zero_engine *)e)->reduction_passes);
+    st.exposed_comm_seconds = e->exposed_comm_seconds;
+    uint32_t size = out->struct_size;
+    memcpy(out, &st, size < sizeof st ? size : sizeof st);
+    out->struct_size = size;
+    return ZERO_OK;
+}

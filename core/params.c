@@ -1,0 +1,247 @@
+/* Parameter registry: handle validation, registration and the cross-rank
+ * agreement check at zero_params_done. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "params.h"
+
+/* Handles are validated by membership in an open-addressing pointer set, so
+ * a stale or foreign pointer is rejected without being dereferenced. */
+static size_t ptr_hash(const void *p, uint32_t cap) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)(x & (cap - 1));
+}
+
+static int set_insert(struct zero_engine *e, void *p) {
+    if ((e->nparams + 1) * 2 > e->param_set_cap) {
+        uint32_t ncap = e->param_set_cap ? e->param_set_cap * 2 : 64;
+        void **ns = calloc(ncap, sizeof(void *));
+        if (!ns) return -1;
+        for (uint32_t i = 0; i < e->param_set_cap; i++) {
+            void *q = e->param_set[i];
+            if (!q) continue;
+            size_t h = ptr_hash(q, ncap);
+            while (ns[h]) h = (h + 1) & (ncap - 1);
+            ns[h] = q;
+        }
+        free(e->param_set);
+        e->param_set = ns;
+        e->param_set_cap = ncap;
+    }
+    size_t h = ptr_hash(p, e->param_set_cap);
+    while (e->param_set[h]) h = (h + 1) & (e->param_set_cap - 1);
+    e->param_set[h] = p;
+    return 0;
+}
+
+int zero__param_valid(const struct zero_engine *e, const zero_param *p) {
+    if (!p || !e->param_set_cap) return 0;
+    size_t h = ptr_hash(p, e->param_set_cap);
+    while (e->param_set[h]) {
+        if (e->param_set[h] == p) return 1;
+        h = (h + 1) & (e->param_set_cap - 1);
+    }
+    return 0;
+}
+
+static const char *dtype_name(zero_dtype d) {
+    switch (d) {
+    case ZERO_DTYPE_F32: return "f32";
+    case ZERO_DTYPE_BF16: return "bf16";
+    case ZERO_DTYPE_F16: return "f16";
+    default: return "?";
+    }
+}
+
+zero_status zero__param_register(struct zero_engine *e, const zero_param_desc *d, zero_param **out) {
+    if (d->struct_size < offsetof(zero_param_desc, group))
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_param_desc.struct_size %u is too small",
+                           d->struct_size);
+    /* Fields past the caller's struct_size take their documented defaults. */
+    zero_param_desc desc = ZERO_PARAM_DESC_INIT;
+    memcpy(&desc, d, d->struct_size < sizeof desc ? d->struct_size : sizeof desc);
+    if (!desc.name || !desc.name[0])
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param: a name is required");
+    if (desc.numel == 0)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param(%s): numel is 0", desc.name);
+    if (!desc.data)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param(%s): data is NULL", desc.name);
+    if (desc.dtype != ZERO_DTYPE_F32 && desc.dtype != ZERO_DTYPE_BF16 && desc.dtype != ZERO_DTYPE_F16)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param(%s): unknown dtype %d",
+                           desc.name, (int)desc.dtype);
+    if (desc.dtype != e->rc->model_dtype)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                           "zero_register_param(%s): dtype %s differs from the config's model dtype %s "
+                           "(set fp16.enabled / bf16.enabled to match)",
+                           desc.name, dtype_name(desc.dtype), dtype_name(e->rc->model_dtype));
+    if (desc.device != ZERO_DEVICE_CPU)
+        return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                           "zero_register_param(%s): device %d is not supported by this build", desc.name,
+                           (int)desc.device);
+    if (desc.group < 0)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param(%s): group %d < 0", desc.name,
+                           (int)desc.group);
+    for (uint32_t i = 0; i < e->nparams; i++)
+        if (strcmp(e->params[i]->name, desc.name) == 0)
+            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param: duplicate name '%s'",
+                               desc.name);
+
+    if (e->nparams == e->params_cap) {
+        uint32_t ncap = e->params_cap ? e->params_cap * 2 : 32;
+        struct zero_param **np = realloc(e->params, ncap * sizeof *np);
+        if (!np) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory registering params");
+        e->params = np;
+        e->params_cap = ncap;
+    }
+    struct zero_param *p = calloc(1, sizeof *p);
+    char *name = strdup(desc.name);
+    if (!p || !name || set_insert(e, p) != 0) {
+        free(p);
+        free(name);
+        return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory registering params");
+    }
+    p->magic = ZERO__PARAM_MAGIC;
+    p->engine = e;
+    p->name = name;
+    atomic_init(&p->ready, 0);
+    p->info.struct_size = sizeof p->info;
+    p->info.index = e->nparams;
+    p->info.name = name;
+    p->info.numel = desc.numel;
+    p->info.dtype = desc.dtype;
+    p->info.group = desc.group;
+    p->info.init_data = desc.data;
+    p->info.init_device = desc.device;
+    p->info.host_grad = desc.grad;
+    e->params[e->nparams++] = p;
+    *out = p;
+    return ZERO_OK;
+}
+
+static void set_rebuild(struct zero_engine *e) {
+    memset(e->param_set, 0, e->param_set_cap * sizeof(void *));
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        size_t h = ptr_hash(e->params[i], e->param_set_cap);
+        while (e->param_set[h]) h = (h + 1) & (e->param_set_cap - 1);
+        e->param_set[h] = e->params[i];
+    }
+}
+
+void zero__param_unregister_last(struct zero_engine *e) {
+    if (!e->nparams) return;
+    struct zero_param *p = e->params[--e->nparams];
+    set_rebuild(e);
+    free(p->name);
+    p->magic = 0;
+    free(p);
+}
+
+void zero__params_free(struct zero_engine *e) {
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        free(e->params[i]->name);
+        e->params[i]->magic = 0;
+        free(e->params[i]);
+    }
+    free(e->params);
+    free(e->param_set);
+    e->params = NULL;
+    e->param_set = NULL;
+    e->nparams = e->params_cap = e->param_set_cap = 0;
+}
+
+/* FNV-1a over what must agree across ranks: name, numel, dtype, group. */
+static uint64_t fnv(uint64_t h, const void *data, size_t n) {
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static uint64_t param_hash(const struct zero_param *p) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = fnv(h, p->name, strlen(p->name));
+    h = fnv(h, &p->info.numel, sizeof p->info.numel);
+    h = fnv(h, &p->info.dtype, sizeof p->info.dtype);
+    h = fnv(h, &p->info.group, sizeof p->info.group);
+    return h ? h : 1; /* 0 marks "no param at this index" */
+}
+
+#define DESC_LEN 200
+
+static void describe(const struct zero_engine *e, uint32_t i, char *buf) {
+    if (i >= e->nparams) {
+        snprintf(buf, DESC_LEN, "<no param: only %u registered>", e->nparams);
+        return;
+    }
+    const struct zero_param *p = e->params[i];
+    snprintf(buf, DESC_LEN, "'%.120s' (numel %llu, %s, group %d)", p->name, (unsigned long long)p->info.numel,
+             dtype_name(p->info.dtype), (int)p->info.group);
+}
+
+/* Every rank learns the same verdict: the summary exchange is a fixed-size
+ * allgather, so it cannot hang on differing lists; on a mismatch a second
+ * exchange of the per-param hashes (padded to the longest list) finds the
+ * first differing index, and a third shares each rank's description of it. */
+zero_status zero__params_agree(struct zero_engine *e) {
+    int n = e->world_size;
+    if (n <= 1) return ZERO_OK;
+    uint64_t mine[2] = {e->nparams, 0xcbf29ce484222325ULL};
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        uint64_t h = param_hash(e->params[i]);
+        mine[1] = fnv(mine[1], &h, sizeof h);
+    }
+    uint64_t *all = calloc((size_t)n * 2, sizeof(uint64_t));
+    if (!all) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory in parameter check");
+    zero_status s = zero__allgather_bytes(e->world, mine, all, sizeof mine);
+    if (s != ZERO_OK) {
+        free(all);
+        return s;
+    }
+    int same = 1;
+    uint64_t maxn = 0;
+    for (int r = 0; r < n; r++) {
+        if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) same = 0;
+        if (all[2 * r] > maxn) maxn = all[2 * r];
+    }
+    free(all);
+    if (same) return ZERO_OK;
+
+    uint64_t *h = calloc(maxn ? maxn : 1, sizeof(uint64_t));
+    uint64_t *hall = calloc((size_t)n * (maxn ? maxn : 1), sizeof(uint64_t));
+    char *desc = calloc(DESC_LEN, 1);
+    char *dall = calloc((size_t)n, DESC_LEN);
+    if (!h || !hall || !desc || !dall) {
+        free(h), free(hall), free(desc), free(dall);
+        return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory in parameter check");
+    }
+    for (uint32_t i = 0; i < e->nparams; i++) h[i] = param_hash(e->params[i]);
+    s = zero__allgather_bytes(e->world, h, hall, (maxn ? maxn : 1) * sizeof(uint64_t));
+    uint64_t first = maxn;
+    for (uint64_t i = 0; s == ZERO_OK && i < maxn && first == maxn; i++)
+        for (int r = 1; r < n; r++)
+            if (hall[(size_t)r * maxn + i] != hall[i]) {
+                first = i;
+                break;
+            }
+    if (first == maxn) first = 0; /* lists equal param by param but the summary differed: cannot happen */
+    describe(e, (uint32_t)first, desc);
+    if (s == ZERO_OK) s = zero__allgather_bytes(e->world, desc, dall, DESC_LEN);
+    if (s == ZERO_OK) {
+        char msg[1600];
+        int off = snprintf(msg, sizeof msg, "ranks registered different parameter lists; first difference at index %llu:",
+                           (unsigned long long)first);
+        for (int r = 0; r < n && off < (int)sizeof msg - 1; r++) {
+            const char *dr = dall + (size_t)r * DESC_LEN;
+            off += snprintf(msg + off, sizeof msg - off, " rank %d has %s;", r, dr);
+        }
+        s = zero__error(e, ZERO_ERR_MISMATCH, "%s", msg);
+    }
+    free(h), free(hall), free(desc), free(dall);
+    return s;
+}

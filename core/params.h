@@ -1,0 +1,18 @@
+/* Parameter registry (internal).  Not thread-safe except zero__param_valid,
+ * which only reads and may run concurrently with other readers. */
+#ifndef ZERO_CORE_PARAMS_H
+#define ZERO_CORE_PARAMS_H
+#include "engine.h"
+
+/* 1 if p is a live handle of engine e (never dereferences p otherwise). */
+int zero__param_valid(const struct zero_engine *e, const zero_param *p);
+/* Copy desc into a new handle owned by e. */
+zero_status zero__param_register(struct zero_engine *e, const zero_param_desc *desc, zero_param **out);
+void zero__params_free(struct zero_engine *e);
+/* Undo the most recent registration (plugin veto). */
+void zero__param_unregister_last(struct zero_engine *e);
+/* Collective: all ranks must have registered the same list (name, numel,
+ * dtype, group, in order).  ZERO_ERR_MISMATCH on every rank otherwise,
+ * naming the first difference as each rank sees it. */
+zero_status zero__params_agree(struct zero_engine *e);
+#endif

@@ -1,0 +1,94 @@
+/* Learning-rate schedules with DeepSpeed's parameters and defaults
+ * (deepspeed/runtime/lr_schedules.py).  The t-th optimizer step (1-based)
+ * uses the schedule at last_batch_iteration = t - 1. */
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+#include "engine.h"
+
+static double param(const struct zero_engine *e, const char *key, double dflt) {
+    char path[128];
+    double v;
+    int64_t iv;
+    strcpy(path, "scheduler.params.");
+    strncat(path, key, sizeof path - strlen(path) - 1);
+    if (zero__config_double(e->cfg, path, &v) == 1) return v;
+    if (zero__config_int(e->cfg, path, &iv) == 1) return (double)iv;
+    return dflt;
+}
+
+static const char *sparam(const struct zero_engine *e, const char *key, const char *dflt) {
+    char path[128];
+    const char *v;
+    strcpy(path, "scheduler.params.");
+    strncat(path, key, sizeof path - strlen(path) - 1);
+    return zero__config_string(e->cfg, path, &v) == 1 ? v : dflt;
+}
+
+/* Warm-up fraction in [0,1] at iteration it (log or linear). */
+static double warmup_gamma(double it, double warmup_steps, const char *type) {
+    if (warmup_steps < 2) warmup_steps = 2; /* DeepSpeed: max(2, warmup_num_steps) */
+    if (it >= warmup_steps) return 1.0;
+    if (type && strcasecmp(type, "linear") == 0) return it / warmup_steps;
+    return log(it + 1.0) / log(warmup_steps);
+}
+
+double zero__schedule_lr(const struct zero_engine *e, uint64_t t) {
+    const char *type = zero__config_scheduler(e->cfg);
+    double base = e->rc->lr;
+    double it = (double)(t ? t - 1 : 0);
+    if (!type) return base;
+    if (strcasecmp(type, "WarmupLR") == 0 || strcasecmp(type, "WarmupDecayLR") == 0) {
+        double lo = param(e, "warmup_min_lr", 0.0), hi = param(e, "warmup_max_lr", 0.001);
+        double w = param(e, "warmup_num_steps", 1000);
+        const char *wt = sparam(e, "warmup_type", "log");
+        if (it < (w < 2 ? 2 : w) || strcasecmp(type, "WarmupLR") == 0)
+            return lo + (hi - lo) * warmup_gamma(it, w, wt);
+        double total = param(e, "total_num_steps", 0);
+        double g = (total - it) / fmax(1.0, total - (w < 2 ? 2 : w));
+        return lo + (hi - lo) * fmax(0.0, g);
+    }
+    if (strcasecmp(type, "WarmupCosineLR") == 0) {
+        double total = param(e, "total_num_steps", 0);
+        double wmin = param(e, "warmup_min_ratio", 0.0), cmin = param(e, "cos_min_ratio", 0.0001);
+        double w = param(e, "warmup_num_steps", 1000);
+        const char *wt = sparam(e, "warmup_type", "log");
+        double ratio;
+        if (it < w) {
+            ratio = wmin + warmup_gamma(it, w, wt) * (1.0 - wmin);
+        } else {
+            double real_last = it - w + 1, real_total = total - w;
+            ratio = (1 + cos(M_PI * real_last / (real_total > 0 ? real_total : 1))) / 2;
+            ratio = fmax(0.0, cmin + (1.0 - cmin) * ratio);
+        }
+        return base * ratio;
+    }
+    if (strcasecmp(type, "LRRangeTest") == 0) {
+        double lo = param(e, "lr_range_test_min_lr", 1e-3), ss = param(e, "lr_range_test_step_size", 2000);
+        double rate = param(e, "lr_range_test_step_rate", 1.0);
+        int stair = 0;
+        zero__config_bool(e->cfg, "scheduler.params.lr_range_test_staircase", &stair);
+        double interval = (it + 1) / ss;
+        if (stair) interval = floor(interval);
+        return lo * (1 + rate * interval);
+    }
+    if (strcasecmp(type, "OneCycle") == 0) {
+        /* Triangular cycle then exponential decay (lr part of DeepSpeed's OneCycle). */
+        double lo = param(e, "cycle_min_lr", 0.0), hi = param(e, "cycle_max_lr", 0.0);
+        double s1 = param(e, "cycle_first_step_size", 2000);
+        double s2 = param(e, "cycle_second_step_size", s1);
+        double decay_rate = param(e, "decay_lr_rate", 0.0), decay_ss = param(e, "decay_step_size", 0);
+        double total = s1 + s2;
+        if (it < total) {
+            double cycle = floor(1 + it / total);
+            double x = 1. + it / total - cycle;
+            double scale = x <= s1 / total ? x / (s1 / total) : (x - 1) / (s1 / total - 1);
+            return lo + (hi - lo) * scale;
+        }
+        if (decay_ss <= 0) return lo;
+        double decay_interval = (it - total + 1) / decay_ss;
+        return lo / (1 + decay_rate * decay_interval);
+    }
+    return base;
+}
