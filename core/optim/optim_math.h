@@ -1,24 +1,201 @@
 /* Per-element optimizer math, shared verbatim by the CPU kernels and the
  * CUDA kernels (compiled as __host__ __device__ there) so that CPU tests
- * check the arithmetic the GPU runs.  No libc, no globals. */
+ * check the arithmetic the GPU runs.  No libc (sqrtf/fabsf exist on both
+ * sides), no globals.
+ *
+ * Exactness contract: every function below is a fixed sequence of IEEE
+ * single-precision operations (+, -, *, /, sqrt), each written out, no FMA
+ * implied by the source.  The CPU build compiles with -std=c11, where GCC
+ * does not contract a*b+c into an FMA, and the hand-vectorized CPU kernels
+ * (optim_simd_*.c) replay the same sequence with the same rounding, so all
+ * CPU variants agree bitwise.  nvcc contracts by default (--fmad=true);
+ * compile with --fmad=false where bitwise CPU/GPU agreement is wanted.
+ *
+ * Thread-safety: pure functions of their arguments. */
 #ifndef ZERO_OPTIM_MATH_H
 #define ZERO_OPTIM_MATH_H
+
+#include <stdint.h>
 
 #if defined(__CUDACC__)
 #define ZERO_HD __host__ __device__ __forceinline__
 #else
+#include <math.h>
 #define ZERO_HD static inline
 #endif
 
-/* Scalars of one step for one param group, precomputed once per step. */
+/* Scalars of one step for one param group, precomputed once per step
+ * (zero__optim_scalars).  Read-only inside the kernels. */
 typedef struct zero_optim_scalars {
     float lr;
     float beta1, beta2, eps;
     float weight_decay;
     float bc1;          /* 1 / (1 - beta1^t), or 1 without bias correction */
-    float bc2_sqrt;     /* 1 / sqrt(1 - beta2^t) */
+    float bc2_sqrt;     /* 1 / sqrt(1 - beta2^t), or 1 without bias correction */
     float momentum;     /* SGD */
     int nesterov;
     int first_step;     /* SGD momentum buffer initialisation (t == 1) */
 } zero_optim_scalars;
+
+/* ------------------------------------------------------------------------ */
+/* Optimizer updates.  `g` is the already unscaled gradient (grad * grad_mul).
+ * Each updates *p and its state in place.                                   */
+/* ------------------------------------------------------------------------ */
+
+/* AdamW, decoupled weight decay (torch.optim.AdamW, DeepSpeed FusedAdam with
+ * adam_w_mode=True):
+ *   p = p * (1 - lr*wd)
+ *   m = beta1*m + (1-beta1)*g
+ *   v = beta2*v + (1-beta2)*(g*g)
+ *   p = p - (lr*(m*bc1)) / (sqrt(v)*bc2_sqrt + eps)
+ * eps is added after the bias-corrected sqrt(v), as torch and DeepSpeed do. */
+ZERO_HD void zero_adamw_update(const zero_optim_scalars *s, float g, float *p, float *m, float *v) {
+    float pp = *p * (1.0f - s->lr * s->weight_decay);
+    float mm = s->beta1 * *m + (1.0f - s->beta1) * g;
+    float vv = s->beta2 * *v + (1.0f - s->beta2) * (g * g);
+    float denom = sqrtf(vv) * s->bc2_sqrt + s->eps;
+    *p = pp - (s->lr * (mm * s->bc1)) / denom;
+    *m = mm;
+    *v = vv;
+}
+
+/* Adam with L2 weight decay folded into the gradient (torch.optim.Adam with
+ * weight_decay, DeepSpeed FusedAdam adam_w_mode=False):
+ *   g = g + wd*p          (skipped when wd == 0, like torch)
+ *   then the AdamW moments and update without the decoupled decay. */
+ZERO_HD void zero_adam_update(const zero_optim_scalars *s, float g, float *p, float *m, float *v) {
+    float pp = *p;
+    if (s->weight_decay != 0.0f) g = g + s->weight_decay * pp;
+    float mm = s->beta1 * *m + (1.0f - s->beta1) * g;
+    float vv = s->beta2 * *v + (1.0f - s->beta2) * (g * g);
+    float denom = sqrtf(vv) * s->bc2_sqrt + s->eps;
+    *p = pp - (s->lr * (mm * s->bc1)) / denom;
+    *m = mm;
+    *v = vv;
+}
+
+/* SGD as torch.optim.SGD (dampening 0):
+ *   d = g + wd*p                      (skipped when wd == 0)
+ *   momentum != 0:  buf = first_step ? d : momentum*buf + d
+ *                   d   = nesterov ? d + momentum*buf : buf
+ *   p = p - lr*d
+ * `buf` is ignored (may be NULL) when momentum == 0. */
+ZERO_HD void zero_sgd_update(const zero_optim_scalars *s, float g, float *p, float *buf) {
+    float pp = *p;
+    float d = g;
+    if (s->weight_decay != 0.0f) d = d + s->weight_decay * pp;
+    if (s->momentum != 0.0f) {
+        float b = s->first_step ? d : s->momentum * *buf + d;
+        *buf = b;
+        d = s->nesterov ? d + s->momentum * b : b;
+    }
+    *p = pp - s->lr * d;
+}
+
+/* Lion (Chen et al. 2023; lion-pytorch, DeepSpeed FusedLion):
+ *   p = p * (1 - lr*wd)
+ *   c = beta1*m + (1-beta1)*g
+ *   p = p - lr*sign(c)        (sign(0) = 0)
+ *   m = beta2*m + (1-beta2)*g */
+ZERO_HD void zero_lion_update(const zero_optim_scalars *s, float g, float *p, float *m) {
+    float pp = *p * (1.0f - s->lr * s->weight_decay);
+    float c = s->beta1 * *m + (1.0f - s->beta1) * g;
+    float sgn = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
+    *p = pp - s->lr * sgn;
+    *m = s->beta2 * *m + (1.0f - s->beta2) * g;
+}
+
+/* Adagrad as torch.optim.Adagrad (lr_decay 0, initial_accumulator_value 0):
+ *   g = g + wd*p              (skipped when wd == 0)
+ *   sum = sum + g*g
+ *   p = p - lr * (g / (sqrt(sum) + eps)) */
+ZERO_HD void zero_adagrad_update(const zero_optim_scalars *s, float g, float *p, float *sum) {
+    float pp = *p;
+    if (s->weight_decay != 0.0f) g = g + s->weight_decay * pp;
+    float ss = *sum + g * g;
+    *sum = ss;
+    *p = pp - s->lr * (g / (sqrtf(ss) + s->eps));
+}
+
+/* ------------------------------------------------------------------------ */
+/* dtype conversions: pure integer bit manipulation with round-to-nearest-   */
+/* even, so CPU (scalar or SIMD) and CUDA produce identical bits whatever    */
+/* the FPU's denormal/rounding modes.                                        */
+/* ------------------------------------------------------------------------ */
+
+ZERO_HD uint32_t zero_f32_bits(float f) {
+#if defined(__CUDACC__)
+    return __float_as_uint(f);
+#else
+    union { float f; uint32_t u; } c;
+    c.f = f;
+    return c.u;
+#endif
+}
+
+ZERO_HD float zero_bits_f32(uint32_t u) {
+#if defined(__CUDACC__)
+    return __uint_as_float(u);
+#else
+    union { float f; uint32_t u; } c;
+    c.u = u;
+    return c.f;
+#endif
+}
+
+/* fp32 -> bf16, RNE.  NaN stays NaN (quiet bit set, sign and top payload
+ * kept); Inf stays Inf; finite values above the bf16 range round to Inf as
+ * RNE says; denormals round like any other value. */
+ZERO_HD uint16_t zero_f32_to_bf16(float f) {
+    uint32_t u = zero_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+ZERO_HD float zero_bf16_to_f32(uint16_t h) { return zero_bits_f32((uint32_t)h << 16); }
+
+/* fp32 -> IEEE binary16, RNE.  NaN -> quiet NaN (sign and top payload bits
+ * kept, as x86 F16C's vcvtps2ph does); |x| >= 65520 (the midpoint above the
+ * largest half, 65504, which ties to even = Inf) -> Inf; results below 2^-14
+ * become half subnormals, rounded to nearest even, down to signed zero. */
+ZERO_HD uint16_t zero_f32_to_f16(float f) {
+    uint32_t u = zero_f32_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((u >> 13) & 0x3ffu));
+    if (u >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (u >= 0x38800000u) { /* normal half: rebias exponent 127 -> 15, round 13 bits */
+        u += 0xfffu + ((u >> 13) & 1u);
+        return (uint16_t)(sign | ((u - 0x38000000u) >> 13));
+    }
+    if (u <= 0x33000000u) return (uint16_t)sign; /* <= 2^-25: ties to even zero */
+    /* subnormal half: h = round(x * 2^24) with x = mant * 2^(e-150) */
+    uint32_t e = u >> 23;
+    uint32_t mant = (u & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - e; /* 14..23 */
+    uint32_t h = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (h & 1u))) h += 1u; /* may carry into the smallest normal: right */
+    return (uint16_t)(sign | h);
+}
+
+ZERO_HD float zero_f16_to_f32(uint16_t h) {
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    uint32_t e = ((uint32_t)h >> 10) & 0x1fu;
+    uint32_t m = (uint32_t)h & 0x3ffu;
+    if (e == 0x1fu) return zero_bits_f32(sign | 0x7f800000u | (m << 13)); /* Inf, NaN */
+    if (e == 0u) {
+        if (m == 0u) return zero_bits_f32(sign);
+        e = 113u; /* normalise the subnormal: value m * 2^-24 */
+        while (!(m & 0x400u)) {
+            m <<= 1;
+            e -= 1u;
+        }
+        return zero_bits_f32(sign | (e << 23) | ((m & 0x3ffu) << 13));
+    }
+    return zero_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
 #endif
