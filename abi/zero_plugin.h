@@ -193,11 +193,11 @@ typedef struct zero_bucket_spec {
     uint64_t bucket_numel;    /* max elements per bucket; clamped to what the model can need */
     int32_t overlap;          /* launch a bucket as soon as it is complete */
     int32_t contiguous;       /* SCATTER: grad_slot hands out the staging slot itself */
-    float *flat;              /* ALLREDUCE / SCATTER_INPLACE: flat_numel fp32 (plugin-owned) */
-    float *partition;         /* SCATTER: part_numel fp32 accumulator (plugin-owned) */
+    void *flat;               /* ALLREDUCE / SCATTER_INPLACE: flat_numel elements of grad_dtype (plugin-owned) */
+    void *partition;          /* SCATTER: part_numel elements of grad_dtype, accumulator (plugin-owned) */
     int32_t reduce_every_micro_step; /* 1: reduce on every micro-step (stage 2/3);
                                         0: only on the accumulation boundary (stage 0/1, pp) */
-    int32_t reserved0;
+    zero_dtype grad_dtype;    /* dtype of flat/partition/slots (the model dtype); sums are formed in fp32 */
 } zero_bucket_spec;
 
 /* ------------------------------------------------------------------------ */
@@ -209,10 +209,12 @@ typedef struct zero_opt_range {
     uint64_t flat_lo, flat_hi; /* global flat range: selects per-group hyper-parameters */
     float *master;             /* fp32 weights for the range (updated in place) */
     float *state[4];           /* optimizer state arrays (optim_state_count of them) */
-    const float *grad;         /* fp32 summed gradient for the range */
+    const void *grad;          /* summed gradient for the range, in grad_dtype */
     void *param_out;           /* optional copy-out of the new weights in model dtype, or NULL */
     zero_dtype param_out_dtype;
     float grad_mul;            /* multiply each gradient by this first (unscale * clip / (world*gas)) */
+    zero_dtype grad_dtype;     /* F32 (default), BF16 or F16 */
+    int32_t reserved1;
 } zero_opt_range;
 
 /* ------------------------------------------------------------------------ */
@@ -277,8 +279,8 @@ typedef struct zero_services_v1 {
 
     /* bucket engine */
     zero_status (*buckets_create)(zero_core *c, const zero_bucket_spec *spec, zero_buckets **out);
-    /* Where param `index` adds its gradient this micro-step (fp32). */
-    zero_status (*buckets_grad_slot)(zero_buckets *b, uint32_t index, float **slot);
+    /* Where param `index` adds its gradient this micro-step (grad_dtype). */
+    zero_status (*buckets_grad_slot)(zero_buckets *b, uint32_t index, void **slot);
     /* Param `index` is final.  If `src` is non-NULL (host-owned gradient of
      * dtype dt) it is added into the slot first. */
     zero_status (*buckets_ready)(zero_buckets *b, uint32_t index, const void *src, zero_dtype dt);
@@ -291,8 +293,8 @@ typedef struct zero_services_v1 {
     /* One fused pass: grad *= grad_mul, update master/state for the global
      * step about to be taken, copy out.  Per-group lr/betas/decay applied. */
     zero_status (*optim_step)(zero_core *c, const zero_opt_range *r);
-    double (*sumsq)(zero_core *c, const float *x, size_t n);        /* fp64 accumulation */
-    int (*nonfinite)(zero_core *c, const float *x, size_t n);       /* any Inf/NaN */
+    double (*sumsq)(zero_core *c, const void *x, zero_dtype dt, size_t n); /* fp64 accumulation */
+    int (*nonfinite)(zero_core *c, const void *x, zero_dtype dt, size_t n); /* any Inf/NaN */
     void (*convert)(zero_core *c, void *dst, zero_dtype dst_dt, const void *src, zero_dtype src_dt,
                     size_t n);                                       /* RNE, NaN stays NaN */
     void (*add_into)(zero_core *c, float *dst, const void *src, zero_dtype src_dt, size_t n);

@@ -20,7 +20,7 @@
 struct zero_engine;
 
 zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zero_buckets **out);
-zero_status zero__buckets_grad_slot(zero_buckets *b, uint32_t index, float **slot);
+zero_status zero__buckets_grad_slot(zero_buckets *b, uint32_t index, void **slot);
 zero_status zero__buckets_ready(zero_buckets *b, uint32_t index, const void *src, zero_dtype dt);
 zero_status zero__buckets_flush(zero_buckets *b);
 void zero__buckets_destroy(zero_buckets *b);

@@ -89,13 +89,41 @@ static zero_status svc_optim_step(zero_core *c, const zero_opt_range *r) {
             size_t es = r->param_out_dtype == ZERO_DTYPE_F32 ? 4 : 2;
             out = (char *)r->param_out + off * es;
         }
-        zero__optim_step(rc->optim, &s, r->master + off, st, r->grad + off, r->grad_mul, out, r->param_out_dtype, n);
+        if (r->struct_size >= offsetof(zero_opt_range, grad_dtype) + sizeof(zero_dtype) &&
+            r->grad_dtype != ZERO_DTYPE_F32)
+            return zero__error(e, ZERO_ERR_UNSUPPORTED, "optim_step: %s gradients are not supported yet",
+                               r->grad_dtype == ZERO_DTYPE_BF16 ? "bf16" : "fp16");
+        zero__optim_step(rc->optim, &s, r->master + off, st, (const float *)r->grad + off, r->grad_mul, out,
+                         r->param_out_dtype, n);
     }
     return ZERO_OK;
 }
 
-static double svc_sumsq(zero_core *c, const float *x, size_t n) { (void)c; return zero__sumsq_f32(x, n); }
-static int svc_nonfinite(zero_core *c, const float *x, size_t n) { (void)c; return zero__nonfinite_f32(x, n); }
+/* Mixed-precision variants convert in bounded tiles (fp32 temporaries stay small). */
+#define SVC_TILE 4096
+static double svc_sumsq(zero_core *c, const void *x, zero_dtype dt, size_t n) {
+    (void)c;
+    if (dt == ZERO_DTYPE_F32) return zero__sumsq_f32(x, n);
+    float tile[SVC_TILE];
+    double acc = 0.0;
+    for (size_t i = 0; i < n; i += SVC_TILE) {
+        size_t k = n - i < SVC_TILE ? n - i : SVC_TILE;
+        zero__convert(tile, ZERO_DTYPE_F32, (const uint16_t *)x + i, dt, k);
+        acc += zero__sumsq_f32(tile, k);
+    }
+    return acc;
+}
+static int svc_nonfinite(zero_core *c, const void *x, zero_dtype dt, size_t n) {
+    (void)c;
+    if (dt == ZERO_DTYPE_F32) return zero__nonfinite_f32(x, n);
+    float tile[SVC_TILE];
+    for (size_t i = 0; i < n; i += SVC_TILE) {
+        size_t k = n - i < SVC_TILE ? n - i : SVC_TILE;
+        zero__convert(tile, ZERO_DTYPE_F32, (const uint16_t *)x + i, dt, k);
+        if (zero__nonfinite_f32(tile, k)) return 1;
+    }
+    return 0;
+}
 static void svc_convert(zero_core *c, void *d, zero_dtype dd, const void *s, zero_dtype sd, size_t n) {
     (void)c;
     zero__convert(d, dd, s, sd, n);
