@@ -189,7 +189,10 @@ static zero_status open_file(const char *path, zero__plugin *out, char *err, siz
     dlerror();
     const zero_plugin_table_v1 *t = (const zero_plugin_table_v1 *)dlsym(dl, ZERO_PLUGIN_SYMBOL_V1);
     if (!t) {
-        const char *why = dlerror();
+        /* Copy now: the dlsym below overwrites dlerror's buffer. */
+        char why[512];
+        const char *dl_why = dlerror();
+        snprintf(why, sizeof why, "%s", dl_why ? dl_why : "symbol is NULL");
         /* A future ABI-2 plugin exports only zero_plugin_v2: say so rather
          * than "symbol not found", since the fix is different. */
         if (dlsym(dl, "zero_plugin_v2")) {
@@ -201,7 +204,7 @@ static zero_status open_file(const char *path, zero__plugin *out, char *err, siz
             return ZERO_ERR_PLUGIN_ABI;
         }
         set_err(err, len, "%s is not a libzero plugin: it does not export the symbol %s (%s)", path,
-                ZERO_PLUGIN_SYMBOL_V1, why ? why : "symbol is NULL");
+                ZERO_PLUGIN_SYMBOL_V1, why);
         dlclose(dl);
         return ZERO_ERR_PLUGIN_SYMBOL;
     }
