@@ -1,0 +1,406 @@
+/* zero-demo: a character-level language model trained with libzero.
+ *
+ * A small but real C trainer written against the public ABI only (zero.h):
+ * the host owns the model code (model.c, forward and backward by hand),
+ * libzero owns the parameters, gradients' reduction and the optimizer.
+ * The ZeRO stage comes from the DeepSpeed config or --plugin; this file does
+ * not change between stages:
+ *   - every use of a parameter, in forward and in backward, is bracketed by
+ *     zero_gather / zero_release per layer (no-ops below stage 3);
+ *   - backward runs from the top layer down and, as soon as a layer's
+ *     gradients are final, adds them into zero_grad_buffer() and fires
+ *     zero_on_grad_ready(), so libzero reduces them while the lower layers'
+ *     backward goes on;
+ *   - zero_step() once per micro-batch; libzero knows the accumulation
+ *     boundary.
+ * MPI is the host's: rank/size, the data shard, results gathered to rank 0.
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "model.h"
+#include "options.h"
+#include "report.h"
+#include "zero.h"
+
+/* Model shape: ~190k parameters, small enough that 4 ranks sharing 2 cores
+ * run 150 steps in seconds, large enough that the reduce buckets matter. */
+static const demo_dims kDims = {.ctx = 8, .embed = 24, .hidden1 = 256, .hidden2 = 256, .vocab = DEMO_VOCAB};
+
+/* Validation runs in chunks of this many positions. */
+enum { VAL_CHUNK = 256 };
+
+typedef struct trainer {
+    zero_engine *e;
+    MPI_Comm comm;
+    int rank, world;
+    demo_dims d;
+    zero_param *p[DEMO_NPARAMS];
+    float *full[DEMO_NPARAMS]; /* set while the whole model is gathered (validation, digest) */
+    int cap;                   /* batch capacity of the buffers below */
+    uint8_t *tok, *tgt;
+    float *x0, *h1, *h2, *logits; /* activations; logits become dlogits in backward */
+    float *dx0, *dh1, *dh2;
+    float *scratch;
+} trainer;
+
+/* A failed libzero call is fatal for the job: report it and take every rank
+ * down (MPI_Abort) rather than leave the others waiting in a collective. */
+static void die_zero(trainer *t, const char *what, zero_status s) {
+    fprintf(stderr, "[rank %d] %s failed: %s: %s\n", t->rank, what, zero_status_string(s),
+            t->e ? zero_last_error(t->e) : "");
+    MPI_Abort(t->comm, 1);
+}
+#define ZCALL(t, call)                                   \
+    do {                                                 \
+        zero_status zs_ = (call);                        \
+        if (zs_ != ZERO_OK) die_zero((t), #call, zs_);   \
+    } while (0)
+
+static void *xcalloc(size_t n, size_t sz) {
+    void *p = calloc(n ? n : 1, sz);
+    if (!p) {
+        fprintf(stderr, "zero-demo: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return p;
+}
+
+static void buffers_alloc(trainer *t, int cap) {
+    const demo_dims *d = &t->d;
+    int widest = d->vocab > d->hidden1 ? d->vocab : d->hidden1;
+    if (d->hidden2 > widest) widest = d->hidden2;
+    t->cap = cap;
+    t->tok = xcalloc((size_t)cap * d->ctx, 1);
+    t->tgt = xcalloc((size_t)cap, 1);
+    t->x0 = xcalloc((size_t)cap * d->ctx * d->embed, sizeof(float));
+    t->dx0 = xcalloc((size_t)cap * d->ctx * d->embed, sizeof(float));
+    t->h1 = xcalloc((size_t)cap * d->hidden1, sizeof(float));
+    t->dh1 = xcalloc((size_t)cap * d->hidden1, sizeof(float));
+    t->h2 = xcalloc((size_t)cap * d->hidden2, sizeof(float));
+    t->dh2 = xcalloc((size_t)cap * d->hidden2, sizeof(float));
+    t->logits = xcalloc((size_t)cap * d->vocab, sizeof(float));
+    t->scratch = xcalloc((size_t)widest, sizeof(float));
+}
+
+static void buffers_free(trainer *t) {
+    void *bufs[] = {t->tok, t->tgt, t->x0, t->dx0, t->h1, t->dh1, t->h2, t->dh2, t->logits, t->scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; ++i) free(bufs[i]);
+}
+
+/* ---- parameters ------------------------------------------------------- */
+
+static void register_params(trainer *t, uint64_t seed) {
+    float *init[DEMO_NPARAMS];
+    for (int k = 0; k < DEMO_NPARAMS; ++k) {
+        uint64_t n = demo_param_numel(&t->d, k);
+        init[k] = xcalloc(n, sizeof(float));
+        demo_init_param(&t->d, k, seed, init[k]);
+        zero_param_desc desc = ZERO_PARAM_DESC_INIT;
+        desc.name = demo_param_name(k);
+        desc.data = init[k];
+        desc.numel = n;
+        desc.dtype = ZERO_DTYPE_F32;
+        ZCALL(t, zero_register_param(t->e, &desc, &t->p[k]));
+    }
+    ZCALL(t, zero_params_done(t->e));
+    /* libzero copied the initial values; from here on it owns the storage. */
+    for (int k = 0; k < DEMO_NPARAMS; ++k) free(init[k]);
+}
+
+/* Layer l's params, gathered: w[0] weight, w[1] bias (if any).  While the
+ * whole model is held (t->full), reuse it: stage 3 gathers are collective, so
+ * per-rank loops of different lengths (validation shards) must not gather. */
+static void layer_acquire(trainer *t, int l, float **w) {
+    const int first = demo_layer_first[l], n = demo_layer_count[l];
+    if (t->full[0]) {
+        for (int i = 0; i < n; ++i) w[i] = t->full[first + i];
+        return;
+    }
+    void *ptrs[2];
+    ZCALL(t, zero_gather(t->e, &t->p[first], (size_t)n, ptrs));
+    for (int i = 0; i < n; ++i) w[i] = ptrs[i];
+}
+
+static void layer_done(trainer *t, int l) {
+    if (t->full[0]) return;
+    ZCALL(t, zero_release(t->e, &t->p[demo_layer_first[l]], (size_t)demo_layer_count[l]));
+}
+
+static void model_acquire_all(trainer *t) {
+    void *ptrs[DEMO_NPARAMS];
+    ZCALL(t, zero_gather(t->e, t->p, DEMO_NPARAMS, ptrs));
+    for (int k = 0; k < DEMO_NPARAMS; ++k) t->full[k] = ptrs[k];
+}
+
+static void model_release_all(trainer *t) {
+    ZCALL(t, zero_release(t->e, t->p, DEMO_NPARAMS));
+    memset(t->full, 0, sizeof t->full);
+}
+
+/* ---- forward / backward ----------------------------------------------- */
+
+/* Forward over `batch` samples in t->tok/t->tgt; returns the mean loss.
+ * With `grad_scale` > 0, t->logits is replaced by grad_scale * dL/dlogits. */
+static double forward(trainer *t, int batch, double grad_scale) {
+    const demo_dims *d = &t->d;
+    float *w[2];
+    layer_acquire(t, 0, w);
+    demo_embed_forward(d, batch, t->tok, w[0], t->x0);
+    layer_done(t, 0);
+    layer_acquire(t, 1, w);
+    demo_dense_forward(batch, d->ctx * d->embed, d->hidden1, t->x0, w[0], w[1], t->h1, 1);
+    layer_done(t, 1);
+    layer_acquire(t, 2, w);
+    demo_dense_forward(batch, d->hidden1, d->hidden2, t->h1, w[0], w[1], t->h2, 1);
+    layer_done(t, 2);
+    layer_acquire(t, 3, w);
+    demo_dense_forward(batch, d->hidden2, d->vocab, t->h2, w[0], w[1], t->logits, 0);
+    layer_done(t, 3);
+    return demo_softmax_xent(batch, d->vocab, t->logits, t->tgt, grad_scale > 0 ? t->logits : NULL,
+                             grad_scale);
+}
+
+/* Backward of one dense layer l (x -> y), dy given: parameter gradients go
+ * straight into libzero's buffers and are handed over before dx is computed,
+ * so their reduction overlaps the rest of backward. */
+static void dense_backward(trainer *t, int l, int batch, int in, int out, const float *x, const float *y,
+                           float *dy, float *dx, int tanh_act) {
+    zero_param *wp = t->p[demo_layer_first[l]], *bp = t->p[demo_layer_first[l] + 1];
+    float *w[2];
+    void *gw, *gb;
+    layer_acquire(t, l, w);
+    ZCALL(t, zero_grad_buffer(t->e, wp, &gw));
+    ZCALL(t, zero_grad_buffer(t->e, bp, &gb));
+    demo_dense_backward_params(batch, in, out, x, y, dy, gw, gb, tanh_act, t->scratch);
+    ZCALL(t, zero_on_grad_ready(t->e, wp, NULL));
+    ZCALL(t, zero_on_grad_ready(t->e, bp, NULL));
+    if (dx) demo_dense_backward_input(batch, in, out, dy, w[0], dx);
+    layer_done(t, l);
+}
+
+static void backward(trainer *t, int batch) {
+    const demo_dims *d = &t->d;
+    dense_backward(t, 3, batch, d->hidden2, d->vocab, t->h2, NULL, t->logits, t->dh2, 0);
+    dense_backward(t, 2, batch, d->hidden1, d->hidden2, t->h1, t->h2, t->dh2, t->dh1, 1);
+    dense_backward(t, 1, batch, d->ctx * d->embed, d->hidden1, t->x0, t->h1, t->dh1, t->dx0, 1);
+    /* The embedding's backward reads only token ids, not the table: no gather. */
+    void *ge;
+    ZCALL(t, zero_grad_buffer(t->e, t->p[DEMO_P_EMB], &ge));
+    demo_embed_backward(d, batch, t->tok, t->dx0, ge);
+    ZCALL(t, zero_on_grad_ready(t->e, t->p[DEMO_P_EMB], NULL));
+}
+
+/* ---- evaluation and digest -------------------------------------------- */
+
+/* Mean loss over the whole validation set; each rank takes a contiguous
+ * shard, the sums meet in one MPI_Allreduce.  Needs the model acquired. */
+static double validate(trainer *t, const demo_corpus *c, uint64_t *ntok) {
+    const size_t n = c->n - c->n_train;
+    const size_t lo = n * (size_t)t->rank / (size_t)t->world, hi = n * (size_t)(t->rank + 1) / (size_t)t->world;
+    double sum = 0.0;
+    for (size_t i = lo; i < hi; i += VAL_CHUNK) {
+        int cnt = (int)(hi - i < (size_t)VAL_CHUNK ? hi - i : (size_t)VAL_CHUNK);
+        demo_val_fill(c, t->d.ctx, i, cnt, t->tok, t->tgt);
+        sum += forward(t, cnt, 0.0) * cnt;
+    }
+    double total = 0.0;
+    MPI_Allreduce(&sum, &total, 1, MPI_DOUBLE, MPI_SUM, t->comm);
+    *ntok = n;
+    return total / (double)n;
+}
+
+/* fp64 sum and sum of squares of every parameter (model acquired). */
+static void digest(trainer *t, demo_report *r) {
+    r->digest_sum = r->digest_sumsq = 0.0;
+    for (int k = 0; k < DEMO_NPARAMS; ++k) {
+        double s = 0.0, q = 0.0;
+        uint64_t n = demo_param_numel(&t->d, k);
+        for (uint64_t j = 0; j < n; ++j) {
+            double v = t->full[k][j];
+            s += v;
+            q += v * v;
+        }
+        r->param_sum[k] = s;
+        r->param_sumsq[k] = q;
+        r->digest_sum += s;
+        r->digest_sumsq += q;
+    }
+}
+
+/* ---- main ------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    trainer T = {0};
+    trainer *t = &T;
+    T.d = kDims;
+    MPI_Comm_dup(MPI_COMM_WORLD, &T.comm);
+    MPI_Comm_rank(T.comm, &T.rank);
+    MPI_Comm_size(T.comm, &T.world);
+    const int root = T.rank == 0;
+    if (provided < MPI_THREAD_MULTIPLE && root)
+        fprintf(stderr, "zero-demo: warning: MPI gives thread level %d, not MPI_THREAD_MULTIPLE\n", provided);
+
+    char err[1024] = "";
+    demo_options opt;
+    int prc = demo_options_parse(argc, argv, &opt, root, err, sizeof err);
+    if (prc != 0) {
+        if (prc < 0 && root) fprintf(stderr, "zero-demo: %s\n", err);
+        MPI_Comm_free(&T.comm);
+        MPI_Finalize();
+        return prc < 0 ? 2 : 0;
+    }
+    demo_train_config cfg;
+    if (demo_train_config_load(opt.config_path, T.world, &cfg, err, sizeof err) != 0) {
+        if (root) fprintf(stderr, "zero-demo: %s\n", err);
+        MPI_Comm_free(&T.comm);
+        MPI_Finalize();
+        return 2;
+    }
+    demo_corpus corpus;
+    if (demo_corpus_load(opt.data_path, &corpus, err, sizeof err) != 0) {
+        if (root) fprintf(stderr, "zero-demo: %s\n", err);
+        demo_train_config_free(&cfg);
+        MPI_Comm_free(&T.comm);
+        MPI_Finalize();
+        return 2;
+    }
+
+    zero_engine_options eo = ZERO_ENGINE_OPTIONS_INIT;
+    eo.config_path = opt.config_path;
+    eo.comm_kind = ZERO_COMM_MPI;
+    eo.comm = &T.comm;
+    eo.plugin = opt.plugin;
+    zero_status s = zero_engine_create(&eo, &T.e, err, sizeof err);
+    if (s != ZERO_OK) {
+        fprintf(stderr, "[rank %d] zero_engine_create failed: %s: %s\n", T.rank, zero_status_string(s), err);
+        MPI_Abort(T.comm, 1);
+    }
+    register_params(t, opt.seed);
+    uint64_t nparams = 0;
+    for (int k = 0; k < DEMO_NPARAMS; ++k) nparams += demo_param_numel(&T.d, k);
+
+    const int micro = cfg.micro_batch, gas = cfg.grad_accum;
+    buffers_alloc(t, micro > VAL_CHUNK ? micro : VAL_CHUNK);
+    if (root)
+        printf("zero-demo: plugin %s, %d rank(s), model %llu params (ctx %d, embed %d, hidden %d-%d), "
+               "corpus %zu bytes from %d file(s) (train %zu, val %zu), micro-batch %d x accumulation %d x "
+               "%d rank(s) = %d samples/step, %ld steps\n",
+               zero_plugin_name(T.e), T.world, (unsigned long long)nparams, T.d.ctx, T.d.embed, T.d.hidden1,
+               T.d.hidden2, corpus.n, corpus.nfiles, corpus.n_train, corpus.n - corpus.n_train, micro, gas,
+               T.world, micro * gas * T.world, opt.steps);
+
+    double *losses = xcalloc((size_t)opt.steps, sizeof(double));
+    double *lrs = xcalloc((size_t)opt.steps, sizeof(double));
+    double *norms = xcalloc((size_t)opt.steps, sizeof(double));
+    double *step_ms = xcalloc((size_t)opt.steps, sizeof(double));
+    long skipped = 0;
+    for (long step = 0; step < opt.steps; ++step) {
+        MPI_Barrier(T.comm); /* so the step time is the slowest rank's, not rank 0's head start */
+        double t0 = MPI_Wtime(), local = 0.0;
+        zero_step_result res = ZERO_STEP_RESULT_INIT;
+        for (int m = 0; m < gas; ++m) {
+            uint64_t micro_step = (uint64_t)step * (uint64_t)gas + (uint64_t)m;
+            demo_batch_fill(&corpus, T.d.ctx, opt.seed, micro_step, T.rank * micro, micro, T.tok, T.tgt);
+            local += forward(t, micro, zero_loss_scale(T.e));
+            backward(t, micro);
+            ZCALL(t, zero_step(T.e, NULL, &res));
+            if (res.boundary != (m == gas - 1)) {
+                fprintf(stderr, "[rank %d] zero_step boundary %d at micro-step %d of %d: config mismatch?\n",
+                        T.rank, res.boundary, m + 1, gas);
+                MPI_Abort(T.comm, 1);
+            }
+        }
+        step_ms[step] = (MPI_Wtime() - t0) * 1e3;
+        /* The logged loss is the mean over the global batch (all ranks, all
+         * micro-batches), what one process on the whole batch would see. */
+        double mean = 0.0;
+        local /= gas;
+        MPI_Allreduce(&local, &mean, 1, MPI_DOUBLE, MPI_SUM, T.comm);
+        losses[step] = mean / T.world;
+        lrs[step] = res.lr;
+        norms[step] = res.grad_norm;
+        skipped += !res.taken;
+        if (root && !opt.quiet && ((step + 1) % cfg.steps_per_print == 0 || step == 0))
+            printf("[Rank 0] step=%ld, skipped=%ld, loss=%.4f, lr=[%.4e], step_time_ms=%.2f, "
+                   "grad_norm=%.4f, loss_scale=%g\n",
+                   step + 1, skipped, losses[step], res.lr, step_ms[step], res.grad_norm, res.loss_scale);
+        fflush(stdout);
+    }
+
+    demo_report rep = {0};
+    model_acquire_all(t);
+    rep.val_loss = validate(t, &corpus, &rep.val_tokens);
+    digest(t, &rep);
+    model_release_all(t);
+
+    zero_memory_stats ms = ZERO_MEMORY_STATS_INIT;
+    ZCALL(t, zero_memory_stats_get(T.e, &ms));
+    uint64_t mine[DEMO_MEM_WORDS];
+    demo_mem_pack(&ms, mine);
+    uint64_t *all = root ? xcalloc((size_t)T.world * DEMO_MEM_WORDS, sizeof(uint64_t)) : NULL;
+    MPI_Gather(mine, DEMO_MEM_WORDS, MPI_UINT64_T, all, DEMO_MEM_WORDS, MPI_UINT64_T, 0, T.comm);
+    zero_comm_stats cs = ZERO_COMM_STATS_INIT;
+    int have_cs = zero_comm_stats_get(T.e, &cs) == ZERO_OK;
+
+    int rc = 0;
+    if (root) {
+        double mean_ms = 0.0;
+        for (long k = 1; k < opt.steps; ++k) mean_ms += step_ms[k];
+        mean_ms = opt.steps > 1 ? mean_ms / (double)(opt.steps - 1) : step_ms[0];
+        printf("final: loss=%.4f, val_loss=%.4f over %llu held-out chars, mean step %.2f ms, skipped %ld, "
+               "digest sum=%.17g sumsq=%.17g\n",
+               losses[opt.steps - 1], rep.val_loss, (unsigned long long)rep.val_tokens, mean_ms, skipped,
+               rep.digest_sum, rep.digest_sumsq);
+        demo_memory_print(stdout, T.world, all);
+        if (opt.summary_path) {
+            rep.plugin = zero_plugin_name(T.e);
+            rep.world = T.world;
+            rep.config_path = opt.config_path;
+            rep.config = cfg.root;
+            rep.data_path = opt.data_path;
+            rep.train_bytes = corpus.n_train;
+            rep.val_bytes = corpus.n - corpus.n_train;
+            rep.steps = opt.steps;
+            rep.micro_batch = micro;
+            rep.grad_accum = gas;
+            rep.seed = opt.seed;
+            rep.dims = T.d;
+            rep.num_params = nparams;
+            rep.losses = losses;
+            rep.lrs = lrs;
+            rep.grad_norms = norms;
+            rep.step_ms = step_ms;
+            rep.skipped_steps = skipped;
+            rep.mean_step_ms = mean_ms;
+            rep.mem = all;
+            rep.comm_exposed_s = have_cs ? cs.exposed_comm_seconds : -1.0;
+            rep.comm_total_s = have_cs ? cs.total_comm_seconds : -1.0;
+            if (demo_summary_write(&rep, opt.summary_path, err, sizeof err) != 0) {
+                fprintf(stderr, "zero-demo: %s\n", err);
+                rc = 1;
+            }
+        }
+        fflush(stdout);
+    }
+    MPI_Bcast(&rc, 1, MPI_INT, 0, T.comm);
+
+    free(all);
+    free(losses);
+    free(lrs);
+    free(norms);
+    free(step_ms);
+    buffers_free(t);
+    zero_engine_destroy(T.e);
+    demo_corpus_free(&corpus);
+    demo_train_config_free(&cfg);
+    MPI_Comm_free(&T.comm);
+    MPI_Finalize();
+    return rc;
+}

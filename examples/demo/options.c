@@ -1,0 +1,160 @@
+/* Command-line flags and config reading for the demo (see options.h). */
+#include "options.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(void) {
+    printf("usage: zero-demo [--config FILE] [--plugin NAME] [--steps N] [--seed S]\n"
+           "                 [--summary FILE] [--data PATH] [--quiet]\n"
+           "Trains a character-level MLP language model with libzero (run under mpirun).\n"
+           "  --config FILE   DeepSpeed JSON config (batch, optimizer, scheduler, zero_optimization)\n"
+           "  --plugin NAME   libzero strategy plugin, overriding the config (stage0, stage1, ...)\n"
+           "  --steps N       optimizer steps (default %d)\n"
+           "  --seed S        seed for the initial parameters and the batches (default 1234)\n"
+           "  --summary FILE  write a JSON summary (losses, digest, memory) from rank 0\n"
+           "  --data PATH     text file or directory of files (default %s)\n"
+           "  --quiet         no per-step lines\n",
+           DEMO_DEFAULT_STEPS, DEMO_DEFAULT_DATA);
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int demo_options_parse(int argc, char **argv, demo_options *o, int print, char *err, size_t err_len) {
+    memset(o, 0, sizeof *o);
+    o->steps = DEMO_DEFAULT_STEPS;
+    o->seed = 1234;
+    o->data_path = DEMO_DEFAULT_DATA;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            if (print) usage();
+            return 1;
+        }
+        if (!strcmp(a, "--quiet")) {
+            o->quiet = 1;
+            continue;
+        }
+        static const char *const with_value[] = {"--config", "--plugin", "--steps", "--seed",
+                                                 "--summary", "--data"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; ++k) known |= !strcmp(a, with_value[k]);
+        if (!known) {
+            snprintf(err, err_len, "unknown flag '%s' (try --help)", a);
+            return -1;
+        }
+        if (i + 1 >= argc) {
+            snprintf(err, err_len, "flag %s needs a value", a);
+            return -1;
+        }
+        const char *v = argv[++i];
+        uint64_t u;
+        if (!strcmp(a, "--config")) o->config_path = v;
+        else if (!strcmp(a, "--plugin")) o->plugin = v;
+        else if (!strcmp(a, "--summary")) o->summary_path = v;
+        else if (!strcmp(a, "--data")) o->data_path = v;
+        else if (!strcmp(a, "--seed")) {
+            if (parse_u64(v, &o->seed)) {
+                snprintf(err, err_len, "--seed: '%s' is not a non-negative integer", v);
+                return -1;
+            }
+        } else { /* --steps */
+            if (parse_u64(v, &u) || u == 0 || u > 100000000) {
+                snprintf(err, err_len, "--steps: '%s' is not a positive integer", v);
+                return -1;
+            }
+            o->steps = (long)u;
+        }
+    }
+    return 0;
+}
+
+/* Integer key of the top-level object: 1 found, 0 absent, -1 wrong type. */
+static int get_int(json_t *root, const char *key, long long *out, char *err, size_t err_len) {
+    json_t *v = json_object_get(root, key);
+    if (!v) return 0;
+    if (json_is_integer(v)) {
+        *out = json_integer_value(v);
+        return 1;
+    }
+    /* DeepSpeed configs sometimes spell integers as 16.0 */
+    if (json_is_real(v) && json_real_value(v) == (double)(long long)json_real_value(v)) {
+        *out = (long long)json_real_value(v);
+        return 1;
+    }
+    snprintf(err, err_len, "config key '%s' must be an integer", key);
+    return -1;
+}
+
+int demo_train_config_load(const char *path, int world, demo_train_config *c, char *err,
+                           size_t err_len) {
+    memset(c, 0, sizeof *c);
+    c->micro_batch = 16;
+    c->grad_accum = 1;
+    c->steps_per_print = 10;
+    if (!path) return 0;
+    json_error_t je;
+    c->root = json_load_file(path, 0, &je);
+    if (!c->root) {
+        snprintf(err, err_len, "config %s: %s (line %d)", path, je.text, je.line);
+        return -1;
+    }
+    if (!json_is_object(c->root)) {
+        snprintf(err, err_len, "config %s: top level is not a JSON object", path);
+        goto fail;
+    }
+    long long micro = 0, gas = 1, train = 0, spp = 10;
+    int has_micro = 0, has_train = 0;
+    if ((has_micro = get_int(c->root, "train_micro_batch_size_per_gpu", &micro, err, err_len)) < 0 ||
+        get_int(c->root, "gradient_accumulation_steps", &gas, err, err_len) < 0 ||
+        (has_train = get_int(c->root, "train_batch_size", &train, err, err_len)) < 0 ||
+        get_int(c->root, "steps_per_print", &spp, err, err_len) < 0)
+        goto fail;
+    if (gas < 1 || gas > 1000000) {
+        snprintf(err, err_len, "config key 'gradient_accumulation_steps' must be >= 1 (got %lld)", gas);
+        goto fail;
+    }
+    if (!has_micro && has_train) {
+        if (train % (gas * world)) {
+            snprintf(err, err_len,
+                     "config key 'train_batch_size' (%lld) is not divisible by "
+                     "gradient_accumulation_steps * world size (%lld * %d)", train, gas, world);
+            goto fail;
+        }
+        micro = train / (gas * world);
+    } else if (!has_micro) {
+        micro = 16;
+    }
+    if (micro < 1 || micro > 1000000) {
+        snprintf(err, err_len, "config key 'train_micro_batch_size_per_gpu' must be >= 1 (got %lld)", micro);
+        goto fail;
+    }
+    if (has_train && has_micro && train != micro * gas * world) {
+        snprintf(err, err_len,
+                 "config: train_batch_size %lld != train_micro_batch_size_per_gpu %lld * "
+                 "gradient_accumulation_steps %lld * world size %d", train, micro, gas, world);
+        goto fail;
+    }
+    c->micro_batch = (int)micro;
+    c->grad_accum = (int)gas;
+    c->steps_per_print = spp > 0 ? (int)spp : 10;
+    return 0;
+fail:
+    json_decref(c->root);
+    c->root = NULL;
+    return -1;
+}
+
+void demo_train_config_free(demo_train_config *c) {
+    json_decref(c->root);
+    c->root = NULL;
+}

@@ -1,0 +1,43 @@
+/* Command line and the few config keys the demo itself needs.
+ *
+ * The demo hands the whole DeepSpeed config to libzero (config_path); it
+ * reads only the batch shape and print interval itself, because the host
+ * decides how many samples go into each micro-batch. */
+#ifndef DEMO_OPTIONS_H
+#define DEMO_OPTIONS_H
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct demo_options {
+    const char *config_path;  /* --config FILE (NULL: library defaults, micro-batch 16) */
+    const char *plugin;       /* --plugin NAME overrides the config's choice (NULL: none) */
+    long steps;               /* --steps N optimizer steps (default DEMO_DEFAULT_STEPS) */
+    uint64_t seed;            /* --seed S: init and batch sampling (default 1234) */
+    const char *summary_path; /* --summary FILE (NULL: none) */
+    const char *data_path;    /* --data PATH file or directory */
+    int quiet;                /* --quiet: no per-step lines */
+} demo_options;
+
+#define DEMO_DEFAULT_STEPS 150
+#define DEMO_DEFAULT_DATA "/usr/share/common-licenses"
+
+/* Parse argv (strings are borrowed from argv).  Returns 0 to run, 1 if
+ * --help was asked (usage already printed to stdout when `print` is set),
+ * -1 on a bad flag with a message in err. */
+int demo_options_parse(int argc, char **argv, demo_options *o, int print, char *err, size_t err_len);
+
+/* What the demo reads from the DeepSpeed config. */
+typedef struct demo_train_config {
+    json_t *root;        /* the parsed config, owned (json_decref); NULL without --config */
+    int micro_batch;     /* train_micro_batch_size_per_gpu (or train_batch_size / (gas * world)) */
+    int grad_accum;      /* gradient_accumulation_steps, default 1 */
+    int steps_per_print; /* steps_per_print, default 10 (DeepSpeed's default) */
+} demo_train_config;
+
+/* Load `path` (NULL: defaults) for a job of `world` ranks.  Returns 0 or -1
+ * with a message naming the key in err.  Free with demo_train_config_free. */
+int demo_train_config_load(const char *path, int world, demo_train_config *c, char *err,
+                           size_t err_len);
+void demo_train_config_free(demo_train_config *c);
+#endif
