@@ -1,0 +1,518 @@
+/* NCCL comm backend; see comm_nccl.h.  Compiles to nothing without
+ * ZERO_HAVE_NCCL (core/CMakeLists.txt globs backends/comm/ *.c). */
+#ifdef ZERO_HAVE_NCCL
+#include "comm_nccl.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef ZERO_HAVE_MPI
+#include <mpi.h>
+#endif
+
+/* A request: the common header comm.c dispatches on, then a CUDA event
+ * recorded after the collective (NULL when it completed synchronously). */
+typedef struct nccl_req {
+    struct zero_comm_req base;
+    cudaEvent_t done;
+} nccl_req;
+
+typedef struct nccl_comm {
+    zero_comm base;
+    ncclComm_t nc;
+    int owns_nc;
+    int device;
+    cudaStream_t own_stream; /* created by us */
+    cudaStream_t stream;     /* where collectives run: own_stream or the host's */
+    pthread_mutex_t lock;
+    void *scratch;           /* device staging for host buffers, grown on demand */
+    size_t scratch_bytes;
+} nccl_comm;
+
+static const zero__comm_ops nccl_ops;
+
+int zero__comm_is_nccl(const zero_comm *m) { return m && m->ops == &nccl_ops; }
+int zero__comm_nccl_device(const zero_comm *m) { return zero__comm_is_nccl(m) ? ((const nccl_comm *)m)->device : -1; }
+
+static int nccl_dtype(zero_dtype dt, ncclDataType_t *out) {
+    switch (dt) {
+    case ZERO_DTYPE_F32: *out = ncclFloat32; return 1;
+    case ZERO_DTYPE_F16: *out = ncclFloat16; return 1;
+    case ZERO_DTYPE_BF16: *out = ncclBfloat16; return 1;
+    case ZERO_DTYPE_F64: *out = ncclFloat64; return 1;
+    case ZERO_DTYPE_I64: *out = ncclInt64; return 1;
+    case ZERO_DTYPE_U64: *out = ncclUint64; return 1;
+    case ZERO_DTYPE_U8: *out = ncclUint8; return 1;
+    default: return 0;
+    }
+}
+
+static int nccl_op(zero_reduce_op op, ncclRedOp_t *out) {
+    switch (op) {
+    case ZERO_OP_SUM: *out = ncclSum; return 1;
+    case ZERO_OP_MAX: *out = ncclMax; return 1;
+    case ZERO_OP_MIN: *out = ncclMin; return 1;
+    default: return 0;
+    }
+}
+
+static void fmt_err(char *err, size_t len, const char *fmt, const char *a, const char *b) {
+    if (err && len) snprintf(err, len, fmt, a, b);
+}
+
+static zero_status nccl_fail(nccl_comm *c, const char *what, ncclResult_t r) {
+    /* comm.c has no engine-facing error hook for backends; the message goes
+     * to stderr-free storage via the return code only, plus the NCCL text on
+     * the (rare) failure path so that the cause is not lost. */
+    fprintf(stderr, "[zero rank %d] ERROR: %s: %s%s%s\n", c->base.rank, what, ncclGetErrorString(r),
+            ncclGetLastError(c->nc) ? ": " : "", ncclGetLastError(c->nc) ? ncclGetLastError(c->nc) : "");
+    return ZERO_ERR_COMM;
+}
+
+static zero_status cuda_fail(nccl_comm *c, const char *what, cudaError_t e) {
+    fprintf(stderr, "[zero rank %d] ERROR: %s: %s\n", c->base.rank, what, cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return ZERO_ERR_DEVICE;
+}
+
+/* Device memory (or managed) that NCCL can use directly?  Host memory,
+ * registered or not, is staged. */
+static int is_device_ptr(const void *p) {
+    struct cudaPointerAttributes a;
+    if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+static void *scratch(nccl_comm *c, size_t bytes) {
+    if (bytes <= c->scratch_bytes) return c->scratch;
+    if (c->scratch) cudaFree(c->scratch);
+    c->scratch = NULL;
+    c->scratch_bytes = 0;
+    if (cudaMalloc(&c->scratch, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        c->scratch = NULL;
+        return NULL;
+    }
+    c->scratch_bytes = bytes;
+    return c->scratch;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void lock(nccl_comm *c) {
+    pthread_mutex_lock(&c->lock);
+    cudaSetDevice(c->device);
+}
+static void unlock(nccl_comm *c) { pthread_mutex_unlock(&c->lock); }
+
+static zero_status sync_stream(nccl_comm *c) {
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    return e == cudaSuccess ? ZERO_OK : cuda_fail(c, "cudaStreamSynchronize", e);
+}
+
+/* ---- construction ------------------------------------------------------ */
+
+static zero_status wrap(ncclComm_t nc, int owns, struct zero_engine *engine, zero_comm **out, char *err,
+                        size_t err_len) {
+    nccl_comm *c = calloc(1, sizeof *c);
+    if (!c) return ZERO_ERR_OUT_OF_MEMORY;
+    int rank = 0, size = 0, dev = 0;
+    ncclResult_t r = ncclCommUserRank(nc, &rank);
+    if (r == ncclSuccess) r = ncclCommCount(nc, &size);
+    if (r == ncclSuccess) r = ncclCommCuDevice(nc, &dev);
+    if (r != ncclSuccess) {
+        fmt_err(err, err_len, "NCCL communicator query: %s%s", ncclGetErrorString(r), "");
+        free(c);
+        return ZERO_ERR_COMM;
+    }
+    cudaSetDevice(dev);
+    cudaError_t e = cudaStreamCreateWithFlags(&c->own_stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        fmt_err(err, err_len, "cudaStreamCreateWithFlags: %s%s", cudaGetErrorString(e), "");
+        free(c);
+        return ZERO_ERR_DEVICE;
+    }
+    c->base.ops = &nccl_ops;
+    c->base.rank = rank;
+    c->base.size = size;
+    c->base.engine = engine;
+    c->nc = nc;
+    c->owns_nc = owns;
+    c->device = dev;
+    c->stream = c->own_stream;
+    pthread_mutex_init(&c->lock, NULL);
+    *out = &c->base;
+    return ZERO_OK;
+}
+
+zero_status zero__comm_nccl_create(void *handle, struct zero_engine *engine, zero_comm **out, char *err,
+                                   size_t err_len) {
+    if (!out) return ZERO_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    if (!handle) {
+        fmt_err(err, err_len, "%s%s", "comm_kind ZERO_COMM_NCCL needs comm = &your_ncclComm_t, got NULL", "");
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
+    return wrap(*(ncclComm_t *)handle, 0, engine, out, err, err_len);
+}
+
+#ifdef ZERO_HAVE_MPI
+zero_status zero__comm_nccl_create_mpi(void *mpi_comm_handle, int device, struct zero_engine *engine,
+                                       zero_comm **out, char *err, size_t err_len) {
+    if (!out) return ZERO_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    MPI_Comm mc = mpi_comm_handle ? *(MPI_Comm *)mpi_comm_handle : MPI_COMM_WORLD;
+    int rank = 0, size = 0, ndev = 0;
+    MPI_Comm_rank(mc, &rank);
+    MPI_Comm_size(mc, &size);
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    /* Every rank must reach the broadcast below even if it has no GPU, or the
+     * others hang: agree on failure first. */
+    int ok = (e == cudaSuccess && ndev > 0), all_ok = 0;
+    if (!ok) {
+        fmt_err(err, err_len, "no CUDA device for NCCL: %s%s",
+                e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount returned 0", "");
+        (void)cudaGetLastError();
+    }
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, mc);
+    if (!all_ok) {
+        if (ok) fmt_err(err, err_len, "%s%s", "another rank has no CUDA device; NCCL not created", "");
+        return ZERO_ERR_DEVICE;
+    }
+    if (device < 0) {
+        MPI_Comm node;
+        int local = 0;
+        MPI_Comm_split_type(mc, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &local);
+        MPI_Comm_free(&node);
+        device = local % ndev;
+    }
+    ok = cudaSetDevice(device) == cudaSuccess;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    ncclResult_t r = ncclSuccess;
+    if (rank == 0 && ok) r = ncclGetUniqueId(&id);
+    int ok0 = ok && r == ncclSuccess;
+    MPI_Allreduce(MPI_IN_PLACE, &ok0, 1, MPI_INT, MPI_MIN, mc);
+    if (!ok0) {
+        fmt_err(err, err_len, "NCCL setup failed (cudaSetDevice or ncclGetUniqueId on some rank)%s%s", "", "");
+        (void)cudaGetLastError();
+        return ZERO_ERR_COMM;
+    }
+    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, mc);
+    ncclComm_t nc;
+    r = ncclCommInitRank(&nc, size, id, rank);
+    if (r != ncclSuccess) {
+        fmt_err(err, err_len, "ncclCommInitRank: %s%s", ncclGetErrorString(r), "");
+        return ZERO_ERR_COMM;
+    }
+    zero_status st = wrap(nc, 1, engine, out, err, err_len);
+    if (st != ZERO_OK) ncclCommDestroy(nc);
+    return st;
+}
+#endif
+
+zero_status zero__comm_nccl_set_stream(zero_comm *m, void *stream) {
+    if (!zero__comm_is_nccl(m)) return ZERO_ERR_INVALID_ARGUMENT;
+    nccl_comm *c = (nccl_comm *)m;
+    lock(c);
+    c->stream = stream ? (cudaStream_t)stream : c->own_stream;
+    unlock(c);
+    return ZERO_OK;
+}
+
+static zero_status n_split(zero_comm *m, int color, int key, zero_comm **out) {
+    nccl_comm *c = (nccl_comm *)m;
+    *out = NULL;
+    ncclComm_t nc = NULL;
+    lock(c);
+    ncclResult_t r = ncclCommSplit(c->nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nc, NULL);
+    unlock(c);
+    if (r != ncclSuccess) return nccl_fail(c, "ncclCommSplit", r);
+    if (color < 0 || !nc) return ZERO_OK; /* this rank is in no group (MPI_UNDEFINED) */
+    zero_status st = wrap(nc, 1, m->engine, out, NULL, 0);
+    if (st != ZERO_OK) ncclCommDestroy(nc);
+    return st;
+}
+
+static void n_free(zero_comm *m) {
+    nccl_comm *c = (nccl_comm *)m;
+    cudaSetDevice(c->device);
+    cudaStreamSynchronize(c->stream);
+    if (c->owns_nc) ncclCommDestroy(c->nc);
+    if (c->scratch) cudaFree(c->scratch);
+    cudaStreamDestroy(c->own_stream);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+/* ---- blocking collectives ---------------------------------------------- */
+
+/* Run `issue` on a device view of buf (staged through scratch when buf is
+ * host memory), then wait.  in/out say which directions to copy. */
+typedef ncclResult_t (*issue_fn)(nccl_comm *c, void *dbuf, size_t count, ncclDataType_t t, const void *arg);
+
+static zero_status staged(nccl_comm *c, void *buf, size_t bytes, size_t count, ncclDataType_t t, issue_fn fn,
+                          const void *arg, const char *what) {
+    void *d = buf;
+    int host = !is_device_ptr(buf);
+    if (host) {
+        if (!(d = scratch(c, bytes ? bytes : 1))) return cuda_fail(c, "cudaMalloc (NCCL staging)", cudaErrorMemoryAllocation);
+        cudaError_t e = cudaMemcpyAsync(d, buf, bytes, cudaMemcpyHostToDevice, c->stream);
+        if (e != cudaSuccess) return cuda_fail(c, "cudaMemcpyAsync", e);
+    }
+    ncclResult_t r = fn(c, d, count, t, arg);
+    if (r != ncclSuccess) return nccl_fail(c, what, r);
+    if (host) {
+        cudaError_t e = cudaMemcpyAsync(buf, d, bytes, cudaMemcpyDeviceToHost, c->stream);
+        if (e != cudaSuccess) return cuda_fail(c, "cudaMemcpyAsync", e);
+    }
+    return sync_stream(c);
+}
+
+static ncclResult_t issue_allreduce(nccl_comm *c, void *d, size_t count, ncclDataType_t t, const void *arg) {
+    return ncclAllReduce(d, d, count, t, *(const ncclRedOp_t *)arg, c->nc, c->stream);
+}
+static ncclResult_t issue_bcast(nccl_comm *c, void *d, size_t count, ncclDataType_t t, const void *arg) {
+    return ncclBroadcast(d, d, count, t, *(const int *)arg, c->nc, c->stream);
+}
+
+static zero_status n_allreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op) {
+    nccl_comm *c = (nccl_comm *)m;
+    ncclDataType_t t;
+    ncclRedOp_t o;
+    if (!nccl_dtype(dt, &t) || !nccl_op(op, &o)) return ZERO_ERR_INVALID_ARGUMENT;
+    size_t bytes = count * zero__dtype_size(dt);
+    lock(c);
+    double t0 = now_s();
+    zero_status st = staged(c, buf, bytes, count, t, issue_allreduce, &o, "ncclAllReduce");
+    c->base.counters.allreduce_calls++;
+    c->base.counters.bytes_reduced += bytes;
+    c->base.counters.busy_seconds += now_s() - t0;
+    unlock(c);
+    return st;
+}
+
+static zero_status n_broadcast(zero_comm *m, void *buf, size_t count, zero_dtype dt, int root) {
+    nccl_comm *c = (nccl_comm *)m;
+    ncclDataType_t t;
+    if (!nccl_dtype(dt, &t)) return ZERO_ERR_INVALID_ARGUMENT;
+    size_t bytes = count * zero__dtype_size(dt);
+    lock(c);
+    double t0 = now_s();
+    zero_status st = staged(c, buf, bytes, count, t, issue_bcast, &root, "ncclBroadcast");
+    c->base.counters.broadcast_calls++;
+    c->base.counters.busy_seconds += now_s() - t0;
+    unlock(c);
+    return st;
+}
+
+static zero_status n_barrier(zero_comm *m) {
+    unsigned char one = 1;
+    nccl_comm *c = (nccl_comm *)m;
+    zero_status st = n_allreduce(m, &one, 1, ZERO_DTYPE_U8, ZERO_OP_SUM);
+    lock(c);
+    c->base.counters.allreduce_calls--; /* a barrier is not a reduction of user data */
+    c->base.counters.bytes_reduced -= 1;
+    c->base.counters.other_calls++;
+    unlock(c);
+    return st;
+}
+
+static zero_status n_allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each) {
+    nccl_comm *c = (nccl_comm *)m;
+    size_t total = bytes_each * (size_t)m->size;
+    lock(c);
+    double t0 = now_s();
+    zero_status st = ZERO_OK;
+    int dev = is_device_ptr(send) && is_device_ptr(recv);
+    unsigned char *d = recv;
+    if (!dev && !(d = scratch(c, total ? total : 1))) st = cuda_fail(c, "cudaMalloc (NCCL staging)", cudaErrorMemoryAllocation);
+    cudaError_t e = cudaSuccess;
+    if (st == ZERO_OK)
+        e = cudaMemcpyAsync(d + (size_t)m->rank * bytes_each, send, bytes_each, cudaMemcpyDefault, c->stream);
+    if (st == ZERO_OK && e != cudaSuccess) st = cuda_fail(c, "cudaMemcpyAsync", e);
+    if (st == ZERO_OK) {
+        ncclResult_t r = ncclAllGather(d + (size_t)m->rank * bytes_each, d, bytes_each, ncclUint8, c->nc, c->stream);
+        if (r != ncclSuccess) st = nccl_fail(c, "ncclAllGather", r);
+    }
+    if (st == ZERO_OK && !dev && (e = cudaMemcpyAsync(recv, d, total, cudaMemcpyDeviceToHost, c->stream)) != cudaSuccess)
+        st = cuda_fail(c, "cudaMemcpyAsync", e);
+    if (st == ZERO_OK) st = sync_stream(c);
+    c->base.counters.other_calls++;
+    c->base.counters.busy_seconds += now_s() - t0;
+    unlock(c);
+    return st;
+}
+
+/* ---- async collectives ------------------------------------------------- */
+
+static zero_status make_req(nccl_comm *c, int record, zero_comm_req **out) {
+    nccl_req *q = calloc(1, sizeof *q);
+    if (!q) return ZERO_ERR_OUT_OF_MEMORY;
+    q->base.comm = &c->base;
+    if (record) {
+        cudaError_t e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaEventRecord(q->done, c->stream);
+        if (e != cudaSuccess) {
+            if (q->done) cudaEventDestroy(q->done);
+            free(q);
+            return cuda_fail(c, "cudaEventRecord", e);
+        }
+    }
+    *out = &q->base;
+    return ZERO_OK;
+}
+
+static zero_status n_iallreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op,
+                                zero_comm_req **req) {
+    nccl_comm *c = (nccl_comm *)m;
+    if (!is_device_ptr(buf)) { /* host buffer: do it now, hand back a finished request */
+        zero_status st = n_allreduce(m, buf, count, dt, op);
+        return st == ZERO_OK ? make_req(c, 0, req) : st;
+    }
+    ncclDataType_t t;
+    ncclRedOp_t o;
+    if (!nccl_dtype(dt, &t) || !nccl_op(op, &o)) return ZERO_ERR_INVALID_ARGUMENT;
+    lock(c);
+    ncclResult_t r = ncclAllReduce(buf, buf, count, t, o, c->nc, c->stream);
+    zero_status st = r == ncclSuccess ? make_req(c, 1, req) : nccl_fail(c, "ncclAllReduce", r);
+    c->base.counters.allreduce_calls++;
+    c->base.counters.bytes_reduced += count * zero__dtype_size(dt);
+    unlock(c);
+    return st;
+}
+
+static int all_equal(const size_t *counts, int n) {
+    for (int r = 1; r < n; ++r)
+        if (counts[r] != counts[0]) return 0;
+    return 1;
+}
+
+static zero_status n_ireduce_scatterv(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                                      zero_dtype dt, zero_comm_req **req) {
+    nccl_comm *c = (nccl_comm *)m;
+    ncclDataType_t t;
+    if (!nccl_dtype(dt, &t)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!is_device_ptr(send) || !is_device_ptr(recv)) return ZERO_ERR_UNSUPPORTED; /* bulk data lives on the GPU */
+    size_t es = zero__dtype_size(dt), total = 0;
+    for (int r = 0; r < m->size; ++r) total += counts[r];
+    lock(c);
+    ncclResult_t res;
+    if (all_equal(counts, m->size)) {
+        res = ncclReduceScatter(send, recv, counts[0], t, ncclSum, c->nc, c->stream);
+    } else {
+        /* One ncclReduce per owner inside a group: NCCL fuses them into one
+         * launch, and no rank pads its block. */
+        res = ncclGroupStart();
+        size_t off = 0;
+        for (int r = 0; r < m->size && res == ncclSuccess; ++r) {
+            if (counts[r])
+                res = ncclReduce((const char *)send + off * es, r == m->rank ? recv : (void *)((const char *)send + off * es),
+                                 counts[r], t, ncclSum, r, c->nc, c->stream);
+            off += counts[r];
+        }
+        ncclResult_t e2 = ncclGroupEnd();
+        if (res == ncclSuccess) res = e2;
+    }
+    zero_status st = res == ncclSuccess ? make_req(c, 1, req) : nccl_fail(c, "reduce-scatter", res);
+    c->base.counters.reduce_scatter_calls++;
+    c->base.counters.bytes_reduced += total * es;
+    unlock(c);
+    return st;
+}
+
+static zero_status n_iallgatherv(zero_comm *m, const void *send, void *recv, const size_t *counts, zero_dtype dt,
+                                 zero_comm_req **req) {
+    nccl_comm *c = (nccl_comm *)m;
+    ncclDataType_t t;
+    if (!nccl_dtype(dt, &t)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!is_device_ptr(send) || !is_device_ptr(recv)) return ZERO_ERR_UNSUPPORTED;
+    size_t es = zero__dtype_size(dt), total = 0;
+    for (int r = 0; r < m->size; ++r) total += counts[r];
+    lock(c);
+    ncclResult_t res;
+    if (all_equal(counts, m->size)) {
+        res = ncclAllGather(send, recv, counts[0], t, c->nc, c->stream);
+    } else {
+        res = ncclGroupStart();
+        size_t off = 0;
+        for (int r = 0; r < m->size && res == ncclSuccess; ++r) {
+            char *dst = (char *)recv + off * es;
+            if (counts[r]) res = ncclBroadcast(r == m->rank ? send : dst, dst, counts[r], t, r, c->nc, c->stream);
+            off += counts[r];
+        }
+        ncclResult_t e2 = ncclGroupEnd();
+        if (res == ncclSuccess) res = e2;
+    }
+    zero_status st = res == ncclSuccess ? make_req(c, 1, req) : nccl_fail(c, "all-gather", res);
+    c->base.counters.allgather_calls++;
+    c->base.counters.bytes_gathered += total * es;
+    unlock(c);
+    return st;
+}
+
+static zero_status n_test(zero_comm_req *r, int *done) {
+    nccl_req *q = (nccl_req *)r;
+    nccl_comm *c = (nccl_comm *)r->comm;
+    *done = 1;
+    if (q->done) {
+        cudaSetDevice(c->device);
+        cudaError_t e = cudaEventQuery(q->done);
+        if (e == cudaErrorNotReady) {
+            (void)cudaGetLastError();
+            *done = 0;
+            return ZERO_OK;
+        }
+        cudaEventDestroy(q->done);
+        free(q);
+        return e == cudaSuccess ? ZERO_OK : cuda_fail(c, "cudaEventQuery", e);
+    }
+    free(q);
+    return ZERO_OK;
+}
+
+static zero_status n_wait(zero_comm_req *r) {
+    nccl_req *q = (nccl_req *)r;
+    nccl_comm *c = (nccl_comm *)r->comm;
+    zero_status st = ZERO_OK;
+    if (q->done) {
+        cudaSetDevice(c->device);
+        double t0 = now_s();
+        cudaError_t e = cudaEventSynchronize(q->done);
+        if (e != cudaSuccess) st = cuda_fail(c, "cudaEventSynchronize", e);
+        pthread_mutex_lock(&c->lock);
+        c->base.counters.busy_seconds += now_s() - t0;
+        pthread_mutex_unlock(&c->lock);
+        cudaEventDestroy(q->done);
+    }
+    free(q);
+    return st;
+}
+
+static const zero__comm_ops nccl_ops = {
+    .name = "nccl",
+    .split = n_split,
+    .free = n_free,
+    .allreduce = n_allreduce,
+    .broadcast = n_broadcast,
+    .barrier = n_barrier,
+    .iallreduce = n_iallreduce,
+    .ireduce_scatterv = n_ireduce_scatterv,
+    .iallgatherv = n_iallgatherv,
+    .wait = n_wait,
+    .test = n_test,
+    .allgather_bytes = n_allgather_bytes,
+};
+#endif /* ZERO_HAVE_NCCL */

@@ -1,0 +1,271 @@
+/* CUDA device backend; see device_cuda.h. */
+#include "device_cuda.h"
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_arena.h"
+
+/* cudaMalloc guarantees 256-byte alignment; keep it for sub-blocks so that
+ * vectorised kernels and NCCL see the same alignment as with cudaMalloc. */
+#define ARENA_ALIGN 256
+#define DEFAULT_GROW ((size_t)64 << 20)
+
+struct zero_cuda_device {
+    int ordinal;
+    cudaStream_t compute; /* borrowed */
+    cudaStream_t comm;    /* ours */
+    cudaEvent_t order_ev; /* reused: cudaStreamWaitEvent captures the record current at the call */
+    size_t grow;
+    pthread_mutex_t lock;
+    zero_cuda_arena *arena[ZERO_NTIERS];
+    char err[512];
+};
+
+static void set_err(zero_cuda_device *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(zero_cuda_device *d, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->err, sizeof d->err, fmt, ap);
+    va_end(ap);
+}
+
+static void copy_msg(char *dst, size_t len, const char *what, cudaError_t e) {
+    if (dst && len) snprintf(dst, len, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+int zero_cuda_device_count(char *why, size_t why_len) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        copy_msg(why, why_len, "cudaGetDeviceCount", e);
+        (void)cudaGetLastError(); /* clear the sticky-free error so later calls report their own */
+        return 0;
+    }
+    if (n == 0 && why && why_len) snprintf(why, why_len, "cudaGetDeviceCount: no CUDA device");
+    return n;
+}
+
+/* Reserve a region of at least `bytes` for `tier` and hand it to its arena. */
+static int add_region(zero_cuda_device *d, zero_mem_tier tier, size_t bytes) {
+    void *p = NULL;
+    cudaError_t e = tier == ZERO_TIER_DEVICE ? cudaMalloc(&p, bytes)
+                                             : cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        set_err(d, "%s(%zu bytes) on device %d: %s", tier == ZERO_TIER_DEVICE ? "cudaMalloc" : "cudaHostAlloc",
+                bytes, d->ordinal, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return -1;
+    }
+    if (zero_cuda_arena_add_region(d->arena[tier], p, bytes) != 0) {
+        if (tier == ZERO_TIER_DEVICE) cudaFree(p);
+        else cudaFreeHost(p);
+        set_err(d, "out of host memory for arena bookkeeping");
+        return -1;
+    }
+    return 0;
+}
+
+zero_status zero_cuda_device_open(const zero_cuda_device_options *o, zero_cuda_device **out, char *err,
+                                  size_t err_len) {
+    if (out) *out = NULL;
+    if (!o || !out || o->struct_size < sizeof(zero_cuda_device_options)) {
+        if (err && err_len) snprintf(err, err_len, "zero_cuda_device_open: bad arguments");
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
+    char why[256];
+    int n = zero_cuda_device_count(why, sizeof why);
+    if (n == 0) {
+        if (err && err_len) snprintf(err, err_len, "no CUDA device: %s", why);
+        return ZERO_ERR_DEVICE;
+    }
+    if (o->ordinal < 0 || o->ordinal >= n) {
+        if (err && err_len) snprintf(err, err_len, "CUDA device %d requested, %d present", o->ordinal, n);
+        return ZERO_ERR_DEVICE;
+    }
+    cudaError_t e = cudaSetDevice(o->ordinal);
+    if (e != cudaSuccess) {
+        copy_msg(err, err_len, "cudaSetDevice", e);
+        return ZERO_ERR_DEVICE;
+    }
+    zero_cuda_device *d = calloc(1, sizeof *d);
+    if (!d) {
+        if (err && err_len) snprintf(err, err_len, "out of host memory");
+        return ZERO_ERR_OUT_OF_MEMORY;
+    }
+    d->ordinal = o->ordinal;
+    d->compute = (cudaStream_t)o->compute_stream;
+    d->grow = o->grow_bytes ? o->grow_bytes : DEFAULT_GROW;
+    pthread_mutex_init(&d->lock, NULL);
+    zero_status st = ZERO_ERR_DEVICE;
+    /* Non-blocking: the comm stream must not serialise with the legacy
+     * default stream, or a host computing on stream 0 would lose overlap. */
+    if ((e = cudaStreamCreateWithFlags(&d->comm, cudaStreamNonBlocking)) != cudaSuccess) {
+        copy_msg(err, err_len, "cudaStreamCreateWithFlags", e);
+        goto fail;
+    }
+    if ((e = cudaEventCreateWithFlags(&d->order_ev, cudaEventDisableTiming)) != cudaSuccess) {
+        copy_msg(err, err_len, "cudaEventCreateWithFlags", e);
+        goto fail;
+    }
+    for (int t = 0; t < ZERO_NTIERS; ++t) {
+        if (!(d->arena[t] = zero_cuda_arena_create(ARENA_ALIGN))) {
+            st = ZERO_ERR_OUT_OF_MEMORY;
+            if (err && err_len) snprintf(err, err_len, "out of host memory");
+            goto fail;
+        }
+    }
+    if ((o->device_arena_bytes && add_region(d, ZERO_TIER_DEVICE, o->device_arena_bytes) != 0) ||
+        (o->host_arena_bytes && add_region(d, ZERO_TIER_HOST, o->host_arena_bytes) != 0)) {
+        st = ZERO_ERR_OUT_OF_MEMORY;
+        if (err && err_len) snprintf(err, err_len, "%s", d->err);
+        goto fail;
+    }
+    *out = d;
+    return ZERO_OK;
+fail:
+    zero_cuda_device_close(d);
+    return st;
+}
+
+void zero_cuda_device_close(zero_cuda_device *d) {
+    if (!d) return;
+    cudaSetDevice(d->ordinal);
+    if (d->comm) cudaStreamSynchronize(d->comm);
+    for (int t = 0; t < ZERO_NTIERS; ++t) {
+        if (!d->arena[t]) continue;
+        zero_cuda_arena_stats s;
+        zero_cuda_arena_stats_get(d->arena[t], &s);
+        for (size_t i = 0; i < s.regions; ++i) {
+            void *p = zero_cuda_arena_region(d->arena[t], i);
+            if (t == ZERO_TIER_DEVICE) cudaFree(p);
+            else cudaFreeHost(p);
+        }
+        zero_cuda_arena_destroy(d->arena[t]);
+    }
+    if (d->order_ev) cudaEventDestroy(d->order_ev);
+    if (d->comm) cudaStreamDestroy(d->comm);
+    pthread_mutex_destroy(&d->lock);
+    free(d);
+}
+
+void *zero_cuda_alloc(zero_cuda_device *d, zero_mem_tier tier, size_t bytes) {
+    if (!d || tier < 0 || tier >= ZERO_NTIERS) return NULL;
+    cudaSetDevice(d->ordinal);
+    pthread_mutex_lock(&d->lock);
+    void *p = zero_cuda_arena_alloc(d->arena[tier], bytes);
+    if (!p) {
+        /* Grow by one region big enough for this block (rounded up). */
+        size_t want = bytes + ARENA_ALIGN > d->grow ? bytes + ARENA_ALIGN : d->grow;
+        if (add_region(d, tier, want) == 0) p = zero_cuda_arena_alloc(d->arena[tier], bytes);
+    }
+    size_t n = p ? zero_cuda_arena_block_size(d->arena[tier], p) : 0;
+    pthread_mutex_unlock(&d->lock);
+    if (!p) return NULL;
+    if (tier == ZERO_TIER_HOST) {
+        memset(p, 0, n);
+        return p;
+    }
+    /* Zero on the comm stream, then wait: allocation is rare (params_done)
+     * and callers expect the block to be ready when this returns. */
+    cudaError_t e = cudaMemsetAsync(p, 0, n, d->comm);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(d->comm);
+    if (e != cudaSuccess) {
+        set_err(d, "cudaMemsetAsync: %s", cudaGetErrorString(e));
+        zero_cuda_free(d, p);
+        return NULL;
+    }
+    return p;
+}
+
+zero_status zero_cuda_free(zero_cuda_device *d, void *p) {
+    if (!d || !p) return ZERO_OK;
+    pthread_mutex_lock(&d->lock);
+    int rc = -1;
+    for (int t = 0; t < ZERO_NTIERS && rc != 0; ++t) rc = zero_cuda_arena_free(d->arena[t], p);
+    pthread_mutex_unlock(&d->lock);
+    return rc == 0 ? ZERO_OK : ZERO_ERR_INVALID_ARGUMENT;
+}
+
+int zero_cuda_owns(zero_cuda_device *d, const void *p) {
+    if (!d) return 0;
+    pthread_mutex_lock(&d->lock);
+    int r = zero_cuda_arena_owns(d->arena[ZERO_TIER_DEVICE], p) || zero_cuda_arena_owns(d->arena[ZERO_TIER_HOST], p);
+    pthread_mutex_unlock(&d->lock);
+    return r;
+}
+
+static zero_status cuda_status(zero_cuda_device *d, const char *what, cudaError_t e) {
+    if (e == cudaSuccess) return ZERO_OK;
+    set_err(d, "%s on device %d: %s", what, d->ordinal, cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return ZERO_ERR_DEVICE;
+}
+
+zero_status zero_cuda_copy(zero_cuda_device *d, void *dst, const void *src, size_t bytes) {
+    if (!d) return ZERO_ERR_INVALID_ARGUMENT;
+    if (bytes == 0) return ZERO_OK;
+    cudaSetDevice(d->ordinal);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->comm);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(d->comm);
+    return cuda_status(d, "cudaMemcpyAsync", e);
+}
+
+zero_status zero_cuda_copy_async(zero_cuda_device *d, void *dst, const void *src, size_t bytes, void *stream) {
+    if (!d) return ZERO_ERR_INVALID_ARGUMENT;
+    if (bytes == 0) return ZERO_OK;
+    cudaSetDevice(d->ordinal);
+    cudaStream_t s = stream ? (cudaStream_t)stream : d->comm;
+    return cuda_status(d, "cudaMemcpyAsync", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+}
+
+void *zero_cuda_compute_stream(zero_cuda_device *d) { return d ? (void *)d->compute : NULL; }
+void *zero_cuda_comm_stream(zero_cuda_device *d) { return d ? (void *)d->comm : NULL; }
+
+/* waiter waits for the work queued on producer so far.  The event is
+ * shared, so record+wait must not interleave with another thread's pair. */
+static zero_status order(zero_cuda_device *d, cudaStream_t producer, cudaStream_t waiter) {
+    cudaSetDevice(d->ordinal);
+    pthread_mutex_lock(&d->lock);
+    cudaError_t e = cudaEventRecord(d->order_ev, producer);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(waiter, d->order_ev, 0);
+    pthread_mutex_unlock(&d->lock);
+    return cuda_status(d, "event ordering", e);
+}
+
+zero_status zero_cuda_order_after(zero_cuda_device *d, void *producer) {
+    if (!d) return ZERO_ERR_INVALID_ARGUMENT;
+    return order(d, producer ? (cudaStream_t)producer : d->compute, d->comm);
+}
+
+zero_status zero_cuda_order_before(zero_cuda_device *d, void *consumer) {
+    if (!d) return ZERO_ERR_INVALID_ARGUMENT;
+    return order(d, d->comm, consumer ? (cudaStream_t)consumer : d->compute);
+}
+
+zero_status zero_cuda_comm_sync(zero_cuda_device *d) {
+    if (!d) return ZERO_ERR_INVALID_ARGUMENT;
+    cudaSetDevice(d->ordinal);
+    return cuda_status(d, "cudaStreamSynchronize", cudaStreamSynchronize(d->comm));
+}
+
+void zero_cuda_device_stats_get(zero_cuda_device *d, zero_cuda_device_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!d) return;
+    pthread_mutex_lock(&d->lock);
+    for (int t = 0; t < ZERO_NTIERS; ++t) {
+        zero_cuda_arena_stats s;
+        zero_cuda_arena_stats_get(d->arena[t], &s);
+        out->capacity[t] = s.capacity;
+        out->used[t] = s.used;
+        out->peak_used[t] = s.peak_used;
+        out->largest_free[t] = s.largest_free;
+    }
+    pthread_mutex_unlock(&d->lock);
+}
+
+const char *zero_cuda_device_error(const zero_cuda_device *d) { return d ? d->err : ""; }
