@@ -27,4 +27,11 @@ void zero__buckets_destroy(zero_buckets *b);
 /* introspection for tests/stats */
 uint32_t zero__buckets_count(const zero_buckets *b);
 uint64_t zero__buckets_staging_bytes(const zero_buckets *b);
+/* (appended by stages) more introspection, read from the step thread only:
+ * reduction passes run (flushes at a reducing micro-step), the effective
+ * (clamped) bucket size in elements, and the total seconds spent waiting
+ * for reductions (hooks and flush). */
+uint64_t zero__buckets_passes(const zero_buckets *b);
+uint64_t zero__buckets_numel(const zero_buckets *b);
+double zero__buckets_exposed_seconds(const zero_buckets *b);
 #endif

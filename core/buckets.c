@@ -1,0 +1,542 @@
+/* Gradient bucket engine (contract in buckets.h and zero_bucket_spec).
+ *
+ * Shape of the state:
+ *  - buckets[]: static flat ranges [lo, hi), built once from the layout in
+ *    REVERSE flat order inside each param group (a bucket never crosses a
+ *    group, so its reduce-scatter blocks are simply the group's rank shares
+ *    clipped to the bucket, in rank order).
+ *  - per bucket a `pending` count of params (or param pieces) not yet ready
+ *    in the current micro-step; a bucket is complete when it reaches 0.
+ *  - launches happen strictly in bucket order (next_launch): MPI matches
+ *    collectives by issue order, so every rank must issue the same sequence
+ *    whatever order its hooks fire in.  A complete bucket waits for the
+ *    earlier ones; the result never depends on hook order, only timing does.
+ *  - in-flight requests form a FIFO (launch order) that is completed in that
+ *    order, so post-processing (adding into the partition) is deterministic.
+ *  - SCATTER mode stages gradients in a pool of slots (capacity = largest
+ *    bucket).  The reduce-scatter runs in place (comm.h: recv may alias this
+ *    rank's block of send), so a slot is the only buffer a bucket needs.
+ *
+ * One mutex guards everything mutable; comm calls are made under it so the
+ * issue order seen by the communicator equals bucket order even with several
+ * host threads.  Waiting under the mutex only blocks other hook threads,
+ * which could not make progress anyway (they need a slot or a launch). */
+#include "buckets.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+#include "optim.h"
+
+typedef struct zb_bucket {
+    uint64_t lo, hi;     /* flat range */
+    uint32_t group;      /* layout group index */
+    uint32_t nparts;     /* params (or pieces of a split param) inside */
+    uint32_t pending;    /* not yet ready this micro-step */
+    int launched;
+    int slot;            /* SCATTER: staging slot index, -1 = none */
+    uint64_t own_lo;     /* this rank's block: [own_lo, own_lo + own_n) */
+    uint64_t own_n;
+    uint64_t part_pos;   /* where the block lands in the partition buffer */
+    zero_comm_req *req;
+} zb_bucket;
+
+typedef struct zb_param {
+    uint32_t first_bucket, nbuckets; /* consecutive buckets covering the param */
+    uint64_t offset, numel;
+    uint32_t group;
+} zb_param;
+
+typedef struct zb_slot {
+    float *buf;          /* slot_cap floats, BUCKETS-tagged */
+    int bucket;          /* owner, -1 = free */
+} zb_slot;
+
+struct zero_buckets {
+    struct zero_engine *e;
+    zero_bucket_spec spec;
+    zero_comm *comm;
+    int world, rank;
+    float *flat, *part;  /* spec.flat / spec.partition (fp32 for now) */
+    const zero_layout *layout;
+
+    zb_bucket *b;
+    uint32_t nb;
+    zb_param *pm;
+    uint32_t np;
+    size_t *counts;      /* nb * world reduce-scatter block sizes */
+    uint64_t bucket_numel; /* effective (clamped) bucket size */
+
+    zb_slot *slots;
+    uint32_t nslots;
+    uint64_t slot_cap;   /* floats per slot */
+
+    uint32_t next_launch;
+    uint32_t *fifo;      /* in-flight bucket indices, launch order (ring of nb) */
+    uint32_t fifo_head, fifo_len;
+
+    pthread_mutex_t mu;
+    zero_status sticky;  /* first async failure; returned by flush */
+    uint64_t passes;
+    double exposed;      /* seconds waited inside hooks since the last flush */
+    double exposed_total;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int is_reducing(const zero_buckets *b) {
+    return b->spec.reduce_every_micro_step || b->e->svc.micro_is_boundary((zero_core *)b->e);
+}
+
+/* Does this bucket set exchange anything?  World 1 has nothing to reduce:
+ * the local sum is the global sum. */
+static int needs_comm(const zero_buckets *b) { return b->world > 1; }
+
+/* ---------------------------------------------------------------- build */
+
+static zero_status push_bucket(zero_buckets *b, uint32_t *cap, uint64_t lo, uint64_t hi, uint32_t group,
+                               uint32_t nparts) {
+    if (b->nb == *cap) {
+        uint32_t nc = *cap ? *cap * 2 : 16;
+        zb_bucket *nbk = realloc(b->b, nc * sizeof *nbk);
+        if (!nbk) return ZERO_ERR_OUT_OF_MEMORY;
+        b->b = nbk;
+        *cap = nc;
+    }
+    zb_bucket *k = &b->b[b->nb++];
+    memset(k, 0, sizeof *k);
+    k->lo = lo;
+    k->hi = hi;
+    k->group = group;
+    k->nparts = nparts;
+    k->pending = nparts;
+    k->slot = -1;
+    return ZERO_OK;
+}
+
+/* Walk one group's params from the highest flat offset down.  A param's
+ * extent runs from its offset to the next param's offset (or the group end),
+ * so buckets tile the group exactly, alignment padding included.  In SCATTER
+ * mode params are never split (grad_slot must hand out one contiguous
+ * buffer; bucket_numel was raised to the largest extent for that). */
+static zero_status build_group(zero_buckets *b, uint32_t *cap, uint32_t g) {
+    const zero_layout_group *lg = &b->layout->groups[g];
+    if (lg->nparams == 0 || lg->numel == 0) return ZERO_OK;
+    const uint64_t B = b->bucket_numel;
+    const uint64_t G0 = lg->flat_begin, G1 = lg->flat_begin + lg->numel;
+    uint64_t cur_hi = G1, cur_lo = G1; /* open bucket [cur_lo, cur_hi) */
+    uint32_t cur_parts = 0;
+    zero_status s;
+    for (uint32_t j = lg->nparams; j-- > 0;) {
+        uint32_t pi = b->layout->param_order[lg->first_param + j];
+        uint64_t lo = (j == 0) ? G0 : b->pm[pi].offset; /* first param absorbs any head gap */
+        uint64_t top = cur_lo;                            /* this param's extent is [lo, top) */
+        if (cur_parts > 0 && cur_hi - lo > B) { /* does not fit: close the open bucket */
+            if ((s = push_bucket(b, cap, cur_lo, cur_hi, g, cur_parts)) != ZERO_OK) return s;
+            cur_hi = cur_lo;
+            cur_parts = 0;
+        }
+        if (b->spec.mode != ZERO_BUCKETS_SCATTER && top - lo > B) {
+            /* Split a large extent from the top into full buckets; the rest
+             * opens a new bucket.  Its buckets are consecutive indices. */
+            b->pm[pi].first_bucket = b->nb;
+            b->pm[pi].nbuckets = 0;
+            while (top - lo > B) {
+                if ((s = push_bucket(b, cap, top - B, top, g, 1)) != ZERO_OK) return s;
+                b->pm[pi].nbuckets++;
+                top -= B;
+            }
+            cur_hi = top;
+            cur_lo = lo;
+            cur_parts = 1;
+            b->pm[pi].nbuckets++; /* the open bucket, index b->nb when pushed */
+            continue;
+        }
+        cur_lo = lo;
+        cur_parts++;
+        b->pm[pi].first_bucket = b->nb; /* the open bucket's future index */
+        b->pm[pi].nbuckets = 1;
+    }
+    if (cur_parts > 0) return push_bucket(b, cap, cur_lo, cur_hi, g, cur_parts);
+    return ZERO_OK;
+}
+
+/* Reduce-scatter blocks: rank r's share of the group clipped to the bucket. */
+static void fill_counts(zero_buckets *b) {
+    for (uint32_t k = 0; k < b->nb; k++) {
+        zb_bucket *bk = &b->b[k];
+        const zero_layout_group *lg = &b->layout->groups[bk->group];
+        for (int r = 0; r < b->world; r++) {
+            uint64_t olo = lg->flat_begin + (uint64_t)r * lg->part_numel, ohi = olo + lg->part_numel;
+            uint64_t lo = bk->lo > olo ? bk->lo : olo, hi = bk->hi < ohi ? bk->hi : ohi;
+            b->counts[(size_t)k * b->world + r] = hi > lo ? (size_t)(hi - lo) : 0;
+            if (r == b->rank) {
+                bk->own_lo = hi > lo ? lo : olo;
+                bk->own_n = hi > lo ? hi - lo : 0;
+                bk->part_pos = lg->part_offset + (bk->own_lo - olo);
+            }
+        }
+    }
+}
+
+/* Effective bucket size.  SCATTER slots are the only memory the engine
+ * allocates: two slots of at most flat/8 elements keep staging at or under a
+ * quarter of the model, so a 10k-param model with DeepSpeed's default 5e8
+ * reduce_bucket_size pays ~nothing (DeepSpeedExamples issue 123: ZeRO-2 used
+ * more memory than ZeRO-1 on small models because its buckets were sized
+ * from the config alone).  The floor is the largest param extent, because a
+ * param's gradient must be one contiguous slot.  In-place modes allocate
+ * nothing, so their buckets are only clamped to the model. */
+static uint64_t effective_bucket(const zero_buckets *b) {
+    uint64_t flat = b->layout->flat_numel;
+    uint64_t B = b->spec.bucket_numel ? b->spec.bucket_numel : flat;
+    if (b->spec.mode == ZERO_BUCKETS_SCATTER) {
+        uint64_t lim = flat / 8;
+        if (B > lim) B = lim;
+        for (uint32_t g = 0; g < b->layout->ngroups; g++) {
+            const zero_layout_group *lg = &b->layout->groups[g];
+            for (uint32_t j = 0; j < lg->nparams; j++) {
+                uint32_t pi = b->layout->param_order[lg->first_param + j];
+                uint64_t lo = j == 0 ? lg->flat_begin : b->pm[pi].offset;
+                uint64_t hi = j + 1 < lg->nparams ? b->pm[b->layout->param_order[lg->first_param + j + 1]].offset
+                                                  : lg->flat_begin + lg->numel;
+                if (hi - lo > B) B = hi - lo;
+            }
+        }
+    } else if (B > flat) {
+        B = flat;
+    }
+    return B ? B : 1;
+}
+
+zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zero_buckets **out) {
+    struct zero_engine *e = zero__engine_of(c);
+    if (!out) return ZERO_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    if (!spec || spec->struct_size < offsetof(zero_bucket_spec, reduce_every_micro_step) + sizeof(int32_t))
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "buckets_create: spec missing or struct_size too small");
+    if (!e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "buckets_create before params_done");
+    if (spec->mode < ZERO_BUCKETS_ALLREDUCE || spec->mode > ZERO_BUCKETS_SCATTER)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "buckets_create: unknown mode %d", (int)spec->mode);
+    if (spec->mode == ZERO_BUCKETS_SCATTER ? !spec->partition : !spec->flat)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "buckets_create: mode %d needs its %s buffer",
+                           (int)spec->mode, spec->mode == ZERO_BUCKETS_SCATTER ? "partition" : "flat");
+
+    zero_buckets *b = calloc(1, sizeof *b);
+    if (!b) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "buckets_create: out of memory");
+    b->e = e;
+    b->spec = *spec;
+    /* staging slots cannot carry a sum across micro-steps: SCATTER reduces
+     * every micro-step whatever the spec says */
+    if (spec->mode == ZERO_BUCKETS_SCATTER) b->spec.reduce_every_micro_step = 1;
+    b->flat = spec->flat;
+    b->part = spec->partition;
+    b->comm = spec->comm ? spec->comm : e->world;
+    b->world = zero__comm_size(b->comm);
+    b->rank = zero__comm_rank(b->comm);
+    b->layout = &e->layout.view;
+    pthread_mutex_init(&b->mu, NULL);
+    zero_status s = ZERO_OK;
+    /* Mixed precision lands later: slots and sums will then be kept in the
+     * model dtype with fp32 summation in the comm layer. */
+    if (spec->grad_dtype != ZERO_DTYPE_F32) {
+        s = zero__error(e, ZERO_ERR_UNSUPPORTED, "bucket engine: only fp32 gradients are supported so far");
+        goto fail;
+    }
+    if ((uint32_t)b->world != b->layout->world) {
+        s = zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                        "buckets_create: communicator has %d ranks but the layout was built for %u", b->world,
+                        b->layout->world);
+        goto fail;
+    }
+    b->np = e->nparams;
+    b->pm = calloc(b->np ? b->np : 1, sizeof *b->pm);
+    if (!b->pm) goto oom;
+    for (uint32_t i = 0; i < b->np; i++) {
+        b->pm[i].offset = e->params[i]->info.flat_offset;
+        b->pm[i].numel = e->params[i]->info.numel;
+        int g = zero__layout_group_of(b->layout, b->pm[i].offset);
+        b->pm[i].group = g < 0 ? 0 : (uint32_t)g;
+    }
+    b->bucket_numel = effective_bucket(b);
+    uint32_t cap = 0;
+    for (uint32_t g = 0; g < b->layout->ngroups; g++)
+        if ((s = build_group(b, &cap, g)) != ZERO_OK) goto fail_s;
+    b->counts = calloc((size_t)(b->nb ? b->nb : 1) * (size_t)b->world, sizeof *b->counts);
+    b->fifo = calloc(b->nb ? b->nb : 1, sizeof *b->fifo);
+    if (!b->counts || !b->fifo) goto oom;
+    fill_counts(b);
+    for (uint32_t k = 0; k < b->nb; k++)
+        if (b->b[k].hi - b->b[k].lo > b->slot_cap) b->slot_cap = b->b[k].hi - b->b[k].lo;
+    *out = b;
+    return ZERO_OK;
+oom:
+    s = ZERO_ERR_OUT_OF_MEMORY;
+fail_s:
+    if (s == ZERO_ERR_OUT_OF_MEMORY) zero__error(e, s, "buckets_create: out of memory");
+fail:
+    zero__buckets_destroy(b);
+    return s;
+}
+
+/* ------------------------------------------------------------ runtime */
+
+/* World-1 SCATTER: the partition is the whole (padded) flat space of each
+ * group, so a param's slot is simply its place in the accumulator. */
+static float *direct_partition_slot(const zero_buckets *b, uint32_t index) {
+    const zb_param *p = &b->pm[index];
+    const zero_layout_group *lg = &b->layout->groups[p->group];
+    return b->part + lg->part_offset + (p->offset - lg->flat_begin);
+}
+
+static int scatter_staged(const zero_buckets *b) {
+    return b->spec.mode == ZERO_BUCKETS_SCATTER && needs_comm(b);
+}
+
+/* Complete the oldest in-flight bucket.  Called with mu held. */
+static zero_status complete_oldest(zero_buckets *b) {
+    uint32_t k = b->fifo[b->fifo_head];
+    b->fifo_head = (b->fifo_head + 1) % (b->nb ? b->nb : 1);
+    b->fifo_len--;
+    zb_bucket *bk = &b->b[k];
+    zero_status s = ZERO_OK;
+    if (bk->req) {
+        double t0 = now_s();
+        s = zero__comm_wait(bk->req);
+        b->exposed += now_s() - t0;
+        bk->req = NULL;
+    }
+    if (s == ZERO_OK && b->spec.mode == ZERO_BUCKETS_SCATTER && bk->slot >= 0 && bk->own_n > 0) {
+        /* the reduced block sits in place in the slot at its send offset */
+        const float *blk = b->slots[bk->slot].buf + (bk->own_lo - bk->lo);
+        zero__add_into(b->part + bk->part_pos, blk, ZERO_DTYPE_F32, (size_t)bk->own_n);
+    }
+    if (bk->slot >= 0) {
+        b->slots[bk->slot].bucket = -1;
+        bk->slot = -1;
+    }
+    if (s != ZERO_OK && b->sticky == ZERO_OK) b->sticky = s;
+    return s;
+}
+
+/* A zeroed slot for bucket k (SCATTER).  Reuses a free slot; otherwise
+ * completes the oldest in-flight bucket to free one; grows the pool only when
+ * nothing is in flight (every slot is being filled: the host's hook order
+ * left no choice), so this can never deadlock.  Called with mu held. */
+static zero_status acquire_slot(zero_buckets *b, uint32_t k) {
+    for (;;) {
+        for (uint32_t i = 0; i < b->nslots; i++) {
+            if (b->slots[i].bucket < 0) {
+                b->slots[i].bucket = (int)k;
+                b->b[k].slot = (int)i;
+                memset(b->slots[i].buf, 0, (size_t)(b->b[k].hi - b->b[k].lo) * sizeof(float));
+                return ZERO_OK;
+            }
+        }
+        /* double buffering: the first two slots are created on demand */
+        if (b->fifo_len == 0 || b->nslots < 2) break;
+        zero_status s = complete_oldest(b);
+        if (s != ZERO_OK) return s;
+    }
+    zb_slot *ns = realloc(b->slots, (b->nslots + 1) * sizeof *ns);
+    if (!ns) return zero__error(b->e, ZERO_ERR_OUT_OF_MEMORY, "bucket engine: cannot grow the slot pool");
+    b->slots = ns;
+    float *buf = zero__mem_alloc(b->e->mem, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, (size_t)b->slot_cap * sizeof(float));
+    if (!buf) return zero__error(b->e, ZERO_ERR_OUT_OF_MEMORY, "bucket engine: cannot allocate a %llu-element slot",
+                                 (unsigned long long)b->slot_cap);
+    if (b->nslots >= 2)
+        zero__log(b->e, ZERO_LOG_DEBUG, "bucket engine: hook order filled every slot; pool grows to %u",
+                  b->nslots + 1);
+    b->slots[b->nslots].buf = buf;
+    b->slots[b->nslots].bucket = (int)k;
+    b->b[k].slot = (int)b->nslots;
+    b->nslots++;
+    return ZERO_OK; /* fresh memory is zero-filled */
+}
+
+/* Issue bucket k's collective.  Called with mu held, in bucket order. */
+static zero_status launch(zero_buckets *b, uint32_t k) {
+    zb_bucket *bk = &b->b[k];
+    zero_status s = ZERO_OK;
+    bk->launched = 1;
+    if (!needs_comm(b) || bk->hi == bk->lo) return ZERO_OK;
+    const size_t n = (size_t)(bk->hi - bk->lo);
+    const size_t *counts = b->counts + (size_t)k * b->world;
+    switch (b->spec.mode) {
+    case ZERO_BUCKETS_ALLREDUCE:
+        s = zero__iallreduce(b->comm, b->flat + bk->lo, n, ZERO_DTYPE_F32, ZERO_OP_SUM, &bk->req);
+        break;
+    case ZERO_BUCKETS_SCATTER_INPLACE: {
+        /* in place: this rank's block of the bucket receives the sum */
+        float *send = b->flat + bk->lo;
+        s = zero__ireduce_scatterv(b->comm, send, b->flat + bk->own_lo, counts, ZERO_DTYPE_F32, &bk->req);
+        break;
+    }
+    default: {
+        if (bk->slot < 0 && (s = acquire_slot(b, k)) != ZERO_OK) break; /* no param touched it: zeros */
+        float *send = b->slots[bk->slot].buf;
+        s = zero__ireduce_scatterv(b->comm, send, send + (bk->own_lo - bk->lo), counts, ZERO_DTYPE_F32, &bk->req);
+        break;
+    }
+    }
+    if (s != ZERO_OK) {
+        bk->req = NULL;
+        if (b->sticky == ZERO_OK) b->sticky = s;
+        return s;
+    }
+    uint32_t pos = (b->fifo_head + b->fifo_len) % b->nb;
+    b->fifo[pos] = k;
+    b->fifo_len++;
+    return ZERO_OK;
+}
+
+/* Launch every complete bucket that is next in order.  Without overlap,
+ * in-place modes leave everything to flush; SCATTER still reduces as
+ * buckets fill (synchronously) so its staging stays bounded: that is
+ * DeepSpeed's overlap_comm=false behaviour too.  Called with mu held. */
+static zero_status advance(zero_buckets *b) {
+    if (!b->spec.overlap && b->spec.mode != ZERO_BUCKETS_SCATTER) return ZERO_OK;
+    while (b->next_launch < b->nb && b->b[b->next_launch].pending == 0) {
+        zero_status s = launch(b, b->next_launch++);
+        if (s != ZERO_OK) return s;
+        if (!b->spec.overlap)
+            while (b->fifo_len) {
+                if ((s = complete_oldest(b)) != ZERO_OK) return s;
+            }
+    }
+    return ZERO_OK;
+}
+
+/* Slot of param `index`; mu must be held in staged SCATTER mode. */
+static zero_status slot_locked(zero_buckets *b, uint32_t index, float **slot) {
+    const zb_param *p = &b->pm[index];
+    switch (b->spec.mode) {
+    case ZERO_BUCKETS_ALLREDUCE:
+    case ZERO_BUCKETS_SCATTER_INPLACE:
+        *slot = b->flat + p->offset;
+        return ZERO_OK;
+    default:
+        if (!needs_comm(b)) {
+            *slot = direct_partition_slot(b, index);
+            return ZERO_OK;
+        }
+        break;
+    }
+    zb_bucket *bk = &b->b[p->first_bucket];
+    if (bk->launched)
+        return zero__error(b->e, ZERO_ERR_STATE,
+                           "bucket engine: gradient slot of param %u requested after its bucket was reduced", index);
+    if (bk->slot < 0) {
+        zero_status s = acquire_slot(b, p->first_bucket);
+        if (s != ZERO_OK) return s;
+    }
+    *slot = b->slots[bk->slot].buf + (p->offset - bk->lo);
+    return ZERO_OK;
+}
+
+zero_status zero__buckets_grad_slot(zero_buckets *b, uint32_t index, void **slot) {
+    if (!b || !slot || index >= b->np) return ZERO_ERR_INVALID_ARGUMENT;
+    float *f = NULL;
+    zero_status s;
+    if (!scatter_staged(b)) {
+        s = slot_locked(b, index, &f);
+    } else {
+        pthread_mutex_lock(&b->mu);
+        s = slot_locked(b, index, &f);
+        pthread_mutex_unlock(&b->mu);
+    }
+    *slot = f;
+    return s;
+}
+
+zero_status zero__buckets_ready(zero_buckets *b, uint32_t index, const void *src, zero_dtype dt) {
+    if (!b || index >= b->np) return ZERO_ERR_INVALID_ARGUMENT;
+    const zb_param *p = &b->pm[index];
+    zero_status s = ZERO_OK;
+    if (src && p->numel) {
+        void *slot;
+        /* The slot cannot be recycled before this param is marked ready, so
+         * the add itself runs outside the lock (params are disjoint). */
+        if ((s = zero__buckets_grad_slot(b, index, &slot)) != ZERO_OK) return s;
+        zero__add_into(slot, src, dt, (size_t)p->numel);
+    }
+    if (!is_reducing(b)) return ZERO_OK; /* accumulate only: nothing to count */
+    pthread_mutex_lock(&b->mu);
+    for (uint32_t k = p->first_bucket; k < p->first_bucket + p->nbuckets; k++) {
+        if (b->b[k].pending == 0) {
+            s = zero__error(b->e, ZERO_ERR_DUPLICATE, "bucket engine: param %u reported ready twice", index);
+            goto out;
+        }
+        b->b[k].pending--;
+    }
+    s = advance(b);
+out:
+    pthread_mutex_unlock(&b->mu);
+    return s;
+}
+
+zero_status zero__buckets_flush(zero_buckets *b) {
+    if (!b) return ZERO_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&b->mu);
+    zero_status s = ZERO_OK;
+    if (is_reducing(b)) {
+        /* Whatever is left (overlap off, or params the host never reported:
+         * the core has already delivered those as zeros) goes now, still in
+         * bucket order. */
+        while (b->next_launch < b->nb && s == ZERO_OK) s = launch(b, b->next_launch++);
+        while (b->fifo_len) {
+            zero_status w = complete_oldest(b);
+            if (s == ZERO_OK) s = w;
+        }
+        b->passes++;
+        atomic_fetch_add(&b->e->reduction_passes, 1);
+    }
+    for (uint32_t k = 0; k < b->nb; k++) {
+        b->b[k].pending = b->b[k].nparts;
+        b->b[k].launched = 0;
+        if (b->b[k].slot >= 0) { /* filled but never reduced (accumulate-only step) */
+            b->slots[b->b[k].slot].bucket = -1;
+            b->b[k].slot = -1;
+        }
+    }
+    b->next_launch = 0;
+    /* the step thread owns e->exposed_comm_seconds; hooks accumulate here */
+    b->e->exposed_comm_seconds += b->exposed;
+    b->exposed_total += b->exposed;
+    b->exposed = 0;
+    if (s == ZERO_OK) s = b->sticky;
+    b->sticky = ZERO_OK;
+    pthread_mutex_unlock(&b->mu);
+    return s;
+}
+
+void zero__buckets_destroy(zero_buckets *b) {
+    if (!b) return;
+    /* never free a buffer a collective may still write into */
+    while (b->fifo_len) complete_oldest(b);
+    for (uint32_t i = 0; i < b->nslots; i++) zero__mem_free(b->e->mem, b->slots[i].buf);
+    free(b->slots);
+    free(b->b);
+    free(b->pm);
+    free(b->counts);
+    free(b->fifo);
+    pthread_mutex_destroy(&b->mu);
+    free(b);
+}
+
+uint32_t zero__buckets_count(const zero_buckets *b) { return b ? b->nb : 0; }
+
+uint64_t zero__buckets_staging_bytes(const zero_buckets *b) {
+    return b ? (uint64_t)b->nslots * b->slot_cap * sizeof(float) : 0;
+}
+
+uint64_t zero__buckets_passes(const zero_buckets *b) { return b ? b->passes : 0; }
+uint64_t zero__buckets_numel(const zero_buckets *b) { return b ? b->bucket_numel : 0; }
+double zero__buckets_exposed_seconds(const zero_buckets *b) { return b ? b->exposed_total : 0.0; }
