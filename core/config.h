@@ -35,4 +35,21 @@ int zero__config_string(const zero__config *c, const char *path, const char **ou
 /* Scheduler as parsed ("WarmupLR", ...) or NULL; params object lookups go
  * through the path functions ("scheduler.params.warmup_num_steps"). */
 const char *zero__config_scheduler(const zero__config *c);
+
+/* --- appended by the config worker ------------------------------------- */
+/* Ownership, lifetime, threads: zero__config_parse returns a config the
+ * caller owns (free with zero__config_free); everything it hands out
+ * (run view, strings) lives until then.  A parsed config is immutable, so
+ * every getter and lookup may run concurrently from any thread.
+ *
+ * Path syntax: keys joined by '.', array items as "[i]" or ".i"
+ * ("optimizer.params.betas[1]", "optimizer.param_groups.0.lr").  Lookups see
+ * the JSON as written (no defaults; null reads as absent); the typed
+ * zero_run_config carries DeepSpeed's defaults.  zero__config_double accepts
+ * integers too; zero__config_int accepts integral reals (5e8).
+ * docs/config.md lists every key, default, warning and error. */
+
+/* Value at path, or dflt when absent or of another type. */
+double zero__config_double_or(const zero__config *c, const char *path, double dflt);
+int64_t zero__config_int_or(const zero__config *c, const char *path, int64_t dflt);
 #endif

@@ -1,0 +1,195 @@
+/* DeepSpeed JSON config: load (text or file), run the section parsers,
+ * choose the plugin, and hand out the typed view (core/config.h).
+ *
+ * The parsed json_t stays alive inside zero__config because plugins look up
+ * their own keys by path for the whole life of the engine. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config_internal.h"
+
+/* DeepSpeed's defaults (deepspeed/runtime/constants.py, zero/config.py,
+ * fp16/loss_scaler.py).  Batch sizes and the optimizer are filled by their
+ * parsers. */
+static void set_defaults(zero_run_config *rc) {
+    memset(rc, 0, sizeof *rc);
+    rc->struct_size = (uint32_t)sizeof *rc;
+    rc->stage = 0;
+    rc->train_batch_size = 1;
+    rc->micro_batch_per_gpu = 1;
+    rc->grad_accum_steps = 1;
+    rc->gradient_clipping = 0.0;
+    rc->prescale_gradients = 0;
+    rc->gradient_predivide_factor = 1.0;
+    rc->steps_per_print = 10;
+    rc->wall_clock_breakdown = 0;
+    rc->model_dtype = ZERO_DTYPE_F32;
+    rc->fp16_initial_scale_power = 16;
+    rc->fp16_loss_scale = 0.0;
+    rc->fp16_loss_scale_window = 1000;
+    rc->fp16_hysteresis = 2;
+    rc->fp16_consecutive_hysteresis = 0;
+    rc->fp16_min_loss_scale = 1.0;
+    rc->contiguous_gradients = 1;
+    rc->reduce_scatter = 1;
+    rc->reduce_bucket_size = 500000000;
+    rc->allgather_bucket_size = 500000000;
+    rc->overlap_comm = 0;
+    rc->round_robin_gradients = 0;
+    rc->offload_optimizer = 0;
+    rc->offload_pin_memory = 0;
+    rc->stage3_prefetch_bucket_size = 50000000;
+    rc->stage3_param_persistence_threshold = 100000;
+    rc->stage3_max_live_parameters = 1000000000;
+    rc->stage3_max_reuse_distance = 1000000000;
+    rc->sub_group_size = 1000000000;
+    rc->strict_grads = 0;
+    rc->pipeline_stages = 1;
+}
+
+/* Read a whole file.  NULL with errno set on failure; caller frees. */
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    if (!f) return NULL;
+    for (;;) {
+        if (n + 4096 > cap) {
+            size_t ncap = cap ? cap * 2 : 65536;
+            char *nb = realloc(buf, ncap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                errno = ENOMEM;
+                return NULL;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        int e = errno ? errno : EIO;
+        free(buf);
+        fclose(f);
+        errno = e;
+        return NULL;
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+/* Duplicate keys are refused like DeepSpeed does (its JSON loader raises on
+ * them): a second "stage" silently winning is a classic config bug. */
+static zero_status load_json(zero__cfg_ctx *ctx, const char *text, const char *path, json_t **out) {
+    json_error_t jerr;
+    const char *where = text ? "config text" : path;
+    *out = NULL;
+    if (text) {
+        *out = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    } else if (path) {
+        size_t len = 0;
+        char *buf = read_file(path, &len);
+        if (!buf) {
+            zero__cfg_fail(ctx, "config file %s: %s", path, strerror(errno));
+            return ZERO_ERR_IO;
+        }
+        *out = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+        free(buf);
+    } else {
+        *out = json_object();
+        if (!*out) {
+            zero__cfg_fail(ctx, "config: out of memory");
+            return ZERO_ERR_OUT_OF_MEMORY;
+        }
+        return ZERO_OK;
+    }
+    if (!*out) {
+        zero__cfg_fail(ctx, "%s: invalid JSON at line %d, column %d: %s", where, jerr.line, jerr.column, jerr.text);
+        return ZERO_ERR_CONFIG;
+    }
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        zero__cfg_fail(ctx, "%s: expected a JSON object at the top level", where);
+        return ZERO_ERR_CONFIG;
+    }
+    return ZERO_OK;
+}
+
+/* Plugin named by the config: explicit key, else from offload/pipeline/stage. */
+static void choose_plugin(zero__config *c, const char *plugin_key) {
+    const zero_run_config *rc = &c->run;
+    if (plugin_key) {
+        c->plugin = plugin_key;
+    } else if (rc->offload_optimizer) {
+        c->plugin = "offload";
+    } else if (rc->pipeline_stages > 1 && rc->stage <= 1) {
+        c->plugin = "stage1-pp";
+    } else {
+        snprintf(c->plugin_buf, sizeof c->plugin_buf, "stage%d", (int)rc->stage);
+        c->plugin = c->plugin_buf;
+    }
+}
+
+zero_status zero__config_parse(const char *text, const char *path, int world, zero__config **out,
+                               zero__config_warn_fn warn, void *warn_user, char *err, size_t err_len) {
+    zero__cfg_ctx ctx = {warn, warn_user, err, err_len};
+    zero__config *c;
+    const char *plugin_key = NULL;
+    zero_status s;
+
+    if (err && err_len) err[0] = '\0';
+    if (!out) {
+        zero__cfg_fail(&ctx, "zero__config_parse: out is NULL");
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
+    *out = NULL;
+    if (world < 1) {
+        zero__cfg_fail(&ctx, "config: world size %d, expected at least 1", world);
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
+    c = calloc(1, sizeof *c);
+    if (!c) {
+        zero__cfg_fail(&ctx, "config: out of memory");
+        return ZERO_ERR_OUT_OF_MEMORY;
+    }
+    s = load_json(&ctx, text, path, &c->root);
+    if (s != ZERO_OK) {
+        free(c);
+        return s;
+    }
+    set_defaults(&c->run);
+    /* Order matters only for which error a config with several problems
+     * reports first: the zero section precedes pipeline, whose check needs
+     * the stage. */
+    if (zero__cfg_parse_top(&ctx, c->root, world, &c->run) < 0 ||
+        zero__cfg_parse_precision(&ctx, c->root, &c->run) < 0 ||
+        zero__cfg_parse_optimizer(&ctx, c->root, &c->run) < 0 ||
+        zero__cfg_parse_scheduler(&ctx, c->root, &c->scheduler) < 0 ||
+        zero__cfg_parse_zero(&ctx, c->root, &c->run, &plugin_key) < 0 ||
+        zero__cfg_parse_pipeline(&ctx, c->root, &c->run) < 0) {
+        zero__config_free(c);
+        return ZERO_ERR_CONFIG;
+    }
+    choose_plugin(c, plugin_key);
+    *out = c;
+    return ZERO_OK;
+}
+
+void zero__config_free(zero__config *c) {
+    if (!c) return;
+    json_decref(c->root);
+    free(c);
+}
+
+const zero_run_config *zero__config_run(const zero__config *c) { return c ? &c->run : NULL; }
+
+const char *zero__config_plugin(const zero__config *c) { return c ? c->plugin : NULL; }
+
+const char *zero__config_scheduler(const zero__config *c) { return c ? c->scheduler : NULL; }

@@ -1,0 +1,379 @@
+/* The top level, fp16/bf16, zero_optimization and pipeline sections of a
+ * DeepSpeed config, with DeepSpeed's defaults (deepspeed/runtime/config.py,
+ * fp16/loss_scaler.py, zero/config.py, zero/offload_config.py).
+ *
+ * The key tables below are the single list of what libzero reads, what it
+ * knowingly ignores, and (by omission) what it has never heard of; the
+ * warnings and docs/config.md follow from them. */
+#include <math.h>
+#include <string.h>
+
+#include "config_internal.h"
+
+static const char *const NOT_IMPL = NULL; /* default text: "not implemented by libzero, ignored" */
+
+static const zero__cfg_key top_keys[] = {
+    {"train_batch_size", ZERO__KEY_USED, NULL, NULL},
+    {"train_micro_batch_size_per_gpu", ZERO__KEY_USED, NULL, NULL},
+    {"gradient_accumulation_steps", ZERO__KEY_USED, NULL, NULL},
+    {"gradient_clipping", ZERO__KEY_USED, NULL, NULL},
+    {"prescale_gradients", ZERO__KEY_USED, NULL, NULL},
+    {"gradient_predivide_factor", ZERO__KEY_USED, NULL, NULL},
+    {"steps_per_print", ZERO__KEY_USED, NULL, NULL},
+    {"wall_clock_breakdown", ZERO__KEY_USED, NULL, NULL},
+    {"fp16", ZERO__KEY_USED, NULL, NULL},
+    {"bf16", ZERO__KEY_USED, NULL, NULL},
+    {"bfloat16", ZERO__KEY_USED, NULL, NULL}, /* DeepSpeed's older spelling of bf16 */
+    {"optimizer", ZERO__KEY_USED, NULL, NULL},
+    {"scheduler", ZERO__KEY_USED, NULL, NULL},
+    {"zero_optimization", ZERO__KEY_USED, NULL, NULL},
+    {"pipeline", ZERO__KEY_USED, NULL, NULL},
+    /* DeepSpeed features outside ZeRO that libzero does not implement. */
+    {"sparse_attention", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"compression_training", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"autotuning", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"flops_profiler", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"activation_checkpointing", ZERO__KEY_IGNORED, NULL,
+     "not implemented by libzero (activations belong to the host), ignored"},
+    {"tensorboard", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"wandb", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"csv_monitor", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"comet", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"data_efficiency", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"curriculum_learning", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"progressive_layer_drop", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"amp", ZERO__KEY_IGNORED, NULL, "not implemented by libzero (use fp16 or bf16), ignored"},
+    {"elasticity", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"sparse_gradients", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"communication_data_type", ZERO__KEY_IGNORED, "null",
+     "not implemented by libzero (gradients are reduced in fp32), ignored"},
+    {"seq_parallel_communication_data_type", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"dump_state", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"memory_breakdown", ZERO__KEY_IGNORED, "false",
+     "not implemented by libzero (use zero_memory_stats_get), ignored"},
+    {"checkpoint", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"aio", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"nebula", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"eigenvalue", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"quantize_training", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"data_types", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"zero_allow_untested_optimizer", ZERO__KEY_IGNORED, NULL,
+     "has no effect in libzero (every optimizer it implements works with every stage), ignored"},
+    {"zero_force_ds_cpu_optimizer", ZERO__KEY_IGNORED, NULL,
+     "has no effect in libzero (offload always uses its own CPU optimizer), ignored"},
+    {"hybrid_engine", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"compile", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"dataloader_drop_last", ZERO__KEY_IGNORED, "false",
+     "not implemented by libzero (the host owns its data loader), ignored"},
+    {"disable_allgather", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"timers", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"weight_quantization", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"torch_autocast", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"graph_harvesting", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"use_data_before_expert_parallelism", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"tensor_parallel", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {NULL, 0, NULL, NULL}};
+
+int zero__cfg_parse_top(zero__cfg_ctx *ctx, const json_t *root, int world, zero_run_config *rc) {
+    int64_t train = 0, micro = 0, gas = 0, spp;
+    int r;
+    zero__cfg_check_keys(ctx, root, "", top_keys);
+    if (zero__cfg_int(ctx, root, "", "train_batch_size", 1, INT64_MAX, "a positive integer", &train) < 0 ||
+        zero__cfg_int(ctx, root, "", "train_micro_batch_size_per_gpu", 1, INT64_MAX, "a positive integer",
+                      &micro) < 0 ||
+        zero__cfg_int(ctx, root, "", "gradient_accumulation_steps", 1, INT32_MAX, "a positive integer", &gas) < 0)
+        return -1;
+    if (zero__cfg_batch(ctx, world, train, micro, gas, rc) < 0) return -1;
+    if (zero__cfg_num(ctx, root, "", "gradient_clipping", 0.0, 0, HUGE_VAL, "a number >= 0 (0 = off)",
+                      &rc->gradient_clipping) < 0 ||
+        zero__cfg_bool(ctx, root, "", "prescale_gradients", &rc->prescale_gradients) < 0 ||
+        zero__cfg_num(ctx, root, "", "gradient_predivide_factor", 0.0, 1, HUGE_VAL, "a number > 0",
+                      &rc->gradient_predivide_factor) < 0 ||
+        zero__cfg_bool(ctx, root, "", "wall_clock_breakdown", &rc->wall_clock_breakdown) < 0)
+        return -1;
+    r = zero__cfg_int(ctx, root, "", "steps_per_print", 1, INT32_MAX, "a positive integer", &spp);
+    if (r < 0) return -1;
+    if (r == 1) rc->steps_per_print = (int32_t)spp;
+    return 0;
+}
+
+/* ---- fp16 / bf16 -------------------------------------------------------- */
+
+static const zero__cfg_key fp16_keys[] = {
+    {"enabled", ZERO__KEY_USED, NULL, NULL},
+    {"loss_scale", ZERO__KEY_USED, NULL, NULL},
+    {"initial_scale_power", ZERO__KEY_USED, NULL, NULL},
+    {"loss_scale_window", ZERO__KEY_USED, NULL, NULL},
+    {"hysteresis", ZERO__KEY_USED, NULL, NULL},
+    {"consecutive_hysteresis", ZERO__KEY_USED, NULL, NULL},
+    {"min_loss_scale", ZERO__KEY_USED, NULL, NULL},
+    {"auto_cast", ZERO__KEY_IGNORED, "false",
+     "not implemented by libzero (the host casts its own inputs), ignored"},
+    {"fp16_master_weights_and_grads", ZERO__KEY_IGNORED, "false",
+     "not implemented by libzero (master weights are always fp32), ignored"},
+    {NULL, 0, NULL, NULL}};
+
+static const zero__cfg_key bf16_keys[] = {
+    {"enabled", ZERO__KEY_USED, NULL, NULL},
+    {"immediate_grad_update", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"check_grad_overflow", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"bf16_master_weights_and_grads", ZERO__KEY_IGNORED, "false",
+     "not implemented by libzero (master weights are always fp32), ignored"},
+    {"bf16_optimizer_states", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {NULL, 0, NULL, NULL}};
+
+int zero__cfg_parse_precision(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc) {
+    const json_t *fp16, *bf16;
+    const char *bf16_name = "bf16";
+    int32_t fp16_on = 0, bf16_on = 0;
+    int64_t v;
+    double d;
+
+    if (zero__cfg_obj(ctx, root, "", "fp16", &fp16) < 0) return -1;
+    if (zero__cfg_obj(ctx, root, "", "bf16", &bf16) < 0) return -1;
+    if (!bf16) {
+        if (zero__cfg_obj(ctx, root, "", "bfloat16", &bf16) < 0) return -1;
+        bf16_name = "bfloat16";
+    }
+    zero__cfg_check_keys(ctx, fp16, "fp16", fp16_keys);
+    zero__cfg_check_keys(ctx, bf16, bf16_name, bf16_keys);
+
+    /* The fp16 values are checked even when fp16 is off: a typo there is
+     * still a typo, and DeepSpeed reads them unconditionally as well. */
+    if (zero__cfg_bool(ctx, fp16, "fp16", "enabled", &fp16_on) < 0 ||
+        zero__cfg_num(ctx, fp16, "fp16", "loss_scale", 0.0, 0, HUGE_VAL, "a number >= 0 (0 = dynamic)",
+                      &rc->fp16_loss_scale) < 0)
+        return -1;
+    /* 2^127 is far beyond any useful scale yet still a finite float. */
+    v = -1;
+    if (zero__cfg_int(ctx, fp16, "fp16", "initial_scale_power", 0, 127, "an integer 0..127", &v) < 0) return -1;
+    if (v >= 0) rc->fp16_initial_scale_power = (int32_t)v;
+    v = 0;
+    if (zero__cfg_int(ctx, fp16, "fp16", "loss_scale_window", 1, INT32_MAX, "a positive integer", &v) < 0) return -1;
+    if (v > 0) rc->fp16_loss_scale_window = (int32_t)v;
+    v = 0;
+    if (zero__cfg_int(ctx, fp16, "fp16", "hysteresis", 1, INT32_MAX, "a positive integer", &v) < 0) return -1;
+    if (v > 0) rc->fp16_hysteresis = (int32_t)v;
+    if (zero__cfg_bool(ctx, fp16, "fp16", "consecutive_hysteresis", &rc->fp16_consecutive_hysteresis) < 0)
+        return -1;
+    d = 0;
+    if (zero__cfg_num(ctx, fp16, "fp16", "min_loss_scale", 0.0, 1, HUGE_VAL, "a number > 0", &d) < 0) return -1;
+    if (d > 0) rc->fp16_min_loss_scale = d;
+
+    if (zero__cfg_bool(ctx, bf16, bf16_name, "enabled", &bf16_on) < 0) return -1;
+    if (fp16_on && bf16_on)
+        return zero__cfg_fail(ctx, "%s.enabled: got true while fp16.enabled is also true, expected at most one "
+                                   "of fp16 and bf16 enabled",
+                              bf16_name);
+    rc->model_dtype = fp16_on ? ZERO_DTYPE_F16 : bf16_on ? ZERO_DTYPE_BF16 : ZERO_DTYPE_F32;
+    return 0;
+}
+
+/* ---- zero_optimization ------------------------------------------------ */
+
+static const zero__cfg_key zero_keys[] = {
+    {"stage", ZERO__KEY_USED, NULL, NULL},
+    {"contiguous_gradients", ZERO__KEY_USED, NULL, NULL},
+    {"reduce_scatter", ZERO__KEY_USED, NULL, NULL},
+    {"reduce_bucket_size", ZERO__KEY_USED, NULL, NULL},
+    {"allgather_bucket_size", ZERO__KEY_USED, NULL, NULL},
+    {"allgather_partitions", ZERO__KEY_USED, NULL, NULL},
+    {"overlap_comm", ZERO__KEY_USED, NULL, NULL},
+    {"round_robin_gradients", ZERO__KEY_USED, NULL, NULL},
+    {"offload_optimizer", ZERO__KEY_USED, NULL, NULL},
+    {"offload_param", ZERO__KEY_USED, NULL, NULL},
+    {"stage3_prefetch_bucket_size", ZERO__KEY_USED, NULL, NULL},
+    {"stage3_param_persistence_threshold", ZERO__KEY_USED, NULL, NULL},
+    {"stage3_max_live_parameters", ZERO__KEY_USED, NULL, NULL},
+    {"stage3_max_reuse_distance", ZERO__KEY_USED, NULL, NULL},
+    /* DeepSpeed's pydantic field names, accepted as aliases of the above. */
+    {"prefetch_bucket_size", ZERO__KEY_USED, NULL, NULL},
+    {"param_persistence_threshold", ZERO__KEY_USED, NULL, NULL},
+    {"max_live_parameters", ZERO__KEY_USED, NULL, NULL},
+    {"max_reuse_distance", ZERO__KEY_USED, NULL, NULL},
+    {"sub_group_size", ZERO__KEY_USED, NULL, NULL},
+    {"plugin", ZERO__KEY_USED, NULL, NULL},
+    {"strict_grads", ZERO__KEY_USED, NULL, NULL},
+    {"grad_hooks", ZERO__KEY_USED, NULL, NULL},
+    {"cpu_offload", ZERO__KEY_USED, NULL, NULL},
+    {"ignore_unused_parameters", ZERO__KEY_USED, NULL, NULL},
+    {"load_from_fp32_weights", ZERO__KEY_IGNORED, "true", NOT_IMPL},
+    {"elastic_checkpoint", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"stage3_gather_16bit_weights_on_model_save", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"gather_16bit_weights_on_model_save", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"stage3_gather_fp16_weights_on_model_save", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"legacy_stage1", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"zero_hpz_partition_size", ZERO__KEY_IGNORED, "1", NOT_IMPL},
+    {"zero_quantized_weights", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"zero_quantized_nontrainable_weights", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"zero_quantized_gradients", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"mics_shard_size", ZERO__KEY_IGNORED, "-1", NOT_IMPL},
+    {"mics_hierarchical_params_gather", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"memory_efficient_linear", ZERO__KEY_IGNORED, "true", NOT_IMPL},
+    {"use_multi_rank_bucket_allreduce", ZERO__KEY_IGNORED, "true", NOT_IMPL},
+    {"pipeline_loading_checkpoint", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"override_module_apply", ZERO__KEY_IGNORED, "true", NOT_IMPL},
+    {"stage3_module_granularity_threshold", ZERO__KEY_IGNORED, "0", NOT_IMPL},
+    {"log_trace_cache_warnings", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"use_all_reduce_for_fetch_params", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"cpu_offload_params", ZERO__KEY_IGNORED, "false", "parameter offload is not implemented by libzero, ignored"},
+    {"cpu_offload_use_pin_memory", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {NULL, 0, NULL, NULL}};
+
+static const zero__cfg_key offload_opt_keys[] = {
+    {"device", ZERO__KEY_USED, NULL, NULL},
+    {"pin_memory", ZERO__KEY_USED, NULL, NULL},
+    {"nvme_path", ZERO__KEY_IGNORED, "null", "only used by NVMe offload, which libzero does not implement; ignored"},
+    {"buffer_count", ZERO__KEY_IGNORED, "4", "only used by NVMe offload, which libzero does not implement; ignored"},
+    {"fast_init", ZERO__KEY_IGNORED, "false", "only used by NVMe offload, which libzero does not implement; ignored"},
+    {"pipeline_read", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"pipeline_write", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"pipeline", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"ratio", ZERO__KEY_IGNORED, "1", "partial offload is not implemented by libzero (everything is offloaded), ignored"},
+    {NULL, 0, NULL, NULL}};
+
+#define SZ "zero_optimization"
+#define OO "zero_optimization.offload_optimizer"
+
+static int parse_offload_optimizer(zero__cfg_ctx *ctx, const json_t *zo, zero_run_config *rc) {
+    const json_t *oo;
+    const char *device = NULL;
+    int32_t cpu_offload = 0;
+    if (zero__cfg_obj(ctx, zo, SZ, "offload_optimizer", &oo) < 0) return -1;
+    /* Deprecated DeepSpeed spelling: "cpu_offload": true == {"device": "cpu"}. */
+    if (zero__cfg_bool(ctx, zo, SZ, "cpu_offload", &cpu_offload) < 0) return -1;
+    if (cpu_offload && !oo) {
+        zero__cfg_warn(ctx, SZ ".cpu_offload: deprecated (as in DeepSpeed); treated as "
+                              "offload_optimizer {\"device\": \"cpu\"}");
+        rc->offload_optimizer = 1;
+    }
+    if (!oo) return 0;
+    zero__cfg_check_keys(ctx, oo, OO, offload_opt_keys);
+    if (zero__cfg_str(ctx, oo, OO, "device", &device) < 0) return -1;
+    if (device && strcmp(device, "nvme") == 0)
+        return zero__cfg_fail(ctx, OO ".device: got \"nvme\", expected \"none\" or \"cpu\": NVMe offload "
+                                   "(ZeRO-Infinity) is not implemented by libzero");
+    if (device && strcmp(device, "cpu") != 0 && strcmp(device, "none") != 0) {
+        char val[96];
+        zero__cfg_describe(json_object_get(oo, "device"), val, sizeof val);
+        return zero__cfg_fail(ctx, OO ".device: got %s, expected \"none\" or \"cpu\"", val);
+    }
+    rc->offload_optimizer = device && strcmp(device, "cpu") == 0;
+    return zero__cfg_bool(ctx, oo, OO, "pin_memory", &rc->offload_pin_memory) < 0 ? -1 : 0;
+}
+
+static int parse_offload_param(zero__cfg_ctx *ctx, const json_t *zo) {
+    const json_t *op;
+    const char *device = NULL;
+    if (zero__cfg_obj(ctx, zo, SZ, "offload_param", &op) < 0) return -1;
+    if (!op) return 0;
+    if (zero__cfg_str(ctx, op, SZ ".offload_param", "device", &device) < 0) return -1;
+    /* {"device": "none"} asks for nothing: stay quiet. */
+    if (!device || strcmp(device, "none") != 0)
+        zero__cfg_warn(ctx, SZ ".offload_param: parameter offload is not implemented by libzero, ignored "
+                              "(parameters stay in device memory)");
+    return 0;
+}
+
+/* stage3_* keys also go by DeepSpeed's field name without the prefix. */
+static int read_size(zero__cfg_ctx *ctx, const json_t *zo, const char *key, const char *alias, int64_t lo,
+                     const char *what, int64_t *out) {
+    int64_t v;
+    int r = zero__cfg_int(ctx, zo, SZ, key, lo, INT64_MAX, what, &v);
+    if (r == 0 && alias) r = zero__cfg_int(ctx, zo, SZ, alias, lo, INT64_MAX, what, &v);
+    if (r == 1) *out = v;
+    return r < 0 ? -1 : 0;
+}
+
+int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc, const char **plugin_key) {
+    const json_t *zo = json_object_get(root, SZ);
+    int64_t stage = 0;
+    int32_t b, overlap = -1, ignore_unused = 1, have_strict;
+
+    if (zo && json_is_boolean(zo)) {
+        /* Legacy DeepSpeed: "zero_optimization": true meant stage 1. */
+        rc->stage = json_is_true(zo) ? 1 : 0;
+        zero__cfg_warn(ctx, SZ ": a boolean is deprecated (as in DeepSpeed); treated as {\"stage\": %d}",
+                       rc->stage);
+        zo = NULL;
+    } else if (zero__cfg_obj(ctx, root, "", SZ, &zo) < 0) {
+        return -1;
+    }
+    zero__cfg_check_keys(ctx, zo, SZ, zero_keys);
+    if (zero__cfg_int(ctx, zo, SZ, "stage", 0, 3, "an integer 0..3", &stage) < 0) return -1;
+    if (zo) rc->stage = (int32_t)stage;
+
+    if (zero__cfg_bool(ctx, zo, SZ, "contiguous_gradients", &rc->contiguous_gradients) < 0 ||
+        zero__cfg_bool(ctx, zo, SZ, "reduce_scatter", &rc->reduce_scatter) < 0 ||
+        zero__cfg_bool(ctx, zo, SZ, "overlap_comm", &overlap) < 0 ||
+        zero__cfg_bool(ctx, zo, SZ, "round_robin_gradients", &rc->round_robin_gradients) < 0 ||
+        zero__cfg_bool(ctx, zo, SZ, "strict_grads", &rc->strict_grads) < 0)
+        return -1;
+    /* DeepSpeed turns overlap_comm on by default for stage 3 only. */
+    rc->overlap_comm = overlap >= 0 ? overlap : rc->stage == 3;
+
+    b = 1;
+    if (zero__cfg_bool(ctx, zo, SZ, "allgather_partitions", &b) < 0) return -1;
+    if (!b)
+        zero__cfg_warn(ctx, SZ ".allgather_partitions: false (broadcast instead of all-gather) is not "
+                              "implemented by libzero, ignored (partitions are all-gathered)");
+    b = 1;
+    if (zero__cfg_bool(ctx, zo, SZ, "grad_hooks", &b) < 0) return -1;
+    if (!b)
+        zero__cfg_warn(ctx, SZ ".grad_hooks: false is not implemented by libzero, ignored (the host always "
+                              "reports gradients through zero_on_grad_ready)");
+    /* DeepSpeed's ignore_unused_parameters=false makes a missing gradient an
+     * error: that is libzero's strict_grads, unless strict_grads is given. */
+    have_strict = zo && json_object_get(zo, "strict_grads") && !json_is_null(json_object_get(zo, "strict_grads"));
+    if (zero__cfg_bool(ctx, zo, SZ, "ignore_unused_parameters", &ignore_unused) < 0) return -1;
+    if (!ignore_unused && !have_strict) rc->strict_grads = 1;
+
+    if (read_size(ctx, zo, "reduce_bucket_size", NULL, 1, "a positive integer (elements)",
+                  &rc->reduce_bucket_size) < 0 ||
+        read_size(ctx, zo, "allgather_bucket_size", NULL, 1, "a positive integer (elements)",
+                  &rc->allgather_bucket_size) < 0 ||
+        read_size(ctx, zo, "stage3_prefetch_bucket_size", "prefetch_bucket_size", 0,
+                  "an integer >= 0 (elements)", &rc->stage3_prefetch_bucket_size) < 0 ||
+        read_size(ctx, zo, "stage3_param_persistence_threshold", "param_persistence_threshold", 0,
+                  "an integer >= 0 (elements)", &rc->stage3_param_persistence_threshold) < 0 ||
+        read_size(ctx, zo, "stage3_max_live_parameters", "max_live_parameters", 0, "an integer >= 0 (elements)",
+                  &rc->stage3_max_live_parameters) < 0 ||
+        read_size(ctx, zo, "stage3_max_reuse_distance", "max_reuse_distance", 0, "an integer >= 0 (elements)",
+                  &rc->stage3_max_reuse_distance) < 0 ||
+        read_size(ctx, zo, "sub_group_size", NULL, 1, "a positive integer (elements)", &rc->sub_group_size) < 0)
+        return -1;
+
+    if (parse_offload_optimizer(ctx, zo, rc) < 0 || parse_offload_param(ctx, zo) < 0) return -1;
+    *plugin_key = NULL;
+    return zero__cfg_str(ctx, zo, SZ, "plugin", plugin_key) < 0 ? -1 : 0;
+}
+
+/* ---- pipeline (libzero extension; DeepSpeed's PipelineModule keys) ----- */
+
+static const zero__cfg_key pipeline_keys[] = {
+    {"stages", ZERO__KEY_USED, NULL, NULL},
+    {"partition", ZERO__KEY_IGNORED, NULL, "belongs to the host's own pipeline, ignored by libzero"},
+    {"seed_layers", ZERO__KEY_IGNORED, NULL, "belongs to the host's own pipeline, ignored by libzero"},
+    {"activation_checkpoint_interval", ZERO__KEY_IGNORED, NULL,
+     "belongs to the host's own pipeline, ignored by libzero"},
+    {"pipe_partitioned", ZERO__KEY_IGNORED, NULL, "belongs to the host's own pipeline, ignored by libzero"},
+    {"grad_partitioned", ZERO__KEY_IGNORED, NULL, "belongs to the host's own pipeline, ignored by libzero"},
+    {"use_reentrant", ZERO__KEY_IGNORED, NULL, "belongs to the host's own pipeline, ignored by libzero"},
+    {NULL, 0, NULL, NULL}};
+
+int zero__cfg_parse_pipeline(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc) {
+    const json_t *pp;
+    int64_t stages = 1;
+    if (zero__cfg_obj(ctx, root, "", "pipeline", &pp) < 0) return -1;
+    zero__cfg_check_keys(ctx, pp, "pipeline", pipeline_keys);
+    if (zero__cfg_int(ctx, pp, "pipeline", "stages", 1, INT32_MAX, "a positive integer", &stages) < 0) return -1;
+    rc->pipeline_stages = (int32_t)stages;
+    if (stages > 1 && rc->stage >= 2)
+        return zero__cfg_fail(ctx,
+                              "zero_optimization.stage: got %d with pipeline.stages %d, expected 0 or 1: with "
+                              "pipeline parallelism ZeRO stage %d would reduce-scatter gradients on every "
+                              "micro-batch, multiplying data-parallel traffic by the number of micro-batches "
+                              "for no memory gain; use stage 1 (plugin \"stage1-pp\")",
+                              rc->stage, (int)stages, rc->stage);
+    return 0;
+}
