@@ -214,21 +214,25 @@ static double validate(trainer *t, const demo_corpus *c, uint64_t *ntok) {
     return total / (double)n;
 }
 
-/* fp64 sum and sum of squares of every parameter (model acquired). */
+/* fp64 sum, sum of squares and sum of |x| of every parameter (model
+ * acquired).  The |x| sum is the scale against which a difference in the
+ * plain sum is judged: the sum itself may be near zero. */
 static void digest(trainer *t, demo_report *r) {
-    r->digest_sum = r->digest_sumsq = 0.0;
+    r->digest_sum = r->digest_sumsq = r->digest_abssum = 0.0;
     for (int k = 0; k < DEMO_NPARAMS; ++k) {
-        double s = 0.0, q = 0.0;
+        double s = 0.0, q = 0.0, a = 0.0;
         uint64_t n = demo_param_numel(&t->d, k);
         for (uint64_t j = 0; j < n; ++j) {
             double v = t->full[k][j];
             s += v;
             q += v * v;
+            a += fabs(v);
         }
         r->param_sum[k] = s;
         r->param_sumsq[k] = q;
         r->digest_sum += s;
         r->digest_sumsq += q;
+        r->digest_abssum += a;
     }
 }
 

@@ -107,6 +107,7 @@ static json_t *build(const demo_report *r) {
     json_t *dig = json_object(), *per = json_object();
     json_object_set_new(dig, "sum", jreal(r->digest_sum));
     json_object_set_new(dig, "sumsq", jreal(r->digest_sumsq));
+    json_object_set_new(dig, "abssum", jreal(r->digest_abssum));
     for (int p = 0; p < DEMO_NPARAMS; ++p)
         json_object_set_new(per, demo_param_name(p),
                             json_pack("{s:o,s:o}", "sum", jreal(r->param_sum[p]), "sumsq", jreal(r->param_sumsq[p])));
