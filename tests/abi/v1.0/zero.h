@@ -1,0 +1,329 @@
+/*
+ * libzero host ABI — ZeRO (Zero Redundancy Optimizer) for C/C++ trainers.
+ *
+ * This header is the whole contract between a host trainer and libzero.so.
+ * It contains no Jansson, MPI, NCCL or CUDA type: communicators and streams
+ * travel as `void *` together with a kind tag.
+ *
+ * Versioning rules (see README, "The ABI in one page"):
+ *  - ZERO_ABI_VERSION_MAJOR changes only on an incompatible change; a host
+ *    built against 1.x runs on any library 1.y with y >= x.
+ *  - Every public struct begins with `struct_size` (set it to sizeof the
+ *    struct you compiled against, the *_INIT macros do so).  Structs only
+ *    grow at the end; the library reads only the fields your size covers and
+ *    gives later fields their documented default.
+ *  - Status codes and enum values are never renumbered.
+ *
+ * Threading: unless a function says otherwise, calls on one engine must not
+ * run concurrently.  zero_on_grad_ready and zero_grad_buffer may be called
+ * from several threads at once (e.g. per-layer backward threads).
+ */
+#ifndef ZERO_H
+#define ZERO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZERO_ABI_VERSION_MAJOR 1
+#define ZERO_ABI_VERSION_MINOR 0
+/* Encoded as major * 10000 + minor. */
+#define ZERO_ABI_VERSION (ZERO_ABI_VERSION_MAJOR * 10000 + ZERO_ABI_VERSION_MINOR)
+
+#if defined(_WIN32)
+#define ZERO_API __declspec(dllimport)
+#elif defined(ZERO_BUILDING_LIBRARY)
+#define ZERO_API __attribute__((visibility("default")))
+#else
+#define ZERO_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status codes: stable numbers, never reused.                               */
+/* ------------------------------------------------------------------------ */
+typedef int32_t zero_status;
+enum {
+    ZERO_OK = 0,
+    ZERO_ERR_INVALID_ARGUMENT = 1, /* NULL/unknown handle, bad value       */
+    ZERO_ERR_CONFIG = 2,           /* config text/file wrong; message names the key */
+    ZERO_ERR_PLUGIN_NOT_FOUND = 3, /* message lists every path searched     */
+    ZERO_ERR_PLUGIN_ABI = 4,       /* plugin built for another ABI major    */
+    ZERO_ERR_PLUGIN_SYMBOL = 5,    /* library lacks the plugin table symbol */
+    ZERO_ERR_PLUGIN_INIT = 6,      /* the plugin's create() failed          */
+    ZERO_ERR_OUT_OF_MEMORY = 7,
+    ZERO_ERR_COMM = 8,             /* a collective failed                   */
+    ZERO_ERR_MISMATCH = 9,         /* ranks disagree (params, gather order) */
+    ZERO_ERR_STATE = 10,           /* call out of order (e.g. register after params_done) */
+    ZERO_ERR_UNSUPPORTED = 11,     /* valid request this build/plugin cannot do */
+    ZERO_ERR_IO = 12,              /* checkpoint or config file I/O         */
+    ZERO_ERR_TIMEOUT = 13,         /* a cross-rank agreement timed out      */
+    ZERO_ERR_LOSS_SCALE = 14,      /* fp16 loss scale hit min_loss_scale    */
+    ZERO_ERR_DEVICE = 15,          /* device backend error / no device      */
+    ZERO_ERR_INTERNAL = 16,
+    ZERO_ERR_DUPLICATE = 17        /* e.g. grad ready twice in one micro-step */
+};
+
+/* Static text for a status code ("ZERO_ERR_CONFIG: ..."); never NULL.
+ * Thread-safe; the string lives for the life of the process. */
+ZERO_API const char *zero_status_string(zero_status s);
+
+/* Runtime ABI version of the loaded library (ZERO_ABI_VERSION encoding).
+ * Thread-safe. */
+ZERO_API uint32_t zero_abi_version(void);
+/* Library version string, e.g. "1.0.0". Static storage. Thread-safe. */
+ZERO_API const char *zero_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/* Enumerations                                                              */
+/* ------------------------------------------------------------------------ */
+typedef int32_t zero_dtype;
+enum { ZERO_DTYPE_F32 = 0, ZERO_DTYPE_BF16 = 1, ZERO_DTYPE_F16 = 2 };
+
+typedef int32_t zero_device_kind;
+enum { ZERO_DEVICE_CPU = 0, ZERO_DEVICE_CUDA = 1 };
+
+/* What `zero_engine_options.comm` points to. */
+typedef int32_t zero_comm_kind;
+enum {
+    ZERO_COMM_AUTO = 0, /* libzero decides: MPI_COMM_WORLD if MPI is built in, else single process */
+    ZERO_COMM_MPI = 1,  /* comm points to the host's MPI_Comm (pass &my_comm) */
+    ZERO_COMM_NCCL = 2, /* comm points to the host's ncclComm_t (pass &my_comm) */
+    ZERO_COMM_SELF = 3  /* single process, world size 1, no MPI at all */
+};
+
+typedef int32_t zero_log_level;
+enum { ZERO_LOG_ERROR = 0, ZERO_LOG_WARN = 1, ZERO_LOG_INFO = 2, ZERO_LOG_DEBUG = 3 };
+
+/* Memory accounting categories (zero_memory_stats). */
+typedef int32_t zero_mem_tag;
+enum {
+    ZERO_MEM_PARAMS = 0,  /* model-dtype parameters owned by libzero          */
+    ZERO_MEM_GRADS = 1,   /* persistent gradient buffers / partitions        */
+    ZERO_MEM_MASTER = 2,  /* fp32 master weights (absent for fp32 models)    */
+    ZERO_MEM_OPTIM = 3,   /* optimizer states (Adam m and v, momentum, ...)  */
+    ZERO_MEM_BUCKETS = 4, /* reduction buckets / staging                     */
+    ZERO_MEM_GATHER = 5,  /* stage-3 gather buffers                          */
+    ZERO_MEM_OTHER = 6,
+    ZERO_MEM_NTAGS = 7
+};
+/* Memory tiers: the accelerator (or, without one, the "device" arena that
+ * stands for it) and host memory (offload). */
+typedef int32_t zero_mem_tier;
+enum { ZERO_TIER_DEVICE = 0, ZERO_TIER_HOST = 1, ZERO_NTIERS = 2 };
+
+/* ------------------------------------------------------------------------ */
+/* Handles (opaque)                                                          */
+/* ------------------------------------------------------------------------ */
+typedef struct zero_engine zero_engine;
+typedef struct zero_param zero_param;
+
+/* Log callback.  `rank` is the engine's world rank (or -1 before it is
+ * known); `msg` has no trailing newline and is valid only during the call.
+ * May be called from libzero's communication thread. */
+typedef void (*zero_log_fn)(void *user, zero_log_level level, int rank, const char *msg);
+
+/* ------------------------------------------------------------------------ */
+/* Engine creation                                                           */
+/* ------------------------------------------------------------------------ */
+typedef struct zero_engine_options {
+    uint32_t struct_size;      /* = sizeof(zero_engine_options) */
+    uint32_t reserved0;        /* must be 0 */
+    const char *config_json;   /* DeepSpeed JSON text, or NULL */
+    const char *config_path;   /* path of a ds_config.json, or NULL (text wins if both) */
+    zero_comm_kind comm_kind;  /* default ZERO_COMM_AUTO */
+    zero_device_kind device_kind; /* default ZERO_DEVICE_CPU */
+    void *comm;                /* per comm_kind: pointer to the host's MPI_Comm / ncclComm_t; borrowed, must outlive the engine */
+    int32_t device_index;      /* CUDA ordinal; ignored on CPU */
+    int32_t reserved1;         /* must be 0 */
+    void *stream;              /* host compute stream (cudaStream_t) or NULL */
+    const char *plugin;        /* plugin name or path; NULL = from config / ZERO_PLUGIN */
+    zero_log_fn log_fn;        /* NULL = stderr, prefixed "[zero rank R] LEVEL: " */
+    void *log_user;
+} zero_engine_options;
+
+#define ZERO_ENGINE_OPTIONS_INIT                                                                   \
+    { sizeof(zero_engine_options), 0, NULL, NULL, ZERO_COMM_AUTO, ZERO_DEVICE_CPU, NULL, 0, 0, NULL, \
+      NULL, NULL, NULL }
+
+/* Create an engine: parse the config, set up communication, load the
+ * plugin.  On success *out owns the engine (free with zero_engine_destroy).
+ * On failure *out is NULL and, if `err`/`err_len` are given, the message is
+ * copied there (the engine's last-error text does not exist yet).
+ * Collective: every rank of the communicator calls it.  Strings in `opts`
+ * are copied; `opts` may be freed after the call. */
+ZERO_API zero_status zero_engine_create(const zero_engine_options *opts, zero_engine **out,
+                                        char *err, size_t err_len);
+
+/* Destroy the engine: waits for outstanding communication, frees all
+ * libzero memory, unloads the plugin.  Finalizes MPI only if libzero
+ * initialized it.  Collective.  NULL is a no-op. */
+ZERO_API void zero_engine_destroy(zero_engine *e);
+
+/* The last error message on this engine (empty string if none).  Owned by
+ * the engine; valid until the next call on it.  Messages start with the
+ * rank: "rank 2: ...". */
+ZERO_API const char *zero_last_error(const zero_engine *e);
+
+/* World rank and size of the engine's data-parallel communicator. */
+ZERO_API int zero_rank(const zero_engine *e);
+ZERO_API int zero_world_size(const zero_engine *e);
+/* Name of the loaded plugin ("stage2", ...). Owned by the engine. */
+ZERO_API const char *zero_plugin_name(const zero_engine *e);
+
+/* ------------------------------------------------------------------------ */
+/* Parameters                                                                */
+/* ------------------------------------------------------------------------ */
+/* Parameter storage is owned by libzero from zero_params_done() on:
+ * `data` below supplies the initial values and is read (copied) during
+ * zero_params_done; afterwards the host may free it and must access the
+ * parameter only through zero_gather()/zero_release().  The same host code
+ * therefore works for every stage, including stage 3 where a rank keeps only
+ * a shard. */
+typedef struct zero_param_desc {
+    uint32_t struct_size; /* = sizeof(zero_param_desc) */
+    uint32_t reserved0;
+    const char *name;     /* copied; must be unique; used in error messages and checkpoints */
+    const void *data;     /* initial values (numel elements of dtype); read at zero_params_done */
+    uint64_t numel;
+    zero_dtype dtype;
+    zero_device_kind device; /* where `data` lives */
+    void *grad;           /* optional host-owned gradient buffer (numel, dtype): libzero reads it in
+                             zero_on_grad_ready; NULL = use zero_grad_buffer() */
+    int32_t group;        /* param group (optimizer.param_groups index), default 0 */
+    int32_t reserved1;
+} zero_param_desc;
+
+#define ZERO_PARAM_DESC_INIT \
+    { sizeof(zero_param_desc), 0, NULL, NULL, 0, ZERO_DTYPE_F32, ZERO_DEVICE_CPU, NULL, 0, 0 }
+
+/* Register a parameter.  Order matters: it defines the flat layout, and
+ * every rank must register the same list (checked in zero_params_done).
+ * *out is a handle owned by the engine, valid until zero_engine_destroy.
+ * Not thread-safe. */
+ZERO_API zero_status zero_register_param(zero_engine *e, const zero_param_desc *desc,
+                                         zero_param **out);
+
+/* Freeze the layout, allocate partitions and optimizer state, copy initial
+ * values.  Collective: compares a hash of the parameter list across ranks
+ * and fails with ZERO_ERR_MISMATCH on every rank, naming the first
+ * difference, if they disagree. */
+ZERO_API zero_status zero_params_done(zero_engine *e);
+
+/* Hyper-parameters of one param group (optimizer.param_groups[i] in the
+ * config wins over these; unset fields (< 0) inherit optimizer.params). */
+typedef struct zero_group_desc {
+    uint32_t struct_size;
+    int32_t group;
+    double lr_scale;     /* multiplies the scheduled lr; default 1 */
+    double weight_decay; /* < 0: inherit */
+} zero_group_desc;
+#define ZERO_GROUP_DESC_INIT { sizeof(zero_group_desc), 0, 1.0, -1.0 }
+/* Set per-group options before zero_params_done. Not thread-safe. */
+ZERO_API zero_status zero_set_group(zero_engine *e, const zero_group_desc *desc);
+
+/* ------------------------------------------------------------------------ */
+/* Per micro-batch                                                           */
+/* ------------------------------------------------------------------------ */
+/* Make `n` parameters available (stage 3: all-gather their shards; below
+ * stage 3: no communication).  ptrs[i] receives the full-tensor pointer of
+ * params[i] (numel elements of its dtype), valid until the matching
+ * zero_release (stage 3) and in any case until the next zero_step.
+ * Collective in stage 3: ranks must gather the same params in the same
+ * order (a divergent order fails with ZERO_ERR_MISMATCH naming the params).
+ * The host must not write through these pointers. */
+ZERO_API zero_status zero_gather(zero_engine *e, zero_param *const *params, size_t n, void **ptrs);
+/* End the use of params gathered by zero_gather. No-op below stage 3. */
+ZERO_API zero_status zero_release(zero_engine *e, zero_param *const *params, size_t n);
+
+/* Where to put p's gradient for the current micro-batch: `numel` elements
+ * of p's dtype.  ADD (+=) your gradient into it: the buffer may already
+ * hold earlier micro-batches' sum (stage 0/1) or be zero (stage 2/3); never
+ * overwrite.  Valid until zero_on_grad_ready(p).  Thread-safe (different
+ * params concurrently).  For params registered with a host `grad`, returns
+ * that pointer. */
+ZERO_API zero_status zero_grad_buffer(zero_engine *e, zero_param *p, void **buf);
+
+/* p's gradient for this micro-batch is final.  Call from the backward hook
+ * as soon as the layer is done, in any order, possibly from several threads
+ * at once.  `stream` orders device work (cudaStream_t) or NULL.  Calling it
+ * twice for one param in one micro-batch is ZERO_ERR_DUPLICATE. */
+ZERO_API zero_status zero_on_grad_ready(zero_engine *e, zero_param *p, void *stream);
+
+typedef struct zero_step_args {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    void *stream; /* cudaStream_t or NULL */
+} zero_step_args;
+#define ZERO_STEP_ARGS_INIT { sizeof(zero_step_args), 0, NULL }
+
+typedef struct zero_step_result {
+    uint32_t struct_size;   /* set by the caller */
+    int32_t boundary;       /* 1 if this micro-batch ended an accumulation window */
+    int32_t taken;          /* 1 if the optimizer stepped (0: not a boundary, or skipped on overflow) */
+    int32_t overflow;       /* 1 if an fp16 overflow was detected on any rank */
+    uint64_t global_step;   /* optimizer steps taken so far */
+    double grad_norm;       /* global L2 norm of the (unscaled) gradient, before clipping; -1 if not a boundary */
+    double loss_scale;      /* scale to multiply the next micro-batch's loss by (1 when not fp16) */
+    double lr;              /* lr in force for the step just taken (group 0) */
+} zero_step_result;
+#define ZERO_STEP_RESULT_INIT { sizeof(zero_step_result), 0, 0, 0, 0, 0.0, 1.0, 0.0 }
+
+/* Once per micro-batch, after every gradient is ready.  At the accumulation
+ * boundary (gradient_accumulation_steps) libzero finishes the reduction,
+ * clips, checks overflow, steps the optimizer and refreshes parameters.
+ * A param whose gradient never arrived counts as zero with a warning naming
+ * it (or ZERO_ERR_STATE with zero_optimization.strict_grads).  Collective.
+ * `args` may be NULL. */
+ZERO_API zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_result *result);
+
+/* Loss scale to apply to the current micro-batch's loss (1 unless fp16). */
+ZERO_API double zero_loss_scale(const zero_engine *e);
+
+/* ------------------------------------------------------------------------ */
+/* Checkpoints                                                               */
+/* ------------------------------------------------------------------------ */
+/* Save / load a sharded checkpoint in directory `dir` (created if needed).
+ * Each rank writes its own shard atomically (temp file + rename).  Collective. */
+ZERO_API zero_status zero_save(zero_engine *e, const char *dir);
+ZERO_API zero_status zero_load(zero_engine *e, const char *dir);
+
+/* ------------------------------------------------------------------------ */
+/* Statistics                                                                */
+/* ------------------------------------------------------------------------ */
+typedef struct zero_memory_stats {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    /* bytes by [tier][tag], this rank */
+    uint64_t current[ZERO_NTIERS][ZERO_MEM_NTAGS];
+    uint64_t peak[ZERO_NTIERS][ZERO_MEM_NTAGS];
+    uint64_t current_total[ZERO_NTIERS];
+    uint64_t peak_total[ZERO_NTIERS]; /* peak of the sum, not sum of peaks */
+} zero_memory_stats;
+#define ZERO_MEMORY_STATS_INIT { .struct_size = sizeof(zero_memory_stats) }
+
+/* Fill *out for this rank. Thread-safe. */
+ZERO_API zero_status zero_memory_stats_get(const zero_engine *e, zero_memory_stats *out);
+
+typedef struct zero_comm_stats {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    uint64_t allreduce_calls, reduce_scatter_calls, allgather_calls, broadcast_calls, other_calls;
+    uint64_t bytes_reduced;   /* payload bytes entering reductions on this rank */
+    uint64_t bytes_gathered;  /* payload bytes of all-gathers on this rank */
+    uint64_t reduction_passes;/* gradient reduction passes (one per bucket set flush) */
+    double exposed_comm_seconds; /* time zero_step waited for reductions started during backward */
+    double total_comm_seconds;   /* wall time collectives were in flight */
+} zero_comm_stats;
+#define ZERO_COMM_STATS_INIT { .struct_size = sizeof(zero_comm_stats) }
+ZERO_API zero_status zero_comm_stats_get(const zero_engine *e, zero_comm_stats *out);
+
+/* Human-readable name of a memory tag ("params", "grads", ...). Static. */
+ZERO_API const char *zero_mem_tag_name(zero_mem_tag t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZERO_H */

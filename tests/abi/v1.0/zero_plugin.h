@@ -1,0 +1,381 @@
+/*
+ * libzero plugin ABI — what a partitioning strategy implements and what the
+ * core offers it.
+ *
+ * A plugin is a shared library `libzero-plugin-<name>.so` that exports one
+ * symbol, `zero_plugin_v1`, a const zero_plugin_table_v1.  It includes only
+ * abi/ headers.  Everything else in it is hidden.
+ *
+ * Evolution (the NCCL net-plugin / sqlite3_vfs rule): a released table type
+ * is never edited.  A future ABI 2 adds `zero_plugin_table_v2` and the symbol
+ * `zero_plugin_v2`; the core keeps loading v1 plugins as long as it can.
+ * Within major 1, the services table grows append-only: a plugin built
+ * against minor m may use only the services whose offset is below
+ * `services->struct_size`, and the ZERO_SERVICES_HAS() macro checks that.
+ *
+ * Threading: the core calls a plugin's functions on one engine from one
+ * thread at a time, except on_grad_ready and grad_buffer, which may run
+ * concurrently for different params (the host may call from several
+ * threads); plugins protect their shared state accordingly.  Every service
+ * is thread-safe unless noted.
+ */
+#ifndef ZERO_PLUGIN_H
+#define ZERO_PLUGIN_H
+
+#include "zero.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZERO_PLUGIN_ABI_MAJOR 1
+#define ZERO_PLUGIN_ABI_MINOR 0
+
+#if defined(__GNUC__)
+#define ZERO_PLUGIN_EXPORT __attribute__((visibility("default")))
+#define ZERO_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define ZERO_PLUGIN_EXPORT
+#define ZERO_PRINTF(a, b)
+#endif
+
+typedef struct zero_core zero_core;         /* the engine as a plugin sees it */
+typedef struct zero_comm zero_comm;         /* a communicator: world or a sub-group */
+typedef struct zero_comm_req zero_comm_req; /* an in-flight collective */
+typedef struct zero_buckets zero_buckets;   /* a gradient bucket set */
+
+typedef int32_t zero_reduce_op;
+enum { ZERO_OP_SUM = 0, ZERO_OP_MAX = 1, ZERO_OP_MIN = 2 };
+
+/* Comm element types: the model dtypes plus these. */
+enum { ZERO_DTYPE_F64 = 16, ZERO_DTYPE_I64 = 17, ZERO_DTYPE_U64 = 18, ZERO_DTYPE_U8 = 19 };
+
+/* ------------------------------------------------------------------------ */
+/* The parsed run configuration (typed view of ds_config.json).  Owned by     */
+/* the core, read-only, valid for the life of the engine.  Append-only.      */
+/* ------------------------------------------------------------------------ */
+typedef int32_t zero_optim_kind;
+enum {
+    ZERO_OPTIM_ADAMW = 0, /* decoupled weight decay */
+    ZERO_OPTIM_ADAM = 1,  /* L2 weight decay added to the gradient (adam_w_mode false) */
+    ZERO_OPTIM_SGD = 2,
+    ZERO_OPTIM_LION = 3,
+    ZERO_OPTIM_ADAGRAD = 4,
+    ZERO_OPTIM_LAMB = 5
+};
+
+typedef struct zero_run_config {
+    uint32_t struct_size;
+    int32_t stage;                   /* zero_optimization.stage (0..3) */
+    int64_t train_batch_size;
+    int64_t micro_batch_per_gpu;
+    int64_t grad_accum_steps;
+    double gradient_clipping;        /* 0 = off */
+    int32_t prescale_gradients;
+    int32_t reserved0;
+    double gradient_predivide_factor;
+    int32_t steps_per_print;
+    int32_t wall_clock_breakdown;
+    /* precision */
+    zero_dtype model_dtype;          /* F32, BF16 (bf16.enabled) or F16 (fp16.enabled) */
+    int32_t fp16_initial_scale_power;/* default 16 */
+    double fp16_loss_scale;          /* 0 = dynamic */
+    int32_t fp16_loss_scale_window;  /* default 1000 */
+    int32_t fp16_hysteresis;         /* default 2 */
+    int32_t fp16_consecutive_hysteresis; /* default 0 */
+    int32_t reserved1;
+    double fp16_min_loss_scale;      /* default 1 */
+    /* optimizer */
+    zero_optim_kind optim;
+    int32_t reserved2;
+    double lr, beta1, beta2, eps, weight_decay, momentum;
+    int32_t nesterov;
+    int32_t bias_correction;         /* default 1 */
+    /* zero_optimization */
+    int32_t contiguous_gradients;    /* default 1 */
+    int32_t reduce_scatter;          /* default 1 */
+    int64_t reduce_bucket_size;      /* elements, default 5e8 */
+    int64_t allgather_bucket_size;   /* elements, default 5e8 */
+    int32_t overlap_comm;            /* default 0 (stage 3: 1) */
+    int32_t round_robin_gradients;
+    int32_t offload_optimizer;       /* 1 when offload_optimizer.device == "cpu" */
+    int32_t offload_pin_memory;
+    int64_t stage3_prefetch_bucket_size;      /* default 5e7 */
+    int64_t stage3_param_persistence_threshold; /* default 1e5 */
+    int64_t stage3_max_live_parameters;       /* default 1e9 */
+    int64_t stage3_max_reuse_distance;        /* default 1e9 */
+    int64_t sub_group_size;                   /* default 1e9 */
+    int32_t strict_grads;            /* zero_optimization.strict_grads: missing grad is an error */
+    int32_t pipeline_stages;         /* pipeline.stages, 1 = no pipeline */
+} zero_run_config;
+
+/* ------------------------------------------------------------------------ */
+/* Parameters and layout                                                     */
+/* ------------------------------------------------------------------------ */
+/* One registered parameter as the plugin sees it.  Owned by the core.  The
+ * plugin sets `data` (permanent full-tensor storage, stages < 3) and may use
+ * `plugin_data` freely. */
+typedef struct zero_param_info {
+    uint32_t struct_size;
+    uint32_t index;          /* registration order, 0-based */
+    const char *name;
+    uint64_t numel;
+    zero_dtype dtype;
+    int32_t group;           /* param group id */
+    const void *init_data;   /* host's initial values; valid only during params_done */
+    zero_device_kind init_device;
+    int32_t grad_is_zero;    /* set by the core at zero_step for a param whose gradient never arrived
+                                this micro-step: on_grad_ready must treat it as zero (ignore host_grad) */
+    void *host_grad;         /* host-owned gradient buffer or NULL */
+    uint64_t flat_offset;    /* element offset in the global flat space (set by the layout) */
+    void *data;              /* set by the plugin: persistent full tensor, or NULL (stage 3) */
+    void *plugin_data;       /* free for the plugin */
+} zero_param_info;
+
+/* A param group's slice of the global flat space.  Groups are laid end to
+ * end; each is padded to a multiple of world * align so that every rank owns
+ * an equal, aligned, contiguous range of every group. */
+typedef struct zero_layout_group {
+    uint64_t flat_begin;  /* first element of the group in the flat space */
+    uint64_t numel;       /* padded size (multiple of world * align) */
+    uint64_t used;        /* elements covered by params incl. inner alignment padding */
+    uint64_t part_numel;  /* numel / world: each rank's share of this group */
+    uint64_t part_offset; /* where this group's share starts in a rank's partition buffer */
+    uint32_t first_param; /* params [first_param, first_param + nparams) in registration order */
+    uint32_t nparams;
+    int32_t group_id;
+    int32_t reserved0;
+} zero_layout_group;
+
+typedef struct zero_layout {
+    uint32_t struct_size;
+    uint32_t world;
+    uint32_t rank;
+    uint32_t ngroups;
+    uint32_t nparams;
+    uint32_t reserved0;
+    uint64_t align;          /* elements */
+    uint64_t flat_numel;     /* sum of group numel */
+    uint64_t part_numel;     /* sum of group part_numel: a rank's partition size */
+    const zero_layout_group *groups;
+    const uint32_t *param_order; /* param indices sorted by flat offset (groups in order) */
+} zero_layout;
+
+/* A piece of the flat space [flat_lo, flat_hi) mapped onto a rank's
+ * partition buffer at part_lo. */
+typedef struct zero_owned_range {
+    uint64_t flat_lo, flat_hi;
+    uint64_t part_lo;
+} zero_owned_range;
+
+/* ------------------------------------------------------------------------ */
+/* Bucket engine                                                             */
+/* ------------------------------------------------------------------------ */
+typedef int32_t zero_bucket_mode;
+enum {
+    /* Gradients accumulate in a full flat fp32 buffer (`flat`); at a
+     * reducing micro-step each bucket is all-reduced in place. Stage 0. */
+    ZERO_BUCKETS_ALLREDUCE = 0,
+    /* Same buffer, but each bucket is reduce-scattered in place: after the
+     * flush only this rank's owned ranges of `flat` hold the reduced sum.
+     * Stage 1 (half the traffic of an all-reduce). */
+    ZERO_BUCKETS_SCATTER_INPLACE = 1,
+    /* Gradients go to bounded staging buckets; each full bucket is
+     * reduce-scattered and the owned part ADDED into `partition`
+     * (part_numel fp32).  No full gradient ever exists.  Stage 2/3. */
+    ZERO_BUCKETS_SCATTER = 2
+};
+
+typedef struct zero_bucket_spec {
+    uint32_t struct_size;
+    zero_bucket_mode mode;
+    zero_comm *comm;          /* NULL = world */
+    uint64_t bucket_numel;    /* max elements per bucket; clamped to what the model can need */
+    int32_t overlap;          /* launch a bucket as soon as it is complete */
+    int32_t contiguous;       /* SCATTER: grad_slot hands out the staging slot itself */
+    void *flat;               /* ALLREDUCE / SCATTER_INPLACE: flat_numel elements of grad_dtype (plugin-owned) */
+    void *partition;          /* SCATTER: part_numel elements of grad_dtype, accumulator (plugin-owned) */
+    int32_t reduce_every_micro_step; /* 1: reduce on every micro-step (stage 2/3);
+                                        0: only on the accumulation boundary (stage 0/1, pp) */
+    zero_dtype grad_dtype;    /* dtype of flat/partition/slots (the model dtype); sums are formed in fp32 */
+} zero_bucket_spec;
+
+/* ------------------------------------------------------------------------ */
+/* Optimizer step over a partition                                           */
+/* ------------------------------------------------------------------------ */
+typedef struct zero_opt_range {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    uint64_t flat_lo, flat_hi; /* global flat range: selects per-group hyper-parameters */
+    float *master;             /* fp32 weights for the range (updated in place) */
+    float *state[4];           /* optimizer state arrays (optim_state_count of them) */
+    const void *grad;          /* summed gradient for the range, in grad_dtype */
+    void *param_out;           /* optional copy-out of the new weights in model dtype, or NULL */
+    zero_dtype param_out_dtype;
+    float grad_mul;            /* multiply each gradient by this first (unscale * clip / (world*gas)) */
+    zero_dtype grad_dtype;     /* F32 (default), BF16 or F16 */
+    int32_t reserved1;
+} zero_opt_range;
+
+/* ------------------------------------------------------------------------ */
+/* Services: what the core offers a plugin.  Owned by the core; valid from   */
+/* create() until destroy() returns.                                         */
+/* ------------------------------------------------------------------------ */
+typedef struct zero_services_v1 {
+    uint32_t struct_size;
+    uint32_t abi_version; /* ZERO_ABI_VERSION of the core */
+    zero_core *core;
+
+    /* logging and errors */
+    void (*log)(zero_core *c, zero_log_level lvl, const char *fmt, ...) ZERO_PRINTF(3, 4);
+    /* Set the engine's last-error text; returns `s` for `return svc->error(...)`. */
+    zero_status (*error)(zero_core *c, zero_status s, const char *fmt, ...) ZERO_PRINTF(3, 4);
+
+    /* configuration */
+    const zero_run_config *(*config)(zero_core *c);
+    /* Lookup by dotted key path ("zero_optimization.my_plugin_key").  Return
+     * 1 and fill *out if present with that type, 0 if absent, -1 if wrong type. */
+    int (*cfg_int)(zero_core *c, const char *path, int64_t *out);
+    int (*cfg_double)(zero_core *c, const char *path, double *out);
+    int (*cfg_bool)(zero_core *c, const char *path, int *out);
+    int (*cfg_string)(zero_core *c, const char *path, const char **out); /* string owned by core */
+
+    /* parameters and layout (layout valid from params_done on) */
+    uint32_t (*nparams)(zero_core *c);
+    zero_param_info *(*param)(zero_core *c, uint32_t index);
+    const zero_layout *(*layout)(zero_core *c);
+    /* Pieces of [flat_lo, flat_hi) owned by `rank` (at most one per group the
+     * range touches); returns the number written to out[] (<= cap). */
+    uint32_t (*owned_ranges)(zero_core *c, uint32_t rank, uint64_t flat_lo, uint64_t flat_hi,
+                             zero_owned_range *out, uint32_t cap);
+    /* Accumulation position: is the current micro-step the last of its window? */
+    int (*micro_is_boundary)(zero_core *c);
+
+    /* memory: accounted, 64-byte aligned, zero-filled.  free(NULL) is a no-op. */
+    void *(*mem_alloc)(zero_core *c, zero_mem_tier tier, zero_mem_tag tag, size_t bytes);
+    void (*mem_free)(zero_core *c, void *p);
+    void (*mem_copy)(zero_core *c, void *dst, const void *src, size_t bytes);
+
+    /* communication (world and sub-groups) */
+    zero_comm *(*comm_world)(zero_core *c);
+    int (*comm_rank)(const zero_comm *m);
+    int (*comm_size)(const zero_comm *m);
+    zero_status (*comm_split)(zero_comm *m, int color, int key, zero_comm **out);
+    void (*comm_free)(zero_comm *m);
+    zero_status (*allreduce)(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op);
+    zero_status (*broadcast)(zero_comm *m, void *buf, size_t count, zero_dtype dt, int root);
+    zero_status (*barrier)(zero_comm *m);
+    zero_status (*iallreduce)(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op,
+                              zero_comm_req **req);
+    /* send holds sum(counts) elements, rank r's block at offset sum(counts[<r]);
+     * recv receives this rank's reduced block (counts[rank] elements). */
+    zero_status (*ireduce_scatterv)(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                                    zero_dtype dt, zero_comm_req **req);
+    /* recv receives all blocks concatenated; send may alias recv's own block. */
+    zero_status (*iallgatherv)(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                               zero_dtype dt, zero_comm_req **req);
+    zero_status (*wait)(zero_comm_req *req); /* frees req */
+    zero_status (*test)(zero_comm_req *req, int *done); /* frees req when done */
+
+    /* bucket engine */
+    zero_status (*buckets_create)(zero_core *c, const zero_bucket_spec *spec, zero_buckets **out);
+    /* Where param `index` adds its gradient this micro-step (grad_dtype). */
+    zero_status (*buckets_grad_slot)(zero_buckets *b, uint32_t index, void **slot);
+    /* Param `index` is final.  If `src` is non-NULL (host-owned gradient of
+     * dtype dt) it is added into the slot first. */
+    zero_status (*buckets_ready)(zero_buckets *b, uint32_t index, const void *src, zero_dtype dt);
+    /* End of micro-step: launch what is left, wait for everything, reset. */
+    zero_status (*buckets_flush)(zero_buckets *b);
+    void (*buckets_destroy)(zero_buckets *b);
+
+    /* kernels */
+    uint32_t (*optim_state_count)(zero_core *c); /* fp32 arrays per element */
+    /* One fused pass: grad *= grad_mul, update master/state for the global
+     * step about to be taken, copy out.  Per-group lr/betas/decay applied. */
+    zero_status (*optim_step)(zero_core *c, const zero_opt_range *r);
+    double (*sumsq)(zero_core *c, const void *x, zero_dtype dt, size_t n); /* fp64 accumulation */
+    int (*nonfinite)(zero_core *c, const void *x, zero_dtype dt, size_t n); /* any Inf/NaN */
+    void (*convert)(zero_core *c, void *dst, zero_dtype dst_dt, const void *src, zero_dtype src_dt,
+                    size_t n);                                       /* RNE, NaN stays NaN */
+    void (*add_into)(zero_core *c, float *dst, const void *src, zero_dtype src_dt, size_t n);
+
+    /* checkpoint I/O: one named blob per rank in `dir`, atomic (tmp+rename). */
+    zero_status (*ckpt_write)(zero_core *c, const char *dir, const char *name, const void *buf,
+                              size_t bytes);
+    zero_status (*ckpt_read)(zero_core *c, const char *dir, const char *name, void *buf, size_t bytes);
+} zero_services_v1;
+
+/* Does this services table have field `f`? (built against a newer minor) */
+#define ZERO_SERVICES_HAS(svc, f) \
+    ((svc)->struct_size >= offsetof(zero_services_v1, f) + sizeof((svc)->f))
+
+/* ------------------------------------------------------------------------ */
+/* The plugin table                                                          */
+/* ------------------------------------------------------------------------ */
+/* What zero_step tells the plugin. */
+typedef struct zero_step_ctx {
+    uint32_t struct_size;
+    int32_t boundary;      /* this micro-step ends the accumulation window */
+    uint32_t micro_step;   /* 0 .. grad_accum-1 */
+    uint32_t grad_accum;
+    uint64_t global_step;  /* optimizer steps taken before this one */
+    double loss_scale;     /* gradients carry this factor */
+    double grad_clip;      /* 0 = off */
+    double grad_divisor;   /* summed gradient / grad_divisor = mean gradient (world * gas) */
+    void *stream;
+} zero_step_ctx;
+
+/* What the plugin reports back from step (at a boundary). */
+typedef struct zero_step_report {
+    uint32_t struct_size;
+    int32_t overflow;      /* Inf/NaN found on any rank (step skipped) */
+    double grad_norm;      /* global norm of the mean, unscaled gradient, pre-clip */
+} zero_step_report;
+
+/* Capabilities. */
+enum {
+    ZERO_PLUGIN_CAP_PARTITIONS_PARAMS = 1u << 0, /* stage 3: gather/release do real work */
+    ZERO_PLUGIN_CAP_PIPELINE = 1u << 1,          /* safe with pipeline parallelism */
+    ZERO_PLUGIN_CAP_OFFLOAD = 1u << 2
+};
+
+typedef struct zero_plugin_table_v1 {
+    uint32_t struct_size;  /* sizeof(zero_plugin_table_v1) */
+    uint32_t abi_major;    /* ZERO_PLUGIN_ABI_MAJOR the plugin was built with */
+    uint32_t abi_minor;
+    uint32_t caps;
+    const char *name;
+    const char *description;
+
+    /* Required.  Allocate plugin state; keep `svc` (valid until destroy). */
+    zero_status (*create)(const zero_services_v1 *svc, void **state);
+    /* Optional: veto/inspect a registration (core already recorded it). */
+    zero_status (*register_param)(void *state, zero_param_info *p);
+    /* Required.  Layout is final: allocate storage, copy init_data, set p->data. */
+    zero_status (*params_done)(void *state);
+    /* Optional (NULL: return p->data).  See zero_gather. */
+    zero_status (*gather)(void *state, zero_param_info *const *params, size_t n, void **ptrs);
+    zero_status (*release)(void *state, zero_param_info *const *params, size_t n);
+    /* Required: where to add p's gradient this micro-step. */
+    zero_status (*grad_buffer)(void *state, zero_param_info *p, void **buf);
+    /* Required: p's gradient is final (host_grad, if any, holds it). */
+    zero_status (*on_grad_ready)(void *state, zero_param_info *p, void *stream);
+    /* Required: end of micro-step; at a boundary reduce, step and refresh. */
+    zero_status (*step)(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
+    /* Optional: checkpoint this rank's shard. */
+    zero_status (*save)(void *state, const char *dir);
+    zero_status (*load)(void *state, const char *dir);
+    /* Optional: called before destroy/step to drain async work. */
+    zero_status (*sync)(void *state);
+    /* Required. Frees everything the plugin allocated. */
+    void (*destroy)(void *state);
+} zero_plugin_table_v1;
+
+/* The symbol a plugin exports:
+ *   ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = { ... };  */
+#define ZERO_PLUGIN_SYMBOL_V1 "zero_plugin_v1"
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZERO_PLUGIN_H */
