@@ -12,7 +12,7 @@ CTEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 2 ? n / 2
 CTEST_TIMEOUT ?= 600
 CMAKE_FLAGS ?=
 
-DEMO_SCRIPT := $(firstword $(wildcard examples/demo/demo.sh examples/demo/run.sh examples/demo/run_demo.sh))
+DEMO_SCRIPT := $(firstword $(wildcard examples/demo/run-demo.sh))
 
 .PHONY: all deps configure build test demo install clean
 
@@ -32,7 +32,7 @@ test: build
 
 ifneq ($(DEMO_SCRIPT),)
 demo: build
-	BUILD_DIR=$(abspath $(BUILD)) $(DEMO_SCRIPT)
+	ZERO_BUILD_DIR=$(abspath $(BUILD)) DEMO_NO_BUILD=1 $(DEMO_SCRIPT)
 else
 # Until examples/demo/ exists: report the build and train a few steps on one rank.
 demo: build
