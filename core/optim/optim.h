@@ -10,6 +10,12 @@
  * SGD with momentum 1, SGD without 0, Lion 1, Adagrad 1). */
 uint32_t zero__optim_state_count(zero_optim_kind k, double momentum);
 
+/* 1 if zero__optim_step implements kind k.  LAMB needs per-tensor trust
+ * ratios (norms over whole params), which a per-element range kernel cannot
+ * compute: callers must refuse it (zero__optim_step leaves the range
+ * untouched for unsupported kinds). */
+int zero__optim_supported(zero_optim_kind k);
+
 /* Per-step scalars for step number t (1-based) from the group's
  * hyper-parameters. */
 zero_optim_scalars zero__optim_scalars(zero_optim_kind k, double lr, double beta1, double beta2,
@@ -17,12 +23,26 @@ zero_optim_scalars zero__optim_scalars(zero_optim_kind k, double lr, double beta
                                        int bias_correction, uint64_t t);
 
 /* One fused pass over n elements: g = grad[i] * grad_mul; update master[i]
- * and state[k][i]; if param_out, write the new weight in out_dt (RNE). */
+ * and state[k][i]; if param_out, write the new weight in out_dt (RNE).
+ * state[] must hold zero__optim_state_count() arrays.  The arrays must not
+ * overlap, except that param_out may equal master when out_dt is F32.
+ * Elementwise, so the result does not depend on tiling or threads. */
 void zero__optim_step(zero_optim_kind k, const zero_optim_scalars *s, float *master, float *const *state,
                       const float *grad, float grad_mul, void *param_out, zero_dtype out_dt, size_t n);
 
-double zero__sumsq_f32(const float *x, size_t n);   /* fp64 accumulation, fixed order */
+/* Sum of squares in fp64.  The summation order is fixed by n alone (8-lane
+ * blocks of ZERO_SUMSQ_BLOCK elements summed in order), so the result is
+ * bitwise the same for any thread count and SIMD variant. */
+double zero__sumsq_f32(const float *x, size_t n);
 int zero__nonfinite_f32(const float *x, size_t n);  /* 1 if any Inf/NaN */
+/* dst[i] = src[i] converted (F32/BF16/F16, RNE, NaN stays NaN).  Same dtype:
+ * a copy (the buffers may overlap).  Different dtypes: they must not
+ * overlap.  Unknown dtypes: nothing is written. */
 void zero__convert(void *dst, zero_dtype dst_dt, const void *src, zero_dtype src_dt, size_t n);
+/* dst[i] += (float)src[i].  Unknown dtype: nothing is written. */
 void zero__add_into(float *dst, const void *src, zero_dtype src_dt, size_t n);
+
+/* Elements per tile of the step kernels (bounds per-thread temporaries). */
+#define ZERO_OPTIM_TILE 2048
+#define ZERO_SUMSQ_BLOCK 4096
 #endif
