@@ -12,7 +12,7 @@ ZERO_API const char *zero_status_string(zero_status s) {
     case ZERO_OK: return "ZERO_OK: success";
     case ZERO_ERR_INVALID_ARGUMENT: return "ZERO_ERR_INVALID_ARGUMENT: invalid argument or handle";
     case ZERO_ERR_CONFIG: return "ZERO_ERR_CONFIG: invalid configuration";
-    case ZERO_ERR_PLUGIN_NOT_FOUND: return "ZERO_ERR_PLUGIN_NOT_FOUND: plugin not found";
+    case ZERO_ERR_PLUGIN_NOT_FOUND: return "ZERO_ERR_PLUGIN_NOT_FOUND: plugin not found or could not be loaded";
     case ZERO_ERR_PLUGIN_ABI: return "ZERO_ERR_PLUGIN_ABI: plugin built for an incompatible ABI";
     case ZERO_ERR_PLUGIN_SYMBOL: return "ZERO_ERR_PLUGIN_SYMBOL: plugin table symbol or function missing";
     case ZERO_ERR_PLUGIN_INIT: return "ZERO_ERR_PLUGIN_INIT: plugin initialization failed";
