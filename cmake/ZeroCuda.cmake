@@ -1,8 +1,10 @@
 # The GPU path: CUDA device backend, CUDA optimizer kernels, NCCL comm backend.
 #
-# Included from the top-level CMakeLists.txt AFTER add_subdirectory(core),
-# because it attaches the CUDA objects and compile definitions to the core
-# targets (zero_objs, zero, zero_static) defined there.
+# Included from the top-level CMakeLists.txt BEFORE add_subdirectory(core):
+# CUDA must be enabled before any directory that links CUDA objects is
+# processed (else CMake lacks the CUDA link rules there).  Attaching the CUDA
+# objects and definitions to the core targets (zero_objs, zero, zero_static)
+# is deferred to the end of the top-level directory, when they exist.
 #
 #   ZERO_WITH_CUDA=AUTO|ON|OFF  AUTO: build when nvcc is found; ON: fail without it.
 #   ZERO_WITH_NCCL=AUTO|ON|OFF  AUTO: build when CUDA is on and nccl.h/libnccl are
@@ -70,34 +72,6 @@ endif()
 message(STATUS "libzero: CUDA backend ${ZERO_HAVE_CUDA} (archs: ${CMAKE_CUDA_ARCHITECTURES}), NCCL backend ${ZERO_HAVE_NCCL}")
 
 if(ZERO_HAVE_CUDA)
-  file(GLOB ZERO_CUDA_SOURCES CONFIGURE_DEPENDS
-    "${CMAKE_SOURCE_DIR}/kernels/cuda/*.cu"
-    "${CMAKE_SOURCE_DIR}/backends/device/cuda/*.c")
-  add_library(zero_cuda_objs OBJECT ${ZERO_CUDA_SOURCES})
-  target_include_directories(zero_cuda_objs PUBLIC
-    "${CMAKE_SOURCE_DIR}/backends/device/cuda" "${CMAKE_SOURCE_DIR}/kernels/cuda")
-  # Same include dirs and definitions as the core objects (abi/, core/optim/
-  # for optim_math.h); ZERO_HAVE_CUDA comes from zero_objs below.
-  target_link_libraries(zero_cuda_objs PUBLIC zero_objs)
-  # cudart_static: libzero.so then needs only the driver (libcuda.so.1,
-  # dlopen'ed by cudart) at run time, not a matching libcudart.so.
-  target_link_libraries(zero_cuda_objs PUBLIC CUDA::cudart_static)
-  # zero_warnings' flags are not language-guarded and nvcc rejects them.
-  target_compile_options(zero_cuda_objs PRIVATE
-    $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra $<$<BOOL:${ZERO_WERROR}>:-Werror>>)
-  target_compile_definitions(zero_cuda_objs PRIVATE _GNU_SOURCE)
-  set_target_properties(zero_cuda_objs PROPERTIES
-    C_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden
-    CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
-  # Keep nvcc's host pass warning-clean too, without -Werror on CUDA headers.
-  target_compile_options(zero_cuda_objs PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --expt-relaxed-constexpr>)
-  target_compile_definitions(zero_objs PUBLIC ZERO_HAVE_CUDA=1)
-  target_include_directories(zero_objs PUBLIC ${CUDAToolkit_INCLUDE_DIRS})
-  # Linking an OBJECT library puts its objects into the direct dependents.
-  target_link_libraries(zero PRIVATE zero_cuda_objs)
-  target_link_libraries(zero_static PUBLIC zero_cuda_objs)
-
   # cuobjdump (for the SASS inspection test): the toolkit's, else the one the
   # PyPI wheel nvidia-cuda-cuobjdump installs (tools/install-deps.sh).
   execute_process(COMMAND python3 -c
@@ -106,9 +80,46 @@ if(ZERO_HAVE_CUDA)
   find_program(ZERO_CUOBJDUMP cuobjdump HINTS ${CUDAToolkit_BIN_DIR} ${_zero_nv_bins})
 endif()
 
-if(ZERO_HAVE_NCCL)
-  # backends/comm/comm_nccl*.c are globbed into zero_objs by core/CMakeLists.txt
-  # and compile to nothing without ZERO_HAVE_NCCL.
-  target_compile_definitions(zero_objs PUBLIC ZERO_HAVE_NCCL=1)
-  target_link_libraries(zero_objs PUBLIC zero_nccl_lib CUDA::cudart_static)
-endif()
+function(zero_cuda_attach)
+  if(ZERO_HAVE_CUDA)
+    file(GLOB ZERO_CUDA_SOURCES CONFIGURE_DEPENDS
+      "${CMAKE_SOURCE_DIR}/kernels/cuda/*.cu"
+      "${CMAKE_SOURCE_DIR}/backends/device/cuda/*.c")
+    add_library(zero_cuda_objs OBJECT ${ZERO_CUDA_SOURCES})
+    target_include_directories(zero_cuda_objs PUBLIC
+      "${CMAKE_SOURCE_DIR}/backends/device/cuda" "${CMAKE_SOURCE_DIR}/kernels/cuda")
+    # Same include dirs and definitions as the core objects (abi/, core/optim/
+    # for optim_math.h); ZERO_HAVE_CUDA comes from zero_objs below.
+    target_link_libraries(zero_cuda_objs PUBLIC zero_objs)
+    # cudart_static: libzero.so then needs only the driver (libcuda.so.1,
+    # dlopen'ed by cudart) at run time, not a matching libcudart.so.
+    target_link_libraries(zero_cuda_objs PUBLIC CUDA::cudart_static)
+    # zero_warnings' flags are not language-guarded and nvcc rejects them.
+    target_compile_options(zero_cuda_objs PRIVATE
+      $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra $<$<BOOL:${ZERO_WERROR}>:-Werror>>)
+    target_compile_definitions(zero_cuda_objs PRIVATE _GNU_SOURCE)
+    set_target_properties(zero_cuda_objs PROPERTIES
+      C_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden
+      CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
+    # Keep nvcc's host pass warning-clean too, without -Werror on CUDA headers.
+    target_compile_options(zero_cuda_objs PRIVATE
+      $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --expt-relaxed-constexpr>
+      # No FMA contraction: optim_math.h is written as separate IEEE operations
+      # and the CPU kernels do not contract, so a GPU step matches the CPU's bits.
+      $<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>)
+    target_compile_definitions(zero_objs PUBLIC ZERO_HAVE_CUDA=1)
+    target_include_directories(zero_objs PUBLIC ${CUDAToolkit_INCLUDE_DIRS})
+    # Linking an OBJECT library puts its objects into the direct dependents.
+    target_link_libraries(zero PRIVATE zero_cuda_objs)
+    target_link_libraries(zero_static PUBLIC zero_cuda_objs)
+
+  endif()
+
+  if(ZERO_HAVE_NCCL)
+    # backends/comm/comm_nccl*.c are globbed into zero_objs by core/CMakeLists.txt
+    # and compile to nothing without ZERO_HAVE_NCCL.
+    target_compile_definitions(zero_objs PUBLIC ZERO_HAVE_NCCL=1)
+    target_link_libraries(zero_objs PUBLIC zero_nccl_lib CUDA::cudart_static)
+  endif()
+endfunction()
+cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL zero_cuda_attach)

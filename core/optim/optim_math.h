@@ -124,7 +124,7 @@ ZERO_HD void zero_adagrad_update(const zero_optim_scalars *s, float g, float *p,
 /* ------------------------------------------------------------------------ */
 
 ZERO_HD uint32_t zero_f32_bits(float f) {
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__) /* device pass only: the intrinsics do not exist on the host */
     return __float_as_uint(f);
 #else
     union { float f; uint32_t u; } c;
@@ -134,7 +134,7 @@ ZERO_HD uint32_t zero_f32_bits(float f) {
 }
 
 ZERO_HD float zero_bits_f32(uint32_t u) {
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
     return __uint_as_float(u);
 #else
     union { float f; uint32_t u; } c;

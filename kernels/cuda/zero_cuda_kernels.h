@@ -1,0 +1,67 @@
+/* CUDA kernels of libzero (host-callable launchers).  Every launcher is
+ * asynchronous on `stream` (a cudaStream_t as void*, NULL = legacy default
+ * stream), touches only the device pointers it is given, and returns
+ * ZERO_ERR_DEVICE with the launch error if the launch failed (errors of the
+ * kernel itself surface at the next synchronisation).  Thread-safe: no
+ * global state.  Built only with ZERO_HAVE_CUDA.
+ *
+ * The bodies live in zero_cuda_kernel_bodies.h (shared with the CPU launch
+ * shim tests); the per-element math in core/optim/optim_math.h (shared with
+ * the CPU kernels).  Compiled with --fmad=false, so a step gives the same
+ * bits as zero__optim_step on the CPU. */
+#ifndef ZERO_CUDA_KERNELS_H
+#define ZERO_CUDA_KERNELS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optim_math.h"
+#include "zero_plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef ZERO_CUDA_KERNEL_BODIES_H
+typedef struct zero_cuda_mt_tensor {
+    float *master;
+    float *state0;
+    float *state1;
+    const void *grad;
+    void *out;
+    uint64_t n;
+} zero_cuda_mt_tensor;
+#endif
+
+/* Fused multi-tensor optimizer step over `nt` tensors of one param group:
+ * g = grad * m (m = *grad_mul_dev if given, else grad_mul), update
+ * master/state with kind k and scalars s, write the new weight to out in
+ * out_dt when out is set.  AdamW, Adam, SGD (+momentum, nesterov), Lion,
+ * Adagrad; LAMB is ZERO_ERR_UNSUPPORTED (needs per-tensor trust ratios).
+ * `ts` is read during the call only (copied into kernel arguments). */
+zero_status zero_cuda_optim_step(zero_optim_kind k, const zero_optim_scalars *s, const zero_cuda_mt_tensor *ts,
+                                 size_t nt, zero_dtype grad_dt, zero_dtype out_dt, float grad_mul,
+                                 const float *grad_mul_dev, void *stream);
+
+/* Device scratch (in doubles) zero_cuda_sumsq needs for n elements. */
+size_t zero_cuda_sumsq_scratch(uint64_t n);
+/* *out_dev = sum of squares of x[0..n) in fp64, same summation order (and
+ * so the same bits, for F32) as zero__sumsq_f32.  scratch_dev holds
+ * zero_cuda_sumsq_scratch(n) doubles.  out_dev is device memory. */
+zero_status zero_cuda_sumsq(const void *x, zero_dtype dt, uint64_t n, double *scratch_dev, double *out_dev,
+                            void *stream);
+/* *flag_dev = 1 if x[0..n) holds an Inf or NaN, else 0 (cleared first). */
+zero_status zero_cuda_nonfinite(const void *x, zero_dtype dt, uint64_t n, int32_t *flag_dev, void *stream);
+/* dst[i] = src[i] converted, RNE, NaN stays NaN (zero__convert semantics). */
+zero_status zero_cuda_convert(void *dst, zero_dtype dst_dt, const void *src, zero_dtype src_dt, uint64_t n,
+                              void *stream);
+/* dst[i] += (float)src[i] (zero__add_into semantics). */
+zero_status zero_cuda_add_into(float *dst, const void *src, zero_dtype src_dt, uint64_t n, void *stream);
+/* Gradient multiplier from a device sum of squares: see zero_cuda_k_clip_mul
+ * in zero_cuda_kernel_bodies.h.  norm_out_dev may be NULL. */
+zero_status zero_cuda_clip_mul(const double *sumsq_dev, double inv, double clip, float *grad_mul_dev,
+                               double *norm_out_dev, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
