@@ -41,7 +41,8 @@ void zero__cfg_join(char *out, size_t n, const char *section, const char *key) {
 }
 
 void zero__cfg_describe(const json_t *v, char *out, size_t n) {
-    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    /* 15 digits: the user wrote 0.9, not 0.90000000000000002. */
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
     if (!s) {
         snprintf(out, n, "(unprintable)");
         return;
