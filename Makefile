@@ -32,6 +32,7 @@ test: build
 
 ifneq ($(DEMO_SCRIPT),)
 demo: build
+	@$(BUILD)/tools/zero-info
 	ZERO_BUILD_DIR=$(abspath $(BUILD)) DEMO_NO_BUILD=1 $(DEMO_SCRIPT)
 else
 # Until examples/demo/ exists: report the build and train a few steps on one rank.
