@@ -1,0 +1,140 @@
+/* Backend-independent part of the comm layer: dtype sizes, the dispatch
+ * wrappers the services table points at, and world creation (which backend,
+ * and whether libzero owns MPI's initialisation). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "comm.h"
+#include "comm_internal.h"
+#include "log.h"
+
+size_t zero__dtype_size(zero_dtype dt) {
+    switch (dt) {
+    case ZERO_DTYPE_F32: return 4;
+    case ZERO_DTYPE_BF16: return 2;
+    case ZERO_DTYPE_F16: return 2;
+    case ZERO_DTYPE_F64: return 8;
+    case ZERO_DTYPE_I64: return 8;
+    case ZERO_DTYPE_U64: return 8;
+    case ZERO_DTYPE_U8: return 1;
+    default: return 0;
+    }
+}
+
+/* Does any launcher environment say we run under mpirun/srun/hydra?  Used
+ * only by ZERO_COMM_AUTO when MPI is not initialised yet, so that a plain
+ * single-process run does not pay for (or trip over) an MPI singleton init. */
+static int launched_by_mpi(void) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK",
+                                 "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; ++i)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+zero_status zero__comm_world_create(int kind, void *handle, struct zero_engine *engine, zero_comm **out,
+                                    char *err, size_t err_len) {
+    if (!out) return ZERO_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    if (err && err_len) err[0] = '\0';
+    if (kind == ZERO_COMM_SELF) {
+        *out = zero__comm_self_create(engine);
+        return *out ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
+    }
+    if (kind == ZERO_COMM_MPI) {
+#ifdef ZERO_HAVE_MPI
+        if (!handle) {
+            if (err) snprintf(err, err_len, "comm_kind ZERO_COMM_MPI needs comm = &your_MPI_Comm, got NULL");
+            return ZERO_ERR_INVALID_ARGUMENT;
+        }
+        return zero__comm_mpi_create(handle, engine, out, err, err_len);
+#else
+        if (err) snprintf(err, err_len, "this libzero was built without MPI (ZERO_WITH_MPI=OFF)");
+        return ZERO_ERR_UNSUPPORTED;
+#endif
+    }
+    if (kind == ZERO_COMM_AUTO) {
+        /* ZERO_COMM_BACKEND=self|mpi overrides the choice (documented knob). */
+        const char *forced = getenv("ZERO_COMM_BACKEND");
+        if (forced && strcmp(forced, "self") == 0) {
+            *out = zero__comm_self_create(engine);
+            return *out ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
+        }
+#ifdef ZERO_HAVE_MPI
+        int use_mpi = (forced && strcmp(forced, "mpi") == 0) || launched_by_mpi() || zero__comm_mpi_initialized();
+        if (use_mpi) return zero__comm_mpi_create(NULL, engine, out, err, err_len);
+        zero__log(engine, ZERO_LOG_INFO, "comm: no MPI launcher detected and MPI not initialised: "
+                                         "single-process backend (set ZERO_COMM_BACKEND=mpi to force MPI)");
+#endif
+        *out = zero__comm_self_create(engine);
+        return *out ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
+    }
+    if (err) snprintf(err, err_len, "comm_kind %d is not supported by this build (NCCL comes with the GPU backend)", kind);
+    return ZERO_ERR_UNSUPPORTED;
+}
+
+void zero__comm_world_free(zero_comm *m) {
+    if (m) m->ops->free(m);
+}
+
+zero_status zero__comm_split(zero_comm *m, int color, int key, zero_comm **out) {
+    if (!m || !out) return ZERO_ERR_INVALID_ARGUMENT;
+    return m->ops->split(m, color, key, out);
+}
+void zero__comm_free(zero_comm *m) {
+    if (m) m->ops->free(m);
+}
+int zero__comm_rank(const zero_comm *m) { return m ? m->rank : -1; }
+int zero__comm_size(const zero_comm *m) { return m ? m->size : 0; }
+
+zero_status zero__allreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op) {
+    if (!m || (!buf && count)) return ZERO_ERR_INVALID_ARGUMENT;
+    return m->ops->allreduce(m, buf, count, dt, op);
+}
+zero_status zero__broadcast(zero_comm *m, void *buf, size_t count, zero_dtype dt, int root) {
+    if (!m || (!buf && count) || root < 0 || root >= m->size) return ZERO_ERR_INVALID_ARGUMENT;
+    return m->ops->broadcast(m, buf, count, dt, root);
+}
+zero_status zero__barrier(zero_comm *m) {
+    if (!m) return ZERO_ERR_INVALID_ARGUMENT;
+    return m->ops->barrier(m);
+}
+zero_status zero__iallreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op,
+                             zero_comm_req **req) {
+    if (!m || !req || (!buf && count)) return ZERO_ERR_INVALID_ARGUMENT;
+    *req = NULL;
+    return m->ops->iallreduce(m, buf, count, dt, op, req);
+}
+zero_status zero__ireduce_scatterv(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                                   zero_dtype dt, zero_comm_req **req) {
+    if (!m || !req || !counts) return ZERO_ERR_INVALID_ARGUMENT;
+    *req = NULL;
+    return m->ops->ireduce_scatterv(m, send, recv, counts, dt, req);
+}
+zero_status zero__iallgatherv(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                              zero_dtype dt, zero_comm_req **req) {
+    if (!m || !req || !counts) return ZERO_ERR_INVALID_ARGUMENT;
+    *req = NULL;
+    return m->ops->iallgatherv(m, send, recv, counts, dt, req);
+}
+zero_status zero__comm_wait(zero_comm_req *req) {
+    if (!req || !req->comm) return ZERO_ERR_INVALID_ARGUMENT;
+    return req->comm->ops->wait(req);
+}
+zero_status zero__comm_test(zero_comm_req *req, int *done) {
+    if (!req || !req->comm || !done) return ZERO_ERR_INVALID_ARGUMENT;
+    return req->comm->ops->test(req, done);
+}
+zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each) {
+    if (!m || ((!send || !recv) && bytes_each)) return ZERO_ERR_INVALID_ARGUMENT;
+    return m->ops->allgather_bytes(m, send, recv, bytes_each);
+}
+void zero__comm_counters_get(zero_comm *m, zero__comm_counters *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!m) return;
+    if (m->ops->counters_get)
+        m->ops->counters_get(m, out);
+    else
+        *out = m->counters;
+}

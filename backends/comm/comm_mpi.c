@@ -1,0 +1,304 @@
+/* MPI backend: communicator setup (duplicate of the host's communicator or
+ * of MPI_COMM_WORLD, MPI initialised only if the host has not), split, free,
+ * blocking collectives and counters.  The nonblocking collectives live in
+ * comm_mpi_ring.c and the progress engine in comm_mpi_progress.c.
+ *
+ * Blocking collectives: with a progress thread they call MPI directly
+ * (MPI_THREAD_MULTIPLE makes that safe next to the thread's MPI_Test calls;
+ * the thread keeps ring operations moving meanwhile).  Without one they take
+ * the world lock and first complete every operation in flight: a peer may be
+ * waiting for our ring messages, which nobody else would post. */
+#ifdef ZERO_HAVE_MPI
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "comm_mpi_internal.h"
+#include "log.h"
+
+/* libzero-owned MPI initialisation, process-wide: we finalise MPI when the
+ * last world created under our own MPI_Init is freed (never when the host
+ * initialised MPI).  MPI cannot be re-initialised after that in this
+ * process; a later world then fails with a message that says so. */
+static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_we_initialized = 0;
+static int g_owned_worlds = 0;
+
+int zero__comm_mpi_initialized(void) {
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    return inited && !finalized;
+}
+
+zero_status zero__zm_error_text(int rc, const char *what, char *buf, size_t len) {
+    char text[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    if (MPI_Error_string(rc, text, &n) != MPI_SUCCESS) snprintf(text, sizeof text, "MPI error code %d", rc);
+    snprintf(buf, len, "comm: %s failed: %s", what, text);
+    return ZERO_ERR_COMM;
+}
+
+static zero_status mpi_fail(zero_comm *m, int rc, const char *what) {
+    char text[MPI_MAX_ERROR_STRING + 64];
+    zero_status st = zero__zm_error_text(rc, what, text, sizeof text);
+    return zero__error(m ? m->engine : NULL, st, "%s", text);
+}
+
+MPI_Datatype zero__zm_datatype(zero_dtype dt, int for_sum) {
+    switch (dt) {
+    case ZERO_DTYPE_F32: return MPI_FLOAT;
+    case ZERO_DTYPE_F64: return MPI_DOUBLE;
+    case ZERO_DTYPE_I64: return MPI_INT64_T;
+    case ZERO_DTYPE_U64: return MPI_UINT64_T;
+    case ZERO_DTYPE_U8: return MPI_UINT8_T;
+    case ZERO_DTYPE_BF16:
+    case ZERO_DTYPE_F16: return for_sum ? MPI_DATATYPE_NULL : MPI_UINT16_T;
+    default: return MPI_DATATYPE_NULL;
+    }
+}
+
+void zero__zm_busy_begin(zm_comm *c) {
+    pthread_mutex_lock(&c->stat_lock);
+    if (c->inflight++ == 0) c->busy_t0 = zero__comm_now();
+    pthread_mutex_unlock(&c->stat_lock);
+}
+
+void zero__zm_busy_end(zm_comm *c) {
+    pthread_mutex_lock(&c->stat_lock);
+    if (--c->inflight == 0) c->base.counters.busy_seconds += zero__comm_now() - c->busy_t0;
+    pthread_mutex_unlock(&c->stat_lock);
+}
+
+static void count_call(zm_comm *c, uint64_t *calls, uint64_t *bytes, uint64_t n) {
+    pthread_mutex_lock(&c->stat_lock);
+    ++*calls;
+    if (bytes) *bytes += n;
+    pthread_mutex_unlock(&c->stat_lock);
+}
+
+/* Enter / leave a blocking MPI call (see the file comment). */
+static void blocking_enter(zm_comm *c) {
+    zero__zm_busy_begin(c);
+    if (c->pe->has_thread) return;
+    pthread_mutex_lock(&c->pe->lock);
+    zero__zm_drain_locked(c->pe, NULL);
+}
+static void blocking_leave(zm_comm *c) {
+    if (!c->pe->has_thread) pthread_mutex_unlock(&c->pe->lock);
+    zero__zm_busy_end(c);
+}
+
+static const zero__comm_ops mpi_ops;
+
+static zm_comm *comm_new(MPI_Comm comm, zm_engine *pe, struct zero_engine *engine) {
+    zm_comm *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->base.ops = &mpi_ops;
+    c->base.engine = engine;
+    c->comm = comm;
+    c->pe = pe;
+    pthread_mutex_init(&c->stat_lock, NULL);
+    MPI_Comm_rank(comm, &c->base.rank);
+    MPI_Comm_size(comm, &c->base.size);
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    int *ub = NULL, flag = 0;
+    MPI_Comm_get_attr(comm, MPI_TAG_UB, &ub, &flag);
+    c->tag_mod = flag && ub && *ub > 0 ? (*ub < (1 << 30) ? *ub : (1 << 30)) : 32767;
+    return c;
+}
+
+zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *engine, zero_comm **out, char *err,
+                                  size_t err_len) {
+    *out = NULL;
+    int inited = 0, finalized = 0, owns = 0, rc;
+    MPI_Finalized(&finalized);
+    if (finalized) {
+        snprintf(err, err_len, "comm: MPI is already finalized in this process (libzero finalizes MPI when the "
+                               "last engine it initialised MPI for is destroyed; initialise MPI in the host to "
+                               "create engines one after another)");
+        return ZERO_ERR_COMM;
+    }
+    pthread_mutex_lock(&g_init_lock);
+    MPI_Initialized(&inited);
+    if (!inited) {
+        if (mpi_comm_handle) {
+            pthread_mutex_unlock(&g_init_lock);
+            snprintf(err, err_len, "comm: an MPI_Comm was passed but MPI is not initialised");
+            return ZERO_ERR_INVALID_ARGUMENT;
+        }
+        int provided = 0;
+        rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+        if (rc != MPI_SUCCESS) {
+            pthread_mutex_unlock(&g_init_lock);
+            zero__zm_error_text(rc, "MPI_Init_thread", err, err_len);
+            return ZERO_ERR_COMM;
+        }
+        g_we_initialized = 1;
+    }
+    if (g_we_initialized && !mpi_comm_handle) {
+        owns = 1;
+        g_owned_worlds++;
+    }
+    pthread_mutex_unlock(&g_init_lock);
+
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    MPI_Comm base = mpi_comm_handle ? *(MPI_Comm *)mpi_comm_handle : MPI_COMM_WORLD;
+    MPI_Comm dup = MPI_COMM_NULL;
+    /* Our own duplicate: our traffic never matches the host's messages, and
+     * its error handler is ours (return codes, never abort). */
+    rc = MPI_Comm_dup(base, &dup);
+    zm_engine *pe = rc == MPI_SUCCESS ? zero__zm_engine_create(level, engine) : NULL;
+    zm_comm *c = pe ? comm_new(dup, pe, engine) : NULL;
+    if (!c) {
+        if (rc != MPI_SUCCESS)
+            zero__zm_error_text(rc, "MPI_Comm_dup", err, err_len);
+        else
+            snprintf(err, err_len, "comm: out of memory creating the MPI communicator");
+        if (pe) zero__zm_engine_release(pe);
+        if (dup != MPI_COMM_NULL) MPI_Comm_free(&dup);
+        if (owns) {
+            pthread_mutex_lock(&g_init_lock);
+            if (--g_owned_worlds == 0) MPI_Finalize();
+            pthread_mutex_unlock(&g_init_lock);
+        }
+        return rc != MPI_SUCCESS ? ZERO_ERR_COMM : ZERO_ERR_OUT_OF_MEMORY;
+    }
+    c->is_world = 1;
+    c->owns_mpi = owns;
+    zero__log(engine, ZERO_LOG_DEBUG, "comm: MPI world rank %d of %d, thread level %d, progress thread %s%s",
+              c->base.rank, c->base.size, level, pe->has_thread ? "on" : "off",
+              owns ? ", MPI initialised by libzero" : "");
+    *out = &c->base;
+    return ZERO_OK;
+}
+
+static zero_status zm_split(zero_comm *m, int color, int key, zero_comm **out) {
+    zm_comm *c = ZM(m);
+    MPI_Comm sub = MPI_COMM_NULL;
+    *out = NULL;
+    blocking_enter(c);
+    int rc = MPI_Comm_split(c->comm, color < 0 ? MPI_UNDEFINED : color, key, &sub);
+    blocking_leave(c);
+    if (rc != MPI_SUCCESS) return mpi_fail(m, rc, "MPI_Comm_split");
+    count_call(c, &m->counters.other_calls, NULL, 0);
+    if (sub == MPI_COMM_NULL) return ZERO_OK;
+    pthread_mutex_lock(&c->pe->lock);
+    c->pe->refs++;
+    pthread_mutex_unlock(&c->pe->lock);
+    zm_comm *s = comm_new(sub, c->pe, m->engine);
+    if (!s) {
+        MPI_Comm_free(&sub);
+        zero__zm_engine_release(c->pe);
+        return ZERO_ERR_OUT_OF_MEMORY;
+    }
+    *out = &s->base;
+    return ZERO_OK;
+}
+
+static void zm_free(zero_comm *m) {
+    zm_comm *c = ZM(m);
+    zm_engine *pe = c->pe;
+    pthread_mutex_lock(&pe->lock);
+    if (c->outstanding > 0)
+        zero__log(m->engine, ZERO_LOG_WARN, "comm: freeing a communicator with %d request(s) never waited; "
+                                            "completing them first", c->outstanding);
+    zero__zm_drain_locked(pe, c);
+    if (c->is_world && pe->refs > 1)
+        zero__log(m->engine, ZERO_LOG_WARN, "comm: world freed while %d sub-communicator(s) are alive", pe->refs - 1);
+    MPI_Comm_free(&c->comm);
+    pthread_mutex_unlock(&pe->lock);
+    int owns = c->owns_mpi;
+    pthread_mutex_destroy(&c->stat_lock);
+    free(c);
+    zero__zm_engine_release(pe);
+    if (owns) {
+        pthread_mutex_lock(&g_init_lock);
+        if (--g_owned_worlds == 0) {
+            int finalized = 0;
+            MPI_Finalized(&finalized);
+            if (!finalized) MPI_Finalize();
+        }
+        pthread_mutex_unlock(&g_init_lock);
+    }
+}
+
+static zero_status zm_allreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op) {
+    zm_comm *c = ZM(m);
+    MPI_Datatype t = zero__zm_datatype(dt, 1);
+    if (t == MPI_DATATYPE_NULL)
+        return zero__error(m->engine, zero__dtype_size(dt) ? ZERO_ERR_UNSUPPORTED : ZERO_ERR_INVALID_ARGUMENT,
+                           "comm: allreduce of dtype %d is not supported", dt);
+    MPI_Op mop = op == ZERO_OP_SUM ? MPI_SUM : op == ZERO_OP_MAX ? MPI_MAX : op == ZERO_OP_MIN ? MPI_MIN : MPI_OP_NULL;
+    if (mop == MPI_OP_NULL) return zero__error(m->engine, ZERO_ERR_INVALID_ARGUMENT, "comm: unknown reduce op %d", op);
+    count_call(c, &m->counters.allreduce_calls, &m->counters.bytes_reduced, count * zero__dtype_size(dt));
+    int rc = MPI_SUCCESS;
+    blocking_enter(c);
+    for (size_t lo = 0; lo < count && rc == MPI_SUCCESS; lo += (size_t)INT_MAX) {
+        size_t len = count - lo < (size_t)INT_MAX ? count - lo : (size_t)INT_MAX;
+        rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + lo * zero__dtype_size(dt), (int)len, t, mop, c->comm);
+    }
+    blocking_leave(c);
+    return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Allreduce");
+}
+
+static zero_status zm_broadcast(zero_comm *m, void *buf, size_t count, zero_dtype dt, int root) {
+    zm_comm *c = ZM(m);
+    MPI_Datatype t = zero__zm_datatype(dt, 0);
+    if (t == MPI_DATATYPE_NULL) return zero__error(m->engine, ZERO_ERR_INVALID_ARGUMENT, "comm: unknown dtype %d", dt);
+    count_call(c, &m->counters.broadcast_calls, NULL, 0);
+    int rc = MPI_SUCCESS;
+    blocking_enter(c);
+    for (size_t lo = 0; lo < count && rc == MPI_SUCCESS; lo += (size_t)INT_MAX) {
+        size_t len = count - lo < (size_t)INT_MAX ? count - lo : (size_t)INT_MAX;
+        rc = MPI_Bcast((char *)buf + lo * zero__dtype_size(dt), (int)len, t, root, c->comm);
+    }
+    blocking_leave(c);
+    return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Bcast");
+}
+
+static zero_status zm_barrier(zero_comm *m) {
+    zm_comm *c = ZM(m);
+    count_call(c, &m->counters.other_calls, NULL, 0);
+    blocking_enter(c);
+    int rc = MPI_Barrier(c->comm);
+    blocking_leave(c);
+    return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Barrier");
+}
+
+static zero_status zm_allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each) {
+    zm_comm *c = ZM(m);
+    if (bytes_each > (size_t)INT_MAX)
+        return zero__error(m->engine, ZERO_ERR_UNSUPPORTED, "comm: allgather_bytes limited to INT_MAX bytes");
+    count_call(c, &m->counters.other_calls, NULL, 0);
+    blocking_enter(c);
+    int rc = MPI_Allgather(send, (int)bytes_each, MPI_BYTE, recv, (int)bytes_each, MPI_BYTE, c->comm);
+    blocking_leave(c);
+    return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Allgather");
+}
+
+static void zm_counters_get(zero_comm *m, zero__comm_counters *out) {
+    zm_comm *c = ZM(m);
+    pthread_mutex_lock(&c->stat_lock);
+    *out = m->counters;
+    if (c->inflight > 0) out->busy_seconds += zero__comm_now() - c->busy_t0;
+    pthread_mutex_unlock(&c->stat_lock);
+}
+
+static const zero__comm_ops mpi_ops = {
+    .name = "mpi",
+    .split = zm_split,
+    .free = zm_free,
+    .allreduce = zm_allreduce,
+    .broadcast = zm_broadcast,
+    .barrier = zm_barrier,
+    .iallreduce = zero__zm_iallreduce,
+    .ireduce_scatterv = zero__zm_ireduce_scatterv,
+    .iallgatherv = zero__zm_iallgatherv,
+    .wait = zero__zm_wait,
+    .test = zero__zm_test,
+    .allgather_bytes = zm_allgather_bytes,
+    .counters_get = zm_counters_get,
+};
+#endif

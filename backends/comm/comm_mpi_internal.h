@@ -1,0 +1,142 @@
+/* Internal structures of the MPI comm backend, shared by comm_mpi.c (setup,
+ * blocking collectives), comm_mpi_progress.c (progress engine: op list,
+ * progress thread, wait/test) and comm_mpi_ring.c (the ring reduce-scatter /
+ * allgather state machines and the native MPI ops).
+ *
+ * Locking: one mutex per world (zm_engine.lock), shared by its
+ * sub-communicators, guards the op list, every op's state and the scratch
+ * cache; every MPI call on an op's requests is made with it held.  That also
+ * serialises our MPI calls when the thread level is below MULTIPLE.
+ * Counters have their own small lock per communicator. */
+#ifndef ZERO_BACKENDS_COMM_MPI_INTERNAL_H
+#define ZERO_BACKENDS_COMM_MPI_INTERNAL_H
+#ifdef ZERO_HAVE_MPI
+#include <mpi.h>
+#include <pthread.h>
+#include "comm.h"
+#include "comm_internal.h"
+
+/* Most MPI requests one ring op keeps posted per direction.  The actual
+ * window (ZERO_COMM_WINDOW) is clamped to this. */
+#define ZM_MAX_WINDOW 64
+
+typedef struct zm_op zm_op;
+
+/* Progress machinery of one world, shared by its sub-communicators. */
+typedef struct zm_engine {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;       /* the progress thread sleeps here when it has nothing to drive */
+    pthread_t thread;
+    int has_thread;            /* 1 when the level is MULTIPLE and the thread runs */
+    int stop;
+    int thread_level;          /* MPI_Query_thread() */
+    int waiters;               /* threads driving progress inside wait(): the thread stands back */
+    zm_op *head, *tail;        /* ops in flight */
+    int refs;                  /* world + live sub-communicators */
+    /* knobs (read once from the environment at world creation) */
+    unsigned poll_us;          /* ZERO_COMM_POLL_US: longest back-off sleep of the progress thread */
+    size_t chunk_bytes;        /* ZERO_COMM_CHUNK_KB: ring message size */
+    int window;                /* ZERO_COMM_WINDOW: posted requests per direction per op */
+    int native_allgather;      /* ZERO_COMM_ALLGATHER=mpi: use MPI_Iallgatherv instead of the ring */
+    /* scratch cache: ring temporaries are reused across ops so that a large
+     * reduce-scatter does not pay page faults on fresh memory every time */
+    void *cache[2];
+    size_t cache_bytes[2];
+    struct zero_engine *engine;
+} zm_engine;
+
+typedef struct zm_comm {
+    zero_comm base;
+    MPI_Comm comm;             /* our duplicate (or split): never the host's own */
+    zm_engine *pe;
+    int is_world;
+    int owns_mpi;              /* this world counts towards libzero-owned MPI init */
+    int tag_mod;               /* ring tags are seq % tag_mod */
+    uint32_t seq;              /* ring op sequence number (under pe->lock) */
+    int ops_in_list;           /* under pe->lock */
+    int outstanding;           /* requests handed out and not yet freed (under pe->lock) */
+    pthread_mutex_t stat_lock; /* counters, inflight, busy_t0 */
+    int inflight;
+    double busy_t0;
+} zm_comm;
+
+enum { ZM_OP_NATIVE = 0, ZM_OP_RS_RING = 1, ZM_OP_AG_RING = 2 };
+
+typedef struct zm_cursor {
+    int k;    /* ring step */
+    size_t j; /* chunk within the step's block */
+} zm_cursor;
+
+typedef struct zm_ring {
+    int n, r, next, prev, tag, nsteps;
+    size_t esz, chunk; /* chunk in elements */
+    zero_dtype dt;
+    const char *send;
+    char *recv;
+    size_t *counts, *displ; /* n each, owned by the op */
+    char *buf[2];           /* RS temporaries (inside scratch) */
+    int recv_into_out;      /* RS: final step receives straight into recv */
+    zm_cursor rpost, rdone, spost, sdone, end;
+    MPI_Request rq[ZM_MAX_WINDOW], sq[ZM_MAX_WINDOW];
+    int rhead, rcount, shead, scount, window;
+} zm_ring;
+
+struct zm_op {
+    zero_comm_req base;
+    zm_op *prev, *next;
+    int kind;
+    int in_list;
+    int done;
+    zero_status status;
+    char err[256];
+    size_t bytes; /* for the counters */
+    /* native: MPI requests (several when a count exceeds INT_MAX) */
+    MPI_Request *reqs;
+    int nreqs;
+    int *icounts, *idispl; /* MPI_Iallgatherv arguments, alive until completion */
+    /* ring */
+    zm_ring ring;
+    void *scratch;
+    size_t scratch_bytes;
+};
+
+static inline zm_comm *ZM(zero_comm *m) { return (zm_comm *)m; }
+
+/* ---- comm_mpi.c ---- */
+/* Format "what: MPI error text" into op->err / a buffer; returns ZERO_ERR_COMM. */
+zero_status zero__zm_error_text(int rc, const char *what, char *buf, size_t len);
+/* MPI datatype for dt: for_sum selects the arithmetic type; BF16/F16 map to
+ * MPI_UINT16_T for data movement and to MPI_DATATYPE_NULL for sums. */
+MPI_Datatype zero__zm_datatype(zero_dtype dt, int for_sum);
+/* Counters: a collective starts / ends on m (busy time bookkeeping). */
+void zero__zm_busy_begin(zm_comm *c);
+void zero__zm_busy_end(zm_comm *c);
+
+/* ---- comm_mpi_progress.c (all "_locked" functions need pe->lock held) ---- */
+zm_engine *zero__zm_engine_create(int thread_level, struct zero_engine *engine);
+/* Drop a reference; the last one stops the thread and frees everything. */
+void zero__zm_engine_release(zm_engine *pe);
+/* Append op to the in-flight list, advance it once, wake the thread. */
+void zero__zm_submit_locked(zm_engine *pe, zm_op *op);
+/* One pass over every op in flight; returns 1 if anything moved. */
+int zero__zm_advance_all_locked(zm_engine *pe);
+/* Drive until no op of c (or of any comm when c is NULL) is in flight. */
+void zero__zm_drain_locked(zm_engine *pe, zm_comm *c);
+void *zero__zm_scratch_get_locked(zm_engine *pe, size_t bytes, size_t *got);
+void zero__zm_scratch_put_locked(zm_engine *pe, void *p, size_t bytes);
+zero_status zero__zm_wait(zero_comm_req *req);
+zero_status zero__zm_test(zero_comm_req *req, int *done);
+
+/* ---- comm_mpi_ring.c ---- */
+/* Advance one op (pe->lock held); sets op->done.  Returns 1 if it moved. */
+int zero__zm_op_advance_locked(zm_op *op);
+/* Release what an op holds (scratch back to the cache, arrays) and free it. */
+void zero__zm_op_free_locked(zm_engine *pe, zm_op *op);
+zero_status zero__zm_iallreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op,
+                                zero_comm_req **req);
+zero_status zero__zm_ireduce_scatterv(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                                      zero_dtype dt, zero_comm_req **req);
+zero_status zero__zm_iallgatherv(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                                 zero_dtype dt, zero_comm_req **req);
+#endif
+#endif

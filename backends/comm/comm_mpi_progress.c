@@ -1,0 +1,260 @@
+/* Progress engine of the MPI backend.
+ *
+ * Why it exists: Debian's Open MPI 4.1 has no asynchronous progress, so a
+ * nonblocking operation only advances while some thread is inside MPI, and
+ * our ring collectives are state machines that must post the next messages
+ * and sum received chunks.  One progress thread per world (shared by its
+ * sub-communicators) does that while the host computes.
+ *
+ * CPU policy (tests run 4 ranks on 2 cores, so a busy-polling thread would
+ * steal the host's CPU):
+ *  - nothing in flight: the thread blocks on a condition variable;
+ *  - something in flight: it polls; after a pass that moved nothing it sleeps
+ *    with an exponential back-off from 2 us up to ZERO_COMM_POLL_US
+ *    (default 100 us); a pass that moved something polls again at once;
+ *  - a host thread inside wait() drives progress itself (lowest latency) and
+ *    the thread stands back meanwhile, so there is one poller, not two.
+ * Without MPI_THREAD_MULTIPLE there is no thread: operations advance only
+ * inside test(), wait() and the blocking collectives (which first complete
+ * what is in flight, so that they cannot deadlock against a peer waiting for
+ * our ring messages). */
+#ifdef ZERO_HAVE_MPI
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include "comm_mpi_internal.h"
+#include "log.h"
+
+static long env_long(const char *name, long dflt, long lo, long hi) {
+    const char *s = getenv(name);
+    if (!s || !*s) return dflt;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (end == s || v < lo || v > hi) return dflt;
+    return v;
+}
+
+static void sleep_us(unsigned us) {
+    struct timespec ts = {us / 1000000u, (long)(us % 1000000u) * 1000L};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+    }
+}
+
+static void list_remove(zm_engine *pe, zm_op *op) {
+    if (op->prev) op->prev->next = op->next; else pe->head = op->next;
+    if (op->next) op->next->prev = op->prev; else pe->tail = op->prev;
+    op->prev = op->next = NULL;
+    op->in_list = 0;
+    ZM(op->base.comm)->ops_in_list--;
+}
+
+int zero__zm_advance_all_locked(zm_engine *pe) {
+    int moved = 0;
+    zm_op *op = pe->head;
+    while (op) {
+        zm_op *next = op->next;
+        moved |= zero__zm_op_advance_locked(op);
+        if (op->done) {
+            list_remove(pe, op);
+            zero__zm_busy_end(ZM(op->base.comm));
+            moved = 1;
+        }
+        op = next;
+    }
+    return moved;
+}
+
+static void *progress_main(void *arg) {
+    zm_engine *pe = arg;
+    /* Default timer slack (50 us) would turn our short back-off sleeps into
+     * long ones; the thread is named so that it is recognisable in top. */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    prctl(PR_SET_NAME, "zero-comm", 0, 0, 0);
+    unsigned backoff = 2;
+    pthread_mutex_lock(&pe->lock);
+    while (!pe->stop) {
+        if (!pe->head || pe->waiters > 0) {
+            pthread_cond_wait(&pe->wake, &pe->lock);
+            backoff = 2;
+            continue;
+        }
+        if (zero__zm_advance_all_locked(pe)) {
+            backoff = 2;
+            pthread_mutex_unlock(&pe->lock);
+            sched_yield(); /* let an issuing host thread take the lock */
+        } else {
+            unsigned us = backoff;
+            backoff = backoff * 2 > pe->poll_us ? pe->poll_us : backoff * 2;
+            pthread_mutex_unlock(&pe->lock);
+            sleep_us(us);
+        }
+        pthread_mutex_lock(&pe->lock);
+    }
+    pthread_mutex_unlock(&pe->lock);
+    return NULL;
+}
+
+zm_engine *zero__zm_engine_create(int thread_level, struct zero_engine *engine) {
+    zm_engine *pe = calloc(1, sizeof *pe);
+    if (!pe) return NULL;
+    pthread_mutex_init(&pe->lock, NULL);
+    pthread_cond_init(&pe->wake, NULL);
+    pe->refs = 1;
+    pe->engine = engine;
+    pe->thread_level = thread_level;
+    pe->poll_us = (unsigned)env_long("ZERO_COMM_POLL_US", 100, 1, 100000);
+    pe->chunk_bytes = (size_t)env_long("ZERO_COMM_CHUNK_KB", 256, 4, 1L << 20) * 1024u;
+    pe->window = (int)env_long("ZERO_COMM_WINDOW", 8, 1, ZM_MAX_WINDOW);
+    const char *ag = getenv("ZERO_COMM_ALLGATHER");
+    pe->native_allgather = ag && strcmp(ag, "mpi") == 0;
+    int want_thread = env_long("ZERO_COMM_PROGRESS_THREAD", 1, 0, 1) != 0;
+    if (thread_level >= MPI_THREAD_MULTIPLE && want_thread) {
+        if (pthread_create(&pe->thread, NULL, progress_main, pe) == 0)
+            pe->has_thread = 1;
+        else
+            zero__log(engine, ZERO_LOG_WARN, "comm: could not start the progress thread; "
+                                             "async collectives will progress only inside test/wait");
+    } else if (thread_level < MPI_THREAD_MULTIPLE) {
+        zero__log(engine, ZERO_LOG_INFO,
+                  "comm: MPI thread level %d is below MPI_THREAD_MULTIPLE: no progress thread, async "
+                  "collectives progress only inside test/wait and blocking calls (less overlap)",
+                  thread_level);
+    }
+    return pe;
+}
+
+void zero__zm_engine_release(zm_engine *pe) {
+    pthread_mutex_lock(&pe->lock);
+    int last = --pe->refs == 0;
+    if (last) {
+        pe->stop = 1;
+        pthread_cond_broadcast(&pe->wake);
+    }
+    pthread_mutex_unlock(&pe->lock);
+    if (!last) return;
+    if (pe->has_thread) pthread_join(pe->thread, NULL);
+    for (int i = 0; i < 2; ++i) free(pe->cache[i]);
+    pthread_cond_destroy(&pe->wake);
+    pthread_mutex_destroy(&pe->lock);
+    free(pe);
+}
+
+void zero__zm_submit_locked(zm_engine *pe, zm_op *op) {
+    zm_comm *c = ZM(op->base.comm);
+    zero__zm_busy_begin(c);
+    c->outstanding++;
+    op->prev = pe->tail;
+    op->next = NULL;
+    if (pe->tail) pe->tail->next = op; else pe->head = op;
+    pe->tail = op;
+    op->in_list = 1;
+    c->ops_in_list++;
+    /* Start it now in the caller's thread: the first messages go out without
+     * waiting for the progress thread to wake up. */
+    zero__zm_op_advance_locked(op);
+    if (op->done) {
+        list_remove(pe, op);
+        zero__zm_busy_end(c);
+    } else {
+        pthread_cond_signal(&pe->wake);
+    }
+}
+
+void zero__zm_drain_locked(zm_engine *pe, zm_comm *c) {
+    for (;;) {
+        int pending = 0;
+        for (zm_op *op = pe->head; op; op = op->next)
+            if (!c || ZM(op->base.comm) == c) pending = 1;
+        if (!pending) return;
+        if (!zero__zm_advance_all_locked(pe)) {
+            pthread_mutex_unlock(&pe->lock);
+            sched_yield();
+            pthread_mutex_lock(&pe->lock);
+        }
+    }
+}
+
+void *zero__zm_scratch_get_locked(zm_engine *pe, size_t bytes, size_t *got) {
+    int best = -1;
+    for (int i = 0; i < 2; ++i)
+        if (pe->cache[i] && pe->cache_bytes[i] >= bytes && (best < 0 || pe->cache_bytes[i] < pe->cache_bytes[best]))
+            best = i;
+    if (best >= 0) {
+        void *p = pe->cache[best];
+        *got = pe->cache_bytes[best];
+        pe->cache[best] = NULL;
+        pe->cache_bytes[best] = 0;
+        return p;
+    }
+    *got = bytes;
+    return malloc(bytes ? bytes : 1);
+}
+
+void zero__zm_scratch_put_locked(zm_engine *pe, void *p, size_t bytes) {
+    if (!p) return;
+    int slot = -1;
+    for (int i = 0; i < 2; ++i)
+        if (!pe->cache[i]) slot = i;
+    if (slot < 0) { /* keep the two largest */
+        slot = pe->cache_bytes[0] < pe->cache_bytes[1] ? 0 : 1;
+        if (pe->cache_bytes[slot] >= bytes) {
+            free(p);
+            return;
+        }
+        free(pe->cache[slot]);
+    }
+    pe->cache[slot] = p;
+    pe->cache_bytes[slot] = bytes;
+}
+
+static zero_status finish(zm_engine *pe, zm_op *op) {
+    /* pe->lock held */
+    zm_comm *c = ZM(op->base.comm);
+    zero_status st = op->status;
+    if (st != ZERO_OK) zero__error(c->base.engine, st, "%s", op->err);
+    c->outstanding--;
+    zero__zm_op_free_locked(pe, op);
+    return st;
+}
+
+zero_status zero__zm_wait(zero_comm_req *req) {
+    zm_op *op = (zm_op *)req;
+    zm_engine *pe = ZM(req->comm)->pe;
+    unsigned idle = 0;
+    pthread_mutex_lock(&pe->lock);
+    pe->waiters++;
+    while (!op->done) {
+        if (zero__zm_advance_all_locked(pe)) {
+            idle = 0;
+            continue;
+        }
+        pthread_mutex_unlock(&pe->lock);
+        /* Like MPI's own blocking waits: spin with yields (other ranks may
+         * share our core), then short sleeps if the peer is far behind. */
+        if (++idle < 64)
+            sched_yield();
+        else
+            sleep_us(idle < 1024 ? 5 : 50);
+        pthread_mutex_lock(&pe->lock);
+    }
+    pe->waiters--;
+    if (pe->waiters == 0 && pe->head) pthread_cond_signal(&pe->wake);
+    zero_status st = finish(pe, op);
+    pthread_mutex_unlock(&pe->lock);
+    return st;
+}
+
+zero_status zero__zm_test(zero_comm_req *req, int *done) {
+    zm_op *op = (zm_op *)req;
+    zm_engine *pe = ZM(req->comm)->pe;
+    pthread_mutex_lock(&pe->lock);
+    if (!op->done) zero__zm_advance_all_locked(pe);
+    *done = op->done;
+    zero_status st = op->done ? finish(pe, op) : ZERO_OK;
+    pthread_mutex_unlock(&pe->lock);
+    return st;
+}
+#endif

@@ -1,0 +1,436 @@
+/* Nonblocking collectives of the MPI backend, as state machines advanced by
+ * the progress engine (comm_mpi_progress.c) under the world lock.
+ *
+ * Reduce-scatter is a ring over nonblocking point-to-point because Open MPI
+ * 4.1's MPI_Reduce_scatter_block is 1.5-1.8x slower than its MPI_Allreduce on
+ * 64 MB here, while a ring moves (N-1)/N of the bytes once: N-1 steps; at
+ * step k rank r sends block (r-k-1) mod N to r+1 and receives block
+ * (r-k-2) mod N from r-1, adds its own contribution and forwards the partial
+ * sum at step k+1; after the last step it holds the full sum of block r.
+ * Block b is therefore summed in the fixed order b+1, b+2, ..., b, so the
+ * result is bitwise repeatable.
+ *
+ * Pipelining: each block travels in chunks (ZERO_COMM_CHUNK_KB) with up to
+ * ZERO_COMM_WINDOW requests posted per direction, so a chunk is forwarded as
+ * soon as it was received and summed, and both directions stay busy.  Sends
+ * and receives are each posted in (step, chunk) order, and MPI does not let
+ * messages between a pair on one tag overtake each other, so the i-th send
+ * matches the i-th receive without encoding the chunk in the tag; the tag
+ * only separates concurrent operations (per-communicator sequence number).
+ * Temporaries: two buffers of the largest block (received partial sums
+ * alternate between them), taken from the world's scratch cache.
+ * Deadlock freedom: a receive into a buffer waits only for the send that
+ * read the same chunk of that buffer one step earlier, and a send waits only
+ * for the receive of the same chunk one step earlier; both are earlier in
+ * (step, chunk) order, so by induction every message is eventually posted.
+ *
+ * Allgather uses the same ring without sums, straight into the output. */
+#ifdef ZERO_HAVE_MPI
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "comm_mpi_internal.h"
+#include "log.h"
+
+/* ---- cursor arithmetic over (step, chunk) ---- */
+static size_t nchunks(const zm_ring *g, int block) {
+    size_t c = g->counts[block];
+    return (c + g->chunk - 1) / g->chunk;
+}
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+/* Block received / sent at step k. */
+static int recv_block(const zm_op *op, int k) {
+    const zm_ring *g = &op->ring;
+    return op->kind == ZM_OP_RS_RING ? mod(g->r - k - 2, g->n) : mod(g->r - k - 1, g->n);
+}
+static int send_block(const zm_op *op, int k) {
+    const zm_ring *g = &op->ring;
+    return op->kind == ZM_OP_RS_RING ? mod(g->r - k - 1, g->n) : mod(g->r - k, g->n);
+}
+
+/* Skip steps whose block has no chunk left (zero counts). */
+static void normalize(const zm_op *op, zm_cursor *c, int sending) {
+    const zm_ring *g = &op->ring;
+    while (c->k < g->nsteps && c->j >= nchunks(g, sending ? send_block(op, c->k) : recv_block(op, c->k))) {
+        c->k++;
+        c->j = 0;
+    }
+    if (c->k >= g->nsteps) {
+        c->k = g->nsteps;
+        c->j = 0;
+    }
+}
+static void step_cursor(const zm_op *op, zm_cursor *c, int sending) {
+    c->j++;
+    normalize(op, c, sending);
+}
+static int before(zm_cursor a, zm_cursor b) { return a.k < b.k || (a.k == b.k && a.j < b.j); }
+static int at_end(const zm_ring *g, zm_cursor c) { return c.k >= g->nsteps; }
+
+static size_t chunk_len(const zm_ring *g, int block, size_t j) {
+    size_t lo = j * g->chunk, n = g->counts[block];
+    return n - lo < g->chunk ? n - lo : g->chunk;
+}
+
+static void fail(zm_op *op, int rc, const char *what) {
+    op->status = zero__zm_error_text(rc, what, op->err, sizeof op->err);
+    op->done = 1;
+    /* Requests still posted may write into our buffers later: never hand
+     * those buffers back (leak them rather than risk corrupting memory). */
+    op->scratch = NULL;
+}
+
+/* Where the receive (k, j) lands. */
+static char *recv_target(zm_op *op, int k, size_t j) {
+    zm_ring *g = &op->ring;
+    int b = recv_block(op, k);
+    if (op->kind == ZM_OP_AG_RING) return g->recv + (g->displ[b] + j * g->chunk) * g->esz;
+    if (k == g->nsteps - 1 && g->recv_into_out) return g->recv + j * g->chunk * g->esz;
+    return g->buf[k % 2] + j * g->chunk * g->esz;
+}
+
+/* Where the send (k, j) reads from. */
+static const char *send_source(zm_op *op, int k, size_t j) {
+    zm_ring *g = &op->ring;
+    int b = send_block(op, k);
+    if (op->kind == ZM_OP_AG_RING) return g->recv + (g->displ[b] + j * g->chunk) * g->esz;
+    if (k == 0) return g->send + (g->displ[b] + j * g->chunk) * g->esz;
+    return g->buf[(k - 1) % 2] + j * g->chunk * g->esz;
+}
+
+/* A completed receive: RS adds this rank's contribution. */
+static void on_received(zm_op *op, zm_cursor c) {
+    zm_ring *g = &op->ring;
+    if (op->kind != ZM_OP_RS_RING) return;
+    int b = recv_block(op, c.k);
+    size_t len = chunk_len(g, b, c.j);
+    const char *own = g->send + (g->displ[b] + c.j * g->chunk) * g->esz;
+    char *in = recv_target(op, c.k, c.j);
+    char *out = c.k == g->nsteps - 1 ? g->recv + c.j * g->chunk * g->esz : in;
+    /* incoming partial sum first, own value second: the order is part of
+     * the bitwise-repeatability contract */
+    zero__comm_sum3(out, in, own, len, g->dt);
+}
+
+static int can_post_recv(zm_op *op, zm_cursor c) {
+    zm_ring *g = &op->ring;
+    if (op->kind != ZM_OP_RS_RING || c.k < 2) return 1;
+    if (c.k == g->nsteps - 1 && g->recv_into_out) return 1;
+    /* buf[k%2] chunk j was read by send (k-1, j): it must be complete. */
+    if (c.j >= nchunks(g, send_block(op, c.k - 1))) return 1;
+    zm_cursor dep = {c.k - 1, c.j};
+    return before(dep, g->sdone);
+}
+
+static int can_post_send(zm_op *op, zm_cursor c) {
+    zm_ring *g = &op->ring;
+    if (c.k == 0) return 1;
+    zm_cursor dep = {c.k - 1, c.j}; /* the receive (and sum) of the same chunk one step earlier */
+    return before(dep, g->rdone);
+}
+
+static int ring_advance(zm_op *op) {
+    zm_ring *g = &op->ring;
+    MPI_Comm comm = ZM(op->base.comm)->comm;
+    int moved = 0, again = 1, rc, flag;
+    while (again && !op->done) {
+        again = 0;
+        while (g->rcount > 0) {
+            rc = MPI_Test(&g->rq[g->rhead], &flag, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS) return fail(op, rc, "ring receive"), 1;
+            if (!flag) break;
+            on_received(op, g->rdone);
+            step_cursor(op, &g->rdone, 0);
+            g->rhead = (g->rhead + 1) % g->window;
+            g->rcount--;
+            again = 1;
+        }
+        while (g->scount > 0) {
+            rc = MPI_Test(&g->sq[g->shead], &flag, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS) return fail(op, rc, "ring send"), 1;
+            if (!flag) break;
+            step_cursor(op, &g->sdone, 1);
+            g->shead = (g->shead + 1) % g->window;
+            g->scount--;
+            again = 1;
+        }
+        while (g->rcount < g->window && !at_end(g, g->rpost) && can_post_recv(op, g->rpost)) {
+            int b = recv_block(op, g->rpost.k);
+            int bytes = (int)(chunk_len(g, b, g->rpost.j) * g->esz);
+            int slot = (g->rhead + g->rcount) % g->window;
+            rc = MPI_Irecv(recv_target(op, g->rpost.k, g->rpost.j), bytes, MPI_BYTE, g->prev, g->tag, comm,
+                           &g->rq[slot]);
+            if (rc != MPI_SUCCESS) return fail(op, rc, "ring MPI_Irecv"), 1;
+            g->rcount++;
+            step_cursor(op, &g->rpost, 0);
+            again = 1;
+        }
+        while (g->scount < g->window && !at_end(g, g->spost) && can_post_send(op, g->spost)) {
+            int b = send_block(op, g->spost.k);
+            int bytes = (int)(chunk_len(g, b, g->spost.j) * g->esz);
+            int slot = (g->shead + g->scount) % g->window;
+            rc = MPI_Isend(send_source(op, g->spost.k, g->spost.j), bytes, MPI_BYTE, g->next, g->tag, comm,
+                           &g->sq[slot]);
+            if (rc != MPI_SUCCESS) return fail(op, rc, "ring MPI_Isend"), 1;
+            g->scount++;
+            step_cursor(op, &g->spost, 1);
+            again = 1;
+        }
+        moved |= again;
+    }
+    if (at_end(g, g->rdone) && at_end(g, g->sdone)) op->done = 1;
+    return moved;
+}
+
+static int native_advance(zm_op *op) {
+    int flag = 0;
+    int rc = MPI_Testall(op->nreqs, op->reqs, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return fail(op, rc, "MPI_Testall"), 1;
+    if (flag) op->done = 1;
+    return flag;
+}
+
+int zero__zm_op_advance_locked(zm_op *op) {
+    if (op->done) return 0;
+    return op->kind == ZM_OP_NATIVE ? native_advance(op) : ring_advance(op);
+}
+
+void zero__zm_op_free_locked(zm_engine *pe, zm_op *op) {
+    if (op->scratch) zero__zm_scratch_put_locked(pe, op->scratch, op->scratch_bytes);
+    free(op->ring.counts);
+    free(op->reqs);
+    free(op->icounts);
+    free(op);
+}
+
+/* ---- issuing ---- */
+static zm_op *op_new(zero_comm *m, int kind) {
+    zm_op *op = calloc(1, sizeof *op);
+    if (!op) return NULL;
+    op->base.comm = m;
+    op->kind = kind;
+    return op;
+}
+
+static void count_issue(zm_comm *c, uint64_t *calls, uint64_t *bytes, uint64_t n) {
+    pthread_mutex_lock(&c->stat_lock);
+    ++*calls;
+    *bytes += n;
+    pthread_mutex_unlock(&c->stat_lock);
+}
+
+static zero_status submit(zm_comm *c, zm_op *op, zero_comm_req **req) {
+    zm_engine *pe = c->pe;
+    pthread_mutex_lock(&pe->lock);
+    if (op->kind != ZM_OP_NATIVE) op->ring.tag = (int)(c->seq++ % (uint32_t)c->tag_mod);
+    zero__zm_submit_locked(pe, op);
+    pthread_mutex_unlock(&pe->lock);
+    *req = &op->base;
+    return ZERO_OK;
+}
+
+zero_status zero__zm_iallreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op rop,
+                                zero_comm_req **req) {
+    zm_comm *c = ZM(m);
+    MPI_Datatype t = zero__zm_datatype(dt, 1);
+    if (t == MPI_DATATYPE_NULL)
+        return zero__error(m->engine, zero__dtype_size(dt) ? ZERO_ERR_UNSUPPORTED : ZERO_ERR_INVALID_ARGUMENT,
+                           "comm: iallreduce of dtype %d is not supported", dt);
+    MPI_Op mop = rop == ZERO_OP_SUM ? MPI_SUM : rop == ZERO_OP_MAX ? MPI_MAX : rop == ZERO_OP_MIN ? MPI_MIN : MPI_OP_NULL;
+    if (mop == MPI_OP_NULL) return zero__error(m->engine, ZERO_ERR_INVALID_ARGUMENT, "comm: unknown reduce op %d", rop);
+    zm_op *op = op_new(m, ZM_OP_NATIVE);
+    size_t piece = (size_t)INT_MAX;
+    int n = (int)((count + piece - 1) / piece);
+    if (op) op->reqs = calloc(n ? (size_t)n : 1, sizeof(MPI_Request));
+    if (!op || !op->reqs) {
+        if (op) free(op);
+        return ZERO_ERR_OUT_OF_MEMORY;
+    }
+    op->nreqs = n;
+    count_issue(c, &m->counters.allreduce_calls, &m->counters.bytes_reduced, count * zero__dtype_size(dt));
+    /* MPI_Iallreduce is issued under the world lock, in the caller's order,
+     * so collectives keep the order the caller issued them in. */
+    zm_engine *pe = c->pe;
+    pthread_mutex_lock(&pe->lock);
+    for (int i = 0; i < n; ++i) {
+        size_t lo = (size_t)i * piece, len = count - lo < piece ? count - lo : piece;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + lo * zero__dtype_size(dt), (int)len, t, mop, c->comm,
+                                &op->reqs[i]);
+        if (rc != MPI_SUCCESS) {
+            char text[256];
+            zero_status st = zero__zm_error_text(rc, "MPI_Iallreduce", text, sizeof text);
+            pthread_mutex_unlock(&pe->lock);
+            free(op->reqs);
+            free(op);
+            return zero__error(m->engine, st, "%s", text);
+        }
+    }
+    zero__zm_submit_locked(pe, op);
+    pthread_mutex_unlock(&pe->lock);
+    *req = &op->base;
+    return ZERO_OK;
+}
+
+/* Common checks and setup of a ring op; returns the op or sets *st. */
+static zm_op *ring_new(zero_comm *m, int kind, const void *send, void *recv, const size_t *counts, zero_dtype dt,
+                       zero_status *st) {
+    zm_comm *c = ZM(m);
+    size_t esz = zero__dtype_size(dt);
+    *st = ZERO_OK;
+    if (!esz) {
+        *st = zero__error(m->engine, ZERO_ERR_INVALID_ARGUMENT, "comm: unknown dtype %d", dt);
+        return NULL;
+    }
+    if (kind == ZM_OP_RS_RING && !zero__comm_dtype_summable(dt)) {
+        *st = zero__error(m->engine, ZERO_ERR_UNSUPPORTED,
+                          "comm: reduce-scatter sums of dtype %d (bf16/fp16) are not supported", dt);
+        return NULL;
+    }
+    zm_op *op = op_new(m, kind);
+    size_t *arr = calloc(2 * (size_t)m->size, sizeof(size_t));
+    if (!op || !arr) {
+        free(op);
+        free(arr);
+        *st = ZERO_ERR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    zm_ring *g = &op->ring;
+    g->n = m->size;
+    g->r = m->rank;
+    g->next = (g->r + 1) % g->n;
+    g->prev = (g->r + g->n - 1) % g->n;
+    g->nsteps = g->n - 1;
+    g->esz = esz;
+    g->dt = dt;
+    g->send = send;
+    g->recv = recv;
+    g->counts = arr;
+    g->displ = arr + m->size;
+    size_t total = 0, maxc = 0;
+    for (int b = 0; b < g->n; ++b) {
+        g->counts[b] = counts[b];
+        g->displ[b] = total;
+        total += counts[b];
+        if (counts[b] > maxc) maxc = counts[b];
+    }
+    g->chunk = c->pe->chunk_bytes / esz ? c->pe->chunk_bytes / esz : 1;
+    if (g->chunk > (size_t)INT_MAX / esz) g->chunk = (size_t)INT_MAX / esz;
+    g->window = c->pe->window;
+    g->end.k = g->nsteps;
+    op->bytes = total * esz;
+    (void)maxc;
+    return op;
+}
+
+static void ring_start_cursors(zm_op *op) {
+    zm_ring *g = &op->ring;
+    normalize(op, &g->rpost, 0);
+    g->rdone = g->rpost;
+    normalize(op, &g->spost, 1);
+    g->sdone = g->spost;
+}
+
+zero_status zero__zm_ireduce_scatterv(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                                      zero_dtype dt, zero_comm_req **req) {
+    zm_comm *c = ZM(m);
+    zero_status st;
+    zm_op *op = ring_new(m, ZM_OP_RS_RING, send, recv, counts, dt, &st);
+    if (!op) return st;
+    zm_ring *g = &op->ring;
+    size_t total = op->bytes / g->esz, mine = counts[g->r], maxc = 0;
+    for (int b = 0; b < g->n; ++b)
+        if (counts[b] > maxc) maxc = counts[b];
+    if ((total && !send) || (mine && !recv)) {
+        zero__zm_op_free_locked(c->pe, op); /* holds nothing shared yet */
+        return zero__error(m->engine, ZERO_ERR_INVALID_ARGUMENT, "comm: reduce-scatter with a NULL buffer");
+    }
+    count_issue(c, &m->counters.reduce_scatter_calls, &m->counters.bytes_reduced, op->bytes);
+    if (g->n == 1) {
+        if (mine && (const void *)recv != send) memmove(recv, send, mine * g->esz);
+        op->ring.nsteps = 0;
+    } else {
+        /* Receive the final partial sums straight into recv unless recv
+         * overlaps send (in place): then they go through a temporary. */
+        const char *s0 = send, *s1 = (const char *)send + total * g->esz;
+        const char *r0 = recv, *r1 = (const char *)recv + mine * g->esz;
+        g->recv_into_out = !mine || !total || r1 <= s0 || r0 >= s1;
+        int nbufs = g->nsteps - (g->recv_into_out ? 1 : 0);
+        if (nbufs > 2) nbufs = 2;
+        if (nbufs > 0 && maxc) {
+            size_t bytes = (size_t)nbufs * maxc * g->esz;
+            pthread_mutex_lock(&c->pe->lock);
+            op->scratch = zero__zm_scratch_get_locked(c->pe, bytes, &op->scratch_bytes);
+            pthread_mutex_unlock(&c->pe->lock);
+            if (!op->scratch) {
+                zero__zm_op_free_locked(c->pe, op);
+                return ZERO_ERR_OUT_OF_MEMORY;
+            }
+            g->buf[0] = op->scratch;
+            g->buf[1] = nbufs > 1 ? (char *)op->scratch + maxc * g->esz : g->buf[0];
+        }
+    }
+    ring_start_cursors(op);
+    return submit(c, op, req);
+}
+
+static zero_status native_allgatherv(zero_comm *m, zm_op *op, zero_comm_req **req) {
+    zm_comm *c = ZM(m);
+    zm_ring *g = &op->ring;
+    for (int b = 0; b < g->n; ++b)
+        if (g->displ[b] + g->counts[b] > (size_t)INT_MAX) {
+            zero__zm_op_free_locked(c->pe, op);
+            return zero__error(m->engine, ZERO_ERR_UNSUPPORTED, "comm: MPI_Iallgatherv limited to INT_MAX elements");
+        }
+    op->kind = ZM_OP_NATIVE;
+    op->icounts = calloc(2 * (size_t)g->n, sizeof(int));
+    op->reqs = calloc(1, sizeof(MPI_Request));
+    if (!op->icounts || !op->reqs) {
+        zero__zm_op_free_locked(c->pe, op);
+        return ZERO_ERR_OUT_OF_MEMORY;
+    }
+    op->idispl = op->icounts + g->n;
+    for (int b = 0; b < g->n; ++b) {
+        op->icounts[b] = (int)g->counts[b];
+        op->idispl[b] = (int)g->displ[b];
+    }
+    op->nreqs = 1;
+    MPI_Datatype t = zero__zm_datatype(g->dt, 0);
+    zm_engine *pe = c->pe;
+    pthread_mutex_lock(&pe->lock);
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, t, g->recv, op->icounts, op->idispl, t, c->comm, &op->reqs[0]);
+    if (rc != MPI_SUCCESS) {
+        char text[256];
+        zero_status st = zero__zm_error_text(rc, "MPI_Iallgatherv", text, sizeof text);
+        zero__zm_op_free_locked(pe, op);
+        pthread_mutex_unlock(&pe->lock);
+        return zero__error(m->engine, st, "%s", text);
+    }
+    zero__zm_submit_locked(pe, op);
+    pthread_mutex_unlock(&pe->lock);
+    *req = &op->base;
+    return ZERO_OK;
+}
+
+zero_status zero__zm_iallgatherv(zero_comm *m, const void *send, void *recv, const size_t *counts, zero_dtype dt,
+                                 zero_comm_req **req) {
+    zm_comm *c = ZM(m);
+    zero_status st;
+    zm_op *op = ring_new(m, ZM_OP_AG_RING, send, recv, counts, dt, &st);
+    if (!op) return st;
+    zm_ring *g = &op->ring;
+    size_t total = op->bytes / g->esz, mine = counts[g->r];
+    if ((total && !recv) || (mine && !send)) {
+        zero__zm_op_free_locked(c->pe, op);
+        return zero__error(m->engine, ZERO_ERR_INVALID_ARGUMENT, "comm: allgather with a NULL buffer");
+    }
+    count_issue(c, &m->counters.allgather_calls, &m->counters.bytes_gathered, op->bytes);
+    char *own = g->recv + g->displ[g->r] * g->esz;
+    if (mine && (const char *)send != own) memmove(own, send, mine * g->esz);
+    if (g->n == 1) g->nsteps = 0;
+    else if (c->pe->native_allgather) return native_allgatherv(m, op, req);
+    ring_start_cursors(op);
+    return submit(c, op, req);
+}
+#endif

@@ -1,0 +1,392 @@
+/* Multi-rank tests of the MPI comm backend (engine-less: engine = NULL).
+ * Every rank's data is a known function of (rank, index), so each rank can
+ * compute the expected result locally.  Values are small integers stored in
+ * floating types, so sums are exact and can be compared with ==. */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../common/check.h"
+#include "comm.h"
+
+static int R, N;
+
+/* rank r's contribution at global index i */
+static double val(int r, size_t i) { return (double)((r + 1) * 3 + (int)(i % 97)) - 40.0; }
+
+static void fill(void *p, zero_dtype dt, int r, size_t off, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        double v = val(r, off + i);
+        switch (dt) {
+        case ZERO_DTYPE_F32: ((float *)p)[i] = (float)v; break;
+        case ZERO_DTYPE_F64: ((double *)p)[i] = v; break;
+        case ZERO_DTYPE_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+        case ZERO_DTYPE_U64: ((uint64_t *)p)[i] = (uint64_t)(int64_t)v; break;
+        case ZERO_DTYPE_U8: ((uint8_t *)p)[i] = (uint8_t)(int64_t)v; break;
+        case ZERO_DTYPE_BF16:
+        case ZERO_DTYPE_F16: ((uint16_t *)p)[i] = (uint16_t)(r * 1000 + (off + i) % 1000); break;
+        }
+    }
+}
+
+/* expected sum over ranks at index i, as the dtype would store it */
+static int sum_matches(const void *p, zero_dtype dt, size_t off, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        double s = 0;
+        int64_t si = 0;
+        for (int r = 0; r < N; ++r) {
+            s += val(r, off + i);
+            si += (int64_t)val(r, off + i);
+        }
+        int ok = 1;
+        switch (dt) {
+        case ZERO_DTYPE_F32: ok = ((const float *)p)[i] == (float)s; break;
+        case ZERO_DTYPE_F64: ok = ((const double *)p)[i] == s; break;
+        case ZERO_DTYPE_I64: ok = ((const int64_t *)p)[i] == si; break;
+        case ZERO_DTYPE_U64: ok = ((const uint64_t *)p)[i] == (uint64_t)si; break;
+        case ZERO_DTYPE_U8: {
+            uint8_t e = 0;
+            for (int r = 0; r < N; ++r) e = (uint8_t)(e + (uint8_t)(int64_t)val(r, off + i));
+            ok = ((const uint8_t *)p)[i] == e;
+            break;
+        }
+        }
+        if (!ok) {
+            fprintf(stderr, "rank %d: dtype %d mismatch at %zu\n", R, dt, off + i);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static size_t *make_counts(int n, size_t base, int pattern) {
+    size_t *c = calloc((size_t)n, sizeof *c);
+    for (int b = 0; b < n; ++b) {
+        switch (pattern) {
+        case 0: c[b] = base; break;                                /* equal */
+        case 1: c[b] = base + (size_t)b * 7; break;                /* uneven */
+        case 2: c[b] = (b % 2) ? 0 : base; break;                  /* zeros */
+        case 3: c[b] = (size_t)b < base ? 1 : 0; break;            /* N > elements */
+        case 4: c[b] = 0; break;                                   /* all empty */
+        case 5: c[b] = b == n - 1 ? base * 3 : base / 2; break;    /* one big block */
+        }
+    }
+    return c;
+}
+
+static void test_reduce_scatter(zero_comm *w, zero_dtype dt, size_t base, int pattern, int inplace) {
+    int n = zero__comm_size(w), r = zero__comm_rank(w);
+    size_t esz = zero__dtype_size(dt);
+    size_t *counts = make_counts(n, base, pattern), total = 0, off = 0;
+    for (int b = 0; b < n; ++b) {
+        if (b < r) off += counts[b];
+        total += counts[b];
+    }
+    char *send = malloc(total * esz + 1);
+    fill(send, dt, r, 0, total);
+    char *recv = inplace ? send + off * esz : malloc(counts[r] * esz + 1);
+    zero_comm_req *req = NULL;
+    zero_status st = zero__ireduce_scatterv(w, send, recv, counts, dt, &req);
+    CHECK(st == ZERO_OK, "ireduce_scatterv status %d", st);
+    if (st == ZERO_OK) CHECK_EQ_INT(zero__comm_wait(req), ZERO_OK);
+    CHECK(sum_matches(recv, dt, off, counts[r]), "reduce_scatter dt=%d base=%zu pattern=%d inplace=%d", dt, base,
+          pattern, inplace);
+    if (!inplace) {
+        /* the send buffer is untouched */
+        char *ref = malloc(total * esz + 1);
+        fill(ref, dt, r, 0, total);
+        CHECK(memcmp(ref, send, total * esz) == 0, "send buffer modified");
+        free(ref);
+        free(recv);
+    }
+    free(send);
+    free(counts);
+}
+
+static void test_allgather(zero_comm *w, zero_dtype dt, size_t base, int pattern, int inplace) {
+    int n = zero__comm_size(w), r = zero__comm_rank(w);
+    size_t esz = zero__dtype_size(dt);
+    size_t *counts = make_counts(n, base, pattern), total = 0, off = 0;
+    for (int b = 0; b < n; ++b) {
+        if (b < r) off += counts[b];
+        total += counts[b];
+    }
+    char *recv = malloc(total * esz + 1);
+    memset(recv, 0xab, total * esz);
+    char *send = inplace ? recv + off * esz : malloc(counts[r] * esz + 1);
+    fill(send, dt, r, off, counts[r]);
+    zero_comm_req *req = NULL;
+    zero_status st = zero__iallgatherv(w, send, recv, counts, dt, &req);
+    CHECK(st == ZERO_OK, "iallgatherv status %d", st);
+    if (st == ZERO_OK) CHECK_EQ_INT(zero__comm_wait(req), ZERO_OK);
+    char *ref = malloc(total * esz + 1);
+    size_t o = 0;
+    for (int b = 0; b < n; ++b) {
+        fill(ref + o * esz, dt, b, o, counts[b]);
+        o += counts[b];
+    }
+    CHECK(memcmp(ref, recv, total * esz) == 0, "allgather dt=%d base=%zu pattern=%d inplace=%d", dt, base, pattern,
+          inplace);
+    free(ref);
+    if (!inplace) free(send);
+    free(recv);
+    free(counts);
+}
+
+static void test_blocking(zero_comm *w) {
+    int n = zero__comm_size(w), r = zero__comm_rank(w);
+    double d[5];
+    fill(d, ZERO_DTYPE_F64, r, 0, 5);
+    CHECK_EQ_INT(zero__allreduce(w, d, 5, ZERO_DTYPE_F64, ZERO_OP_SUM), ZERO_OK);
+    CHECK(sum_matches(d, ZERO_DTYPE_F64, 0, 5), "allreduce sum");
+    int64_t mx = r * 10, mn = r * 10;
+    CHECK_EQ_INT(zero__allreduce(w, &mx, 1, ZERO_DTYPE_I64, ZERO_OP_MAX), ZERO_OK);
+    CHECK_EQ_INT(zero__allreduce(w, &mn, 1, ZERO_DTYPE_I64, ZERO_OP_MIN), ZERO_OK);
+    CHECK_EQ_INT(mx, (n - 1) * 10);
+    CHECK_EQ_INT(mn, 0);
+    uint16_t h[3] = {(uint16_t)r, (uint16_t)r, (uint16_t)r};
+    CHECK_EQ_INT(zero__allreduce(w, h, 3, ZERO_DTYPE_BF16, ZERO_OP_SUM), ZERO_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(zero__broadcast(w, h, 3, ZERO_DTYPE_BF16, n - 1), ZERO_OK);
+    CHECK_EQ_INT(h[2], n - 1);
+    float f[4] = {(float)r, 1, 2, 3};
+    CHECK_EQ_INT(zero__broadcast(w, f, 4, ZERO_DTYPE_F32, 0), ZERO_OK);
+    CHECK(f[0] == 0.0f && f[3] == 3.0f, "broadcast f32");
+    CHECK_EQ_INT(zero__barrier(w), ZERO_OK);
+    int32_t mine[2] = {r, r * r}, all[2 * 16];
+    CHECK_EQ_INT(zero__allgather_bytes(w, mine, all, sizeof mine), ZERO_OK);
+    for (int b = 0; b < n && b < 16; ++b) CHECK(all[2 * b] == b && all[2 * b + 1] == b * b, "allgather_bytes %d", b);
+    /* async allreduce, incl. in-flight with a blocking call */
+    float a[1000];
+    fill(a, ZERO_DTYPE_F32, r, 0, 1000);
+    zero_comm_req *q = NULL;
+    CHECK_EQ_INT(zero__iallreduce(w, a, 1000, ZERO_DTYPE_F32, ZERO_OP_SUM, &q), ZERO_OK);
+    CHECK_EQ_INT(zero__barrier(w), ZERO_OK);
+    CHECK_EQ_INT(zero__comm_wait(q), ZERO_OK);
+    CHECK(sum_matches(a, ZERO_DTYPE_F32, 0, 1000), "iallreduce");
+    CHECK_EQ_INT(zero__iallreduce(w, h, 3, ZERO_DTYPE_F16, ZERO_OP_SUM, &q), ZERO_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(zero__ireduce_scatterv(w, h, h, (size_t[16]){0}, ZERO_DTYPE_BF16, &q), ZERO_ERR_UNSUPPORTED);
+    CHECK(zero__comm_wait(NULL) == ZERO_ERR_INVALID_ARGUMENT, "wait(NULL)");
+}
+
+/* Many async ops in flight at once, completed in reverse / scrambled order,
+ * on the world and (concurrently) on an even/odd split. */
+#define NOPS 12
+static void test_concurrent(zero_comm *w) {
+    int n = zero__comm_size(w), r = zero__comm_rank(w);
+    zero_comm *sub = NULL;
+    CHECK_EQ_INT(zero__comm_split(w, r % 2, -r, &sub), ZERO_OK); /* key -r: reversed order */
+    CHECK(sub != NULL, "split gave NULL");
+    if (!sub) return;
+    int sn = zero__comm_size(sub), sr = zero__comm_rank(sub);
+    CHECK_EQ_INT(sn, (n + 1 - r % 2) / 2);
+    /* ranks in the sub: same parity, ordered by descending world rank */
+    int members[16], m = 0;
+    for (int q = n - 1; q >= 0; --q)
+        if (q % 2 == r % 2) members[m++] = q;
+    CHECK_EQ_INT(members[sr], r);
+
+    zero_comm_req *req[NOPS];
+    void *bufs[NOPS], *outs[NOPS];
+    size_t *cnts[NOPS];
+    int on_sub[NOPS], kind[NOPS];
+    for (int i = 0; i < NOPS; ++i) {
+        zero_comm *c = (i % 3 == 1) ? sub : w;
+        on_sub[i] = c == sub;
+        kind[i] = i % 4; /* 0,2: reduce-scatter 1: allgather 3: allreduce */
+        int cn = zero__comm_size(c), cr = zero__comm_rank(c);
+        size_t base = 1000 + 3000 * (size_t)i;
+        cnts[i] = make_counts(cn, base, i % 3);
+        size_t total = 0, off = 0;
+        for (int b = 0; b < cn; ++b) {
+            if (b < cr) off += cnts[i][b];
+            total += cnts[i][b];
+        }
+        /* contributions are functions of the WORLD rank, so expectations are
+         * computed over the members */
+        if (kind[i] == 1) {
+            bufs[i] = malloc(cnts[i][cr] * 4 + 4);
+            outs[i] = malloc(total * 4 + 4);
+            fill(bufs[i], ZERO_DTYPE_F32, r, off, cnts[i][cr]);
+            CHECK_EQ_INT(zero__iallgatherv(c, bufs[i], outs[i], cnts[i], ZERO_DTYPE_F32, &req[i]), ZERO_OK);
+        } else if (kind[i] == 3) {
+            bufs[i] = malloc(total * 4 + 4);
+            outs[i] = NULL;
+            fill(bufs[i], ZERO_DTYPE_F32, r, 0, total);
+            CHECK_EQ_INT(zero__iallreduce(c, bufs[i], total, ZERO_DTYPE_F32, ZERO_OP_SUM, &req[i]), ZERO_OK);
+        } else {
+            bufs[i] = malloc(total * 4 + 4);
+            outs[i] = malloc(cnts[i][cr] * 4 + 4);
+            fill(bufs[i], ZERO_DTYPE_F32, r, 0, total);
+            CHECK_EQ_INT(zero__ireduce_scatterv(c, bufs[i], outs[i], cnts[i], ZERO_DTYPE_F32, &req[i]), ZERO_OK);
+        }
+    }
+    /* a blocking world op while everything is in flight */
+    CHECK_EQ_INT(zero__barrier(w), ZERO_OK);
+    /* complete in a scrambled order: test-poll odd ones, wait even ones backwards */
+    int done[NOPS] = {0}, left = NOPS;
+    for (int i = NOPS - 1; i >= 0; i -= 2) {
+        CHECK_EQ_INT(zero__comm_wait(req[i]), ZERO_OK);
+        done[i] = 1;
+        --left;
+    }
+    while (left > 0) {
+        for (int i = 0; i < NOPS; ++i) {
+            if (done[i]) continue;
+            int d = 0;
+            CHECK_EQ_INT(zero__comm_test(req[i], &d), ZERO_OK);
+            if (d) {
+                done[i] = 1;
+                --left;
+            }
+        }
+    }
+    for (int i = 0; i < NOPS; ++i) {
+        zero_comm *c = on_sub[i] ? sub : w;
+        int cn = zero__comm_size(c), cr = zero__comm_rank(c);
+        size_t total = 0, off = 0;
+        for (int b = 0; b < cn; ++b) {
+            if (b < cr) off += cnts[i][b];
+            total += cnts[i][b];
+        }
+        int ok = 1;
+        if (kind[i] == 1) {
+            size_t o = 0;
+            float *ref = malloc(total * 4 + 4);
+            for (int b = 0; b < cn; ++b) {
+                fill(ref + o, ZERO_DTYPE_F32, on_sub[i] ? members[b] : b, o, cnts[i][b]);
+                o += cnts[i][b];
+            }
+            ok = memcmp(ref, outs[i], total * 4) == 0;
+            free(ref);
+        } else {
+            const float *got = kind[i] == 3 ? (const float *)bufs[i] + 0 : outs[i];
+            size_t lo = kind[i] == 3 ? 0 : off, len = kind[i] == 3 ? total : cnts[i][cr];
+            for (size_t e = 0; e < len && ok; ++e) {
+                double s = 0;
+                for (int b = 0; b < cn; ++b) s += val(on_sub[i] ? members[b] : b, lo + e);
+                ok = got[e] == (float)s;
+            }
+        }
+        CHECK(ok, "concurrent op %d (kind %d, sub %d) wrong", i, kind[i], on_sub[i]);
+        free(bufs[i]);
+        free(outs[i]);
+        free(cnts[i]);
+    }
+    zero__comm_counters ct;
+    zero__comm_counters_get(sub, &ct);
+    CHECK(ct.reduce_scatter_calls >= 1 && ct.busy_seconds > 0, "sub counters rs=%llu busy=%g",
+          (unsigned long long)ct.reduce_scatter_calls, ct.busy_seconds);
+    /* a color < 0 rank gets no communicator */
+    zero_comm *none = (zero_comm *)1;
+    CHECK_EQ_INT(zero__comm_split(w, r == 0 ? -1 : 0, 0, &none), ZERO_OK);
+    CHECK((r == 0) == (none == NULL), "color<0 split");
+    if (none) {
+        CHECK_EQ_INT(zero__comm_size(none), n - 1);
+        zero__comm_free(none);
+    }
+    zero__comm_free(sub);
+}
+
+/* Random floats (non-integer): results must be identical bit for bit when
+ * the same reduce-scatter runs twice, and equal on every rank for the
+ * allgathered result. */
+static void test_repeatable(zero_comm *w) {
+    int n = zero__comm_size(w), r = zero__comm_rank(w);
+    size_t per = 50000, total = per * (size_t)n;
+    float *send = malloc(total * 4), *a = malloc(per * 4), *b = malloc(per * 4);
+    uint32_t s = 12345u + 7919u * (uint32_t)r;
+    for (size_t i = 0; i < total; ++i) {
+        s = s * 1664525u + 1013904223u;
+        send[i] = (float)(s >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+    }
+    size_t *counts = make_counts(n, per, 0);
+    zero_comm_req *q;
+    CHECK_EQ_INT(zero__ireduce_scatterv(w, send, a, counts, ZERO_DTYPE_F32, &q), ZERO_OK);
+    CHECK_EQ_INT(zero__comm_wait(q), ZERO_OK);
+    CHECK_EQ_INT(zero__ireduce_scatterv(w, send, b, counts, ZERO_DTYPE_F32, &q), ZERO_OK);
+    CHECK_EQ_INT(zero__comm_wait(q), ZERO_OK);
+    CHECK(memcmp(a, b, per * 4) == 0, "reduce-scatter not bitwise repeatable");
+    /* close to the fp64 reference (ring order differs from a naive sum) */
+    double maxerr = 0;
+    double *ref = calloc(per, sizeof *ref);
+    for (int q2 = 0; q2 < n; ++q2) {
+        uint32_t t = 12345u + 7919u * (uint32_t)q2;
+        for (size_t i = 0; i < total; ++i) {
+            t = t * 1664525u + 1013904223u;
+            if (i >= (size_t)r * per && i < (size_t)(r + 1) * per)
+                ref[i - (size_t)r * per] += (double)((float)(t >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f);
+        }
+    }
+    for (size_t i = 0; i < per; ++i) {
+        double e = a[i] - ref[i];
+        if (e < 0) e = -e;
+        if (e > maxerr) maxerr = e;
+    }
+    CHECK(maxerr < 1e-5 * n, "reduce-scatter off the fp64 reference by %g", maxerr);
+    free(ref);
+    free(send);
+    free(a);
+    free(b);
+    free(counts);
+}
+
+int main(int argc, char **argv) {
+    /* argv[1] == "host-multiple" / "host-single": the host initialises MPI
+     * itself and passes its communicator; otherwise libzero initialises MPI
+     * (ZERO_COMM_AUTO) and must finalise it. */
+    const char *mode = argc > 1 ? argv[1] : "auto";
+    int host_inits = strcmp(mode, "auto") != 0;
+    int provided = -1;
+    if (host_inits) {
+        int want = strcmp(mode, "host-single") == 0 ? MPI_THREAD_SINGLE : MPI_THREAD_MULTIPLE;
+        MPI_Init_thread(&argc, &argv, want, &provided);
+    }
+    zero_comm *w = NULL;
+    char err[256];
+    MPI_Comm host = MPI_COMM_WORLD;
+    zero_status st = host_inits ? zero__comm_world_create(ZERO_COMM_MPI, &host, NULL, &w, err, sizeof err)
+                                : zero__comm_world_create(ZERO_COMM_AUTO, NULL, NULL, &w, err, sizeof err);
+    CHECK(st == ZERO_OK && w, "world create: %d %s", st, err);
+    if (!w) return check_finish();
+    CHECK(strcmp(w->ops->name, "mpi") == 0, "backend %s", w->ops->name);
+    R = zero__comm_rank(w);
+    N = zero__comm_size(w);
+
+    static const zero_dtype dts[] = {ZERO_DTYPE_F32, ZERO_DTYPE_F64, ZERO_DTYPE_I64, ZERO_DTYPE_U64, ZERO_DTYPE_U8};
+    for (int p = 0; p < 6; ++p) {
+        size_t base = p == 3 ? 2 : (p == 2 ? 1500 : 70000 + 13); /* pattern 3: N > elements */
+        for (size_t d = 0; d < sizeof dts / sizeof dts[0]; ++d) {
+            if (d > 1 && p != 1 && p != 3) continue; /* keep the run short: all dtypes on two patterns */
+            test_reduce_scatter(w, dts[d], base, p, 0);
+            test_reduce_scatter(w, dts[d], base, p, 1);
+            test_allgather(w, dts[d], base, p, 0);
+            test_allgather(w, dts[d], base, p, 1);
+        }
+    }
+    test_allgather(w, ZERO_DTYPE_BF16, 3001, 1, 0);
+    test_allgather(w, ZERO_DTYPE_F16, 3001, 2, 1);
+    test_blocking(w);
+    test_concurrent(w);
+    test_repeatable(w);
+
+    zero__comm_counters ct;
+    zero__comm_counters_get(w, &ct);
+    CHECK(ct.reduce_scatter_calls > 10 && ct.allgather_calls > 10 && ct.bytes_reduced > 0, "world counters");
+    zero__comm_world_free(w);
+
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (host_inits) {
+        CHECK(!finalized, "libzero finalized the host's MPI");
+        int q = -1;
+        MPI_Query_thread(&q);
+        CHECK_EQ_INT(q, provided); /* not re-initialised with another level */
+        int one = 1, sum = 0;      /* the host's MPI still works */
+        MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        CHECK_EQ_INT(sum, N);
+        MPI_Finalize();
+    } else {
+        CHECK(finalized, "libzero initialised MPI and should have finalized it");
+    }
+    return check_finish();
+}

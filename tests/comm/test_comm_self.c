@@ -1,0 +1,75 @@
+/* The single-process backend: collectives are copies or no-ops, async
+ * requests are complete at once, and ZERO_COMM_SELF never touches MPI. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../common/check.h"
+#include "comm.h"
+
+int main(void) {
+    zero_comm *w = NULL;
+    char err[128];
+    CHECK_EQ_INT(zero__comm_world_create(ZERO_COMM_SELF, NULL, NULL, &w, err, sizeof err), ZERO_OK);
+    if (!w) return check_finish();
+    CHECK(strcmp(w->ops->name, "self") == 0, "backend %s", w->ops->name);
+    CHECK_EQ_INT(zero__comm_rank(w), 0);
+    CHECK_EQ_INT(zero__comm_size(w), 1);
+    CHECK_EQ_INT(zero__dtype_size(ZERO_DTYPE_F32), 4);
+    CHECK_EQ_INT(zero__dtype_size(ZERO_DTYPE_BF16), 2);
+    CHECK_EQ_INT(zero__dtype_size(ZERO_DTYPE_F64), 8);
+    CHECK_EQ_INT(zero__dtype_size(ZERO_DTYPE_U8), 1);
+    CHECK_EQ_INT(zero__dtype_size(12345), 0);
+
+    float a[5] = {1, 2, 3, 4, 5};
+    CHECK_EQ_INT(zero__allreduce(w, a, 5, ZERO_DTYPE_F32, ZERO_OP_SUM), ZERO_OK);
+    CHECK(a[0] == 1 && a[4] == 5, "allreduce changed data");
+    CHECK_EQ_INT(zero__allreduce(w, a, 5, ZERO_DTYPE_BF16, ZERO_OP_SUM), ZERO_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(zero__broadcast(w, a, 5, ZERO_DTYPE_F32, 0), ZERO_OK);
+    CHECK_EQ_INT(zero__broadcast(w, a, 5, ZERO_DTYPE_F32, 1), ZERO_ERR_INVALID_ARGUMENT);
+    CHECK_EQ_INT(zero__barrier(w), ZERO_OK);
+
+    float out[5] = {0};
+    size_t counts[1] = {5};
+    zero_comm_req *q = NULL;
+    CHECK_EQ_INT(zero__ireduce_scatterv(w, a, out, counts, ZERO_DTYPE_F32, &q), ZERO_OK);
+    int done = 0;
+    CHECK_EQ_INT(zero__comm_test(q, &done), ZERO_OK);
+    CHECK_EQ_INT(done, 1);
+    CHECK(memcmp(a, out, sizeof a) == 0, "reduce-scatter copy");
+    memset(out, 0, sizeof out);
+    CHECK_EQ_INT(zero__iallgatherv(w, a, out, counts, ZERO_DTYPE_F32, &q), ZERO_OK);
+    CHECK_EQ_INT(zero__comm_wait(q), ZERO_OK);
+    CHECK(memcmp(a, out, sizeof a) == 0, "allgather copy");
+    CHECK_EQ_INT(zero__iallgatherv(w, out, out, counts, ZERO_DTYPE_F32, &q), ZERO_OK); /* in place */
+    CHECK_EQ_INT(zero__comm_wait(q), ZERO_OK);
+    CHECK(memcmp(a, out, sizeof a) == 0, "in-place allgather");
+    CHECK_EQ_INT(zero__iallreduce(w, a, 5, ZERO_DTYPE_F64, ZERO_OP_MAX, &q), ZERO_OK);
+    CHECK_EQ_INT(zero__comm_wait(q), ZERO_OK);
+    CHECK_EQ_INT(zero__ireduce_scatterv(w, a, out, counts, ZERO_DTYPE_F16, &q), ZERO_ERR_UNSUPPORTED);
+    uint64_t x = 42, y = 0;
+    CHECK_EQ_INT(zero__allgather_bytes(w, &x, &y, sizeof x), ZERO_OK);
+    CHECK_EQ_INT(y, 42);
+
+    zero_comm *sub = NULL;
+    CHECK_EQ_INT(zero__comm_split(w, 3, 0, &sub), ZERO_OK);
+    CHECK(sub && zero__comm_size(sub) == 1, "split");
+    zero__comm_free(sub);
+    CHECK_EQ_INT(zero__comm_split(w, -1, 0, &sub), ZERO_OK);
+    CHECK(sub == NULL, "color < 0 gives no communicator");
+
+    zero__comm_counters ct;
+    zero__comm_counters_get(w, &ct);
+    CHECK_EQ_INT(ct.allreduce_calls, 2); /* the bf16 one was refused */
+    CHECK_EQ_INT(ct.reduce_scatter_calls, 1);
+    CHECK_EQ_INT(ct.allgather_calls, 2);
+    CHECK_EQ_INT(ct.bytes_reduced, 5 * 4 + 5 * 8 + 5 * 4);
+    zero__comm_world_free(w);
+
+    /* AUTO outside mpirun with ZERO_COMM_BACKEND=self is the self backend */
+    setenv("ZERO_COMM_BACKEND", "self", 1);
+    CHECK_EQ_INT(zero__comm_world_create(ZERO_COMM_AUTO, NULL, NULL, &w, err, sizeof err), ZERO_OK);
+    CHECK(w && strcmp(w->ops->name, "self") == 0, "auto -> self");
+    zero__comm_world_free(w);
+    CHECK_EQ_INT(zero__comm_world_create(99, NULL, NULL, &w, err, sizeof err), ZERO_ERR_UNSUPPORTED);
+    return check_finish();
+}
