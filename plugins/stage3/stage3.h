@@ -1,0 +1,149 @@
+/* stage3 plugin internals: shared by the files of plugins/stage3 only.
+ *
+ * ZeRO-3: each rank keeps only its share of the flat parameter space (in the
+ * model dtype), its fp32 master (mixed precision only; for fp32 the shard is
+ * its own master), its optimizer-state share and its gradient partition.
+ * Full tensors exist only between zero_gather and zero_release, in buffers
+ * from a pool bounded by stage3_max_live_parameters.
+ *
+ * Everything here runs on the host's single "engine" thread (gather,
+ * release, step, save/load, destroy), except grad_buffer/on_grad_ready,
+ * which touch only the (thread-safe) bucket engine and per-param temporaries.
+ * No function here is thread-safe beyond that contract.
+ *
+ * Collective discipline (why prefetch cannot hang): every collective this
+ * plugin issues outside zero_step is issued from zero_gather, after a tiny
+ * agreement all-reduce has proved that every rank asks for the same params at
+ * the same position with the same set of live buffers.  Issue decisions
+ * depend only on that agreed state and on the recorded trace (itself built
+ * from agreed requests), so every rank issues the same collectives in the
+ * same order.  zero_release never communicates. */
+#ifndef ZERO_PLUGIN_STAGE3_H
+#define ZERO_PLUGIN_STAGE3_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zero_plugin.h"
+
+/* Per-param state, hung off zero_param_info.plugin_data.  Owned by the
+ * plugin; lives from params_done to destroy. */
+typedef struct zero__s3_param {
+    zero_param_info *info;
+    size_t *counts;        /* world entries: elements of this param each rank owns (all-gather blocks) */
+    uint64_t part_lo;      /* where this rank's piece starts in the shard (valid if counts[rank] > 0) */
+    void *buf;             /* full-tensor gather buffer, or NULL (released) */
+    size_t buf_cap;        /* bytes of buf */
+    zero_comm_req *req;    /* in-flight all-gather into buf, or NULL */
+    int fresh;             /* buf holds (or will hold once req completes) the current values */
+    int holds;             /* host gathers not yet released */
+    int persistent;        /* numel < stage3_param_persistence_threshold: buf is permanent */
+    int prefetched;        /* issued by prefetch and not yet consumed by a host gather */
+    size_t last_pos;       /* trace position of the latest host gather of this param */
+    void *grad_tmp;        /* contiguous_gradients off: per-param gradient temporary */
+} zero__s3_param;
+
+/* A gather order: param indices in request order, with what prefetch and
+ * the reuse-distance rule need precomputed. */
+typedef struct zero__s3_trace {
+    uint32_t *idx;
+    size_t len, cap;
+    int64_t *next;         /* next position of the same param, -1 if none (built by finish) */
+    uint64_t *prefix;      /* prefix[k] = numel of idx[0..k) (len + 1 entries) */
+    int valid;             /* finished and usable for prefetch */
+} zero__s3_trace;
+
+/* Free gather buffers kept for reuse. */
+typedef struct zero__s3_pool {
+    void **bufs;
+    size_t *caps;
+    size_t n, cap;
+    uint64_t allocated;    /* bytes of non-persistent gather buffers (in use + cached) */
+    uint64_t persistent;   /* bytes of persistent-param buffers */
+    uint64_t limit;        /* stage3_max_live_parameters in bytes (0 = no gather buffer at all) */
+    int warned_over;
+} zero__s3_pool;
+
+typedef struct zero__s3 {
+    const zero_services_v1 *svc;
+    zero_core *c;
+    const zero_run_config *rc;
+    const zero_layout *L;
+    zero_comm *world;
+    int rank, nranks;
+    zero_dtype dtype;      /* model dtype: shard, gather buffers and gradients */
+    size_t esize;
+
+    /* model state, part_numel elements each */
+    void *shard;           /* params, model dtype (ZERO_MEM_PARAMS) */
+    float *master;         /* fp32 master: == shard for fp32 models, else ZERO_MEM_MASTER */
+    void *grads;           /* gradient partition, model dtype (ZERO_MEM_GRADS) */
+    float *state[4];       /* optimizer state (ZERO_MEM_OPTIM) */
+    uint32_t nstate;
+    zero_owned_range *owned;
+    uint32_t nowned;
+    zero_buckets *b;
+    int contiguous;
+
+    zero__s3_param *params;
+    uint32_t nparams;
+    zero__s3_pool pool;
+
+    /* gather order bookkeeping for the current micro-step */
+    zero__s3_trace trace;  /* the recorded order prefetch follows */
+    zero__s3_trace record; /* what this micro-step actually gathered */
+    size_t pos;            /* params gathered so far this micro-step */
+    int on_track;          /* trace valid and every request so far matched it */
+    int warned_divergence;
+    uint64_t prefetch_outstanding; /* elements prefetched, not yet consumed */
+    uint64_t live_hash;    /* sum over params holding a non-persistent buffer (agreement) */
+
+    /* knobs */
+    uint64_t prefetch_numel, max_reuse, persist_below;
+    int poison;
+    double agree_timeout_s;
+    uint64_t micro_steps;  /* micro-steps done (for messages) */
+} zero__s3;
+
+/* ---- pool (stage3_pool.c) ---------------------------------------------- */
+/* Take a buffer of at least `bytes` for a non-persistent param.  Cached
+ * buffers are reused (best fit, at most twice the size); a new allocation
+ * first frees cached ones to stay under the max_live limit.  If it still
+ * does not fit: with `demand` 0 (prefetch) return NULL; with `demand` 1 (the
+ * host is waiting) evict kept (released-but-reusable) buffers and, as a
+ * last resort, exceed the limit with one warning. */
+void *zero__s3_pool_get(zero__s3 *s, size_t bytes, int demand, size_t *cap_out);
+/* Return a buffer to the cache (poisoned first when poisoning is on). */
+void zero__s3_pool_put(zero__s3 *s, void *buf, size_t cap);
+/* Free every cached buffer. */
+void zero__s3_pool_drain(zero__s3 *s);
+/* Fill `bytes` of a model-dtype buffer with NaN. */
+void zero__s3_poison(zero__s3 *s, void *buf, size_t bytes);
+
+/* ---- trace (stage3_trace.c) -------------------------------------------- */
+int zero__s3_trace_push(zero__s3_trace *t, uint32_t idx);
+/* Build next[] and prefix[] and mark valid; returns 0 or -1 (no memory). */
+int zero__s3_trace_finish(zero__s3_trace *t, const zero__s3 *s);
+void zero__s3_trace_clear(zero__s3_trace *t); /* len = 0, invalid; keeps memory */
+void zero__s3_trace_free(zero__s3_trace *t);
+void zero__s3_trace_swap(zero__s3_trace *a, zero__s3_trace *b);
+
+/* ---- gathers (stage3_gather.c) ----------------------------------------- */
+zero_status zero__s3_gather(void *state, zero_param_info *const *params, size_t n, void **ptrs);
+zero_status zero__s3_release(void *state, zero_param_info *const *params, size_t n);
+/* Complete every in-flight all-gather (collectives already issued on all
+ * ranks).  Returns the first error. */
+zero_status zero__s3_wait_all(zero__s3 *s);
+/* End of micro-step: wait, drop every non-persistent buffer (host-held ones
+ * too: pointers are valid only until zero_step), settle the trace. */
+zero_status zero__s3_end_micro_step(zero__s3 *s);
+/* Parameters changed (step taken, checkpoint loaded): persistent buffers
+ * must be refreshed before their next use. */
+void zero__s3_mark_stale(zero__s3 *s);
+/* Give a non-persistent param's buffer back to the pool. */
+void zero__s3_drop_buffer(zero__s3 *s, zero__s3_param *p);
+
+/* ---- step (stage3_step.c) ---------------------------------------------- */
+zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
+
+static inline size_t zero__s3_dtype_size(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4 : 2; }
+#endif

@@ -1,0 +1,332 @@
+/* zero_gather / zero_release for stage 3: agreement, on-demand and
+ * prefetched all-gathers, reuse-distance keeping, poisoning.
+ *
+ * One host gather call goes:
+ *   1. agree: one small I64 MAX all-reduce proves every rank asks for the
+ *      same params at the same position holding the same live buffers (else
+ *      ZERO_ERR_MISMATCH on every rank naming the params; a rank that never
+ *      arrives gives ZERO_ERR_TIMEOUT instead of a hang);
+ *   2. follow the trace: a request that differs from the recorded order
+ *      switches this micro-step to on-demand gathering (one warning);
+ *   3. issue the all-gathers of the requested params that have no fresh
+ *      buffer, then prefetch the next trace entries within the budgets;
+ *   4. wait for the requested ones only; prefetches keep flying while the
+ *      host computes.
+ * Each param's all-gather has per-rank counts = its intersection with each
+ * rank's share, so the pieces land concatenated as the full tensor. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "stage3.h"
+
+/* ---- agreement ----------------------------------------------------------- */
+
+enum { A_POS = 0, A_N, A_HASH, A_LIVE, A_IDX0, A_NIDX = 4, A_NV = A_IDX0 + A_NIDX };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_us(long us) {
+    struct timespec ts = {0, us * 1000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Wait for `req` up to the agreement timeout.  A peer that never joins
+ * leaves the request pending forever; we report instead of hanging (the
+ * request is abandoned: the engine is unusable afterwards, as after any
+ * collective failure). */
+static zero_status wait_bounded(zero__s3 *s, zero_comm_req *req, const char *what) {
+    double t0 = now_s();
+    long backoff = 1;
+    for (;;) {
+        int done = 0;
+        zero_status st = s->svc->test(req, &done);
+        if (st != ZERO_OK) return st;
+        if (done) return ZERO_OK;
+        if (now_s() - t0 > s->agree_timeout_s)
+            return s->svc->error(s->c, ZERO_ERR_TIMEOUT,
+                                 "stage3: %s: no answer from every rank within %.0f s (a rank stopped gathering, or "
+                                 "called zero_step/another collective instead; ZERO_STAGE3_TIMEOUT_S sets the limit)",
+                                 what, s->agree_timeout_s);
+        sleep_us(backoff);
+        if (backoff < 200) backoff *= 2;
+    }
+}
+
+static const char *pname(zero__s3 *s, int64_t idx) {
+    if (idx < 0 || idx >= (int64_t)s->nparams) return "(nothing)";
+    return s->params[idx].info->name;
+}
+
+static zero_status agree(zero__s3 *s, zero_param_info *const *params, size_t n) {
+    int64_t v[2 * A_NV];
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the request */
+    for (size_t i = 0; i < n; i++) {
+        h ^= params[i]->index;
+        h *= 1099511628211ull;
+    }
+    v[A_POS] = (int64_t)s->pos;
+    v[A_N] = (int64_t)n;
+    v[A_HASH] = (int64_t)(h >> 1);
+    v[A_LIVE] = (int64_t)(s->live_hash >> 1);
+    for (size_t i = 0; i < A_NIDX; i++) v[A_IDX0 + i] = i < n ? (int64_t)params[i]->index : -1;
+    for (size_t i = 0; i < A_NV; i++) v[A_NV + i] = -v[i];
+    zero_comm_req *req = NULL;
+    zero_status st = s->svc->iallreduce(s->world, v, 2 * A_NV, ZERO_DTYPE_I64, ZERO_OP_MAX, &req);
+    if (st == ZERO_OK) st = wait_bounded(s, req, "agreeing on the gather order");
+    if (st != ZERO_OK) return st;
+#define HI(k) (v[(k)])
+#define LO(k) (-v[A_NV + (k)])
+    const char *mine = n ? params[0]->name : "(nothing)";
+    for (size_t i = 0; i < A_NIDX; i++)
+        if (HI(A_IDX0 + i) != LO(A_IDX0 + i))
+            return s->svc->error(s->c, ZERO_ERR_MISMATCH,
+                                 "zero_gather: ranks gather different params at gather position %lld of micro-step "
+                                 "%llu: '%s' on some ranks and '%s' on others (this rank: '%s'); every rank must "
+                                 "gather the same params in the same order",
+                                 (long long)(s->pos + i), (unsigned long long)s->micro_steps,
+                                 pname(s, LO(A_IDX0 + i)), pname(s, HI(A_IDX0 + i)),
+                                 i < n ? params[i]->name : "(nothing)");
+    if (HI(A_N) != LO(A_N) || HI(A_HASH) != LO(A_HASH))
+        return s->svc->error(s->c, ZERO_ERR_MISMATCH,
+                             "zero_gather: ranks gather different param lists at gather position %zu of micro-step "
+                             "%llu (between %lld and %lld params; this rank asks for %zu starting with '%s')",
+                             s->pos, (unsigned long long)s->micro_steps, (long long)LO(A_N), (long long)HI(A_N), n,
+                             mine);
+    if (HI(A_POS) != LO(A_POS))
+        return s->svc->error(s->c, ZERO_ERR_MISMATCH,
+                             "zero_gather('%s'): ranks are at different gather positions of micro-step %llu "
+                             "(%lld..%lld; this rank %zu): some rank gathered params the others did not",
+                             mine, (unsigned long long)s->micro_steps, (long long)LO(A_POS), (long long)HI(A_POS),
+                             s->pos);
+    if (HI(A_LIVE) != LO(A_LIVE))
+        return s->svc->error(s->c, ZERO_ERR_MISMATCH,
+                             "zero_gather('%s'): ranks hold different sets of gathered params (a zero_release "
+                             "differs between ranks)",
+                             mine);
+#undef HI
+#undef LO
+    return ZERO_OK;
+}
+
+/* ---- buffers ------------------------------------------------------------- */
+
+static uint64_t live_term(uint32_t idx) { return ((uint64_t)idx + 1) * 0x9e3779b97f4a7c15ull; }
+
+void zero__s3_drop_buffer(zero__s3 *s, zero__s3_param *p) {
+    if (!p->buf || p->persistent) return;
+    if (p->req) { /* never hand back memory a collective still writes */
+        s->svc->wait(p->req);
+        p->req = NULL;
+    }
+    zero__s3_pool_put(s, p->buf, p->buf_cap);
+    s->live_hash -= live_term(p->info->index);
+    p->buf = NULL;
+    p->buf_cap = 0;
+    p->fresh = 0;
+}
+
+/* Make sure an all-gather of p into a buffer is issued (or done).  Returns
+ * ZERO_OK with *issued set, or ZERO_ERR_OUT_OF_MEMORY when no buffer fits
+ * (`demand` 0: a prefetch that must stop; the caller turns that into a
+ * non-error). */
+static zero_status issue(zero__s3 *s, zero__s3_param *p, int demand) {
+    if (p->buf && p->fresh) return ZERO_OK;
+    size_t bytes = (size_t)p->info->numel * s->esize;
+    if (!p->buf) {
+        size_t cap = 0;
+        void *b = zero__s3_pool_get(s, bytes, demand, &cap);
+        if (!b)
+            return demand ? s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY,
+                                          "stage3: no memory for the gather buffer of '%s' (%zu bytes)",
+                                          p->info->name, bytes)
+                          : ZERO_ERR_OUT_OF_MEMORY;
+        p->buf = b;
+        p->buf_cap = cap;
+        s->live_hash += live_term(p->info->index);
+    }
+    const char *send = (const char *)s->shard + (size_t)p->part_lo * s->esize;
+    zero_status st = s->svc->iallgatherv(s->world, send, p->buf, p->counts, s->dtype, &p->req);
+    if (st != ZERO_OK) {
+        p->req = NULL;
+        return st;
+    }
+    p->fresh = 1;
+    return ZERO_OK;
+}
+
+/* Prefetch the trace entries after the current position, in order, while
+ * they fit both budgets.  Stops at the first that does not fit, so the
+ * issue order is the trace order on every rank. */
+static zero_status prefetch(zero__s3 *s) {
+    const zero__s3_trace *t = &s->trace;
+    size_t walked = 0;
+    for (size_t k = s->pos; k < t->len && walked < 1024; k++, walked++) {
+        zero__s3_param *p = &s->params[t->idx[k]];
+        if (p->buf && p->fresh) continue;
+        uint64_t numel = p->info->numel;
+        if (s->prefetch_outstanding + numel > s->prefetch_numel) break;
+        zero_status st = issue(s, p, 0);
+        if (st == ZERO_ERR_OUT_OF_MEMORY) break; /* max_live reached: try again at the next gather */
+        if (st != ZERO_OK) return st;
+        p->prefetched = 1;
+        s->prefetch_outstanding += numel;
+    }
+    return ZERO_OK;
+}
+
+static void unmark_prefetched(zero__s3 *s, zero__s3_param *p) {
+    if (!p->prefetched) return;
+    p->prefetched = 0;
+    s->prefetch_outstanding -= p->info->numel;
+}
+
+/* The host left the recorded order: finish the prefetches (every rank
+ * issued them) and drop the ones nobody holds; gather on demand from now
+ * on.  Results stay exact; only overlap is lost. */
+static zero_status diverge(zero__s3 *s, uint32_t got) {
+    const zero__s3_trace *t = &s->trace;
+    const char *expected = s->pos < t->len ? s->params[t->idx[s->pos]].info->name : "(end of the recorded order)";
+    if (!s->warned_divergence) {
+        s->warned_divergence = 1;
+        s->svc->log(s->c, ZERO_LOG_WARN,
+                    "stage3: gather order differs from the recorded one at position %zu of micro-step %llu "
+                    "(expected '%s', got '%s'): gathering on demand for the rest of this step and re-recording "
+                    "(warned once)",
+                    s->pos, (unsigned long long)s->micro_steps, expected, s->params[got].info->name);
+    } else {
+        s->svc->log(s->c, ZERO_LOG_DEBUG, "stage3: gather order differs again at position %zu ('%s' vs '%s')", s->pos,
+                    expected, s->params[got].info->name);
+    }
+    s->on_track = 0;
+    zero_status first = ZERO_OK;
+    for (uint32_t i = 0; i < s->nparams; i++) {
+        zero__s3_param *p = &s->params[i];
+        if (!p->prefetched) continue;
+        unmark_prefetched(s, p);
+        if (p->req) {
+            zero_status st = s->svc->wait(p->req);
+            p->req = NULL;
+            if (first == ZERO_OK) first = st;
+        }
+        if (!p->holds) zero__s3_drop_buffer(s, p);
+    }
+    return first;
+}
+
+zero_status zero__s3_gather(void *state, zero_param_info *const *params, size_t n, void **ptrs) {
+    zero__s3 *s = state;
+    if (!n) return ZERO_OK;
+    if (!s->shard && s->L->part_numel)
+        return s->svc->error(s->c, ZERO_ERR_STATE, "stage3: zero_gather before the model state exists");
+    zero_status st = s->nranks > 1 ? agree(s, params, n) : ZERO_OK;
+    if (st != ZERO_OK) return st;
+
+    for (size_t i = 0; i < n; i++) {
+        uint32_t idx = params[i]->index;
+        if (zero__s3_trace_push(&s->record, idx) != 0)
+            return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory recording the gather order");
+        if (s->on_track && (s->pos >= s->trace.len || s->trace.idx[s->pos] != idx)) {
+            st = diverge(s, idx);
+            if (st != ZERO_OK) return st;
+        }
+        s->params[idx].last_pos = s->pos;
+        s->pos++;
+    }
+    /* Hold first: a later on-demand issue in this call may evict kept
+     * buffers, and must not evict one the host is about to receive. */
+    for (size_t i = 0; i < n; i++) ((zero__s3_param *)params[i]->plugin_data)->holds++;
+    for (size_t i = 0; i < n && st == ZERO_OK; i++) st = issue(s, params[i]->plugin_data, 1);
+    if (st == ZERO_OK && s->on_track && s->prefetch_numel) st = prefetch(s);
+    for (size_t i = 0; i < n; i++) {
+        zero__s3_param *p = params[i]->plugin_data;
+        if (p->req) {
+            zero_status w = s->svc->wait(p->req);
+            p->req = NULL;
+            if (st == ZERO_OK) st = w;
+        }
+        unmark_prefetched(s, p);
+        ptrs[i] = p->buf;
+    }
+    if (st != ZERO_OK)
+        for (size_t i = 0; i < n; i++) ((zero__s3_param *)params[i]->plugin_data)->holds--;
+    return st;
+}
+
+/* Keep a released param if the recorded order uses it again within
+ * stage3_max_reuse_distance elements (e.g. the last layer: forward, then
+ * backward at once).  Only on track: otherwise the future is unknown. */
+static int keep_for_reuse(const zero__s3 *s, const zero__s3_param *p) {
+    const zero__s3_trace *t = &s->trace;
+    if (!s->on_track || !t->valid || p->last_pos >= t->len) return 0;
+    int64_t nx = t->next[p->last_pos];
+    if (nx < 0) return 0;
+    uint64_t between = t->prefix[nx] - t->prefix[p->last_pos + 1];
+    return between <= s->max_reuse;
+}
+
+zero_status zero__s3_release(void *state, zero_param_info *const *params, size_t n) {
+    zero__s3 *s = state;
+    for (size_t i = 0; i < n; i++) {
+        zero__s3_param *p = params[i]->plugin_data;
+        if (p->holds <= 0)
+            return s->svc->error(s->c, ZERO_ERR_STATE, "zero_release('%s') without a matching zero_gather",
+                                 p->info->name);
+        if (--p->holds > 0 || p->persistent) continue;
+        if (keep_for_reuse(s, p)) continue;
+        zero__s3_drop_buffer(s, p);
+    }
+    return ZERO_OK;
+}
+
+zero_status zero__s3_wait_all(zero__s3 *s) {
+    zero_status first = ZERO_OK;
+    for (uint32_t i = 0; i < s->nparams; i++) {
+        zero__s3_param *p = &s->params[i];
+        if (!p->req) continue;
+        zero_status st = s->svc->wait(p->req);
+        p->req = NULL;
+        if (first == ZERO_OK) first = st;
+    }
+    return first;
+}
+
+zero_status zero__s3_end_micro_step(zero__s3 *s) {
+    zero_status st = zero__s3_wait_all(s);
+    for (uint32_t i = 0; i < s->nparams; i++) {
+        zero__s3_param *p = &s->params[i];
+        p->holds = 0;
+        p->prefetched = 0;
+        zero__s3_drop_buffer(s, p);
+    }
+    s->prefetch_outstanding = 0;
+    /* A step that left the recorded order (or gathered fewer/more params)
+     * teaches the new order; a step that matched keeps the trace. */
+    int matched = s->on_track && s->trace.valid && s->pos == s->trace.len;
+    if (!matched) {
+        if (s->on_track && s->trace.valid && !s->warned_divergence) {
+            s->warned_divergence = 1;
+            s->svc->log(s->c, ZERO_LOG_WARN,
+                        "stage3: micro-step %llu gathered %zu params, the recorded order has %zu: re-recording "
+                        "(warned once)",
+                        (unsigned long long)s->micro_steps, s->pos, s->trace.len);
+        }
+        zero__s3_trace_swap(&s->trace, &s->record);
+        if (zero__s3_trace_finish(&s->trace, s) != 0)
+            s->svc->log(s->c, ZERO_LOG_WARN, "stage3: out of memory building the gather trace; prefetch disabled");
+    }
+    zero__s3_trace_clear(&s->record);
+    s->pos = 0;
+    s->on_track = s->trace.valid;
+    s->micro_steps++;
+    return st;
+}
+
+void zero__s3_mark_stale(zero__s3 *s) {
+    for (uint32_t i = 0; i < s->nparams; i++)
+        if (s->params[i].persistent) s->params[i].fresh = 0;
+}

@@ -1,0 +1,267 @@
+/* stage3: ZeRO stage 3, parameters partitioned too.
+ *
+ * Per rank, for a model of Psi elements over N ranks (fp32 + Adam):
+ *   shard (params = master)  4 Psi/N   ZERO_MEM_PARAMS
+ *   gradient partition       4 Psi/N   ZERO_MEM_GRADS
+ *   optimizer state          8 Psi/N   ZERO_MEM_OPTIM
+ * plus bounded bucket staging and gather buffers (<= max_live).  Mixed
+ * precision adds the fp32 master (ZERO_MEM_MASTER) and keeps shard and
+ * gradients in the model dtype: (2+2+12) Psi/N; the places that differ are
+ * params_done (allocation, init copy) and the optimizer call (param_out).
+ *
+ * This file: the plugin table, lifecycle, gradients and checkpoints.
+ * Gathers are in stage3_gather.c, the step in stage3_step.c.
+ * Includes only abi/ headers, like any third-party plugin. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stage3.h"
+
+static zero_status s3_create(const zero_services_v1 *svc, void **state) {
+    zero__s3 *s = calloc(1, sizeof *s);
+    if (!s) return ZERO_ERR_OUT_OF_MEMORY;
+    s->svc = svc;
+    s->c = svc->core;
+    s->rc = svc->config(s->c);
+    /* Debug builds poison released buffers by default; ZERO_DEBUG_POISON=1
+     * turns it on in any build (=0 off). */
+#ifdef ZERO_STAGE3_POISON_DEFAULT
+    s->poison = 1;
+#endif
+    const char *env = getenv("ZERO_DEBUG_POISON");
+    if (env && *env) s->poison = env[0] != '0';
+    s->agree_timeout_s = 120.0;
+    env = getenv("ZERO_STAGE3_TIMEOUT_S");
+    if (env && *env && atof(env) > 0) s->agree_timeout_s = atof(env);
+    *state = s;
+    return ZERO_OK;
+}
+
+static void *alloc_tagged(zero__s3 *s, zero_mem_tag tag, size_t bytes) {
+    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, bytes ? bytes : 1);
+}
+
+static uint64_t nonneg(int64_t v) { return v > 0 ? (uint64_t)v : 0; }
+
+/* Per-param all-gather counts and this rank's piece; copy the initial
+ * values of the piece into the shard (and master). */
+static zero_status setup_param(zero__s3 *s, uint32_t i) {
+    const zero_services_v1 *svc = s->svc;
+    zero__s3_param *p = &s->params[i];
+    zero_param_info *info = svc->param(s->c, i);
+    p->info = info;
+    info->plugin_data = p;
+    info->data = NULL; /* no permanent full tensor in stage 3 */
+    if (info->dtype != s->dtype)
+        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage3: param '%s' has dtype %d but the model dtype is %d",
+                          info->name, (int)info->dtype, (int)s->dtype);
+    if (info->init_device != ZERO_DEVICE_CPU)
+        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage3: param '%s': only CPU initial values so far", info->name);
+    p->counts = calloc((size_t)s->nranks, sizeof *p->counts);
+    if (!p->counts) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");
+    const uint64_t lo = info->flat_offset, hi = lo + info->numel;
+    for (int r = 0; r < s->nranks; r++) {
+        zero_owned_range o;
+        if (!info->numel || svc->owned_ranges(s->c, (uint32_t)r, lo, hi, &o, 1) == 0) continue;
+        p->counts[r] = (size_t)(o.flat_hi - o.flat_lo);
+        if (r != s->rank) continue;
+        p->part_lo = o.part_lo;
+        const char *src = (const char *)info->init_data + (size_t)(o.flat_lo - lo) * s->esize;
+        size_t n = (size_t)(o.flat_hi - o.flat_lo);
+        if (!info->init_data) continue; /* zero-filled already */
+        svc->mem_copy(s->c, (char *)s->shard + (size_t)o.part_lo * s->esize, src, n * s->esize);
+        if ((void *)s->master != s->shard) svc->convert(s->c, s->master + o.part_lo, ZERO_DTYPE_F32, src, s->dtype, n);
+    }
+    /* Small params stay gathered for good: their first copy comes straight
+     * from the host's values, later ones from an all-gather after a step. */
+    if (info->numel < s->persist_below) {
+        size_t bytes = (size_t)info->numel * s->esize;
+        p->buf = alloc_tagged(s, ZERO_MEM_GATHER, bytes);
+        if (!p->buf) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");
+        p->buf_cap = bytes;
+        p->persistent = 1;
+        s->pool.persistent += bytes;
+        if (info->init_data) svc->mem_copy(s->c, p->buf, info->init_data, bytes);
+        p->fresh = 1;
+    }
+    return ZERO_OK;
+}
+
+static zero_status s3_params_done(void *state) {
+    zero__s3 *s = state;
+    const zero_services_v1 *svc = s->svc;
+    const zero_run_config *rc = s->rc;
+    s->L = svc->layout(s->c);
+    s->world = svc->comm_world(s->c);
+    s->rank = (int)s->L->rank;
+    s->nranks = (int)s->L->world;
+    s->dtype = rc->model_dtype;
+    s->esize = zero__s3_dtype_size(s->dtype);
+    s->nparams = svc->nparams(s->c);
+    s->prefetch_numel = nonneg(rc->stage3_prefetch_bucket_size);
+    s->persist_below = nonneg(rc->stage3_param_persistence_threshold);
+    s->max_reuse = nonneg(rc->stage3_max_reuse_distance);
+    s->pool.limit = nonneg(rc->stage3_max_live_parameters) * s->esize;
+    s->contiguous = rc->contiguous_gradients;
+
+    const size_t part = (size_t)s->L->part_numel;
+    s->shard = alloc_tagged(s, ZERO_MEM_PARAMS, part * s->esize);
+    s->master = s->dtype == ZERO_DTYPE_F32 ? s->shard : alloc_tagged(s, ZERO_MEM_MASTER, part * sizeof(float));
+    s->grads = alloc_tagged(s, ZERO_MEM_GRADS, part * s->esize);
+    s->nstate = svc->optim_state_count(s->c);
+    uint32_t ng = s->L->ngroups;
+    s->owned = calloc(ng ? ng : 1, sizeof *s->owned);
+    s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
+    int ok = s->shard && s->master && s->grads && s->nstate <= 4 && s->owned && s->params;
+    for (uint32_t k = 0; ok && k < s->nstate; k++)
+        ok = (s->state[k] = alloc_tagged(s, ZERO_MEM_OPTIM, part * sizeof(float))) != NULL;
+    if (!ok)
+        return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: cannot allocate the %zu-element model-state shard",
+                          part);
+    s->nowned = s->L->flat_numel ? svc->owned_ranges(s->c, s->L->rank, 0, s->L->flat_numel, s->owned, ng) : 0;
+    for (uint32_t i = 0; i < s->nparams; i++) {
+        zero_status st = setup_param(s, i);
+        if (st != ZERO_OK) return st;
+    }
+    if (s->pool.persistent > s->pool.limit)
+        svc->log(s->c, ZERO_LOG_WARN,
+                 "stage3: params below stage3_param_persistence_threshold (%llu) take %llu bytes, more than "
+                 "stage3_max_live_parameters allows (%llu bytes)",
+                 (unsigned long long)s->persist_below, (unsigned long long)s->pool.persistent,
+                 (unsigned long long)s->pool.limit);
+
+    zero_bucket_spec spec = {0};
+    spec.struct_size = sizeof spec;
+    spec.mode = ZERO_BUCKETS_SCATTER;
+    spec.bucket_numel = nonneg(rc->reduce_bucket_size);
+    spec.overlap = rc->overlap_comm;
+    spec.contiguous = s->contiguous;
+    spec.partition = s->grads;
+    spec.reduce_every_micro_step = 1; /* no full gradient may exist: reduce every micro-step */
+    spec.grad_dtype = s->dtype;
+    return svc->buckets_create(s->c, &spec, &s->b);
+}
+
+/* Thread-safe for distinct params (the bucket engine is; grad_tmp is per param). */
+static zero_status s3_grad_buffer(void *state, zero_param_info *p, void **buf) {
+    zero__s3 *s = state;
+    if (s->contiguous) return s->svc->buckets_grad_slot(s->b, p->index, buf);
+    zero__s3_param *sp = p->plugin_data;
+    if (!sp->grad_tmp) {
+        sp->grad_tmp = alloc_tagged(s, ZERO_MEM_GRADS, (size_t)p->numel * s->esize);
+        if (!sp->grad_tmp)
+            return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: no memory for the gradient of '%s'", p->name);
+    }
+    *buf = sp->grad_tmp;
+    return ZERO_OK;
+}
+
+static zero_status s3_on_grad_ready(void *state, zero_param_info *p, void *stream) {
+    zero__s3 *s = state;
+    (void)stream;
+    zero__s3_param *sp = p->plugin_data;
+    void *tmp = sp->grad_tmp;
+    if (tmp) { /* contiguous_gradients off: hand the temporary to the bucket, then free it */
+        sp->grad_tmp = NULL;
+        zero_status st = s->svc->buckets_ready(s->b, p->index, p->grad_is_zero ? NULL : tmp, p->dtype);
+        s->svc->mem_free(s->c, tmp);
+        return st;
+    }
+    const void *src = (p->host_grad && !p->grad_is_zero) ? p->host_grad : NULL;
+    return s->svc->buckets_ready(s->b, p->index, src, p->dtype);
+}
+
+static zero_status s3_sync(void *state) {
+    zero__s3 *s = state;
+    return s->params ? zero__s3_wait_all(s) : ZERO_OK;
+}
+
+/* Checkpoint: this rank's shard, master (mixed precision) and optimizer
+ * state.  Gradients are empty at a boundary, and gathered buffers are
+ * derived data. */
+static zero_status s3_save(void *state, const char *dir) {
+    zero__s3 *s = state;
+    const zero_services_v1 *svc = s->svc;
+    const size_t part = (size_t)s->L->part_numel;
+    zero_status st = svc->ckpt_write(s->c, dir, "stage3.params", s->shard, part * s->esize);
+    if (st == ZERO_OK && (void *)s->master != s->shard)
+        st = svc->ckpt_write(s->c, dir, "stage3.master", s->master, part * sizeof(float));
+    for (uint32_t k = 0; st == ZERO_OK && k < s->nstate; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "stage3.optim%u", k);
+        st = svc->ckpt_write(s->c, dir, name, s->state[k], part * sizeof(float));
+    }
+    return st;
+}
+
+static zero_status s3_load(void *state, const char *dir) {
+    zero__s3 *s = state;
+    const zero_services_v1 *svc = s->svc;
+    const size_t part = (size_t)s->L->part_numel;
+    zero_status st = zero__s3_wait_all(s);
+    for (uint32_t i = 0; i < s->nparams; i++) { /* gathered values are about to be stale */
+        s->params[i].holds = 0;
+        s->params[i].prefetched = 0;
+        zero__s3_drop_buffer(s, &s->params[i]);
+    }
+    s->prefetch_outstanding = 0;
+    if (st == ZERO_OK) st = svc->ckpt_read(s->c, dir, "stage3.params", s->shard, part * s->esize);
+    if (st == ZERO_OK && (void *)s->master != s->shard)
+        st = svc->ckpt_read(s->c, dir, "stage3.master", s->master, part * sizeof(float));
+    for (uint32_t k = 0; st == ZERO_OK && k < s->nstate; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "stage3.optim%u", k);
+        st = svc->ckpt_read(s->c, dir, name, s->state[k], part * sizeof(float));
+    }
+    zero__s3_mark_stale(s);
+    return st;
+}
+
+static void s3_destroy(void *state) {
+    zero__s3 *s = state;
+    if (!s) return;
+    const zero_services_v1 *svc = s->svc;
+    if (s->params) zero__s3_wait_all(s);
+    if (s->b) svc->buckets_destroy(s->b);
+    for (uint32_t i = 0; s->params && i < s->nparams; i++) {
+        zero__s3_param *p = &s->params[i];
+        if (p->buf) svc->mem_free(s->c, p->buf);
+        if (p->grad_tmp) svc->mem_free(s->c, p->grad_tmp);
+        free(p->counts);
+        if (p->info) p->info->plugin_data = NULL;
+    }
+    zero__s3_pool_drain(s);
+    free(s->pool.bufs);
+    free(s->pool.caps);
+    zero__s3_trace_free(&s->trace);
+    zero__s3_trace_free(&s->record);
+    for (uint32_t k = 0; k < 4; k++) svc->mem_free(s->c, s->state[k]);
+    if ((void *)s->master != s->shard) svc->mem_free(s->c, s->master);
+    svc->mem_free(s->c, s->grads);
+    svc->mem_free(s->c, s->shard);
+    free(s->owned);
+    free(s->params);
+    free(s);
+}
+
+ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
+    .struct_size = sizeof(zero_plugin_table_v1),
+    .abi_major = ZERO_PLUGIN_ABI_MAJOR,
+    .abi_minor = ZERO_PLUGIN_ABI_MINOR,
+    .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS,
+    .name = "stage3",
+    .description = "ZeRO-3: parameters, gradients and optimizer states partitioned; params gathered just in time "
+                   "with trace-driven prefetch",
+    .create = s3_create,
+    .params_done = s3_params_done,
+    .gather = zero__s3_gather,
+    .release = zero__s3_release,
+    .grad_buffer = s3_grad_buffer,
+    .on_grad_ready = s3_on_grad_ready,
+    .step = zero__s3_step,
+    .save = s3_save,
+    .load = s3_load,
+    .sync = s3_sync,
+    .destroy = s3_destroy,
+};
