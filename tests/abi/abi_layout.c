@@ -5,6 +5,9 @@
 #include <stddef.h>
 #include "zero_plugin.h"
 
+_Static_assert(ZERO_ABI_VERSION_MAJOR == 1, "host ABI major");
+_Static_assert(ZERO_PLUGIN_ABI_MAJOR == 1, "plugin ABI major");
+
 #if defined(__x86_64__) && defined(__LP64__)
 /* zero_engine_options */
 _Static_assert(sizeof(zero_engine_options) == 80, "sizeof(zero_engine_options)");
@@ -291,6 +294,69 @@ _Static_assert(offsetof(zero_plugin_table_v1, save) == 96, "offsetof(zero_plugin
 _Static_assert(offsetof(zero_plugin_table_v1, load) == 104, "offsetof(zero_plugin_table_v1, load)");
 _Static_assert(offsetof(zero_plugin_table_v1, sync) == 112, "offsetof(zero_plugin_table_v1, sync)");
 _Static_assert(offsetof(zero_plugin_table_v1, destroy) == 120, "offsetof(zero_plugin_table_v1, destroy)");
+
+/* enumerators */
+_Static_assert(ZERO_OK == 0, "ZERO_OK");
+_Static_assert(ZERO_ERR_INVALID_ARGUMENT == 1, "ZERO_ERR_INVALID_ARGUMENT");
+_Static_assert(ZERO_ERR_CONFIG == 2, "ZERO_ERR_CONFIG");
+_Static_assert(ZERO_ERR_PLUGIN_NOT_FOUND == 3, "ZERO_ERR_PLUGIN_NOT_FOUND");
+_Static_assert(ZERO_ERR_PLUGIN_ABI == 4, "ZERO_ERR_PLUGIN_ABI");
+_Static_assert(ZERO_ERR_PLUGIN_SYMBOL == 5, "ZERO_ERR_PLUGIN_SYMBOL");
+_Static_assert(ZERO_ERR_PLUGIN_INIT == 6, "ZERO_ERR_PLUGIN_INIT");
+_Static_assert(ZERO_ERR_OUT_OF_MEMORY == 7, "ZERO_ERR_OUT_OF_MEMORY");
+_Static_assert(ZERO_ERR_COMM == 8, "ZERO_ERR_COMM");
+_Static_assert(ZERO_ERR_MISMATCH == 9, "ZERO_ERR_MISMATCH");
+_Static_assert(ZERO_ERR_STATE == 10, "ZERO_ERR_STATE");
+_Static_assert(ZERO_ERR_UNSUPPORTED == 11, "ZERO_ERR_UNSUPPORTED");
+_Static_assert(ZERO_ERR_IO == 12, "ZERO_ERR_IO");
+_Static_assert(ZERO_ERR_TIMEOUT == 13, "ZERO_ERR_TIMEOUT");
+_Static_assert(ZERO_ERR_LOSS_SCALE == 14, "ZERO_ERR_LOSS_SCALE");
+_Static_assert(ZERO_ERR_DEVICE == 15, "ZERO_ERR_DEVICE");
+_Static_assert(ZERO_ERR_INTERNAL == 16, "ZERO_ERR_INTERNAL");
+_Static_assert(ZERO_ERR_DUPLICATE == 17, "ZERO_ERR_DUPLICATE");
+_Static_assert(ZERO_DTYPE_F32 == 0, "ZERO_DTYPE_F32");
+_Static_assert(ZERO_DTYPE_BF16 == 1, "ZERO_DTYPE_BF16");
+_Static_assert(ZERO_DTYPE_F16 == 2, "ZERO_DTYPE_F16");
+_Static_assert(ZERO_DEVICE_CPU == 0, "ZERO_DEVICE_CPU");
+_Static_assert(ZERO_DEVICE_CUDA == 1, "ZERO_DEVICE_CUDA");
+_Static_assert(ZERO_COMM_AUTO == 0, "ZERO_COMM_AUTO");
+_Static_assert(ZERO_COMM_MPI == 1, "ZERO_COMM_MPI");
+_Static_assert(ZERO_COMM_NCCL == 2, "ZERO_COMM_NCCL");
+_Static_assert(ZERO_COMM_SELF == 3, "ZERO_COMM_SELF");
+_Static_assert(ZERO_LOG_ERROR == 0, "ZERO_LOG_ERROR");
+_Static_assert(ZERO_LOG_WARN == 1, "ZERO_LOG_WARN");
+_Static_assert(ZERO_LOG_INFO == 2, "ZERO_LOG_INFO");
+_Static_assert(ZERO_LOG_DEBUG == 3, "ZERO_LOG_DEBUG");
+_Static_assert(ZERO_MEM_PARAMS == 0, "ZERO_MEM_PARAMS");
+_Static_assert(ZERO_MEM_GRADS == 1, "ZERO_MEM_GRADS");
+_Static_assert(ZERO_MEM_MASTER == 2, "ZERO_MEM_MASTER");
+_Static_assert(ZERO_MEM_OPTIM == 3, "ZERO_MEM_OPTIM");
+_Static_assert(ZERO_MEM_BUCKETS == 4, "ZERO_MEM_BUCKETS");
+_Static_assert(ZERO_MEM_GATHER == 5, "ZERO_MEM_GATHER");
+_Static_assert(ZERO_MEM_OTHER == 6, "ZERO_MEM_OTHER");
+_Static_assert(ZERO_MEM_NTAGS == 7, "ZERO_MEM_NTAGS");
+_Static_assert(ZERO_TIER_DEVICE == 0, "ZERO_TIER_DEVICE");
+_Static_assert(ZERO_TIER_HOST == 1, "ZERO_TIER_HOST");
+_Static_assert(ZERO_NTIERS == 2, "ZERO_NTIERS");
+_Static_assert(ZERO_OP_SUM == 0, "ZERO_OP_SUM");
+_Static_assert(ZERO_OP_MAX == 1, "ZERO_OP_MAX");
+_Static_assert(ZERO_OP_MIN == 2, "ZERO_OP_MIN");
+_Static_assert(ZERO_DTYPE_F64 == 16, "ZERO_DTYPE_F64");
+_Static_assert(ZERO_DTYPE_I64 == 17, "ZERO_DTYPE_I64");
+_Static_assert(ZERO_DTYPE_U64 == 18, "ZERO_DTYPE_U64");
+_Static_assert(ZERO_DTYPE_U8 == 19, "ZERO_DTYPE_U8");
+_Static_assert(ZERO_OPTIM_ADAMW == 0, "ZERO_OPTIM_ADAMW");
+_Static_assert(ZERO_OPTIM_ADAM == 1, "ZERO_OPTIM_ADAM");
+_Static_assert(ZERO_OPTIM_SGD == 2, "ZERO_OPTIM_SGD");
+_Static_assert(ZERO_OPTIM_LION == 3, "ZERO_OPTIM_LION");
+_Static_assert(ZERO_OPTIM_ADAGRAD == 4, "ZERO_OPTIM_ADAGRAD");
+_Static_assert(ZERO_OPTIM_LAMB == 5, "ZERO_OPTIM_LAMB");
+_Static_assert(ZERO_BUCKETS_ALLREDUCE == 0, "ZERO_BUCKETS_ALLREDUCE");
+_Static_assert(ZERO_BUCKETS_SCATTER_INPLACE == 1, "ZERO_BUCKETS_SCATTER_INPLACE");
+_Static_assert(ZERO_BUCKETS_SCATTER == 2, "ZERO_BUCKETS_SCATTER");
+_Static_assert(ZERO_PLUGIN_CAP_PARTITIONS_PARAMS == 1, "ZERO_PLUGIN_CAP_PARTITIONS_PARAMS");
+_Static_assert(ZERO_PLUGIN_CAP_PIPELINE == 2, "ZERO_PLUGIN_CAP_PIPELINE");
+_Static_assert(ZERO_PLUGIN_CAP_OFFLOAD == 4, "ZERO_PLUGIN_CAP_OFFLOAD");
 #endif
 
 int main(void) { return 0; } /* the test is that this file compiles */
