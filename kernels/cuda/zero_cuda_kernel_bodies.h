@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "optim_math.h"
+#include "zero_cuda_types.h"
 #include "zero_plugin.h"
 
 #if defined(__CUDACC__)
@@ -44,15 +45,6 @@
 #define ZERO_CUDA_SUMSQ_BLOCK 4096
 #define ZERO_CUDA_MAX_GRID 4096        /* grid-stride kernels: enough blocks to fill an H100 */
 
-/* One tensor (or partition range) of a multi-tensor optimizer step. */
-typedef struct zero_cuda_mt_tensor {
-    float *master;      /* fp32 weights, updated in place */
-    float *state0;      /* first optimizer state (m / momentum / sum), or NULL */
-    float *state1;      /* second (Adam v), or NULL */
-    const void *grad;   /* summed gradient in grad_dt */
-    void *out;          /* copy-out of the new weights in out_dt, or NULL */
-    uint64_t n;
-} zero_cuda_mt_tensor;
 
 /* Kernel argument, passed by value (< 4 KiB, the classic parameter limit):
  * the apex/DeepSpeed multi_tensor_apply layout, block b works on chunk

@@ -15,22 +15,13 @@
 #include <stdint.h>
 
 #include "optim_math.h"
+#include "zero_cuda_types.h"
 #include "zero_plugin.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#ifndef ZERO_CUDA_KERNEL_BODIES_H
-typedef struct zero_cuda_mt_tensor {
-    float *master;
-    float *state0;
-    float *state1;
-    const void *grad;
-    void *out;
-    uint64_t n;
-} zero_cuda_mt_tensor;
-#endif
 
 /* Fused multi-tensor optimizer step over `nt` tensors of one param group:
  * g = grad * m (m = *grad_mul_dev if given, else grad_mul), update

@@ -1,0 +1,90 @@
+/* Host launchers of the kernels in zero_cuda_kernel_bodies.h (API and
+ * contracts in zero_cuda_kernels.h).  Like the bodies, this text compiles
+ * two ways: in the .cu files with real <<<>>> launches, and in the CPU shim
+ * tests (tests/cuda_shim), where ZERO_CUDA_LAUNCH runs the grid as loops and
+ * the few runtime calls are host stand-ins.  So the shim tests exercise the
+ * launch geometry and the multi-tensor planning exactly as shipped. */
+#ifndef ZERO_CUDA_LAUNCHERS_H
+#define ZERO_CUDA_LAUNCHERS_H
+#include "zero_cuda_kernel_bodies.h"
+
+#if defined(__CUDACC__)
+#define ZERO_CUDA_API extern "C"
+#define ZERO_CUDA_LAUNCH(kernel, grid, block, stream, ...) \
+    kernel<<<(grid), (block), 0, (cudaStream_t)(stream)>>>(__VA_ARGS__)
+#else
+#define ZERO_CUDA_API static __attribute__((unused))
+#define ZERO_CUDA_LAUNCH(kernel, grid, block, stream, ...) \
+    do {                                                   \
+        (void)(stream);                                    \
+        ZERO_SHIM_LAUNCH(kernel, grid, block, __VA_ARGS__); \
+    } while (0)
+#endif
+
+static zero_status zero_cuda_launched(void) { return cudaGetLastError() == cudaSuccess ? ZERO_OK : ZERO_ERR_DEVICE; }
+
+static void zero_cuda_launch_optim(const zero_cuda_mt_args *a, unsigned nblocks, void *stream) {
+    ZERO_CUDA_LAUNCH(zero_cuda_k_optim, nblocks, ZERO_CUDA_THREADS, stream, *a);
+}
+
+ZERO_CUDA_API zero_status zero_cuda_optim_step(zero_optim_kind k, const zero_optim_scalars *s,
+                                               const zero_cuda_mt_tensor *ts, size_t nt, zero_dtype grad_dt,
+                                               zero_dtype out_dt, float grad_mul, const float *grad_mul_dev,
+                                               void *stream) {
+    if (k != ZERO_OPTIM_ADAMW && k != ZERO_OPTIM_ADAM && k != ZERO_OPTIM_SGD && k != ZERO_OPTIM_LION &&
+        k != ZERO_OPTIM_ADAGRAD)
+        return ZERO_ERR_UNSUPPORTED;
+    if (!s || (nt && !ts)) return ZERO_ERR_INVALID_ARGUMENT;
+    zero_cuda_mt_args a;
+    memset(&a, 0, sizeof a);
+    a.s = *s;
+    a.kind = k;
+    a.grad_dt = grad_dt;
+    a.out_dt = out_dt;
+    a.grad_mul = grad_mul;
+    a.grad_mul_dev = grad_mul_dev;
+    zero_cuda_mt_plan(&a, ts, nt, zero_cuda_launch_optim, stream);
+    return zero_cuda_launched();
+}
+
+ZERO_CUDA_API size_t zero_cuda_sumsq_scratch(uint64_t n) {
+    uint64_t nb = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
+    return (size_t)(nb ? nb : 1);
+}
+
+ZERO_CUDA_API zero_status zero_cuda_sumsq(const void *x, zero_dtype dt, uint64_t n, double *scratch, double *out,
+                                          void *stream) {
+    uint64_t nb = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
+    if (nb) {
+        unsigned grid = (unsigned)((nb + ZERO_CUDA_THREADS - 1) / ZERO_CUDA_THREADS);
+        ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_blocks, grid, ZERO_CUDA_THREADS, stream, x, dt, n, scratch);
+    }
+    ZERO_CUDA_LAUNCH(zero_cuda_k_sum_in_order, 1, 1, stream, scratch, nb, out);
+    return zero_cuda_launched();
+}
+
+ZERO_CUDA_API zero_status zero_cuda_nonfinite(const void *x, zero_dtype dt, uint64_t n, int32_t *flag,
+                                              void *stream) {
+    if (cudaMemsetAsync(flag, 0, sizeof *flag, (cudaStream_t)stream) != cudaSuccess) return zero_cuda_launched();
+    if (n) ZERO_CUDA_LAUNCH(zero_cuda_k_nonfinite, zero_cuda_grid_for(n), ZERO_CUDA_THREADS, stream, x, dt, n, flag);
+    return zero_cuda_launched();
+}
+
+ZERO_CUDA_API zero_status zero_cuda_convert(void *dst, zero_dtype dst_dt, const void *src, zero_dtype src_dt,
+                                            uint64_t n, void *stream) {
+    if (n) ZERO_CUDA_LAUNCH(zero_cuda_k_convert, zero_cuda_grid_for(n), ZERO_CUDA_THREADS, stream, dst, dst_dt, src, src_dt, n);
+    return zero_cuda_launched();
+}
+
+ZERO_CUDA_API zero_status zero_cuda_add_into(float *dst, const void *src, zero_dtype src_dt, uint64_t n,
+                                             void *stream) {
+    if (n) ZERO_CUDA_LAUNCH(zero_cuda_k_add_into, zero_cuda_grid_for(n), ZERO_CUDA_THREADS, stream, dst, src, src_dt, n);
+    return zero_cuda_launched();
+}
+
+ZERO_CUDA_API zero_status zero_cuda_clip_mul(const double *sumsq, double inv, double clip, float *grad_mul,
+                                             double *norm_out, void *stream) {
+    ZERO_CUDA_LAUNCH(zero_cuda_k_clip_mul, 1, 1, stream, sumsq, inv, clip, grad_mul, norm_out);
+    return zero_cuda_launched();
+}
+#endif
