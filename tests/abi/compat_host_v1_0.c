@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
     }
     uint32_t v = zero_abi_version();
     CHECK(v / 10000 == ZERO_ABI_VERSION_MAJOR, "runtime ABI major %u", v / 10000);
-    CHECK(v % 10000 >= ZERO_ABI_VERSION_MINOR, "runtime ABI minor %u older than compiled 1.0", v % 10000);
+    CHECK((long)(v % 10000) >= (long)ZERO_ABI_VERSION_MINOR, "runtime ABI minor %u older than compiled 1.0", v % 10000);
     CHECK(strncmp(zero_status_string(ZERO_ERR_CONFIG), "ZERO_ERR_CONFIG", 15) == 0, "status text");
     CHECK(zero_status_string(12345) != NULL, "unknown status has text");
     CHECK(strcmp(zero_mem_tag_name(ZERO_MEM_OPTIM), "optim") == 0, "tag name");
