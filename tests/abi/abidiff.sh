@@ -17,7 +17,7 @@ trap 'rm -rf "$tmp"' EXIT
 if [[ ! -s "$base" ]]; then
   echo "no baseline $base: run tests/abi/update-baseline.sh"; exit 1
 fi
-abidw --headers-dir "$abidir" --no-corpus-path --out-file "$tmp/current.abi" "$lib" || {
+abidw --headers-dir "$abidir" --drop-private-types --no-corpus-path --out-file "$tmp/current.abi" "$lib" || {
   echo "abidw failed on $lib"; exit 1; }
 
 abidiff "$base" "$tmp/current.abi" >"$tmp/report.txt"

@@ -6,5 +6,5 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
 lib=$(ls "$build"/core/libzero.so.1.* | head -1)
-abidw --headers-dir "$root/abi" --no-corpus-path --out-file "$root/tests/abi/libzero.abi" "$lib"
+abidw --headers-dir "$root/abi" --drop-private-types --no-corpus-path --out-file "$root/tests/abi/libzero.abi" "$lib"
 echo "wrote $root/tests/abi/libzero.abi from $lib"
