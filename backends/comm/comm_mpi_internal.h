@@ -38,6 +38,7 @@ typedef struct zm_engine {
     size_t chunk_bytes;        /* ZERO_COMM_CHUNK_KB: ring message size */
     int window;                /* ZERO_COMM_WINDOW: posted requests per direction per op */
     int native_allgather;      /* ZERO_COMM_ALLGATHER=mpi: use MPI_Iallgatherv instead of the ring */
+    int native_allreduce;      /* ZERO_COMM_ALLREDUCE=mpi: use MPI_Iallreduce for sums too */
     /* scratch cache: ring temporaries are reused across ops so that a large
      * reduce-scatter does not pay page faults on fresh memory every time */
     void *cache[2];
@@ -76,6 +77,7 @@ typedef struct zm_ring {
     size_t *counts, *displ; /* n each, owned by the op */
     char *buf[2];           /* RS temporaries (inside scratch) */
     int recv_into_out;      /* RS: final step receives straight into recv */
+    int then_allgather;     /* allreduce = this reduce-scatter, then an in-place ring allgather */
     zm_cursor rpost, rdone, spost, sdone, end;
     MPI_Request rq[ZM_MAX_WINDOW], sq[ZM_MAX_WINDOW];
     int rhead, rcount, shead, scount, window;

@@ -110,6 +110,8 @@ zm_engine *zero__zm_engine_create(int thread_level, struct zero_engine *engine) 
     pe->window = (int)env_long("ZERO_COMM_WINDOW", 8, 1, ZM_MAX_WINDOW);
     const char *ag = getenv("ZERO_COMM_ALLGATHER");
     pe->native_allgather = ag && strcmp(ag, "mpi") == 0;
+    const char *ar = getenv("ZERO_COMM_ALLREDUCE");
+    pe->native_allreduce = ar && strcmp(ar, "mpi") == 0;
     int want_thread = env_long("ZERO_COMM_PROGRESS_THREAD", 1, 0, 1) != 0;
     if (thread_level >= MPI_THREAD_MULTIPLE && want_thread) {
         if (pthread_create(&pe->thread, NULL, progress_main, pe) == 0)

@@ -36,6 +36,9 @@ typedef struct nccl_comm {
 static const zero__comm_ops nccl_ops;
 
 int zero__comm_is_nccl(const zero_comm *m) { return m && m->ops == &nccl_ops; }
+void *zero__comm_nccl_stream(const zero_comm *m) {
+    return zero__comm_is_nccl(m) ? (void *)((const nccl_comm *)m)->stream : NULL;
+}
 int zero__comm_nccl_device(const zero_comm *m) { return zero__comm_is_nccl(m) ? ((const nccl_comm *)m)->device : -1; }
 
 static int nccl_dtype(zero_dtype dt, ncclDataType_t *out) {

@@ -46,6 +46,11 @@ zero_status zero__comm_nccl_create_mpi(void *mpi_comm_handle, int device, struct
  * borrowed.  Not thread-safe against collectives in flight on m. */
 zero_status zero__comm_nccl_set_stream(zero_comm *m, void *stream);
 
+/* The cudaStream_t (as void*) m's collectives run on; work queued there
+ * is ordered with them without host synchronisation.  Valid until the next
+ * zero__comm_nccl_set_stream or free.  NULL if m is not an NCCL comm. */
+void *zero__comm_nccl_stream(const zero_comm *m);
+
 /* The CUDA device ordinal m runs on, or -1 if m is not an NCCL comm. */
 int zero__comm_nccl_device(const zero_comm *m);
 
