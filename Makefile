@@ -11,6 +11,8 @@ JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 2 ? n / 2 : 1 )))
 CTEST_TIMEOUT ?= 600
 CMAKE_FLAGS ?=
+# cmake --build runs make underneath: keep its output to what matters.
+MAKEFLAGS += --no-print-directory
 
 DEMO_SCRIPT := $(firstword $(wildcard examples/demo/run-demo.sh))
 
