@@ -173,6 +173,16 @@ ZERO_API int zero_world_size(const zero_engine *e);
 /* Name of the loaded plugin ("stage2", ...). Owned by the engine. */
 ZERO_API const char *zero_plugin_name(const zero_engine *e);
 
+/* Pipeline parallelism (appended in 1.0).  With pipeline.stages = P > 1 in
+ * the config, the communicator given to zero_engine_create spans all P
+ * stages and libzero splits it: global rank g belongs to pipeline stage
+ * g / dp_size with data-parallel rank g % dp_size (dp_size = world / P;
+ * P must divide the world size).  zero_rank / zero_world_size then give the
+ * data-parallel rank and size.  The host registers only its stage's params.
+ * Without a pipeline: stage 0 of 1.  Thread-safe; -1 / 0 for a NULL engine. */
+ZERO_API int zero_pipeline_stage(const zero_engine *e);
+ZERO_API int zero_pipeline_stages(const zero_engine *e);
+
 /* ------------------------------------------------------------------------ */
 /* Parameters                                                                */
 /* ------------------------------------------------------------------------ */

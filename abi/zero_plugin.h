@@ -303,6 +303,16 @@ typedef struct zero_services_v1 {
     zero_status (*ckpt_write)(zero_core *c, const char *dir, const char *name, const void *buf,
                               size_t bytes);
     zero_status (*ckpt_read)(zero_core *c, const char *dir, const char *name, void *buf, size_t bytes);
+
+    /* ---- appended in 1.0 by the pipeline plugin (check ZERO_SERVICES_HAS) ---- */
+    /* The communicator spanning every rank of the job.  With pipeline.stages
+     * = P > 1, comm_world is this rank's data-parallel group (the ranks that
+     * hold the same pipeline stage; global rank = stage * dp_size + dp_rank)
+     * and comm_global spans all P stages: use it for quantities that are
+     * global to the model, such as the gradient norm used for clipping and
+     * the fp16 overflow flag.  Without a pipeline it is comm_world.  Owned by
+     * the core, valid until destroy; never free it. */
+    zero_comm *(*comm_global)(zero_core *c);
 } zero_services_v1;
 
 /* Does this services table have field `f`? (built against a newer minor) */

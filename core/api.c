@@ -24,6 +24,36 @@ static zero_status fail_create(struct zero_engine *e, zero_status s, char *err, 
     return s;
 }
 
+/* With pipeline.stages = P > 1 the given communicator spans all stages:
+ * keep it as e->global and make e->world this rank's data-parallel group.
+ * Layout: global rank = pp_stage * dp_size + dp_rank (stage-major), so a
+ * stage's replicas are consecutive ranks.  The checks give the same answer on
+ * every rank (all know world size and P), so a refusal never leaves a rank
+ * waiting in the split. */
+static zero_status pipeline_split(struct zero_engine *e, int stages) {
+    if (stages <= 1) return ZERO_OK;
+    int world = e->world_size;
+    if (world % stages != 0)
+        return zero__error(e, ZERO_ERR_CONFIG,
+                           "pipeline.stages: got %d, expected a divisor of the world size (%d): every pipeline "
+                           "stage needs the same number of data-parallel replicas (global rank = stage * dp_size "
+                           "+ dp_rank)",
+                           stages, world);
+    int dp = world / stages, grank = e->rank;
+    zero_comm *sub = NULL;
+    zero_status s = zero__comm_split(e->global, grank / dp, grank, &sub);
+    if (s != ZERO_OK) return e->last_error[0] ? s : zero__error(e, s, "pipeline: splitting the world failed");
+    if (!sub) return zero__error(e, ZERO_ERR_INTERNAL, "pipeline: split gave no data-parallel communicator");
+    e->world = sub;
+    e->pp_stages = stages;
+    e->pp_stage = grank / dp;
+    e->rank = zero__comm_rank(sub);
+    e->world_size = zero__comm_size(sub);
+    zero__log(e, ZERO_LOG_DEBUG, "pipeline: global rank %d -> stage %d of %d, data-parallel rank %d of %d", grank,
+              e->pp_stage, stages, e->rank, e->world_size);
+    return ZERO_OK;
+}
+
 zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine **out, char *err,
                                size_t err_len) {
     if (out) *out = NULL;
@@ -61,8 +91,13 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     char msg[1024] = "";
     zero_status s = zero__comm_world_create(opts.comm_kind, opts.comm, e, &e->world, msg, sizeof msg);
     if (s != ZERO_OK) return fail_create(e, zero__error(e, s, "%s", msg), err, err_len);
+    e->global = e->world;
+    e->pp_stages = 1;
     e->rank = zero__comm_rank(e->world);
     e->world_size = zero__comm_size(e->world);
+    s = pipeline_split(e, zero__config_peek_pipeline_stages(opts.config_json,
+                                                            opts.config_json ? NULL : opts.config_path));
+    if (s != ZERO_OK) return fail_create(e, s, err, err_len);
 
     s = zero__config_parse(opts.config_json, opts.config_json ? NULL : opts.config_path, e->world_size, &e->cfg,
                            config_warn, e, msg, sizeof msg);
@@ -115,7 +150,11 @@ void zero_engine_destroy(zero_engine *e) {
     free(e->groups);
     zero__params_free(e);
     if (e->cfg) zero__config_free(e->cfg);
-    if (e->world) zero__comm_world_free(e->world);
+    if (e->world && e->world != e->global) { /* a pipeline's sub-communicator goes before its world */
+        if (e->global) zero__comm_free(e->world);
+        else zero__comm_world_free(e->world);
+    }
+    if (e->global) zero__comm_world_free(e->global);
     if (e->mem) zero__mem_destroy(e->mem);
     pthread_mutex_destroy(&e->err_lock);
     free(e);
@@ -124,6 +163,8 @@ void zero_engine_destroy(zero_engine *e) {
 const char *zero_last_error(const zero_engine *e) { return e ? e->last_error : "no engine"; }
 int zero_rank(const zero_engine *e) { return e ? e->rank : -1; }
 int zero_world_size(const zero_engine *e) { return e ? e->world_size : 0; }
+int zero_pipeline_stage(const zero_engine *e) { return e ? e->pp_stage : -1; }
+int zero_pipeline_stages(const zero_engine *e) { return e ? e->pp_stages : 0; }
 const char *zero_plugin_name(const zero_engine *e) {
     return e && e->plugin.table && e->plugin.table->name ? e->plugin.table->name : "";
 }
@@ -278,7 +319,9 @@ static zero_status settle_missing(zero_engine *e) {
         if (!atomic_load(&e->params[i]->ready)) missing++;
     if (e->rc->strict_grads) {
         uint64_t any = missing;
-        zero_status s = zero__allreduce(e->world, &any, 1, ZERO_DTYPE_U64, ZERO_OP_MAX);
+        /* Over every pipeline stage too: a refusal must reach ranks that are
+         * about to meet this one in a world-wide collective. */
+        zero_status s = zero__allreduce(e->global, &any, 1, ZERO_DTYPE_U64, ZERO_OP_MAX);
         if (s != ZERO_OK) return s;
         if (any) {
             char names[512] = "";

@@ -193,3 +193,16 @@ const zero_run_config *zero__config_run(const zero__config *c) { return c ? &c->
 const char *zero__config_plugin(const zero__config *c) { return c ? c->plugin : NULL; }
 
 const char *zero__config_scheduler(const zero__config *c) { return c ? c->scheduler : NULL; }
+
+/* Appended by the pipeline worker: the engine must know pipeline.stages
+ * before the real parse, because the batch arithmetic needs the
+ * data-parallel size, which is world / stages. */
+int zero__config_peek_pipeline_stages(const char *text, const char *path) {
+    zero__cfg_ctx ctx = {NULL, NULL, NULL, 0};
+    json_t *root = NULL;
+    if (load_json(&ctx, text, path, &root) != ZERO_OK) return 1;
+    json_t *stages = json_object_get(json_object_get(root, "pipeline"), "stages");
+    json_int_t v = json_is_integer(stages) ? json_integer_value(stages) : 1;
+    json_decref(root);
+    return (v > 1 && v <= INT32_MAX) ? (int)v : 1;
+}

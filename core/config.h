@@ -53,3 +53,9 @@ const char *zero__config_scheduler(const zero__config *c);
 double zero__config_double_or(const zero__config *c, const char *path, double dflt);
 int64_t zero__config_int_or(const zero__config *c, const char *path, int64_t dflt);
 #endif
+
+/* --- appended by the pipeline worker ------------------------------------ */
+/* pipeline.stages of the config text (or file at path; text wins), or 1 if
+ * absent, invalid, or the config does not load (the real parse reports
+ * that).  Pure; thread-safe. */
+int zero__config_peek_pipeline_stages(const char *text, const char *path);

@@ -68,6 +68,15 @@ struct zero_engine {
     /* stats */
     atomic_uint_fast64_t reduction_passes;
     double exposed_comm_seconds;
+
+    /* pipeline parallelism (appended by the pipeline worker).  With
+     * pipeline.stages = P > 1 the communicator the host gave spans every
+     * stage; it is kept here as `global` and `world` (and rank/world_size)
+     * become this rank's data-parallel group, split off with the layout
+     * global rank = pp_stage * dp_size + dp_rank.  Without a pipeline
+     * global == world.  `global` owns the backend; `world` is freed first. */
+    zero_comm *global;
+    int pp_stage, pp_stages;     /* 0 and 1 without a pipeline */
 };
 
 static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }

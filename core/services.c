@@ -58,6 +58,7 @@ static void svc_mem_copy(zero_core *c, void *d, const void *s, size_t b) {
 }
 
 static zero_comm *svc_comm_world(zero_core *c) { return E(c)->world; }
+static zero_comm *svc_comm_global(zero_core *c) { return E(c)->global ? E(c)->global : E(c)->world; }
 
 static uint32_t svc_optim_state_count(zero_core *c) {
     return zero__optim_state_count(E(c)->rc->optim, E(c)->rc->momentum);
@@ -133,10 +134,14 @@ static void svc_add_into(zero_core *c, float *d, const void *s, zero_dtype sd, s
     zero__add_into(d, s, sd, n);
 }
 
-/* Checkpoint blobs: <dir>/<name>.rank<R>.bin, written to a temp file then
- * renamed, so a crash never leaves a torn shard under the final name. */
+/* Checkpoint blobs: <dir>/<name>.rank<R>.bin (with a pipeline
+ * <name>.pp<S>.rank<R>.bin: R is the data-parallel rank, shared by every
+ * stage), written to a temp file then renamed, so a crash never leaves a
+ * torn shard under the final name. */
 static zero_status ckpt_path(struct zero_engine *e, const char *dir, const char *name, char *out, size_t n) {
-    if (snprintf(out, n, "%s/%s.rank%d.bin", dir, name, e->rank) >= (int)n)
+    int w = e->pp_stages > 1 ? snprintf(out, n, "%s/%s.pp%d.rank%d.bin", dir, name, e->pp_stage, e->rank)
+                             : snprintf(out, n, "%s/%s.rank%d.bin", dir, name, e->rank);
+    if (w < 0 || w >= (int)n)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "checkpoint path too long: %s/%s", dir, name);
     return ZERO_OK;
 }
@@ -231,4 +236,5 @@ void zero__services_init(struct zero_engine *e) {
     s->add_into = svc_add_into;
     s->ckpt_write = svc_ckpt_write;
     s->ckpt_read = svc_ckpt_read;
+    s->comm_global = svc_comm_global;
 }

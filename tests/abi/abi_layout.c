@@ -210,7 +210,7 @@ _Static_assert(offsetof(zero_opt_range, grad_dtype) == 88, "offsetof(zero_opt_ra
 _Static_assert(offsetof(zero_opt_range, reserved1) == 92, "offsetof(zero_opt_range, reserved1)");
 
 /* zero_services_v1 */
-_Static_assert(sizeof(zero_services_v1) == 344, "sizeof(zero_services_v1)");
+_Static_assert(sizeof(zero_services_v1) == 352, "sizeof(zero_services_v1)");
 _Static_assert(offsetof(zero_services_v1, struct_size) == 0, "offsetof(zero_services_v1, struct_size)");
 _Static_assert(offsetof(zero_services_v1, abi_version) == 4, "offsetof(zero_services_v1, abi_version)");
 _Static_assert(offsetof(zero_services_v1, core) == 8, "offsetof(zero_services_v1, core)");
@@ -255,6 +255,7 @@ _Static_assert(offsetof(zero_services_v1, convert) == 312, "offsetof(zero_servic
 _Static_assert(offsetof(zero_services_v1, add_into) == 320, "offsetof(zero_services_v1, add_into)");
 _Static_assert(offsetof(zero_services_v1, ckpt_write) == 328, "offsetof(zero_services_v1, ckpt_write)");
 _Static_assert(offsetof(zero_services_v1, ckpt_read) == 336, "offsetof(zero_services_v1, ckpt_read)");
+_Static_assert(offsetof(zero_services_v1, comm_global) == 344, "offsetof(zero_services_v1, comm_global)");
 
 /* zero_step_ctx */
 _Static_assert(sizeof(zero_step_ctx) == 56, "sizeof(zero_step_ctx)");
