@@ -56,4 +56,22 @@ void zero__optim_step_variant(zero__simd v, zero_optim_kind k, const zero_optim_
 /* Copy-out of master[lo, hi) to a->out in a->out_dt (scalar helper, also
  * used by the SIMD variants for kinds they do not vectorize). */
 void zero__optim_copy_out_scalar(const zero__step_args *a, size_t lo, size_t hi);
+
+/* Reductions.  A sumsq block (<= ZERO_SUMSQ_BLOCK elements) is defined as:
+ * element k goes to fp64 lane k % ZERO_SUMSQ_LANES (acc += x*x, no FMA),
+ * then the lanes are folded in halves (acc[j] += acc[j + w] for w = 16, 8,
+ * 4, 2, 1).  Every variant implements exactly this, so all agree bitwise;
+ * 32 lanes let the SIMD versions keep 4 (AVX-512) or 8 (AVX2) independent
+ * accumulators in flight.  Thread-safe (pure). */
+#define ZERO_SUMSQ_LANES 32
+double zero__sumsq_block_scalar(const float *x, size_t n);
+double zero__sumsq_block_avx2(const float *x, size_t n);
+double zero__sumsq_block_avx512(const float *x, size_t n);
+/* Shared ending of every variant: add the tail elements tail[0, n) (n <
+ * ZERO_SUMSQ_LANES, lanes 0..n-1) into acc, fold, return the sum. */
+double zero__sumsq_finish(double *acc, const float *tail, size_t n);
+/* 1 if any of x[0, n) is Inf or NaN. */
+int zero__nonfinite_scalar(const float *x, size_t n);
+int zero__nonfinite_avx2(const float *x, size_t n);
+int zero__nonfinite_avx512(const float *x, size_t n);
 #endif

@@ -209,6 +209,38 @@ static void test_variants(void) {
     CHECK(zero__simd_available(ZERO__SIMD_SCALAR), "scalar always available");
 }
 
+/* Reductions: every variant's sumsq block equals the scalar one bitwise
+ * (same 32-lane order), and the Inf/NaN scans agree, at every tail length. */
+static void test_reductions(void) {
+    static float x[ZERO_SUMSQ_BLOCK];
+    for (size_t i = 0; i < ZERO_SUMSQ_BLOCK; ++i)
+        x[i] = rnd32() % 8 == 0 ? zero_bits_f32(rnd32() & 0x807fffffu) : (urand() - 0.5f) * (float)(1 + i % 1000);
+    typedef double (*blk)(const float *, size_t);
+    typedef int (*nf)(const float *, size_t);
+    const blk blks[ZERO__SIMD_COUNT] = {zero__sumsq_block_scalar, zero__sumsq_block_avx2, zero__sumsq_block_avx512};
+    const nf nfs[ZERO__SIMD_COUNT] = {zero__nonfinite_scalar, zero__nonfinite_avx2, zero__nonfinite_avx512};
+    for (int v = 1; v < ZERO__SIMD_COUNT; ++v) {
+        if (!zero__simd_available((zero__simd)v)) continue;
+        size_t bad = 0;
+        for (size_t n = 0; n <= 100; ++n) bad += blks[0](x, n) != blks[v](x, n);
+        bad += blks[0](x, ZERO_SUMSQ_BLOCK) != blks[v](x, ZERO_SUMSQ_BLOCK);
+        bad += blks[0](x + 3, ZERO_SUMSQ_BLOCK - 7) != blks[v](x + 3, ZERO_SUMSQ_BLOCK - 7);
+        CHECK(bad == 0, "%s sumsq block: %zu mismatches", zero__simd_name((zero__simd)v), bad);
+        bad = 0;
+        for (size_t pos = 0; pos < 70; ++pos) {
+            float keep = x[pos];
+            x[pos] = pos % 2 ? INFINITY : -NAN;
+            for (size_t n = 0; n <= 70; ++n) {
+                int want = n > pos;
+                bad += nfs[0](x, n) != want;
+                bad += nfs[v](x, n) != want;
+            }
+            x[pos] = keep;
+        }
+        CHECK(bad == 0, "%s nonfinite: %zu mismatches", zero__simd_name((zero__simd)v), bad);
+    }
+}
+
 /* The multi-threaded driver gives the same bits for any thread count. */
 static void test_threads(void) {
 #if defined(ZERO_HAVE_OPENMP)
@@ -258,6 +290,7 @@ int main(int argc, char **argv) {
         printf("active variant: %s\n", zero__simd_name(zero__simd_active()));
     }
     test_variants();
+    test_reductions();
     test_threads();
     return check_finish();
 }
