@@ -1,0 +1,303 @@
+/* stage1-pp: ZeRO stage 1 inside pipeline parallelism.
+ *
+ * Rank layout.  The host hands libzero ONE communicator spanning the whole
+ * job (or lets it use MPI_COMM_WORLD) and sets pipeline.stages = P in the
+ * config.  libzero splits it stage-major:
+ *
+ *     global rank g  ->  pipeline stage g / D,  data-parallel rank g % D,
+ *     D = world / P (P must divide the world size).
+ *
+ * e.g. 2 stages x 2 replicas: ranks 0,1 hold stage 0, ranks 2,3 stage 1.
+ * For this plugin svc->comm_world is the DP group of its stage (the D
+ * replicas of the same layers) and the layout partitions over those D ranks;
+ * svc->comm_global spans all P * D ranks.  The host registers only its
+ * stage's params; zero_pipeline_stage()/zero_rank() tell it where it is.
+ *
+ * Why stage 1 and nothing higher.  In a pipeline, the M micro-batches of a
+ * global batch flow through every stage, so each stage sees M backward
+ * passes per optimizer step.  ZeRO-2/3 reduce gradients on every backward
+ * (a partition accumulator replaces the full gradient), which multiplies the
+ * DP traffic by M, and the full accumulation buffer is needed anyway because
+ * a stage's backward produces whole-layer gradients M times.  Stage 1 fits:
+ *
+ *  - gradients accumulate in one full local fp32 buffer over all M
+ *    micro-batches with NO communication (bucket engine in SCATTER_INPLACE
+ *    mode with reduce_every_micro_step = 0: buckets are only reduced at the
+ *    boundary micro-step);
+ *  - at the accumulation boundary exactly one bucketed reduce-scatter pass
+ *    runs in the DP group; each rank then owns the summed gradient of its
+ *    partition;
+ *  - the optimizer steps the owned partition (states exist only for it);
+ *  - the updated partitions are all-gathered within the DP group.
+ *
+ * Global quantities span the WHOLE world: the gradient norm used for
+ * clipping is the norm of the full model's gradient, so the partial sum of
+ * squares (this rank's partition of this stage's params) is all-reduced
+ * over comm_global, summing every stage and every partition; the overflow
+ * flag travels in the same fp64 all-reduce, so an Inf/NaN on any rank of
+ * any stage skips the step on every rank (and the loss scaler, which the
+ * core runs on each rank from the same report, stays in agreement).
+ *
+ * fp32 params only (the bucket engine is fp32 for now): the params ARE the
+ * master weights.  Includes only abi/ headers, like any third-party plugin.
+ *
+ * Threading: grad_buffer/on_grad_ready may run concurrently for different
+ * params (the bucket engine is thread-safe); everything else runs on the
+ * engine's calling thread, one call at a time. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zero_plugin.h"
+
+typedef struct stage1pp {
+    const zero_services_v1 *svc;
+    zero_core *c;
+    const zero_layout *L;
+    zero_comm *dp;            /* this stage's data-parallel group (svc->comm_world) */
+    zero_comm *global;        /* every rank of every stage (svc->comm_global) */
+    float *params;            /* flat_numel: permanent full storage of this stage's params */
+    float *grads;             /* flat_numel: window sum; owned ranges reduced at the boundary */
+    float *state[4];          /* optimizer state, part_numel each */
+    uint32_t nstate;
+    zero_owned_range *owned;  /* this rank's share of each group */
+    uint32_t nowned;
+    size_t *counts;           /* ngroups * world all-gather block sizes (live while in flight) */
+    zero_comm_req **reqs;     /* one per group */
+    zero_buckets *b;
+} stage1pp;
+
+static zero_status pp_create(const zero_services_v1 *svc, void **state) {
+    *state = NULL;
+    if (!ZERO_SERVICES_HAS(svc, comm_global))
+        return svc->error(svc->core, ZERO_ERR_UNSUPPORTED,
+                          "stage1-pp: this libzero has no comm_global service (built for an older 1.x): it "
+                          "cannot reduce the gradient norm over all pipeline stages");
+    stage1pp *s = calloc(1, sizeof *s);
+    if (!s) return ZERO_ERR_OUT_OF_MEMORY;
+    s->svc = svc;
+    s->c = svc->core;
+    s->dp = svc->comm_world(s->c);
+    s->global = svc->comm_global(s->c);
+    const zero_run_config *rc = svc->config(s->c);
+    svc->log(s->c, ZERO_LOG_DEBUG, "stage1-pp: pipeline.stages %d, data-parallel group of %d, world %d",
+             (int)rc->pipeline_stages, svc->comm_size(s->dp), svc->comm_size(s->global));
+    *state = s;
+    return ZERO_OK;
+}
+
+static void *alloc_f32(stage1pp *s, zero_mem_tag tag, uint64_t numel) {
+    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)numel * sizeof(float));
+}
+
+static zero_status pp_register(void *state, zero_param_info *p) {
+    stage1pp *s = state;
+    if (p->dtype != ZERO_DTYPE_F32 || p->init_device != ZERO_DEVICE_CPU)
+        return s->svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage1-pp: param '%s': only fp32 CPU params so far",
+                             p->name);
+    return ZERO_OK;
+}
+
+static zero_status pp_params_done(void *state) {
+    stage1pp *s = state;
+    const zero_services_v1 *svc = s->svc;
+    s->L = svc->layout(s->c);
+    const uint32_t np = svc->nparams(s->c), ng = s->L->ngroups;
+    const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
+    s->params = alloc_f32(s, ZERO_MEM_PARAMS, flat);
+    s->grads = alloc_f32(s, ZERO_MEM_GRADS, flat);
+    s->nstate = svc->optim_state_count(s->c);
+    s->owned = calloc(ng ? ng : 1, sizeof *s->owned);
+    s->counts = calloc((size_t)(ng ? ng : 1) * s->L->world, sizeof *s->counts);
+    s->reqs = calloc(ng ? ng : 1, sizeof *s->reqs);
+    int ok = s->params && s->grads && s->nstate <= 4 && s->owned && s->counts && s->reqs;
+    for (uint32_t k = 0; ok && k < s->nstate; k++) ok = (s->state[k] = alloc_f32(s, ZERO_MEM_OPTIM, part)) != NULL;
+    if (!ok)
+        return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1-pp: cannot allocate model state (%llu elements)",
+                          (unsigned long long)flat);
+    s->nowned = flat ? svc->owned_ranges(s->c, s->L->rank, 0, flat, s->owned, ng) : 0;
+    for (uint32_t i = 0; i < np; i++) {
+        zero_param_info *p = svc->param(s->c, i);
+        float *dst = s->params + p->flat_offset;
+        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * sizeof(float));
+        p->data = dst;
+    }
+    const zero_run_config *rc = svc->config(s->c);
+    zero_bucket_spec spec = {0};
+    spec.struct_size = sizeof spec;
+    spec.mode = ZERO_BUCKETS_SCATTER_INPLACE;
+    spec.comm = s->dp;
+    spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
+    spec.overlap = rc->overlap_comm; /* only the boundary micro-batch's backward can overlap */
+    spec.contiguous = 1;
+    spec.flat = s->grads;
+    spec.reduce_every_micro_step = 0; /* the whole point: no traffic before the boundary */
+    spec.grad_dtype = ZERO_DTYPE_F32;
+    return svc->buckets_create(s->c, &spec, &s->b);
+}
+
+static zero_status pp_grad_buffer(void *state, zero_param_info *p, void **buf) {
+    stage1pp *s = state;
+    return s->svc->buckets_grad_slot(s->b, p->index, buf);
+}
+
+static zero_status pp_on_grad_ready(void *state, zero_param_info *p, void *stream) {
+    stage1pp *s = state;
+    (void)stream;
+    const void *src = (p->host_grad && !p->grad_is_zero) ? p->host_grad : NULL;
+    return s->svc->buckets_ready(s->b, p->index, src, p->dtype);
+}
+
+/* All-gather every group's updated shares into the flat params, in place,
+ * within the DP group.  All groups are issued before any wait, in group
+ * order on every rank. */
+static zero_status gather_params(stage1pp *s) {
+    const zero_services_v1 *svc = s->svc;
+    zero_status st = ZERO_OK;
+    uint32_t issued = 0;
+    for (uint32_t g = 0; g < s->L->ngroups && st == ZERO_OK; g++) {
+        const zero_layout_group *lg = &s->L->groups[g];
+        if (lg->numel == 0) continue;
+        size_t *counts = s->counts + (size_t)g * s->L->world;
+        for (uint32_t r = 0; r < s->L->world; r++) counts[r] = (size_t)lg->part_numel;
+        float *base = s->params + lg->flat_begin;
+        st = svc->iallgatherv(s->dp, base + (uint64_t)s->L->rank * lg->part_numel, base, counts, ZERO_DTYPE_F32,
+                              &s->reqs[issued]);
+        if (st == ZERO_OK) issued++;
+    }
+    for (uint32_t i = 0; i < issued; i++) {
+        zero_status w = svc->wait(s->reqs[i]);
+        if (st == ZERO_OK) st = w;
+    }
+    return st;
+}
+
+static zero_status pp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
+    stage1pp *s = state;
+    const zero_services_v1 *svc = s->svc;
+    /* Off the boundary this only resets the buckets' bookkeeping: the
+     * gradients stay in s->grads, summed locally. */
+    zero_status st = svc->buckets_flush(s->b);
+    if (st != ZERO_OK || !ctx->boundary) return st;
+    const uint64_t flat = s->L->flat_numel;
+
+    /* Partial sum of squares of the owned, reduced ranges and the overflow
+     * flag: one fp64 all-reduce over the WHOLE world (every stage, every
+     * partition), so every rank sees the full model's norm and the same
+     * overflow verdict. */
+    double agg[2] = {0.0, 0.0};
+    for (uint32_t i = 0; i < s->nowned; i++) {
+        const float *g = s->grads + s->owned[i].flat_lo;
+        size_t n = (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo);
+        agg[0] += svc->sumsq(s->c, g, ZERO_DTYPE_F32, n);
+        if (svc->nonfinite(s->c, g, ZERO_DTYPE_F32, n)) agg[1] = 1.0;
+    }
+    if ((st = svc->allreduce(s->global, agg, 2, ZERO_DTYPE_F64, ZERO_OP_SUM)) != ZERO_OK) return st;
+    if (agg[1] > 0 || !isfinite(agg[0])) {
+        rep->overflow = 1;
+        rep->grad_norm = -1.0;
+        memset(s->grads, 0, (size_t)flat * sizeof(float));
+        return ZERO_OK;
+    }
+    /* grad_divisor = DP size * gas: the summed gradient over the DP group and
+     * the M micro-batches, divided by it, is the mean over the global batch. */
+    const double unscale = ctx->grad_divisor * ctx->loss_scale;
+    const double norm = sqrt(agg[0]) / unscale;
+    const double coef = (ctx->grad_clip > 0 && norm > ctx->grad_clip) ? ctx->grad_clip / (norm + 1e-6) : 1.0;
+    rep->grad_norm = norm;
+
+    for (uint32_t i = 0; i < s->nowned; i++) {
+        const zero_owned_range *o = &s->owned[i];
+        zero_opt_range r = {0};
+        r.struct_size = sizeof r;
+        r.flat_lo = o->flat_lo;
+        r.flat_hi = o->flat_hi;
+        r.master = s->params + o->flat_lo; /* fp32: params are the master weights */
+        for (uint32_t k = 0; k < s->nstate; k++) r.state[k] = s->state[k] + o->part_lo;
+        r.grad = s->grads + o->flat_lo;
+        r.param_out_dtype = ZERO_DTYPE_F32;
+        r.grad_mul = (float)(coef / unscale);
+        r.grad_dtype = ZERO_DTYPE_F32;
+        if ((st = svc->optim_step(s->c, &r)) != ZERO_OK) return st;
+    }
+    memset(s->grads, 0, (size_t)flat * sizeof(float));
+    return gather_params(s);
+}
+
+/* Checkpoint: this rank's partition of the params and of every optimizer
+ * state, one blob (the core names it per stage and DP rank).  Gradients
+ * are not saved: a checkpoint is taken at a boundary, where they are zero. */
+static size_t ckpt_bytes(const stage1pp *s) {
+    return (size_t)(1 + s->nstate) * (size_t)s->L->part_numel * sizeof(float);
+}
+
+static zero_status pp_save(void *state, const char *dir) {
+    stage1pp *s = state;
+    const zero_services_v1 *svc = s->svc;
+    const size_t part = (size_t)s->L->part_numel;
+    float *buf = malloc(ckpt_bytes(s) ? ckpt_bytes(s) : 1);
+    if (!buf) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1-pp: out of memory saving %s", dir);
+    for (uint32_t i = 0; i < s->nowned; i++) {
+        const zero_owned_range *o = &s->owned[i];
+        memcpy(buf + o->part_lo, s->params + o->flat_lo, (size_t)(o->flat_hi - o->flat_lo) * sizeof(float));
+    }
+    for (uint32_t k = 0; k < s->nstate; k++) memcpy(buf + (size_t)(k + 1) * part, s->state[k], part * sizeof(float));
+    zero_status st = svc->ckpt_write(s->c, dir, "stage1-pp", buf, ckpt_bytes(s));
+    free(buf);
+    return st;
+}
+
+static zero_status pp_load(void *state, const char *dir) {
+    stage1pp *s = state;
+    const zero_services_v1 *svc = s->svc;
+    const size_t part = (size_t)s->L->part_numel;
+    float *buf = malloc(ckpt_bytes(s) ? ckpt_bytes(s) : 1);
+    if (!buf) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1-pp: out of memory loading %s", dir);
+    zero_status st = svc->ckpt_read(s->c, dir, "stage1-pp", buf, ckpt_bytes(s));
+    if (st == ZERO_OK) {
+        for (uint32_t i = 0; i < s->nowned; i++) {
+            const zero_owned_range *o = &s->owned[i];
+            memcpy(s->params + o->flat_lo, buf + o->part_lo, (size_t)(o->flat_hi - o->flat_lo) * sizeof(float));
+        }
+        for (uint32_t k = 0; k < s->nstate; k++)
+            memcpy(s->state[k], buf + (size_t)(k + 1) * part, part * sizeof(float));
+        memset(s->grads, 0, (size_t)s->L->flat_numel * sizeof(float));
+    }
+    free(buf);
+    /* Every rank re-assembles the full params of its stage from the shards. */
+    return st == ZERO_OK ? gather_params(s) : st;
+}
+
+static void pp_destroy(void *state) {
+    stage1pp *s = state;
+    if (!s) return;
+    if (s->b) s->svc->buckets_destroy(s->b);
+    for (uint32_t k = 0; k < 4; k++) s->svc->mem_free(s->c, s->state[k]);
+    s->svc->mem_free(s->c, s->grads);
+    s->svc->mem_free(s->c, s->params);
+    free(s->owned);
+    free(s->counts);
+    free(s->reqs);
+    free(s);
+}
+
+ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
+    .struct_size = sizeof(zero_plugin_table_v1),
+    .abi_major = ZERO_PLUGIN_ABI_MAJOR,
+    .abi_minor = ZERO_PLUGIN_ABI_MINOR,
+    .caps = ZERO_PLUGIN_CAP_PIPELINE,
+    .name = "stage1-pp",
+    .description = "ZeRO-1 inside pipeline parallelism: optimizer states partitioned over the stage's "
+                   "data-parallel group; gradients accumulate locally over all micro-batches, one "
+                   "reduce-scatter pass at the boundary; clip norm and overflow agreed over the whole world",
+    .create = pp_create,
+    .register_param = pp_register,
+    .params_done = pp_params_done,
+    .grad_buffer = pp_grad_buffer,
+    .on_grad_ready = pp_on_grad_ready,
+    .step = pp_step,
+    .save = pp_save,
+    .load = pp_load,
+    .destroy = pp_destroy,
+};
