@@ -21,8 +21,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "zero.h"
+
+/* The machine's load when the figures were taken (they mean little on a
+ * busy shared machine). */
+static double loadavg1(void) {
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1;
+        fclose(f);
+    }
+    return l;
+}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -125,6 +138,7 @@ int main(int argc, char **argv) {
                (unsigned long long)cs.reduction_passes);
         printf("  of which waiting for reductions (rank 0, mean per pass) %.2f ms\n",
                cs.exposed_comm_seconds / (double)(cs.reduction_passes ? cs.reduction_passes : 1) * 1e3);
+        printf("  (1-minute load average at the end: %.2f on %ld cores)\n", loadavg1(), sysconf(_SC_NPROCESSORS_ONLN));
         printf("  => stage2 / MPI_Allreduce = %.3f (median of per-rep ratios; ratio of medians %.3f); target <= 0.6\n",
                ratio[reps / 2], t_z[reps / 2] / t_ar[reps / 2]);
     }
