@@ -28,7 +28,7 @@
 #include "zero.h"
 
 /* Model shape: ~190k parameters, small enough that 4 ranks sharing 2 cores
- * run 200 steps in seconds, large enough that the reduce buckets matter. */
+ * run 150 steps in seconds, large enough that the reduce buckets matter. */
 static const demo_dims kDims = {.ctx = 8, .embed = 24, .hidden1 = 256, .hidden2 = 256, .vocab = DEMO_VOCAB};
 
 /* Validation runs in chunks of this many positions. */

@@ -19,7 +19,7 @@ typedef struct demo_options {
     int quiet;                /* --quiet: no per-step lines */
 } demo_options;
 
-#define DEMO_DEFAULT_STEPS 200
+#define DEMO_DEFAULT_STEPS 150
 #define DEMO_DEFAULT_DATA "/usr/share/common-licenses"
 
 /* Parse argv (strings are borrowed from argv).  Returns 0 to run, 1 if

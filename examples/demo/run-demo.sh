@@ -7,7 +7,7 @@
 #   ZERO_BUILD_DIR  build tree (default <repo>/build; configured if missing)
 #   DEMO_OUT        where summaries and logs go (default <repo>/demo-out)
 #   DEMO_NP         ranks (default 4)
-#   DEMO_STEPS      optimizer steps per run (default 200)
+#   DEMO_STEPS      optimizer steps per run (default 150)
 #   DEMO_STAGES     configs to run (default "stage0 stage1 stage2")
 #   DEMO_NO_BUILD=1 do not (re)build the demo and plugins first
 set -euo pipefail
@@ -15,7 +15,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="${ZERO_BUILD_DIR:-$ROOT/build}"
 OUT="${DEMO_OUT:-$ROOT/demo-out}"
 NP="${DEMO_NP:-4}"
-STEPS="${DEMO_STEPS:-200}"
+STEPS="${DEMO_STEPS:-150}"
 STAGES="${DEMO_STAGES:-stage0 stage1 stage2}"
 DEMO="$BUILD/examples/demo/zero-demo"
 
