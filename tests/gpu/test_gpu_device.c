@@ -1,0 +1,90 @@
+/* The CUDA device backend on a real GPU: pooled arenas (device and pinned
+ * host), zero fill, copies, growth, event ordering between the host's
+ * compute stream and libzero's comm stream. */
+#include "gpu_common.h"
+#include "zero_cuda_kernels.h"
+
+int main(void) {
+    int ngpu = gpu_count_or_skip("gpu_device");
+    if (ngpu == 0) return GPU_SKIP;
+
+    char err[512] = "";
+    zero_cuda_device *d = NULL;
+    zero_cuda_device_options o = ZERO_CUDA_DEVICE_OPTIONS_INIT;
+    o.ordinal = ngpu; /* one past the last */
+    CHECK_EQ_INT(zero_cuda_device_open(&o, &d, err, sizeof err), ZERO_ERR_DEVICE);
+    CHECK(d == NULL && strstr(err, "present"), "bad ordinal: %s", err);
+
+    cudaStream_t compute;
+    CUDA_OK(cudaSetDevice(0));
+    CUDA_OK(cudaStreamCreate(&compute));
+    o.ordinal = 0;
+    o.compute_stream = compute;
+    o.device_arena_bytes = (size_t)64 << 20;
+    o.host_arena_bytes = (size_t)16 << 20;
+    o.grow_bytes = (size_t)32 << 20;
+    CHECK_EQ_INT(zero_cuda_device_open(&o, &d, err, sizeof err), ZERO_OK);
+    if (!d) {
+        fprintf(stderr, "open failed: %s\n", err);
+        return 1;
+    }
+    CHECK(zero_cuda_compute_stream(d) == (void *)compute, "compute stream not kept");
+    CHECK(zero_cuda_comm_stream(d) != NULL, "no comm stream");
+
+    /* Zero-filled device block; pinned host block. */
+    size_t n = (size_t)8 << 20; /* 8M floats = 32 MiB */
+    float *dev = zero_cuda_alloc(d, ZERO_TIER_DEVICE, n * 4);
+    float *pin = zero_cuda_alloc(d, ZERO_TIER_HOST, 1 << 20);
+    CHECK(dev && pin, "alloc failed: %s", zero_cuda_device_error(d));
+    struct cudaPointerAttributes at;
+    CUDA_OK(cudaPointerGetAttributes(&at, dev));
+    CHECK(at.type == cudaMemoryTypeDevice, "device tier is not device memory (type %d)", (int)at.type);
+    CUDA_OK(cudaPointerGetAttributes(&at, pin));
+    CHECK(at.type == cudaMemoryTypeHost, "host tier is not pinned host memory (type %d)", (int)at.type);
+    float probe[4] = {1, 1, 1, 1};
+    CHECK_EQ_INT(zero_cuda_copy(d, probe, dev + n - 4, sizeof probe), ZERO_OK);
+    CHECK(probe[0] == 0 && probe[3] == 0, "device block not zero-filled");
+
+    /* Growth: more than the up-front region gives a second region. */
+    float *big = zero_cuda_alloc(d, ZERO_TIER_DEVICE, (size_t)48 << 20);
+    CHECK(big != NULL, "growth failed: %s", zero_cuda_device_error(d));
+    zero_cuda_device_stats st;
+    zero_cuda_device_stats_get(d, &st);
+    CHECK(st.capacity[ZERO_TIER_DEVICE] >= ((size_t)64 << 20) + ((size_t)48 << 20), "capacity %zu", st.capacity[ZERO_TIER_DEVICE]);
+    CHECK(zero_cuda_owns(d, big) && zero_cuda_owns(d, pin), "ownership");
+    CHECK_EQ_INT(zero_cuda_free(d, big), ZERO_OK);
+    int x;
+    CHECK_EQ_INT(zero_cuda_free(d, &x), ZERO_ERR_INVALID_ARGUMENT);
+
+    /* Ordering: a long kernel on the compute stream writes `dev`; the comm
+     * stream, ordered after it by an event (host not blocked), copies the
+     * result out.  Without the ordering the copy would race the kernel. */
+    float *src = zero_cuda_alloc(d, ZERO_TIER_DEVICE, n * 4);
+    float *h = malloc(n * 4);
+    for (size_t i = 0; i < n; ++i) h[i] = (float)(i % 1000);
+    CHECK_EQ_INT(zero_cuda_copy(d, src, h, n * 4), ZERO_OK);
+    for (int rep = 0; rep < 3; ++rep) {
+        CUDA_OK(cudaMemsetAsync(dev, 0, n * 4, compute));
+        for (int k = 0; k < 20; ++k) zero_cuda_add_into(dev, src, ZERO_DTYPE_F32, n, compute); /* dev = 20 * src */
+        CHECK_EQ_INT(zero_cuda_order_after(d, NULL), ZERO_OK);
+        CHECK_EQ_INT(zero_cuda_copy_async(d, pin, dev + n - 256 * 1024, 1 << 20, NULL), ZERO_OK);
+        CHECK_EQ_INT(zero_cuda_comm_sync(d), ZERO_OK);
+        size_t base = n - 256 * 1024, wrong = 0;
+        for (size_t i = 0; i < 256 * 1024; ++i) wrong += pin[i] != 20.0f * (float)((base + i) % 1000);
+        CHECK(wrong == 0, "comm stream read %zu stale values: event ordering broken", wrong);
+    }
+    /* And back: the compute stream waits for the comm stream. */
+    CHECK_EQ_INT(zero_cuda_copy_async(d, dev, src, n * 4, NULL), ZERO_OK);
+    CHECK_EQ_INT(zero_cuda_order_before(d, NULL), ZERO_OK);
+    CUDA_OK(cudaMemcpyAsync(h, dev, n * 4, cudaMemcpyDeviceToHost, compute));
+    CUDA_OK(cudaStreamSynchronize(compute));
+    CHECK(h[n - 1] == (float)((n - 1) % 1000), "compute stream did not wait for the comm stream");
+
+    zero_cuda_device_stats_get(d, &st);
+    CHECK(st.used[ZERO_TIER_DEVICE] >= 2 * n * 4, "used %zu", st.used[ZERO_TIER_DEVICE]);
+    CHECK(st.peak_used[ZERO_TIER_DEVICE] >= st.used[ZERO_TIER_DEVICE], "peak below used");
+    free(h);
+    zero_cuda_device_close(d);
+    CUDA_OK(cudaStreamDestroy(compute));
+    return check_finish();
+}

@@ -1,0 +1,191 @@
+/* The NCCL comm backend on real GPUs, through the zero__comm_ops vtable.
+ *   test_gpu_nccl mpi      under mpirun: communicator made from an
+ *                          ncclUniqueId broadcast over MPI (np 1 = NCCL
+ *                          world size 1).
+ *   test_gpu_nccl threads  one process, one thread per GPU present, each
+ *                          wrapping a host-made ncclComm_t (ncclCommInitAll):
+ *                          the "host passes its ncclComm_t" path, on every GPU.
+ * Values are small integers so that every sum is exact whatever NCCL's
+ * reduction order. */
+#include <mpi.h>
+#include <nccl.h>
+#include <pthread.h>
+
+#include "gpu_common.h"
+#include "comm_nccl.h"
+
+static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
+#define TCHECK(cond, ...)                      \
+    do {                                       \
+        pthread_mutex_lock(&check_lock);       \
+        CHECK(cond, __VA_ARGS__);              \
+        pthread_mutex_unlock(&check_lock);     \
+    } while (0)
+
+static float *dev_floats(const float *h, size_t n) { return gpu_upload(h, n * 4); }
+
+static void suite(zero_comm *m) {
+    const int r = m->rank, W = m->size;
+    CUDA_OK(cudaSetDevice(zero__comm_nccl_device(m)));
+    TCHECK(zero__comm_is_nccl(m), "not an NCCL comm");
+
+    /* allreduce: device buffer, SUM/MAX/MIN */
+    enum { N = 1000 };
+    float h[N], out[N];
+    for (int op = 0; op < 3; ++op) {
+        for (int i = 0; i < N; ++i) h[i] = (float)(r + 1) * (float)(i % 7);
+        float *d = dev_floats(h, N);
+        TCHECK(m->ops->allreduce(m, d, N, ZERO_DTYPE_F32, op) == ZERO_OK, "allreduce op %d", op);
+        gpu_download(out, d, sizeof out);
+        int bad = 0;
+        for (int i = 0; i < N; ++i) {
+            float k = (float)(i % 7);
+            float want = op == ZERO_OP_SUM ? k * (float)(W * (W + 1) / 2) : op == ZERO_OP_MAX ? k * (float)W : k;
+            bad += out[i] != want;
+        }
+        TCHECK(bad == 0, "rank %d allreduce op %d: %d wrong", r, op, bad);
+        cudaFree(d);
+    }
+    /* host buffers (agreement scalars) are staged */
+    double hd[2] = {(double)r, 1.0};
+    TCHECK(m->ops->allreduce(m, hd, 2, ZERO_DTYPE_F64, ZERO_OP_SUM) == ZERO_OK, "host allreduce");
+    TCHECK(hd[0] == W * (W - 1) / 2.0 && hd[1] == W, "host allreduce values %g %g", hd[0], hd[1]);
+    uint64_t hv = r == W - 1 ? 0xfeedull : 0;
+    TCHECK(m->ops->broadcast(m, &hv, 1, ZERO_DTYPE_U64, W - 1) == ZERO_OK && hv == 0xfeedull, "host broadcast");
+    TCHECK(m->ops->barrier(m) == ZERO_OK, "barrier");
+    uint32_t mine = 100u + (uint32_t)r, all[64];
+    TCHECK(W <= 64 && m->ops->allgather_bytes(m, &mine, all, 4) == ZERO_OK, "allgather_bytes");
+    for (int q = 0; q < W && q < 64; ++q) TCHECK(all[q] == 100u + (uint32_t)q, "allgather_bytes block %d", q);
+
+    /* iallreduce + test/wait */
+    for (int i = 0; i < N; ++i) h[i] = 1.0f;
+    float *d = dev_floats(h, N);
+    zero_comm_req *q = NULL;
+    TCHECK(m->ops->iallreduce(m, d, N, ZERO_DTYPE_F32, ZERO_OP_SUM, &q) == ZERO_OK && q, "iallreduce");
+    int done = 0;
+    for (int spin = 0; spin < 1000000 && !done; ++spin) TCHECK(zero__comm_test(q, &done) == ZERO_OK, "test");
+    if (!done) TCHECK(zero__comm_wait(q) == ZERO_OK, "wait");
+    gpu_download(out, d, sizeof out);
+    TCHECK(out[0] == (float)W && out[N - 1] == (float)W, "iallreduce value %g", out[0]);
+    cudaFree(d);
+
+    /* reduce-scatterv and allgatherv: equal counts, then unequal with a zero
+     * block; in place (recv aliases the own block) for the unequal case. */
+    for (int variant = 0; variant < 2; ++variant) {
+        size_t counts[64], off[65] = {0};
+        for (int b = 0; b < W; ++b) counts[b] = variant == 0 ? 300 : (size_t)(b == 1 ? 0 : 100 + 37 * b);
+        for (int b = 0; b < W; ++b) off[b + 1] = off[b] + counts[b];
+        size_t total = off[W];
+        float *hs = malloc((total ? total : 1) * 4);
+        for (size_t i = 0; i < total; ++i) hs[i] = (float)((i % 11) + (size_t)r);
+        float *ds = dev_floats(hs, total);
+        float *dr = variant == 0 ? dev_floats(hs, counts[r] ? counts[r] : 1) : ds + off[r];
+        TCHECK(m->ops->ireduce_scatterv(m, ds, dr, counts, ZERO_DTYPE_F32, &q) == ZERO_OK, "ireduce_scatterv");
+        TCHECK(zero__comm_wait(q) == ZERO_OK, "wait rs");
+        float *got = malloc((counts[r] ? counts[r] : 1) * 4);
+        gpu_download(got, dr, counts[r] * 4);
+        int bad = 0;
+        for (size_t i = 0; i < counts[r]; ++i)
+            bad += got[i] != (float)(((off[r] + i) % 11) * (size_t)W + (size_t)(W * (W - 1) / 2));
+        TCHECK(bad == 0, "rank %d reduce_scatterv variant %d: %d wrong", r, variant, bad);
+        /* allgatherv of the reduced blocks: everyone ends with the full sum */
+        float *dg = variant == 0 ? dev_floats(hs, total ? total : 1) : ds;
+        const float *send = variant == 0 ? dr : ds + off[r];
+        TCHECK(m->ops->iallgatherv(m, send, dg, counts, ZERO_DTYPE_F32, &q) == ZERO_OK, "iallgatherv");
+        TCHECK(zero__comm_wait(q) == ZERO_OK, "wait ag");
+        gpu_download(hs, dg, total * 4);
+        bad = 0;
+        for (size_t i = 0; i < total; ++i) bad += hs[i] != (float)((i % 11) * (size_t)W + (size_t)(W * (W - 1) / 2));
+        TCHECK(bad == 0, "rank %d allgatherv variant %d: %d wrong", r, variant, bad);
+        if (variant == 0) cudaFree(dr), cudaFree(dg);
+        cudaFree(ds), free(hs), free(got);
+    }
+
+    /* split: even / odd ranks; the last rank opts out when W > 2 */
+    zero_comm *sub = NULL;
+    int color = (W > 2 && r == W - 1) ? -1 : r % 2;
+    TCHECK(m->ops->split(m, color, r, &sub) == ZERO_OK, "split");
+    if (color < 0) {
+        TCHECK(sub == NULL, "opted-out rank got a communicator");
+    } else if (sub) {
+        int expect = 0;
+        for (int q2 = 0; q2 < W; ++q2) expect += (!(W > 2 && q2 == W - 1) && q2 % 2 == color);
+        TCHECK(sub->size == expect && sub->rank == r / 2, "sub size %d rank %d", sub->size, sub->rank);
+        double one = 1.0;
+        TCHECK(sub->ops->allreduce(sub, &one, 1, ZERO_DTYPE_F64, ZERO_OP_SUM) == ZERO_OK && one == expect, "sub allreduce");
+        sub->ops->free(sub);
+    } else {
+        TCHECK(0, "rank %d: no sub-communicator", r);
+    }
+    TCHECK(m->counters.allreduce_calls >= 4 && m->counters.reduce_scatter_calls == 2 &&
+               m->counters.allgather_calls == 2,
+           "counters %llu %llu %llu", (unsigned long long)m->counters.allreduce_calls,
+           (unsigned long long)m->counters.reduce_scatter_calls, (unsigned long long)m->counters.allgather_calls);
+}
+
+typedef struct thread_arg {
+    ncclComm_t nc;
+    int dev;
+} thread_arg;
+
+static void *thread_main(void *p) {
+    thread_arg *a = p;
+    CUDA_OK(cudaSetDevice(a->dev));
+    zero_comm *m = NULL;
+    char err[256] = "";
+    zero_status s = zero__comm_nccl_create(&a->nc, NULL, &m, err, sizeof err);
+    TCHECK(s == ZERO_OK && m, "wrap host ncclComm_t: %s", err);
+    if (m) {
+        suite(m);
+        m->ops->free(m);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "threads";
+    if (strcmp(mode, "mpi") == 0) {
+        MPI_Init(&argc, &argv);
+        int n = gpu_count_or_skip("gpu_nccl_mpi");
+        int all = 0;
+        MPI_Allreduce(&n, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (all == 0) {
+            MPI_Finalize();
+            return GPU_SKIP;
+        }
+        zero_comm *m = NULL;
+        char err[256] = "";
+        zero_status s = zero__comm_nccl_create_mpi(NULL, -1, NULL, &m, err, sizeof err);
+        CHECK(s == ZERO_OK && m, "NCCL from MPI: %s", err);
+        if (m) {
+            int wr = 0, ws = 0;
+            MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+            MPI_Comm_size(MPI_COMM_WORLD, &ws);
+            CHECK(m->rank == wr && m->size == ws, "NCCL rank/size %d/%d vs MPI %d/%d", m->rank, m->size, wr, ws);
+            suite(m);
+            m->ops->free(m);
+        }
+        int rc = check_finish();
+        MPI_Finalize();
+        return rc;
+    }
+    int n = gpu_count_or_skip("gpu_nccl_threads");
+    if (n == 0) return GPU_SKIP;
+    if (n > 64) n = 64;
+    ncclComm_t comms[64];
+    int devs[64];
+    for (int i = 0; i < n; ++i) devs[i] = i;
+    ncclResult_t r = ncclCommInitAll(comms, n, devs);
+    CHECK(r == ncclSuccess, "ncclCommInitAll(%d): %s", n, ncclGetErrorString(r));
+    if (r != ncclSuccess) return check_finish();
+    pthread_t th[64];
+    thread_arg args[64];
+    for (int i = 0; i < n; ++i) {
+        args[i] = (thread_arg){comms[i], i};
+        pthread_create(&th[i], NULL, thread_main, &args[i]);
+    }
+    for (int i = 0; i < n; ++i) pthread_join(th[i], NULL);
+    for (int i = 0; i < n; ++i) ncclCommDestroy(comms[i]);
+    printf("NCCL suite ran on %d GPU(s)\n", n);
+    return check_finish();
+}
