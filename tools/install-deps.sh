@@ -3,6 +3,9 @@
 # Idempotent and silent when everything is already there: it asks dpkg-query
 # first and runs apt-get (update + install) only for what is missing.
 # Works as root, or through sudo otherwise.
+#
+# Test hooks: INSTALL_DEPS_EXTRA="pkg ..." adds packages to the list;
+# INSTALL_DEPS_DRY_RUN=1 prints the apt-get commands instead of running them.
 set -euo pipefail
 
 PKGS=(
@@ -12,6 +15,11 @@ PKGS=(
   abigail-tools binutils
   python3
 )
+# shellcheck disable=SC2206
+PKGS+=(${INSTALL_DEPS_EXTRA:-})
+
+# GPU path: cuobjdump for the SASS inspection test (CUDA 13 toolkits ship without it) from PyPI, where nvcc exists; as an EXIT trap so it also runs after the early exit below.
+trap 'if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then python3 -m pip show nvidia-cuda-cuobjdump >/dev/null 2>&1 || python3 -m pip install -q nvidia-cuda-cuobjdump >/dev/null 2>&1 || echo "install-deps: pip install nvidia-cuda-cuobjdump failed; gpu_sass_inspect will fail" >&2; fi' EXIT
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -22,6 +30,11 @@ for p in "${PKGS[@]}"; do
 done
 
 if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+if [[ "${INSTALL_DEPS_DRY_RUN:-0}" == 1 ]]; then
+  echo "install-deps: would run: apt-get update -qq && apt-get install -y -qq --no-install-recommends ${missing[*]}"
   exit 0
 fi
 
