@@ -31,9 +31,9 @@ void zero__optim_step(zero_optim_kind k, const zero_optim_scalars *s, float *mas
                       const float *grad, float grad_mul, void *param_out, zero_dtype out_dt, size_t n);
 
 /* Sum of squares in fp64.  The summation order is fixed by n alone (blocks
- * of ZERO_SUMSQ_BLOCK elements, each summed in 32 fp64 lanes folded in a
+ * of ZERO_SUMSQ_BLOCK elements, each summed in 8 fp64 lanes combined as a
  * fixed tree, block sums added in order), so the result is bitwise the same
- * for any thread count and SIMD variant. */
+ * for any thread count and SIMD variant (and the CUDA kernel). */
 double zero__sumsq_f32(const float *x, size_t n);
 int zero__nonfinite_f32(const float *x, size_t n);  /* 1 if any Inf/NaN */
 /* dst[i] = src[i] converted (F32/BF16/F16, RNE, NaN stays NaN).  Same dtype:

@@ -1,9 +1,11 @@
 /* AVX2 / AVX-512 versions of the sumsq block and the Inf/NaN scan.  Same
  * per-function target attributes and run-time selection as the step
- * kernels.  The sumsq block keeps the 32 fp64 lanes of optim_kernels.h in
- * registers (AVX-512: 4 x 8, AVX2: 8 x 4; lane j holds the elements k with
- * k % 32 == j), does mul then add (never FMA) like the scalar code, and
- * ends in the shared zero__sumsq_finish, so it is bitwise equal to it. */
+ * kernels.  The sumsq block keeps the 8 fp64 lanes of optim_kernels.h in
+ * registers (AVX-512: one zmm, AVX2: two ymm; lane j holds the elements k
+ * with k % 8 == j), does mul then add (never FMA) like the scalar code, and
+ * ends in the shared zero__sumsq_finish, so it is bitwise equal to it.  The
+ * single accumulator chain (one add per 8 elements, 4-cycle latency) still
+ * outruns one core's memory bandwidth, so the fixed order costs nothing. */
 #include <stdint.h>
 
 #include "optim_kernels.h"
@@ -12,37 +14,29 @@
 #include <immintrin.h>
 
 __attribute__((target("avx512f"))) double zero__sumsq_block_avx512(const float *x, size_t n) {
-    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    __m512d acc8 = _mm512_setzero_pd();
     size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m512d d0 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
-        __m512d d1 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
-        __m512d d2 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 16));
-        __m512d d3 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 24));
-        a0 = _mm512_add_pd(a0, _mm512_mul_pd(d0, d0));
-        a1 = _mm512_add_pd(a1, _mm512_mul_pd(d1, d1));
-        a2 = _mm512_add_pd(a2, _mm512_mul_pd(d2, d2));
-        a3 = _mm512_add_pd(a3, _mm512_mul_pd(d3, d3));
+    for (; i + 8 <= n; i += 8) {
+        __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+        acc8 = _mm512_add_pd(acc8, _mm512_mul_pd(d, d));
     }
     double acc[ZERO_SUMSQ_LANES];
-    _mm512_storeu_pd(acc, a0);
-    _mm512_storeu_pd(acc + 8, a1);
-    _mm512_storeu_pd(acc + 16, a2);
-    _mm512_storeu_pd(acc + 24, a3);
+    _mm512_storeu_pd(acc, acc8);
     return zero__sumsq_finish(acc, x + i, n - i);
 }
 
 __attribute__((target("avx2"))) double zero__sumsq_block_avx2(const float *x, size_t n) {
-    __m256d a[8];
-    for (int k = 0; k < 8; ++k) a[k] = _mm256_setzero_pd();
+    __m256d lo4 = _mm256_setzero_pd(), hi4 = _mm256_setzero_pd();
     size_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        for (int k = 0; k < 8; ++k) {
-            __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * k));
-            a[k] = _mm256_add_pd(a[k], _mm256_mul_pd(d, d));
-        }
+    for (; i + 8 <= n; i += 8) {
+        __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+        __m256d b = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+        lo4 = _mm256_add_pd(lo4, _mm256_mul_pd(a, a));
+        hi4 = _mm256_add_pd(hi4, _mm256_mul_pd(b, b));
+    }
     double acc[ZERO_SUMSQ_LANES];
-    for (int k = 0; k < 8; ++k) _mm256_storeu_pd(acc + 4 * k, a[k]);
+    _mm256_storeu_pd(acc, lo4);
+    _mm256_storeu_pd(acc + 4, hi4);
     return zero__sumsq_finish(acc, x + i, n - i);
 }
 
