@@ -5,8 +5,9 @@
 #     and the plugins;
 #  2. examples/plugin-template builds with find_package(zero) against the
 #     INSTALLED headers only;
-#  3. a host builds with pkg-config against the installed library, loads the
-#     template by name through ZERO_PLUGIN_PATH and trains;
+#  3. a host builds with pkg-config (and again with find_package(zero)) against
+#     the installed library, loads the template by name through
+#     ZERO_PLUGIN_PATH and trains;
 #  4. the same host with the installed stage0 (found next to the installed
 #     libzero.so, no ZERO_PLUGIN_PATH) ends with bitwise the same parameters.
 # Usage: run_install_test.sh <build dir> <source dir> <work dir>
@@ -48,6 +49,23 @@ export PKG_CONFIG_PATH="$libdir/pkgconfig"
 cc -std=c11 -Wall -Wextra -Werror $(pkg-config --cflags zero) "$src/tests/install/install_host.c" \
    $(pkg-config --libs zero) -Wl,-rpath,"$libdir" -o "$work/host"
 ZERO_PLUGIN_PATH="$work/template" "$work/host" template-dp "$work/template.bin" "$work/ckpt-template"
+
+# 3b. The same host through find_package(zero) and the zero::zero target.
+mkdir -p "$work/cmake-host"
+cat >"$work/cmake-host/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.16)
+project(zero_cmake_host C)
+find_package(zero 1 REQUIRED)
+add_executable(host "$src/tests/install/install_host.c")
+set_target_properties(host PROPERTIES C_STANDARD 11)
+target_link_libraries(host PRIVATE zero::zero)
+CMAKE
+cmake -S "$work/cmake-host" -B "$work/cmake-host/build" -DCMAKE_PREFIX_PATH="$prefix" >"$work/cmake-host.log"
+cmake --build "$work/cmake-host/build" >>"$work/cmake-host.log" 2>&1 || { cat "$work/cmake-host.log"; exit 1; }
+ZERO_PLUGIN_PATH="$work/template" "$work/cmake-host/build/host" template-dp "$work/template-cmake.bin" \
+    "$work/ckpt-template-cmake"
+cmp "$work/template.bin" "$work/template-cmake.bin" || { say "the find_package host trained differently"; exit 1; }
+say "hosts built with pkg-config and with find_package(zero) agree"
 
 # 4. Built-in stage0 from the installed plugin dir, compared bitwise.
 if [[ $have_stage0 == 1 ]]; then
