@@ -102,6 +102,8 @@ typedef struct zero__s3 {
     int poison;
     double agree_timeout_s;
     uint64_t micro_steps;  /* micro-steps done (for messages) */
+    /* how host gathers were served (logged at INFO on destroy) */
+    uint64_t n_gathers, n_prefetched, n_resident, n_demand;
 } zero__s3;
 
 /* ---- pool (stage3_pool.c) ---------------------------------------------- */

@@ -239,7 +239,14 @@ zero_status zero__s3_gather(void *state, zero_param_info *const *params, size_t 
     }
     /* Hold first: a later on-demand issue in this call may evict kept
      * buffers, and must not evict one the host is about to receive. */
-    for (size_t i = 0; i < n; i++) ((zero__s3_param *)params[i]->plugin_data)->holds++;
+    for (size_t i = 0; i < n; i++) {
+        zero__s3_param *p = params[i]->plugin_data;
+        p->holds++;
+        s->n_gathers++;
+        if (p->prefetched) s->n_prefetched++;
+        else if (p->buf && p->fresh) s->n_resident++;
+        else s->n_demand++;
+    }
     for (size_t i = 0; i < n && st == ZERO_OK; i++) st = issue(s, params[i]->plugin_data, 1);
     if (st == ZERO_OK && s->on_track && s->prefetch_numel) st = prefetch(s);
     for (size_t i = 0; i < n; i++) {

@@ -223,6 +223,11 @@ static void s3_destroy(void *state) {
     if (!s) return;
     const zero_services_v1 *svc = s->svc;
     if (s->params) zero__s3_wait_all(s);
+    if (s->n_gathers)
+        svc->log(s->c, ZERO_LOG_INFO,
+                 "stage3: %llu param gathers: %llu prefetched, %llu already resident (kept/persistent), %llu on demand",
+                 (unsigned long long)s->n_gathers, (unsigned long long)s->n_prefetched,
+                 (unsigned long long)s->n_resident, (unsigned long long)s->n_demand);
     if (s->b) svc->buckets_destroy(s->b);
     for (uint32_t i = 0; s->params && i < s->nparams; i++) {
         zero__s3_param *p = &s->params[i];

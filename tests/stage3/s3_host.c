@@ -67,6 +67,9 @@ static void log_cb(void *user, zero_log_level lvl, int rank, const char *msg) {
         o->warnings++;
         if (strstr(msg, "gather order")) o->order_warnings++;
     }
+    const char *g = strstr(msg, "param gathers:");
+    if (g) sscanf(msg, "stage3: %llu param gathers: %llu prefetched, %llu already resident", &o->gathers,
+                  &o->gathers_prefetched, &o->gathers_resident);
     if (lvl <= ZERO_LOG_WARN) fprintf(stderr, "[zero rank %d] %s: %s\n", rank, lvl == ZERO_LOG_ERROR ? "ERROR" : "WARN", msg);
 }
 

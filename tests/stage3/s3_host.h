@@ -51,6 +51,8 @@ typedef struct s3_out {
     int warnings;            /* WARN lines logged */
     char first_warning[512];
     int order_warnings;      /* WARN lines about the gather order (fallback) */
+    /* stage3's INFO summary at engine destroy (needs ZERO_LOG_LEVEL=info) */
+    unsigned long long gathers, gathers_prefetched, gathers_resident;
     int nan_loss;            /* a NaN/Inf loss was seen */
     double last_loss;
 } s3_out;

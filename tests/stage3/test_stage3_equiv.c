@@ -33,6 +33,7 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     int steps = argc > 1 ? atoi(argv[1]) : 30;
+    setenv("ZERO_LOG_LEVEL", "info", 1); /* stage3 reports how gathers were served */
 
     for (int gi = 0; gi < 2; gi++) {
         int gas = gi ? 4 : 1;
@@ -54,13 +55,24 @@ int main(int argc, char **argv) {
         for (int pf = 0; pf < 2; pf++) {
             s3_cfg c = c0;
             c.plugin = "stage3";
-            c.prefetch = pf ? 700 : 0; /* a few layers ahead, or off */
+            c.prefetch = pf ? 2000 : 0; /* about two layers ahead, or off */
             char what[96];
             snprintf(what, sizeof what, "stage3 gas %d prefetch %s", gas, pf ? "on" : "off");
             s3_out a, b;
             if (run_ok(&c, &a, what)) {
                 compare(&a, &ref, what);
                 CHECK(a.order_warnings == 0, "%s: unexpected gather-order warning: %s", what, a.first_warning);
+                CHECK(a.gathers > 0, "%s: no gather summary logged", what);
+                if (pf) /* after the recording step, most gathers that need data arrive by prefetch */
+                    CHECK(a.gathers_prefetched * 2 > a.gathers - a.gathers_resident,
+                          "%s: only %llu of %llu non-resident gathers prefetched", what, a.gathers_prefetched,
+                          a.gathers - a.gathers_resident);
+                else
+                    CHECK(a.gathers_prefetched == 0, "%s: %llu prefetches with prefetch off", what,
+                          a.gathers_prefetched);
+                if (rank_ == 0)
+                    printf("%-40s %llu gathers, %llu prefetched, %llu resident\n", what, a.gathers,
+                           a.gathers_prefetched, a.gathers_resident);
                 if (run_ok(&c, &b, what)) {
                     CHECK(memcmp(a.params, b.params, a.numel * sizeof(float)) == 0, "%s: not bitwise repeatable",
                           what);
@@ -73,7 +85,7 @@ int main(int argc, char **argv) {
         /* Order change at step 3: on-demand fallback, one warning, same result. */
         s3_cfg cp = c0;
         cp.plugin = "stage3";
-        cp.prefetch = 700;
+        cp.prefetch = 2000;
         cp.perturb_step = 3;
         s3_out p;
         if (run_ok(&cp, &p, "stage3 perturbed order")) {
