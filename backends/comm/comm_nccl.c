@@ -403,67 +403,107 @@ static int all_equal(const size_t *counts, int n) {
     return 1;
 }
 
-static zero_status n_ireduce_scatterv(zero_comm *m, const void *send, void *recv, const size_t *counts,
-                                      zero_dtype dt, zero_comm_req **req) {
+/* Device-side bodies of the v-collectives (stream-ordered, no sync). */
+static ncclResult_t issue_rs(nccl_comm *c, const char *send, char *recv, const size_t *counts, ncclDataType_t t,
+                             size_t es) {
+    const int W = c->base.size;
+    if (all_equal(counts, W)) return ncclReduceScatter(send, recv, counts[0], t, ncclSum, c->nc, c->stream);
+    /* One ncclReduce per owner inside a group: NCCL fuses them into one
+     * launch, and no rank pads its block.  recvbuff matters only at the root. */
+    ncclResult_t res = ncclGroupStart();
+    size_t off = 0;
+    for (int r = 0; r < W && res == ncclSuccess; ++r) {
+        if (counts[r])
+            res = ncclReduce(send + off * es, r == c->base.rank ? (void *)recv : (void *)(send + off * es), counts[r], t,
+                             ncclSum, r, c->nc, c->stream);
+        off += counts[r];
+    }
+    ncclResult_t e2 = ncclGroupEnd();
+    return res == ncclSuccess ? e2 : res;
+}
+
+static ncclResult_t issue_ag(nccl_comm *c, const char *send, char *recv, const size_t *counts, ncclDataType_t t,
+                             size_t es) {
+    const int W = c->base.size;
+    if (all_equal(counts, W)) return ncclAllGather(send, recv, counts[0], t, c->nc, c->stream);
+    ncclResult_t res = ncclGroupStart();
+    size_t off = 0;
+    for (int r = 0; r < W && res == ncclSuccess; ++r) {
+        char *dst = recv + off * es;
+        if (counts[r]) res = ncclBroadcast(r == c->base.rank ? send : dst, dst, counts[r], t, r, c->nc, c->stream);
+        off += counts[r];
+    }
+    ncclResult_t e2 = ncclGroupEnd();
+    return res == ncclSuccess ? e2 : res;
+}
+
+/* Host buffers: copy into device scratch, run, copy back, wait; the request
+ * handed back is already complete.  (The normal GPU path never gets here;
+ * this keeps host-memory callers, e.g. CPU-resident plugins on an NCCL
+ * communicator, correct.) */
+static zero_status staged_v(nccl_comm *c, int gather, const void *send, void *recv, const size_t *counts,
+                            ncclDataType_t t, size_t es, size_t total) {
+    const int r = c->base.rank;
+    size_t off_r = 0;
+    for (int b = 0; b < r; ++b) off_r += counts[b];
+    size_t own = counts[r] * es;
+    char *d = scratch(c, total * es + own + 1);
+    if (!d) return cuda_fail(c, "cudaMalloc (NCCL staging)", cudaErrorMemoryAllocation);
+    cudaError_t e;
+    ncclResult_t res;
+    if (!gather) {
+        e = cudaMemcpyAsync(d, send, total * es, cudaMemcpyDefault, c->stream);
+        if (e != cudaSuccess) return cuda_fail(c, "cudaMemcpyAsync", e);
+        if ((res = issue_rs(c, d, d + total * es, counts, t, es)) != ncclSuccess) return nccl_fail(c, "reduce-scatter", res);
+        e = cudaMemcpyAsync(recv, d + total * es, own, cudaMemcpyDefault, c->stream);
+    } else {
+        e = cudaMemcpyAsync(d + off_r * es, send, own, cudaMemcpyDefault, c->stream);
+        if (e != cudaSuccess) return cuda_fail(c, "cudaMemcpyAsync", e);
+        if ((res = issue_ag(c, d + off_r * es, d, counts, t, es)) != ncclSuccess) return nccl_fail(c, "all-gather", res);
+        e = cudaMemcpyAsync(recv, d, total * es, cudaMemcpyDefault, c->stream);
+    }
+    if (e != cudaSuccess) return cuda_fail(c, "cudaMemcpyAsync", e);
+    return sync_stream(c);
+}
+
+static zero_status v_collective(zero_comm *m, int gather, const void *send, void *recv, const size_t *counts,
+                                zero_dtype dt, zero_comm_req **req) {
     nccl_comm *c = (nccl_comm *)m;
     ncclDataType_t t;
     if (!nccl_dtype(dt, &t)) return ZERO_ERR_INVALID_ARGUMENT;
-    if (!is_device_ptr(send) || !is_device_ptr(recv)) return ZERO_ERR_UNSUPPORTED; /* bulk data lives on the GPU */
     size_t es = zero__dtype_size(dt), total = 0;
     for (int r = 0; r < m->size; ++r) total += counts[r];
+    int on_device = is_device_ptr(send) && is_device_ptr(recv);
     lock(c);
-    ncclResult_t res;
-    if (all_equal(counts, m->size)) {
-        res = ncclReduceScatter(send, recv, counts[0], t, ncclSum, c->nc, c->stream);
+    double t0 = now_s();
+    zero_status st;
+    if (on_device) {
+        ncclResult_t res = gather ? issue_ag(c, send, recv, counts, t, es) : issue_rs(c, send, recv, counts, t, es);
+        st = res == ncclSuccess ? make_req(c, 1, req) : nccl_fail(c, gather ? "all-gather" : "reduce-scatter", res);
     } else {
-        /* One ncclReduce per owner inside a group: NCCL fuses them into one
-         * launch, and no rank pads its block. */
-        res = ncclGroupStart();
-        size_t off = 0;
-        for (int r = 0; r < m->size && res == ncclSuccess; ++r) {
-            if (counts[r])
-                res = ncclReduce((const char *)send + off * es, r == m->rank ? recv : (void *)((const char *)send + off * es),
-                                 counts[r], t, ncclSum, r, c->nc, c->stream);
-            off += counts[r];
-        }
-        ncclResult_t e2 = ncclGroupEnd();
-        if (res == ncclSuccess) res = e2;
+        st = staged_v(c, gather, send, recv, counts, t, es, total);
+        if (st == ZERO_OK) st = make_req(c, 0, req);
+        c->base.counters.busy_seconds += now_s() - t0;
     }
-    zero_status st = res == ncclSuccess ? make_req(c, 1, req) : nccl_fail(c, "reduce-scatter", res);
-    c->base.counters.reduce_scatter_calls++;
-    c->base.counters.bytes_reduced += total * es;
+    if (gather) {
+        c->base.counters.allgather_calls++;
+        c->base.counters.bytes_gathered += total * es;
+    } else {
+        c->base.counters.reduce_scatter_calls++;
+        c->base.counters.bytes_reduced += total * es;
+    }
     unlock(c);
     return st;
 }
 
+static zero_status n_ireduce_scatterv(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                                      zero_dtype dt, zero_comm_req **req) {
+    return v_collective(m, 0, send, recv, counts, dt, req);
+}
+
 static zero_status n_iallgatherv(zero_comm *m, const void *send, void *recv, const size_t *counts, zero_dtype dt,
                                  zero_comm_req **req) {
-    nccl_comm *c = (nccl_comm *)m;
-    ncclDataType_t t;
-    if (!nccl_dtype(dt, &t)) return ZERO_ERR_INVALID_ARGUMENT;
-    if (!is_device_ptr(send) || !is_device_ptr(recv)) return ZERO_ERR_UNSUPPORTED;
-    size_t es = zero__dtype_size(dt), total = 0;
-    for (int r = 0; r < m->size; ++r) total += counts[r];
-    lock(c);
-    ncclResult_t res;
-    if (all_equal(counts, m->size)) {
-        res = ncclAllGather(send, recv, counts[0], t, c->nc, c->stream);
-    } else {
-        res = ncclGroupStart();
-        size_t off = 0;
-        for (int r = 0; r < m->size && res == ncclSuccess; ++r) {
-            char *dst = (char *)recv + off * es;
-            if (counts[r]) res = ncclBroadcast(r == m->rank ? send : dst, dst, counts[r], t, r, c->nc, c->stream);
-            off += counts[r];
-        }
-        ncclResult_t e2 = ncclGroupEnd();
-        if (res == ncclSuccess) res = e2;
-    }
-    zero_status st = res == ncclSuccess ? make_req(c, 1, req) : nccl_fail(c, "all-gather", res);
-    c->base.counters.allgather_calls++;
-    c->base.counters.bytes_gathered += total * es;
-    unlock(c);
-    return st;
+    return v_collective(m, 1, send, recv, counts, dt, req);
 }
 
 static zero_status n_test(zero_comm_req *r, int *done) {

@@ -8,7 +8,8 @@
  * event (wait = cudaEventSynchronize, test = cudaEventQuery), so the host
  * never spins inside NCCL.
  *
- * v-collectives: equal counts map to ncclReduceScatter / ncclAllGather;
+ * v-collectives (device or host buffers; host ones are staged and complete
+ * before the call returns): equal counts map to ncclReduceScatter / ncclAllGather;
  * unequal counts to one NCCL group of ncclReduce / ncclBroadcast calls, one
  * per rank's block.  Sub-communicators come from ncclCommSplit.
  *
