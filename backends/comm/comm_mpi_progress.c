@@ -106,7 +106,7 @@ zm_engine *zero__zm_engine_create(int thread_level, struct zero_engine *engine) 
     pe->engine = engine;
     pe->thread_level = thread_level;
     pe->poll_us = (unsigned)env_long("ZERO_COMM_POLL_US", 100, 1, 100000);
-    pe->chunk_bytes = (size_t)env_long("ZERO_COMM_CHUNK_KB", 256, 4, 1L << 20) * 1024u;
+    pe->chunk_bytes = (size_t)env_long("ZERO_COMM_CHUNK_KB", 512, 4, 1L << 20) * 1024u;
     pe->window = (int)env_long("ZERO_COMM_WINDOW", 8, 1, ZM_MAX_WINDOW);
     const char *ag = getenv("ZERO_COMM_ALLGATHER");
     pe->native_allgather = ag && strcmp(ag, "mpi") == 0;
@@ -225,21 +225,24 @@ static zero_status finish(zm_engine *pe, zm_op *op) {
 zero_status zero__zm_wait(zero_comm_req *req) {
     zm_op *op = (zm_op *)req;
     zm_engine *pe = ZM(req->comm)->pe;
-    unsigned idle = 0;
+    double idle_since = 0;
     pthread_mutex_lock(&pe->lock);
     pe->waiters++;
     while (!op->done) {
         if (zero__zm_advance_all_locked(pe)) {
-            idle = 0;
+            idle_since = 0;
             continue;
         }
         pthread_mutex_unlock(&pe->lock);
         /* Like MPI's own blocking waits: spin with yields (other ranks may
-         * share our core), then short sleeps if the peer is far behind. */
-        if (++idle < 64)
+         * share our core) for up to ~2 ms, then sleep briefly between polls
+         * so that a peer that is far behind gets the CPU. */
+        double now = zero__comm_now();
+        if (idle_since == 0) idle_since = now;
+        if (now - idle_since < 2e-3)
             sched_yield();
         else
-            sleep_us(idle < 1024 ? 5 : 50);
+            sleep_us(pe->poll_us < 20 ? pe->poll_us : 20);
         pthread_mutex_lock(&pe->lock);
     }
     pe->waiters--;

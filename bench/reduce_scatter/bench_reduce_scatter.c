@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
     int r = zero__comm_rank(w), n = zero__comm_size(w);
     if (r == 0)
         printf("N=%d ranks, thread level %d, reps=%d (median of slowest-rank times), chunk=%s KB window=%s poll=%s us\n",
-               n, provided, reps, getenv("ZERO_COMM_CHUNK_KB") ? getenv("ZERO_COMM_CHUNK_KB") : "256(default)",
+               n, provided, reps, getenv("ZERO_COMM_CHUNK_KB") ? getenv("ZERO_COMM_CHUNK_KB") : "512(default)",
                getenv("ZERO_COMM_WINDOW") ? getenv("ZERO_COMM_WINDOW") : "8(default)",
                getenv("ZERO_COMM_POLL_US") ? getenv("ZERO_COMM_POLL_US") : "100(default)");
     for (char *tok = strtok(sizes, ","); tok; tok = strtok(NULL, ",")) {
