@@ -14,8 +14,6 @@ CMAKE_FLAGS ?=
 # cmake --build runs make underneath: keep its output to what matters.
 MAKEFLAGS += --no-print-directory
 
-DEMO_SCRIPT := $(firstword $(wildcard examples/demo/run-demo.sh))
-
 .PHONY: all deps configure build test demo install clean
 
 all: build
@@ -32,16 +30,10 @@ build: configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout $(CTEST_TIMEOUT) -j$(CTEST_JOBS)
 
-ifneq ($(DEMO_SCRIPT),)
+# The demo (examples/demo/run-demo.sh): stage0/1/2 on 4 MPI ranks, compared.
 demo: build
 	@$(BUILD)/tools/zero-info
-	ZERO_BUILD_DIR=$(abspath $(BUILD)) DEMO_NO_BUILD=1 $(DEMO_SCRIPT)
-else
-# Until examples/demo/ exists: report the build and train a few steps on one rank.
-demo: build
-	$(BUILD)/tools/zero-info
-	ZERO_PLUGIN_PATH=$(abspath $(BUILD))/plugins $(BUILD)/examples/smoke/zero-smoke
-endif
+	ZERO_BUILD_DIR=$(abspath $(BUILD)) DEMO_NO_BUILD=1 examples/demo/run-demo.sh
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
