@@ -185,15 +185,13 @@ ZERO_HD float zero_f16_to_f32(uint16_t h) {
     uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
     uint32_t e = ((uint32_t)h >> 10) & 0x1fu;
     uint32_t m = (uint32_t)h & 0x3ffu;
-    if (e == 0x1fu) return zero_bits_f32(sign | 0x7f800000u | (m << 13)); /* Inf, NaN */
+    /* Inf; NaN quieted with its payload kept, as x86 F16C's vcvtph2ps does */
+    if (e == 0x1fu) return zero_bits_f32(sign | 0x7f800000u | (m << 13) | (m ? 0x00400000u : 0u));
     if (e == 0u) {
-        if (m == 0u) return zero_bits_f32(sign);
-        e = 113u; /* normalise the subnormal: value m * 2^-24 */
-        while (!(m & 0x400u)) {
-            m <<= 1;
-            e -= 1u;
-        }
-        return zero_bits_f32(sign | (e << 23) | ((m & 0x3ffu) << 13));
+        /* zero or subnormal: m * 2^-24 is exact in fp32 and a normal fp32
+         * number (no denormal, so flush-to-zero modes cannot touch it);
+         * straight-line, so loops over it vectorize */
+        return zero_bits_f32(sign | zero_f32_bits((float)m * 0x1p-24f));
     }
     return zero_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
 }

@@ -198,7 +198,71 @@ static void test_array_ops(void) {
     CHECK(keep == 5.0f, "unknown dtype ignored");
 }
 
-int main(void) {
+/* The array routines (whichever SIMD variant is active: ZERO_SIMD) against
+ * the per-element functions, bit for bit, NaN payloads included: every
+ * 16-bit pattern decoded, and random plus edge fp32 patterns encoded. */
+static void test_arrays_bitwise(void) {
+    enum { N = 65536 };
+    static uint16_t h[N], b16[N], h16[N], ref16[N];
+    static float f[N], acc[N], src[N];
+    for (uint32_t i = 0; i < N; ++i) h[i] = (uint16_t)i;
+    size_t bad = 0;
+    zero__convert(f, ZERO_DTYPE_F32, h, ZERO_DTYPE_F16, N);
+    for (uint32_t i = 0; i < N; ++i) bad += zero_f32_bits(f[i]) != zero_f32_bits(zero_f16_to_f32(h[i]));
+    CHECK(bad == 0, "f16 -> f32 array: %zu mismatches", bad);
+    bad = 0;
+    zero__convert(f, ZERO_DTYPE_F32, h, ZERO_DTYPE_BF16, N);
+    for (uint32_t i = 0; i < N; ++i) bad += zero_f32_bits(f[i]) != zero_f32_bits(zero_bf16_to_f32(h[i]));
+    CHECK(bad == 0, "bf16 -> f32 array: %zu mismatches", bad);
+    /* add_into from every pattern, onto a mix of values */
+    const zero_dtype d16[2] = {ZERO_DTYPE_F16, ZERO_DTYPE_BF16};
+    for (int d = 0; d < 2; ++d) {
+        for (uint32_t i = 0; i < N; ++i) acc[i] = (float)((int)(i % 7) - 3) * 0.25f;
+        zero__add_into(acc, h, d16[d], N);
+        bad = 0;
+        for (uint32_t i = 0; i < N; ++i) {
+            float want = (float)((int)(i % 7) - 3) * 0.25f + (d16[d] == ZERO_DTYPE_F16 ? zero_f16_to_f32(h[i])
+                                                                                        : zero_bf16_to_f32(h[i]));
+            bad += isnan(want) ? !isnan(acc[i]) : zero_f32_bits(acc[i]) != zero_f32_bits(want);
+        }
+        CHECK(bad == 0, "add_into from dtype %d: %zu mismatches", (int)d16[d], bad);
+    }
+    /* encode: random bit patterns with exponents around both 16-bit ranges,
+     * exact ties, NaNs (signalling and quiet), Infs, denormals */
+    for (uint32_t i = 0; i < N; ++i) {
+        uint32_t r = rnd32();
+        uint32_t u;
+        switch (i % 8) {
+        case 0: u = r; break;
+        case 1: u = (r & 0x807fffffu) | ((100u + (r >> 8) % 50u) << 23); break; /* fp16 range and edges */
+        case 2: u = (r & 0xffff0000u) | 0x8000u; break;                         /* bf16 ties */
+        case 3: u = (((r & 0x807fffffu) | ((100u + (r >> 8) % 50u) << 23)) & 0xffffe000u) | 0x1000u; break; /* fp16 ties */
+        case 4: u = (r & 0x807fffffu) | 0x7f800000u; break;                     /* Inf / NaN of all kinds */
+        case 5: u = r & 0x807fffffu; break;                                     /* denormals */
+        case 6: u = 0x33000000u + (r % 64u) * 0x00400000u; break;               /* fp16 subnormal edges */
+        default: u = 0x477fe000u + (r % 0x2000u) + (r & 0x80000000u); break;    /* fp16 overflow edge */
+        }
+        src[i] = zero_bits_f32(u);
+    }
+    zero__convert(h16, ZERO_DTYPE_F16, src, ZERO_DTYPE_F32, N);
+    zero__convert(b16, ZERO_DTYPE_BF16, src, ZERO_DTYPE_F32, N);
+    bad = 0;
+    for (uint32_t i = 0; i < N; ++i) bad += h16[i] != zero_f32_to_f16(src[i]);
+    CHECK(bad == 0, "f32 -> f16 array: %zu mismatches", bad);
+    bad = 0;
+    for (uint32_t i = 0; i < N; ++i) bad += b16[i] != zero_f32_to_bf16(src[i]);
+    CHECK(bad == 0, "f32 -> bf16 array: %zu mismatches", bad);
+    /* bf16 -> f16 through the bounded fp32 chunks */
+    zero__convert(ref16, ZERO_DTYPE_F16, b16, ZERO_DTYPE_BF16, N);
+    bad = 0;
+    for (uint32_t i = 0; i < N; ++i) bad += ref16[i] != zero_f32_to_f16(zero_bf16_to_f32(b16[i]));
+    CHECK(bad == 0, "bf16 -> f16 array: %zu mismatches", bad);
+}
+
+int main(int argc, char **argv) {
+    /* optional: force a kernel variant (ZERO_SIMD) for the array routines */
+    if (argc > 1) setenv("ZERO_SIMD", argv[1], 1);
+    test_arrays_bitwise();
     test_bf16_edges();
     test_f16_edges();
     test_roundtrip_exhaustive();
