@@ -40,7 +40,6 @@ typedef struct trainer {
     int rank, world;
     demo_dims d;
     zero_param *p[DEMO_NPARAMS];
-    float *full[DEMO_NPARAMS]; /* set while the whole model is gathered (validation, digest) */
     int cap;                   /* batch capacity of the buffers below */
     uint8_t *tok, *tgt;
     float *x0, *h1, *h2, *logits; /* activations; logits become dlogits in backward */
@@ -112,40 +111,25 @@ static void register_params(trainer *t, uint64_t seed) {
     for (int k = 0; k < DEMO_NPARAMS; ++k) free(init[k]);
 }
 
-/* Layer l's params, gathered: w[0] weight, w[1] bias (if any).  While the
- * whole model is held (t->full), reuse it: stage 3 gathers are collective, so
- * per-rank loops of different lengths (validation shards) must not gather. */
+/* Layer l's params, gathered: w[0] weight, w[1] bias (if any).  In stage 3
+ * a gather is collective, so every rank must run the same sequence of them:
+ * all loops around forward() have the same trip count on every rank. */
 static void layer_acquire(trainer *t, int l, float **w) {
     const int first = demo_layer_first[l], n = demo_layer_count[l];
-    if (t->full[0]) {
-        for (int i = 0; i < n; ++i) w[i] = t->full[first + i];
-        return;
-    }
     void *ptrs[2];
     ZCALL(t, zero_gather(t->e, &t->p[first], (size_t)n, ptrs));
     for (int i = 0; i < n; ++i) w[i] = ptrs[i];
 }
 
 static void layer_done(trainer *t, int l) {
-    if (t->full[0]) return;
     ZCALL(t, zero_release(t->e, &t->p[demo_layer_first[l]], (size_t)demo_layer_count[l]));
-}
-
-static void model_acquire_all(trainer *t) {
-    void *ptrs[DEMO_NPARAMS];
-    ZCALL(t, zero_gather(t->e, t->p, DEMO_NPARAMS, ptrs));
-    for (int k = 0; k < DEMO_NPARAMS; ++k) t->full[k] = ptrs[k];
-}
-
-static void model_release_all(trainer *t) {
-    ZCALL(t, zero_release(t->e, t->p, DEMO_NPARAMS));
-    memset(t->full, 0, sizeof t->full);
 }
 
 /* ---- forward / backward ----------------------------------------------- */
 
 /* Forward over `batch` samples in t->tok/t->tgt; returns the mean loss.
- * With `grad_scale` > 0, t->logits is replaced by grad_scale * dL/dlogits. */
+ * With `grad_scale` > 0, t->logits is replaced by grad_scale * dL/dlogits.
+ * batch 0 only gathers and releases (keeps stage-3 ranks in step). */
 static double forward(trainer *t, int batch, double grad_scale) {
     const demo_dims *d = &t->d;
     float *w[2];
@@ -161,6 +145,7 @@ static double forward(trainer *t, int batch, double grad_scale) {
     layer_acquire(t, 3, w);
     demo_dense_forward(batch, d->hidden2, d->vocab, t->h2, w[0], w[1], t->logits, 0);
     layer_done(t, 3);
+    if (batch == 0) return 0.0;
     return demo_softmax_xent(batch, d->vocab, t->logits, t->tgt, grad_scale > 0 ? t->logits : NULL,
                              grad_scale);
 }
@@ -197,15 +182,20 @@ static void backward(trainer *t, int batch) {
 
 /* ---- evaluation and digest -------------------------------------------- */
 
-/* Mean loss over the whole validation set; each rank takes a contiguous
- * shard, the sums meet in one MPI_Allreduce.  Needs the model acquired. */
+/* Mean loss over the whole validation set.  Each rank takes a contiguous
+ * shard and walks it in the same number of chunks as every other rank (the
+ * last ones may be empty), layer by layer, so stage 3 gathers only a layer
+ * at a time here too and the reported peak memory is the training peak.
+ * The sums meet in one MPI_Allreduce. */
 static double validate(trainer *t, const demo_corpus *c, uint64_t *ntok) {
-    const size_t n = c->n - c->n_train;
-    const size_t lo = n * (size_t)t->rank / (size_t)t->world, hi = n * (size_t)(t->rank + 1) / (size_t)t->world;
+    const size_t n = c->n - c->n_train, w = (size_t)t->world;
+    const size_t lo = n * (size_t)t->rank / w, hi = n * (size_t)(t->rank + 1) / w;
+    const size_t nchunks = ((n + w - 1) / w + VAL_CHUNK - 1) / VAL_CHUNK;
     double sum = 0.0;
-    for (size_t i = lo; i < hi; i += VAL_CHUNK) {
-        int cnt = (int)(hi - i < (size_t)VAL_CHUNK ? hi - i : (size_t)VAL_CHUNK);
-        demo_val_fill(c, t->d.ctx, i, cnt, t->tok, t->tgt);
+    for (size_t k = 0; k < nchunks; ++k) {
+        size_t i = lo + k * VAL_CHUNK;
+        int cnt = i >= hi ? 0 : (int)(hi - i < (size_t)VAL_CHUNK ? hi - i : (size_t)VAL_CHUNK);
+        if (cnt) demo_val_fill(c, t->d.ctx, i, cnt, t->tok, t->tgt);
         sum += forward(t, cnt, 0.0) * cnt;
     }
     double total = 0.0;
@@ -214,25 +204,32 @@ static double validate(trainer *t, const demo_corpus *c, uint64_t *ntok) {
     return total / (double)n;
 }
 
-/* fp64 sum, sum of squares and sum of |x| of every parameter (model
- * acquired).  The |x| sum is the scale against which a difference in the
- * plain sum is judged: the sum itself may be near zero. */
+/* fp64 sum, sum of squares and sum of |x| of every parameter, read layer by
+ * layer through zero_gather (collective in stage 3: every rank runs it).
+ * The |x| sum is the scale against which a difference in the plain sum is
+ * judged: the sum itself may be near zero. */
 static void digest(trainer *t, demo_report *r) {
     r->digest_sum = r->digest_sumsq = r->digest_abssum = 0.0;
-    for (int k = 0; k < DEMO_NPARAMS; ++k) {
-        double s = 0.0, q = 0.0, a = 0.0;
-        uint64_t n = demo_param_numel(&t->d, k);
-        for (uint64_t j = 0; j < n; ++j) {
-            double v = t->full[k][j];
-            s += v;
-            q += v * v;
-            a += fabs(v);
+    for (int l = 0; l < DEMO_NLAYERS; ++l) {
+        float *w[2];
+        layer_acquire(t, l, w);
+        for (int i = 0; i < demo_layer_count[l]; ++i) {
+            const int k = demo_layer_first[l] + i;
+            double s = 0.0, q = 0.0, a = 0.0;
+            uint64_t n = demo_param_numel(&t->d, k);
+            for (uint64_t j = 0; j < n; ++j) {
+                double v = w[i][j];
+                s += v;
+                q += v * v;
+                a += fabs(v);
+            }
+            r->param_sum[k] = s;
+            r->param_sumsq[k] = q;
+            r->digest_sum += s;
+            r->digest_sumsq += q;
+            r->digest_abssum += a;
         }
-        r->param_sum[k] = s;
-        r->param_sumsq[k] = q;
-        r->digest_sum += s;
-        r->digest_sumsq += q;
-        r->digest_abssum += a;
+        layer_done(t, l);
     }
 }
 
@@ -339,10 +336,8 @@ int main(int argc, char **argv) {
     }
 
     demo_report rep = {0};
-    model_acquire_all(t);
     rep.val_loss = validate(t, &corpus, &rep.val_tokens);
     digest(t, &rep);
-    model_release_all(t);
 
     zero_memory_stats ms = ZERO_MEMORY_STATS_INIT;
     ZCALL(t, zero_memory_stats_get(T.e, &ms));
