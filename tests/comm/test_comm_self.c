@@ -70,6 +70,15 @@ int main(void) {
     CHECK_EQ_INT(zero__comm_world_create(ZERO_COMM_AUTO, NULL, NULL, &w, err, sizeof err), ZERO_OK);
     CHECK(w && strcmp(w->ops->name, "self") == 0, "auto -> self");
     zero__comm_world_free(w);
+    /* AUTO with no MPI launcher in the environment and MPI not initialised:
+     * single process, no MPI singleton start */
+    unsetenv("ZERO_COMM_BACKEND");
+    if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK") && !getenv("PMI_SIZE") && !getenv("PMI_RANK")) {
+        CHECK_EQ_INT(zero__comm_world_create(ZERO_COMM_AUTO, NULL, NULL, &w, err, sizeof err), ZERO_OK);
+        CHECK(w && strcmp(w->ops->name, "self") == 0, "auto without a launcher -> self");
+        zero__comm_world_free(w);
+    }
     CHECK_EQ_INT(zero__comm_world_create(99, NULL, NULL, &w, err, sizeof err), ZERO_ERR_UNSUPPORTED);
+    CHECK(strstr(err, "not supported") != NULL, "error text: %s", err);
     return check_finish();
 }
