@@ -5,8 +5,10 @@
  * cpuid says AVX-512F is there.  Same structure as optim_step_avx2.c.
  *
  * Bitwise equal to the scalar kernel: the same IEEE operations in the same
- * order as optim_math.h (mul, add, sqrt, div, no FMA: the target does not
- * enable "fma" so the compiler cannot contract either), bf16 rounding by the
+ * order as optim_math.h (mul, add, sqrt, div, no FMA: the source never asks
+ * for one, and the project builds with -std=c11, under which GCC does not
+ * contract mul+add into FMA; a -std=gnu11 build would allow it here, and
+ * the bitwise variant tests would catch it), bf16 rounding by the
  * same integer steps, fp16 by vcvtps2ph with round-to-nearest-even, which
  * is what zero_f32_to_f16 implements (NaN quieting included).  The tail
  * (< 16 elements) and the kinds not vectorized here run the scalar kernel. */
