@@ -3,6 +3,7 @@
  * compute the expected result locally.  Values are small integers stored in
  * floating types, so sums are exact and can be compared with ==. */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -397,6 +398,64 @@ static void test_overlap(zero_comm *w) {
     free(counts);
 }
 
+/* Two host threads issue and wait collectives at the same time, each on its
+ * own communicator (the world and a full-size split), as a trainer's
+ * backward thread and its optimizer thread would. */
+typedef struct thread_arg {
+    zero_comm *c;
+    int kind; /* 0: reduce-scatter, 1: allgather */
+    int ok;
+} thread_arg;
+
+static void *thread_body(void *p) {
+    thread_arg *a = p;
+    int n = zero__comm_size(a->c), r = zero__comm_rank(a->c);
+    size_t per = 20000 + 17 * (size_t)a->kind, total = per * (size_t)n;
+    size_t *counts = make_counts(n, per, 0);
+    float *send = malloc(total * 4), *out = malloc(total * 4);
+    a->ok = 1;
+    for (int it = 0; it < 15 && a->ok; ++it) {
+        zero_comm_req *q = NULL;
+        if (a->kind == 0) {
+            fill(send, ZERO_DTYPE_F32, r, 0, total);
+            a->ok &= zero__ireduce_scatterv(a->c, send, out, counts, ZERO_DTYPE_F32, &q) == ZERO_OK;
+            a->ok &= q && zero__comm_wait(q) == ZERO_OK;
+            a->ok &= sum_matches(out, ZERO_DTYPE_F32, per * (size_t)r, per);
+        } else {
+            fill(send, ZERO_DTYPE_F32, r, per * (size_t)r, per);
+            a->ok &= zero__iallgatherv(a->c, send, out, counts, ZERO_DTYPE_F32, &q) == ZERO_OK;
+            a->ok &= q && zero__comm_wait(q) == ZERO_OK;
+            for (int b = 0; b < n && a->ok; ++b) {
+                float ref[64];
+                for (size_t o = 0; o < per && a->ok; o += 64) {
+                    size_t len = per - o < 64 ? per - o : 64;
+                    fill(ref, ZERO_DTYPE_F32, b, per * (size_t)b + o, len);
+                    a->ok &= memcmp(ref, out + per * (size_t)b + o, len * 4) == 0;
+                }
+            }
+        }
+    }
+    free(send);
+    free(out);
+    free(counts);
+    return NULL;
+}
+
+static void test_threads(zero_comm *w) {
+    zero_comm *dup = NULL;
+    CHECK_EQ_INT(zero__comm_split(w, 0, zero__comm_rank(w), &dup), ZERO_OK);
+    if (!dup) return;
+    thread_arg a = {w, 0, 0}, b = {dup, 1, 0};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, thread_body, &a);
+    pthread_create(&tb, NULL, thread_body, &b);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECK(a.ok, "reduce-scatter thread failed");
+    CHECK(b.ok, "allgather thread failed");
+    zero__comm_free(dup);
+}
+
 int main(int argc, char **argv) {
     /* argv[1] == "host-multiple" / "host-single": the host initialises MPI
      * itself and passes its communicator; otherwise libzero initialises MPI
@@ -448,6 +507,7 @@ int main(int argc, char **argv) {
     test_repeatable(w);
     test_allreduce_identical(w);
     if (expect_thread) test_overlap(w);
+    if (strcmp(mode, "host-single") != 0) test_threads(w);
 
     zero__comm_counters ct;
     zero__comm_counters_get(w, &ct);
