@@ -7,6 +7,7 @@
 
 #include "engine.h"
 #include "loss_scaler.h"
+#include "optim.h"
 #include "params.h"
 
 /* Engine-level state that does not need to be visible to other files. */
@@ -123,6 +124,12 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     zero__scaler_init(&e->scaler, e->rc->model_dtype == ZERO_DTYPE_F16, e->rc->fp16_loss_scale,
                       e->rc->fp16_initial_scale_power, e->rc->fp16_loss_scale_window, e->rc->fp16_hysteresis,
                       e->rc->fp16_consecutive_hysteresis, e->rc->fp16_min_loss_scale);
+    if (!zero__optim_supported(e->rc->optim))
+        return fail_create(e,
+                           zero__error(e, ZERO_ERR_UNSUPPORTED,
+                                       "optimizer.type: this optimizer is not implemented by libzero's kernels yet "
+                                       "(supported: Adam, AdamW, SGD, Lion, Adagrad)"),
+                           err, err_len);
     e->lr = zero__schedule_lr(e, 1);
 
     zero__services_init(e);
