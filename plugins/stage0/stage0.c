@@ -14,6 +14,7 @@
  *
  * Includes only abi/ headers, like any third-party plugin. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,6 +134,24 @@ static zero_status s0_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     return ZERO_OK;
 }
 
+/* Checkpoint: replicas are identical except for the window's local gradient
+ * sum, which is saved too so that a save in the middle of an accumulation
+ * window resumes exactly.  Each rank writes its own blobs (atomic). */
+static zero_status s0_blobs(stage0 *s, const char *dir, int write) {
+    const zero_services_v1 *svc = s->svc;
+    const size_t bytes = (size_t)s->L->flat_numel * sizeof(float);
+    float *bufs[6] = {s->params, s->grads, s->state[0], s->state[1], s->state[2], s->state[3]};
+    const char *names[6] = {"stage0.params", "stage0.grads", "stage0.state0", "stage0.state1", "stage0.state2",
+                            "stage0.state3"};
+    zero_status st = ZERO_OK;
+    for (uint32_t k = 0; k < 2 + s->nstate && st == ZERO_OK; k++)
+        st = write ? svc->ckpt_write(s->c, dir, names[k], bufs[k], bytes)
+                   : svc->ckpt_read(s->c, dir, names[k], bufs[k], bytes);
+    return st;
+}
+static zero_status s0_save(void *state, const char *dir) { return s0_blobs(state, dir, 1); }
+static zero_status s0_load(void *state, const char *dir) { return s0_blobs(state, dir, 0); }
+
 static void s0_destroy(void *state) {
     stage0 *s = state;
     if (!s) return;
@@ -155,5 +174,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .grad_buffer = s0_grad_buffer,
     .on_grad_ready = s0_on_grad_ready,
     .step = s0_step,
+    .save = s0_save,
+    .load = s0_load,
     .destroy = s0_destroy,
 };

@@ -19,6 +19,7 @@
  *
  * Includes only abi/ headers, like any third-party plugin. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -190,6 +191,57 @@ static zero_status s2_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     return gather_params(s);
 }
 
+/* Checkpoint: each rank writes its shard (atomic blobs): its owned
+ * parameters, its optimizer state and the partition's gradient
+ * accumulator, so a save in the middle of an accumulation window resumes
+ * exactly.  Load reads the shard
+ * and all-gathers the parameters; the ranks agree on the read status first
+ * so a missing shard on one rank is an error everywhere, never a hang. */
+static zero_status s2_blobs(stage2 *s, const char *dir, int write) {
+    const zero_services_v1 *svc = s->svc;
+    const size_t part = (size_t)s->L->part_numel;
+    float *own = malloc((part ? part : 1) * sizeof(float));
+    if (!own) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage2: checkpoint buffer");
+    zero_status st = ZERO_OK;
+    if (write) {
+        for (uint32_t i = 0; i < s->nowned; i++)
+            memcpy(own + s->owned[i].part_lo, s->params + s->owned[i].flat_lo,
+                   (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo) * sizeof(float));
+        st = svc->ckpt_write(s->c, dir, "stage2.params", own, part * sizeof(float));
+    } else {
+        st = svc->ckpt_read(s->c, dir, "stage2.params", own, part * sizeof(float));
+        if (st == ZERO_OK)
+            for (uint32_t i = 0; i < s->nowned; i++)
+                memcpy(s->params + s->owned[i].flat_lo, own + s->owned[i].part_lo,
+                       (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo) * sizeof(float));
+    }
+    free(own);
+    if (st == ZERO_OK)
+        st = write ? svc->ckpt_write(s->c, dir, "stage2.part", s->part, (size_t)s->L->part_numel * sizeof(float))
+                   : svc->ckpt_read(s->c, dir, "stage2.part", s->part, (size_t)s->L->part_numel * sizeof(float));
+    for (uint32_t k = 0; k < s->nstate && st == ZERO_OK; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "stage2.state%u", k);
+        st = write ? svc->ckpt_write(s->c, dir, name, s->state[k], part * sizeof(float))
+                   : svc->ckpt_read(s->c, dir, name, s->state[k], part * sizeof(float));
+    }
+    return st;
+}
+
+static zero_status s2_save(void *state, const char *dir) { return s2_blobs(state, dir, 1); }
+
+static zero_status s2_load(void *state, const char *dir) {
+    stage2 *s = state;
+    zero_status st = s2_blobs(s, dir, 0);
+    double bad = st != ZERO_OK, any = bad;
+    zero_status a = s->svc->allreduce(s->world, &any, 1, ZERO_DTYPE_F64, ZERO_OP_MAX);
+    if (st != ZERO_OK) return st;
+    if (a != ZERO_OK) return a;
+    if (any > 0)
+        return s->svc->error(s->c, ZERO_ERR_IO, "stage2: checkpoint %s: another rank could not read its shard", dir);
+    return gather_params(s);
+}
+
 static void s2_destroy(void *state) {
     stage2 *s = state;
     if (!s) return;
@@ -223,5 +275,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .grad_buffer = s2_grad_buffer,
     .on_grad_ready = s2_on_grad_ready,
     .step = s2_step,
+    .save = s2_save,
+    .load = s2_load,
     .destroy = s2_destroy,
 };

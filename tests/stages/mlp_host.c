@@ -59,6 +59,8 @@ host_run_cfg host_default_cfg(void) {
     c.zero_param = -1;
     c.data_rank = -1;
     c.data_world = -1;
+    c.save_after = -1;
+    c.resume_from = -1;
     return c;
 }
 
@@ -330,18 +332,22 @@ void host_run(const host_run_cfg *c, host_run_out *out) {
     free(init);
 
     uint64_t gm = 0;
-    for (int step = 0; step < c->steps && out->status == ZERO_OK; step++) {
-        for (int m = 0; m < c->gas && out->status == ZERO_OK; m++, gm++) {
-            micro_step(&r, gm, m, drank, dworld);
-            if (out->status != ZERO_OK) break;
-            zero_step_result res = ZERO_STEP_RESULT_INIT;
-            if ((s = zero_step(r.e, NULL, &res)) != ZERO_OK) {
-                fail(&r, s, "zero_step");
-                break;
-            }
-            if (res.boundary != (m == c->gas - 1)) fail(&r, ZERO_ERR_INTERNAL, "zero_step: unexpected boundary flag");
-            if (res.boundary) out->last_norm = res.grad_norm;
+    if (c->resume_from >= 0 && out->status == ZERO_OK) {
+        if ((s = zero_load(r.e, c->ckpt_dir)) != ZERO_OK) fail(&r, s, "zero_load");
+        gm = (uint64_t)c->resume_from;
+    }
+    for (; gm < (uint64_t)c->steps * (uint64_t)c->gas && out->status == ZERO_OK; gm++) {
+        int m = (int)(gm % (uint64_t)c->gas);
+        micro_step(&r, gm, m, drank, dworld);
+        if (out->status != ZERO_OK) break;
+        zero_step_result res = ZERO_STEP_RESULT_INIT;
+        if ((s = zero_step(r.e, NULL, &res)) != ZERO_OK) {
+            fail(&r, s, "zero_step");
+            break;
         }
+        if (res.boundary != (m == c->gas - 1)) fail(&r, ZERO_ERR_INTERNAL, "zero_step: unexpected boundary flag");
+        if (res.boundary) out->last_norm = res.grad_norm;
+        if ((int64_t)gm + 1 == c->save_after && (s = zero_save(r.e, c->ckpt_dir)) != ZERO_OK) fail(&r, s, "zero_save");
     }
     if (out->status == ZERO_OK) {
         void **ptrs = calloc(r.np, sizeof *ptrs);

@@ -45,6 +45,9 @@ typedef struct host_run_cfg {
     int skip_param;        /* >= 0: never report this param's gradient on the last micro-step of each window */
     int zero_param;        /* >= 0: report this param with an all-zero gradient on the same micro-steps */
     int data_rank, data_world; /* sharding of the data (defaults to the comm's rank/size when < 0) */
+    const char *ckpt_dir;  /* zero_save / zero_load directory */
+    int save_after;        /* >= 0: zero_save after this many micro-steps */
+    int resume_from;       /* >= 0: zero_load right after params_done and continue at this micro-step */
 } host_run_cfg;
 
 /* Defaults: stage0, small model, 30 steps, gas 1, mb 3, overlap 1,
