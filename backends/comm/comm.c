@@ -6,6 +6,7 @@
 #include <string.h>
 #include "comm.h"
 #include "comm_internal.h"
+#include "comm_nccl.h" /* empty without ZERO_HAVE_NCCL */
 #include "log.h"
 
 size_t zero__dtype_size(zero_dtype dt) {
@@ -69,6 +70,10 @@ zero_status zero__comm_world_create(int kind, void *handle, struct zero_engine *
         *out = zero__comm_self_create(engine);
         return *out ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
     }
+#ifdef ZERO_HAVE_NCCL
+    /* The host's ncclComm_t (GPU path, backends/comm/comm_nccl.c). */
+    if (kind == ZERO_COMM_NCCL) return zero__comm_nccl_create(handle, engine, out, err, err_len);
+#endif
     if (err) snprintf(err, err_len, "comm_kind %d is not supported by this build (NCCL comes with the GPU backend)", kind);
     return ZERO_ERR_UNSUPPORTED;
 }
