@@ -2,7 +2,8 @@
  *
  * The demo hands the whole DeepSpeed config to libzero (config_path); it
  * reads only the batch shape and print interval itself, because the host
- * decides how many samples go into each micro-batch. */
+ * decides how many samples go into each micro-batch.
+ * Thread-safety: none needed; called once from main before training. */
 #ifndef DEMO_OPTIONS_H
 #define DEMO_OPTIONS_H
 #include <jansson.h>

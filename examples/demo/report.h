@@ -1,6 +1,8 @@
 /* The demo's end-of-run report: the memory table printed by rank 0 and the
  * --summary JSON file (Jansson).  Only rank 0 calls these, after the
- * per-rank data has been gathered to it with MPI. */
+ * per-rank data has been gathered to it with MPI.  No MPI or libzero calls
+ * happen in here (zero_mem_tag_name only); everything passed in is borrowed
+ * for the duration of the call.  Not thread-safe (Jansson objects, FILE). */
 #ifndef DEMO_REPORT_H
 #define DEMO_REPORT_H
 #include <jansson.h>
