@@ -357,6 +357,10 @@ int main(int argc, char **argv) {
                "digest sum=%.17g sumsq=%.17g\n",
                losses[opt.steps - 1], rep.val_loss, (unsigned long long)rep.val_tokens, mean_ms, skipped,
                rep.digest_sum, rep.digest_sumsq);
+        if (have_cs)
+            printf("comm (rank 0): %.3f s in flight, %.3f s of it exposed (waited for in zero_step), "
+                   "%llu reduction passes\n",
+                   cs.total_comm_seconds, cs.exposed_comm_seconds, (unsigned long long)cs.reduction_passes);
         demo_memory_print(stdout, T.world, all);
         if (opt.summary_path) {
             rep.plugin = zero_plugin_name(T.e);
