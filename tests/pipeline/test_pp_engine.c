@@ -1,0 +1,321 @@
+/* stage1-pp through the public ABI on a tiny two-stage "model" whose
+ * gradients the test writes itself, so every expected value can be
+ * computed in one process:
+ *   - rank layout: libzero splits the world stage-major (global rank =
+ *     stage * D + dp_rank) and reports it;
+ *   - communication: no collective at all before the accumulation
+ *     boundary, then exactly one reduction pass per step in the DP group,
+ *     the same number of reduce-scatter calls per step whatever M is
+ *     (M = 1, 4, 8);
+ *   - clipping: the reported norm is the FULL model's gradient norm (every
+ *     stage, every partition) and the applied clip coefficient is
+ *     clip / (norm + 1e-6) computed from it, checked through the parameter
+ *     update (SGD, lr 1: delta = coef * mean gradient);
+ *   - overflow: an Inf in one gradient element on one rank of the last
+ *     stage skips the step on every rank of every stage;
+ *   - refusals: ZeRO stage 2/3 with a pipeline, a non-pipeline plugin forced
+ *     onto a pipeline config, and a stage count that does not divide the
+ *     world all fail zero_engine_create on every rank with the documented
+ *     text.
+ * Run with any world size W >= 2 (P = 2 stages, D = W / 2). */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "zero.h"
+
+enum { P = 2, NPAR = 2, STEPS = 3 };
+static const double kClip = 0.05;
+
+static int g_rank, g_size, g_dp, g_stage, g_dprank;
+static MPI_Comm g_comm;
+
+/* Param j of stage s: sizes differ per stage so partitions are uneven. */
+static uint64_t numel_of(int s, int j) { return j == 0 ? (uint64_t)(37 + 11 * s) : (uint64_t)(5 + s); }
+
+/* The gradient DP rank r writes for element i of param j of stage s in
+ * micro-batch m of step t: a pure function.  Stage 1's are 3x larger, so
+ * a norm taken over one stage only would be visibly wrong. */
+static float grad_value(int t, int m, int r, int s, int j, uint64_t i) {
+    double x = sin(0.37 * (double)i + 1.3 * j + 0.71 * m + 0.29 * r + 0.53 * t + 0.11 * s);
+    return (float)((s == 1 ? 3.0 : 1.0) * 0.2 * x);
+}
+
+/* Mean gradient (sum over D ranks and M micro-batches, / (D*M)), as the
+ * optimizer sees it, and its full-model squared norm in double. */
+static double mean_grad(int t, int M, int s, int j, uint64_t i) {
+    double sum = 0.0;
+    for (int r = 0; r < g_dp; r++)
+        for (int m = 0; m < M; m++) sum += grad_value(t, m, r, s, j, i);
+    return sum / (double)(g_dp * M);
+}
+static double full_norm(int t, int M) {
+    double q = 0.0;
+    for (int s = 0; s < P; s++)
+        for (int j = 0; j < NPAR; j++)
+            for (uint64_t i = 0; i < numel_of(s, j); i++) {
+                double g = mean_grad(t, M, s, j, i);
+                q += g * g;
+            }
+    return sqrt(q);
+}
+
+static char *config_text(int M, int stage, int stages, double clip) {
+    char *buf = malloc(1024);
+    snprintf(buf, 1024,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
+             " \"gradient_clipping\": %g,"
+             " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 1.0}},"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 16, \"overlap_comm\": true},"
+             " \"pipeline\": {\"stages\": %d}}",
+             M, clip, stage, stages);
+    return buf;
+}
+
+static zero_status create(const char *cfg, const char *plugin, zero_engine **e, char *err, size_t n) {
+    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
+    o.config_json = cfg;
+    o.comm_kind = ZERO_COMM_MPI;
+    o.comm = &g_comm;
+    o.plugin = plugin;
+    return zero_engine_create(&o, e, err, n);
+}
+
+static int all_ranks(int ok) {
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, g_comm);
+    return all;
+}
+
+typedef struct tiny {
+    zero_engine *e;
+    zero_param *p[NPAR];
+} tiny;
+
+static int tiny_create(tiny *T, int M, double clip) {
+    char err[1024] = "";
+    char *cfg = config_text(M, 1, P, clip);
+    zero_status s = create(cfg, NULL, &T->e, err, sizeof err);
+    free(cfg);
+    CHECK(s == ZERO_OK, "create M=%d: %s", M, err);
+    if (s != ZERO_OK) return -1;
+    CHECK(!strcmp(zero_plugin_name(T->e), "stage1-pp"), "plugin %s", zero_plugin_name(T->e));
+    CHECK_EQ_INT(zero_pipeline_stages(T->e), P);
+    CHECK_EQ_INT(zero_pipeline_stage(T->e), g_stage);
+    CHECK_EQ_INT(zero_rank(T->e), g_dprank);
+    CHECK_EQ_INT(zero_world_size(T->e), g_dp);
+    float *inits[NPAR]; /* read by zero_params_done, not before: keep them until then */
+    for (int j = 0; j < NPAR; j++) {
+        uint64_t n = numel_of(g_stage, j);
+        float *init = inits[j] = calloc(n, sizeof *init);
+        for (uint64_t i = 0; i < n; i++) init[i] = (float)(0.01 * (double)i - 0.1 * j);
+        char name[32];
+        snprintf(name, sizeof name, "stage%d.p%d", g_stage, j);
+        zero_param_desc d = ZERO_PARAM_DESC_INIT;
+        d.name = name;
+        d.data = init;
+        d.numel = n;
+        CHECK_EQ_INT(zero_register_param(T->e, &d, &T->p[j]), ZERO_OK);
+    }
+    CHECK_EQ_INT(zero_params_done(T->e), ZERO_OK);
+    for (int j = 0; j < NPAR; j++) free(inits[j]);
+    return 0;
+}
+
+/* Copy of this stage's params (NPAR arrays, caller frees). */
+static float **snapshot(tiny *T) {
+    float **out = calloc(NPAR, sizeof *out);
+    void *ptrs[NPAR];
+    CHECK_EQ_INT(zero_gather(T->e, T->p, NPAR, ptrs), ZERO_OK);
+    for (int j = 0; j < NPAR; j++) {
+        out[j] = malloc(numel_of(g_stage, j) * sizeof(float));
+        memcpy(out[j], ptrs[j], numel_of(g_stage, j) * sizeof(float));
+    }
+    CHECK_EQ_INT(zero_release(T->e, T->p, NPAR), ZERO_OK);
+    return out;
+}
+static void snapshot_free(float **s) {
+    for (int j = 0; j < NPAR; j++) free(s[j]);
+    free(s);
+}
+
+/* One micro-batch's backward: add this rank's gradients; optionally poison
+ * one element. */
+static void micro_backward(tiny *T, int t, int m, int poison) {
+    for (int j = NPAR - 1; j >= 0; j--) {
+        void *buf;
+        CHECK_EQ_INT(zero_grad_buffer(T->e, T->p[j], &buf), ZERO_OK);
+        float *g = buf;
+        for (uint64_t i = 0; i < numel_of(g_stage, j); i++) g[i] += grad_value(t, m, g_dprank, g_stage, j, i);
+        if (poison && j == 0) g[3] = INFINITY;
+        CHECK_EQ_INT(zero_on_grad_ready(T->e, T->p[j], NULL), ZERO_OK);
+    }
+}
+
+static zero_comm_stats comm_now(tiny *T) {
+    zero_comm_stats c = ZERO_COMM_STATS_INIT;
+    CHECK_EQ_INT(zero_comm_stats_get(T->e, &c), ZERO_OK);
+    return c;
+}
+static uint64_t comm_calls(const zero_comm_stats *c) {
+    return c->allreduce_calls + c->reduce_scatter_calls + c->allgather_calls + c->broadcast_calls + c->other_calls;
+}
+
+/* Train STEPS steps with M micro-batches; check comm and clipping.  Returns
+ * the reduce-scatter calls per step (-1 if they varied). */
+static long run_and_check(int M) {
+    tiny T = {0};
+    if (tiny_create(&T, M, kClip) != 0) return -1;
+    long rs_per_step = -2;
+    for (int t = 0; t < STEPS; t++) {
+        float **before = snapshot(&T);
+        zero_comm_stats c0 = comm_now(&T);
+        zero_step_result res = ZERO_STEP_RESULT_INIT;
+        for (int m = 0; m < M; m++) {
+            micro_backward(&T, t, m, 0);
+            CHECK_EQ_INT(zero_step(T.e, NULL, &res), ZERO_OK);
+            CHECK_EQ_INT(res.boundary, m == M - 1);
+            if (m < M - 1) {
+                /* Accumulation only: not a single collective in the DP group. */
+                zero_comm_stats c = comm_now(&T);
+                CHECK(comm_calls(&c) == comm_calls(&c0) && c.reduction_passes == c0.reduction_passes,
+                          "M=%d step %d micro %d: communication before the boundary (%llu -> %llu calls)", M, t, m,
+                          (unsigned long long)comm_calls(&c0), (unsigned long long)comm_calls(&c));
+            }
+        }
+        zero_comm_stats c1 = comm_now(&T);
+        CHECK(c1.reduction_passes - c0.reduction_passes == 1, "M=%d step %d: %llu reduction passes, expected 1", M,
+                  t, (unsigned long long)(c1.reduction_passes - c0.reduction_passes));
+        long rs = (long)(c1.reduce_scatter_calls - c0.reduce_scatter_calls);
+        if (rs_per_step == -2) rs_per_step = rs;
+        else if (rs != rs_per_step) rs_per_step = -1;
+        if (g_dp > 1) CHECK(rs > 0, "M=%d: no reduce-scatter in a DP group of %d", M, g_dp);
+
+        /* Clipping from the full-model norm, computed here in one process. */
+        CHECK_EQ_INT(res.taken, 1);
+        const double norm = full_norm(t, M);
+        CHECK(fabs(res.grad_norm - norm) <= 1e-5 * norm, "M=%d step %d: grad_norm %.9g, full-model norm %.9g", M,
+                  t, res.grad_norm, norm);
+        const double coef = norm > kClip ? kClip / (norm + 1e-6) : 1.0;
+        CHECK(coef < 0.9, "test setup: clipping should be active (norm %g)", norm);
+        float **after = snapshot(&T);
+        double num = 0.0, den = 0.0, worst = 0.0;
+        for (int j = 0; j < NPAR; j++)
+            for (uint64_t i = 0; i < numel_of(g_stage, j); i++) {
+                double g = mean_grad(t, M, g_stage, j, i), delta = (double)before[j][i] - (double)after[j][i];
+                num += delta * g;
+                den += g * g;
+                double err = fabs(delta - coef * g);
+                if (err > worst) worst = err;
+            }
+        const double observed = num / den;
+        CHECK(fabs(observed - coef) <= 1e-5 * coef, "M=%d step %d stage %d: clip coefficient %.9g, expected %.9g",
+                  M, t, g_stage, observed, coef);
+        CHECK(worst <= 1e-6, "M=%d step %d: worst update error %g", M, t, worst);
+        snapshot_free(before);
+        snapshot_free(after);
+    }
+    zero_comm_stats c = comm_now(&T);
+    CHECK(c.reduction_passes == STEPS, "M=%d: %llu reduction passes in %d steps", M,
+              (unsigned long long)c.reduction_passes, STEPS);
+    zero_engine_destroy(T.e);
+    return rs_per_step;
+}
+
+/* An Inf on one rank of the last stage skips the step everywhere. */
+static void check_overflow(void) {
+    const int M = 2;
+    tiny T = {0};
+    if (tiny_create(&T, M, 0.0) != 0) return;
+    const int culprit = g_size - 1;
+    for (int t = 0; t < 2; t++) {
+        float **before = snapshot(&T);
+        zero_step_result res = ZERO_STEP_RESULT_INIT;
+        for (int m = 0; m < M; m++) {
+            micro_backward(&T, t, m, t == 0 && m == 1 && g_rank == culprit);
+            CHECK_EQ_INT(zero_step(T.e, NULL, &res), ZERO_OK);
+        }
+        float **after = snapshot(&T);
+        int same = 1;
+        for (int j = 0; j < NPAR; j++)
+            same &= memcmp(before[j], after[j], numel_of(g_stage, j) * sizeof(float)) == 0;
+        if (t == 0) {
+            CHECK(res.overflow == 1 && res.taken == 0, "rank %d: overflow %d taken %d after an Inf on rank %d",
+                      g_rank, res.overflow, res.taken, culprit);
+            CHECK(same, "rank %d: params changed in a skipped step", g_rank);
+        } else {
+            /* The poisoned window was discarded: the next step is clean. */
+            CHECK(res.overflow == 0 && res.taken == 1 && !same, "rank %d: step after overflow: overflow %d taken %d",
+                      g_rank, res.overflow, res.taken);
+            CHECK_EQ_INT((int)res.global_step, 1);
+        }
+        snapshot_free(before);
+        snapshot_free(after);
+    }
+    zero_engine_destroy(T.e);
+}
+
+/* Each refusal: create fails on EVERY rank, with text containing `want`. */
+static void check_refused(const char *cfg, const char *plugin, const char *what, const char *want1,
+                          const char *want2) {
+    zero_engine *e = NULL;
+    char err[2048] = "";
+    zero_status s = create(cfg, plugin, &e, err, sizeof err);
+    int ok = s == ZERO_ERR_CONFIG && e == NULL && strstr(err, want1) && (!want2 || strstr(err, want2));
+    CHECK(ok, "%s: status %d, message '%s' (want '%s'%s%s)", what, (int)s, err, want1, want2 ? " and " : "",
+              want2 ? want2 : "");
+    CHECK(all_ranks(ok), "%s: refused on some ranks only", what);
+    if (e) zero_engine_destroy(e);
+}
+
+static void check_refusals(void) {
+    for (int stage = 2; stage <= 3; stage++) {
+        char *cfg = config_text(4, stage, P, 0.0);
+        char what[64];
+        snprintf(what, sizeof what, "ZeRO stage %d with pipeline.stages 2", stage);
+        /* Says why (per-micro-batch reduction, M x traffic, no memory gain)
+         * and names the fix. */
+        check_refused(cfg, NULL, what, "every micro-batch", "stage1-pp");
+        check_refused(cfg, NULL, what, "multiplying data-parallel traffic by the number of micro-batches",
+                      "no memory gain");
+        free(cfg);
+    }
+    char *cfg = config_text(4, 1, P, 0.0);
+    check_refused(cfg, "stage2", "plugin stage2 forced onto a pipeline config", "cannot run with pipeline parallelism",
+                  "stage1-pp");
+    free(cfg);
+    cfg = config_text(4, 1, g_size + 1, 0.0);
+    check_refused(cfg, NULL, "pipeline.stages not dividing the world", "pipeline.stages", "divisor of the world size");
+    free(cfg);
+}
+
+int main(int argc, char **argv) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_dup(MPI_COMM_WORLD, &g_comm);
+    MPI_Comm_rank(g_comm, &g_rank);
+    MPI_Comm_size(g_comm, &g_size);
+    if (g_size % P != 0) {
+        if (g_rank == 0) fprintf(stderr, "run with an even number of ranks\n");
+        MPI_Abort(g_comm, 2);
+    }
+    g_dp = g_size / P;
+    g_stage = g_rank / g_dp;
+    g_dprank = g_rank % g_dp;
+
+    long rs1 = run_and_check(1), rs4 = run_and_check(4), rs8 = run_and_check(8);
+    CHECK(rs1 >= 0 && rs1 == rs4 && rs4 == rs8,
+              "reduce-scatter calls per step depend on M: %ld (M=1), %ld (M=4), %ld (M=8)", rs1, rs4, rs8);
+    check_overflow();
+    check_refusals();
+
+    int rc = check_finish();
+    int any = 0;
+    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, g_comm);
+    MPI_Comm_free(&g_comm);
+    MPI_Finalize();
+    return any;
+}
