@@ -1,0 +1,68 @@
+/* offload: ZeRO-Offload (optimizer states and fp32 master in host memory).
+ * Internal to the plugin; shared by its three source files:
+ *   offload_plugin.c  the table, create/params_done/hooks/destroy
+ *   offload_step.c    the boundary step (grads to host, CPU optimizer,
+ *                     params back to the device, all-gather)
+ *   offload_ckpt.c    sharded save/load
+ *
+ * Two memory tiers (DESIGN.md section 7):
+ *   device tier (ZERO_TIER_DEVICE): the model-dtype parameters (flat, full)
+ *     and the gradients: the full flat window sum for stage-1 partitioning,
+ *     the owned partition's accumulator for stage-2 partitioning, plus the
+ *     bucket engine's staging slots (stage 2).
+ *   host tier (ZERO_TIER_HOST, pinned when a GPU backend is in use): this
+ *     rank's fp32 master copy (4 Psi/N, separate even for an fp32 model: the
+ *     device copy is the working parameter), the optimizer states (8 Psi/N
+ *     with Adam) and the landing buffer of the gradient copy (4 Psi/N: the
+ *     CPU optimizer cannot read device memory; DeepSpeed keeps the same
+ *     buffer as the fp32 partition's .grad).
+ *
+ * Threading: as every plugin (abi/zero_plugin.h): grad_buffer/on_grad_ready
+ * may run concurrently for distinct params and touch only that param's
+ * plugin_data and the thread-safe bucket engine; everything else runs on the
+ * step thread.  Includes only abi/ headers, like any third-party plugin. */
+#ifndef ZERO_PLUGIN_OFFLOAD_H
+#define ZERO_PLUGIN_OFFLOAD_H
+#include "zero_plugin.h"
+
+typedef struct offload {
+    const zero_services_v1 *svc;
+    zero_core *c;
+    const zero_layout *L;
+    zero_comm *world;
+    int part_stage;     /* 1: grads partitioned only at the boundary; 2: reduce-scatter every micro-step */
+    int contiguous;     /* contiguous_gradients (stage 2) */
+    int pin_memory;     /* offload_optimizer.pin_memory: host tier pinned with a GPU backend */
+
+    /* device tier */
+    float *params;      /* flat_numel, model dtype (fp32): permanent full storage */
+    float *dgrad;       /* stage 1: flat_numel window sum; stage 2: part_numel accumulator */
+    zero_buckets *b;
+
+    /* host tier */
+    float *master;      /* part_numel fp32 master of the owned partition */
+    float *hgrad;       /* part_numel: summed gradient copied from the device */
+    float *state[4];    /* optimizer states, part_numel each */
+    uint32_t nstate;
+
+    zero_owned_range *owned; /* this rank's share of each group */
+    uint32_t nowned;
+    size_t *counts;          /* ngroups * world all-gather block sizes (live while in flight) */
+    zero_comm_req **reqs;    /* one per group */
+
+    /* timings of the boundary step (seconds, summed; logged at destroy) */
+    double t_d2h, t_cpu_step, t_h2d_gather;
+    uint64_t steps;
+} offload;
+
+/* Boundary work of zero_step (offload_step.c); called after buckets_flush
+ * at a boundary micro-step.  Step thread only. */
+zero_status zero__of_boundary(offload *s, const zero_step_ctx *ctx, zero_step_report *rep);
+/* All-gather every group's owned shares of s->params in place. */
+zero_status zero__of_gather_params(offload *s);
+/* Checkpoint (offload_ckpt.c). */
+zero_status zero__of_save(void *state, const char *dir);
+zero_status zero__of_load(void *state, const char *dir);
+/* Monotonic seconds. */
+double zero__of_now(void);
+#endif

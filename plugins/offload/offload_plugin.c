@@ -1,0 +1,212 @@
+/* offload: ZeRO-Offload as a libzero plugin (see offload.h for the tiers).
+ *
+ * Partitioning follows the config's zero_optimization.stage:
+ *   stage 1: gradients accumulate in a full flat device buffer over the
+ *     window and are reduce-scattered in place at the boundary (as stage1);
+ *   stage 2 (and 0/3 when the plugin is chosen by name: logged): bounded
+ *     staging buckets are reduce-scattered every micro-step and the owned
+ *     block added into a device partition accumulator (as stage2).
+ * Either way, at the boundary the owned partition's summed gradient is
+ * copied to the host tier, the CPU optimizer (svc->optim_step, the
+ * vectorized kernels) steps the host fp32 master and states, writing the
+ * new weights straight back into the device parameters in the model dtype
+ * (fused copy-out), and the shares are all-gathered.
+ *
+ * The reduction machinery is the core's bucket engine; this file only
+ * chooses its mode and buffers. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "offload.h"
+
+double zero__of_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static zero_status of_create(const zero_services_v1 *svc, void **state) {
+    offload *s = calloc(1, sizeof *s);
+    if (!s) return ZERO_ERR_OUT_OF_MEMORY;
+    s->svc = svc;
+    s->c = svc->core;
+    *state = s;
+    return ZERO_OK;
+}
+
+static float *alloc_f32(offload *s, zero_mem_tier tier, zero_mem_tag tag, uint64_t numel) {
+    return s->svc->mem_alloc(s->c, tier, tag, (size_t)numel * sizeof(float));
+}
+
+/* Which partitioning to run, from the config (see the file comment). */
+static void choose_partitioning(offload *s, const zero_run_config *rc) {
+    const zero_services_v1 *svc = s->svc;
+    s->part_stage = rc->stage == 1 ? 1 : 2;
+    if (rc->stage != 1 && rc->stage != 2)
+        svc->log(s->c, ZERO_LOG_WARN,
+                 "offload: zero_optimization.stage is %d; offload partitions optimizer states and gradients "
+                 "(stage-2 partitioning)%s",
+                 (int)rc->stage, rc->stage == 3 ? "; parameters are NOT partitioned by this plugin" : "");
+    if (!rc->offload_optimizer)
+        svc->log(s->c, ZERO_LOG_INFO,
+                 "offload: chosen by name without zero_optimization.offload_optimizer.device = \"cpu\"; "
+                 "offloading anyway");
+    s->pin_memory = rc->offload_pin_memory;
+    /* No device backend is attached to the plugin's allocations on a CPU
+     * build: the host tier is ordinary memory.  With the CUDA backend the
+     * core allocates ZERO_TIER_HOST blocks with cudaHostAlloc (pinned), which
+     * is what makes the gradient/parameter copies asynchronous DMA. */
+    svc->log(s->c, ZERO_LOG_INFO,
+             "offload: stage-%d partitioning; fp32 master and optimizer states in the host tier%s",
+             s->part_stage, s->pin_memory ? " (pin_memory: pinned when a GPU backend is in use)" : "");
+}
+
+static zero_status of_params_done(void *state) {
+    offload *s = state;
+    const zero_services_v1 *svc = s->svc;
+    s->L = svc->layout(s->c);
+    s->world = svc->comm_world(s->c);
+    const zero_run_config *rc = svc->config(s->c);
+    uint32_t np = svc->nparams(s->c);
+    for (uint32_t i = 0; i < np; i++) {
+        zero_param_info *p = svc->param(s->c, i);
+        /* the bucket engine reduces fp32 gradients only (so far) */
+        if (p->dtype != ZERO_DTYPE_F32 || p->init_device != ZERO_DEVICE_CPU)
+            return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "offload: param '%s': only fp32 CPU params so far",
+                              p->name);
+    }
+    choose_partitioning(s, rc);
+    const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
+    s->params = alloc_f32(s, ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, flat);
+    s->dgrad = alloc_f32(s, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, s->part_stage == 1 ? flat : part);
+    s->master = alloc_f32(s, ZERO_TIER_HOST, ZERO_MEM_MASTER, part);
+    s->hgrad = alloc_f32(s, ZERO_TIER_HOST, ZERO_MEM_GRADS, part);
+    s->nstate = svc->optim_state_count(s->c);
+    uint32_t ng = s->L->ngroups;
+    s->owned = calloc(ng ? ng : 1, sizeof *s->owned);
+    s->counts = calloc((size_t)(ng ? ng : 1) * s->L->world, sizeof *s->counts);
+    s->reqs = calloc(ng ? ng : 1, sizeof *s->reqs);
+    int ok = s->params && s->dgrad && s->master && s->hgrad && s->nstate <= 4 && s->owned && s->counts && s->reqs;
+    for (uint32_t k = 0; ok && k < s->nstate; k++)
+        ok = (s->state[k] = alloc_f32(s, ZERO_TIER_HOST, ZERO_MEM_OPTIM, part)) != NULL;
+    if (!ok)
+        return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "offload: cannot allocate model state (%llu elements)",
+                          (unsigned long long)flat);
+    s->nowned = flat ? svc->owned_ranges(s->c, s->L->rank, 0, flat, s->owned, ng) : 0;
+    for (uint32_t i = 0; i < np; i++) {
+        zero_param_info *p = svc->param(s->c, i);
+        float *dst = s->params + p->flat_offset;
+        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * sizeof(float));
+        p->data = dst;
+        p->plugin_data = NULL; /* per-param temporary gradient (stage 2, contiguous_gradients off) */
+    }
+    /* The host master starts as this rank's share of the initial weights
+     * (a host-to-host copy of the init here; a device-to-host copy on a GPU). */
+    for (uint32_t i = 0; i < s->nowned; i++) {
+        const zero_owned_range *o = &s->owned[i];
+        svc->mem_copy(s->c, s->master + o->part_lo, s->params + o->flat_lo,
+                      (size_t)(o->flat_hi - o->flat_lo) * sizeof(float));
+    }
+    s->contiguous = s->part_stage == 1 ? 1 : rc->contiguous_gradients;
+    zero_bucket_spec spec = {0};
+    spec.struct_size = sizeof spec;
+    spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
+    spec.overlap = rc->overlap_comm;
+    spec.contiguous = s->contiguous;
+    spec.grad_dtype = ZERO_DTYPE_F32;
+    if (s->part_stage == 1) {
+        spec.mode = ZERO_BUCKETS_SCATTER_INPLACE;
+        spec.flat = s->dgrad;
+        spec.reduce_every_micro_step = 0; /* accumulate locally, reduce once per window */
+    } else {
+        spec.mode = ZERO_BUCKETS_SCATTER;
+        spec.partition = s->dgrad;
+        spec.reduce_every_micro_step = 1; /* the staging cannot hold a window's sum */
+    }
+    return svc->buckets_create(s->c, &spec, &s->b);
+}
+
+/* Thread-safe for distinct params: each touches only its own plugin_data. */
+static zero_status of_grad_buffer(void *state, zero_param_info *p, void **buf) {
+    offload *s = state;
+    if (s->contiguous) return s->svc->buckets_grad_slot(s->b, p->index, buf);
+    if (!p->plugin_data) {
+        p->plugin_data = alloc_f32(s, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, p->numel);
+        if (!p->plugin_data)
+            return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "offload: no memory for the gradient of '%s'",
+                                 p->name);
+    }
+    *buf = p->plugin_data;
+    return ZERO_OK;
+}
+
+static zero_status of_on_grad_ready(void *state, zero_param_info *p, void *stream) {
+    offload *s = state;
+    (void)stream;
+    const zero_services_v1 *svc = s->svc;
+    void *tmp = p->plugin_data;
+    if (tmp) { /* contiguous_gradients off: the temporary goes into the slot and is freed */
+        p->plugin_data = NULL;
+        zero_status st = svc->buckets_ready(s->b, p->index, p->grad_is_zero ? NULL : tmp, ZERO_DTYPE_F32);
+        svc->mem_free(s->c, tmp);
+        return st;
+    }
+    const void *src = (p->host_grad && !p->grad_is_zero) ? p->host_grad : NULL;
+    return svc->buckets_ready(s->b, p->index, src, p->dtype);
+}
+
+static zero_status of_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
+    offload *s = state;
+    zero_status st = s->svc->buckets_flush(s->b); /* reduces what is left of this micro-step */
+    if (st != ZERO_OK || !ctx->boundary) return st;
+    return zero__of_boundary(s, ctx, rep);
+}
+
+static void of_destroy(void *state) {
+    offload *s = state;
+    if (!s) return;
+    const zero_services_v1 *svc = s->svc;
+    if (s->steps)
+        svc->log(s->c, ZERO_LOG_INFO,
+                 "offload: %llu steps; per step: grads to host %.3f ms, CPU optimizer %.3f ms, "
+                 "params to device + all-gather %.3f ms",
+                 (unsigned long long)s->steps, 1e3 * s->t_d2h / (double)s->steps,
+                 1e3 * s->t_cpu_step / (double)s->steps, 1e3 * s->t_h2d_gather / (double)s->steps);
+    if (s->b) svc->buckets_destroy(s->b);
+    uint32_t np = s->L ? svc->nparams(s->c) : 0;
+    for (uint32_t i = 0; i < np; i++) { /* temporaries of params never reported ready */
+        zero_param_info *p = svc->param(s->c, i);
+        if (p && p->plugin_data) {
+            svc->mem_free(s->c, p->plugin_data);
+            p->plugin_data = NULL;
+        }
+    }
+    for (uint32_t k = 0; k < 4; k++) svc->mem_free(s->c, s->state[k]);
+    svc->mem_free(s->c, s->hgrad);
+    svc->mem_free(s->c, s->master);
+    svc->mem_free(s->c, s->dgrad);
+    svc->mem_free(s->c, s->params);
+    free(s->owned);
+    free(s->counts);
+    free(s->reqs);
+    free(s);
+}
+
+ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
+    .struct_size = sizeof(zero_plugin_table_v1),
+    .abi_major = ZERO_PLUGIN_ABI_MAJOR,
+    .abi_minor = ZERO_PLUGIN_ABI_MINOR,
+    .caps = ZERO_PLUGIN_CAP_OFFLOAD,
+    .name = "offload",
+    .description = "ZeRO-Offload: stage-1/2 partitioning with the fp32 master and optimizer states in host "
+                   "memory, stepped by the vectorized CPU optimizer",
+    .create = of_create,
+    .params_done = of_params_done,
+    .grad_buffer = of_grad_buffer,
+    .on_grad_ready = of_on_grad_ready,
+    .step = of_step,
+    .save = zero__of_save,
+    .load = zero__of_load,
+    .destroy = of_destroy,
+};
