@@ -61,6 +61,7 @@ host_run_cfg host_default_cfg(void) {
     c.data_world = -1;
     c.save_after = -1;
     c.resume_from = -1;
+    c.stage = -1;
     return c;
 }
 
@@ -211,14 +212,16 @@ static void make_config(const host_run_cfg *c, char *buf, size_t n) {
     char bucket[64] = "";
     if (c->bucket > 0) snprintf(bucket, sizeof bucket, "\"reduce_bucket_size\": %lld, ", c->bucket);
     int stage = c->plugin[0] && c->plugin[5] >= '0' && c->plugin[5] <= '3' ? c->plugin[5] - '0' : 0;
+    if (c->stage >= 0) stage = c->stage;
+    const char *offload = c->offload ? "\"offload_optimizer\": {\"device\": \"cpu\"}, " : "";
     snprintf(buf, n,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
              " \"gradient_clipping\": 1.0,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001, \"betas\": [0.9, 0.999],"
              " \"eps\": 1e-8, \"weight_decay\": 0.01}},"
-             " \"zero_optimization\": {\"stage\": %d, %s\"overlap_comm\": %s, \"contiguous_gradients\": %s,"
+             " \"zero_optimization\": {\"stage\": %d, %s%s\"overlap_comm\": %s, \"contiguous_gradients\": %s,"
              " \"strict_grads\": %s}}",
-             c->mb, c->gas, stage, bucket, c->overlap ? "true" : "false", c->contiguous ? "true" : "false",
+             c->mb, c->gas, stage, bucket, offload, c->overlap ? "true" : "false", c->contiguous ? "true" : "false",
              c->strict ? "true" : "false");
 }
 

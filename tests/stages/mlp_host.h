@@ -48,6 +48,9 @@ typedef struct host_run_cfg {
     const char *ckpt_dir;  /* zero_save / zero_load directory */
     int save_after;        /* >= 0: zero_save after this many micro-steps */
     int resume_from;       /* >= 0: zero_load right after params_done and continue at this micro-step */
+    /* (appended by offload) */
+    int stage;             /* zero_optimization.stage; < 0 (default): from the plugin name "stageN", else 0 */
+    int offload;           /* zero_optimization.offload_optimizer = {"device": "cpu"} */
 } host_run_cfg;
 
 /* Defaults: stage0, small model, 30 steps, gas 1, mb 3, overlap 1,
