@@ -312,7 +312,9 @@ typedef struct zero_memory_stats {
     uint64_t current_total[ZERO_NTIERS];
     uint64_t peak_total[ZERO_NTIERS]; /* peak of the sum, not sum of peaks */
 } zero_memory_stats;
-#define ZERO_MEMORY_STATS_INIT { .struct_size = sizeof(zero_memory_stats) }
+/* Every field positionally: valid C89..C23 and C++98..C++23 (designated
+ * initializers are C++20 only) and clean under -Wextra in both. */
+#define ZERO_MEMORY_STATS_INIT { sizeof(zero_memory_stats), 0, {{0}}, {{0}}, {0}, {0} }
 
 /* Fill *out for this rank. Thread-safe. */
 ZERO_API zero_status zero_memory_stats_get(const zero_engine *e, zero_memory_stats *out);
@@ -327,7 +329,7 @@ typedef struct zero_comm_stats {
     double exposed_comm_seconds; /* time zero_step waited for reductions started during backward */
     double total_comm_seconds;   /* wall time collectives were in flight */
 } zero_comm_stats;
-#define ZERO_COMM_STATS_INIT { .struct_size = sizeof(zero_comm_stats) }
+#define ZERO_COMM_STATS_INIT { sizeof(zero_comm_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0 }
 ZERO_API zero_status zero_comm_stats_get(const zero_engine *e, zero_comm_stats *out);
 
 /* Human-readable name of a memory tag ("params", "grads", ...). Static. */
