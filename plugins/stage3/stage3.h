@@ -13,11 +13,16 @@
  *
  * Collective discipline (why prefetch cannot hang): every collective this
  * plugin issues outside zero_step is issued from zero_gather, after a tiny
- * agreement all-reduce has proved that every rank asks for the same params at
- * the same position with the same set of live buffers.  Issue decisions
- * depend only on that agreed state and on the recorded trace (itself built
- * from agreed requests), so every rank issues the same collectives in the
- * same order.  zero_release never communicates. */
+ * agreement all-reduce has proved that every rank asked for the same params
+ * in the same order so far, with the same set of live buffers.  Issue
+ * decisions depend only on that agreed state and on the recorded trace
+ * (itself built from agreed requests), so every rank issues the same
+ * collectives in the same order.  A gather that needs no communication (all
+ * params resident, nothing to prefetch) defers its verification to the next
+ * agreement, at the latest the one zero_step always makes: divergence is
+ * still reported on every rank, just one call later, and never after a data
+ * collective was issued on unverified requests.  zero_release never
+ * communicates. */
 #ifndef ZERO_PLUGIN_STAGE3_H
 #define ZERO_PLUGIN_STAGE3_H
 #include <stddef.h>
@@ -92,6 +97,8 @@ typedef struct zero__s3 {
     zero__s3_trace trace;  /* the recorded order prefetch follows */
     zero__s3_trace record; /* what this micro-step actually gathered */
     size_t pos;            /* params gathered so far this micro-step */
+    size_t verified;       /* record[0..verified) is proved identical on every rank */
+    uint64_t req_hash;     /* FNV-1a over record[0..pos) */
     int on_track;          /* trace valid and every request so far matched it */
     int warned_divergence;
     uint64_t prefetch_outstanding; /* elements prefetched, not yet consumed */
@@ -144,8 +151,17 @@ void zero__s3_mark_stale(zero__s3 *s);
 /* Give a non-persistent param's buffer back to the pool. */
 void zero__s3_drop_buffer(zero__s3 *s, zero__s3_param *p);
 
+/* Cross-rank agreement on everything gathered this micro-step that is not
+ * yet verified, and on the live buffer set (one small I64 MAX all-reduce,
+ * the same shape wherever it is called, so that agreements from different
+ * call sites on diverging ranks still pair up and report).  `where` names
+ * the entry point in messages.  ZERO_ERR_MISMATCH names the params. */
+zero_status zero__s3_agree(zero__s3 *s, const char *where);
+
 /* ---- step (stage3_step.c) ---------------------------------------------- */
 zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
+
+#define ZERO__S3_FNV_OFFSET 1469598103934665603ull
 
 static inline size_t zero__s3_dtype_size(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4 : 2; }
 #endif

@@ -22,7 +22,7 @@
 
 /* ---- agreement ----------------------------------------------------------- */
 
-enum { A_POS = 0, A_N, A_HASH, A_LIVE, A_IDX0, A_NIDX = 4, A_NV = A_IDX0 + A_NIDX };
+enum { A_START = 0, A_END, A_HASH, A_LIVE, A_IDX0, A_NIDX = 6, A_NV = A_IDX0 + A_NIDX };
 
 static double now_s(void) {
     struct timespec ts;
@@ -62,18 +62,16 @@ static const char *pname(zero__s3 *s, int64_t idx) {
     return s->params[idx].info->name;
 }
 
-static zero_status agree(zero__s3 *s, zero_param_info *const *params, size_t n) {
+zero_status zero__s3_agree(zero__s3 *s, const char *where) {
+    if (s->nranks <= 1) return ZERO_OK;
+    const zero__s3_trace *rec = &s->record;
     int64_t v[2 * A_NV];
-    uint64_t h = 1469598103934665603ull; /* FNV-1a over the request */
-    for (size_t i = 0; i < n; i++) {
-        h ^= params[i]->index;
-        h *= 1099511628211ull;
-    }
-    v[A_POS] = (int64_t)s->pos;
-    v[A_N] = (int64_t)n;
-    v[A_HASH] = (int64_t)(h >> 1);
+    v[A_START] = (int64_t)s->verified;
+    v[A_END] = (int64_t)rec->len;
+    v[A_HASH] = (int64_t)(s->req_hash >> 1);
     v[A_LIVE] = (int64_t)(s->live_hash >> 1);
-    for (size_t i = 0; i < A_NIDX; i++) v[A_IDX0 + i] = i < n ? (int64_t)params[i]->index : -1;
+    for (size_t i = 0; i < A_NIDX; i++)
+        v[A_IDX0 + i] = s->verified + i < rec->len ? (int64_t)rec->idx[s->verified + i] : -1;
     for (size_t i = 0; i < A_NV; i++) v[A_NV + i] = -v[i];
     zero_comm_req *req = NULL;
     zero_status st = s->svc->iallreduce(s->world, v, 2 * A_NV, ZERO_DTYPE_I64, ZERO_OP_MAX, &req);
@@ -81,35 +79,36 @@ static zero_status agree(zero__s3 *s, zero_param_info *const *params, size_t n) 
     if (st != ZERO_OK) return st;
 #define HI(k) (v[(k)])
 #define LO(k) (-v[A_NV + (k)])
-    const char *mine = n ? params[0]->name : "(nothing)";
+    const unsigned long long ms = (unsigned long long)s->micro_steps;
     for (size_t i = 0; i < A_NIDX; i++)
-        if (HI(A_IDX0 + i) != LO(A_IDX0 + i))
+        if (HI(A_IDX0 + i) != LO(A_IDX0 + i)) {
+            size_t at = s->verified + i;
             return s->svc->error(s->c, ZERO_ERR_MISMATCH,
-                                 "zero_gather: ranks gather different params at gather position %lld of micro-step "
-                                 "%llu: '%s' on some ranks and '%s' on others (this rank: '%s'); every rank must "
-                                 "gather the same params in the same order",
-                                 (long long)(s->pos + i), (unsigned long long)s->micro_steps,
-                                 pname(s, LO(A_IDX0 + i)), pname(s, HI(A_IDX0 + i)),
-                                 i < n ? params[i]->name : "(nothing)");
-    if (HI(A_N) != LO(A_N) || HI(A_HASH) != LO(A_HASH))
+                                 "%s: ranks gather different params at gather position %zu of micro-step %llu: "
+                                 "'%s' on some ranks and '%s' on others (this rank: '%s'); every rank must gather "
+                                 "the same params in the same order",
+                                 where, at, ms, pname(s, LO(A_IDX0 + i)), pname(s, HI(A_IDX0 + i)),
+                                 pname(s, at < rec->len ? (int64_t)rec->idx[at] : -1));
+        }
+    if (HI(A_END) != LO(A_END) || HI(A_START) != LO(A_START))
         return s->svc->error(s->c, ZERO_ERR_MISMATCH,
-                             "zero_gather: ranks gather different param lists at gather position %zu of micro-step "
-                             "%llu (between %lld and %lld params; this rank asks for %zu starting with '%s')",
-                             s->pos, (unsigned long long)s->micro_steps, (long long)LO(A_N), (long long)HI(A_N), n,
-                             mine);
-    if (HI(A_POS) != LO(A_POS))
+                             "%s: ranks gathered different numbers of params in micro-step %llu (%lld to %lld; this "
+                             "rank %zu, the last '%s'): every rank must gather the same params in the same order",
+                             where, ms, (long long)LO(A_END), (long long)HI(A_END), rec->len,
+                             pname(s, rec->len ? (int64_t)rec->idx[rec->len - 1] : -1));
+    if (HI(A_HASH) != LO(A_HASH))
         return s->svc->error(s->c, ZERO_ERR_MISMATCH,
-                             "zero_gather('%s'): ranks are at different gather positions of micro-step %llu "
-                             "(%lld..%lld; this rank %zu): some rank gathered params the others did not",
-                             mine, (unsigned long long)s->micro_steps, (long long)LO(A_POS), (long long)HI(A_POS),
-                             s->pos);
+                             "%s: ranks gather different params somewhere in gather positions %zu..%zu of "
+                             "micro-step %llu (beyond the first %d compared one by one)",
+                             where, s->verified, rec->len, ms, A_NIDX);
     if (HI(A_LIVE) != LO(A_LIVE))
         return s->svc->error(s->c, ZERO_ERR_MISMATCH,
-                             "zero_gather('%s'): ranks hold different sets of gathered params (a zero_release "
+                             "%s: ranks hold different sets of gathered params in micro-step %llu (a zero_release "
                              "differs between ranks)",
-                             mine);
+                             where, ms);
 #undef HI
 #undef LO
+    s->verified = rec->len;
     return ZERO_OK;
 }
 
@@ -162,10 +161,28 @@ static zero_status issue(zero__s3 *s, zero__s3_param *p, int demand) {
 /* Prefetch the trace entries after the current position, in order, while
  * they fit both budgets.  Stops at the first that does not fit, so the
  * issue order is the trace order on every rank. */
+#define PREFETCH_WALK 1024 /* trace entries looked at per call: bounds the cost on long traces */
+
+/* Would prefetch issue anything now?  Mirrors prefetch()'s first decision
+ * (minus the pool limit) so that a call with nothing to fetch needs no
+ * agreement.  Prefetch refills only below half its budget (low-water mark),
+ * which also makes most calls free of communication. */
+static int prefetch_wanted(const zero__s3 *s) {
+    const zero__s3_trace *t = &s->trace;
+    if (!s->on_track || !s->prefetch_numel || s->prefetch_outstanding * 2 > s->prefetch_numel) return 0;
+    for (size_t k = s->pos, w = 0; k < t->len && w < PREFETCH_WALK; k++, w++) {
+        const zero__s3_param *p = &s->params[t->idx[k]];
+        if (p->buf && p->fresh) continue;
+        return s->prefetch_outstanding + p->info->numel <= s->prefetch_numel;
+    }
+    return 0;
+}
+
 static zero_status prefetch(zero__s3 *s) {
     const zero__s3_trace *t = &s->trace;
     size_t walked = 0;
-    for (size_t k = s->pos; k < t->len && walked < 1024; k++, walked++) {
+    if (!prefetch_wanted(s)) return ZERO_OK;
+    for (size_t k = s->pos; k < t->len && walked < PREFETCH_WALK; k++, walked++) {
         zero__s3_param *p = &s->params[t->idx[k]];
         if (p->buf && p->fresh) continue;
         uint64_t numel = p->info->numel;
@@ -223,13 +240,14 @@ zero_status zero__s3_gather(void *state, zero_param_info *const *params, size_t 
     if (!n) return ZERO_OK;
     if (!s->shard && s->L->part_numel)
         return s->svc->error(s->c, ZERO_ERR_STATE, "stage3: zero_gather before the model state exists");
-    zero_status st = s->nranks > 1 ? agree(s, params, n) : ZERO_OK;
-    if (st != ZERO_OK) return st;
-
+    zero_status st = ZERO_OK;
+    /* Local bookkeeping first (no communication): record, follow the trace.
+     * Leaving the trace only completes prefetches every rank issued. */
     for (size_t i = 0; i < n; i++) {
         uint32_t idx = params[i]->index;
         if (zero__s3_trace_push(&s->record, idx) != 0)
             return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory recording the gather order");
+        s->req_hash = (s->req_hash ^ idx) * 1099511628211ull;
         if (s->on_track && (s->pos >= s->trace.len || s->trace.idx[s->pos] != idx)) {
             st = diverge(s, idx);
             if (st != ZERO_OK) return st;
@@ -237,6 +255,13 @@ zero_status zero__s3_gather(void *state, zero_param_info *const *params, size_t 
         s->params[idx].last_pos = s->pos;
         s->pos++;
     }
+    /* Agree before any collective; a call that needs none defers it. */
+    int need = prefetch_wanted(s);
+    for (size_t i = 0; i < n && !need; i++) {
+        const zero__s3_param *p = params[i]->plugin_data;
+        need = !(p->buf && p->fresh);
+    }
+    if (need && (st = zero__s3_agree(s, "zero_gather")) != ZERO_OK) return st;
     /* Hold first: a later on-demand issue in this call may evict kept
      * buffers, and must not evict one the host is about to receive. */
     for (size_t i = 0; i < n; i++) {
@@ -328,6 +353,8 @@ zero_status zero__s3_end_micro_step(zero__s3 *s) {
     }
     zero__s3_trace_clear(&s->record);
     s->pos = 0;
+    s->verified = 0;
+    s->req_hash = ZERO__S3_FNV_OFFSET;
     s->on_track = s->trace.valid;
     s->micro_steps++;
     return st;

@@ -1,6 +1,7 @@
 /* zero_step for stage 3.
  *
- * Every micro-step: finish the gathers and drop the gathered buffers
+ * Every micro-step: agree on the gathers not verified yet, finish them and
+ * drop the gathered buffers
  * (pointers are valid only until zero_step), settle the gather trace, and
  * flush the bucket engine, whose reduce-scatters have been ADDING this
  * rank's block into the gradient partition.  At the boundary: global norm
@@ -17,8 +18,12 @@
 zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     zero__s3 *s = state;
     const zero_services_v1 *svc = s->svc;
+    /* Verify the gathers no earlier agreement covered (always: the
+     * collective sequence must not depend on local state), then settle. */
+    zero_status ag = zero__s3_agree(s, "zero_step");
     zero_status st = zero__s3_end_micro_step(s);
-    zero_status fl = svc->buckets_flush(s->b); /* collective: flush even after a gather error */
+    if (ag != ZERO_OK) return ag; /* every rank fails here: nobody enters the flush alone */
+    zero_status fl = svc->buckets_flush(s->b); /* collective: flush even after a local gather error */
     if (st == ZERO_OK) st = fl;
     if (st != ZERO_OK || !ctx->boundary) return st;
     const size_t part = (size_t)s->L->part_numel;

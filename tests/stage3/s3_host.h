@@ -33,7 +33,8 @@ typedef struct s3_cfg {
     int overlap;             /* overlap_comm */
     double clip;             /* gradient_clipping (0 = off) */
     int perturb_step;        /* >= 0: in this step's first micro-step, gather all layers up front (new order) */
-    int diverge_rank;        /* >= 0: this rank gathers layer 1 first in step 1 (others layer 0) */
+    int diverge_rank;        /* >= 0: this rank gathers layer 1 before layer 0 (others 0 then 1)... */
+    int diverge_micro;       /* ...in this global micro-step (default 1) */
     int read_after_release;  /* forward reads layer 0's weights after releasing them */
 } s3_cfg;
 

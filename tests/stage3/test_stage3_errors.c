@@ -1,6 +1,8 @@
 /* stage3 misuse is caught, never a hang or a silent wrong result:
  *  - ranks gathering different params at the same position (a divergent
- *    forward) get ZERO_ERR_MISMATCH on EVERY rank, naming both params;
+ *    forward) get ZERO_ERR_MISMATCH on EVERY rank, naming both params,
+ *    whether the gather communicates at once or the check is deferred to
+ *    zero_step (all params resident);
  *  - a host that reads a param after releasing it reads NaN when poisoning
  *    is on (ZERO_DEBUG_POISON=1, the default of Debug builds), and the
  *    same host trains normally with poisoning off (so the NaN is the
@@ -21,10 +23,17 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     setenv("ZERO_STAGE3_TIMEOUT_S", "30", 1);
 
-    for (int pf = 0; pf < 2; pf++) {
+    /* pf 0/1: prefetch off/on (the divergent gather needs data at once);
+     * pf 2: every param persistent, so no gather communicates and the
+     * divergence is found by the deferred agreement in zero_step. */
+    for (int pf = 0; pf < 3; pf++) {
         s3_cfg c = s3_default_cfg();
         c.steps = 3;
-        c.prefetch = pf ? 700 : 0;
+        c.prefetch = pf == 1 ? 2000 : 0;
+        if (pf == 2) { /* second micro-step of the first window: no step has made them stale yet */
+            c.persist = 1000000;
+            c.gas = 2;
+        }
         c.diverge_rank = world - 1; /* the last rank swaps layers 0 and 1 in step 1 */
         s3_out o;
         s3_run(&c, &o);
@@ -32,7 +41,8 @@ int main(int argc, char **argv) {
               pf, zero_status_string(o.status), o.error);
         CHECK_STR_CONTAINS(o.error, "layer0.weight");
         CHECK_STR_CONTAINS(o.error, "layer1.weight");
-        if (rank == 0) printf("divergent gather (prefetch %d): %s\n", pf, o.error);
+        if (pf == 2) CHECK_STR_CONTAINS(o.error, "zero_step");
+        if (rank == 0) printf("divergent gather (case %d): %s\n", pf, o.error);
         /* every rank failed: nobody got further than the others */
         int failed = o.status == ZERO_ERR_MISMATCH, all = 0;
         MPI_Allreduce(&failed, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
