@@ -13,6 +13,7 @@
  *     update (SGD, lr 1: delta = coef * mean gradient);
  *   - overflow: an Inf in one gradient element on one rank of the last
  *     stage skips the step on every rank of every stage;
+ *   - checkpoints: per-stage shards; save / load / step repeats bitwise;
  *   - refusals: ZeRO stage 2/3 with a pipeline, a non-pipeline plugin forced
  *     onto a pipeline config, and a stage count that does not divide the
  *     world all fail zero_engine_create on every rank with the documented
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "zero.h"
@@ -63,16 +65,20 @@ static double full_norm(int t, int M) {
     return sqrt(q);
 }
 
-static char *config_text(int M, int stage, int stages, double clip) {
+/* optim: the "optimizer" object, NULL = plain SGD with lr 1 (the update is
+ * then exactly coef * mean gradient). */
+static char *config_text_opt(int M, int stage, int stages, double clip, const char *optim) {
     char *buf = malloc(1024);
     snprintf(buf, 1024,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
-             " \"gradient_clipping\": %g,"
-             " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 1.0}},"
+             " \"gradient_clipping\": %g, \"optimizer\": %s,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 16, \"overlap_comm\": true},"
              " \"pipeline\": {\"stages\": %d}}",
-             M, clip, stage, stages);
+             M, clip, optim ? optim : "{\"type\": \"SGD\", \"params\": {\"lr\": 1.0}}", stage, stages);
     return buf;
+}
+static char *config_text(int M, int stage, int stages, double clip) {
+    return config_text_opt(M, stage, stages, clip, NULL);
 }
 
 static zero_status create(const char *cfg, const char *plugin, zero_engine **e, char *err, size_t n) {
@@ -95,9 +101,9 @@ typedef struct tiny {
     zero_param *p[NPAR];
 } tiny;
 
-static int tiny_create(tiny *T, int M, double clip) {
+static int tiny_create_opt(tiny *T, int M, double clip, const char *optim) {
     char err[1024] = "";
-    char *cfg = config_text(M, 1, P, clip);
+    char *cfg = config_text_opt(M, 1, P, clip, optim);
     zero_status s = create(cfg, NULL, &T->e, err, sizeof err);
     free(cfg);
     CHECK(s == ZERO_OK, "create M=%d: %s", M, err);
@@ -124,6 +130,8 @@ static int tiny_create(tiny *T, int M, double clip) {
     for (int j = 0; j < NPAR; j++) free(inits[j]);
     return 0;
 }
+
+static int tiny_create(tiny *T, int M, double clip) { return tiny_create_opt(T, M, clip, NULL); }
 
 /* Copy of this stage's params (NPAR arrays, caller frees). */
 static float **snapshot(tiny *T) {
@@ -258,6 +266,61 @@ static void check_overflow(void) {
     zero_engine_destroy(T.e);
 }
 
+static int same_params(float **a, float **b) {
+    int same = 1;
+    for (int j = 0; j < NPAR; j++) same &= memcmp(a[j], b[j], numel_of(g_stage, j) * sizeof(float)) == 0;
+    return same;
+}
+
+static void train_step(tiny *T, int t, int M) {
+    zero_step_result res = ZERO_STEP_RESULT_INIT;
+    for (int m = 0; m < M; m++) {
+        micro_backward(T, t, m, 0);
+        CHECK_EQ_INT(zero_step(T->e, NULL, &res), ZERO_OK);
+    }
+    CHECK_EQ_INT(res.taken, 1);
+}
+
+/* Sharded checkpoint: every stage and DP rank writes its own shard (names
+ * carry the stage), a reload restores params and Adam state exactly: the
+ * step after the load repeats the step after the save bit for bit. */
+static void check_checkpoint(void) {
+    const int M = 2;
+    tiny T = {0};
+    if (tiny_create_opt(&T, M, 0.0, "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}") != 0) return;
+    char dir[128];
+    int pid = (int)getpid();
+    MPI_Bcast(&pid, 1, MPI_INT, 0, g_comm);
+    snprintf(dir, sizeof dir, "/tmp/zero-pp-ckpt-%d", pid);
+    train_step(&T, 0, M);
+    float **saved = snapshot(&T);
+    CHECK_EQ_INT(zero_save(T.e, dir), ZERO_OK);
+    char mine[256];
+    snprintf(mine, sizeof mine, "%s/stage1-pp.pp%d.rank%d.bin", dir, g_stage, g_dprank);
+    CHECK(access(mine, R_OK) == 0, "no shard %s", mine);
+    train_step(&T, 1, M);
+    float **first = snapshot(&T);
+    CHECK(!same_params(saved, first), "the step after the save changed nothing");
+    CHECK_EQ_INT(zero_load(T.e, dir), ZERO_OK);
+    float **loaded = snapshot(&T);
+    CHECK(same_params(saved, loaded), "rank %d: params after load differ from the saved ones", g_rank);
+    train_step(&T, 1, M);
+    float **again = snapshot(&T);
+    CHECK(same_params(first, again), "rank %d: the step after load differs from the step after save", g_rank);
+    snapshot_free(saved);
+    snapshot_free(first);
+    snapshot_free(loaded);
+    snapshot_free(again);
+    zero_engine_destroy(T.e);
+    /* Clean up: every rank its own files, then rank 0 the directory. */
+    remove(mine);
+    snprintf(mine, sizeof mine, "%s/core.pp%d.rank%d.bin", dir, g_stage, g_dprank);
+    CHECK(access(mine, R_OK) == 0, "no core shard %s", mine);
+    remove(mine);
+    MPI_Barrier(g_comm);
+    if (g_rank == 0) rmdir(dir);
+}
+
 /* Each refusal: create fails on EVERY rank, with text containing `want`. */
 static void check_refused(const char *cfg, const char *plugin, const char *what, const char *want1,
                           const char *want2) {
@@ -310,6 +373,7 @@ int main(int argc, char **argv) {
     CHECK(rs1 >= 0 && rs1 == rs4 && rs4 == rs8,
               "reduce-scatter calls per step depend on M: %ld (M=1), %ld (M=4), %ld (M=8)", rs1, rs4, rs8);
     check_overflow();
+    check_checkpoint();
     check_refusals();
 
     int rc = check_finish();
