@@ -27,6 +27,21 @@ void zero__buckets_destroy(zero_buckets *b);
 /* introspection for tests/stats */
 uint32_t zero__buckets_count(const zero_buckets *b);
 uint64_t zero__buckets_staging_bytes(const zero_buckets *b);
+/* (appended by stages) Implementation notes for users of the engine:
+ *  - Launches happen strictly in bucket order (MPI matches collectives by
+ *    issue order), so a complete bucket waits for the earlier ones.
+ *  - SCATTER never splits a param (grad_slot must hand out one contiguous
+ *    buffer); its bucket size is max(min(bucket_numel, flat/8), largest
+ *    param extent), so two slots stay within a quarter of the model.  It
+ *    reduces on every micro-step whatever reduce_every_micro_step says, and
+ *    with world size 1 it stages nothing (the slot is the partition).
+ *  - In-place modes (ALLREDUCE, SCATTER_INPLACE) allocate nothing; their
+ *    buckets are clamped to the model only.  Without overlap they reduce at
+ *    flush; SCATTER without overlap reduces each bucket synchronously as it
+ *    fills, which keeps its staging bounded.
+ *  - Time spent waiting for reductions (hooks and flush) is added to the
+ *    engine's exposed_comm_seconds at flush; each flush at a reducing
+ *    micro-step counts one reduction pass. */
 /* (appended by stages) more introspection, read from the step thread only:
  * reduction passes run (flushes at a reducing micro-step), the effective
  * (clamped) bucket size in elements, and the total seconds spent waiting
