@@ -72,8 +72,16 @@ static char *format_msg(char *stack, size_t stack_len, const char *fmt, va_list 
     return big;
 }
 
+/* The rank a reader needs to find the process: with a pipeline e->rank is
+ * the data-parallel rank, shared by every stage, so show the global one
+ * (stage * dp_size + dp_rank, see core/api.c pipeline_split). */
+static int global_rank(const struct zero_engine *e) {
+    if (!e) return -1;
+    return e->pp_stages > 1 ? e->pp_stage * e->world_size + e->rank : e->rank;
+}
+
 static void emit(const struct zero_engine *e, zero_log_level lvl, const char *msg) {
-    int rank = e ? e->rank : -1;
+    int rank = global_rank(e);
     if (e && e->log_fn) {
         e->log_fn(e->log_user, lvl, rank, msg);
         return;
@@ -103,7 +111,11 @@ zero_status zero__verror(struct zero_engine *e, zero_status s, const char *fmt, 
     char *msg = format_msg(stack, sizeof stack, fmt, ap);
     if (e) {
         pthread_mutex_lock(&e->err_lock);
-        snprintf(e->last_error, sizeof e->last_error, "rank %d: %s", e->rank, msg);
+        if (e->pp_stages > 1)
+            snprintf(e->last_error, sizeof e->last_error, "rank %d (pipeline stage %d, data-parallel rank %d): %s",
+                     global_rank(e), e->pp_stage, e->rank, msg);
+        else
+            snprintf(e->last_error, sizeof e->last_error, "rank %d: %s", e->rank, msg);
         pthread_mutex_unlock(&e->err_lock);
     }
     /* Debug only: the host receives the status and decides whether to print

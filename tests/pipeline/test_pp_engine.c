@@ -14,6 +14,7 @@
  *   - overflow: an Inf in one gradient element on one rank of the last
  *     stage skips the step on every rank of every stage;
  *   - checkpoints: per-stage shards; save / load / step repeats bitwise;
+ *   - error text names the global rank, stage and DP rank;
  *   - refusals: ZeRO stage 2/3 with a pipeline, a non-pipeline plugin forced
  *     onto a pipeline config, and a stage count that does not divide the
  *     world all fail zero_engine_create on every rank with the documented
@@ -311,6 +312,16 @@ static void check_checkpoint(void) {
     snapshot_free(first);
     snapshot_free(loaded);
     snapshot_free(again);
+    /* Errors name the process by its global rank and place in the grid. */
+    zero_param_desc d = ZERO_PARAM_DESC_INIT;
+    d.name = "late";
+    d.numel = 1;
+    zero_param *late = NULL;
+    CHECK_EQ_INT(zero_register_param(T.e, &d, &late), ZERO_ERR_STATE);
+    char want[96];
+    snprintf(want, sizeof want, "rank %d (pipeline stage %d, data-parallel rank %d): ", g_rank, g_stage, g_dprank);
+    CHECK(!strncmp(zero_last_error(T.e), want, strlen(want)), "last error '%s', want prefix '%s'",
+          zero_last_error(T.e), want);
     zero_engine_destroy(T.e);
     /* Clean up: every rank its own files, then rank 0 the directory. */
     remove(mine);
