@@ -1,0 +1,153 @@
+/* Equivalence of the offload plugin (issue 5, DESIGN.md section 9), run
+ * under mpirun with N ranks on the stage plugins' test host:
+ *  - offload with stage-1 and stage-2 partitioning, accumulation 1 and 4,
+ *    trains to the same parameters as stage0 (relative L2 <= 1e-6) and to
+ *    BITWISE the same parameters as stage1 / stage2: the host master starts
+ *    as a copy of the weights, the CPU optimizer is the same kernel, and the
+ *    norm is summed in the same order, so moving the optimizer to the host
+ *    must not change a bit;
+ *  - the number of reduction passes is stage1's (one per window) or
+ *    stage2's (one per micro-step);
+ *  - a repeated run is bitwise identical; shuffled hooks from 2 threads,
+ *    host-owned gradients, contiguous_gradients off and overlap_comm off
+ *    change nothing;
+ *  - the config alone (offload_optimizer.device = "cpu", no plugin name)
+ *    selects the plugin: its host tier holds the fp32 master.
+ * Usage: test_offload_equivalence [steps] */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/check.h"
+#include "../stages/mlp_host.h"
+
+static int rank_ = 0, world_ = 1;
+static const double TOL = 1e-6;
+
+static int ran(const host_run_out *o, const char *label) {
+    CHECK(o->status == ZERO_OK, "%s failed: %s", label, o->error);
+    return o->status == ZERO_OK && o->params;
+}
+
+static void expect_close(const host_run_out *a, const host_run_out *b, const char *what) {
+    double d = host_rel_l2(a->params, b->params, a->numel);
+    if (rank_ == 0) printf("N=%d  %-56s rel L2 %.3e\n", world_, what, d);
+    CHECK(d <= TOL, "N=%d %s: relative L2 %.3e > %.1e", world_, what, d, TOL);
+}
+
+static void expect_bitwise(const host_run_out *a, const host_run_out *b, const char *what) {
+    int same = memcmp(a->params, b->params, a->numel * sizeof(float)) == 0;
+    if (rank_ == 0) printf("N=%d  %-56s %s\n", world_, what, same ? "bitwise identical" : "DIFFERENT");
+    CHECK(same, "N=%d %s: not bitwise identical (rel L2 %.3e)", world_, what,
+          host_rel_l2(a->params, b->params, a->numel));
+}
+
+static host_run_cfg offload_cfg(int steps, int gas, int stage) {
+    host_run_cfg c = host_default_cfg();
+    c.steps = steps;
+    c.gas = gas;
+    c.plugin = "offload";
+    c.stage = stage;
+    c.offload = 1;
+    return c;
+}
+
+int main(int argc, char **argv) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    int steps = argc > 1 ? atoi(argv[1]) : 20;
+    char label[160];
+    host_run_out keep[3]; /* gas 4 references: offload stage-2, stage2, offload stage-1 */
+    memset(keep, 0, sizeof keep);
+
+    const int gas_list[2] = {1, 4};
+    for (int gi = 0; gi < 2; gi++) {
+        const int gas = gas_list[gi];
+        host_run_cfg c = host_default_cfg();
+        c.steps = steps;
+        c.gas = gas;
+        host_run_out ref[3]; /* stage0, stage1, stage2 */
+        const char *names[3] = {"stage0", "stage1", "stage2"};
+        for (int k = 0; k < 3; k++) {
+            host_run_cfg rc = c;
+            rc.plugin = names[k];
+            host_run(&rc, &ref[k]);
+            ran(&ref[k], names[k]);
+        }
+        for (int stage = 1; stage <= 2; stage++) {
+            host_run_cfg oc = offload_cfg(steps, gas, stage);
+            host_run_out o;
+            host_run(&oc, &o);
+            snprintf(label, sizeof label, "offload stage-%d gas=%d", stage, gas);
+            if (ran(&o, label) && ref[0].params && ref[stage].params) {
+                snprintf(label, sizeof label, "offload stage-%d gas=%d vs stage0", stage, gas);
+                expect_close(&o, &ref[0], label);
+                snprintf(label, sizeof label, "offload stage-%d gas=%d vs stage%d", stage, gas, stage);
+                expect_bitwise(&o, &ref[stage], label);
+                uint64_t want = stage == 2 ? (uint64_t)steps * gas : (uint64_t)steps;
+                CHECK(o.comm.reduction_passes == want, "%s: %llu reduction passes, expected %llu", label,
+                      (unsigned long long)o.comm.reduction_passes, (unsigned long long)want);
+                CHECK(o.mem.current[ZERO_TIER_HOST][ZERO_MEM_MASTER] > 0, "%s: no host master", label);
+            }
+            if (gas == 4) keep[stage == 2 ? 0 : 2] = o;
+            else host_run_free(&o);
+        }
+        if (gas == 4) keep[1] = ref[2];
+        else host_run_free(&ref[2]);
+        host_run_free(&ref[0]);
+        host_run_free(&ref[1]);
+    }
+
+    /* Repeatability and hook-order / buffer-mode independence (gas 4). */
+    struct variant {
+        const char *what;
+        int stage, order, threads, host_grad, contiguous, overlap;
+        int base;
+    } vs[] = {
+        {"offload stage-2 repeated", 2, HOST_ORDER_NATURAL, 1, 0, 1, 1, 0},
+        {"offload stage-2 shuffled hooks from 2 threads", 2, HOST_ORDER_SHUFFLED, 2, 0, 1, 1, 0},
+        {"offload stage-2 host-owned grads", 2, HOST_ORDER_NATURAL, 1, 1, 1, 1, 0},
+        {"offload stage-2 contiguous_gradients off", 2, HOST_ORDER_SHUFFLED, 1, 0, 0, 1, 0},
+        {"offload stage-2 overlap_comm off", 2, HOST_ORDER_NATURAL, 1, 0, 1, 0, 0},
+        {"offload stage-1 repeated", 1, HOST_ORDER_NATURAL, 1, 0, 1, 1, 2},
+        {"offload stage-1 shuffled hooks from 2 threads", 1, HOST_ORDER_SHUFFLED, 2, 0, 1, 1, 2},
+        {"offload stage-1 overlap_comm off", 1, HOST_ORDER_NATURAL, 1, 0, 1, 0, 2},
+    };
+    for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++) {
+        host_run_cfg c = offload_cfg(steps, 4, vs[k].stage);
+        c.order = vs[k].order;
+        c.threads = vs[k].threads;
+        c.host_grad = vs[k].host_grad;
+        c.contiguous = vs[k].contiguous;
+        c.overlap = vs[k].overlap;
+        host_run_out o;
+        host_run(&c, &o);
+        if (ran(&o, vs[k].what) && keep[vs[k].base].params) expect_bitwise(&o, &keep[vs[k].base], vs[k].what);
+        host_run_free(&o);
+    }
+
+    /* Selected by the config alone: same result as by name, master on the host. */
+    {
+        host_run_cfg c = offload_cfg(steps, 4, 2);
+        c.plugin = "";
+        host_run_out o;
+        host_run(&c, &o);
+        if (ran(&o, "offload from the config") && keep[0].params) {
+            expect_bitwise(&o, &keep[0], "offload chosen by the config vs by name");
+            CHECK(o.mem.current[ZERO_TIER_HOST][ZERO_MEM_MASTER] > 0,
+                  "offload_optimizer.device=cpu did not select the offload plugin (no host master)");
+        }
+        host_run_free(&o);
+    }
+
+    /* stage2 itself keeps nothing on the host: the comparison above is not vacuous */
+    if (keep[1].params) CHECK_EQ_INT(keep[1].mem.peak_total[ZERO_TIER_HOST], 0);
+
+    for (int k = 0; k < 3; k++) host_run_free(&keep[k]);
+    int rc = check_finish(), any = 0;
+    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any;
+}
