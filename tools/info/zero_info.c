@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "loader.h"
 #include "zero.h"
@@ -87,8 +88,10 @@ static int list_dir(const char *dir) {
             caps_text(p.table->caps, caps, sizeof caps);
             printf("    %-14s ABI %u.%u  caps %s\n", p.table->name, p.table->abi_major, p.table->abi_minor, caps);
             printf("    %-14s %s\n", "", p.table->description ? p.table->description : "(no description)");
-            printf("    %-14s file %s%s%s\n", "", path, winner ? "  [shadowed by " : "", winner ? winner : "");
-            if (winner) printf("]\n");
+            if (winner)
+                printf("    %-14s file %s  [shadowed by %s]\n", "", path, winner);
+            else
+                printf("    %-14s file %s\n", "", path);
             if (strcmp(p.table->name, name) != 0)
                 printf("    %-14s note: loaded by name \"%s\" but calls itself \"%s\"\n", "", name, p.table->name);
             zero__plugin_unload(&p);
@@ -103,6 +106,31 @@ static int list_dir(const char *dir) {
     if (n == 0) printf("    (no plugins)\n");
     free(names);
     return refused;
+}
+
+/* <dir of this executable>/ZERO_INFO_REL_PLUGIN_DIR, canonical, if it exists. */
+static int installed_plugin_dir(char *buf, size_t len) {
+#ifdef ZERO_INFO_REL_PLUGIN_DIR
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return 0;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return 0;
+    *slash = '\0';
+    char joined[8192];
+    snprintf(joined, sizeof joined, "%s/%s", exe, ZERO_INFO_REL_PLUGIN_DIR);
+    char *real = realpath(joined, NULL);
+    if (!real) return 0;
+    int ok = strlen(real) < len;
+    if (ok) snprintf(buf, len, "%s", real);
+    free(real);
+    return ok;
+#else
+    (void)buf;
+    (void)len;
+    return 0;
+#endif
 }
 
 int main(int argc, char **argv) {
@@ -160,8 +188,22 @@ int main(int argc, char **argv) {
         printf("  (out of memory)\n");
         return 1;
     }
+    /* zero-info carries the loader statically, so it cannot see where an
+     * installed libzero.so is; an installed libzero.so searches
+     * <libdir>/zero/plugins next to itself, which for an installed zero-info
+     * is <bindir>/../<libdir>/zero/plugins.  Show it where libzero would. */
+    char installed[4096];
+    int have_installed = installed_plugin_dir(installed, sizeof installed);
+    for (char **d = dirs; *d; ++d)
+        if (have_installed && strcmp(*d, installed) == 0) have_installed = 0;
     int refused = 0;
-    for (char **d = dirs; *d; ++d) refused += list_dir(*d);
+    for (char **d = dirs; *d; ++d) {
+        if (have_installed && strcmp(*d, ZERO_INSTALL_PLUGIN_DIR) == 0) {
+            refused += list_dir(installed);
+            have_installed = 0;
+        }
+        refused += list_dir(*d);
+    }
     zero__plugin_dirs_free(dirs);
     for (size_t i = 0; i < g_nseen; ++i) free(g_seen[i]);
     free(g_seen);
