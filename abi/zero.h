@@ -179,7 +179,8 @@ ZERO_API const char *zero_plugin_name(const zero_engine *e);
  * g / dp_size with data-parallel rank g % dp_size (dp_size = world / P;
  * P must divide the world size).  zero_rank / zero_world_size then give the
  * data-parallel rank and size.  The host registers only its stage's params.
- * Without a pipeline: stage 0 of 1.  Thread-safe; -1 / 0 for a NULL engine. */
+ * Log lines (and the log_fn `rank`) and zero_last_error texts name the
+ * global rank.  Without a pipeline: stage 0 of 1.  Thread-safe; -1 / 0 for a NULL engine. */
 ZERO_API int zero_pipeline_stage(const zero_engine *e);
 ZERO_API int zero_pipeline_stages(const zero_engine *e);
 
