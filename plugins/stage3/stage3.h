@@ -73,7 +73,11 @@ typedef struct zero__s3 {
     zero_core *c;
     const zero_run_config *rc;
     const zero_layout *L;
-    zero_comm *world;
+    zero_comm *world;      /* norm/overflow all-reduce (the bucket engine also uses world) */
+    zero_comm *gcomm;      /* private duplicate of world for agreements and param all-gathers: the host may
+                              fire grad hooks (bucket collectives on world) from other threads while this
+                              thread gathers, and collectives on one communicator must be issued in the same
+                              order on every rank */
     int rank, nranks;
     zero_dtype dtype;      /* model dtype: shard, gather buffers and gradients */
     size_t esize;

@@ -74,7 +74,7 @@ zero_status zero__s3_agree(zero__s3 *s, const char *where) {
         v[A_IDX0 + i] = s->verified + i < rec->len ? (int64_t)rec->idx[s->verified + i] : -1;
     for (size_t i = 0; i < A_NV; i++) v[A_NV + i] = -v[i];
     zero_comm_req *req = NULL;
-    zero_status st = s->svc->iallreduce(s->world, v, 2 * A_NV, ZERO_DTYPE_I64, ZERO_OP_MAX, &req);
+    zero_status st = s->svc->iallreduce(s->gcomm, v, 2 * A_NV, ZERO_DTYPE_I64, ZERO_OP_MAX, &req);
     if (st == ZERO_OK) st = wait_bounded(s, req, "agreeing on the gather order");
     if (st != ZERO_OK) return st;
 #define HI(k) (v[(k)])
@@ -149,7 +149,7 @@ static zero_status issue(zero__s3 *s, zero__s3_param *p, int demand) {
         s->live_hash += live_term(p->info->index);
     }
     const char *send = (const char *)s->shard + (size_t)p->part_lo * s->esize;
-    zero_status st = s->svc->iallgatherv(s->world, send, p->buf, p->counts, s->dtype, &p->req);
+    zero_status st = s->svc->iallgatherv(s->gcomm, send, p->buf, p->counts, s->dtype, &p->req);
     if (st != ZERO_OK) {
         p->req = NULL;
         return st;

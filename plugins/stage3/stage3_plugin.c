@@ -95,6 +95,8 @@ static zero_status s3_params_done(void *state) {
     const zero_run_config *rc = s->rc;
     s->L = svc->layout(s->c);
     s->world = svc->comm_world(s->c);
+    zero_status cs = svc->comm_split(s->world, 0, (int)s->L->rank, &s->gcomm);
+    if (cs != ZERO_OK) return cs;
     s->rank = (int)s->L->rank;
     s->nranks = (int)s->L->world;
     s->dtype = rc->model_dtype;
@@ -230,6 +232,7 @@ static void s3_destroy(void *state) {
                  (unsigned long long)s->n_gathers, (unsigned long long)s->n_prefetched,
                  (unsigned long long)s->n_resident, (unsigned long long)s->n_demand);
     if (s->b) svc->buckets_destroy(s->b);
+    if (s->gcomm) svc->comm_free(s->gcomm);
     for (uint32_t i = 0; s->params && i < s->nparams; i++) {
         zero__s3_param *p = &s->params[i];
         if (p->buf) svc->mem_free(s->c, p->buf);

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,22 @@ static void sample(const s3_cfg *c, uint64_t g, float *x, float *t) {
     }
 }
 
+/* Hooks fired from a helper thread (threaded_hooks): the ABI lets the host
+ * call zero_on_grad_ready from other threads while this one goes on to
+ * gather the next layer. */
+typedef struct hook_job {
+    run *r;
+    int l;
+    zero_status st;
+} hook_job;
+
+static void *hook_thread(void *arg) {
+    hook_job *j = arg;
+    j->st = zero_on_grad_ready(j->r->e, j->r->h[2 * j->l], NULL);
+    if (j->st == ZERO_OK) j->st = zero_on_grad_ready(j->r->e, j->r->h[2 * j->l + 1], NULL);
+    return NULL;
+}
+
 static zero_status gather_layer(run *r, int l, float **w, float **b) {
     void *p[2];
     zero_status s = zero_gather(r->e, &r->h[2 * l], 2, p);
@@ -171,6 +188,10 @@ static void micro_step(run *r, uint64_t gm, int step, int micro) {
         }
     r->out->last_loss = loss;
     if (!isfinite(loss)) r->out->nan_loss = 1;
+    pthread_t threads[64];
+    hook_job jobs[64];
+    int started[64] = {0};
+    memset(jobs, 0, sizeof jobs);
     for (int l = L - 1; l >= 0 && r->out->status == ZERO_OK; l--) {
         float *W, *B, *gW, *gB;
         if ((s = gather_layer(r, l, &W, &B)) != ZERO_OK) {
@@ -189,8 +210,12 @@ static void micro_step(run *r, uint64_t gm, int step, int micro) {
                 gB[j] += d;
                 for (int k = 0; k < in; k++) gW[j * in + k] += d * r->act[l][si * in + k];
             }
-        if ((s = zero_on_grad_ready(r->e, r->h[2 * l], NULL)) != ZERO_OK ||
-            (s = zero_on_grad_ready(r->e, r->h[2 * l + 1], NULL)) != ZERO_OK) {
+        if (c->threaded_hooks) {
+            jobs[l] = (hook_job){r, l, ZERO_OK};
+            started[l] = pthread_create(&threads[l], NULL, hook_thread, &jobs[l]) == 0;
+            if (!started[l]) hook_thread(&jobs[l]);
+        } else if ((s = zero_on_grad_ready(r->e, r->h[2 * l], NULL)) != ZERO_OK ||
+                   (s = zero_on_grad_ready(r->e, r->h[2 * l + 1], NULL)) != ZERO_OK) {
             fail(r, s, "zero_on_grad_ready");
             break;
         }
@@ -205,6 +230,12 @@ static void micro_step(run *r, uint64_t gm, int step, int micro) {
             memcpy(r->dz, r->da, (size_t)mb * in * sizeof(float));
         }
         zero_release(r->e, &r->h[2 * l], 2);
+    }
+    for (int l = 0; l < L && c->threaded_hooks; l++) {
+        if (started[l]) pthread_join(threads[l], NULL);
+        if (jobs[l].st != ZERO_OK) fail(r, jobs[l].st, "zero_on_grad_ready (hook thread)");
+        started[l] = 0;
+        jobs[l].st = ZERO_OK;
     }
     free(tgt);
 }

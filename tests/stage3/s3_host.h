@@ -36,6 +36,7 @@ typedef struct s3_cfg {
     int diverge_rank;        /* >= 0: this rank gathers layer 1 before layer 0 (others 0 then 1)... */
     int diverge_micro;       /* ...in this global micro-step (default 1) */
     int read_after_release;  /* forward reads layer 0's weights after releasing them */
+    int threaded_hooks;      /* fire each layer's zero_on_grad_ready from a new thread (nlin <= 64) */
 } s3_cfg;
 
 s3_cfg s3_default_cfg(void);

@@ -82,6 +82,16 @@ int main(int argc, char **argv) {
             s3_out_free(&a);
         }
 
+        /* Grad hooks from other threads while this one gathers the next layer. */
+        s3_cfg ct = c0;
+        ct.plugin = "stage3";
+        ct.prefetch = 2000;
+        ct.threaded_hooks = 1;
+        s3_out t;
+        if (run_ok(&ct, &t, "stage3 threaded hooks"))
+            compare(&t, &ref, gas == 1 ? "stage3 gas 1 threaded hooks" : "stage3 gas 4 threaded hooks");
+        s3_out_free(&t);
+
         /* Order change at step 3: on-demand fallback, one warning, same result. */
         s3_cfg cp = c0;
         cp.plugin = "stage3";
