@@ -50,8 +50,16 @@ int main(int argc, char **argv) {
         s3_out_free(&o);
     }
 
-    for (int poison = 1; poison >= 0; poison--) {
-        setenv("ZERO_DEBUG_POISON", poison ? "1" : "0", 1);
+#ifdef S3_DEBUG_BUILD
+    const int debug_build = 1;
+#else
+    const int debug_build = 0;
+#endif
+    /* poison 2: ZERO_DEBUG_POISON unset, the build type decides (Debug: on) */
+    for (int mode = 2; mode >= 0; mode--) {
+        int poison = mode == 2 ? debug_build : mode;
+        if (mode == 2) unsetenv("ZERO_DEBUG_POISON");
+        else setenv("ZERO_DEBUG_POISON", poison ? "1" : "0", 1);
         s3_cfg c = s3_default_cfg();
         c.steps = 2;
         c.read_after_release = 1;
@@ -60,9 +68,10 @@ int main(int argc, char **argv) {
         s3_run(&c, &o);
         CHECK(o.status == ZERO_OK, "read-after-release run: %s (%s)", zero_status_string(o.status), o.error);
         if (poison)
-            CHECK(o.nan_loss, "poisoning on: reading a released param was not caught (loss %g)", o.last_loss);
+            CHECK(o.nan_loss, "poisoning on (mode %d): reading a released param was not caught (loss %g)", mode,
+                  o.last_loss);
         else
-            CHECK(!o.nan_loss, "poisoning off: loss is %g, the host itself is broken", o.last_loss);
+            CHECK(!o.nan_loss, "poisoning off (mode %d): loss is %g, the host itself is broken", mode, o.last_loss);
         s3_out_free(&o);
     }
     int rc = check_finish();
