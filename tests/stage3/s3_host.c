@@ -307,14 +307,19 @@ void s3_run(const s3_cfg *c, s3_out *out) {
     out->mem_after_done.struct_size = sizeof out->mem_after_done;
     zero_memory_stats_get(r.e, &out->mem_after_done);
 
-    uint64_t gm = 0;
-    for (int step = 0; step < c->steps && out->status == ZERO_OK; step++)
+    if (out->status == ZERO_OK && c->load && (s = zero_load(r.e, c->ckpt_dir)) != ZERO_OK) fail(&r, s, "zero_load");
+    uint64_t gm = (uint64_t)c->first_step * (uint64_t)c->gas;
+    for (int step = c->first_step; step < c->first_step + c->steps && out->status == ZERO_OK; step++) {
         for (int m = 0; m < c->gas && out->status == ZERO_OK; m++, gm++) {
             micro_step(&r, gm, step, m);
             if (out->status != ZERO_OK) break;
             zero_step_result res = ZERO_STEP_RESULT_INIT;
             if ((s = zero_step(r.e, NULL, &res)) != ZERO_OK) fail(&r, s, "zero_step");
         }
+        if (out->status == ZERO_OK && c->save_after > 0 && step + 1 == c->save_after &&
+            (s = zero_save(r.e, c->ckpt_dir)) != ZERO_OK)
+            fail(&r, s, "zero_save");
+    }
     out->mem.struct_size = sizeof out->mem; /* before the final gather of everything */
     zero_memory_stats_get(r.e, &out->mem);
     if (out->status == ZERO_OK) {

@@ -37,6 +37,10 @@ typedef struct s3_cfg {
     int diverge_micro;       /* ...in this global micro-step (default 1) */
     int read_after_release;  /* forward reads layer 0's weights after releasing them */
     int threaded_hooks;      /* fire each layer's zero_on_grad_ready from a new thread (nlin <= 64) */
+    const char *ckpt_dir;    /* checkpoints: with save_after > 0, zero_save here after that many steps; */
+    int save_after;
+    int load;                /* with load, zero_load from here right after zero_params_done */
+    int first_step;          /* data of the first step trained (resume after a load) */
 } s3_cfg;
 
 s3_cfg s3_default_cfg(void);
