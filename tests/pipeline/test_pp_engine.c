@@ -68,15 +68,19 @@ static double full_norm(int t, int M) {
 
 /* optim: the "optimizer" object, NULL = plain SGD with lr 1 (the update is
  * then exactly coef * mean gradient). */
-static char *config_text_opt(int M, int stage, int stages, double clip, const char *optim) {
+static char *config_text_ext(int M, int stage, int stages, double clip, const char *optim, const char *extra) {
     char *buf = malloc(1024);
     snprintf(buf, 1024,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
              " \"gradient_clipping\": %g, \"optimizer\": %s,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 16, \"overlap_comm\": true},"
-             " \"pipeline\": {\"stages\": %d}}",
-             M, clip, optim ? optim : "{\"type\": \"SGD\", \"params\": {\"lr\": 1.0}}", stage, stages);
+             " \"pipeline\": {\"stages\": %d}%s}",
+             M, clip, optim ? optim : "{\"type\": \"SGD\", \"params\": {\"lr\": 1.0}}", stage, stages,
+             extra ? extra : "");
     return buf;
+}
+static char *config_text_opt(int M, int stage, int stages, double clip, const char *optim) {
+    return config_text_ext(M, stage, stages, clip, optim, NULL);
 }
 static char *config_text(int M, int stage, int stages, double clip) {
     return config_text_opt(M, stage, stages, clip, NULL);
@@ -102,9 +106,9 @@ typedef struct tiny {
     zero_param *p[NPAR];
 } tiny;
 
-static int tiny_create_opt(tiny *T, int M, double clip, const char *optim) {
+static int tiny_create_ext(tiny *T, int M, double clip, const char *optim, const char *extra) {
     char err[1024] = "";
-    char *cfg = config_text_opt(M, 1, P, clip, optim);
+    char *cfg = config_text_ext(M, 1, P, clip, optim, extra);
     zero_status s = create(cfg, NULL, &T->e, err, sizeof err);
     free(cfg);
     CHECK(s == ZERO_OK, "create M=%d: %s", M, err);
@@ -127,11 +131,19 @@ static int tiny_create_opt(tiny *T, int M, double clip, const char *optim) {
         d.numel = n;
         CHECK_EQ_INT(zero_register_param(T->e, &d, &T->p[j]), ZERO_OK);
     }
-    CHECK_EQ_INT(zero_params_done(T->e), ZERO_OK);
+    zero_status done = zero_params_done(T->e);
+    CHECK(done == ZERO_OK, "params_done: %s", zero_last_error(T->e));
     for (int j = 0; j < NPAR; j++) free(inits[j]);
+    if (done != ZERO_OK) { /* nothing below could run: leave without cascading failures */
+        zero_engine_destroy(T->e);
+        return -1;
+    }
     return 0;
 }
 
+static int tiny_create_opt(tiny *T, int M, double clip, const char *optim) {
+    return tiny_create_ext(T, M, clip, optim, NULL);
+}
 static int tiny_create(tiny *T, int M, double clip) { return tiny_create_opt(T, M, clip, NULL); }
 
 /* Copy of this stage's params (NPAR arrays, caller frees). */
@@ -234,11 +246,16 @@ static long run_and_check(int M) {
     return rs_per_step;
 }
 
-/* An Inf on one rank of the last stage skips the step everywhere. */
-static void check_overflow(void) {
+/* An Inf on one rank of the last stage skips the step everywhere.  (fp16
+ * loss scaling needs fp16 params, which the fp32-only bucket engine and
+ * stage1-pp do not take yet; the fp16 branch is ready for when they do: every
+ * rank must then halve its scale, 256 -> 128.) */
+static void check_overflow(int fp16) {
     const int M = 2;
     tiny T = {0};
-    if (tiny_create(&T, M, 0.0) != 0) return;
+    const char *extra = fp16 ? ", \"fp16\": {\"enabled\": true, \"initial_scale_power\": 8, \"hysteresis\": 1}" : NULL;
+    if (tiny_create_ext(&T, M, 0.0, NULL, extra) != 0) return;
+    CHECK_NEAR(zero_loss_scale(T.e), fp16 ? 256.0 : 1.0, 0.0);
     const int culprit = g_size - 1;
     for (int t = 0; t < 2; t++) {
         float **before = snapshot(&T);
@@ -255,6 +272,8 @@ static void check_overflow(void) {
             CHECK(res.overflow == 1 && res.taken == 0, "rank %d: overflow %d taken %d after an Inf on rank %d",
                       g_rank, res.overflow, res.taken, culprit);
             CHECK(same, "rank %d: params changed in a skipped step", g_rank);
+            CHECK(res.loss_scale == (fp16 ? 128.0 : 1.0), "rank %d: loss scale %g after the overflow", g_rank,
+                  res.loss_scale);
         } else {
             /* The poisoned window was discarded: the next step is clean. */
             CHECK(res.overflow == 0 && res.taken == 1 && !same, "rank %d: step after overflow: overflow %d taken %d",
@@ -383,7 +402,7 @@ int main(int argc, char **argv) {
     long rs1 = run_and_check(1), rs4 = run_and_check(4), rs8 = run_and_check(8);
     CHECK(rs1 >= 0 && rs1 == rs4 && rs4 == rs8,
               "reduce-scatter calls per step depend on M: %ld (M=1), %ld (M=4), %ld (M=8)", rs1, rs4, rs8);
-    check_overflow();
+    check_overflow(0);
     check_checkpoint();
     check_refusals();
 
