@@ -24,8 +24,10 @@
 
 /* Wrap the host's communicator.  `nccl_comm_handle` points to an ncclComm_t
  * (borrowed: the host destroys it after the engine).  The CUDA device is
- * the one current on the calling thread.  Collectives run on a non-blocking
- * stream of the backend's own unless zero__comm_nccl_set_stream is called. */
+ * the communicator's (ncclCommCuDevice); every call on m makes it current
+ * on the calling thread (cudaSetDevice), so the engine's threads need no
+ * setup.  Collectives run on a non-blocking stream of the backend's own
+ * unless zero__comm_nccl_set_stream is called. */
 zero_status zero__comm_nccl_create(void *nccl_comm_handle, struct zero_engine *engine, zero_comm **out,
                                    char *err, size_t err_len);
 
