@@ -115,8 +115,10 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
         return fail_create(e,
                            zero__error(e, ZERO_ERR_CONFIG,
                                        "plugin '%s' cannot run with pipeline parallelism (pipeline.stages = %d): "
-                                       "it would reduce gradients on every micro-batch, multiplying data-parallel "
-                                       "traffic by the number of micro-batches for no memory gain; use stage 1 "
+                                       "it does not declare ZERO_PLUGIN_CAP_PIPELINE.  ZeRO stage 2/3 would "
+                                       "reduce gradients on every micro-batch, multiplying data-parallel traffic "
+                                       "by the number of micro-batches for no memory gain, and a plugin unaware "
+                                       "of the pipeline would clip by its own stage's gradient norm; use stage 1 "
                                        "(plugin stage1-pp)",
                                        e->plugin.table->name, (int)e->rc->pipeline_stages),
                            err, err_len);

@@ -378,6 +378,8 @@ static void check_refusals(void) {
     }
     char *cfg = config_text(4, 1, P, 0.0);
     check_refused(cfg, "stage2", "plugin stage2 forced onto a pipeline config", "cannot run with pipeline parallelism",
+                  "every micro-batch");
+    check_refused(cfg, "stage1", "plugin stage1 forced onto a pipeline config", "plugin 'stage1' cannot run",
                   "stage1-pp");
     free(cfg);
     cfg = config_text(4, 1, g_size + 1, 0.0);
