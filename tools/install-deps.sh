@@ -19,7 +19,7 @@ PKGS=(
 PKGS+=(${INSTALL_DEPS_EXTRA:-})
 
 # GPU path: cuobjdump for the SASS inspection test (CUDA 13 toolkits ship without it) from PyPI, where nvcc exists; as an EXIT trap so it also runs after the early exit below.
-trap 'if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then python3 -m pip show nvidia-cuda-cuobjdump >/dev/null 2>&1 || python3 -m pip install -q nvidia-cuda-cuobjdump >/dev/null 2>&1 || echo "install-deps: pip install nvidia-cuda-cuobjdump failed; gpu_sass_inspect will fail" >&2; fi' EXIT
+trap 'if [ "${INSTALL_DEPS_DRY_RUN:-0}" != 1 ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then python3 -m pip show nvidia-cuda-cuobjdump >/dev/null 2>&1 || python3 -m pip install -q nvidia-cuda-cuobjdump >/dev/null 2>&1 || echo "install-deps: pip install nvidia-cuda-cuobjdump failed; gpu_sass_inspect will fail" >&2; fi' EXIT
 
 missing=()
 for p in "${PKGS[@]}"; do
