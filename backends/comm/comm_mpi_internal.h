@@ -37,7 +37,7 @@ typedef struct zm_engine {
     unsigned poll_us;          /* ZERO_COMM_POLL_US: longest back-off sleep of the progress thread */
     size_t chunk_bytes;        /* ZERO_COMM_CHUNK_KB: ring message size */
     int window;                /* ZERO_COMM_WINDOW: posted requests per direction per op */
-    int native_allgather;      /* ZERO_COMM_ALLGATHER=mpi: use MPI_Iallgatherv instead of the ring */
+    int allgather_mode;        /* ZERO_COMM_ALLGATHER: ZM_AG_* (auto: direct up to 8 ranks, else ring) */
     int native_allreduce;      /* ZERO_COMM_ALLREDUCE=mpi: use MPI_Iallreduce for sums too */
     /* scratch cache: ring temporaries are reused across ops so that a large
      * reduce-scatter does not pay page faults on fresh memory every time */
@@ -61,7 +61,8 @@ typedef struct zm_comm {
     double busy_t0;
 } zm_comm;
 
-enum { ZM_OP_NATIVE = 0, ZM_OP_RS_RING = 1, ZM_OP_AG_RING = 2 };
+enum { ZM_OP_NATIVE = 0, ZM_OP_RS_RING = 1, ZM_OP_AG_RING = 2, ZM_OP_AG_DIRECT = 3 };
+enum { ZM_AG_AUTO = 0, ZM_AG_RING = 1, ZM_AG_DIRECT = 2, ZM_AG_MPI = 3 };
 
 typedef struct zm_cursor {
     int k;    /* ring step */

@@ -109,7 +109,11 @@ zm_engine *zero__zm_engine_create(int thread_level, struct zero_engine *engine) 
     pe->chunk_bytes = (size_t)env_long("ZERO_COMM_CHUNK_KB", 512, 4, 1L << 20) * 1024u;
     pe->window = (int)env_long("ZERO_COMM_WINDOW", 8, 1, ZM_MAX_WINDOW);
     const char *ag = getenv("ZERO_COMM_ALLGATHER");
-    pe->native_allgather = ag && strcmp(ag, "mpi") == 0;
+    pe->allgather_mode = !ag ? ZM_AG_AUTO
+                         : strcmp(ag, "ring") == 0   ? ZM_AG_RING
+                         : strcmp(ag, "direct") == 0 ? ZM_AG_DIRECT
+                         : strcmp(ag, "mpi") == 0    ? ZM_AG_MPI
+                                                     : ZM_AG_AUTO;
     const char *ar = getenv("ZERO_COMM_ALLREDUCE");
     pe->native_allreduce = ar && strcmp(ar, "mpi") == 0;
     int want_thread = env_long("ZERO_COMM_PROGRESS_THREAD", 1, 0, 1) != 0;

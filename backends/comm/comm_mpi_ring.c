@@ -154,6 +154,76 @@ static void phase_to_allgather(zm_op *op) {
     ring_start_cursors(op);
 }
 
+static int use_direct(const zm_op *op) {
+    zm_engine *pe = ZM(op->base.comm)->pe;
+    int n = op->ring.n;
+    return pe->allgather_mode == ZM_AG_DIRECT || (pe->allgather_mode != ZM_AG_RING && n <= 8);
+}
+
+/* Direct allgather: every rank sends its block to every other rank, and
+ * each block lands straight in place: one round, no forwarding chain.  On
+ * one node (shared memory, single-copy CMA) that beats the ring, whose N-1
+ * dependent hops each wait for a peer to be scheduled; across many nodes
+ * the ring's neighbour-only traffic wins, hence the rank threshold.
+ * Receives are posted first.  Messages are cut in chunk-sized pieces
+ * (ZERO_COMM_CHUNK_KB), which measured faster than one large message. */
+static void direct_post(zm_op *op) {
+    zm_ring *g = &op->ring;
+    const size_t ZM_DIRECT_PIECE = g->chunk * g->esz;
+    MPI_Comm comm = ZM(op->base.comm)->comm;
+    size_t nreq = 0, mine = g->counts[g->r] * g->esz;
+    for (int b = 0; b < g->n; ++b)
+        if (b != g->r) {
+            nreq += (g->counts[b] * g->esz + ZM_DIRECT_PIECE - 1) / ZM_DIRECT_PIECE;
+            nreq += (mine + ZM_DIRECT_PIECE - 1) / ZM_DIRECT_PIECE;
+        }
+    op->reqs = calloc(nreq ? nreq : 1, sizeof(MPI_Request));
+    if (!op->reqs) {
+        op->status = ZERO_ERR_OUT_OF_MEMORY;
+        snprintf(op->err, sizeof op->err, "comm: out of memory posting an allgather");
+        op->done = 1;
+        return;
+    }
+    int k = 0, rc;
+    for (int d = 1; d < g->n; ++d) { /* staggered so that not everyone reads rank 0 first */
+        int b = mod(g->r - d, g->n);
+        char *dst = g->recv + g->displ[b] * g->esz;
+        for (size_t lo = 0, len = g->counts[b] * g->esz; lo < len; lo += ZM_DIRECT_PIECE) {
+            int piece = (int)(len - lo < ZM_DIRECT_PIECE ? len - lo : ZM_DIRECT_PIECE);
+            if ((rc = MPI_Irecv(dst + lo, piece, MPI_BYTE, b, g->tag, comm, &op->reqs[k++])) != MPI_SUCCESS) {
+                op->nreqs = k - 1;
+                fail(op, rc, "allgather MPI_Irecv");
+                return;
+            }
+        }
+    }
+    const char *src = g->recv + g->displ[g->r] * g->esz;
+    for (int d = 1; d < g->n; ++d) {
+        int b = mod(g->r + d, g->n);
+        for (size_t lo = 0; lo < mine; lo += ZM_DIRECT_PIECE) {
+            int piece = (int)(mine - lo < ZM_DIRECT_PIECE ? mine - lo : ZM_DIRECT_PIECE);
+            if ((rc = MPI_Isend(src + lo, piece, MPI_BYTE, b, g->tag, comm, &op->reqs[k++])) != MPI_SUCCESS) {
+                op->nreqs = k - 1;
+                fail(op, rc, "allgather MPI_Isend");
+                return;
+            }
+        }
+    }
+    op->nreqs = k;
+}
+
+static int native_advance(zm_op *op);
+
+static int direct_advance(zm_op *op) {
+    int moved = 0;
+    if (!op->reqs) {
+        direct_post(op);
+        if (op->done) return 1;
+        moved = 1;
+    }
+    return native_advance(op) | moved;
+}
+
 static int ring_advance(zm_op *op) {
     zm_ring *g = &op->ring;
     MPI_Comm comm = ZM(op->base.comm)->comm;
@@ -202,7 +272,12 @@ static int ring_advance(zm_op *op) {
             again = 1;
         }
         if (at_end(g, g->rdone) && at_end(g, g->sdone)) {
-            if (g->then_allgather) {
+            if (g->then_allgather && use_direct(op)) {
+                g->then_allgather = 0;
+                g->recv = (char *)g->send; /* the whole buffer now */
+                op->kind = ZM_OP_AG_DIRECT; /* posted by the next advance */
+                return 1;
+            } else if (g->then_allgather) {
                 phase_to_allgather(op);
                 again = 1;
             } else {
@@ -224,7 +299,9 @@ static int native_advance(zm_op *op) {
 
 int zero__zm_op_advance_locked(zm_op *op) {
     if (op->done) return 0;
-    return op->kind == ZM_OP_NATIVE ? native_advance(op) : ring_advance(op);
+    if (op->kind == ZM_OP_NATIVE) return native_advance(op);
+    if (op->kind == ZM_OP_AG_DIRECT) return direct_advance(op);
+    return ring_advance(op);
 }
 
 void zero__zm_op_free_locked(zm_engine *pe, zm_op *op) {
@@ -490,7 +567,8 @@ zero_status zero__zm_iallgatherv(zero_comm *m, const void *send, void *recv, con
     char *own = g->recv + g->displ[g->r] * g->esz;
     if (mine && (const char *)send != own) memmove(own, send, mine * g->esz);
     if (g->n == 1) g->nsteps = 0;
-    else if (c->pe->native_allgather) return native_allgatherv(m, op, req);
+    else if (c->pe->allgather_mode == ZM_AG_MPI) return native_allgatherv(m, op, req);
+    else if (use_direct(op)) op->kind = ZM_OP_AG_DIRECT;
     ring_start_cursors(op);
     return submit(c, op, req);
 }

@@ -18,14 +18,16 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-typedef enum { ALLREDUCE, RS_MPI, RS_OURS, AG_MPI, AG_OURS, AG_NBC, IAR_OURS, NBENCH } bench_kind;
+typedef enum { ALLREDUCE, RS_MPI, RS_OURS, AG_MPI, AG_OURS, AG_RING, AG_NBC, IAR_OURS, IAR_NBC, NBENCH } bench_kind;
 static const char *names[NBENCH] = {"MPI_Allreduce", "MPI_Reduce_scatter_block", "zero ring reduce-scatter",
-                                    "MPI_Allgather", "zero ring allgather",
-                                    "zero allgather=MPI_Iallgatherv", "zero iallreduce"};
+                                    "MPI_Allgather", "zero allgather (direct)",
+                                    "zero allgather (ring)", "zero allgather (libnbc)", "zero iallreduce (ring)",
+                                    "zero iallreduce (libnbc)"};
 
-/* w2: a second world created with ZERO_COMM_ALLGATHER=mpi (libnbc's
- * MPI_Iallgatherv driven by the same progress engine), for comparison. */
-static zero_comm *w2;
+/* Worlds created with other knobs, for comparison: w_nbc uses libnbc's
+ * MPI_Iallgatherv / MPI_Iallreduce (driven by the same progress engine),
+ * w_ring the ring allgather. */
+static zero_comm *w_nbc, *w_ring;
 
 static double run_once(bench_kind k, zero_comm *w, float *a, float *b, size_t count) {
     int n = zero__comm_size(w);
@@ -46,11 +48,15 @@ static double run_once(bench_kind k, zero_comm *w, float *a, float *b, size_t co
         if (zero__iallgatherv(w, a, b, counts, ZERO_DTYPE_F32, &req) == ZERO_OK) zero__comm_wait(req);
         break;
     case AG_NBC:
-        if (zero__iallgatherv(w2, a, b, counts, ZERO_DTYPE_F32, &req) == ZERO_OK) zero__comm_wait(req);
+    case AG_RING:
+        if (zero__iallgatherv(k == AG_NBC ? w_nbc : w_ring, a, b, counts, ZERO_DTYPE_F32, &req) == ZERO_OK)
+            zero__comm_wait(req);
         break;
     case IAR_OURS:
+    case IAR_NBC:
         memcpy(b, a, count * sizeof *a); /* in place on a copy: the timing includes this copy */
-        if (zero__iallreduce(w, b, count, ZERO_DTYPE_F32, ZERO_OP_SUM, &req) == ZERO_OK) zero__comm_wait(req);
+        if (zero__iallreduce(k == IAR_NBC ? w_nbc : w, b, count, ZERO_DTYPE_F32, ZERO_OP_SUM, &req) == ZERO_OK)
+            zero__comm_wait(req);
         break;
     default: break;
     }
@@ -77,11 +83,16 @@ int main(int argc, char **argv) {
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     setenv("ZERO_COMM_ALLGATHER", "mpi", 1);
-    if (zero__comm_world_create(ZERO_COMM_MPI, &world, NULL, &w2, err, sizeof err) != ZERO_OK) {
+    setenv("ZERO_COMM_ALLREDUCE", "mpi", 1);
+    zero_status s1 = zero__comm_world_create(ZERO_COMM_MPI, &world, NULL, &w_nbc, err, sizeof err);
+    unsetenv("ZERO_COMM_ALLREDUCE");
+    setenv("ZERO_COMM_ALLGATHER", "ring", 1);
+    zero_status s2 = zero__comm_world_create(ZERO_COMM_MPI, &world, NULL, &w_ring, err, sizeof err);
+    unsetenv("ZERO_COMM_ALLGATHER");
+    if (s1 != ZERO_OK || s2 != ZERO_OK) {
         fprintf(stderr, "comm: %s\n", err);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    unsetenv("ZERO_COMM_ALLGATHER");
     int r = zero__comm_rank(w), n = zero__comm_size(w);
     if (r == 0)
         printf("N=%d ranks, thread level %d, reps=%d (median of slowest-rank times), chunk=%s KB window=%s poll=%s us\n",
@@ -114,7 +125,7 @@ int main(int argc, char **argv) {
         if (r == 0) {
             printf("\n%zu MB (%zu floats), N=%d:\n", mb, count, n);
             for (int k = 0; k < NBENCH; ++k)
-                printf("  %-26s %9.2f ms   ratio to MPI_Allreduce %.3f\n", names[k], med[k] * 1e3,
+                printf("  %-28s %9.2f ms   ratio to MPI_Allreduce %.3f\n", names[k], med[k] * 1e3,
                        med[k] / med[ALLREDUCE]);
             printf("  => zero reduce-scatter / MPI_Allreduce = %.3f (ratio of medians), %.3f (median of per-rep "
                    "ratios); target <= 0.6; vs MPI_Reduce_scatter_block %.3f\n",
@@ -124,7 +135,8 @@ int main(int argc, char **argv) {
         free(a);
         free(b);
     }
-    zero__comm_world_free(w2);
+    zero__comm_world_free(w_ring);
+    zero__comm_world_free(w_nbc);
     zero__comm_world_free(w);
     MPI_Finalize();
     return 0;
