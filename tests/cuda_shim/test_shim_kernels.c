@@ -141,7 +141,8 @@ static void test_plan(void) {
 }
 
 static void test_sumsq(void) {
-    const size_t ns[] = {0, 1, 7, 8, 9, 4095, 4096, 4097, 3 * 4096 + 5, 300001};
+    /* up to more than ZERO_CUDA_THREADS blocks: a grid of several CUDA blocks */
+    const size_t ns[] = {0, 1, 7, 8, 9, 4095, 4096, 4097, 3 * 4096 + 5, 300001, (size_t)ZERO_CUDA_THREADS * 4096 + 4101};
     for (size_t t = 0; t < sizeof ns / sizeof ns[0]; ++t) {
         size_t n = ns[t];
         for (int dt = 0; dt < 3; ++dt) {
