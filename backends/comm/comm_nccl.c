@@ -2,6 +2,7 @@
  * ZERO_HAVE_NCCL (core/CMakeLists.txt globs backends/comm/ *.c). */
 #ifdef ZERO_HAVE_NCCL
 #include "comm_nccl.h"
+#include "log.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -67,19 +68,17 @@ static void fmt_err(char *err, size_t len, const char *fmt, const char *a, const
     if (err && len) snprintf(err, len, fmt, a, b);
 }
 
+/* Failures become the engine's last error ("rank R: ...") and a log line,
+ * as for the MPI backend. */
 static zero_status nccl_fail(nccl_comm *c, const char *what, ncclResult_t r) {
-    /* comm.c has no engine-facing error hook for backends; the message goes
-     * to stderr-free storage via the return code only, plus the NCCL text on
-     * the (rare) failure path so that the cause is not lost. */
-    fprintf(stderr, "[zero rank %d] ERROR: %s: %s%s%s\n", c->base.rank, what, ncclGetErrorString(r),
-            ncclGetLastError(c->nc) ? ": " : "", ncclGetLastError(c->nc) ? ncclGetLastError(c->nc) : "");
-    return ZERO_ERR_COMM;
+    const char *last = ncclGetLastError(c->nc);
+    return zero__error(c->base.engine, ZERO_ERR_COMM, "%s: %s%s%s", what, ncclGetErrorString(r),
+                       last && last[0] ? ": " : "", last ? last : "");
 }
 
 static zero_status cuda_fail(nccl_comm *c, const char *what, cudaError_t e) {
-    fprintf(stderr, "[zero rank %d] ERROR: %s: %s\n", c->base.rank, what, cudaGetErrorString(e));
     (void)cudaGetLastError();
-    return ZERO_ERR_DEVICE;
+    return zero__error(c->base.engine, ZERO_ERR_DEVICE, "%s: %s", what, cudaGetErrorString(e));
 }
 
 /* Device memory (or managed) that NCCL can use directly?  Host memory,
