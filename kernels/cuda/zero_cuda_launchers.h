@@ -3,7 +3,8 @@
  * two ways: in the .cu files with real <<<>>> launches, and in the CPU shim
  * tests (tests/cuda_shim), where ZERO_CUDA_LAUNCH runs the grid as loops and
  * the few runtime calls are host stand-ins.  So the shim tests exercise the
- * launch geometry and the multi-tensor planning exactly as shipped. */
+ * launch geometry and the multi-tensor planning exactly as shipped.
+ * Thread-safe (no state; each call builds its own kernel arguments). */
 #ifndef ZERO_CUDA_LAUNCHERS_H
 #define ZERO_CUDA_LAUNCHERS_H
 #include "zero_cuda_kernel_bodies.h"
