@@ -456,6 +456,23 @@ static void test_threads(zero_comm *w) {
     zero__comm_free(dup);
 }
 
+/* A caller bug that MPI detects (ranks disagree on the counts, so rank 0's
+ * receive is too small) comes back as ZERO_ERR_COMM, never an abort, and
+ * the communicator stays usable. */
+static void test_error_path(zero_comm *w) {
+    int r = zero__comm_rank(w);
+    size_t counts[2] = {r == 0 ? 10u : 12u, r == 0 ? 10u : 12u};
+    float send[24] = {0}, out[12];
+    zero_comm_req *q = NULL;
+    CHECK_EQ_INT(zero__ireduce_scatterv(w, send, out, counts, ZERO_DTYPE_F32, &q), ZERO_OK);
+    zero_status st = zero__comm_wait(q);
+    if (r == 0) CHECK(st == ZERO_ERR_COMM, "truncated receive gave status %d, expected ZERO_ERR_COMM", st);
+    CHECK_EQ_INT(zero__barrier(w), ZERO_OK);
+    float x = 1.0f;
+    CHECK_EQ_INT(zero__allreduce(w, &x, 1, ZERO_DTYPE_F32, ZERO_OP_SUM), ZERO_OK);
+    CHECK(x == 2.0f, "allreduce after an error: %g", x);
+}
+
 int main(int argc, char **argv) {
     /* argv[1] == "host-multiple" / "host-single": the host initialises MPI
      * itself and passes its communicator; otherwise libzero initialises MPI
@@ -508,6 +525,7 @@ int main(int argc, char **argv) {
     test_allreduce_identical(w);
     if (expect_thread) test_overlap(w);
     if (strcmp(mode, "host-single") != 0) test_threads(w);
+    if (N == 2 && strcmp(mode, "auto") == 0) test_error_path(w);
 
     zero__comm_counters ct;
     zero__comm_counters_get(w, &ct);
