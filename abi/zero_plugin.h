@@ -218,6 +218,50 @@ typedef struct zero_opt_range {
 } zero_opt_range;
 
 /* ------------------------------------------------------------------------ */
+/* Partitioned step (appended in 1.0 by the precision worker): the arrays a  */
+/* plugin steps at the boundary and how each is indexed.                     */
+/* ------------------------------------------------------------------------ */
+/* How an array is indexed: by global flat offset (a full flat buffer, e.g.
+ * stage 1's gradient or parameters) or by partition offset (a rank's shard:
+ * element flat_lo + i of range r is at ranges[r].part_lo + i). */
+struct zero_step_ctx;    /* defined with the plugin table below */
+struct zero_step_report;
+typedef int32_t zero_index_kind;
+enum { ZERO_INDEX_FLAT = 0, ZERO_INDEX_PART = 1 };
+
+typedef struct zero_part_step {
+    uint32_t struct_size;
+    uint32_t nranges;
+    const zero_owned_range *ranges; /* what this rank steps (borrowed for the call) */
+    /* Norm and overflow: partial sums of squares of `grad` over `ranges` are
+     * added over norm_comm, which must hold every summed gradient element
+     * exactly once across its ranks (NULL = comm_global: every partition of
+     * every pipeline stage).  replicated = 1: every rank of comm_world holds
+     * the same ranges and values (stage 0), so only its rank 0 contributes. */
+    zero_comm *norm_comm;
+    int32_t replicated;
+    zero_dtype dtype;               /* model dtype of grad and param_out */
+    const void *grad;               /* reduced gradient sum, model dtype */
+    zero_index_kind grad_index;
+    zero_index_kind master_index;
+    float *master;                  /* fp32 master weights, updated in place */
+    float *state[4];                /* optimizer states, ZERO_INDEX_PART */
+    void *param_out;                /* model-dtype copy-out of the new weights, or NULL (fp32: master is the param) */
+    zero_index_kind param_out_index;
+    int32_t reserved0;
+} zero_part_step;
+
+/* Outcome of the norm pass (all ranks of norm_comm agree on every field). */
+typedef struct zero_grad_norm {
+    uint32_t struct_size;
+    int32_t overflow;   /* an Inf/NaN in any rank's gradient, or a non-finite sum of squares */
+    double norm;        /* L2 norm of the mean, unscaled gradient (pre-clip); -1 on overflow */
+    double clip_coef;   /* gradient_clipping / (norm + 1e-6) when norm > clip, else 1 (DeepSpeed's) */
+    float grad_mul;     /* clip_coef / (grad_divisor * loss_scale): what optim_step multiplies grads by */
+    int32_t reserved0;
+} zero_grad_norm;
+
+/* ------------------------------------------------------------------------ */
 /* Services: what the core offers a plugin.  Owned by the core; valid from   */
 /* create() until destroy() returns.                                         */
 /* ------------------------------------------------------------------------ */
@@ -313,6 +357,32 @@ typedef struct zero_services_v1 {
      * the fp16 overflow flag.  Without a pipeline it is comm_world.  Owned by
      * the core, valid until destroy; never free it. */
     zero_comm *(*comm_global)(zero_core *c);
+
+    /* ---- appended in 1.0 by the precision worker (check ZERO_SERVICES_HAS) ---- */
+    /* The step every partitioning plugin shares, so that plugins are glue.
+     * Collective over ps->norm_comm (or comm_global); call on the engine's
+     * step thread, between buckets_flush and the parameter all-gather.
+     * grad_norm: fp64 sum of squares and Inf/NaN flag of this rank's ranges,
+     * agreed in ONE fp64 all-reduce; fills *out (norm of the mean unscaled
+     * gradient, clip coefficient, grad_mul) from ctx (grad_divisor,
+     * loss_scale, grad_clip). */
+    zero_status (*grad_norm)(zero_core *c, const zero_part_step *ps, const struct zero_step_ctx *ctx,
+                             zero_grad_norm *out);
+    /* The fused optimizer pass over every range: grad (model dtype) *
+     * grad_mul, update master and states, round the new weights into
+     * param_out (RNE) when given.  Local, no communication. */
+    zero_status (*part_step)(zero_core *c, const zero_part_step *ps, float grad_mul);
+    /* Both, and the report: overflow -> rep->overflow = 1, grad_norm -1, no
+     * update; else norm into rep and the step.  The plugin then clears its
+     * gradients and re-gathers its parameters in either case. */
+    zero_status (*boundary_step)(zero_core *c, const zero_part_step *ps, const struct zero_step_ctx *ctx,
+                                 struct zero_step_report *rep);
+    /* All-gather, in place, every layout group's equal rank shares of a flat
+     * buffer of flat_numel elements of dt (rank r's share of group g at
+     * groups[g].flat_begin + r * part_numel), over comm (NULL = comm_world).
+     * All groups are issued before any wait; every issued request is waited
+     * even after an error.  Collective. */
+    zero_status (*allgather_shares)(zero_core *c, zero_comm *comm, void *flat, zero_dtype dt);
 } zero_services_v1;
 
 /* Does this services table have field `f`? (built against a newer minor) */

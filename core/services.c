@@ -11,6 +11,7 @@
 #include "buckets.h"
 #include "engine.h"
 #include "optim.h"
+#include "partition_step.h"
 
 #define E(c) zero__engine_of(c)
 
@@ -90,12 +91,31 @@ static zero_status svc_optim_step(zero_core *c, const zero_opt_range *r) {
             size_t es = r->param_out_dtype == ZERO_DTYPE_F32 ? 4 : 2;
             out = (char *)r->param_out + off * es;
         }
-        if (r->struct_size >= offsetof(zero_opt_range, grad_dtype) + sizeof(zero_dtype) &&
-            r->grad_dtype != ZERO_DTYPE_F32)
-            return zero__error(e, ZERO_ERR_UNSUPPORTED, "optim_step: %s gradients are not supported yet",
-                               r->grad_dtype == ZERO_DTYPE_BF16 ? "bf16" : "fp16");
-        zero__optim_step(rc->optim, &s, r->master + off, st, (const float *)r->grad + off, r->grad_mul, out,
-                         r->param_out_dtype, n);
+        zero_dtype gdt = r->struct_size >= offsetof(zero_opt_range, grad_dtype) + sizeof(zero_dtype)
+                             ? r->grad_dtype
+                             : ZERO_DTYPE_F32;
+        if (gdt == ZERO_DTYPE_F32) {
+            zero__optim_step(rc->optim, &s, r->master + off, st, (const float *)r->grad + off, r->grad_mul, out,
+                             r->param_out_dtype, n);
+            continue;
+        }
+        if (gdt != ZERO_DTYPE_BF16 && gdt != ZERO_DTYPE_F16)
+            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "optim_step: unknown gradient dtype %d", (int)gdt);
+        /* Model-dtype gradients: widen one tile at a time and step it, so the
+         * pass stays fused (read grad, unscale+clip, update, copy out) with
+         * only a tile of fp32 temporaries; the kernel is elementwise, so the
+         * result equals one call over the whole range. */
+        const uint16_t *g16 = (const uint16_t *)r->grad + off;
+        size_t oes = r->param_out_dtype == ZERO_DTYPE_F32 ? 4 : 2;
+        float tile[ZERO_OPTIM_TILE];
+        for (size_t i = 0; i < n; i += ZERO_OPTIM_TILE) {
+            size_t k = n - i < ZERO_OPTIM_TILE ? n - i : ZERO_OPTIM_TILE;
+            zero__convert(tile, ZERO_DTYPE_F32, g16 + i, gdt, k);
+            float *sti[4] = {0};
+            for (int j = 0; j < 4; j++) sti[j] = st[j] ? st[j] + i : NULL;
+            zero__optim_step(rc->optim, &s, r->master + off + i, sti, tile, r->grad_mul,
+                             out ? (char *)out + i * oes : NULL, r->param_out_dtype, k);
+        }
     }
     return ZERO_OK;
 }
@@ -237,4 +257,8 @@ void zero__services_init(struct zero_engine *e) {
     s->ckpt_write = svc_ckpt_write;
     s->ckpt_read = svc_ckpt_read;
     s->comm_global = svc_comm_global;
+    s->grad_norm = zero__svc_grad_norm;
+    s->part_step = zero__svc_part_step;
+    s->boundary_step = zero__svc_boundary_step;
+    s->allgather_shares = zero__svc_allgather_shares;
 }

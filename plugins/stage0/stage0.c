@@ -1,19 +1,21 @@
 /* stage0: plain data parallelism, the reference every other strategy is
  * checked against.
  *
- * Every rank keeps the full flat parameters, a full flat fp32 gradient that
- * accumulates over the micro-steps of a window, and the full optimizer
- * state.  During the boundary micro-step's backward the gradient buckets are
- * all-reduced (overlapping the host's backward when overlap_comm is on); at
- * the boundary every rank steps everything with identical inputs, so the
- * replicas stay identical without any parameter broadcast.
+ * Every rank keeps the full flat parameters, a full flat gradient (model
+ * dtype) that accumulates over the micro-steps of a window, and the full
+ * optimizer state.  During the boundary micro-step's backward the gradient
+ * buckets are all-reduced (sums formed in fp32 by the bucket engine,
+ * overlapping the host's backward when overlap_comm is on); at the boundary
+ * every rank steps everything with identical inputs, so the replicas stay
+ * identical without any parameter broadcast.
  *
- * fp32 models only for now: the params ARE the master weights (no extra fp32
- * copy, K = 8 bytes of Adam state per element).  Mixed precision will add a
- * master buffer and a param_out copy in step_all(); nothing else changes.
+ * fp32 models: the params ARE the master weights (K = 8 bytes of Adam state
+ * per element).  bf16/fp16 models: 2-byte params and gradients plus a full
+ * fp32 master (16 Psi with Adam); the optimizer pass rounds the new weights
+ * into the params.  The norm, clip and step are the core's boundary_step
+ * service; this file is glue.
  *
  * Includes only abi/ headers, like any third-party plugin. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +26,12 @@ typedef struct stage0 {
     const zero_services_v1 *svc;
     zero_core *c;
     const zero_layout *L;
-    float *params;   /* flat_numel: every param's permanent storage */
-    float *grads;    /* flat_numel: summed gradients of the window */
-    float *state[4]; /* optimizer state, flat_numel each */
+    zero_dtype dtype;  /* model dtype of params and grads */
+    size_t esize;
+    void *params;      /* flat_numel: every param's permanent storage */
+    void *grads;       /* flat_numel: summed gradients of the window */
+    float *master;     /* flat_numel fp32; == params for fp32 models */
+    float *state[4];   /* optimizer state, flat_numel each */
     uint32_t nstate;
     zero_buckets *b;
 } stage0;
@@ -40,36 +45,46 @@ static zero_status s0_create(const zero_services_v1 *svc, void **state) {
     return ZERO_OK;
 }
 
-static void *alloc_tagged(stage0 *s, zero_mem_tag tag, uint64_t numel) {
-    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)numel * sizeof(float));
+static void *alloc_tagged(stage0 *s, zero_mem_tag tag, uint64_t numel, size_t esize) {
+    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)numel * esize);
 }
 
 static zero_status s0_params_done(void *state) {
     stage0 *s = state;
     const zero_services_v1 *svc = s->svc;
+    if (!ZERO_SERVICES_HAS(svc, allgather_shares))
+        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage0: the core lacks the boundary_step services");
+    const zero_run_config *rc = svc->config(s->c);
     s->L = svc->layout(s->c);
+    s->dtype = rc->model_dtype;
+    s->esize = s->dtype == ZERO_DTYPE_F32 ? 4 : 2;
     uint32_t np = svc->nparams(s->c);
     for (uint32_t i = 0; i < np; i++) {
         zero_param_info *p = svc->param(s->c, i);
-        if (p->dtype != ZERO_DTYPE_F32 || p->init_device != ZERO_DEVICE_CPU)
-            return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage0: param '%s': only fp32 CPU params so far",
-                              p->name);
+        if (p->dtype != s->dtype || p->init_device != ZERO_DEVICE_CPU)
+            return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
+                              "stage0: param '%s': dtype %d on device %d, but the model dtype (bf16.enabled / "
+                              "fp16.enabled) is %d on the CPU",
+                              p->name, (int)p->dtype, (int)p->init_device, (int)s->dtype);
     }
     const uint64_t flat = s->L->flat_numel;
-    s->params = alloc_tagged(s, ZERO_MEM_PARAMS, flat);
-    s->grads = alloc_tagged(s, ZERO_MEM_GRADS, flat);
+    s->params = alloc_tagged(s, ZERO_MEM_PARAMS, flat, s->esize);
+    s->grads = alloc_tagged(s, ZERO_MEM_GRADS, flat, s->esize);
+    s->master = s->dtype == ZERO_DTYPE_F32 ? s->params : alloc_tagged(s, ZERO_MEM_MASTER, flat, sizeof(float));
     s->nstate = svc->optim_state_count(s->c);
-    int ok = s->params && s->grads && s->nstate <= 4;
-    for (uint32_t k = 0; ok && k < s->nstate; k++) ok = (s->state[k] = alloc_tagged(s, ZERO_MEM_OPTIM, flat)) != NULL;
+    int ok = s->params && s->grads && s->master && s->nstate <= 4;
+    for (uint32_t k = 0; ok && k < s->nstate; k++)
+        ok = (s->state[k] = alloc_tagged(s, ZERO_MEM_OPTIM, flat, sizeof(float))) != NULL;
     if (!ok) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage0: cannot allocate %llu-element model state",
                                (unsigned long long)flat);
     for (uint32_t i = 0; i < np; i++) {
         zero_param_info *p = svc->param(s->c, i);
-        float *dst = s->params + p->flat_offset;
-        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * sizeof(float));
+        char *dst = (char *)s->params + (size_t)p->flat_offset * s->esize;
+        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * s->esize);
+        if (p->init_data && (void *)s->master != s->params)
+            svc->convert(s->c, s->master + p->flat_offset, ZERO_DTYPE_F32, p->init_data, s->dtype, (size_t)p->numel);
         p->data = dst;
     }
-    const zero_run_config *rc = svc->config(s->c);
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
     spec.mode = ZERO_BUCKETS_ALLREDUCE;
@@ -78,7 +93,7 @@ static zero_status s0_params_done(void *state) {
     spec.contiguous = 1;
     spec.flat = s->grads;
     spec.reduce_every_micro_step = 0; /* accumulate locally, reduce once per window */
-    spec.grad_dtype = ZERO_DTYPE_F32;
+    spec.grad_dtype = s->dtype;
     return svc->buckets_create(s->c, &spec, &s->b);
 }
 
@@ -100,38 +115,23 @@ static zero_status s0_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     zero_status st = svc->buckets_flush(s->b); /* every micro-step: resets the ready counts */
     if (st != ZERO_OK || !ctx->boundary) return st;
     const uint64_t flat = s->L->flat_numel;
-
-    /* Every rank holds the same all-reduced sum, but agree on overflow
-     * anyway: it costs one scalar and never lets replicas diverge. */
-    double nonfinite = svc->nonfinite(s->c, s->grads, ZERO_DTYPE_F32, (size_t)flat) ? 1.0 : 0.0;
-    if ((st = svc->allreduce(svc->comm_world(s->c), &nonfinite, 1, ZERO_DTYPE_F64, ZERO_OP_MAX)) != ZERO_OK)
-        return st;
-    if (nonfinite > 0) {
-        rep->overflow = 1;
-        rep->grad_norm = -1.0;
-        memset(s->grads, 0, (size_t)flat * sizeof(float));
-        return ZERO_OK;
-    }
-    /* Norm of the mean, unscaled gradient; DeepSpeed's clip coefficient. */
-    const double unscale = ctx->grad_divisor * ctx->loss_scale;
-    double norm = sqrt(svc->sumsq(s->c, s->grads, ZERO_DTYPE_F32, (size_t)flat)) / unscale;
-    double coef = (ctx->grad_clip > 0 && norm > ctx->grad_clip) ? ctx->grad_clip / (norm + 1e-6) : 1.0;
-    rep->grad_norm = norm;
-
-    zero_opt_range r = {0};
-    r.struct_size = sizeof r;
-    r.flat_lo = 0;
-    r.flat_hi = flat; /* the core splits it at group boundaries */
-    r.master = s->params;
-    for (uint32_t k = 0; k < s->nstate; k++) r.state[k] = s->state[k];
-    r.grad = s->grads;
-    r.param_out = NULL; /* fp32: the params are the master weights */
-    r.param_out_dtype = ZERO_DTYPE_F32;
-    r.grad_mul = (float)(coef / unscale);
-    r.grad_dtype = ZERO_DTYPE_F32;
-    if (flat && (st = svc->optim_step(s->c, &r)) != ZERO_OK) return st;
-    memset(s->grads, 0, (size_t)flat * sizeof(float));
-    return ZERO_OK;
+    /* Every rank holds the same all-reduced sum: replicated, so one rank per
+     * DP group contributes to the (pipeline-wide) norm, and the overflow
+     * verdict is agreed anyway so replicas can never diverge. */
+    zero_owned_range all = {0, flat, 0};
+    zero_part_step ps = {0};
+    ps.struct_size = sizeof ps;
+    ps.nranges = flat ? 1 : 0;
+    ps.ranges = &all;
+    ps.replicated = 1;
+    ps.dtype = s->dtype;
+    ps.grad = s->grads;
+    ps.master = s->master;
+    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
+    ps.param_out = (void *)s->master == s->params ? NULL : s->params;
+    st = svc->boundary_step(s->c, &ps, ctx, rep);
+    memset(s->grads, 0, (size_t)flat * s->esize);
+    return st;
 }
 
 /* Checkpoint: replicas are identical except for the window's local gradient
@@ -139,14 +139,17 @@ static zero_status s0_step(void *state, const zero_step_ctx *ctx, zero_step_repo
  * window resumes exactly.  Each rank writes its own blobs (atomic). */
 static zero_status s0_blobs(stage0 *s, const char *dir, int write) {
     const zero_services_v1 *svc = s->svc;
-    const size_t bytes = (size_t)s->L->flat_numel * sizeof(float);
-    float *bufs[6] = {s->params, s->grads, s->state[0], s->state[1], s->state[2], s->state[3]};
-    const char *names[6] = {"stage0.params", "stage0.grads", "stage0.state0", "stage0.state1", "stage0.state2",
-                            "stage0.state3"};
+    const size_t n = (size_t)s->L->flat_numel;
+    void *bufs[7] = {s->params, s->grads, s->state[0], s->state[1], s->state[2], s->state[3], s->master};
+    size_t bytes[7] = {n * s->esize, n * s->esize, n * 4, n * 4, n * 4, n * 4, n * 4};
+    const char *names[7] = {"stage0.params", "stage0.grads",  "stage0.state0", "stage0.state1",
+                            "stage0.state2", "stage0.state3", "stage0.master"};
     zero_status st = ZERO_OK;
-    for (uint32_t k = 0; k < 2 + s->nstate && st == ZERO_OK; k++)
-        st = write ? svc->ckpt_write(s->c, dir, names[k], bufs[k], bytes)
-                   : svc->ckpt_read(s->c, dir, names[k], bufs[k], bytes);
+    for (uint32_t k = 0; k < 7 && st == ZERO_OK; k++) {
+        if ((k >= 2 && k < 6 && k - 2 >= s->nstate) || (k == 6 && (void *)s->master == s->params)) continue;
+        st = write ? svc->ckpt_write(s->c, dir, names[k], bufs[k], bytes[k])
+                   : svc->ckpt_read(s->c, dir, names[k], bufs[k], bytes[k]);
+    }
     return st;
 }
 static zero_status s0_save(void *state, const char *dir) { return s0_blobs(state, dir, 1); }
@@ -158,6 +161,7 @@ static void s0_destroy(void *state) {
     if (s->b) s->svc->buckets_destroy(s->b);
     for (uint32_t k = 0; k < 4; k++) s->svc->mem_free(s->c, s->state[k]);
     s->svc->mem_free(s->c, s->grads);
+    if ((void *)s->master != s->params) s->svc->mem_free(s->c, s->master);
     s->svc->mem_free(s->c, s->params);
     free(s);
 }

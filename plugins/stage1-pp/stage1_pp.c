@@ -38,13 +38,15 @@
  * any stage skips the step on every rank (and the loss scaler, which the
  * core runs on each rank from the same report, stays in agreement).
  *
- * fp32 params only (the bucket engine is fp32 for now): the params ARE the
- * master weights.  Includes only abi/ headers, like any third-party plugin.
+ * fp32 models: the params ARE the master weights.  bf16/fp16 models: 2-byte
+ * params and gradient accumulator, an fp32 master of the owned partition;
+ * the optimizer rounds the new weights into the params.  Norm (over
+ * comm_global), clip, step and all-gather are the core's services.
+ * Includes only abi/ headers, like any third-party plugin.
  *
  * Threading: grad_buffer/on_grad_ready may run concurrently for different
  * params (the bucket engine is thread-safe); everything else runs on the
  * engine's calling thread, one call at a time. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,23 +59,24 @@ typedef struct stage1pp {
     const zero_layout *L;
     zero_comm *dp;            /* this stage's data-parallel group (svc->comm_world) */
     zero_comm *global;        /* every rank of every stage (svc->comm_global) */
-    float *params;            /* flat_numel: permanent full storage of this stage's params */
-    float *grads;             /* flat_numel: window sum; owned ranges reduced at the boundary */
+    zero_dtype dtype;         /* model dtype of params and grads */
+    size_t esize;
+    void *params;             /* flat_numel: permanent full storage of this stage's params */
+    void *grads;              /* flat_numel: window sum; owned ranges reduced at the boundary */
+    float *master;            /* fp32: == params (flat-indexed); 16-bit: part_numel */
     float *state[4];          /* optimizer state, part_numel each */
     uint32_t nstate;
     zero_owned_range *owned;  /* this rank's share of each group */
     uint32_t nowned;
-    size_t *counts;           /* ngroups * world all-gather block sizes (live while in flight) */
-    zero_comm_req **reqs;     /* one per group */
     zero_buckets *b;
 } stage1pp;
 
 static zero_status pp_create(const zero_services_v1 *svc, void **state) {
     *state = NULL;
-    if (!ZERO_SERVICES_HAS(svc, comm_global))
+    if (!ZERO_SERVICES_HAS(svc, allgather_shares))
         return svc->error(svc->core, ZERO_ERR_UNSUPPORTED,
-                          "stage1-pp: this libzero has no comm_global service (built for an older 1.x): it "
-                          "cannot reduce the gradient norm over all pipeline stages");
+                          "stage1-pp: this libzero lacks the comm_global and boundary_step services (built for an "
+                          "older 1.x): it cannot reduce the gradient norm over all pipeline stages");
     stage1pp *s = calloc(1, sizeof *s);
     if (!s) return ZERO_ERR_OUT_OF_MEMORY;
     s->svc = svc;
@@ -87,15 +90,20 @@ static zero_status pp_create(const zero_services_v1 *svc, void **state) {
     return ZERO_OK;
 }
 
-static void *alloc_f32(stage1pp *s, zero_mem_tag tag, uint64_t numel) {
-    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)numel * sizeof(float));
+static void *alloc_tagged(stage1pp *s, zero_mem_tag tag, uint64_t numel, size_t esize) {
+    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)numel * esize);
 }
+
+static int mixed(const stage1pp *s) { return (void *)s->master != s->params; }
 
 static zero_status pp_register(void *state, zero_param_info *p) {
     stage1pp *s = state;
-    if (p->dtype != ZERO_DTYPE_F32 || p->init_device != ZERO_DEVICE_CPU)
-        return s->svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage1-pp: param '%s': only fp32 CPU params so far",
-                             p->name);
+    zero_dtype dt = s->svc->config(s->c)->model_dtype;
+    if (p->dtype != dt || p->init_device != ZERO_DEVICE_CPU)
+        return s->svc->error(s->c, ZERO_ERR_UNSUPPORTED,
+                             "stage1-pp: param '%s': dtype %d on device %d, but the model dtype (bf16.enabled / "
+                             "fp16.enabled) is %d on the CPU",
+                             p->name, (int)p->dtype, (int)p->init_device, (int)dt);
     return ZERO_OK;
 }
 
@@ -103,26 +111,32 @@ static zero_status pp_params_done(void *state) {
     stage1pp *s = state;
     const zero_services_v1 *svc = s->svc;
     s->L = svc->layout(s->c);
+    s->dtype = svc->config(s->c)->model_dtype;
+    s->esize = s->dtype == ZERO_DTYPE_F32 ? 4 : 2;
     const uint32_t np = svc->nparams(s->c), ng = s->L->ngroups;
     const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
-    s->params = alloc_f32(s, ZERO_MEM_PARAMS, flat);
-    s->grads = alloc_f32(s, ZERO_MEM_GRADS, flat);
+    s->params = alloc_tagged(s, ZERO_MEM_PARAMS, flat, s->esize);
+    s->grads = alloc_tagged(s, ZERO_MEM_GRADS, flat, s->esize);
+    s->master = s->dtype == ZERO_DTYPE_F32 ? s->params : alloc_tagged(s, ZERO_MEM_MASTER, part, sizeof(float));
     s->nstate = svc->optim_state_count(s->c);
     s->owned = calloc(ng ? ng : 1, sizeof *s->owned);
-    s->counts = calloc((size_t)(ng ? ng : 1) * s->L->world, sizeof *s->counts);
-    s->reqs = calloc(ng ? ng : 1, sizeof *s->reqs);
-    int ok = s->params && s->grads && s->nstate <= 4 && s->owned && s->counts && s->reqs;
-    for (uint32_t k = 0; ok && k < s->nstate; k++) ok = (s->state[k] = alloc_f32(s, ZERO_MEM_OPTIM, part)) != NULL;
+    int ok = s->params && s->grads && s->master && s->nstate <= 4 && s->owned;
+    for (uint32_t k = 0; ok && k < s->nstate; k++)
+        ok = (s->state[k] = alloc_tagged(s, ZERO_MEM_OPTIM, part, sizeof(float))) != NULL;
     if (!ok)
         return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1-pp: cannot allocate model state (%llu elements)",
                           (unsigned long long)flat);
     s->nowned = flat ? svc->owned_ranges(s->c, s->L->rank, 0, flat, s->owned, ng) : 0;
     for (uint32_t i = 0; i < np; i++) {
         zero_param_info *p = svc->param(s->c, i);
-        float *dst = s->params + p->flat_offset;
-        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * sizeof(float));
+        char *dst = (char *)s->params + (size_t)p->flat_offset * s->esize;
+        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * s->esize);
         p->data = dst;
     }
+    for (uint32_t i = 0; mixed(s) && i < s->nowned; i++) /* master of the owned share, exact widening */
+        svc->convert(s->c, s->master + s->owned[i].part_lo, ZERO_DTYPE_F32,
+                     (const char *)s->params + (size_t)s->owned[i].flat_lo * s->esize, s->dtype,
+                     (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo));
     const zero_run_config *rc = svc->config(s->c);
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
@@ -133,7 +147,7 @@ static zero_status pp_params_done(void *state) {
     spec.contiguous = 1;
     spec.flat = s->grads;
     spec.reduce_every_micro_step = 0; /* the whole point: no traffic before the boundary */
-    spec.grad_dtype = ZERO_DTYPE_F32;
+    spec.grad_dtype = s->dtype;
     return svc->buckets_create(s->c, &spec, &s->b);
 }
 
@@ -149,30 +163,6 @@ static zero_status pp_on_grad_ready(void *state, zero_param_info *p, void *strea
     return s->svc->buckets_ready(s->b, p->index, src, p->dtype);
 }
 
-/* All-gather every group's updated shares into the flat params, in place,
- * within the DP group.  All groups are issued before any wait, in group
- * order on every rank. */
-static zero_status gather_params(stage1pp *s) {
-    const zero_services_v1 *svc = s->svc;
-    zero_status st = ZERO_OK;
-    uint32_t issued = 0;
-    for (uint32_t g = 0; g < s->L->ngroups && st == ZERO_OK; g++) {
-        const zero_layout_group *lg = &s->L->groups[g];
-        if (lg->numel == 0) continue;
-        size_t *counts = s->counts + (size_t)g * s->L->world;
-        for (uint32_t r = 0; r < s->L->world; r++) counts[r] = (size_t)lg->part_numel;
-        float *base = s->params + lg->flat_begin;
-        st = svc->iallgatherv(s->dp, base + (uint64_t)s->L->rank * lg->part_numel, base, counts, ZERO_DTYPE_F32,
-                              &s->reqs[issued]);
-        if (st == ZERO_OK) issued++;
-    }
-    for (uint32_t i = 0; i < issued; i++) {
-        zero_status w = svc->wait(s->reqs[i]);
-        if (st == ZERO_OK) st = w;
-    }
-    return st;
-}
-
 static zero_status pp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     stage1pp *s = state;
     const zero_services_v1 *svc = s->svc;
@@ -180,54 +170,36 @@ static zero_status pp_step(void *state, const zero_step_ctx *ctx, zero_step_repo
      * gradients stay in s->grads, summed locally. */
     zero_status st = svc->buckets_flush(s->b);
     if (st != ZERO_OK || !ctx->boundary) return st;
-    const uint64_t flat = s->L->flat_numel;
-
-    /* Partial sum of squares of the owned, reduced ranges and the overflow
-     * flag: one fp64 all-reduce over the WHOLE world (every stage, every
-     * partition), so every rank sees the full model's norm and the same
-     * overflow verdict. */
-    double agg[2] = {0.0, 0.0};
-    for (uint32_t i = 0; i < s->nowned; i++) {
-        const float *g = s->grads + s->owned[i].flat_lo;
-        size_t n = (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo);
-        agg[0] += svc->sumsq(s->c, g, ZERO_DTYPE_F32, n);
-        if (svc->nonfinite(s->c, g, ZERO_DTYPE_F32, n)) agg[1] = 1.0;
-    }
-    if ((st = svc->allreduce(s->global, agg, 2, ZERO_DTYPE_F64, ZERO_OP_SUM)) != ZERO_OK) return st;
-    if (agg[1] > 0 || !isfinite(agg[0])) {
-        rep->overflow = 1;
-        rep->grad_norm = -1.0;
-        memset(s->grads, 0, (size_t)flat * sizeof(float));
-        return ZERO_OK;
-    }
-    /* grad_divisor = DP size * gas: the summed gradient over the DP group and
-     * the M micro-batches, divided by it, is the mean over the global batch. */
-    const double unscale = ctx->grad_divisor * ctx->loss_scale;
-    const double norm = sqrt(agg[0]) / unscale;
-    const double coef = (ctx->grad_clip > 0 && norm > ctx->grad_clip) ? ctx->grad_clip / (norm + 1e-6) : 1.0;
-    rep->grad_norm = norm;
-
-    for (uint32_t i = 0; i < s->nowned; i++) {
-        const zero_owned_range *o = &s->owned[i];
-        zero_opt_range r = {0};
-        r.struct_size = sizeof r;
-        r.flat_lo = o->flat_lo;
-        r.flat_hi = o->flat_hi;
-        r.master = s->params + o->flat_lo; /* fp32: params are the master weights */
-        for (uint32_t k = 0; k < s->nstate; k++) r.state[k] = s->state[k] + o->part_lo;
-        r.grad = s->grads + o->flat_lo;
-        r.param_out_dtype = ZERO_DTYPE_F32;
-        r.grad_mul = (float)(coef / unscale);
-        r.grad_dtype = ZERO_DTYPE_F32;
-        if ((st = svc->optim_step(s->c, &r)) != ZERO_OK) return st;
-    }
-    memset(s->grads, 0, (size_t)flat * sizeof(float));
-    return gather_params(s);
+    /* Partial sums of squares of the owned, reduced ranges and the overflow
+     * flag go in one fp64 all-reduce over the WHOLE world (every stage,
+     * every partition): every rank sees the full model's norm and the same
+     * overflow verdict.  grad_divisor = DP size * gas: the summed gradient
+     * over the DP group and the M micro-batches, divided by it, is the mean
+     * over the global batch. */
+    zero_part_step ps = {0};
+    ps.struct_size = sizeof ps;
+    ps.nranges = s->nowned;
+    ps.ranges = s->owned;
+    ps.norm_comm = s->global;
+    ps.dtype = s->dtype;
+    ps.grad = s->grads;
+    ps.grad_index = ZERO_INDEX_FLAT;
+    ps.master = s->master;
+    ps.master_index = mixed(s) ? ZERO_INDEX_PART : ZERO_INDEX_FLAT;
+    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
+    ps.param_out = mixed(s) ? s->params : NULL;
+    ps.param_out_index = ZERO_INDEX_FLAT;
+    st = svc->boundary_step(s->c, &ps, ctx, rep);
+    memset(s->grads, 0, (size_t)s->L->flat_numel * s->esize);
+    if (st != ZERO_OK || rep->overflow) return st;
+    return svc->allgather_shares(s->c, s->dp, s->params, s->dtype);
 }
 
-/* Checkpoint: this rank's partition of the params and of every optimizer
- * state, one blob (the core names it per stage and DP rank).  Gradients
- * are not saved: a checkpoint is taken at a boundary, where they are zero. */
+/* Checkpoint: this rank's partition of the fp32 weights (the params for an
+ * fp32 model, the master for a 16-bit one: the params are its rounding) and
+ * of every optimizer state, one blob (the core names it per stage and DP
+ * rank).  Gradients are not saved: a checkpoint is taken at a boundary,
+ * where they are zero. */
 static size_t ckpt_bytes(const stage1pp *s) {
     return (size_t)(1 + s->nstate) * (size_t)s->L->part_numel * sizeof(float);
 }
@@ -240,7 +212,8 @@ static zero_status pp_save(void *state, const char *dir) {
     if (!buf) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1-pp: out of memory saving %s", dir);
     for (uint32_t i = 0; i < s->nowned; i++) {
         const zero_owned_range *o = &s->owned[i];
-        memcpy(buf + o->part_lo, s->params + o->flat_lo, (size_t)(o->flat_hi - o->flat_lo) * sizeof(float));
+        const float *w = mixed(s) ? s->master + o->part_lo : (const float *)s->params + o->flat_lo;
+        memcpy(buf + o->part_lo, w, (size_t)(o->flat_hi - o->flat_lo) * sizeof(float));
     }
     for (uint32_t k = 0; k < s->nstate; k++) memcpy(buf + (size_t)(k + 1) * part, s->state[k], part * sizeof(float));
     zero_status st = svc->ckpt_write(s->c, dir, "stage1-pp", buf, ckpt_bytes(s));
@@ -258,15 +231,18 @@ static zero_status pp_load(void *state, const char *dir) {
     if (st == ZERO_OK) {
         for (uint32_t i = 0; i < s->nowned; i++) {
             const zero_owned_range *o = &s->owned[i];
-            memcpy(s->params + o->flat_lo, buf + o->part_lo, (size_t)(o->flat_hi - o->flat_lo) * sizeof(float));
+            size_t n = (size_t)(o->flat_hi - o->flat_lo);
+            char *pw = (char *)s->params + (size_t)o->flat_lo * s->esize;
+            if (mixed(s)) memcpy(s->master + o->part_lo, buf + o->part_lo, n * sizeof(float));
+            svc->convert(s->c, pw, s->dtype, buf + o->part_lo, ZERO_DTYPE_F32, n);
         }
         for (uint32_t k = 0; k < s->nstate; k++)
             memcpy(s->state[k], buf + (size_t)(k + 1) * part, part * sizeof(float));
-        memset(s->grads, 0, (size_t)s->L->flat_numel * sizeof(float));
+        memset(s->grads, 0, (size_t)s->L->flat_numel * s->esize);
     }
     free(buf);
     /* Every rank re-assembles the full params of its stage from the shards. */
-    return st == ZERO_OK ? gather_params(s) : st;
+    return st == ZERO_OK ? svc->allgather_shares(s->c, s->dp, s->params, s->dtype) : st;
 }
 
 static void pp_destroy(void *state) {
@@ -275,10 +251,9 @@ static void pp_destroy(void *state) {
     if (s->b) s->svc->buckets_destroy(s->b);
     for (uint32_t k = 0; k < 4; k++) s->svc->mem_free(s->c, s->state[k]);
     s->svc->mem_free(s->c, s->grads);
+    if (mixed(s)) s->svc->mem_free(s->c, s->master);
     s->svc->mem_free(s->c, s->params);
     free(s->owned);
-    free(s->counts);
-    free(s->reqs);
     free(s);
 }
 

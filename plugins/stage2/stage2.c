@@ -3,7 +3,8 @@
  * No full gradient ever exists.  Every micro-step, gradients go into the
  * bucket engine's bounded staging slots; each complete bucket is
  * reduce-scattered (during backward with overlap_comm) and this rank's block
- * is ADDED into a part_numel fp32 accumulator, which therefore holds the
+ * is ADDED into a part_numel accumulator (model dtype; each addition formed
+ * in fp32 and rounded once), which therefore holds the
  * window's summed gradient for the owned partition at the boundary.  The
  * optimizer steps only that partition, then the updated shares are
  * all-gathered in place into the full flat parameters.
@@ -14,11 +15,12 @@
  * slot at on_grad_ready, then freed; that transient is the honest memory
  * cost of turning it off.
  *
- * fp32 models only for now: the params ARE the master weights.  Mixed
- * precision will add an fp32 master for the partition and a param_out copy.
+ * fp32 models: the params ARE the master weights.  bf16/fp16 models: 2-byte
+ * params, a 2-byte gradient partition and an fp32 master of the partition
+ * (2 + (2+12)/N Psi with Adam); the optimizer rounds the new weights into the
+ * params.  Norm, clip, step and all-gather are the core's services.
  *
  * Includes only abi/ headers, like any third-party plugin. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,14 +33,15 @@ typedef struct stage2 {
     const zero_layout *L;
     zero_comm *world;
     int contiguous;
-    float *params;            /* flat_numel: permanent full storage */
-    float *part;              /* part_numel: summed gradient of the owned partition */
+    zero_dtype dtype;         /* model dtype of params and gradients */
+    size_t esize;
+    void *params;             /* flat_numel: permanent full storage */
+    void *part;               /* part_numel: summed gradient of the owned partition */
+    float *master;            /* fp32: == params (flat-indexed); 16-bit: part_numel */
     float *state[4];          /* optimizer state, part_numel each */
     uint32_t nstate;
     zero_owned_range *owned;
     uint32_t nowned;
-    size_t *counts;           /* ngroups * world all-gather block sizes */
-    zero_comm_req **reqs;
     zero_buckets *b;
 } stage2;
 
@@ -51,42 +54,54 @@ static zero_status s2_create(const zero_services_v1 *svc, void **state) {
     return ZERO_OK;
 }
 
-static void *alloc_tagged(stage2 *s, zero_mem_tag tag, uint64_t numel) {
-    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)numel * sizeof(float));
+static void *alloc_tagged(stage2 *s, zero_mem_tag tag, uint64_t numel, size_t esize) {
+    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)numel * esize);
 }
+
+static int mixed(const stage2 *s) { return (void *)s->master != s->params; }
 
 static zero_status s2_params_done(void *state) {
     stage2 *s = state;
     const zero_services_v1 *svc = s->svc;
+    if (!ZERO_SERVICES_HAS(svc, allgather_shares))
+        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage2: the core lacks the boundary_step services");
     s->L = svc->layout(s->c);
     s->world = svc->comm_world(s->c);
+    s->dtype = svc->config(s->c)->model_dtype;
+    s->esize = s->dtype == ZERO_DTYPE_F32 ? 4 : 2;
     uint32_t np = svc->nparams(s->c);
     for (uint32_t i = 0; i < np; i++) {
         zero_param_info *p = svc->param(s->c, i);
-        if (p->dtype != ZERO_DTYPE_F32 || p->init_device != ZERO_DEVICE_CPU)
-            return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage2: param '%s': only fp32 CPU params so far",
-                              p->name);
+        if (p->dtype != s->dtype || p->init_device != ZERO_DEVICE_CPU)
+            return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
+                              "stage2: param '%s': dtype %d on device %d, but the model dtype (bf16.enabled / "
+                              "fp16.enabled) is %d on the CPU",
+                              p->name, (int)p->dtype, (int)p->init_device, (int)s->dtype);
     }
     const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
-    s->params = alloc_tagged(s, ZERO_MEM_PARAMS, flat);
-    s->part = alloc_tagged(s, ZERO_MEM_GRADS, part);
+    s->params = alloc_tagged(s, ZERO_MEM_PARAMS, flat, s->esize);
+    s->part = alloc_tagged(s, ZERO_MEM_GRADS, part, s->esize);
+    s->master = s->dtype == ZERO_DTYPE_F32 ? s->params : alloc_tagged(s, ZERO_MEM_MASTER, part, sizeof(float));
     s->nstate = svc->optim_state_count(s->c);
     uint32_t ng = s->L->ngroups;
     s->owned = calloc(ng ? ng : 1, sizeof *s->owned);
-    s->counts = calloc((size_t)(ng ? ng : 1) * s->L->world, sizeof *s->counts);
-    s->reqs = calloc(ng ? ng : 1, sizeof *s->reqs);
-    int ok = s->params && s->part && s->nstate <= 4 && s->owned && s->counts && s->reqs;
-    for (uint32_t k = 0; ok && k < s->nstate; k++) ok = (s->state[k] = alloc_tagged(s, ZERO_MEM_OPTIM, part)) != NULL;
+    int ok = s->params && s->part && s->master && s->nstate <= 4 && s->owned;
+    for (uint32_t k = 0; ok && k < s->nstate; k++)
+        ok = (s->state[k] = alloc_tagged(s, ZERO_MEM_OPTIM, part, sizeof(float))) != NULL;
     if (!ok) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage2: cannot allocate model state (%llu elements)",
                                (unsigned long long)flat);
     s->nowned = flat ? svc->owned_ranges(s->c, s->L->rank, 0, flat, s->owned, ng) : 0;
     for (uint32_t i = 0; i < np; i++) {
         zero_param_info *p = svc->param(s->c, i);
-        float *dst = s->params + p->flat_offset;
-        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * sizeof(float));
+        char *dst = (char *)s->params + (size_t)p->flat_offset * s->esize;
+        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * s->esize);
         p->data = dst;
         p->plugin_data = NULL; /* per-param temporary gradient (contiguous_gradients off) */
     }
+    for (uint32_t i = 0; mixed(s) && i < s->nowned; i++) /* master of the owned share, exact widening */
+        svc->convert(s->c, s->master + s->owned[i].part_lo, ZERO_DTYPE_F32,
+                     (const char *)s->params + (size_t)s->owned[i].flat_lo * s->esize, s->dtype,
+                     (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo));
     const zero_run_config *rc = svc->config(s->c);
     s->contiguous = rc->contiguous_gradients;
     zero_bucket_spec spec = {0};
@@ -97,7 +112,7 @@ static zero_status s2_params_done(void *state) {
     spec.contiguous = s->contiguous;
     spec.partition = s->part;
     spec.reduce_every_micro_step = 1; /* the staging cannot hold a window's sum */
-    spec.grad_dtype = ZERO_DTYPE_F32;
+    spec.grad_dtype = s->dtype;
     return svc->buckets_create(s->c, &spec, &s->b);
 }
 
@@ -106,7 +121,7 @@ static zero_status s2_grad_buffer(void *state, zero_param_info *p, void **buf) {
     stage2 *s = state;
     if (s->contiguous) return s->svc->buckets_grad_slot(s->b, p->index, buf);
     if (!p->plugin_data) {
-        p->plugin_data = alloc_tagged(s, ZERO_MEM_GRADS, p->numel);
+        p->plugin_data = alloc_tagged(s, ZERO_MEM_GRADS, p->numel, s->esize);
         if (!p->plugin_data)
             return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage2: no memory for the gradient of '%s'", p->name);
     }
@@ -122,7 +137,7 @@ static zero_status s2_on_grad_ready(void *state, zero_param_info *p, void *strea
     zero_status st;
     if (tmp) {
         p->plugin_data = NULL;
-        st = svc->buckets_ready(s->b, p->index, p->grad_is_zero ? NULL : tmp, ZERO_DTYPE_F32);
+        st = svc->buckets_ready(s->b, p->index, p->grad_is_zero ? NULL : tmp, s->dtype);
         svc->mem_free(s->c, tmp);
         return st;
     }
@@ -130,65 +145,30 @@ static zero_status s2_on_grad_ready(void *state, zero_param_info *p, void *strea
     return svc->buckets_ready(s->b, p->index, src, p->dtype);
 }
 
-static zero_status gather_params(stage2 *s) {
-    const zero_services_v1 *svc = s->svc;
-    zero_status st = ZERO_OK;
-    uint32_t issued = 0;
-    for (uint32_t g = 0; g < s->L->ngroups && st == ZERO_OK; g++) {
-        const zero_layout_group *lg = &s->L->groups[g];
-        if (lg->numel == 0) continue;
-        size_t *counts = s->counts + (size_t)g * s->L->world;
-        for (uint32_t r = 0; r < s->L->world; r++) counts[r] = (size_t)lg->part_numel;
-        float *base = s->params + lg->flat_begin;
-        st = svc->iallgatherv(s->world, base + (uint64_t)s->L->rank * lg->part_numel, base, counts,
-                              ZERO_DTYPE_F32, &s->reqs[issued]);
-        if (st == ZERO_OK) issued++;
-    }
-    for (uint32_t i = 0; i < issued; i++) {
-        zero_status w = svc->wait(s->reqs[i]);
-        if (st == ZERO_OK) st = w;
-    }
-    return st;
-}
-
 static zero_status s2_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     stage2 *s = state;
     const zero_services_v1 *svc = s->svc;
     zero_status st = svc->buckets_flush(s->b); /* reduces what is left of this micro-step */
     if (st != ZERO_OK || !ctx->boundary) return st;
-    const uint64_t part = s->L->part_numel;
-
-    double agg[2];
-    agg[0] = svc->sumsq(s->c, s->part, ZERO_DTYPE_F32, (size_t)part);
-    agg[1] = svc->nonfinite(s->c, s->part, ZERO_DTYPE_F32, (size_t)part) ? 1.0 : 0.0;
-    if ((st = svc->allreduce(s->world, agg, 2, ZERO_DTYPE_F64, ZERO_OP_SUM)) != ZERO_OK) return st;
-    if (agg[1] > 0 || !isfinite(agg[0])) {
-        rep->overflow = 1;
-        rep->grad_norm = -1.0;
-        memset(s->part, 0, (size_t)part * sizeof(float));
-        return ZERO_OK;
-    }
-    const double unscale = ctx->grad_divisor * ctx->loss_scale;
-    double norm = sqrt(agg[0]) / unscale;
-    double coef = (ctx->grad_clip > 0 && norm > ctx->grad_clip) ? ctx->grad_clip / (norm + 1e-6) : 1.0;
-    rep->grad_norm = norm;
-
-    for (uint32_t i = 0; i < s->nowned; i++) {
-        const zero_owned_range *o = &s->owned[i];
-        zero_opt_range r = {0};
-        r.struct_size = sizeof r;
-        r.flat_lo = o->flat_lo;
-        r.flat_hi = o->flat_hi;
-        r.master = s->params + o->flat_lo; /* fp32: params are the master weights */
-        for (uint32_t k = 0; k < s->nstate; k++) r.state[k] = s->state[k] + o->part_lo;
-        r.grad = s->part + o->part_lo;
-        r.param_out_dtype = ZERO_DTYPE_F32;
-        r.grad_mul = (float)(coef / unscale);
-        r.grad_dtype = ZERO_DTYPE_F32;
-        if ((st = svc->optim_step(s->c, &r)) != ZERO_OK) return st;
-    }
-    memset(s->part, 0, (size_t)part * sizeof(float));
-    return gather_params(s);
+    /* The reduced gradient is the partition accumulator (partition-indexed);
+     * fp32: the master is the flat params themselves. */
+    zero_part_step ps = {0};
+    ps.struct_size = sizeof ps;
+    ps.nranges = s->nowned;
+    ps.ranges = s->owned;
+    ps.norm_comm = s->world;
+    ps.dtype = s->dtype;
+    ps.grad = s->part;
+    ps.grad_index = ZERO_INDEX_PART;
+    ps.master = s->master;
+    ps.master_index = mixed(s) ? ZERO_INDEX_PART : ZERO_INDEX_FLAT;
+    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
+    ps.param_out = mixed(s) ? s->params : NULL;
+    ps.param_out_index = ZERO_INDEX_FLAT;
+    st = svc->boundary_step(s->c, &ps, ctx, rep);
+    memset(s->part, 0, (size_t)s->L->part_numel * s->esize);
+    if (st != ZERO_OK || rep->overflow) return st;
+    return svc->allgather_shares(s->c, s->world, s->params, s->dtype);
 }
 
 /* Checkpoint: each rank writes its shard (atomic blobs): its owned
@@ -199,26 +179,29 @@ static zero_status s2_step(void *state, const zero_step_ctx *ctx, zero_step_repo
  * so a missing shard on one rank is an error everywhere, never a hang. */
 static zero_status s2_blobs(stage2 *s, const char *dir, int write) {
     const zero_services_v1 *svc = s->svc;
-    const size_t part = (size_t)s->L->part_numel;
-    float *own = malloc((part ? part : 1) * sizeof(float));
+    const size_t part = (size_t)s->L->part_numel, es = s->esize;
+    char *own = malloc((part ? part : 1) * es);
     if (!own) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage2: checkpoint buffer");
     zero_status st = ZERO_OK;
     if (write) {
         for (uint32_t i = 0; i < s->nowned; i++)
-            memcpy(own + s->owned[i].part_lo, s->params + s->owned[i].flat_lo,
-                   (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo) * sizeof(float));
-        st = svc->ckpt_write(s->c, dir, "stage2.params", own, part * sizeof(float));
+            memcpy(own + s->owned[i].part_lo * es, (char *)s->params + s->owned[i].flat_lo * es,
+                   (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo) * es);
+        st = svc->ckpt_write(s->c, dir, "stage2.params", own, part * es);
     } else {
-        st = svc->ckpt_read(s->c, dir, "stage2.params", own, part * sizeof(float));
+        st = svc->ckpt_read(s->c, dir, "stage2.params", own, part * es);
         if (st == ZERO_OK)
             for (uint32_t i = 0; i < s->nowned; i++)
-                memcpy(s->params + s->owned[i].flat_lo, own + s->owned[i].part_lo,
-                       (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo) * sizeof(float));
+                memcpy((char *)s->params + s->owned[i].flat_lo * es, own + s->owned[i].part_lo * es,
+                       (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo) * es);
     }
     free(own);
     if (st == ZERO_OK)
-        st = write ? svc->ckpt_write(s->c, dir, "stage2.part", s->part, (size_t)s->L->part_numel * sizeof(float))
-                   : svc->ckpt_read(s->c, dir, "stage2.part", s->part, (size_t)s->L->part_numel * sizeof(float));
+        st = write ? svc->ckpt_write(s->c, dir, "stage2.part", s->part, part * es)
+                   : svc->ckpt_read(s->c, dir, "stage2.part", s->part, part * es);
+    if (st == ZERO_OK && mixed(s))
+        st = write ? svc->ckpt_write(s->c, dir, "stage2.master", s->master, part * sizeof(float))
+                   : svc->ckpt_read(s->c, dir, "stage2.master", s->master, part * sizeof(float));
     for (uint32_t k = 0; k < s->nstate && st == ZERO_OK; k++) {
         char name[32];
         snprintf(name, sizeof name, "stage2.state%u", k);
@@ -239,7 +222,7 @@ static zero_status s2_load(void *state, const char *dir) {
     if (a != ZERO_OK) return a;
     if (any > 0)
         return s->svc->error(s->c, ZERO_ERR_IO, "stage2: checkpoint %s: another rank could not read its shard", dir);
-    return gather_params(s);
+    return s->svc->allgather_shares(s->c, s->world, s->params, s->dtype);
 }
 
 static void s2_destroy(void *state) {
@@ -256,10 +239,9 @@ static void s2_destroy(void *state) {
     }
     for (uint32_t k = 0; k < 4; k++) s->svc->mem_free(s->c, s->state[k]);
     s->svc->mem_free(s->c, s->part);
+    if (mixed(s)) s->svc->mem_free(s->c, s->master);
     s->svc->mem_free(s->c, s->params);
     free(s->owned);
-    free(s->counts);
-    free(s->reqs);
     free(s);
 }
 

@@ -10,7 +10,6 @@
  * model after the step: the next zero_gather fetches the new values, and
  * persistent params are marked stale so that their next gather refreshes
  * them. */
-#include <math.h>
 #include <string.h>
 
 #include "stage3.h"
@@ -18,6 +17,8 @@
 zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     zero__s3 *s = state;
     const zero_services_v1 *svc = s->svc;
+    if (!ZERO_SERVICES_HAS(svc, boundary_step)) /* a core older than this plugin's header */
+        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage3: the core lacks the boundary_step service");
     /* Verify the gathers no earlier agreement covered (always: the
      * collective sequence must not depend on local state), then settle. */
     zero_status ag = zero__s3_agree(s, "zero_step");
@@ -26,43 +27,28 @@ zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_repor
     zero_status fl = svc->buckets_flush(s->b); /* collective: flush even after a local gather error */
     if (st == ZERO_OK) st = fl;
     if (st != ZERO_OK || !ctx->boundary) return st;
-    const size_t part = (size_t)s->L->part_numel;
-    const size_t gbytes = part * s->esize;
-
-    double agg[2];
-    agg[0] = part ? svc->sumsq(s->c, s->grads, s->dtype, part) : 0.0;
-    agg[1] = part && svc->nonfinite(s->c, s->grads, s->dtype, part) ? 1.0 : 0.0;
-    if ((st = svc->allreduce(s->world, agg, 2, ZERO_DTYPE_F64, ZERO_OP_SUM)) != ZERO_OK) return st;
-    if (agg[1] > 0 || !isfinite(agg[0])) {
-        rep->overflow = 1;
-        rep->grad_norm = -1.0;
-        memset(s->grads, 0, gbytes);
-        return ZERO_OK;
-    }
-    /* Same norm and clip coefficient as stage0/stage2 (DeepSpeed's). */
-    const double unscale = ctx->grad_divisor * ctx->loss_scale;
-    double norm = sqrt(agg[0]) / unscale;
-    double coef = (ctx->grad_clip > 0 && norm > ctx->grad_clip) ? ctx->grad_clip / (norm + 1e-6) : 1.0;
-    rep->grad_norm = norm;
-
-    for (uint32_t i = 0; i < s->nowned; i++) {
-        const zero_owned_range *o = &s->owned[i];
-        zero_opt_range r = {0};
-        r.struct_size = sizeof r;
-        r.flat_lo = o->flat_lo;
-        r.flat_hi = o->flat_hi;
-        r.master = s->master + o->part_lo;
-        for (uint32_t k = 0; k < s->nstate; k++) r.state[k] = s->state[k] + o->part_lo;
-        r.grad = (const char *)s->grads + (size_t)o->part_lo * s->esize;
-        /* fp32: the shard is the master, updated in place.  Mixed
-         * precision: the new weights are rounded into the model-dtype shard. */
-        r.param_out = s->dtype == ZERO_DTYPE_F32 ? NULL : (char *)s->shard + (size_t)o->part_lo * s->esize;
-        r.param_out_dtype = s->dtype;
-        r.grad_mul = (float)(coef / unscale);
-        r.grad_dtype = s->dtype;
-        if ((st = svc->optim_step(s->c, &r)) != ZERO_OK) return st;
-    }
+    const size_t gbytes = (size_t)s->L->part_numel * s->esize;
+    /* The core's shared step: norm over the partition (all-reduced in fp64
+     * with the overflow flag), DeepSpeed's clip coefficient, and the fused
+     * optimizer pass over the shard.  fp32: the shard is the master, updated
+     * in place; mixed precision: the new weights are rounded into the
+     * model-dtype shard. */
+    zero_part_step ps = {0};
+    ps.struct_size = sizeof ps;
+    ps.nranges = s->nowned;
+    ps.ranges = s->owned;
+    ps.norm_comm = s->world;
+    ps.dtype = s->dtype;
+    ps.grad = s->grads;
+    ps.grad_index = ZERO_INDEX_PART;
+    ps.master = s->master;
+    ps.master_index = ZERO_INDEX_PART;
+    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
+    ps.param_out = s->dtype == ZERO_DTYPE_F32 ? NULL : s->shard;
+    ps.param_out_index = ZERO_INDEX_PART;
+    st = svc->boundary_step(s->c, &ps, ctx, rep);
     memset(s->grads, 0, gbytes);
+    if (st != ZERO_OK || rep->overflow) return st;
     zero__s3_mark_stale(s);
     return ZERO_OK;
 }

@@ -209,8 +209,34 @@ _Static_assert(offsetof(zero_opt_range, grad_mul) == 84, "offsetof(zero_opt_rang
 _Static_assert(offsetof(zero_opt_range, grad_dtype) == 88, "offsetof(zero_opt_range, grad_dtype)");
 _Static_assert(offsetof(zero_opt_range, reserved1) == 92, "offsetof(zero_opt_range, reserved1)");
 
+/* zero_part_step */
+_Static_assert(sizeof(zero_part_step) == 104, "sizeof(zero_part_step)");
+_Static_assert(offsetof(zero_part_step, struct_size) == 0, "offsetof(zero_part_step, struct_size)");
+_Static_assert(offsetof(zero_part_step, nranges) == 4, "offsetof(zero_part_step, nranges)");
+_Static_assert(offsetof(zero_part_step, ranges) == 8, "offsetof(zero_part_step, ranges)");
+_Static_assert(offsetof(zero_part_step, norm_comm) == 16, "offsetof(zero_part_step, norm_comm)");
+_Static_assert(offsetof(zero_part_step, replicated) == 24, "offsetof(zero_part_step, replicated)");
+_Static_assert(offsetof(zero_part_step, dtype) == 28, "offsetof(zero_part_step, dtype)");
+_Static_assert(offsetof(zero_part_step, grad) == 32, "offsetof(zero_part_step, grad)");
+_Static_assert(offsetof(zero_part_step, grad_index) == 40, "offsetof(zero_part_step, grad_index)");
+_Static_assert(offsetof(zero_part_step, master_index) == 44, "offsetof(zero_part_step, master_index)");
+_Static_assert(offsetof(zero_part_step, master) == 48, "offsetof(zero_part_step, master)");
+_Static_assert(offsetof(zero_part_step, state) == 56, "offsetof(zero_part_step, state)");
+_Static_assert(offsetof(zero_part_step, param_out) == 88, "offsetof(zero_part_step, param_out)");
+_Static_assert(offsetof(zero_part_step, param_out_index) == 96, "offsetof(zero_part_step, param_out_index)");
+_Static_assert(offsetof(zero_part_step, reserved0) == 100, "offsetof(zero_part_step, reserved0)");
+
+/* zero_grad_norm */
+_Static_assert(sizeof(zero_grad_norm) == 32, "sizeof(zero_grad_norm)");
+_Static_assert(offsetof(zero_grad_norm, struct_size) == 0, "offsetof(zero_grad_norm, struct_size)");
+_Static_assert(offsetof(zero_grad_norm, overflow) == 4, "offsetof(zero_grad_norm, overflow)");
+_Static_assert(offsetof(zero_grad_norm, norm) == 8, "offsetof(zero_grad_norm, norm)");
+_Static_assert(offsetof(zero_grad_norm, clip_coef) == 16, "offsetof(zero_grad_norm, clip_coef)");
+_Static_assert(offsetof(zero_grad_norm, grad_mul) == 24, "offsetof(zero_grad_norm, grad_mul)");
+_Static_assert(offsetof(zero_grad_norm, reserved0) == 28, "offsetof(zero_grad_norm, reserved0)");
+
 /* zero_services_v1 */
-_Static_assert(sizeof(zero_services_v1) == 352, "sizeof(zero_services_v1)");
+_Static_assert(sizeof(zero_services_v1) == 384, "sizeof(zero_services_v1)");
 _Static_assert(offsetof(zero_services_v1, struct_size) == 0, "offsetof(zero_services_v1, struct_size)");
 _Static_assert(offsetof(zero_services_v1, abi_version) == 4, "offsetof(zero_services_v1, abi_version)");
 _Static_assert(offsetof(zero_services_v1, core) == 8, "offsetof(zero_services_v1, core)");
@@ -256,6 +282,10 @@ _Static_assert(offsetof(zero_services_v1, add_into) == 320, "offsetof(zero_servi
 _Static_assert(offsetof(zero_services_v1, ckpt_write) == 328, "offsetof(zero_services_v1, ckpt_write)");
 _Static_assert(offsetof(zero_services_v1, ckpt_read) == 336, "offsetof(zero_services_v1, ckpt_read)");
 _Static_assert(offsetof(zero_services_v1, comm_global) == 344, "offsetof(zero_services_v1, comm_global)");
+_Static_assert(offsetof(zero_services_v1, grad_norm) == 352, "offsetof(zero_services_v1, grad_norm)");
+_Static_assert(offsetof(zero_services_v1, part_step) == 360, "offsetof(zero_services_v1, part_step)");
+_Static_assert(offsetof(zero_services_v1, boundary_step) == 368, "offsetof(zero_services_v1, boundary_step)");
+_Static_assert(offsetof(zero_services_v1, allgather_shares) == 376, "offsetof(zero_services_v1, allgather_shares)");
 
 /* zero_step_ctx */
 _Static_assert(sizeof(zero_step_ctx) == 56, "sizeof(zero_step_ctx)");
@@ -355,6 +385,8 @@ _Static_assert(ZERO_OPTIM_LAMB == 5, "ZERO_OPTIM_LAMB");
 _Static_assert(ZERO_BUCKETS_ALLREDUCE == 0, "ZERO_BUCKETS_ALLREDUCE");
 _Static_assert(ZERO_BUCKETS_SCATTER_INPLACE == 1, "ZERO_BUCKETS_SCATTER_INPLACE");
 _Static_assert(ZERO_BUCKETS_SCATTER == 2, "ZERO_BUCKETS_SCATTER");
+_Static_assert(ZERO_INDEX_FLAT == 0, "ZERO_INDEX_FLAT");
+_Static_assert(ZERO_INDEX_PART == 1, "ZERO_INDEX_PART");
 _Static_assert(ZERO_PLUGIN_CAP_PARTITIONS_PARAMS == 1, "ZERO_PLUGIN_CAP_PARTITIONS_PARAMS");
 _Static_assert(ZERO_PLUGIN_CAP_PIPELINE == 2, "ZERO_PLUGIN_CAP_PIPELINE");
 _Static_assert(ZERO_PLUGIN_CAP_OFFLOAD == 4, "ZERO_PLUGIN_CAP_OFFLOAD");

@@ -1,0 +1,151 @@
+/* The boundary step every partitioning plugin shares (services grad_norm,
+ * part_step, boundary_step, allgather_shares; contract in zero_plugin.h).
+ *
+ * Before these services each plugin (stage0/1/2/3, stage1-pp, offload)
+ * carried its own copy of: sum of squares and overflow over its owned
+ * ranges, one fp64 all-reduce, DeepSpeed's clip coefficient, the optimizer
+ * loop over ranges with its indexing, and the in-place all-gather of the
+ * updated shares.  They differed only in which arrays are indexed by flat
+ * offset and which by partition offset, and in the communicator the norm is
+ * agreed over; zero_part_step says exactly that.
+ *
+ * Summation order (bitwise repeatability, and stages agreeing with each
+ * other): per range in range order, each range's sum of squares in the
+ * kernel's fixed block order; the ranks' partial sums are then added by the
+ * comm layer's deterministic all-reduce.  Thread-safety: call from the
+ * engine's step thread only (the plugin's step). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "optim.h"
+#include "partition_step.h"
+
+static size_t dtype_size(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4u : 2u; }
+
+/* Element `flat` of range r, in an array indexed as `kind`. */
+static size_t index_of(const zero_owned_range *r, zero_index_kind kind) {
+    return kind == ZERO_INDEX_PART ? (size_t)r->part_lo : (size_t)r->flat_lo;
+}
+
+static zero_status check_ps(struct zero_engine *e, const zero_part_step *ps, const char *fn) {
+    if (!ps || ps->struct_size < offsetof(zero_part_step, reserved0) || (ps->nranges && !ps->ranges))
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: zero_part_step missing, too small or without ranges",
+                           fn);
+    if (ps->dtype != ZERO_DTYPE_F32 && ps->dtype != ZERO_DTYPE_BF16 && ps->dtype != ZERO_DTYPE_F16)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: unknown model dtype %d", fn, (int)ps->dtype);
+    return ZERO_OK;
+}
+
+zero_status zero__svc_grad_norm(zero_core *c, const zero_part_step *ps, const zero_step_ctx *ctx,
+                                zero_grad_norm *out) {
+    struct zero_engine *e = zero__engine_of(c);
+    zero_status st = check_ps(e, ps, "grad_norm");
+    if (st != ZERO_OK) return st;
+    if (!ctx || !out) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "grad_norm: ctx or out is NULL");
+    const size_t es = dtype_size(ps->dtype);
+    /* replicated (stage 0): every DP rank holds the same values; one of them
+     * speaks for the group, so the sum over norm_comm counts each once. */
+    const int contributes = !ps->replicated || zero__comm_rank(e->world) == 0;
+    double agg[2] = {0.0, 0.0};
+    for (uint32_t i = 0; contributes && i < ps->nranges; i++) {
+        const zero_owned_range *r = &ps->ranges[i];
+        const char *g = (const char *)ps->grad + index_of(r, ps->grad_index) * es;
+        size_t n = (size_t)(r->flat_hi - r->flat_lo);
+        agg[0] += e->svc.sumsq(c, g, ps->dtype, n);
+        if (e->svc.nonfinite(c, g, ps->dtype, n)) agg[1] = 1.0;
+    }
+    zero_comm *comm = ps->norm_comm ? ps->norm_comm : (e->global ? e->global : e->world);
+    if ((st = zero__allreduce(comm, agg, 2, ZERO_DTYPE_F64, ZERO_OP_SUM)) != ZERO_OK) return st;
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    if (agg[1] > 0 || !isfinite(agg[0])) {
+        out->overflow = 1;
+        out->norm = -1.0;
+        out->clip_coef = 1.0;
+        out->grad_mul = 0.0f;
+        return ZERO_OK;
+    }
+    /* Norm of the mean, unscaled gradient, and DeepSpeed's clip
+     * coefficient (clip_grad_norm_: max_norm / (total_norm + 1e-6), applied
+     * only when it is < 1). */
+    const double unscale = ctx->grad_divisor * ctx->loss_scale;
+    out->norm = sqrt(agg[0]) / unscale;
+    out->clip_coef = (ctx->grad_clip > 0 && out->norm > ctx->grad_clip) ? ctx->grad_clip / (out->norm + 1e-6) : 1.0;
+    out->grad_mul = (float)(out->clip_coef / unscale);
+    return ZERO_OK;
+}
+
+zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float grad_mul) {
+    struct zero_engine *e = zero__engine_of(c);
+    zero_status st = check_ps(e, ps, "part_step");
+    if (st != ZERO_OK) return st;
+    const size_t es = dtype_size(ps->dtype);
+    uint32_t nstate = zero__optim_state_count(e->rc->optim, e->rc->momentum);
+    for (uint32_t i = 0; i < ps->nranges; i++) {
+        const zero_owned_range *o = &ps->ranges[i];
+        zero_opt_range r;
+        memset(&r, 0, sizeof r);
+        r.struct_size = sizeof r;
+        r.flat_lo = o->flat_lo;
+        r.flat_hi = o->flat_hi;
+        r.master = ps->master + index_of(o, ps->master_index);
+        for (uint32_t k = 0; k < nstate && k < 4; k++) r.state[k] = ps->state[k] ? ps->state[k] + o->part_lo : NULL;
+        r.grad = (const char *)ps->grad + index_of(o, ps->grad_index) * es;
+        r.param_out = ps->param_out ? (char *)ps->param_out + index_of(o, ps->param_out_index) * es : NULL;
+        r.param_out_dtype = ps->dtype;
+        r.grad_mul = grad_mul;
+        r.grad_dtype = ps->dtype;
+        if ((st = e->svc.optim_step(c, &r)) != ZERO_OK) return st;
+    }
+    return ZERO_OK;
+}
+
+zero_status zero__svc_boundary_step(zero_core *c, const zero_part_step *ps, const zero_step_ctx *ctx,
+                                    zero_step_report *rep) {
+    zero_grad_norm gn;
+    zero_status st = zero__svc_grad_norm(c, ps, ctx, &gn);
+    if (st != ZERO_OK) return st;
+    if (rep) {
+        rep->overflow = gn.overflow;
+        rep->grad_norm = gn.norm;
+    }
+    if (gn.overflow) return ZERO_OK; /* every rank skips: the verdict came from one all-reduce */
+    return zero__svc_part_step(c, ps, gn.grad_mul);
+}
+
+zero_status zero__svc_allgather_shares(zero_core *c, zero_comm *comm, void *flat, zero_dtype dt) {
+    struct zero_engine *e = zero__engine_of(c);
+    const zero_layout *L = &e->layout.view;
+    if (!comm) comm = e->world;
+    if (!e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "allgather_shares before params_done");
+    if (L->world <= 1 || !L->ngroups) return ZERO_OK;
+    const size_t es = zero__dtype_size(dt);
+    if (!es) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "allgather_shares: unknown dtype %d", (int)dt);
+    size_t *counts = malloc((size_t)L->ngroups * L->world * sizeof *counts);
+    zero_comm_req **reqs = calloc(L->ngroups, sizeof *reqs);
+    if (!counts || !reqs) {
+        free(counts);
+        free(reqs);
+        return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "allgather_shares: out of memory");
+    }
+    zero_status st = ZERO_OK;
+    uint32_t issued = 0;
+    for (uint32_t g = 0; g < L->ngroups && st == ZERO_OK; g++) {
+        const zero_layout_group *lg = &L->groups[g];
+        if (lg->numel == 0) continue;
+        size_t *cnt = counts + (size_t)g * L->world; /* live while the request is in flight */
+        for (uint32_t r = 0; r < L->world; r++) cnt[r] = (size_t)lg->part_numel;
+        char *base = (char *)flat + (size_t)lg->flat_begin * es;
+        st = zero__iallgatherv(comm, base + (size_t)L->rank * lg->part_numel * es, base, cnt, dt, &reqs[issued]);
+        if (st == ZERO_OK) issued++;
+    }
+    for (uint32_t i = 0; i < issued; i++) {
+        zero_status w = zero__comm_wait(reqs[i]);
+        if (st == ZERO_OK) st = w;
+    }
+    free(counts);
+    free(reqs);
+    return st;
+}

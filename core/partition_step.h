@@ -1,0 +1,14 @@
+/* Shared boundary-step services (partition_step.c); contracts in
+ * abi/zero_plugin.h next to the zero_services_v1 fields of the same names.
+ * Engine step thread only. */
+#ifndef ZERO_CORE_PARTITION_STEP_H
+#define ZERO_CORE_PARTITION_STEP_H
+#include "zero_plugin.h"
+
+zero_status zero__svc_grad_norm(zero_core *c, const zero_part_step *ps, const zero_step_ctx *ctx,
+                                zero_grad_norm *out);
+zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float grad_mul);
+zero_status zero__svc_boundary_step(zero_core *c, const zero_part_step *ps, const zero_step_ctx *ctx,
+                                    zero_step_report *rep);
+zero_status zero__svc_allgather_shares(zero_core *c, zero_comm *comm, void *flat, zero_dtype dt);
+#endif
