@@ -3,7 +3,8 @@
  *  - an unknown handle (garbage, or another engine's): ZERO_ERR_INVALID_ARGUMENT;
  *  - a gradient that never arrives at a boundary: a warning naming the param
  *    and the param counts as zero (bitwise the same as reporting zeros);
- *    with zero_optimization.strict_grads: ZERO_ERR_STATE on every rank;
+ *    with zero_optimization.strict_grads: ZERO_ERR_STATE on every rank, also
+ *    when only one rank misses it (no hang);
  *  - ranks registering different parameter lists: ZERO_ERR_MISMATCH on every
  *    rank naming the first difference (the ctest timeout turns a hang into a
  *    failure). */
@@ -123,6 +124,14 @@ static void missing_grad(const char *plugin) {
     CHECK(strict.status == ZERO_ERR_STATE, "%s strict_grads: got %s (%s)", plugin, zero_status_string(strict.status),
           strict.error);
     CHECK_STR_CONTAINS(strict.error, "strict_grads");
+    /* Only rank 1 misses it: still an error on every rank, and no hang (the
+     * other ranks' overlapped bucket collectives must find a partner). */
+    host_run_out strict1;
+    st.skip_param = rank_ == 1 ? 7 : -1;
+    host_run(&st, &strict1);
+    CHECK(strict1.status == ZERO_ERR_STATE, "%s strict_grads, rank 1 only: got %s (%s)", plugin,
+          zero_status_string(strict1.status), strict1.error);
+    host_run_free(&strict1);
     host_run_free(&skipped);
     host_run_free(&zeroed);
     host_run_free(&strict);
