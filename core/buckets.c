@@ -471,7 +471,11 @@ zero_status zero__buckets_ready(zero_buckets *b, uint32_t index, const void *src
     pthread_mutex_lock(&b->mu);
     for (uint32_t k = p->first_bucket; k < p->first_bucket + p->nbuckets; k++) {
         if (b->b[k].pending == 0) {
-            s = zero__error(b->e, ZERO_ERR_DUPLICATE, "bucket engine: param %u reported ready twice", index);
+            /* the core rejects real duplicates first: this is a micro-step
+             * abandoned on an error (e.g. strict_grads) without a flush */
+            s = zero__error(b->e, ZERO_ERR_STATE,
+                            "bucket engine: param %u reported ready twice; the previous micro-step ended in an "
+                            "error (e.g. strict_grads) and its reductions were never finished", index);
             goto out;
         }
         b->b[k].pending--;
