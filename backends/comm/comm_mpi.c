@@ -5,11 +5,14 @@
  *
  * Blocking collectives: with a progress thread they call MPI directly
  * (MPI_THREAD_MULTIPLE makes that safe next to the thread's MPI_Test calls;
- * the thread keeps ring operations moving meanwhile).  Without one they take
- * the world lock and first complete every operation in flight: a peer may be
- * waiting for our ring messages, which nobody else would post. */
+ * the thread keeps ring operations moving meanwhile).  Without one they run
+ * as the nonblocking MPI twin, completed while we keep driving our own
+ * operations (a peer may be waiting for our ring messages, which nobody else
+ * would post); split, which has no nonblocking twin, first completes every
+ * operation in flight. */
 #ifdef ZERO_HAVE_MPI
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,16 +80,32 @@ static void count_call(zm_comm *c, uint64_t *calls, uint64_t *bytes, uint64_t n)
     pthread_mutex_unlock(&c->stat_lock);
 }
 
-/* Enter / leave a blocking MPI call (see the file comment). */
+/* Enter / leave a blocking MPI call (see the file comment).  Without a
+ * progress thread the world lock is held across the call, which serialises
+ * our MPI calls (thread levels below MULTIPLE). */
 static void blocking_enter(zm_comm *c) {
     zero__zm_busy_begin(c);
-    if (c->pe->has_thread) return;
-    pthread_mutex_lock(&c->pe->lock);
-    zero__zm_drain_locked(c->pe, NULL);
+    if (!c->pe->has_thread) pthread_mutex_lock(&c->pe->lock);
 }
 static void blocking_leave(zm_comm *c) {
     if (!c->pe->has_thread) pthread_mutex_unlock(&c->pe->lock);
     zero__zm_busy_end(c);
+}
+
+/* Without a progress thread a blocking collective is issued as its
+ * nonblocking twin and completed here while we keep driving our own
+ * operations: a peer may need our ring messages (on this or another
+ * communicator) before it can reach this collective.  pe->lock held. */
+static int nb_complete_locked(zm_engine *pe, MPI_Request *req) {
+    for (;;) {
+        int flag = 0, rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS || flag) return rc;
+        if (!zero__zm_advance_all_locked(pe)) {
+            pthread_mutex_unlock(&pe->lock);
+            sched_yield();
+            pthread_mutex_lock(&pe->lock);
+        }
+    }
 }
 
 static const zero__comm_ops mpi_ops;
@@ -179,6 +198,9 @@ static zero_status zm_split(zero_comm *m, int color, int key, zero_comm **out) {
     MPI_Comm sub = MPI_COMM_NULL;
     *out = NULL;
     blocking_enter(c);
+    /* MPI has no nonblocking split: complete what is in flight first, so
+     * that no peer waits on ring messages we would not post meanwhile. */
+    if (!c->pe->has_thread) zero__zm_drain_locked(c->pe, NULL);
     int rc = MPI_Comm_split(c->comm, color < 0 ? MPI_UNDEFINED : color, key, &sub);
     blocking_leave(c);
     if (rc != MPI_SUCCESS) return mpi_fail(m, rc, "MPI_Comm_split");
@@ -237,7 +259,14 @@ static zero_status zm_allreduce(zero_comm *m, void *buf, size_t count, zero_dtyp
     blocking_enter(c);
     for (size_t lo = 0; lo < count && rc == MPI_SUCCESS; lo += (size_t)INT_MAX) {
         size_t len = count - lo < (size_t)INT_MAX ? count - lo : (size_t)INT_MAX;
-        rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + lo * zero__dtype_size(dt), (int)len, t, mop, c->comm);
+        void *p = (char *)buf + lo * zero__dtype_size(dt);
+        if (c->pe->has_thread) {
+            rc = MPI_Allreduce(MPI_IN_PLACE, p, (int)len, t, mop, c->comm);
+        } else {
+            MPI_Request rq;
+            rc = MPI_Iallreduce(MPI_IN_PLACE, p, (int)len, t, mop, c->comm, &rq);
+            if (rc == MPI_SUCCESS) rc = nb_complete_locked(c->pe, &rq);
+        }
     }
     blocking_leave(c);
     return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Allreduce");
@@ -252,7 +281,14 @@ static zero_status zm_broadcast(zero_comm *m, void *buf, size_t count, zero_dtyp
     blocking_enter(c);
     for (size_t lo = 0; lo < count && rc == MPI_SUCCESS; lo += (size_t)INT_MAX) {
         size_t len = count - lo < (size_t)INT_MAX ? count - lo : (size_t)INT_MAX;
-        rc = MPI_Bcast((char *)buf + lo * zero__dtype_size(dt), (int)len, t, root, c->comm);
+        void *p = (char *)buf + lo * zero__dtype_size(dt);
+        if (c->pe->has_thread) {
+            rc = MPI_Bcast(p, (int)len, t, root, c->comm);
+        } else {
+            MPI_Request rq;
+            rc = MPI_Ibcast(p, (int)len, t, root, c->comm, &rq);
+            if (rc == MPI_SUCCESS) rc = nb_complete_locked(c->pe, &rq);
+        }
     }
     blocking_leave(c);
     return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Bcast");
@@ -262,7 +298,14 @@ static zero_status zm_barrier(zero_comm *m) {
     zm_comm *c = ZM(m);
     count_call(c, &m->counters.other_calls, NULL, 0);
     blocking_enter(c);
-    int rc = MPI_Barrier(c->comm);
+    int rc;
+    if (c->pe->has_thread) {
+        rc = MPI_Barrier(c->comm);
+    } else {
+        MPI_Request rq;
+        rc = MPI_Ibarrier(c->comm, &rq);
+        if (rc == MPI_SUCCESS) rc = nb_complete_locked(c->pe, &rq);
+    }
     blocking_leave(c);
     return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Barrier");
 }
@@ -273,7 +316,14 @@ static zero_status zm_allgather_bytes(zero_comm *m, const void *send, void *recv
         return zero__error(m->engine, ZERO_ERR_UNSUPPORTED, "comm: allgather_bytes limited to INT_MAX bytes");
     count_call(c, &m->counters.other_calls, NULL, 0);
     blocking_enter(c);
-    int rc = MPI_Allgather(send, (int)bytes_each, MPI_BYTE, recv, (int)bytes_each, MPI_BYTE, c->comm);
+    int rc;
+    if (c->pe->has_thread) {
+        rc = MPI_Allgather(send, (int)bytes_each, MPI_BYTE, recv, (int)bytes_each, MPI_BYTE, c->comm);
+    } else {
+        MPI_Request rq;
+        rc = MPI_Iallgather(send, (int)bytes_each, MPI_BYTE, recv, (int)bytes_each, MPI_BYTE, c->comm, &rq);
+        if (rc == MPI_SUCCESS) rc = nb_complete_locked(c->pe, &rq);
+    }
     blocking_leave(c);
     return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Allgather");
 }

@@ -456,6 +456,34 @@ static void test_threads(zero_comm *w) {
     zero__comm_free(dup);
 }
 
+/* Orders that differ across communicators are legal: rank 0 issues a
+ * reduce-scatter on a sub-communicator before a world barrier, the others
+ * after it.  Rank 0's barrier must not wait for that reduce-scatter (with or
+ * without the progress thread). */
+static void test_cross_order(zero_comm *w) {
+    int n = zero__comm_size(w), r = zero__comm_rank(w);
+    zero_comm *sub = NULL;
+    CHECK_EQ_INT(zero__comm_split(w, 0, r, &sub), ZERO_OK);
+    if (!sub) return;
+    size_t per = 100000, total = per * (size_t)n;
+    float *send = malloc(total * 4), *out = malloc(per * 4);
+    fill(send, ZERO_DTYPE_F32, r, 0, total);
+    size_t *counts = make_counts(n, per, 0);
+    zero_comm_req *q = NULL;
+    if (r == 0) CHECK_EQ_INT(zero__ireduce_scatterv(sub, send, out, counts, ZERO_DTYPE_F32, &q), ZERO_OK);
+    CHECK_EQ_INT(zero__barrier(w), ZERO_OK);
+    double x = 1;
+    CHECK_EQ_INT(zero__allreduce(w, &x, 1, ZERO_DTYPE_F64, ZERO_OP_SUM), ZERO_OK);
+    CHECK(x == n, "allreduce %g", x);
+    if (r != 0) CHECK_EQ_INT(zero__ireduce_scatterv(sub, send, out, counts, ZERO_DTYPE_F32, &q), ZERO_OK);
+    CHECK_EQ_INT(zero__comm_wait(q), ZERO_OK);
+    CHECK(sum_matches(out, ZERO_DTYPE_F32, per * (size_t)r, per), "cross-order reduce-scatter");
+    free(send);
+    free(out);
+    free(counts);
+    zero__comm_free(sub);
+}
+
 /* A caller bug that MPI detects (ranks disagree on the counts, so rank 0's
  * receive is too small) comes back as ZERO_ERR_COMM, never an abort, and
  * the communicator stays usable. */
@@ -525,6 +553,7 @@ int main(int argc, char **argv) {
     test_allreduce_identical(w);
     if (expect_thread) test_overlap(w);
     if (strcmp(mode, "host-single") != 0) test_threads(w);
+    test_cross_order(w);
     if (N == 2 && strcmp(mode, "auto") == 0) test_error_path(w);
 
     zero__comm_counters ct;
