@@ -105,7 +105,14 @@ struct zm_op {
 
 static inline zm_comm *ZM(zero_comm *m) { return (zm_comm *)m; }
 
-/* ---- comm_mpi.c ---- */
+/* Ownership: a zm_engine belongs to its world and is reference-counted by
+ * the world and its sub-communicators; a zm_op is owned by the caller that
+ * received it as a request (the engine's list only borrows it while it is in
+ * flight) and is freed by wait/test (zero__zm_op_free_locked).  Scratch
+ * buffers belong to the op that took them until it is freed, then to the
+ * world's cache, which frees them with the world. */
+
+/* ---- comm_mpi.c (thread-safe) ---- */
 /* Format "what: MPI error text" into op->err / a buffer; returns ZERO_ERR_COMM. */
 zero_status zero__zm_error_text(int rc, const char *what, char *buf, size_t len);
 /* MPI datatype for dt: for_sum selects the arithmetic type; BF16/F16 map to
@@ -130,7 +137,7 @@ void zero__zm_scratch_put_locked(zm_engine *pe, void *p, size_t bytes);
 zero_status zero__zm_wait(zero_comm_req *req);
 zero_status zero__zm_test(zero_comm_req *req, int *done);
 
-/* ---- comm_mpi_ring.c ---- */
+/* ---- comm_mpi_ring.c (issuing functions are thread-safe; _locked ones need pe->lock) ---- */
 /* Advance one op (pe->lock held); sets op->done.  Returns 1 if it moved. */
 int zero__zm_op_advance_locked(zm_op *op);
 /* Release what an op holds (scratch back to the cache, arrays) and free it. */
