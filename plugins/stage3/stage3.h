@@ -149,6 +149,10 @@ zero_status zero__s3_wait_all(zero__s3 *s);
 /* End of micro-step: wait, drop every non-persistent buffer (host-held ones
  * too: pointers are valid only until zero_step), settle the trace. */
 zero_status zero__s3_end_micro_step(zero__s3 *s);
+/* Start prefetching the first entries of the recorded order for the next
+ * micro-step (end of zero_step: every rank has just agreed and settled, so
+ * the state that drives issue decisions is identical).  No-op off track. */
+zero_status zero__s3_prefetch_ahead(zero__s3 *s);
 /* Parameters changed (step taken, checkpoint loaded): persistent buffers
  * must be refreshed before their next use. */
 void zero__s3_mark_stale(zero__s3 *s);

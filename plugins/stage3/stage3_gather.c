@@ -360,6 +360,10 @@ zero_status zero__s3_end_micro_step(zero__s3 *s) {
     return st;
 }
 
+zero_status zero__s3_prefetch_ahead(zero__s3 *s) {
+    return s->on_track && s->prefetch_numel ? prefetch(s) : ZERO_OK;
+}
+
 void zero__s3_mark_stale(zero__s3 *s) {
     for (uint32_t i = 0; i < s->nparams; i++)
         if (s->params[i].persistent) s->params[i].fresh = 0;

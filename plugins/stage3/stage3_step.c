@@ -26,7 +26,8 @@ zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_repor
     if (ag != ZERO_OK) return ag; /* every rank fails here: nobody enters the flush alone */
     zero_status fl = svc->buckets_flush(s->b); /* collective: flush even after a local gather error */
     if (st == ZERO_OK) st = fl;
-    if (st != ZERO_OK || !ctx->boundary) return st;
+    if (st != ZERO_OK) return st;
+    if (!ctx->boundary) return zero__s3_prefetch_ahead(s); /* params unchanged: fetch the first layers now */
     const size_t gbytes = (size_t)s->L->part_numel * s->esize;
     /* The core's shared step: norm over the partition (all-reduced in fp64
      * with the overflow flag), DeepSpeed's clip coefficient, and the fused
@@ -48,7 +49,9 @@ zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_repor
     ps.param_out_index = ZERO_INDEX_PART;
     st = svc->boundary_step(s->c, &ps, ctx, rep);
     memset(s->grads, 0, gbytes);
-    if (st != ZERO_OK || rep->overflow) return st;
-    zero__s3_mark_stale(s);
-    return ZERO_OK;
+    if (st != ZERO_OK) return st;
+    if (!rep->overflow) zero__s3_mark_stale(s);
+    /* Fetch the next micro-step's first layers while the host prepares its
+     * batch (every rank has agreed and settled: identical issue decisions). */
+    return zero__s3_prefetch_ahead(s);
 }
