@@ -13,9 +13,13 @@
  *   host tier (ZERO_TIER_HOST, pinned when a GPU backend is in use): this
  *     rank's fp32 master copy (4 Psi/N, separate even for an fp32 model: the
  *     device copy is the working parameter), the optimizer states (8 Psi/N
- *     with Adam) and the landing buffer of the gradient copy (4 Psi/N: the
- *     CPU optimizer cannot read device memory; DeepSpeed keeps the same
- *     buffer as the fp32 partition's .grad).
+ *     with Adam) and the landing buffer of the gradient copy (model dtype,
+ *     4 or 2 Psi/N: the CPU optimizer cannot read device memory; DeepSpeed
+ *     keeps the same buffer as the fp32 partition's .grad).
+ * Model dtype fp32, bf16 or fp16 (bf16.enabled / fp16.enabled): device
+ * params and gradients are in the model dtype; the optimizer pass rounds the
+ * new weights from the host master into the device params (RNE). (The bucket
+ * engine decides which gradient dtypes it can reduce.)
  *
  * Threading: as every plugin (abi/zero_plugin.h): grad_buffer/on_grad_ready
  * may run concurrently for distinct params and touch only that param's
@@ -33,22 +37,22 @@ typedef struct offload {
     int part_stage;     /* 1: grads partitioned only at the boundary; 2: reduce-scatter every micro-step */
     int contiguous;     /* contiguous_gradients (stage 2) */
     int pin_memory;     /* offload_optimizer.pin_memory: host tier pinned with a GPU backend */
+    zero_dtype dtype;   /* model dtype of params and gradients (F32, BF16, F16) */
+    size_t esize;       /* its bytes per element */
 
     /* device tier */
-    float *params;      /* flat_numel, model dtype (fp32): permanent full storage */
-    float *dgrad;       /* stage 1: flat_numel window sum; stage 2: part_numel accumulator */
+    void *params;       /* flat_numel, model dtype: permanent full storage */
+    void *dgrad;        /* model dtype; stage 1: flat_numel window sum; stage 2: part_numel accumulator */
     zero_buckets *b;
 
     /* host tier */
     float *master;      /* part_numel fp32 master of the owned partition */
-    float *hgrad;       /* part_numel: summed gradient copied from the device */
+    void *hgrad;        /* part_numel, model dtype: summed gradient copied from the device */
     float *state[4];    /* optimizer states, part_numel each */
     uint32_t nstate;
 
     zero_owned_range *owned; /* this rank's share of each group */
     uint32_t nowned;
-    size_t *counts;          /* ngroups * world all-gather block sizes (live while in flight) */
-    zero_comm_req **reqs;    /* one per group */
 
     /* timings of the boundary step (seconds, summed; logged at destroy) */
     double t_d2h, t_cpu_step, t_h2d_gather;
@@ -58,8 +62,6 @@ typedef struct offload {
 /* Boundary work of zero_step (offload_step.c); called after buckets_flush
  * at a boundary micro-step.  Step thread only. */
 zero_status zero__of_boundary(offload *s, const zero_step_ctx *ctx, zero_step_report *rep);
-/* All-gather every group's owned shares of s->params in place. */
-zero_status zero__of_gather_params(offload *s);
 /* Checkpoint (offload_ckpt.c). */
 zero_status zero__of_save(void *state, const char *dir);
 zero_status zero__of_load(void *state, const char *dir);

@@ -18,7 +18,7 @@ static zero_status blob(offload *s, const char *dir, const char *name, void *buf
 
 static zero_status blobs(offload *s, const char *dir, int write) {
     const size_t part = (size_t)s->L->part_numel * sizeof(float);
-    const size_t grads = (size_t)(s->part_stage == 1 ? s->L->flat_numel : s->L->part_numel) * sizeof(float);
+    const size_t grads = (size_t)(s->part_stage == 1 ? s->L->flat_numel : s->L->part_numel) * s->esize;
     zero_status st = blob(s, dir, "offload.master", s->master, part, write);
     if (st == ZERO_OK) st = blob(s, dir, "offload.grads", s->dgrad, grads, write);
     for (uint32_t k = 0; k < s->nstate && st == ZERO_OK; k++) {
@@ -41,10 +41,10 @@ zero_status zero__of_load(void *state, const char *dir) {
     if (a != ZERO_OK) return a;
     if (any > 0)
         return svc->error(s->c, ZERO_ERR_IO, "offload: checkpoint %s: another rank could not read its shard", dir);
-    for (uint32_t i = 0; i < s->nowned; i++) { /* host master -> device params (model dtype) */
+    for (uint32_t i = 0; i < s->nowned; i++) { /* host master -> device params, rounded as the step does */
         const zero_owned_range *o = &s->owned[i];
-        svc->convert(s->c, s->params + o->flat_lo, ZERO_DTYPE_F32, s->master + o->part_lo, ZERO_DTYPE_F32,
-                     (size_t)(o->flat_hi - o->flat_lo));
+        svc->convert(s->c, (char *)s->params + o->flat_lo * s->esize, s->dtype, s->master + o->part_lo,
+                     ZERO_DTYPE_F32, (size_t)(o->flat_hi - o->flat_lo));
     }
-    return zero__of_gather_params(s);
+    return svc->allgather_shares(s->c, s->world, s->params, s->dtype);
 }

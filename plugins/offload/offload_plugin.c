@@ -7,13 +7,14 @@
  *     staging buckets are reduce-scattered every micro-step and the owned
  *     block added into a device partition accumulator (as stage2).
  * Either way, at the boundary the owned partition's summed gradient is
- * copied to the host tier, the CPU optimizer (svc->optim_step, the
- * vectorized kernels) steps the host fp32 master and states, writing the
- * new weights straight back into the device parameters in the model dtype
- * (fused copy-out), and the shares are all-gathered.
+ * copied to the host tier, the CPU optimizer (svc->part_step over
+ * svc->optim_step, the vectorized kernels) steps the host fp32 master and
+ * states, writing the new weights straight back into the device parameters
+ * in the model dtype (fused copy-out), and the shares are all-gathered.
  *
- * The reduction machinery is the core's bucket engine; this file only
- * chooses its mode and buffers. */
+ * The reduction machinery is the core's bucket engine and the norm / step /
+ * all-gather are the core's shared step services; this plugin only places
+ * the buffers in their tiers and moves the gradient between them. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -35,8 +36,8 @@ static zero_status of_create(const zero_services_v1 *svc, void **state) {
     return ZERO_OK;
 }
 
-static float *alloc_f32(offload *s, zero_mem_tier tier, zero_mem_tag tag, uint64_t numel) {
-    return s->svc->mem_alloc(s->c, tier, tag, (size_t)numel * sizeof(float));
+static void *alloc_n(offload *s, zero_mem_tier tier, zero_mem_tag tag, uint64_t numel, size_t esize) {
+    return s->svc->mem_alloc(s->c, tier, tag, (size_t)numel * esize);
 }
 
 /* Which partitioning to run, from the config (see the file comment). */
@@ -65,48 +66,52 @@ static void choose_partitioning(offload *s, const zero_run_config *rc) {
 static zero_status of_params_done(void *state) {
     offload *s = state;
     const zero_services_v1 *svc = s->svc;
+    if (!ZERO_SERVICES_HAS(svc, allgather_shares))
+        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "offload: the core lacks the boundary_step services");
     s->L = svc->layout(s->c);
     s->world = svc->comm_world(s->c);
     const zero_run_config *rc = svc->config(s->c);
+    s->dtype = rc->model_dtype;
+    s->esize = s->dtype == ZERO_DTYPE_F32 ? 4 : 2;
     uint32_t np = svc->nparams(s->c);
     for (uint32_t i = 0; i < np; i++) {
         zero_param_info *p = svc->param(s->c, i);
-        /* the bucket engine reduces fp32 gradients only (so far) */
-        if (p->dtype != ZERO_DTYPE_F32 || p->init_device != ZERO_DEVICE_CPU)
-            return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "offload: param '%s': only fp32 CPU params so far",
-                              p->name);
+        if (p->dtype != s->dtype || p->init_device != ZERO_DEVICE_CPU)
+            return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
+                              "offload: param '%s': dtype %d on device %d, but the model dtype (bf16.enabled / "
+                              "fp16.enabled) is %d on the CPU",
+                              p->name, (int)p->dtype, (int)p->init_device, (int)s->dtype);
     }
     choose_partitioning(s, rc);
     const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
-    s->params = alloc_f32(s, ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, flat);
-    s->dgrad = alloc_f32(s, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, s->part_stage == 1 ? flat : part);
-    s->master = alloc_f32(s, ZERO_TIER_HOST, ZERO_MEM_MASTER, part);
-    s->hgrad = alloc_f32(s, ZERO_TIER_HOST, ZERO_MEM_GRADS, part);
+    const size_t es = s->esize;
+    s->params = alloc_n(s, ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, flat, es);
+    s->dgrad = alloc_n(s, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, s->part_stage == 1 ? flat : part, es);
+    s->master = alloc_n(s, ZERO_TIER_HOST, ZERO_MEM_MASTER, part, sizeof(float));
+    s->hgrad = alloc_n(s, ZERO_TIER_HOST, ZERO_MEM_GRADS, part, es);
     s->nstate = svc->optim_state_count(s->c);
     uint32_t ng = s->L->ngroups;
     s->owned = calloc(ng ? ng : 1, sizeof *s->owned);
-    s->counts = calloc((size_t)(ng ? ng : 1) * s->L->world, sizeof *s->counts);
-    s->reqs = calloc(ng ? ng : 1, sizeof *s->reqs);
-    int ok = s->params && s->dgrad && s->master && s->hgrad && s->nstate <= 4 && s->owned && s->counts && s->reqs;
+    int ok = s->params && s->dgrad && s->master && s->hgrad && s->nstate <= 4 && s->owned;
     for (uint32_t k = 0; ok && k < s->nstate; k++)
-        ok = (s->state[k] = alloc_f32(s, ZERO_TIER_HOST, ZERO_MEM_OPTIM, part)) != NULL;
+        ok = (s->state[k] = alloc_n(s, ZERO_TIER_HOST, ZERO_MEM_OPTIM, part, sizeof(float))) != NULL;
     if (!ok)
         return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "offload: cannot allocate model state (%llu elements)",
                           (unsigned long long)flat);
     s->nowned = flat ? svc->owned_ranges(s->c, s->L->rank, 0, flat, s->owned, ng) : 0;
     for (uint32_t i = 0; i < np; i++) {
         zero_param_info *p = svc->param(s->c, i);
-        float *dst = s->params + p->flat_offset;
-        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * sizeof(float));
+        char *dst = (char *)s->params + (size_t)p->flat_offset * es;
+        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * es);
         p->data = dst;
         p->plugin_data = NULL; /* per-param temporary gradient (stage 2, contiguous_gradients off) */
     }
-    /* The host master starts as this rank's share of the initial weights
-     * (a host-to-host copy of the init here; a device-to-host copy on a GPU). */
+    /* The host master starts as this rank's share of the initial weights,
+     * widened exactly to fp32 (a device-to-host copy on a GPU). */
     for (uint32_t i = 0; i < s->nowned; i++) {
         const zero_owned_range *o = &s->owned[i];
-        svc->mem_copy(s->c, s->master + o->part_lo, s->params + o->flat_lo,
-                      (size_t)(o->flat_hi - o->flat_lo) * sizeof(float));
+        svc->convert(s->c, s->master + o->part_lo, ZERO_DTYPE_F32, (const char *)s->params + o->flat_lo * es,
+                     s->dtype, (size_t)(o->flat_hi - o->flat_lo));
     }
     s->contiguous = s->part_stage == 1 ? 1 : rc->contiguous_gradients;
     zero_bucket_spec spec = {0};
@@ -114,7 +119,7 @@ static zero_status of_params_done(void *state) {
     spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
     spec.overlap = rc->overlap_comm;
     spec.contiguous = s->contiguous;
-    spec.grad_dtype = ZERO_DTYPE_F32;
+    spec.grad_dtype = s->dtype;
     if (s->part_stage == 1) {
         spec.mode = ZERO_BUCKETS_SCATTER_INPLACE;
         spec.flat = s->dgrad;
@@ -132,7 +137,7 @@ static zero_status of_grad_buffer(void *state, zero_param_info *p, void **buf) {
     offload *s = state;
     if (s->contiguous) return s->svc->buckets_grad_slot(s->b, p->index, buf);
     if (!p->plugin_data) {
-        p->plugin_data = alloc_f32(s, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, p->numel);
+        p->plugin_data = alloc_n(s, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, p->numel, s->esize);
         if (!p->plugin_data)
             return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "offload: no memory for the gradient of '%s'",
                                  p->name);
@@ -148,7 +153,7 @@ static zero_status of_on_grad_ready(void *state, zero_param_info *p, void *strea
     void *tmp = p->plugin_data;
     if (tmp) { /* contiguous_gradients off: the temporary goes into the slot and is freed */
         p->plugin_data = NULL;
-        zero_status st = svc->buckets_ready(s->b, p->index, p->grad_is_zero ? NULL : tmp, ZERO_DTYPE_F32);
+        zero_status st = svc->buckets_ready(s->b, p->index, p->grad_is_zero ? NULL : tmp, s->dtype);
         svc->mem_free(s->c, tmp);
         return st;
     }
@@ -188,8 +193,6 @@ static void of_destroy(void *state) {
     svc->mem_free(s->c, s->dgrad);
     svc->mem_free(s->c, s->params);
     free(s->owned);
-    free(s->counts);
-    free(s->reqs);
     free(s);
 }
 
