@@ -152,8 +152,18 @@ static void micro_step(run *r, uint64_t gm, int step, int micro) {
     }
     for (int l = 0; l < L && r->out->status == ZERO_OK; l++) {
         int ll = l;
-        if (gm == (uint64_t)c->diverge_micro && rank == c->diverge_rank && l < 2) ll = 1 - l; /* swaps layers 0, 1 */
         float *W, *B;
+        if (gm == (uint64_t)c->diverge_micro && rank == c->diverge_rank && l < 2) {
+            if (c->diverge_extra && l == 0) { /* one gather more than the other ranks */
+                if ((s = gather_layer(r, 0, &W, &B)) != ZERO_OK) {
+                    fail(r, s, "zero_gather (extra)");
+                    break;
+                }
+                zero_release(r->e, &r->h[0], 2);
+            } else if (!c->diverge_extra) {
+                ll = 1 - l; /* swaps layers 0 and 1 */
+            }
+        }
         if ((s = gather_layer(r, ll, &W, &B)) != ZERO_OK) {
             fail(r, s, "zero_gather");
             break;

@@ -35,6 +35,7 @@ typedef struct s3_cfg {
     int perturb_step;        /* >= 0: in this step's first micro-step, gather all layers up front (new order) */
     int diverge_rank;        /* >= 0: this rank gathers layer 1 before layer 0 (others 0 then 1)... */
     int diverge_micro;       /* ...in this global micro-step (default 1) */
+    int diverge_extra;       /* instead of swapping, that rank gathers layer 0 one extra time first */
     int read_after_release;  /* forward reads layer 0's weights after releasing them */
     int threaded_hooks;      /* fire each layer's zero_on_grad_ready from a new thread (nlin <= 64) */
     const char *ckpt_dir;    /* checkpoints: with save_after > 0, zero_save here after that many steps; */

@@ -26,13 +26,16 @@ int main(int argc, char **argv) {
     /* pf 0/1: prefetch off/on (the divergent gather needs data at once);
      * pf 2: every param persistent, so no gather communicates and the
      * divergence is found by the deferred agreement in zero_step. */
-    for (int pf = 0; pf < 3; pf++) {
+    /* pf 3: as 2, but the divergent rank gathers layer 0 twice (one gather
+     * more): the first difference is at position 2. */
+    for (int pf = 0; pf < 4; pf++) {
         s3_cfg c = s3_default_cfg();
         c.steps = 3;
         c.prefetch = pf == 1 ? 2000 : 0;
-        if (pf == 2) { /* second micro-step of the first window: no step has made them stale yet */
+        if (pf >= 2) { /* second micro-step of the first window: no step has made them stale yet */
             c.persist = 1000000;
             c.gas = 2;
+            c.diverge_extra = pf == 3;
         }
         c.diverge_rank = world - 1; /* the last rank swaps layers 0 and 1 in step 1 */
         s3_out o;
@@ -41,7 +44,8 @@ int main(int argc, char **argv) {
               pf, zero_status_string(o.status), o.error);
         CHECK_STR_CONTAINS(o.error, "layer0.weight");
         CHECK_STR_CONTAINS(o.error, "layer1.weight");
-        if (pf == 2) CHECK_STR_CONTAINS(o.error, "zero_step");
+        if (pf >= 2) CHECK_STR_CONTAINS(o.error, "zero_step");
+        if (pf == 3) CHECK_STR_CONTAINS(o.error, "position 2");
         if (rank == 0) printf("divergent gather (case %d): %s\n", pf, o.error);
         /* every rank failed: nobody got further than the others */
         int failed = o.status == ZERO_ERR_MISMATCH, all = 0;
