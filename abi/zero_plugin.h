@@ -198,6 +198,21 @@ typedef struct zero_bucket_spec {
     int32_t reduce_every_micro_step; /* 1: reduce on every micro-step (stage 2/3);
                                         0: only on the accumulation boundary (stage 0/1, pp) */
     zero_dtype grad_dtype;    /* dtype of flat/partition/slots (the model dtype); sums are formed in fp32 */
+    /* ---- appended in 1.0 by offload (read only when struct_size covers them) ---- */
+    /* Optional: told when this rank's reduced block of a bucket is final for
+     * the current reducing micro-step, so a plugin can move it on (offload:
+     * copy it to host memory) while backward goes on instead of after
+     * buckets_flush.  `block` gives the block's flat range and its offset in
+     * the partition buffer (SCATTER: the block has been added into
+     * `partition`; SCATTER_INPLACE / ALLREDUCE: `flat` holds the sum there).
+     * Called once per bucket with a non-empty block per reducing micro-step,
+     * in bucket order, on whichever thread completes the bucket (a hook
+     * thread or the step thread inside buckets_flush), under the engine's
+     * lock: keep it short (a copy, or enqueue one) and never call the bucket
+     * engine from it.  Every call of a micro-step has returned when
+     * buckets_flush returns.  `block` is borrowed for the call. */
+    void (*on_block_final)(void *user, const zero_owned_range *block);
+    void *on_block_final_user;
 } zero_bucket_spec;
 
 /* ------------------------------------------------------------------------ */

@@ -182,7 +182,7 @@ _Static_assert(offsetof(zero_owned_range, flat_hi) == 8, "offsetof(zero_owned_ra
 _Static_assert(offsetof(zero_owned_range, part_lo) == 16, "offsetof(zero_owned_range, part_lo)");
 
 /* zero_bucket_spec */
-_Static_assert(sizeof(zero_bucket_spec) == 56, "sizeof(zero_bucket_spec)");
+_Static_assert(sizeof(zero_bucket_spec) == 72, "sizeof(zero_bucket_spec)");
 _Static_assert(offsetof(zero_bucket_spec, struct_size) == 0, "offsetof(zero_bucket_spec, struct_size)");
 _Static_assert(offsetof(zero_bucket_spec, mode) == 4, "offsetof(zero_bucket_spec, mode)");
 _Static_assert(offsetof(zero_bucket_spec, comm) == 8, "offsetof(zero_bucket_spec, comm)");
@@ -193,6 +193,8 @@ _Static_assert(offsetof(zero_bucket_spec, flat) == 32, "offsetof(zero_bucket_spe
 _Static_assert(offsetof(zero_bucket_spec, partition) == 40, "offsetof(zero_bucket_spec, partition)");
 _Static_assert(offsetof(zero_bucket_spec, reduce_every_micro_step) == 48, "offsetof(zero_bucket_spec, reduce_every_micro_step)");
 _Static_assert(offsetof(zero_bucket_spec, grad_dtype) == 52, "offsetof(zero_bucket_spec, grad_dtype)");
+_Static_assert(offsetof(zero_bucket_spec, on_block_final) == 56, "offsetof(zero_bucket_spec, on_block_final)");
+_Static_assert(offsetof(zero_bucket_spec, on_block_final_user) == 64, "offsetof(zero_bucket_spec, on_block_final_user)");
 
 /* zero_opt_range */
 _Static_assert(sizeof(zero_opt_range) == 96, "sizeof(zero_opt_range)");
