@@ -222,6 +222,20 @@ static zero_status zm_split(zero_comm *m, int color, int key, zero_comm **out) {
 static void zm_free(zero_comm *m) {
     zm_comm *c = ZM(m);
     zm_engine *pe = c->pe;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) {
+        /* The host finalised MPI before destroying the engine: no MPI call is
+         * allowed any more, so only our own memory is released. */
+        zero__log(m->engine, ZERO_LOG_WARN, "comm: MPI was finalized before libzero's communicator was freed");
+        pthread_mutex_lock(&pe->lock);
+        zero__zm_abandon_locked(pe, c);
+        pthread_mutex_unlock(&pe->lock);
+        pthread_mutex_destroy(&c->stat_lock);
+        free(c);
+        zero__zm_engine_release(pe);
+        return;
+    }
     pthread_mutex_lock(&pe->lock);
     if (c->outstanding > 0)
         zero__log(m->engine, ZERO_LOG_WARN, "comm: freeing a communicator with %d request(s) never waited; "

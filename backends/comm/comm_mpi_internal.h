@@ -132,6 +132,9 @@ void zero__zm_submit_locked(zm_engine *pe, zm_op *op);
 int zero__zm_advance_all_locked(zm_engine *pe);
 /* Drive until no op of c (or of any comm when c is NULL) is in flight. */
 void zero__zm_drain_locked(zm_engine *pe, zm_comm *c);
+/* MPI is finalized: fail and unlink c's ops without any MPI call (their
+ * requests stay owned by the caller; their buffers are not reused). */
+void zero__zm_abandon_locked(zm_engine *pe, zm_comm *c);
 void *zero__zm_scratch_get_locked(zm_engine *pe, size_t bytes, size_t *got);
 void zero__zm_scratch_put_locked(zm_engine *pe, void *p, size_t bytes);
 zero_status zero__zm_wait(zero_comm_req *req);

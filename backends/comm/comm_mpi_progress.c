@@ -21,6 +21,7 @@
 #ifdef ZERO_HAVE_MPI
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -180,6 +181,22 @@ void zero__zm_drain_locked(zm_engine *pe, zm_comm *c) {
             sched_yield();
             pthread_mutex_lock(&pe->lock);
         }
+    }
+}
+
+void zero__zm_abandon_locked(zm_engine *pe, zm_comm *c) {
+    zm_op *op = pe->head;
+    while (op) {
+        zm_op *next = op->next;
+        if (ZM(op->base.comm) == c) {
+            op->done = 1;
+            op->status = ZERO_ERR_COMM;
+            snprintf(op->err, sizeof op->err, "comm: MPI was finalized while this operation was in flight");
+            op->scratch = NULL; /* MPI may still own it: never reuse */
+            list_remove(pe, op);
+            zero__zm_busy_end(c);
+        }
+        op = next;
     }
 }
 
