@@ -54,11 +54,20 @@ typedef struct offload {
     zero_owned_range *owned; /* this rank's share of each group */
     uint32_t nowned;
 
-    /* timings of the boundary step (seconds, summed; logged at destroy) */
-    double t_d2h, t_cpu_step, t_h2d_gather;
-    uint64_t steps;
+    /* Gradient elements copied to the host by on_block_final during the
+     * current boundary micro-step (written under the bucket engine's lock,
+     * read by the step thread after buckets_flush, which orders them). */
+    uint64_t early_numel;
+
+    /* timings (seconds, summed; logged at destroy) */
+    double t_d2h_early;  /* block copies inside on_block_final (during backward) */
+    double t_d2h, t_cpu_step, t_h2d_gather; /* the boundary step's parts */
+    uint64_t steps, early_steps; /* optimizer steps; of which the gradient came fully by on_block_final */
 } offload;
 
+/* Bucket engine callback (zero_bucket_spec.on_block_final; offload_step.c):
+ * at the boundary micro-step, copy a final reduced block to the host now. */
+void zero__of_block_final(void *user, const zero_owned_range *block);
 /* Boundary work of zero_step (offload_step.c); called after buckets_flush
  * at a boundary micro-step.  Step thread only. */
 zero_status zero__of_boundary(offload *s, const zero_step_ctx *ctx, zero_step_report *rep);

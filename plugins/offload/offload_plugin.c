@@ -120,6 +120,8 @@ static zero_status of_params_done(void *state) {
     spec.overlap = rc->overlap_comm;
     spec.contiguous = s->contiguous;
     spec.grad_dtype = s->dtype;
+    spec.on_block_final = zero__of_block_final; /* gradient to host as buckets complete */
+    spec.on_block_final_user = s;
     if (s->part_stage == 1) {
         spec.mode = ZERO_BUCKETS_SCATTER_INPLACE;
         spec.flat = s->dgrad;
@@ -174,9 +176,11 @@ static void of_destroy(void *state) {
     const zero_services_v1 *svc = s->svc;
     if (s->steps)
         svc->log(s->c, ZERO_LOG_INFO,
-                 "offload: %llu steps; per step: grads to host %.3f ms, CPU optimizer %.3f ms, "
+                 "offload: %llu steps, %llu with the gradient copied to host as buckets completed; per step: "
+                 "grads to host during backward %.3f ms, grads to host at the step %.3f ms, CPU optimizer %.3f ms, "
                  "params to device + all-gather %.3f ms",
-                 (unsigned long long)s->steps, 1e3 * s->t_d2h / (double)s->steps,
+                 (unsigned long long)s->steps, (unsigned long long)s->early_steps,
+                 1e3 * s->t_d2h_early / (double)s->steps, 1e3 * s->t_d2h / (double)s->steps,
                  1e3 * s->t_cpu_step / (double)s->steps, 1e3 * s->t_h2d_gather / (double)s->steps);
     if (s->b) svc->buckets_destroy(s->b);
     uint32_t np = s->L ? svc->nparams(s->c) : 0;

@@ -1,12 +1,14 @@
 /* offload: the boundary step (see offload.h).
  *
  *  1. grads to host: the owned partition's summed gradient (device tier,
- *     model dtype) is copied into the host landing buffer and the device
- *     accumulator is cleared for the next window.  The copy happens here,
- *     after buckets_flush, because the bucket engine reports completion
- *     only at flush (no per-bucket callback in the services table); on this
- *     CPU-only build it is a memcpy of esize * Psi/N bytes, measured and
- *     logged at destroy ("grads to host") and in bench/offload/README.md.
+ *     model dtype) is copied into the host landing buffer, block by block as
+ *     the bucket engine reports each bucket's reduced block final
+ *     (zero_bucket_spec.on_block_final) during the boundary micro-step's
+ *     backward; whatever was not delivered that way (an engine without the
+ *     callback) is copied here, after buckets_flush.  Then the device
+ *     accumulator is cleared for the next window.  On this CPU-only build a
+ *     copy is a memcpy; with a GPU it would be an async device-to-host copy
+ *     into the pinned landing buffer on the communication stream.
  *  2. norm and overflow over the host copy (svc->grad_norm: the same
  *     summation order as every other plugin, so offload is bitwise equal to
  *     stage1/stage2), one fp64 all-reduce.
@@ -20,10 +22,36 @@
 
 #include "offload.h"
 
-/* Step 1: device gradient -> host landing buffer; clear the device side. */
+/* Where a block's reduced gradient sits on the device: the flat buffer
+ * (stage-1 partitioning) or the partition accumulator (stage 2). */
+static const void *device_block(const offload *s, const zero_owned_range *o) {
+    uint64_t at = s->part_stage == 1 ? o->flat_lo : o->part_lo;
+    return (const char *)s->dgrad + at * s->esize;
+}
+
+void zero__of_block_final(void *user, const zero_owned_range *block) {
+    offload *s = user;
+    /* Earlier micro-steps of the window only accumulate on the device. */
+    if (!s->svc->micro_is_boundary(s->c)) return;
+    double t0 = zero__of_now();
+    size_t n = (size_t)(block->flat_hi - block->flat_lo);
+    s->svc->mem_copy(s->c, (char *)s->hgrad + block->part_lo * s->esize, device_block(s, block), n * s->esize);
+    s->early_numel += n;
+    s->t_d2h_early += zero__of_now() - t0;
+}
+
+/* Step 1: device gradient -> host landing buffer (what on_block_final did
+ * not already deliver); clear the device side. */
 static void grads_to_host(offload *s) {
     const zero_services_v1 *svc = s->svc;
     const size_t es = s->esize;
+    const int delivered = s->early_numel == s->L->part_numel;
+    s->early_numel = 0;
+    if (delivered) {
+        s->early_steps++;
+        memset(s->dgrad, 0, (size_t)(s->part_stage == 1 ? s->L->flat_numel : s->L->part_numel) * es);
+        return;
+    }
     if (s->part_stage == 1) { /* only the owned ranges of the flat sum were reduced */
         for (uint32_t i = 0; i < s->nowned; i++) {
             const zero_owned_range *o = &s->owned[i];
