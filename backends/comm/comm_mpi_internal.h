@@ -19,6 +19,9 @@
 /* Most MPI requests one ring op keeps posted per direction.  The actual
  * window (ZERO_COMM_WINDOW) is clamped to this. */
 #define ZM_MAX_WINDOW 64
+/* Scratch buffers kept for reuse: enough for the bucket engine's concurrent
+ * reductions (fresh memory costs page faults on every op). */
+#define ZM_CACHE_SLOTS 8
 
 typedef struct zm_op zm_op;
 
@@ -41,8 +44,9 @@ typedef struct zm_engine {
     int native_allreduce;      /* ZERO_COMM_ALLREDUCE=mpi: use MPI_Iallreduce for sums too */
     /* scratch cache: ring temporaries are reused across ops so that a large
      * reduce-scatter does not pay page faults on fresh memory every time */
-    void *cache[2];
-    size_t cache_bytes[2];
+    void *cache[ZM_CACHE_SLOTS];
+    size_t cache_bytes[ZM_CACHE_SLOTS];
+    size_t cache_cap;          /* ZERO_COMM_SCRATCH_CACHE_MB: most bytes kept cached */
     struct zero_engine *engine;
 } zm_engine;
 

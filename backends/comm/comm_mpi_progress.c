@@ -109,6 +109,7 @@ zm_engine *zero__zm_engine_create(int thread_level, struct zero_engine *engine) 
     pe->poll_us = (unsigned)env_long("ZERO_COMM_POLL_US", 100, 1, 100000);
     pe->chunk_bytes = (size_t)env_long("ZERO_COMM_CHUNK_KB", 512, 4, 1L << 20) * 1024u;
     pe->window = (int)env_long("ZERO_COMM_WINDOW", 8, 1, ZM_MAX_WINDOW);
+    pe->cache_cap = (size_t)env_long("ZERO_COMM_SCRATCH_CACHE_MB", 64, 0, 1L << 20) << 20;
     const char *ag = getenv("ZERO_COMM_ALLGATHER");
     pe->allgather_mode = !ag ? ZM_AG_AUTO
                          : strcmp(ag, "ring") == 0   ? ZM_AG_RING
@@ -143,7 +144,7 @@ void zero__zm_engine_release(zm_engine *pe) {
     pthread_mutex_unlock(&pe->lock);
     if (!last) return;
     if (pe->has_thread) pthread_join(pe->thread, NULL);
-    for (int i = 0; i < 2; ++i) free(pe->cache[i]);
+    for (int i = 0; i < ZM_CACHE_SLOTS; ++i) free(pe->cache[i]);
     pthread_cond_destroy(&pe->wake);
     pthread_mutex_destroy(&pe->lock);
     free(pe);
@@ -202,7 +203,7 @@ void zero__zm_abandon_locked(zm_engine *pe, zm_comm *c) {
 
 void *zero__zm_scratch_get_locked(zm_engine *pe, size_t bytes, size_t *got) {
     int best = -1;
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < ZM_CACHE_SLOTS; ++i)
         if (pe->cache[i] && pe->cache_bytes[i] >= bytes && (best < 0 || pe->cache_bytes[i] < pe->cache_bytes[best]))
             best = i;
     if (best >= 0) {
@@ -218,19 +219,30 @@ void *zero__zm_scratch_get_locked(zm_engine *pe, size_t bytes, size_t *got) {
 
 void zero__zm_scratch_put_locked(zm_engine *pe, void *p, size_t bytes) {
     if (!p) return;
-    int slot = -1;
-    for (int i = 0; i < 2; ++i)
-        if (!pe->cache[i]) slot = i;
-    if (slot < 0) { /* keep the two largest */
-        slot = pe->cache_bytes[0] < pe->cache_bytes[1] ? 0 : 1;
-        if (pe->cache_bytes[slot] >= bytes) {
+    /* Keep it unless that would exceed the cap; evict smaller buffers first
+     * (a large one can serve small requests, not the other way round). */
+    size_t total = bytes;
+    int empty = -1;
+    for (int i = 0; i < ZM_CACHE_SLOTS; ++i) {
+        total += pe->cache_bytes[i];
+        if (!pe->cache[i]) empty = i;
+    }
+    while (total > pe->cache_cap || empty < 0) {
+        int small = -1;
+        for (int i = 0; i < ZM_CACHE_SLOTS; ++i)
+            if (pe->cache[i] && (small < 0 || pe->cache_bytes[i] < pe->cache_bytes[small])) small = i;
+        if (small < 0 || pe->cache_bytes[small] >= bytes) { /* p is the smallest: drop p */
             free(p);
             return;
         }
-        free(pe->cache[slot]);
+        total -= pe->cache_bytes[small];
+        free(pe->cache[small]);
+        pe->cache[small] = NULL;
+        pe->cache_bytes[small] = 0;
+        empty = small;
     }
-    pe->cache[slot] = p;
-    pe->cache_bytes[slot] = bytes;
+    pe->cache[empty] = p;
+    pe->cache_bytes[empty] = bytes;
 }
 
 static zero_status finish(zm_engine *pe, zm_op *op) {
