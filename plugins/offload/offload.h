@@ -3,6 +3,7 @@
  *   offload_plugin.c  the table, create/params_done/hooks/destroy
  *   offload_step.c    the boundary step (grads to host, CPU optimizer,
  *                     params back to the device, all-gather)
+ *   offload_tiers.c   crossings between the tiers (copies, clears)
  *   offload_ckpt.c    sharded save/load
  *
  * Two memory tiers (DESIGN.md section 7):
@@ -65,6 +66,15 @@ typedef struct offload {
     uint64_t steps, early_steps; /* optimizer steps; of which the gradient came fully by on_block_final */
 } offload;
 
+/* Tier crossings (offload_tiers.c); never dereference device memory. */
+void zero__of_clear_device(offload *s, void *dev, size_t bytes);
+void zero__of_block_to_host(offload *s, const zero_owned_range *o); /* gradient block -> hgrad */
+void zero__of_params_to_device(offload *s);   /* host master -> owned device params (model dtype) */
+void zero__of_master_from_device(offload *s); /* owned device params -> host master */
+/* Bytes of the device gradient buffer. */
+static inline size_t zero__of_dgrad_bytes(const offload *s) {
+    return (size_t)(s->part_stage == 1 ? s->L->flat_numel : s->L->part_numel) * s->esize;
+}
 /* Bucket engine callback (zero_bucket_spec.on_block_final; offload_step.c):
  * at the boundary micro-step, copy a final reduced block to the host now. */
 void zero__of_block_final(void *user, const zero_owned_range *block);

@@ -9,6 +9,7 @@
  * parameters and all-gathers them; the ranks agree on the read status first,
  * so a missing shard on one rank is an error everywhere, never a hang. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "offload.h"
 
@@ -16,11 +17,23 @@ static zero_status blob(offload *s, const char *dir, const char *name, void *buf
     return write ? s->svc->ckpt_write(s->c, dir, name, buf, bytes) : s->svc->ckpt_read(s->c, dir, name, buf, bytes);
 }
 
+/* The device gradient accumulator crosses through a host buffer (device
+ * memory is never handed to file I/O). */
+static zero_status grads_blob(offload *s, const char *dir, int write) {
+    const size_t bytes = zero__of_dgrad_bytes(s);
+    void *tmp = malloc(bytes ? bytes : 1);
+    if (!tmp) return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "offload: checkpoint buffer (%zu bytes)", bytes);
+    if (write) s->svc->mem_copy(s->c, tmp, s->dgrad, bytes);
+    zero_status st = blob(s, dir, "offload.grads", tmp, bytes, write);
+    if (!write && st == ZERO_OK) s->svc->mem_copy(s->c, s->dgrad, tmp, bytes);
+    free(tmp);
+    return st;
+}
+
 static zero_status blobs(offload *s, const char *dir, int write) {
     const size_t part = (size_t)s->L->part_numel * sizeof(float);
-    const size_t grads = (size_t)(s->part_stage == 1 ? s->L->flat_numel : s->L->part_numel) * s->esize;
     zero_status st = blob(s, dir, "offload.master", s->master, part, write);
-    if (st == ZERO_OK) st = blob(s, dir, "offload.grads", s->dgrad, grads, write);
+    if (st == ZERO_OK) st = grads_blob(s, dir, write);
     for (uint32_t k = 0; k < s->nstate && st == ZERO_OK; k++) {
         char name[32];
         snprintf(name, sizeof name, "offload.state%u", k);
@@ -41,10 +54,6 @@ zero_status zero__of_load(void *state, const char *dir) {
     if (a != ZERO_OK) return a;
     if (any > 0)
         return svc->error(s->c, ZERO_ERR_IO, "offload: checkpoint %s: another rank could not read its shard", dir);
-    for (uint32_t i = 0; i < s->nowned; i++) { /* host master -> device params, rounded as the step does */
-        const zero_owned_range *o = &s->owned[i];
-        svc->convert(s->c, (char *)s->params + o->flat_lo * s->esize, s->dtype, s->master + o->part_lo,
-                     ZERO_DTYPE_F32, (size_t)(o->flat_hi - o->flat_lo));
-    }
+    zero__of_params_to_device(s); /* rounded from the master exactly as a step does */
     return svc->allgather_shares(s->c, s->world, s->params, s->dtype);
 }

@@ -9,8 +9,8 @@
  * Either way, at the boundary the owned partition's summed gradient is
  * copied to the host tier, the CPU optimizer (svc->part_step over
  * svc->optim_step, the vectorized kernels) steps the host fp32 master and
- * states, writing the new weights straight back into the device parameters
- * in the model dtype (fused copy-out), and the shares are all-gathered.
+ * states, the new weights go back to the device parameters in the model
+ * dtype, and the shares are all-gathered.
  *
  * The reduction machinery is the core's bucket engine and the norm / step /
  * all-gather are the core's shared step services; this plugin only places
@@ -106,13 +106,7 @@ static zero_status of_params_done(void *state) {
         p->data = dst;
         p->plugin_data = NULL; /* per-param temporary gradient (stage 2, contiguous_gradients off) */
     }
-    /* The host master starts as this rank's share of the initial weights,
-     * widened exactly to fp32 (a device-to-host copy on a GPU). */
-    for (uint32_t i = 0; i < s->nowned; i++) {
-        const zero_owned_range *o = &s->owned[i];
-        svc->convert(s->c, s->master + o->part_lo, ZERO_DTYPE_F32, (const char *)s->params + o->flat_lo * es,
-                     s->dtype, (size_t)(o->flat_hi - o->flat_lo));
-    }
+    zero__of_master_from_device(s);
     s->contiguous = s->part_stage == 1 ? 1 : rc->contiguous_gradients;
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;

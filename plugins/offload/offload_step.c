@@ -13,60 +13,39 @@
  *     summation order as every other plugin, so offload is bitwise equal to
  *     stage1/stage2), one fp64 all-reduce.
  *  3. the CPU optimizer (svc->part_step) steps the host fp32 master and
- *     states and writes the new weights into the device parameters in the
- *     model dtype in the same pass (param_out, round to nearest even).
- *     With a GPU backend the copy-out would land in a pinned staging buffer
- *     followed by an async host-to-device copy.
- *  4. the owned shares are all-gathered in place (svc->allgather_shares). */
+ *     states (host tier only: a CUDA device tier cannot be written by the
+ *     CPU, so there is no fused param_out into the device params);
+ *  4. the new weights go to the device in the model dtype
+ *     (offload_tiers.c) and the owned shares are all-gathered in place
+ *     (svc->allgather_shares). */
 #include <string.h>
 
 #include "offload.h"
-
-/* Where a block's reduced gradient sits on the device: the flat buffer
- * (stage-1 partitioning) or the partition accumulator (stage 2). */
-static const void *device_block(const offload *s, const zero_owned_range *o) {
-    uint64_t at = s->part_stage == 1 ? o->flat_lo : o->part_lo;
-    return (const char *)s->dgrad + at * s->esize;
-}
 
 void zero__of_block_final(void *user, const zero_owned_range *block) {
     offload *s = user;
     /* Earlier micro-steps of the window only accumulate on the device. */
     if (!s->svc->micro_is_boundary(s->c)) return;
     double t0 = zero__of_now();
-    size_t n = (size_t)(block->flat_hi - block->flat_lo);
-    s->svc->mem_copy(s->c, (char *)s->hgrad + block->part_lo * s->esize, device_block(s, block), n * s->esize);
-    s->early_numel += n;
+    zero__of_block_to_host(s, block);
+    s->early_numel += block->flat_hi - block->flat_lo;
     s->t_d2h_early += zero__of_now() - t0;
 }
 
 /* Step 1: device gradient -> host landing buffer (what on_block_final did
  * not already deliver); clear the device side. */
 static void grads_to_host(offload *s) {
-    const zero_services_v1 *svc = s->svc;
-    const size_t es = s->esize;
     const int delivered = s->early_numel == s->L->part_numel;
     s->early_numel = 0;
-    if (delivered) {
+    if (delivered)
         s->early_steps++;
-        memset(s->dgrad, 0, (size_t)(s->part_stage == 1 ? s->L->flat_numel : s->L->part_numel) * es);
-        return;
-    }
-    if (s->part_stage == 1) { /* only the owned ranges of the flat sum were reduced */
-        for (uint32_t i = 0; i < s->nowned; i++) {
-            const zero_owned_range *o = &s->owned[i];
-            svc->mem_copy(s->c, (char *)s->hgrad + o->part_lo * es, (const char *)s->dgrad + o->flat_lo * es,
-                          (size_t)(o->flat_hi - o->flat_lo) * es);
-        }
-        memset(s->dgrad, 0, (size_t)s->L->flat_numel * es);
-    } else {
-        svc->mem_copy(s->c, s->hgrad, s->dgrad, (size_t)s->L->part_numel * es);
-        memset(s->dgrad, 0, (size_t)s->L->part_numel * es);
-    }
+    else /* stage 1: only the owned ranges of the flat sum were reduced */
+        for (uint32_t i = 0; i < s->nowned; i++) zero__of_block_to_host(s, &s->owned[i]);
+    zero__of_clear_device(s, s->dgrad, zero__of_dgrad_bytes(s));
 }
 
-/* Everything the core's step services need, all on the host tier except
- * param_out (the device params, flat-indexed). */
+/* Everything the core's step services need, all on the host tier; no
+ * param_out: the new weights cross to the device afterwards. */
 static zero_part_step part_step_of(offload *s) {
     zero_part_step ps;
     memset(&ps, 0, sizeof ps);
@@ -80,8 +59,6 @@ static zero_part_step part_step_of(offload *s) {
     ps.master = s->master;
     ps.master_index = ZERO_INDEX_PART;
     for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
-    ps.param_out = s->params;
-    ps.param_out_index = ZERO_INDEX_FLAT;
     return ps;
 }
 
@@ -104,6 +81,7 @@ zero_status zero__of_boundary(offload *s, const zero_step_ctx *ctx, zero_step_re
     if ((st = svc->part_step(s->c, &ps, gn.grad_mul)) != ZERO_OK) return st;
     double t3 = zero__of_now();
     s->t_cpu_step += t3 - t2;
+    zero__of_params_to_device(s);
     st = svc->allgather_shares(s->c, s->world, s->params, s->dtype);
     s->t_h2d_gather += zero__of_now() - t3;
     s->steps++;
