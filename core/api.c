@@ -392,7 +392,11 @@ zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_resu
     ctx.global_step = e->global_step;
     ctx.loss_scale = e->scaler.scale;
     ctx.grad_clip = e->rc->gradient_clipping;
-    ctx.grad_divisor = (double)e->world_size * (double)gas;
+    /* fp32 gradients hold the SUM over the data-parallel ranks and the
+     * window's micro-steps; 16-bit ones already hold the mean over the ranks
+     * (the bucket engine scales by 1/world around its fp32 reduction, see
+     * buckets.c), so only the micro-steps remain to divide by. */
+    ctx.grad_divisor = (double)gas * (e->rc->model_dtype == ZERO_DTYPE_F32 ? (double)e->world_size : 1.0);
     ctx.stream = args && args->struct_size >= offsetof(zero_step_args, stream) + sizeof(void *) ? args->stream : NULL;
     zero_step_report rep = {sizeof rep, 0, -1.0};
     double lr_used = e->lr;

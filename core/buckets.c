@@ -17,6 +17,21 @@
  *    bucket).  The reduce-scatter runs in place (comm.h: recv may alias this
  *    rank's block of send), so a slot is the only buffer a bucket needs.
  *
+ * Mixed precision (grad_dtype BF16/F16): flat, partition and the slots the
+ * host writes into are in the model dtype; sums are formed in fp32.  Before
+ * a bucket's collective its elements are widened into an fp32 staging
+ * buffer (a second array per slot; in-place modes borrow a slot only for
+ * it, so their buckets are bounded like SCATTER's), scaled by DeepSpeed's
+ * pre-reduction factor, reduced in fp32, scaled by the post-reduction factor
+ * and rounded ONCE (RNE) into the destination (for SCATTER: partition +
+ * block, added in fp32).  The stored gradient is then the MEAN over the
+ * ranks (DeepSpeed: prescale_gradients multiplies by 1/world before the
+ * reduction; otherwise by 1/gradient_predivide_factor before and by
+ * predivide/world after), so a 16-bit destination cannot overflow from
+ * summing ranks; the core's grad_divisor for a 16-bit model is therefore gas
+ * alone.  fp32 gradients keep the plain sum (grad_divisor world * gas): the
+ * division is exact-enough in the optimizer's grad_mul, one multiply.
+ *
  * One mutex guards everything mutable; comm calls are made under it so the
  * issue order seen by the communicator equals bucket order even with several
  * host threads.  Waiting under the mutex only blocks other hook threads,
@@ -51,7 +66,8 @@ typedef struct zb_param {
 } zb_param;
 
 typedef struct zb_slot {
-    float *buf;          /* slot_cap floats, BUCKETS-tagged */
+    void *buf;           /* slot_cap elements of grad_dtype (SCATTER), BUCKETS-tagged; NULL in in-place modes */
+    float *f32;          /* slot_cap fp32 staging of the collective: == buf for fp32 SCATTER */
     int bucket;          /* owner, -1 = free */
 } zb_slot;
 
@@ -60,7 +76,10 @@ struct zero_buckets {
     zero_bucket_spec spec;
     zero_comm *comm;
     int world, rank;
-    float *flat, *part;  /* spec.flat / spec.partition (fp32 for now) */
+    void *flat, *part;   /* spec.flat / spec.partition, grad_dtype elements */
+    size_t es;           /* bytes per gradient element */
+    int mixed;           /* grad_dtype is 16-bit: fp32 staging around every collective */
+    float pre, post;     /* mixed: scale before / after the reduction (mean over ranks, DeepSpeed's order) */
     const zero_layout *layout;
 
     zb_bucket *b;
@@ -72,7 +91,7 @@ struct zero_buckets {
 
     zb_slot *slots;
     uint32_t nslots;
-    uint64_t slot_cap;   /* floats per slot */
+    uint64_t slot_cap;   /* elements per slot */
 
     uint32_t next_launch;
     uint32_t *fifo;      /* in-flight bucket indices, launch order (ring of nb) */
@@ -197,7 +216,12 @@ static void fill_counts(zero_buckets *b) {
 static uint64_t effective_bucket(const zero_buckets *b) {
     uint64_t flat = b->layout->flat_numel;
     uint64_t B = b->spec.bucket_numel ? b->spec.bucket_numel : flat;
-    if (b->spec.mode == ZERO_BUCKETS_SCATTER) {
+    if (b->spec.mode != ZERO_BUCKETS_SCATTER && b->mixed) {
+        /* in-place modes stage through fp32 slots when 16-bit: bound them
+         * like SCATTER's (params may split, so no floor is needed) */
+        uint64_t lim = flat / 8 ? flat / 8 : 1;
+        if (B > lim) B = lim;
+    } else if (b->spec.mode == ZERO_BUCKETS_SCATTER) {
         uint64_t lim = flat / 8;
         if (B > lim) B = lim;
         for (uint32_t g = 0; g < b->layout->ngroups; g++) {
@@ -244,11 +268,20 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
     b->layout = &e->layout.view;
     pthread_mutex_init(&b->mu, NULL);
     zero_status s = ZERO_OK;
-    /* Mixed precision lands later: slots and sums will then be kept in the
-     * model dtype with fp32 summation in the comm layer. */
-    if (spec->grad_dtype != ZERO_DTYPE_F32) {
-        s = zero__error(e, ZERO_ERR_UNSUPPORTED, "bucket engine: only fp32 gradients are supported so far");
-        goto fail;
+    {
+        zero_dtype gdt = spec->struct_size >= offsetof(zero_bucket_spec, grad_dtype) + sizeof(zero_dtype)
+                             ? spec->grad_dtype
+                             : ZERO_DTYPE_F32;
+        b->spec.grad_dtype = gdt;
+        if (gdt != ZERO_DTYPE_F32 && gdt != ZERO_DTYPE_BF16 && gdt != ZERO_DTYPE_F16) {
+            s = zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "buckets_create: unknown grad_dtype %d", (int)gdt);
+            goto fail;
+        }
+        b->es = gdt == ZERO_DTYPE_F32 ? 4 : 2;
+        b->mixed = gdt != ZERO_DTYPE_F32;
+        double w = (double)b->world, f = e->rc->gradient_predivide_factor > 0 ? e->rc->gradient_predivide_factor : 1.0;
+        b->pre = (float)(e->rc->prescale_gradients ? 1.0 / w : 1.0 / f);
+        b->post = (float)(e->rc->prescale_gradients ? 1.0 : f / w);
     }
     if ((uint32_t)b->world != b->layout->world) {
         s = zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
@@ -290,10 +323,44 @@ fail:
 
 /* World-1 SCATTER: the partition is the whole (padded) flat space of each
  * group, so a param's slot is simply its place in the accumulator. */
-static float *direct_partition_slot(const zero_buckets *b, uint32_t index) {
+static void *direct_partition_slot(const zero_buckets *b, uint32_t index) {
     const zb_param *p = &b->pm[index];
     const zero_layout_group *lg = &b->layout->groups[p->group];
-    return b->part + lg->part_offset + (p->offset - lg->flat_begin);
+    return (char *)b->part + (size_t)(lg->part_offset + (p->offset - lg->flat_begin)) * b->es;
+}
+
+static void *elem(void *base, uint64_t i, size_t es) { return (char *)base + (size_t)i * es; }
+
+static void scale_f32(float *x, float a, size_t n) {
+    if (a == 1.0f) return;
+    for (size_t i = 0; i < n; i++) x[i] *= a;
+}
+
+/* dst (16-bit) = round(dst + src), the sum formed in fp32, tile by tile. */
+static void add_f32_into(void *dst, zero_dtype dt, const float *src, size_t n) {
+    float tile[1024];
+    for (size_t i = 0; i < n; i += 1024) {
+        size_t k = n - i < 1024 ? n - i : 1024;
+        zero__convert(tile, ZERO_DTYPE_F32, (uint16_t *)dst + i, dt, k);
+        for (size_t j = 0; j < k; j++) tile[j] += src[i + j];
+        zero__convert((uint16_t *)dst + i, dt, tile, ZERO_DTYPE_F32, k);
+    }
+}
+
+/* dst (grad dtype) += src (any dtype), formed in fp32. */
+static void add_into_dt(void *dst, zero_dtype ddt, const void *src, zero_dtype sdt, size_t n) {
+    if (ddt == ZERO_DTYPE_F32) {
+        zero__add_into(dst, src, sdt, n);
+        return;
+    }
+    float tile[1024];
+    size_t ses = sdt == ZERO_DTYPE_F32 ? 4 : 2;
+    for (size_t i = 0; i < n; i += 1024) {
+        size_t k = n - i < 1024 ? n - i : 1024;
+        zero__convert(tile, ZERO_DTYPE_F32, (uint16_t *)dst + i, ddt, k);
+        zero__add_into(tile, (const char *)src + i * ses, sdt, k);
+        zero__convert((uint16_t *)dst + i, ddt, tile, ZERO_DTYPE_F32, k);
+    }
 }
 
 static int scatter_staged(const zero_buckets *b) {
@@ -313,10 +380,31 @@ static zero_status complete_oldest(zero_buckets *b) {
         b->exposed += now_s() - t0;
         bk->req = NULL;
     }
-    if (s == ZERO_OK && b->spec.mode == ZERO_BUCKETS_SCATTER && bk->slot >= 0 && bk->own_n > 0) {
-        /* the reduced block sits in place in the slot at its send offset */
-        const float *blk = b->slots[bk->slot].buf + (bk->own_lo - bk->lo);
-        zero__add_into(b->part + bk->part_pos, blk, ZERO_DTYPE_F32, (size_t)bk->own_n);
+    if (s == ZERO_OK && bk->slot >= 0 && (bk->own_n > 0 || b->spec.mode == ZERO_BUCKETS_ALLREDUCE)) {
+        /* the reduced block sits in place in the slot's fp32 array at its send offset */
+        float *blk = b->slots[bk->slot].f32 + (bk->own_lo - bk->lo);
+        zero_dtype dt = b->spec.grad_dtype;
+        switch (b->spec.mode) {
+        case ZERO_BUCKETS_SCATTER:
+            if (!b->mixed) {
+                zero__add_into(elem(b->part, bk->part_pos, 4), blk, ZERO_DTYPE_F32, (size_t)bk->own_n);
+            } else {
+                scale_f32(blk, b->post, (size_t)bk->own_n);
+                add_f32_into(elem(b->part, bk->part_pos, b->es), dt, blk, (size_t)bk->own_n);
+            }
+            break;
+        case ZERO_BUCKETS_SCATTER_INPLACE: /* mixed only: round the owned block once into flat */
+            scale_f32(blk, b->post, (size_t)bk->own_n);
+            zero__convert(elem(b->flat, bk->own_lo, b->es), dt, blk, ZERO_DTYPE_F32, (size_t)bk->own_n);
+            break;
+        default: { /* ALLREDUCE, mixed only: the whole bucket */
+            float *all = b->slots[bk->slot].f32;
+            size_t n = (size_t)(bk->hi - bk->lo);
+            scale_f32(all, b->post, n);
+            zero__convert(elem(b->flat, bk->lo, b->es), dt, all, ZERO_DTYPE_F32, n);
+            break;
+        }
+        }
     }
     if (bk->slot >= 0) {
         b->slots[bk->slot].bucket = -1;
@@ -336,7 +424,8 @@ static zero_status acquire_slot(zero_buckets *b, uint32_t k) {
             if (b->slots[i].bucket < 0) {
                 b->slots[i].bucket = (int)k;
                 b->b[k].slot = (int)i;
-                memset(b->slots[i].buf, 0, (size_t)(b->b[k].hi - b->b[k].lo) * sizeof(float));
+                if (b->slots[i].buf) /* the host adds into it; in-place staging is overwritten whole */
+                    memset(b->slots[i].buf, 0, (size_t)(b->b[k].hi - b->b[k].lo) * b->es);
                 return ZERO_OK;
             }
         }
@@ -348,13 +437,23 @@ static zero_status acquire_slot(zero_buckets *b, uint32_t k) {
     zb_slot *ns = realloc(b->slots, (b->nslots + 1) * sizeof *ns);
     if (!ns) return zero__error(b->e, ZERO_ERR_OUT_OF_MEMORY, "bucket engine: cannot grow the slot pool");
     b->slots = ns;
-    float *buf = zero__mem_alloc(b->e->mem, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, (size_t)b->slot_cap * sizeof(float));
-    if (!buf) return zero__error(b->e, ZERO_ERR_OUT_OF_MEMORY, "bucket engine: cannot allocate a %llu-element slot",
-                                 (unsigned long long)b->slot_cap);
+    const int host_slot = b->spec.mode == ZERO_BUCKETS_SCATTER;
+    void *buf = host_slot ? zero__mem_alloc(b->e->mem, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, (size_t)b->slot_cap * b->es)
+                          : NULL;
+    float *f32 = b->mixed ? zero__mem_alloc(b->e->mem, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS,
+                                            (size_t)b->slot_cap * sizeof(float))
+                          : buf;
+    if ((host_slot && !buf) || !f32) {
+        zero__mem_free(b->e->mem, buf);
+        if ((void *)f32 != buf) zero__mem_free(b->e->mem, f32);
+        return zero__error(b->e, ZERO_ERR_OUT_OF_MEMORY, "bucket engine: cannot allocate a %llu-element slot",
+                           (unsigned long long)b->slot_cap);
+    }
     if (b->nslots >= 2)
         zero__log(b->e, ZERO_LOG_DEBUG, "bucket engine: hook order filled every slot; pool grows to %u",
                   b->nslots + 1);
     b->slots[b->nslots].buf = buf;
+    b->slots[b->nslots].f32 = f32;
     b->slots[b->nslots].bucket = (int)k;
     b->b[k].slot = (int)b->nslots;
     b->nslots++;
@@ -369,23 +468,25 @@ static zero_status launch(zero_buckets *b, uint32_t k) {
     if (!needs_comm(b) || bk->hi == bk->lo) return ZERO_OK;
     const size_t n = (size_t)(bk->hi - bk->lo);
     const size_t *counts = b->counts + (size_t)k * b->world;
-    switch (b->spec.mode) {
-    case ZERO_BUCKETS_ALLREDUCE:
-        s = zero__iallreduce(b->comm, b->flat + bk->lo, n, ZERO_DTYPE_F32, ZERO_OP_SUM, &bk->req);
-        break;
-    case ZERO_BUCKETS_SCATTER_INPLACE: {
-        /* in place: this rank's block of the bucket receives the sum */
-        float *send = b->flat + bk->lo;
-        s = zero__ireduce_scatterv(b->comm, send, b->flat + bk->own_lo, counts, ZERO_DTYPE_F32, &bk->req);
-        break;
+    float *send = NULL;
+    if (b->mixed || b->spec.mode == ZERO_BUCKETS_SCATTER) {
+        /* SCATTER: the slot the host filled (no param touched it: zeros);
+         * in-place 16-bit: a slot just for the fp32 staging */
+        if (bk->slot < 0 && (s = acquire_slot(b, k)) != ZERO_OK) goto failed;
+        send = b->slots[bk->slot].f32;
+        if (b->mixed) {
+            const void *src = b->spec.mode == ZERO_BUCKETS_SCATTER ? b->slots[bk->slot].buf : elem(b->flat, bk->lo, b->es);
+            zero__convert(send, ZERO_DTYPE_F32, src, b->spec.grad_dtype, n);
+            scale_f32(send, b->pre, n);
+        }
+    } else {
+        send = elem(b->flat, bk->lo, 4); /* fp32 in-place modes reduce the flat buffer itself */
     }
-    default: {
-        if (bk->slot < 0 && (s = acquire_slot(b, k)) != ZERO_OK) break; /* no param touched it: zeros */
-        float *send = b->slots[bk->slot].buf;
+    if (b->spec.mode == ZERO_BUCKETS_ALLREDUCE)
+        s = zero__iallreduce(b->comm, send, n, ZERO_DTYPE_F32, ZERO_OP_SUM, &bk->req);
+    else /* in place: this rank's block of the bucket receives the sum */
         s = zero__ireduce_scatterv(b->comm, send, send + (bk->own_lo - bk->lo), counts, ZERO_DTYPE_F32, &bk->req);
-        break;
-    }
-    }
+failed:
     if (s != ZERO_OK) {
         bk->req = NULL;
         if (b->sticky == ZERO_OK) b->sticky = s;
@@ -415,12 +516,12 @@ static zero_status advance(zero_buckets *b) {
 }
 
 /* Slot of param `index`; mu must be held in staged SCATTER mode. */
-static zero_status slot_locked(zero_buckets *b, uint32_t index, float **slot) {
+static zero_status slot_locked(zero_buckets *b, uint32_t index, void **slot) {
     const zb_param *p = &b->pm[index];
     switch (b->spec.mode) {
     case ZERO_BUCKETS_ALLREDUCE:
     case ZERO_BUCKETS_SCATTER_INPLACE:
-        *slot = b->flat + p->offset;
+        *slot = elem(b->flat, p->offset, b->es);
         return ZERO_OK;
     default:
         if (!needs_comm(b)) {
@@ -437,13 +538,13 @@ static zero_status slot_locked(zero_buckets *b, uint32_t index, float **slot) {
         zero_status s = acquire_slot(b, p->first_bucket);
         if (s != ZERO_OK) return s;
     }
-    *slot = b->slots[bk->slot].buf + (p->offset - bk->lo);
+    *slot = elem(b->slots[bk->slot].buf, p->offset - bk->lo, b->es);
     return ZERO_OK;
 }
 
 zero_status zero__buckets_grad_slot(zero_buckets *b, uint32_t index, void **slot) {
     if (!b || !slot || index >= b->np) return ZERO_ERR_INVALID_ARGUMENT;
-    float *f = NULL;
+    void *f = NULL;
     zero_status s;
     if (!scatter_staged(b)) {
         s = slot_locked(b, index, &f);
@@ -465,7 +566,7 @@ zero_status zero__buckets_ready(zero_buckets *b, uint32_t index, const void *src
         /* The slot cannot be recycled before this param is marked ready, so
          * the add itself runs outside the lock (params are disjoint). */
         if ((s = zero__buckets_grad_slot(b, index, &slot)) != ZERO_OK) return s;
-        zero__add_into(slot, src, dt, (size_t)p->numel);
+        add_into_dt(slot, b->spec.grad_dtype, src, dt, (size_t)p->numel);
     }
     if (!is_reducing(b)) return ZERO_OK; /* accumulate only: nothing to count */
     pthread_mutex_lock(&b->mu);
@@ -525,7 +626,10 @@ void zero__buckets_destroy(zero_buckets *b) {
     if (!b) return;
     /* never free a buffer a collective may still write into */
     while (b->fifo_len) complete_oldest(b);
-    for (uint32_t i = 0; i < b->nslots; i++) zero__mem_free(b->e->mem, b->slots[i].buf);
+    for (uint32_t i = 0; i < b->nslots; i++) {
+        if ((void *)b->slots[i].f32 != b->slots[i].buf) zero__mem_free(b->e->mem, b->slots[i].f32);
+        zero__mem_free(b->e->mem, b->slots[i].buf);
+    }
     free(b->slots);
     free(b->b);
     free(b->pm);
@@ -538,7 +642,9 @@ void zero__buckets_destroy(zero_buckets *b) {
 uint32_t zero__buckets_count(const zero_buckets *b) { return b ? b->nb : 0; }
 
 uint64_t zero__buckets_staging_bytes(const zero_buckets *b) {
-    return b ? (uint64_t)b->nslots * b->slot_cap * sizeof(float) : 0;
+    if (!b) return 0;
+    size_t per = (b->spec.mode == ZERO_BUCKETS_SCATTER ? b->es : 0) + (b->mixed ? sizeof(float) : 0);
+    return (uint64_t)b->nslots * b->slot_cap * per;
 }
 
 uint64_t zero__buckets_passes(const zero_buckets *b) { return b ? b->passes : 0; }
