@@ -81,6 +81,7 @@ typedef struct zm_ring {
     char *recv;
     size_t *counts, *displ; /* n each, owned by the op */
     char *buf[2];           /* RS temporaries (inside scratch) */
+    char *slots;            /* RS in place: `window` chunk slots for the last step (inside scratch) */
     int recv_into_out;      /* RS: final step receives straight into recv */
     int then_allgather;     /* allreduce = this reduce-scatter, then an in-place ring allgather */
     zm_cursor rpost, rdone, spost, sdone, end;

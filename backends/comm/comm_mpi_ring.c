@@ -87,7 +87,12 @@ static char *recv_target(zm_op *op, int k, size_t j) {
     zm_ring *g = &op->ring;
     int b = recv_block(op, k);
     if (op->kind == ZM_OP_AG_RING) return g->recv + (g->displ[b] + j * g->chunk) * g->esz;
-    if (k == g->nsteps - 1 && g->recv_into_out) return g->recv + j * g->chunk * g->esz;
+    if (k == g->nsteps - 1) {
+        if (g->recv_into_out) return g->recv + j * g->chunk * g->esz;
+        /* in place: the last step's chunks are summed into recv as soon as
+         * they arrive, so a small ring of slots (cache-warm) is enough */
+        return g->slots + (j % (size_t)g->window) * g->chunk * g->esz;
+    }
     return g->buf[k % 2] + j * g->chunk * g->esz;
 }
 
@@ -117,7 +122,9 @@ static void on_received(zm_op *op, zm_cursor c) {
 static int can_post_recv(zm_op *op, zm_cursor c) {
     zm_ring *g = &op->ring;
     if (op->kind != ZM_OP_RS_RING || c.k < 2) return 1;
-    if (c.k == g->nsteps - 1 && g->recv_into_out) return 1;
+    /* last step: recv itself, or a slot whose previous chunk (j - window)
+     * was already summed, since at most `window` receives are posted */
+    if (c.k == g->nsteps - 1) return 1;
     /* buf[k%2] chunk j was read by send (k-1, j): it must be complete. */
     if (c.j >= nchunks(g, send_block(op, c.k - 1))) return 1;
     zm_cursor dep = {c.k - 1, c.j};
@@ -453,16 +460,21 @@ static zero_status rs_setup(zm_comm *c, zm_op *op) {
     const char *s0 = g->send, *s1 = g->send + total * g->esz;
     const char *r0 = g->recv, *r1 = g->recv + mine * g->esz;
     g->recv_into_out = !mine || !total || r1 <= s0 || r0 >= s1;
-    int nbufs = g->nsteps - (g->recv_into_out ? 1 : 0);
-    if (nbufs > 2) nbufs = 2;
-    if (nbufs > 0 && maxc) {
-        size_t bytes = (size_t)nbufs * maxc * g->esz;
+    /* temporaries: two block buffers for the partial sums being forwarded
+     * (one if there is a single forwarding step), plus `window` chunk slots
+     * for the last step when it cannot land in recv directly */
+    int nbufs = g->nsteps - 1 > 2 ? 2 : g->nsteps - 1;
+    size_t slot_elems = g->chunk < maxc ? g->chunk : maxc;
+    size_t nslots = g->recv_into_out ? 0 : (size_t)g->window;
+    if ((nbufs > 0 || nslots > 0) && maxc) {
+        size_t bytes = ((size_t)nbufs * maxc + nslots * slot_elems) * g->esz;
         pthread_mutex_lock(&c->pe->lock);
         op->scratch = zero__zm_scratch_get_locked(c->pe, bytes, &op->scratch_bytes);
         pthread_mutex_unlock(&c->pe->lock);
         if (!op->scratch) return ZERO_ERR_OUT_OF_MEMORY;
         g->buf[0] = op->scratch;
         g->buf[1] = nbufs > 1 ? (char *)op->scratch + maxc * g->esz : g->buf[0];
+        g->slots = (char *)op->scratch + (size_t)nbufs * maxc * g->esz;
     }
     return ZERO_OK;
 }

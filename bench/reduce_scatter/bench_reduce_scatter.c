@@ -18,8 +18,9 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-typedef enum { ALLREDUCE, RS_MPI, RS_OURS, AG_MPI, AG_OURS, AG_RING, AG_NBC, IAR_OURS, IAR_NBC, NBENCH } bench_kind;
+typedef enum { ALLREDUCE, RS_MPI, RS_OURS, RS_INPLACE, AG_MPI, AG_OURS, AG_RING, AG_NBC, IAR_OURS, IAR_NBC, NBENCH } bench_kind;
 static const char *names[NBENCH] = {"MPI_Allreduce", "MPI_Reduce_scatter_block", "zero ring reduce-scatter",
+                                    "zero ring RS in place",
                                     "MPI_Allgather", "zero allgather (direct)",
                                     "zero allgather (ring)", "zero allgather (libnbc)", "zero iallreduce (ring)",
                                     "zero iallreduce (libnbc)"};
@@ -42,6 +43,11 @@ static double run_once(bench_kind k, zero_comm *w, float *a, float *b, size_t co
     case RS_MPI: MPI_Reduce_scatter_block(a, b, (int)per, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
     case RS_OURS:
         if (zero__ireduce_scatterv(w, a, b, counts, ZERO_DTYPE_F32, &req) == ZERO_OK) zero__comm_wait(req);
+        break;
+    case RS_INPLACE: /* what the bucket engine does: our block of the input receives the sum */
+        if (zero__ireduce_scatterv(w, b, b + per * (size_t)zero__comm_rank(w), counts, ZERO_DTYPE_F32, &req) ==
+            ZERO_OK)
+            zero__comm_wait(req);
         break;
     case AG_MPI: MPI_Allgather(a, (int)per, MPI_FLOAT, b, (int)per, MPI_FLOAT, MPI_COMM_WORLD); break;
     case AG_OURS:
