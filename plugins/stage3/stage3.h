@@ -63,6 +63,7 @@ typedef struct zero__s3_pool {
     size_t *caps;
     size_t n, cap;
     uint64_t allocated;    /* bytes of non-persistent gather buffers (in use + cached) */
+    uint64_t cached;       /* bytes of those that sit in the cache */
     uint64_t persistent;   /* bytes of persistent-param buffers */
     uint64_t limit;        /* stage3_max_live_parameters in bytes (0 = no gather buffer at all) */
     int warned_over;
@@ -125,6 +126,10 @@ typedef struct zero__s3 {
  * host is waiting) evict kept (released-but-reusable) buffers and, as a
  * last resort, exceed the limit with one warning. */
 void *zero__s3_pool_get(zero__s3 *s, size_t bytes, int demand, size_t *cap_out);
+/* Would zero__s3_pool_get(s, bytes, 0, ...) succeed?  (Same rule, no
+ * side effect: lets a gather skip the agreement when prefetch cannot
+ * proceed anyway.) */
+int zero__s3_pool_could_get(const zero__s3 *s, size_t bytes);
 /* Return a buffer to the cache (poisoned first when poisoning is on). */
 void zero__s3_pool_put(zero__s3 *s, void *buf, size_t cap);
 /* Free every cached buffer. */

@@ -164,7 +164,7 @@ static zero_status issue(zero__s3 *s, zero__s3_param *p, int demand) {
 #define PREFETCH_WALK 1024 /* trace entries looked at per call: bounds the cost on long traces */
 
 /* Would prefetch issue anything now?  Mirrors prefetch()'s first decision
- * (minus the pool limit) so that a call with nothing to fetch needs no
+ * (budget and pool limit) so that a call with nothing to fetch needs no
  * agreement.  Prefetch refills only below half its budget (low-water mark),
  * which also makes most calls free of communication. */
 static int prefetch_wanted(const zero__s3 *s) {
@@ -173,7 +173,8 @@ static int prefetch_wanted(const zero__s3 *s) {
     for (size_t k = s->pos, w = 0; k < t->len && w < PREFETCH_WALK; k++, w++) {
         const zero__s3_param *p = &s->params[t->idx[k]];
         if (p->buf && p->fresh) continue;
-        return s->prefetch_outstanding + p->info->numel <= s->prefetch_numel;
+        if (s->prefetch_outstanding + p->info->numel > s->prefetch_numel) return 0;
+        return p->buf || zero__s3_pool_could_get(s, (size_t)p->info->numel * s->esize);
     }
     return 0;
 }

@@ -127,6 +127,15 @@ static zero_status s3_params_done(void *state) {
         zero_status st = setup_param(s, i);
         if (st != ZERO_OK) return st;
     }
+    uint32_t largest = 0;
+    for (uint32_t i = 1; i < s->nparams; i++)
+        if (s->params[i].info->numel > s->params[largest].info->numel) largest = i;
+    if (s->nparams && s->params[largest].info->numel * s->esize > s->pool.limit)
+        svc->log(s->c, ZERO_LOG_WARN,
+                 "stage3: stage3_max_live_parameters (%llu) is smaller than param '%s' (%llu elements): its gathers "
+                 "will exceed the limit",
+                 (unsigned long long)(s->pool.limit / s->esize), s->params[largest].info->name,
+                 (unsigned long long)s->params[largest].info->numel);
     if (s->pool.persistent > s->pool.limit)
         svc->log(s->c, ZERO_LOG_WARN,
                  "stage3: params below stage3_param_persistence_threshold (%llu) take %llu bytes, more than "

@@ -14,6 +14,7 @@ static void free_cached(zero__s3 *s, size_t i) {
     zero__s3_pool *pl = &s->pool;
     s->svc->mem_free(s->c, pl->bufs[i]);
     pl->allocated -= pl->caps[i];
+    pl->cached -= pl->caps[i];
     pl->bufs[i] = pl->bufs[pl->n - 1];
     pl->caps[i] = pl->caps[pl->n - 1];
     pl->n--;
@@ -49,14 +50,27 @@ static int fits(const zero__s3_pool *pl, size_t bytes) {
     return pl->allocated + pl->persistent + bytes <= pl->limit;
 }
 
-void *zero__s3_pool_get(zero__s3 *s, size_t bytes, int demand, size_t *cap_out) {
-    zero__s3_pool *pl = &s->pool;
+/* Cached buffer to reuse for `bytes`: the smallest that fits and is at
+ * most twice as large (so a small param does not pin a big buffer). */
+static size_t best_fit(const zero__s3_pool *pl, size_t bytes) {
     size_t best = (size_t)-1;
     for (size_t i = 0; i < pl->n; i++)
         if (pl->caps[i] >= bytes && pl->caps[i] / 2 <= bytes && (best == (size_t)-1 || pl->caps[i] < pl->caps[best]))
             best = i;
+    return best;
+}
+
+int zero__s3_pool_could_get(const zero__s3 *s, size_t bytes) {
+    const zero__s3_pool *pl = &s->pool;
+    return best_fit(pl, bytes) != (size_t)-1 || pl->allocated - pl->cached + pl->persistent + bytes <= pl->limit;
+}
+
+void *zero__s3_pool_get(zero__s3 *s, size_t bytes, int demand, size_t *cap_out) {
+    zero__s3_pool *pl = &s->pool;
+    size_t best = best_fit(pl, bytes);
     if (best != (size_t)-1) {
         void *b = pl->bufs[best];
+        pl->cached -= pl->caps[best];
         *cap_out = pl->caps[best];
         pl->bufs[best] = pl->bufs[pl->n - 1];
         pl->caps[best] = pl->caps[pl->n - 1];
@@ -104,6 +118,7 @@ void zero__s3_pool_put(zero__s3 *s, void *buf, size_t cap) {
     pl->bufs[pl->n] = buf;
     pl->caps[pl->n] = cap;
     pl->n++;
+    pl->cached += cap;
 }
 
 void zero__s3_pool_drain(zero__s3 *s) {
