@@ -116,6 +116,7 @@ typedef struct zero__s3 {
     uint64_t micro_steps;  /* micro-steps done (for messages) */
     /* how host gathers were served (logged at INFO on destroy) */
     uint64_t n_gathers, n_prefetched, n_resident, n_demand;
+    uint64_t n_agreements; /* order agreements (all-reduces) made, zero_step's included */
 } zero__s3;
 
 /* ---- pool (stage3_pool.c) ---------------------------------------------- */

@@ -74,6 +74,7 @@ zero_status zero__s3_agree(zero__s3 *s, const char *where) {
         v[A_IDX0 + i] = s->verified + i < rec->len ? (int64_t)rec->idx[s->verified + i] : -1;
     for (size_t i = 0; i < A_NV; i++) v[A_NV + i] = -v[i];
     zero_comm_req *req = NULL;
+    s->n_agreements++;
     zero_status st = s->svc->iallreduce(s->gcomm, v, 2 * A_NV, ZERO_DTYPE_I64, ZERO_OP_MAX, &req);
     if (st == ZERO_OK) st = wait_bounded(s, req, "agreeing on the gather order");
     if (st != ZERO_OK) return st;
@@ -256,6 +257,16 @@ zero_status zero__s3_gather(void *state, zero_param_info *const *params, size_t 
         s->params[idx].last_pos = s->pos;
         s->pos++;
     }
+    /* Consume prefetches first, so that the budget they free is available
+     * to this call's own prefetch decision. */
+    for (size_t i = 0; i < n; i++) {
+        zero__s3_param *p = params[i]->plugin_data;
+        s->n_gathers++;
+        if (p->prefetched) s->n_prefetched++;
+        else if (p->buf && p->fresh) s->n_resident++;
+        else s->n_demand++;
+        unmark_prefetched(s, p);
+    }
     /* Agree before any collective; a call that needs none defers it. */
     int need = prefetch_wanted(s);
     for (size_t i = 0; i < n && !need; i++) {
@@ -265,14 +276,7 @@ zero_status zero__s3_gather(void *state, zero_param_info *const *params, size_t 
     if (need && (st = zero__s3_agree(s, "zero_gather")) != ZERO_OK) return st;
     /* Hold first: a later on-demand issue in this call may evict kept
      * buffers, and must not evict one the host is about to receive. */
-    for (size_t i = 0; i < n; i++) {
-        zero__s3_param *p = params[i]->plugin_data;
-        p->holds++;
-        s->n_gathers++;
-        if (p->prefetched) s->n_prefetched++;
-        else if (p->buf && p->fresh) s->n_resident++;
-        else s->n_demand++;
-    }
+    for (size_t i = 0; i < n; i++) ((zero__s3_param *)params[i]->plugin_data)->holds++;
     for (size_t i = 0; i < n && st == ZERO_OK; i++) st = issue(s, params[i]->plugin_data, 1);
     if (st == ZERO_OK && s->on_track && s->prefetch_numel) st = prefetch(s);
     for (size_t i = 0; i < n; i++) {
@@ -282,7 +286,6 @@ zero_status zero__s3_gather(void *state, zero_param_info *const *params, size_t 
             p->req = NULL;
             if (st == ZERO_OK) st = w;
         }
-        unmark_prefetched(s, p);
         ptrs[i] = p->buf;
     }
     if (st != ZERO_OK)

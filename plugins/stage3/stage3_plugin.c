@@ -237,9 +237,11 @@ static void s3_destroy(void *state) {
     if (s->params) zero__s3_wait_all(s);
     if (s->n_gathers)
         svc->log(s->c, ZERO_LOG_INFO,
-                 "stage3: %llu param gathers: %llu prefetched, %llu already resident (kept/persistent), %llu on demand",
+                 "stage3: %llu param gathers: %llu prefetched, %llu already resident (kept/persistent), %llu on "
+                 "demand; %llu order agreements over %llu micro-steps",
                  (unsigned long long)s->n_gathers, (unsigned long long)s->n_prefetched,
-                 (unsigned long long)s->n_resident, (unsigned long long)s->n_demand);
+                 (unsigned long long)s->n_resident, (unsigned long long)s->n_demand,
+                 (unsigned long long)s->n_agreements, (unsigned long long)s->micro_steps);
     if (s->b) svc->buckets_destroy(s->b);
     if (s->gcomm) svc->comm_free(s->gcomm);
     for (uint32_t i = 0; s->params && i < s->nparams; i++) {

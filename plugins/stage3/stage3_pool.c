@@ -125,12 +125,18 @@ void zero__s3_pool_drain(zero__s3 *s) {
     while (s->pool.n) free_cached(s, s->pool.n - 1);
 }
 
+/* The pattern is built on the host and copied in: buf may be device
+ * memory (CUDA engine) that the host cannot write. */
 void zero__s3_poison(zero__s3 *s, void *buf, size_t bytes) {
+    char *h = malloc(bytes ? bytes : 1);
+    if (!h) return; /* poisoning is a debugging aid: skip it rather than fail */
     if (s->dtype == ZERO_DTYPE_F32) {
         const uint32_t nan = 0x7fc00000u;
-        for (size_t i = 0; i + 4 <= bytes; i += 4) memcpy((char *)buf + i, &nan, 4);
+        for (size_t i = 0; i + 4 <= bytes; i += 4) memcpy(h + i, &nan, 4);
     } else {
         const uint16_t nan = s->dtype == ZERO_DTYPE_BF16 ? 0x7fc0u : 0x7e00u;
-        for (size_t i = 0; i + 2 <= bytes; i += 2) memcpy((char *)buf + i, &nan, 2);
+        for (size_t i = 0; i + 2 <= bytes; i += 2) memcpy(h + i, &nan, 2);
     }
+    s->svc->mem_copy(s->c, buf, h, bytes - bytes % (s->dtype == ZERO_DTYPE_F32 ? 4 : 2));
+    free(h);
 }

@@ -14,6 +14,16 @@
 
 #include "stage3.h"
 
+/* Clear device-tier memory: on a CUDA engine the host cannot dereference it,
+ * so it goes through the core (mem_set); a core older than mem_set has no
+ * device, and a plain memset is right there. */
+static void clear_device(const zero_services_v1 *svc, void *p, size_t bytes) {
+    if (ZERO_SERVICES_HAS(svc, mem_set))
+        svc->mem_set(svc->core, p, 0, bytes);
+    else
+        memset(p, 0, bytes);
+}
+
 zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     zero__s3 *s = state;
     const zero_services_v1 *svc = s->svc;
@@ -48,7 +58,7 @@ zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_repor
     ps.param_out = s->dtype == ZERO_DTYPE_F32 ? NULL : s->shard;
     ps.param_out_index = ZERO_INDEX_PART;
     st = svc->boundary_step(s->c, &ps, ctx, rep);
-    memset(s->grads, 0, gbytes);
+    clear_device(svc, s->grads, gbytes);
     if (st != ZERO_OK) return st;
     if (!rep->overflow) zero__s3_mark_stale(s);
     /* Fetch the next micro-step's first layers while the host prepares its
