@@ -22,6 +22,7 @@ size_t zero__dtype_size(zero_dtype dt) {
     }
 }
 
+#ifdef ZERO_HAVE_MPI
 /* Does any launcher environment say we run under mpirun/srun/hydra?  Used
  * only by ZERO_COMM_AUTO when MPI is not initialised yet, so that a plain
  * single-process run does not pay for (or trip over) an MPI singleton init. */
@@ -32,6 +33,7 @@ static int launched_by_mpi(void) {
         if (getenv(vars[i])) return 1;
     return 0;
 }
+#endif
 
 zero_status zero__comm_world_create(int kind, void *handle, struct zero_engine *engine, zero_comm **out,
                                     char *err, size_t err_len) {
