@@ -17,14 +17,18 @@
  * messages between a pair on one tag overtake each other, so the i-th send
  * matches the i-th receive without encoding the chunk in the tag; the tag
  * only separates concurrent operations (per-communicator sequence number).
- * Temporaries: two buffers of the largest block (received partial sums
- * alternate between them), taken from the world's scratch cache.
+ * Temporaries (from the world's scratch cache): two buffers of the largest
+ * block, between which the forwarded partial sums alternate (one for N = 3,
+ * none for N = 2); the last step lands in recv directly or, in place, in a
+ * ring of `window` chunk slots that are summed into recv on arrival.
  * Deadlock freedom: a receive into a buffer waits only for the send that
  * read the same chunk of that buffer one step earlier, and a send waits only
  * for the receive of the same chunk one step earlier; both are earlier in
  * (step, chunk) order, so by induction every message is eventually posted.
  *
- * Allgather uses the same ring without sums, straight into the output. */
+ * Allgather: up to 8 ranks "direct" (everyone sends its block to everyone,
+ * one round), above that the same ring without sums, straight into the
+ * output.  Sum allreduce = ring reduce-scatter, then allgather, in place. */
 #ifdef ZERO_HAVE_MPI
 #include <limits.h>
 #include <stdio.h>
