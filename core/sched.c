@@ -1,6 +1,31 @@
 /* Learning-rate schedules with DeepSpeed's parameters and defaults
- * (deepspeed/runtime/lr_schedules.py).  The t-th optimizer step (1-based)
- * uses the schedule at last_batch_iteration = t - 1. */
+ * (deepspeed/runtime/lr_schedules.py).
+ *
+ * Which lr a step uses.  DeepSpeed's engine calls lr_scheduler.step() AFTER
+ * each optimizer step that was taken (not after a step skipped on fp16
+ * overflow), and each scheduler's constructor (last_batch_iteration = -1)
+ * puts its starting lr into the optimizer.  So optimizer step t (1-based)
+ * runs with the scheduler at last_batch_iteration = t - 2, and step 1 with
+ * the constructor's value:
+ *   WarmupLR, WarmupDecayLR: get_lr() at -1 is warmup_min_lr; at i >= 0
+ *     min + (max - min) * gamma(i), gamma = log(i + 1) / log(W) (log) or
+ *     i / W (linear) while i < W = max(2, warmup_num_steps), then 1
+ *     (WarmupLR) or max(0, (total - i) / max(1, total - W)) (WarmupDecayLR).
+ *     Hence steps 1 and 2 both run at warmup_min_lr.
+ *   WarmupCosineLR: ratio of the optimizer's lr; warmup_min_ratio +
+ *     gamma(i) * (1 - warmup_min_ratio) while i < W, then
+ *     max(0, cos_min_ratio + (1 - cos_min_ratio) * (1 + cos(pi * (i - W + 1)
+ *     / (total - W))) / 2).  Step 1 takes the ratio at i = 0 (the warm-up's
+ *     start, warmup_min_ratio, for both warm-up types).
+ *   LRRangeTest: min_lr * (1 + step_rate * (i + 1) / step_size) (floored
+ *     with staircase); the constructor sets min_lr, which is the same
+ *     formula at i = -1: step t uses interval (t - 1) / step_size.
+ *   OneCycle (lr part): triangular cycle evaluated at batch i + 1 while
+ *     i < total = first + second step size, the constructor sets
+ *     cycle_min_lr (the cycle at 0): step t uses the cycle at t - 1; after
+ *     the cycle min_lr / (1 + decay_lr_rate * (i - total + 1) /
+ *     decay_step_size), or min_lr when decay_step_size or decay_lr_rate is 0.
+ * zero_step_result.lr reports the lr the step just taken used. */
 #include <math.h>
 #include <string.h>
 #include <strings.h>
@@ -37,16 +62,18 @@ static double warmup_gamma(double it, double warmup_steps, const char *type) {
 double zero__schedule_lr(const struct zero_engine *e, uint64_t t) {
     const char *type = zero__config_scheduler(e->cfg);
     double base = e->rc->lr;
-    double it = (double)(t ? t - 1 : 0);
+    /* the scheduler's last_batch_iteration while step t runs (see above) */
+    double it = (double)t - 2.0;
     if (!type) return base;
     if (strcasecmp(type, "WarmupLR") == 0 || strcasecmp(type, "WarmupDecayLR") == 0) {
         double lo = param(e, "warmup_min_lr", 0.0), hi = param(e, "warmup_max_lr", 0.001);
         double w = param(e, "warmup_num_steps", 1000);
         const char *wt = sparam(e, "warmup_type", "log");
-        if (it < (w < 2 ? 2 : w) || strcasecmp(type, "WarmupLR") == 0)
-            return lo + (hi - lo) * warmup_gamma(it, w, wt);
+        if (w < 2) w = 2; /* DeepSpeed: max(2, warmup_num_steps) */
+        if (it < 0) return lo; /* constructor: get_lr() before the first step() is min_lr */
+        if (it < w || strcasecmp(type, "WarmupLR") == 0) return lo + (hi - lo) * warmup_gamma(it, w, wt);
         double total = param(e, "total_num_steps", 0);
-        double g = (total - it) / fmax(1.0, total - (w < 2 ? 2 : w));
+        double g = (total - it) / fmax(1.0, total - w);
         return lo + (hi - lo) * fmax(0.0, g);
     }
     if (strcasecmp(type, "WarmupCosineLR") == 0) {
@@ -54,6 +81,8 @@ double zero__schedule_lr(const struct zero_engine *e, uint64_t t) {
         double wmin = param(e, "warmup_min_ratio", 0.0), cmin = param(e, "cos_min_ratio", 0.0001);
         double w = param(e, "warmup_num_steps", 1000);
         const char *wt = sparam(e, "warmup_type", "log");
+        if (w < 2) w = 2;
+        if (it < 0) it = 0;
         double ratio;
         if (it < w) {
             ratio = wmin + warmup_gamma(it, w, wt) * (1.0 - wmin);
@@ -74,19 +103,20 @@ double zero__schedule_lr(const struct zero_engine *e, uint64_t t) {
         return lo * (1 + rate * interval);
     }
     if (strcasecmp(type, "OneCycle") == 0) {
-        /* Triangular cycle then exponential decay (lr part of DeepSpeed's OneCycle). */
         double lo = param(e, "cycle_min_lr", 0.0), hi = param(e, "cycle_max_lr", 0.0);
         double s1 = param(e, "cycle_first_step_size", 2000);
         double s2 = param(e, "cycle_second_step_size", s1);
         double decay_rate = param(e, "decay_lr_rate", 0.0), decay_ss = param(e, "decay_step_size", 0);
         double total = s1 + s2;
         if (it < total) {
-            double cycle = floor(1 + it / total);
-            double x = 1. + it / total - cycle;
-            double scale = x <= s1 / total ? x / (s1 / total) : (x - 1) / (s1 / total - 1);
+            double b = it + 1; /* _get_scale_factor: last_batch_iteration + 1 (0 for the constructor's min) */
+            double cycle = floor(1 + b / total);
+            double x = 1. + b / total - cycle;
+            double ratio = s1 / total;
+            double scale = x <= ratio ? x / ratio : (x - 1) / (ratio - 1);
             return lo + (hi - lo) * scale;
         }
-        if (decay_ss <= 0) return lo;
+        if (decay_ss == 0 || decay_rate == 0) return lo; /* skip_lr_decay */
         double decay_interval = (it - total + 1) / decay_ss;
         return lo / (1 + decay_rate * decay_interval);
     }
