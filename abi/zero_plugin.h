@@ -398,6 +398,15 @@ typedef struct zero_services_v1 {
      * All groups are issued before any wait; every issued request is waited
      * even after an error.  Collective. */
     zero_status (*allgather_shares)(zero_core *c, zero_comm *comm, void *flat, zero_dtype dt);
+
+    /* ---- appended in 1.0 by the GPU wiring (check ZERO_SERVICES_HAS) ---- */
+    /* dst[0..bytes) = (unsigned char)value, for memory from mem_alloc of
+     * either tier or host memory.  On a CUDA engine ZERO_TIER_DEVICE blocks
+     * are device memory the host cannot dereference: plugins clear them with
+     * this (and copy with mem_copy, which accepts any direction), never with
+     * memset/memcpy.  Stream-ordered with the core's other device work;
+     * returns ZERO_ERR_DEVICE (last error set) if the device failed. */
+    zero_status (*mem_set)(zero_core *c, void *dst, int value, size_t bytes);
 } zero_services_v1;
 
 /* Does this services table have field `f`? (built against a newer minor) */

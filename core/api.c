@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "engine.h"
 #include "loss_scaler.h"
 #include "optim.h"
@@ -55,6 +56,60 @@ static zero_status pipeline_split(struct zero_engine *e, int stages) {
     return ZERO_OK;
 }
 
+#if defined(ZERO_HAVE_NCCL)
+#include "comm_internal.h"
+#include "comm_nccl.h"
+#endif
+
+/* The world communicator of a device_kind CUDA engine (gpu-wiring).
+ *  - ZERO_COMM_NCCL: the host's ncclComm_t; it must run on the engine's device.
+ *  - ZERO_COMM_AUTO: NCCL made over MPI (rank 0's ncclUniqueId broadcast over
+ *    MPI_COMM_WORLD; the MPI world is kept as e->boot) when the build has
+ *    NCCL and MPI and this is a real CUDA device launched under MPI;
+ *    otherwise like MPI/SELF below.
+ *  - ZERO_COMM_MPI / ZERO_COMM_SELF (and AUTO without NCCL): the host-memory
+ *    communicator wrapped in the staging layer (comm_devstage.c): correct,
+ *    no CUDA-aware MPI needed, but every collective crosses PCIe twice.
+ * NCCL collectives are issued on the device's stream, so they are ordered
+ * after the kernels libzero queues there without host synchronisation. */
+static zero_status device_world(struct zero_engine *e, const zero_engine_options *o, char *msg, size_t len) {
+    zero__device *d = e->dev;
+    zero_status s;
+#if defined(ZERO_HAVE_NCCL)
+    void *dstream = d->ops->stream(d);
+    if (o->comm_kind == ZERO_COMM_NCCL) {
+        if ((s = zero__comm_nccl_create(o->comm, e, &e->world, msg, len)) != ZERO_OK) return s;
+        if (zero__comm_nccl_device(e->world) != d->ordinal) {
+            snprintf(msg, len, "the ncclComm_t runs on CUDA device %d but device_index is %d",
+                     zero__comm_nccl_device(e->world), d->ordinal);
+            return ZERO_ERR_DEVICE;
+        }
+        return dstream ? zero__comm_nccl_set_stream(e->world, dstream) : ZERO_OK;
+    }
+#if defined(ZERO_HAVE_MPI)
+    if (o->comm_kind == ZERO_COMM_AUTO && dstream) {
+        if ((s = zero__comm_world_create(ZERO_COMM_AUTO, NULL, e, &e->boot, msg, len)) != ZERO_OK) return s;
+        if (zero__comm_mpi_initialized()) {
+            if ((s = zero__comm_nccl_create_mpi(NULL, d->ordinal, e, &e->world, msg, len)) != ZERO_OK) return s;
+            zero__log(e, ZERO_LOG_DEBUG, "comm: NCCL over MPI_COMM_WORLD on CUDA device %d", d->ordinal);
+            return zero__comm_nccl_set_stream(e->world, dstream);
+        }
+        /* single process without MPI: the staged self communicator */
+        zero_comm *inner = e->boot;
+        e->boot = NULL;
+        return zero__comm_devstage_create(inner, d, &e->world);
+    }
+#endif
+#endif
+    zero_comm *inner = NULL;
+    if ((s = zero__comm_world_create(o->comm_kind, o->comm, e, &inner, msg, len)) != ZERO_OK) return s;
+    if (inner->size > 1)
+        zero__log(e, ZERO_LOG_INFO, "comm: device buffers staged through host memory over %s (use NCCL for speed)",
+                  inner->ops->name);
+    if ((s = zero__comm_devstage_create(inner, d, &e->world)) != ZERO_OK) zero__comm_world_free(inner);
+    return s;
+}
+
 zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine **out, char *err,
                                size_t err_len) {
     if (out) *out = NULL;
@@ -82,15 +137,25 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     e->mem = zero__mem_create();
     if (!e->mem) return fail_create(e, zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory"), err, err_len);
 
-    if (opts.device_kind != ZERO_DEVICE_CPU)
-        return fail_create(e,
-                           zero__error(e, ZERO_ERR_UNSUPPORTED,
-                                       "device kind %d is not supported by this build (CPU only)",
-                                       (int)opts.device_kind),
+    if (opts.device_kind != ZERO_DEVICE_CPU && opts.device_kind != ZERO_DEVICE_CUDA)
+        return fail_create(e, zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "unknown device_kind %d", (int)opts.device_kind),
                            err, err_len);
 
     char msg[1024] = "";
-    zero_status s = zero__comm_world_create(opts.comm_kind, opts.comm, e, &e->world, msg, sizeof msg);
+    zero_status s;
+    if (opts.device_kind == ZERO_DEVICE_CUDA) {
+        /* Before any communication: a machine without a usable GPU fails
+         * here, on every rank alike, with the driver's reason. */
+        s = zero__device_open(opts.device_index, opts.stream, &e->dev, msg, sizeof msg);
+        if (s != ZERO_OK)
+            return fail_create(e, zero__error(e, s, "device_kind CUDA (device_index %d): %s", (int)opts.device_index,
+                                              msg),
+                               err, err_len);
+        zero__mem_set_device(e->mem, e->dev);
+        s = device_world(e, &opts, msg, sizeof msg);
+    } else {
+        s = zero__comm_world_create(opts.comm_kind, opts.comm, e, &e->world, msg, sizeof msg);
+    }
     if (s != ZERO_OK) return fail_create(e, zero__error(e, s, "%s", msg), err, err_len);
     e->global = e->world;
     e->pp_stages = 1;
@@ -104,6 +169,9 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
                            config_warn, e, msg, sizeof msg);
     if (s != ZERO_OK) return fail_create(e, zero__error(e, s, "%s", msg), err, err_len);
     e->rc = zero__config_run(e->cfg);
+    /* offload_optimizer.pin_memory: host-tier blocks (fp32 master, states,
+     * the gradient landing buffer) are pinned so host<->device copies DMA. */
+    if (e->dev) e->dev->pin_host = e->rc->offload_optimizer && e->rc->offload_pin_memory;
 
     /* Plugin choice: explicit option, then $ZERO_PLUGIN, then the config. */
     const char *plugin = opts.plugin;
@@ -164,7 +232,9 @@ void zero_engine_destroy(zero_engine *e) {
         else zero__comm_world_free(e->world);
     }
     if (e->global) zero__comm_world_free(e->global);
+    if (e->boot) zero__comm_world_free(e->boot);
     if (e->mem) zero__mem_destroy(e->mem);
+    zero__device_close(e->dev); /* last: the accountant returned its blocks, the comms used its stream */
     pthread_mutex_destroy(&e->err_lock);
     free(e);
 }
@@ -253,6 +323,19 @@ zero_status zero_params_done(zero_engine *e) {
     return s;
 }
 
+/* Stream ordering on a CUDA engine: after = 1, the device's stream waits
+ * for `stream` (a gradient's producer); 0, `stream` waits for the device's
+ * stream (parameters refreshed by a step or gathered).  NULL = the compute
+ * stream given at create.  Event-based: the host never blocks. */
+static zero_status device_order(zero_engine *e, int after, void *stream) {
+    zero__device *d = e->dev;
+    zero_status s = after ? d->ops->order_after(d, stream) : d->ops->order_before(d, stream);
+    if (s != ZERO_OK) return zero__error(e, s, "CUDA stream ordering failed: %s", d->ops->error(d));
+    return ZERO_OK;
+}
+
+static __attribute__((noinline)) zero_status gathered_order(zero_engine *e) { return device_order(e, 0, NULL); }
+
 static zero_status check_param(zero_engine *e, const zero_param *p, const char *fn) {
     if (!zero__param_valid(e, p) || p->magic != ZERO__PARAM_MAGIC)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: unknown parameter handle %p", fn, (const void *)p);
@@ -268,15 +351,16 @@ zero_status zero_gather(zero_engine *e, zero_param *const *params, size_t n, voi
         if (s != ZERO_OK) return s;
     }
     if (e->plugin.table->gather) {
-        zero_param_info **infos = malloc((n ? n : 1) * sizeof *infos);
+        zero_param_info **infos = calloc(n ? n : 1, sizeof *infos);
         if (!infos) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
         for (size_t i = 0; i < n; i++) infos[i] = &params[i]->info;
         zero_status s = e->plugin.table->gather(e->pstate, infos, n, ptrs);
         free(infos);
-        return s;
+        /* the host's compute stream must see the gathered parameters */
+        return s == ZERO_OK && e->dev && n ? gathered_order(e) : s;
     }
     for (size_t i = 0; i < n; i++) ptrs[i] = params[i]->info.data;
-    return ZERO_OK;
+    return e->dev && n ? gathered_order(e) : ZERO_OK;
 }
 
 zero_status zero_release(zero_engine *e, zero_param *const *params, size_t n) {
@@ -315,6 +399,9 @@ zero_status zero_on_grad_ready(zero_engine *e, zero_param *p, void *stream) {
         return zero__error(e, ZERO_ERR_DUPLICATE,
                            "zero_on_grad_ready(%s) called twice in one micro-step (micro-step %u of step %llu)",
                            p->name, e->micro_step, (unsigned long long)e->global_step + 1);
+    /* The reduction of p's bucket is queued on the device's stream: order it
+     * after the kernel that produced the gradient, without blocking. */
+    if (e->dev && (s = device_order(e, 1, stream)) != ZERO_OK) return s;
     return e->plugin.table->on_grad_ready(e->pstate, &p->info, stream);
 }
 
@@ -403,6 +490,8 @@ zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_resu
 
     s = e->plugin.table->step(e->pstate, &ctx, &rep);
     for (uint32_t i = 0; i < e->nparams; i++) atomic_store(&e->params[i]->ready, 0);
+    /* the next forward (on the host's stream) must see the refreshed params */
+    if (s == ZERO_OK && e->dev) s = device_order(e, 0, ctx.stream);
     if (s != ZERO_OK) {
         if (!e->last_error[0]) zero__error(e, s, "plugin step failed");
         return s;

@@ -43,6 +43,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "device.h"
 #include "engine.h"
 #include "optim.h"
 
@@ -331,36 +332,31 @@ static void *direct_partition_slot(const zero_buckets *b, uint32_t index) {
 
 static void *elem(void *base, uint64_t i, size_t es) { return (char *)base + (size_t)i * es; }
 
-static void scale_f32(float *x, float a, size_t n) {
-    if (a == 1.0f) return;
-    for (size_t i = 0; i < n; i++) x[i] *= a;
+/* Element-wise work on gradient buffers goes through the engine's device
+ * (backends/device/device.h): on a CUDA engine flat, partition and slots are
+ * device memory and these run as kernels on the device's stream, ordered
+ * with the NCCL collectives there; without a device (dev NULL) they are the
+ * CPU loops they always were.  A device failure is remembered in `sticky`
+ * (returned by flush) with the device's reason as the last error. */
+static zero_status dev_check(zero_buckets *b, zero_status s, const char *what) {
+    if (s == ZERO_OK) return s;
+    zero__error(b->e, s, "bucket engine: %s on the device failed: %s", what, zero__dev_error(b->e->dev));
+    if (b->sticky == ZERO_OK) b->sticky = s;
+    return s;
 }
 
-/* dst (16-bit) = round(dst + src), the sum formed in fp32, tile by tile. */
-static void add_f32_into(void *dst, zero_dtype dt, const float *src, size_t n) {
-    float tile[1024];
-    for (size_t i = 0; i < n; i += 1024) {
-        size_t k = n - i < 1024 ? n - i : 1024;
-        zero__convert(tile, ZERO_DTYPE_F32, (uint16_t *)dst + i, dt, k);
-        for (size_t j = 0; j < k; j++) tile[j] += src[i + j];
-        zero__convert((uint16_t *)dst + i, dt, tile, ZERO_DTYPE_F32, k);
-    }
+static zero_status scale_f32(zero_buckets *b, float *x, float a, size_t n) {
+    return dev_check(b, zero__dev_scale(b->e->dev, x, a, n), "scale");
 }
 
-/* dst (grad dtype) += src (any dtype), formed in fp32. */
-static void add_into_dt(void *dst, zero_dtype ddt, const void *src, zero_dtype sdt, size_t n) {
-    if (ddt == ZERO_DTYPE_F32) {
-        zero__add_into(dst, src, sdt, n);
-        return;
-    }
-    float tile[1024];
-    size_t ses = sdt == ZERO_DTYPE_F32 ? 4 : 2;
-    for (size_t i = 0; i < n; i += 1024) {
-        size_t k = n - i < 1024 ? n - i : 1024;
-        zero__convert(tile, ZERO_DTYPE_F32, (uint16_t *)dst + i, ddt, k);
-        zero__add_into(tile, (const char *)src + i * ses, sdt, k);
-        zero__convert((uint16_t *)dst + i, ddt, tile, ZERO_DTYPE_F32, k);
-    }
+/* dst (grad dtype) = round(dst + src), the sum formed in fp32. */
+static zero_status add_into_dt(zero_buckets *b, void *dst, zero_dtype ddt, const void *src, zero_dtype sdt,
+                               size_t n) {
+    return dev_check(b, zero__dev_add_into(b->e->dev, dst, ddt, src, sdt, n), "add");
+}
+
+static zero_status convert(zero_buckets *b, void *dst, zero_dtype ddt, const void *src, zero_dtype sdt, size_t n) {
+    return dev_check(b, zero__dev_convert(b->e->dev, dst, ddt, src, sdt, n), "convert");
 }
 
 static int scatter_staged(const zero_buckets *b) {
@@ -387,21 +383,21 @@ static zero_status complete_oldest(zero_buckets *b) {
         switch (b->spec.mode) {
         case ZERO_BUCKETS_SCATTER:
             if (!b->mixed) {
-                zero__add_into(elem(b->part, bk->part_pos, 4), blk, ZERO_DTYPE_F32, (size_t)bk->own_n);
-            } else {
-                scale_f32(blk, b->post, (size_t)bk->own_n);
-                add_f32_into(elem(b->part, bk->part_pos, b->es), dt, blk, (size_t)bk->own_n);
+                s = add_into_dt(b, elem(b->part, bk->part_pos, 4), ZERO_DTYPE_F32, blk, ZERO_DTYPE_F32,
+                                (size_t)bk->own_n);
+            } else if ((s = scale_f32(b, blk, b->post, (size_t)bk->own_n)) == ZERO_OK) {
+                s = add_into_dt(b, elem(b->part, bk->part_pos, b->es), dt, blk, ZERO_DTYPE_F32, (size_t)bk->own_n);
             }
             break;
         case ZERO_BUCKETS_SCATTER_INPLACE: /* mixed only: round the owned block once into flat */
-            scale_f32(blk, b->post, (size_t)bk->own_n);
-            zero__convert(elem(b->flat, bk->own_lo, b->es), dt, blk, ZERO_DTYPE_F32, (size_t)bk->own_n);
+            if ((s = scale_f32(b, blk, b->post, (size_t)bk->own_n)) == ZERO_OK)
+                s = convert(b, elem(b->flat, bk->own_lo, b->es), dt, blk, ZERO_DTYPE_F32, (size_t)bk->own_n);
             break;
         default: { /* ALLREDUCE, mixed only: the whole bucket */
             float *all = b->slots[bk->slot].f32;
             size_t n = (size_t)(bk->hi - bk->lo);
-            scale_f32(all, b->post, n);
-            zero__convert(elem(b->flat, bk->lo, b->es), dt, all, ZERO_DTYPE_F32, n);
+            if ((s = scale_f32(b, all, b->post, n)) == ZERO_OK)
+                s = convert(b, elem(b->flat, bk->lo, b->es), dt, all, ZERO_DTYPE_F32, n);
             break;
         }
         }
@@ -425,7 +421,10 @@ static zero_status acquire_slot(zero_buckets *b, uint32_t k) {
                 b->slots[i].bucket = (int)k;
                 b->b[k].slot = (int)i;
                 if (b->slots[i].buf) /* the host adds into it; in-place staging is overwritten whole */
-                    memset(b->slots[i].buf, 0, (size_t)(b->b[k].hi - b->b[k].lo) * b->es);
+                    return dev_check(b,
+                                     zero__dev_memset(b->e->dev, b->slots[i].buf, 0,
+                                                      (size_t)(b->b[k].hi - b->b[k].lo) * b->es),
+                                     "clearing a slot");
                 return ZERO_OK;
             }
         }
@@ -476,8 +475,9 @@ static zero_status launch(zero_buckets *b, uint32_t k) {
         send = b->slots[bk->slot].f32;
         if (b->mixed) {
             const void *src = b->spec.mode == ZERO_BUCKETS_SCATTER ? b->slots[bk->slot].buf : elem(b->flat, bk->lo, b->es);
-            zero__convert(send, ZERO_DTYPE_F32, src, b->spec.grad_dtype, n);
-            scale_f32(send, b->pre, n);
+            if ((s = convert(b, send, ZERO_DTYPE_F32, src, b->spec.grad_dtype, n)) != ZERO_OK ||
+                (s = scale_f32(b, send, b->pre, n)) != ZERO_OK)
+                goto failed;
         }
     } else {
         send = elem(b->flat, bk->lo, 4); /* fp32 in-place modes reduce the flat buffer itself */
@@ -566,7 +566,7 @@ zero_status zero__buckets_ready(zero_buckets *b, uint32_t index, const void *src
         /* The slot cannot be recycled before this param is marked ready, so
          * the add itself runs outside the lock (params are disjoint). */
         if ((s = zero__buckets_grad_slot(b, index, &slot)) != ZERO_OK) return s;
-        add_into_dt(slot, b->spec.grad_dtype, src, dt, (size_t)p->numel);
+        if ((s = add_into_dt(b, slot, b->spec.grad_dtype, src, dt, (size_t)p->numel)) != ZERO_OK) return s;
     }
     if (!is_reducing(b)) return ZERO_OK; /* accumulate only: nothing to count */
     pthread_mutex_lock(&b->mu);

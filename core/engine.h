@@ -77,6 +77,17 @@ struct zero_engine {
      * global == world.  `global` owns the backend; `world` is freed first. */
     zero_comm *global;
     int pp_stage, pp_stages;     /* 0 and 1 without a pipeline */
+
+    /* (gpu-wiring) The compute device of a device_kind CUDA engine, NULL on
+     * the CPU.  Owned; closed last in zero_engine_destroy (after the plugin,
+     * the communicators and the memory accountant).  The services, the
+     * bucket engine and the accountant route device-resident buffers to it
+     * (backends/device/device.h). */
+    struct zero__device *dev;
+    /* (gpu-wiring) With comm_kind AUTO on a CUDA device the world is NCCL
+     * made over MPI; the MPI world that bootstrapped it (and that finalizes
+     * MPI if libzero initialized it) is kept here and freed after `global`. */
+    zero_comm *boot;
 };
 
 static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "log.h"
 
 #define ZERO_MEM_ALIGN 64
@@ -24,6 +25,7 @@ typedef struct mem_entry {
     size_t bytes;
     zero_mem_tier tier;
     zero_mem_tag tag;
+    int on_dev; /* came from the device backend (device memory or pinned host) */
 } mem_entry;
 
 struct zero__mem {
@@ -35,6 +37,7 @@ struct zero__mem {
     uint64_t peak[ZERO_NTIERS][ZERO_MEM_NTAGS];
     uint64_t current_total[ZERO_NTIERS];
     uint64_t peak_total[ZERO_NTIERS];
+    zero__device *dev; /* NULL: both tiers are plain host memory */
 };
 
 /* Fibonacci hashing of the pointer; low bits of aligned pointers are zero. */
@@ -105,21 +108,47 @@ static int tier_tag_ok(zero_mem_tier tier, zero_mem_tag tag) {
     return tier >= 0 && tier < ZERO_NTIERS && tag >= 0 && tag < ZERO_MEM_NTAGS;
 }
 
+void zero__mem_set_device(zero__mem *m, zero__device *d) {
+    if (m) m->dev = d;
+}
+
+/* Where a block of `tier` comes from: the device backend for the device
+ * tier (cudaMalloc'd arenas) and, when the device pins host memory, for the
+ * host tier too; otherwise aligned_alloc. */
+static int from_device(const zero__mem *m, zero_mem_tier tier) {
+    return m->dev && (tier == ZERO_TIER_DEVICE || m->dev->pin_host);
+}
+
+static void block_free(zero__mem *m, const mem_entry *e) {
+    if (e->on_dev)
+        m->dev->ops->free(m->dev, e->ptr);
+    else
+        free(e->ptr);
+}
+
 void *zero__mem_alloc(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, size_t bytes) {
     if (!m || !tier_tag_ok(tier, tag)) return NULL;
+    int on_dev = from_device(m, tier);
+    void *p = NULL;
+    if (on_dev) {
+        /* zero-filled by the backend; 256-byte aligned (>= ZERO_MEM_ALIGN) */
+        if (!(p = m->dev->ops->alloc(m->dev, tier, bytes ? bytes : 1))) return NULL;
+        goto record;
+    }
     /* aligned_alloc wants a multiple of the alignment; a 0-byte request still
      * gets a real, unique block so it can be tracked and freed. */
     if (bytes > SIZE_MAX - ZERO_MEM_ALIGN) return NULL;
     size_t rounded = bytes == 0 ? ZERO_MEM_ALIGN : (bytes + ZERO_MEM_ALIGN - 1) & ~(size_t)(ZERO_MEM_ALIGN - 1);
-    void *p = aligned_alloc(ZERO_MEM_ALIGN, rounded);
+    p = aligned_alloc(ZERO_MEM_ALIGN, rounded);
     if (!p) return NULL;
     memset(p, 0, rounded);
 
-    mem_entry e = {p, bytes, tier, tag};
+record:;
+    mem_entry e = {p, bytes, tier, tag, on_dev};
     pthread_mutex_lock(&m->lock);
     if (table_reserve(m) != 0) {
         pthread_mutex_unlock(&m->lock);
-        free(p);
+        block_free(m, &e);
         return NULL;
     }
     table_put(m->slots, m->cap, &e);
@@ -143,7 +172,7 @@ void zero__mem_free(zero__mem *m, void *p) {
     }
     pthread_mutex_unlock(&m->lock);
     if (found)
-        free(p);
+        block_free(m, &e);
     else
         zero__log(NULL, ZERO_LOG_DEBUG, "memory: free of a pointer this accountant did not allocate (%p), ignored",
                   p);
@@ -178,7 +207,7 @@ void zero__mem_destroy(zero__mem *m) {
         if (m->slots[i].ptr) {
             ++leaked;
             leaked_bytes += m->slots[i].bytes;
-            free(m->slots[i].ptr);
+            block_free(m, &m->slots[i]);
         }
     }
     if (leaked)

@@ -21,4 +21,12 @@ void *zero__mem_alloc(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, size_t
 void zero__mem_free(zero__mem *m, void *p); /* NULL ok; unknown pointer ignored with a debug log */
 
 void zero__mem_stats(const zero__mem *m, zero_memory_stats *out); /* honours out->struct_size */
+
+/* (gpu-wiring) Route allocations through a device backend from now on:
+ * ZERO_TIER_DEVICE blocks come from d (device memory), and ZERO_TIER_HOST
+ * blocks too when d->pin_host (pinned host memory).  Set once, before the
+ * first allocation; d must outlive the accountant (zero__mem_destroy frees
+ * leftover device blocks through d).  NULL = plain host memory. */
+struct zero__device;
+void zero__mem_set_device(zero__mem *m, struct zero__device *d);
 #endif

@@ -78,10 +78,14 @@ zero_status zero__param_register(struct zero_engine *e, const zero_param_desc *d
                            "zero_register_param(%s): dtype %s differs from the config's model dtype %s "
                            "(set fp16.enabled / bf16.enabled to match)",
                            desc.name, dtype_name(desc.dtype), dtype_name(e->rc->model_dtype));
-    if (desc.device != ZERO_DEVICE_CPU)
+    /* (gpu-wiring) A CUDA engine takes initial values and host-owned
+     * gradients from either host or device memory (copied / added through
+     * the device); a CPU engine cannot read device memory. */
+    if (desc.device != ZERO_DEVICE_CPU && !(desc.device == ZERO_DEVICE_CUDA && e->dev))
         return zero__error(e, ZERO_ERR_UNSUPPORTED,
-                           "zero_register_param(%s): device %d is not supported by this build", desc.name,
-                           (int)desc.device);
+                           "zero_register_param(%s): device %d is not supported %s", desc.name, (int)desc.device,
+                           desc.device == ZERO_DEVICE_CUDA ? "by an engine created with device_kind CPU"
+                                                           : "(unknown device kind)");
     if (desc.group < 0)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param(%s): group %d < 0", desc.name,
                            (int)desc.group);

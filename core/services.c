@@ -1,6 +1,7 @@
 /* The services table handed to plugins: thin adapters from the public
  * zero_services_v1 signatures onto the core's internal modules. */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "buckets.h"
+#include "device.h"
 #include "engine.h"
 #include "optim.h"
 #include "partition_step.h"
@@ -53,9 +55,26 @@ static void *svc_mem_alloc(zero_core *c, zero_mem_tier t, zero_mem_tag g, size_t
     return zero__mem_alloc(E(c)->mem, t, g, b);
 }
 static void svc_mem_free(zero_core *c, void *p) { zero__mem_free(E(c)->mem, p); }
+/* Device-aware services (gpu-wiring): with a device (e->dev) a buffer the
+ * host cannot dereference goes to the device backend, everything else to
+ * the CPU code as before (backends/device/device.c).  The void/double
+ * services report a device failure as the engine's last error and an error
+ * log line (sumsq answers NaN, nonfinite 1, so a failed norm pass reads as
+ * an overflow and the step is skipped rather than taken on garbage). */
+static void dev_failed(struct zero_engine *e, zero_status st, const char *what) {
+    zero__error(e, st, "%s on the %s device failed: %s", what, e->dev ? e->dev->ops->name : "host",
+                zero__dev_error(e->dev));
+    zero__log(e, ZERO_LOG_ERROR, "%s", e->last_error);
+}
+
 static void svc_mem_copy(zero_core *c, void *d, const void *s, size_t b) {
-    (void)c;
-    if (b) memmove(d, s, b);
+    zero_status st = zero__dev_copy(E(c)->dev, d, s, b);
+    if (st != ZERO_OK) dev_failed(E(c), st, "mem_copy");
+}
+static zero_status svc_mem_set(zero_core *c, void *d, int v, size_t b) {
+    zero_status st = zero__dev_memset(E(c)->dev, d, v, b);
+    if (st != ZERO_OK) dev_failed(E(c), st, "mem_set");
+    return st;
 }
 
 static zero_comm *svc_comm_world(zero_core *c) { return E(c)->world; }
@@ -84,8 +103,8 @@ static zero_status svc_optim_step(zero_core *c, const zero_opt_range *r) {
         zero_optim_scalars s = zero__optim_scalars(rc->optim, lr, rc->beta1, rc->beta2, rc->eps, wd, rc->momentum,
                                                    rc->nesterov, rc->bias_correction, t);
         size_t off = (size_t)(lo - r->flat_lo), n = (size_t)(hi - lo);
-        float *st[4] = {0};
-        for (int k = 0; k < 4; k++) st[k] = r->state[k] ? r->state[k] + off : NULL;
+        float *st_[4] = {0};
+        for (int k = 0; k < 4; k++) st_[k] = r->state[k] ? r->state[k] + off : NULL;
         void *out = NULL;
         if (r->param_out) {
             size_t es = r->param_out_dtype == ZERO_DTYPE_F32 ? 4 : 2;
@@ -94,64 +113,50 @@ static zero_status svc_optim_step(zero_core *c, const zero_opt_range *r) {
         zero_dtype gdt = r->struct_size >= offsetof(zero_opt_range, grad_dtype) + sizeof(zero_dtype)
                              ? r->grad_dtype
                              : ZERO_DTYPE_F32;
-        if (gdt == ZERO_DTYPE_F32) {
-            zero__optim_step(rc->optim, &s, r->master + off, st, (const float *)r->grad + off, r->grad_mul, out,
-                             r->param_out_dtype, n);
-            continue;
-        }
-        if (gdt != ZERO_DTYPE_BF16 && gdt != ZERO_DTYPE_F16)
+        if (gdt != ZERO_DTYPE_F32 && gdt != ZERO_DTYPE_BF16 && gdt != ZERO_DTYPE_F16)
             return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "optim_step: unknown gradient dtype %d", (int)gdt);
-        /* Model-dtype gradients: widen one tile at a time and step it, so the
-         * pass stays fused (read grad, unscale+clip, update, copy out) with
-         * only a tile of fp32 temporaries; the kernel is elementwise, so the
-         * result equals one call over the whole range. */
-        const uint16_t *g16 = (const uint16_t *)r->grad + off;
-        size_t oes = r->param_out_dtype == ZERO_DTYPE_F32 ? 4 : 2;
-        float tile[ZERO_OPTIM_TILE];
-        for (size_t i = 0; i < n; i += ZERO_OPTIM_TILE) {
-            size_t k = n - i < ZERO_OPTIM_TILE ? n - i : ZERO_OPTIM_TILE;
-            zero__convert(tile, ZERO_DTYPE_F32, g16 + i, gdt, k);
-            float *sti[4] = {0};
-            for (int j = 0; j < 4; j++) sti[j] = st[j] ? st[j] + i : NULL;
-            zero__optim_step(rc->optim, &s, r->master + off + i, sti, tile, r->grad_mul,
-                             out ? (char *)out + i * oes : NULL, r->param_out_dtype, k);
-        }
+        /* Host arrays: the fused CPU pass (16-bit gradients widened one tile
+         * at a time); device arrays: the CUDA multi-tensor kernel. */
+        const void *grad = (const char *)r->grad + off * (gdt == ZERO_DTYPE_F32 ? 4 : 2);
+        zero_status st = zero__dev_optim_step(e->dev, rc->optim, &s, r->master + off, st_, grad, gdt, r->grad_mul,
+                                              out, r->param_out_dtype, n);
+        if (st == ZERO_ERR_INVALID_ARGUMENT)
+            return zero__error(e, st, "optim_step: master, optimizer states and copy-out must all be device memory "
+                                      "or all host memory (a host gradient is staged)");
+        if (st != ZERO_OK)
+            return zero__error(e, st, "optim_step on the %s device failed: %s", e->dev ? e->dev->ops->name : "host",
+                               zero__dev_error(e->dev));
     }
     return ZERO_OK;
 }
 
-/* Mixed-precision variants convert in bounded tiles (fp32 temporaries stay small). */
-#define SVC_TILE 4096
+/* Mixed-precision variants convert in bounded tiles (fp32 temporaries stay
+ * small); device buffers run the CUDA kernels in the same summation order. */
 static double svc_sumsq(zero_core *c, const void *x, zero_dtype dt, size_t n) {
-    (void)c;
-    if (dt == ZERO_DTYPE_F32) return zero__sumsq_f32(x, n);
-    float tile[SVC_TILE];
     double acc = 0.0;
-    for (size_t i = 0; i < n; i += SVC_TILE) {
-        size_t k = n - i < SVC_TILE ? n - i : SVC_TILE;
-        zero__convert(tile, ZERO_DTYPE_F32, (const uint16_t *)x + i, dt, k);
-        acc += zero__sumsq_f32(tile, k);
+    zero_status st = zero__dev_sumsq(E(c)->dev, x, dt, n, &acc);
+    if (st != ZERO_OK) {
+        dev_failed(E(c), st, "sumsq");
+        return (double)NAN;
     }
     return acc;
 }
 static int svc_nonfinite(zero_core *c, const void *x, zero_dtype dt, size_t n) {
-    (void)c;
-    if (dt == ZERO_DTYPE_F32) return zero__nonfinite_f32(x, n);
-    float tile[SVC_TILE];
-    for (size_t i = 0; i < n; i += SVC_TILE) {
-        size_t k = n - i < SVC_TILE ? n - i : SVC_TILE;
-        zero__convert(tile, ZERO_DTYPE_F32, (const uint16_t *)x + i, dt, k);
-        if (zero__nonfinite_f32(tile, k)) return 1;
+    int any = 0;
+    zero_status st = zero__dev_nonfinite(E(c)->dev, x, dt, n, &any);
+    if (st != ZERO_OK) {
+        dev_failed(E(c), st, "nonfinite");
+        return 1;
     }
-    return 0;
+    return any;
 }
 static void svc_convert(zero_core *c, void *d, zero_dtype dd, const void *s, zero_dtype sd, size_t n) {
-    (void)c;
-    zero__convert(d, dd, s, sd, n);
+    zero_status st = zero__dev_convert(E(c)->dev, d, dd, s, sd, n);
+    if (st != ZERO_OK) dev_failed(E(c), st, "convert");
 }
 static void svc_add_into(zero_core *c, float *d, const void *s, zero_dtype sd, size_t n) {
-    (void)c;
-    zero__add_into(d, s, sd, n);
+    zero_status st = zero__dev_add_into(E(c)->dev, d, ZERO_DTYPE_F32, s, sd, n);
+    if (st != ZERO_OK) dev_failed(E(c), st, "add_into");
 }
 
 /* Checkpoint blobs: <dir>/<name>.rank<R>.bin (with a pipeline
@@ -166,7 +171,8 @@ static zero_status ckpt_path(struct zero_engine *e, const char *dir, const char 
     return ZERO_OK;
 }
 
-static zero_status svc_ckpt_write(zero_core *c, const char *dir, const char *name, const void *buf, size_t bytes) {
+static zero_status ckpt_write_host(zero_core *c, const char *dir, const char *name, const void *buf,
+                                   size_t bytes) {
     struct zero_engine *e = E(c);
     char path[4096], tmp[4200];
     zero_status s = ckpt_path(e, dir, name, path, sizeof path);
@@ -189,7 +195,7 @@ static zero_status svc_ckpt_write(zero_core *c, const char *dir, const char *nam
     return ZERO_OK;
 }
 
-static zero_status svc_ckpt_read(zero_core *c, const char *dir, const char *name, void *buf, size_t bytes) {
+static zero_status ckpt_read_host(zero_core *c, const char *dir, const char *name, void *buf, size_t bytes) {
     struct zero_engine *e = E(c);
     char path[4096];
     zero_status s = ckpt_path(e, dir, name, path, sizeof path);
@@ -207,6 +213,31 @@ static zero_status svc_ckpt_read(zero_core *c, const char *dir, const char *name
     fclose(f);
     if (!ok) return zero__error(e, ZERO_ERR_IO, "checkpoint: %s is truncated", path);
     return ZERO_OK;
+}
+
+/* A device buffer is written / read through one host bounce buffer: the
+ * file format is the same, so a checkpoint moves between CPU and GPU runs. */
+static zero_status svc_ckpt_write(zero_core *c, const char *dir, const char *name, const void *buf, size_t bytes) {
+    struct zero_engine *e = E(c);
+    if (!zero__dev_is_device(e->dev, buf)) return ckpt_write_host(c, dir, name, buf, bytes);
+    void *h = malloc(bytes ? bytes : 1);
+    if (!h) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "checkpoint %s: out of host memory", name);
+    zero_status st = zero__dev_copy(e->dev, h, buf, bytes);
+    if (st != ZERO_OK) dev_failed(e, st, "checkpoint download");
+    else st = ckpt_write_host(c, dir, name, h, bytes);
+    free(h);
+    return st;
+}
+
+static zero_status svc_ckpt_read(zero_core *c, const char *dir, const char *name, void *buf, size_t bytes) {
+    struct zero_engine *e = E(c);
+    if (!zero__dev_is_device(e->dev, buf)) return ckpt_read_host(c, dir, name, buf, bytes);
+    void *h = malloc(bytes ? bytes : 1);
+    if (!h) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "checkpoint %s: out of host memory", name);
+    zero_status st = ckpt_read_host(c, dir, name, h, bytes);
+    if (st == ZERO_OK && (st = zero__dev_copy(e->dev, buf, h, bytes)) != ZERO_OK) dev_failed(e, st, "checkpoint upload");
+    free(h);
+    return st;
 }
 
 void zero__services_init(struct zero_engine *e) {
@@ -261,4 +292,5 @@ void zero__services_init(struct zero_engine *e) {
     s->part_step = zero__svc_part_step;
     s->boundary_step = zero__svc_boundary_step;
     s->allgather_shares = zero__svc_allgather_shares;
+    s->mem_set = svc_mem_set;
 }

@@ -177,6 +177,22 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_add_into(float *dst, const void *src, int32_t 
         dst[i] = dst[i] + zero_cuda_ld(src, src_dt, i);
 }
 
+/* dst[i] = round(dst[i] + src[i]) in dst_dt, the sum formed in fp32: the
+ * bucket engine's accumulation into 16-bit gradient buffers (one rounding,
+ * as the CPU's widen-add-narrow tile loop in backends/device/device.c). */
+ZERO_CUDA_GLOBAL void zero_cuda_k_add_into_dt(void *dst, int32_t dst_dt, const void *src, int32_t src_dt,
+                                              uint64_t n) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        zero_cuda_st(dst, dst_dt, i, zero_cuda_ld(dst, dst_dt, i) + zero_cuda_ld(src, src_dt, i));
+}
+
+/* x[i] *= a (the bucket engine's pre/post reduction scaling). */
+ZERO_CUDA_GLOBAL void zero_cuda_k_scale(float *x, float a, uint64_t n) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = x[i] * a;
+}
+
 /* Gradient multiplier from the global sum of squares, on the GPU so that
  * the step needs no host round trip (DeepSpeed's clip rule):
  *   norm     = sqrt(sumsq) * inv        inv = 1 / (loss_scale * world * gas)

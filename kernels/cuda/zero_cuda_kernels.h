@@ -47,6 +47,11 @@ zero_status zero_cuda_convert(void *dst, zero_dtype dst_dt, const void *src, zer
                               void *stream);
 /* dst[i] += (float)src[i] (zero__add_into semantics). */
 zero_status zero_cuda_add_into(float *dst, const void *src, zero_dtype src_dt, uint64_t n, void *stream);
+/* dst[i] = round(dst[i] + (float)src[i]) in dst_dt (sum in fp32). */
+zero_status zero_cuda_add_into_dt(void *dst, zero_dtype dst_dt, const void *src, zero_dtype src_dt, uint64_t n,
+                                  void *stream);
+/* x[i] *= a. */
+zero_status zero_cuda_scale(float *x, float a, uint64_t n, void *stream);
 /* Gradient multiplier from a device sum of squares: see zero_cuda_k_clip_mul
  * in zero_cuda_kernel_bodies.h.  norm_out_dev may be NULL. */
 zero_status zero_cuda_clip_mul(const double *sumsq_dev, double inv, double clip, float *grad_mul_dev,

@@ -83,6 +83,19 @@ ZERO_CUDA_API zero_status zero_cuda_add_into(float *dst, const void *src, zero_d
     return zero_cuda_launched();
 }
 
+ZERO_CUDA_API zero_status zero_cuda_add_into_dt(void *dst, zero_dtype dst_dt, const void *src, zero_dtype src_dt,
+                                                uint64_t n, void *stream) {
+    if (n)
+        ZERO_CUDA_LAUNCH(zero_cuda_k_add_into_dt, zero_cuda_grid_for(n), ZERO_CUDA_THREADS, stream, dst, dst_dt, src,
+                         src_dt, n);
+    return zero_cuda_launched();
+}
+
+ZERO_CUDA_API zero_status zero_cuda_scale(float *x, float a, uint64_t n, void *stream) {
+    if (n) ZERO_CUDA_LAUNCH(zero_cuda_k_scale, zero_cuda_grid_for(n), ZERO_CUDA_THREADS, stream, x, a, n);
+    return zero_cuda_launched();
+}
+
 ZERO_CUDA_API zero_status zero_cuda_clip_mul(const double *sumsq, double inv, double clip, float *grad_mul,
                                              double *norm_out, void *stream) {
     ZERO_CUDA_LAUNCH(zero_cuda_k_clip_mul, 1, 1, stream, sumsq, inv, clip, grad_mul, norm_out);

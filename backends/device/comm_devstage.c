@@ -1,0 +1,239 @@
+/* A comm backend that lets a host-memory communicator (MPI, self) carry
+ * device buffers: every collective whose buffers are device memory is staged
+ * through a host buffer (device -> host, the inner collective on the host
+ * copy, host -> device at completion).  See zero__comm_devstage_create in
+ * device.h for when the engine uses it.
+ *
+ * It is the correct-but-slow path (two PCIe copies per collective, no
+ * overlap of the copies): NCCL is what a GPU run should use.  It exists so
+ * that device_kind CUDA works with the host's MPI communicator (no
+ * CUDA-aware MPI needed), with ZERO_COMM_SELF, and so that the device
+ * routing of the whole engine can be tested with a stub device on MPI.
+ *
+ * Thread-safety: as the inner communicator (this layer keeps no shared
+ * state; each request owns its staging buffer). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "device.h"
+
+typedef struct devstage {
+    zero_comm base;
+    zero_comm *inner; /* owned */
+    zero__device *dev;
+} devstage;
+
+typedef struct ds_req {
+    zero_comm_req hdr;
+    zero_comm_req *inner;
+    void *host;         /* staging buffer (owned) or NULL: inner ran on the caller's buffers */
+    void *dst;          /* where the result goes at completion */
+    const void *result; /* inside host */
+    size_t bytes;
+} ds_req;
+
+#define DS(m) ((devstage *)(m))
+
+static const zero__comm_ops devstage_ops;
+
+static int on_dev(zero_comm *m, const void *p) { return zero__dev_is_device(DS(m)->dev, p); }
+
+static zero_status wrap(zero_comm *inner, zero__device *dev, zero_comm **out) {
+    devstage *w = calloc(1, sizeof *w);
+    if (!w) return ZERO_ERR_OUT_OF_MEMORY;
+    w->base.ops = &devstage_ops;
+    w->base.rank = inner->rank;
+    w->base.size = inner->size;
+    w->base.engine = inner->engine;
+    w->inner = inner;
+    w->dev = dev;
+    *out = &w->base;
+    return ZERO_OK;
+}
+
+zero_status zero__comm_devstage_create(zero_comm *inner, zero__device *dev, zero_comm **out) {
+    if (!inner || !dev || !out) return ZERO_ERR_INVALID_ARGUMENT;
+    return wrap(inner, dev, out);
+}
+
+static zero_status ds_split(zero_comm *m, int color, int key, zero_comm **out) {
+    zero_comm *child = NULL;
+    *out = NULL;
+    zero_status s = zero__comm_split(DS(m)->inner, color, key, &child);
+    if (s != ZERO_OK || !child) return s;
+    if ((s = wrap(child, DS(m)->dev, out)) != ZERO_OK) zero__comm_free(child);
+    return s;
+}
+
+static void ds_free(zero_comm *m) {
+    zero__comm_free(DS(m)->inner);
+    free(m);
+}
+
+/* Blocking in-place collective on a (maybe device) buffer. */
+typedef zero_status (*inplace_fn)(zero_comm *inner, void *buf, size_t count, zero_dtype dt, int arg);
+static zero_status call_allreduce(zero_comm *i, void *b, size_t n, zero_dtype dt, int op) {
+    return zero__allreduce(i, b, n, dt, op);
+}
+static zero_status call_broadcast(zero_comm *i, void *b, size_t n, zero_dtype dt, int root) {
+    return zero__broadcast(i, b, n, dt, root);
+}
+static zero_status staged_inplace(zero_comm *m, void *buf, size_t count, zero_dtype dt, int arg, inplace_fn f) {
+    if (!on_dev(m, buf)) return f(DS(m)->inner, buf, count, dt, arg);
+    size_t bytes = count * zero__dtype_size(dt);
+    void *h = malloc(bytes ? bytes : 1);
+    if (!h) return ZERO_ERR_OUT_OF_MEMORY;
+    zero__device *d = DS(m)->dev;
+    zero_status s = d->ops->copy(d, h, buf, bytes);
+    if (s == ZERO_OK) s = f(DS(m)->inner, h, count, dt, arg);
+    if (s == ZERO_OK) s = d->ops->copy(d, buf, h, bytes);
+    free(h);
+    return s;
+}
+
+static zero_status ds_allreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op) {
+    return staged_inplace(m, buf, count, dt, op, call_allreduce);
+}
+static zero_status ds_broadcast(zero_comm *m, void *buf, size_t count, zero_dtype dt, int root) {
+    return staged_inplace(m, buf, count, dt, root, call_broadcast);
+}
+static zero_status ds_barrier(zero_comm *m) { return zero__barrier(DS(m)->inner); }
+
+static zero_status make_req(zero_comm *m, zero_comm_req *inner, void *host, void *dst, const void *result,
+                            size_t bytes, zero_comm_req **out) {
+    ds_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        if (inner) zero__comm_wait(inner);
+        free(host);
+        return ZERO_ERR_OUT_OF_MEMORY;
+    }
+    r->hdr.comm = m;
+    r->inner = inner;
+    r->host = host;
+    r->dst = dst;
+    r->result = result;
+    r->bytes = bytes;
+    *out = &r->hdr;
+    return ZERO_OK;
+}
+
+static zero_status ds_iallreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op,
+                                 zero_comm_req **req) {
+    zero_comm_req *in = NULL;
+    if (!on_dev(m, buf)) {
+        zero_status s = zero__iallreduce(DS(m)->inner, buf, count, dt, op, &in);
+        return s != ZERO_OK ? s : make_req(m, in, NULL, NULL, NULL, 0, req);
+    }
+    size_t bytes = count * zero__dtype_size(dt);
+    void *h = malloc(bytes ? bytes : 1);
+    if (!h) return ZERO_ERR_OUT_OF_MEMORY;
+    zero__device *d = DS(m)->dev;
+    zero_status s = d->ops->copy(d, h, buf, bytes);
+    if (s == ZERO_OK) s = zero__iallreduce(DS(m)->inner, h, count, dt, op, &in);
+    if (s != ZERO_OK) {
+        free(h);
+        return s;
+    }
+    return make_req(m, in, h, buf, h, bytes, req);
+}
+
+static size_t sum_before(const size_t *counts, int upto) {
+    size_t t = 0;
+    for (int r = 0; r < upto; r++) t += counts[r];
+    return t;
+}
+
+static zero_status ds_ireduce_scatterv(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                                       zero_dtype dt, zero_comm_req **req) {
+    zero_comm_req *in = NULL;
+    if (!on_dev(m, send) && !on_dev(m, recv)) {
+        zero_status s = zero__ireduce_scatterv(DS(m)->inner, send, recv, counts, dt, &in);
+        return s != ZERO_OK ? s : make_req(m, in, NULL, NULL, NULL, 0, req);
+    }
+    const size_t es = zero__dtype_size(dt), total = sum_before(counts, m->size) * es;
+    const size_t off = sum_before(counts, m->rank) * es, own = counts[m->rank] * es;
+    char *h = malloc(total ? total : 1);
+    if (!h) return ZERO_ERR_OUT_OF_MEMORY;
+    zero_status s = zero__dev_copy(DS(m)->dev, h, send, total);
+    /* in place on the host copy: this rank's block receives the sum */
+    if (s == ZERO_OK) s = zero__ireduce_scatterv(DS(m)->inner, h, h + off, counts, dt, &in);
+    if (s != ZERO_OK) {
+        free(h);
+        return s;
+    }
+    return make_req(m, in, h, recv, h + off, own, req);
+}
+
+static zero_status ds_iallgatherv(zero_comm *m, const void *send, void *recv, const size_t *counts, zero_dtype dt,
+                                  zero_comm_req **req) {
+    zero_comm_req *in = NULL;
+    if (!on_dev(m, send) && !on_dev(m, recv)) {
+        zero_status s = zero__iallgatherv(DS(m)->inner, send, recv, counts, dt, &in);
+        return s != ZERO_OK ? s : make_req(m, in, NULL, NULL, NULL, 0, req);
+    }
+    const size_t es = zero__dtype_size(dt), total = sum_before(counts, m->size) * es;
+    const size_t off = sum_before(counts, m->rank) * es, own = counts[m->rank] * es;
+    char *h = malloc(total ? total : 1);
+    if (!h) return ZERO_ERR_OUT_OF_MEMORY;
+    zero_status s = zero__dev_copy(DS(m)->dev, h + off, send, own);
+    if (s == ZERO_OK) s = zero__iallgatherv(DS(m)->inner, h + off, h, counts, dt, &in);
+    if (s != ZERO_OK) {
+        free(h);
+        return s;
+    }
+    return make_req(m, in, h, recv, h, total, req);
+}
+
+/* The inner request is done: deliver the staged result and free. */
+static zero_status finish(ds_req *r, zero_status s) {
+    if (s == ZERO_OK && r->host && r->bytes) s = zero__dev_copy(DS(r->hdr.comm)->dev, r->dst, r->result, r->bytes);
+    free(r->host);
+    free(r);
+    return s;
+}
+
+static zero_status ds_wait(zero_comm_req *req) {
+    ds_req *r = (ds_req *)req;
+    return finish(r, r->inner ? zero__comm_wait(r->inner) : ZERO_OK);
+}
+
+static zero_status ds_test(zero_comm_req *req, int *done) {
+    ds_req *r = (ds_req *)req;
+    *done = 1;
+    if (!r->inner) return finish(r, ZERO_OK);
+    zero_status s = zero__comm_test(r->inner, done);
+    if (!*done && s == ZERO_OK) return ZERO_OK;
+    *done = 1; /* the inner request is freed (done or failed) */
+    return finish(r, s);
+}
+
+static zero_status ds_allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each) {
+    if (!on_dev(m, send) && !on_dev(m, recv)) return zero__allgather_bytes(DS(m)->inner, send, recv, bytes_each);
+    size_t total = bytes_each * (size_t)m->size;
+    char *h = malloc(total + bytes_each + 1); /* recv, then a separate send block (no aliasing) */
+    if (!h) return ZERO_ERR_OUT_OF_MEMORY;
+    zero_status s = zero__dev_copy(DS(m)->dev, h + total, send, bytes_each);
+    if (s == ZERO_OK) s = zero__allgather_bytes(DS(m)->inner, h + total, h, bytes_each);
+    if (s == ZERO_OK) s = zero__dev_copy(DS(m)->dev, recv, h, total);
+    free(h);
+    return s;
+}
+
+static void ds_counters_get(zero_comm *m, zero__comm_counters *out) { zero__comm_counters_get(DS(m)->inner, out); }
+
+static const zero__comm_ops devstage_ops = {
+    .name = "devstage",
+    .split = ds_split,
+    .free = ds_free,
+    .allreduce = ds_allreduce,
+    .broadcast = ds_broadcast,
+    .barrier = ds_barrier,
+    .iallreduce = ds_iallreduce,
+    .ireduce_scatterv = ds_ireduce_scatterv,
+    .iallgatherv = ds_iallgatherv,
+    .wait = ds_wait,
+    .test = ds_test,
+    .allgather_bytes = ds_allgather_bytes,
+    .counters_get = ds_counters_get,
+};

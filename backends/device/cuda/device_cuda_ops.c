@@ -1,0 +1,165 @@
+/* The engine's device (backends/device/device.h) on CUDA: memory from the
+ * pooled arenas of device_cuda.c, kernels from kernels/cuda, everything
+ * queued on the device's communication stream (the stream the NCCL
+ * communicator is given), so libzero's kernels and collectives are ordered
+ * with each other without host synchronisation.  Ops that hand a value back
+ * to the host (sumsq, nonfinite, copies to host memory) synchronise.
+ * Thread-safety: as device_cuda.c (every op may run on several threads);
+ * each op makes the device current on the calling thread first. */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "device_cuda.h"
+#include "zero_cuda_kernels.h"
+
+typedef struct cuda_dev {
+    zero__device base;
+    zero_cuda_device *cd;
+    char err[256]; /* kernel launch failures (memory/stream ones are in cd's text) */
+} cuda_dev;
+
+#define CD(d) (((cuda_dev *)(d))->cd)
+
+static void *stream_of(zero__device *d) { return zero_cuda_comm_stream(CD(d)); }
+static void current(zero__device *d) { cudaSetDevice(d->ordinal); }
+
+static zero_status launched(zero__device *d, zero_status s, const char *what) {
+    if (s != ZERO_OK) snprintf(((cuda_dev *)d)->err, sizeof ((cuda_dev *)d)->err, "%s: kernel launch failed", what);
+    return s;
+}
+
+static void *cd_alloc(zero__device *d, zero_mem_tier tier, size_t bytes) { return zero_cuda_alloc(CD(d), tier, bytes); }
+static void cd_free(zero__device *d, void *p) { zero_cuda_free(CD(d), p); }
+
+/* Device (or managed) memory: what a host thread cannot dereference safely.
+ * Pinned host memory and pageable memory answer 0. */
+static int cd_is_device(zero__device *d, const void *p) {
+    (void)d;
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError(); /* older runtimes: invalid value for unregistered host memory */
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+static zero_status cd_copy(zero__device *d, void *dst, const void *src, size_t bytes) {
+    return zero_cuda_copy(CD(d), dst, src, bytes);
+}
+
+static zero_status cd_memset(zero__device *d, void *p, int v, size_t bytes) {
+    current(d);
+    cudaError_t e = cudaMemsetAsync(p, v, bytes, (cudaStream_t)stream_of(d));
+    if (e != cudaSuccess) {
+        snprintf(((cuda_dev *)d)->err, sizeof ((cuda_dev *)d)->err, "cudaMemsetAsync: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return ZERO_ERR_DEVICE;
+    }
+    return ZERO_OK;
+}
+
+static zero_status cd_optim_step(zero__device *d, zero_optim_kind k, const zero_optim_scalars *s, float *master,
+                                 float *const state[4], const void *grad, zero_dtype gdt, float grad_mul, void *out,
+                                 zero_dtype odt, size_t n) {
+    current(d);
+    zero_cuda_mt_tensor t = {master, state[0], state[1], grad, out, (uint64_t)n};
+    return launched(d, zero_cuda_optim_step(k, s, &t, 1, gdt, odt, grad_mul, NULL, stream_of(d)), "optim_step");
+}
+
+static zero_status cd_sumsq(zero__device *d, const void *x, zero_dtype dt, size_t n, double *out) {
+    current(d);
+    size_t nb = zero_cuda_sumsq_scratch(n);
+    double *scratch = zero_cuda_alloc(CD(d), ZERO_TIER_DEVICE, (nb + 1) * sizeof(double));
+    if (!scratch) return ZERO_ERR_OUT_OF_MEMORY;
+    zero_status s = launched(d, zero_cuda_sumsq(x, dt, n, scratch, scratch + nb, stream_of(d)), "sumsq");
+    if (s == ZERO_OK) s = zero_cuda_copy(CD(d), out, scratch + nb, sizeof(double)); /* synchronises */
+    zero_cuda_free(CD(d), scratch);
+    return s;
+}
+
+static zero_status cd_nonfinite(zero__device *d, const void *x, zero_dtype dt, size_t n, int *out) {
+    current(d);
+    int32_t *flag = zero_cuda_alloc(CD(d), ZERO_TIER_DEVICE, sizeof(int32_t)), h = 0;
+    if (!flag) return ZERO_ERR_OUT_OF_MEMORY;
+    zero_status s = launched(d, zero_cuda_nonfinite(x, dt, n, flag, stream_of(d)), "nonfinite");
+    if (s == ZERO_OK) s = zero_cuda_copy(CD(d), &h, flag, sizeof h);
+    zero_cuda_free(CD(d), flag);
+    *out = h != 0;
+    return s;
+}
+
+static zero_status cd_convert(zero__device *d, void *dst, zero_dtype ddt, const void *src, zero_dtype sdt, size_t n) {
+    current(d);
+    return launched(d, zero_cuda_convert(dst, ddt, src, sdt, n, stream_of(d)), "convert");
+}
+
+static zero_status cd_add_into(zero__device *d, void *dst, zero_dtype ddt, const void *src, zero_dtype sdt,
+                               size_t n) {
+    current(d);
+    if (ddt == ZERO_DTYPE_F32) return launched(d, zero_cuda_add_into(dst, src, sdt, n, stream_of(d)), "add_into");
+    return launched(d, zero_cuda_add_into_dt(dst, ddt, src, sdt, n, stream_of(d)), "add_into");
+}
+
+static zero_status cd_scale(zero__device *d, float *x, float a, size_t n) {
+    current(d);
+    return launched(d, zero_cuda_scale(x, a, n, stream_of(d)), "scale");
+}
+
+static zero_status cd_order_after(zero__device *d, void *producer) { return zero_cuda_order_after(CD(d), producer); }
+static zero_status cd_order_before(zero__device *d, void *consumer) { return zero_cuda_order_before(CD(d), consumer); }
+static zero_status cd_sync(zero__device *d) { return zero_cuda_comm_sync(CD(d)); }
+
+static const char *cd_error(zero__device *d) {
+    const char *own = ((cuda_dev *)d)->err;
+    return own[0] ? own : zero_cuda_device_error(CD(d));
+}
+
+static void cd_close(zero__device *d) {
+    zero_cuda_device_close(CD(d));
+    free(d);
+}
+
+static const zero__device_ops cuda_ops = {
+    .name = "cuda",
+    .alloc = cd_alloc,
+    .free = cd_free,
+    .is_device = cd_is_device,
+    .copy = cd_copy,
+    .memset = cd_memset,
+    .optim_step = cd_optim_step,
+    .sumsq = cd_sumsq,
+    .nonfinite = cd_nonfinite,
+    .convert = cd_convert,
+    .add_into = cd_add_into,
+    .scale = cd_scale,
+    .order_after = cd_order_after,
+    .order_before = cd_order_before,
+    .sync = cd_sync,
+    .stream = stream_of,
+    .error = cd_error,
+    .close = cd_close,
+};
+
+zero_status zero__device_cuda_open(int ordinal, void *compute_stream, zero__device **out, char *err, size_t err_len) {
+    *out = NULL;
+    zero_cuda_device_options o = ZERO_CUDA_DEVICE_OPTIONS_INIT;
+    o.ordinal = ordinal;
+    o.compute_stream = compute_stream;
+    cuda_dev *d = calloc(1, sizeof *d);
+    if (!d) {
+        if (err && err_len) snprintf(err, err_len, "out of host memory");
+        return ZERO_ERR_OUT_OF_MEMORY;
+    }
+    zero_status s = zero_cuda_device_open(&o, &d->cd, err, err_len);
+    if (s != ZERO_OK) {
+        free(d);
+        return s;
+    }
+    d->base.ops = &cuda_ops;
+    d->base.ordinal = ordinal;
+    *out = &d->base;
+    return ZERO_OK;
+}

@@ -1,0 +1,136 @@
+/* The engine's compute device, as the core sees it: a small vtable that the
+ * CUDA backend (backends/device/cuda/device_cuda_ops.c) implements, and that
+ * unit tests implement with a stub (tests/gpu/test_device_dispatch.c).
+ *
+ * Why a vtable and not direct zero_cuda_* calls: the core (memory
+ * accounting, services, bucket engine) must route every access to a
+ * device-resident buffer through the device, and that routing has to be
+ * tested on machines without a GPU.  A stub device whose "device pointers"
+ * the host cannot dereference makes any missed route crash the test.
+ *
+ * A CPU engine has no device (NULL): every zero__dev_* helper below then
+ * does exactly what the CPU code did before (memset, memmove, the CPU
+ * kernels), so CPU behaviour does not change.
+ *
+ * Ownership: a zero__device is created by zero__device_open (or a test
+ * factory) and owned by the engine, which closes it last (after the memory
+ * accountant has returned every block).  Thread-safety: every op may be
+ * called from several threads at once except close; implementations
+ * serialise internally.  All device work is issued on ONE stream of the
+ * device's own (the comm stream), in call order, so the ops are ordered with
+ * each other and with the NCCL collectives queued on that stream without
+ * host synchronisation; the ops that return a value to the host (sumsq,
+ * nonfinite) or fill host memory (copy to host) synchronise before
+ * returning. */
+#ifndef ZERO_BACKENDS_DEVICE_H
+#define ZERO_BACKENDS_DEVICE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optim_math.h"
+#include "zero_plugin.h"
+
+typedef struct zero__device zero__device;
+
+typedef struct zero__device_ops {
+    const char *name; /* "cuda", "stub" */
+    /* Zero-filled block; tier DEVICE is device memory, HOST is pinned host
+     * memory (CPU-dereferenceable).  NULL when out of memory. */
+    void *(*alloc)(zero__device *d, zero_mem_tier tier, size_t bytes);
+    void (*free)(zero__device *d, void *p);
+    /* Is p device memory the host cannot dereference?  (Pinned host memory
+     * is not; memory the host cudaMalloc'd itself is.) */
+    int (*is_device)(zero__device *d, const void *p);
+    /* Copy between any two of host / pinned / device; returns when done. */
+    zero_status (*copy)(zero__device *d, void *dst, const void *src, size_t bytes);
+    /* Device memory only: p[0..bytes) = value (byte), stream-ordered. */
+    zero_status (*memset)(zero__device *d, void *p, int value, size_t bytes);
+    /* Device pointers only (the zero__dev_* helpers stage host operands). */
+    zero_status (*optim_step)(zero__device *d, zero_optim_kind k, const zero_optim_scalars *s, float *master,
+                              float *const state[4], const void *grad, zero_dtype grad_dt, float grad_mul, void *out,
+                              zero_dtype out_dt, size_t n);
+    zero_status (*sumsq)(zero__device *d, const void *x, zero_dtype dt, size_t n, double *out);
+    zero_status (*nonfinite)(zero__device *d, const void *x, zero_dtype dt, size_t n, int *out);
+    zero_status (*convert)(zero__device *d, void *dst, zero_dtype dst_dt, const void *src, zero_dtype src_dt,
+                           size_t n);
+    /* dst (dst_dt) = round(dst + src), the sum formed in fp32. */
+    zero_status (*add_into)(zero__device *d, void *dst, zero_dtype dst_dt, const void *src, zero_dtype src_dt,
+                            size_t n);
+    zero_status (*scale)(zero__device *d, float *x, float a, size_t n);
+    /* The device's stream waits for `producer` (NULL = host compute stream). */
+    zero_status (*order_after)(zero__device *d, void *producer);
+    /* `consumer` (NULL = host compute stream) waits for the device's stream. */
+    zero_status (*order_before)(zero__device *d, void *consumer);
+    /* Block until the device's stream is idle. */
+    zero_status (*sync)(zero__device *d);
+    /* The device's stream as a cudaStream_t (for NCCL), or NULL. */
+    void *(*stream)(zero__device *d);
+    /* Text of the last failure (owned by d). */
+    const char *(*error)(zero__device *d);
+    void (*close)(zero__device *d);
+} zero__device_ops;
+
+/* Common header; implementations embed it first. */
+struct zero__device {
+    const zero__device_ops *ops;
+    int ordinal;       /* CUDA ordinal, or -1 */
+    int pin_host;      /* ZERO_TIER_HOST blocks come from ops->alloc (pinned) */
+};
+
+/* Open the device for an engine created with device_kind CUDA.  A factory
+ * installed by zero__device_set_factory (tests) wins; otherwise the CUDA
+ * backend (ZERO_HAVE_CUDA builds) or ZERO_ERR_UNSUPPORTED.  Failure:
+ * *out NULL, message in err (e.g. "no CUDA device: cudaGetDeviceCount: CUDA
+ * driver version is insufficient for CUDA runtime version"), status
+ * ZERO_ERR_DEVICE / ZERO_ERR_OUT_OF_MEMORY / ZERO_ERR_UNSUPPORTED. */
+zero_status zero__device_open(int ordinal, void *compute_stream, zero__device **out, char *err, size_t err_len);
+void zero__device_close(zero__device *d); /* NULL ok; not thread-safe */
+
+typedef zero_status (*zero__device_factory)(int ordinal, void *compute_stream, zero__device **out, char *err,
+                                            size_t err_len);
+/* Test hook: make zero__device_open use `f` (NULL restores the default).
+ * Process-global; set it before creating engines. */
+void zero__device_set_factory(zero__device_factory f);
+
+#ifdef ZERO_HAVE_CUDA
+/* The CUDA implementation (device_cuda_ops.c). */
+zero_status zero__device_cuda_open(int ordinal, void *compute_stream, zero__device **out, char *err,
+                                   size_t err_len);
+#endif
+
+/* ---- dispatch helpers: d == NULL (CPU engine) or host operands run the CPU
+ * code; device operands run on d, host operands of a mixed call are staged
+ * through temporary device memory.  Thread-safe. ---- */
+int zero__dev_is_device(zero__device *d, const void *p); /* 0 when d is NULL */
+zero_status zero__dev_copy(zero__device *d, void *dst, const void *src, size_t bytes); /* memmove on the host */
+zero_status zero__dev_memset(zero__device *d, void *p, int value, size_t bytes);
+zero_status zero__dev_convert(zero__device *d, void *dst, zero_dtype dst_dt, const void *src, zero_dtype src_dt,
+                              size_t n);
+/* dst (dst_dt) = round(dst + src) formed in fp32; dst_dt F32 is zero__add_into. */
+zero_status zero__dev_add_into(zero__device *d, void *dst, zero_dtype dst_dt, const void *src, zero_dtype src_dt,
+                               size_t n);
+zero_status zero__dev_scale(zero__device *d, float *x, float a, size_t n);
+/* Kernels that return to the host; on the host they are the CPU kernels
+ * (fp64 sum of squares in zero__sumsq_f32's order). */
+zero_status zero__dev_sumsq(zero__device *d, const void *x, zero_dtype dt, size_t n, double *out);
+zero_status zero__dev_nonfinite(zero__device *d, const void *x, zero_dtype dt, size_t n, int *out);
+/* One optimizer pass over n elements (master/state/grad/out as in
+ * zero__optim_step; grad in grad_dt, tiled to fp32 on the host).  Where
+ * master is device memory, everything runs on d (a host grad is staged);
+ * where master is host memory, the CPU kernel runs and a device `out` is
+ * written through a host tile. */
+zero_status zero__dev_optim_step(zero__device *d, zero_optim_kind k, const zero_optim_scalars *s, float *master,
+                                 float *const state[4], const void *grad, zero_dtype grad_dt, float grad_mul,
+                                 void *out, zero_dtype out_dt, size_t n);
+/* d's last error text ("" when d is NULL). */
+const char *zero__dev_error(zero__device *d);
+
+/* A communicator that carries device buffers over a host-memory one (MPI or
+ * self) by staging every device buffer through host memory
+ * (comm_devstage.c).  Takes ownership of `inner` (freed with the wrapper;
+ * sub-communicators split from it are wrapped too).  Host buffers pass
+ * straight through.  The engine uses it for device_kind CUDA when the
+ * communicator is not NCCL.  dev must outlive the communicator. */
+struct zero_comm;
+zero_status zero__comm_devstage_create(struct zero_comm *inner, zero__device *dev, struct zero_comm **out);
+#endif

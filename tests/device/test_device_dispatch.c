@@ -1,0 +1,391 @@
+/* The engine's device routing, checked without a GPU.
+ *
+ * A stub device (installed with zero__device_set_factory, so engines are
+ * created through the public ABI with device_kind CUDA) hands out "device
+ * pointers" the host cannot dereference: real host blocks with bit 62 set,
+ * a non-canonical x86-64 address, so any access that bypasses the device
+ * (a plugin's raw memset/memcpy, a CPU kernel run on a device buffer, a host
+ * communicator touching it) faults at once.  The stub's ops strip the bit
+ * and run the CPU code, so results must be BITWISE those of the same run on
+ * a CPU engine.  Checked, for every stage plugin (and offload) under mpirun
+ * with N ranks (the world is MPI wrapped in the device staging layer):
+ *  - parameters after training == the CPU engine's, bitwise;
+ *  - the services dispatched by tier: optimizer steps, norms and the bucket
+ *    engine's element-wise work ran on the device for device-tier buffers
+ *    (offload: host-tier master stepped on the CPU, no device optimizer
+ *    step, and its host tier pinned when pin_memory is set);
+ *  - every zero_on_grad_ready ordered the device after the host's stream,
+ *    every step and gather ordered the host's stream after the device;
+ *  - params registered from device memory (desc.device = CUDA) train the same.
+ * And: a device_kind CUDA engine on a machine without a usable GPU fails at
+ * create with ZERO_ERR_DEVICE and the driver's reason (CPU-only builds:
+ * ZERO_ERR_UNSUPPORTED), never a crash. */
+#include <mpi.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "device.h"
+#include "zero.h"
+
+/* ---------------------------------------------------------------- stub */
+
+#define TAG ((uintptr_t)1 << 62)
+static void *real(const void *p) { return (void *)((uintptr_t)p & ~TAG); }
+static void *fake(void *p) { return (void *)((uintptr_t)p | TAG); }
+static int tagged(const void *p) { return ((uintptr_t)p & TAG) != 0; }
+
+enum { OP_ALLOC, OP_HOSTALLOC, OP_COPY, OP_MEMSET, OP_OPTIM, OP_SUMSQ, OP_NONFINITE, OP_CONVERT, OP_ADD, OP_SCALE,
+       OP_AFTER, OP_BEFORE, OP_N };
+static atomic_long g_ops[OP_N];
+static atomic_long g_live; /* device blocks not yet freed */
+
+typedef struct stub {
+    zero__device base;
+} stub;
+
+static void *st_alloc(zero__device *d, zero_mem_tier tier, size_t bytes) {
+    (void)d;
+    size_t r = (bytes + 255) & ~(size_t)255;
+    void *p = aligned_alloc(256, r ? r : 256);
+    if (!p) return NULL;
+    memset(p, 0, r ? r : 256);
+    if (tier == ZERO_TIER_HOST) { /* "pinned": host-dereferenceable */
+        atomic_fetch_add(&g_ops[OP_HOSTALLOC], 1);
+        return p;
+    }
+    atomic_fetch_add(&g_ops[OP_ALLOC], 1);
+    atomic_fetch_add(&g_live, 1);
+    return fake(p);
+}
+static void st_free(zero__device *d, void *p) {
+    (void)d;
+    if (tagged(p)) atomic_fetch_sub(&g_live, 1);
+    free(real(p));
+}
+static int st_is_device(zero__device *d, const void *p) {
+    (void)d;
+    return tagged(p);
+}
+static zero_status st_copy(zero__device *d, void *dst, const void *src, size_t n) {
+    (void)d;
+    atomic_fetch_add(&g_ops[OP_COPY], 1);
+    memmove(real(dst), real(src), n);
+    return ZERO_OK;
+}
+static zero_status st_memset(zero__device *d, void *p, int v, size_t n) {
+    (void)d;
+    if (!tagged(p)) return ZERO_ERR_INVALID_ARGUMENT; /* the core must only send device memory here */
+    atomic_fetch_add(&g_ops[OP_MEMSET], 1);
+    memset(real(p), v, n);
+    return ZERO_OK;
+}
+/* Device-only entry points: a host pointer here is a routing bug. */
+#define NEED_DEV(p) \
+    do {            \
+        if ((p) && !tagged(p)) return ZERO_ERR_INVALID_ARGUMENT; \
+    } while (0)
+static zero_status st_optim(zero__device *d, zero_optim_kind k, const zero_optim_scalars *s, float *master,
+                            float *const state[4], const void *grad, zero_dtype gdt, float gm, void *out,
+                            zero_dtype odt, size_t n) {
+    (void)d;
+    NEED_DEV(master);
+    NEED_DEV(grad);
+    NEED_DEV(out);
+    float *st[4] = {0};
+    for (int j = 0; j < 4; j++) {
+        NEED_DEV(state[j]);
+        st[j] = state[j] ? real(state[j]) : NULL;
+    }
+    atomic_fetch_add(&g_ops[OP_OPTIM], 1);
+    return zero__dev_optim_step(NULL, k, s, real(master), st, real(grad), gdt, gm, out ? real(out) : NULL, odt, n);
+}
+static zero_status st_sumsq(zero__device *d, const void *x, zero_dtype dt, size_t n, double *out) {
+    (void)d;
+    NEED_DEV(x);
+    atomic_fetch_add(&g_ops[OP_SUMSQ], 1);
+    return zero__dev_sumsq(NULL, real(x), dt, n, out);
+}
+static zero_status st_nonfinite(zero__device *d, const void *x, zero_dtype dt, size_t n, int *out) {
+    (void)d;
+    NEED_DEV(x);
+    atomic_fetch_add(&g_ops[OP_NONFINITE], 1);
+    return zero__dev_nonfinite(NULL, real(x), dt, n, out);
+}
+static zero_status st_convert(zero__device *d, void *dst, zero_dtype ddt, const void *src, zero_dtype sdt, size_t n) {
+    (void)d;
+    NEED_DEV(dst);
+    NEED_DEV(src);
+    atomic_fetch_add(&g_ops[OP_CONVERT], 1);
+    return zero__dev_convert(NULL, real(dst), ddt, real(src), sdt, n);
+}
+static zero_status st_add(zero__device *d, void *dst, zero_dtype ddt, const void *src, zero_dtype sdt, size_t n) {
+    (void)d;
+    NEED_DEV(dst);
+    NEED_DEV(src);
+    atomic_fetch_add(&g_ops[OP_ADD], 1);
+    return zero__dev_add_into(NULL, real(dst), ddt, real(src), sdt, n);
+}
+static zero_status st_scale(zero__device *d, float *x, float a, size_t n) {
+    (void)d;
+    NEED_DEV(x);
+    atomic_fetch_add(&g_ops[OP_SCALE], 1);
+    return zero__dev_scale(NULL, real(x), a, n);
+}
+static zero_status st_after(zero__device *d, void *s) {
+    (void)d, (void)s;
+    atomic_fetch_add(&g_ops[OP_AFTER], 1);
+    return ZERO_OK;
+}
+static zero_status st_before(zero__device *d, void *s) {
+    (void)d, (void)s;
+    atomic_fetch_add(&g_ops[OP_BEFORE], 1);
+    return ZERO_OK;
+}
+static zero_status st_sync(zero__device *d) {
+    (void)d;
+    return ZERO_OK;
+}
+static void *st_stream(zero__device *d) {
+    (void)d;
+    return NULL; /* no CUDA stream: the engine stages over MPI, never NCCL */
+}
+static const char *st_error(zero__device *d) {
+    (void)d;
+    return "stub";
+}
+static void st_close(zero__device *d) { free(d); }
+
+static const zero__device_ops stub_ops = {"stub", st_alloc, st_free, st_is_device, st_copy, st_memset, st_optim,
+                                          st_sumsq, st_nonfinite, st_convert, st_add, st_scale, st_after, st_before,
+                                          st_sync, st_stream, st_error, st_close};
+
+static zero_status stub_open(int ordinal, void *stream, zero__device **out, char *err, size_t len) {
+    (void)stream, (void)err, (void)len;
+    stub *s = calloc(1, sizeof *s);
+    if (!s) return ZERO_ERR_OUT_OF_MEMORY;
+    s->base.ops = &stub_ops;
+    s->base.ordinal = ordinal;
+    *out = &s->base;
+    return ZERO_OK;
+}
+
+/* ---------------------------------------------------------------- host */
+
+enum { NP = 5, STEPS = 3, GAS = 2 };
+static const size_t sizes[NP] = {7, 300, 1000, 33, 517};
+static int rank_ = 0, world_ = 1;
+
+static float grad_of(int r, int gm, int p, size_t i) {
+    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503 + gm * 977 + p * 131);
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    return (float)((int)(h % 257) - 128) / 64.0f;
+}
+
+typedef struct run_opts {
+    const char *plugin;
+    int stage;
+    int device;      /* 0 CPU engine, 1 stub device */
+    int dev_params;  /* register initial values from device memory */
+    int offload;     /* offload_optimizer cpu, pin_memory */
+} run_opts;
+
+/* Train; returns all params concatenated (host memory) or NULL. */
+static float *train(const run_opts *ro, size_t *total) {
+    char json[768];
+    snprintf(json, sizeof json,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
+             " \"gradient_clipping\": 1.0,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.1}},"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 400, \"overlap_comm\": true%s}}",
+             GAS, ro->stage,
+             ro->offload ? ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}" : "");
+    MPI_Comm mc = MPI_COMM_WORLD;
+    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
+    o.config_json = json;
+    o.plugin = ro->plugin;
+    o.comm_kind = ZERO_COMM_MPI;
+    o.comm = &mc;
+    o.device_kind = ro->device ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU;
+    zero_engine *e = NULL;
+    char err[512] = "";
+    zero_status s = zero_engine_create(&o, &e, err, sizeof err);
+    CHECK(s == ZERO_OK, "%s dev=%d: create: %s", ro->plugin, ro->device, err);
+    if (s != ZERO_OK) return NULL;
+    zero_param *h[NP];
+    *total = 0;
+    for (int p = 0; p < NP && s == ZERO_OK; ++p) {
+        float *init = malloc(sizes[p] * 4);
+        for (size_t i = 0; i < sizes[p]; ++i) init[i] = (float)((int)((i * 37 + (size_t)p) % 201) - 100) / 100.0f;
+        char name[16];
+        snprintf(name, sizeof name, "p%d", p);
+        zero_param_desc d = ZERO_PARAM_DESC_INIT;
+        d.name = name;
+        d.data = ro->dev_params ? fake(init) : init; /* "device memory" the host cannot read */
+        d.device = ro->dev_params ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU;
+        d.numel = sizes[p];
+        s = zero_register_param(e, &d, &h[p]);
+        CHECK(s == ZERO_OK, "register %s: %s", name, zero_last_error(e));
+        *total += sizes[p];
+        if (p == NP - 1 || s != ZERO_OK) {
+            if (s == ZERO_OK) s = zero_params_done(e);
+            CHECK(s == ZERO_OK, "params_done: %s", zero_last_error(e));
+        }
+        /* (the initial values are read at params_done) */
+        static float *keep[NP];
+        keep[p] = init;
+        if (p == NP - 1 || s != ZERO_OK)
+            for (int q = 0; q <= p; q++) free(keep[q]);
+    }
+    long after0 = atomic_load(&g_ops[OP_AFTER]), before0 = atomic_load(&g_ops[OP_BEFORE]);
+    long ready_calls = 0, syncs = 0;
+    for (int gm = 0; gm < STEPS * GAS && s == ZERO_OK; ++gm) {
+        void *ptrs[NP];
+        if ((s = zero_gather(e, h, NP, ptrs)) != ZERO_OK) break;
+        syncs++;
+        for (int p = 0; p < NP; p++)
+            CHECK(tagged(ptrs[p]) == (ro->device != 0), "%s: gathered pointer of p%d is %s memory", ro->plugin, p,
+                  tagged(ptrs[p]) ? "device" : "host");
+        zero_release(e, h, NP);
+        for (int p = NP - 1; p >= 0 && s == ZERO_OK; --p) {
+            void *buf = NULL;
+            if ((s = zero_grad_buffer(e, h[p], &buf)) != ZERO_OK) break;
+            CHECK(tagged(buf) == (ro->device != 0), "%s: grad buffer of p%d in the wrong tier", ro->plugin, p);
+            float *g = real(buf); /* what a host's backward kernel would write */
+            for (size_t i = 0; i < sizes[p]; ++i) g[i] += grad_of(rank_, gm, p, i);
+            s = zero_on_grad_ready(e, h[p], NULL);
+            ready_calls++;
+        }
+        zero_step_result r = ZERO_STEP_RESULT_INIT;
+        if (s == ZERO_OK) s = zero_step(e, NULL, &r);
+        syncs++;
+        CHECK(s == ZERO_OK, "%s dev=%d: step %d: %s", ro->plugin, ro->device, gm, zero_last_error(e));
+    }
+    if (ro->device) {
+        CHECK(atomic_load(&g_ops[OP_AFTER]) - after0 == ready_calls,
+              "%s: %ld grad-ready calls ordered the device after the host stream %ld times", ro->plugin, ready_calls,
+              atomic_load(&g_ops[OP_AFTER]) - after0);
+        CHECK(atomic_load(&g_ops[OP_BEFORE]) - before0 == syncs,
+              "%s: the host stream waited for the device %ld times, expected %ld (each gather and step)", ro->plugin,
+              atomic_load(&g_ops[OP_BEFORE]) - before0, syncs);
+        zero_memory_stats ms = ZERO_MEMORY_STATS_INIT;
+        zero_memory_stats_get(e, &ms);
+        CHECK(ms.current_total[ZERO_TIER_DEVICE] > 0, "%s: nothing accounted in the device tier", ro->plugin);
+    }
+    float *out = NULL;
+    if (s == ZERO_OK) {
+        out = malloc(*total * 4);
+        void *ptrs[NP];
+        s = zero_gather(e, h, NP, ptrs);
+        CHECK(s == ZERO_OK, "final gather: %s", zero_last_error(e));
+        size_t off = 0;
+        for (int p = 0; p < NP && s == ZERO_OK; ++p) {
+            memcpy(out + off, real(ptrs[p]), sizes[p] * 4);
+            off += sizes[p];
+        }
+        if (s == ZERO_OK) zero_release(e, h, NP);
+    }
+    zero_engine_destroy(e);
+    if (s != ZERO_OK) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static void snapshot(long *o) {
+    for (int i = 0; i < OP_N; i++) o[i] = atomic_load(&g_ops[i]);
+}
+
+static void check_equal(const run_opts *ro) {
+    size_t n0 = 0, n1 = 0;
+    run_opts cpu = *ro;
+    cpu.device = 0;
+    cpu.dev_params = 0;
+    float *a = train(&cpu, &n0);
+    long before[OP_N], after[OP_N];
+    snapshot(before);
+    float *b = train(ro, &n1);
+    snapshot(after);
+    if (a && b) {
+        size_t bad = 0;
+        for (size_t i = 0; i < n0; i++)
+            if (memcmp(&a[i], &b[i], 4) != 0 && bad++ == 0)
+                CHECK(0, "%s%s: element %zu differs: CPU %.9g device %.9g", ro->plugin,
+                      ro->dev_params ? " (device-registered params)" : "", i, a[i], b[i]);
+        CHECK(bad == 0, "%s: %zu of %zu elements differ from the CPU engine", ro->plugin, bad, n0);
+    }
+    long d[OP_N];
+    for (int i = 0; i < OP_N; i++) d[i] = after[i] - before[i];
+    if (!ro->offload) {
+        CHECK(d[OP_OPTIM] > 0, "%s: no optimizer step ran on the device (device-tier master)", ro->plugin);
+        if (ro->stage != 0 || rank_ == 0) /* stage 0's replicas: rank 0 speaks for all in the norm */
+            CHECK(d[OP_SUMSQ] > 0 && d[OP_NONFINITE] > 0, "%s: the gradient norm did not run on the device",
+                  ro->plugin);
+        CHECK(d[OP_HOSTALLOC] == 0, "%s: host tier pinned without offload", ro->plugin);
+    } else {
+        CHECK(d[OP_OPTIM] == 0, "offload: the host-tier master was stepped on the device (%ld calls)", d[OP_OPTIM]);
+        CHECK(d[OP_HOSTALLOC] > 0, "offload with pin_memory: no pinned host-tier block");
+        CHECK(d[OP_COPY] > 0, "offload: no copy between the tiers");
+    }
+    CHECK(d[OP_ALLOC] > 0, "%s: no device-tier allocation", ro->plugin);
+    if (world_ > 1 && ro->stage >= 2)
+        CHECK(d[OP_ADD] > 0, "%s: the bucket engine did not add reduced blocks on the device", ro->plugin);
+    CHECK(atomic_load(&g_live) == 0, "%s: %ld device blocks leaked", ro->plugin, atomic_load(&g_live));
+    if (rank_ == 0)
+        printf("%s%s: bitwise equal to the CPU engine; device ops: optim %ld sumsq %ld add %ld convert %ld memset %ld "
+               "copy %ld pinned %ld\n",
+               ro->plugin, ro->dev_params ? " (device-registered params)" : "", d[OP_OPTIM], d[OP_SUMSQ], d[OP_ADD],
+               d[OP_CONVERT], d[OP_MEMSET], d[OP_COPY], d[OP_HOSTALLOC]);
+    free(a);
+    free(b);
+}
+
+/* Default factory: a real CUDA engine on this machine. */
+static void check_no_gpu_fails_cleanly(void) {
+    zero__device_set_factory(NULL);
+    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
+    o.config_json = "{\"train_micro_batch_size_per_gpu\": 1}";
+    o.plugin = "stage0";
+    o.comm_kind = ZERO_COMM_SELF;
+    o.device_kind = ZERO_DEVICE_CUDA;
+    zero_engine *e = NULL;
+    char err[512] = "";
+    zero_status s = zero_engine_create(&o, &e, err, sizeof err);
+    if (s == ZERO_OK) {
+        if (rank_ == 0) printf("a usable GPU is present: the CUDA engine was created (no failure to check)\n");
+        zero_engine_destroy(e);
+        return;
+    }
+    CHECK(e == NULL, "failed create left an engine");
+#ifdef ZERO_HAVE_CUDA
+    CHECK(s == ZERO_ERR_DEVICE, "no GPU: status %d (%s), expected ZERO_ERR_DEVICE", (int)s, err);
+    CHECK(strstr(err, "CUDA") && strstr(err, "device_index 0"), "the message names neither CUDA nor the device: %s",
+          err);
+#else
+    CHECK(s == ZERO_ERR_UNSUPPORTED, "CPU-only build: status %d (%s), expected ZERO_ERR_UNSUPPORTED", (int)s, err);
+#endif
+    if (rank_ == 0) printf("device_kind CUDA without a usable GPU: %s\n", err);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    check_no_gpu_fails_cleanly();
+    zero__device_set_factory(stub_open);
+    static const run_opts runs[] = {
+        {"stage0", 0, 1, 0, 0}, {"stage1", 1, 1, 0, 0}, {"stage2", 2, 1, 0, 0},
+        {"stage3", 3, 1, 0, 0}, {"stage2", 2, 1, 1, 0}, {"stage3", 3, 1, 1, 0},
+        {"offload", 2, 1, 0, 1}, {"offload", 2, 1, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) check_equal(&runs[i]);
+    zero__device_set_factory(NULL);
+    int rc = check_finish();
+    MPI_Finalize();
+    return rc;
+}
