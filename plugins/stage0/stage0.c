@@ -45,6 +45,16 @@ static zero_status s0_create(const zero_services_v1 *svc, void **state) {
     return ZERO_OK;
 }
 
+/* Clear device-tier memory: on a CUDA engine the host cannot dereference it,
+ * so it goes through the core (mem_set); a core older than mem_set has no
+ * device, and a plain memset is right there. */
+static void clear_device(const zero_services_v1 *svc, void *p, size_t bytes) {
+    if (ZERO_SERVICES_HAS(svc, mem_set))
+        svc->mem_set(svc->core, p, 0, bytes);
+    else
+        memset(p, 0, bytes);
+}
+
 static void *alloc_tagged(stage0 *s, zero_mem_tag tag, uint64_t numel, size_t esize) {
     return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)numel * esize);
 }
@@ -61,11 +71,11 @@ static zero_status s0_params_done(void *state) {
     uint32_t np = svc->nparams(s->c);
     for (uint32_t i = 0; i < np; i++) {
         zero_param_info *p = svc->param(s->c, i);
-        if (p->dtype != s->dtype || p->init_device != ZERO_DEVICE_CPU)
+        /* initial values may be host or device memory: mem_copy reads either */
+        if (p->dtype != s->dtype)
             return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
-                              "stage0: param '%s': dtype %d on device %d, but the model dtype (bf16.enabled / "
-                              "fp16.enabled) is %d on the CPU",
-                              p->name, (int)p->dtype, (int)p->init_device, (int)s->dtype);
+                              "stage0: param '%s' has dtype %d, but the model dtype (bf16.enabled / fp16.enabled) is %d",
+                              p->name, (int)p->dtype, (int)s->dtype);
     }
     const uint64_t flat = s->L->flat_numel;
     s->params = alloc_tagged(s, ZERO_MEM_PARAMS, flat, s->esize);
@@ -130,7 +140,7 @@ static zero_status s0_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
     ps.param_out = (void *)s->master == s->params ? NULL : s->params;
     st = svc->boundary_step(s->c, &ps, ctx, rep);
-    memset(s->grads, 0, (size_t)flat * s->esize);
+    clear_device(svc, s->grads, (size_t)flat * s->esize);
     return st;
 }
 
