@@ -54,6 +54,16 @@ static zero_status s2_create(const zero_services_v1 *svc, void **state) {
     return ZERO_OK;
 }
 
+/* Clear device-tier memory: on a CUDA engine the host cannot dereference it,
+ * so it goes through the core (mem_set); a core older than mem_set has no
+ * device, and a plain memset is right there. */
+static void clear_device(const zero_services_v1 *svc, void *p, size_t bytes) {
+    if (ZERO_SERVICES_HAS(svc, mem_set))
+        svc->mem_set(svc->core, p, 0, bytes);
+    else
+        memset(p, 0, bytes);
+}
+
 static void *alloc_tagged(stage2 *s, zero_mem_tag tag, uint64_t numel, size_t esize) {
     return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)numel * esize);
 }
@@ -72,11 +82,11 @@ static zero_status s2_params_done(void *state) {
     uint32_t np = svc->nparams(s->c);
     for (uint32_t i = 0; i < np; i++) {
         zero_param_info *p = svc->param(s->c, i);
-        if (p->dtype != s->dtype || p->init_device != ZERO_DEVICE_CPU)
+        /* initial values may be host or device memory: mem_copy reads either */
+        if (p->dtype != s->dtype)
             return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
-                              "stage2: param '%s': dtype %d on device %d, but the model dtype (bf16.enabled / "
-                              "fp16.enabled) is %d on the CPU",
-                              p->name, (int)p->dtype, (int)p->init_device, (int)s->dtype);
+                              "stage2: param '%s' has dtype %d, but the model dtype (bf16.enabled / fp16.enabled) is %d",
+                              p->name, (int)p->dtype, (int)s->dtype);
     }
     const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
     s->params = alloc_tagged(s, ZERO_MEM_PARAMS, flat, s->esize);
@@ -166,7 +176,7 @@ static zero_status s2_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     ps.param_out = mixed(s) ? s->params : NULL;
     ps.param_out_index = ZERO_INDEX_FLAT;
     st = svc->boundary_step(s->c, &ps, ctx, rep);
-    memset(s->part, 0, (size_t)s->L->part_numel * s->esize);
+    clear_device(svc, s->part, (size_t)s->L->part_numel * s->esize);
     if (st != ZERO_OK || rep->overflow) return st;
     return svc->allgather_shares(s->c, s->world, s->params, s->dtype);
 }
@@ -185,14 +195,14 @@ static zero_status s2_blobs(stage2 *s, const char *dir, int write) {
     zero_status st = ZERO_OK;
     if (write) {
         for (uint32_t i = 0; i < s->nowned; i++)
-            memcpy(own + s->owned[i].part_lo * es, (char *)s->params + s->owned[i].flat_lo * es,
+            svc->mem_copy(s->c, own + s->owned[i].part_lo * es, (char *)s->params + s->owned[i].flat_lo * es,
                    (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo) * es);
         st = svc->ckpt_write(s->c, dir, "stage2.params", own, part * es);
     } else {
         st = svc->ckpt_read(s->c, dir, "stage2.params", own, part * es);
         if (st == ZERO_OK)
             for (uint32_t i = 0; i < s->nowned; i++)
-                memcpy((char *)s->params + s->owned[i].flat_lo * es, own + s->owned[i].part_lo * es,
+                svc->mem_copy(s->c, (char *)s->params + s->owned[i].flat_lo * es, own + s->owned[i].part_lo * es,
                        (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo) * es);
     }
     free(own);
