@@ -90,6 +90,16 @@ static zero_status pp_create(const zero_services_v1 *svc, void **state) {
     return ZERO_OK;
 }
 
+/* Clear device-tier memory: on a CUDA engine the host cannot dereference it,
+ * so it goes through the core (mem_set); a core older than mem_set has no
+ * device, and a plain memset is right there. */
+static void clear_device(const zero_services_v1 *svc, void *p, size_t bytes) {
+    if (ZERO_SERVICES_HAS(svc, mem_set))
+        svc->mem_set(svc->core, p, 0, bytes);
+    else
+        memset(p, 0, bytes);
+}
+
 static void *alloc_tagged(stage1pp *s, zero_mem_tag tag, uint64_t numel, size_t esize) {
     return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)numel * esize);
 }
@@ -99,11 +109,12 @@ static int mixed(const stage1pp *s) { return (void *)s->master != s->params; }
 static zero_status pp_register(void *state, zero_param_info *p) {
     stage1pp *s = state;
     zero_dtype dt = s->svc->config(s->c)->model_dtype;
-    if (p->dtype != dt || p->init_device != ZERO_DEVICE_CPU)
+    /* initial values may be host or device memory: mem_copy reads either */
+    if (p->dtype != dt)
         return s->svc->error(s->c, ZERO_ERR_UNSUPPORTED,
-                             "stage1-pp: param '%s': dtype %d on device %d, but the model dtype (bf16.enabled / "
-                             "fp16.enabled) is %d on the CPU",
-                             p->name, (int)p->dtype, (int)p->init_device, (int)dt);
+                             "stage1-pp: param '%s' has dtype %d, but the model dtype (bf16.enabled / fp16.enabled) "
+                             "is %d",
+                             p->name, (int)p->dtype, (int)dt);
     return ZERO_OK;
 }
 
@@ -190,7 +201,7 @@ static zero_status pp_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     ps.param_out = mixed(s) ? s->params : NULL;
     ps.param_out_index = ZERO_INDEX_FLAT;
     st = svc->boundary_step(s->c, &ps, ctx, rep);
-    memset(s->grads, 0, (size_t)s->L->flat_numel * s->esize);
+    clear_device(svc, s->grads, (size_t)s->L->flat_numel * s->esize);
     if (st != ZERO_OK || rep->overflow) return st;
     return svc->allgather_shares(s->c, s->dp, s->params, s->dtype);
 }
@@ -213,9 +224,10 @@ static zero_status pp_save(void *state, const char *dir) {
     for (uint32_t i = 0; i < s->nowned; i++) {
         const zero_owned_range *o = &s->owned[i];
         const float *w = mixed(s) ? s->master + o->part_lo : (const float *)s->params + o->flat_lo;
-        memcpy(buf + o->part_lo, w, (size_t)(o->flat_hi - o->flat_lo) * sizeof(float));
+        svc->mem_copy(s->c, buf + o->part_lo, w, (size_t)(o->flat_hi - o->flat_lo) * sizeof(float));
     }
-    for (uint32_t k = 0; k < s->nstate; k++) memcpy(buf + (size_t)(k + 1) * part, s->state[k], part * sizeof(float));
+    for (uint32_t k = 0; k < s->nstate; k++)
+        svc->mem_copy(s->c, buf + (size_t)(k + 1) * part, s->state[k], part * sizeof(float));
     zero_status st = svc->ckpt_write(s->c, dir, "stage1-pp", buf, ckpt_bytes(s));
     free(buf);
     return st;
@@ -233,12 +245,12 @@ static zero_status pp_load(void *state, const char *dir) {
             const zero_owned_range *o = &s->owned[i];
             size_t n = (size_t)(o->flat_hi - o->flat_lo);
             char *pw = (char *)s->params + (size_t)o->flat_lo * s->esize;
-            if (mixed(s)) memcpy(s->master + o->part_lo, buf + o->part_lo, n * sizeof(float));
+            if (mixed(s)) svc->mem_copy(s->c, s->master + o->part_lo, buf + o->part_lo, n * sizeof(float));
             svc->convert(s->c, pw, s->dtype, buf + o->part_lo, ZERO_DTYPE_F32, n);
         }
         for (uint32_t k = 0; k < s->nstate; k++)
-            memcpy(s->state[k], buf + (size_t)(k + 1) * part, part * sizeof(float));
-        memset(s->grads, 0, (size_t)s->L->flat_numel * s->esize);
+            svc->mem_copy(s->c, s->state[k], buf + (size_t)(k + 1) * part, part * sizeof(float));
+        clear_device(svc, s->grads, (size_t)s->L->flat_numel * s->esize);
     }
     free(buf);
     /* Every rank re-assembles the full params of its stage from the shards. */
