@@ -57,8 +57,8 @@ static zero_status setup_param(zero__s3 *s, uint32_t i) {
     if (info->dtype != s->dtype)
         return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage3: param '%s' has dtype %d but the model dtype is %d",
                           info->name, (int)info->dtype, (int)s->dtype);
-    if (info->init_device != ZERO_DEVICE_CPU)
-        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage3: param '%s': only CPU initial values so far", info->name);
+    /* initial values may be host or device memory (CUDA engine): they are
+     * read only through mem_copy / convert, which take either */
     p->counts = calloc((size_t)s->nranks, sizeof *p->counts);
     if (!p->counts) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");
     const uint64_t lo = info->flat_offset, hi = lo + info->numel;
