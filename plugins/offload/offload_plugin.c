@@ -76,11 +76,12 @@ static zero_status of_params_done(void *state) {
     uint32_t np = svc->nparams(s->c);
     for (uint32_t i = 0; i < np; i++) {
         zero_param_info *p = svc->param(s->c, i);
-        if (p->dtype != s->dtype || p->init_device != ZERO_DEVICE_CPU)
+        /* initial values may be host or device memory: mem_copy reads either */
+        if (p->dtype != s->dtype)
             return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
-                              "offload: param '%s': dtype %d on device %d, but the model dtype (bf16.enabled / "
-                              "fp16.enabled) is %d on the CPU",
-                              p->name, (int)p->dtype, (int)p->init_device, (int)s->dtype);
+                              "offload: param '%s' has dtype %d, but the model dtype (bf16.enabled / fp16.enabled) "
+                              "is %d",
+                              p->name, (int)p->dtype, (int)s->dtype);
     }
     choose_partitioning(s, rc);
     const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;

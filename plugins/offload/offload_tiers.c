@@ -10,8 +10,11 @@
 #include "offload.h"
 
 void zero__of_clear_device(offload *s, void *dev, size_t bytes) {
-    (void)s;
-    if (bytes) memset(dev, 0, bytes); /* CPU-only core: the device tier is host memory */
+    if (!bytes) return;
+    if (ZERO_SERVICES_HAS(s->svc, mem_set))
+        s->svc->mem_set(s->c, dev, 0, bytes);
+    else
+        memset(dev, 0, bytes); /* a core without mem_set has no device: the device tier is host memory */
 }
 
 /* Where a block's reduced gradient sits on the device: the flat buffer
