@@ -14,6 +14,13 @@
  *   - zero_step() once per micro-batch; libzero knows the accumulation
  *     boundary.
  * MPI is the host's: rank/size, the data shard, results gathered to rank 0.
+ *
+ * Mixed precision comes from the config (bf16.enabled / fp16.enabled): the
+ * parameters are registered in that dtype and libzero keeps them and their
+ * gradients so; the model math stays fp32 (precision.h converts at the
+ * boundaries: gathered weights are widened into fp32 copies, fp32 gradients
+ * are added into libzero's 16-bit buffers with one rounding per element),
+ * and the fp16 loss is scaled by zero_loss_scale().
  */
 #include <math.h>
 #include <mpi.h>
@@ -24,6 +31,7 @@
 #include "data.h"
 #include "model.h"
 #include "options.h"
+#include "precision.h"
 #include "report.h"
 #include "zero.h"
 
@@ -45,6 +53,9 @@ typedef struct trainer {
     float *x0, *h1, *h2, *logits; /* activations; logits become dlogits in backward */
     float *dx0, *dh1, *dh2;
     float *scratch;
+    zero_dtype dtype;             /* model dtype (config) */
+    float *wf[DEMO_NPARAMS];      /* 16-bit model: fp32 copies of gathered params */
+    float *gf[DEMO_NPARAMS];      /* 16-bit model: fp32 gradient of the micro-batch */
 } trainer;
 
 /* A failed libzero call is fatal for the job: report it and take every rank
@@ -89,21 +100,33 @@ static void buffers_alloc(trainer *t, int cap) {
 static void buffers_free(trainer *t) {
     void *bufs[] = {t->tok, t->tgt, t->x0, t->dx0, t->h1, t->dh1, t->h2, t->dh2, t->logits, t->scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; ++i) free(bufs[i]);
+    for (int k = 0; k < DEMO_NPARAMS; ++k) {
+        free(t->wf[k]);
+        free(t->gf[k]);
+    }
 }
 
 /* ---- parameters ------------------------------------------------------- */
 
 static void register_params(trainer *t, uint64_t seed) {
-    float *init[DEMO_NPARAMS];
+    void *init[DEMO_NPARAMS];
     for (int k = 0; k < DEMO_NPARAMS; ++k) {
         uint64_t n = demo_param_numel(&t->d, k);
-        init[k] = xcalloc(n, sizeof(float));
-        demo_init_param(&t->d, k, seed, init[k]);
+        float *f = xcalloc(n, sizeof(float));
+        demo_init_param(&t->d, k, seed, f);
+        init[k] = f;
+        if (t->dtype != ZERO_DTYPE_F32) { /* register the rounded values; keep fp32 copies for the math */
+            init[k] = xcalloc(n, demo_dtype_size(t->dtype));
+            demo_narrow(f, init[k], t->dtype, n);
+            free(f);
+            t->wf[k] = xcalloc(n, sizeof(float));
+            t->gf[k] = xcalloc(n, sizeof(float));
+        }
         zero_param_desc desc = ZERO_PARAM_DESC_INIT;
         desc.name = demo_param_name(k);
         desc.data = init[k];
         desc.numel = n;
-        desc.dtype = ZERO_DTYPE_F32;
+        desc.dtype = t->dtype;
         ZCALL(t, zero_register_param(t->e, &desc, &t->p[k]));
     }
     ZCALL(t, zero_params_done(t->e));
@@ -118,7 +141,26 @@ static void layer_acquire(trainer *t, int l, float **w) {
     const int first = demo_layer_first[l], n = demo_layer_count[l];
     void *ptrs[2];
     ZCALL(t, zero_gather(t->e, &t->p[first], (size_t)n, ptrs));
-    for (int i = 0; i < n; ++i) w[i] = ptrs[i];
+    for (int i = 0; i < n; ++i) {
+        w[i] = ptrs[i];
+        if (t->dtype != ZERO_DTYPE_F32) { /* the math reads an fp32 copy */
+            demo_widen(ptrs[i], t->dtype, t->wf[first + i], demo_param_numel(&t->d, first + i));
+            w[i] = t->wf[first + i];
+        }
+    }
+}
+
+/* Where the backward writes param k's gradient: libzero's buffer itself for
+ * fp32, else a zeroed fp32 scratch that grad_commit adds into libzero's. */
+static float *grad_target(trainer *t, int k, void *zbuf) {
+    if (t->dtype == ZERO_DTYPE_F32) return zbuf;
+    memset(t->gf[k], 0, demo_param_numel(&t->d, k) * sizeof(float));
+    return t->gf[k];
+}
+
+static void grad_commit(trainer *t, int k, void *zbuf) {
+    if (t->dtype != ZERO_DTYPE_F32) demo_add_rounded(zbuf, t->dtype, t->gf[k], demo_param_numel(&t->d, k));
+    ZCALL(t, zero_on_grad_ready(t->e, t->p[k], NULL));
 }
 
 static void layer_done(trainer *t, int l) {
@@ -155,15 +197,16 @@ static double forward(trainer *t, int batch, double grad_scale) {
  * so their reduction overlaps the rest of backward. */
 static void dense_backward(trainer *t, int l, int batch, int in, int out, const float *x, const float *y,
                            float *dy, float *dx, int tanh_act) {
-    zero_param *wp = t->p[demo_layer_first[l]], *bp = t->p[demo_layer_first[l] + 1];
+    const int kw = demo_layer_first[l], kb = kw + 1;
     float *w[2];
     void *gw, *gb;
     layer_acquire(t, l, w);
-    ZCALL(t, zero_grad_buffer(t->e, wp, &gw));
-    ZCALL(t, zero_grad_buffer(t->e, bp, &gb));
-    demo_dense_backward_params(batch, in, out, x, y, dy, gw, gb, tanh_act, t->scratch);
-    ZCALL(t, zero_on_grad_ready(t->e, wp, NULL));
-    ZCALL(t, zero_on_grad_ready(t->e, bp, NULL));
+    ZCALL(t, zero_grad_buffer(t->e, t->p[kw], &gw));
+    ZCALL(t, zero_grad_buffer(t->e, t->p[kb], &gb));
+    demo_dense_backward_params(batch, in, out, x, y, dy, grad_target(t, kw, gw), grad_target(t, kb, gb), tanh_act,
+                               t->scratch);
+    grad_commit(t, kw, gw);
+    grad_commit(t, kb, gb);
     if (dx) demo_dense_backward_input(batch, in, out, dy, w[0], dx);
     layer_done(t, l);
 }
@@ -176,8 +219,8 @@ static void backward(trainer *t, int batch) {
     /* The embedding's backward reads only token ids, not the table: no gather. */
     void *ge;
     ZCALL(t, zero_grad_buffer(t->e, t->p[DEMO_P_EMB], &ge));
-    demo_embed_backward(d, batch, t->tok, t->dx0, ge);
-    ZCALL(t, zero_on_grad_ready(t->e, t->p[DEMO_P_EMB], NULL));
+    demo_embed_backward(d, batch, t->tok, t->dx0, grad_target(t, DEMO_P_EMB, ge));
+    grad_commit(t, DEMO_P_EMB, ge);
 }
 
 /* ---- evaluation and digest -------------------------------------------- */
@@ -283,6 +326,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "[rank %d] zero_engine_create failed: %s: %s\n", T.rank, zero_status_string(s), err);
         MPI_Abort(T.comm, 1);
     }
+    T.dtype = cfg.dtype;
     register_params(t, opt.seed);
     uint64_t nparams = 0;
     for (int k = 0; k < DEMO_NPARAMS; ++k) nparams += demo_param_numel(&T.d, k);
@@ -290,10 +334,12 @@ int main(int argc, char **argv) {
     const int micro = cfg.micro_batch, gas = cfg.grad_accum;
     buffers_alloc(t, micro > VAL_CHUNK ? micro : VAL_CHUNK);
     if (root)
-        printf("zero-demo: plugin %s, %d rank(s), model %llu params (ctx %d, embed %d, hidden %d-%d), "
+        printf("zero-demo: plugin %s, %d rank(s), %s model %llu params (ctx %d, embed %d, hidden %d-%d), "
                "corpus %zu bytes from %d file(s) (train %zu, val %zu), micro-batch %d x accumulation %d x "
                "%d rank(s) = %d samples/step, %ld steps\n",
-               zero_plugin_name(T.e), T.world, (unsigned long long)nparams, T.d.ctx, T.d.embed, T.d.hidden1,
+               zero_plugin_name(T.e), T.world,
+               T.dtype == ZERO_DTYPE_BF16 ? "bf16" : T.dtype == ZERO_DTYPE_F16 ? "fp16" : "fp32",
+               (unsigned long long)nparams, T.d.ctx, T.d.embed, T.d.hidden1,
                T.d.hidden2, corpus.n, corpus.nfiles, corpus.n_train, corpus.n - corpus.n_train, micro, gas,
                T.world, micro * gas * T.world, opt.steps);
 

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zero.h"
+
 static void usage(void) {
     printf("usage: zero-demo [--config FILE] [--plugin NAME] [--steps N] [--seed S]\n"
            "                 [--summary FILE] [--data PATH] [--quiet]\n"
@@ -146,6 +148,13 @@ int demo_train_config_load(const char *path, int world, demo_train_config *c, ch
     }
     c->micro_batch = (int)micro;
     c->grad_accum = (int)gas;
+    /* the model dtype: the params are registered in it (libzero checks it
+     * against the same keys) */
+    json_t *bf = json_object_get(c->root, "bf16"), *fp = json_object_get(c->root, "fp16");
+    if (!bf) bf = json_object_get(c->root, "bfloat16"); /* DeepSpeed's alias */
+    c->dtype = json_is_true(json_object_get(bf, "enabled"))   ? ZERO_DTYPE_BF16
+               : json_is_true(json_object_get(fp, "enabled")) ? ZERO_DTYPE_F16
+                                                                : ZERO_DTYPE_F32;
     c->steps_per_print = spp > 0 ? (int)spp : 10;
     return 0;
 fail:

@@ -34,6 +34,7 @@ typedef struct demo_train_config {
     int micro_batch;     /* train_micro_batch_size_per_gpu (or train_batch_size / (gas * world)) */
     int grad_accum;      /* gradient_accumulation_steps, default 1 */
     int steps_per_print; /* steps_per_print, default 10 (DeepSpeed's default) */
+    int dtype;           /* model dtype: ZERO_DTYPE_BF16 / _F16 when bf16 / fp16 "enabled", else F32 */
 } demo_train_config;
 
 /* Load `path` (NULL: defaults) for a job of `world` ranks.  Returns 0 or -1
