@@ -192,17 +192,31 @@ typedef struct run_opts {
     int device;      /* 0 CPU engine, 1 stub device */
     int dev_params;  /* register initial values from device memory */
     int offload;     /* offload_optimizer cpu, pin_memory */
+    int bf16;        /* bf16 model: 16-bit params and gradients, fp32 master (the bucket engine's mixed path) */
 } run_opts;
 
-/* Train; returns all params concatenated (host memory) or NULL. */
-static float *train(const run_opts *ro, size_t *total) {
+static uint16_t to_bf16(float f) { /* RNE; the test's values are finite */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Train; returns all params concatenated (host memory, model dtype) or NULL. */
+static void *train(const run_opts *ro, size_t *total) {
     char json[768];
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
-             " \"gradient_clipping\": 1.0,"
+             " \"gradient_clipping\": 1.0, \"bf16\": {\"enabled\": %s},"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.1}},"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 400, \"overlap_comm\": true%s}}",
-             GAS, ro->stage,
+             GAS, ro->bf16 ? "true" : "false", ro->stage,
              ro->offload ? ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}" : "");
     MPI_Comm mc = MPI_COMM_WORLD;
     zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
@@ -220,7 +234,13 @@ static float *train(const run_opts *ro, size_t *total) {
     *total = 0;
     for (int p = 0; p < NP && s == ZERO_OK; ++p) {
         float *init = malloc(sizes[p] * 4);
-        for (size_t i = 0; i < sizes[p]; ++i) init[i] = (float)((int)((i * 37 + (size_t)p) % 201) - 100) / 100.0f;
+        for (size_t i = 0; i < sizes[p]; ++i) {
+            float v = (float)((int)((i * 37 + (size_t)p) % 201) - 100) / 100.0f;
+            if (ro->bf16)
+                ((uint16_t *)init)[i] = to_bf16(v);
+            else
+                init[i] = v;
+        }
         char name[16];
         snprintf(name, sizeof name, "p%d", p);
         zero_param_desc d = ZERO_PARAM_DESC_INIT;
@@ -228,6 +248,7 @@ static float *train(const run_opts *ro, size_t *total) {
         d.data = ro->dev_params ? fake(init) : init; /* "device memory" the host cannot read */
         d.device = ro->dev_params ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU;
         d.numel = sizes[p];
+        d.dtype = ro->bf16 ? ZERO_DTYPE_BF16 : ZERO_DTYPE_F32;
         s = zero_register_param(e, &d, &h[p]);
         CHECK(s == ZERO_OK, "register %s: %s", name, zero_last_error(e));
         *total += sizes[p];
@@ -256,7 +277,13 @@ static float *train(const run_opts *ro, size_t *total) {
             if ((s = zero_grad_buffer(e, h[p], &buf)) != ZERO_OK) break;
             CHECK(tagged(buf) == (ro->device != 0), "%s: grad buffer of p%d in the wrong tier", ro->plugin, p);
             float *g = real(buf); /* what a host's backward kernel would write */
-            for (size_t i = 0; i < sizes[p]; ++i) g[i] += grad_of(rank_, gm, p, i);
+            uint16_t *g16 = real(buf);
+            for (size_t i = 0; i < sizes[p]; ++i) {
+                if (ro->bf16)
+                    g16[i] = to_bf16(from_bf16(g16[i]) + grad_of(rank_, gm, p, i));
+                else
+                    g[i] += grad_of(rank_, gm, p, i);
+            }
             s = zero_on_grad_ready(e, h[p], NULL);
             ready_calls++;
         }
@@ -276,15 +303,16 @@ static float *train(const run_opts *ro, size_t *total) {
         zero_memory_stats_get(e, &ms);
         CHECK(ms.current_total[ZERO_TIER_DEVICE] > 0, "%s: nothing accounted in the device tier", ro->plugin);
     }
-    float *out = NULL;
+    char *out = NULL;
+    const size_t es = ro->bf16 ? 2 : 4;
     if (s == ZERO_OK) {
-        out = malloc(*total * 4);
+        out = malloc(*total * es);
         void *ptrs[NP];
         s = zero_gather(e, h, NP, ptrs);
         CHECK(s == ZERO_OK, "final gather: %s", zero_last_error(e));
         size_t off = 0;
         for (int p = 0; p < NP && s == ZERO_OK; ++p) {
-            memcpy(out + off, real(ptrs[p]), sizes[p] * 4);
+            memcpy(out + off * es, real(ptrs[p]), sizes[p] * es);
             off += sizes[p];
         }
         if (s == ZERO_OK) zero_release(e, h, NP);
@@ -306,17 +334,18 @@ static void check_equal(const run_opts *ro) {
     run_opts cpu = *ro;
     cpu.device = 0;
     cpu.dev_params = 0;
-    float *a = train(&cpu, &n0);
+    char *a = train(&cpu, &n0);
     long before[OP_N], after[OP_N];
     snapshot(before);
-    float *b = train(ro, &n1);
+    char *b = train(ro, &n1);
     snapshot(after);
     if (a && b) {
         size_t bad = 0;
+        const size_t es = ro->bf16 ? 2 : 4;
         for (size_t i = 0; i < n0; i++)
-            if (memcmp(&a[i], &b[i], 4) != 0 && bad++ == 0)
-                CHECK(0, "%s%s: element %zu differs: CPU %.9g device %.9g", ro->plugin,
-                      ro->dev_params ? " (device-registered params)" : "", i, a[i], b[i]);
+            if (memcmp(a + i * es, b + i * es, es) != 0 && bad++ == 0)
+                CHECK(0, "%s%s: element %zu differs from the CPU engine", ro->plugin,
+                      ro->dev_params ? " (device-registered params)" : "", i);
         CHECK(bad == 0, "%s: %zu of %zu elements differ from the CPU engine", ro->plugin, bad, n0);
     }
     long d[OP_N];
@@ -335,11 +364,15 @@ static void check_equal(const run_opts *ro) {
     CHECK(d[OP_ALLOC] > 0, "%s: no device-tier allocation", ro->plugin);
     if (world_ > 1 && ro->stage >= 2)
         CHECK(d[OP_ADD] > 0, "%s: the bucket engine did not add reduced blocks on the device", ro->plugin);
+    if (world_ > 1 && ro->bf16)
+        CHECK(d[OP_CONVERT] > 0 && d[OP_SCALE] > 0,
+              "%s bf16: the bucket engine's fp32 staging (convert %ld, scale %ld) did not run on the device",
+              ro->plugin, d[OP_CONVERT], d[OP_SCALE]);
     CHECK(atomic_load(&g_live) == 0, "%s: %ld device blocks leaked", ro->plugin, atomic_load(&g_live));
     if (rank_ == 0)
-        printf("%s%s: bitwise equal to the CPU engine; device ops: optim %ld sumsq %ld add %ld convert %ld memset %ld "
+        printf("%s%s%s: bitwise equal to the CPU engine; device ops: optim %ld sumsq %ld add %ld convert %ld memset %ld "
                "copy %ld pinned %ld\n",
-               ro->plugin, ro->dev_params ? " (device-registered params)" : "", d[OP_OPTIM], d[OP_SUMSQ], d[OP_ADD],
+               ro->plugin, ro->bf16 ? " bf16" : "", ro->dev_params ? " (device-registered params)" : "", d[OP_OPTIM], d[OP_SUMSQ], d[OP_ADD],
                d[OP_CONVERT], d[OP_MEMSET], d[OP_COPY], d[OP_HOSTALLOC]);
     free(a);
     free(b);
@@ -379,9 +412,11 @@ int main(int argc, char **argv) {
     check_no_gpu_fails_cleanly();
     zero__device_set_factory(stub_open);
     static const run_opts runs[] = {
-        {"stage0", 0, 1, 0, 0}, {"stage1", 1, 1, 0, 0}, {"stage2", 2, 1, 0, 0},
-        {"stage3", 3, 1, 0, 0}, {"stage2", 2, 1, 1, 0}, {"stage3", 3, 1, 1, 0},
-        {"offload", 2, 1, 0, 1}, {"offload", 2, 1, 1, 1},
+        {"stage0", 0, 1, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0},
+        {"stage3", 3, 1, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0}, {"stage3", 3, 1, 1, 0, 0},
+        {"offload", 2, 1, 0, 1, 0}, {"offload", 2, 1, 1, 1, 0}, {"stage0", 0, 1, 0, 0, 1},
+        {"stage1", 1, 1, 0, 0, 1}, {"stage2", 2, 1, 0, 0, 1}, {"stage3", 3, 1, 1, 0, 1},
+        {"offload", 2, 1, 0, 1, 1},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) check_equal(&runs[i]);
     zero__device_set_factory(NULL);
