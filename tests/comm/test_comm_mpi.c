@@ -587,6 +587,11 @@ int main(int argc, char **argv) {
         MPI_Finalize();
     } else {
         CHECK(finalized, "libzero initialised MPI and should have finalized it");
+        /* MPI cannot come back in this process: a new world says so clearly */
+        zero_comm *again = NULL;
+        err[0] = '\0';
+        CHECK_EQ_INT(zero__comm_world_create(ZERO_COMM_AUTO, NULL, NULL, &again, err, sizeof err), ZERO_ERR_COMM);
+        CHECK(strstr(err, "finalized") != NULL, "error text: %s", err);
     }
     return check_finish();
 }
