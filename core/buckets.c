@@ -32,6 +32,10 @@
  * alone.  fp32 gradients keep the plain sum (grad_divisor world * gas): the
  * division is exact-enough in the optimizer's grad_mul, one multiply.
  *
+ * spec.on_block_final (optional, for offload) is told when this rank's
+ * block of a bucket is final: right after its post-processing in
+ * complete_oldest, or at launch when world 1 has nothing to exchange.
+ *
  * One mutex guards everything mutable; comm calls are made under it so the
  * issue order seen by the communicator equals bucket order even with several
  * host threads.  Waiting under the mutex only blocks other hook threads,
@@ -258,6 +262,11 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
     if (!b) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "buckets_create: out of memory");
     b->e = e;
     b->spec = *spec;
+    /* a plugin built before on_block_final existed has no such fields */
+    if (spec->struct_size < offsetof(zero_bucket_spec, on_block_final_user) + sizeof(void *)) {
+        b->spec.on_block_final = NULL;
+        b->spec.on_block_final_user = NULL;
+    }
     /* staging slots cannot carry a sum across micro-steps: SCATTER reduces
      * every micro-step whatever the spec says */
     if (spec->mode == ZERO_BUCKETS_SCATTER) b->spec.reduce_every_micro_step = 1;
@@ -364,6 +373,14 @@ static int scatter_staged(const zero_buckets *b) {
 }
 
 /* Complete the oldest in-flight bucket.  Called with mu held. */
+/* spec.on_block_final: this rank's block of bucket bk is final.  mu held
+ * (or no concurrency: world 1 reports from launch, which runs under mu too). */
+static void notify_final(const zero_buckets *b, const zb_bucket *bk) {
+    if (!b->spec.on_block_final || bk->own_n == 0) return;
+    zero_owned_range r = {bk->own_lo, bk->own_lo + bk->own_n, bk->part_pos};
+    b->spec.on_block_final(b->spec.on_block_final_user, &r);
+}
+
 static zero_status complete_oldest(zero_buckets *b) {
     uint32_t k = b->fifo[b->fifo_head];
     b->fifo_head = (b->fifo_head + 1) % (b->nb ? b->nb : 1);
@@ -402,6 +419,7 @@ static zero_status complete_oldest(zero_buckets *b) {
         }
         }
     }
+    if (s == ZERO_OK) notify_final(b, bk);
     if (bk->slot >= 0) {
         b->slots[bk->slot].bucket = -1;
         bk->slot = -1;
@@ -464,7 +482,11 @@ static zero_status launch(zero_buckets *b, uint32_t k) {
     zb_bucket *bk = &b->b[k];
     zero_status s = ZERO_OK;
     bk->launched = 1;
-    if (!needs_comm(b) || bk->hi == bk->lo) return ZERO_OK;
+    if (!needs_comm(b)) { /* world 1: the local sum is already in place */
+        notify_final(b, bk);
+        return ZERO_OK;
+    }
+    if (bk->hi == bk->lo) return ZERO_OK;
     const size_t n = (size_t)(bk->hi - bk->lo);
     const size_t *counts = b->counts + (size_t)k * b->world;
     float *send = NULL;
@@ -625,6 +647,7 @@ zero_status zero__buckets_flush(zero_buckets *b) {
 void zero__buckets_destroy(zero_buckets *b) {
     if (!b) return;
     /* never free a buffer a collective may still write into */
+    b->spec.on_block_final = NULL; /* draining for teardown is not a result */
     while (b->fifo_len) complete_oldest(b);
     for (uint32_t i = 0; i < b->nslots; i++) {
         if ((void *)b->slots[i].f32 != b->slots[i].buf) zero__mem_free(b->e->mem, b->slots[i].f32);
