@@ -99,11 +99,12 @@ static void make_config(const prec_cfg *c, int world, char *buf, size_t n) {
              "\"gradient_accumulation_steps\": %d, %s"
              "\"optimizer\": %s, "
              "\"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 700, \"overlap_comm\": true, "
-             "\"stage3_param_persistence_threshold\": 100}%s%s}",
+             "\"stage3_param_persistence_threshold\": 100%s%s}%s%s}",
              c->mb * c->gas * world, c->mb, c->gas, prec,
              c->optimizer_json ? c->optimizer_json
                                : "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}}",
-             c->stage, c->extra_json ? ", " : "", c->extra_json ? c->extra_json : "");
+             c->stage, c->zero_extra_json ? ", " : "", c->zero_extra_json ? c->zero_extra_json : "",
+             c->extra_json ? ", " : "", c->extra_json ? c->extra_json : "");
 }
 
 void prec_run(const prec_cfg *c, prec_out *o) {
@@ -198,6 +199,8 @@ void prec_run(const prec_cfg *c, prec_out *o) {
     }
     if (o->status == ZERO_OK) failed(o, gather_all(e, h, dt, o->params), "zero_gather (final)", e);
     if (o->status == ZERO_OK && c->steps == 1) memcpy(o->params_step1, o->params, total * sizeof(float));
+    o->mem.struct_size = sizeof o->mem;
+    if (o->status == ZERO_OK) failed(o, zero_memory_stats_get(e, &o->mem), "zero_memory_stats_get", e);
 done:
     free(w);
     free(g);

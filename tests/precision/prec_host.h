@@ -35,6 +35,7 @@ typedef struct prec_cfg {
     const char *extra_json;  /* extra top-level members ("\"gradient_clipping\": 0.5"), or NULL */
     uint64_t inject_mask;    /* bit s: at boundary step s one rank (s % W) writes Inf/NaN into its gradient */
     int self_comm;           /* ZERO_COMM_SELF instead of MPI_COMM_WORLD */
+    const char *zero_extra_json; /* extra zero_optimization members, or NULL */
 } prec_cfg;
 
 prec_cfg prec_default_cfg(void);
@@ -50,6 +51,7 @@ typedef struct prec_out {
     int taken[PREC_MAX_STEPS], overflow[PREC_MAX_STEPS];
     double norm[PREC_MAX_STEPS], scale[PREC_MAX_STEPS], lr[PREC_MAX_STEPS];
     double scale_before[PREC_MAX_STEPS]; /* zero_loss_scale() used for the window's losses */
+    zero_memory_stats mem;   /* this rank, after the last step */
 } prec_out;
 
 /* Train as configured.  Collective over MPI_COMM_WORLD unless self_comm.

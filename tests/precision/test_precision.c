@@ -10,7 +10,11 @@
  *     (the sequence is written out below); reaching min_loss_scale is
  *     ZERO_ERR_LOSS_SCALE on every rank;
  *  D. Lion and Adagrad end to end: stages agree with stage0 and the first
- *     step equals the documented update computed here.
+ *     step equals the documented update computed here;
+ *  E. memory of a bf16 model with Adam (K = 12: fp32 master + m + v): the
+ *     per-rank bytes by tag follow ZeRO's table, e.g. stage 3 holds
+ *     (2 + 2 + 12) Psi / N (2-byte shard and gradient partition, 4-byte
+ *     master, 8 bytes of states) plus the persistent small params.
  * Usage: test_precision [steps] */
 #include <math.h>
 #include <mpi.h>
@@ -264,6 +268,51 @@ static void optimizers(int steps) {
     free(g);
 }
 
+/* E. bytes per tag (device tier, this rank) of a bf16 AdamW model. */
+static void memory_formulas(void) {
+    for (int i = 0; i < NSTAGES; i++) {
+        prec_cfg c = prec_default_cfg();
+        c.plugin = STAGES[i].plugin;
+        c.stage = STAGES[i].stage;
+        c.dtype = ZERO_DTYPE_BF16;
+        c.steps = 2;
+        prec_out o;
+        prec_run(&c, &o);
+        if (!ran(&o, c.plugin)) continue;
+        const uint64_t *m = o.mem.current[ZERO_TIER_DEVICE];
+        const uint64_t P = m[ZERO_MEM_PARAMS], G = m[ZERO_MEM_GRADS], M = m[ZERO_MEM_MASTER], S = m[ZERO_MEM_OPTIM];
+        const uint64_t N = (uint64_t)world_, psi = prec_total_numel();
+        if (rank_ == 0)
+            printf("N=%d bf16 memory %-10s params %llu grads %llu master %llu optim %llu bytes (Psi %llu)\n", world_,
+                   c.plugin, (unsigned long long)P, (unsigned long long)G, (unsigned long long)M,
+                   (unsigned long long)S, (unsigned long long)psi);
+        /* part = M / 4 elements (the fp32 master of this rank's partition),
+         * flat = part * N (the padded flat space) */
+        const uint64_t part = M / 4, flat = STAGES[i].stage == 0 ? part : part * N; /* stage 0: nothing partitioned */
+        CHECK(S == 8 * part, "N=%d %s: optimizer states %llu != 8 bytes x partition", world_, c.plugin,
+              (unsigned long long)S);
+        CHECK(flat >= psi && flat <= psi + 64 * N * 4, "N=%d %s: padded flat %llu for Psi %llu", world_, c.plugin,
+              (unsigned long long)flat, (unsigned long long)psi);
+        if (STAGES[i].stage == 0) { /* 2 + 2 + 12: everything full */
+            CHECK(P == 2 * flat && G == 2 * flat, "N=%d stage0: params %llu grads %llu, expected 2 x %llu", world_,
+                  (unsigned long long)P, (unsigned long long)G, (unsigned long long)flat);
+        } else if (STAGES[i].stage == 1) { /* 2 + 2 + 12/N */
+            CHECK(P == 2 * flat && G == 2 * flat, "N=%d %s: params/grads not 2 bytes x Psi", world_, c.plugin);
+        } else if (STAGES[i].stage == 2) { /* 2 + (2 + 12)/N */
+            CHECK(P == 2 * flat && G == 2 * part, "N=%d stage2: params %llu grads %llu, expected %llu and %llu",
+                  world_, (unsigned long long)P, (unsigned long long)G, (unsigned long long)(2 * flat),
+                  (unsigned long long)(2 * part));
+        } else { /* (2 + 2 + 12)/N, plus persistent params below the threshold (p0, p3, p5: 72 elements) */
+            CHECK(G == 2 * part && P >= 2 * part && P <= 2 * part + 2 * 72,
+                  "N=%d stage3: params %llu grads %llu, expected 2 x %llu (+ <= 144 persistent)", world_,
+                  (unsigned long long)P, (unsigned long long)G, (unsigned long long)part);
+            CHECK(P + G + M + S <= 16 * part + 2 * 72, "N=%d stage3: %llu bytes > (2+2+12) Psi/N", world_,
+                  (unsigned long long)(P + G + M + S));
+        }
+        prec_free(&o);
+    }
+}
+
 int main(int argc, char **argv) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -277,6 +326,7 @@ int main(int argc, char **argv) {
     clipping();
     overflow_injection();
     optimizers(10);
+    memory_formulas();
     int rc = check_finish();
     MPI_Finalize();
     return rc;
