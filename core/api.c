@@ -164,6 +164,14 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     s = pipeline_split(e, zero__config_peek_pipeline_stages(opts.config_json,
                                                             opts.config_json ? NULL : opts.config_path));
     if (s != ZERO_OK) return fail_create(e, s, err, err_len);
+#if defined(ZERO_HAVE_NCCL)
+    /* A pipeline's data-parallel group is a split of the NCCL world with a
+     * stream of its own: put it on the device's stream too, so the bucket
+     * reductions stay ordered after the gradient kernels. */
+    if (e->dev && e->world != e->global && zero__comm_is_nccl(e->world) && e->dev->ops->stream(e->dev) &&
+        (s = zero__comm_nccl_set_stream(e->world, e->dev->ops->stream(e->dev))) != ZERO_OK)
+        return fail_create(e, s, err, err_len);
+#endif
 
     s = zero__config_parse(opts.config_json, opts.config_json ? NULL : opts.config_path, e->world_size, &e->cfg,
                            config_warn, e, msg, sizeof msg);
@@ -194,11 +202,15 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     zero__scaler_init(&e->scaler, e->rc->model_dtype == ZERO_DTYPE_F16, e->rc->fp16_loss_scale,
                       e->rc->fp16_initial_scale_power, e->rc->fp16_loss_scale_window, e->rc->fp16_hysteresis,
                       e->rc->fp16_consecutive_hysteresis, e->rc->fp16_min_loss_scale);
-    if (!zero__optim_supported(e->rc->optim))
+    /* LAMB has no per-range kernel: its trust ratios need whole-parameter
+     * norms, which the part_step/boundary_step services compute across
+     * partitions (partition_lamb.c); a plugin stepping ranges itself through
+     * optim_step gets a clear error at its first step. */
+    if (!zero__optim_supported(e->rc->optim) && e->rc->optim != ZERO_OPTIM_LAMB)
         return fail_create(e,
                            zero__error(e, ZERO_ERR_UNSUPPORTED,
                                        "optimizer.type: this optimizer is not implemented by libzero's kernels yet "
-                                       "(supported: Adam, AdamW, SGD, Lion, Adagrad)"),
+                                       "(supported: Adam, AdamW, SGD, Lion, Adagrad, Lamb)"),
                            err, err_len);
     e->lr = zero__schedule_lr(e, 1);
 

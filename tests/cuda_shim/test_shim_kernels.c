@@ -14,6 +14,7 @@
 #include "zero_cuda_launchers.h"
 #include "optim.h"
 #include "check.h"
+#include "device.h"
 
 _Static_assert(ZERO_CUDA_SUMSQ_BLOCK == ZERO_SUMSQ_BLOCK, "GPU sumsq must use the CPU block size");
 
@@ -209,6 +210,32 @@ static void test_convert(void) {
     free(f);
 }
 
+/* The bucket engine's element-wise kernels (gpu-wiring) against the CPU
+ * form the core runs without a device (backends/device/device.c):
+ * add into a buffer of any dtype with one rounding, and scaling. */
+static void test_add_dt_scale(void) {
+    size_t n = 5000;
+    float *f = rand_array(ZERO_DTYPE_F32, n, -3.f, 3.f), *g = rand_array(ZERO_DTYPE_F32, n, -3.f, 3.f);
+    for (int dst = 0; dst < 3; ++dst)
+        for (int src = 0; src < 3; ++src) {
+            void *a = malloc(n * 4), *b = malloc(n * 4), *x = malloc(n * 4);
+            zero__convert(a, dst, f, ZERO_DTYPE_F32, n);
+            zero__convert(b, dst, f, ZERO_DTYPE_F32, n);
+            zero__convert(x, src, g, ZERO_DTYPE_F32, n);
+            CHECK_EQ_INT(zero_cuda_add_into_dt(a, dst, x, src, n, NULL), ZERO_OK);
+            CHECK_EQ_INT(zero__dev_add_into(NULL, b, dst, x, src, n), ZERO_OK);
+            CHECK(memcmp(a, b, n * dt_size(dst)) == 0, "add_into_dt %s += %s differs from the CPU", dt_name(dst),
+                  dt_name(src));
+            free(a), free(b), free(x);
+        }
+    float *a = dup_f(f, n), *b = dup_f(f, n);
+    CHECK_EQ_INT(zero_cuda_scale(a, 0.37f, n, NULL), ZERO_OK);
+    CHECK_EQ_INT(zero__dev_scale(NULL, b, 0.37f, n), ZERO_OK);
+    CHECK(memcmp(a, b, n * 4) == 0, "scale differs from the CPU");
+    CHECK(a[1] != f[1] || f[1] == 0.f, "scale did nothing");
+    free(a), free(b), free(f), free(g);
+}
+
 /* zero_cuda_k_clip_mul against the documented rule (DeepSpeed's
  * clip_grad_norm: coef = clip / (norm + 1e-6) when norm > clip). */
 static void test_clip_mul(void) {
@@ -237,6 +264,7 @@ int main(void) {
     test_nonfinite();
     test_convert();
     test_clip_mul();
+    test_add_dt_scale();
     printf("shim: %llu launches, %llu threads run\n", zero_shim_launches, zero_shim_threads_run);
     return check_finish();
 }

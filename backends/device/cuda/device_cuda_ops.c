@@ -53,6 +53,9 @@ static zero_status cd_copy(zero__device *d, void *dst, const void *src, size_t b
 static zero_status cd_memset(zero__device *d, void *p, int v, size_t bytes) {
     current(d);
     cudaError_t e = cudaMemsetAsync(p, v, bytes, (cudaStream_t)stream_of(d));
+    /* Wait: a cleared gradient slot or accumulator is handed to the host,
+     * whose backward kernels write into it on a stream of its own. */
+    if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)stream_of(d));
     if (e != cudaSuccess) {
         snprintf(((cuda_dev *)d)->err, sizeof ((cuda_dev *)d)->err, "cudaMemsetAsync: %s", cudaGetErrorString(e));
         (void)cudaGetLastError();
@@ -66,7 +69,11 @@ static zero_status cd_optim_step(zero__device *d, zero_optim_kind k, const zero_
                                  zero_dtype odt, size_t n) {
     current(d);
     zero_cuda_mt_tensor t = {master, state[0], state[1], grad, out, (uint64_t)n};
-    return launched(d, zero_cuda_optim_step(k, s, &t, 1, gdt, odt, grad_mul, NULL, stream_of(d)), "optim_step");
+    zero_status st = launched(d, zero_cuda_optim_step(k, s, &t, 1, gdt, odt, grad_mul, NULL, stream_of(d)), "optim_step");
+    /* Wait for the new weights: the parameter all-gather that follows may
+     * run on a sub-communicator's own NCCL stream (stage 3 gathers on a
+     * private split of the world), which this stream does not order. */
+    return st == ZERO_OK ? zero_cuda_comm_sync(CD(d)) : st;
 }
 
 static zero_status cd_sumsq(zero__device *d, const void *x, zero_dtype dt, size_t n, double *out) {
