@@ -120,6 +120,17 @@ function(zero_cuda_attach)
     # and compile to nothing without ZERO_HAVE_NCCL.
     target_compile_definitions(zero_objs PUBLIC ZERO_HAVE_NCCL=1)
     target_link_libraries(zero_objs PUBLIC zero_nccl_lib CUDA::cudart_static)
+    # libzero.so needs libnccl.so.2 at run time.  Where NCCL is not in the
+    # loader's default path (a cluster module, a pip wheel), record its
+    # directory in libzero's RUNPATH, build and install tree alike, so hosts
+    # need no LD_LIBRARY_PATH.  -DZERO_NCCL_RPATH=OFF leaves it to the
+    # environment (docs/gpu.md).
+    option(ZERO_NCCL_RPATH "Record NCCL's library directory in libzero's RUNPATH" ON)
+    get_filename_component(_zero_nccl_dir "${ZERO_NCCL_LIBRARY}" DIRECTORY)
+    if(ZERO_NCCL_RPATH AND NOT _zero_nccl_dir IN_LIST CMAKE_C_IMPLICIT_LINK_DIRECTORIES)
+      set_property(TARGET zero APPEND PROPERTY BUILD_RPATH "${_zero_nccl_dir}")
+      set_property(TARGET zero APPEND PROPERTY INSTALL_RPATH "${_zero_nccl_dir}")
+    endif()
   endif()
 endfunction()
 cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL zero_cuda_attach)
