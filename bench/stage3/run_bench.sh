@@ -47,6 +47,13 @@ for c in "${CONFIGS[@]}"; do
   m="$(median "$TMP/$c.ms")"
   awk -v c="$c" -v m="$m" -v b="$m2" 'BEGIN {printf "  %-18s %7.2f ms   %.2fx stage2\n", c, m, m / b}'
 done
+# Median of the per-rep ratios: each rep runs the configs back to back, so
+# a ratio within a rep shares the machine's load of the moment (more robust
+# than the ratio of medians when the load drifts).
+for c in "${CONFIGS[@]:1}"; do
+  paste "$TMP/$c.ms" "$TMP/stage2.ms" | awk '{print $1 / $2}' >"$TMP/$c.ratio"
+  awk -v c="$c" -v m="$(median "$TMP/$c.ratio")" 'BEGIN {printf "  %-18s median of per-rep ratios %.2fx stage2\n", c, m}'
+done
 if [ "$(sort -u "$TMP/digests" | wc -l)" -ne 1 ]; then
   echo "WARNING: final digests differ between configs:" >&2
   sort | uniq -c <"$TMP/digests" >&2

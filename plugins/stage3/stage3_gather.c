@@ -16,6 +16,7 @@
  * rank's share, so the pieces land concatenated as the full tensor. */
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "stage3.h"
@@ -41,19 +42,24 @@ static void sleep_us(long us) {
  * collective failure). */
 static zero_status wait_bounded(zero__s3 *s, zero_comm_req *req, const char *what) {
     double t0 = now_s();
-    long backoff = 1;
     for (;;) {
         int done = 0;
-        zero_status st = s->svc->test(req, &done);
+        zero_status st = s->svc->test(req, &done); /* test drives progress itself */
         if (st != ZERO_OK) return st;
         if (done) return ZERO_OK;
-        if (now_s() - t0 > s->agree_timeout_s)
+        double waited = now_s() - t0;
+        if (waited > s->agree_timeout_s)
             return s->svc->error(s->c, ZERO_ERR_TIMEOUT,
                                  "stage3: %s: no answer from every rank within %.0f s (a rank stopped gathering, or "
                                  "called zero_step/another collective instead; ZERO_STAGE3_TIMEOUT_S sets the limit)",
                                  what, s->agree_timeout_s);
-        sleep_us(backoff);
-        if (backoff < 200) backoff *= 2;
+        /* The comm backend's own wait policy: yield for ~2 ms (peers may
+         * share our core; a sleep here would add its length to every
+         * agreement), then short sleeps so a far-behind peer gets the CPU. */
+        if (waited < 2e-3)
+            sched_yield();
+        else
+            sleep_us(20);
     }
 }
 
