@@ -62,6 +62,7 @@ typedef struct zb_bucket {
     uint64_t own_n;
     uint64_t part_pos;   /* where the block lands in the partition buffer */
     zero_comm_req *req;
+    zero_status reaped;  /* status of a request completed by reap_done (req already freed) */
 } zb_bucket;
 
 typedef struct zb_param {
@@ -386,7 +387,8 @@ static zero_status complete_oldest(zero_buckets *b) {
     b->fifo_head = (b->fifo_head + 1) % (b->nb ? b->nb : 1);
     b->fifo_len--;
     zb_bucket *bk = &b->b[k];
-    zero_status s = ZERO_OK;
+    zero_status s = bk->reaped;
+    bk->reaped = ZERO_OK;
     if (bk->req) {
         double t0 = now_s();
         s = zero__comm_wait(bk->req);
@@ -524,17 +526,39 @@ failed:
  * in-place modes leave everything to flush; SCATTER still reduces as
  * buckets fill (synchronously) so its staging stays bounded: that is
  * DeepSpeed's overlap_comm=false behaviour too.  Called with mu held. */
+/* With on_block_final, complete (in FIFO order, never waiting) the oldest
+ * in-flight buckets whose collectives have already finished, so the plugin
+ * hears about their blocks during backward; otherwise in-place modes would
+ * complete everything at flush.  Only when the callback is set: the other
+ * plugins keep the engine's original (lazy) behaviour.  Called with mu held. */
+static zero_status reap_done(zero_buckets *b) {
+    while (b->spec.on_block_final && b->fifo_len) {
+        zb_bucket *bk = &b->b[b->fifo[b->fifo_head]];
+        if (bk->req) {
+            int done = 0;
+            zero_status s = zero__comm_test(bk->req, &done);
+            if (!done) return s; /* still in flight: nothing after it may complete first */
+            bk->req = NULL;       /* a finished test freed it */
+            bk->reaped = s;
+        }
+        zero_status s = complete_oldest(b);
+        if (s != ZERO_OK) return s;
+    }
+    return ZERO_OK;
+}
+
 static zero_status advance(zero_buckets *b) {
     if (!b->spec.overlap && b->spec.mode != ZERO_BUCKETS_SCATTER) return ZERO_OK;
-    while (b->next_launch < b->nb && b->b[b->next_launch].pending == 0) {
-        zero_status s = launch(b, b->next_launch++);
+    zero_status s = reap_done(b);
+    while (s == ZERO_OK && b->next_launch < b->nb && b->b[b->next_launch].pending == 0) {
+        s = launch(b, b->next_launch++);
         if (s != ZERO_OK) return s;
         if (!b->spec.overlap)
             while (b->fifo_len) {
                 if ((s = complete_oldest(b)) != ZERO_OK) return s;
             }
     }
-    return ZERO_OK;
+    return s;
 }
 
 /* Slot of param `index`; mu must be held in staged SCATTER mode. */
