@@ -59,9 +59,12 @@ typedef struct offload {
      * current boundary micro-step (written under the bucket engine's lock,
      * read by the step thread after buckets_flush, which orders them). */
     uint64_t early_numel;
+    uint64_t backward_numel;  /* of which before zero_step (from hook threads), all steps */
+    uint64_t copied_numel;    /* all gradient elements copied to the host, all steps */
+    int in_flush;             /* step thread inside buckets_flush (read by on_block_final) */
 
     /* timings (seconds, summed; logged at destroy) */
-    double t_d2h_early;  /* block copies inside on_block_final (during backward) */
+    double t_d2h_early;  /* block copies inside on_block_final (during backward or in the flush) */
     double t_d2h, t_cpu_step, t_h2d_gather; /* the boundary step's parts */
     uint64_t steps, early_steps; /* optimizer steps; of which the gradient came fully by on_block_final */
 } offload;

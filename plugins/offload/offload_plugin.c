@@ -160,7 +160,9 @@ static zero_status of_on_grad_ready(void *state, zero_param_info *p, void *strea
 
 static zero_status of_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     offload *s = state;
+    s->in_flush = 1; /* on_block_final calls from here on are not during backward */
     zero_status st = s->svc->buckets_flush(s->b); /* reduces what is left of this micro-step */
+    s->in_flush = 0;
     if (st != ZERO_OK || !ctx->boundary) return st;
     return zero__of_boundary(s, ctx, rep);
 }
@@ -171,10 +173,11 @@ static void of_destroy(void *state) {
     const zero_services_v1 *svc = s->svc;
     if (s->steps)
         svc->log(s->c, ZERO_LOG_INFO,
-                 "offload: %llu steps, %llu with the gradient copied to host as buckets completed; per step: "
-                 "grads to host during backward %.3f ms, grads to host at the step %.3f ms, CPU optimizer %.3f ms, "
-                 "params to device + all-gather %.3f ms",
+                 "offload: %llu steps, %llu with the gradient copied to host bucket by bucket (%.1f%% of it "
+                 "before zero_step, during backward); per step: bucket copies %.3f ms, device clear and "
+                 "remaining copies at the step %.3f ms, CPU optimizer %.3f ms, params to device + all-gather %.3f ms",
                  (unsigned long long)s->steps, (unsigned long long)s->early_steps,
+                 s->copied_numel ? 100.0 * (double)s->backward_numel / (double)s->copied_numel : 0.0,
                  1e3 * s->t_d2h_early / (double)s->steps, 1e3 * s->t_d2h / (double)s->steps,
                  1e3 * s->t_cpu_step / (double)s->steps, 1e3 * s->t_h2d_gather / (double)s->steps);
     if (s->b) svc->buckets_destroy(s->b);

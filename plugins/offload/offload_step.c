@@ -29,6 +29,7 @@ void zero__of_block_final(void *user, const zero_owned_range *block) {
     double t0 = zero__of_now();
     zero__of_block_to_host(s, block);
     s->early_numel += block->flat_hi - block->flat_lo;
+    if (!s->in_flush) s->backward_numel += block->flat_hi - block->flat_lo;
     s->t_d2h_early += zero__of_now() - t0;
 }
 
@@ -37,6 +38,7 @@ void zero__of_block_final(void *user, const zero_owned_range *block) {
 static void grads_to_host(offload *s) {
     const int delivered = s->early_numel == s->L->part_numel;
     s->early_numel = 0;
+    s->copied_numel += s->L->part_numel;
     if (delivered)
         s->early_steps++;
     else /* stage 1: only the owned ranges of the flat sum were reduced */
