@@ -41,13 +41,19 @@ for p in ("stage2", "offload"):
 print(f"offload/stage2 step time: median of per-pair ratios {statistics.median(ratios):.3f} "
       f"(min {min(ratios):.3f}, max {max(ratios):.3f}); ratio of medians "
       f"{statistics.median(t['offload']) / statistics.median(t['stage2']):.3f}")
-split = []
+# offload's own log (INFO at destroy, one line per rank)
+pat = re.compile(r"rank (\d+)\].*offload: \d+ steps, \d+ with the gradient copied to host bucket by bucket "
+                 r"\(([0-9.]+)% of it before zero_step.*bucket copies ([0-9.]+) ms, device clear and remaining "
+                 r"copies at the step ([0-9.]+) ms, CPU optimizer ([0-9.]+) ms, params to device \+ all-gather "
+                 r"([0-9.]+) ms")
+per_rank = {}
 for r in range(1, reps + 1):
-    m = re.search(r"grads to host ([0-9.]+) ms, CPU optimizer ([0-9.]+) ms, params to device \+ all-gather ([0-9.]+) ms",
-                  open(f"{out}/offload.{r}.log").read())
-    if m: split.append([float(x) for x in m.groups()])
-if split:
-    med = [statistics.median(c) for c in zip(*split)]
-    print(f"offload boundary step (one rank, median over runs): grads to host {med[0]:.3f} ms, "
-          f"CPU optimizer {med[1]:.3f} ms, params back + all-gather {med[2]:.3f} ms")
+    for m in pat.finditer(open(f"{out}/offload.{r}.log").read()):
+        per_rank.setdefault(int(m.group(1)), []).append([float(x) for x in m.groups()[1:]])
+if per_rank:
+    print("offload per rank (median over runs): % of the gradient copied to host during backward | per step: "
+          "bucket copies, clear + rest at the step, CPU optimizer, params to device + all-gather (ms)")
+    for rank in sorted(per_rank):
+        med = [statistics.median(c) for c in zip(*per_rank[rank])]
+        print(f"  rank {rank}: {med[0]:5.1f}% | {med[1]:.3f} {med[2]:.3f} {med[3]:.3f} {med[4]:.3f}")
 PY
