@@ -385,7 +385,10 @@ typedef struct zero_services_v1 {
                              zero_grad_norm *out);
     /* The fused optimizer pass over every range: grad (model dtype) *
      * grad_mul, update master and states, round the new weights into
-     * param_out (RNE) when given.  Local, no communication. */
+     * param_out (RNE) when given.  Local, no communication -- except with
+     * optimizer.type Lamb, whose per-parameter trust ratios are completed
+     * by one all-reduce over comm_world (then collective).  optim_step
+     * refuses Lamb: only this service and boundary_step implement it. */
     zero_status (*part_step)(zero_core *c, const zero_part_step *ps, float grad_mul);
     /* Both, and the report: overflow -> rep->overflow = 1, grad_norm -1, no
      * update; else norm into rep and the step.  The plugin then clears its

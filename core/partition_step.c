@@ -81,6 +81,7 @@ zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float gr
     struct zero_engine *e = zero__engine_of(c);
     zero_status st = check_ps(e, ps, "part_step");
     if (st != ZERO_OK) return st;
+    if (e->rc->optim == ZERO_OPTIM_LAMB) return zero__lamb_part_step(e, ps, grad_mul);
     const size_t es = dtype_size(ps->dtype);
     uint32_t nstate = zero__optim_state_count(e->rc->optim, e->rc->momentum);
     for (uint32_t i = 0; i < ps->nranges; i++) {

@@ -11,4 +11,8 @@ zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float gr
 zero_status zero__svc_boundary_step(zero_core *c, const zero_part_step *ps, const zero_step_ctx *ctx,
                                     zero_step_report *rep);
 zero_status zero__svc_allgather_shares(zero_core *c, zero_comm *comm, void *flat, zero_dtype dt);
+/* LAMB's two passes with per-parameter trust ratios across partitions
+ * (partition_lamb.c); collective over the engine's data-parallel group. */
+struct zero_engine;
+zero_status zero__lamb_part_step(struct zero_engine *e, const zero_part_step *ps, float grad_mul);
 #endif

@@ -92,6 +92,12 @@ static zero_status svc_optim_step(zero_core *c, const zero_opt_range *r) {
     const zero_run_config *rc = e->rc;
     const zero_layout *l = &e->layout.view;
     uint64_t t = e->global_step + 1;
+    if (rc->optim == ZERO_OPTIM_LAMB)
+        return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                           "optimizer.type Lamb: its trust ratio needs each parameter's whole norm, which a range "
+                           "kernel cannot see; the plugin '%s' must step through the part_step / boundary_step "
+                           "services (stage0/1/2/3 and stage1-pp do)",
+                           e->plugin.table ? e->plugin.table->name : "?");
     for (uint32_t g = 0; g < l->ngroups; g++) {
         const zero_layout_group *lg = &l->groups[g];
         uint64_t lo = r->flat_lo > lg->flat_begin ? r->flat_lo : lg->flat_begin;

@@ -9,8 +9,9 @@
  *     rank skip, and the loss scale follows DeepSpeed's hysteresis rules
  *     (the sequence is written out below); reaching min_loss_scale is
  *     ZERO_ERR_LOSS_SCALE on every rank;
- *  D. Lion and Adagrad end to end: stages agree with stage0 and the first
- *     step equals the documented update computed here;
+ *  D. Lion, Adagrad and LAMB end to end: stages agree with stage0 and the
+ *     first step equals the documented update computed here (LAMB: trust
+ *     ratios of params that straddle rank partitions);
  *  E. memory of a bf16 model with Adam (K = 12: fp32 master + m + v): the
  *     per-rank bytes by tag follow ZeRO's table, e.g. stage 3 holds
  *     (2 + 2 + 12) Psi / N (2-byte shard and gradient partition, 4-byte
@@ -239,7 +240,7 @@ static void optimizers(int steps) {
         for (int p = 0; p < PREC_NPARAMS; p++)
             for (size_t k = 0; k < prec_param_numel(p); k++, off++) {
                 double w0 = (double)(float)prec_init(p, k), gk = g[off], want;
-                if (t == 0) /* Lion, m = 0: w*(1 - lr*wd) - lr*sign((1-beta1)*g); wd only on group 0 */
+                if (t == 0) /* Lion, m = 0: w*(1 - lr*wd) - lr*sign((1-beta1)*g) */
                     want = w0 * (1.0 - 0.001 * 0.1) - 0.001 * (gk > 0 ? 1.0 : -1.0) - w0;
                 else /* Adagrad, sum = g^2: -lr * g / (|g| + 1e-10) */
                     want = -0.01 * gk / (fabs(gk) + 1e-10);
@@ -313,6 +314,61 @@ static void memory_formulas(void) {
     }
 }
 
+/* LAMB: per-parameter trust ratios over parameters that straddle ranks.
+ * First step from the formula (m = (1-b1) g, v = (1-b2) g^2, so with bias
+ * correction u = g / (|g| + eps) + wd * w; trust = clamp(||w|| / ||u||,
+ * 0.01, 10) over the whole parameter; w -= lr * trust * u), then every stage
+ * == stage0 after 10 steps. */
+static void lamb(void) {
+    const double lr = 0.01, wd = 0.01, eps = 1e-6;
+    prec_cfg c = prec_default_cfg();
+    c.optimizer_json = "{\"type\": \"Lamb\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01, \"eps\": 1e-6}}";
+    double *g = full_gradient(c.mb, c.gas);
+    c.steps = 10;
+    prec_out ref;
+    prec_run(&c, &ref);
+    if (ran(&ref, "Lamb stage0")) {
+        double d = 0, r = 0;
+        size_t off = 0;
+        for (int p = 0; p < PREC_NPARAMS; p++) {
+            size_t n = prec_param_numel(p);
+            double wsq = 0, usq = 0;
+            for (size_t k = 0; k < n; k++) {
+                double w0 = (double)(float)prec_init(p, k), gk = g[off + k];
+                double u = gk / (fabs(gk) + eps) + wd * w0;
+                wsq += w0 * w0;
+                usq += u * u;
+            }
+            double trust = (wsq > 0 && usq > 0) ? sqrt(wsq) / sqrt(usq) : 1.0;
+            trust = trust < 0.01 ? 0.01 : trust > 10 ? 10 : trust;
+            for (size_t k = 0; k < n; k++, off++) {
+                double w0 = (double)(float)prec_init(p, k), gk = g[off];
+                double want = -lr * trust * (gk / (fabs(gk) + eps) + wd * w0);
+                double step = (double)ref.params_step1[off] - w0;
+                d += (step - want) * (step - want);
+                r += want * want;
+            }
+        }
+        if (rank_ == 0) printf("N=%d Lamb first step vs formula: rel L2 %.2e\n", world_, sqrt(d / r));
+        CHECK(sqrt(d / r) <= 1e-4, "N=%d Lamb: first step differs from the formula (rel L2 %.2e)", world_, sqrt(d / r));
+        for (int i = 1; i < NSTAGES; i++) {
+            prec_cfg ci = c;
+            ci.plugin = STAGES[i].plugin;
+            ci.stage = STAGES[i].stage;
+            prec_out o;
+            prec_run(&ci, &o);
+            if (ran(&o, ci.plugin)) {
+                double dd = prec_rel_l2(o.params, ref.params, o.numel);
+                if (rank_ == 0) printf("N=%d Lamb %-10s vs stage0: rel L2 %.2e\n", world_, ci.plugin, dd);
+                CHECK(dd <= 1e-6, "N=%d Lamb %s vs stage0: rel L2 %.2e", world_, ci.plugin, dd);
+            }
+            prec_free(&o);
+        }
+    }
+    prec_free(&ref);
+    free(g);
+}
+
 int main(int argc, char **argv) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -326,6 +382,7 @@ int main(int argc, char **argv) {
     clipping();
     overflow_injection();
     optimizers(10);
+    lamb();
     memory_formulas();
     int rc = check_finish();
     MPI_Finalize();

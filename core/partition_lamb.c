@@ -1,0 +1,151 @@
+/* LAMB over partitions (part_step / boundary_step with optimizer.type Lamb).
+ *
+ * LAMB scales each parameter's Adam-style update by a trust ratio
+ * ||w|| / ||u|| over the WHOLE parameter (DeepSpeed FusedLamb,
+ * csrc/lamb/fused_lamb_cuda_kernel.cu):
+ *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+ *   u = (m / bc1) / (sqrt(v / bc2) + eps) + weight_decay * w
+ *   trust = ||w|| / ||u|| when both are non-zero, else 1, clamped to
+ *           [min_coeff, max_coeff] (optimizer.params, defaults 0.01 and 10)
+ *   w = w - lr * trust * u
+ * With ZeRO a parameter may straddle two ranks' partitions, so no rank can
+ * compute its norms alone: pass 1 updates m and v and accumulates, per
+ * parameter, this rank's partial ||w||^2 and ||u||^2 (fp64); ONE all-reduce
+ * of the 2 x nparams array over the data-parallel group (comm_world: the
+ * ranks that partition this layout; with a pipeline, one stage's params)
+ * completes every norm; pass 2 recomputes u from the stored m, v and the
+ * unchanged w (the same float expression, so bitwise the same u) and
+ * applies it.  A replicated plugin (stage 0) holds every element on every
+ * rank: only its rank 0 contributes, so the sums count each element once.
+ * Alignment padding between params belongs to no parameter and is left
+ * alone.  Host arrays only (the CUDA path has no LAMB kernel yet).
+ * Engine step thread only. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "engine.h"
+#include "optim.h"
+#include "partition_step.h"
+
+enum { LAMB_TILE = 1024 };
+
+typedef struct lamb_piece {
+    uint32_t param;
+    uint64_t lo, hi;            /* flat range of the piece */
+    const zero_owned_range *r;  /* the owned range holding it */
+} lamb_piece;
+
+static size_t at(const zero_owned_range *r, zero_index_kind k, uint64_t flat) {
+    return (size_t)((k == ZERO_INDEX_PART ? r->part_lo : r->flat_lo) + (flat - r->flat_lo));
+}
+
+/* The update direction u of one element (float math shared by both passes). */
+static inline float lamb_u(const zero_optim_scalars *s, float m, float v, float w) {
+    return (m * s->bc1) / (sqrtf(v) * s->bc2_sqrt + s->eps) + s->weight_decay * w;
+}
+
+static zero_optim_scalars scalars_of(struct zero_engine *e, const zero_param_info *p) {
+    const zero_run_config *rc = e->rc;
+    int g = zero__layout_group_of(&e->layout.view, p->flat_offset);
+    const zero__group_hp *hp = g >= 0 ? zero__group_hp_of(e, e->layout.view.groups[g].group_id) : NULL;
+    double lr = e->lr * (hp ? hp->lr_scale : 1.0);
+    double wd = hp && hp->weight_decay >= 0 ? hp->weight_decay : rc->weight_decay;
+    return zero__optim_scalars(ZERO_OPTIM_LAMB, lr, rc->beta1, rc->beta2, rc->eps, wd, rc->momentum, rc->nesterov,
+                               rc->bias_correction, e->global_step + 1);
+}
+
+/* Pieces of params inside this rank's ranges, in range then flat order. */
+static lamb_piece *pieces_of(struct zero_engine *e, const zero_part_step *ps, uint32_t *count) {
+    const zero_layout *L = &e->layout.view;
+    uint32_t cap = 16, n = 0;
+    lamb_piece *v = malloc(cap * sizeof *v);
+    for (uint32_t i = 0; v && i < ps->nranges; i++) {
+        const zero_owned_range *r = &ps->ranges[i];
+        for (uint32_t j = 0; j < L->nparams; j++) {
+            const zero_param_info *p = &e->params[L->param_order[j]]->info;
+            uint64_t lo = p->flat_offset > r->flat_lo ? p->flat_offset : r->flat_lo;
+            uint64_t hi = p->flat_offset + p->numel < r->flat_hi ? p->flat_offset + p->numel : r->flat_hi;
+            if (lo >= hi) continue;
+            if (n == cap) {
+                lamb_piece *nv = realloc(v, (cap *= 2) * sizeof *v);
+                if (!nv) {
+                    free(v);
+                    return NULL;
+                }
+                v = nv;
+            }
+            v[n++] = (lamb_piece){p->index, lo, hi, r};
+        }
+    }
+    *count = n;
+    return v;
+}
+
+zero_status zero__lamb_part_step(struct zero_engine *e, const zero_part_step *ps, float grad_mul) {
+    const size_t es = ps->dtype == ZERO_DTYPE_F32 ? 4 : 2;
+    if (ps->nranges && (zero__dev_is_device(e->dev, ps->master) || zero__dev_is_device(e->dev, ps->grad)))
+        return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                           "optimizer.type Lamb: device-resident optimizer arrays are not supported yet (the LAMB "
+                           "passes run on the host)");
+    double max_coeff = 10.0, min_coeff = 0.01;
+    zero__config_double(e->cfg, "optimizer.params.max_coeff", &max_coeff);
+    zero__config_double(e->cfg, "optimizer.params.min_coeff", &min_coeff);
+    uint32_t npieces = 0;
+    lamb_piece *pc = pieces_of(e, ps, &npieces);
+    double *sums = calloc(2 * (size_t)(e->nparams ? e->nparams : 1), sizeof *sums);
+    if (!pc || !sums) {
+        free(pc);
+        free(sums);
+        return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "LAMB: out of memory");
+    }
+    float tile[LAMB_TILE];
+    /* pass 1: moments and this rank's partial norms */
+    for (uint32_t k = 0; k < npieces; k++) {
+        const lamb_piece *q = &pc[k];
+        const zero_optim_scalars s = scalars_of(e, &e->params[q->param]->info);
+        float *w = ps->master + at(q->r, ps->master_index, q->lo);
+        float *m = ps->state[0] + at(q->r, ZERO_INDEX_PART, q->lo), *v = ps->state[1] + at(q->r, ZERO_INDEX_PART, q->lo);
+        const char *g = (const char *)ps->grad + at(q->r, ps->grad_index, q->lo) * es;
+        double wsq = 0.0, usq = 0.0;
+        for (size_t i = 0, n = (size_t)(q->hi - q->lo); i < n; i += LAMB_TILE) {
+            size_t c = n - i < LAMB_TILE ? n - i : LAMB_TILE;
+            zero__convert(tile, ZERO_DTYPE_F32, g + i * es, ps->dtype, c);
+            for (size_t j = 0; j < c; j++) {
+                float gj = tile[j] * grad_mul;
+                float mj = s.beta1 * m[i + j] + (1.0f - s.beta1) * gj;
+                float vj = s.beta2 * v[i + j] + (1.0f - s.beta2) * (gj * gj);
+                m[i + j] = mj;
+                v[i + j] = vj;
+                float u = lamb_u(&s, mj, vj, w[i + j]);
+                wsq += (double)w[i + j] * (double)w[i + j];
+                usq += (double)u * (double)u;
+            }
+        }
+        sums[2 * q->param] += wsq;
+        sums[2 * q->param + 1] += usq;
+    }
+    if (ps->replicated && zero__comm_rank(e->world) != 0) memset(sums, 0, 2 * (size_t)e->nparams * sizeof *sums);
+    zero_status st = zero__allreduce(e->world, sums, 2 * (size_t)e->nparams, ZERO_DTYPE_F64, ZERO_OP_SUM);
+    /* pass 2: apply with each parameter's trust ratio */
+    for (uint32_t k = 0; st == ZERO_OK && k < npieces; k++) {
+        const lamb_piece *q = &pc[k];
+        const zero_optim_scalars s = scalars_of(e, &e->params[q->param]->info);
+        double wn = sqrt(sums[2 * q->param]), un = sqrt(sums[2 * q->param + 1]);
+        double trust = (wn > 0 && un > 0) ? wn / un : 1.0;
+        trust = trust < min_coeff ? min_coeff : trust > max_coeff ? max_coeff : trust;
+        const float step = (float)(s.lr * trust);
+        float *w = ps->master + at(q->r, ps->master_index, q->lo);
+        const float *m = ps->state[0] + at(q->r, ZERO_INDEX_PART, q->lo);
+        const float *v = ps->state[1] + at(q->r, ZERO_INDEX_PART, q->lo);
+        size_t n = (size_t)(q->hi - q->lo);
+        for (size_t j = 0; j < n; j++) w[j] -= step * lamb_u(&s, m[j], v[j], w[j]);
+        if (ps->param_out)
+            zero__convert((char *)ps->param_out + at(q->r, ps->param_out_index, q->lo) * es, ps->dtype, w,
+                          ZERO_DTYPE_F32, n);
+    }
+    free(pc);
+    free(sums);
+    return st;
+}
