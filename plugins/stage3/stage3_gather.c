@@ -2,21 +2,25 @@
  * prefetched all-gathers, reuse-distance keeping, poisoning.
  *
  * One host gather call goes:
- *   1. agree: one small I64 MAX all-reduce proves every rank asks for the
- *      same params at the same position holding the same live buffers (else
- *      ZERO_ERR_MISMATCH on every rank naming the params; a rank that never
- *      arrives gives ZERO_ERR_TIMEOUT instead of a hang);
- *   2. follow the trace: a request that differs from the recorded order
- *      switches this micro-step to on-demand gathering (one warning);
+ *   1. record the request and follow the trace (local): a request that
+ *      differs from the recorded order switches this micro-step to
+ *      on-demand gathering (one warning per engine);
+ *   2. if it needs any collective (a requested param is not resident, or
+ *      prefetch wants to issue): agree first — one small I64 MAX all-reduce
+ *      proves every rank asked for the same params in the same order so far
+ *      holding the same live buffers (else ZERO_ERR_MISMATCH on every rank
+ *      naming the params; a rank that never arrives gives ZERO_ERR_TIMEOUT
+ *      instead of a hang).  Otherwise the check waits for the next
+ *      agreement, at the latest zero_step's;
  *   3. issue the all-gathers of the requested params that have no fresh
  *      buffer, then prefetch the next trace entries within the budgets;
  *   4. wait for the requested ones only; prefetches keep flying while the
  *      host computes.
  * Each param's all-gather has per-rank counts = its intersection with each
  * rank's share, so the pieces land concatenated as the full tensor. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <time.h>
 
 #include "stage3.h"
