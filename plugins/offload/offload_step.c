@@ -7,8 +7,8 @@
  *     backward; whatever was not delivered that way (an engine without the
  *     callback) is copied here, after buckets_flush.  Then the device
  *     accumulator is cleared for the next window.  On this CPU-only build a
- *     copy is a memcpy; with a GPU it would be an async device-to-host copy
- *     into the pinned landing buffer on the communication stream.
+ *     copy is a memcpy; on a CUDA engine svc->mem_copy is a device-to-host
+ *     copy into the pinned landing buffer (host tier with pin_memory).
  *  2. norm and overflow over the host copy (svc->grad_norm: the same
  *     summation order as every other plugin, so offload is bitwise equal to
  *     stage1/stage2), one fp64 all-reduce.
@@ -41,7 +41,7 @@ static void grads_to_host(offload *s) {
     s->copied_numel += s->L->part_numel;
     if (delivered)
         s->early_steps++;
-    else /* stage 1: only the owned ranges of the flat sum were reduced */
+    else /* an engine without on_block_final (or a failed window): every owned range now */
         for (uint32_t i = 0; i < s->nowned; i++) zero__of_block_to_host(s, &s->owned[i]);
     zero__of_clear_device(s, s->dgrad, zero__of_dgrad_bytes(s));
 }
