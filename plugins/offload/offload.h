@@ -69,24 +69,34 @@ typedef struct offload {
     uint64_t steps, early_steps; /* optimizer steps; of which the gradient came fully by on_block_final */
 } offload;
 
-/* Tier crossings (offload_tiers.c); never dereference device memory. */
-void zero__of_clear_device(offload *s, void *dev, size_t bytes);
+/* Ownership: every function below borrows `s` (owned by the plugin table's
+ * create/destroy) and the buffers in it; none allocates or frees.
+ *
+ * Tier crossings (offload_tiers.c).  They never dereference device memory
+ * (svc->mem_copy / mem_set only).  Step thread only, except
+ * zero__of_block_to_host, which also runs inside on_block_final under the
+ * bucket engine's lock (it touches only that block of hgrad). */
+void zero__of_clear_device(offload *s, void *dev, size_t bytes);   /* dev[0..bytes) = 0 */
 void zero__of_block_to_host(offload *s, const zero_owned_range *o); /* gradient block -> hgrad */
-void zero__of_params_to_device(offload *s);   /* host master -> owned device params (model dtype) */
-void zero__of_master_from_device(offload *s); /* owned device params -> host master */
-/* Bytes of the device gradient buffer. */
+void zero__of_params_to_device(offload *s);   /* host master -> owned device params (model dtype, RNE) */
+void zero__of_master_from_device(offload *s); /* owned device params -> host master (exact widening) */
+/* Bytes of the device gradient buffer.  Pure. */
 static inline size_t zero__of_dgrad_bytes(const offload *s) {
     return (size_t)(s->part_stage == 1 ? s->L->flat_numel : s->L->part_numel) * s->esize;
 }
 /* Bucket engine callback (zero_bucket_spec.on_block_final; offload_step.c):
- * at the boundary micro-step, copy a final reduced block to the host now. */
+ * at the boundary micro-step, copy a final reduced block to the host now.
+ * Runs on a hook thread or the step thread, serialized by the engine's lock;
+ * `block` is borrowed for the call. */
 void zero__of_block_final(void *user, const zero_owned_range *block);
 /* Boundary work of zero_step (offload_step.c); called after buckets_flush
- * at a boundary micro-step.  Step thread only. */
+ * at a boundary micro-step.  Collective over the world communicator.  Step
+ * thread only. */
 zero_status zero__of_boundary(offload *s, const zero_step_ctx *ctx, zero_step_report *rep);
-/* Checkpoint (offload_ckpt.c). */
+/* Checkpoint (offload_ckpt.c): the plugin table's save/load.  Load is
+ * collective (agreed status, then the all-gather).  Step thread only. */
 zero_status zero__of_save(void *state, const char *dir);
 zero_status zero__of_load(void *state, const char *dir);
-/* Monotonic seconds. */
+/* Monotonic seconds.  Thread-safe. */
 double zero__of_now(void);
 #endif
