@@ -127,16 +127,20 @@ void zero__s3_pool_drain(zero__s3 *s) {
 
 /* The pattern is built on the host and copied in: buf may be device
  * memory (CUDA engine) that the host cannot write. */
+/* Through mem_copy from a host tile: the buffer may be device memory (a
+ * CUDA engine's arena), which the CPU must not touch directly. */
 void zero__s3_poison(zero__s3 *s, void *buf, size_t bytes) {
-    char *h = malloc(bytes ? bytes : 1);
-    if (!h) return; /* poisoning is a debugging aid: skip it rather than fail */
+    unsigned char tile[4096];
     if (s->dtype == ZERO_DTYPE_F32) {
         const uint32_t nan = 0x7fc00000u;
-        for (size_t i = 0; i + 4 <= bytes; i += 4) memcpy(h + i, &nan, 4);
+        for (size_t i = 0; i < sizeof tile; i += 4) memcpy(tile + i, &nan, 4);
     } else {
         const uint16_t nan = s->dtype == ZERO_DTYPE_BF16 ? 0x7fc0u : 0x7e00u;
-        for (size_t i = 0; i + 2 <= bytes; i += 2) memcpy(h + i, &nan, 2);
+        for (size_t i = 0; i < sizeof tile; i += 2) memcpy(tile + i, &nan, 2);
     }
-    s->svc->mem_copy(s->c, buf, h, bytes - bytes % (s->dtype == ZERO_DTYPE_F32 ? 4 : 2));
-    free(h);
+    bytes -= bytes % s->esize;
+    for (size_t off = 0; off < bytes; off += sizeof tile) {
+        size_t n = bytes - off < sizeof tile ? bytes - off : sizeof tile;
+        s->svc->mem_copy(s->c, (char *)buf + off, tile, n);
+    }
 }
