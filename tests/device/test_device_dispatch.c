@@ -193,6 +193,7 @@ typedef struct run_opts {
     int dev_params;  /* register initial values from device memory */
     int offload;     /* offload_optimizer cpu, pin_memory */
     int bf16;        /* bf16 model: 16-bit params and gradients, fp32 master (the bucket engine's mixed path) */
+    int ckpt;        /* save mid-window, resume in a new engine (device buffers through ckpt_write/read) */
 } run_opts;
 
 static uint16_t to_bf16(float f) { /* RNE; the test's values are finite */
@@ -208,8 +209,9 @@ static float from_bf16(uint16_t h) {
     return f;
 }
 
-/* Train; returns all params concatenated (host memory, model dtype) or NULL. */
-static void *train(const run_opts *ro, size_t *total) {
+/* Create an engine and register the model (initial values read at
+ * params_done); NULL on failure (checked). */
+static zero_engine *open_engine(const run_opts *ro, zero_param **h, size_t *total) {
     char json[768];
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
@@ -230,10 +232,10 @@ static void *train(const run_opts *ro, size_t *total) {
     zero_status s = zero_engine_create(&o, &e, err, sizeof err);
     CHECK(s == ZERO_OK, "%s dev=%d: create: %s", ro->plugin, ro->device, err);
     if (s != ZERO_OK) return NULL;
-    zero_param *h[NP];
+    float *inits[NP] = {0};
     *total = 0;
     for (int p = 0; p < NP && s == ZERO_OK; ++p) {
-        float *init = malloc(sizes[p] * 4);
+        float *init = inits[p] = malloc(sizes[p] * 4);
         for (size_t i = 0; i < sizes[p]; ++i) {
             float v = (float)((int)((i * 37 + (size_t)p) % 201) - 100) / 100.0f;
             if (ro->bf16)
@@ -252,19 +254,46 @@ static void *train(const run_opts *ro, size_t *total) {
         s = zero_register_param(e, &d, &h[p]);
         CHECK(s == ZERO_OK, "register %s: %s", name, zero_last_error(e));
         *total += sizes[p];
-        if (p == NP - 1 || s != ZERO_OK) {
-            if (s == ZERO_OK) s = zero_params_done(e);
-            CHECK(s == ZERO_OK, "params_done: %s", zero_last_error(e));
-        }
-        /* (the initial values are read at params_done) */
-        static float *keep[NP];
-        keep[p] = init;
-        if (p == NP - 1 || s != ZERO_OK)
-            for (int q = 0; q <= p; q++) free(keep[q]);
     }
+    if (s == ZERO_OK) s = zero_params_done(e);
+    CHECK(s == ZERO_OK, "params_done: %s", zero_last_error(e));
+    for (int p = 0; p < NP; ++p) free(inits[p]);
+    if (s != ZERO_OK) {
+        zero_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* Train; returns all params concatenated (host memory, model dtype) or NULL.
+ * ro->ckpt: save in the middle of an accumulation window, destroy the
+ * engine, resume from the checkpoint in a new one and finish. */
+static void *train(const run_opts *ro, size_t *total) {
+    zero_param *h[NP];
+    zero_engine *e = open_engine(ro, h, total);
+    if (!e) return NULL;
+    zero_status s = ZERO_OK;
     long after0 = atomic_load(&g_ops[OP_AFTER]), before0 = atomic_load(&g_ops[OP_BEFORE]);
     long ready_calls = 0, syncs = 0;
     for (int gm = 0; gm < STEPS * GAS && s == ZERO_OK; ++gm) {
+        /* mid-window (the local gradient sum is part of the state); stage 3
+         * at a boundary: its mid-window resume differs from an
+         * uninterrupted run on a CPU engine too (plugin limitation, not
+         * the device path's) */
+        if (ro->ckpt && gm == GAS + (ro->stage == 3 ? 0 : 1)) {
+            char dir[64];
+            snprintf(dir, sizeof dir, "device_dispatch_ckpt.np%d.%s.%d", world_, ro->plugin, ro->device);
+            s = zero_save(e, dir);
+            CHECK(s == ZERO_OK, "%s dev=%d: save: %s", ro->plugin, ro->device, zero_last_error(e));
+            zero_engine_destroy(e);
+            if (s != ZERO_OK || !(e = open_engine(ro, h, total))) return NULL;
+            s = zero_load(e, dir);
+            CHECK(s == ZERO_OK, "%s dev=%d: load: %s", ro->plugin, ro->device, zero_last_error(e));
+            if (s != ZERO_OK) break;
+            after0 = atomic_load(&g_ops[OP_AFTER]);
+            before0 = atomic_load(&g_ops[OP_BEFORE]);
+            ready_calls = syncs = 0;
+        }
         void *ptrs[NP];
         if ((s = zero_gather(e, h, NP, ptrs)) != ZERO_OK) break;
         syncs++;
@@ -334,13 +363,14 @@ static void check_equal(const run_opts *ro) {
     run_opts cpu = *ro;
     cpu.device = 0;
     cpu.dev_params = 0;
+    cpu.ckpt = 0; /* the reference runs uninterrupted */
     char *a = train(&cpu, &n0);
     long before[OP_N], after[OP_N];
     snapshot(before);
     char *b = train(ro, &n1);
     snapshot(after);
+    size_t bad = 0;
     if (a && b) {
-        size_t bad = 0;
         const size_t es = ro->bf16 ? 2 : 4;
         for (size_t i = 0; i < n0; i++)
             if (memcmp(a + i * es, b + i * es, es) != 0 && bad++ == 0)
@@ -369,10 +399,10 @@ static void check_equal(const run_opts *ro) {
               "%s bf16: the bucket engine's fp32 staging (convert %ld, scale %ld) did not run on the device",
               ro->plugin, d[OP_CONVERT], d[OP_SCALE]);
     CHECK(atomic_load(&g_live) == 0, "%s: %ld device blocks leaked", ro->plugin, atomic_load(&g_live));
-    if (rank_ == 0)
-        printf("%s%s%s: bitwise equal to the CPU engine; device ops: optim %ld sumsq %ld add %ld convert %ld memset %ld "
+    if (rank_ == 0 && a && b && !bad)
+        printf("%s%s%s%s: bitwise equal to the CPU engine; device ops: optim %ld sumsq %ld add %ld convert %ld memset %ld "
                "copy %ld pinned %ld\n",
-               ro->plugin, ro->bf16 ? " bf16" : "", ro->dev_params ? " (device-registered params)" : "", d[OP_OPTIM], d[OP_SUMSQ], d[OP_ADD],
+               ro->plugin, ro->bf16 ? " bf16" : "", ro->ckpt ? " (saved and resumed in a new engine)" : "", ro->dev_params ? " (device-registered params)" : "", d[OP_OPTIM], d[OP_SUMSQ], d[OP_ADD],
                d[OP_CONVERT], d[OP_MEMSET], d[OP_COPY], d[OP_HOSTALLOC]);
     free(a);
     free(b);
@@ -412,11 +442,12 @@ int main(int argc, char **argv) {
     check_no_gpu_fails_cleanly();
     zero__device_set_factory(stub_open);
     static const run_opts runs[] = {
-        {"stage0", 0, 1, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0},
-        {"stage3", 3, 1, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0}, {"stage3", 3, 1, 1, 0, 0},
-        {"offload", 2, 1, 0, 1, 0}, {"offload", 2, 1, 1, 1, 0}, {"stage0", 0, 1, 0, 0, 1},
-        {"stage1", 1, 1, 0, 0, 1}, {"stage2", 2, 1, 0, 0, 1}, {"stage3", 3, 1, 1, 0, 1},
-        {"offload", 2, 1, 0, 1, 1},
+        {"stage0", 0, 1, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0, 0},
+        {"stage3", 3, 1, 0, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0, 0}, {"stage3", 3, 1, 1, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 0, 0}, {"offload", 2, 1, 1, 1, 0, 0}, {"stage0", 0, 1, 0, 0, 1, 0},
+        {"stage1", 1, 1, 0, 0, 1, 0}, {"stage2", 2, 1, 0, 0, 1, 0}, {"stage3", 3, 1, 1, 0, 1, 0},
+        {"offload", 2, 1, 0, 1, 1, 0}, {"stage0", 0, 1, 0, 0, 0, 1}, {"stage1", 1, 1, 0, 0, 0, 1},
+        {"stage2", 2, 1, 0, 0, 1, 1}, {"stage3", 3, 1, 0, 0, 0, 1}, {"offload", 2, 1, 0, 1, 0, 1},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) check_equal(&runs[i]);
     zero__device_set_factory(NULL);
