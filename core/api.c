@@ -383,6 +383,18 @@ zero_status zero_release(zero_engine *e, zero_param *const *params, size_t n) {
         if (s != ZERO_OK) return s;
     }
     if (!e->plugin.table->release) return ZERO_OK;
+    /* Stage 3 may reuse a released gather buffer for the next all-gather,
+     * which runs on a communicator stream the host's stream does not order:
+     * the kernels that read these params (queued on the compute stream) must
+     * be done first.  One host synchronisation per release on a CUDA engine
+     * with a parameter-partitioning plugin (docs/gpu.md, known limits). */
+    if (e->dev && n && (e->plugin.table->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS)) {
+        zero_status s = device_order(e, 1, NULL);
+        if (s == ZERO_OK && (s = e->dev->ops->sync(e->dev)) != ZERO_OK)
+            return zero__error(e, s, "zero_release: waiting for the compute stream failed: %s",
+                               e->dev->ops->error(e->dev));
+        if (s != ZERO_OK) return s;
+    }
     zero_param_info **infos = malloc((n ? n : 1) * sizeof *infos);
     if (!infos) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
     for (size_t i = 0; i < n; i++) infos[i] = &params[i]->info;
