@@ -24,7 +24,8 @@
  * it, so their buckets are bounded like SCATTER's), scaled by DeepSpeed's
  * pre-reduction factor, reduced in fp32, scaled by the post-reduction factor
  * and rounded ONCE (RNE) into the destination (for SCATTER: partition +
- * block, added in fp32).  The stored gradient is then the MEAN over the
+ * block, added in fp32; ALLREDUCE: a reduce-scatter, then the owners'
+ * rounded blocks are all-gathered at the flush).  The stored gradient is then the MEAN over the
  * ranks (DeepSpeed: prescale_gradients multiplies by 1/world before the
  * reduction; otherwise by 1/gradient_predivide_factor before and by
  * predivide/world after), so a 16-bit destination cannot overflow from
@@ -412,13 +413,11 @@ static zero_status complete_oldest(zero_buckets *b) {
             if ((s = scale_f32(b, blk, b->post, (size_t)bk->own_n)) == ZERO_OK)
                 s = convert(b, elem(b->flat, bk->own_lo, b->es), dt, blk, ZERO_DTYPE_F32, (size_t)bk->own_n);
             break;
-        default: { /* ALLREDUCE, mixed only: the whole bucket */
-            float *all = b->slots[bk->slot].f32;
-            size_t n = (size_t)(bk->hi - bk->lo);
-            if ((s = scale_f32(b, all, b->post, n)) == ZERO_OK)
-                s = convert(b, elem(b->flat, bk->lo, b->es), dt, all, ZERO_DTYPE_F32, n);
+        default: /* ALLREDUCE, mixed only: reduce-scattered (see launch); the owner rounds its block, the
+                  * 16-bit blocks are all-gathered by gather_rounded_blocks at the flush */
+            if ((s = scale_f32(b, blk, b->post, (size_t)bk->own_n)) == ZERO_OK)
+                s = convert(b, elem(b->flat, bk->own_lo, b->es), dt, blk, ZERO_DTYPE_F32, (size_t)bk->own_n);
             break;
-        }
         }
     }
     if (s == ZERO_OK) notify_final(b, bk);
@@ -506,7 +505,11 @@ static zero_status launch(zero_buckets *b, uint32_t k) {
     } else {
         send = elem(b->flat, bk->lo, 4); /* fp32 in-place modes reduce the flat buffer itself */
     }
-    if (b->spec.mode == ZERO_BUCKETS_ALLREDUCE)
+    /* 16-bit ALLREDUCE: a reduce-scatter in fp32 (the same sums, in the same
+     * order, as stage 1/2/3 form), each owner rounds its block once, and the
+     * flush all-gathers the 16-bit blocks: every rank then holds bitwise the
+     * gradient the partitioned stages step with, and the fp32 traffic halves */
+    if (b->spec.mode == ZERO_BUCKETS_ALLREDUCE && !b->mixed)
         s = zero__iallreduce(b->comm, send, n, ZERO_DTYPE_F32, ZERO_OP_SUM, &bk->req);
     else /* in place: this rank's block of the bucket receives the sum */
         s = zero__ireduce_scatterv(b->comm, send, send + (bk->own_lo - bk->lo), counts, ZERO_DTYPE_F32, &bk->req);
@@ -633,6 +636,30 @@ out:
     return s;
 }
 
+/* 16-bit ALLREDUCE, second half: all-gather every bucket's rounded owner
+ * blocks in place.  Issued at the flush, after every bucket's reduce-scatter
+ * was launched and completed, in bucket order: the collective sequence is
+ * the same on every rank whatever the hook timing.  Called with mu held. */
+static zero_status gather_rounded_blocks(zero_buckets *b) {
+    zero_comm_req **rq = calloc(b->nb ? b->nb : 1, sizeof *rq);
+    if (!rq) return zero__error(b->e, ZERO_ERR_OUT_OF_MEMORY, "bucket engine: out of memory");
+    zero_status s = ZERO_OK;
+    uint32_t issued = 0;
+    for (uint32_t k = 0; k < b->nb && s == ZERO_OK; k++) {
+        zb_bucket *bk = &b->b[k];
+        if (bk->hi == bk->lo) continue;
+        s = zero__iallgatherv(b->comm, elem(b->flat, bk->own_lo, b->es), elem(b->flat, bk->lo, b->es),
+                              b->counts + (size_t)k * b->world, b->spec.grad_dtype, &rq[issued]);
+        if (s == ZERO_OK) issued++;
+    }
+    for (uint32_t i = 0; i < issued; i++) { /* every issued request is waited, even after an error */
+        zero_status w = zero__comm_wait(rq[i]);
+        if (s == ZERO_OK) s = w;
+    }
+    free(rq);
+    return s;
+}
+
 zero_status zero__buckets_flush(zero_buckets *b) {
     if (!b) return ZERO_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&b->mu);
@@ -646,6 +673,8 @@ zero_status zero__buckets_flush(zero_buckets *b) {
             zero_status w = complete_oldest(b);
             if (s == ZERO_OK) s = w;
         }
+        if (s == ZERO_OK && b->mixed && b->spec.mode == ZERO_BUCKETS_ALLREDUCE && needs_comm(b))
+            s = gather_rounded_blocks(b);
         b->passes++;
         atomic_fetch_add(&b->e->reduction_passes, 1);
     }

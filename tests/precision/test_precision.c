@@ -97,6 +97,49 @@ static void mixed_equivalence(zero_dtype dt, int steps, int gas, double tol_part
     prec_free(&ref);
 }
 
+/* A'. prescale_gradients / gradient_predivide_factor (DeepSpeed's factors
+ * around the fp32 reduction of 16-bit gradients): with either key every
+ * stage still equals stage0 of the same config, and the result is the same
+ * mean gradient as without them up to 16-bit rounding of the differently
+ * scaled fp32 sums. */
+static void reduction_factors(void) {
+    static const char *extra[2] = {"\"prescale_gradients\": true", "\"gradient_predivide_factor\": 2.0"};
+    prec_cfg c = prec_default_cfg();
+    c.dtype = ZERO_DTYPE_BF16;
+    c.gas = 1;
+    c.steps = 10;
+    prec_out plain;
+    prec_run(&c, &plain);
+    if (!ran(&plain, "bf16 stage0")) return;
+    for (int k = 0; k < 2; k++) {
+        prec_cfg ck = c;
+        ck.extra_json = extra[k];
+        prec_out ref;
+        prec_run(&ck, &ref);
+        if (ran(&ref, extra[k])) {
+            double d0 = prec_rel_l2(ref.params, plain.params, ref.numel);
+            if (rank_ == 0) printf("N=%d bf16 stage0 with %s vs without: rel L2 %.2e\n", world_, extra[k], d0);
+            CHECK(d0 <= 5e-3, "N=%d %s changes the trained params by %.2e (same mean gradient expected)", world_,
+                  extra[k], d0);
+            for (int i = 1; i < NSTAGES; i++) {
+                prec_cfg ci = ck;
+                ci.plugin = STAGES[i].plugin;
+                ci.stage = STAGES[i].stage;
+                ci.zero_extra_json = STAGES[i].zero_extra;
+                prec_out o;
+                prec_run(&ci, &o);
+                if (ran(&o, ci.plugin)) {
+                    double d = prec_rel_l2(o.params, ref.params, o.numel);
+                    CHECK(d <= 1e-5, "N=%d %s %s vs stage0: rel L2 %.2e", world_, extra[k], ci.plugin, d);
+                }
+                prec_free(&o);
+            }
+        }
+        prec_free(&ref);
+    }
+    prec_free(&plain);
+}
+
 /* Full-batch mean gradient of step 1 in fp64 (params at their fp32 init). */
 static double *full_gradient(int mb, int gas) {
     size_t total = prec_total_numel();
@@ -399,6 +442,7 @@ int main(int argc, char **argv) {
     mixed_equivalence(ZERO_DTYPE_F16, steps, 1, 1e-5);
     mixed_equivalence(ZERO_DTYPE_BF16, steps, 2, 5e-3); /* bf16: 8-bit mantissa, ulp 2^-8 */
     mixed_equivalence(ZERO_DTYPE_F16, steps, 2, 1e-3);  /* fp16: 11-bit mantissa */
+    reduction_factors();
     clipping();
     overflow_injection();
     optimizers(10);
