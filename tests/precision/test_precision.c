@@ -258,6 +258,21 @@ static void overflow_injection(void) {
             CHECK_EQ_INT(taken, 9);
         }
         prec_free(&o);
+        /* static scale (loss_scale > 0): overflows skip the step, the scale
+         * never moves, and repeated overflows are not an error */
+        c.fp16_json = "{\"enabled\": true, \"loss_scale\": 128}";
+        c.inject_mask = (1u << 1) | (1u << 2) | (1u << 3);
+        c.steps = 6;
+        prec_run(&c, &o);
+        if (ran(&o, c.plugin)) {
+            int ok = o.nsteps == 6;
+            for (int s = 0; s < o.nsteps; s++)
+                ok &= o.scale[s] == 128.0 && o.scale_before[s] == 128.0 && o.overflow[s] == (s >= 1 && s <= 3) &&
+                      o.taken[s] == !(s >= 1 && s <= 3) && o.step_status[s] == ZERO_OK;
+            CHECK(ok, "N=%d rank %d %s: static loss scale 128 moved or overflows were not skipped", world_, rank_,
+                  c.plugin);
+        }
+        prec_free(&o);
         /* min_loss_scale reached: scale 2 -> 1 on the first overflow, the
          * second one at the minimum is an error on every rank */
         c.fp16_json = "{\"enabled\": true, \"initial_scale_power\": 1, \"hysteresis\": 1, \"min_loss_scale\": 1}";
