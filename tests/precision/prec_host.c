@@ -153,7 +153,13 @@ void prec_run(const prec_cfg *c, prec_out *o) {
     o->params = malloc(total * sizeof(float));
     o->params_step1 = malloc(total * sizeof(float));
     uint64_t micro = 0;
-    for (int step = 0; step < c->steps && step < PREC_MAX_STEPS && o->status == ZERO_OK; step++) {
+    int first = 0;
+    if (c->load_at > 0 && o->status == ZERO_OK) { /* resume: the data continues where the saved run was */
+        failed(o, zero_load(e, c->ckpt_dir), "zero_load", e);
+        first = c->load_at;
+        micro = (uint64_t)first * (uint64_t)c->gas;
+    }
+    for (int step = first; step < c->steps && step < PREC_MAX_STEPS && o->status == ZERO_OK; step++) {
         o->scale_before[step] = zero_loss_scale(e);
         for (int m = 0; m < c->gas && o->status == ZERO_OK; m++, micro++) {
             if (failed(o, gather_all(e, h, dt, w), "zero_gather", e)) break;
@@ -196,6 +202,8 @@ void prec_run(const prec_cfg *c, prec_out *o) {
             if (s == ZERO_ERR_LOSS_SCALE) goto done;
             if (failed(o, s, "zero_step", e)) break;
         }
+        if (c->save_at > 0 && step + 1 == c->save_at && o->status == ZERO_OK)
+            failed(o, zero_save(e, c->ckpt_dir), "zero_save", e);
     }
     if (o->status == ZERO_OK) failed(o, gather_all(e, h, dt, o->params), "zero_gather (final)", e);
     if (o->status == ZERO_OK && c->steps == 1) memcpy(o->params_step1, o->params, total * sizeof(float));

@@ -36,6 +36,9 @@ typedef struct prec_cfg {
     uint64_t inject_mask;    /* bit s: at boundary step s one rank (s % W) writes Inf/NaN into its gradient */
     int self_comm;           /* ZERO_COMM_SELF instead of MPI_COMM_WORLD */
     const char *zero_extra_json; /* extra zero_optimization members, or NULL */
+    const char *ckpt_dir;    /* zero_save / zero_load directory */
+    int save_at;             /* > 0: zero_save after this many boundary steps */
+    int load_at;             /* > 0: zero_load right after params_done and continue at this step */
 } prec_cfg;
 
 prec_cfg prec_default_cfg(void);
