@@ -99,4 +99,7 @@ const zero__group_hp *zero__group_hp_of(const struct zero_engine *e, int32_t gro
 void zero__services_init(struct zero_engine *e);
 /* Learning-rate schedule: lr for optimizer step t (1-based), group 0 (sched.c). */
 double zero__schedule_lr(const struct zero_engine *e, uint64_t t);
+/* Optimizer betas for step t: the configured ones, or OneCycle's cycled
+ * momentum (sched.c).  Pure; any thread. */
+void zero__schedule_betas(const struct zero_engine *e, uint64_t t, double *beta1, double *beta2);
 #endif

@@ -52,7 +52,9 @@ static zero_optim_scalars scalars_of(struct zero_engine *e, const zero_param_inf
     const zero__group_hp *hp = g >= 0 ? zero__group_hp_of(e, e->layout.view.groups[g].group_id) : NULL;
     double lr = e->lr * (hp ? hp->lr_scale : 1.0);
     double wd = hp && hp->weight_decay >= 0 ? hp->weight_decay : rc->weight_decay;
-    return zero__optim_scalars(ZERO_OPTIM_LAMB, lr, rc->beta1, rc->beta2, rc->eps, wd, rc->momentum, rc->nesterov,
+    double b1, b2; /* OneCycle may cycle them */
+    zero__schedule_betas(e, e->global_step + 1, &b1, &b2);
+    return zero__optim_scalars(ZERO_OPTIM_LAMB, lr, b1, b2, rc->eps, wd, rc->momentum, rc->nesterov,
                                rc->bias_correction, e->global_step + 1);
 }
 

@@ -25,7 +25,15 @@
  *     cycle_min_lr (the cycle at 0): step t uses the cycle at t - 1; after
  *     the cycle min_lr / (1 + decay_lr_rate * (i - total + 1) /
  *     decay_step_size), or min_lr when decay_step_size or decay_lr_rate is 0.
- * zero_step_result.lr reports the lr the step just taken used. */
+ * zero_step_result.lr reports the lr the step just taken used.
+ *
+ * OneCycle also cycles momentum (cycle_momentum, default true) for
+ * optimizers with betas (Adam, AdamW, Lion, Lamb; DeepSpeed disables it for
+ * the others): beta1 = cycle_max_mom - (cycle_max_mom - cycle_min_mom) *
+ * scale over the cycle, cycle_max_mom * (1 + decay_mom_rate * interval)
+ * after it (cycle_max_mom when decay_step_size or decay_mom_rate is 0), and
+ * the constructor's cycle_min_mom for step 1; DeepSpeed pairs it with a
+ * fixed beta2 of 0.99 (its min_moms / max_moms tuples), and so does this. */
 #include <math.h>
 #include <string.h>
 #include <strings.h>
@@ -121,4 +129,32 @@ double zero__schedule_lr(const struct zero_engine *e, uint64_t t) {
         return lo / (1 + decay_rate * decay_interval);
     }
     return base;
+}
+
+void zero__schedule_betas(const struct zero_engine *e, uint64_t t, double *beta1, double *beta2) {
+    const zero_run_config *rc = e->rc;
+    const char *type = zero__config_scheduler(e->cfg);
+    *beta1 = rc->beta1;
+    *beta2 = rc->beta2;
+    if (!type || strcasecmp(type, "OneCycle") != 0) return;
+    int cycle = 1;
+    zero__config_bool(e->cfg, "scheduler.params.cycle_momentum", &cycle);
+    if (!cycle || rc->optim == ZERO_OPTIM_SGD || rc->optim == ZERO_OPTIM_ADAGRAD) return; /* no betas */
+    double lo = param(e, "cycle_min_mom", 0.8), hi = param(e, "cycle_max_mom", 0.9);
+    double s1 = param(e, "cycle_first_step_size", 2000);
+    double s2 = param(e, "cycle_second_step_size", s1);
+    double rate = param(e, "decay_mom_rate", 0.0), decay_ss = param(e, "decay_step_size", 0);
+    double total = s1 + s2, it = (double)t - 2.0;
+    *beta2 = 0.99;
+    if (it < 0) {
+        *beta1 = lo; /* constructor: min_moms */
+    } else if (it < total) {
+        double b = it + 1, x = 1. + b / total - floor(1 + b / total), ratio = s1 / total;
+        double scale = x <= ratio ? x / ratio : (x - 1) / (ratio - 1);
+        *beta1 = hi - (hi - lo) * scale;
+    } else if (decay_ss == 0 || rate == 0) {
+        *beta1 = hi; /* skip_mom_decay: max_moms */
+    } else {
+        *beta1 = hi * (1 + rate * (it - total + 1) / decay_ss);
+    }
 }

@@ -106,7 +106,9 @@ static zero_status svc_optim_step(zero_core *c, const zero_opt_range *r) {
         const zero__group_hp *hp = zero__group_hp_of(e, lg->group_id);
         double lr = e->lr * (hp ? hp->lr_scale : 1.0);
         double wd = hp && hp->weight_decay >= 0 ? hp->weight_decay : rc->weight_decay;
-        zero_optim_scalars s = zero__optim_scalars(rc->optim, lr, rc->beta1, rc->beta2, rc->eps, wd, rc->momentum,
+        double b1, b2; /* OneCycle may cycle them */
+        zero__schedule_betas(e, t, &b1, &b2);
+        zero_optim_scalars s = zero__optim_scalars(rc->optim, lr, b1, b2, rc->eps, wd, rc->momentum,
                                                    rc->nesterov, rc->bias_correction, t);
         size_t off = (size_t)(lo - r->flat_lo), n = (size_t)(hi - lo);
         float *st_[4] = {0};
