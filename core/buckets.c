@@ -13,8 +13,8 @@
  *    earlier ones; the result never depends on hook order, only timing does.
  *  - in-flight requests form a FIFO (launch order) that is completed in that
  *    order, so post-processing (adding into the partition) is deterministic.
- *  - SCATTER mode stages gradients in a pool of slots (capacity = largest
- *    bucket).  The reduce-scatter runs in place (comm.h: recv may alias this
+ *  - SCATTER mode stages gradients in a pool of slots, each sized to the
+ *    largest bucket it has held, all within stage_budget (acquire_slot).  The reduce-scatter runs in place (comm.h: recv may alias this
  *    rank's block of send), so a slot is the only buffer a bucket needs.
  *
  * Mixed precision (grad_dtype BF16/F16): flat, partition and the slots the
@@ -44,6 +44,7 @@
 #include "buckets.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -73,8 +74,9 @@ typedef struct zb_param {
 } zb_param;
 
 typedef struct zb_slot {
-    void *buf;           /* slot_cap elements of grad_dtype (SCATTER), BUCKETS-tagged; NULL in in-place modes */
-    float *f32;          /* slot_cap fp32 staging of the collective: == buf for fp32 SCATTER */
+    void *buf;           /* cap elements of grad_dtype (SCATTER), BUCKETS-tagged; NULL in in-place modes */
+    float *f32;          /* cap fp32 staging of the collective: == buf for fp32 SCATTER */
+    uint64_t cap;        /* elements; sized to the largest bucket it has held (slots only grow) */
     int bucket;          /* owner, -1 = free */
 } zb_slot;
 
@@ -98,7 +100,9 @@ struct zero_buckets {
 
     zb_slot *slots;
     uint32_t nslots;
-    uint64_t slot_cap;   /* elements per slot */
+    uint64_t slot_cap;   /* largest bucket: the most one slot ever needs */
+    uint64_t stage_cap;  /* sum of the slots' cap */
+    uint64_t stage_budget; /* stage_cap allowed without the host's order forcing it (see acquire_slot) */
 
     uint32_t next_launch;
     uint32_t *fifo;      /* in-flight bucket indices, launch order (ring of nb) */
@@ -247,6 +251,23 @@ static uint64_t effective_bucket(const zero_buckets *b) {
     return B ? B : 1;
 }
 
+/* SCATTER's staging budget, in slot elements (buckets.h states the rule):
+ * the gradient bytes that partitioning saves, flat - part elements of
+ * grad_dtype, so that stage 2 never holds more gradient memory than stage 1.
+ * A slot element costs es bytes plus 4 for the fp32 staging of a 16-bit
+ * model.  Never below one largest bucket: with contiguous_gradients a
+ * param's whole gradient must fit one slot.  In-place modes stage only
+ * 16-bit fp32 copies of buckets bounded at flat/8 and save nothing to spend:
+ * no budget (two slots, as ever).  Rank-independent, like the buckets. */
+static uint64_t staging_budget(const zero_buckets *b) {
+    if (b->spec.mode != ZERO_BUCKETS_SCATTER) return UINT64_MAX;
+    const uint64_t flat = b->layout->flat_numel, part = b->layout->part_numel;
+    const uint64_t saved = flat > part ? flat - part : 0;
+    const uint64_t per = (uint64_t)b->es + (b->mixed ? sizeof(float) : 0);
+    const uint64_t budget = saved * b->es / per;
+    return budget > b->slot_cap ? budget : b->slot_cap;
+}
+
 zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zero_buckets **out) {
     struct zero_engine *e = zero__engine_of(c);
     if (!out) return ZERO_ERR_INVALID_ARGUMENT;
@@ -320,6 +341,7 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
     fill_counts(b);
     for (uint32_t k = 0; k < b->nb; k++)
         if (b->b[k].hi - b->b[k].lo > b->slot_cap) b->slot_cap = b->b[k].hi - b->b[k].lo;
+    b->stage_budget = staging_budget(b);
     *out = b;
     return ZERO_OK;
 oom:
@@ -429,53 +451,94 @@ static zero_status complete_oldest(zero_buckets *b) {
     return s;
 }
 
-/* A zeroed slot for bucket k (SCATTER).  Reuses a free slot; otherwise
- * completes the oldest in-flight bucket to free one; grows the pool only when
- * nothing is in flight (every slot is being filled: the host's hook order
- * left no choice), so this can never deadlock.  Called with mu held. */
-static zero_status acquire_slot(zero_buckets *b, uint32_t k) {
-    for (;;) {
-        for (uint32_t i = 0; i < b->nslots; i++) {
-            if (b->slots[i].bucket < 0) {
-                b->slots[i].bucket = (int)k;
-                b->b[k].slot = (int)i;
-                if (b->slots[i].buf) /* the host adds into it; in-place staging is overwritten whole */
-                    return dev_check(b,
-                                     zero__dev_memset(b->e->dev, b->slots[i].buf, 0,
-                                                      (size_t)(b->b[k].hi - b->b[k].lo) * b->es),
-                                     "clearing a slot");
-                return ZERO_OK;
-            }
-        }
-        /* double buffering: the first two slots are created on demand */
-        if (b->fifo_len == 0 || b->nslots < 2) break;
-        zero_status s = complete_oldest(b);
-        if (s != ZERO_OK) return s;
+/* Give slot i (free) to bucket k.  A reused slot is cleared because the
+ * host adds into it; fresh memory is zero-filled; in-place modes' fp32
+ * staging is overwritten whole.  Called with mu held. */
+static zero_status take_slot(zero_buckets *b, uint32_t i, uint32_t k, int fresh) {
+    b->slots[i].bucket = (int)k;
+    b->b[k].slot = (int)i;
+    if (fresh || !b->slots[i].buf) return ZERO_OK;
+    return dev_check(b, zero__dev_memset(b->e->dev, b->slots[i].buf, 0, (size_t)(b->b[k].hi - b->b[k].lo) * b->es),
+                     "clearing a slot");
+}
+
+/* (Re)allocate slot i with n elements: i == nslots appends one, else the
+ * free slot i is replaced (it was too small); its old buffers are freed
+ * first, so the peak never counts both.  Called with mu held. */
+static zero_status make_slot(zero_buckets *b, uint32_t i, uint64_t n) {
+    if (i == b->nslots) {
+        zb_slot *ns = realloc(b->slots, (b->nslots + 1) * sizeof *ns);
+        if (!ns) return zero__error(b->e, ZERO_ERR_OUT_OF_MEMORY, "bucket engine: cannot grow the slot pool");
+        b->slots = ns;
+        b->nslots++;
+    } else {
+        if ((void *)b->slots[i].f32 != b->slots[i].buf) zero__mem_free(b->e->mem, b->slots[i].f32);
+        zero__mem_free(b->e->mem, b->slots[i].buf);
+        b->stage_cap -= b->slots[i].cap;
     }
-    zb_slot *ns = realloc(b->slots, (b->nslots + 1) * sizeof *ns);
-    if (!ns) return zero__error(b->e, ZERO_ERR_OUT_OF_MEMORY, "bucket engine: cannot grow the slot pool");
-    b->slots = ns;
+    zb_slot *sl = &b->slots[i];
+    memset(sl, 0, sizeof *sl); /* an empty free slot until both buffers exist */
+    sl->bucket = -1;
     const int host_slot = b->spec.mode == ZERO_BUCKETS_SCATTER;
-    void *buf = host_slot ? zero__mem_alloc(b->e->mem, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, (size_t)b->slot_cap * b->es)
-                          : NULL;
-    float *f32 = b->mixed ? zero__mem_alloc(b->e->mem, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS,
-                                            (size_t)b->slot_cap * sizeof(float))
+    void *buf = host_slot ? zero__mem_alloc(b->e->mem, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, (size_t)n * b->es) : NULL;
+    float *f32 = b->mixed ? zero__mem_alloc(b->e->mem, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, (size_t)n * sizeof(float))
                           : buf;
     if ((host_slot && !buf) || !f32) {
         zero__mem_free(b->e->mem, buf);
         if ((void *)f32 != buf) zero__mem_free(b->e->mem, f32);
         return zero__error(b->e, ZERO_ERR_OUT_OF_MEMORY, "bucket engine: cannot allocate a %llu-element slot",
-                           (unsigned long long)b->slot_cap);
+                           (unsigned long long)n);
     }
-    if (b->nslots >= 2)
-        zero__log(b->e, ZERO_LOG_DEBUG, "bucket engine: hook order filled every slot; pool grows to %u",
-                  b->nslots + 1);
-    b->slots[b->nslots].buf = buf;
-    b->slots[b->nslots].f32 = f32;
-    b->slots[b->nslots].bucket = (int)k;
-    b->b[k].slot = (int)b->nslots;
-    b->nslots++;
-    return ZERO_OK; /* fresh memory is zero-filled */
+    sl->buf = buf;
+    sl->f32 = f32;
+    sl->cap = n;
+    b->stage_cap += n;
+    return ZERO_OK;
+}
+
+/* A zeroed slot for bucket k (SCATTER, and in-place 16-bit staging).
+ * In order of preference:
+ *  1. the smallest free slot that holds the bucket;
+ *  2. a new slot (while fewer than two: double buffering), or the largest
+ *     free slot enlarged to the bucket, if the pool stays within
+ *     stage_budget (slots only grow, so this settles after a few steps);
+ *  3. wait for the oldest in-flight bucket, which frees its slot, and retry;
+ *  4. nothing in flight and nothing fits: the host holds every slot for
+ *     buckets it has not finished (its hook order left no choice), so grow
+ *     past the budget rather than deadlock.
+ * Slots are sized to the buckets they hold, so a model whose largest param
+ * dwarfs its others does not pay two slots of that size: when the budget
+ * forbids it, the big bucket waits for the previous big one instead (less
+ * overlap, bounded memory).  Called with mu held. */
+static zero_status acquire_slot(zero_buckets *b, uint32_t k) {
+    const uint64_t n = b->b[k].hi - b->b[k].lo;
+    for (;;) {
+        int fit = -1, small = -1;
+        for (uint32_t i = 0; i < b->nslots; i++) {
+            const zb_slot *sl = &b->slots[i];
+            if (sl->bucket >= 0) continue;
+            if (sl->cap >= n) {
+                if (fit < 0 || sl->cap < b->slots[fit].cap) fit = (int)i;
+            } else if (small < 0 || sl->cap > b->slots[small].cap) {
+                small = (int)i;
+            }
+        }
+        if (fit >= 0) return take_slot(b, (uint32_t)fit, k, 0);
+        const uint64_t freed = small >= 0 ? b->slots[small].cap : 0;
+        const int room = b->stage_cap - freed + n <= b->stage_budget && (small >= 0 || b->nslots < 2);
+        if (room || b->fifo_len == 0) {
+            const uint32_t i = small >= 0 ? (uint32_t)small : b->nslots;
+            if (!room)
+                zero__log(b->e, ZERO_LOG_DEBUG,
+                          "bucket engine: hook order filled every slot; pool grows to %llu elements in %u slots",
+                          (unsigned long long)(b->stage_cap - freed + n), b->nslots + (small < 0));
+            zero_status s = make_slot(b, i, n);
+            if (s != ZERO_OK) return s;
+            return take_slot(b, i, k, 1);
+        }
+        zero_status s = complete_oldest(b);
+        if (s != ZERO_OK) return s;
+    }
 }
 
 /* Issue bucket k's collective.  Called with mu held, in bucket order. */
@@ -720,7 +783,7 @@ uint32_t zero__buckets_count(const zero_buckets *b) { return b ? b->nb : 0; }
 uint64_t zero__buckets_staging_bytes(const zero_buckets *b) {
     if (!b) return 0;
     size_t per = (b->spec.mode == ZERO_BUCKETS_SCATTER ? b->es : 0) + (b->mixed ? sizeof(float) : 0);
-    return (uint64_t)b->nslots * b->slot_cap * per;
+    return b->stage_cap * per;
 }
 
 uint64_t zero__buckets_passes(const zero_buckets *b) { return b ? b->passes : 0; }

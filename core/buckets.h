@@ -9,8 +9,9 @@
  *
  * A bucket launches its reduction when all its params are ready (overlap on)
  * or at flush (overlap off).  SCATTER mode stages gradients in a pool of
- * buffers (2 = double buffering; the pool grows only if the host's order
- * leaves no free slot and none in flight, so it never deadlocks).
+ * buffers (up to 2 = double buffering, within the staging budget below; the
+ * pool grows past that only if the host's order leaves no free slot and none
+ * in flight, so it never deadlocks).
  * Reductions are plain sums; scaling happens in the optimizer pass.
  * Thread-safe: grad_slot/ready may be called concurrently. */
 #ifndef ZERO_CORE_BUCKETS_H
@@ -32,7 +33,20 @@ uint64_t zero__buckets_staging_bytes(const zero_buckets *b);
  *    issue order), so a complete bucket waits for the earlier ones.
  *  - SCATTER never splits a param (grad_slot must hand out one contiguous
  *    buffer); its bucket size is max(min(bucket_numel, flat/8), largest
- *    param extent), so two slots stay within a quarter of the model.  It
+ *    param extent).  (appended by bucket-perf) Staging budget: each slot is
+ *    sized to the largest bucket it has held, and the slots together stay
+ *    within what partitioning saves, (flat_numel - part_numel) elements of
+ *    grad_dtype (a slot element costs grad bytes + 4 fp32 bytes for a 16-bit
+ *    model), but never below one largest bucket.  A bucket that finds no free
+ *    slot large enough takes a new or enlarged one while within budget, else
+ *    waits for the oldest in-flight bucket.  So stage 2's gradient memory
+ *    (partition + staging) never exceeds stage 1's full gradient, for any
+ *    model and N >= 2, as long as the largest param extent fits what
+ *    partitioning saves (L <= Psi(1-1/N) for fp32); a model dominated by one
+ *    param keeps its saving by waiting (less overlap) rather than holding
+ *    two slots of that size.  Demo model, N = 2: one 65,536-element slot plus
+ *    a small one (257 KiB) instead of two (512 KiB) against 374 KiB saved;
+ *    N >= 4 keeps two full slots.  It
  *    reduces on every micro-step whatever reduce_every_micro_step says, and
  *    with world size 1 it stages nothing (the slot is the partition).
  *  - In-place modes (ALLREDUCE, SCATTER_INPLACE) allocate nothing; their
