@@ -25,6 +25,9 @@
  *     cycle_min_lr (the cycle at 0): step t uses the cycle at t - 1; after
  *     the cycle min_lr / (1 + decay_lr_rate * (i - total + 1) /
  *     decay_step_size), or min_lr when decay_step_size or decay_lr_rate is 0.
+ * scheduler.params.last_batch_iteration = k >= 0 (a resumed schedule):
+ * the constructor sets nothing, so step 1 runs at optimizer.params.lr (and
+ * its betas), and step t at last_batch_iteration k + t - 1.
  * zero_step_result.lr reports the lr the step just taken used.
  *
  * OneCycle also cycles momentum (cycle_momentum, default true) for
@@ -70,9 +73,14 @@ static double warmup_gamma(double it, double warmup_steps, const char *type) {
 double zero__schedule_lr(const struct zero_engine *e, uint64_t t) {
     const char *type = zero__config_scheduler(e->cfg);
     double base = e->rc->lr;
-    /* the scheduler's last_batch_iteration while step t runs (see above) */
-    double it = (double)t - 2.0;
     if (!type) return base;
+    /* the scheduler's last_batch_iteration while step t runs (see above);
+     * scheduler.params.last_batch_iteration = k >= 0 resumes a schedule: the
+     * constructor then leaves the optimizer's lr alone for step 1 and step t
+     * runs at k + t - 1 */
+    const double start = param(e, "last_batch_iteration", -1);
+    if (start >= 0 && t <= 1) return base;
+    double it = start + (double)t - 1.0;
     if (strcasecmp(type, "WarmupLR") == 0 || strcasecmp(type, "WarmupDecayLR") == 0) {
         double lo = param(e, "warmup_min_lr", 0.0), hi = param(e, "warmup_max_lr", 0.001);
         double w = param(e, "warmup_num_steps", 1000);
@@ -144,7 +152,9 @@ void zero__schedule_betas(const struct zero_engine *e, uint64_t t, double *beta1
     double s1 = param(e, "cycle_first_step_size", 2000);
     double s2 = param(e, "cycle_second_step_size", s1);
     double rate = param(e, "decay_mom_rate", 0.0), decay_ss = param(e, "decay_step_size", 0);
-    double total = s1 + s2, it = (double)t - 2.0;
+    const double start = param(e, "last_batch_iteration", -1);
+    if (start >= 0 && t <= 1) return; /* resumed: the constructor sets nothing */
+    double total = s1 + s2, it = start + (double)t - 1.0;
     *beta2 = 0.99;
     if (it < 0) {
         *beta1 = lo; /* constructor: min_moms */

@@ -49,6 +49,11 @@ static double one_cycle(int t) { /* min 0.01, max 0.1, up 4, down 6, decay rate 
     }
     return 0.01 / (1 + 0.5 * (i - 10 + 1) / 2.0);
 }
+static double warmup_resumed(int t) { /* WarmupLR linear resumed at last_batch_iteration 5 */
+    if (t == 1) return 0.2;            /* the constructor leaves optimizer.params.lr */
+    int i = 5 + t - 1;
+    return i < 10 ? 0.01 + 0.09 * i / 10.0 : 0.1;
+}
 static double range_test(int t) { return 0.01 * (1 + 2.0 * (t - 1) / 3.0); }
 static double range_test_stair(int t) { return 0.01 * (1 + 2.0 * floor((t - 1) / 3.0)); }
 
@@ -67,6 +72,10 @@ static const sched_case CASES[] = {
      "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.01, \"warmup_max_lr\": 0.1, "
      "\"warmup_num_steps\": 10, \"warmup_type\": \"linear\"}}",
      warmup_linear},
+    {"WarmupLR resumed at 5",
+     "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.01, \"warmup_max_lr\": 0.1, "
+     "\"warmup_num_steps\": 10, \"warmup_type\": \"linear\", \"last_batch_iteration\": 5}}",
+     warmup_resumed},
     {"WarmupDecayLR",
      "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"total_num_steps\": 12, \"warmup_max_lr\": 0.1, "
      "\"warmup_num_steps\": 4, \"warmup_type\": \"linear\"}}",
