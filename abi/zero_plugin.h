@@ -410,6 +410,35 @@ typedef struct zero_services_v1 {
      * memset/memcpy.  Stream-ordered with the core's other device work;
      * returns ZERO_ERR_DEVICE (last error set) if the device failed. */
     zero_status (*mem_set)(zero_core *c, void *dst, int value, size_t bytes);
+
+    /* ---- appended in 1.0 by the precision worker (check ZERO_SERVICES_HAS) ---- */
+    /* The parameter placement and checkpoint code every flat-layout plugin
+     * shares.  Engine step thread only (params_done / save / load).
+     *
+     * params_place: every param must be registered in dtype dt (else
+     * ZERO_ERR_UNSUPPORTED naming the param and `who`); copies its initial
+     * values (host or device memory) into flat (flat_numel elements of dt) at
+     * its flat offset and sets p->data there. */
+    zero_status (*params_place)(zero_core *c, void *flat, zero_dtype dt, const char *who);
+    /* master_init: when ps->master is a separate fp32 array (16-bit model),
+     * widen the owned shares of `params` (flat-indexed, ps->dtype) into it
+     * (exact).  No-op when ps->master == params. */
+    zero_status (*master_init)(zero_core *c, const zero_part_step *ps, const void *params);
+    /* ckpt_shard: write (write = 1) or read this rank's shard of a
+     * partitioned optimizer as atomic blobs "<prefix>.params" (the owned
+     * shares of `params`, flat-indexed, model dtype, in range order; skipped
+     * when params is NULL), "<prefix>.master" (only when ps->master !=
+     * params) and "<prefix>.state<k>" (one per optimizer state), each the
+     * concatenation of the ranges.  Arrays may be device memory.  Local;
+     * follow a read with ckpt_agree. */
+    zero_status (*ckpt_shard)(zero_core *c, const char *dir, const char *prefix, const zero_part_step *ps,
+                              void *params, int write);
+    /* ckpt_agree: agree over comm (NULL = comm_world) on a load's local
+     * status, so that a shard missing on one rank fails on every rank
+     * instead of leaving the others in the next collective.  Returns
+     * `local` where it failed, ZERO_ERR_IO naming `who` and dir on the
+     * others.  Collective. */
+    zero_status (*ckpt_agree)(zero_core *c, zero_comm *comm, zero_status local, const char *dir, const char *who);
 } zero_services_v1;
 
 /* Does this services table have field `f`? (built against a newer minor) */

@@ -11,6 +11,13 @@ zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float gr
 zero_status zero__svc_boundary_step(zero_core *c, const zero_part_step *ps, const zero_step_ctx *ctx,
                                     zero_step_report *rep);
 zero_status zero__svc_allgather_shares(zero_core *c, zero_comm *comm, void *flat, zero_dtype dt);
+/* Placement and partition checkpoints (partition_ckpt.c). */
+zero_status zero__svc_params_place(zero_core *c, void *flat, zero_dtype dt, const char *who);
+zero_status zero__svc_master_init(zero_core *c, const zero_part_step *ps, const void *params);
+zero_status zero__svc_ckpt_shard(zero_core *c, const char *dir, const char *prefix, const zero_part_step *ps,
+                                 void *params, int write);
+zero_status zero__svc_ckpt_agree(zero_core *c, zero_comm *comm, zero_status local, const char *dir,
+                                 const char *who);
 /* LAMB's two passes with per-parameter trust ratios across partitions
  * (partition_lamb.c); collective over the engine's data-parallel group. */
 struct zero_engine;

@@ -300,5 +300,9 @@ void zero__services_init(struct zero_engine *e) {
     s->part_step = zero__svc_part_step;
     s->boundary_step = zero__svc_boundary_step;
     s->allgather_shares = zero__svc_allgather_shares;
+    s->params_place = zero__svc_params_place;
+    s->master_init = zero__svc_master_init;
+    s->ckpt_shard = zero__svc_ckpt_shard;
+    s->ckpt_agree = zero__svc_ckpt_agree;
     s->mem_set = svc_mem_set;
 }

@@ -33,6 +33,7 @@ typedef struct stage0 {
     float *master;     /* flat_numel fp32; == params for fp32 models */
     float *state[4];   /* optimizer state, flat_numel each */
     uint32_t nstate;
+    zero_owned_range all;  /* the whole flat space: what every replica steps */
     zero_buckets *b;
 } stage0;
 
@@ -59,24 +60,33 @@ static void *alloc_tagged(stage0 *s, zero_mem_tag tag, uint64_t numel, size_t es
     return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)numel * esize);
 }
 
+/* What the core's step and checkpoint services need.  Every rank holds the
+ * same all-reduced sum: replicated, so one rank per DP group contributes to
+ * the (pipeline-wide) norm, and the overflow verdict is agreed anyway so
+ * replicas can never diverge. */
+static zero_part_step part_step_of(stage0 *s) {
+    zero_part_step ps = {0};
+    ps.struct_size = sizeof ps;
+    ps.nranges = s->all.flat_hi ? 1 : 0;
+    ps.ranges = &s->all;
+    ps.replicated = 1;
+    ps.dtype = s->dtype;
+    ps.grad = s->grads;
+    ps.master = s->master;
+    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
+    ps.param_out = (void *)s->master == s->params ? NULL : s->params;
+    return ps;
+}
+
 static zero_status s0_params_done(void *state) {
     stage0 *s = state;
     const zero_services_v1 *svc = s->svc;
-    if (!ZERO_SERVICES_HAS(svc, allgather_shares))
-        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage0: the core lacks the boundary_step services");
+    if (!ZERO_SERVICES_HAS(svc, ckpt_agree))
+        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage0: the core lacks the partition step services");
     const zero_run_config *rc = svc->config(s->c);
     s->L = svc->layout(s->c);
     s->dtype = rc->model_dtype;
     s->esize = s->dtype == ZERO_DTYPE_F32 ? 4 : 2;
-    uint32_t np = svc->nparams(s->c);
-    for (uint32_t i = 0; i < np; i++) {
-        zero_param_info *p = svc->param(s->c, i);
-        /* initial values may be host or device memory: mem_copy reads either */
-        if (p->dtype != s->dtype)
-            return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
-                              "stage0: param '%s' has dtype %d, but the model dtype (bf16.enabled / fp16.enabled) is %d",
-                              p->name, (int)p->dtype, (int)s->dtype);
-    }
     const uint64_t flat = s->L->flat_numel;
     s->params = alloc_tagged(s, ZERO_MEM_PARAMS, flat, s->esize);
     s->grads = alloc_tagged(s, ZERO_MEM_GRADS, flat, s->esize);
@@ -87,14 +97,13 @@ static zero_status s0_params_done(void *state) {
         ok = (s->state[k] = alloc_tagged(s, ZERO_MEM_OPTIM, flat, sizeof(float))) != NULL;
     if (!ok) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage0: cannot allocate %llu-element model state",
                                (unsigned long long)flat);
-    for (uint32_t i = 0; i < np; i++) {
-        zero_param_info *p = svc->param(s->c, i);
-        char *dst = (char *)s->params + (size_t)p->flat_offset * s->esize;
-        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * s->esize);
-        if (p->init_data && (void *)s->master != s->params)
-            svc->convert(s->c, s->master + p->flat_offset, ZERO_DTYPE_F32, p->init_data, s->dtype, (size_t)p->numel);
-        p->data = dst;
-    }
+    s->all = (zero_owned_range){0, flat, 0};
+    /* initial values (host or device memory) into the flat params; a 16-bit
+     * model's fp32 master widened from them */
+    zero_status st = svc->params_place(s->c, s->params, s->dtype, "stage0");
+    zero_part_step ps = part_step_of(s);
+    if (st == ZERO_OK) st = svc->master_init(s->c, &ps, s->params);
+    if (st != ZERO_OK) return st;
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
     spec.mode = ZERO_BUCKETS_ALLREDUCE;
@@ -124,23 +133,9 @@ static zero_status s0_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     const zero_services_v1 *svc = s->svc;
     zero_status st = svc->buckets_flush(s->b); /* every micro-step: resets the ready counts */
     if (st != ZERO_OK || !ctx->boundary) return st;
-    const uint64_t flat = s->L->flat_numel;
-    /* Every rank holds the same all-reduced sum: replicated, so one rank per
-     * DP group contributes to the (pipeline-wide) norm, and the overflow
-     * verdict is agreed anyway so replicas can never diverge. */
-    zero_owned_range all = {0, flat, 0};
-    zero_part_step ps = {0};
-    ps.struct_size = sizeof ps;
-    ps.nranges = flat ? 1 : 0;
-    ps.ranges = &all;
-    ps.replicated = 1;
-    ps.dtype = s->dtype;
-    ps.grad = s->grads;
-    ps.master = s->master;
-    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
-    ps.param_out = (void *)s->master == s->params ? NULL : s->params;
+    zero_part_step ps = part_step_of(s);
     st = svc->boundary_step(s->c, &ps, ctx, rep);
-    clear_device(svc, s->grads, (size_t)flat * s->esize);
+    clear_device(svc, s->grads, (size_t)s->L->flat_numel * s->esize);
     return st;
 }
 
@@ -149,21 +144,19 @@ static zero_status s0_step(void *state, const zero_step_ctx *ctx, zero_step_repo
  * window resumes exactly.  Each rank writes its own blobs (atomic). */
 static zero_status s0_blobs(stage0 *s, const char *dir, int write) {
     const zero_services_v1 *svc = s->svc;
-    const size_t n = (size_t)s->L->flat_numel;
-    void *bufs[7] = {s->params, s->grads, s->state[0], s->state[1], s->state[2], s->state[3], s->master};
-    size_t bytes[7] = {n * s->esize, n * s->esize, n * 4, n * 4, n * 4, n * 4, n * 4};
-    const char *names[7] = {"stage0.params", "stage0.grads",  "stage0.state0", "stage0.state1",
-                            "stage0.state2", "stage0.state3", "stage0.master"};
-    zero_status st = ZERO_OK;
-    for (uint32_t k = 0; k < 7 && st == ZERO_OK; k++) {
-        if ((k >= 2 && k < 6 && k - 2 >= s->nstate) || (k == 6 && (void *)s->master == s->params)) continue;
-        st = write ? svc->ckpt_write(s->c, dir, names[k], bufs[k], bytes[k])
-                   : svc->ckpt_read(s->c, dir, names[k], bufs[k], bytes[k]);
-    }
+    const size_t bytes = (size_t)s->L->flat_numel * s->esize;
+    zero_part_step ps = part_step_of(s);
+    zero_status st = svc->ckpt_shard(s->c, dir, "stage0", &ps, s->params, write);
+    if (st == ZERO_OK)
+        st = write ? svc->ckpt_write(s->c, dir, "stage0.grads", s->grads, bytes)
+                   : svc->ckpt_read(s->c, dir, "stage0.grads", s->grads, bytes);
     return st;
 }
 static zero_status s0_save(void *state, const char *dir) { return s0_blobs(state, dir, 1); }
-static zero_status s0_load(void *state, const char *dir) { return s0_blobs(state, dir, 0); }
+static zero_status s0_load(void *state, const char *dir) {
+    stage0 *s = state;
+    return s->svc->ckpt_agree(s->c, NULL, s0_blobs(s, dir, 0), dir, "stage0");
+}
 
 static void s0_destroy(void *state) {
     stage0 *s = state;

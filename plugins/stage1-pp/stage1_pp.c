@@ -73,9 +73,9 @@ typedef struct stage1pp {
 
 static zero_status pp_create(const zero_services_v1 *svc, void **state) {
     *state = NULL;
-    if (!ZERO_SERVICES_HAS(svc, allgather_shares))
+    if (!ZERO_SERVICES_HAS(svc, ckpt_agree))
         return svc->error(svc->core, ZERO_ERR_UNSUPPORTED,
-                          "stage1-pp: this libzero lacks the comm_global and boundary_step services (built for an "
+                          "stage1-pp: this libzero lacks the comm_global and partition step services (built for an "
                           "older 1.x): it cannot reduce the gradient norm over all pipeline stages");
     stage1pp *s = calloc(1, sizeof *s);
     if (!s) return ZERO_ERR_OUT_OF_MEMORY;
@@ -118,13 +118,34 @@ static zero_status pp_register(void *state, zero_param_info *p) {
     return ZERO_OK;
 }
 
+/* What the core's step services need: the reduced gradient sits at the
+ * owned ranges of the flat buffer; master and states are partition-indexed
+ * (fp32: the master is the flat params themselves); the norm spans the
+ * whole world (every stage, every partition). */
+static zero_part_step part_step_of(stage1pp *s) {
+    zero_part_step ps = {0};
+    ps.struct_size = sizeof ps;
+    ps.nranges = s->nowned;
+    ps.ranges = s->owned;
+    ps.norm_comm = s->global;
+    ps.dtype = s->dtype;
+    ps.grad = s->grads;
+    ps.grad_index = ZERO_INDEX_FLAT;
+    ps.master = s->master;
+    ps.master_index = mixed(s) ? ZERO_INDEX_PART : ZERO_INDEX_FLAT;
+    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
+    ps.param_out = mixed(s) ? s->params : NULL;
+    ps.param_out_index = ZERO_INDEX_FLAT;
+    return ps;
+}
+
 static zero_status pp_params_done(void *state) {
     stage1pp *s = state;
     const zero_services_v1 *svc = s->svc;
     s->L = svc->layout(s->c);
     s->dtype = svc->config(s->c)->model_dtype;
     s->esize = s->dtype == ZERO_DTYPE_F32 ? 4 : 2;
-    const uint32_t np = svc->nparams(s->c), ng = s->L->ngroups;
+    const uint32_t ng = s->L->ngroups;
     const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
     s->params = alloc_tagged(s, ZERO_MEM_PARAMS, flat, s->esize);
     s->grads = alloc_tagged(s, ZERO_MEM_GRADS, flat, s->esize);
@@ -138,16 +159,12 @@ static zero_status pp_params_done(void *state) {
         return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1-pp: cannot allocate model state (%llu elements)",
                           (unsigned long long)flat);
     s->nowned = flat ? svc->owned_ranges(s->c, s->L->rank, 0, flat, s->owned, ng) : 0;
-    for (uint32_t i = 0; i < np; i++) {
-        zero_param_info *p = svc->param(s->c, i);
-        char *dst = (char *)s->params + (size_t)p->flat_offset * s->esize;
-        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * s->esize);
-        p->data = dst;
-    }
-    for (uint32_t i = 0; mixed(s) && i < s->nowned; i++) /* master of the owned share, exact widening */
-        svc->convert(s->c, s->master + s->owned[i].part_lo, ZERO_DTYPE_F32,
-                     (const char *)s->params + (size_t)s->owned[i].flat_lo * s->esize, s->dtype,
-                     (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo));
+    /* initial values (host or device memory) into the flat params; the
+     * master of the owned share (16-bit model) widened from them */
+    zero_status st = svc->params_place(s->c, s->params, s->dtype, "stage1-pp");
+    zero_part_step ps = part_step_of(s);
+    if (st == ZERO_OK) st = svc->master_init(s->c, &ps, s->params);
+    if (st != ZERO_OK) return st;
     const zero_run_config *rc = svc->config(s->c);
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
@@ -187,19 +204,7 @@ static zero_status pp_step(void *state, const zero_step_ctx *ctx, zero_step_repo
      * overflow verdict.  grad_divisor = DP size * gas: the summed gradient
      * over the DP group and the M micro-batches, divided by it, is the mean
      * over the global batch. */
-    zero_part_step ps = {0};
-    ps.struct_size = sizeof ps;
-    ps.nranges = s->nowned;
-    ps.ranges = s->owned;
-    ps.norm_comm = s->global;
-    ps.dtype = s->dtype;
-    ps.grad = s->grads;
-    ps.grad_index = ZERO_INDEX_FLAT;
-    ps.master = s->master;
-    ps.master_index = mixed(s) ? ZERO_INDEX_PART : ZERO_INDEX_FLAT;
-    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
-    ps.param_out = mixed(s) ? s->params : NULL;
-    ps.param_out_index = ZERO_INDEX_FLAT;
+    zero_part_step ps = part_step_of(s);
     st = svc->boundary_step(s->c, &ps, ctx, rep);
     clear_device(svc, s->grads, (size_t)s->L->flat_numel * s->esize);
     if (st != ZERO_OK || rep->overflow) return st;

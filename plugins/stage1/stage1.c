@@ -68,25 +68,36 @@ static void *alloc_tagged(stage1 *s, zero_mem_tag tag, uint64_t numel, size_t es
 
 static int mixed(const stage1 *s) { return (void *)s->master != s->params; }
 
+/* The step: the reduced gradient sits at the owned ranges of the flat
+ * buffer (flat-indexed); master and states are partition-indexed (fp32: the
+ * master is the flat params themselves). */
+static zero_part_step part_step_of(stage1 *s) {
+    zero_part_step ps = {0};
+    ps.struct_size = sizeof ps;
+    ps.nranges = s->nowned;
+    ps.ranges = s->owned;
+    ps.norm_comm = s->world;
+    ps.dtype = s->dtype;
+    ps.grad = s->grads;
+    ps.grad_index = ZERO_INDEX_FLAT;
+    ps.master = s->master;
+    ps.master_index = mixed(s) ? ZERO_INDEX_PART : ZERO_INDEX_FLAT;
+    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
+    ps.param_out = mixed(s) ? s->params : NULL;
+    ps.param_out_index = ZERO_INDEX_FLAT;
+    return ps;
+}
+
 static zero_status s1_params_done(void *state) {
     stage1 *s = state;
     const zero_services_v1 *svc = s->svc;
-    if (!ZERO_SERVICES_HAS(svc, allgather_shares))
-        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage1: the core lacks the boundary_step services");
+    if (!ZERO_SERVICES_HAS(svc, ckpt_agree))
+        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage1: the core lacks the partition step services");
     const zero_run_config *rc = svc->config(s->c);
     s->L = svc->layout(s->c);
     s->world = svc->comm_world(s->c);
     s->dtype = rc->model_dtype;
     s->esize = s->dtype == ZERO_DTYPE_F32 ? 4 : 2;
-    uint32_t np = svc->nparams(s->c);
-    for (uint32_t i = 0; i < np; i++) {
-        zero_param_info *p = svc->param(s->c, i);
-        /* initial values may be host or device memory: mem_copy reads either */
-        if (p->dtype != s->dtype)
-            return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
-                              "stage1: param '%s' has dtype %d, but the model dtype (bf16.enabled / fp16.enabled) is %d",
-                              p->name, (int)p->dtype, (int)s->dtype);
-    }
     const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
     s->params = alloc_tagged(s, ZERO_MEM_PARAMS, flat, s->esize);
     s->grads = alloc_tagged(s, ZERO_MEM_GRADS, flat, s->esize);
@@ -100,16 +111,12 @@ static zero_status s1_params_done(void *state) {
     if (!ok) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1: cannot allocate model state (%llu elements)",
                                (unsigned long long)flat);
     s->nowned = flat ? svc->owned_ranges(s->c, s->L->rank, 0, flat, s->owned, ng) : 0;
-    for (uint32_t i = 0; i < np; i++) {
-        zero_param_info *p = svc->param(s->c, i);
-        char *dst = (char *)s->params + (size_t)p->flat_offset * s->esize;
-        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * s->esize);
-        p->data = dst;
-    }
-    for (uint32_t i = 0; mixed(s) && i < s->nowned; i++) /* master of the owned share, exact widening */
-        svc->convert(s->c, s->master + s->owned[i].part_lo, ZERO_DTYPE_F32,
-                     (const char *)s->params + (size_t)s->owned[i].flat_lo * s->esize, s->dtype,
-                     (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo));
+    /* initial values (host or device memory) into the flat params; the
+     * master of the owned share (16-bit model) widened from them */
+    zero_status st = svc->params_place(s->c, s->params, s->dtype, "stage1");
+    zero_part_step ps = part_step_of(s);
+    if (st == ZERO_OK) st = svc->master_init(s->c, &ps, s->params);
+    if (st != ZERO_OK) return st;
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
     spec.mode = ZERO_BUCKETS_SCATTER_INPLACE;
@@ -134,26 +141,6 @@ static zero_status s1_on_grad_ready(void *state, zero_param_info *p, void *strea
     return s->svc->buckets_ready(s->b, p->index, src, p->dtype);
 }
 
-/* The step: the reduced gradient sits at the owned ranges of the flat
- * buffer (flat-indexed); master and states are partition-indexed (fp32: the
- * master is the flat params themselves). */
-static zero_part_step part_step_of(stage1 *s) {
-    zero_part_step ps = {0};
-    ps.struct_size = sizeof ps;
-    ps.nranges = s->nowned;
-    ps.ranges = s->owned;
-    ps.norm_comm = s->world;
-    ps.dtype = s->dtype;
-    ps.grad = s->grads;
-    ps.grad_index = ZERO_INDEX_FLAT;
-    ps.master = s->master;
-    ps.master_index = mixed(s) ? ZERO_INDEX_PART : ZERO_INDEX_FLAT;
-    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
-    ps.param_out = mixed(s) ? s->params : NULL;
-    ps.param_out_index = ZERO_INDEX_FLAT;
-    return ps;
-}
-
 static zero_status s1_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     stage1 *s = state;
     const zero_services_v1 *svc = s->svc;
@@ -174,35 +161,12 @@ static zero_status s1_step(void *state, const zero_step_ctx *ctx, zero_step_repo
  * so a missing shard on one rank is an error everywhere, never a hang. */
 static zero_status s1_blobs(stage1 *s, const char *dir, int write) {
     const zero_services_v1 *svc = s->svc;
-    const size_t part = (size_t)s->L->part_numel, es = s->esize;
-    char *own = malloc((part ? part : 1) * es);
-    if (!own) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1: checkpoint buffer");
-    zero_status st = ZERO_OK;
-    if (write) {
-        for (uint32_t i = 0; i < s->nowned; i++)
-            svc->mem_copy(s->c, own + s->owned[i].part_lo * es, (char *)s->params + s->owned[i].flat_lo * es,
-                   (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo) * es);
-        st = svc->ckpt_write(s->c, dir, "stage1.params", own, part * es);
-    } else {
-        st = svc->ckpt_read(s->c, dir, "stage1.params", own, part * es);
-        if (st == ZERO_OK)
-            for (uint32_t i = 0; i < s->nowned; i++)
-                svc->mem_copy(s->c, (char *)s->params + s->owned[i].flat_lo * es, own + s->owned[i].part_lo * es,
-                       (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo) * es);
-    }
-    free(own);
+    const size_t bytes = (size_t)s->L->flat_numel * s->esize;
+    zero_part_step ps = part_step_of(s);
+    zero_status st = svc->ckpt_shard(s->c, dir, "stage1", &ps, s->params, write);
     if (st == ZERO_OK)
-        st = write ? svc->ckpt_write(s->c, dir, "stage1.grads", s->grads, (size_t)s->L->flat_numel * es)
-                   : svc->ckpt_read(s->c, dir, "stage1.grads", s->grads, (size_t)s->L->flat_numel * es);
-    if (st == ZERO_OK && mixed(s))
-        st = write ? svc->ckpt_write(s->c, dir, "stage1.master", s->master, part * sizeof(float))
-                   : svc->ckpt_read(s->c, dir, "stage1.master", s->master, part * sizeof(float));
-    for (uint32_t k = 0; k < s->nstate && st == ZERO_OK; k++) {
-        char name[32];
-        snprintf(name, sizeof name, "stage1.state%u", k);
-        st = write ? svc->ckpt_write(s->c, dir, name, s->state[k], part * sizeof(float))
-                   : svc->ckpt_read(s->c, dir, name, s->state[k], part * sizeof(float));
-    }
+        st = write ? svc->ckpt_write(s->c, dir, "stage1.grads", s->grads, bytes)
+                   : svc->ckpt_read(s->c, dir, "stage1.grads", s->grads, bytes);
     return st;
 }
 
@@ -210,13 +174,8 @@ static zero_status s1_save(void *state, const char *dir) { return s1_blobs(state
 
 static zero_status s1_load(void *state, const char *dir) {
     stage1 *s = state;
-    zero_status st = s1_blobs(s, dir, 0);
-    double bad = st != ZERO_OK, any = bad;
-    zero_status a = s->svc->allreduce(s->world, &any, 1, ZERO_DTYPE_F64, ZERO_OP_MAX);
+    zero_status st = s->svc->ckpt_agree(s->c, s->world, s1_blobs(s, dir, 0), dir, "stage1");
     if (st != ZERO_OK) return st;
-    if (a != ZERO_OK) return a;
-    if (any > 0)
-        return s->svc->error(s->c, ZERO_ERR_IO, "stage1: checkpoint %s: another rank could not read its shard", dir);
     return s->svc->allgather_shares(s->c, s->world, s->params, s->dtype);
 }
 

@@ -70,24 +70,36 @@ static void *alloc_tagged(stage2 *s, zero_mem_tag tag, uint64_t numel, size_t es
 
 static int mixed(const stage2 *s) { return (void *)s->master != s->params; }
 
+/* What the core's step and checkpoint services need: the reduced gradient
+ * is the partition accumulator (partition-indexed); fp32: the master is the
+ * flat params themselves. */
+static zero_part_step part_step_of(stage2 *s) {
+    zero_part_step ps = {0};
+    ps.struct_size = sizeof ps;
+    ps.nranges = s->nowned;
+    ps.ranges = s->owned;
+    ps.norm_comm = s->world;
+    ps.dtype = s->dtype;
+    ps.grad = s->part;
+    ps.grad_index = ZERO_INDEX_PART;
+    ps.master = s->master;
+    ps.master_index = mixed(s) ? ZERO_INDEX_PART : ZERO_INDEX_FLAT;
+    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
+    ps.param_out = mixed(s) ? s->params : NULL;
+    ps.param_out_index = ZERO_INDEX_FLAT;
+    return ps;
+}
+
 static zero_status s2_params_done(void *state) {
     stage2 *s = state;
     const zero_services_v1 *svc = s->svc;
-    if (!ZERO_SERVICES_HAS(svc, allgather_shares))
-        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage2: the core lacks the boundary_step services");
+    if (!ZERO_SERVICES_HAS(svc, ckpt_agree))
+        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage2: the core lacks the partition step services");
     s->L = svc->layout(s->c);
     s->world = svc->comm_world(s->c);
     s->dtype = svc->config(s->c)->model_dtype;
     s->esize = s->dtype == ZERO_DTYPE_F32 ? 4 : 2;
-    uint32_t np = svc->nparams(s->c);
-    for (uint32_t i = 0; i < np; i++) {
-        zero_param_info *p = svc->param(s->c, i);
-        /* initial values may be host or device memory: mem_copy reads either */
-        if (p->dtype != s->dtype)
-            return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
-                              "stage2: param '%s' has dtype %d, but the model dtype (bf16.enabled / fp16.enabled) is %d",
-                              p->name, (int)p->dtype, (int)s->dtype);
-    }
+    const uint32_t np = svc->nparams(s->c);
     const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
     s->params = alloc_tagged(s, ZERO_MEM_PARAMS, flat, s->esize);
     s->part = alloc_tagged(s, ZERO_MEM_GRADS, part, s->esize);
@@ -101,17 +113,13 @@ static zero_status s2_params_done(void *state) {
     if (!ok) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage2: cannot allocate model state (%llu elements)",
                                (unsigned long long)flat);
     s->nowned = flat ? svc->owned_ranges(s->c, s->L->rank, 0, flat, s->owned, ng) : 0;
-    for (uint32_t i = 0; i < np; i++) {
-        zero_param_info *p = svc->param(s->c, i);
-        char *dst = (char *)s->params + (size_t)p->flat_offset * s->esize;
-        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * s->esize);
-        p->data = dst;
-        p->plugin_data = NULL; /* per-param temporary gradient (contiguous_gradients off) */
-    }
-    for (uint32_t i = 0; mixed(s) && i < s->nowned; i++) /* master of the owned share, exact widening */
-        svc->convert(s->c, s->master + s->owned[i].part_lo, ZERO_DTYPE_F32,
-                     (const char *)s->params + (size_t)s->owned[i].flat_lo * s->esize, s->dtype,
-                     (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo));
+    /* initial values (host or device memory) into the flat params; the
+     * master of the owned share (16-bit model) widened from them */
+    zero_status st = svc->params_place(s->c, s->params, s->dtype, "stage2");
+    if (st != ZERO_OK) return st;
+    for (uint32_t i = 0; i < np; i++) svc->param(s->c, i)->plugin_data = NULL; /* contiguous_gradients off */
+    zero_part_step ps = part_step_of(s);
+    if ((st = svc->master_init(s->c, &ps, s->params)) != ZERO_OK) return st;
     const zero_run_config *rc = svc->config(s->c);
     s->contiguous = rc->contiguous_gradients;
     zero_bucket_spec spec = {0};
@@ -160,21 +168,7 @@ static zero_status s2_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     const zero_services_v1 *svc = s->svc;
     zero_status st = svc->buckets_flush(s->b); /* reduces what is left of this micro-step */
     if (st != ZERO_OK || !ctx->boundary) return st;
-    /* The reduced gradient is the partition accumulator (partition-indexed);
-     * fp32: the master is the flat params themselves. */
-    zero_part_step ps = {0};
-    ps.struct_size = sizeof ps;
-    ps.nranges = s->nowned;
-    ps.ranges = s->owned;
-    ps.norm_comm = s->world;
-    ps.dtype = s->dtype;
-    ps.grad = s->part;
-    ps.grad_index = ZERO_INDEX_PART;
-    ps.master = s->master;
-    ps.master_index = mixed(s) ? ZERO_INDEX_PART : ZERO_INDEX_FLAT;
-    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
-    ps.param_out = mixed(s) ? s->params : NULL;
-    ps.param_out_index = ZERO_INDEX_FLAT;
+    zero_part_step ps = part_step_of(s);
     st = svc->boundary_step(s->c, &ps, ctx, rep);
     clear_device(svc, s->part, (size_t)s->L->part_numel * s->esize);
     if (st != ZERO_OK || rep->overflow) return st;
@@ -189,35 +183,12 @@ static zero_status s2_step(void *state, const zero_step_ctx *ctx, zero_step_repo
  * so a missing shard on one rank is an error everywhere, never a hang. */
 static zero_status s2_blobs(stage2 *s, const char *dir, int write) {
     const zero_services_v1 *svc = s->svc;
-    const size_t part = (size_t)s->L->part_numel, es = s->esize;
-    char *own = malloc((part ? part : 1) * es);
-    if (!own) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage2: checkpoint buffer");
-    zero_status st = ZERO_OK;
-    if (write) {
-        for (uint32_t i = 0; i < s->nowned; i++)
-            svc->mem_copy(s->c, own + s->owned[i].part_lo * es, (char *)s->params + s->owned[i].flat_lo * es,
-                   (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo) * es);
-        st = svc->ckpt_write(s->c, dir, "stage2.params", own, part * es);
-    } else {
-        st = svc->ckpt_read(s->c, dir, "stage2.params", own, part * es);
-        if (st == ZERO_OK)
-            for (uint32_t i = 0; i < s->nowned; i++)
-                svc->mem_copy(s->c, (char *)s->params + s->owned[i].flat_lo * es, own + s->owned[i].part_lo * es,
-                       (size_t)(s->owned[i].flat_hi - s->owned[i].flat_lo) * es);
-    }
-    free(own);
+    const size_t bytes = (size_t)s->L->part_numel * s->esize;
+    zero_part_step ps = part_step_of(s);
+    zero_status st = svc->ckpt_shard(s->c, dir, "stage2", &ps, s->params, write);
     if (st == ZERO_OK)
-        st = write ? svc->ckpt_write(s->c, dir, "stage2.part", s->part, part * es)
-                   : svc->ckpt_read(s->c, dir, "stage2.part", s->part, part * es);
-    if (st == ZERO_OK && mixed(s))
-        st = write ? svc->ckpt_write(s->c, dir, "stage2.master", s->master, part * sizeof(float))
-                   : svc->ckpt_read(s->c, dir, "stage2.master", s->master, part * sizeof(float));
-    for (uint32_t k = 0; k < s->nstate && st == ZERO_OK; k++) {
-        char name[32];
-        snprintf(name, sizeof name, "stage2.state%u", k);
-        st = write ? svc->ckpt_write(s->c, dir, name, s->state[k], part * sizeof(float))
-                   : svc->ckpt_read(s->c, dir, name, s->state[k], part * sizeof(float));
-    }
+        st = write ? svc->ckpt_write(s->c, dir, "stage2.part", s->part, bytes)
+                   : svc->ckpt_read(s->c, dir, "stage2.part", s->part, bytes);
     return st;
 }
 
@@ -225,13 +196,8 @@ static zero_status s2_save(void *state, const char *dir) { return s2_blobs(state
 
 static zero_status s2_load(void *state, const char *dir) {
     stage2 *s = state;
-    zero_status st = s2_blobs(s, dir, 0);
-    double bad = st != ZERO_OK, any = bad;
-    zero_status a = s->svc->allreduce(s->world, &any, 1, ZERO_DTYPE_F64, ZERO_OP_MAX);
+    zero_status st = s->svc->ckpt_agree(s->c, s->world, s2_blobs(s, dir, 0), dir, "stage2");
     if (st != ZERO_OK) return st;
-    if (a != ZERO_OK) return a;
-    if (any > 0)
-        return s->svc->error(s->c, ZERO_ERR_IO, "stage2: checkpoint %s: another rank could not read its shard", dir);
     return s->svc->allgather_shares(s->c, s->world, s->params, s->dtype);
 }
 

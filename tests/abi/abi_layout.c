@@ -238,7 +238,7 @@ _Static_assert(offsetof(zero_grad_norm, grad_mul) == 24, "offsetof(zero_grad_nor
 _Static_assert(offsetof(zero_grad_norm, reserved0) == 28, "offsetof(zero_grad_norm, reserved0)");
 
 /* zero_services_v1 */
-_Static_assert(sizeof(zero_services_v1) == 392, "sizeof(zero_services_v1)");
+_Static_assert(sizeof(zero_services_v1) == 424, "sizeof(zero_services_v1)");
 _Static_assert(offsetof(zero_services_v1, struct_size) == 0, "offsetof(zero_services_v1, struct_size)");
 _Static_assert(offsetof(zero_services_v1, abi_version) == 4, "offsetof(zero_services_v1, abi_version)");
 _Static_assert(offsetof(zero_services_v1, core) == 8, "offsetof(zero_services_v1, core)");
@@ -289,6 +289,10 @@ _Static_assert(offsetof(zero_services_v1, part_step) == 360, "offsetof(zero_serv
 _Static_assert(offsetof(zero_services_v1, boundary_step) == 368, "offsetof(zero_services_v1, boundary_step)");
 _Static_assert(offsetof(zero_services_v1, allgather_shares) == 376, "offsetof(zero_services_v1, allgather_shares)");
 _Static_assert(offsetof(zero_services_v1, mem_set) == 384, "offsetof(zero_services_v1, mem_set)");
+_Static_assert(offsetof(zero_services_v1, params_place) == 392, "offsetof(zero_services_v1, params_place)");
+_Static_assert(offsetof(zero_services_v1, master_init) == 400, "offsetof(zero_services_v1, master_init)");
+_Static_assert(offsetof(zero_services_v1, ckpt_shard) == 408, "offsetof(zero_services_v1, ckpt_shard)");
+_Static_assert(offsetof(zero_services_v1, ckpt_agree) == 416, "offsetof(zero_services_v1, ckpt_agree)");
 
 /* zero_step_ctx */
 _Static_assert(sizeof(zero_step_ctx) == 56, "sizeof(zero_step_ctx)");
