@@ -189,14 +189,19 @@ static zero_status s3_sync(void *state) {
     return s->params ? zero__s3_wait_all(s) : ZERO_OK;
 }
 
-/* Checkpoint: this rank's shard, master (mixed precision) and optimizer
- * state.  Gradients are empty at a boundary, and gathered buffers are
- * derived data. */
+/* Checkpoint: this rank's shard, master (mixed precision), optimizer
+ * state and gradient partition.  The partition is the accumulator of the
+ * current window (every micro-step's reduce-scatter ADDS into it), so it
+ * must be saved for a checkpoint taken in the middle of a window to resume
+ * exactly; at a boundary it is all zeros.  Gathered buffers are derived
+ * data (dropped and refreshed from the shard on load), and the gather trace
+ * only steers prefetch, never values. */
 static zero_status s3_save(void *state, const char *dir) {
     zero__s3 *s = state;
     const zero_services_v1 *svc = s->svc;
     const size_t part = (size_t)s->L->part_numel;
     zero_status st = svc->ckpt_write(s->c, dir, "stage3.params", s->shard, part * s->esize);
+    if (st == ZERO_OK) st = svc->ckpt_write(s->c, dir, "stage3.grads", s->grads, part * s->esize);
     if (st == ZERO_OK && (void *)s->master != s->shard)
         st = svc->ckpt_write(s->c, dir, "stage3.master", s->master, part * sizeof(float));
     for (uint32_t k = 0; st == ZERO_OK && k < s->nstate; k++) {
@@ -219,6 +224,7 @@ static zero_status s3_load(void *state, const char *dir) {
     }
     s->prefetch_outstanding = 0;
     if (st == ZERO_OK) st = svc->ckpt_read(s->c, dir, "stage3.params", s->shard, part * s->esize);
+    if (st == ZERO_OK) st = svc->ckpt_read(s->c, dir, "stage3.grads", s->grads, part * s->esize);
     if (st == ZERO_OK && (void *)s->master != s->shard)
         st = svc->ckpt_read(s->c, dir, "stage3.master", s->master, part * sizeof(float));
     for (uint32_t k = 0; st == ZERO_OK && k < s->nstate; k++) {

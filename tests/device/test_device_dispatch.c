@@ -276,11 +276,9 @@ static void *train(const run_opts *ro, size_t *total) {
     long after0 = atomic_load(&g_ops[OP_AFTER]), before0 = atomic_load(&g_ops[OP_BEFORE]);
     long ready_calls = 0, syncs = 0, releases = 0;
     for (int gm = 0; gm < STEPS * GAS && s == ZERO_OK; ++gm) {
-        /* mid-window (the local gradient sum is part of the state); stage 3
-         * at a boundary: its mid-window resume differs from an
-         * uninterrupted run on a CPU engine too (plugin limitation, not
-         * the device path's) */
-        if (ro->ckpt && gm == GAS + (ro->stage == 3 ? 0 : 1)) {
+        /* mid-window, every stage: the window's gradient accumulator
+         * (stage 3's gradient partition included) is part of the state */
+        if (ro->ckpt && gm == GAS + 1) {
             char dir[64];
             snprintf(dir, sizeof dir, "device_dispatch_ckpt.np%d.%s.%d", world_, ro->plugin, ro->device);
             s = zero_save(e, dir);

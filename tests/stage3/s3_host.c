@@ -318,17 +318,20 @@ void s3_run(const s3_cfg *c, s3_out *out) {
     zero_memory_stats_get(r.e, &out->mem_after_done);
 
     if (out->status == ZERO_OK && c->load && (s = zero_load(r.e, c->ckpt_dir)) != ZERO_OK) fail(&r, s, "zero_load");
-    uint64_t gm = (uint64_t)c->first_step * (uint64_t)c->gas;
-    for (int step = c->first_step; step < c->first_step + c->steps && out->status == ZERO_OK; step++) {
-        for (int m = 0; m < c->gas && out->status == ZERO_OK; m++, gm++) {
-            micro_step(&r, gm, step, m);
-            if (out->status != ZERO_OK) break;
-            zero_step_result res = ZERO_STEP_RESULT_INIT;
-            if ((s = zero_step(r.e, NULL, &res)) != ZERO_OK) fail(&r, s, "zero_step");
-        }
-        if (out->status == ZERO_OK && c->save_after > 0 && step + 1 == c->save_after &&
-            (s = zero_save(r.e, c->ckpt_dir)) != ZERO_OK)
-            fail(&r, s, "zero_save");
+    /* One loop over global micro-steps, so that a run may start (resume)
+     * and save in the middle of an accumulation window. */
+    const uint64_t gas = (uint64_t)c->gas;
+    uint64_t gm = c->first_micro > 0 ? (uint64_t)c->first_micro : (uint64_t)c->first_step * gas;
+    const uint64_t gm_end = (uint64_t)(c->first_step + c->steps) * gas;
+    for (uint64_t done = 1; gm < gm_end && out->status == ZERO_OK; gm++, done++) {
+        int step = (int)(gm / gas), m = (int)(gm % gas);
+        micro_step(&r, gm, step, m);
+        if (out->status != ZERO_OK) break;
+        zero_step_result res = ZERO_STEP_RESULT_INIT;
+        if ((s = zero_step(r.e, NULL, &res)) != ZERO_OK) fail(&r, s, "zero_step");
+        int save = c->save_after_micro > 0 ? done == (uint64_t)c->save_after_micro
+                                           : (c->save_after > 0 && m == c->gas - 1 && step + 1 == c->save_after);
+        if (out->status == ZERO_OK && save && (s = zero_save(r.e, c->ckpt_dir)) != ZERO_OK) fail(&r, s, "zero_save");
     }
     out->mem.struct_size = sizeof out->mem; /* before the final gather of everything */
     zero_memory_stats_get(r.e, &out->mem);

@@ -42,6 +42,10 @@ typedef struct s3_cfg {
     int save_after;
     int load;                /* with load, zero_load from here right after zero_params_done */
     int first_step;          /* data of the first step trained (resume after a load) */
+    /* (appended for mid-window checkpoints) */
+    int save_after_micro;    /* > 0: zero_save after this many micro-steps of the run (may be inside a window) */
+    int first_micro;         /* > 0: the run starts at this global micro-step (overrides first_step * gas) and
+                                trains up to the end of step first_step + steps - 1 as usual */
 } s3_cfg;
 
 s3_cfg s3_default_cfg(void);

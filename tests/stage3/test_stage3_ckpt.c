@@ -1,7 +1,11 @@
-/* stage3 checkpoints: train 12 steps saving after 6; a fresh engine that
- * loads the checkpoint and trains steps 6..11 ends bitwise equal (shards,
- * master and optimizer state restored; persistent gathered params
- * refreshed from the loaded shards).
+/* stage3 checkpoints: a fresh engine that loads a checkpoint and trains on
+ * ends bitwise equal to the uninterrupted run (shards, master, optimizer
+ * state and the gradient partition restored; persistent gathered params
+ * refreshed from the loaded shards), both when the checkpoint was saved at
+ * an accumulation boundary (gas 2, after step 6 of 12) and in the MIDDLE of
+ * a window (gas 4, after micro-step 2 of step 5's window: the reduced
+ * gradients of two micro-steps sit in the partition accumulator).  Saving
+ * itself changes nothing.
  * Usage: test_stage3_ckpt DIR   (under mpirun -np N) */
 #include <mpi.h>
 #include <stdio.h>
@@ -11,9 +15,15 @@
 #include "check.h"
 #include "s3_host.h"
 
-int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
-    const char *dir = argc > 1 ? argv[1] : "stage3_ckpt";
+static void same(const s3_out *a, const s3_out *b, const char *what) {
+    CHECK(a->status == ZERO_OK, "%s: %s (%s)", what, zero_status_string(a->status), a->error);
+    if (!a->params || !b->params) return;
+    CHECK(memcmp(a->params, b->params, b->numel * sizeof(float)) == 0,
+          "%s: differs from the uninterrupted run (rel L2 %.3g)", what, s3_rel_l2(a->params, b->params, b->numel));
+}
+
+/* At a boundary: save after step 6 of 12 (gas 2), resume at step 6. */
+static void boundary_case(const char *dir) {
     s3_cfg c = s3_default_cfg();
     c.steps = 12;
     c.gas = 2;
@@ -31,13 +41,50 @@ int main(int argc, char **argv) {
     r.first_step = 6;
     r.steps = 6;
     s3_run(&r, &resumed);
-    CHECK(resumed.status == ZERO_OK, "resumed run: %s (%s)", zero_status_string(resumed.status), resumed.error);
-    if (full.params && resumed.params)
-        CHECK(memcmp(full.params, resumed.params, full.numel * sizeof(float)) == 0,
-              "resumed run differs from the uninterrupted one (rel L2 %.3g)",
-              s3_rel_l2(resumed.params, full.params, full.numel));
+    same(&resumed, &full, "resumed at a boundary");
     s3_out_free(&full);
     s3_out_free(&resumed);
+}
+
+/* Mid-window: gas 4, 8 steps; save after global micro-step 22 = step 5's
+ * second micro-step, resume there. */
+static void mid_window_case(const char *dir) {
+    s3_cfg c = s3_default_cfg();
+    c.steps = 8;
+    c.gas = 4;
+    c.prefetch = 2000;
+    c.persist = 30;
+    s3_out plain, saving, resumed;
+    s3_run(&c, &plain);
+    CHECK(plain.status == ZERO_OK, "plain run: %s (%s)", zero_status_string(plain.status), plain.error);
+
+    s3_cfg s = c;
+    s.ckpt_dir = dir;
+    s.save_after_micro = 5 * 4 + 2;
+    s3_run(&s, &saving);
+    same(&saving, &plain, "saving mid-window");
+
+    s3_cfg r = c;
+    r.ckpt_dir = dir;
+    r.load = 1;
+    r.first_step = 5;
+    r.steps = 3;
+    r.first_micro = 5 * 4 + 2;
+    s3_run(&r, &resumed);
+    same(&resumed, &plain, "resumed mid-window");
+    s3_out_free(&plain);
+    s3_out_free(&saving);
+    s3_out_free(&resumed);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    const char *dir = argc > 1 ? argv[1] : "stage3_ckpt";
+    char bnd[1024], mid[1024];
+    snprintf(bnd, sizeof bnd, "%s-boundary", dir);
+    snprintf(mid, sizeof mid, "%s-mid", dir);
+    boundary_case(bnd);
+    mid_window_case(mid);
     int rc = check_finish();
     MPI_Finalize();
     return rc;
