@@ -259,6 +259,30 @@ static void overflow_injection(void) {
             CHECK_EQ_INT(taken, 9);
         }
         prec_free(&o);
+        /* consecutive_hysteresis: every clean step resets the hysteresis, so
+         * only consecutive overflows halve.  hysteresis 2, window 3,
+         * overflows at 2, 4, 5:
+         *   step  0   1   2   3   4   5   6   7   8   9
+         *   scale 256 256 256 256 256 128 128 128 256 256
+         * (4: reset by the clean step 3, 2 -> 1 only; 5: halve; 8: 8-5 = 3,
+         * double).  Without consecutive_hysteresis step 4 would halve. */
+        {
+            static const double cscale[10] = {256, 256, 256, 256, 256, 128, 128, 128, 256, 256};
+            prec_cfg cc = c;
+            cc.fp16_json = "{\"enabled\": true, \"initial_scale_power\": 8, \"loss_scale_window\": 3, "
+                           "\"hysteresis\": 2, \"consecutive_hysteresis\": true}";
+            cc.inject_mask = (1u << 2) | (1u << 4) | (1u << 5);
+            cc.steps = 10;
+            prec_run(&cc, &o);
+            if (ran(&o, cc.plugin)) {
+                int ok = o.nsteps == 10;
+                for (int s = 0; s < o.nsteps && s < 10; s++)
+                    ok &= o.scale[s] == cscale[s] && o.overflow[s] == (int)((cc.inject_mask >> s) & 1u);
+                CHECK(ok, "N=%d rank %d %s: consecutive_hysteresis sequence differs from DeepSpeed's rules", world_,
+                      rank_, cc.plugin);
+            }
+            prec_free(&o);
+        }
         /* static scale (loss_scale > 0): overflows skip the step, the scale
          * never moves, and repeated overflows are not an error */
         c.fp16_json = "{\"enabled\": true, \"loss_scale\": 128}";
