@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Build libzero with sanitizers and run its tests under them, outside ctest's
+# own pass/fail view: every sanitizer report in the logs fails the run, even
+# one from a test that passed.
+#
+#   tools/sanitize-check.sh [asan|tsan] [extra ctest arguments...]
+#
+#   asan (default): AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer,
+#        Debug build in build-asan/, every test except the `bench` and `gpu`
+#        labels.
+#   tsan: ThreadSanitizer, build-tsan/, the tests that run threads: the comm
+#        progress thread (comm_mpi_*), hooks from several threads into the
+#        bucket engine (stages_*, stage3_equiv_*), the accountant (memory),
+#        logging (log.*).
+#
+# Environment: BUILD_DIR (default build-asan / build-tsan next to the
+# sources), JOBS (default 2), TESTS (a ctest -R regex replacing the default
+# selection), SKIP_BUILD=1 (reuse an existing build).  Logs: $BUILD_DIR/sanitize-*.log.
+#
+# How Open MPI is kept out of the verdict (it is not built with sanitizers):
+#  - LSan: tests/sanitizers/lsan.supp suppresses leaks whose allocation stack
+#    passes through Open MPI's libraries.  Stacks are unwound slowly
+#    (fast_unwind_on_malloc=0) because Open MPI has no frame pointers, and
+#    tests/sanitizers/keep_modules.c (LD_PRELOAD) turns dlclose into a no-op
+#    so that frames in unloaded modules (Open MPI's mca_* components,
+#    libzero's plugins) still name their library.  The loader tests check
+#    that plugins really are unloaded, so they run without that shim.
+#  - TSan: tests/sanitizers/tsan.supp suppresses races whose stacks are inside
+#    libmpi / libopen-pal (their shared-memory transport synchronises through
+#    memory TSan does not see).  Reports with a libzero frame are kept.
+# Sanitizer builds use ZERO_WERROR=OFF: instrumentation (and -O0) changes
+# GCC's flow analysis and produces warnings (e.g. -Wformat-truncation) that
+# the normal -Werror build does not have; they are still printed.
+set -uo pipefail
+
+mode=${1:-asan}
+case "$mode" in
+asan | tsan) shift || true ;;
+-*) mode=asan ;;
+*)
+    echo "usage: $0 [asan|tsan] [ctest args...]" >&2
+    exit 2
+    ;;
+esac
+
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$src/build-$mode}
+jobs=${JOBS:-2}
+supp=$src/tests/sanitizers
+
+if [ "$mode" = asan ]; then
+    san="-fsanitize=address,undefined"
+    cflags="$san -fno-omit-frame-pointer"
+    btype=Debug
+else
+    san="-fsanitize=thread"
+    cflags="$san -fno-omit-frame-pointer -O1"
+    btype=Debug
+fi
+
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=$btype -DCMAKE_C_FLAGS="$cflags" \
+        -DCMAKE_EXE_LINKER_FLAGS="$san" -DCMAKE_SHARED_LINKER_FLAGS="$san" -DCMAKE_MODULE_LINKER_FLAGS="$san" \
+        -DZERO_WITH_CUDA=OFF -DZERO_WERROR=OFF >"$build.configure.log" 2>&1 ||
+        { cat "$build.configure.log"; exit 1; }
+    cmake --build "$build" -j"$jobs" >"$build/sanitize-build.log" 2>&1 ||
+        { tail -40 "$build/sanitize-build.log"; echo "sanitize-check: build failed" >&2; exit 1; }
+fi
+
+# dlclose no-op shim (not instrumented: it only replaces one libc function)
+shim=$build/sanitize-keep-modules.so
+cc -shared -fPIC -O2 -o "$shim" "$supp/keep_modules.c" || exit 1
+
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+logs=()
+run_ctest() { # name, env..., -- ctest args...
+    local name=$1
+    shift
+    local envs=()
+    while [ "$1" != -- ]; do
+        envs+=("$1")
+        shift
+    done
+    shift
+    local log=$build/sanitize-$mode-$name.log
+    logs+=("$log")
+    echo "sanitize-check: $mode $name: ctest $*"
+    env "${envs[@]}" ctest --test-dir "$build" -j"$jobs" --output-on-failure "$@" >"$log" 2>&1
+    local rc=$?
+    grep -E "tests passed|Failed|Timeout" "$log" | grep -vE "^ *[0-9]+/[0-9]+ Test" || true
+    return $rc
+}
+
+status=0
+if [ "$mode" = asan ]; then
+    common=(ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:fast_unwind_on_malloc=0:verify_asan_link_order=0
+        LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0)
+    if [ -n "${TESTS:-}" ]; then
+        run_ctest selected "${common[@]}" LD_PRELOAD="$shim" -- -LE "bench|gpu" -R "$TESTS" "$@" || status=1
+    else
+        run_ctest suite "${common[@]}" LD_PRELOAD="$shim" -- -LE "bench|gpu" -E "^loader\." "$@" || status=1
+        run_ctest loader "${common[@]}" -- -R "^loader\." "$@" || status=1
+    fi
+else
+    sel=${TESTS:-"^(comm_mpi_|comm_self|memory$|log\.|stages_|stage3_equiv_)"}
+    run_ctest threads TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=0:second_deadlock_stack=1" \
+        -- -LE "bench|gpu" -R "$sel" "$@" || status=1
+fi
+
+# Any report fails the run, even in a test that passed.
+pattern="ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|WARNING: ThreadSanitizer"
+for log in "${logs[@]}"; do
+    n=$(grep -cE "$pattern" "$log" || true)
+    if [ "$n" != 0 ]; then
+        echo "sanitize-check: $n sanitizer report(s) in $log" >&2
+        grep -nE "$pattern" "$log" | head -20 >&2
+        status=1
+    fi
+done
+[ $status = 0 ] && echo "sanitize-check: $mode clean" || echo "sanitize-check: $mode FAILED (logs: ${logs[*]})" >&2
+exit $status
