@@ -233,8 +233,8 @@ typedef struct zero_opt_range {
 } zero_opt_range;
 
 /* ------------------------------------------------------------------------ */
-/* Partitioned step (appended in 1.0 by the precision worker): the arrays a  */
-/* plugin steps at the boundary and how each is indexed.                     */
+/* Partitioned step: the arrays a plugin steps at the boundary and how each */
+/* is indexed.                                                               */
 /* ------------------------------------------------------------------------ */
 /* How an array is indexed: by global flat offset (a full flat buffer, e.g.
  * stage 1's gradient or parameters) or by partition offset (a rank's shard:
@@ -373,7 +373,7 @@ typedef struct zero_services_v1 {
      * the core, valid until destroy; never free it. */
     zero_comm *(*comm_global)(zero_core *c);
 
-    /* ---- appended in 1.0 by the precision worker (check ZERO_SERVICES_HAS) ---- */
+    /* ---- shared partitioned-step services ---- */
     /* The step every partitioning plugin shares, so that plugins are glue.
      * Collective over ps->norm_comm (or comm_global); call on the engine's
      * step thread, between buckets_flush and the parameter all-gather.
@@ -402,7 +402,7 @@ typedef struct zero_services_v1 {
      * even after an error.  Collective. */
     zero_status (*allgather_shares)(zero_core *c, zero_comm *comm, void *flat, zero_dtype dt);
 
-    /* ---- appended in 1.0 by the GPU wiring (check ZERO_SERVICES_HAS) ---- */
+    /* ---- device-safe memory ---- */
     /* dst[0..bytes) = (unsigned char)value, for memory from mem_alloc of
      * either tier or host memory.  On a CUDA engine ZERO_TIER_DEVICE blocks
      * are device memory the host cannot dereference: plugins clear them with
@@ -411,7 +411,7 @@ typedef struct zero_services_v1 {
      * returns ZERO_ERR_DEVICE (last error set) if the device failed. */
     zero_status (*mem_set)(zero_core *c, void *dst, int value, size_t bytes);
 
-    /* ---- appended in 1.0 by the precision worker (check ZERO_SERVICES_HAS) ---- */
+    /* ---- parameter placement and checkpoint shards ---- */
     /* The parameter placement and checkpoint code every flat-layout plugin
      * shares.  Engine step thread only (params_done / save / load).
      *

@@ -36,7 +36,7 @@ int zero__config_string(const zero__config *c, const char *path, const char **ou
  * through the path functions ("scheduler.params.warmup_num_steps"). */
 const char *zero__config_scheduler(const zero__config *c);
 
-/* --- appended by the config worker ------------------------------------- */
+/* --- convenience lookups with defaults --- */
 /* Ownership, lifetime, threads: zero__config_parse returns a config the
  * caller owns (free with zero__config_free); everything it hands out
  * (run view, strings) lives until then.  A parsed config is immutable, so
@@ -54,7 +54,7 @@ double zero__config_double_or(const zero__config *c, const char *path, double df
 int64_t zero__config_int_or(const zero__config *c, const char *path, int64_t dflt);
 #endif
 
-/* --- appended by the pipeline worker ------------------------------------ */
+/* --- pipeline --- */
 /* pipeline.stages of the config text (or file at path; text wins), or 1 if
  * absent, invalid, or the config does not load (the real parse reports
  * that).  Pure; thread-safe. */

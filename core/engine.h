@@ -69,7 +69,7 @@ struct zero_engine {
     atomic_uint_fast64_t reduction_passes;
     double exposed_comm_seconds;
 
-    /* pipeline parallelism (appended by the pipeline worker).  With
+    /* pipeline parallelism.  With
      * pipeline.stages = P > 1 the communicator the host gave spans every
      * stage; it is kept here as `global` and `world` (and rank/world_size)
      * become this rank's data-parallel group, split off with the layout
