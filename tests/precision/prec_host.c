@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host_util.h"
 #include "optim_math.h" /* the library's RNE conversions, header-only: the host converts like a real one would */
 
 static const size_t SIZES[PREC_NPARAMS] = {7, 300, 1031, 64, 2500, 1};
@@ -33,15 +34,7 @@ double prec_init(int i, size_t k) { return 0.5 * (2.0 * u01(key(0, i, k, 77)) - 
 double prec_sample_a(uint64_t s, int i, size_t k) { return 0.5 + u01(key(s, i, k, 1)); }
 double prec_sample_t(uint64_t s, int i, size_t k) { return 2.0 * u01(key(s, i, k, 2)) - 1.0; }
 
-double prec_rel_l2(const float *a, const float *b, size_t n) {
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = (double)a[i] - (double)b[i];
-        d += x * x;
-        r += (double)b[i] * (double)b[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
+double prec_rel_l2(const float *a, const float *b, size_t n) { return th_rel_l2(a, b, n); }
 
 prec_cfg prec_default_cfg(void) {
     prec_cfg c;
@@ -117,19 +110,12 @@ void prec_run(const prec_cfg *c, prec_out *o) {
     const zero_dtype dt = c->dtype;
     const size_t total = prec_total_numel();
     o->numel = total;
-    char json[2048], err[512] = "";
+    char json[2048];
     make_config(c, world, json, sizeof json);
-    MPI_Comm comm = MPI_COMM_WORLD;
-    zero_engine_options opt = ZERO_ENGINE_OPTIONS_INIT;
-    opt.config_json = json;
-    opt.plugin = c->plugin;
-    opt.comm_kind = c->self_comm ? ZERO_COMM_SELF : ZERO_COMM_MPI;
-    opt.comm = c->self_comm ? NULL : &comm;
     zero_engine *e = NULL;
-    zero_status s = zero_engine_create(&opt, &e, err, sizeof err);
+    zero_status s = th_engine_create(json, c->plugin, c->self_comm, NULL, NULL, &e, o->error, sizeof o->error);
     if (s != ZERO_OK) {
         o->status = s;
-        snprintf(o->error, sizeof o->error, "zero_engine_create: %s", err);
         return;
     }
     zero_param *h[PREC_NPARAMS];

@@ -3,11 +3,12 @@
 #include "s3_host.h"
 
 #include <math.h>
-#include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "host_util.h"
 
 s3_cfg s3_default_cfg(void) {
     s3_cfg c;
@@ -33,14 +34,6 @@ s3_cfg s3_default_cfg(void) {
     return c;
 }
 
-/* Deterministic uniform in [-1, 1) from a 64-bit key (splitmix64). */
-static double u11(uint64_t key) {
-    uint64_t z = key + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
-}
 
 typedef struct run {
     const s3_cfg *c;
@@ -98,10 +91,10 @@ static void make_config(const s3_cfg *c, char *buf, size_t n) {
 
 /* Sample g: inputs uniform, targets a fixed smooth function of them. */
 static void sample(const s3_cfg *c, uint64_t g, float *x, float *t) {
-    for (int i = 0; i < c->din; i++) x[i] = (float)u11((g << 16) + (uint64_t)i);
+    for (int i = 0; i < c->din; i++) x[i] = (float)th_u11((g << 16) + (uint64_t)i);
     for (int j = 0; j < c->dout; j++) {
         double acc = 0;
-        for (int i = 0; i < c->din; i++) acc += x[i] * u11(0xabcdefull + (uint64_t)(j * 97 + i));
+        for (int i = 0; i < c->din; i++) acc += x[i] * th_u11(0xabcdefull + (uint64_t)(j * 97 + i));
         t[j] = (float)tanh(acc);
     }
 }
@@ -259,19 +252,9 @@ void s3_run(const s3_cfg *c, s3_out *out) {
     r.np = (uint32_t)(2 * c->nlin);
     char json[1536];
     make_config(c, json, sizeof json);
-    MPI_Comm comm = MPI_COMM_WORLD;
-    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
-    o.config_json = json;
-    o.plugin = c->plugin;
-    o.comm_kind = ZERO_COMM_MPI;
-    o.comm = &comm;
-    o.log_fn = log_cb;
-    o.log_user = out;
-    char err[900] = "";
-    zero_status s = zero_engine_create(&o, &r.e, err, sizeof err);
+    zero_status s = th_engine_create(json, c->plugin, 0, log_cb, out, &r.e, out->error, sizeof out->error);
     if (s != ZERO_OK) {
         out->status = s;
-        snprintf(out->error, sizeof out->error, "zero_engine_create: %s", err);
         return;
     }
     r.h = calloc(r.np, sizeof *r.h);
@@ -295,8 +278,8 @@ void s3_run(const s3_cfg *c, s3_out *out) {
         if (r.numel[i] > out->max_param) out->max_param = r.numel[i];
         init[i] = malloc(r.numel[i] * sizeof(float));
         for (size_t k = 0; k < r.numel[i]; k++)
-            init[i][k] = is_w ? (float)(u11(((uint64_t)(i + 1) << 32) + k) / sqrt((double)in))
-                              : (float)(0.01 * u11(((uint64_t)(i + 1) << 32) + k));
+            init[i][k] = is_w ? (float)(th_u11(((uint64_t)(i + 1) << 32) + k) / sqrt((double)in))
+                              : (float)(0.01 * th_u11(((uint64_t)(i + 1) << 32) + k));
         char name[32];
         snprintf(name, sizeof name, is_w ? "layer%d.weight" : "layer%d.bias", l);
         zero_param_desc d = ZERO_PARAM_DESC_INIT;
@@ -336,19 +319,8 @@ void s3_run(const s3_cfg *c, s3_out *out) {
     out->mem.struct_size = sizeof out->mem; /* before the final gather of everything */
     zero_memory_stats_get(r.e, &out->mem);
     if (out->status == ZERO_OK) {
-        void **ptrs = calloc(r.np, sizeof *ptrs);
         out->params = malloc(out->numel * sizeof(float));
-        if ((s = zero_gather(r.e, r.h, r.np, ptrs)) != ZERO_OK) {
-            fail(&r, s, "zero_gather (final)");
-        } else {
-            size_t off = 0;
-            for (uint32_t i = 0; i < r.np; i++) {
-                memcpy(out->params + off, ptrs[i], r.numel[i] * sizeof(float));
-                off += r.numel[i];
-            }
-            zero_release(r.e, r.h, r.np);
-        }
-        free(ptrs);
+        if ((s = th_gather_all_f32(r.e, r.h, r.np, r.numel, out->params)) != ZERO_OK) fail(&r, s, "zero_gather (final)");
     }
     zero_engine_destroy(r.e);
     for (int l = 0; l <= c->nlin; l++) free(r.act[l]);
@@ -364,12 +336,4 @@ void s3_out_free(s3_out *out) {
     out->params = NULL;
 }
 
-double s3_rel_l2(const float *a, const float *b, size_t n) {
-    double d = 0, nb = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = (double)a[i] - (double)b[i];
-        d += x * x;
-        nb += (double)b[i] * b[i];
-    }
-    return nb > 0 ? sqrt(d / nb) : sqrt(d);
-}
+double s3_rel_l2(const float *a, const float *b, size_t n) { return th_rel_l2(a, b, n); }

@@ -2,11 +2,12 @@
 #include "mlp_host.h"
 
 #include <math.h>
-#include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "host_util.h"
 
 typedef struct model_shape {
     int din, h, dout, nlin;
@@ -33,14 +34,6 @@ size_t host_model_numel(int model, uint32_t *nparams, size_t *max_param) {
     return n;
 }
 
-/* Deterministic uniform in [-1, 1) from a 64-bit key (splitmix64). */
-static double u11(uint64_t key) {
-    uint64_t z = key + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
-}
 
 host_run_cfg host_default_cfg(void) {
     host_run_cfg c;
@@ -65,15 +58,7 @@ host_run_cfg host_default_cfg(void) {
     return c;
 }
 
-double host_rel_l2(const float *a, const float *b, size_t n) {
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = (double)a[i] - (double)b[i];
-        d += x * x;
-        r += (double)b[i] * b[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
+double host_rel_l2(const float *a, const float *b, size_t n) { return th_rel_l2(a, b, n); }
 
 /* ------------------------------------------------------------------ run */
 
@@ -157,7 +142,7 @@ static void compute_grads(run_state *r, float *const *p, uint64_t gm, int drank,
     for (int l = 0; l <= L; l++) a[l] = calloc((size_t)mb * (l == 0 ? s->din : layer_out(s, l - 1)), sizeof(float));
     for (int si = 0; si < mb; si++) {
         uint64_t g = gm * (uint64_t)(mb * dworld) + (uint64_t)(drank * mb + si);
-        for (int k = 0; k < s->din; k++) a[0][si * s->din + k] = (float)u11(g * 1000003ull + (uint64_t)k);
+        for (int k = 0; k < s->din; k++) a[0][si * s->din + k] = (float)th_u11(g * 1000003ull + (uint64_t)k);
     }
     for (int l = 0; l < L; l++) {
         int in = layer_in(s, l), o = layer_out(s, l);
@@ -176,7 +161,7 @@ static void compute_grads(run_state *r, float *const *p, uint64_t gm, int drank,
     for (int si = 0; si < mb; si++)
         for (int j = 0; j < s->dout; j++) {
             double acc = 0;
-            for (int k = 0; k < s->din; k++) acc += a[0][si * s->din + k] * 0.5 * u11(7777777ull * (j + 1) + k);
+            for (int k = 0; k < s->din; k++) acc += a[0][si * s->din + k] * 0.5 * th_u11(7777777ull * (j + 1) + k);
             float t = (float)tanh(acc);
             float z = a[L][si * s->dout + j];
             float dy = (gain * z - t) / (float)mb;
@@ -227,7 +212,7 @@ static void make_config(const host_run_cfg *c, char *buf, size_t n) {
 
 static void shuffle(int *v, uint32_t n, uint64_t seed) {
     for (uint32_t k = n; k > 1; k--) {
-        uint32_t j = (uint32_t)((u11(seed * 7919u + k) + 1.0) * 0.5 * k);
+        uint32_t j = (uint32_t)((th_u11(seed * 7919u + k) + 1.0) * 0.5 * k);
         if (j >= k) j = k - 1;
         int t = v[k - 1];
         v[k - 1] = v[j];
@@ -281,19 +266,9 @@ void host_run(const host_run_cfg *c, host_run_out *out) {
 
     char json[1024];
     make_config(c, json, sizeof json);
-    MPI_Comm comm = MPI_COMM_WORLD;
-    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
-    o.config_json = json;
-    o.plugin = c->plugin;
-    o.comm_kind = c->self_comm ? ZERO_COMM_SELF : ZERO_COMM_MPI;
-    o.comm = c->self_comm ? NULL : &comm;
-    o.log_fn = log_cb;
-    o.log_user = out;
-    char err[900] = "";
-    zero_status s = zero_engine_create(&o, &r.e, err, sizeof err);
+    zero_status s = th_engine_create(json, c->plugin, c->self_comm, log_cb, out, &r.e, out->error, sizeof out->error);
     if (s != ZERO_OK) {
         out->status = s;
-        snprintf(out->error, sizeof out->error, "zero_engine_create: %s", err);
         return;
     }
     int drank = c->data_rank >= 0 ? c->data_rank : zero_rank(r.e);
@@ -318,8 +293,8 @@ void host_run(const host_run_cfg *c, host_run_out *out) {
         init[i] = malloc(r.numel[i] * sizeof(float));
         for (size_t k = 0; k < r.numel[i]; k++)
             init[i][k] = is_gain ? 1.0f
-                         : is_w  ? (float)(u11(((uint64_t)i << 32) + k) / sqrt((double)in))
-                                 : (float)(0.01 * u11(((uint64_t)i << 32) + k));
+                         : is_w  ? (float)(th_u11(((uint64_t)i << 32) + k) / sqrt((double)in))
+                                 : (float)(0.01 * th_u11(((uint64_t)i << 32) + k));
         char name[32];
         snprintf(name, sizeof name, is_gain ? "gain" : is_w ? "layer%d.weight" : "layer%d.bias", l);
         zero_param_desc d = ZERO_PARAM_DESC_INIT;
@@ -353,19 +328,8 @@ void host_run(const host_run_cfg *c, host_run_out *out) {
         if ((int64_t)gm + 1 == c->save_after && (s = zero_save(r.e, c->ckpt_dir)) != ZERO_OK) fail(&r, s, "zero_save");
     }
     if (out->status == ZERO_OK) {
-        void **ptrs = calloc(r.np, sizeof *ptrs);
         out->params = malloc(out->numel * sizeof(float));
-        if ((s = zero_gather(r.e, r.h, r.np, ptrs)) != ZERO_OK) {
-            fail(&r, s, "zero_gather (final)");
-        } else {
-            size_t off = 0;
-            for (uint32_t i = 0; i < r.np; i++) {
-                memcpy(out->params + off, ptrs[i], r.numel[i] * sizeof(float));
-                off += r.numel[i];
-            }
-            zero_release(r.e, r.h, r.np);
-        }
-        free(ptrs);
+        if ((s = th_gather_all_f32(r.e, r.h, r.np, r.numel, out->params)) != ZERO_OK) fail(&r, s, "zero_gather (final)");
     }
     out->mem.struct_size = sizeof out->mem;
     zero_memory_stats_get(r.e, &out->mem);

@@ -1,0 +1,85 @@
+/* See host_util.h. */
+#include "host_util.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+double th_u11(uint64_t key) {
+    uint64_t z = key + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+double th_rel_l2(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = (double)a[i] - (double)b[i];
+        d += x * x;
+        r += (double)b[i] * (double)b[i];
+    }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+zero_status th_engine_create(const char *json, const char *plugin, int self_comm, zero_log_fn log_fn,
+                             void *log_user, zero_engine **e, char *err, size_t errlen) {
+    MPI_Comm comm = MPI_COMM_WORLD; /* read during zero_engine_create only */
+    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
+    o.config_json = json;
+    o.plugin = plugin;
+    o.comm_kind = self_comm ? ZERO_COMM_SELF : ZERO_COMM_MPI;
+    o.comm = self_comm ? NULL : &comm;
+    o.log_fn = log_fn;
+    o.log_user = log_user;
+    char msg[900] = "";
+    *e = NULL;
+    zero_status s = zero_engine_create(&o, e, msg, sizeof msg);
+    if (s != ZERO_OK) {
+        *e = NULL;
+        if (err && errlen) snprintf(err, errlen, "zero_engine_create: %s", msg);
+    }
+    return s;
+}
+
+zero_status th_gather_all_f32(zero_engine *e, zero_param *const *h, uint32_t np, const size_t *numel, float *dst) {
+    void **ptrs = calloc(np ? np : 1, sizeof *ptrs);
+    if (!ptrs) return ZERO_ERR_OUT_OF_MEMORY;
+    zero_status s = zero_gather(e, h, np, ptrs);
+    if (s == ZERO_OK) {
+        size_t off = 0;
+        for (uint32_t i = 0; i < np; i++) {
+            memcpy(dst + off, ptrs[i], numel[i] * sizeof(float));
+            off += numel[i];
+        }
+        zero_release(e, h, np);
+    }
+    free(ptrs);
+    return s;
+}
+
+void th_remove_dir(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return;
+    struct dirent *de;
+    char f[4096];
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        snprintf(f, sizeof f, "%s/%s", path, de->d_name);
+        unlink(f);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+void th_mkdtemp_bcast(char *templ, int size) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0 && !mkdtemp(templ)) templ[0] = 0;
+    MPI_Bcast(templ, size, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
