@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/check.h"
+#include "../common/mpi_check.h"
 #include "buckets.h"
 #include "engine.h"
 
@@ -202,17 +202,11 @@ static void run_mode(int mode, int overlap, int gas, int short_spec) {
 }
 
 int main(int argc, char **argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    check_mpi_init(&argc, &argv, &rank_, &world_);
     const int modes[3] = {ZERO_BUCKETS_ALLREDUCE, ZERO_BUCKETS_SCATTER_INPLACE, ZERO_BUCKETS_SCATTER};
     for (int m = 0; m < 3; m++)
         for (int ov = 0; ov <= 1; ov++)
             for (int gas = 1; gas <= 2; gas++) run_mode(modes[m], ov, gas, 0);
     run_mode(ZERO_BUCKETS_SCATTER, 1, 1, 1);
-    int rc = check_finish(), any = 0;
-    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return any;
+    return check_mpi_finish();
 }

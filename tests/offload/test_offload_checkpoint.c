@@ -5,47 +5,26 @@
  * master, optimizer states and device gradient accumulator; load refreshes
  * the device params from the master and re-gathers).  A missing shard is an
  * error on every rank, never a hang.  Run with 2 and 3 ranks. */
-#include <dirent.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "../common/check.h"
+#include "../common/host_util.h"
+#include "../common/mpi_check.h"
 #include "../stages/mlp_host.h"
+#include "../stages/run_compare.h"
 
 static int rank_ = 0, world_ = 1;
 
-static void remove_dir(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) return;
-    struct dirent *de;
-    char f[4096];
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        snprintf(f, sizeof f, "%s/%s", path, de->d_name);
-        unlink(f);
-    }
-    closedir(d);
-    rmdir(path);
-}
-
 static void same(const host_run_out *a, const host_run_out *b, const char *what) {
-    CHECK(a->status == ZERO_OK && b->status == ZERO_OK, "%s: %s / %s", what, a->error, b->error);
-    if (!a->params || !b->params) return;
-    int eq = memcmp(a->params, b->params, a->numel * sizeof(float)) == 0;
-    if (rank_ == 0) printf("N=%d  %-48s %s\n", world_, what, eq ? "bitwise identical" : "DIFFERENT");
-    CHECK(eq, "%s: rel L2 %.3e", what, host_rel_l2(a->params, b->params, a->numel));
+    host_check_same(a, b, what, 48);
 }
 
 int main(int argc, char **argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    check_mpi_init(&argc, &argv, &rank_, &world_);
     char base[256] = "/tmp/zero-offload-ckpt-XXXXXX";
-    if (rank_ == 0 && !mkdtemp(base)) base[0] = 0;
-    MPI_Bcast(base, sizeof base, MPI_CHAR, 0, MPI_COMM_WORLD);
+    th_mkdtemp_bcast(base, sizeof base);
     CHECK(base[0] != 0, "mkdtemp failed");
 
     for (int stage = 1; stage <= 2 && base[0]; stage++) {
@@ -78,7 +57,7 @@ int main(int argc, char **argv) {
             host_run_free(&saving);
             host_run_free(&resumed);
             MPI_Barrier(MPI_COMM_WORLD);
-            if (rank_ == 0) remove_dir(dir);
+            if (rank_ == 0) th_remove_dir(dir);
         }
         host_run_free(&full);
     }
@@ -87,20 +66,9 @@ int main(int argc, char **argv) {
         c.plugin = "offload";
         c.offload = 1;
         c.stage = 2;
-        c.steps = 2;
-        char nowhere[300];
-        snprintf(nowhere, sizeof nowhere, "%s/missing", base);
-        c.ckpt_dir = nowhere;
-        c.resume_from = 0;
-        host_run_out o;
-        host_run(&c, &o);
-        CHECK(o.status != ZERO_OK, "loading a missing offload checkpoint succeeded");
-        host_run_free(&o);
+        host_check_missing_ckpt(c, base, "loading a missing offload checkpoint succeeded");
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank_ == 0 && base[0]) rmdir(base);
-    int rc = check_finish(), any = 0;
-    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return any;
+    return check_mpi_finish();
 }

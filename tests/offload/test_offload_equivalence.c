@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/check.h"
+#include "../common/mpi_check.h"
 #include "../stages/mlp_host.h"
 
 static int rank_ = 0, world_ = 1;
@@ -53,10 +53,7 @@ static host_run_cfg offload_cfg(int steps, int gas, int stage) {
 }
 
 int main(int argc, char **argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    check_mpi_init(&argc, &argv, &rank_, &world_);
     int steps = argc > 1 ? atoi(argv[1]) : 20;
     char label[160];
     host_run_out keep[3]; /* gas 4 references: offload stage-2, stage2, offload stage-1 */
@@ -146,8 +143,5 @@ int main(int argc, char **argv) {
     if (keep[1].params) CHECK_EQ_INT(keep[1].mem.peak_total[ZERO_TIER_HOST], 0);
 
     for (int k = 0; k < 3; k++) host_run_free(&keep[k]);
-    int rc = check_finish(), any = 0;
-    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return any;
+    return check_mpi_finish();
 }

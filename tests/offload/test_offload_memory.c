@@ -13,7 +13,7 @@
 #include <mpi.h>
 #include <string.h>
 
-#include "../common/check.h"
+#include "../common/mpi_check.h"
 #include "../stages/mlp_host.h"
 
 #define DEV ZERO_TIER_DEVICE
@@ -138,14 +138,8 @@ static void check_model(int model, const char *mname) {
 }
 
 int main(int argc, char **argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    check_mpi_init(&argc, &argv, &rank_, &world_);
     check_model(HOST_MODEL_SMALL, "test");
     check_model(HOST_MODEL_10K, "10k");
-    int rc = check_finish(), any = 0;
-    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return any;
+    return check_mpi_finish();
 }

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/check.h"
+#include "../common/mpi_check.h"
 #include "../precision/prec_host.h"
 
 static int rank_ = 0, world_ = 1;
@@ -103,17 +103,11 @@ static void overflow_like_stage2(void) {
 }
 
 int main(int argc, char **argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    check_mpi_init(&argc, &argv, &rank_, &world_);
     int steps = argc > 1 ? atoi(argv[1]) : 20;
     const zero_dtype dts[2] = {ZERO_DTYPE_BF16, ZERO_DTYPE_F16};
     for (int d = 0; d < 2; d++)
         for (int gas = 1; gas <= 2; gas++) equivalence(dts[d], steps, gas);
     overflow_like_stage2();
-    int rc = check_finish(), any = 0;
-    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return any;
+    return check_mpi_finish();
 }

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/check.h"
+#include "../common/mpi_check.h"
 #include "prec_host.h"
 
 static int rank_ = 0, world_ = 1;
@@ -510,10 +510,7 @@ static void checkpoints(void) {
 }
 
 int main(int argc, char **argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    check_mpi_init(&argc, &argv, &rank_, &world_);
     int steps = argc > 1 ? atoi(argv[1]) : 30;
     mixed_equivalence(ZERO_DTYPE_BF16, steps, 1, 1e-5);
     mixed_equivalence(ZERO_DTYPE_F16, steps, 1, 1e-5);

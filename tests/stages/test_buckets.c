@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/check.h"
+#include "../common/mpi_check.h"
 #include "buckets.h"
 #include "engine.h"
 
@@ -218,10 +218,7 @@ static void test_accumulate_only(void) {
 }
 
 int main(int argc, char **argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    check_mpi_init(&argc, &argv, &rank_, &world_);
     struct zero_engine *e = make_engine(1);
     if (e) {
         test_sizes(e);
@@ -233,8 +230,5 @@ int main(int argc, char **argv) {
         zero_engine_destroy(e);
     }
     test_accumulate_only();
-    int rc = check_finish(), any = 0;
-    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return any;
+    return check_mpi_finish();
 }

@@ -4,48 +4,26 @@
  * either checkpoint end bitwise equal to the uninterrupted run (each rank
  * writes only its shard; stage 1/2 re-gather the parameters on load).
  * Run with 2 and 3 ranks (3: uneven shards). */
-#include <dirent.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "../common/check.h"
+#include "../common/host_util.h"
+#include "../common/mpi_check.h"
 #include "mlp_host.h"
+#include "run_compare.h"
 
 static int rank_ = 0, world_ = 1;
 
-static void remove_dir(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) return;
-    struct dirent *de;
-    char f[4096];
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        snprintf(f, sizeof f, "%s/%s", path, de->d_name);
-        unlink(f);
-    }
-    closedir(d);
-    rmdir(path);
-}
-
 static void same(const host_run_out *a, const host_run_out *b, const char *what) {
-    CHECK(a->status == ZERO_OK && b->status == ZERO_OK, "%s: %s / %s", what, a->error, b->error);
-    if (!a->params || !b->params) return;
-    int eq = memcmp(a->params, b->params, a->numel * sizeof(float)) == 0;
-    if (rank_ == 0) printf("N=%d  %-44s %s\n", world_, what, eq ? "bitwise identical" : "DIFFERENT");
-    CHECK(eq, "%s: rel L2 %.3e", what, host_rel_l2(a->params, b->params, a->numel));
+    host_check_same(a, b, what, 44);
 }
 
 int main(int argc, char **argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    check_mpi_init(&argc, &argv, &rank_, &world_);
     char base[256] = "/tmp/zero-stages-ckpt-XXXXXX";
-    if (rank_ == 0 && !mkdtemp(base)) base[0] = 0;
-    MPI_Bcast(base, sizeof base, MPI_CHAR, 0, MPI_COMM_WORLD);
+    th_mkdtemp_bcast(base, sizeof base);
     CHECK(base[0] != 0, "mkdtemp failed");
 
     const char *plugins[3] = {"stage0", "stage1", "stage2"};
@@ -89,28 +67,17 @@ int main(int argc, char **argv) {
         host_run_free(&resumed_b);
         MPI_Barrier(MPI_COMM_WORLD);
         if (rank_ == 0) {
-            remove_dir(mid);
-            remove_dir(bnd);
+            th_remove_dir(mid);
+            th_remove_dir(bnd);
         }
     }
     /* a missing checkpoint is an error on every rank, not a hang */
     if (base[0]) {
         host_run_cfg c = host_default_cfg();
         c.plugin = "stage2";
-        c.steps = 2;
-        char nowhere[300];
-        snprintf(nowhere, sizeof nowhere, "%s/missing", base);
-        c.ckpt_dir = nowhere;
-        c.resume_from = 0;
-        host_run_out o;
-        host_run(&c, &o);
-        CHECK(o.status != ZERO_OK, "loading a missing checkpoint succeeded");
-        host_run_free(&o);
+        host_check_missing_ckpt(c, base, "loading a missing checkpoint succeeded");
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank_ == 0 && base[0]) rmdir(base);
-    int rc = check_finish(), any = 0;
-    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return any;
+    return check_mpi_finish();
 }

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/check.h"
+#include "../common/mpi_check.h"
 #include "mlp_host.h"
 
 static int rank_ = 0, world_ = 1;
@@ -41,10 +41,7 @@ static void expect_bitwise(const host_run_out *a, const host_run_out *b, const c
 }
 
 int main(int argc, char **argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    check_mpi_init(&argc, &argv, &rank_, &world_);
     int steps = argc > 1 ? atoi(argv[1]) : 30;
     char label[128];
 
@@ -170,9 +167,5 @@ int main(int argc, char **argv) {
     host_run_free(&s2_gas4);
     host_run_free(&s2_gas1_keep);
     host_run_free(&s0_gas1_keep);
-    int rc = check_finish();
-    int any = 0;
-    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return any;
+    return check_mpi_finish();
 }

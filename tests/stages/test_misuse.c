@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../common/check.h"
+#include "../common/mpi_check.h"
 #include "mlp_host.h"
 
 static int rank_ = 0, world_ = 1;
@@ -161,10 +161,7 @@ static void mismatch(const char *plugin, int variant) {
 }
 
 int main(int argc, char **argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    check_mpi_init(&argc, &argv, &rank_, &world_);
     const char *plugins[3] = {"stage0", "stage1", "stage2"};
     for (int p = 0; p < 3; p++) {
         hooks_misuse(plugins[p]);
@@ -172,8 +169,5 @@ int main(int argc, char **argv) {
     }
     if (world_ >= 2)
         for (int v = 0; v < 3; v++) mismatch("stage2", v);
-    int rc = check_finish(), any = 0;
-    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return any;
+    return check_mpi_finish();
 }
