@@ -13,12 +13,12 @@
  * The engine comes from the public API (stage0 plugin, so the core has a
  * layout); the bucket sets are created directly with the test's buffers. */
 #include <mpi.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/bucket_fixture.h"
 #include "../common/mpi_check.h"
-#include "buckets.h"
-#include "engine.h"
 
 static int rank_ = 0, world_ = 1;
 static const uint64_t sizes[6] = {1, 7, 1000, 33, 333, 250};
@@ -70,40 +70,9 @@ static void on_final(void *user, const zero_owned_range *blk) {
     }
 }
 
-static struct zero_engine *make_engine(int gas) {
-    MPI_Comm comm = MPI_COMM_WORLD;
-    char json[256];
-    snprintf(json, sizeof json,
-             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
-             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}}",
-             gas);
-    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
-    o.config_json = json;
-    o.plugin = "stage0";
-    o.comm_kind = ZERO_COMM_MPI;
-    o.comm = &comm;
-    zero_engine *e = NULL;
-    char err[512] = "";
-    zero_status s = zero_engine_create(&o, &e, err, sizeof err);
-    CHECK(s == ZERO_OK, "engine: %s", err);
-    if (!e) return NULL;
-    static float zeros[1000];
-    for (int i = 0; i < NP; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "p%d", i);
-        zero_param_desc d = ZERO_PARAM_DESC_INIT;
-        d.name = name;
-        d.data = zeros;
-        d.numel = sizes[i];
-        d.group = i == 3 ? 1 : 0; /* two groups */
-        zero_param *h;
-        CHECK_EQ_INT(zero_register_param(e, &d, &h), ZERO_OK);
-    }
-    CHECK_EQ_INT(zero_params_done(e), ZERO_OK);
-    return e;
-}
+static struct zero_engine *make_engine(int gas) { return bucket_fixture_engine(gas, sizes, NP); }
 
-static float grad_of(int r, int i, uint64_t k) { return (float)((r + 1) * (i + 1)) + 0.001f * (float)(k % 7); }
+static float grad_of(int r, int i, uint64_t k) { return bucket_fixture_grad(r, i, k); }
 
 /* One micro-step of hooks in backward order; flush; checks. */
 static void micro_step(struct zero_engine *e, zero_buckets *b, rec *r, int reducing, const char *what) {
@@ -156,17 +125,8 @@ static void run_mode(int mode, int overlap, int gas, int short_spec) {
     r.part = part;
     r.snap = calloc(L->part_numel + 1, sizeof(float));
     r.hits = calloc(L->part_numel + 1, sizeof(int));
-    zero_bucket_spec s;
-    memset(&s, 0, sizeof s);
-    s.struct_size = short_spec ? (uint32_t)offsetof(zero_bucket_spec, on_block_final) : (uint32_t)sizeof s;
-    s.mode = mode;
-    s.bucket_numel = 300;
-    s.overlap = overlap;
-    s.contiguous = 1;
-    s.flat = flat;
-    s.partition = part;
-    s.reduce_every_micro_step = mode == ZERO_BUCKETS_SCATTER;
-    s.grad_dtype = ZERO_DTYPE_F32;
+    zero_bucket_spec s = bucket_fixture_spec((zero_bucket_mode)mode, 300, overlap, flat, part);
+    if (short_spec) s.struct_size = (uint32_t)offsetof(zero_bucket_spec, on_block_final);
     s.on_block_final = on_final; /* present in memory even when struct_size says it is not */
     s.on_block_final_user = &r;
     zero_buckets *b = NULL;

@@ -17,49 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/bucket_fixture.h"
 #include "../common/mpi_check.h"
-#include "buckets.h"
-#include "engine.h"
 
 static int rank_ = 0, world_ = 1;
 static const uint64_t sizes[5] = {1, 7, 1000, 33, 333};
 #define NP 5
 
-static struct zero_engine *make_engine(int gas) {
-    MPI_Comm comm = MPI_COMM_WORLD;
-    char json[256];
-    snprintf(json, sizeof json,
-             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
-             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}}",
-             gas);
-    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
-    o.config_json = json;
-    o.plugin = "stage0";
-    o.comm_kind = ZERO_COMM_MPI;
-    o.comm = &comm;
-    zero_engine *e = NULL;
-    char err[512] = "";
-    zero_status s = zero_engine_create(&o, &e, err, sizeof err);
-    CHECK(s == ZERO_OK, "engine: %s", err);
-    if (!e) return NULL;
-    static float zeros[1000];
-    for (int i = 0; i < NP; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "p%d", i);
-        zero_param_desc d = ZERO_PARAM_DESC_INIT;
-        d.name = name;
-        d.data = zeros;
-        d.numel = sizes[i];
-        d.group = i == 3 ? 1 : 0; /* two groups */
-        zero_param *h;
-        CHECK_EQ_INT(zero_register_param(e, &d, &h), ZERO_OK);
-    }
-    CHECK_EQ_INT(zero_params_done(e), ZERO_OK);
-    return e;
-}
+static struct zero_engine *make_engine(int gas) { return bucket_fixture_engine(gas, sizes, NP); }
 
-/* Rank r's gradient of param i, element k. */
-static float grad_of(int r, int i, uint64_t k) { return (float)((r + 1) * (i + 1)) + 0.001f * (float)(k % 7); }
+static float grad_of(int r, int i, uint64_t k) { return bucket_fixture_grad(r, i, k); }
 static float sum_of(int i, uint64_t k) {
     float s = 0;
     for (int r = 0; r < world_; r++) s += grad_of(r, i, k);
@@ -85,18 +52,7 @@ static void fire_all(zero_buckets *b, int forward, int via_src) {
 }
 
 static zero_bucket_spec spec_of(zero_bucket_mode mode, uint64_t bucket, int overlap, void *flat, void *part) {
-    zero_bucket_spec s;
-    memset(&s, 0, sizeof s);
-    s.struct_size = sizeof s;
-    s.mode = mode;
-    s.bucket_numel = bucket;
-    s.overlap = overlap;
-    s.contiguous = 1;
-    s.flat = flat;
-    s.partition = part;
-    s.reduce_every_micro_step = mode == ZERO_BUCKETS_SCATTER;
-    s.grad_dtype = ZERO_DTYPE_F32;
-    return s;
+    return bucket_fixture_spec(mode, bucket, overlap, flat, part);
 }
 
 static void test_sizes(struct zero_engine *e) {
