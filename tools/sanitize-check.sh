@@ -103,7 +103,7 @@ if [ "$mode" = asan ]; then
     fi
 else
     sel=${TESTS:-"^(comm_mpi_|comm_self|memory$|log\.|stages_|stage3_equiv_)"}
-    run_ctest threads TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=0:second_deadlock_stack=1" \
+    run_ctest threads TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=0:second_deadlock_stack=1:history_size=7" \
         -- -LE "bench|gpu" -R "$sel" "$@" || status=1
 fi
 
