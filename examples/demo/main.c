@@ -33,11 +33,8 @@
 #include "options.h"
 #include "precision.h"
 #include "report.h"
+#include "run_common.h"
 #include "zero.h"
-
-/* Model shape: ~190k parameters, small enough that 4 ranks sharing 2 cores
- * run 150 steps in seconds, large enough that the reduce buckets matter. */
-static const demo_dims kDims = {.ctx = 8, .embed = 24, .hidden1 = 256, .hidden2 = 256, .vocab = DEMO_VOCAB};
 
 /* Validation runs in chunks of this many positions. */
 enum { VAL_CHUNK = 256 };
@@ -258,19 +255,7 @@ static void digest(trainer *t, demo_report *r) {
         layer_acquire(t, l, w);
         for (int i = 0; i < demo_layer_count[l]; ++i) {
             const int k = demo_layer_first[l] + i;
-            double s = 0.0, q = 0.0, a = 0.0;
-            uint64_t n = demo_param_numel(&t->d, k);
-            for (uint64_t j = 0; j < n; ++j) {
-                double v = w[i][j];
-                s += v;
-                q += v * v;
-                a += fabs(v);
-            }
-            r->param_sum[k] = s;
-            r->param_sumsq[k] = q;
-            r->digest_sum += s;
-            r->digest_sumsq += q;
-            r->digest_abssum += a;
+            demo_digest_add(r, k, w[i], demo_param_numel(&t->d, k));
         }
         layer_done(t, l);
     }
@@ -283,7 +268,7 @@ int main(int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     trainer T = {0};
     trainer *t = &T;
-    T.d = kDims;
+    T.d = demo_default_dims;
     MPI_Comm_dup(MPI_COMM_WORLD, &T.comm);
     MPI_Comm_rank(T.comm, &T.rank);
     MPI_Comm_size(T.comm, &T.world);
@@ -296,36 +281,21 @@ int main(int argc, char **argv) {
     int prc = demo_options_parse(argc, argv, &opt, root, err, sizeof err);
     if (prc != 0) {
         if (prc < 0 && root) fprintf(stderr, "zero-demo: %s\n", err);
-        MPI_Comm_free(&T.comm);
-        MPI_Finalize();
-        return prc < 0 ? 2 : 0;
+        return demo_exit(&T.comm, prc < 0 ? 2 : 0);
     }
     demo_train_config cfg;
     if (demo_train_config_load(opt.config_path, T.world, &cfg, err, sizeof err) != 0) {
         if (root) fprintf(stderr, "zero-demo: %s\n", err);
-        MPI_Comm_free(&T.comm);
-        MPI_Finalize();
-        return 2;
+        return demo_exit(&T.comm, 2);
     }
     demo_corpus corpus;
     if (demo_corpus_load(opt.data_path, &corpus, err, sizeof err) != 0) {
         if (root) fprintf(stderr, "zero-demo: %s\n", err);
         demo_train_config_free(&cfg);
-        MPI_Comm_free(&T.comm);
-        MPI_Finalize();
-        return 2;
+        return demo_exit(&T.comm, 2);
     }
 
-    zero_engine_options eo = ZERO_ENGINE_OPTIONS_INIT;
-    eo.config_path = opt.config_path;
-    eo.comm_kind = ZERO_COMM_MPI;
-    eo.comm = &T.comm;
-    eo.plugin = opt.plugin;
-    zero_status s = zero_engine_create(&eo, &T.e, err, sizeof err);
-    if (s != ZERO_OK) {
-        fprintf(stderr, "[rank %d] zero_engine_create failed: %s: %s\n", T.rank, zero_status_string(s), err);
-        MPI_Abort(T.comm, 1);
-    }
+    T.e = demo_engine_create(&opt, &T.comm, T.rank);
     T.dtype = cfg.dtype;
     register_params(t, opt.seed);
     uint64_t nparams = 0;
@@ -343,11 +313,8 @@ int main(int argc, char **argv) {
                T.d.hidden2, corpus.n, corpus.nfiles, corpus.n_train, corpus.n - corpus.n_train, micro, gas,
                T.world, micro * gas * T.world, opt.steps);
 
-    double *losses = xcalloc((size_t)opt.steps, sizeof(double));
-    double *lrs = xcalloc((size_t)opt.steps, sizeof(double));
-    double *norms = xcalloc((size_t)opt.steps, sizeof(double));
-    double *step_ms = xcalloc((size_t)opt.steps, sizeof(double));
-    long skipped = 0;
+    demo_run_log log;
+    demo_run_log_init(&log, opt.steps);
     for (long step = 0; step < opt.steps; ++step) {
         MPI_Barrier(T.comm); /* so the step time is the slowest rank's, not rank 0's head start */
         double t0 = MPI_Wtime(), local = 0.0;
@@ -364,73 +331,35 @@ int main(int argc, char **argv) {
                 MPI_Abort(T.comm, 1);
             }
         }
-        step_ms[step] = (MPI_Wtime() - t0) * 1e3;
+        const double ms = (MPI_Wtime() - t0) * 1e3;
         /* The logged loss is the mean over the global batch (all ranks, all
          * micro-batches), what one process on the whole batch would see. */
         double mean = 0.0;
         local /= gas;
         MPI_Allreduce(&local, &mean, 1, MPI_DOUBLE, MPI_SUM, T.comm);
-        losses[step] = mean / T.world;
-        lrs[step] = res.lr;
-        norms[step] = res.grad_norm;
-        skipped += !res.taken;
-        if (root && !opt.quiet && ((step + 1) % cfg.steps_per_print == 0 || step == 0))
-            printf("[Rank 0] step=%ld, skipped=%ld, loss=%.4f, lr=[%.4e], step_time_ms=%.2f, "
-                   "grad_norm=%.4f, loss_scale=%g\n",
-                   step + 1, skipped, losses[step], res.lr, step_ms[step], res.grad_norm, res.loss_scale);
-        fflush(stdout);
+        demo_run_log_step(&log, step, mean / T.world, &res, ms, cfg.steps_per_print, root && !opt.quiet);
     }
 
     demo_report rep = {0};
     rep.val_loss = validate(t, &corpus, &rep.val_tokens);
     digest(t, &rep);
 
-    zero_memory_stats ms = ZERO_MEMORY_STATS_INIT;
-    ZCALL(t, zero_memory_stats_get(T.e, &ms));
-    uint64_t mine[DEMO_MEM_WORDS];
-    demo_mem_pack(&ms, mine);
-    uint64_t *all = root ? xcalloc((size_t)T.world * DEMO_MEM_WORDS, sizeof(uint64_t)) : NULL;
-    MPI_Gather(mine, DEMO_MEM_WORDS, MPI_UINT64_T, all, DEMO_MEM_WORDS, MPI_UINT64_T, 0, T.comm);
+    uint64_t *all = demo_mem_gather(T.e, T.comm, T.rank, T.world);
     zero_comm_stats cs = ZERO_COMM_STATS_INIT;
     int have_cs = zero_comm_stats_get(T.e, &cs) == ZERO_OK;
 
     int rc = 0;
     if (root) {
-        double mean_ms = 0.0;
-        for (long k = 1; k < opt.steps; ++k) mean_ms += step_ms[k];
-        mean_ms = opt.steps > 1 ? mean_ms / (double)(opt.steps - 1) : step_ms[0];
-        printf("final: loss=%.4f, val_loss=%.4f over %llu held-out chars, mean step %.2f ms, skipped %ld, "
-               "digest sum=%.17g sumsq=%.17g\n",
-               losses[opt.steps - 1], rep.val_loss, (unsigned long long)rep.val_tokens, mean_ms, skipped,
-               rep.digest_sum, rep.digest_sumsq);
+        const double mean_ms = demo_run_log_mean_ms(&log);
+        demo_print_final(&rep, &log, mean_ms);
         if (have_cs)
             printf("comm (rank 0): %.3f s in flight, %.3f s of it exposed (waited for in zero_step), "
                    "%llu reduction passes\n",
                    cs.total_comm_seconds, cs.exposed_comm_seconds, (unsigned long long)cs.reduction_passes);
         demo_memory_print(stdout, T.world, all);
         if (opt.summary_path) {
-            rep.plugin = zero_plugin_name(T.e);
-            rep.world = T.world;
-            rep.config_path = opt.config_path;
-            rep.config = cfg.root;
-            rep.data_path = opt.data_path;
-            rep.train_bytes = corpus.n_train;
-            rep.val_bytes = corpus.n - corpus.n_train;
-            rep.steps = opt.steps;
-            rep.micro_batch = micro;
-            rep.grad_accum = gas;
-            rep.seed = opt.seed;
-            rep.dims = T.d;
-            rep.num_params = nparams;
-            rep.losses = losses;
-            rep.lrs = lrs;
-            rep.grad_norms = norms;
-            rep.step_ms = step_ms;
-            rep.skipped_steps = skipped;
-            rep.mean_step_ms = mean_ms;
-            rep.mem = all;
-            rep.comm_exposed_s = have_cs ? cs.exposed_comm_seconds : -1.0;
-            rep.comm_total_s = have_cs ? cs.total_comm_seconds : -1.0;
+            demo_report_fill(&rep, T.e, T.world, &opt, &cfg, &corpus, micro, gas, nparams, &log, mean_ms, all, &cs,
+                             have_cs);
             if (demo_summary_write(&rep, opt.summary_path, err, sizeof err) != 0) {
                 fprintf(stderr, "zero-demo: %s\n", err);
                 rc = 1;
@@ -441,15 +370,10 @@ int main(int argc, char **argv) {
     MPI_Bcast(&rc, 1, MPI_INT, 0, T.comm);
 
     free(all);
-    free(losses);
-    free(lrs);
-    free(norms);
-    free(step_ms);
+    demo_run_log_free(&log);
     buffers_free(t);
     zero_engine_destroy(T.e);
     demo_corpus_free(&corpus);
     demo_train_config_free(&cfg);
-    MPI_Comm_free(&T.comm);
-    MPI_Finalize();
-    return rc;
+    return demo_exit(&T.comm, rc);
 }

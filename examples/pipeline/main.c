@@ -24,10 +24,7 @@
 #include "options.h"
 #include "pipe.h"
 #include "report.h"
-
-/* Same model shape as zero-demo (examples/demo/main.c), so that the two
- * binaries train the same model and their summaries compare. */
-static const demo_dims kDims = {.ctx = 8, .embed = 24, .hidden1 = 256, .hidden2 = 256, .vocab = DEMO_VOCAB};
+#include "run_common.h" /* zero-demo's model shape, step log and report: the two binaries' summaries compare */
 
 /* Tags stay far below the 32767 MPI guarantees: micro-batch m uses 2m, 2m+1. */
 enum { VAL_CHUNK = 256, VAL_TAG = 8000, DUMP_TAG = 20000 };
@@ -131,21 +128,7 @@ static float **collect_params(pipe_trainer *t) {
  * param order. */
 static void digest(const demo_dims *d, float **all, demo_report *r) {
     r->digest_sum = r->digest_sumsq = r->digest_abssum = 0.0;
-    for (int k = 0; k < DEMO_NPARAMS; ++k) {
-        double s = 0.0, q = 0.0, a = 0.0;
-        uint64_t n = demo_param_numel(d, k);
-        for (uint64_t j = 0; j < n; ++j) {
-            double v = all[k][j];
-            s += v;
-            q += v * v;
-            a += fabs(v);
-        }
-        r->param_sum[k] = s;
-        r->param_sumsq[k] = q;
-        r->digest_sum += s;
-        r->digest_sumsq += q;
-        r->digest_abssum += a;
-    }
+    for (int k = 0; k < DEMO_NPARAMS; ++k) demo_digest_add(r, k, all[k], demo_param_numel(d, k));
 }
 
 static int dump_params(const demo_dims *d, float **all, const char *path) {
@@ -204,7 +187,7 @@ int main(int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     pipe_trainer T = {0};
     pipe_trainer *t = &T;
-    T.d = kDims;
+    T.d = demo_default_dims;
     MPI_Comm_dup(MPI_COMM_WORLD, &T.comm);
     MPI_Comm_rank(T.comm, &T.grank);
     MPI_Comm_size(T.comm, &T.gsize);
@@ -218,9 +201,7 @@ int main(int argc, char **argv) {
     if (prc != 0) {
         if (prc < 0 && root) fprintf(stderr, "zero-pipeline-demo: %s\n", err);
         else if (root) printf("zero-pipeline-demo only: --schedule 1f1b|gpipe, --dump-params FILE\n");
-        MPI_Comm_free(&T.comm);
-        MPI_Finalize();
-        return prc < 0 ? 2 : 0;
+        return demo_exit(&T.comm, prc < 0 ? 2 : 0);
     }
     T.schedule = pf.schedule;
     demo_train_config cfg;
@@ -234,38 +215,23 @@ int main(int argc, char **argv) {
         if (root)
             fprintf(stderr, "zero-pipeline-demo: pipeline.stages %d: need 1..%d stages dividing the %d ranks\n",
                     T.stages, DEMO_NLAYERS, T.gsize);
-        MPI_Comm_free(&T.comm);
-        MPI_Finalize();
-        return 2;
+        return demo_exit(&T.comm, 2);
     }
     T.dp_size = T.gsize / T.stages;
     if (demo_train_config_load(opt.config_path, T.dp_size, &cfg, err, sizeof err) != 0) {
         if (root) fprintf(stderr, "zero-pipeline-demo: %s\n", err);
-        MPI_Comm_free(&T.comm);
-        MPI_Finalize();
-        return 2;
+        return demo_exit(&T.comm, 2);
     }
     demo_corpus corpus;
     if (demo_corpus_load(opt.data_path, &corpus, err, sizeof err) != 0) {
         if (root) fprintf(stderr, "zero-pipeline-demo: %s\n", err);
         demo_train_config_free(&cfg);
-        MPI_Comm_free(&T.comm);
-        MPI_Finalize();
-        return 2;
+        return demo_exit(&T.comm, 2);
     }
 
     /* The whole job's communicator goes to libzero, which splits it into
      * the DP groups itself (pipeline.stages in the config). */
-    zero_engine_options eo = ZERO_ENGINE_OPTIONS_INIT;
-    eo.config_path = opt.config_path;
-    eo.comm_kind = ZERO_COMM_MPI;
-    eo.comm = &T.comm;
-    eo.plugin = opt.plugin;
-    zero_status s = zero_engine_create(&eo, &T.e, err, sizeof err);
-    if (s != ZERO_OK) {
-        fprintf(stderr, "[rank %d] zero_engine_create failed: %s: %s\n", T.grank, zero_status_string(s), err);
-        MPI_Abort(T.comm, 1);
-    }
+    T.e = demo_engine_create(&opt, &T.comm, T.grank);
     T.stage = T.grank / T.dp_size;
     T.dp_rank = T.grank % T.dp_size;
     if (zero_pipeline_stages(T.e) != T.stages || zero_pipeline_stage(T.e) != T.stage ||
@@ -293,42 +259,25 @@ int main(int argc, char **argv) {
                T.d.embed, T.d.hidden1, T.d.hidden2, corpus.n, corpus.nfiles, corpus.n_train,
                corpus.n - corpus.n_train, T.micro, T.nmicro, T.dp_size, T.micro * T.nmicro * T.dp_size, opt.steps);
 
-    double *losses = calloc((size_t)opt.steps + 1, sizeof(double));
-    double *lrs = calloc((size_t)opt.steps + 1, sizeof(double));
-    double *norms = calloc((size_t)opt.steps + 1, sizeof(double));
-    double *step_ms = calloc((size_t)opt.steps + 1, sizeof(double));
-    if (!losses || !lrs || !norms || !step_ms) pipe_die(t, "calloc", "out of memory");
-    long skipped = 0;
+    demo_run_log log;
+    demo_run_log_init(&log, opt.steps);
     for (long step = 0; step < opt.steps; ++step) {
         MPI_Barrier(T.comm);
         double t0 = MPI_Wtime();
         zero_step_result res = ZERO_STEP_RESULT_INIT;
         double local = pipe_train_step(t, &corpus, opt.seed, step, &res) / T.nmicro;
-        step_ms[step] = (MPI_Wtime() - t0) * 1e3;
+        const double ms = (MPI_Wtime() - t0) * 1e3;
         /* Mean over the global batch: only the last stage has losses. */
         double mean = 0.0;
         MPI_Allreduce(&local, &mean, 1, MPI_DOUBLE, MPI_SUM, T.comm);
-        losses[step] = mean / T.dp_size;
-        lrs[step] = res.lr;
-        norms[step] = res.grad_norm;
-        skipped += !res.taken;
-        if (root && !opt.quiet && ((step + 1) % cfg.steps_per_print == 0 || step == 0))
-            printf("[Rank 0] step=%ld, skipped=%ld, loss=%.4f, lr=[%.4e], step_time_ms=%.2f, "
-                   "grad_norm=%.4f, loss_scale=%g\n",
-                   step + 1, skipped, losses[step], res.lr, step_ms[step], res.grad_norm, res.loss_scale);
-        fflush(stdout);
+        demo_run_log_step(&log, step, mean / T.dp_size, &res, ms, cfg.steps_per_print, root && !opt.quiet);
     }
 
     demo_report rep = {0};
     rep.val_loss = validate(t, &corpus, &rep.val_tokens);
     float **all = collect_params(t);
 
-    zero_memory_stats ms = ZERO_MEMORY_STATS_INIT;
-    PIPE_ZCALL(t, zero_memory_stats_get(T.e, &ms));
-    uint64_t mine[DEMO_MEM_WORDS];
-    demo_mem_pack(&ms, mine);
-    uint64_t *mem = root ? calloc((size_t)T.gsize * DEMO_MEM_WORDS, sizeof(uint64_t)) : NULL;
-    MPI_Gather(mine, DEMO_MEM_WORDS, MPI_UINT64_T, mem, DEMO_MEM_WORDS, MPI_UINT64_T, 0, T.comm);
+    uint64_t *mem = demo_mem_gather(T.e, T.comm, T.grank, T.gsize);
     zero_comm_stats cs = ZERO_COMM_STATS_INIT;
     int have_cs = zero_comm_stats_get(T.e, &cs) == ZERO_OK;
     uint64_t cmine[3] = {cs.reduction_passes, cs.reduce_scatter_calls, cs.allreduce_calls};
@@ -338,13 +287,8 @@ int main(int argc, char **argv) {
     int rc = 0;
     if (root) {
         digest(&T.d, all, &rep);
-        double mean_ms = 0.0;
-        for (long k = 1; k < opt.steps; ++k) mean_ms += step_ms[k];
-        mean_ms = opt.steps > 1 ? mean_ms / (double)(opt.steps - 1) : step_ms[0];
-        printf("final: loss=%.4f, val_loss=%.4f over %llu held-out chars, mean step %.2f ms, skipped %ld, "
-               "digest sum=%.17g sumsq=%.17g\n",
-               opt.steps > 0 ? losses[opt.steps - 1] : 0.0, rep.val_loss, (unsigned long long)rep.val_tokens,
-               mean_ms, skipped, rep.digest_sum, rep.digest_sumsq);
+        const double mean_ms = demo_run_log_mean_ms(&log);
+        demo_print_final(&rep, &log, mean_ms);
         printf("comm per DP group (rank 0): %llu reduction pass(es), %llu reduce-scatter call(s) in %ld step(s)\n",
                (unsigned long long)cs.reduction_passes, (unsigned long long)cs.reduce_scatter_calls, opt.steps);
         demo_memory_print(stdout, T.gsize, mem);
@@ -353,28 +297,8 @@ int main(int argc, char **argv) {
             rc = 1;
         }
         if (opt.summary_path) {
-            rep.plugin = zero_plugin_name(T.e);
-            rep.world = T.gsize;
-            rep.config_path = opt.config_path;
-            rep.config = cfg.root;
-            rep.data_path = opt.data_path;
-            rep.train_bytes = corpus.n_train;
-            rep.val_bytes = corpus.n - corpus.n_train;
-            rep.steps = opt.steps;
-            rep.micro_batch = T.micro;
-            rep.grad_accum = T.nmicro;
-            rep.seed = opt.seed;
-            rep.dims = T.d;
-            rep.num_params = nparams;
-            rep.losses = losses;
-            rep.lrs = lrs;
-            rep.grad_norms = norms;
-            rep.step_ms = step_ms;
-            rep.skipped_steps = skipped;
-            rep.mean_step_ms = mean_ms;
-            rep.mem = mem;
-            rep.comm_exposed_s = have_cs ? cs.exposed_comm_seconds : -1.0;
-            rep.comm_total_s = have_cs ? cs.total_comm_seconds : -1.0;
+            demo_report_fill(&rep, T.e, T.gsize, &opt, &cfg, &corpus, T.micro, T.nmicro, nparams, &log, mean_ms, mem,
+                             &cs, have_cs);
             if (demo_summary_write(&rep, opt.summary_path, err, sizeof err) != 0 ||
                 summary_patch(opt.summary_path, t, sched, call, err, sizeof err) != 0) {
                 fprintf(stderr, "zero-pipeline-demo: %s\n", err);
@@ -389,15 +313,10 @@ int main(int argc, char **argv) {
 
     free(mem);
     free(call);
-    free(losses);
-    free(lrs);
-    free(norms);
-    free(step_ms);
+    demo_run_log_free(&log);
     pipe_buffers_free(t);
     zero_engine_destroy(T.e);
     demo_corpus_free(&corpus);
     demo_train_config_free(&cfg);
-    MPI_Comm_free(&T.comm);
-    MPI_Finalize();
-    return rc;
+    return demo_exit(&T.comm, rc);
 }
