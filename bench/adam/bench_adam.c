@@ -27,13 +27,9 @@
 #include <immintrin.h>
 #endif
 
+#include "bench_timing.h"
 #include "optim_kernels.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct bufs {
     float *p, *g, *m, *v;
@@ -109,13 +105,8 @@ static void run_bound(zero__simd v, const bufs *b, int with_out) {
 #endif
 }
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof(double), cmp_d);
+    bench_sort(x, (size_t)n);
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
@@ -169,12 +160,12 @@ int main(int argc, char **argv) {
                                      ZERO_DTYPE_BF16, n);
             run_bound(best, &b, with_out);
             for (int r = 0; r < reps; ++r) {
-                double t0 = now_s();
+                double t0 = bench_now_s();
                 zero__optim_step_variant(v, ZERO_OPTIM_ADAMW, &s, b.p, st, b.g, 1.0f, with_out ? b.out : NULL,
                                          ZERO_DTYPE_BF16, n);
-                double t1 = now_s();
+                double t1 = bench_now_s();
                 run_bound(best, &b, with_out);
-                double t2 = now_s();
+                double t2 = bench_now_s();
                 ta[r] = t1 - t0;
                 tb[r] = t2 - t1;
                 tr[r] = tb[r] / ta[r]; /* back-to-back pair: shares the machine's state */

@@ -26,50 +26,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bench_engine.h"
+#include "bench_timing.h"
 #include "zero.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void busy_us(double us) {
-    double end = now_s() + us * 1e-6;
-    volatile double x = 1.0;
-    while (now_s() < end) x = x * 1.0000001 + 1e-9;
-}
-
-/* The machine's load when the figures were taken (they mean little on a
- * busy shared machine). */
-static double loadavg1(void) {
-    double l = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1) l = -1;
-        fclose(f);
-    }
-    return l;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double slowest(double v) {
-    double w = 0;
-    MPI_Allreduce(&v, &w, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return w;
-}
-
-static void die(const char *what, zero_engine *e, zero_status s) {
-    fprintf(stderr, "%s: %s %s\n", what, zero_status_string(s), e ? zero_last_error(e) : "");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
 
 typedef struct cfg {
     const char *plugin;
@@ -86,31 +47,8 @@ static void setup(cfg *c, int layers, size_t per, long long bucket) {
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.0001}},"
              " \"zero_optimization\": {\"overlap_comm\": %s, \"reduce_bucket_size\": %lld}}",
              strcmp(c->plugin, "stage2") == 0 ? 1000000 : 1, c->overlap ? "true" : "false", bucket);
-    MPI_Comm comm = MPI_COMM_WORLD;
-    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
-    o.config_json = json;
-    o.plugin = c->plugin;
-    o.comm_kind = ZERO_COMM_MPI;
-    o.comm = &comm;
-    char err[512];
-    zero_status s = zero_engine_create(&o, &c->e, err, sizeof err);
-    if (s != ZERO_OK) {
-        fprintf(stderr, "engine: %s\n", err);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
     c->h = calloc((size_t)layers, sizeof *c->h);
-    float *init = calloc(per, sizeof(float));
-    for (int i = 0; i < layers; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "layer%d", i);
-        zero_param_desc d = ZERO_PARAM_DESC_INIT;
-        d.name = name;
-        d.data = init;
-        d.numel = per;
-        if ((s = zero_register_param(c->e, &d, &c->h[i])) != ZERO_OK) die("register", c->e, s);
-    }
-    if ((s = zero_params_done(c->e)) != ZERO_OK) die("params_done", c->e, s);
-    free(init);
+    c->e = bench_engine_flat(json, c->plugin, layers, per, "layer", c->h);
 }
 
 /* One micro-step; returns this rank's (backward, step, exposed) seconds. */
@@ -118,20 +56,20 @@ static void run_once(cfg *c, int layers, size_t per, double layer_us, double out
     zero_comm_stats before = ZERO_COMM_STATS_INIT, after = ZERO_COMM_STATS_INIT;
     zero_comm_stats_get(c->e, &before);
     MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     zero_status s;
     for (int l = layers - 1; l >= 0; l--) {
-        busy_us(layer_us);
+        bench_busy_us(layer_us);
         void *buf;
-        if ((s = zero_grad_buffer(c->e, c->h[l], &buf)) != ZERO_OK) die("grad_buffer", c->e, s);
+        if ((s = zero_grad_buffer(c->e, c->h[l], &buf)) != ZERO_OK) bench_die("grad_buffer", c->e, s);
         float *g = buf;
         for (size_t i = 0; i < per; i++) g[i] += 1e-6f; /* the layer's gradient */
-        if ((s = zero_on_grad_ready(c->e, c->h[l], NULL)) != ZERO_OK) die("on_grad_ready", c->e, s);
+        if ((s = zero_on_grad_ready(c->e, c->h[l], NULL)) != ZERO_OK) bench_die("on_grad_ready", c->e, s);
     }
-    double t1 = now_s();
+    double t1 = bench_now_s();
     zero_step_result r = ZERO_STEP_RESULT_INIT;
-    if ((s = zero_step(c->e, NULL, &r)) != ZERO_OK) die("step", c->e, s);
-    double t2 = now_s();
+    if ((s = zero_step(c->e, NULL, &r)) != ZERO_OK) bench_die("step", c->e, s);
+    double t2 = bench_now_s();
     zero_comm_stats_get(c->e, &after);
     out[0] = t1 - t0;
     out[1] = t2 - t0;
@@ -169,9 +107,9 @@ int main(int argc, char **argv) {
             double o[3];
             run_once(&cs[k], layers, per, layer_us, o);
             if (it < 0) continue;
-            cs[k].t_bwd[it] = slowest(o[0]);
-            cs[k].t_step[it] = slowest(o[1]);
-            cs[k].t_exposed[it] = slowest(o[2]);
+            cs[k].t_bwd[it] = bench_slowest(o[0]);
+            cs[k].t_step[it] = bench_slowest(o[1]);
+            cs[k].t_exposed[it] = bench_slowest(o[2]);
         }
         if (it >= 0 && it < 64)
             for (int p = 0; p < 2; p++)
@@ -183,18 +121,18 @@ int main(int argc, char **argv) {
                world, layers, per, (double)per * layers * 4 / 1048576.0, layer_us, layer_us * layers / 1e3, bucket,
                reps);
     for (int k = 0; k < 4; k++) {
-        qsort(cs[k].t_bwd, (size_t)reps, sizeof(double), cmp_double);
-        qsort(cs[k].t_step, (size_t)reps, sizeof(double), cmp_double);
-        qsort(cs[k].t_exposed, (size_t)reps, sizeof(double), cmp_double);
+        bench_sort(cs[k].t_bwd, (size_t)reps);
+        bench_sort(cs[k].t_step, (size_t)reps);
+        bench_sort(cs[k].t_exposed, (size_t)reps);
         if (rank == 0)
             printf("  %s overlap_comm=%-5s  backward %8.2f ms   backward+zero_step %8.2f ms   exposed comm %8.2f ms\n",
                    cs[k].plugin, cs[k].overlap ? "true" : "false", cs[k].t_bwd[reps / 2] * 1e3,
                    cs[k].t_step[reps / 2] * 1e3, cs[k].t_exposed[reps / 2] * 1e3);
     }
-    if (rank == 0) printf("  (1-minute load average at the end: %.2f on %ld cores)\n", loadavg1(), sysconf(_SC_NPROCESSORS_ONLN));
+    if (rank == 0) printf("  (1-minute load average at the end: %.2f on %ld cores)\n", bench_loadavg1(), sysconf(_SC_NPROCESSORS_ONLN));
     int nr = reps < 64 ? reps : 64;
     for (int p = 0; p < 2; p++) {
-        qsort(ratio[p], (size_t)nr, sizeof(double), cmp_double);
+        bench_sort(ratio[p], (size_t)nr);
         if (rank == 0)
             printf("  => %s: exposed fraction with overlap on = %.3f of the off case (median of per-rep ratios); "
                    "step time on/off = %.3f\n",

@@ -11,12 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "comm.h"
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench_timing.h"
+#include "comm.h"
 
 typedef enum { ALLREDUCE, RS_MPI, RS_OURS, RS_INPLACE, AG_MPI, AG_OURS, AG_RING, AG_NBC, IAR_OURS, IAR_NBC, NBENCH } bench_kind;
 static const char *names[NBENCH] = {"MPI_Allreduce", "MPI_Reduce_scatter_block", "zero ring reduce-scatter",
@@ -120,9 +117,9 @@ int main(int argc, char **argv) {
         for (int i = 0; i < reps; ++i)
             for (int k = 0; k < NBENCH; ++k) t[k * reps + i] = run_once((bench_kind)k, w, a, b, count);
         for (int i = 0; i < reps; ++i) ratio[i] = t[RS_OURS * reps + i] / t[ALLREDUCE * reps + i];
-        qsort(ratio, (size_t)reps, sizeof *ratio, cmp_double);
+        bench_sort(ratio, (size_t)reps);
         for (int k = 0; k < NBENCH; ++k) {
-            qsort(t + k * reps, (size_t)reps, sizeof *t, cmp_double);
+            bench_sort(t + k * reps, (size_t)reps);
             med[k] = t[k * reps + reps / 2];
         }
         double med_ratio = ratio[reps / 2];

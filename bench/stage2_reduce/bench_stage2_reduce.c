@@ -23,35 +23,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_engine.h"
+#include "bench_timing.h"
 #include "zero.h"
-
-/* The machine's load when the figures were taken (they mean little on a
- * busy shared machine). */
-static double loadavg1(void) {
-    double l = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1) l = -1;
-        fclose(f);
-    }
-    return l;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double slowest(double dt) {
-    double w = 0;
-    MPI_Allreduce(&dt, &w, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return w;
-}
-
-static void die(const char *what, zero_engine *e, zero_status s) {
-    fprintf(stderr, "%s: %s %s\n", what, zero_status_string(s), e ? zero_last_error(e) : "");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
 
 int main(int argc, char **argv) {
     int provided = 0, reps = 7, nparams = 64;
@@ -68,34 +42,12 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     const size_t total = (size_t)(mparams * 1e6), per = total / (size_t)nparams;
 
-    MPI_Comm comm = MPI_COMM_WORLD;
-    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
-    o.config_json = "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1000000,"
-                    " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}},"
-                    " \"zero_optimization\": {\"stage\": 2, \"overlap_comm\": true}}";
-    o.plugin = "stage2";
-    o.comm_kind = ZERO_COMM_MPI;
-    o.comm = &comm;
-    zero_engine *e = NULL;
-    char err[512];
-    zero_status s = zero_engine_create(&o, &e, err, sizeof err);
-    if (s != ZERO_OK) {
-        fprintf(stderr, "engine: %s\n", err);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
     zero_param **h = calloc((size_t)nparams, sizeof *h);
-    float *init = calloc(per, sizeof(float));
-    for (int i = 0; i < nparams; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "p%d", i);
-        zero_param_desc d = ZERO_PARAM_DESC_INIT;
-        d.name = name;
-        d.data = init;
-        d.numel = per;
-        if ((s = zero_register_param(e, &d, &h[i])) != ZERO_OK) die("register", e, s);
-    }
-    if ((s = zero_params_done(e)) != ZERO_OK) die("params_done", e, s);
-    free(init);
+    zero_engine *e = bench_engine_flat("{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1000000,"
+                                       " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}},"
+                                       " \"zero_optimization\": {\"stage\": 2, \"overlap_comm\": true}}",
+                                       "stage2", nparams, per, "p", h);
+    zero_status s;
 
     float *a = malloc(total * sizeof(float)), *b = malloc(total * sizeof(float));
     for (size_t i = 0; i < total; i++) a[i] = (float)((i + (size_t)rank) % 1000) * 0.001f;
@@ -105,28 +57,28 @@ int main(int argc, char **argv) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
         MPI_Allreduce(a, b, (int)total, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        double ar = slowest(MPI_Wtime() - t0);
+        double ar = bench_slowest(MPI_Wtime() - t0);
 
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
         for (int i = nparams - 1; i >= 0; i--) { /* backward order */
             void *buf;
-            if ((s = zero_grad_buffer(e, h[i], &buf)) != ZERO_OK) die("grad_buffer", e, s);
+            if ((s = zero_grad_buffer(e, h[i], &buf)) != ZERO_OK) bench_die("grad_buffer", e, s);
             ((float *)buf)[0] += 1.0f; /* the host writes something; the rest stays zero */
-            if ((s = zero_on_grad_ready(e, h[i], NULL)) != ZERO_OK) die("on_grad_ready", e, s);
+            if ((s = zero_on_grad_ready(e, h[i], NULL)) != ZERO_OK) bench_die("on_grad_ready", e, s);
         }
         zero_step_result res = ZERO_STEP_RESULT_INIT;
-        if ((s = zero_step(e, NULL, &res)) != ZERO_OK) die("step", e, s);
-        double z = slowest(MPI_Wtime() - t0);
+        if ((s = zero_step(e, NULL, &res)) != ZERO_OK) bench_die("step", e, s);
+        double z = bench_slowest(MPI_Wtime() - t0);
         if (it >= 0) {
             t_ar[it] = ar;
             t_z[it] = z;
             ratio[it] = z / ar;
         }
     }
-    qsort(t_ar, (size_t)reps, sizeof(double), cmp_double);
-    qsort(t_z, (size_t)reps, sizeof(double), cmp_double);
-    qsort(ratio, (size_t)reps, sizeof(double), cmp_double);
+    bench_sort(t_ar, (size_t)reps);
+    bench_sort(t_z, (size_t)reps);
+    bench_sort(ratio, (size_t)reps);
     zero_comm_stats cs = ZERO_COMM_STATS_INIT;
     zero_comm_stats_get(e, &cs);
     if (rank == 0) {
@@ -138,7 +90,7 @@ int main(int argc, char **argv) {
                (unsigned long long)cs.reduction_passes);
         printf("  of which waiting for reductions (rank 0, mean per pass) %.2f ms\n",
                cs.exposed_comm_seconds / (double)(cs.reduction_passes ? cs.reduction_passes : 1) * 1e3);
-        printf("  (1-minute load average at the end: %.2f on %ld cores)\n", loadavg1(), sysconf(_SC_NPROCESSORS_ONLN));
+        printf("  (1-minute load average at the end: %.2f on %ld cores)\n", bench_loadavg1(), sysconf(_SC_NPROCESSORS_ONLN));
         printf("  => stage2 / MPI_Allreduce = %.3f (median of per-rep ratios; ratio of medians %.3f); target <= 0.6\n",
                ratio[reps / 2], t_z[reps / 2] / t_ar[reps / 2]);
     }
