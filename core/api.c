@@ -439,30 +439,35 @@ static zero_status settle_missing(zero_engine *e) {
         if (!atomic_load(&e->params[i]->ready)) missing++;
     if (e->rc->strict_grads) {
         uint64_t any = missing;
+        char names[512] = "";
+        size_t off = 0;
+        for (uint32_t i = 0; i < e->nparams && off < sizeof names - 1; i++)
+            if (!atomic_load(&e->params[i]->ready))
+                off += snprintf(names + off, sizeof names - off, "%s%s", off ? ", " : "", e->params[i]->name);
+        /* (stages) Deliver the missing gradients as zeros before failing:
+         * with overlap_comm the bucket engine issues each bucket's
+         * collective as soon as the bucket (and every earlier one) is
+         * complete, so a rank that stopped short would leave the other
+         * ranks waiting for collectives it never issues (a hang at the
+         * next collective or in zero_engine_destroy).  The step is still
+         * refused.  (qa) This happens BEFORE the agreement below: a rank
+         * with every gradient has issued all its bucket collectives by now,
+         * so one still missing some must issue them before the allreduce
+         * too, or the two ranks call collectives on the same communicator
+         * in different orders (erroneous MPI: MPI_ERR_TRUNCATE with Open
+         * MPI's libnbc, a hang or garbage with NCCL). */
+        for (uint32_t i = 0; i < e->nparams; i++) {
+            struct zero_param *p = e->params[i];
+            if (atomic_load(&p->ready)) continue;
+            p->info.grad_is_zero = 1;
+            e->plugin.table->on_grad_ready(e->pstate, &p->info, NULL);
+            p->info.grad_is_zero = 0;
+        }
         /* Over every pipeline stage too: a refusal must reach ranks that are
          * about to meet this one in a world-wide collective. */
         zero_status s = zero__allreduce(e->global, &any, 1, ZERO_DTYPE_U64, ZERO_OP_MAX);
         if (s != ZERO_OK) return s;
         if (any) {
-            char names[512] = "";
-            size_t off = 0;
-            for (uint32_t i = 0; i < e->nparams && off < sizeof names - 1; i++)
-                if (!atomic_load(&e->params[i]->ready))
-                    off += snprintf(names + off, sizeof names - off, "%s%s", off ? ", " : "", e->params[i]->name);
-            /* (stages) Deliver the missing gradients as zeros before failing:
-             * with overlap_comm the bucket engine issues each bucket's
-             * collective as soon as the bucket (and every earlier one) is
-             * complete, so a rank that stopped short would leave the other
-             * ranks waiting for collectives it never issues (a hang at the
-             * next collective or in zero_engine_destroy).  The step is still
-             * refused. */
-            for (uint32_t i = 0; i < e->nparams; i++) {
-                struct zero_param *p = e->params[i];
-                if (atomic_load(&p->ready)) continue;
-                p->info.grad_is_zero = 1;
-                e->plugin.table->on_grad_ready(e->pstate, &p->info, NULL);
-                p->info.grad_is_zero = 0;
-            }
             e->micro_step = 0;
             for (uint32_t i = 0; i < e->nparams; i++) atomic_store(&e->params[i]->ready, 0);
             return zero__error(e, ZERO_ERR_STATE,
