@@ -2,7 +2,6 @@
 #include "host_util.h"
 
 #include <dirent.h>
-#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,16 +14,6 @@ double th_u11(uint64_t key) {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
     return (double)(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
-}
-
-double th_rel_l2(const float *a, const float *b, size_t n) {
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = (double)a[i] - (double)b[i];
-        d += x * x;
-        r += (double)b[i] * (double)b[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
 }
 
 zero_status th_engine_create(const char *json, const char *plugin, int self_comm, zero_log_fn log_fn,

@@ -11,14 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rel_l2.h"
 #include "zero.h"
 
 /* Deterministic uniform in [-1, 1) from a 64-bit key (splitmix64).  Pure. */
 double th_u11(uint64_t key);
 
-/* Relative L2 difference |a - b| / |b| in fp64 (|a - b| when b is all
- * zeros).  Pure; reads n floats of each. */
-double th_rel_l2(const float *a, const float *b, size_t n);
+/* th_rel_l2(a, b, n): relative L2 difference (rel_l2.h, header-only). */
 
 /* zero_engine_create with a JSON config, a plugin name and a log callback
  * (may be NULL), over MPI_COMM_WORLD or, with self_comm, ZERO_COMM_SELF.

@@ -28,6 +28,7 @@
 
 #include "check.h"
 #include "device.h"
+#include "exact_data.h"
 #include "zero.h"
 
 /* ---------------------------------------------------------------- stub */
@@ -178,13 +179,6 @@ enum { NP = 5, STEPS = 3, GAS = 2 };
 static const size_t sizes[NP] = {7, 300, 1000, 33, 517};
 static int rank_ = 0, world_ = 1;
 
-static float grad_of(int r, int gm, int p, size_t i) {
-    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503 + gm * 977 + p * 131);
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    return (float)((int)(h % 257) - 128) / 64.0f;
-}
 
 typedef struct run_opts {
     const char *plugin;
@@ -237,7 +231,7 @@ static zero_engine *open_engine(const run_opts *ro, zero_param **h, size_t *tota
     for (int p = 0; p < NP && s == ZERO_OK; ++p) {
         float *init = inits[p] = malloc(sizes[p] * 4);
         for (size_t i = 0; i < sizes[p]; ++i) {
-            float v = (float)((int)((i * 37 + (size_t)p) % 201) - 100) / 100.0f;
+            float v = exact_init(p, i);
             if (ro->bf16)
                 ((uint16_t *)init)[i] = to_bf16(v);
             else
@@ -308,9 +302,9 @@ static void *train(const run_opts *ro, size_t *total) {
             uint16_t *g16 = real(buf);
             for (size_t i = 0; i < sizes[p]; ++i) {
                 if (ro->bf16)
-                    g16[i] = to_bf16(from_bf16(g16[i]) + grad_of(rank_, gm, p, i));
+                    g16[i] = to_bf16(from_bf16(g16[i]) + exact_grad(rank_, gm, p, i));
                 else
-                    g[i] += grad_of(rank_, gm, p, i);
+                    g[i] += exact_grad(rank_, gm, p, i);
             }
             s = zero_on_grad_ready(e, h[p], NULL);
             ready_calls++;

@@ -20,24 +20,10 @@
  *  - gathered parameters and gradient buffers are device pointers, and the
  *    device tier of zero_memory_stats holds the model states.
  * Without a usable GPU the program prints why and exits 77 (Skipped). */
-#include <math.h>
-#include <mpi.h>
-#include <nccl.h>
-
-#include "gpu_common.h"
+#include "gpu_engine_fixture.h"
 #include "zero.h"
 
-enum { NP = 6, STEPS = 4, GAS = 2 };
-static const size_t sizes[NP] = {1, 7, 300, 1000, 33, 517};
 static int rank_ = 0, world_ = 1, ordinal_ = 0;
-
-static float grad_of(int r, int gm, int p, size_t i) {
-    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503 + gm * 977 + p * 131);
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    return (float)((int)(h % 257) - 128) / 64.0f;
-}
 
 static int is_device_ptr(const void *p) {
     struct cudaPointerAttributes a;
@@ -80,7 +66,7 @@ static float *run(const char *plugin, int stage, int mode, ncclComm_t *nc, size_
     *total = 0;
     for (int p = 0; p < NP && s == ZERO_OK; ++p) {
         float *init = host_init[p] = malloc(sizes[p] * 4);
-        for (size_t i = 0; i < sizes[p]; ++i) init[i] = (float)((int)((i * 37 + (size_t)p) % 201) - 100) / 100.0f;
+        for (size_t i = 0; i < sizes[p]; ++i) init[i] = exact_init(p, i);
         char name[16];
         snprintf(name, sizeof name, "p%d", p);
         zero_param_desc d = ZERO_PARAM_DESC_INIT;
@@ -114,11 +100,11 @@ static float *run(const char *plugin, int stage, int mode, ncclComm_t *nc, size_
             if ((s = zero_grad_buffer(e, h[p], &buf)) != ZERO_OK) break;
             if (mode == ON_CPU) {
                 float *g = buf;
-                for (size_t i = 0; i < sizes[p]; ++i) g[i] += grad_of(rank_, gm, p, i);
+                for (size_t i = 0; i < sizes[p]; ++i) g[i] += exact_grad(rank_, gm, p, i);
             } else { /* a backward kernel would add in place; the test goes through the host */
                 CHECK(is_device_ptr(buf), "%s: grad buffer of p%d is not device memory", plugin, p);
                 gpu_download(tmp, buf, sizes[p] * 4);
-                for (size_t i = 0; i < sizes[p]; ++i) tmp[i] += grad_of(rank_, gm, p, i);
+                for (size_t i = 0; i < sizes[p]; ++i) tmp[i] += exact_grad(rank_, gm, p, i);
                 CUDA_OK(cudaMemcpy(buf, tmp, sizes[p] * 4, cudaMemcpyHostToDevice));
             }
             s = zero_on_grad_ready(e, h[p], NULL);
@@ -155,40 +141,11 @@ static float *run(const char *plugin, int stage, int mode, ncclComm_t *nc, size_
     return out;
 }
 
-static double rel_l2(const float *a, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; ++i) {
-        double d = (double)a[i] - (double)ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
 int main(int argc, char **argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
-    int n = gpu_count_or_skip("gpu_engine_device"), all = 0;
-    MPI_Allreduce(&n, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (all == 0) {
-        MPI_Finalize();
-        return GPU_SKIP;
-    }
-    MPI_Comm node;
-    int local = 0;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &local);
-    MPI_Comm_free(&node);
-    ordinal_ = local % n;
-    CUDA_OK(cudaSetDevice(ordinal_));
-    ncclUniqueId id;
-    if (rank_ == 0) ncclGetUniqueId(&id);
-    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
     ncclComm_t nc;
-    ncclResult_t nr = ncclCommInitRank(&nc, world_, id, rank_);
-    CHECK(nr == ncclSuccess, "ncclCommInitRank: %s", ncclGetErrorString(nr));
+    ncclResult_t nr;
+    if (gpu_engine_setup(&argc, &argv, "gpu_engine_device", &rank_, &world_, &ordinal_, &nc, &nr) == GPU_SKIP)
+        return GPU_SKIP;
     static const struct { const char *plugin; int stage; } runs[] = {
         {"stage0", 0}, {"stage1", 1}, {"stage2", 2}, {"stage3", 3}, {"offload", 2}};
     float *ref = NULL;
@@ -200,7 +157,7 @@ int main(int argc, char **argv) {
             if (cpu && gpu) {
                 CHECK(memcmp(cpu, gpu, total * 4) == 0, "%s: CUDA engine (%s) differs from the CPU engine (world %d)",
                       runs[r].plugin, mode == ON_GPU_AUTO ? "auto NCCL" : "host ncclComm", world_);
-                double rel = ref ? rel_l2(gpu, ref, total) : 0.0;
+                double rel = ref ? th_rel_l2(gpu, ref, total) : 0.0;
                 CHECK(rel <= 1e-6, "%s on the GPU vs stage0: relative L2 %.3e", runs[r].plugin, rel);
                 if (rank_ == 0)
                     printf("world %d %s on CUDA (%s): == CPU engine bitwise, vs stage0 rel L2 %.2e\n", world_,

@@ -8,24 +8,10 @@
  * Parameters live in host memory (device_kind CPU): the NCCL backend stages
  * them through device scratch.  This is what a host gets today with its
  * ncclComm_t; device-resident parameters need the engine's CUDA wiring. */
-#include <math.h>
-#include <mpi.h>
-#include <nccl.h>
-
-#include "gpu_common.h"
+#include "gpu_engine_fixture.h"
 #include "zero.h"
 
-enum { NP = 6, STEPS = 4, GAS = 2 };
-static const size_t sizes[NP] = {1, 7, 300, 1000, 33, 517};
-static int rank_ = 0, world_ = 1;
-
-static float grad_of(int r, int gm, int p, size_t i) {
-    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503 + gm * 977 + p * 131);
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    return (float)((int)(h % 257) - 128) / 64.0f;
-}
+static int rank_ = 0, world_ = 1, ordinal_ = 0;
 
 /* Train and return the final parameters (all params concatenated), or NULL. */
 static float *run(int stage, int use_nccl, ncclComm_t *nc, size_t *total) {
@@ -54,7 +40,7 @@ static float *run(int stage, int use_nccl, ncclComm_t *nc, size_t *total) {
     *total = 0;
     for (int p = 0; p < NP; ++p) {
         float *init = inits[p] = malloc(sizes[p] * 4);
-        for (size_t i = 0; i < sizes[p]; ++i) init[i] = (float)((int)((i * 37 + (size_t)p) % 201) - 100) / 100.0f;
+        for (size_t i = 0; i < sizes[p]; ++i) init[i] = exact_init(p, i);
         char name[16];
         snprintf(name, sizeof name, "p%d", p);
         zero_param_desc d = ZERO_PARAM_DESC_INIT;
@@ -78,7 +64,7 @@ static float *run(int stage, int use_nccl, ncclComm_t *nc, size_t *total) {
             void *buf = NULL;
             if ((s = zero_grad_buffer(e, h[p], &buf)) != ZERO_OK) break;
             float *g = buf;
-            for (size_t i = 0; i < sizes[p]; ++i) g[i] += grad_of(rank_, gm, p, i);
+            for (size_t i = 0; i < sizes[p]; ++i) g[i] += exact_grad(rank_, gm, p, i);
             s = zero_on_grad_ready(e, h[p], NULL);
         }
         zero_step_result res = ZERO_STEP_RESULT_INIT;
@@ -99,29 +85,11 @@ static float *run(int stage, int use_nccl, ncclComm_t *nc, size_t *total) {
 }
 
 int main(int argc, char **argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
-    int n = gpu_count_or_skip("gpu_engine_stages"), all = 0;
-    MPI_Allreduce(&n, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (all == 0) {
-        MPI_Finalize();
-        return GPU_SKIP;
-    }
     /* The host's own NCCL setup, as a trainer would do it. */
-    MPI_Comm node;
-    int local = 0;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &local);
-    MPI_Comm_free(&node);
-    CUDA_OK(cudaSetDevice(local % n));
-    ncclUniqueId id;
-    if (rank_ == 0) ncclGetUniqueId(&id);
-    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
     ncclComm_t nc;
-    ncclResult_t nr = ncclCommInitRank(&nc, world_, id, rank_);
-    CHECK(nr == ncclSuccess, "ncclCommInitRank: %s", ncclGetErrorString(nr));
+    ncclResult_t nr;
+    if (gpu_engine_setup(&argc, &argv, "gpu_engine_stages", &rank_, &world_, &ordinal_, &nc, &nr) == GPU_SKIP)
+        return GPU_SKIP;
     if (nr == ncclSuccess) {
         float *ref = NULL;
         size_t total = 0;
@@ -134,18 +102,12 @@ int main(int argc, char **argv) {
                     size_t off = 0, moved = 0; /* training really happened */
                     for (int p = 0; p < NP; ++p)
                         for (size_t i = 0; i < sizes[p]; ++i)
-                            moved += on_nccl[off++] != (float)((int)((i * 37 + (size_t)p) % 201) - 100) / 100.0f;
+                            moved += on_nccl[off++] != exact_init(p, i);
                     CHECK(moved > total / 2, "stage0: only %zu of %zu params moved", moved, total);
                     ref = on_nccl;
                     on_nccl = NULL;
                 } else if (ref) {
-                    double num = 0, den = 0;
-                    for (size_t i = 0; i < total; ++i) {
-                        double d = (double)on_nccl[i] - (double)ref[i];
-                        num += d * d;
-                        den += (double)ref[i] * ref[i];
-                    }
-                    double rel = sqrt(num / (den > 0 ? den : 1));
+                    double rel = th_rel_l2(on_nccl, ref, total);
                     CHECK(rel <= 1e-6, "stage%d vs stage0 on NCCL: relative L2 %.3e", stage, rel);
                     if (rank_ == 0) printf("world %d stage%d on NCCL: == MPI bitwise, vs stage0 rel L2 %.2e\n", world_, stage, rel);
                 }

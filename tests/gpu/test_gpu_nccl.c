@@ -7,20 +7,7 @@
  *                          the "host passes its ncclComm_t" path, on every GPU.
  * Values are small integers so that every sum is exact whatever NCCL's
  * reduction order. */
-#include <mpi.h>
-#include <nccl.h>
-#include <pthread.h>
-
-#include "gpu_common.h"
-#include "comm_nccl.h"
-
-static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
-#define TCHECK(cond, ...)                      \
-    do {                                       \
-        pthread_mutex_lock(&check_lock);       \
-        CHECK(cond, __VA_ARGS__);              \
-        pthread_mutex_unlock(&check_lock);     \
-    } while (0)
+#include "gpu_nccl_driver.h"
 
 static float *dev_floats(const float *h, size_t n) { return gpu_upload(h, n * 4); }
 
@@ -144,69 +131,14 @@ static void suite(zero_comm *m) {
            (unsigned long long)m->counters.reduce_scatter_calls, (unsigned long long)m->counters.allgather_calls);
 }
 
-typedef struct thread_arg {
-    ncclComm_t nc;
-    int dev;
-} thread_arg;
-
-static void *thread_main(void *p) {
-    thread_arg *a = p;
-    CUDA_OK(cudaSetDevice(a->dev));
-    zero_comm *m = NULL;
-    char err[256] = "";
-    zero_status s = zero__comm_nccl_create(&a->nc, NULL, &m, err, sizeof err);
-    TCHECK(s == ZERO_OK && m, "wrap host ncclComm_t: %s", err);
-    if (m) {
-        suite(m);
-        m->ops->free(m);
+static void body(zero_comm *m, int from_mpi) {
+    if (from_mpi) {
+        int wr = 0, ws = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+        MPI_Comm_size(MPI_COMM_WORLD, &ws);
+        CHECK(m->rank == wr && m->size == ws, "NCCL rank/size %d/%d vs MPI %d/%d", m->rank, m->size, wr, ws);
     }
-    return NULL;
+    suite(m);
 }
 
-int main(int argc, char **argv) {
-    const char *mode = argc > 1 ? argv[1] : "threads";
-    if (strcmp(mode, "mpi") == 0) {
-        MPI_Init(&argc, &argv);
-        int n = gpu_count_or_skip("gpu_nccl_mpi");
-        int all = 0;
-        MPI_Allreduce(&n, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-        if (all == 0) {
-            MPI_Finalize();
-            return GPU_SKIP;
-        }
-        zero_comm *m = NULL;
-        char err[256] = "";
-        zero_status s = zero__comm_nccl_create_mpi(NULL, -1, NULL, &m, err, sizeof err);
-        CHECK(s == ZERO_OK && m, "NCCL from MPI: %s", err);
-        if (m) {
-            int wr = 0, ws = 0;
-            MPI_Comm_rank(MPI_COMM_WORLD, &wr);
-            MPI_Comm_size(MPI_COMM_WORLD, &ws);
-            CHECK(m->rank == wr && m->size == ws, "NCCL rank/size %d/%d vs MPI %d/%d", m->rank, m->size, wr, ws);
-            suite(m);
-            m->ops->free(m);
-        }
-        int rc = check_finish();
-        MPI_Finalize();
-        return rc;
-    }
-    int n = gpu_count_or_skip("gpu_nccl_threads");
-    if (n == 0) return GPU_SKIP;
-    if (n > 64) n = 64;
-    ncclComm_t comms[64];
-    int devs[64];
-    for (int i = 0; i < n; ++i) devs[i] = i;
-    ncclResult_t r = ncclCommInitAll(comms, n, devs);
-    CHECK(r == ncclSuccess, "ncclCommInitAll(%d): %s", n, ncclGetErrorString(r));
-    if (r != ncclSuccess) return check_finish();
-    pthread_t th[64];
-    thread_arg args[64];
-    for (int i = 0; i < n; ++i) {
-        args[i] = (thread_arg){comms[i], i};
-        pthread_create(&th[i], NULL, thread_main, &args[i]);
-    }
-    for (int i = 0; i < n; ++i) pthread_join(th[i], NULL);
-    for (int i = 0; i < n; ++i) ncclCommDestroy(comms[i]);
-    printf("NCCL suite ran on %d GPU(s)\n", n);
-    return check_finish();
-}
+int main(int argc, char **argv) { return gpu_nccl_main(argc, argv, "gpu_nccl", "NCCL suite", body); }

@@ -11,24 +11,11 @@
  * all three must agree bitwise on every rank.
  *   test_gpu_stage_equivalence mpi      under mpirun (np 1: NCCL world size 1)
  *   test_gpu_stage_equivalence threads  one thread per GPU present */
-#include <mpi.h>
-#include <nccl.h>
-#include <pthread.h>
-
-#include "gpu_common.h"
-#include "comm_nccl.h"
+#include "gpu_nccl_driver.h"
 #include "optim.h"
 #include "zero_cuda_kernels.h"
 
 enum { NUMEL = 100003, STEPS = 3 };
-
-static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
-#define TCHECK(cond, ...)                  \
-    do {                                   \
-        pthread_mutex_lock(&check_lock);   \
-        CHECK(cond, __VA_ARGS__);          \
-        pthread_mutex_unlock(&check_lock); \
-    } while (0)
 
 /* Deterministic gradient of rank r at step t, element i: a multiple of 1/64. */
 static float grad_of(int r, int t, size_t i) {
@@ -133,62 +120,11 @@ static void equivalence(zero_comm *m) {
     free(ref), free(got);
 }
 
-typedef struct thread_arg {
-    ncclComm_t nc;
-    int dev;
-} thread_arg;
-
-static void *thread_main(void *p) {
-    thread_arg *a = p;
-    CUDA_OK(cudaSetDevice(a->dev));
-    zero_comm *m = NULL;
-    char err[256] = "";
-    TCHECK(zero__comm_nccl_create(&a->nc, NULL, &m, err, sizeof err) == ZERO_OK, "wrap: %s", err);
-    if (m) {
-        equivalence(m);
-        m->ops->free(m);
-    }
-    return NULL;
+static void body(zero_comm *m, int from_mpi) {
+    (void)from_mpi;
+    equivalence(m);
 }
 
 int main(int argc, char **argv) {
-    const char *mode = argc > 1 ? argv[1] : "threads";
-    if (strcmp(mode, "mpi") == 0) {
-        MPI_Init(&argc, &argv);
-        int n = gpu_count_or_skip("gpu_stage_equivalence_mpi"), all = 0;
-        MPI_Allreduce(&n, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-        if (all == 0) {
-            MPI_Finalize();
-            return GPU_SKIP;
-        }
-        zero_comm *m = NULL;
-        char err[256] = "";
-        CHECK(zero__comm_nccl_create_mpi(NULL, -1, NULL, &m, err, sizeof err) == ZERO_OK, "NCCL from MPI: %s", err);
-        if (m) {
-            equivalence(m);
-            m->ops->free(m);
-        }
-        int rc = check_finish();
-        MPI_Finalize();
-        return rc;
-    }
-    int n = gpu_count_or_skip("gpu_stage_equivalence_threads");
-    if (n == 0) return GPU_SKIP;
-    if (n > 64) n = 64;
-    ncclComm_t comms[64];
-    int devs[64];
-    for (int i = 0; i < n; ++i) devs[i] = i;
-    ncclResult_t r = ncclCommInitAll(comms, n, devs);
-    CHECK(r == ncclSuccess, "ncclCommInitAll(%d): %s", n, ncclGetErrorString(r));
-    if (r != ncclSuccess) return check_finish();
-    pthread_t th[64];
-    thread_arg args[64];
-    for (int i = 0; i < n; ++i) {
-        args[i] = (thread_arg){comms[i], i};
-        pthread_create(&th[i], NULL, thread_main, &args[i]);
-    }
-    for (int i = 0; i < n; ++i) pthread_join(th[i], NULL);
-    for (int i = 0; i < n; ++i) ncclCommDestroy(comms[i]);
-    printf("stage equivalence ran on %d GPU(s)\n", n);
-    return check_finish();
+    return gpu_nccl_main(argc, argv, "gpu_stage_equivalence", "stage equivalence", body);
 }
