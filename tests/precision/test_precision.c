@@ -43,6 +43,14 @@ static const stage_def STAGES[] = {{"stage0", 0, NULL},
                                    {"offload", 2, "\"offload_optimizer\": {\"device\": \"cpu\"}"}};
 enum { NSTAGES = sizeof STAGES / sizeof STAGES[0] };
 
+/* cfg run by STAGES[i] (plugin, stage number, extra zero_optimization keys). */
+static prec_cfg on_stage(prec_cfg cfg, int i) {
+    cfg.plugin = STAGES[i].plugin;
+    cfg.stage = STAGES[i].stage;
+    cfg.zero_extra_json = STAGES[i].zero_extra;
+    return cfg;
+}
+
 static int ran(const prec_out *o, const char *label) {
     CHECK(o->status == ZERO_OK, "N=%d %s failed: %s", world_, label, o->error);
     return o->status == ZERO_OK;
@@ -68,10 +76,7 @@ static void mixed_equivalence(zero_dtype dt, int steps, int gas, double tol_part
     prec_run(&c, &ref);
     if (!ran(&ref, "stage0 reference")) return;
     for (int i = 0; i < NSTAGES; i++) {
-        prec_cfg ci = c;
-        ci.plugin = STAGES[i].plugin;
-        ci.stage = STAGES[i].stage;
-        ci.zero_extra_json = STAGES[i].zero_extra;
+        prec_cfg ci = on_stage(c, i);
         prec_out a, b;
         prec_run(&ci, &a);
         prec_run(&ci, &b);
@@ -123,10 +128,7 @@ static void reduction_factors(void) {
             CHECK(d0 <= 5e-3, "N=%d %s changes the trained params by %.2e (same mean gradient expected)", world_,
                   extra[k], d0);
             for (int i = 1; i < NSTAGES; i++) {
-                prec_cfg ci = ck;
-                ci.plugin = STAGES[i].plugin;
-                ci.stage = STAGES[i].stage;
-                ci.zero_extra_json = STAGES[i].zero_extra;
+                prec_cfg ci = on_stage(ck, i);
                 prec_out o;
                 prec_run(&ci, &o);
                 if (ran(&o, ci.plugin)) {
@@ -172,10 +174,7 @@ static void clipping(void) {
     const double norm = sqrt(sq), coef = clip / (norm + 1e-6);
     CHECK(coef < 0.5, "clipping test must clip (norm %.3f)", norm);
     for (int i = 0; i < NSTAGES; i++) {
-        prec_cfg ci = c;
-        ci.plugin = STAGES[i].plugin;
-        ci.stage = STAGES[i].stage;
-        ci.zero_extra_json = STAGES[i].zero_extra;
+        prec_cfg ci = on_stage(c, i);
         prec_out o;
         prec_run(&ci, &o);
         if (ran(&o, ci.plugin)) {
@@ -230,10 +229,7 @@ static void overflow_injection(void) {
     static const int ovf[14] = {0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
     static const double scale[14] = {256, 256, 256, 128, 64, 64, 64, 128, 128, 128, 64, 64, 64, 128};
     for (int i = 0; i < NSTAGES; i++) {
-        prec_cfg c = prec_default_cfg();
-        c.plugin = STAGES[i].plugin;
-        c.stage = STAGES[i].stage;
-        c.zero_extra_json = STAGES[i].zero_extra;
+        prec_cfg c = on_stage(prec_default_cfg(), i);
         c.dtype = ZERO_DTYPE_F16;
         c.steps = 14;
         c.fp16_json = "{\"enabled\": true, \"loss_scale\": 0, \"initial_scale_power\": 8, \"loss_scale_window\": 3, "
@@ -345,10 +341,7 @@ static void optimizers(int steps) {
         CHECK(sqrt(d / r) <= 1e-4, "N=%d %s: first step differs from the formula (rel L2 %.2e)", world_,
               t ? "Adagrad" : "Lion", sqrt(d / r));
         for (int i = 1; i < NSTAGES; i++) {
-            prec_cfg ci = c;
-            ci.plugin = STAGES[i].plugin;
-            ci.stage = STAGES[i].stage;
-            ci.zero_extra_json = STAGES[i].zero_extra;
+            prec_cfg ci = on_stage(c, i);
             prec_out o;
             prec_run(&ci, &o);
             if (ran(&o, ci.plugin)) {
@@ -366,10 +359,7 @@ static void optimizers(int steps) {
 /* E. bytes per tag and tier (this rank) of a bf16 AdamW model. */
 static void memory_formulas(void) {
     for (int i = 0; i < NSTAGES; i++) {
-        prec_cfg c = prec_default_cfg();
-        c.plugin = STAGES[i].plugin;
-        c.stage = STAGES[i].stage;
-        c.zero_extra_json = STAGES[i].zero_extra;
+        prec_cfg c = on_stage(prec_default_cfg(), i);
         c.dtype = ZERO_DTYPE_BF16;
         c.steps = 2;
         prec_out o;
@@ -454,10 +444,7 @@ static void lamb(void) {
         if (rank_ == 0) printf("N=%d Lamb first step vs formula: rel L2 %.2e\n", world_, sqrt(d / r));
         CHECK(sqrt(d / r) <= 1e-4, "N=%d Lamb: first step differs from the formula (rel L2 %.2e)", world_, sqrt(d / r));
         for (int i = 1; i < NSTAGES; i++) {
-            prec_cfg ci = c;
-            ci.plugin = STAGES[i].plugin;
-            ci.stage = STAGES[i].stage;
-            ci.zero_extra_json = STAGES[i].zero_extra;
+            prec_cfg ci = on_stage(c, i);
             prec_out o;
             prec_run(&ci, &o);
             if (ran(&o, ci.plugin)) {
@@ -481,10 +468,7 @@ static void checkpoints(void) {
     for (int d = 0; d < 2; d++)
         for (int i = 0; i < NSTAGES; i++) {
             snprintf(dir, sizeof dir, "prec-ckpt-np%d-%s-%s", world_, dtname(dts[d]), STAGES[i].plugin);
-            prec_cfg c = prec_default_cfg();
-            c.plugin = STAGES[i].plugin;
-            c.stage = STAGES[i].stage;
-            c.zero_extra_json = STAGES[i].zero_extra;
+            prec_cfg c = on_stage(prec_default_cfg(), i);
             c.dtype = dts[d];
             c.steps = 8;
             c.ckpt_dir = dir;
