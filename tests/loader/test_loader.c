@@ -7,23 +7,15 @@
 #include <string.h>
 
 #include "check.h"
+#include "loader_paths.h"
 #include "loader.h"
 
 static const char *g_dir;
 static char g_err_buf[8192];
 static char *const g_err = g_err_buf; /* a pointer: check.h's NULL test warns on arrays */
 
-static const char *plugin_path(const char *variant) {
-    static char buf[4096];
-    snprintf(buf, sizeof buf, "%s/libzero-plugin-loader-%s.so", g_dir, variant);
-    return buf;
-}
-
-static int still_loaded(const char *path) {
-    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-    if (h) dlclose(h);
-    return h != NULL;
-}
+static const char *plugin_path(const char *variant) { return loader_plugin_path(g_dir, variant); }
+static int still_loaded(const char *path) { return loader_still_loaded(path); }
 
 /* Load `variant` by path; expect status `want` and every needle in the message. */
 static void expect_refused(const char *variant, zero_status want, const char *n1, const char *n2) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "loader_paths.h"
 #include "zero.h"
 
 static const char *g_dir;
@@ -18,17 +19,8 @@ static const char *CONFIG =
     " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1}},"
     " \"libzero_loader_test_unknown_key\": 1}";
 
-static const char *plugin_path(const char *variant) {
-    static char buf[4096];
-    snprintf(buf, sizeof buf, "%s/libzero-plugin-loader-%s.so", g_dir, variant);
-    return buf;
-}
-
-static int still_loaded(const char *path) {
-    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-    if (h) dlclose(h);
-    return h != NULL;
-}
+static const char *plugin_path(const char *variant) { return loader_plugin_path(g_dir, variant); }
+static int still_loaded(const char *path) { return loader_still_loaded(path); }
 
 typedef struct log_capture {
     int warns;
