@@ -20,6 +20,7 @@
 
 #include "../common/mpi_check.h"
 #include "../stages/mlp_host.h"
+#include "../stages/run_compare.h"
 
 static int rank_ = 0, world_ = 1;
 static const double TOL = 1e-6;
@@ -30,16 +31,11 @@ static int ran(const host_run_out *o, const char *label) {
 }
 
 static void expect_close(const host_run_out *a, const host_run_out *b, const char *what) {
-    double d = host_rel_l2(a->params, b->params, a->numel);
-    if (rank_ == 0) printf("N=%d  %-56s rel L2 %.3e\n", world_, what, d);
-    CHECK(d <= TOL, "N=%d %s: relative L2 %.3e > %.1e", world_, what, d, TOL);
+    host_expect_close(a, b, what, TOL, 56);
 }
 
 static void expect_bitwise(const host_run_out *a, const host_run_out *b, const char *what) {
-    int same = memcmp(a->params, b->params, a->numel * sizeof(float)) == 0;
-    if (rank_ == 0) printf("N=%d  %-56s %s\n", world_, what, same ? "bitwise identical" : "DIFFERENT");
-    CHECK(same, "N=%d %s: not bitwise identical (rel L2 %.3e)", world_, what,
-          host_rel_l2(a->params, b->params, a->numel));
+    host_expect_bitwise(a, b, what, 56);
 }
 
 static host_run_cfg offload_cfg(int steps, int gas, int stage) {
