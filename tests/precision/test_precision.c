@@ -56,6 +56,23 @@ static int ran(const prec_out *o, const char *label) {
     return o->status == ZERO_OK;
 }
 
+/* Every stage but stage0 run with cfg ends within relative L2 tol of ref
+ * (stage0's run of cfg); messages start "N=<world> <label> <plugin>"; with
+ * print, rank 0 prints each distance. */
+static void others_match_stage0(const prec_cfg *cfg, const prec_out *ref, const char *label, double tol, int print) {
+    for (int i = 1; i < NSTAGES; i++) {
+        prec_cfg ci = on_stage(*cfg, i);
+        prec_out o;
+        prec_run(&ci, &o);
+        if (ran(&o, ci.plugin)) {
+            double d = prec_rel_l2(o.params, ref->params, o.numel);
+            if (print && rank_ == 0) printf("N=%d %s %-10s vs stage0: rel L2 %.2e\n", world_, label, ci.plugin, d);
+            CHECK(d <= tol, "N=%d %s %s vs stage0: rel L2 %.2e", world_, label, ci.plugin, d);
+        }
+        prec_free(&o);
+    }
+}
+
 static const char *dtname(zero_dtype dt) { return dt == ZERO_DTYPE_BF16 ? "bf16" : dt == ZERO_DTYPE_F16 ? "fp16" : "fp32"; }
 
 /* A. every stage == stage0 of the same precision, and bitwise repeatable.
@@ -127,16 +144,7 @@ static void reduction_factors(void) {
             if (rank_ == 0) printf("N=%d bf16 stage0 with %s vs without: rel L2 %.2e\n", world_, extra[k], d0);
             CHECK(d0 <= 5e-3, "N=%d %s changes the trained params by %.2e (same mean gradient expected)", world_,
                   extra[k], d0);
-            for (int i = 1; i < NSTAGES; i++) {
-                prec_cfg ci = on_stage(ck, i);
-                prec_out o;
-                prec_run(&ci, &o);
-                if (ran(&o, ci.plugin)) {
-                    double d = prec_rel_l2(o.params, ref.params, o.numel);
-                    CHECK(d <= 1e-5, "N=%d %s %s vs stage0: rel L2 %.2e", world_, extra[k], ci.plugin, d);
-                }
-                prec_free(&o);
-            }
+            others_match_stage0(&ck, &ref, extra[k], 1e-5, 0);
         }
         prec_free(&ref);
     }
@@ -340,17 +348,7 @@ static void optimizers(int steps) {
         if (rank_ == 0) printf("N=%d %s first step vs formula: rel L2 %.2e\n", world_, t ? "Adagrad" : "Lion", sqrt(d / r));
         CHECK(sqrt(d / r) <= 1e-4, "N=%d %s: first step differs from the formula (rel L2 %.2e)", world_,
               t ? "Adagrad" : "Lion", sqrt(d / r));
-        for (int i = 1; i < NSTAGES; i++) {
-            prec_cfg ci = on_stage(c, i);
-            prec_out o;
-            prec_run(&ci, &o);
-            if (ran(&o, ci.plugin)) {
-                double dd = prec_rel_l2(o.params, ref.params, o.numel);
-                if (rank_ == 0) printf("N=%d %s %-10s vs stage0: rel L2 %.2e\n", world_, t ? "Adagrad" : "Lion", ci.plugin, dd);
-                CHECK(dd <= 1e-6, "N=%d %s %s vs stage0: rel L2 %.2e", world_, t ? "Adagrad" : "Lion", ci.plugin, dd);
-            }
-            prec_free(&o);
-        }
+        others_match_stage0(&c, &ref, t ? "Adagrad" : "Lion", 1e-6, 1);
         prec_free(&ref);
     }
     free(g);
@@ -443,17 +441,7 @@ static void lamb(void) {
         }
         if (rank_ == 0) printf("N=%d Lamb first step vs formula: rel L2 %.2e\n", world_, sqrt(d / r));
         CHECK(sqrt(d / r) <= 1e-4, "N=%d Lamb: first step differs from the formula (rel L2 %.2e)", world_, sqrt(d / r));
-        for (int i = 1; i < NSTAGES; i++) {
-            prec_cfg ci = on_stage(c, i);
-            prec_out o;
-            prec_run(&ci, &o);
-            if (ran(&o, ci.plugin)) {
-                double dd = prec_rel_l2(o.params, ref.params, o.numel);
-                if (rank_ == 0) printf("N=%d Lamb %-10s vs stage0: rel L2 %.2e\n", world_, ci.plugin, dd);
-                CHECK(dd <= 1e-6, "N=%d Lamb %s vs stage0: rel L2 %.2e", world_, ci.plugin, dd);
-            }
-            prec_free(&o);
-        }
+        others_match_stage0(&c, &ref, "Lamb", 1e-6, 1);
     }
     prec_free(&ref);
     free(g);
