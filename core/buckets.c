@@ -77,6 +77,8 @@ typedef struct zb_slot {
     void *buf;           /* cap elements of grad_dtype (SCATTER), BUCKETS-tagged; NULL in in-place modes */
     float *f32;          /* cap fp32 staging of the collective: == buf for fp32 SCATTER */
     uint64_t cap;        /* elements; sized to the largest bucket it has held (slots only grow) */
+    uint64_t zlo, zhi;   /* free slot: buf[zlo, zhi) is known to be zero (cleared while its block was
+                            added into the partition), so take_slot need not clear it again */
     int bucket;          /* owner, -1 = free */
 } zb_slot;
 
@@ -392,6 +394,19 @@ static zero_status convert(zero_buckets *b, void *dst, zero_dtype ddt, const voi
     return dev_check(b, zero__dev_convert(b->e->dev, dst, ddt, src, sdt, n), "convert");
 }
 
+/* dst += src, then src = 0, tile by tile so that each tile of src is
+ * cleared while still in L1.  The sum is zero__add_into's (one IEEE fp32
+ * addition per element), so the result is bitwise what add_into_dt gives.
+ * Host memory only. */
+static void add_and_clear_f32(float *dst, float *src, size_t n) {
+    enum { TILE = 2048 }; /* 8 KiB of src per tile */
+    for (size_t i = 0; i < n; i += TILE) {
+        size_t k = n - i < TILE ? n - i : TILE;
+        zero__add_into(dst + i, src + i, ZERO_DTYPE_F32, k);
+        memset(src + i, 0, k * sizeof(float));
+    }
+}
+
 static int scatter_staged(const zero_buckets *b) {
     return b->spec.mode == ZERO_BUCKETS_SCATTER && needs_comm(b);
 }
@@ -425,8 +440,17 @@ static zero_status complete_oldest(zero_buckets *b) {
         switch (b->spec.mode) {
         case ZERO_BUCKETS_SCATTER:
             if (!b->mixed) {
-                s = add_into_dt(b, elem(b->part, bk->part_pos, 4), ZERO_DTYPE_F32, blk, ZERO_DTYPE_F32,
-                                (size_t)bk->own_n);
+                float *dst = elem(b->part, bk->part_pos, 4);
+                if (!zero__dev_is_device(b->e->dev, dst) && !zero__dev_is_device(b->e->dev, blk)) {
+                    /* host memory: clear the block while it is in cache (the
+                     * slot's next owner would otherwise clear it in a pass of
+                     * its own) and remember that it is zero */
+                    add_and_clear_f32(dst, blk, (size_t)bk->own_n);
+                    b->slots[bk->slot].zlo = bk->own_lo - bk->lo;
+                    b->slots[bk->slot].zhi = bk->own_lo - bk->lo + bk->own_n;
+                } else {
+                    s = add_into_dt(b, dst, ZERO_DTYPE_F32, blk, ZERO_DTYPE_F32, (size_t)bk->own_n);
+                }
             } else if ((s = scale_f32(b, blk, b->post, (size_t)bk->own_n)) == ZERO_OK) {
                 s = add_into_dt(b, elem(b->part, bk->part_pos, b->es), dt, blk, ZERO_DTYPE_F32, (size_t)bk->own_n);
             }
@@ -455,11 +479,19 @@ static zero_status complete_oldest(zero_buckets *b) {
  * host adds into it; fresh memory is zero-filled; in-place modes' fp32
  * staging is overwritten whole.  Called with mu held. */
 static zero_status take_slot(zero_buckets *b, uint32_t i, uint32_t k, int fresh) {
-    b->slots[i].bucket = (int)k;
+    zb_slot *sl = &b->slots[i];
+    const uint64_t n = b->b[k].hi - b->b[k].lo;
+    const uint64_t zlo = sl->zlo < n ? sl->zlo : n, zhi = sl->zhi < n ? sl->zhi : n;
+    sl->bucket = (int)k;
+    sl->zlo = sl->zhi = 0; /* the host writes into it from now on */
     b->b[k].slot = (int)i;
-    if (fresh || !b->slots[i].buf) return ZERO_OK;
-    return dev_check(b, zero__dev_memset(b->e->dev, b->slots[i].buf, 0, (size_t)(b->b[k].hi - b->b[k].lo) * b->es),
-                     "clearing a slot");
+    if (fresh || !sl->buf) return ZERO_OK;
+    /* clear [0, n) except the part already known to be zero */
+    zero_status s = dev_check(b, zero__dev_memset(b->e->dev, sl->buf, 0, (size_t)zlo * b->es), "clearing a slot");
+    if (s == ZERO_OK)
+        s = dev_check(b, zero__dev_memset(b->e->dev, elem(sl->buf, zhi, b->es), 0, (size_t)(n - zhi) * b->es),
+                      "clearing a slot");
+    return s;
 }
 
 /* (Re)allocate slot i with n elements: i == nslots appends one, else the
