@@ -64,6 +64,7 @@ typedef struct zb_bucket {
     uint64_t own_n;
     uint64_t part_pos;   /* where the block lands in the partition buffer */
     zero_comm_req *req;
+    int direct;          /* this micro-step's block is reduce-scattered straight into the partition */
     zero_status reaped;  /* status of a request completed by reap_done (req already freed) */
 } zb_bucket;
 
@@ -107,6 +108,8 @@ struct zero_buckets {
     uint64_t stage_budget; /* stage_cap allowed without the host's order forcing it (see acquire_slot) */
 
     uint32_t next_launch;
+    int pass_direct;     /* this pass writes the partition instead of adding (direct_block) */
+    uint64_t last_window; /* accumulation window (boundaries passed) of the last pass; UINT64_MAX = none yet */
     uint32_t *fifo;      /* in-flight bucket indices, launch order (ring of nb) */
     uint32_t fifo_head, fifo_len;
 
@@ -333,6 +336,7 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
         int g = zero__layout_group_of(b->layout, b->pm[i].offset);
         b->pm[i].group = g < 0 ? 0 : (uint32_t)g;
     }
+    b->last_window = UINT64_MAX;
     b->bucket_numel = effective_bucket(b);
     uint32_t cap = 0;
     for (uint32_t g = 0; g < b->layout->ngroups; g++)
@@ -439,7 +443,9 @@ static zero_status complete_oldest(zero_buckets *b) {
         zero_dtype dt = b->spec.grad_dtype;
         switch (b->spec.mode) {
         case ZERO_BUCKETS_SCATTER:
-            if (!b->mixed) {
+            if (bk->direct) {
+                /* the collective wrote the sum into the partition itself */
+            } else if (!b->mixed) {
                 float *dst = elem(b->part, bk->part_pos, 4);
                 if (!zero__dev_is_device(b->e->dev, dst) && !zero__dev_is_device(b->e->dev, blk)) {
                     /* host memory: clear the block while it is in cache (the
@@ -573,11 +579,43 @@ static zero_status acquire_slot(zero_buckets *b, uint32_t k) {
     }
 }
 
+/* Does this pass open an accumulation window?  Decided when its first
+ * bucket launches: the core is at micro_step 0 (every micro-step when
+ * gradient_accumulation_steps is 1) and no pass has run since the window
+ * began (the core's boundary count moved since the last pass, or this is
+ * the engine's first pass).  Called with mu held. */
+static void begin_pass(zero_buckets *b) {
+    const uint64_t window = b->e->global_step + b->e->skipped_steps;
+    b->pass_direct = b->e->micro_step == 0 && window != b->last_window;
+    b->last_window = window;
+}
+
+/* May bucket bk's reduce-scatter write its sum straight into the partition
+ * instead of into the slot followed by a pass adding it there?  Yes in a
+ * pass that opens an accumulation window (begin_pass), for fp32 SCATTER in
+ * host memory: the own blocks of all buckets tile this rank's partition, so
+ * that pass writes every element of it, and the accumulator restarts each
+ * window (every SCATTER plugin clears it after the boundary step anyway; a
+ * checkpoint resumed mid-window has micro_step > 0 and keeps adding).
+ * Bitwise the same as adding into the cleared partition: 0 + x == x for
+ * every x but -0, and a sum of slots that started at +0 and were only added
+ * into (the zero_grad_buffer contract) is never -0.  16-bit models scale and
+ * round after the reduction: never.  Saves, per bucket, a pass that reads
+ * the slot's block and the partition block and writes the latter.  Called
+ * with mu held. */
+static int direct_block(const zero_buckets *b, const zb_bucket *bk, const float *send) {
+    if (!b->pass_direct || b->spec.mode != ZERO_BUCKETS_SCATTER || b->mixed || !needs_comm(b) || bk->own_n == 0)
+        return 0;
+    const void *dst = elem(b->part, bk->part_pos, 4);
+    return !zero__dev_is_device(b->e->dev, dst) && !zero__dev_is_device(b->e->dev, send);
+}
+
 /* Issue bucket k's collective.  Called with mu held, in bucket order. */
 static zero_status launch(zero_buckets *b, uint32_t k) {
     zb_bucket *bk = &b->b[k];
     zero_status s = ZERO_OK;
     bk->launched = 1;
+    if (k == 0) begin_pass(b); /* launches run in bucket order: bucket 0 opens every pass */
     if (!needs_comm(b)) { /* world 1: the local sum is already in place */
         notify_final(b, bk);
         return ZERO_OK;
@@ -604,8 +642,11 @@ static zero_status launch(zero_buckets *b, uint32_t k) {
      * order, as stage 1/2/3 form), each owner rounds its block once, and the
      * flush all-gathers the 16-bit blocks: every rank then holds bitwise the
      * gradient the partitioned stages step with, and the fp32 traffic halves */
+    bk->direct = direct_block(b, bk, send);
     if (b->spec.mode == ZERO_BUCKETS_ALLREDUCE && !b->mixed)
         s = zero__iallreduce(b->comm, send, n, ZERO_DTYPE_F32, ZERO_OP_SUM, &bk->req);
+    else if (bk->direct) /* window start: the partition block receives the sum (see direct_block) */
+        s = zero__ireduce_scatterv(b->comm, send, elem(b->part, bk->part_pos, 4), counts, ZERO_DTYPE_F32, &bk->req);
     else /* in place: this rank's block of the bucket receives the sum */
         s = zero__ireduce_scatterv(b->comm, send, send + (bk->own_lo - bk->lo), counts, ZERO_DTYPE_F32, &bk->req);
 failed:

@@ -46,7 +46,15 @@ uint64_t zero__buckets_staging_bytes(const zero_buckets *b);
  *    param keeps its saving by waiting (less overlap) rather than holding
  *    two slots of that size.  Demo model, N = 2: one 65,536-element slot plus
  *    a small one (257 KiB) instead of two (512 KiB) against 374 KiB saved;
- *    N >= 4 keeps two full slots.  It
+ *    N >= 4 keeps two full slots.  (bucket-perf) fp32 SCATTER in host memory
+ *    makes no pass it can avoid: the pass that opens an accumulation window
+ *    (core micro-step 0 with the boundary count moved since the last pass,
+ *    or the engine's first pass; every pass when gradient_accumulation_steps
+ *    is 1) reduce-scatters straight into the partition, overwriting it (the
+ *    own blocks tile it; bitwise the same as adding into the cleared
+ *    partition, see direct_block in buckets.c); later micro-steps add each
+ *    reduced block into the partition and clear it in the same pass, so the
+ *    slot's next owner clears only the rest.  It
  *    reduces on every micro-step whatever reduce_every_micro_step says, and
  *    with world size 1 it stages nothing (the slot is the partition).
  *  - In-place modes (ALLREDUCE, SCATTER_INPLACE) allocate nothing; their
