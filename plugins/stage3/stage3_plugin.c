@@ -93,6 +93,8 @@ static zero_status s3_params_done(void *state) {
     zero__s3 *s = state;
     const zero_services_v1 *svc = s->svc;
     const zero_run_config *rc = s->rc;
+    if (!ZERO_SERVICES_HAS(svc, ckpt_agree)) /* a core older than this plugin's header */
+        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage3: the core lacks the partition step services");
     s->L = svc->layout(s->c);
     s->world = svc->comm_world(s->c);
     zero_status cs = svc->comm_split(s->world, 0, (int)s->L->rank, &s->gcomm);
@@ -233,7 +235,10 @@ static zero_status s3_load(void *state, const char *dir) {
         st = svc->ckpt_read(s->c, dir, name, s->state[k], part * sizeof(float));
     }
     zero__s3_mark_stale(s);
-    return st;
+    /* Agree on the read status: a shard missing on one rank must fail the
+     * load on every rank now, not leave the others waiting in the next
+     * gather's agreement until its timeout. */
+    return svc->ckpt_agree(s->c, s->world, st, dir, "stage3");
 }
 
 static void s3_destroy(void *state) {

@@ -27,8 +27,6 @@ static void clear_device(const zero_services_v1 *svc, void *p, size_t bytes) {
 zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     zero__s3 *s = state;
     const zero_services_v1 *svc = s->svc;
-    if (!ZERO_SERVICES_HAS(svc, boundary_step)) /* a core older than this plugin's header */
-        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage3: the core lacks the boundary_step service");
     /* Verify the gathers no earlier agreement covered (always: the
      * collective sequence must not depend on local state), then settle. */
     zero_status ag = zero__s3_agree(s, "zero_step");
