@@ -174,6 +174,10 @@ zero_status zero__s3_agree(zero__s3 *s, const char *where);
 
 /* ---- step (stage3_step.c) ---------------------------------------------- */
 zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
+/* What the core's boundary_step and ckpt_shard services need: the owned
+ * ranges of the partition-indexed shard, master, states and gradient
+ * partition.  Pure; borrows s (the result points into it). */
+zero_part_step zero__s3_part_step(const zero__s3 *s);
 
 #define ZERO__S3_FNV_OFFSET 1469598103934665603ull
 

@@ -192,32 +192,35 @@ static zero_status s3_sync(void *state) {
 }
 
 /* Checkpoint: this rank's shard, master (mixed precision), optimizer
- * state and gradient partition.  The partition is the accumulator of the
- * current window (every micro-step's reduce-scatter ADDS into it), so it
- * must be saved for a checkpoint taken in the middle of a window to resume
- * exactly; at a boundary it is all zeros.  Gathered buffers are derived
- * data (dropped and refreshed from the shard on load), and the gather trace
- * only steers prefetch, never values. */
-static zero_status s3_save(void *state, const char *dir) {
-    zero__s3 *s = state;
+ * state and gradient partition, as atomic blobs: "stage3.master" (the fp32
+ * weights: the shard itself for an fp32 model) and "stage3.state<k>"
+ * written by the core's ckpt_shard, plus "stage3.params" (16-bit shard,
+ * mixed precision only) and "stage3.grads".  The partition is the
+ * accumulator of the current window (every micro-step's reduce-scatter ADDS
+ * into it), so it must be saved for a checkpoint taken in the middle of a
+ * window to resume exactly; at a boundary it is all zeros.  Gathered
+ * buffers are derived data (dropped and refreshed from the shard on load),
+ * and the gather trace only steers prefetch, never values. */
+static zero_status s3_blobs(zero__s3 *s, const char *dir, int write) {
     const zero_services_v1 *svc = s->svc;
-    const size_t part = (size_t)s->L->part_numel;
-    zero_status st = svc->ckpt_write(s->c, dir, "stage3.params", s->shard, part * s->esize);
-    if (st == ZERO_OK) st = svc->ckpt_write(s->c, dir, "stage3.grads", s->grads, part * s->esize);
+    const size_t bytes = (size_t)s->L->part_numel * s->esize;
+    zero_part_step ps = zero__s3_part_step(s);
+    /* params NULL: the shard is partition-indexed (ckpt_shard's params blob is
+     * flat-indexed); for fp32 it is the master and saved as such */
+    zero_status st = svc->ckpt_shard(s->c, dir, "stage3", &ps, NULL, write);
     if (st == ZERO_OK && (void *)s->master != s->shard)
-        st = svc->ckpt_write(s->c, dir, "stage3.master", s->master, part * sizeof(float));
-    for (uint32_t k = 0; st == ZERO_OK && k < s->nstate; k++) {
-        char name[32];
-        snprintf(name, sizeof name, "stage3.optim%u", k);
-        st = svc->ckpt_write(s->c, dir, name, s->state[k], part * sizeof(float));
-    }
+        st = write ? svc->ckpt_write(s->c, dir, "stage3.params", s->shard, bytes)
+                   : svc->ckpt_read(s->c, dir, "stage3.params", s->shard, bytes);
+    if (st == ZERO_OK)
+        st = write ? svc->ckpt_write(s->c, dir, "stage3.grads", s->grads, bytes)
+                   : svc->ckpt_read(s->c, dir, "stage3.grads", s->grads, bytes);
     return st;
 }
 
+static zero_status s3_save(void *state, const char *dir) { return s3_blobs(state, dir, 1); }
+
 static zero_status s3_load(void *state, const char *dir) {
     zero__s3 *s = state;
-    const zero_services_v1 *svc = s->svc;
-    const size_t part = (size_t)s->L->part_numel;
     zero_status st = zero__s3_wait_all(s);
     for (uint32_t i = 0; i < s->nparams; i++) { /* gathered values are about to be stale */
         s->params[i].holds = 0;
@@ -225,20 +228,12 @@ static zero_status s3_load(void *state, const char *dir) {
         zero__s3_drop_buffer(s, &s->params[i]);
     }
     s->prefetch_outstanding = 0;
-    if (st == ZERO_OK) st = svc->ckpt_read(s->c, dir, "stage3.params", s->shard, part * s->esize);
-    if (st == ZERO_OK) st = svc->ckpt_read(s->c, dir, "stage3.grads", s->grads, part * s->esize);
-    if (st == ZERO_OK && (void *)s->master != s->shard)
-        st = svc->ckpt_read(s->c, dir, "stage3.master", s->master, part * sizeof(float));
-    for (uint32_t k = 0; st == ZERO_OK && k < s->nstate; k++) {
-        char name[32];
-        snprintf(name, sizeof name, "stage3.optim%u", k);
-        st = svc->ckpt_read(s->c, dir, name, s->state[k], part * sizeof(float));
-    }
+    if (st == ZERO_OK) st = s3_blobs(s, dir, 0);
     zero__s3_mark_stale(s);
     /* Agree on the read status: a shard missing on one rank must fail the
      * load on every rank now, not leave the others waiting in the next
      * gather's agreement until its timeout. */
-    return svc->ckpt_agree(s->c, s->world, st, dir, "stage3");
+    return s->svc->ckpt_agree(s->c, s->world, st, dir, "stage3");
 }
 
 static void s3_destroy(void *state) {

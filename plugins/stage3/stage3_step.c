@@ -24,6 +24,26 @@ static void clear_device(const zero_services_v1 *svc, void *p, size_t bytes) {
         memset(p, 0, bytes);
 }
 
+/* The shard as the core's step and checkpoint services see it: everything
+ * partition-indexed; fp32: the shard is the master, updated in place;
+ * mixed precision: the new weights are rounded into the model-dtype shard. */
+zero_part_step zero__s3_part_step(const zero__s3 *s) {
+    zero_part_step ps = {0};
+    ps.struct_size = sizeof ps;
+    ps.nranges = s->nowned;
+    ps.ranges = s->owned;
+    ps.norm_comm = s->world;
+    ps.dtype = s->dtype;
+    ps.grad = s->grads;
+    ps.grad_index = ZERO_INDEX_PART;
+    ps.master = s->master;
+    ps.master_index = ZERO_INDEX_PART;
+    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
+    ps.param_out = s->dtype == ZERO_DTYPE_F32 ? NULL : s->shard;
+    ps.param_out_index = ZERO_INDEX_PART;
+    return ps;
+}
+
 zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     zero__s3 *s = state;
     const zero_services_v1 *svc = s->svc;
@@ -42,19 +62,7 @@ zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_repor
      * optimizer pass over the shard.  fp32: the shard is the master, updated
      * in place; mixed precision: the new weights are rounded into the
      * model-dtype shard. */
-    zero_part_step ps = {0};
-    ps.struct_size = sizeof ps;
-    ps.nranges = s->nowned;
-    ps.ranges = s->owned;
-    ps.norm_comm = s->world;
-    ps.dtype = s->dtype;
-    ps.grad = s->grads;
-    ps.grad_index = ZERO_INDEX_PART;
-    ps.master = s->master;
-    ps.master_index = ZERO_INDEX_PART;
-    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
-    ps.param_out = s->dtype == ZERO_DTYPE_F32 ? NULL : s->shard;
-    ps.param_out_index = ZERO_INDEX_PART;
+    zero_part_step ps = zero__s3_part_step(s);
     st = svc->boundary_step(s->c, &ps, ctx, rep);
     clear_device(svc, s->grads, gbytes);
     if (st != ZERO_OK) return st;
