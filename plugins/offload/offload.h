@@ -79,11 +79,15 @@ typedef struct offload {
 void zero__of_clear_device(offload *s, void *dev, size_t bytes);   /* dev[0..bytes) = 0 */
 void zero__of_block_to_host(offload *s, const zero_owned_range *o); /* gradient block -> hgrad */
 void zero__of_params_to_device(offload *s);   /* host master -> owned device params (model dtype, RNE) */
-void zero__of_master_from_device(offload *s); /* owned device params -> host master (exact widening) */
 /* Bytes of the device gradient buffer.  Pure. */
 static inline size_t zero__of_dgrad_bytes(const offload *s) {
     return (size_t)(s->part_stage == 1 ? s->L->flat_numel : s->L->part_numel) * s->esize;
 }
+/* The owned partition as the core's step, master_init and ckpt_shard
+ * services see it: host master, states and gradient landing buffer, all
+ * partition-indexed; no param_out (the new weights cross to the device
+ * afterwards).  Pure; the result points into s (offload_step.c). */
+zero_part_step zero__of_part_step(const offload *s);
 /* Bucket engine callback (zero_bucket_spec.on_block_final; offload_step.c):
  * at the boundary micro-step, copy a final reduced block to the host now.
  * Runs on a hook thread or the step thread, serialized by the engine's lock;

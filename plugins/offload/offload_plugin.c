@@ -66,23 +66,14 @@ static void choose_partitioning(offload *s, const zero_run_config *rc) {
 static zero_status of_params_done(void *state) {
     offload *s = state;
     const zero_services_v1 *svc = s->svc;
-    if (!ZERO_SERVICES_HAS(svc, allgather_shares))
-        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "offload: the core lacks the boundary_step services");
+    if (!ZERO_SERVICES_HAS(svc, ckpt_agree))
+        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "offload: the core lacks the partition step services");
     s->L = svc->layout(s->c);
     s->world = svc->comm_world(s->c);
     const zero_run_config *rc = svc->config(s->c);
     s->dtype = rc->model_dtype;
     s->esize = s->dtype == ZERO_DTYPE_F32 ? 4 : 2;
-    uint32_t np = svc->nparams(s->c);
-    for (uint32_t i = 0; i < np; i++) {
-        zero_param_info *p = svc->param(s->c, i);
-        /* initial values may be host or device memory: mem_copy reads either */
-        if (p->dtype != s->dtype)
-            return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
-                              "offload: param '%s' has dtype %d, but the model dtype (bf16.enabled / fp16.enabled) "
-                              "is %d",
-                              p->name, (int)p->dtype, (int)s->dtype);
-    }
+    const uint32_t np = svc->nparams(s->c);
     choose_partitioning(s, rc);
     const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
     const size_t es = s->esize;
@@ -100,14 +91,14 @@ static zero_status of_params_done(void *state) {
         return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "offload: cannot allocate model state (%llu elements)",
                           (unsigned long long)flat);
     s->nowned = flat ? svc->owned_ranges(s->c, s->L->rank, 0, flat, s->owned, ng) : 0;
-    for (uint32_t i = 0; i < np; i++) {
-        zero_param_info *p = svc->param(s->c, i);
-        char *dst = (char *)s->params + (size_t)p->flat_offset * es;
-        if (p->init_data) svc->mem_copy(s->c, dst, p->init_data, (size_t)p->numel * es);
-        p->data = dst;
-        p->plugin_data = NULL; /* per-param temporary gradient (stage 2, contiguous_gradients off) */
-    }
-    zero__of_master_from_device(s);
+    /* initial values (host or device memory) into the device params; the
+     * host master widened (exactly) from this rank's shares of them */
+    zero_status st = svc->params_place(s->c, s->params, s->dtype, "offload");
+    zero_part_step ps = zero__of_part_step(s);
+    if (st == ZERO_OK) st = svc->master_init(s->c, &ps, s->params);
+    if (st != ZERO_OK) return st;
+    for (uint32_t i = 0; i < np; i++) /* per-param temporary gradient (stage 2, contiguous_gradients off) */
+        svc->param(s->c, i)->plugin_data = NULL;
     s->contiguous = s->part_stage == 1 ? 1 : rc->contiguous_gradients;
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;

@@ -48,7 +48,7 @@ static void grads_to_host(offload *s) {
 
 /* Everything the core's step services need, all on the host tier; no
  * param_out: the new weights cross to the device afterwards. */
-static zero_part_step part_step_of(offload *s) {
+zero_part_step zero__of_part_step(const offload *s) {
     zero_part_step ps;
     memset(&ps, 0, sizeof ps);
     ps.struct_size = sizeof ps;
@@ -71,7 +71,7 @@ zero_status zero__of_boundary(offload *s, const zero_step_ctx *ctx, zero_step_re
     double t1 = zero__of_now();
     s->t_d2h += t1 - t0;
 
-    zero_part_step ps = part_step_of(s);
+    zero_part_step ps = zero__of_part_step(s);
     zero_grad_norm gn;
     zero_status st = svc->grad_norm(s->c, &ps, ctx, &gn);
     if (st != ZERO_OK) return st;

@@ -47,21 +47,3 @@ void zero__of_params_to_device(offload *s) {
         s->svc->mem_copy(s->c, (char *)s->params + o->flat_lo * es, src, n * es);
     }
 }
-
-/* The reverse, once at params_done: the host master starts as this rank's
- * share of the initial device parameters, widened exactly to fp32. */
-void zero__of_master_from_device(offload *s) {
-    const size_t es = s->esize;
-    for (uint32_t i = 0; i < s->nowned; i++) {
-        const zero_owned_range *o = &s->owned[i];
-        const size_t n = (size_t)(o->flat_hi - o->flat_lo);
-        const void *dev = (const char *)s->params + o->flat_lo * es;
-        if (s->dtype == ZERO_DTYPE_F32) {
-            s->svc->mem_copy(s->c, s->master + o->part_lo, dev, n * es);
-        } else {
-            void *stage = (char *)s->hgrad + o->part_lo * es;
-            s->svc->mem_copy(s->c, stage, dev, n * es);
-            s->svc->convert(s->c, s->master + o->part_lo, ZERO_DTYPE_F32, stage, s->dtype, n);
-        }
-    }
-}
