@@ -1,9 +1,9 @@
 /* offload: ZeRO-Offload (optimizer states and fp32 master in host memory).
- * Internal to the plugin; shared by its three source files:
+ * Internal to the plugin; shared by its four source files:
  *   offload_plugin.c  the table, create/params_done/hooks/destroy
  *   offload_step.c    the boundary step (grads to host, CPU optimizer,
  *                     params back to the device, all-gather)
- *   offload_tiers.c   crossings between the tiers (copies, clears)
+ *   offload_tiers.c   crossings between the tiers (gradient blocks, params)
  *   offload_ckpt.c    sharded save/load
  *
  * Two memory tiers (DESIGN.md section 7):
@@ -76,7 +76,6 @@ typedef struct offload {
  * (svc->mem_copy / mem_set only).  Step thread only, except
  * zero__of_block_to_host, which also runs inside on_block_final under the
  * bucket engine's lock (it touches only that block of hgrad). */
-void zero__of_clear_device(offload *s, void *dev, size_t bytes);   /* dev[0..bytes) = 0 */
 void zero__of_block_to_host(offload *s, const zero_owned_range *o); /* gradient block -> hgrad */
 void zero__of_params_to_device(offload *s);   /* host master -> owned device params (model dtype, RNE) */
 /* Bytes of the device gradient buffer.  Pure. */

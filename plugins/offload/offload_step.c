@@ -43,7 +43,7 @@ static void grads_to_host(offload *s) {
         s->early_steps++;
     else /* an engine without on_block_final (or a failed window): every owned range now */
         for (uint32_t i = 0; i < s->nowned; i++) zero__of_block_to_host(s, &s->owned[i]);
-    zero__of_clear_device(s, s->dgrad, zero__of_dgrad_bytes(s));
+    s->svc->mem_set(s->c, s->dgrad, 0, zero__of_dgrad_bytes(s));
 }
 
 /* Everything the core's step services need, all on the host tier; no

@@ -2,20 +2,10 @@
  *
  * The rule that makes the plugin correct on a CUDA engine: device-tier
  * memory is never dereferenced on the host.  Every crossing goes through
- * svc->mem_copy (any direction) and every clear through svc->mem_set when
- * the core has it; conversions between fp32 and the model dtype happen on
+ * svc->mem_copy (any direction) and every clear through svc->mem_set;
+ * conversions between fp32 and the model dtype happen on
  * the host side of the copy, in host-tier buffers. */
-#include <string.h>
-
 #include "offload.h"
-
-void zero__of_clear_device(offload *s, void *dev, size_t bytes) {
-    if (!bytes) return;
-    if (ZERO_SERVICES_HAS(s->svc, mem_set))
-        s->svc->mem_set(s->c, dev, 0, bytes);
-    else
-        memset(dev, 0, bytes); /* a core without mem_set has no device: the device tier is host memory */
-}
 
 /* Where a block's reduced gradient sits on the device: the flat buffer
  * (stage-1 partitioning) or the partition accumulator (stage 2). */

@@ -49,7 +49,6 @@
  * engine's calling thread, one call at a time. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "zero_plugin.h"
 
@@ -88,16 +87,6 @@ static zero_status pp_create(const zero_services_v1 *svc, void **state) {
              (int)rc->pipeline_stages, svc->comm_size(s->dp), svc->comm_size(s->global));
     *state = s;
     return ZERO_OK;
-}
-
-/* Clear device-tier memory: on a CUDA engine the host cannot dereference it,
- * so it goes through the core (mem_set); a core older than mem_set has no
- * device, and a plain memset is right there. */
-static void clear_device(const zero_services_v1 *svc, void *p, size_t bytes) {
-    if (ZERO_SERVICES_HAS(svc, mem_set))
-        svc->mem_set(svc->core, p, 0, bytes);
-    else
-        memset(p, 0, bytes);
 }
 
 static void *alloc_tagged(stage1pp *s, zero_mem_tag tag, uint64_t numel, size_t esize) {
@@ -206,7 +195,7 @@ static zero_status pp_step(void *state, const zero_step_ctx *ctx, zero_step_repo
      * over the global batch. */
     zero_part_step ps = part_step_of(s);
     st = svc->boundary_step(s->c, &ps, ctx, rep);
-    clear_device(svc, s->grads, (size_t)s->L->flat_numel * s->esize);
+    svc->mem_set(s->c, s->grads, 0, (size_t)s->L->flat_numel * s->esize);
     if (st != ZERO_OK || rep->overflow) return st;
     return svc->allgather_shares(s->c, s->dp, s->params, s->dtype);
 }
@@ -255,7 +244,7 @@ static zero_status pp_load(void *state, const char *dir) {
         }
         for (uint32_t k = 0; k < s->nstate; k++)
             svc->mem_copy(s->c, s->state[k], buf + (size_t)(k + 1) * part, part * sizeof(float));
-        clear_device(svc, s->grads, (size_t)s->L->flat_numel * s->esize);
+        svc->mem_set(s->c, s->grads, 0, (size_t)s->L->flat_numel * s->esize);
     }
     free(buf);
     /* Every rank re-assembles the full params of its stage from the shards. */

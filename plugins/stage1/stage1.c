@@ -22,7 +22,6 @@
  * Includes only abi/ headers, like any third-party plugin. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "zero_plugin.h"
 
@@ -50,16 +49,6 @@ static zero_status s1_create(const zero_services_v1 *svc, void **state) {
     s->c = svc->core;
     *state = s;
     return ZERO_OK;
-}
-
-/* Clear device-tier memory: on a CUDA engine the host cannot dereference it,
- * so it goes through the core (mem_set); a core older than mem_set has no
- * device, and a plain memset is right there. */
-static void clear_device(const zero_services_v1 *svc, void *p, size_t bytes) {
-    if (ZERO_SERVICES_HAS(svc, mem_set))
-        svc->mem_set(svc->core, p, 0, bytes);
-    else
-        memset(p, 0, bytes);
 }
 
 static void *alloc_tagged(stage1 *s, zero_mem_tag tag, uint64_t numel, size_t esize) {
@@ -148,7 +137,7 @@ static zero_status s1_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     if (st != ZERO_OK || !ctx->boundary) return st;
     zero_part_step ps = part_step_of(s);
     st = svc->boundary_step(s->c, &ps, ctx, rep);
-    clear_device(svc, s->grads, (size_t)s->L->flat_numel * s->esize);
+    svc->mem_set(s->c, s->grads, 0, (size_t)s->L->flat_numel * s->esize);
     if (st != ZERO_OK || rep->overflow) return st;
     return svc->allgather_shares(s->c, s->world, s->params, s->dtype);
 }

@@ -46,7 +46,8 @@ static void *alloc_tagged(zero__s3 *s, zero_mem_tag tag, size_t bytes) {
 static uint64_t nonneg(int64_t v) { return v > 0 ? (uint64_t)v : 0; }
 
 /* Per-param all-gather counts and this rank's piece; copy the initial
- * values of the piece into the shard (and master). */
+ * values of the piece into the shard (the master is widened from the whole
+ * shard afterwards). */
 static zero_status setup_param(zero__s3 *s, uint32_t i) {
     const zero_services_v1 *svc = s->svc;
     zero__s3_param *p = &s->params[i];
@@ -72,7 +73,6 @@ static zero_status setup_param(zero__s3 *s, uint32_t i) {
         size_t n = (size_t)(o.flat_hi - o.flat_lo);
         if (!info->init_data) continue; /* zero-filled already */
         svc->mem_copy(s->c, (char *)s->shard + (size_t)o.part_lo * s->esize, src, n * s->esize);
-        if ((void *)s->master != s->shard) svc->convert(s->c, s->master + o.part_lo, ZERO_DTYPE_F32, src, s->dtype, n);
     }
     /* Small params stay gathered for good: their first copy comes straight
      * from the host's values, later ones from an all-gather after a step. */
@@ -129,6 +129,9 @@ static zero_status s3_params_done(void *state) {
         zero_status st = setup_param(s, i);
         if (st != ZERO_OK) return st;
     }
+    /* mixed precision: the fp32 master is the exact widening of the shard
+     * (padding included: zeros either way) */
+    if ((void *)s->master != s->shard) svc->convert(s->c, s->master, ZERO_DTYPE_F32, s->shard, s->dtype, part);
     uint32_t largest = 0;
     for (uint32_t i = 1; i < s->nparams; i++)
         if (s->params[i].info->numel > s->params[largest].info->numel) largest = i;

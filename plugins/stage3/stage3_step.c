@@ -10,19 +10,8 @@
  * model after the step: the next zero_gather fetches the new values, and
  * persistent params are marked stale so that their next gather refreshes
  * them. */
-#include <string.h>
 
 #include "stage3.h"
-
-/* Clear device-tier memory: on a CUDA engine the host cannot dereference it,
- * so it goes through the core (mem_set); a core older than mem_set has no
- * device, and a plain memset is right there. */
-static void clear_device(const zero_services_v1 *svc, void *p, size_t bytes) {
-    if (ZERO_SERVICES_HAS(svc, mem_set))
-        svc->mem_set(svc->core, p, 0, bytes);
-    else
-        memset(p, 0, bytes);
-}
 
 /* The shard as the core's step and checkpoint services see it: everything
  * partition-indexed; fp32: the shard is the master, updated in place;
@@ -64,7 +53,7 @@ zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_repor
      * model-dtype shard. */
     zero_part_step ps = zero__s3_part_step(s);
     st = svc->boundary_step(s->c, &ps, ctx, rep);
-    clear_device(svc, s->grads, gbytes);
+    svc->mem_set(s->c, s->grads, 0, gbytes);
     if (st != ZERO_OK) return st;
     if (!rep->overflow) zero__s3_mark_stale(s);
     /* Fetch the next micro-step's first layers while the host prepares its
