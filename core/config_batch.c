@@ -19,9 +19,24 @@ static int product(zero__cfg_ctx *ctx, int64_t a, int64_t b, int64_t *out) {
     return 0;
 }
 
+/* train_batch_size given with one factor: derive the other as
+ * train / (given * world), which must divide exactly. */
+static int derive(zero__cfg_ctx *ctx, int world, int64_t train, const char *given_key, int64_t given,
+                  const char *derived_key, int64_t *out) {
+    int64_t gw;
+    if (product(ctx, given, world, &gw)) return -1;
+    if (train % gw != 0)
+        return zero__cfg_fail(ctx,
+                              "%s: got %" PRId64 ", expected a multiple of %s (%" PRId64
+                              ") * world size (%d) = %" PRId64 " so that %s can be derived",
+                              TB, train, given_key, given, world, gw, derived_key);
+    *out = train / gw;
+    return 0;
+}
+
 int zero__cfg_batch(zero__cfg_ctx *ctx, int world, int64_t train, int64_t micro, int64_t gas,
                     zero_run_config *rc) {
-    int64_t w = world, mw, gw, p;
+    int64_t w = world, p;
     if (world < 1) return zero__cfg_fail(ctx, "world size %d: expected at least 1", world);
 
     if (train > 0 && micro > 0 && gas > 0) {
@@ -32,21 +47,9 @@ int zero__cfg_batch(zero__cfg_ctx *ctx, int world, int64_t train, int64_t micro,
                                   ") * world size (%d) = %" PRId64,
                                   TB, train, MB, micro, GA, gas, world, p);
     } else if (train > 0 && micro > 0) {
-        if (product(ctx, micro, w, &mw)) return -1;
-        if (train % mw != 0)
-            return zero__cfg_fail(ctx,
-                                  "%s: got %" PRId64 ", expected a multiple of %s (%" PRId64
-                                  ") * world size (%d) = %" PRId64 " so that %s can be derived",
-                                  TB, train, MB, micro, world, mw, GA);
-        gas = train / mw;
+        if (derive(ctx, world, train, MB, micro, GA, &gas)) return -1;
     } else if (train > 0 && gas > 0) {
-        if (product(ctx, gas, w, &gw)) return -1;
-        if (train % gw != 0)
-            return zero__cfg_fail(ctx,
-                                  "%s: got %" PRId64 ", expected a multiple of %s (%" PRId64
-                                  ") * world size (%d) = %" PRId64 " so that %s can be derived",
-                                  TB, train, GA, gas, world, gw, MB);
-        micro = train / gw;
+        if (derive(ctx, world, train, GA, gas, MB, &micro)) return -1;
     } else if (train > 0) {
         gas = 1;
         if (train % w != 0)
