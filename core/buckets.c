@@ -14,8 +14,11 @@
  *  - in-flight requests form a FIFO (launch order) that is completed in that
  *    order, so post-processing (adding into the partition) is deterministic.
  *  - SCATTER mode stages gradients in a pool of slots, each sized to the
- *    largest bucket it has held, all within stage_budget (acquire_slot).  The reduce-scatter runs in place (comm.h: recv may alias this
- *    rank's block of send), so a slot is the only buffer a bucket needs.
+ *    largest bucket it has held, all within stage_budget (acquire_slot).
+ *    The reduce-scatter runs in place (comm.h: recv may alias this rank's
+ *    block of send), so a slot is the only buffer a bucket needs; the pass
+ *    that opens an accumulation window sends its sums straight into the
+ *    partition instead (direct_block).
  *
  * Mixed precision (grad_dtype BF16/F16): flat, partition and the slots the
  * host writes into are in the model dtype; sums are formed in fp32.  Before
