@@ -4,7 +4,12 @@
  * alone, so that each variant differs from the next by one pass and nothing
  * else (no hooks, no plugin, no double buffering):
  *
- *   ring      8 in-place ring reduce-scatters of the slot (the comm's share)
+ *   ring      8 in-place ring reduce-scatters of the slot (the comm's share),
+ *             each split evenly over the ranks
+ *   owner     the same, but each bucket's elements all belong to one rank,
+ *             as in the engine: ZeRO's partitions are contiguous rank ranges
+ *             and a bucket (an eighth of the model here) lies inside one
+ *             rank's range, so its "reduce-scatter" is a reduce to that rank
  *   old       + clear the whole slot before each bucket, + add this rank's
  *             reduced block into the partition after it (the engine before
  *             bucket-perf, at every micro-step)
@@ -29,8 +34,8 @@
 #include "comm.h"
 #include "optim.h"
 
-enum { RING, OLD, FUSED, DIRECT, NV };
-static const char *const names[NV] = {"ring", "old", "fused", "direct"};
+enum { RING, OWNER, OLD, FUSED, DIRECT, NV };
+static const char *const names[NV] = {"ring", "owner", "old", "fused", "direct"};
 
 static void die(const char *what) {
     fprintf(stderr, "bench_bucket_passes: %s\n", what);
@@ -41,8 +46,20 @@ static void die(const char *what) {
 static void pass(int v, zero_comm *w, float *slot, float *part, size_t nb, size_t per, const size_t *counts) {
     const int r = zero__comm_rank(w);
     const size_t own = counts[r], own_at = own * (size_t)r; /* equal blocks: per is a multiple of N */
+    const int n = zero__comm_size(w);
+    size_t *one = calloc((size_t)n, sizeof *one);
+    if (!one) die("out of memory");
     for (size_t k = 0; k < nb; k++) {
         float *dst = part + k * own, *blk = slot + own_at;
+        if (v == OWNER) { /* bucket k lies in rank k*n/nb's range, as the engine's do */
+            const int o = (int)(k * (size_t)n / nb);
+            memset(one, 0, (size_t)n * sizeof *one);
+            one[o] = per;
+            zero_comm_req *q = NULL;
+            if (zero__ireduce_scatterv(w, slot, slot, one, ZERO_DTYPE_F32, &q) != ZERO_OK || zero__comm_wait(q) != ZERO_OK)
+                die("reduce-scatter failed");
+            continue;
+        }
         if (v == OLD || v == DIRECT) memset(slot, 0, per * sizeof(float));
         if (v == FUSED) { /* the own block was cleared by the previous bucket's fused pass */
             memset(slot, 0, own_at * sizeof(float));
@@ -60,6 +77,7 @@ static void pass(int v, zero_comm *w, float *slot, float *part, size_t nb, size_
                 memset(blk + i, 0, m * sizeof(float));
             }
     }
+    free(one);
 }
 
 int main(int argc, char **argv) {
