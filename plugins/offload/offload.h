@@ -25,7 +25,8 @@
  * Threading: as every plugin (abi/zero_plugin.h): grad_buffer/on_grad_ready
  * may run concurrently for distinct params and touch only that param's
  * plugin_data and the thread-safe bucket engine; everything else runs on the
- * step thread.  Includes only abi/ headers, like any third-party plugin. */
+ * step thread.  Includes only abi/ headers (and plugins/common/plugin_glue.h,
+ * which includes only abi/ too), like any third-party plugin. */
 #ifndef ZERO_PLUGIN_OFFLOAD_H
 #define ZERO_PLUGIN_OFFLOAD_H
 #include "zero_plugin.h"

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../common/plugin_glue.h"
 #include "offload.h"
 
 double zero__of_now(void) {
@@ -124,29 +125,13 @@ static zero_status of_params_done(void *state) {
 static zero_status of_grad_buffer(void *state, zero_param_info *p, void **buf) {
     offload *s = state;
     if (s->contiguous) return s->svc->buckets_grad_slot(s->b, p->index, buf);
-    if (!p->plugin_data) {
-        p->plugin_data = alloc_n(s, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, p->numel, s->esize);
-        if (!p->plugin_data)
-            return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "offload: no memory for the gradient of '%s'",
-                                 p->name);
-    }
-    *buf = p->plugin_data;
-    return ZERO_OK;
+    return zero__grad_tmp(s->svc, p, s->esize, &p->plugin_data, buf, "offload");
 }
 
 static zero_status of_on_grad_ready(void *state, zero_param_info *p, void *stream) {
     offload *s = state;
     (void)stream;
-    const zero_services_v1 *svc = s->svc;
-    void *tmp = p->plugin_data;
-    if (tmp) { /* contiguous_gradients off: the temporary goes into the slot and is freed */
-        p->plugin_data = NULL;
-        zero_status st = svc->buckets_ready(s->b, p->index, p->grad_is_zero ? NULL : tmp, s->dtype);
-        svc->mem_free(s->c, tmp);
-        return st;
-    }
-    const void *src = (p->host_grad && !p->grad_is_zero) ? p->host_grad : NULL;
-    return svc->buckets_ready(s->b, p->index, src, p->dtype);
+    return zero__grad_ready(s->svc, s->b, p, &p->plugin_data);
 }
 
 static zero_status of_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {

@@ -15,24 +15,17 @@
  * into the params.  The norm, clip and step are the core's boundary_step
  * service; this file is glue.
  *
- * Includes only abi/ headers, like any third-party plugin. */
-#include <stdio.h>
+ * Includes only abi/ headers (and plugins/common/plugin_glue.h, which
+ * includes only abi/ too), like any third-party plugin. */
 #include <stdlib.h>
 
-#include "zero_plugin.h"
+#include "../common/plugin_glue.h"
 
 typedef struct stage0 {
+    zero__flat_state f;  /* replicated: params, master (fp32: == params) and states all flat_numel */
     const zero_services_v1 *svc;
     zero_core *c;
-    const zero_layout *L;
-    zero_dtype dtype;  /* model dtype of params and grads */
-    size_t esize;
-    void *params;      /* flat_numel: every param's permanent storage */
-    void *grads;       /* flat_numel: summed gradients of the window */
-    float *master;     /* flat_numel fp32; == params for fp32 models */
-    float *state[4];   /* optimizer state, flat_numel each */
-    uint32_t nstate;
-    zero_owned_range all;  /* the whole flat space: what every replica steps */
+    void *grads;         /* flat_numel, model dtype: summed gradients of the window */
     zero_buckets *b;
 } stage0;
 
@@ -45,54 +38,24 @@ static zero_status s0_create(const zero_services_v1 *svc, void **state) {
     return ZERO_OK;
 }
 
-static void *alloc_tagged(stage0 *s, zero_mem_tag tag, uint64_t numel, size_t esize) {
-    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)numel * esize);
-}
-
 /* What the core's step and checkpoint services need.  Every rank holds the
  * same all-reduced sum: replicated, so one rank per DP group contributes to
- * the (pipeline-wide) norm, and the overflow verdict is agreed anyway so
- * replicas can never diverge. */
-static zero_part_step part_step_of(stage0 *s) {
-    zero_part_step ps = {0};
-    ps.struct_size = sizeof ps;
-    ps.nranges = s->all.flat_hi ? 1 : 0;
-    ps.ranges = &s->all;
-    ps.replicated = 1;
-    ps.dtype = s->dtype;
-    ps.grad = s->grads;
-    ps.master = s->master;
-    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
-    ps.param_out = (void *)s->master == s->params ? NULL : s->params;
-    return ps;
-}
+ * the (pipeline-wide, norm_comm NULL) norm, and the overflow verdict is
+ * agreed anyway so replicas can never diverge. */
+static zero_part_step part_step_of(stage0 *s) { return zero__flat_part_step(&s->f, s->grads, ZERO_INDEX_FLAT, NULL); }
+
+static size_t grad_bytes(const stage0 *s) { return (size_t)s->f.L->flat_numel * s->f.esize; }
 
 static zero_status s0_params_done(void *state) {
     stage0 *s = state;
     const zero_services_v1 *svc = s->svc;
-    if (!ZERO_SERVICES_HAS(svc, ckpt_agree))
-        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage0: the core lacks the partition step services");
-    const zero_run_config *rc = svc->config(s->c);
-    s->L = svc->layout(s->c);
-    s->dtype = rc->model_dtype;
-    s->esize = s->dtype == ZERO_DTYPE_F32 ? 4 : 2;
-    const uint64_t flat = s->L->flat_numel;
-    s->params = alloc_tagged(s, ZERO_MEM_PARAMS, flat, s->esize);
-    s->grads = alloc_tagged(s, ZERO_MEM_GRADS, flat, s->esize);
-    s->master = s->dtype == ZERO_DTYPE_F32 ? s->params : alloc_tagged(s, ZERO_MEM_MASTER, flat, sizeof(float));
-    s->nstate = svc->optim_state_count(s->c);
-    int ok = s->params && s->grads && s->master && s->nstate <= 4;
-    for (uint32_t k = 0; ok && k < s->nstate; k++)
-        ok = (s->state[k] = alloc_tagged(s, ZERO_MEM_OPTIM, flat, sizeof(float))) != NULL;
-    if (!ok) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage0: cannot allocate %llu-element model state",
-                               (unsigned long long)flat);
-    s->all = (zero_owned_range){0, flat, 0};
-    /* initial values (host or device memory) into the flat params; a 16-bit
-     * model's fp32 master widened from them */
-    zero_status st = svc->params_place(s->c, s->params, s->dtype, "stage0");
-    zero_part_step ps = part_step_of(s);
-    if (st == ZERO_OK) st = svc->master_init(s->c, &ps, s->params);
+    zero_status st = zero__flat_init(&s->f, svc, 1, "stage0");
     if (st != ZERO_OK) return st;
+    s->grads = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, grad_bytes(s));
+    if (!s->grads && grad_bytes(s))
+        return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage0: cannot allocate the %zu-byte gradient buffer",
+                          grad_bytes(s));
+    const zero_run_config *rc = svc->config(s->c);
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
     spec.mode = ZERO_BUCKETS_ALLREDUCE;
@@ -101,7 +64,7 @@ static zero_status s0_params_done(void *state) {
     spec.contiguous = 1;
     spec.flat = s->grads;
     spec.reduce_every_micro_step = 0; /* accumulate locally, reduce once per window */
-    spec.grad_dtype = s->dtype;
+    spec.grad_dtype = s->f.dtype;
     return svc->buckets_create(s->c, &spec, &s->b);
 }
 
@@ -113,8 +76,7 @@ static zero_status s0_grad_buffer(void *state, zero_param_info *p, void **buf) {
 static zero_status s0_on_grad_ready(void *state, zero_param_info *p, void *stream) {
     stage0 *s = state;
     (void)stream;
-    const void *src = (p->host_grad && !p->grad_is_zero) ? p->host_grad : NULL;
-    return s->svc->buckets_ready(s->b, p->index, src, p->dtype);
+    return zero__grad_ready(s->svc, s->b, p, NULL);
 }
 
 static zero_status s0_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
@@ -124,7 +86,7 @@ static zero_status s0_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     if (st != ZERO_OK || !ctx->boundary) return st;
     zero_part_step ps = part_step_of(s);
     st = svc->boundary_step(s->c, &ps, ctx, rep);
-    svc->mem_set(s->c, s->grads, 0, (size_t)s->L->flat_numel * s->esize);
+    svc->mem_set(s->c, s->grads, 0, grad_bytes(s));
     return st;
 }
 
@@ -133,12 +95,11 @@ static zero_status s0_step(void *state, const zero_step_ctx *ctx, zero_step_repo
  * window resumes exactly.  Each rank writes its own blobs (atomic). */
 static zero_status s0_blobs(stage0 *s, const char *dir, int write) {
     const zero_services_v1 *svc = s->svc;
-    const size_t bytes = (size_t)s->L->flat_numel * s->esize;
     zero_part_step ps = part_step_of(s);
-    zero_status st = svc->ckpt_shard(s->c, dir, "stage0", &ps, s->params, write);
+    zero_status st = svc->ckpt_shard(s->c, dir, "stage0", &ps, s->f.params, write);
     if (st == ZERO_OK)
-        st = write ? svc->ckpt_write(s->c, dir, "stage0.grads", s->grads, bytes)
-                   : svc->ckpt_read(s->c, dir, "stage0.grads", s->grads, bytes);
+        st = write ? svc->ckpt_write(s->c, dir, "stage0.grads", s->grads, grad_bytes(s))
+                   : svc->ckpt_read(s->c, dir, "stage0.grads", s->grads, grad_bytes(s));
     return st;
 }
 static zero_status s0_save(void *state, const char *dir) { return s0_blobs(state, dir, 1); }
@@ -151,10 +112,8 @@ static void s0_destroy(void *state) {
     stage0 *s = state;
     if (!s) return;
     if (s->b) s->svc->buckets_destroy(s->b);
-    for (uint32_t k = 0; k < 4; k++) s->svc->mem_free(s->c, s->state[k]);
     s->svc->mem_free(s->c, s->grads);
-    if ((void *)s->master != s->params) s->svc->mem_free(s->c, s->master);
-    s->svc->mem_free(s->c, s->params);
+    zero__flat_free(&s->f);
     free(s);
 }
 

@@ -42,31 +42,23 @@
  * params and gradient accumulator, an fp32 master of the owned partition;
  * the optimizer rounds the new weights into the params.  Norm (over
  * comm_global), clip, step and all-gather are the core's services.
- * Includes only abi/ headers, like any third-party plugin.
+ * Includes only abi/ headers (and plugins/common/plugin_glue.h, which
+ * includes only abi/ too), like any third-party plugin.
  *
  * Threading: grad_buffer/on_grad_ready may run concurrently for different
  * params (the bucket engine is thread-safe); everything else runs on the
  * engine's calling thread, one call at a time. */
-#include <stdio.h>
 #include <stdlib.h>
 
-#include "zero_plugin.h"
+#include "../common/plugin_glue.h"
 
 typedef struct stage1pp {
+    zero__flat_state f;       /* this stage's params (flat), master (fp32: == params), states (part_numel each) */
     const zero_services_v1 *svc;
     zero_core *c;
-    const zero_layout *L;
     zero_comm *dp;            /* this stage's data-parallel group (svc->comm_world) */
     zero_comm *global;        /* every rank of every stage (svc->comm_global) */
-    zero_dtype dtype;         /* model dtype of params and grads */
-    size_t esize;
-    void *params;             /* flat_numel: permanent full storage of this stage's params */
     void *grads;              /* flat_numel: window sum; owned ranges reduced at the boundary */
-    float *master;            /* fp32: == params (flat-indexed); 16-bit: part_numel */
-    float *state[4];          /* optimizer state, part_numel each */
-    uint32_t nstate;
-    zero_owned_range *owned;  /* this rank's share of each group */
-    uint32_t nowned;
     zero_buckets *b;
 } stage1pp;
 
@@ -89,12 +81,6 @@ static zero_status pp_create(const zero_services_v1 *svc, void **state) {
     return ZERO_OK;
 }
 
-static void *alloc_tagged(stage1pp *s, zero_mem_tag tag, uint64_t numel, size_t esize) {
-    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)numel * esize);
-}
-
-static int mixed(const stage1pp *s) { return (void *)s->master != s->params; }
-
 static zero_status pp_register(void *state, zero_param_info *p) {
     stage1pp *s = state;
     zero_dtype dt = s->svc->config(s->c)->model_dtype;
@@ -112,48 +98,22 @@ static zero_status pp_register(void *state, zero_param_info *p) {
  * (fp32: the master is the flat params themselves); the norm spans the
  * whole world (every stage, every partition). */
 static zero_part_step part_step_of(stage1pp *s) {
-    zero_part_step ps = {0};
-    ps.struct_size = sizeof ps;
-    ps.nranges = s->nowned;
-    ps.ranges = s->owned;
-    ps.norm_comm = s->global;
-    ps.dtype = s->dtype;
-    ps.grad = s->grads;
-    ps.grad_index = ZERO_INDEX_FLAT;
-    ps.master = s->master;
-    ps.master_index = mixed(s) ? ZERO_INDEX_PART : ZERO_INDEX_FLAT;
-    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
-    ps.param_out = mixed(s) ? s->params : NULL;
-    ps.param_out_index = ZERO_INDEX_FLAT;
-    return ps;
+    return zero__flat_part_step(&s->f, s->grads, ZERO_INDEX_FLAT, s->global);
 }
+
+static size_t grad_bytes(const stage1pp *s) { return (size_t)s->f.L->flat_numel * s->f.esize; }
+
+static int mixed(const stage1pp *s) { return (void *)s->f.master != s->f.params; }
 
 static zero_status pp_params_done(void *state) {
     stage1pp *s = state;
     const zero_services_v1 *svc = s->svc;
-    s->L = svc->layout(s->c);
-    s->dtype = svc->config(s->c)->model_dtype;
-    s->esize = s->dtype == ZERO_DTYPE_F32 ? 4 : 2;
-    const uint32_t ng = s->L->ngroups;
-    const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
-    s->params = alloc_tagged(s, ZERO_MEM_PARAMS, flat, s->esize);
-    s->grads = alloc_tagged(s, ZERO_MEM_GRADS, flat, s->esize);
-    s->master = s->dtype == ZERO_DTYPE_F32 ? s->params : alloc_tagged(s, ZERO_MEM_MASTER, part, sizeof(float));
-    s->nstate = svc->optim_state_count(s->c);
-    s->owned = calloc(ng ? ng : 1, sizeof *s->owned);
-    int ok = s->params && s->grads && s->master && s->nstate <= 4 && s->owned;
-    for (uint32_t k = 0; ok && k < s->nstate; k++)
-        ok = (s->state[k] = alloc_tagged(s, ZERO_MEM_OPTIM, part, sizeof(float))) != NULL;
-    if (!ok)
-        return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1-pp: cannot allocate model state (%llu elements)",
-                          (unsigned long long)flat);
-    s->nowned = flat ? svc->owned_ranges(s->c, s->L->rank, 0, flat, s->owned, ng) : 0;
-    /* initial values (host or device memory) into the flat params; the
-     * master of the owned share (16-bit model) widened from them */
-    zero_status st = svc->params_place(s->c, s->params, s->dtype, "stage1-pp");
-    zero_part_step ps = part_step_of(s);
-    if (st == ZERO_OK) st = svc->master_init(s->c, &ps, s->params);
+    zero_status st = zero__flat_init(&s->f, svc, 0, "stage1-pp");
     if (st != ZERO_OK) return st;
+    s->grads = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, grad_bytes(s));
+    if (!s->grads && grad_bytes(s))
+        return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1-pp: cannot allocate the %zu-byte gradient buffer",
+                          grad_bytes(s));
     const zero_run_config *rc = svc->config(s->c);
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
@@ -164,7 +124,7 @@ static zero_status pp_params_done(void *state) {
     spec.contiguous = 1;
     spec.flat = s->grads;
     spec.reduce_every_micro_step = 0; /* the whole point: no traffic before the boundary */
-    spec.grad_dtype = s->dtype;
+    spec.grad_dtype = s->f.dtype;
     return svc->buckets_create(s->c, &spec, &s->b);
 }
 
@@ -176,8 +136,7 @@ static zero_status pp_grad_buffer(void *state, zero_param_info *p, void **buf) {
 static zero_status pp_on_grad_ready(void *state, zero_param_info *p, void *stream) {
     stage1pp *s = state;
     (void)stream;
-    const void *src = (p->host_grad && !p->grad_is_zero) ? p->host_grad : NULL;
-    return s->svc->buckets_ready(s->b, p->index, src, p->dtype);
+    return zero__grad_ready(s->svc, s->b, p, NULL);
 }
 
 static zero_status pp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
@@ -195,9 +154,9 @@ static zero_status pp_step(void *state, const zero_step_ctx *ctx, zero_step_repo
      * over the global batch. */
     zero_part_step ps = part_step_of(s);
     st = svc->boundary_step(s->c, &ps, ctx, rep);
-    svc->mem_set(s->c, s->grads, 0, (size_t)s->L->flat_numel * s->esize);
+    svc->mem_set(s->c, s->grads, 0, grad_bytes(s));
     if (st != ZERO_OK || rep->overflow) return st;
-    return svc->allgather_shares(s->c, s->dp, s->params, s->dtype);
+    return svc->allgather_shares(s->c, s->dp, s->f.params, s->f.dtype);
 }
 
 /* Checkpoint: this rank's partition of the fp32 weights (the params for an
@@ -206,22 +165,22 @@ static zero_status pp_step(void *state, const zero_step_ctx *ctx, zero_step_repo
  * rank).  Gradients are not saved: a checkpoint is taken at a boundary,
  * where they are zero. */
 static size_t ckpt_bytes(const stage1pp *s) {
-    return (size_t)(1 + s->nstate) * (size_t)s->L->part_numel * sizeof(float);
+    return (size_t)(1 + s->f.nstate) * (size_t)s->f.L->part_numel * sizeof(float);
 }
 
 static zero_status pp_save(void *state, const char *dir) {
     stage1pp *s = state;
     const zero_services_v1 *svc = s->svc;
-    const size_t part = (size_t)s->L->part_numel;
+    const size_t part = (size_t)s->f.L->part_numel;
     float *buf = malloc(ckpt_bytes(s) ? ckpt_bytes(s) : 1);
     if (!buf) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1-pp: out of memory saving %s", dir);
-    for (uint32_t i = 0; i < s->nowned; i++) {
-        const zero_owned_range *o = &s->owned[i];
-        const float *w = mixed(s) ? s->master + o->part_lo : (const float *)s->params + o->flat_lo;
+    for (uint32_t i = 0; i < s->f.nowned; i++) {
+        const zero_owned_range *o = &s->f.owned[i];
+        const float *w = mixed(s) ? s->f.master + o->part_lo : (const float *)s->f.params + o->flat_lo;
         svc->mem_copy(s->c, buf + o->part_lo, w, (size_t)(o->flat_hi - o->flat_lo) * sizeof(float));
     }
-    for (uint32_t k = 0; k < s->nstate; k++)
-        svc->mem_copy(s->c, buf + (size_t)(k + 1) * part, s->state[k], part * sizeof(float));
+    for (uint32_t k = 0; k < s->f.nstate; k++)
+        svc->mem_copy(s->c, buf + (size_t)(k + 1) * part, s->f.state[k], part * sizeof(float));
     zero_status st = svc->ckpt_write(s->c, dir, "stage1-pp", buf, ckpt_bytes(s));
     free(buf);
     return st;
@@ -230,36 +189,36 @@ static zero_status pp_save(void *state, const char *dir) {
 static zero_status pp_load(void *state, const char *dir) {
     stage1pp *s = state;
     const zero_services_v1 *svc = s->svc;
-    const size_t part = (size_t)s->L->part_numel;
+    const size_t part = (size_t)s->f.L->part_numel;
     float *buf = malloc(ckpt_bytes(s) ? ckpt_bytes(s) : 1);
     if (!buf) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1-pp: out of memory loading %s", dir);
     zero_status st = svc->ckpt_read(s->c, dir, "stage1-pp", buf, ckpt_bytes(s));
     if (st == ZERO_OK) {
-        for (uint32_t i = 0; i < s->nowned; i++) {
-            const zero_owned_range *o = &s->owned[i];
+        for (uint32_t i = 0; i < s->f.nowned; i++) {
+            const zero_owned_range *o = &s->f.owned[i];
             size_t n = (size_t)(o->flat_hi - o->flat_lo);
-            char *pw = (char *)s->params + (size_t)o->flat_lo * s->esize;
-            if (mixed(s)) svc->mem_copy(s->c, s->master + o->part_lo, buf + o->part_lo, n * sizeof(float));
-            svc->convert(s->c, pw, s->dtype, buf + o->part_lo, ZERO_DTYPE_F32, n);
+            char *pw = (char *)s->f.params + (size_t)o->flat_lo * s->f.esize;
+            if (mixed(s)) svc->mem_copy(s->c, s->f.master + o->part_lo, buf + o->part_lo, n * sizeof(float));
+            svc->convert(s->c, pw, s->f.dtype, buf + o->part_lo, ZERO_DTYPE_F32, n);
         }
-        for (uint32_t k = 0; k < s->nstate; k++)
-            svc->mem_copy(s->c, s->state[k], buf + (size_t)(k + 1) * part, part * sizeof(float));
-        svc->mem_set(s->c, s->grads, 0, (size_t)s->L->flat_numel * s->esize);
+        for (uint32_t k = 0; k < s->f.nstate; k++)
+            svc->mem_copy(s->c, s->f.state[k], buf + (size_t)(k + 1) * part, part * sizeof(float));
+        svc->mem_set(s->c, s->grads, 0, grad_bytes(s));
     }
     free(buf);
+    /* Agree over the whole job first: a shard missing on one rank fails the
+     * load everywhere instead of leaving its DP group in the all-gather. */
+    st = svc->ckpt_agree(s->c, s->global, st, dir, "stage1-pp");
     /* Every rank re-assembles the full params of its stage from the shards. */
-    return st == ZERO_OK ? svc->allgather_shares(s->c, s->dp, s->params, s->dtype) : st;
+    return st == ZERO_OK ? svc->allgather_shares(s->c, s->dp, s->f.params, s->f.dtype) : st;
 }
 
 static void pp_destroy(void *state) {
     stage1pp *s = state;
     if (!s) return;
     if (s->b) s->svc->buckets_destroy(s->b);
-    for (uint32_t k = 0; k < 4; k++) s->svc->mem_free(s->c, s->state[k]);
     s->svc->mem_free(s->c, s->grads);
-    if (mixed(s)) s->svc->mem_free(s->c, s->master);
-    s->svc->mem_free(s->c, s->params);
-    free(s->owned);
+    zero__flat_free(&s->f);
     free(s);
 }
 

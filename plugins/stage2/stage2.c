@@ -20,27 +20,19 @@
  * (2 + (2+12)/N Psi with Adam); the optimizer rounds the new weights into the
  * params.  Norm, clip, step and all-gather are the core's services.
  *
- * Includes only abi/ headers, like any third-party plugin. */
-#include <stdio.h>
+ * Includes only abi/ headers (and plugins/common/plugin_glue.h, which
+ * includes only abi/ too), like any third-party plugin. */
 #include <stdlib.h>
 
-#include "zero_plugin.h"
+#include "../common/plugin_glue.h"
 
 typedef struct stage2 {
+    zero__flat_state f;       /* params (flat), master (fp32: == params), states (part_numel each), owned ranges */
     const zero_services_v1 *svc;
     zero_core *c;
-    const zero_layout *L;
     zero_comm *world;
     int contiguous;
-    zero_dtype dtype;         /* model dtype of params and gradients */
-    size_t esize;
-    void *params;             /* flat_numel: permanent full storage */
-    void *part;               /* part_numel: summed gradient of the owned partition */
-    float *master;            /* fp32: == params (flat-indexed); 16-bit: part_numel */
-    float *state[4];          /* optimizer state, part_numel each */
-    uint32_t nstate;
-    zero_owned_range *owned;
-    uint32_t nowned;
+    void *part;               /* part_numel, model dtype: summed gradient of the owned partition */
     zero_buckets *b;
 } stage2;
 
@@ -53,62 +45,27 @@ static zero_status s2_create(const zero_services_v1 *svc, void **state) {
     return ZERO_OK;
 }
 
-static void *alloc_tagged(stage2 *s, zero_mem_tag tag, uint64_t numel, size_t esize) {
-    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)numel * esize);
-}
-
-static int mixed(const stage2 *s) { return (void *)s->master != s->params; }
-
 /* What the core's step and checkpoint services need: the reduced gradient
  * is the partition accumulator (partition-indexed); fp32: the master is the
  * flat params themselves. */
 static zero_part_step part_step_of(stage2 *s) {
-    zero_part_step ps = {0};
-    ps.struct_size = sizeof ps;
-    ps.nranges = s->nowned;
-    ps.ranges = s->owned;
-    ps.norm_comm = s->world;
-    ps.dtype = s->dtype;
-    ps.grad = s->part;
-    ps.grad_index = ZERO_INDEX_PART;
-    ps.master = s->master;
-    ps.master_index = mixed(s) ? ZERO_INDEX_PART : ZERO_INDEX_FLAT;
-    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
-    ps.param_out = mixed(s) ? s->params : NULL;
-    ps.param_out_index = ZERO_INDEX_FLAT;
-    return ps;
+    return zero__flat_part_step(&s->f, s->part, ZERO_INDEX_PART, s->world);
 }
+
+static size_t part_bytes(const stage2 *s) { return (size_t)s->f.L->part_numel * s->f.esize; }
 
 static zero_status s2_params_done(void *state) {
     stage2 *s = state;
     const zero_services_v1 *svc = s->svc;
-    if (!ZERO_SERVICES_HAS(svc, ckpt_agree))
-        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage2: the core lacks the partition step services");
-    s->L = svc->layout(s->c);
-    s->world = svc->comm_world(s->c);
-    s->dtype = svc->config(s->c)->model_dtype;
-    s->esize = s->dtype == ZERO_DTYPE_F32 ? 4 : 2;
-    const uint32_t np = svc->nparams(s->c);
-    const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
-    s->params = alloc_tagged(s, ZERO_MEM_PARAMS, flat, s->esize);
-    s->part = alloc_tagged(s, ZERO_MEM_GRADS, part, s->esize);
-    s->master = s->dtype == ZERO_DTYPE_F32 ? s->params : alloc_tagged(s, ZERO_MEM_MASTER, part, sizeof(float));
-    s->nstate = svc->optim_state_count(s->c);
-    uint32_t ng = s->L->ngroups;
-    s->owned = calloc(ng ? ng : 1, sizeof *s->owned);
-    int ok = s->params && s->part && s->master && s->nstate <= 4 && s->owned;
-    for (uint32_t k = 0; ok && k < s->nstate; k++)
-        ok = (s->state[k] = alloc_tagged(s, ZERO_MEM_OPTIM, part, sizeof(float))) != NULL;
-    if (!ok) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage2: cannot allocate model state (%llu elements)",
-                               (unsigned long long)flat);
-    s->nowned = flat ? svc->owned_ranges(s->c, s->L->rank, 0, flat, s->owned, ng) : 0;
-    /* initial values (host or device memory) into the flat params; the
-     * master of the owned share (16-bit model) widened from them */
-    zero_status st = svc->params_place(s->c, s->params, s->dtype, "stage2");
+    zero_status st = zero__flat_init(&s->f, svc, 0, "stage2");
     if (st != ZERO_OK) return st;
+    s->world = svc->comm_world(s->c);
+    s->part = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, part_bytes(s));
+    if (!s->part && part_bytes(s))
+        return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage2: cannot allocate the %zu-byte gradient partition",
+                          part_bytes(s));
+    const uint32_t np = svc->nparams(s->c);
     for (uint32_t i = 0; i < np; i++) svc->param(s->c, i)->plugin_data = NULL; /* contiguous_gradients off */
-    zero_part_step ps = part_step_of(s);
-    if ((st = svc->master_init(s->c, &ps, s->params)) != ZERO_OK) return st;
     const zero_run_config *rc = svc->config(s->c);
     s->contiguous = rc->contiguous_gradients;
     zero_bucket_spec spec = {0};
@@ -119,7 +76,7 @@ static zero_status s2_params_done(void *state) {
     spec.contiguous = s->contiguous;
     spec.partition = s->part;
     spec.reduce_every_micro_step = 1; /* the staging cannot hold a window's sum */
-    spec.grad_dtype = s->dtype;
+    spec.grad_dtype = s->f.dtype;
     return svc->buckets_create(s->c, &spec, &s->b);
 }
 
@@ -127,29 +84,13 @@ static zero_status s2_params_done(void *state) {
 static zero_status s2_grad_buffer(void *state, zero_param_info *p, void **buf) {
     stage2 *s = state;
     if (s->contiguous) return s->svc->buckets_grad_slot(s->b, p->index, buf);
-    if (!p->plugin_data) {
-        p->plugin_data = alloc_tagged(s, ZERO_MEM_GRADS, p->numel, s->esize);
-        if (!p->plugin_data)
-            return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage2: no memory for the gradient of '%s'", p->name);
-    }
-    *buf = p->plugin_data;
-    return ZERO_OK;
+    return zero__grad_tmp(s->svc, p, s->f.esize, &p->plugin_data, buf, "stage2");
 }
 
 static zero_status s2_on_grad_ready(void *state, zero_param_info *p, void *stream) {
     stage2 *s = state;
     (void)stream;
-    const zero_services_v1 *svc = s->svc;
-    void *tmp = p->plugin_data;
-    zero_status st;
-    if (tmp) {
-        p->plugin_data = NULL;
-        st = svc->buckets_ready(s->b, p->index, p->grad_is_zero ? NULL : tmp, s->dtype);
-        svc->mem_free(s->c, tmp);
-        return st;
-    }
-    const void *src = (p->host_grad && !p->grad_is_zero) ? p->host_grad : NULL;
-    return svc->buckets_ready(s->b, p->index, src, p->dtype);
+    return zero__grad_ready(s->svc, s->b, p, &p->plugin_data);
 }
 
 static zero_status s2_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
@@ -159,9 +100,9 @@ static zero_status s2_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     if (st != ZERO_OK || !ctx->boundary) return st;
     zero_part_step ps = part_step_of(s);
     st = svc->boundary_step(s->c, &ps, ctx, rep);
-    svc->mem_set(s->c, s->part, 0, (size_t)s->L->part_numel * s->esize);
+    svc->mem_set(s->c, s->part, 0, part_bytes(s));
     if (st != ZERO_OK || rep->overflow) return st;
-    return svc->allgather_shares(s->c, s->world, s->params, s->dtype);
+    return svc->allgather_shares(s->c, s->world, s->f.params, s->f.dtype);
 }
 
 /* Checkpoint: each rank writes its shard (atomic blobs): its owned
@@ -172,12 +113,11 @@ static zero_status s2_step(void *state, const zero_step_ctx *ctx, zero_step_repo
  * so a missing shard on one rank is an error everywhere, never a hang. */
 static zero_status s2_blobs(stage2 *s, const char *dir, int write) {
     const zero_services_v1 *svc = s->svc;
-    const size_t bytes = (size_t)s->L->part_numel * s->esize;
     zero_part_step ps = part_step_of(s);
-    zero_status st = svc->ckpt_shard(s->c, dir, "stage2", &ps, s->params, write);
+    zero_status st = svc->ckpt_shard(s->c, dir, "stage2", &ps, s->f.params, write);
     if (st == ZERO_OK)
-        st = write ? svc->ckpt_write(s->c, dir, "stage2.part", s->part, bytes)
-                   : svc->ckpt_read(s->c, dir, "stage2.part", s->part, bytes);
+        st = write ? svc->ckpt_write(s->c, dir, "stage2.part", s->part, part_bytes(s))
+                   : svc->ckpt_read(s->c, dir, "stage2.part", s->part, part_bytes(s));
     return st;
 }
 
@@ -187,14 +127,14 @@ static zero_status s2_load(void *state, const char *dir) {
     stage2 *s = state;
     zero_status st = s->svc->ckpt_agree(s->c, s->world, s2_blobs(s, dir, 0), dir, "stage2");
     if (st != ZERO_OK) return st;
-    return s->svc->allgather_shares(s->c, s->world, s->params, s->dtype);
+    return s->svc->allgather_shares(s->c, s->world, s->f.params, s->f.dtype);
 }
 
 static void s2_destroy(void *state) {
     stage2 *s = state;
     if (!s) return;
     if (s->b) s->svc->buckets_destroy(s->b);
-    uint32_t np = s->L ? s->svc->nparams(s->c) : 0;
+    uint32_t np = s->f.L ? s->svc->nparams(s->c) : 0;
     for (uint32_t i = 0; i < np; i++) { /* temporaries of params never reported ready */
         zero_param_info *p = s->svc->param(s->c, i);
         if (p && p->plugin_data) {
@@ -202,11 +142,8 @@ static void s2_destroy(void *state) {
             p->plugin_data = NULL;
         }
     }
-    for (uint32_t k = 0; k < 4; k++) s->svc->mem_free(s->c, s->state[k]);
     s->svc->mem_free(s->c, s->part);
-    if (mixed(s)) s->svc->mem_free(s->c, s->master);
-    s->svc->mem_free(s->c, s->params);
-    free(s->owned);
+    zero__flat_free(&s->f);
     free(s);
 }
 

@@ -11,11 +11,13 @@
  *
  * This file: the plugin table, lifecycle, gradients and checkpoints.
  * Gathers are in stage3_gather.c, the step in stage3_step.c.
- * Includes only abi/ headers, like any third-party plugin. */
+ * Includes only abi/ headers (and plugins/common/plugin_glue.h, which
+ * includes only abi/ too), like any third-party plugin. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/plugin_glue.h"
 #include "stage3.h"
 
 static zero_status s3_create(const zero_services_v1 *svc, void **state) {
@@ -165,28 +167,14 @@ static zero_status s3_grad_buffer(void *state, zero_param_info *p, void **buf) {
     zero__s3 *s = state;
     if (s->contiguous) return s->svc->buckets_grad_slot(s->b, p->index, buf);
     zero__s3_param *sp = p->plugin_data;
-    if (!sp->grad_tmp) {
-        sp->grad_tmp = alloc_tagged(s, ZERO_MEM_GRADS, (size_t)p->numel * s->esize);
-        if (!sp->grad_tmp)
-            return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: no memory for the gradient of '%s'", p->name);
-    }
-    *buf = sp->grad_tmp;
-    return ZERO_OK;
+    return zero__grad_tmp(s->svc, p, s->esize, &sp->grad_tmp, buf, "stage3");
 }
 
 static zero_status s3_on_grad_ready(void *state, zero_param_info *p, void *stream) {
     zero__s3 *s = state;
     (void)stream;
     zero__s3_param *sp = p->plugin_data;
-    void *tmp = sp->grad_tmp;
-    if (tmp) { /* contiguous_gradients off: hand the temporary to the bucket, then free it */
-        sp->grad_tmp = NULL;
-        zero_status st = s->svc->buckets_ready(s->b, p->index, p->grad_is_zero ? NULL : tmp, p->dtype);
-        s->svc->mem_free(s->c, tmp);
-        return st;
-    }
-    const void *src = (p->host_grad && !p->grad_is_zero) ? p->host_grad : NULL;
-    return s->svc->buckets_ready(s->b, p->index, src, p->dtype);
+    return zero__grad_ready(s->svc, s->b, p, &sp->grad_tmp);
 }
 
 static zero_status s3_sync(void *state) {

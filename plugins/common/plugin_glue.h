@@ -1,0 +1,66 @@
+/* Glue shared by the built-in flat-layout plugins (stage0, stage1,
+ * stage1-pp, stage2, stage3, offload): the few pieces of plugin-side code
+ * that were the same in each of them.  Compiled into every plugin that
+ * lists plugin_glue.c in its sources (hidden like the rest of the plugin);
+ * it includes only abi/ headers, so a third-party plugin may copy it.
+ *
+ * zero__flat_state: a flat-layout plugin's model state: the full flat
+ * parameters, the fp32 master (the params themselves for an fp32 model) and
+ * the optimizer states, over this rank's owned ranges -- or over the whole
+ * flat space for a replicated plugin (stage 0).  Owned by the plugin that
+ * embeds it: zero__flat_init fills it at params_done, zero__flat_free
+ * releases it at destroy.  Step thread only.
+ *
+ * Gradient hand-in (grad_buffer / on_grad_ready): thread-safe for distinct
+ * params, as the plugin ABI requires; each call touches only that param's
+ * temporary and the (thread-safe) bucket engine. */
+#ifndef ZERO_PLUGIN_GLUE_H
+#define ZERO_PLUGIN_GLUE_H
+#include "zero_plugin.h"
+
+typedef struct zero__flat_state {
+    const zero_services_v1 *svc;
+    zero_core *c;
+    const zero_layout *L;
+    zero_dtype dtype;         /* model dtype of params and gradients */
+    size_t esize;             /* its bytes per element */
+    void *params;             /* flat_numel, model dtype, device tier: every param's permanent storage */
+    float *master;            /* fp32: == params; 16-bit: fp32, partition- (or, replicated, flat-) sized */
+    float *state[4];          /* optimizer states, one per svc->optim_state_count */
+    uint32_t nstate;
+    zero_owned_range *owned;  /* what this rank steps: its share of each group, or the whole flat space */
+    uint32_t nowned;
+    int replicated;           /* stage 0: every rank steps everything */
+} zero__flat_state;
+
+/* At params_done: allocate params (ZERO_MEM_PARAMS), master
+ * (ZERO_MEM_MASTER, 16-bit models only) and states (ZERO_MEM_OPTIM) in the
+ * device tier, each partition-sized (replicated = 0) or flat-sized
+ * (replicated = 1); find the owned ranges; place the initial values
+ * (svc->params_place: every param must be in the model dtype) and widen the
+ * master from them (svc->master_init).  `who` names the plugin in errors.
+ * Requires the services up to ckpt_agree (else ZERO_ERR_UNSUPPORTED).
+ * On error the state holds what was allocated: zero__flat_free it. */
+zero_status zero__flat_init(zero__flat_state *f, const zero_services_v1 *svc, int replicated, const char *who);
+/* Free everything zero__flat_init allocated (NULL-safe, idempotent). */
+void zero__flat_free(zero__flat_state *f);
+/* The core's step / checkpoint description of f with the reduced gradient
+ * `grad` (indexed as grad_index) and the norm over norm_comm (NULL:
+ * comm_global).  Master and states partition-indexed (the params when the
+ * master is the params); 16-bit models round the new weights into the
+ * flat params.  Pure; the result points into f. */
+zero_part_step zero__flat_part_step(const zero__flat_state *f, const void *grad, zero_index_kind grad_index,
+                                    zero_comm *norm_comm);
+
+/* grad_buffer with contiguous_gradients off: the param's own temporary in
+ * *tmp (allocated on first use, device tier, GRADS-tagged, p->numel
+ * elements of esize bytes), handed to the bucket engine and freed by
+ * zero__grad_ready.  `who` names the plugin in the out-of-memory error. */
+zero_status zero__grad_tmp(const zero_services_v1 *svc, zero_param_info *p, size_t esize, void **tmp, void **buf,
+                           const char *who);
+/* on_grad_ready: p's gradient is final.  With a temporary (*tmp non-NULL,
+ * tmp may be NULL) it goes into p's bucket slot and is freed (*tmp = NULL);
+ * else the host-owned gradient, if any, is added into the slot.  A
+ * gradient the core marked missing (grad_is_zero) counts as zero. */
+zero_status zero__grad_ready(const zero_services_v1 *svc, zero_buckets *b, zero_param_info *p, void **tmp);
+#endif
