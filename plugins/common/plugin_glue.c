@@ -1,13 +1,15 @@
 /* Glue shared by the built-in flat-layout plugins (see plugin_glue.h). */
 #include "plugin_glue.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 static void *alloc_n(const zero__flat_state *f, zero_mem_tag tag, uint64_t numel, size_t esize) {
     return f->svc->mem_alloc(f->c, ZERO_TIER_DEVICE, tag, (size_t)numel * esize);
 }
 
-zero_status zero__flat_init(zero__flat_state *f, const zero_services_v1 *svc, int replicated, const char *who) {
+zero_status zero__flat_init(zero__flat_state *f, const zero_services_v1 *svc, int replicated, uint64_t grad_numel,
+                            zero_index_kind grad_index, const char *who) {
     f->svc = svc;
     f->c = svc->core;
     if (!ZERO_SERVICES_HAS(svc, ckpt_agree))
@@ -16,13 +18,18 @@ zero_status zero__flat_init(zero__flat_state *f, const zero_services_v1 *svc, in
     f->dtype = svc->config(f->c)->model_dtype;
     f->esize = f->dtype == ZERO_DTYPE_F32 ? 4 : 2;
     f->replicated = replicated;
+    f->grad_index = grad_index;
+    f->grad_bytes = (size_t)grad_numel * f->esize;
+    f->norm_comm = NULL; /* comm_global: the whole model's norm (= comm_world without a pipeline) */
+    f->gather_comm = replicated ? NULL : svc->comm_world(f->c);
     const uint32_t ng = f->L->ngroups;
     const uint64_t flat = f->L->flat_numel, mine = replicated ? flat : f->L->part_numel;
     f->params = alloc_n(f, ZERO_MEM_PARAMS, flat, f->esize);
+    f->grads = alloc_n(f, ZERO_MEM_GRADS, grad_numel, f->esize);
     f->master = f->dtype == ZERO_DTYPE_F32 ? f->params : alloc_n(f, ZERO_MEM_MASTER, mine, sizeof(float));
     f->nstate = svc->optim_state_count(f->c);
     f->owned = calloc(ng ? ng : 1, sizeof *f->owned);
-    int ok = f->params && f->master && f->nstate <= 4 && f->owned;
+    int ok = f->params && f->grads && f->master && f->nstate <= 4 && f->owned;
     for (uint32_t k = 0; ok && k < f->nstate; k++)
         ok = (f->state[k] = alloc_n(f, ZERO_MEM_OPTIM, mine, sizeof(float))) != NULL;
     if (!ok)
@@ -37,7 +44,7 @@ zero_status zero__flat_init(zero__flat_state *f, const zero_services_v1 *svc, in
     /* initial values (host or device memory) into the flat params; the
      * master of the owned share (16-bit model) widened from them */
     zero_status st = svc->params_place(f->c, f->params, f->dtype, who);
-    zero_part_step ps = zero__flat_part_step(f, NULL, ZERO_INDEX_FLAT, NULL);
+    zero_part_step ps = zero__flat_part_step(f);
     if (st == ZERO_OK) st = svc->master_init(f->c, &ps, f->params);
     return st;
 }
@@ -50,30 +57,60 @@ void zero__flat_free(zero__flat_state *f) {
     }
     if ((void *)f->master != f->params) f->svc->mem_free(f->c, f->master);
     f->svc->mem_free(f->c, f->params);
+    f->svc->mem_free(f->c, f->grads);
     f->master = NULL;
     f->params = NULL;
+    f->grads = NULL;
     free(f->owned);
     f->owned = NULL;
 }
 
-zero_part_step zero__flat_part_step(const zero__flat_state *f, const void *grad, zero_index_kind grad_index,
-                                    zero_comm *norm_comm) {
+zero_part_step zero__flat_part_step(const zero__flat_state *f) {
     const int mixed = (void *)f->master != f->params;
     zero_part_step ps = {0};
     ps.struct_size = sizeof ps;
     ps.nranges = f->nowned;
     ps.ranges = f->owned;
-    ps.norm_comm = norm_comm;
+    ps.norm_comm = f->norm_comm;
     ps.replicated = f->replicated;
     ps.dtype = f->dtype;
-    ps.grad = grad;
-    ps.grad_index = grad_index;
+    ps.grad = f->grads;
+    ps.grad_index = f->grad_index;
     ps.master = f->master;
     ps.master_index = mixed ? ZERO_INDEX_PART : ZERO_INDEX_FLAT;
     for (uint32_t k = 0; k < f->nstate; k++) ps.state[k] = f->state[k];
     ps.param_out = mixed ? f->params : NULL;
     ps.param_out_index = ZERO_INDEX_FLAT;
     return ps;
+}
+
+zero_status zero__flat_boundary(zero__flat_state *f, const zero_step_ctx *ctx, zero_step_report *rep) {
+    const zero_services_v1 *svc = f->svc;
+    zero_part_step ps = zero__flat_part_step(f);
+    zero_status st = svc->boundary_step(f->c, &ps, ctx, rep);
+    svc->mem_set(f->c, f->grads, 0, f->grad_bytes); /* the next window starts from zero, overflow or not */
+    if (st != ZERO_OK || rep->overflow || !f->gather_comm) return st;
+    return svc->allgather_shares(f->c, f->gather_comm, f->params, f->dtype);
+}
+
+zero_status zero__flat_ckpt(zero__flat_state *f, const char *dir, const char *prefix, const char *grads_blob,
+                            int write) {
+    const zero_services_v1 *svc = f->svc;
+    zero_part_step ps = zero__flat_part_step(f);
+    zero_status st = svc->ckpt_shard(f->c, dir, prefix, &ps, f->params, write);
+    char name[160];
+    snprintf(name, sizeof name, "%s.%s", prefix, grads_blob);
+    if (st == ZERO_OK)
+        st = write ? svc->ckpt_write(f->c, dir, name, f->grads, f->grad_bytes)
+                   : svc->ckpt_read(f->c, dir, name, f->grads, f->grad_bytes);
+    return st;
+}
+
+zero_status zero__flat_load(zero__flat_state *f, const char *dir, const char *prefix, const char *grads_blob) {
+    zero_status st = zero__flat_ckpt(f, dir, prefix, grads_blob, 0);
+    st = f->svc->ckpt_agree(f->c, NULL, st, dir, prefix);
+    if (st != ZERO_OK || !f->gather_comm) return st;
+    return f->svc->allgather_shares(f->c, f->gather_comm, f->params, f->dtype);
 }
 
 zero_status zero__grad_tmp(const zero_services_v1 *svc, zero_param_info *p, size_t esize, void **tmp, void **buf,
@@ -98,4 +135,15 @@ zero_status zero__grad_ready(const zero_services_v1 *svc, zero_buckets *b, zero_
     }
     const void *src = (p->host_grad && !p->grad_is_zero) ? p->host_grad : NULL;
     return svc->buckets_ready(b, p->index, src, p->dtype);
+}
+
+void zero__grad_tmps_free(const zero_services_v1 *svc) {
+    const uint32_t np = svc->layout(svc->core) ? svc->nparams(svc->core) : 0;
+    for (uint32_t i = 0; i < np; i++) {
+        zero_param_info *p = svc->param(svc->core, i);
+        if (p && p->plugin_data) {
+            svc->mem_free(svc->core, p->plugin_data);
+            p->plugin_data = NULL;
+        }
+    }
 }

@@ -31,26 +31,49 @@ typedef struct zero__flat_state {
     zero_owned_range *owned;  /* what this rank steps: its share of each group, or the whole flat space */
     uint32_t nowned;
     int replicated;           /* stage 0: every rank steps everything */
+    void *grads;              /* the reduced gradient (device tier, model dtype, GRADS), grad_index-indexed */
+    size_t grad_bytes;
+    zero_index_kind grad_index;
+    zero_comm *norm_comm;     /* norm and overflow (NULL: comm_global) */
+    zero_comm *gather_comm;   /* all-gather of the updated shares after a step or load (comm_world by
+                                 default; NULL for a replicated state: nothing to gather) */
 } zero__flat_state;
 
 /* At params_done: allocate params (ZERO_MEM_PARAMS), master
- * (ZERO_MEM_MASTER, 16-bit models only) and states (ZERO_MEM_OPTIM) in the
- * device tier, each partition-sized (replicated = 0) or flat-sized
- * (replicated = 1); find the owned ranges; place the initial values
- * (svc->params_place: every param must be in the model dtype) and widen the
- * master from them (svc->master_init).  `who` names the plugin in errors.
- * Requires the services up to ckpt_agree (else ZERO_ERR_UNSUPPORTED).
- * On error the state holds what was allocated: zero__flat_free it. */
-zero_status zero__flat_init(zero__flat_state *f, const zero_services_v1 *svc, int replicated, const char *who);
+ * (ZERO_MEM_MASTER, 16-bit models only), states (ZERO_MEM_OPTIM) and the
+ * gradient buffer (ZERO_MEM_GRADS, grad_numel elements, indexed as
+ * grad_index) in the device tier, master and states partition-sized
+ * (replicated = 0) or flat-sized (replicated = 1); find the owned ranges;
+ * place the initial values (svc->params_place: every param must be in the
+ * model dtype) and widen the master from them (svc->master_init).  norm_comm
+ * starts NULL (comm_global: every stage of a pipeline, else comm_world),
+ * gather_comm as comm_world (NULL when replicated).
+ * `who` names the plugin in errors.  Requires the services up to
+ * ckpt_agree (else ZERO_ERR_UNSUPPORTED).  On error the state holds what
+ * was allocated: zero__flat_free it. */
+zero_status zero__flat_init(zero__flat_state *f, const zero_services_v1 *svc, int replicated, uint64_t grad_numel,
+                            zero_index_kind grad_index, const char *who);
 /* Free everything zero__flat_init allocated (NULL-safe, idempotent). */
 void zero__flat_free(zero__flat_state *f);
-/* The core's step / checkpoint description of f with the reduced gradient
- * `grad` (indexed as grad_index) and the norm over norm_comm (NULL:
- * comm_global).  Master and states partition-indexed (the params when the
- * master is the params); 16-bit models round the new weights into the
- * flat params.  Pure; the result points into f. */
-zero_part_step zero__flat_part_step(const zero__flat_state *f, const void *grad, zero_index_kind grad_index,
-                                    zero_comm *norm_comm);
+/* The core's step / checkpoint description of f.  Master and states
+ * partition-indexed (the params when the master is the params); 16-bit
+ * models round the new weights into the flat params.  Pure; the result
+ * points into f. */
+zero_part_step zero__flat_part_step(const zero__flat_state *f);
+/* The boundary, after buckets_flush: svc->boundary_step (norm, clip,
+ * step, report), the gradient buffer cleared for the next window, and --
+ * unless the step overflowed -- the updated shares all-gathered over
+ * gather_comm.  Collective. */
+zero_status zero__flat_boundary(zero__flat_state *f, const zero_step_ctx *ctx, zero_step_report *rep);
+/* Checkpoint blobs of f: svc->ckpt_shard under `prefix` (params, master,
+ * states) and the gradient buffer as "<prefix>.<grads_blob>" (a save in the
+ * middle of a window resumes exactly).  Local. */
+zero_status zero__flat_ckpt(zero__flat_state *f, const char *dir, const char *prefix, const char *grads_blob,
+                            int write);
+/* zero_load: read the blobs, agree on the read status over comm_world (a
+ * shard missing on one rank fails on every rank, never a hang), then
+ * all-gather the shares over gather_comm.  Collective. */
+zero_status zero__flat_load(zero__flat_state *f, const char *dir, const char *prefix, const char *grads_blob);
 
 /* grad_buffer with contiguous_gradients off: the param's own temporary in
  * *tmp (allocated on first use, device tier, GRADS-tagged, p->numel
@@ -63,4 +86,8 @@ zero_status zero__grad_tmp(const zero_services_v1 *svc, zero_param_info *p, size
  * else the host-owned gradient, if any, is added into the slot.  A
  * gradient the core marked missing (grad_is_zero) counts as zero. */
 zero_status zero__grad_ready(const zero_services_v1 *svc, zero_buckets *b, zero_param_info *p, void **tmp);
+/* At destroy, for a plugin that keeps the temporaries in p->plugin_data:
+ * free those of params never reported ready (none after params_done is
+ * NULL-safe: params_done sets every plugin_data to NULL first). */
+void zero__grad_tmps_free(const zero_services_v1 *svc);
 #endif

@@ -157,14 +157,7 @@ static void of_destroy(void *state) {
                  1e3 * s->t_d2h_early / (double)s->steps, 1e3 * s->t_d2h / (double)s->steps,
                  1e3 * s->t_cpu_step / (double)s->steps, 1e3 * s->t_h2d_gather / (double)s->steps);
     if (s->b) svc->buckets_destroy(s->b);
-    uint32_t np = s->L ? svc->nparams(s->c) : 0;
-    for (uint32_t i = 0; i < np; i++) { /* temporaries of params never reported ready */
-        zero_param_info *p = svc->param(s->c, i);
-        if (p && p->plugin_data) {
-            svc->mem_free(s->c, p->plugin_data);
-            p->plugin_data = NULL;
-        }
-    }
+    zero__grad_tmps_free(svc); /* temporaries of params never reported ready */
     for (uint32_t k = 0; k < 4; k++) svc->mem_free(s->c, s->state[k]);
     svc->mem_free(s->c, s->hgrad);
     svc->mem_free(s->c, s->master);

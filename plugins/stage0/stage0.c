@@ -22,10 +22,9 @@
 #include "../common/plugin_glue.h"
 
 typedef struct stage0 {
-    zero__flat_state f;  /* replicated: params, master (fp32: == params) and states all flat_numel */
+    zero__flat_state f; /* replicated: params, master (fp32: == params), states and the gradient (the
+                           window's sum, all-reduced at the boundary) all flat_numel */
     const zero_services_v1 *svc;
-    zero_core *c;
-    void *grads;         /* flat_numel, model dtype: summed gradients of the window */
     zero_buckets *b;
 } stage0;
 
@@ -33,39 +32,30 @@ static zero_status s0_create(const zero_services_v1 *svc, void **state) {
     stage0 *s = calloc(1, sizeof *s);
     if (!s) return ZERO_ERR_OUT_OF_MEMORY;
     s->svc = svc;
-    s->c = svc->core;
     *state = s;
     return ZERO_OK;
 }
 
-/* What the core's step and checkpoint services need.  Every rank holds the
- * same all-reduced sum: replicated, so one rank per DP group contributes to
- * the (pipeline-wide, norm_comm NULL) norm, and the overflow verdict is
- * agreed anyway so replicas can never diverge. */
-static zero_part_step part_step_of(stage0 *s) { return zero__flat_part_step(&s->f, s->grads, ZERO_INDEX_FLAT, NULL); }
-
-static size_t grad_bytes(const stage0 *s) { return (size_t)s->f.L->flat_numel * s->f.esize; }
-
+/* Replicated: every rank holds the same all-reduced sum and steps
+ * everything, so one rank per DP group contributes to the (pipeline-wide)
+ * norm, the overflow verdict is agreed anyway so replicas can never
+ * diverge, and there is nothing to all-gather. */
 static zero_status s0_params_done(void *state) {
     stage0 *s = state;
     const zero_services_v1 *svc = s->svc;
-    zero_status st = zero__flat_init(&s->f, svc, 1, "stage0");
+    zero_status st = zero__flat_init(&s->f, svc, 1, svc->layout(svc->core)->flat_numel, ZERO_INDEX_FLAT, "stage0");
     if (st != ZERO_OK) return st;
-    s->grads = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, grad_bytes(s));
-    if (!s->grads && grad_bytes(s))
-        return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage0: cannot allocate the %zu-byte gradient buffer",
-                          grad_bytes(s));
-    const zero_run_config *rc = svc->config(s->c);
+    const zero_run_config *rc = svc->config(svc->core);
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
     spec.mode = ZERO_BUCKETS_ALLREDUCE;
     spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
     spec.overlap = rc->overlap_comm;
     spec.contiguous = 1;
-    spec.flat = s->grads;
+    spec.flat = s->f.grads;
     spec.reduce_every_micro_step = 0; /* accumulate locally, reduce once per window */
     spec.grad_dtype = s->f.dtype;
-    return svc->buckets_create(s->c, &spec, &s->b);
+    return svc->buckets_create(svc->core, &spec, &s->b);
 }
 
 static zero_status s0_grad_buffer(void *state, zero_param_info *p, void **buf) {
@@ -81,38 +71,26 @@ static zero_status s0_on_grad_ready(void *state, zero_param_info *p, void *strea
 
 static zero_status s0_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     stage0 *s = state;
-    const zero_services_v1 *svc = s->svc;
-    zero_status st = svc->buckets_flush(s->b); /* every micro-step: resets the ready counts */
+    zero_status st = s->svc->buckets_flush(s->b); /* every micro-step: resets the ready counts */
     if (st != ZERO_OK || !ctx->boundary) return st;
-    zero_part_step ps = part_step_of(s);
-    st = svc->boundary_step(s->c, &ps, ctx, rep);
-    svc->mem_set(s->c, s->grads, 0, grad_bytes(s));
-    return st;
+    return zero__flat_boundary(&s->f, ctx, rep);
 }
 
 /* Checkpoint: replicas are identical except for the window's local gradient
  * sum, which is saved too so that a save in the middle of an accumulation
  * window resumes exactly.  Each rank writes its own blobs (atomic). */
-static zero_status s0_blobs(stage0 *s, const char *dir, int write) {
-    const zero_services_v1 *svc = s->svc;
-    zero_part_step ps = part_step_of(s);
-    zero_status st = svc->ckpt_shard(s->c, dir, "stage0", &ps, s->f.params, write);
-    if (st == ZERO_OK)
-        st = write ? svc->ckpt_write(s->c, dir, "stage0.grads", s->grads, grad_bytes(s))
-                   : svc->ckpt_read(s->c, dir, "stage0.grads", s->grads, grad_bytes(s));
-    return st;
+static zero_status s0_save(void *state, const char *dir) {
+    return zero__flat_ckpt(&((stage0 *)state)->f, dir, "stage0", "grads", 1);
 }
-static zero_status s0_save(void *state, const char *dir) { return s0_blobs(state, dir, 1); }
+
 static zero_status s0_load(void *state, const char *dir) {
-    stage0 *s = state;
-    return s->svc->ckpt_agree(s->c, NULL, s0_blobs(s, dir, 0), dir, "stage0");
+    return zero__flat_load(&((stage0 *)state)->f, dir, "stage0", "grads");
 }
 
 static void s0_destroy(void *state) {
     stage0 *s = state;
     if (!s) return;
     if (s->b) s->svc->buckets_destroy(s->b);
-    s->svc->mem_free(s->c, s->grads);
     zero__flat_free(&s->f);
     free(s);
 }

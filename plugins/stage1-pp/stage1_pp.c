@@ -53,12 +53,13 @@
 #include "../common/plugin_glue.h"
 
 typedef struct stage1pp {
-    zero__flat_state f;       /* this stage's params (flat), master (fp32: == params), states (part_numel each) */
+    zero__flat_state f;       /* this stage's params (flat), master (fp32: == params), states (part_numel
+                                 each), gradient (flat_numel: window sum; owned ranges reduced at the
+                                 boundary); norm over comm_global, all-gather over the DP group */
     const zero_services_v1 *svc;
     zero_core *c;
     zero_comm *dp;            /* this stage's data-parallel group (svc->comm_world) */
     zero_comm *global;        /* every rank of every stage (svc->comm_global) */
-    void *grads;              /* flat_numel: window sum; owned ranges reduced at the boundary */
     zero_buckets *b;
 } stage1pp;
 
@@ -93,27 +94,18 @@ static zero_status pp_register(void *state, zero_param_info *p) {
     return ZERO_OK;
 }
 
-/* What the core's step services need: the reduced gradient sits at the
- * owned ranges of the flat buffer; master and states are partition-indexed
- * (fp32: the master is the flat params themselves); the norm spans the
- * whole world (every stage, every partition). */
-static zero_part_step part_step_of(stage1pp *s) {
-    return zero__flat_part_step(&s->f, s->grads, ZERO_INDEX_FLAT, s->global);
-}
-
-static size_t grad_bytes(const stage1pp *s) { return (size_t)s->f.L->flat_numel * s->f.esize; }
+static size_t grad_bytes(const stage1pp *s) { return s->f.grad_bytes; }
 
 static int mixed(const stage1pp *s) { return (void *)s->f.master != s->f.params; }
 
 static zero_status pp_params_done(void *state) {
     stage1pp *s = state;
     const zero_services_v1 *svc = s->svc;
-    zero_status st = zero__flat_init(&s->f, svc, 0, "stage1-pp");
+    /* the reduced gradient sits at the owned ranges of the flat buffer; the
+     * norm spans the whole world (norm_comm NULL: comm_global, every stage
+     * and partition), the all-gather this stage's DP group (comm_world) */
+    zero_status st = zero__flat_init(&s->f, svc, 0, svc->layout(s->c)->flat_numel, ZERO_INDEX_FLAT, "stage1-pp");
     if (st != ZERO_OK) return st;
-    s->grads = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, grad_bytes(s));
-    if (!s->grads && grad_bytes(s))
-        return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1-pp: cannot allocate the %zu-byte gradient buffer",
-                          grad_bytes(s));
     const zero_run_config *rc = svc->config(s->c);
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
@@ -122,7 +114,7 @@ static zero_status pp_params_done(void *state) {
     spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
     spec.overlap = rc->overlap_comm; /* only the boundary micro-batch's backward can overlap */
     spec.contiguous = 1;
-    spec.flat = s->grads;
+    spec.flat = s->f.grads;
     spec.reduce_every_micro_step = 0; /* the whole point: no traffic before the boundary */
     spec.grad_dtype = s->f.dtype;
     return svc->buckets_create(s->c, &spec, &s->b);
@@ -143,7 +135,7 @@ static zero_status pp_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     stage1pp *s = state;
     const zero_services_v1 *svc = s->svc;
     /* Off the boundary this only resets the buckets' bookkeeping: the
-     * gradients stay in s->grads, summed locally. */
+     * gradients stay in s->f.grads, summed locally. */
     zero_status st = svc->buckets_flush(s->b);
     if (st != ZERO_OK || !ctx->boundary) return st;
     /* Partial sums of squares of the owned, reduced ranges and the overflow
@@ -152,11 +144,7 @@ static zero_status pp_step(void *state, const zero_step_ctx *ctx, zero_step_repo
      * overflow verdict.  grad_divisor = DP size * gas: the summed gradient
      * over the DP group and the M micro-batches, divided by it, is the mean
      * over the global batch. */
-    zero_part_step ps = part_step_of(s);
-    st = svc->boundary_step(s->c, &ps, ctx, rep);
-    svc->mem_set(s->c, s->grads, 0, grad_bytes(s));
-    if (st != ZERO_OK || rep->overflow) return st;
-    return svc->allgather_shares(s->c, s->dp, s->f.params, s->f.dtype);
+    return zero__flat_boundary(&s->f, ctx, rep);
 }
 
 /* Checkpoint: this rank's partition of the fp32 weights (the params for an
@@ -203,7 +191,7 @@ static zero_status pp_load(void *state, const char *dir) {
         }
         for (uint32_t k = 0; k < s->f.nstate; k++)
             svc->mem_copy(s->c, s->f.state[k], buf + (size_t)(k + 1) * part, part * sizeof(float));
-        svc->mem_set(s->c, s->grads, 0, grad_bytes(s));
+        svc->mem_set(s->c, s->f.grads, 0, grad_bytes(s));
     }
     free(buf);
     /* Agree over the whole job first: a shard missing on one rank fails the
@@ -217,7 +205,6 @@ static void pp_destroy(void *state) {
     stage1pp *s = state;
     if (!s) return;
     if (s->b) s->svc->buckets_destroy(s->b);
-    s->svc->mem_free(s->c, s->grads);
     zero__flat_free(&s->f);
     free(s);
 }

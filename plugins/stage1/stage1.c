@@ -26,11 +26,9 @@
 #include "../common/plugin_glue.h"
 
 typedef struct stage1 {
-    zero__flat_state f;       /* params (flat), master (fp32: == params), states (part_numel each), owned ranges */
+    zero__flat_state f; /* params (flat), master (fp32: == params), states (part_numel each), and the
+                           gradient: flat_numel, the window's sum, owned ranges reduced at the boundary */
     const zero_services_v1 *svc;
-    zero_core *c;
-    zero_comm *world;
-    void *grads;              /* flat_numel, model dtype: window sum; owned ranges reduced at the boundary */
     zero_buckets *b;
 } stage1;
 
@@ -38,41 +36,27 @@ static zero_status s1_create(const zero_services_v1 *svc, void **state) {
     stage1 *s = calloc(1, sizeof *s);
     if (!s) return ZERO_ERR_OUT_OF_MEMORY;
     s->svc = svc;
-    s->c = svc->core;
     *state = s;
     return ZERO_OK;
 }
 
-/* The step: the reduced gradient sits at the owned ranges of the flat
- * buffer (flat-indexed); master and states are partition-indexed (fp32: the
- * master is the flat params themselves). */
-static zero_part_step part_step_of(stage1 *s) {
-    return zero__flat_part_step(&s->f, s->grads, ZERO_INDEX_FLAT, s->world);
-}
-
-static size_t grad_bytes(const stage1 *s) { return (size_t)s->f.L->flat_numel * s->f.esize; }
-
 static zero_status s1_params_done(void *state) {
     stage1 *s = state;
     const zero_services_v1 *svc = s->svc;
-    zero_status st = zero__flat_init(&s->f, svc, 0, "stage1");
+    /* the reduced gradient sits at the owned ranges of the flat buffer */
+    zero_status st = zero__flat_init(&s->f, svc, 0, svc->layout(svc->core)->flat_numel, ZERO_INDEX_FLAT, "stage1");
     if (st != ZERO_OK) return st;
-    s->world = svc->comm_world(s->c);
-    s->grads = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, grad_bytes(s));
-    if (!s->grads && grad_bytes(s))
-        return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1: cannot allocate the %zu-byte gradient buffer",
-                          grad_bytes(s));
-    const zero_run_config *rc = svc->config(s->c);
+    const zero_run_config *rc = svc->config(svc->core);
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
     spec.mode = ZERO_BUCKETS_SCATTER_INPLACE;
     spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
     spec.overlap = rc->overlap_comm;
     spec.contiguous = 1;
-    spec.flat = s->grads;
+    spec.flat = s->f.grads;
     spec.reduce_every_micro_step = 0; /* accumulate locally, reduce once per window */
     spec.grad_dtype = s->f.dtype;
-    return svc->buckets_create(s->c, &spec, &s->b);
+    return svc->buckets_create(svc->core, &spec, &s->b);
 }
 
 static zero_status s1_grad_buffer(void *state, zero_param_info *p, void **buf) {
@@ -86,16 +70,13 @@ static zero_status s1_on_grad_ready(void *state, zero_param_info *p, void *strea
     return zero__grad_ready(s->svc, s->b, p, NULL);
 }
 
+/* Norm, clip, step of the owned partition, gradients cleared, updated
+ * shares all-gathered in place (zero__flat_boundary). */
 static zero_status s1_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     stage1 *s = state;
-    const zero_services_v1 *svc = s->svc;
-    zero_status st = svc->buckets_flush(s->b);
+    zero_status st = s->svc->buckets_flush(s->b);
     if (st != ZERO_OK || !ctx->boundary) return st;
-    zero_part_step ps = part_step_of(s);
-    st = svc->boundary_step(s->c, &ps, ctx, rep);
-    svc->mem_set(s->c, s->grads, 0, grad_bytes(s));
-    if (st != ZERO_OK || rep->overflow) return st;
-    return svc->allgather_shares(s->c, s->world, s->f.params, s->f.dtype);
+    return zero__flat_boundary(&s->f, ctx, rep);
 }
 
 /* Checkpoint: each rank writes its shard (atomic blobs): its owned
@@ -104,30 +85,18 @@ static zero_status s1_step(void *state, const zero_step_ctx *ctx, zero_step_repo
  * the middle of an accumulation window resumes exactly.  Load reads the shard
  * and all-gathers the parameters; the ranks agree on the read status first
  * so a missing shard on one rank is an error everywhere, never a hang. */
-static zero_status s1_blobs(stage1 *s, const char *dir, int write) {
-    const zero_services_v1 *svc = s->svc;
-    zero_part_step ps = part_step_of(s);
-    zero_status st = svc->ckpt_shard(s->c, dir, "stage1", &ps, s->f.params, write);
-    if (st == ZERO_OK)
-        st = write ? svc->ckpt_write(s->c, dir, "stage1.grads", s->grads, grad_bytes(s))
-                   : svc->ckpt_read(s->c, dir, "stage1.grads", s->grads, grad_bytes(s));
-    return st;
+static zero_status s1_save(void *state, const char *dir) {
+    return zero__flat_ckpt(&((stage1 *)state)->f, dir, "stage1", "grads", 1);
 }
 
-static zero_status s1_save(void *state, const char *dir) { return s1_blobs(state, dir, 1); }
-
 static zero_status s1_load(void *state, const char *dir) {
-    stage1 *s = state;
-    zero_status st = s->svc->ckpt_agree(s->c, s->world, s1_blobs(s, dir, 0), dir, "stage1");
-    if (st != ZERO_OK) return st;
-    return s->svc->allgather_shares(s->c, s->world, s->f.params, s->f.dtype);
+    return zero__flat_load(&((stage1 *)state)->f, dir, "stage1", "grads");
 }
 
 static void s1_destroy(void *state) {
     stage1 *s = state;
     if (!s) return;
     if (s->b) s->svc->buckets_destroy(s->b);
-    s->svc->mem_free(s->c, s->grads);
     zero__flat_free(&s->f);
     free(s);
 }

@@ -27,12 +27,10 @@
 #include "../common/plugin_glue.h"
 
 typedef struct stage2 {
-    zero__flat_state f;       /* params (flat), master (fp32: == params), states (part_numel each), owned ranges */
+    zero__flat_state f; /* params (flat), master (fp32: == params), states (part_numel each), and the
+                           gradient: part_numel, the owned partition's accumulator */
     const zero_services_v1 *svc;
-    zero_core *c;
-    zero_comm *world;
     int contiguous;
-    void *part;               /* part_numel, model dtype: summed gradient of the owned partition */
     zero_buckets *b;
 } stage2;
 
@@ -40,33 +38,18 @@ static zero_status s2_create(const zero_services_v1 *svc, void **state) {
     stage2 *s = calloc(1, sizeof *s);
     if (!s) return ZERO_ERR_OUT_OF_MEMORY;
     s->svc = svc;
-    s->c = svc->core;
     *state = s;
     return ZERO_OK;
 }
 
-/* What the core's step and checkpoint services need: the reduced gradient
- * is the partition accumulator (partition-indexed); fp32: the master is the
- * flat params themselves. */
-static zero_part_step part_step_of(stage2 *s) {
-    return zero__flat_part_step(&s->f, s->part, ZERO_INDEX_PART, s->world);
-}
-
-static size_t part_bytes(const stage2 *s) { return (size_t)s->f.L->part_numel * s->f.esize; }
-
 static zero_status s2_params_done(void *state) {
     stage2 *s = state;
     const zero_services_v1 *svc = s->svc;
-    zero_status st = zero__flat_init(&s->f, svc, 0, "stage2");
+    zero_status st = zero__flat_init(&s->f, svc, 0, svc->layout(svc->core)->part_numel, ZERO_INDEX_PART, "stage2");
     if (st != ZERO_OK) return st;
-    s->world = svc->comm_world(s->c);
-    s->part = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, part_bytes(s));
-    if (!s->part && part_bytes(s))
-        return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage2: cannot allocate the %zu-byte gradient partition",
-                          part_bytes(s));
-    const uint32_t np = svc->nparams(s->c);
-    for (uint32_t i = 0; i < np; i++) svc->param(s->c, i)->plugin_data = NULL; /* contiguous_gradients off */
-    const zero_run_config *rc = svc->config(s->c);
+    const uint32_t np = svc->nparams(svc->core);
+    for (uint32_t i = 0; i < np; i++) svc->param(svc->core, i)->plugin_data = NULL; /* contiguous_gradients off */
+    const zero_run_config *rc = svc->config(svc->core);
     s->contiguous = rc->contiguous_gradients;
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
@@ -74,10 +57,10 @@ static zero_status s2_params_done(void *state) {
     spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
     spec.overlap = rc->overlap_comm;
     spec.contiguous = s->contiguous;
-    spec.partition = s->part;
+    spec.partition = s->f.grads;
     spec.reduce_every_micro_step = 1; /* the staging cannot hold a window's sum */
     spec.grad_dtype = s->f.dtype;
-    return svc->buckets_create(s->c, &spec, &s->b);
+    return svc->buckets_create(svc->core, &spec, &s->b);
 }
 
 /* Thread-safe for distinct params: each touches only its own plugin_data. */
@@ -93,56 +76,34 @@ static zero_status s2_on_grad_ready(void *state, zero_param_info *p, void *strea
     return zero__grad_ready(s->svc, s->b, p, &p->plugin_data);
 }
 
+/* Reduces what is left of this micro-step; at the boundary norm, clip,
+ * step of the partition, accumulator cleared, shares all-gathered. */
 static zero_status s2_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     stage2 *s = state;
-    const zero_services_v1 *svc = s->svc;
-    zero_status st = svc->buckets_flush(s->b); /* reduces what is left of this micro-step */
+    zero_status st = s->svc->buckets_flush(s->b);
     if (st != ZERO_OK || !ctx->boundary) return st;
-    zero_part_step ps = part_step_of(s);
-    st = svc->boundary_step(s->c, &ps, ctx, rep);
-    svc->mem_set(s->c, s->part, 0, part_bytes(s));
-    if (st != ZERO_OK || rep->overflow) return st;
-    return svc->allgather_shares(s->c, s->world, s->f.params, s->f.dtype);
+    return zero__flat_boundary(&s->f, ctx, rep);
 }
 
 /* Checkpoint: each rank writes its shard (atomic blobs): its owned
  * parameters, its optimizer state and the partition's gradient
- * accumulator, so a save in the middle of an accumulation window resumes
- * exactly.  Load reads the shard
- * and all-gathers the parameters; the ranks agree on the read status first
- * so a missing shard on one rank is an error everywhere, never a hang. */
-static zero_status s2_blobs(stage2 *s, const char *dir, int write) {
-    const zero_services_v1 *svc = s->svc;
-    zero_part_step ps = part_step_of(s);
-    zero_status st = svc->ckpt_shard(s->c, dir, "stage2", &ps, s->f.params, write);
-    if (st == ZERO_OK)
-        st = write ? svc->ckpt_write(s->c, dir, "stage2.part", s->part, part_bytes(s))
-                   : svc->ckpt_read(s->c, dir, "stage2.part", s->part, part_bytes(s));
-    return st;
+ * accumulator ("stage2.part"), so a save in the middle of an accumulation
+ * window resumes exactly.  Load reads the shard and all-gathers the
+ * parameters; the ranks agree on the read status first so a missing shard
+ * on one rank is an error everywhere, never a hang. */
+static zero_status s2_save(void *state, const char *dir) {
+    return zero__flat_ckpt(&((stage2 *)state)->f, dir, "stage2", "part", 1);
 }
 
-static zero_status s2_save(void *state, const char *dir) { return s2_blobs(state, dir, 1); }
-
 static zero_status s2_load(void *state, const char *dir) {
-    stage2 *s = state;
-    zero_status st = s->svc->ckpt_agree(s->c, s->world, s2_blobs(s, dir, 0), dir, "stage2");
-    if (st != ZERO_OK) return st;
-    return s->svc->allgather_shares(s->c, s->world, s->f.params, s->f.dtype);
+    return zero__flat_load(&((stage2 *)state)->f, dir, "stage2", "part");
 }
 
 static void s2_destroy(void *state) {
     stage2 *s = state;
     if (!s) return;
     if (s->b) s->svc->buckets_destroy(s->b);
-    uint32_t np = s->f.L ? s->svc->nparams(s->c) : 0;
-    for (uint32_t i = 0; i < np; i++) { /* temporaries of params never reported ready */
-        zero_param_info *p = s->svc->param(s->c, i);
-        if (p && p->plugin_data) {
-            s->svc->mem_free(s->c, p->plugin_data);
-            p->plugin_data = NULL;
-        }
-    }
-    s->svc->mem_free(s->c, s->part);
+    zero__grad_tmps_free(s->svc); /* temporaries of params never reported ready */
     zero__flat_free(&s->f);
     free(s);
 }
