@@ -49,6 +49,27 @@ zero_status zero__flat_init(zero__flat_state *f, const zero_services_v1 *svc, in
     return st;
 }
 
+zero_status zero__flat_buckets(zero__flat_state *f, zero_bucket_mode mode, zero_comm *comm, int contiguous,
+                               zero_buckets **out) {
+    const zero_run_config *rc = f->svc->config(f->c);
+    zero_bucket_spec spec = {0};
+    spec.struct_size = sizeof spec;
+    spec.mode = mode;
+    spec.comm = comm;
+    spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
+    spec.overlap = rc->overlap_comm;
+    spec.contiguous = contiguous;
+    spec.grad_dtype = f->dtype;
+    if (mode == ZERO_BUCKETS_SCATTER) {
+        spec.partition = f->grads;
+        spec.reduce_every_micro_step = 1;
+    } else {
+        spec.flat = f->grads;
+        spec.reduce_every_micro_step = 0;
+    }
+    return f->svc->buckets_create(f->c, &spec, out);
+}
+
 void zero__flat_free(zero__flat_state *f) {
     if (!f->svc) return;
     for (uint32_t k = 0; k < 4; k++) {

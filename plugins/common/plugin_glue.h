@@ -53,6 +53,13 @@ typedef struct zero__flat_state {
  * was allocated: zero__flat_free it. */
 zero_status zero__flat_init(zero__flat_state *f, const zero_services_v1 *svc, int replicated, uint64_t grad_numel,
                             zero_index_kind grad_index, const char *who);
+/* The bucket engine over f's gradient buffer, sized and overlapped as the
+ * config says (reduce_bucket_size, overlap_comm), over comm (NULL: world).
+ * ALLREDUCE / SCATTER_INPLACE: the buffer is the flat window sum, reduced
+ * only at the boundary; SCATTER: it is the partition accumulator, reduced
+ * every micro-step (the staging cannot hold a window's sum). */
+zero_status zero__flat_buckets(zero__flat_state *f, zero_bucket_mode mode, zero_comm *comm, int contiguous,
+                               zero_buckets **out);
 /* Free everything zero__flat_init allocated (NULL-safe, idempotent). */
 void zero__flat_free(zero__flat_state *f);
 /* The core's step / checkpoint description of f.  Master and states

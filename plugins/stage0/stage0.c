@@ -45,17 +45,8 @@ static zero_status s0_params_done(void *state) {
     const zero_services_v1 *svc = s->svc;
     zero_status st = zero__flat_init(&s->f, svc, 1, svc->layout(svc->core)->flat_numel, ZERO_INDEX_FLAT, "stage0");
     if (st != ZERO_OK) return st;
-    const zero_run_config *rc = svc->config(svc->core);
-    zero_bucket_spec spec = {0};
-    spec.struct_size = sizeof spec;
-    spec.mode = ZERO_BUCKETS_ALLREDUCE;
-    spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
-    spec.overlap = rc->overlap_comm;
-    spec.contiguous = 1;
-    spec.flat = s->f.grads;
-    spec.reduce_every_micro_step = 0; /* accumulate locally, reduce once per window */
-    spec.grad_dtype = s->f.dtype;
-    return svc->buckets_create(svc->core, &spec, &s->b);
+    /* all-reduced during the boundary micro-step's backward */
+    return zero__flat_buckets(&s->f, ZERO_BUCKETS_ALLREDUCE, NULL, 1, &s->b);
 }
 
 static zero_status s0_grad_buffer(void *state, zero_param_info *p, void **buf) {

@@ -106,18 +106,10 @@ static zero_status pp_params_done(void *state) {
      * and partition), the all-gather this stage's DP group (comm_world) */
     zero_status st = zero__flat_init(&s->f, svc, 0, svc->layout(s->c)->flat_numel, ZERO_INDEX_FLAT, "stage1-pp");
     if (st != ZERO_OK) return st;
-    const zero_run_config *rc = svc->config(s->c);
-    zero_bucket_spec spec = {0};
-    spec.struct_size = sizeof spec;
-    spec.mode = ZERO_BUCKETS_SCATTER_INPLACE;
-    spec.comm = s->dp;
-    spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
-    spec.overlap = rc->overlap_comm; /* only the boundary micro-batch's backward can overlap */
-    spec.contiguous = 1;
-    spec.flat = s->f.grads;
-    spec.reduce_every_micro_step = 0; /* the whole point: no traffic before the boundary */
-    spec.grad_dtype = s->f.dtype;
-    return svc->buckets_create(s->c, &spec, &s->b);
+    /* the whole point: gradients accumulate locally, no traffic before the
+     * boundary, then one reduce-scatter pass in the DP group (overlap_comm:
+     * only the boundary micro-batch's backward can overlap) */
+    return zero__flat_buckets(&s->f, ZERO_BUCKETS_SCATTER_INPLACE, s->dp, 1, &s->b);
 }
 
 static zero_status pp_grad_buffer(void *state, zero_param_info *p, void **buf) {

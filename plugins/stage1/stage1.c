@@ -46,17 +46,8 @@ static zero_status s1_params_done(void *state) {
     /* the reduced gradient sits at the owned ranges of the flat buffer */
     zero_status st = zero__flat_init(&s->f, svc, 0, svc->layout(svc->core)->flat_numel, ZERO_INDEX_FLAT, "stage1");
     if (st != ZERO_OK) return st;
-    const zero_run_config *rc = svc->config(svc->core);
-    zero_bucket_spec spec = {0};
-    spec.struct_size = sizeof spec;
-    spec.mode = ZERO_BUCKETS_SCATTER_INPLACE;
-    spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
-    spec.overlap = rc->overlap_comm;
-    spec.contiguous = 1;
-    spec.flat = s->f.grads;
-    spec.reduce_every_micro_step = 0; /* accumulate locally, reduce once per window */
-    spec.grad_dtype = s->f.dtype;
-    return svc->buckets_create(svc->core, &spec, &s->b);
+    /* accumulate locally, reduce-scatter in place once per window */
+    return zero__flat_buckets(&s->f, ZERO_BUCKETS_SCATTER_INPLACE, NULL, 1, &s->b);
 }
 
 static zero_status s1_grad_buffer(void *state, zero_param_info *p, void **buf) {

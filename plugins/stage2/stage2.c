@@ -49,18 +49,9 @@ static zero_status s2_params_done(void *state) {
     if (st != ZERO_OK) return st;
     const uint32_t np = svc->nparams(svc->core);
     for (uint32_t i = 0; i < np; i++) svc->param(svc->core, i)->plugin_data = NULL; /* contiguous_gradients off */
-    const zero_run_config *rc = svc->config(svc->core);
-    s->contiguous = rc->contiguous_gradients;
-    zero_bucket_spec spec = {0};
-    spec.struct_size = sizeof spec;
-    spec.mode = ZERO_BUCKETS_SCATTER;
-    spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
-    spec.overlap = rc->overlap_comm;
-    spec.contiguous = s->contiguous;
-    spec.partition = s->f.grads;
-    spec.reduce_every_micro_step = 1; /* the staging cannot hold a window's sum */
-    spec.grad_dtype = s->f.dtype;
-    return svc->buckets_create(svc->core, &spec, &s->b);
+    s->contiguous = svc->config(svc->core)->contiguous_gradients;
+    /* reduce-scattered every micro-step into the partition accumulator */
+    return zero__flat_buckets(&s->f, ZERO_BUCKETS_SCATTER, NULL, s->contiguous, &s->b);
 }
 
 /* Thread-safe for distinct params: each touches only its own plugin_data. */
