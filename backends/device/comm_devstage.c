@@ -100,8 +100,15 @@ static zero_status ds_broadcast(zero_comm *m, void *buf, size_t count, zero_dtyp
 }
 static zero_status ds_barrier(zero_comm *m) { return zero__barrier(DS(m)->inner); }
 
-static zero_status make_req(zero_comm *m, zero_comm_req *inner, void *host, void *dst, const void *result,
-                            size_t bytes, zero_comm_req **out) {
+/* The inner collective was issued with status `s`: on failure free the
+ * staging buffer and pass the error on, else wrap the inner request so
+ * that its completion delivers `bytes` of `result` (inside host) to dst. */
+static zero_status issued(zero_comm *m, zero_status s, zero_comm_req *inner, void *host, void *dst,
+                          const void *result, size_t bytes, zero_comm_req **out) {
+    if (s != ZERO_OK) {
+        free(host);
+        return s;
+    }
     ds_req *r = calloc(1, sizeof *r);
     if (!r) {
         if (inner) zero__comm_wait(inner);
@@ -121,68 +128,67 @@ static zero_status make_req(zero_comm *m, zero_comm_req *inner, void *host, void
 static zero_status ds_iallreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op,
                                  zero_comm_req **req) {
     zero_comm_req *in = NULL;
+    zero_status s;
     if (!on_dev(m, buf)) {
-        zero_status s = zero__iallreduce(DS(m)->inner, buf, count, dt, op, &in);
-        return s != ZERO_OK ? s : make_req(m, in, NULL, NULL, NULL, 0, req);
+        s = zero__iallreduce(DS(m)->inner, buf, count, dt, op, &in);
+        return issued(m, s, in, NULL, NULL, NULL, 0, req);
     }
     size_t bytes = count * zero__dtype_size(dt);
     void *h = malloc(bytes ? bytes : 1);
     if (!h) return ZERO_ERR_OUT_OF_MEMORY;
     zero__device *d = DS(m)->dev;
-    zero_status s = d->ops->copy(d, h, buf, bytes);
+    s = d->ops->copy(d, h, buf, bytes);
     if (s == ZERO_OK) s = zero__iallreduce(DS(m)->inner, h, count, dt, op, &in);
-    if (s != ZERO_OK) {
-        free(h);
-        return s;
-    }
-    return make_req(m, in, h, buf, h, bytes, req);
+    return issued(m, s, in, h, buf, h, bytes, req);
 }
 
-static size_t sum_before(const size_t *counts, int upto) {
-    size_t t = 0;
-    for (int r = 0; r < upto; r++) t += counts[r];
-    return t;
+/* Byte sizes of a v-collective's blocks: all of them, those before this
+ * rank's, and this rank's own. */
+typedef struct vbytes {
+    size_t total, off, own;
+} vbytes;
+
+static vbytes vbytes_of(const zero_comm *m, const size_t *counts, zero_dtype dt) {
+    const size_t es = zero__dtype_size(dt);
+    vbytes v = {0, 0, counts[m->rank] * es};
+    for (int r = 0; r < m->size; r++) {
+        if (r < m->rank) v.off += counts[r] * es;
+        v.total += counts[r] * es;
+    }
+    return v;
 }
 
 static zero_status ds_ireduce_scatterv(zero_comm *m, const void *send, void *recv, const size_t *counts,
                                        zero_dtype dt, zero_comm_req **req) {
     zero_comm_req *in = NULL;
+    zero_status s;
     if (!on_dev(m, send) && !on_dev(m, recv)) {
-        zero_status s = zero__ireduce_scatterv(DS(m)->inner, send, recv, counts, dt, &in);
-        return s != ZERO_OK ? s : make_req(m, in, NULL, NULL, NULL, 0, req);
+        s = zero__ireduce_scatterv(DS(m)->inner, send, recv, counts, dt, &in);
+        return issued(m, s, in, NULL, NULL, NULL, 0, req);
     }
-    const size_t es = zero__dtype_size(dt), total = sum_before(counts, m->size) * es;
-    const size_t off = sum_before(counts, m->rank) * es, own = counts[m->rank] * es;
-    char *h = malloc(total ? total : 1);
+    const vbytes v = vbytes_of(m, counts, dt);
+    char *h = malloc(v.total ? v.total : 1);
     if (!h) return ZERO_ERR_OUT_OF_MEMORY;
-    zero_status s = zero__dev_copy(DS(m)->dev, h, send, total);
+    s = zero__dev_copy(DS(m)->dev, h, send, v.total);
     /* in place on the host copy: this rank's block receives the sum */
-    if (s == ZERO_OK) s = zero__ireduce_scatterv(DS(m)->inner, h, h + off, counts, dt, &in);
-    if (s != ZERO_OK) {
-        free(h);
-        return s;
-    }
-    return make_req(m, in, h, recv, h + off, own, req);
+    if (s == ZERO_OK) s = zero__ireduce_scatterv(DS(m)->inner, h, h + v.off, counts, dt, &in);
+    return issued(m, s, in, h, recv, h + v.off, v.own, req);
 }
 
 static zero_status ds_iallgatherv(zero_comm *m, const void *send, void *recv, const size_t *counts, zero_dtype dt,
                                   zero_comm_req **req) {
     zero_comm_req *in = NULL;
+    zero_status s;
     if (!on_dev(m, send) && !on_dev(m, recv)) {
-        zero_status s = zero__iallgatherv(DS(m)->inner, send, recv, counts, dt, &in);
-        return s != ZERO_OK ? s : make_req(m, in, NULL, NULL, NULL, 0, req);
+        s = zero__iallgatherv(DS(m)->inner, send, recv, counts, dt, &in);
+        return issued(m, s, in, NULL, NULL, NULL, 0, req);
     }
-    const size_t es = zero__dtype_size(dt), total = sum_before(counts, m->size) * es;
-    const size_t off = sum_before(counts, m->rank) * es, own = counts[m->rank] * es;
-    char *h = malloc(total ? total : 1);
+    const vbytes v = vbytes_of(m, counts, dt);
+    char *h = malloc(v.total ? v.total : 1);
     if (!h) return ZERO_ERR_OUT_OF_MEMORY;
-    zero_status s = zero__dev_copy(DS(m)->dev, h + off, send, own);
-    if (s == ZERO_OK) s = zero__iallgatherv(DS(m)->inner, h + off, h, counts, dt, &in);
-    if (s != ZERO_OK) {
-        free(h);
-        return s;
-    }
-    return make_req(m, in, h, recv, h, total, req);
+    s = zero__dev_copy(DS(m)->dev, h + v.off, send, v.own);
+    if (s == ZERO_OK) s = zero__iallgatherv(DS(m)->inner, h + v.off, h, counts, dt, &in);
+    return issued(m, s, in, h, recv, h, v.total, req);
 }
 
 /* The inner request is done: deliver the staged result and free. */
