@@ -5,11 +5,15 @@
  * it includes only abi/ headers, so a third-party plugin may copy it.
  *
  * zero__flat_state: a flat-layout plugin's model state: the full flat
- * parameters, the fp32 master (the params themselves for an fp32 model) and
- * the optimizer states, over this rank's owned ranges -- or over the whole
- * flat space for a replicated plugin (stage 0).  Owned by the plugin that
- * embeds it: zero__flat_init fills it at params_done, zero__flat_free
- * releases it at destroy.  Step thread only.
+ * parameters, the fp32 master (the params themselves for an fp32 model),
+ * the optimizer states over this rank's owned ranges -- or over the whole
+ * flat space for a replicated plugin (stage 0) -- and the gradient buffer
+ * the bucket engine reduces into; with the functions that build its bucket
+ * engine, step it at the boundary and checkpoint it.  Owned by the plugin
+ * that embeds it: zero__flat_init fills it at params_done, zero__flat_free
+ * releases it at destroy.  Step thread only.  (offload keeps its own
+ * buffers: its master and states live in the host tier; stage 3 has no flat
+ * parameters at all.)
  *
  * Gradient hand-in (grad_buffer / on_grad_ready): thread-safe for distinct
  * params, as the plugin ABI requires; each call touches only that param's
