@@ -10,8 +10,8 @@
 #        labels.
 #   tsan: ThreadSanitizer, build-tsan/, the tests that run threads: the comm
 #        progress thread (comm_mpi_*), hooks from several threads into the
-#        bucket engine (stages_*, stage3_equiv_*), the accountant (memory),
-#        logging (log.*).
+#        bucket engine (stages_*, stage3_equiv_*, offload_equivalence_*,
+#        offload_block_final_*), the accountant (memory), logging (log.*).
 #
 # Environment: BUILD_DIR (default build-asan / build-tsan next to the
 # sources), JOBS (default 2), TESTS (a ctest -R regex replacing the default
