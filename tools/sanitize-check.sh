@@ -102,7 +102,7 @@ if [ "$mode" = asan ]; then
     # the loader tests check that plugins are really unloaded: no shim
     run_ctest loader "${common[@]}" -- -R "^loader\." --no-tests=ignore "$@" || status=1
 else
-    sel=${TESTS:-"^(comm_mpi_|comm_self|memory$|log\.|stages_|stage3_equiv_)"}
+    sel=${TESTS:-"^(comm_mpi_|comm_self|memory$|log\.|stages_|stage3_equiv_|offload_equivalence_|offload_block_final_)"}
     run_ctest threads TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=0:second_deadlock_stack=1:history_size=7" \
         -- -LE "bench|gpu" -R "$sel" "$@" || status=1
 fi
