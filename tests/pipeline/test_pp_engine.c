@@ -331,6 +331,18 @@ static void check_checkpoint(void) {
     snapshot_free(first);
     snapshot_free(loaded);
     snapshot_free(again);
+    /* A shard missing on ONE rank (the last) fails the load on every rank,
+     * promptly, with ZERO_ERR_IO: the ranks agree on the read status over
+     * the whole job before the DP all-gather (no rank left in a collective). */
+    int gsize = 1;
+    MPI_Comm_size(g_comm, &gsize);
+    if (g_rank == gsize - 1) CHECK(remove(mine) == 0, "cannot remove %s", mine);
+    MPI_Barrier(g_comm);
+    double t0 = MPI_Wtime();
+    zero_status ls = zero_load(T.e, dir);
+    CHECK(ls == ZERO_ERR_IO, "rank %d: load with a shard missing gave %d (%s)", g_rank, (int)ls, zero_last_error(T.e));
+    CHECK(all_ranks(ls == ZERO_ERR_IO), "a missing shard failed the load on some ranks only");
+    CHECK(MPI_Wtime() - t0 < 30.0, "rank %d: the failed load took %.1f s", g_rank, MPI_Wtime() - t0);
     /* Errors name the process by its global rank and place in the grid. */
     zero_param_desc d = ZERO_PARAM_DESC_INIT;
     d.name = "late";
