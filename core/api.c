@@ -594,13 +594,18 @@ zero_status zero_load(zero_engine *e, const char *dir) {
     if (!e->plugin.table->load)
         return zero__error(e, ZERO_ERR_UNSUPPORTED, "plugin '%s' does not implement checkpoints", e->plugin.table->name);
     core_ckpt c;
-    zero_status s = e->svc.ckpt_read(zero__core_of(e), dir, "core", &c, sizeof c);
+    zero_core *core = zero__core_of(e);
+    zero_status s = e->svc.ckpt_read(core, dir, "core", &c, sizeof c);
+    if (s == ZERO_OK && (c.magic != CORE_CKPT_MAGIC || c.version != 1))
+        s = zero__error(e, ZERO_ERR_IO, "checkpoint %s: not a libzero checkpoint (bad magic/version)", dir);
+    if (s == ZERO_OK && c.world != (uint32_t)e->world_size)
+        s = zero__error(e, ZERO_ERR_MISMATCH, "checkpoint %s was written by %u ranks, this run has %d", dir, c.world,
+                        e->world_size);
+    /* Agree over the whole job before the plugin's load, which is
+     * collective: a rank whose core blob is missing or wrong must not leave
+     * the others waiting in the plugin's agreement or all-gather. */
+    s = e->svc.ckpt_agree(core, e->svc.comm_global(core), s, dir, "zero_load");
     if (s != ZERO_OK) return s;
-    if (c.magic != CORE_CKPT_MAGIC || c.version != 1)
-        return zero__error(e, ZERO_ERR_IO, "checkpoint %s: not a libzero checkpoint (bad magic/version)", dir);
-    if (c.world != (uint32_t)e->world_size)
-        return zero__error(e, ZERO_ERR_MISMATCH, "checkpoint %s was written by %u ranks, this run has %d", dir, c.world,
-                           e->world_size);
     s = e->plugin.table->load(e->pstate, dir);
     if (s != ZERO_OK) return s;
     e->global_step = c.global_step;

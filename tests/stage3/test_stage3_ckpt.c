@@ -7,7 +7,8 @@
  * gradients of two micro-steps sit in the partition accumulator).  Saving
  * itself changes nothing.  A shard blob missing on ONE rank fails the load
  * on every rank, promptly (the ranks agree on the read status; without that
- * the others would wait in the next gather's agreement until its timeout).
+ * the others would wait in the next gather's agreement until its timeout),
+ * and so does a missing core blob.
  * Usage: test_stage3_ckpt DIR   (under mpirun -np N) */
 #include <mpi.h>
 #include <stdio.h>
@@ -48,17 +49,18 @@ static void boundary_case(const char *dir) {
     s3_out_free(&resumed);
 }
 
-/* The boundary case's checkpoint minus the last rank's gradient-partition
- * blob (stage3.grads.rank<R>.bin): zero_load must fail with ZERO_ERR_IO on
- * every rank well before the 120 s agreement timeout; the missing rank names
- * the file, the others say another rank could not read its shard. */
-static void missing_shard_case(const char *dir) {
-    int rank = 0, size = 1;
+/* The boundary case's checkpoint minus one rank's blob `blob`
+ * (<blob>.rank<R>.bin of rank `victim`): zero_load must fail with
+ * ZERO_ERR_IO on every rank well before the 120 s agreement timeout; the
+ * victim names the file, the others say another rank could not read its
+ * shard.  Blobs: "stage3.grads" (the plugin's agreement), "core" (the
+ * core's own blob, read before the plugin's load: the core agrees first). */
+static void missing_shard_case(const char *dir, const char *blob, int victim) {
+    int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
     char path[1200];
-    snprintf(path, sizeof path, "%s/stage3.grads.rank%d.bin", dir, size - 1);
-    if (rank == size - 1) CHECK(remove(path) == 0, "cannot remove %s to test a missing shard", path);
+    snprintf(path, sizeof path, "%s/%s.rank%d.bin", dir, blob, victim);
+    if (rank == victim) CHECK(remove(path) == 0, "cannot remove %s to test a missing shard", path);
     MPI_Barrier(MPI_COMM_WORLD);
     s3_cfg r = s3_default_cfg();
     r.steps = 2;
@@ -71,9 +73,9 @@ static void missing_shard_case(const char *dir) {
     double t0 = MPI_Wtime();
     s3_run(&r, &o);
     double dt = MPI_Wtime() - t0;
-    CHECK(o.status == ZERO_ERR_IO, "rank %d: load with a missing shard gave %s (%s)", rank,
-          zero_status_string(o.status), o.error);
-    const char *want = rank == size - 1 ? "stage3.grads" : "another rank could not read its shard";
+    CHECK(o.status == ZERO_ERR_IO, "rank %d, %s missing: load gave %s (%s)", rank, blob, zero_status_string(o.status),
+          o.error);
+    const char *want = rank == victim ? blob : "another rank could not read its shard";
     CHECK(strstr(o.error, want) != NULL, "rank %d: error '%s' does not say '%s'", rank, o.error, want);
     CHECK(dt < 30.0, "rank %d: the failed load took %.1f s (waited for a timeout?)", rank, dt);
     s3_out_free(&o);
@@ -117,7 +119,10 @@ int main(int argc, char **argv) {
     snprintf(bnd, sizeof bnd, "%s-boundary", dir);
     snprintf(mid, sizeof mid, "%s-mid", dir);
     boundary_case(bnd);
-    missing_shard_case(bnd);
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    missing_shard_case(bnd, "stage3.grads", size - 1);
+    missing_shard_case(bnd, "core", 0);
     mid_window_case(mid);
     int rc = check_finish();
     MPI_Finalize();
