@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make demo`: train the demo model with stage0, stage1 and stage2 on 4 MPI
-# ranks, then compare them (tools/demo-compare): same final parameters
+# `make demo`: train the demo model with stage0, stage1, stage2, stage3 and
+# offload on 4 MPI ranks, then compare them (tools/demo-compare): same final parameters
 # (digest), losses, peak memory per rank by category, step time.
 #
 # Environment (all optional):
@@ -8,7 +8,7 @@
 #   DEMO_OUT        where summaries and logs go (default <repo>/demo-out)
 #   DEMO_NP         ranks (default 4)
 #   DEMO_STEPS      optimizer steps per run (default 150)
-#   DEMO_STAGES     configs to run (default "stage0 stage1 stage2")
+#   DEMO_STAGES     configs to run (default "stage0 stage1 stage2 stage3 offload")
 #   DEMO_NO_BUILD=1 do not (re)build the demo and plugins first
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -16,7 +16,7 @@ BUILD="${ZERO_BUILD_DIR:-$ROOT/build}"
 OUT="${DEMO_OUT:-$ROOT/demo-out}"
 NP="${DEMO_NP:-4}"
 STEPS="${DEMO_STEPS:-150}"
-STAGES="${DEMO_STAGES:-stage0 stage1 stage2}"
+STAGES="${DEMO_STAGES:-stage0 stage1 stage2 stage3 offload}"
 DEMO="$BUILD/examples/demo/zero-demo"
 
 if [ "${DEMO_NO_BUILD:-0}" != 1 ]; then
