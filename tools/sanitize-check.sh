@@ -60,10 +60,11 @@ else
 fi
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    mkdir -p "$build"
     cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=$btype -DCMAKE_C_FLAGS="$cflags" \
         -DCMAKE_EXE_LINKER_FLAGS="$san" -DCMAKE_SHARED_LINKER_FLAGS="$san" -DCMAKE_MODULE_LINKER_FLAGS="$san" \
-        -DZERO_WITH_CUDA=OFF -DZERO_WERROR=OFF >"$build.configure.log" 2>&1 ||
-        { cat "$build.configure.log"; exit 1; }
+        -DZERO_WITH_CUDA=OFF -DZERO_WERROR=OFF >"$build/sanitize-configure.log" 2>&1 ||
+        { cat "$build/sanitize-configure.log"; exit 1; }
     cmake --build "$build" -j"$jobs" >"$build/sanitize-build.log" 2>&1 ||
         { tail -40 "$build/sanitize-build.log"; echo "sanitize-check: build failed" >&2; exit 1; }
 fi
