@@ -173,6 +173,17 @@ ZERO_API int zero_world_size(const zero_engine *e);
 /* Name of the loaded plugin ("stage2", ...). Owned by the engine. */
 ZERO_API const char *zero_plugin_name(const zero_engine *e);
 
+/* Pipeline parallelism (appended in 1.0).  With pipeline.stages = P > 1 in
+ * the config, the communicator given to zero_engine_create spans all P
+ * stages and libzero splits it: global rank g belongs to pipeline stage
+ * g / dp_size with data-parallel rank g % dp_size (dp_size = world / P;
+ * P must divide the world size).  zero_rank / zero_world_size then give the
+ * data-parallel rank and size.  The host registers only its stage's params.
+ * Log lines (and the log_fn `rank`) and zero_last_error texts name the
+ * global rank.  Without a pipeline: stage 0 of 1.  Thread-safe; -1 / 0 for a NULL engine. */
+ZERO_API int zero_pipeline_stage(const zero_engine *e);
+ZERO_API int zero_pipeline_stages(const zero_engine *e);
+
 /* ------------------------------------------------------------------------ */
 /* Parameters                                                                */
 /* ------------------------------------------------------------------------ */
@@ -302,7 +313,9 @@ typedef struct zero_memory_stats {
     uint64_t current_total[ZERO_NTIERS];
     uint64_t peak_total[ZERO_NTIERS]; /* peak of the sum, not sum of peaks */
 } zero_memory_stats;
-#define ZERO_MEMORY_STATS_INIT { .struct_size = sizeof(zero_memory_stats) }
+/* Every field positionally: valid C89..C23 and C++98..C++23 (designated
+ * initializers are C++20 only) and clean under -Wextra in both. */
+#define ZERO_MEMORY_STATS_INIT { sizeof(zero_memory_stats), 0, {{0}}, {{0}}, {0}, {0} }
 
 /* Fill *out for this rank. Thread-safe. */
 ZERO_API zero_status zero_memory_stats_get(const zero_engine *e, zero_memory_stats *out);
@@ -317,7 +330,7 @@ typedef struct zero_comm_stats {
     double exposed_comm_seconds; /* time zero_step waited for reductions started during backward */
     double total_comm_seconds;   /* wall time collectives were in flight */
 } zero_comm_stats;
-#define ZERO_COMM_STATS_INIT { .struct_size = sizeof(zero_comm_stats) }
+#define ZERO_COMM_STATS_INIT { sizeof(zero_comm_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0 }
 ZERO_API zero_status zero_comm_stats_get(const zero_engine *e, zero_comm_stats *out);
 
 /* Human-readable name of a memory tag ("params", "grads", ...). Static. */

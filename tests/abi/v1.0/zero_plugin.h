@@ -198,6 +198,21 @@ typedef struct zero_bucket_spec {
     int32_t reduce_every_micro_step; /* 1: reduce on every micro-step (stage 2/3);
                                         0: only on the accumulation boundary (stage 0/1, pp) */
     zero_dtype grad_dtype;    /* dtype of flat/partition/slots (the model dtype); sums are formed in fp32 */
+    /* ---- appended in 1.0 by offload (read only when struct_size covers them) ---- */
+    /* Optional: told when this rank's reduced block of a bucket is final for
+     * the current reducing micro-step, so a plugin can move it on (offload:
+     * copy it to host memory) while backward goes on instead of after
+     * buckets_flush.  `block` gives the block's flat range and its offset in
+     * the partition buffer (SCATTER: the block has been added into
+     * `partition`; SCATTER_INPLACE / ALLREDUCE: `flat` holds the sum there).
+     * Called once per bucket with a non-empty block per reducing micro-step,
+     * in bucket order, on whichever thread completes the bucket (a hook
+     * thread or the step thread inside buckets_flush), under the engine's
+     * lock: keep it short (a copy, or enqueue one) and never call the bucket
+     * engine from it.  Every call of a micro-step has returned when
+     * buckets_flush returns.  `block` is borrowed for the call. */
+    void (*on_block_final)(void *user, const zero_owned_range *block);
+    void *on_block_final_user;
 } zero_bucket_spec;
 
 /* ------------------------------------------------------------------------ */
@@ -216,6 +231,50 @@ typedef struct zero_opt_range {
     zero_dtype grad_dtype;     /* F32 (default), BF16 or F16 */
     int32_t reserved1;
 } zero_opt_range;
+
+/* ------------------------------------------------------------------------ */
+/* Partitioned step: the arrays a plugin steps at the boundary and how each */
+/* is indexed.                                                               */
+/* ------------------------------------------------------------------------ */
+/* How an array is indexed: by global flat offset (a full flat buffer, e.g.
+ * stage 1's gradient or parameters) or by partition offset (a rank's shard:
+ * element flat_lo + i of range r is at ranges[r].part_lo + i). */
+struct zero_step_ctx;    /* defined with the plugin table below */
+struct zero_step_report;
+typedef int32_t zero_index_kind;
+enum { ZERO_INDEX_FLAT = 0, ZERO_INDEX_PART = 1 };
+
+typedef struct zero_part_step {
+    uint32_t struct_size;
+    uint32_t nranges;
+    const zero_owned_range *ranges; /* what this rank steps (borrowed for the call) */
+    /* Norm and overflow: partial sums of squares of `grad` over `ranges` are
+     * added over norm_comm, which must hold every summed gradient element
+     * exactly once across its ranks (NULL = comm_global: every partition of
+     * every pipeline stage).  replicated = 1: every rank of comm_world holds
+     * the same ranges and values (stage 0), so only its rank 0 contributes. */
+    zero_comm *norm_comm;
+    int32_t replicated;
+    zero_dtype dtype;               /* model dtype of grad and param_out */
+    const void *grad;               /* reduced gradient sum, model dtype */
+    zero_index_kind grad_index;
+    zero_index_kind master_index;
+    float *master;                  /* fp32 master weights, updated in place */
+    float *state[4];                /* optimizer states, ZERO_INDEX_PART */
+    void *param_out;                /* model-dtype copy-out of the new weights, or NULL (fp32: master is the param) */
+    zero_index_kind param_out_index;
+    int32_t reserved0;
+} zero_part_step;
+
+/* Outcome of the norm pass (all ranks of norm_comm agree on every field). */
+typedef struct zero_grad_norm {
+    uint32_t struct_size;
+    int32_t overflow;   /* an Inf/NaN in any rank's gradient, or a non-finite sum of squares */
+    double norm;        /* L2 norm of the mean, unscaled gradient (pre-clip); -1 on overflow */
+    double clip_coef;   /* gradient_clipping / (norm + 1e-6) when norm > clip, else 1 (DeepSpeed's) */
+    float grad_mul;     /* clip_coef / (grad_divisor * loss_scale): what optim_step multiplies grads by */
+    int32_t reserved0;
+} zero_grad_norm;
 
 /* ------------------------------------------------------------------------ */
 /* Services: what the core offers a plugin.  Owned by the core; valid from   */
@@ -303,6 +362,83 @@ typedef struct zero_services_v1 {
     zero_status (*ckpt_write)(zero_core *c, const char *dir, const char *name, const void *buf,
                               size_t bytes);
     zero_status (*ckpt_read)(zero_core *c, const char *dir, const char *name, void *buf, size_t bytes);
+
+    /* ---- appended in 1.0 by the pipeline plugin (check ZERO_SERVICES_HAS) ---- */
+    /* The communicator spanning every rank of the job.  With pipeline.stages
+     * = P > 1, comm_world is this rank's data-parallel group (the ranks that
+     * hold the same pipeline stage; global rank = stage * dp_size + dp_rank)
+     * and comm_global spans all P stages: use it for quantities that are
+     * global to the model, such as the gradient norm used for clipping and
+     * the fp16 overflow flag.  Without a pipeline it is comm_world.  Owned by
+     * the core, valid until destroy; never free it. */
+    zero_comm *(*comm_global)(zero_core *c);
+
+    /* ---- shared partitioned-step services ---- */
+    /* The step every partitioning plugin shares, so that plugins are glue.
+     * Collective over ps->norm_comm (or comm_global); call on the engine's
+     * step thread, between buckets_flush and the parameter all-gather.
+     * grad_norm: fp64 sum of squares and Inf/NaN flag of this rank's ranges,
+     * agreed in ONE fp64 all-reduce; fills *out (norm of the mean unscaled
+     * gradient, clip coefficient, grad_mul) from ctx (grad_divisor,
+     * loss_scale, grad_clip). */
+    zero_status (*grad_norm)(zero_core *c, const zero_part_step *ps, const struct zero_step_ctx *ctx,
+                             zero_grad_norm *out);
+    /* The fused optimizer pass over every range: grad (model dtype) *
+     * grad_mul, update master and states, round the new weights into
+     * param_out (RNE) when given.  Local, no communication -- except with
+     * optimizer.type Lamb, whose per-parameter trust ratios are completed
+     * by one all-reduce over comm_world (then collective).  optim_step
+     * refuses Lamb: only this service and boundary_step implement it. */
+    zero_status (*part_step)(zero_core *c, const zero_part_step *ps, float grad_mul);
+    /* Both, and the report: overflow -> rep->overflow = 1, grad_norm -1, no
+     * update; else norm into rep and the step.  The plugin then clears its
+     * gradients and re-gathers its parameters in either case. */
+    zero_status (*boundary_step)(zero_core *c, const zero_part_step *ps, const struct zero_step_ctx *ctx,
+                                 struct zero_step_report *rep);
+    /* All-gather, in place, every layout group's equal rank shares of a flat
+     * buffer of flat_numel elements of dt (rank r's share of group g at
+     * groups[g].flat_begin + r * part_numel), over comm (NULL = comm_world).
+     * All groups are issued before any wait; every issued request is waited
+     * even after an error.  Collective. */
+    zero_status (*allgather_shares)(zero_core *c, zero_comm *comm, void *flat, zero_dtype dt);
+
+    /* ---- device-safe memory ---- */
+    /* dst[0..bytes) = (unsigned char)value, for memory from mem_alloc of
+     * either tier or host memory.  On a CUDA engine ZERO_TIER_DEVICE blocks
+     * are device memory the host cannot dereference: plugins clear them with
+     * this (and copy with mem_copy, which accepts any direction), never with
+     * memset/memcpy.  Stream-ordered with the core's other device work;
+     * returns ZERO_ERR_DEVICE (last error set) if the device failed. */
+    zero_status (*mem_set)(zero_core *c, void *dst, int value, size_t bytes);
+
+    /* ---- parameter placement and checkpoint shards ---- */
+    /* The parameter placement and checkpoint code every flat-layout plugin
+     * shares.  Engine step thread only (params_done / save / load).
+     *
+     * params_place: every param must be registered in dtype dt (else
+     * ZERO_ERR_UNSUPPORTED naming the param and `who`); copies its initial
+     * values (host or device memory) into flat (flat_numel elements of dt) at
+     * its flat offset and sets p->data there. */
+    zero_status (*params_place)(zero_core *c, void *flat, zero_dtype dt, const char *who);
+    /* master_init: when ps->master is a separate fp32 array (16-bit model),
+     * widen the owned shares of `params` (flat-indexed, ps->dtype) into it
+     * (exact).  No-op when ps->master == params. */
+    zero_status (*master_init)(zero_core *c, const zero_part_step *ps, const void *params);
+    /* ckpt_shard: write (write = 1) or read this rank's shard of a
+     * partitioned optimizer as atomic blobs "<prefix>.params" (the owned
+     * shares of `params`, flat-indexed, model dtype, in range order; skipped
+     * when params is NULL), "<prefix>.master" (only when ps->master !=
+     * params) and "<prefix>.state<k>" (one per optimizer state), each the
+     * concatenation of the ranges.  Arrays may be device memory.  Local;
+     * follow a read with ckpt_agree. */
+    zero_status (*ckpt_shard)(zero_core *c, const char *dir, const char *prefix, const zero_part_step *ps,
+                              void *params, int write);
+    /* ckpt_agree: agree over comm (NULL = comm_world) on a load's local
+     * status, so that a shard missing on one rank fails on every rank
+     * instead of leaving the others in the next collective.  Returns
+     * `local` where it failed, ZERO_ERR_IO naming `who` and dir on the
+     * others.  Collective. */
+    zero_status (*ckpt_agree)(zero_core *c, zero_comm *comm, zero_status local, const char *dir, const char *who);
 } zero_services_v1;
 
 /* Does this services table have field `f`? (built against a newer minor) */
