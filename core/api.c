@@ -141,7 +141,7 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
         return fail_create(e, zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "unknown device_kind %d", (int)opts.device_kind),
                            err, err_len);
 
-    char msg[1024] = "";
+    char msg[8192] = ""; /* loader messages list every path searched */
     zero_status s;
     if (opts.device_kind == ZERO_DEVICE_CUDA) {
         /* Before any communication: a machine without a usable GPU fails

@@ -40,7 +40,7 @@ struct zero_engine {
     zero_log_fn log_fn;
     void *log_user;
     int rank, world_size;
-    char last_error[2048];
+    char last_error[8192];   /* long enough for a not-found message listing every search path */
     pthread_mutex_t err_lock;
 
     /* plugin */
