@@ -87,7 +87,7 @@ int main(void) {
 
     /* A message longer than the internal stack buffer is kept (truncated
      * only to the engine's last_error size), not lost. */
-    char big[3000];
+    static char big[sizeof e->last_error + 1000];
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = '\0';
     zero__error(e, ZERO_ERR_IO, "%s", big);
