@@ -15,75 +15,19 @@
  * into the params.  The norm, clip and step are the core's boundary_step
  * service; this file is glue.
  *
- * Includes only abi/ headers (and plugins/common/plugin_glue.h, which
+ * Includes only abi/ headers (and plugins/common/flat_plugin.h, which
  * includes only abi/ too), like any third-party plugin. */
-#include <stdlib.h>
+#include "../common/flat_plugin.h"
 
-#include "../common/plugin_glue.h"
-
-typedef struct stage0 {
-    zero__flat_state f; /* replicated: params, master (fp32: == params), states and the gradient (the
-                           window's sum, all-reduced at the boundary) all flat_numel */
-    const zero_services_v1 *svc;
-    zero_buckets *b;
-} stage0;
+/* Replicated: every rank holds the same all-reduced sum (reduced during the
+ * boundary micro-step's backward) and steps everything, so there is nothing
+ * to all-gather; the checkpoint keeps the window's local gradient sum so a
+ * save in the middle of an accumulation window resumes exactly. */
+static const zero__flat_plugin_spec s0_spec = {
+    .name = "stage0", .grads_blob = "grads", .mode = ZERO_BUCKETS_ALLREDUCE, .replicated = 1};
 
 static zero_status s0_create(const zero_services_v1 *svc, void **state) {
-    stage0 *s = calloc(1, sizeof *s);
-    if (!s) return ZERO_ERR_OUT_OF_MEMORY;
-    s->svc = svc;
-    *state = s;
-    return ZERO_OK;
-}
-
-/* Replicated: every rank holds the same all-reduced sum and steps
- * everything, so one rank per DP group contributes to the (pipeline-wide)
- * norm, the overflow verdict is agreed anyway so replicas can never
- * diverge, and there is nothing to all-gather. */
-static zero_status s0_params_done(void *state) {
-    stage0 *s = state;
-    const zero_services_v1 *svc = s->svc;
-    zero_status st = zero__flat_init(&s->f, svc, 1, svc->layout(svc->core)->flat_numel, ZERO_INDEX_FLAT, "stage0");
-    if (st != ZERO_OK) return st;
-    /* all-reduced during the boundary micro-step's backward */
-    return zero__flat_buckets(&s->f, ZERO_BUCKETS_ALLREDUCE, NULL, 1, &s->b);
-}
-
-static zero_status s0_grad_buffer(void *state, zero_param_info *p, void **buf) {
-    stage0 *s = state;
-    return s->svc->buckets_grad_slot(s->b, p->index, buf);
-}
-
-static zero_status s0_on_grad_ready(void *state, zero_param_info *p, void *stream) {
-    stage0 *s = state;
-    (void)stream;
-    return zero__grad_ready(s->svc, s->b, p, NULL);
-}
-
-static zero_status s0_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
-    stage0 *s = state;
-    zero_status st = s->svc->buckets_flush(s->b); /* every micro-step: resets the ready counts */
-    if (st != ZERO_OK || !ctx->boundary) return st;
-    return zero__flat_boundary(&s->f, ctx, rep);
-}
-
-/* Checkpoint: replicas are identical except for the window's local gradient
- * sum, which is saved too so that a save in the middle of an accumulation
- * window resumes exactly.  Each rank writes its own blobs (atomic). */
-static zero_status s0_save(void *state, const char *dir) {
-    return zero__flat_ckpt(&((stage0 *)state)->f, dir, "stage0", "grads", 1);
-}
-
-static zero_status s0_load(void *state, const char *dir) {
-    return zero__flat_load(&((stage0 *)state)->f, dir, "stage0", "grads");
-}
-
-static void s0_destroy(void *state) {
-    stage0 *s = state;
-    if (!s) return;
-    if (s->b) s->svc->buckets_destroy(s->b);
-    zero__flat_free(&s->f);
-    free(s);
+    return zero__flat_plugin_create(svc, &s0_spec, state);
 }
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
@@ -94,11 +38,11 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .name = "stage0",
     .description = "plain data parallelism: full gradients all-reduced, every rank steps everything",
     .create = s0_create,
-    .params_done = s0_params_done,
-    .grad_buffer = s0_grad_buffer,
-    .on_grad_ready = s0_on_grad_ready,
-    .step = s0_step,
-    .save = s0_save,
-    .load = s0_load,
-    .destroy = s0_destroy,
+    .params_done = zero__flat_plugin_params_done,
+    .grad_buffer = zero__flat_plugin_grad_buffer,
+    .on_grad_ready = zero__flat_plugin_on_grad_ready,
+    .step = zero__flat_plugin_step,
+    .save = zero__flat_plugin_save,
+    .load = zero__flat_plugin_load,
+    .destroy = zero__flat_plugin_destroy,
 };

@@ -19,77 +19,18 @@
  * Adam), and the optimizer pass rounds the new weights into the params.
  * Norm, clip, step and the all-gather are the core's services (glue here).
  *
- * Includes only abi/ headers (and plugins/common/plugin_glue.h, which
+ * Includes only abi/ headers (and plugins/common/flat_plugin.h, which
  * includes only abi/ too), like any third-party plugin. */
-#include <stdlib.h>
+#include "../common/flat_plugin.h"
 
-#include "../common/plugin_glue.h"
-
-typedef struct stage1 {
-    zero__flat_state f; /* params (flat), master (fp32: == params), states (part_numel each), and the
-                           gradient: flat_numel, the window's sum, owned ranges reduced at the boundary */
-    const zero_services_v1 *svc;
-    zero_buckets *b;
-} stage1;
+/* Accumulate locally in the flat buffer, reduce-scatter in place once per
+ * window; the checkpoint keeps the window's local gradient sum (the full
+ * flat buffer: it is reduced only at the boundary). */
+static const zero__flat_plugin_spec s1_spec = {
+    .name = "stage1", .grads_blob = "grads", .mode = ZERO_BUCKETS_SCATTER_INPLACE, .replicated = 0};
 
 static zero_status s1_create(const zero_services_v1 *svc, void **state) {
-    stage1 *s = calloc(1, sizeof *s);
-    if (!s) return ZERO_ERR_OUT_OF_MEMORY;
-    s->svc = svc;
-    *state = s;
-    return ZERO_OK;
-}
-
-static zero_status s1_params_done(void *state) {
-    stage1 *s = state;
-    const zero_services_v1 *svc = s->svc;
-    /* the reduced gradient sits at the owned ranges of the flat buffer */
-    zero_status st = zero__flat_init(&s->f, svc, 0, svc->layout(svc->core)->flat_numel, ZERO_INDEX_FLAT, "stage1");
-    if (st != ZERO_OK) return st;
-    /* accumulate locally, reduce-scatter in place once per window */
-    return zero__flat_buckets(&s->f, ZERO_BUCKETS_SCATTER_INPLACE, NULL, 1, &s->b);
-}
-
-static zero_status s1_grad_buffer(void *state, zero_param_info *p, void **buf) {
-    stage1 *s = state;
-    return s->svc->buckets_grad_slot(s->b, p->index, buf);
-}
-
-static zero_status s1_on_grad_ready(void *state, zero_param_info *p, void *stream) {
-    stage1 *s = state;
-    (void)stream;
-    return zero__grad_ready(s->svc, s->b, p, NULL);
-}
-
-/* Norm, clip, step of the owned partition, gradients cleared, updated
- * shares all-gathered in place (zero__flat_boundary). */
-static zero_status s1_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
-    stage1 *s = state;
-    zero_status st = s->svc->buckets_flush(s->b);
-    if (st != ZERO_OK || !ctx->boundary) return st;
-    return zero__flat_boundary(&s->f, ctx, rep);
-}
-
-/* Checkpoint: each rank writes its shard (atomic blobs): its owned
- * parameters, its optimizer state and the window's local gradient sum
- * (the full flat buffer: it is reduced only at the boundary), so a save in
- * the middle of an accumulation window resumes exactly.  Load reads the shard
- * and all-gathers the parameters; the ranks agree on the read status first
- * so a missing shard on one rank is an error everywhere, never a hang. */
-static zero_status s1_save(void *state, const char *dir) {
-    return zero__flat_ckpt(&((stage1 *)state)->f, dir, "stage1", "grads", 1);
-}
-
-static zero_status s1_load(void *state, const char *dir) {
-    return zero__flat_load(&((stage1 *)state)->f, dir, "stage1", "grads");
-}
-
-static void s1_destroy(void *state) {
-    stage1 *s = state;
-    if (!s) return;
-    if (s->b) s->svc->buckets_destroy(s->b);
-    zero__flat_free(&s->f);
-    free(s);
+    return zero__flat_plugin_create(svc, &s1_spec, state);
 }
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
@@ -101,11 +42,11 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .description = "ZeRO-1: optimizer states partitioned; gradients reduce-scattered at the boundary, "
                    "updated params all-gathered",
     .create = s1_create,
-    .params_done = s1_params_done,
-    .grad_buffer = s1_grad_buffer,
-    .on_grad_ready = s1_on_grad_ready,
-    .step = s1_step,
-    .save = s1_save,
-    .load = s1_load,
-    .destroy = s1_destroy,
+    .params_done = zero__flat_plugin_params_done,
+    .grad_buffer = zero__flat_plugin_grad_buffer,
+    .on_grad_ready = zero__flat_plugin_on_grad_ready,
+    .step = zero__flat_plugin_step,
+    .save = zero__flat_plugin_save,
+    .load = zero__flat_plugin_load,
+    .destroy = zero__flat_plugin_destroy,
 };
