@@ -51,11 +51,17 @@ if(NOT ZERO_WITH_CUDA STREQUAL "OFF")
 endif()
 
 if(ZERO_HAVE_CUDA AND NOT ZERO_WITH_NCCL STREQUAL "OFF")
+  # NCCL from PyPI (nvidia-nccl-cu12/cu13, what PyTorch images carry) lives in
+  # site-packages/nvidia/<dir>/{include,lib} (nccl, or cu13 in newer wheels) and ships only the
+  # versioned libnccl.so.2 (no libnccl.so link): look there too, by both names.
+  execute_process(COMMAND python3 -c
+    "import nvidia, os; print(';'.join(os.path.join(p, d) for p in nvidia.__path__ for d in sorted(os.listdir(p)) if os.path.exists(os.path.join(p, d, 'include', 'nccl.h'))))"
+    OUTPUT_VARIABLE _zero_py_nccl OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   find_path(ZERO_NCCL_INCLUDE_DIR nccl.h
-    HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}
+    HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT} ${_zero_py_nccl}
     PATH_SUFFIXES include)
-  find_library(ZERO_NCCL_LIBRARY nccl
-    HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}
+  find_library(ZERO_NCCL_LIBRARY NAMES nccl libnccl.so.2
+    HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT} ${_zero_py_nccl}
     PATH_SUFFIXES lib lib64)
   if(ZERO_NCCL_INCLUDE_DIR AND ZERO_NCCL_LIBRARY)
     set(ZERO_HAVE_NCCL ON)
@@ -64,6 +70,11 @@ if(ZERO_HAVE_CUDA AND NOT ZERO_WITH_NCCL STREQUAL "OFF")
       INTERFACE_INCLUDE_DIRECTORIES "${ZERO_NCCL_INCLUDE_DIR}")
   elseif(ZERO_WITH_NCCL STREQUAL "ON")
     message(FATAL_ERROR "ZERO_WITH_NCCL=ON but nccl.h / libnccl were not found (set NCCL_ROOT)")
+  else()
+    # Not silent: a GPU build without NCCL has no multi-GPU collectives.
+    message(WARNING "libzero: CUDA found but NCCL not (nccl.h: ${ZERO_NCCL_INCLUDE_DIR}, "
+      "libnccl: ${ZERO_NCCL_LIBRARY}); building without the NCCL comm backend. "
+      "Set NCCL_ROOT, or -DZERO_WITH_NCCL=OFF to silence this.")
   endif()
 elseif(ZERO_WITH_NCCL STREQUAL "ON")
   message(FATAL_ERROR "ZERO_WITH_NCCL=ON needs CUDA (ZERO_WITH_CUDA is OFF or CUDA was not found)")
