@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define ZERO_ABI_VERSION_MAJOR 1
-#define ZERO_ABI_VERSION_MINOR 0
+#define ZERO_ABI_VERSION_MINOR 1
 /* Encoded as major * 10000 + minor. */
 #define ZERO_ABI_VERSION (ZERO_ABI_VERSION_MAJOR * 10000 + ZERO_ABI_VERSION_MINOR)
 
@@ -136,7 +136,7 @@ typedef struct zero_engine_options {
     zero_comm_kind comm_kind;  /* default ZERO_COMM_AUTO */
     zero_device_kind device_kind; /* default ZERO_DEVICE_CPU */
     void *comm;                /* per comm_kind: pointer to the host's MPI_Comm / ncclComm_t; borrowed, must outlive the engine */
-    int32_t device_index;      /* CUDA ordinal; ignored on CPU */
+    int32_t device_index;      /* CUDA ordinal, or ZERO_DEVICE_INDEX_AUTO (1.1, the default); ignored on CPU */
     int32_t reserved1;         /* must be 0 */
     void *stream;              /* host compute stream (cudaStream_t) or NULL */
     const char *plugin;        /* plugin name or path; NULL = from config / ZERO_PLUGIN */
@@ -144,9 +144,14 @@ typedef struct zero_engine_options {
     void *log_user;
 } zero_engine_options;
 
+/* device_index: the launcher's local rank (OMPI_COMM_WORLD_LOCAL_RANK,
+ * MPI_LOCALRANKID, SLURM_LOCALID or LOCAL_RANK; 0 without one) modulo the
+ * number of visible GPUs.  ABI 1.1; a 1.0 host's default 0 means GPU 0. */
+#define ZERO_DEVICE_INDEX_AUTO (-1)
+
 #define ZERO_ENGINE_OPTIONS_INIT                                                                   \
-    { sizeof(zero_engine_options), 0, NULL, NULL, ZERO_COMM_AUTO, ZERO_DEVICE_CPU, NULL, 0, 0, NULL, \
-      NULL, NULL, NULL }
+    { sizeof(zero_engine_options), 0, NULL, NULL, ZERO_COMM_AUTO, ZERO_DEVICE_CPU, NULL,           \
+      ZERO_DEVICE_INDEX_AUTO, 0, NULL, NULL, NULL, NULL }
 
 /* Create an engine: parse the config, set up communication, load the
  * plugin.  On success *out owns the engine (free with zero_engine_destroy).

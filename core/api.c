@@ -148,9 +148,11 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
          * here, on every rank alike, with the driver's reason. */
         s = zero__device_open(opts.device_index, opts.stream, &e->dev, msg, sizeof msg);
         if (s != ZERO_OK)
-            return fail_create(e, zero__error(e, s, "device_kind CUDA (device_index %d): %s", (int)opts.device_index,
-                                              msg),
-                               err, err_len);
+        {
+            char idx[32] = "auto";
+            if (opts.device_index >= 0) snprintf(idx, sizeof idx, "%d", (int)opts.device_index);
+            return fail_create(e, zero__error(e, s, "device_kind CUDA (device_index %s): %s", idx, msg), err, err_len);
+        }
         zero__mem_set_device(e->mem, e->dev);
         s = device_world(e, &opts, msg, sizeof msg);
     } else {
@@ -314,6 +316,8 @@ const zero__group_hp *zero__group_hp_of(const struct zero_engine *e, int32_t gro
     return NULL;
 }
 
+static zero_status device_order(zero_engine *e, int after, void *stream);
+
 zero_status zero_params_done(zero_engine *e) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     if (e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_params_done called twice");
@@ -328,6 +332,10 @@ zero_status zero_params_done(zero_engine *e) {
     if (rc != 0) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "could not build the partition layout");
     for (uint32_t i = 0; i < e->nparams; i++) e->params[i]->info.flat_offset = e->layout.param_offset[i];
     e->params_frozen = 1;
+    /* The plugin copies the host's initial values on the device's own
+     * (non-blocking) stream: it must first wait for the host's stream, where
+     * the host's init kernels or uploads may still be running. */
+    if (e->dev && (s = device_order(e, 1, NULL)) != ZERO_OK) return s;
     s = e->plugin.table->params_done(e->pstate);
     /* The host's initial buffers are not referenced after this call. */
     for (uint32_t i = 0; i < e->nparams; i++) e->params[i]->info.init_data = NULL;
@@ -517,6 +525,11 @@ zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_resu
     zero_step_report rep = {sizeof rep, 0, -1.0};
     double lr_used = e->lr;
 
+    /* The step writes parameters and reads gradients on the device's stream:
+     * it must come after everything the host queued on its stream so far
+     * (gradient kernels after the last zero_on_grad_ready, reads of the old
+     * weights), or the optimizer races them. */
+    if (e->dev && (s = device_order(e, 1, ctx.stream)) != ZERO_OK) return s;
     s = e->plugin.table->step(e->pstate, &ctx, &rep);
     for (uint32_t i = 0; i < e->nparams; i++) atomic_store(&e->params[i]->ready, 0);
     /* the next forward (on the host's stream) must see the refreshed params */

@@ -37,6 +37,11 @@ static inline void *gpu_upload(const void *host, size_t bytes) {
     void *d = NULL;
     CUDA_OK(cudaMalloc(&d, bytes ? bytes : 1));
     if (bytes) CUDA_OK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    /* A pageable host-to-device cudaMemcpy may return before its DMA lands,
+     * and it is ordered only with the legacy default stream: libzero's and
+     * NCCL's non-blocking streams could read the old bytes.  Seen on the first
+     * H200 run (test_gpu_stage_equivalence, 3k-21k wrong params). */
+    CUDA_OK(cudaDeviceSynchronize());
     return d;
 }
 

@@ -65,6 +65,11 @@ static void run(zero_comm *m, int partitioned, uint16_t *params_out) {
         memset(h, 0, padded * 4);
         for (size_t i = 0; i < NUMEL; ++i) h[i] = grad_of(r, t, i);
         CUDA_OK(cudaMemcpy(grad, h, padded * 4, cudaMemcpyHostToDevice));
+        /* The comm stream is non-blocking: it is not ordered after the legacy
+         * stream's memsets and pageable copy (whose DMA may still be in flight
+         * when cudaMemcpy returns).  Without this the first H200 run read stale
+         * gradients in 3-21 % of the elements. */
+        CUDA_OK(cudaDeviceSynchronize());
         zero_comm_req *q = NULL;
         const float *g = grad;
         if (!partitioned) {

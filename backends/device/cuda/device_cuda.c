@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuda_arena.h"
+#include "local_rank.h"
 
 /* cudaMalloc guarantees 256-byte alignment; keep it for sub-blocks so that
  * vectorised kernels and NCCL see the same alignment as with cudaMalloc. */
@@ -83,11 +84,18 @@ zero_status zero_cuda_device_open(const zero_cuda_device_options *o, zero_cuda_d
         if (err && err_len) snprintf(err, err_len, "no CUDA device: %s", why);
         return ZERO_ERR_DEVICE;
     }
-    if (o->ordinal < 0 || o->ordinal >= n) {
+    int ordinal = o->ordinal;
+    if (ordinal < 0) {
+        /* ZERO_DEVICE_INDEX_AUTO: one GPU per local rank, round robin, as
+         * docs/gpu.md promises (device_index 0 for every rank put eight ranks
+         * of a node on GPU 0, and NCCL refused the duplicate GPU). */
+        char src[64];
+        ordinal = zero__local_rank(src, sizeof src) % n;
+    } else if (ordinal >= n) {
         if (err && err_len) snprintf(err, err_len, "CUDA device %d requested, %d present", o->ordinal, n);
         return ZERO_ERR_DEVICE;
     }
-    cudaError_t e = cudaSetDevice(o->ordinal);
+    cudaError_t e = cudaSetDevice(ordinal);
     if (e != cudaSuccess) {
         copy_msg(err, err_len, "cudaSetDevice", e);
         return ZERO_ERR_DEVICE;
@@ -97,7 +105,7 @@ zero_status zero_cuda_device_open(const zero_cuda_device_options *o, zero_cuda_d
         if (err && err_len) snprintf(err, err_len, "out of host memory");
         return ZERO_ERR_OUT_OF_MEMORY;
     }
-    d->ordinal = o->ordinal;
+    d->ordinal = ordinal;
     d->compute = (cudaStream_t)o->compute_stream;
     d->grow = o->grow_bytes ? o->grow_bytes : DEFAULT_GROW;
     pthread_mutex_init(&d->lock, NULL);
@@ -267,5 +275,7 @@ void zero_cuda_device_stats_get(zero_cuda_device *d, zero_cuda_device_stats *out
     }
     pthread_mutex_unlock(&d->lock);
 }
+
+int zero_cuda_device_ordinal(const zero_cuda_device *d) { return d ? d->ordinal : -1; }
 
 const char *zero_cuda_device_error(const zero_cuda_device *d) { return d ? d->err : ""; }

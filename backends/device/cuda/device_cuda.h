@@ -32,7 +32,7 @@ int zero_cuda_device_count(char *why, size_t why_len);
 
 typedef struct zero_cuda_device_options {
     uint32_t struct_size;       /* sizeof(zero_cuda_device_options) */
-    int32_t ordinal;            /* CUDA device ordinal */
+    int32_t ordinal;            /* CUDA device ordinal; < 0: the launcher's local rank % device count */
     void *compute_stream;       /* the host's cudaStream_t (borrowed); NULL = legacy default stream */
     size_t device_arena_bytes;  /* first device region; 0 = allocate on demand */
     size_t host_arena_bytes;    /* first pinned host region; 0 = on demand */
@@ -98,6 +98,9 @@ void zero_cuda_device_stats_get(zero_cuda_device *d, zero_cuda_device_stats *out
 /* Text of the last failure on d (empty if none).  Owned by d; may be
  * overwritten by a failure on another thread. */
 const char *zero_cuda_device_error(const zero_cuda_device *d);
+/* The ordinal in use (the resolved one when opened with a negative
+ * ordinal), -1 for NULL.  Thread-safe. */
+int zero_cuda_device_ordinal(const zero_cuda_device *d);
 
 #ifdef __cplusplus
 }

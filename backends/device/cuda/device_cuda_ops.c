@@ -166,7 +166,7 @@ zero_status zero__device_cuda_open(int ordinal, void *compute_stream, zero__devi
         return s;
     }
     d->base.ops = &cuda_ops;
-    d->base.ordinal = ordinal;
+    d->base.ordinal = zero_cuda_device_ordinal(d->cd); /* resolved when ordinal was ZERO_DEVICE_INDEX_AUTO */
     *out = &d->base;
     return ZERO_OK;
 }
