@@ -136,7 +136,7 @@ zero_status zero__dev_scale(zero__device *d, float *x, float a, size_t n) {
     return ZERO_OK;
 }
 
-#define SUMSQ_TILE 4096 /* = ZERO_SUMSQ_BLOCK: 16-bit tiles add in the f32 kernel's block order */
+#define SUMSQ_TILE ZERO_SUMSQ_BLOCK /* 16-bit tiles are the f32 kernel's blocks, combined by its tree */
 
 zero_status zero__dev_sumsq(zero__device *d, const void *x, zero_dtype dt, size_t n, double *out) {
     if (zero__dev_is_device(d, x)) return d->ops->sumsq(d, x, dt, n, out);
@@ -145,13 +145,13 @@ zero_status zero__dev_sumsq(zero__device *d, const void *x, zero_dtype dt, size_
         return ZERO_OK;
     }
     float tile[SUMSQ_TILE];
-    double acc = 0.0;
+    zero__sumsq_tree tree = {{0}, {0}};
     for (size_t i = 0; i < n; i += SUMSQ_TILE) {
         size_t k = n - i < SUMSQ_TILE ? n - i : SUMSQ_TILE;
         zero__convert(tile, ZERO_DTYPE_F32, (const uint16_t *)x + i, dt, k);
-        acc += zero__sumsq_f32(tile, k);
+        zero__sumsq_tree_add(&tree, zero__sumsq_f32(tile, k)); /* one block: its block sum */
     }
-    *out = acc;
+    *out = zero__sumsq_tree_finish(&tree);
     return ZERO_OK;
 }
 

@@ -30,11 +30,30 @@ zero_optim_scalars zero__optim_scalars(zero_optim_kind k, double lr, double beta
 void zero__optim_step(zero_optim_kind k, const zero_optim_scalars *s, float *master, float *const *state,
                       const float *grad, float grad_mul, void *param_out, zero_dtype out_dt, size_t n);
 
-/* Sum of squares in fp64.  The summation order is fixed by n alone (blocks
- * of ZERO_SUMSQ_BLOCK elements, each summed in 8 fp64 lanes combined as a
- * fixed tree, block sums added in order), so the result is bitwise the same
- * for any thread count and SIMD variant (and the CUDA kernel). */
+/* Sum of squares in fp64.  The summation order is fixed by n alone, so the
+ * result is bitwise the same for any thread count and SIMD variant, and on
+ * the GPU (kernels/cuda):
+ *   - blocks of ZERO_SUMSQ_BLOCK elements, each summed in 8 fp64 lanes
+ *     combined as a fixed tree (optim_kernels.h);
+ *   - the block sums combined by a fixed tree of fan-in ZERO_SUMSQ_FANIN:
+ *     consecutive groups of FANIN values are summed left to right (the last
+ *     group may be short), level after level, until one value is left.
+ * The second level is a tree rather than one running sum so that a GPU can
+ * combine block sums in parallel (a running sum over 16k blocks was a serial
+ * tail longer than reading the data).  Up to FANIN blocks (256k elements)
+ * this is the plain running sum. */
 double zero__sumsq_f32(const float *x, size_t n);
+#define ZERO_SUMSQ_FANIN 64
+/* The block-sum tree, fed one block sum at a time (in block order): callers
+ * that make their own blocks (16-bit tiles converted to fp32) combine them
+ * exactly as zero__sumsq_f32 does.  Initialise with {0}.  Not thread-safe
+ * (one combiner per sum). */
+typedef struct zero__sumsq_tree {
+    double acc[12];     /* running sum of the current group at each level */
+    uint32_t count[12]; /* values added to it so far */
+} zero__sumsq_tree;
+void zero__sumsq_tree_add(zero__sumsq_tree *t, double block_sum);
+double zero__sumsq_tree_finish(zero__sumsq_tree *t);
 int zero__nonfinite_f32(const float *x, size_t n);  /* 1 if any Inf/NaN */
 /* dst[i] = src[i] converted (F32/BF16/F16, RNE, NaN stays NaN).  Same dtype:
  * a copy (the buffers may overlap).  Different dtypes: they must not

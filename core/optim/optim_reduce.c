@@ -6,6 +6,7 @@
  * one thread adds them in block order, so the result is bitwise identical
  * for any OMP_NUM_THREADS and any SIMD variant. */
 #include <stdint.h>
+#include <string.h>
 
 #include "optim_kernels.h"
 
@@ -56,7 +57,7 @@ double zero__sumsq_f32(const float *x, size_t n) {
     if (!x || n == 0) return 0.0;
     block_fn blk = block_kernel();
     size_t nblocks = (n + ZERO_SUMSQ_BLOCK - 1) / ZERO_SUMSQ_BLOCK;
-    double total = 0.0;
+    zero__sumsq_tree tree = {{0}, {0}};
     double part[SUMSQ_BATCH];
     for (size_t b0 = 0; b0 < nblocks; b0 += SUMSQ_BATCH) {
         long nb = (long)(nblocks - b0 < SUMSQ_BATCH ? nblocks - b0 : SUMSQ_BATCH);
@@ -69,9 +70,43 @@ double zero__sumsq_f32(const float *x, size_t n) {
             size_t len = n - lo < ZERO_SUMSQ_BLOCK ? n - lo : ZERO_SUMSQ_BLOCK;
             part[b] = blk(x + lo, len);
         }
-        for (long b = 0; b < nb; ++b) total += part[b];
+        for (long b = 0; b < nb; ++b) zero__sumsq_tree_add(&tree, part[b]);
     }
-    return total;
+    return zero__sumsq_tree_finish(&tree);
+}
+
+/* Level L holds the running sum of its current group; a full group moves up
+ * as one value of level L+1.  12 levels of fan-in 64 cover 64^12 blocks. */
+static void tree_push(zero__sumsq_tree *t, unsigned level, double v) {
+    for (; level < 12; ++level) {
+        t->acc[level] = t->count[level] ? t->acc[level] + v : v;
+        if (++t->count[level] < ZERO_SUMSQ_FANIN) return;
+        v = t->acc[level]; /* group complete: carry it up */
+        t->count[level] = 0;
+    }
+}
+
+void zero__sumsq_tree_add(zero__sumsq_tree *t, double block_sum) { tree_push(t, 0, block_sum); }
+
+double zero__sumsq_tree_finish(zero__sumsq_tree *t) {
+    /* Short groups end their level: each goes up as its level's last value.
+     * A level's first value is taken as is (not 0.0 + v), so a level with a
+     * single value passes it through unchanged. */
+    unsigned top = 0;
+    for (unsigned l = 0; l < 12; ++l)
+        if (t->count[l]) top = l;
+    for (unsigned l = 0; l < top; ++l)
+        if (t->count[l]) {
+            double v = t->acc[l];
+            t->count[l] = 0;
+            tree_push(t, l + 1, v);
+        }
+    /* top may have become a full group and carried once more */
+    double r = 0.0;
+    for (unsigned l = 0; l < 12; ++l)
+        if (t->count[l]) r = t->acc[l];
+    memset(t, 0, sizeof *t);
+    return r;
 }
 
 int zero__nonfinite_f32(const float *x, size_t n) {

@@ -37,27 +37,47 @@
 
 /* Launch geometry. */
 #define ZERO_CUDA_THREADS 256          /* threads per block, every kernel */
-#define ZERO_CUDA_MT_MAX_TENSORS 16    /* tensors per multi-tensor launch */
-#define ZERO_CUDA_MT_MAX_BLOCKS 256    /* blocks per multi-tensor launch */
-#define ZERO_CUDA_MT_CHUNK 16384       /* elements one block of the optimizer kernel covers */
-/* Must equal ZERO_SUMSQ_BLOCK (core/optim/optim.h): the GPU sum of squares
- * reproduces the CPU summation order (checked by the shim test). */
+#define ZERO_CUDA_MT_MAX_TENSORS 32    /* tensors per multi-tensor launch (argument size < 4 KiB) */
+#define ZERO_CUDA_MT_CHUNK 8192        /* elements one block of the optimizer kernel covers */
+/* Must equal ZERO_SUMSQ_BLOCK and ZERO_SUMSQ_FANIN (core/optim/optim.h): the
+ * GPU sum of squares reproduces the CPU summation order (checked by the shim
+ * test). */
 #define ZERO_CUDA_SUMSQ_BLOCK 4096
-#define ZERO_CUDA_MAX_GRID 4096        /* grid-stride kernels: enough blocks to fill an H100 */
+#define ZERO_CUDA_SUMSQ_LANES 8
+#define ZERO_CUDA_SUMSQ_FANIN 64
+#define ZERO_CUDA_MAX_GRID 8192        /* grid-stride kernels: enough blocks to fill an H100/H200 */
 
+#if defined(__CUDACC__)
+#define ZERO_RESTRICT __restrict__
+#define ZERO_CUDA_UNROLL(n) _Pragma("unroll")
+typedef float4 zero_cuda_f4; /* 16-byte loads and stores: what reaches HBM bandwidth */
+typedef uint2 zero_cuda_u2;  /* four 16-bit values */
+typedef uint4 zero_cuda_u4;
+#else
+#define ZERO_RESTRICT restrict
+#define ZERO_CUDA_UNROLL(n)
+/* Same field names as CUDA's vector types, so the bodies read the same. */
+typedef struct { float x, y, z, w; } zero_cuda_f4;
+typedef struct { uint32_t x, y; } zero_cuda_u2;
+typedef struct { uint32_t x, y, z, w; } zero_cuda_u4;
+#endif
 
 /* Kernel argument, passed by value (< 4 KiB, the classic parameter limit):
- * the apex/DeepSpeed multi_tensor_apply layout, block b works on chunk
- * block_chunk[b] of tensor block_tensor[b]. */
+ * up to ZERO_CUDA_MT_MAX_TENSORS tensors cut into chunks of
+ * ZERO_CUDA_MT_CHUNK elements; block c of the grid works on chunk c, which
+ * belongs to the tensor k with chunk_start[k] <= c < chunk_start[k + 1].
+ * vec[k]: every array of tensor k is aligned for 16-byte fp32 and 8-byte
+ * 16-bit accesses, so the kernel moves four elements per access. */
 typedef struct zero_cuda_mt_args {
     zero_optim_scalars s;
     int32_t kind;            /* zero_optim_kind */
     int32_t grad_dt, out_dt; /* zero_dtype */
     float grad_mul;          /* used when grad_mul_dev is NULL */
     const float *grad_mul_dev; /* device scalar computed on the GPU (zero_cuda_k_clip_mul), or NULL */
+    uint32_t ntensors;
+    uint8_t vec[ZERO_CUDA_MT_MAX_TENSORS];
+    uint32_t chunk_start[ZERO_CUDA_MT_MAX_TENSORS + 1];
     zero_cuda_mt_tensor t[ZERO_CUDA_MT_MAX_TENSORS];
-    uint32_t block_chunk[ZERO_CUDA_MT_MAX_BLOCKS];
-    uint8_t block_tensor[ZERO_CUDA_MT_MAX_BLOCKS];
 } zero_cuda_mt_args;
 
 /* ---- element access in any model dtype --------------------------------- */
@@ -97,62 +117,152 @@ ZERO_HD void zero_cuda_optim_elem(const zero_optim_scalars *s, int32_t kind, flo
 
 /* ---- kernels ------------------------------------------------------------ */
 
-/* Fused multi-tensor step: unscale/clip multiplier, update, copy-out. */
+/* Four consecutive gradient elements of quad q (elements 4q..4q+3) as fp32:
+ * one 16-byte load (fp32) or one 8-byte load (16-bit). */
+ZERO_HD void zero_cuda_ld4(const void *ZERO_RESTRICT p, int32_t dt, uint64_t q, float g[4]) {
+    if (dt == ZERO_DTYPE_F32) {
+        const zero_cuda_f4 v = ((const zero_cuda_f4 *)p)[q];
+        g[0] = v.x, g[1] = v.y, g[2] = v.z, g[3] = v.w;
+        return;
+    }
+    const zero_cuda_u2 v = ((const zero_cuda_u2 *)p)[q];
+    const uint16_t h[4] = {(uint16_t)(v.x & 0xffffu), (uint16_t)(v.x >> 16), (uint16_t)(v.y & 0xffffu),
+                           (uint16_t)(v.y >> 16)};
+    for (int e = 0; e < 4; ++e) g[e] = dt == ZERO_DTYPE_BF16 ? zero_bf16_to_f32(h[e]) : zero_f16_to_f32(h[e]);
+}
+
+ZERO_HD void zero_cuda_st4(void *ZERO_RESTRICT p, int32_t dt, uint64_t q, const float w[4]) {
+    if (dt == ZERO_DTYPE_F32) {
+        zero_cuda_f4 v;
+        v.x = w[0], v.y = w[1], v.z = w[2], v.w = w[3];
+        ((zero_cuda_f4 *)p)[q] = v;
+        return;
+    }
+    uint16_t h[4];
+    for (int e = 0; e < 4; ++e) h[e] = dt == ZERO_DTYPE_BF16 ? zero_f32_to_bf16(w[e]) : zero_f32_to_f16(w[e]);
+    zero_cuda_u2 v;
+    v.x = (uint32_t)h[0] | (uint32_t)h[1] << 16;
+    v.y = (uint32_t)h[2] | (uint32_t)h[3] << 16;
+    ((zero_cuda_u2 *)p)[q] = v;
+}
+
+ZERO_HD zero_cuda_f4 zero_cuda_f4_of(const float a[4]) {
+    zero_cuda_f4 v;
+    v.x = a[0], v.y = a[1], v.z = a[2], v.w = a[3];
+    return v;
+}
+
+/* Fused multi-tensor step: unscale/clip multiplier, update, copy-out.
+ * Block c works on chunk c of the launch (see zero_cuda_mt_args); a chunk's
+ * elements are read and written four at a time with 16-byte fp32 and 8-byte
+ * 16-bit accesses when the tensor is aligned for it (always, for libzero's
+ * own 256-byte aligned buffers), else one at a time.  The per-element math
+ * is zero_cuda_optim_elem either way, so the bits do not depend on the path. */
 ZERO_CUDA_GLOBAL void zero_cuda_k_optim(zero_cuda_mt_args a) {
-    const unsigned b = blockIdx.x;
-    const unsigned ti = a.block_tensor[b];
+    const uint32_t c = blockIdx.x;
+    uint32_t ti = 0;
+    while (ti + 1 < a.ntensors && a.chunk_start[ti + 1] <= c) ++ti; /* <= 32 steps, uniform per block */
     const uint64_t n = a.t[ti].n;
-    const uint64_t lo = (uint64_t)a.block_chunk[b] * ZERO_CUDA_MT_CHUNK;
+    const uint64_t lo = (uint64_t)(c - a.chunk_start[ti]) * ZERO_CUDA_MT_CHUNK;
     const uint64_t hi = n - lo < ZERO_CUDA_MT_CHUNK ? n : lo + ZERO_CUDA_MT_CHUNK;
-    float *master = a.t[ti].master, *s0 = a.t[ti].state0, *s1 = a.t[ti].state1;
-    const void *grad = a.t[ti].grad;
-    void *out = a.t[ti].out;
+    float *ZERO_RESTRICT master = a.t[ti].master;
+    float *ZERO_RESTRICT s0 = a.t[ti].state0;
+    float *ZERO_RESTRICT s1 = a.t[ti].state1;
+    const void *ZERO_RESTRICT grad = a.t[ti].grad;
+    void *out = a.t[ti].out; /* may alias master (fp32 copy-out) */
     const zero_optim_scalars s = a.s;
+    const int32_t kind = a.kind, gdt = a.grad_dt, odt = a.out_dt;
     const float gm = a.grad_mul_dev ? *a.grad_mul_dev : a.grad_mul;
-    for (uint64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        zero_cuda_optim_elem(&s, a.kind, zero_cuda_ld(grad, a.grad_dt, i) * gm, master, s0, s1, i);
-        if (out) zero_cuda_st(out, a.out_dt, i, master[i]);
-    }
-}
-
-/* Sum of squares, phase 1: one thread per ZERO_CUDA_SUMSQ_BLOCK-element
- * block, eight fp64 lanes (lane j takes elements i = j mod 8), lanes
- * combined as a fixed tree: the same order as zero__sumsq_f32, so the
- * result is bitwise the CPU's.  A warp reads 32 sectors of 32 contiguous
- * bytes per step, which keeps DRAM sectors fully used without shared
- * memory. */
-ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_blocks(const void *x, int32_t dt, uint64_t n, double *part) {
-    const uint64_t b = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const uint64_t nblocks = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
-    if (b >= nblocks) return;
-    const uint64_t lo = b * ZERO_CUDA_SUMSQ_BLOCK;
-    const uint64_t len = n - lo < ZERO_CUDA_SUMSQ_BLOCK ? n - lo : ZERO_CUDA_SUMSQ_BLOCK;
-    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    uint64_t i = 0;
-    for (; i + 8 <= len; i += 8)
-        for (int j = 0; j < 8; ++j) {
-            const double v = (double)zero_cuda_ld(x, dt, lo + i + j);
-            acc[j] += v * v;
+    uint64_t i0 = lo; /* first element of the scalar part */
+    if (a.vec[ti]) {
+        const uint64_t q_hi = hi / 4; /* lo is a multiple of 4 (of the chunk) */
+        for (uint64_t q = lo / 4 + threadIdx.x; q < q_hi; q += blockDim.x) {
+            float g[4], m[4], v0[4] = {0, 0, 0, 0}, v1[4] = {0, 0, 0, 0};
+            zero_cuda_ld4(grad, gdt, q, g);
+            zero_cuda_ld4(master, ZERO_DTYPE_F32, q, m);
+            if (s0) zero_cuda_ld4(s0, ZERO_DTYPE_F32, q, v0);
+            if (s1) zero_cuda_ld4(s1, ZERO_DTYPE_F32, q, v1);
+            ZERO_CUDA_UNROLL(4)
+            for (int e = 0; e < 4; ++e) zero_cuda_optim_elem(&s, kind, g[e] * gm, m, v0, v1, (uint64_t)e);
+            ((zero_cuda_f4 *)master)[q] = zero_cuda_f4_of(m);
+            if (s0) ((zero_cuda_f4 *)s0)[q] = zero_cuda_f4_of(v0);
+            if (s1) ((zero_cuda_f4 *)s1)[q] = zero_cuda_f4_of(v1);
+            if (out) zero_cuda_st4(out, odt, q, m);
         }
-    for (int j = 0; i < len; ++i, ++j) {
-        const double v = (double)zero_cuda_ld(x, dt, lo + i);
-        acc[j] += v * v;
+        i0 = q_hi * 4;
     }
-    part[b] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (uint64_t i = i0 + threadIdx.x; i < hi; i += blockDim.x) {
+        zero_cuda_optim_elem(&s, kind, zero_cuda_ld(grad, gdt, i) * gm, master, s0, s1, i);
+        if (out) zero_cuda_st(out, odt, i, master[i]);
+    }
 }
 
-/* Phase 2: one thread adds the block sums in block order (as the CPU does).
- * Sequential on purpose: determinism and CPU equality over speed; it reads
- * n/4096 doubles once per optimizer step. */
-ZERO_CUDA_GLOBAL void zero_cuda_k_sum_in_order(const double *part, uint64_t nblocks, double *out) {
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    double total = 0.0;
-    for (uint64_t b = 0; b < nblocks; ++b) total += part[b];
-    *out = total;
+/* Sum of squares (order: core/optim/optim.h, zero__sumsq_f32).
+ * Phase 1: one thread per (ZERO_CUDA_SUMSQ_BLOCK-element block, lane): lane
+ * j of block b adds the squares of the block's elements k with k % 8 == j,
+ * in order, in fp64 (exactly one lane of the CPU's block kernel).  The eight
+ * threads of a block read 32 contiguous bytes per step, so a warp's loads use
+ * whole DRAM sectors; a 64M-element gradient is 128k threads. */
+ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_lanes(const void *ZERO_RESTRICT x, int32_t dt, uint64_t n,
+                                              double *ZERO_RESTRICT lanes) {
+    const uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint64_t nblocks = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
+    if (t >= nblocks * ZERO_CUDA_SUMSQ_LANES) return;
+    const uint64_t lo = t / ZERO_CUDA_SUMSQ_LANES * ZERO_CUDA_SUMSQ_BLOCK;
+    const uint64_t len = n - lo < ZERO_CUDA_SUMSQ_BLOCK ? n - lo : ZERO_CUDA_SUMSQ_BLOCK;
+    double acc = 0.0;
+    ZERO_CUDA_UNROLL(8)
+    for (uint64_t k = t % ZERO_CUDA_SUMSQ_LANES; k < len; k += ZERO_CUDA_SUMSQ_LANES) {
+        const double v = (double)zero_cuda_ld(x, dt, lo + k);
+        acc += v * v;
+    }
+    lanes[t] = acc;
+}
+
+/* Value k of a tree level: a block sum (the 8 lanes combined as the CPU's
+ * fixed tree) when the level is phase 1's lanes, else the stored value. */
+ZERO_HD double zero_cuda_sumsq_value(const double *in, int from_lanes, uint64_t k) {
+    if (!from_lanes) return in[k];
+    const double *a = in + k * ZERO_CUDA_SUMSQ_LANES;
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* Phase 2, once per tree level: thread g sums values [64g, 64g + 64) of the
+ * level (fewer in the last group) left to right. */
+ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_combine(const double *ZERO_RESTRICT in, int from_lanes, uint64_t m,
+                                                double *ZERO_RESTRICT out) {
+    const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint64_t k0 = g * ZERO_CUDA_SUMSQ_FANIN;
+    if (k0 >= m) return;
+    const uint64_t k1 = m - k0 < ZERO_CUDA_SUMSQ_FANIN ? m : k0 + ZERO_CUDA_SUMSQ_FANIN;
+    double acc = zero_cuda_sumsq_value(in, from_lanes, k0);
+    for (uint64_t k = k0 + 1; k < k1; ++k) acc += zero_cuda_sumsq_value(in, from_lanes, k);
+    out[g] = acc;
 }
 
 /* Any Inf/NaN: every thread that sees one writes 1 (benign identical
- * writes; nobody reads the flag inside the grid).  The caller zeroes it. */
+ * writes; nobody reads the flag inside the grid).  The caller zeroes it.
+ * Reads 16 bytes per thread and step (4 fp32 or 8 16-bit values) over the
+ * aligned middle x16[0, n16); the launcher checks the ragged ends with the
+ * element kernel below. */
+ZERO_CUDA_GLOBAL void zero_cuda_k_nonfinite16(const zero_cuda_u4 *ZERO_RESTRICT x16, int32_t dt, uint64_t n16,
+                                              int32_t *flag) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    uint32_t bad = 0;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) {
+        const zero_cuda_u4 v = x16[i];
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        for (int k = 0; k < 4; ++k) {
+            if (dt == ZERO_DTYPE_F32) bad |= (w[k] & 0x7f800000u) == 0x7f800000u;
+            else {
+                const uint32_t e = dt == ZERO_DTYPE_BF16 ? 0x7f80u : 0x7c00u;
+                bad |= ((w[k] & e) == e) | (((w[k] >> 16) & e) == e);
+            }
+        }
+    }
+    if (bad) *flag = 1;
+}
+
 ZERO_CUDA_GLOBAL void zero_cuda_k_nonfinite(const void *x, int32_t dt, uint64_t n, int32_t *flag) {
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
@@ -219,38 +329,37 @@ static inline unsigned zero_cuda_grid_for(uint64_t n) {
 
 typedef void (*zero_cuda_mt_launch_fn)(const zero_cuda_mt_args *a, unsigned nblocks, void *user);
 
-/* Cut `nt` tensors into launches of at most ZERO_CUDA_MT_MAX_TENSORS
- * tensors and ZERO_CUDA_MT_MAX_BLOCKS blocks; call `launch` for each with
- * `a` (whose scalar fields the caller filled) completed.  A tensor larger
- * than one launch continues in the next (re-entered as slot 0).  Empty
- * tensors are skipped.  Returns the number of launches. */
+/* May tensor t take the four-wide path?  fp32 arrays 16-byte aligned,
+ * 16-bit arrays 8-byte aligned (the kernel's vector accesses). */
+static inline int zero_cuda_mt_vec_ok(const zero_cuda_mt_tensor *t, int32_t grad_dt, int32_t out_dt) {
+    const uintptr_t g_al = grad_dt == ZERO_DTYPE_F32 ? 16 : 8, o_al = out_dt == ZERO_DTYPE_F32 ? 16 : 8;
+    return (uintptr_t)t->master % 16 == 0 && (uintptr_t)t->state0 % 16 == 0 && (uintptr_t)t->state1 % 16 == 0 &&
+           (uintptr_t)t->grad % g_al == 0 && (uintptr_t)t->out % o_al == 0;
+}
+
+/* Cut `nt` tensors into launches of at most ZERO_CUDA_MT_MAX_TENSORS tensors
+ * each (any number of chunks: the grid is the launch's chunk count); call
+ * `launch` for each with `a` (whose scalar fields the caller filled)
+ * completed.  Empty tensors are skipped.  Returns the number of launches. */
 static inline unsigned zero_cuda_mt_plan(zero_cuda_mt_args *a, const zero_cuda_mt_tensor *ts, size_t nt,
                                          zero_cuda_mt_launch_fn launch, void *user) {
-    unsigned launches = 0, nb = 0, slot = 0;
-    for (size_t k = 0; k < nt; ++k) {
-        const uint64_t nchunks = (ts[k].n + ZERO_CUDA_MT_CHUNK - 1) / ZERO_CUDA_MT_CHUNK;
-        if (nchunks == 0) continue;
-        a->t[slot] = ts[k];
-        for (uint64_t c = 0; c < nchunks; ++c) {
-            a->block_tensor[nb] = (uint8_t)slot;
-            a->block_chunk[nb] = (uint32_t)c;
-            ++nb;
-            const int last_chunk = c + 1 == nchunks;
-            if (nb == ZERO_CUDA_MT_MAX_BLOCKS || (last_chunk && slot + 1 == ZERO_CUDA_MT_MAX_TENSORS)) {
-                launch(a, nb, user);
-                ++launches;
-                nb = 0;
-                /* The rest of this tensor (if any) restarts in slot 0. */
-                slot = 0;
-                if (!last_chunk) a->t[0] = ts[k];
-                else slot = (unsigned)-1; /* next tensor takes slot 0 */
-            }
+    unsigned launches = 0;
+    uint32_t slot = 0, chunks = 0;
+    for (size_t k = 0; k <= nt; ++k) {
+        if (k < nt && ts[k].n == 0) continue;
+        if (slot && (k == nt || slot == ZERO_CUDA_MT_MAX_TENSORS)) {
+            a->ntensors = slot;
+            a->chunk_start[slot] = chunks;
+            launch(a, chunks, user);
+            ++launches;
+            slot = 0, chunks = 0;
         }
-        slot = slot == (unsigned)-1 ? 0 : slot + 1;
-    }
-    if (nb) {
-        launch(a, nb, user);
-        ++launches;
+        if (k == nt) break;
+        a->t[slot] = ts[k];
+        a->vec[slot] = (uint8_t)zero_cuda_mt_vec_ok(&ts[k], a->grad_dt, a->out_dt);
+        a->chunk_start[slot] = chunks;
+        chunks += (uint32_t)((ts[k].n + ZERO_CUDA_MT_CHUNK - 1) / ZERO_CUDA_MT_CHUNK);
+        ++slot;
     }
     return launches;
 }

@@ -48,26 +48,65 @@ ZERO_CUDA_API zero_status zero_cuda_optim_step(zero_optim_kind k, const zero_opt
     return zero_cuda_launched();
 }
 
+/* Doubles of scratch for n elements: phase 1's lanes, then every tree level
+ * but the last (which is written to `out`). */
 ZERO_CUDA_API size_t zero_cuda_sumsq_scratch(uint64_t n) {
-    uint64_t nb = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
-    return (size_t)(nb ? nb : 1);
+    uint64_t m = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK, total = m * ZERO_CUDA_SUMSQ_LANES;
+    while (m > ZERO_CUDA_SUMSQ_FANIN) {
+        m = (m + ZERO_CUDA_SUMSQ_FANIN - 1) / ZERO_CUDA_SUMSQ_FANIN;
+        total += m;
+    }
+    return (size_t)(total ? total : 1);
 }
 
+/* Lanes (one thread per block lane), then one combine launch per tree level:
+ * 64M elements take 1 + 3 launches, all asynchronous on `stream`. */
 ZERO_CUDA_API zero_status zero_cuda_sumsq(const void *x, zero_dtype dt, uint64_t n, double *scratch, double *out,
                                           void *stream) {
-    uint64_t nb = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
-    if (nb) {
-        unsigned grid = (unsigned)((nb + ZERO_CUDA_THREADS - 1) / ZERO_CUDA_THREADS);
-        ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_blocks, grid, ZERO_CUDA_THREADS, stream, x, dt, n, scratch);
+    uint64_t m = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
+    if (m == 0) {
+        if (cudaMemsetAsync(out, 0, sizeof *out, (cudaStream_t)stream) != cudaSuccess) return ZERO_ERR_DEVICE;
+        return zero_cuda_launched();
     }
-    ZERO_CUDA_LAUNCH(zero_cuda_k_sum_in_order, 1, 1, stream, scratch, nb, out);
+    const uint64_t nlanes = m * ZERO_CUDA_SUMSQ_LANES;
+    ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_lanes, (unsigned)((nlanes + ZERO_CUDA_THREADS - 1) / ZERO_CUDA_THREADS),
+                     ZERO_CUDA_THREADS, stream, x, dt, n, scratch);
+    const double *in = scratch;
+    double *next = scratch + nlanes;
+    int from_lanes = 1;
+    for (;;) {
+        const uint64_t groups = (m + ZERO_CUDA_SUMSQ_FANIN - 1) / ZERO_CUDA_SUMSQ_FANIN;
+        double *dst = groups == 1 ? out : next;
+        ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_combine, (unsigned)((groups + ZERO_CUDA_THREADS - 1) / ZERO_CUDA_THREADS),
+                         ZERO_CUDA_THREADS, stream, in, from_lanes, m, dst);
+        if (groups == 1) break;
+        in = dst, next = dst + groups, m = groups, from_lanes = 0;
+    }
     return zero_cuda_launched();
 }
 
+/* The 16-byte-aligned middle with the vector kernel, the ragged ends (and
+ * misaligned arrays) element by element. */
 ZERO_CUDA_API zero_status zero_cuda_nonfinite(const void *x, zero_dtype dt, uint64_t n, int32_t *flag,
                                               void *stream) {
     if (cudaMemsetAsync(flag, 0, sizeof *flag, (cudaStream_t)stream) != cudaSuccess) return zero_cuda_launched();
-    if (n) ZERO_CUDA_LAUNCH(zero_cuda_k_nonfinite, zero_cuda_grid_for(n), ZERO_CUDA_THREADS, stream, x, dt, n, flag);
+    if (!n) return zero_cuda_launched();
+    const uint64_t es = dt == ZERO_DTYPE_F32 ? 4 : 2, per16 = 16 / es;
+    const uint64_t head = (uint64_t)((16 - (uintptr_t)x % 16) % 16);
+    if (head % es == 0 && head / es < n) {
+        const uint64_t h = head / es, n16 = (n - h) / per16, tail_lo = h + n16 * per16;
+        if (h) ZERO_CUDA_LAUNCH(zero_cuda_k_nonfinite, 1, ZERO_CUDA_THREADS, stream, x, dt, h, flag);
+        if (n16) {
+            uint64_t g = (n16 + ZERO_CUDA_THREADS - 1) / ZERO_CUDA_THREADS;
+            ZERO_CUDA_LAUNCH(zero_cuda_k_nonfinite16, (unsigned)(g > ZERO_CUDA_MAX_GRID ? ZERO_CUDA_MAX_GRID : g),
+                             ZERO_CUDA_THREADS, stream, (const zero_cuda_u4 *)((const char *)x + head), dt, n16, flag);
+        }
+        if (tail_lo < n)
+            ZERO_CUDA_LAUNCH(zero_cuda_k_nonfinite, 1, ZERO_CUDA_THREADS, stream, (const char *)x + tail_lo * es, dt,
+                             n - tail_lo, flag);
+        return zero_cuda_launched();
+    }
+    ZERO_CUDA_LAUNCH(zero_cuda_k_nonfinite, zero_cuda_grid_for(n), ZERO_CUDA_THREADS, stream, x, dt, n, flag);
     return zero_cuda_launched();
 }
 

@@ -3,12 +3,14 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #if defined(ZERO_HAVE_OPENMP)
 #include <omp.h>
 #endif
 
 #include "check.h"
 #include "optim.h"
+#include "optim_kernels.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static double urand(void) {
@@ -61,6 +63,58 @@ static void test_sumsq(void) {
     free(x);
 }
 
+/* The definition of the block-sum tree, written the obvious way: level by
+ * level, groups of ZERO_SUMSQ_FANIN summed left to right, until one value. */
+static double ref_tree(const double *v, size_t m) {
+    if (m == 0) return 0.0;
+    double *cur = malloc(m * sizeof *cur);
+    memcpy(cur, v, m * sizeof *cur);
+    while (m > 1) {
+        size_t up = (m + ZERO_SUMSQ_FANIN - 1) / ZERO_SUMSQ_FANIN;
+        for (size_t g = 0; g < up; ++g) {
+            double a = cur[g * ZERO_SUMSQ_FANIN];
+            for (size_t k = g * ZERO_SUMSQ_FANIN + 1; k < m && k < (g + 1) * ZERO_SUMSQ_FANIN; ++k) a += cur[k];
+            cur[g] = a;
+        }
+        m = up;
+    }
+    double r = cur[0];
+    free(cur);
+    return r;
+}
+
+static void test_sumsq_tree(void) {
+    /* The streaming combiner against the definition, for block counts
+     * around every group edge of three levels; values spread over 30
+     * binades so that any change of order changes the bits. */
+    const size_t counts[] = {1, 2, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097, 64 * 64 * 2 + 5, 262144, 262145};
+    double *v = malloc(262145 * sizeof *v);
+    for (size_t i = 0; i < 262145; ++i) v[i] = urand() * pow(2.0, (double)(i % 31) - 15);
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; ++k) {
+        zero__sumsq_tree t = {{0}, {0}};
+        for (size_t i = 0; i < counts[k]; ++i) zero__sumsq_tree_add(&t, v[i]);
+        double got = zero__sumsq_tree_finish(&t), want = ref_tree(v, counts[k]);
+        CHECK(memcmp(&got, &want, sizeof got) == 0, "%zu block sums: tree %.17g, definition %.17g", counts[k], got, want);
+    }
+    free(v);
+    /* zero__sumsq_f32 = the definition over its own block sums */
+    enum { NB = 200 };
+    float *x = malloc((size_t)NB * ZERO_SUMSQ_BLOCK * sizeof *x);
+    for (size_t i = 0; i < (size_t)NB * ZERO_SUMSQ_BLOCK; ++i) x[i] = (float)((urand() - 0.5) * pow(10.0, (double)(i % 7) - 3));
+    const size_t ns[] = {ZERO_SUMSQ_BLOCK * 64, ZERO_SUMSQ_BLOCK * 64 + 1, ZERO_SUMSQ_BLOCK * 130 - 5, (size_t)NB * ZERO_SUMSQ_BLOCK};
+    double blk[NB];
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; ++k) {
+        size_t n = ns[k], nb = (n + ZERO_SUMSQ_BLOCK - 1) / ZERO_SUMSQ_BLOCK;
+        for (size_t b = 0; b < nb; ++b) {
+            size_t lo = b * ZERO_SUMSQ_BLOCK, len = n - lo < ZERO_SUMSQ_BLOCK ? n - lo : ZERO_SUMSQ_BLOCK;
+            blk[b] = zero__sumsq_block_scalar(x + lo, len);
+        }
+        double got = zero__sumsq_f32(x, n), want = ref_tree(blk, nb);
+        CHECK(memcmp(&got, &want, sizeof got) == 0, "n=%zu: sumsq %.17g, definition %.17g", n, got, want);
+    }
+    free(x);
+}
+
 static void test_nonfinite(void) {
     enum { N = 10007 };
     float *x = malloc(N * sizeof(float));
@@ -80,6 +134,7 @@ static void test_nonfinite(void) {
 
 int main(void) {
     test_sumsq();
+    test_sumsq_tree();
     test_nonfinite();
     return check_finish();
 }
