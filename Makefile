@@ -14,7 +14,7 @@ CMAKE_FLAGS ?=
 # cmake --build runs make underneath: keep its output to what matters.
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps configure build test demo install clean
+.PHONY: all deps configure build test demo install clean gpu-check
 
 all: build
 
@@ -34,6 +34,12 @@ test: build
 demo: build
 	@$(BUILD)/tools/zero-info
 	ZERO_BUILD_DIR=$(abspath $(BUILD)) DEMO_NO_BUILD=1 examples/demo/run-demo.sh
+
+# The GPU path on a machine with a GPU: CUDA+NCCL build, ctest -L gpu, the
+# demo on the device, GPU benches; one summary (tools/gpu-check.sh).  Without
+# a GPU it reports every part skipped and exits 0.
+gpu-check: deps
+	tools/gpu-check.sh $(GPU_CHECK_OUT)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

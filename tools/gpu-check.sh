@@ -7,7 +7,8 @@
 #   2. runs `ctest -L gpu` (kernels vs the CPU kernels bitwise, the device
 #      backend, NCCL, every stage plugin on device memory),
 #   3. runs the demo with --device cuda for every plugin on 1 rank (and on
-#      one rank per GPU when several exist) and compares it with stage0,
+#      one rank per GPU when several exist), fp32 and bf16, and compares each
+#      with the CPU engine's stage0 (bitwise),
 #   4. runs the GPU benches (ratios against the memory/NCCL bound),
 # and writes OUTDIR/summary.json and OUTDIR/summary.txt (a readable table),
 # plus one log per part.  OUTDIR defaults to gpu-check-<date>.
@@ -137,34 +138,49 @@ if want demo; then
   else
     rank_counts="1"
     [ "$ngpu" -gt 1 ] && rank_counts="1 $ngpu"
-    for np in $rank_counts; do
-      for plugin in stage0 stage1 stage2 stage3 offload; do
-        log="$out/demo-np$np-$plugin.log"
-        sum="$out/demo-np$np-$plugin.json"
-        t=$(now)
-        if [ -n "$mpiexec" ]; then
-          timeout 300 "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" --mca btl self,vader \
-            "$demo" --device cuda --plugin "$plugin" --steps 20 --quiet --summary "$sum" >"$log" 2>&1
-        else
-          timeout 300 "$demo" --device cuda --plugin "$plugin" --steps 20 --quiet --summary "$sum" >"$log" 2>&1
-        fi
-        rc=$?
-        if [ $rc -ne 0 ]; then
-          record demo "np$np-$plugin" FAILED "exit $rc: $(tail -n 3 "$log" | tr '\n' ' ')"
-          continue
-        fi
-        verdict=$(python3 - "$out/demo-np$np-stage0.json" "$sum" <<'EOF'
+    run_demo() { # NP DEVICE PLUGIN CONFIG LOG SUMMARY
+      local cfg=()
+      [ "$4" != default ] && cfg=(--config "$here/examples/configs/$4.json")
+      if [ -n "$mpiexec" ]; then
+        timeout 300 "$mpiexec" --allow-run-as-root --oversubscribe -np "$1" --mca btl self,vader \
+          "$demo" --device "$2" --plugin "$3" "${cfg[@]}" --steps 20 --quiet --summary "$6" >"$5" 2>&1
+      else
+        timeout 300 "$demo" --device "$2" --plugin "$3" "${cfg[@]}" --steps 20 --quiet --summary "$6" >"$5" 2>&1
+      fi
+    }
+    compare() { # REF.json GOT.json -> "equal ..." / "DIFFERENT ..."
+      python3 - "$1" "$2" <<'EOF'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 ka, kb = a.get("digest"), b.get("digest")
 la, lb = a.get("final_loss"), b.get("final_loss")
-print(("equal" if ka == kb else "DIFFERENT") + f" digest {kb!r} vs stage0 {ka!r}; loss {lb} vs {la}")
+print(("equal" if ka == kb else "DIFFERENT") + f" digest sum {kb.get('sum')!r} vs {ka.get('sum')!r}; loss {lb} vs {la}")
 EOF
-        )
-        case "$verdict" in
-          equal*) record demo "np$np-$plugin" ok "$(($(now) - t)) s; $verdict" ;;
-          *) record demo "np$np-$plugin" FAILED "$verdict" ;;
-        esac
+    }
+    for cfgname in default bf16; do
+      for np in $rank_counts; do
+        tag="np$np-$cfgname"
+        # The CPU engine's stage0 is the reference: the GPU kernels and the
+        # NCCL reductions must reach the same bits.
+        ref="$out/demo-$tag-cpu-stage0.json"
+        if ! run_demo "$np" cpu stage0 "$cfgname" "$out/demo-$tag-cpu-stage0.log" "$ref"; then
+          record demo "$tag-cpu-stage0" FAILED "the CPU reference run failed: $(tail -n 2 "$out/demo-$tag-cpu-stage0.log" | tr '\n' ' ')"
+          continue
+        fi
+        for plugin in stage0 stage1 stage2 stage3 offload; do
+          log="$out/demo-$tag-$plugin.log"
+          sum="$out/demo-$tag-$plugin.json"
+          t=$(now)
+          if ! run_demo "$np" cuda "$plugin" "$cfgname" "$log" "$sum"; then
+            record demo "$tag-$plugin" FAILED "exit $?: $(grep -m1 -iE 'error|failed' "$log" | cut -c1-300)"
+            continue
+          fi
+          verdict=$(compare "$ref" "$sum")
+          case "$verdict" in
+            equal*) record demo "$tag-$plugin" ok "$(($(now) - t)) s; = CPU stage0 bitwise; $verdict" ;;
+            *) record demo "$tag-$plugin" FAILED "vs CPU stage0: $verdict" ;;
+          esac
+        done
       done
     done
   fi

@@ -33,8 +33,8 @@ void zero__optim_step(zero_optim_kind k, const zero_optim_scalars *s, float *mas
 /* Sum of squares in fp64.  The summation order is fixed by n alone, so the
  * result is bitwise the same for any thread count and SIMD variant, and on
  * the GPU (kernels/cuda):
- *   - blocks of ZERO_SUMSQ_BLOCK elements, each summed in 8 fp64 lanes
- *     combined as a fixed tree (optim_kernels.h);
+ *   - blocks of ZERO_SUMSQ_BLOCK elements, each summed in ZERO_SUMSQ_LANES
+ *     (32) fp64 lanes folded by a fixed pairwise tree (optim_math.h);
  *   - the block sums combined by a fixed tree of fan-in ZERO_SUMSQ_FANIN:
  *     consecutive groups of FANIN values are summed left to right (the last
  *     group may be short), level after level, until one value is left.

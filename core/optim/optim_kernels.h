@@ -57,13 +57,11 @@ void zero__optim_step_variant(zero__simd v, zero_optim_kind k, const zero_optim_
  * used by the SIMD variants for kinds they do not vectorize). */
 void zero__optim_copy_out_scalar(const zero__step_args *a, size_t lo, size_t hi);
 
-/* Reductions.  A sumsq block (<= ZERO_SUMSQ_BLOCK elements) is defined as:
- * element k goes to fp64 lane k % 8 (acc += x*x, no FMA), then the lanes
- * are combined as ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)).  Every variant, and
- * the CUDA kernel (kernels/cuda), implements exactly this, so all agree
- * bitwise: do not change the order without changing them all.  Thread-safe
- * (pure). */
-#define ZERO_SUMSQ_LANES 8
+/* Reductions.  A sumsq block (<= ZERO_SUMSQ_BLOCK elements) is summed in
+ * ZERO_SUMSQ_LANES fp64 lanes folded by zero_sumsq_fold (optim_math.h).
+ * Every variant, and the CUDA kernel (kernels/cuda), implements exactly this,
+ * so all agree bitwise: do not change the order without changing them all.
+ * Thread-safe (pure). */
 double zero__sumsq_block_scalar(const float *x, size_t n);
 double zero__sumsq_block_avx2(const float *x, size_t n);
 double zero__sumsq_block_avx512(const float *x, size_t n);

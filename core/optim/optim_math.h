@@ -196,4 +196,20 @@ ZERO_HD float zero_f16_to_f32(uint16_t h) {
     return zero_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
 }
 
+/* ------------------------------------------------------------------------ */
+/* Sum of squares: the lanes of one block (core/optim/optim.h has the whole
+ * order).  Element k of a block goes to fp64 lane k % ZERO_SUMSQ_LANES
+ * (acc += x*x, no FMA); the lanes are folded by a fixed pairwise tree:
+ * adjacent pairs, then adjacent pairs of those, down to one value.  32 lanes:
+ * one warp of a GPU reads a block's lanes as 128 contiguous bytes, and a CPU
+ * keeps them in four AVX-512 (eight AVX2) accumulators. */
+#define ZERO_SUMSQ_LANES 32
+
+/* Fold a[0..32) (overwritten) as above. */
+ZERO_HD double zero_sumsq_fold(double *a) {
+    for (int w = ZERO_SUMSQ_LANES / 2; w >= 1; w /= 2)
+        for (int i = 0; i < w; ++i) a[i] = a[2 * i] + a[2 * i + 1];
+    return a[0];
+}
+
 #endif

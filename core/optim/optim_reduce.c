@@ -12,7 +12,7 @@
 
 double zero__sumsq_finish(double *acc, const float *tail, size_t n) {
     for (size_t j = 0; j < n; ++j) acc[j] += (double)tail[j] * (double)tail[j];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    return zero_sumsq_fold(acc);
 }
 
 double zero__sumsq_block_scalar(const float *x, size_t n) {

@@ -1,11 +1,11 @@
 /* AVX2 / AVX-512 versions of the sumsq block and the Inf/NaN scan.  Same
  * per-function target attributes and run-time selection as the step
- * kernels.  The sumsq block keeps the 8 fp64 lanes of optim_kernels.h in
- * registers (AVX-512: one zmm, AVX2: two ymm; lane j holds the elements k
- * with k % 8 == j), does mul then add (never FMA) like the scalar code, and
- * ends in the shared zero__sumsq_finish, so it is bitwise equal to it.  The
- * single accumulator chain (one add per 8 elements, 4-cycle latency) still
- * outruns one core's memory bandwidth, so the fixed order costs nothing. */
+ * kernels.  The sumsq block keeps the 32 fp64 lanes of optim_math.h in
+ * registers (AVX-512: four zmm, AVX2: eight ymm; lane j holds the elements k
+ * with k % 32 == j), does mul then add (never FMA) like the scalar code, and
+ * ends in the shared zero__sumsq_finish, so it is bitwise equal to it.  Four
+ * or eight independent accumulator chains outrun one core's memory
+ * bandwidth, so the fixed order costs nothing. */
 #include <stdint.h>
 
 #include "optim_kernels.h"
@@ -14,29 +14,29 @@
 #include <immintrin.h>
 
 __attribute__((target("avx512f"))) double zero__sumsq_block_avx512(const float *x, size_t n) {
-    __m512d acc8 = _mm512_setzero_pd();
+    __m512d a[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
-        acc8 = _mm512_add_pd(acc8, _mm512_mul_pd(d, d));
-    }
+    for (; i + ZERO_SUMSQ_LANES <= n; i += ZERO_SUMSQ_LANES)
+        for (int r = 0; r < 4; ++r) {
+            __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8 * r));
+            a[r] = _mm512_add_pd(a[r], _mm512_mul_pd(d, d));
+        }
     double acc[ZERO_SUMSQ_LANES];
-    _mm512_storeu_pd(acc, acc8);
+    for (int r = 0; r < 4; ++r) _mm512_storeu_pd(acc + 8 * r, a[r]);
     return zero__sumsq_finish(acc, x + i, n - i);
 }
 
 __attribute__((target("avx2"))) double zero__sumsq_block_avx2(const float *x, size_t n) {
-    __m256d lo4 = _mm256_setzero_pd(), hi4 = _mm256_setzero_pd();
+    __m256d a[8];
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_pd();
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
-        __m256d b = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
-        lo4 = _mm256_add_pd(lo4, _mm256_mul_pd(a, a));
-        hi4 = _mm256_add_pd(hi4, _mm256_mul_pd(b, b));
-    }
+    for (; i + ZERO_SUMSQ_LANES <= n; i += ZERO_SUMSQ_LANES)
+        for (int r = 0; r < 8; ++r) {
+            __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * r));
+            a[r] = _mm256_add_pd(a[r], _mm256_mul_pd(d, d));
+        }
     double acc[ZERO_SUMSQ_LANES];
-    _mm256_storeu_pd(acc, lo4);
-    _mm256_storeu_pd(acc + 4, hi4);
+    for (int r = 0; r < 8; ++r) _mm256_storeu_pd(acc + 4 * r, a[r]);
     return zero__sumsq_finish(acc, x + i, n - i);
 }
 

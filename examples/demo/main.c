@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "device.h"
 #include "model.h"
 #include "options.h"
 #include "precision.h"
@@ -53,6 +54,8 @@ typedef struct trainer {
     zero_dtype dtype;             /* model dtype (config) */
     float *wf[DEMO_NPARAMS];      /* 16-bit model: fp32 copies of gathered params */
     float *gf[DEMO_NPARAMS];      /* 16-bit model: fp32 gradient of the micro-batch */
+    int on_device;                /* --device cuda: libzero's buffers are device memory */
+    void *stage[DEMO_NPARAMS];    /* on_device: host copy of a param or gradient, model dtype */
 } trainer;
 
 /* A failed libzero call is fatal for the job: report it and take every rank
@@ -100,6 +103,18 @@ static void buffers_free(trainer *t) {
     for (int k = 0; k < DEMO_NPARAMS; ++k) {
         free(t->wf[k]);
         free(t->gf[k]);
+        free(t->stage[k]);
+    }
+}
+
+/* --device cuda: a failed copy is fatal for the job, as a failed libzero call. */
+static void dev_copy(trainer *t, int to_device, void *dst, const void *src, size_t bytes) {
+    char err[256];
+    int rc = to_device ? demo_dev_upload(dst, src, bytes, err, sizeof err)
+                       : demo_dev_download(dst, src, bytes, err, sizeof err);
+    if (rc != 0) {
+        fprintf(stderr, "[rank %d] zero-demo --device cuda: %s\n", t->rank, err);
+        MPI_Abort(t->comm, 1);
     }
 }
 
@@ -117,8 +132,9 @@ static void register_params(trainer *t, uint64_t seed) {
             demo_narrow(f, init[k], t->dtype, n);
             free(f);
             t->wf[k] = xcalloc(n, sizeof(float));
-            t->gf[k] = xcalloc(n, sizeof(float));
         }
+        if (t->dtype != ZERO_DTYPE_F32 || t->on_device) t->gf[k] = xcalloc(n, sizeof(float));
+        if (t->on_device) t->stage[k] = xcalloc(n, demo_dtype_size(t->dtype));
         zero_param_desc desc = ZERO_PARAM_DESC_INIT;
         desc.name = demo_param_name(k);
         desc.data = init[k];
@@ -139,6 +155,11 @@ static void layer_acquire(trainer *t, int l, float **w) {
     void *ptrs[2];
     ZCALL(t, zero_gather(t->e, &t->p[first], (size_t)n, ptrs));
     for (int i = 0; i < n; ++i) {
+        if (t->on_device) { /* the math runs on the CPU: bring the weights over */
+            const int k = first + i;
+            dev_copy(t, 0, t->stage[k], ptrs[i], demo_param_numel(&t->d, k) * demo_dtype_size(t->dtype));
+            ptrs[i] = t->stage[k];
+        }
         w[i] = ptrs[i];
         if (t->dtype != ZERO_DTYPE_F32) { /* the math reads an fp32 copy */
             demo_widen(ptrs[i], t->dtype, t->wf[first + i], demo_param_numel(&t->d, first + i));
@@ -150,13 +171,22 @@ static void layer_acquire(trainer *t, int l, float **w) {
 /* Where the backward writes param k's gradient: libzero's buffer itself for
  * fp32, else a zeroed fp32 scratch that grad_commit adds into libzero's. */
 static float *grad_target(trainer *t, int k, void *zbuf) {
-    if (t->dtype == ZERO_DTYPE_F32) return zbuf;
+    if (t->dtype == ZERO_DTYPE_F32 && !t->on_device) return zbuf;
     memset(t->gf[k], 0, demo_param_numel(&t->d, k) * sizeof(float));
     return t->gf[k];
 }
 
 static void grad_commit(trainer *t, int k, void *zbuf) {
-    if (t->dtype != ZERO_DTYPE_F32) demo_add_rounded(zbuf, t->dtype, t->gf[k], demo_param_numel(&t->d, k));
+    const size_t n = demo_param_numel(&t->d, k);
+    if (t->on_device) { /* add into libzero's device buffer through a host copy */
+        dev_copy(t, 0, t->stage[k], zbuf, n * demo_dtype_size(t->dtype));
+        if (t->dtype == ZERO_DTYPE_F32)
+            for (size_t i = 0; i < n; ++i) ((float *)t->stage[k])[i] += t->gf[k][i];
+        else
+            demo_add_rounded(t->stage[k], t->dtype, t->gf[k], n);
+        dev_copy(t, 1, zbuf, t->stage[k], n * demo_dtype_size(t->dtype));
+    } else if (t->dtype != ZERO_DTYPE_F32)
+        demo_add_rounded(zbuf, t->dtype, t->gf[k], n);
     ZCALL(t, zero_on_grad_ready(t->e, t->p[k], NULL));
 }
 
@@ -295,7 +325,14 @@ int main(int argc, char **argv) {
         return demo_exit(&T.comm, 2);
     }
 
+    if (opt.device_cuda && !demo_dev_built()) {
+        if (root) fprintf(stderr, "zero-demo: --device cuda: this demo was built without CUDA\n");
+        demo_corpus_free(&corpus);
+        demo_train_config_free(&cfg);
+        return demo_exit(&T.comm, 2);
+    }
     T.e = demo_engine_create(&opt, &T.comm, T.rank);
+    T.on_device = opt.device_cuda;
     T.dtype = cfg.dtype;
     register_params(t, opt.seed);
     uint64_t nparams = 0;

@@ -10,7 +10,7 @@
 
 static void usage(void) {
     printf("usage: zero-demo [--config FILE] [--plugin NAME] [--steps N] [--seed S]\n"
-           "                 [--summary FILE] [--data PATH] [--quiet]\n"
+           "                 [--summary FILE] [--data PATH] [--device cpu|cuda] [--quiet]\n"
            "Trains a character-level MLP language model with libzero (run under mpirun).\n"
            "  --config FILE   DeepSpeed JSON config (batch, optimizer, scheduler, zero_optimization)\n"
            "  --plugin NAME   libzero strategy plugin, overriding the config (stage0, stage1, ...)\n"
@@ -18,6 +18,9 @@ static void usage(void) {
            "  --seed S        seed for the initial parameters and the batches (default 1234)\n"
            "  --summary FILE  write a JSON summary (losses, digest, memory) from rank 0\n"
            "  --data PATH     text file or directory of files (default %s)\n"
+           "  --device D      cpu (default) or cuda: libzero keeps parameters, gradients and optimizer\n"
+           "                  state on the GPU (local rank %% GPUs), reduces over NCCL and steps with the\n"
+           "                  CUDA kernels; the model's own math stays on the CPU and copies in and out\n"
            "  --quiet         no per-step lines\n",
            DEMO_DEFAULT_STEPS, DEMO_DEFAULT_DATA);
 }
@@ -47,7 +50,7 @@ int demo_options_parse(int argc, char **argv, demo_options *o, int print, char *
             continue;
         }
         static const char *const with_value[] = {"--config", "--plugin", "--steps", "--seed",
-                                                 "--summary", "--data"};
+                                                 "--summary", "--data", "--device"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; ++k) known |= !strcmp(a, with_value[k]);
         if (!known) {
@@ -64,6 +67,13 @@ int demo_options_parse(int argc, char **argv, demo_options *o, int print, char *
         else if (!strcmp(a, "--plugin")) o->plugin = v;
         else if (!strcmp(a, "--summary")) o->summary_path = v;
         else if (!strcmp(a, "--data")) o->data_path = v;
+        else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
+                snprintf(err, err_len, "--device: '%s' is neither cpu nor cuda", v);
+                return -1;
+            }
+            o->device_cuda = !strcmp(v, "cuda");
+        }
         else if (!strcmp(a, "--seed")) {
             if (parse_u64(v, &o->seed)) {
                 snprintf(err, err_len, "--seed: '%s' is not a non-negative integer", v);

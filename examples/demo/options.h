@@ -18,6 +18,7 @@ typedef struct demo_options {
     const char *summary_path; /* --summary FILE (NULL: none) */
     const char *data_path;    /* --data PATH file or directory */
     int quiet;                /* --quiet: no per-step lines */
+    int device_cuda;          /* --device cuda: libzero keeps params, grads and optimizer state on the GPU */
 } demo_options;
 
 #define DEMO_DEFAULT_STEPS 150

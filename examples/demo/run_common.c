@@ -13,6 +13,14 @@ zero_engine *demo_engine_create(const demo_options *opt, MPI_Comm *comm, int ran
     eo.config_path = opt->config_path;
     eo.comm_kind = ZERO_COMM_MPI;
     eo.comm = comm;
+    if (opt->device_cuda) {
+        /* On the GPU: one per local rank, NCCL over MPI_COMM_WORLD (the
+         * demo's communicator is a duplicate of it). */
+        eo.device_kind = ZERO_DEVICE_CUDA;
+        eo.device_index = ZERO_DEVICE_INDEX_AUTO;
+        eo.comm_kind = ZERO_COMM_AUTO;
+        eo.comm = NULL;
+    }
     eo.plugin = opt->plugin;
     zero_engine *e = NULL;
     zero_status s = zero_engine_create(&eo, &e, err, sizeof err);

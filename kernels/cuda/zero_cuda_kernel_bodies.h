@@ -37,13 +37,13 @@
 
 /* Launch geometry. */
 #define ZERO_CUDA_THREADS 256          /* threads per block, every kernel */
-#define ZERO_CUDA_MT_MAX_TENSORS 32    /* tensors per multi-tensor launch (argument size < 4 KiB) */
+#define ZERO_CUDA_MT_MAX_TENSORS 64    /* tensors per multi-tensor launch (argument size < 4 KiB) */
 #define ZERO_CUDA_MT_CHUNK 8192        /* elements one block of the optimizer kernel covers */
 /* Must equal ZERO_SUMSQ_BLOCK and ZERO_SUMSQ_FANIN (core/optim/optim.h): the
  * GPU sum of squares reproduces the CPU summation order (checked by the shim
  * test). */
 #define ZERO_CUDA_SUMSQ_BLOCK 4096
-#define ZERO_CUDA_SUMSQ_LANES 8
+#define ZERO_CUDA_SUMSQ_LANES ZERO_SUMSQ_LANES /* optim_math.h: one warp per block */
 #define ZERO_CUDA_SUMSQ_FANIN 64
 #define ZERO_CUDA_MAX_GRID 8192        /* grid-stride kernels: enough blocks to fill an H100/H200 */
 
@@ -79,6 +79,12 @@ typedef struct zero_cuda_mt_args {
     uint32_t chunk_start[ZERO_CUDA_MT_MAX_TENSORS + 1];
     zero_cuda_mt_tensor t[ZERO_CUDA_MT_MAX_TENSORS];
 } zero_cuda_mt_args;
+/* The classic kernel-parameter limit: larger needs CUDA 12.1+ and Volta+. */
+#if defined(__cplusplus)
+static_assert(sizeof(zero_cuda_mt_args) <= 4096, "zero_cuda_mt_args exceeds 4 KiB of kernel parameters");
+#else
+_Static_assert(sizeof(zero_cuda_mt_args) <= 4096, "zero_cuda_mt_args exceeds 4 KiB of kernel parameters");
+#endif
 
 /* ---- element access in any model dtype --------------------------------- */
 
@@ -161,7 +167,7 @@ ZERO_HD zero_cuda_f4 zero_cuda_f4_of(const float a[4]) {
 ZERO_CUDA_GLOBAL void zero_cuda_k_optim(zero_cuda_mt_args a) {
     const uint32_t c = blockIdx.x;
     uint32_t ti = 0;
-    while (ti + 1 < a.ntensors && a.chunk_start[ti + 1] <= c) ++ti; /* <= 32 steps, uniform per block */
+    while (ti + 1 < a.ntensors && a.chunk_start[ti + 1] <= c) ++ti; /* <= 64 steps, uniform per block */
     const uint64_t n = a.t[ti].n;
     const uint64_t lo = (uint64_t)(c - a.chunk_start[ti]) * ZERO_CUDA_MT_CHUNK;
     const uint64_t hi = n - lo < ZERO_CUDA_MT_CHUNK ? n : lo + ZERO_CUDA_MT_CHUNK;
@@ -199,10 +205,10 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_optim(zero_cuda_mt_args a) {
 
 /* Sum of squares (order: core/optim/optim.h, zero__sumsq_f32).
  * Phase 1: one thread per (ZERO_CUDA_SUMSQ_BLOCK-element block, lane): lane
- * j of block b adds the squares of the block's elements k with k % 8 == j,
- * in order, in fp64 (exactly one lane of the CPU's block kernel).  The eight
- * threads of a block read 32 contiguous bytes per step, so a warp's loads use
- * whole DRAM sectors; a 64M-element gradient is 128k threads. */
+ * j of block b adds the squares of the block's elements k with k % 32 == j,
+ * in order, in fp64 (exactly one lane of the CPU's block kernel).  A warp is
+ * one block's 32 lanes and reads 128 contiguous bytes per step (fp32); a
+ * 64M-element gradient is 512k threads of 128 elements. */
 ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_lanes(const void *ZERO_RESTRICT x, int32_t dt, uint64_t n,
                                               double *ZERO_RESTRICT lanes) {
     const uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -219,12 +225,13 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_lanes(const void *ZERO_RESTRICT x, int32
     lanes[t] = acc;
 }
 
-/* Value k of a tree level: a block sum (the 8 lanes combined as the CPU's
+/* Value k of a tree level: a block sum (the 32 lanes folded as the CPU's
  * fixed tree) when the level is phase 1's lanes, else the stored value. */
 ZERO_HD double zero_cuda_sumsq_value(const double *in, int from_lanes, uint64_t k) {
     if (!from_lanes) return in[k];
-    const double *a = in + k * ZERO_CUDA_SUMSQ_LANES;
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    double a[ZERO_CUDA_SUMSQ_LANES];
+    for (int j = 0; j < ZERO_CUDA_SUMSQ_LANES; ++j) a[j] = in[k * ZERO_CUDA_SUMSQ_LANES + j];
+    return zero_sumsq_fold(a);
 }
 
 /* Phase 2, once per tree level: thread g sums values [64g, 64g + 64) of the

@@ -140,18 +140,18 @@ static void test_optim(void) {
 }
 
 static void test_plan(void) {
-    /* 40 one-chunk tensors: 32 per launch -> 2 launches (32 + 8). */
-    zero_cuda_mt_tensor ts[40];
+    /* 80 one-chunk tensors: 64 per launch -> 2 launches (64 + 16). */
+    zero_cuda_mt_tensor ts[80];
     memset(ts, 0, sizeof ts);
-    for (int k = 0; k < 40; ++k) ts[k].n = 10;
+    for (int k = 0; k < 80; ++k) ts[k].n = 10;
     zero_cuda_mt_args a;
     memset(&a, 0, sizeof a);
     unsigned long long before = zero_shim_launches;
     float m[10] = {0}, g[10] = {0};
-    for (int k = 0; k < 40; ++k) ts[k].master = m, ts[k].grad = g; /* SGD without momentum: no state */
+    for (int k = 0; k < 80; ++k) ts[k].master = m, ts[k].grad = g; /* SGD without momentum: no state */
     zero_optim_scalars s = zero__optim_scalars(ZERO_OPTIM_SGD, 0.1, 0, 0, 0, 0, 0, 0, 1, 1);
-    CHECK_EQ_INT(zero_cuda_optim_step(ZERO_OPTIM_SGD, &s, ts, 40, ZERO_DTYPE_F32, ZERO_DTYPE_F32, 1.f, NULL, NULL), ZERO_OK);
-    CHECK(zero_shim_launches - before == 2, "40 tensors: %llu launches, expected 2", zero_shim_launches - before);
+    CHECK_EQ_INT(zero_cuda_optim_step(ZERO_OPTIM_SGD, &s, ts, 80, ZERO_DTYPE_F32, ZERO_DTYPE_F32, 1.f, NULL, NULL), ZERO_OK);
+    CHECK(zero_shim_launches - before == 2, "80 tensors: %llu launches, expected 2", zero_shim_launches - before);
     (void)a;
 }
 
