@@ -55,7 +55,10 @@ typedef struct trainer {
     float *wf[DEMO_NPARAMS];      /* 16-bit model: fp32 copies of gathered params */
     float *gf[DEMO_NPARAMS];      /* 16-bit model: fp32 gradient of the micro-batch */
     int on_device;                /* --device cuda: libzero's buffers are device memory */
-    void *stage[DEMO_NPARAMS];    /* on_device: host copy of a param or gradient, model dtype */
+    void *stage[DEMO_NPARAMS];    /* on_device: host copy of a gathered param, model dtype */
+    void *gstage[DEMO_NPARAMS];   /* on_device: host copy of libzero's gradient buffer, model dtype
+                                   * (apart from stage: backward still reads the weights after
+                                   * handing in the gradient) */
 } trainer;
 
 /* A failed libzero call is fatal for the job: report it and take every rank
@@ -104,6 +107,7 @@ static void buffers_free(trainer *t) {
         free(t->wf[k]);
         free(t->gf[k]);
         free(t->stage[k]);
+        free(t->gstage[k]);
     }
 }
 
@@ -134,7 +138,10 @@ static void register_params(trainer *t, uint64_t seed) {
             t->wf[k] = xcalloc(n, sizeof(float));
         }
         if (t->dtype != ZERO_DTYPE_F32 || t->on_device) t->gf[k] = xcalloc(n, sizeof(float));
-        if (t->on_device) t->stage[k] = xcalloc(n, demo_dtype_size(t->dtype));
+        if (t->on_device) {
+            t->stage[k] = xcalloc(n, demo_dtype_size(t->dtype));
+            t->gstage[k] = xcalloc(n, demo_dtype_size(t->dtype));
+        }
         zero_param_desc desc = ZERO_PARAM_DESC_INIT;
         desc.name = demo_param_name(k);
         desc.data = init[k];
@@ -179,12 +186,12 @@ static float *grad_target(trainer *t, int k, void *zbuf) {
 static void grad_commit(trainer *t, int k, void *zbuf) {
     const size_t n = demo_param_numel(&t->d, k);
     if (t->on_device) { /* add into libzero's device buffer through a host copy */
-        dev_copy(t, 0, t->stage[k], zbuf, n * demo_dtype_size(t->dtype));
+        dev_copy(t, 0, t->gstage[k], zbuf, n * demo_dtype_size(t->dtype));
         if (t->dtype == ZERO_DTYPE_F32)
-            for (size_t i = 0; i < n; ++i) ((float *)t->stage[k])[i] += t->gf[k][i];
+            for (size_t i = 0; i < n; ++i) ((float *)t->gstage[k])[i] += t->gf[k][i];
         else
-            demo_add_rounded(t->stage[k], t->dtype, t->gf[k], n);
-        dev_copy(t, 1, zbuf, t->stage[k], n * demo_dtype_size(t->dtype));
+            demo_add_rounded(t->gstage[k], t->dtype, t->gf[k], n);
+        dev_copy(t, 1, zbuf, t->gstage[k], n * demo_dtype_size(t->dtype));
     } else if (t->dtype != ZERO_DTYPE_F32)
         demo_add_rounded(zbuf, t->dtype, t->gf[k], n);
     ZCALL(t, zero_on_grad_ready(t->e, t->p[k], NULL));

@@ -49,7 +49,8 @@
 
 #if defined(__CUDACC__)
 #define ZERO_RESTRICT __restrict__
-#define ZERO_CUDA_UNROLL(n) _Pragma("unroll")
+#define ZERO_CUDA_PRAGMA(x) _Pragma(#x)
+#define ZERO_CUDA_UNROLL(n) ZERO_CUDA_PRAGMA(unroll n)
 typedef float4 zero_cuda_f4; /* 16-byte loads and stores: what reaches HBM bandwidth */
 typedef uint2 zero_cuda_u2;  /* four 16-bit values */
 typedef uint4 zero_cuda_u4;
@@ -217,7 +218,7 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_lanes(const void *ZERO_RESTRICT x, int32
     const uint64_t lo = t / ZERO_CUDA_SUMSQ_LANES * ZERO_CUDA_SUMSQ_BLOCK;
     const uint64_t len = n - lo < ZERO_CUDA_SUMSQ_BLOCK ? n - lo : ZERO_CUDA_SUMSQ_BLOCK;
     double acc = 0.0;
-    ZERO_CUDA_UNROLL(8)
+    ZERO_CUDA_UNROLL(16)
     for (uint64_t k = t % ZERO_CUDA_SUMSQ_LANES; k < len; k += ZERO_CUDA_SUMSQ_LANES) {
         const double v = (double)zero_cuda_ld(x, dt, lo + k);
         acc += v * v;
@@ -225,25 +226,39 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_lanes(const void *ZERO_RESTRICT x, int32
     lanes[t] = acc;
 }
 
-/* Value k of a tree level: a block sum (the 32 lanes folded as the CPU's
- * fixed tree) when the level is phase 1's lanes, else the stored value. */
-ZERO_HD double zero_cuda_sumsq_value(const double *in, int from_lanes, uint64_t k) {
-    if (!from_lanes) return in[k];
+/* Phase 2: one thread per block folds its 32 lanes (zero_sumsq_fold, the
+ * CPU's tree) into the block sum: 256 contiguous bytes per thread. */
+ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_fold(const double *ZERO_RESTRICT lanes, uint64_t nblocks,
+                                             double *ZERO_RESTRICT sums) {
+    const uint64_t b = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= nblocks) return;
     double a[ZERO_CUDA_SUMSQ_LANES];
-    for (int j = 0; j < ZERO_CUDA_SUMSQ_LANES; ++j) a[j] = in[k * ZERO_CUDA_SUMSQ_LANES + j];
-    return zero_sumsq_fold(a);
+    ZERO_CUDA_UNROLL(32)
+    for (int j = 0; j < ZERO_CUDA_SUMSQ_LANES; ++j) a[j] = lanes[b * ZERO_CUDA_SUMSQ_LANES + j];
+    sums[b] = zero_sumsq_fold(a);
 }
 
-/* Phase 2, once per tree level: thread g sums values [64g, 64g + 64) of the
- * level (fewer in the last group) left to right. */
-ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_combine(const double *ZERO_RESTRICT in, int from_lanes, uint64_t m,
+/* Phase 3, once per tree level: thread g sums values [64g, 64g + 64) of the
+ * level (fewer in the last group) left to right.  A full group's loads are
+ * issued together (unrolled into registers) before the in-order adds, so a
+ * level costs about one memory round trip, not 64. */
+ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_combine(const double *ZERO_RESTRICT in, uint64_t m,
                                                 double *ZERO_RESTRICT out) {
     const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const uint64_t k0 = g * ZERO_CUDA_SUMSQ_FANIN;
     if (k0 >= m) return;
-    const uint64_t k1 = m - k0 < ZERO_CUDA_SUMSQ_FANIN ? m : k0 + ZERO_CUDA_SUMSQ_FANIN;
-    double acc = zero_cuda_sumsq_value(in, from_lanes, k0);
-    for (uint64_t k = k0 + 1; k < k1; ++k) acc += zero_cuda_sumsq_value(in, from_lanes, k);
+    double acc;
+    if (m - k0 >= ZERO_CUDA_SUMSQ_FANIN) {
+        double v[ZERO_CUDA_SUMSQ_FANIN];
+        ZERO_CUDA_UNROLL(64)
+        for (int k = 0; k < ZERO_CUDA_SUMSQ_FANIN; ++k) v[k] = in[k0 + k];
+        acc = v[0];
+        ZERO_CUDA_UNROLL(64)
+        for (int k = 1; k < ZERO_CUDA_SUMSQ_FANIN; ++k) acc += v[k];
+    } else {
+        acc = in[k0];
+        for (uint64_t k = k0 + 1; k < m; ++k) acc += in[k];
+    }
     out[g] = acc;
 }
 

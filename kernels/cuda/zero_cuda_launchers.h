@@ -48,10 +48,10 @@ ZERO_CUDA_API zero_status zero_cuda_optim_step(zero_optim_kind k, const zero_opt
     return zero_cuda_launched();
 }
 
-/* Doubles of scratch for n elements: phase 1's lanes, then every tree level
- * but the last (which is written to `out`). */
+/* Doubles of scratch for n elements: phase 1's lanes, the block sums, then
+ * every tree level but the last (which is written to `out`). */
 ZERO_CUDA_API size_t zero_cuda_sumsq_scratch(uint64_t n) {
-    uint64_t m = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK, total = m * ZERO_CUDA_SUMSQ_LANES;
+    uint64_t m = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK, total = m * (ZERO_CUDA_SUMSQ_LANES + 1);
     while (m > ZERO_CUDA_SUMSQ_FANIN) {
         m = (m + ZERO_CUDA_SUMSQ_FANIN - 1) / ZERO_CUDA_SUMSQ_FANIN;
         total += m;
@@ -59,8 +59,13 @@ ZERO_CUDA_API size_t zero_cuda_sumsq_scratch(uint64_t n) {
     return (size_t)(total ? total : 1);
 }
 
-/* Lanes (one thread per block lane), then one combine launch per tree level:
- * 64M elements take 1 + 3 launches, all asynchronous on `stream`. */
+static unsigned zero_cuda_grid_of(uint64_t threads) {
+    return (unsigned)((threads + ZERO_CUDA_THREADS - 1) / ZERO_CUDA_THREADS);
+}
+
+/* Lanes (one thread per block lane), block sums (one thread per block), then
+ * one combine launch per tree level: 64M elements take 2 + 3 launches, all
+ * asynchronous on `stream`. */
 ZERO_CUDA_API zero_status zero_cuda_sumsq(const void *x, zero_dtype dt, uint64_t n, double *scratch, double *out,
                                           void *stream) {
     uint64_t m = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
@@ -69,18 +74,17 @@ ZERO_CUDA_API zero_status zero_cuda_sumsq(const void *x, zero_dtype dt, uint64_t
         return zero_cuda_launched();
     }
     const uint64_t nlanes = m * ZERO_CUDA_SUMSQ_LANES;
-    ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_lanes, (unsigned)((nlanes + ZERO_CUDA_THREADS - 1) / ZERO_CUDA_THREADS),
-                     ZERO_CUDA_THREADS, stream, x, dt, n, scratch);
-    const double *in = scratch;
-    double *next = scratch + nlanes;
-    int from_lanes = 1;
-    for (;;) {
+    double *sums = scratch + nlanes;
+    ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_lanes, zero_cuda_grid_of(nlanes), ZERO_CUDA_THREADS, stream, x, dt, n, scratch);
+    ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_fold, zero_cuda_grid_of(m), ZERO_CUDA_THREADS, stream, scratch, m,
+                     m == 1 ? out : sums);
+    const double *in = sums;
+    double *next = sums + m;
+    while (m > 1) {
         const uint64_t groups = (m + ZERO_CUDA_SUMSQ_FANIN - 1) / ZERO_CUDA_SUMSQ_FANIN;
         double *dst = groups == 1 ? out : next;
-        ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_combine, (unsigned)((groups + ZERO_CUDA_THREADS - 1) / ZERO_CUDA_THREADS),
-                         ZERO_CUDA_THREADS, stream, in, from_lanes, m, dst);
-        if (groups == 1) break;
-        in = dst, next = dst + groups, m = groups, from_lanes = 0;
+        ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_combine, zero_cuda_grid_of(groups), ZERO_CUDA_THREADS, stream, in, m, dst);
+        in = dst, next = dst + groups, m = groups;
     }
     return zero_cuda_launched();
 }
