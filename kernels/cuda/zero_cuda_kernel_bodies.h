@@ -218,10 +218,30 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_lanes(const void *ZERO_RESTRICT x, int32
     const uint64_t lo = t / ZERO_CUDA_SUMSQ_LANES * ZERO_CUDA_SUMSQ_BLOCK;
     const uint64_t len = n - lo < ZERO_CUDA_SUMSQ_BLOCK ? n - lo : ZERO_CUDA_SUMSQ_BLOCK;
     double acc = 0.0;
-    ZERO_CUDA_UNROLL(16)
-    for (uint64_t k = t % ZERO_CUDA_SUMSQ_LANES; k < len; k += ZERO_CUDA_SUMSQ_LANES) {
-        const double v = (double)zero_cuda_ld(x, dt, lo + k);
-        acc += v * v;
+    /* One loop per dtype: the dtype test stays out of the loop, so the
+     * unrolled loads can be issued ahead of the in-order adds. */
+    const uint64_t k0 = t % ZERO_CUDA_SUMSQ_LANES;
+    if (dt == ZERO_DTYPE_F32) {
+        const float *ZERO_RESTRICT p = (const float *)x + lo;
+        ZERO_CUDA_UNROLL(16)
+        for (uint64_t k = k0; k < len; k += ZERO_CUDA_SUMSQ_LANES) {
+            const double v = (double)p[k];
+            acc += v * v;
+        }
+    } else if (dt == ZERO_DTYPE_BF16) {
+        const uint16_t *ZERO_RESTRICT p = (const uint16_t *)x + lo;
+        ZERO_CUDA_UNROLL(16)
+        for (uint64_t k = k0; k < len; k += ZERO_CUDA_SUMSQ_LANES) {
+            const double v = (double)zero_bf16_to_f32(p[k]);
+            acc += v * v;
+        }
+    } else {
+        const uint16_t *ZERO_RESTRICT p = (const uint16_t *)x + lo;
+        ZERO_CUDA_UNROLL(16)
+        for (uint64_t k = k0; k < len; k += ZERO_CUDA_SUMSQ_LANES) {
+            const double v = (double)zero_f16_to_f32(p[k]);
+            acc += v * v;
+        }
     }
     lanes[t] = acc;
 }
