@@ -42,11 +42,13 @@ static int read_dtype(zero__cfg_ctx *ctx, const json_t *obj, const char *section
 int zero__cfg_parse_dtypes(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc) {
     const json_t *dt = NULL;
     zero_dtype accum = ZERO_DTYPE_F32, comm = ZERO_DTYPE_F32;
+    int have_comm;
     if (zero__cfg_obj(ctx, root, "", "data_types", &dt) < 0) return -1;
     zero__cfg_check_keys(ctx, dt, "data_types", data_types_keys);
     if (read_dtype(ctx, dt, "data_types", "grad_accum_dtype", &accum) < 0 ||
-        read_dtype(ctx, root, "", "communication_data_type", &comm) < 0)
+        (have_comm = read_dtype(ctx, root, "", "communication_data_type", &comm)) < 0)
         return -1;
+    if (!have_comm) comm = accum;
     /* A 16-bit buffer of another 16-bit format than the model's would round
      * every gradient twice for no saving: fp32 or the model dtype only. */
     if (accum != ZERO_DTYPE_F32 && accum != rc->model_dtype)
@@ -55,6 +57,14 @@ int zero__cfg_parse_dtypes(zero__cfg_ctx *ctx, const json_t *root, zero_run_conf
     if (comm != ZERO_DTYPE_F32 && comm != rc->model_dtype)
         return zero__cfg_fail(ctx, "communication_data_type: got \"%s\" with a %s model, expected fp32 or %s",
                               dtype_text(comm), dtype_text(rc->model_dtype), dtype_text(rc->model_dtype));
+    /* The bucket engine delivers the reduced gradient in the dtype it
+     * accumulates in (16-bit: summed in fp32 and rounded once, the mean over
+     * ranks; fp32: the sum): a reduction in one dtype feeding an accumulator
+     * in another would need a second buffer per bucket, which no stage has. */
+    if (comm != accum)
+        return zero__cfg_fail(ctx, "communication_data_type: got \"%s\" while data_types.grad_accum_dtype is \"%s\", "
+                                   "expected the same dtype (libzero reduces in the accumulation dtype)",
+                              dtype_text(comm), dtype_text(accum));
     rc->grad_accum_dtype = accum;
     rc->comm_dtype = comm;
     return 0;
