@@ -11,6 +11,10 @@ JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 2 ? n / 2 : 1 )))
 CTEST_TIMEOUT ?= 600
 CMAKE_FLAGS ?=
+# Warnings as errors: OFF for users (another compiler or build type may warn
+# where ours does not), ON in CI (.ci/run: make test WERROR=ON).  Passed on
+# every configure so that the cached value follows the command line.
+WERROR ?= OFF
 # cmake --build runs make underneath: keep its output to what matters.
 MAKEFLAGS += --no-print-directory
 
@@ -22,7 +26,7 @@ deps:
 	@tools/install-deps.sh
 
 configure: deps
-	@cmake -S . -B $(BUILD) --log-level=WARNING -DCMAKE_BUILD_TYPE=$(strip $(BUILD_TYPE)) $(CMAKE_FLAGS)
+	@cmake -S . -B $(BUILD) --log-level=WARNING -DCMAKE_BUILD_TYPE=$(strip $(BUILD_TYPE)) -DZERO_WERROR=$(strip $(WERROR)) $(CMAKE_FLAGS)
 
 build: configure
 	@cmake --build $(BUILD) -j$(JOBS)

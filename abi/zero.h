@@ -254,6 +254,20 @@ ZERO_API zero_status zero_gather(zero_engine *e, zero_param *const *params, size
 /* End the use of params gathered by zero_gather. No-op below stage 3. */
 ZERO_API zero_status zero_release(zero_engine *e, zero_param *const *params, size_t n);
 
+/* (1.1) Name the phase the following gathers belong to: "train" (the
+ * phase an engine starts in), "eval", "generate", any name up to 63
+ * characters.  Stage 3 records one gather order per phase and prefetches
+ * from it, so a host that evaluates (or generates) between training steps
+ * with another order is neither warned nor loses the training order's
+ * prefetch; switching back resumes the phase's recorded order.  Below
+ * stage 3 (and with a 1.0 plugin) it only checks its arguments.  Call it
+ * between micro-batches with every gathered param released, at the same
+ * point on every rank: in stage 3 it is collective (it verifies the
+ * gathers of the phase it leaves, so ranks that diverged still fail with
+ * ZERO_ERR_MISMATCH naming both sides).  ZERO_ERR_STATE while params are
+ * held, ZERO_ERR_INVALID_ARGUMENT for a NULL, empty or too long name. */
+ZERO_API zero_status zero_set_phase(zero_engine *e, const char *phase);
+
 /* Where to put p's gradient for the current micro-batch: `numel` elements
  * of p's dtype.  ADD (+=) your gradient into it: the buffer may already
  * hold earlier micro-batches' sum (stage 0/1) or be zero (stage 2/3); never

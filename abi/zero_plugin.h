@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define ZERO_PLUGIN_ABI_MAJOR 1
-#define ZERO_PLUGIN_ABI_MINOR 0
+#define ZERO_PLUGIN_ABI_MINOR 1
 
 #if defined(__GNUC__)
 #define ZERO_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -107,6 +107,18 @@ typedef struct zero_run_config {
     int64_t sub_group_size;                   /* default 1e9 */
     int32_t strict_grads;            /* zero_optimization.strict_grads: missing grad is an error */
     int32_t pipeline_stages;         /* pipeline.stages, 1 = no pipeline */
+    /* ---- appended in 1.1 (read only when struct_size covers them) ---- */
+    /* The dtype gradients accumulate in over the window (data_types.
+     * grad_accum_dtype) and the dtype of the reduction's payload
+     * (communication_data_type), as resolved for the loaded plugin: the
+     * configured values (defaults: F32 both) for a plugin with
+     * ZERO_PLUGIN_CAP_GRAD_DTYPES, the model dtype for one without (a 1.0
+     * plugin keeps its 1.0 behaviour).  With F32 accumulation the plugin keeps
+     * fp32 gradient buffers, hands the host model-dtype per-param buffers
+     * and reduces fp32 sums (grad_divisor = world * gas) -- the same numbers,
+     * and so the same overflow decisions, in every stage.  docs/precision.md. */
+    zero_dtype grad_accum_dtype;
+    zero_dtype comm_dtype;
 } zero_run_config;
 
 /* ------------------------------------------------------------------------ */
@@ -264,6 +276,9 @@ typedef struct zero_part_step {
     void *param_out;                /* model-dtype copy-out of the new weights, or NULL (fp32: master is the param) */
     zero_index_kind param_out_index;
     int32_t reserved0;
+    /* ---- appended in 1.1 (read only when struct_size covers it) ---- */
+    zero_dtype grad_dtype;          /* dtype of `grad`; older callers: `dtype` */
+    int32_t reserved1;
 } zero_part_step;
 
 /* Outcome of the norm pass (all ranks of norm_comm agree on every field). */
@@ -472,7 +487,10 @@ typedef struct zero_step_report {
 enum {
     ZERO_PLUGIN_CAP_PARTITIONS_PARAMS = 1u << 0, /* stage 3: gather/release do real work */
     ZERO_PLUGIN_CAP_PIPELINE = 1u << 1,          /* safe with pipeline parallelism */
-    ZERO_PLUGIN_CAP_OFFLOAD = 1u << 2
+    ZERO_PLUGIN_CAP_OFFLOAD = 1u << 2,
+    /* (1.1) honours zero_run_config.grad_accum_dtype / comm_dtype; without it
+     * the core resolves both to the model dtype for this plugin */
+    ZERO_PLUGIN_CAP_GRAD_DTYPES = 1u << 3
 };
 
 typedef struct zero_plugin_table_v1 {
@@ -505,6 +523,10 @@ typedef struct zero_plugin_table_v1 {
     zero_status (*sync)(void *state);
     /* Required. Frees everything the plugin allocated. */
     void (*destroy)(void *state);
+    /* ---- appended in 1.1 (the core reads it only when struct_size covers it) ---- */
+    /* Optional: zero_set_phase(phase), name checked by the core (1..63
+     * characters).  NULL: phases change nothing for this plugin. */
+    zero_status (*set_phase)(void *state, const char *phase);
 } zero_plugin_table_v1;
 
 /* The symbol a plugin exports:

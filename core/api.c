@@ -201,6 +201,15 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
                                        e->plugin.table->name, (int)e->rc->pipeline_stages),
                            err, err_len);
 
+    /* A plugin that does not know the 1.1 gradient dtypes keeps its 1.0
+     * behaviour: gradients in the model dtype. */
+    if (!(e->plugin.table->caps & ZERO_PLUGIN_CAP_GRAD_DTYPES)) {
+        if (e->rc->grad_accum_dtype != e->rc->model_dtype || e->rc->comm_dtype != e->rc->model_dtype)
+            zero__log(e, ZERO_LOG_INFO,
+                      "plugin '%s' does not declare ZERO_PLUGIN_CAP_GRAD_DTYPES: gradients accumulate and reduce "
+                      "in the model dtype", e->plugin.table->name);
+        zero__config_set_grad_dtypes(e->cfg, e->rc->model_dtype, e->rc->model_dtype);
+    }
     zero__scaler_init(&e->scaler, e->rc->model_dtype == ZERO_DTYPE_F16, e->rc->fp16_loss_scale,
                       e->rc->fp16_initial_scale_power, e->rc->fp16_loss_scale_window, e->rc->fp16_hysteresis,
                       e->rc->fp16_consecutive_hysteresis, e->rc->fp16_min_loss_scale);
@@ -411,6 +420,17 @@ zero_status zero_release(zero_engine *e, zero_param *const *params, size_t n) {
     return s;
 }
 
+zero_status zero_set_phase(zero_engine *e, const char *phase) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!phase || !phase[0] || strlen(phase) > 63)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_set_phase: the phase name must be 1..63 characters");
+    const zero_plugin_table_v1 *t = e->plugin.table;
+    /* A 1.0 plugin's table ends at destroy: never read past its size. */
+    if (t->struct_size < offsetof(zero_plugin_table_v1, set_phase) + sizeof t->set_phase || !t->set_phase)
+        return ZERO_OK;
+    return t->set_phase(e->pstate, phase);
+}
+
 zero_status zero_grad_buffer(zero_engine *e, zero_param *p, void **buf) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     zero_status s = check_param(e, p, "zero_grad_buffer");
@@ -516,11 +536,12 @@ zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_resu
     ctx.global_step = e->global_step;
     ctx.loss_scale = e->scaler.scale;
     ctx.grad_clip = e->rc->gradient_clipping;
-    /* fp32 gradients hold the SUM over the data-parallel ranks and the
-     * window's micro-steps; 16-bit ones already hold the mean over the ranks
-     * (the bucket engine scales by 1/world around its fp32 reduction, see
+    /* fp32 gradients (an fp32 model, or fp32 accumulation of a 16-bit one)
+     * hold the SUM over the data-parallel ranks and the window's
+     * micro-steps; 16-bit ones already hold the mean over the ranks (the
+     * bucket engine scales by 1/world around its fp32 reduction, see
      * buckets.c), so only the micro-steps remain to divide by. */
-    ctx.grad_divisor = (double)gas * (e->rc->model_dtype == ZERO_DTYPE_F32 ? (double)e->world_size : 1.0);
+    ctx.grad_divisor = (double)gas * (e->rc->grad_accum_dtype == ZERO_DTYPE_F32 ? (double)e->world_size : 1.0);
     ctx.stream = args && args->struct_size >= offsetof(zero_step_args, stream) + sizeof(void *) ? args->stream : NULL;
     zero_step_report rep = {sizeof rep, 0, -1.0};
     double lr_used = e->lr;

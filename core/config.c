@@ -170,6 +170,7 @@ zero_status zero__config_parse(const char *text, const char *path, int world, ze
      * the stage. */
     if (zero__cfg_parse_top(&ctx, c->root, world, &c->run) < 0 ||
         zero__cfg_parse_precision(&ctx, c->root, &c->run) < 0 ||
+        zero__cfg_parse_dtypes(&ctx, c->root, &c->run) < 0 ||
         zero__cfg_parse_optimizer(&ctx, c->root, &c->run) < 0 ||
         zero__cfg_parse_scheduler(&ctx, c->root, &c->scheduler) < 0 ||
         zero__cfg_parse_zero(&ctx, c->root, &c->run, &plugin_key) < 0 ||
@@ -189,6 +190,12 @@ void zero__config_free(zero__config *c) {
 }
 
 const zero_run_config *zero__config_run(const zero__config *c) { return c ? &c->run : NULL; }
+
+void zero__config_set_grad_dtypes(zero__config *c, zero_dtype accum, zero_dtype comm) {
+    if (!c) return;
+    c->run.grad_accum_dtype = accum;
+    c->run.comm_dtype = comm;
+}
 
 const char *zero__config_plugin(const zero__config *c) { return c ? c->plugin : NULL; }
 

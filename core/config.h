@@ -20,6 +20,10 @@ zero_status zero__config_parse(const char *text, const char *path, int world, ze
 void zero__config_free(zero__config *c);
 
 const zero_run_config *zero__config_run(const zero__config *c);
+/* The engine's resolution of grad_accum_dtype / comm_dtype for the loaded
+ * plugin (the model dtype for a plugin without ZERO_PLUGIN_CAP_GRAD_DTYPES).
+ * Before the plugin's create only: the run view is read-only after. */
+void zero__config_set_grad_dtypes(zero__config *c, zero_dtype accum, zero_dtype comm);
 
 /* Plugin chosen by the config: zero_optimization.plugin if set, else from
  * stage/offload ("stage0".."stage3", "offload", "stage1-pp" when a pipeline

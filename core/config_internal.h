@@ -84,6 +84,8 @@ void zero__cfg_check_keys(zero__cfg_ctx *ctx, const json_t *obj, const char *sec
  * of rc from root and returns 0, or -1 with ctx's error set. */
 int zero__cfg_parse_top(zero__cfg_ctx *ctx, const json_t *root, int world, zero_run_config *rc);
 int zero__cfg_parse_precision(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc);
+/* After precision (needs the model dtype): config_dtypes.c. */
+int zero__cfg_parse_dtypes(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc);
 int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc,
                          const char **plugin_key);
 int zero__cfg_parse_pipeline(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc);

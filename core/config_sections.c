@@ -45,8 +45,7 @@ static const zero__cfg_key top_keys[] = {
     {"amp", ZERO__KEY_IGNORED, NULL, "not implemented by libzero (use fp16 or bf16), ignored"},
     {"elasticity", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
     {"sparse_gradients", ZERO__KEY_IGNORED, "false", NOT_IMPL},
-    {"communication_data_type", ZERO__KEY_IGNORED, "null",
-     "not implemented by libzero (gradients are reduced in fp32), ignored"},
+    {"communication_data_type", ZERO__KEY_USED, NULL, NULL}, /* config_dtypes.c */
     {"seq_parallel_communication_data_type", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
     {"dump_state", ZERO__KEY_IGNORED, "false", NOT_IMPL},
     {"memory_breakdown", ZERO__KEY_IGNORED, "false",
@@ -56,7 +55,7 @@ static const zero__cfg_key top_keys[] = {
     {"nebula", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
     {"eigenvalue", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
     {"quantize_training", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
-    {"data_types", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
+    {"data_types", ZERO__KEY_USED, NULL, NULL}, /* config_dtypes.c */
     {"zero_allow_untested_optimizer", ZERO__KEY_IGNORED, NULL,
      "has no effect in libzero (every optimizer it implements works with every stage), ignored"},
     {"zero_force_ds_cpu_optimizer", ZERO__KEY_IGNORED, NULL,

@@ -87,6 +87,8 @@ static lamb_piece *pieces_of(struct zero_engine *e, const zero_part_step *ps, ui
 
 zero_status zero__lamb_part_step(struct zero_engine *e, const zero_part_step *ps, float grad_mul) {
     const size_t es = ps->dtype == ZERO_DTYPE_F32 ? 4 : 2;
+    const zero_dtype gdt = zero__ps_grad_dtype(ps);
+    const size_t ges = gdt == ZERO_DTYPE_F32 ? 4 : 2;
     if (ps->nranges && (zero__dev_is_device(e->dev, ps->master) || zero__dev_is_device(e->dev, ps->grad)))
         return zero__error(e, ZERO_ERR_UNSUPPORTED,
                            "optimizer.type Lamb: device-resident optimizer arrays are not supported yet (the LAMB "
@@ -109,11 +111,11 @@ zero_status zero__lamb_part_step(struct zero_engine *e, const zero_part_step *ps
         const zero_optim_scalars s = scalars_of(e, &e->params[q->param]->info);
         float *w = ps->master + at(q->r, ps->master_index, q->lo);
         float *m = ps->state[0] + at(q->r, ZERO_INDEX_PART, q->lo), *v = ps->state[1] + at(q->r, ZERO_INDEX_PART, q->lo);
-        const char *g = (const char *)ps->grad + at(q->r, ps->grad_index, q->lo) * es;
+        const char *g = (const char *)ps->grad + at(q->r, ps->grad_index, q->lo) * ges;
         double wsq = 0.0, usq = 0.0;
         for (size_t i = 0, n = (size_t)(q->hi - q->lo); i < n; i += LAMB_TILE) {
             size_t c = n - i < LAMB_TILE ? n - i : LAMB_TILE;
-            zero__convert(tile, ZERO_DTYPE_F32, g + i * es, ps->dtype, c);
+            zero__convert(tile, ZERO_DTYPE_F32, g + i * ges, gdt, c);
             for (size_t j = 0; j < c; j++) {
                 float gj = tile[j] * grad_mul;
                 float mj = s.beta1 * m[i + j] + (1.0f - s.beta1) * gj;

@@ -29,12 +29,21 @@ static size_t index_of(const zero_owned_range *r, zero_index_kind kind) {
     return kind == ZERO_INDEX_PART ? (size_t)r->part_lo : (size_t)r->flat_lo;
 }
 
+zero_dtype zero__ps_grad_dtype(const zero_part_step *ps) {
+    return ps->struct_size >= offsetof(zero_part_step, grad_dtype) + sizeof ps->grad_dtype ? ps->grad_dtype
+                                                                                          : ps->dtype;
+}
+
 static zero_status check_ps(struct zero_engine *e, const zero_part_step *ps, const char *fn) {
     if (!ps || ps->struct_size < offsetof(zero_part_step, reserved0) || (ps->nranges && !ps->ranges))
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: zero_part_step missing, too small or without ranges",
                            fn);
     if (ps->dtype != ZERO_DTYPE_F32 && ps->dtype != ZERO_DTYPE_BF16 && ps->dtype != ZERO_DTYPE_F16)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: unknown model dtype %d", fn, (int)ps->dtype);
+    const zero_dtype gdt = zero__ps_grad_dtype(ps);
+    if (gdt != ZERO_DTYPE_F32 && gdt != ps->dtype)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: gradient dtype %d is neither fp32 nor the model dtype %d",
+                           fn, (int)gdt, (int)ps->dtype);
     return ZERO_OK;
 }
 
@@ -44,7 +53,8 @@ zero_status zero__svc_grad_norm(zero_core *c, const zero_part_step *ps, const ze
     zero_status st = check_ps(e, ps, "grad_norm");
     if (st != ZERO_OK) return st;
     if (!ctx || !out) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "grad_norm: ctx or out is NULL");
-    const size_t es = dtype_size(ps->dtype);
+    const zero_dtype gdt = zero__ps_grad_dtype(ps);
+    const size_t es = dtype_size(gdt);
     /* replicated (stage 0): every DP rank holds the same values; one of them
      * speaks for the group, so the sum over norm_comm counts each once. */
     const int contributes = !ps->replicated || zero__comm_rank(e->world) == 0;
@@ -53,8 +63,8 @@ zero_status zero__svc_grad_norm(zero_core *c, const zero_part_step *ps, const ze
         const zero_owned_range *r = &ps->ranges[i];
         const char *g = (const char *)ps->grad + index_of(r, ps->grad_index) * es;
         size_t n = (size_t)(r->flat_hi - r->flat_lo);
-        agg[0] += e->svc.sumsq(c, g, ps->dtype, n);
-        if (e->svc.nonfinite(c, g, ps->dtype, n)) agg[1] = 1.0;
+        agg[0] += e->svc.sumsq(c, g, gdt, n);
+        if (e->svc.nonfinite(c, g, gdt, n)) agg[1] = 1.0;
     }
     zero_comm *comm = ps->norm_comm ? ps->norm_comm : (e->global ? e->global : e->world);
     if ((st = zero__allreduce(comm, agg, 2, ZERO_DTYPE_F64, ZERO_OP_SUM)) != ZERO_OK) return st;
@@ -83,6 +93,7 @@ zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float gr
     if (st != ZERO_OK) return st;
     if (e->rc->optim == ZERO_OPTIM_LAMB) return zero__lamb_part_step(e, ps, grad_mul);
     const size_t es = dtype_size(ps->dtype);
+    const zero_dtype gdt = zero__ps_grad_dtype(ps);
     uint32_t nstate = zero__optim_state_count(e->rc->optim, e->rc->momentum);
     for (uint32_t i = 0; i < ps->nranges; i++) {
         const zero_owned_range *o = &ps->ranges[i];
@@ -93,11 +104,11 @@ zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float gr
         r.flat_hi = o->flat_hi;
         r.master = ps->master + index_of(o, ps->master_index);
         for (uint32_t k = 0; k < nstate && k < 4; k++) r.state[k] = ps->state[k] ? ps->state[k] + o->part_lo : NULL;
-        r.grad = (const char *)ps->grad + index_of(o, ps->grad_index) * es;
+        r.grad = (const char *)ps->grad + index_of(o, ps->grad_index) * dtype_size(gdt);
         r.param_out = ps->param_out ? (char *)ps->param_out + index_of(o, ps->param_out_index) * es : NULL;
         r.param_out_dtype = ps->dtype;
         r.grad_mul = grad_mul;
-        r.grad_dtype = ps->dtype;
+        r.grad_dtype = gdt;
         if ((st = e->svc.optim_step(c, &r)) != ZERO_OK) return st;
     }
     return ZERO_OK;

@@ -10,6 +10,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential gcc make cmake pkg-config
+  clang
   libjansson-dev
   libopenmpi-dev openmpi-bin
   abigail-tools binutils

@@ -12,7 +12,9 @@
 
 #include "optim.h"
 
-static _Atomic(zero__device_factory) g_factory = NULL;
+/* Static storage starts as a null pointer; an explicit `= NULL` (a void *)
+ * is not a constant initializer of an atomic function pointer for clang. */
+static _Atomic(zero__device_factory) g_factory;
 
 void zero__device_set_factory(zero__device_factory f) { atomic_store(&g_factory, f); }
 

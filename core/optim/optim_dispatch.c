@@ -10,6 +10,16 @@
 #include "log.h"
 #include "optim_kernels.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+/* CPUID.1:ECX.F16C directly: clang 14's __builtin_cpu_supports does not
+ * know the "f16c" feature string (a compile error), gcc's does. */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 static const char *const simd_names[ZERO__SIMD_COUNT] = {"scalar", "avx2", "avx512"};
 
 const char *zero__simd_name(zero__simd v) {
@@ -22,7 +32,7 @@ int zero__simd_available(zero__simd v) {
 #if defined(__x86_64__) || defined(__i386__)
     case ZERO__SIMD_AVX2:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && has_f16c();
     case ZERO__SIMD_AVX512:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") != 0;

@@ -269,12 +269,16 @@ static double validate(trainer *t, const demo_corpus *c, uint64_t *ntok) {
     const size_t lo = n * (size_t)t->rank / w, hi = n * (size_t)(t->rank + 1) / w;
     const size_t nchunks = ((n + w - 1) / w + VAL_CHUNK - 1) / VAL_CHUNK;
     double sum = 0.0;
+    /* Forward only: another gather order than training's.  Naming the phase
+     * lets stage 3 keep (and prefetch from) one recorded order per phase. */
+    ZCALL(t, zero_set_phase(t->e, "eval"));
     for (size_t k = 0; k < nchunks; ++k) {
         size_t i = lo + k * VAL_CHUNK;
         int cnt = i >= hi ? 0 : (int)(hi - i < (size_t)VAL_CHUNK ? hi - i : (size_t)VAL_CHUNK);
         if (cnt) demo_val_fill(c, t->d.ctx, i, cnt, t->tok, t->tgt);
         sum += forward(t, cnt, 0.0) * cnt;
     }
+    ZCALL(t, zero_set_phase(t->e, "train"));
     double total = 0.0;
     MPI_Allreduce(&sum, &total, 1, MPI_DOUBLE, MPI_SUM, t->comm);
     *ntok = n;
@@ -287,6 +291,7 @@ static double validate(trainer *t, const demo_corpus *c, uint64_t *ntok) {
  * judged: the sum itself may be near zero. */
 static void digest(trainer *t, demo_report *r) {
     r->digest_sum = r->digest_sumsq = r->digest_abssum = 0.0;
+    ZCALL(t, zero_set_phase(t->e, "digest"));
     for (int l = 0; l < DEMO_NLAYERS; ++l) {
         float *w[2];
         layer_acquire(t, l, w);
@@ -296,6 +301,7 @@ static void digest(trainer *t, demo_report *r) {
         }
         layer_done(t, l);
     }
+    ZCALL(t, zero_set_phase(t->e, "train"));
 }
 
 /* ---- main ------------------------------------------------------------- */

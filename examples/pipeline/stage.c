@@ -137,7 +137,9 @@ static void layer_release(pipe_trainer *t, int l) {
 
 /* act[l+1] = layer_l(act[l]) for batch samples. */
 static void layer_forward(pipe_trainer *t, pipe_slot *s, int l, int batch) {
-    float *w[2];
+    /* Initialized: layer_gather fills only demo_layer_count[l] entries, which
+     * the optimizer cannot see through PIPE_ZCALL's error path. */
+    float *w[2] = {NULL, NULL};
     layer_gather(t, l, w);
     if (l == 0)
         demo_embed_forward(&t->d, batch, s->tok, w[0], s->act[1]);
@@ -160,7 +162,7 @@ static void layer_backward(pipe_trainer *t, pipe_slot *s, int l, int batch) {
     }
     const int in = pipe_act_width(&t->d, l), out = pipe_act_width(&t->d, l + 1), tanh_act = l < DEMO_NLAYERS - 1;
     zero_param *wp = t->p[demo_layer_first[l]], *bp = t->p[demo_layer_first[l] + 1];
-    float *w[2];
+    float *w[2] = {NULL, NULL}; /* see layer_forward */
     void *gw, *gb;
     layer_gather(t, l, w);
     PIPE_ZCALL(t, zero_grad_buffer(t->e, wp, &gw));

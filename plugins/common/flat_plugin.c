@@ -31,8 +31,11 @@ zero_status zero__flat_plugin_params_done(void *state) {
                                      staged ? ZERO_INDEX_PART : ZERO_INDEX_FLAT, s->spec->name);
     if (st != ZERO_OK) return st;
     /* Only staged buckets can do without contiguous gradients: the in-place
-     * modes' slot IS the accumulation buffer. */
-    s->contiguous = staged ? svc->config(svc->core)->contiguous_gradients : 1;
+     * modes' slot IS the accumulation buffer.  With fp32 accumulation of a
+     * 16-bit model the slots are fp32 while the host writes its model
+     * dtype: every mode hands out per-param temporaries, widened into the
+     * slot at on_grad_ready. */
+    s->contiguous = s->f.gdtype != s->f.dtype ? 0 : staged ? svc->config(svc->core)->contiguous_gradients : 1;
     if (!s->contiguous) {
         const uint32_t np = svc->nparams(svc->core);
         for (uint32_t i = 0; i < np; i++) svc->param(svc->core, i)->plugin_data = NULL;

@@ -17,15 +17,17 @@ zero_status zero__flat_init(zero__flat_state *f, const zero_services_v1 *svc, in
     f->L = svc->layout(f->c);
     f->dtype = svc->config(f->c)->model_dtype;
     f->esize = f->dtype == ZERO_DTYPE_F32 ? 4 : 2;
+    f->gdtype = zero__grad_dtype_of(svc->config(f->c));
+    f->gesize = f->gdtype == ZERO_DTYPE_F32 ? 4 : 2;
     f->replicated = replicated;
     f->grad_index = grad_index;
-    f->grad_bytes = (size_t)grad_numel * f->esize;
+    f->grad_bytes = (size_t)grad_numel * f->gesize;
     f->norm_comm = NULL; /* comm_global: the whole model's norm (= comm_world without a pipeline) */
     f->gather_comm = replicated ? NULL : svc->comm_world(f->c);
     const uint32_t ng = f->L->ngroups;
     const uint64_t flat = f->L->flat_numel, mine = replicated ? flat : f->L->part_numel;
     f->params = alloc_n(f, ZERO_MEM_PARAMS, flat, f->esize);
-    f->grads = alloc_n(f, ZERO_MEM_GRADS, grad_numel, f->esize);
+    f->grads = alloc_n(f, ZERO_MEM_GRADS, grad_numel, f->gesize);
     f->master = f->dtype == ZERO_DTYPE_F32 ? f->params : alloc_n(f, ZERO_MEM_MASTER, mine, sizeof(float));
     f->nstate = svc->optim_state_count(f->c);
     f->owned = calloc(ng ? ng : 1, sizeof *f->owned);
@@ -59,7 +61,7 @@ zero_status zero__flat_buckets(zero__flat_state *f, zero_bucket_mode mode, zero_
     spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
     spec.overlap = rc->overlap_comm;
     spec.contiguous = contiguous;
-    spec.grad_dtype = f->dtype;
+    spec.grad_dtype = f->gdtype;
     if (mode == ZERO_BUCKETS_SCATTER) {
         spec.partition = f->grads;
         spec.reduce_every_micro_step = 1;
@@ -96,6 +98,7 @@ zero_part_step zero__flat_part_step(const zero__flat_state *f) {
     ps.replicated = f->replicated;
     ps.dtype = f->dtype;
     ps.grad = f->grads;
+    ps.grad_dtype = f->gdtype;
     ps.grad_index = f->grad_index;
     ps.master = f->master;
     ps.master_index = mixed ? ZERO_INDEX_PART : ZERO_INDEX_FLAT;

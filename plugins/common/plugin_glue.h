@@ -22,6 +22,17 @@
 #define ZERO_PLUGIN_GLUE_H
 #include "zero_plugin.h"
 
+#include <stddef.h>
+
+/* The dtype the plugin keeps gradients in (zero_run_config.grad_accum_dtype
+ * as the core resolved it), or the model dtype from a 1.0 core, which has
+ * no such field.  A plugin using this declares ZERO_PLUGIN_CAP_GRAD_DTYPES. */
+static inline zero_dtype zero__grad_dtype_of(const zero_run_config *rc) {
+    return rc->struct_size >= offsetof(zero_run_config, grad_accum_dtype) + sizeof rc->grad_accum_dtype
+               ? rc->grad_accum_dtype
+               : rc->model_dtype;
+}
+
 typedef struct zero__flat_state {
     const zero_services_v1 *svc;
     zero_core *c;
@@ -35,7 +46,9 @@ typedef struct zero__flat_state {
     zero_owned_range *owned;  /* what this rank steps: its share of each group, or the whole flat space */
     uint32_t nowned;
     int replicated;           /* stage 0: every rank steps everything */
-    void *grads;              /* the reduced gradient (device tier, model dtype, GRADS), grad_index-indexed */
+    zero_dtype gdtype;        /* gradient dtype: fp32 (grad_accum_dtype fp32) or the model dtype */
+    size_t gesize;            /* its bytes per element */
+    void *grads;              /* the reduced gradient (device tier, gdtype, GRADS), grad_index-indexed */
     size_t grad_bytes;
     zero_index_kind grad_index;
     zero_comm *norm_comm;     /* norm and overflow (NULL: comm_global) */

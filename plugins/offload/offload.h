@@ -39,17 +39,19 @@ typedef struct offload {
     int part_stage;     /* 1: grads partitioned only at the boundary; 2: reduce-scatter every micro-step */
     int contiguous;     /* contiguous_gradients (stage 2) */
     int pin_memory;     /* offload_optimizer.pin_memory: host tier pinned with a GPU backend */
-    zero_dtype dtype;   /* model dtype of params and gradients (F32, BF16, F16) */
+    zero_dtype dtype;   /* model dtype of params (F32, BF16, F16) */
     size_t esize;       /* its bytes per element */
+    zero_dtype gdtype;  /* gradients (dgrad, hgrad): fp32 (grad_accum_dtype fp32) or the model dtype */
+    size_t gesize;
 
     /* device tier */
     void *params;       /* flat_numel, model dtype: permanent full storage */
-    void *dgrad;        /* model dtype; stage 1: flat_numel window sum; stage 2: part_numel accumulator */
+    void *dgrad;        /* gdtype; stage 1: flat_numel window sum; stage 2: part_numel accumulator */
     zero_buckets *b;
 
     /* host tier */
     float *master;      /* part_numel fp32 master of the owned partition */
-    void *hgrad;        /* part_numel, model dtype: summed gradient copied from the device */
+    void *hgrad;        /* part_numel, gdtype: summed gradient copied from the device */
     float *state[4];    /* optimizer states, part_numel each */
     uint32_t nstate;
 
@@ -81,7 +83,7 @@ void zero__of_block_to_host(offload *s, const zero_owned_range *o); /* gradient 
 void zero__of_params_to_device(offload *s);   /* host master -> owned device params (model dtype, RNE) */
 /* Bytes of the device gradient buffer.  Pure. */
 static inline size_t zero__of_dgrad_bytes(const offload *s) {
-    return (size_t)(s->part_stage == 1 ? s->L->flat_numel : s->L->part_numel) * s->esize;
+    return (size_t)(s->part_stage == 1 ? s->L->flat_numel : s->L->part_numel) * s->gesize;
 }
 /* The owned partition as the core's step, master_init and ckpt_shard
  * services see it: host master, states and gradient landing buffer, all

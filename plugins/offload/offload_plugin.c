@@ -74,14 +74,16 @@ static zero_status of_params_done(void *state) {
     const zero_run_config *rc = svc->config(s->c);
     s->dtype = rc->model_dtype;
     s->esize = s->dtype == ZERO_DTYPE_F32 ? 4 : 2;
+    s->gdtype = zero__grad_dtype_of(rc);
+    s->gesize = s->gdtype == ZERO_DTYPE_F32 ? 4 : 2;
     const uint32_t np = svc->nparams(s->c);
     choose_partitioning(s, rc);
     const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
     const size_t es = s->esize;
     s->params = alloc_n(s, ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, flat, es);
-    s->dgrad = alloc_n(s, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, s->part_stage == 1 ? flat : part, es);
+    s->dgrad = alloc_n(s, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, s->part_stage == 1 ? flat : part, s->gesize);
     s->master = alloc_n(s, ZERO_TIER_HOST, ZERO_MEM_MASTER, part, sizeof(float));
-    s->hgrad = alloc_n(s, ZERO_TIER_HOST, ZERO_MEM_GRADS, part, es);
+    s->hgrad = alloc_n(s, ZERO_TIER_HOST, ZERO_MEM_GRADS, part, s->gesize); /* >= es: also the copy-out staging */
     s->nstate = svc->optim_state_count(s->c);
     uint32_t ng = s->L->ngroups;
     s->owned = calloc(ng ? ng : 1, sizeof *s->owned);
@@ -100,13 +102,15 @@ static zero_status of_params_done(void *state) {
     if (st != ZERO_OK) return st;
     for (uint32_t i = 0; i < np; i++) /* per-param temporary gradient (stage 2, contiguous_gradients off) */
         svc->param(s->c, i)->plugin_data = NULL;
-    s->contiguous = s->part_stage == 1 ? 1 : rc->contiguous_gradients;
+    /* fp32 accumulation of a 16-bit model: the slots are fp32, the host
+     * writes model-dtype temporaries widened in at on_grad_ready */
+    s->contiguous = s->gdtype != s->dtype ? 0 : s->part_stage == 1 ? 1 : rc->contiguous_gradients;
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
     spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
     spec.overlap = rc->overlap_comm;
     spec.contiguous = s->contiguous;
-    spec.grad_dtype = s->dtype;
+    spec.grad_dtype = s->gdtype;
     spec.on_block_final = zero__of_block_final; /* gradient to host as buckets complete */
     spec.on_block_final_user = s;
     if (s->part_stage == 1) {
@@ -171,7 +175,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .struct_size = sizeof(zero_plugin_table_v1),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
-    .caps = ZERO_PLUGIN_CAP_OFFLOAD,
+    .caps = ZERO_PLUGIN_CAP_OFFLOAD | ZERO_PLUGIN_CAP_GRAD_DTYPES,
     .name = "offload",
     .description = "ZeRO-Offload: stage-1/2 partitioning with the fp32 master and optimizer states in host "
                    "memory, stepped by the vectorized CPU optimizer",

@@ -57,6 +57,7 @@ zero_part_step zero__of_part_step(const offload *s) {
     ps.norm_comm = s->world;
     ps.dtype = s->dtype;
     ps.grad = s->hgrad;
+    ps.grad_dtype = s->gdtype;
     ps.grad_index = ZERO_INDEX_PART;
     ps.master = s->master;
     ps.master_index = ZERO_INDEX_PART;

@@ -11,12 +11,12 @@
  * (stage-1 partitioning) or the partition accumulator (stage 2). */
 static const void *device_block(const offload *s, const zero_owned_range *o) {
     uint64_t at = s->part_stage == 1 ? o->flat_lo : o->part_lo;
-    return (const char *)s->dgrad + at * s->esize;
+    return (const char *)s->dgrad + at * s->gesize;
 }
 
 void zero__of_block_to_host(offload *s, const zero_owned_range *o) {
     const size_t n = (size_t)(o->flat_hi - o->flat_lo);
-    s->svc->mem_copy(s->c, (char *)s->hgrad + o->part_lo * s->esize, device_block(s, o), n * s->esize);
+    s->svc->mem_copy(s->c, (char *)s->hgrad + o->part_lo * s->gesize, device_block(s, o), n * s->gesize);
 }
 
 /* fp32 models: the master IS the parameter value, so the new weights go to

@@ -61,6 +61,8 @@ typedef struct stage1pp {
     zero_comm *dp;            /* this stage's data-parallel group (svc->comm_world) */
     zero_comm *global;        /* every rank of every stage (svc->comm_global) */
     zero_buckets *b;
+    int tmps;                 /* fp32 accumulation of a 16-bit model: the host writes per-param model-dtype
+                                 temporaries (p->plugin_data), widened into the fp32 window sum when ready */
 } stage1pp;
 
 static zero_status pp_create(const zero_services_v1 *svc, void **state) {
@@ -106,21 +108,24 @@ static zero_status pp_params_done(void *state) {
      * and partition), the all-gather this stage's DP group (comm_world) */
     zero_status st = zero__flat_init(&s->f, svc, 0, svc->layout(s->c)->flat_numel, ZERO_INDEX_FLAT, "stage1-pp");
     if (st != ZERO_OK) return st;
+    s->tmps = s->f.gdtype != s->f.dtype;
+    for (uint32_t i = 0, np = svc->nparams(s->c); i < np; i++) svc->param(s->c, i)->plugin_data = NULL;
     /* the whole point: gradients accumulate locally, no traffic before the
      * boundary, then one reduce-scatter pass in the DP group (overlap_comm:
      * only the boundary micro-batch's backward can overlap) */
-    return zero__flat_buckets(&s->f, ZERO_BUCKETS_SCATTER_INPLACE, s->dp, 1, &s->b);
+    return zero__flat_buckets(&s->f, ZERO_BUCKETS_SCATTER_INPLACE, s->dp, !s->tmps, &s->b);
 }
 
 static zero_status pp_grad_buffer(void *state, zero_param_info *p, void **buf) {
     stage1pp *s = state;
+    if (s->tmps) return zero__grad_tmp(s->svc, p, s->f.esize, &p->plugin_data, buf, "stage1-pp");
     return s->svc->buckets_grad_slot(s->b, p->index, buf);
 }
 
 static zero_status pp_on_grad_ready(void *state, zero_param_info *p, void *stream) {
     stage1pp *s = state;
     (void)stream;
-    return zero__grad_ready(s->svc, s->b, p, NULL);
+    return zero__grad_ready(s->svc, s->b, p, s->tmps ? &p->plugin_data : NULL);
 }
 
 static zero_status pp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
@@ -197,6 +202,7 @@ static void pp_destroy(void *state) {
     stage1pp *s = state;
     if (!s) return;
     if (s->b) s->svc->buckets_destroy(s->b);
+    if (s->tmps) zero__grad_tmps_free(s->svc); /* temporaries of params never reported ready */
     zero__flat_free(&s->f);
     free(s);
 }
@@ -205,7 +211,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .struct_size = sizeof(zero_plugin_table_v1),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
-    .caps = ZERO_PLUGIN_CAP_PIPELINE,
+    .caps = ZERO_PLUGIN_CAP_PIPELINE | ZERO_PLUGIN_CAP_GRAD_DTYPES,
     .name = "stage1-pp",
     .description = "ZeRO-1 inside pipeline parallelism: optimizer states partitioned over the stage's "
                    "data-parallel group; gradients accumulate locally over all micro-batches, one "

@@ -69,6 +69,15 @@ typedef struct zero__s3_pool {
     int warned_over;
 } zero__s3_pool;
 
+/* A phase's recorded gather order, kept while another phase runs.  More
+ * distinct phases than this is misuse (a new name per batch?). */
+#define ZERO__S3_MAX_PHASES 64
+/* (see above) */
+typedef struct zero__s3_phase {
+    char name[64];
+    zero__s3_trace trace;  /* empty for the active phase: its order is zero__s3.trace */
+} zero__s3_phase;
+
 typedef struct zero__s3 {
     const zero_services_v1 *svc;
     zero_core *c;
@@ -80,13 +89,15 @@ typedef struct zero__s3 {
                               thread gathers, and collectives on one communicator must be issued in the same
                               order on every rank */
     int rank, nranks;
-    zero_dtype dtype;      /* model dtype: shard, gather buffers and gradients */
+    zero_dtype dtype;      /* model dtype: shard and gather buffers */
     size_t esize;
+    zero_dtype gdtype;     /* gradient partition: fp32 (grad_accum_dtype fp32) or the model dtype */
+    size_t gesize;
 
     /* model state, part_numel elements each */
     void *shard;           /* params, model dtype (ZERO_MEM_PARAMS) */
     float *master;         /* fp32 master: == shard for fp32 models, else ZERO_MEM_MASTER */
-    void *grads;           /* gradient partition, model dtype (ZERO_MEM_GRADS) */
+    void *grads;           /* gradient partition, gdtype (ZERO_MEM_GRADS) */
     float *state[4];       /* optimizer state (ZERO_MEM_OPTIM) */
     uint32_t nstate;
     zero_owned_range *owned;
@@ -108,6 +119,8 @@ typedef struct zero__s3 {
     int warned_divergence;
     uint64_t prefetch_outstanding; /* elements prefetched, not yet consumed */
     uint64_t live_hash;    /* sum over params holding a non-persistent buffer (agreement) */
+    zero__s3_phase *phases; /* every phase named so far; [0] is "train" (stage3_phase.c) */
+    uint32_t nphases, cur_phase;
 
     /* knobs */
     uint64_t prefetch_numel, max_reuse, persist_below;
@@ -155,6 +168,8 @@ zero_status zero__s3_wait_all(zero__s3 *s);
 /* End of micro-step: wait, drop every non-persistent buffer (host-held ones
  * too: pointers are valid only until zero_step), settle the trace. */
 zero_status zero__s3_end_micro_step(zero__s3 *s);
+/* The same without counting a micro-step (a phase change). */
+zero_status zero__s3_settle(zero__s3 *s);
 /* Start prefetching the first entries of the recorded order for the next
  * micro-step (end of zero_step: every rank has just agreed and settled, so
  * the state that drives issue decisions is identical).  No-op off track. */
@@ -171,6 +186,15 @@ void zero__s3_drop_buffer(zero__s3 *s, zero__s3_param *p);
  * call sites on diverging ranks still pair up and report).  `where` names
  * the entry point in messages.  ZERO_ERR_MISMATCH names the params. */
 zero_status zero__s3_agree(zero__s3 *s, const char *where);
+
+/* ---- phases (stage3_phase.c) ------------------------------------------ */
+/* The plugin table's set_phase: verify and settle the phase being left
+ * (collective: one agreement), park its order, make `phase`'s order (empty
+ * the first time) the one gathers follow.  ZERO_ERR_STATE while a gathered
+ * param is still held. */
+zero_status zero__s3_set_phase(void *state, const char *phase);
+const char *zero__s3_phase_name(const zero__s3 *s);
+void zero__s3_phases_free(zero__s3 *s);
 
 /* ---- step (stage3_step.c) ---------------------------------------------- */
 zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep);

@@ -341,7 +341,7 @@ zero_status zero__s3_wait_all(zero__s3 *s) {
     return first;
 }
 
-zero_status zero__s3_end_micro_step(zero__s3 *s) {
+zero_status zero__s3_settle(zero__s3 *s) {
     zero_status st = zero__s3_wait_all(s);
     for (uint32_t i = 0; i < s->nparams; i++) {
         zero__s3_param *p = &s->params[i];
@@ -351,15 +351,18 @@ zero_status zero__s3_end_micro_step(zero__s3 *s) {
     }
     s->prefetch_outstanding = 0;
     /* A step that left the recorded order (or gathered fewer/more params)
-     * teaches the new order; a step that matched keeps the trace. */
+     * teaches the new order; a step that matched keeps the trace, and so
+     * does one that gathered nothing (a phase left right after a step, or
+     * entered and left again: nothing was learnt). */
     int matched = s->on_track && s->trace.valid && s->pos == s->trace.len;
-    if (!matched) {
+    if (!matched && s->pos > 0) {
         if (s->on_track && s->trace.valid && !s->warned_divergence) {
             s->warned_divergence = 1;
             s->svc->log(s->c, ZERO_LOG_WARN,
-                        "stage3: micro-step %llu gathered %zu params, the recorded order has %zu: re-recording "
-                        "(warned once)",
-                        (unsigned long long)s->micro_steps, s->pos, s->trace.len);
+                        "stage3: micro-step %llu gathered %zu params in phase '%s', its recorded order has %zu: "
+                        "re-recording (warned once; a host that evaluates or generates between training steps "
+                        "names that phase with zero_set_phase)",
+                        (unsigned long long)s->micro_steps, s->pos, zero__s3_phase_name(s), s->trace.len);
         }
         zero__s3_trace_swap(&s->trace, &s->record);
         if (zero__s3_trace_finish(&s->trace, s) != 0)
@@ -370,6 +373,11 @@ zero_status zero__s3_end_micro_step(zero__s3 *s) {
     s->verified = 0;
     s->req_hash = ZERO__S3_FNV_OFFSET;
     s->on_track = s->trace.valid;
+    return st;
+}
+
+zero_status zero__s3_end_micro_step(zero__s3 *s) {
+    zero_status st = zero__s3_settle(s);
     s->micro_steps++;
     return st;
 }

@@ -105,22 +105,32 @@ static zero_status s3_params_done(void *state) {
     s->nranks = (int)s->L->world;
     s->dtype = rc->model_dtype;
     s->esize = zero__s3_dtype_size(s->dtype);
+    s->gdtype = zero__grad_dtype_of(rc);
+    s->gesize = zero__s3_dtype_size(s->gdtype);
     s->nparams = svc->nparams(s->c);
     s->prefetch_numel = nonneg(rc->stage3_prefetch_bucket_size);
     s->persist_below = nonneg(rc->stage3_param_persistence_threshold);
     s->max_reuse = nonneg(rc->stage3_max_reuse_distance);
     s->pool.limit = nonneg(rc->stage3_max_live_parameters) * s->esize;
-    s->contiguous = rc->contiguous_gradients;
+    /* fp32 accumulation of a 16-bit model: fp32 slots, so the host writes
+     * model-dtype temporaries that on_grad_ready widens into them */
+    s->contiguous = s->gdtype == s->dtype && rc->contiguous_gradients;
 
     const size_t part = (size_t)s->L->part_numel;
     s->shard = alloc_tagged(s, ZERO_MEM_PARAMS, part * s->esize);
     s->master = s->dtype == ZERO_DTYPE_F32 ? s->shard : alloc_tagged(s, ZERO_MEM_MASTER, part * sizeof(float));
-    s->grads = alloc_tagged(s, ZERO_MEM_GRADS, part * s->esize);
+    s->grads = alloc_tagged(s, ZERO_MEM_GRADS, part * s->gesize);
     s->nstate = svc->optim_state_count(s->c);
     uint32_t ng = s->L->ngroups;
     s->owned = calloc(ng ? ng : 1, sizeof *s->owned);
     s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
-    int ok = s->shard && s->master && s->grads && s->nstate <= 4 && s->owned && s->params;
+    /* phase 0 is "train", the phase every engine starts in (zero_set_phase) */
+    s->phases = calloc(ZERO__S3_MAX_PHASES, sizeof *s->phases);
+    if (s->phases) {
+        strcpy(s->phases[0].name, "train");
+        s->nphases = 1;
+    }
+    int ok = s->shard && s->master && s->grads && s->nstate <= 4 && s->owned && s->params && s->phases;
     for (uint32_t k = 0; ok && k < s->nstate; k++)
         ok = (s->state[k] = alloc_tagged(s, ZERO_MEM_OPTIM, part * sizeof(float))) != NULL;
     if (!ok)
@@ -158,7 +168,7 @@ static zero_status s3_params_done(void *state) {
     spec.contiguous = s->contiguous;
     spec.partition = s->grads;
     spec.reduce_every_micro_step = 1; /* no full gradient may exist: reduce every micro-step */
-    spec.grad_dtype = s->dtype;
+    spec.grad_dtype = s->gdtype;
     return svc->buckets_create(s->c, &spec, &s->b);
 }
 
@@ -202,9 +212,10 @@ static zero_status s3_blobs(zero__s3 *s, const char *dir, int write) {
     if (st == ZERO_OK && (void *)s->master != s->shard)
         st = write ? svc->ckpt_write(s->c, dir, "stage3.params", s->shard, bytes)
                    : svc->ckpt_read(s->c, dir, "stage3.params", s->shard, bytes);
+    const size_t gbytes = (size_t)s->L->part_numel * s->gesize;
     if (st == ZERO_OK)
-        st = write ? svc->ckpt_write(s->c, dir, "stage3.grads", s->grads, bytes)
-                   : svc->ckpt_read(s->c, dir, "stage3.grads", s->grads, bytes);
+        st = write ? svc->ckpt_write(s->c, dir, "stage3.grads", s->grads, gbytes)
+                   : svc->ckpt_read(s->c, dir, "stage3.grads", s->grads, gbytes);
     return st;
 }
 
@@ -253,6 +264,7 @@ static void s3_destroy(void *state) {
     free(s->pool.caps);
     zero__s3_trace_free(&s->trace);
     zero__s3_trace_free(&s->record);
+    zero__s3_phases_free(s);
     for (uint32_t k = 0; k < 4; k++) svc->mem_free(s->c, s->state[k]);
     if ((void *)s->master != s->shard) svc->mem_free(s->c, s->master);
     svc->mem_free(s->c, s->grads);
@@ -266,7 +278,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .struct_size = sizeof(zero_plugin_table_v1),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
-    .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS,
+    .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES,
     .name = "stage3",
     .description = "ZeRO-3: parameters, gradients and optimizer states partitioned; params gathered just in time "
                    "with trace-driven prefetch",
@@ -281,4 +293,5 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .load = s3_load,
     .sync = s3_sync,
     .destroy = s3_destroy,
+    .set_phase = zero__s3_set_phase,
 };

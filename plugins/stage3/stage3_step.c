@@ -24,6 +24,7 @@ zero_part_step zero__s3_part_step(const zero__s3 *s) {
     ps.norm_comm = s->world;
     ps.dtype = s->dtype;
     ps.grad = s->grads;
+    ps.grad_dtype = s->gdtype;
     ps.grad_index = ZERO_INDEX_PART;
     ps.master = s->master;
     ps.master_index = ZERO_INDEX_PART;
@@ -45,7 +46,7 @@ zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_repor
     if (st == ZERO_OK) st = fl;
     if (st != ZERO_OK) return st;
     if (!ctx->boundary) return zero__s3_prefetch_ahead(s); /* params unchanged: fetch the first layers now */
-    const size_t gbytes = (size_t)s->L->part_numel * s->esize;
+    const size_t gbytes = (size_t)s->L->part_numel * s->gesize;
     /* The core's shared step: norm over the partition (all-reduced in fp64
      * with the overflow flag), DeepSpeed's clip coefficient, and the fused
      * optimizer pass over the shard.  fp32: the shard is the master, updated

@@ -87,7 +87,7 @@ _Static_assert(offsetof(zero_comm_stats, exposed_comm_seconds) == 72, "offsetof(
 _Static_assert(offsetof(zero_comm_stats, total_comm_seconds) == 80, "offsetof(zero_comm_stats, total_comm_seconds)");
 
 /* zero_run_config */
-_Static_assert(sizeof(zero_run_config) == 256, "sizeof(zero_run_config)");
+_Static_assert(sizeof(zero_run_config) == 264, "sizeof(zero_run_config)");
 _Static_assert(offsetof(zero_run_config, struct_size) == 0, "offsetof(zero_run_config, struct_size)");
 _Static_assert(offsetof(zero_run_config, stage) == 4, "offsetof(zero_run_config, stage)");
 _Static_assert(offsetof(zero_run_config, train_batch_size) == 8, "offsetof(zero_run_config, train_batch_size)");
@@ -132,6 +132,8 @@ _Static_assert(offsetof(zero_run_config, stage3_max_reuse_distance) == 232, "off
 _Static_assert(offsetof(zero_run_config, sub_group_size) == 240, "offsetof(zero_run_config, sub_group_size)");
 _Static_assert(offsetof(zero_run_config, strict_grads) == 248, "offsetof(zero_run_config, strict_grads)");
 _Static_assert(offsetof(zero_run_config, pipeline_stages) == 252, "offsetof(zero_run_config, pipeline_stages)");
+_Static_assert(offsetof(zero_run_config, grad_accum_dtype) == 256, "offsetof(zero_run_config, grad_accum_dtype)");
+_Static_assert(offsetof(zero_run_config, comm_dtype) == 260, "offsetof(zero_run_config, comm_dtype)");
 
 /* zero_param_info */
 _Static_assert(sizeof(zero_param_info) == 80, "sizeof(zero_param_info)");
@@ -212,7 +214,7 @@ _Static_assert(offsetof(zero_opt_range, grad_dtype) == 88, "offsetof(zero_opt_ra
 _Static_assert(offsetof(zero_opt_range, reserved1) == 92, "offsetof(zero_opt_range, reserved1)");
 
 /* zero_part_step */
-_Static_assert(sizeof(zero_part_step) == 104, "sizeof(zero_part_step)");
+_Static_assert(sizeof(zero_part_step) == 112, "sizeof(zero_part_step)");
 _Static_assert(offsetof(zero_part_step, struct_size) == 0, "offsetof(zero_part_step, struct_size)");
 _Static_assert(offsetof(zero_part_step, nranges) == 4, "offsetof(zero_part_step, nranges)");
 _Static_assert(offsetof(zero_part_step, ranges) == 8, "offsetof(zero_part_step, ranges)");
@@ -227,6 +229,8 @@ _Static_assert(offsetof(zero_part_step, state) == 56, "offsetof(zero_part_step, 
 _Static_assert(offsetof(zero_part_step, param_out) == 88, "offsetof(zero_part_step, param_out)");
 _Static_assert(offsetof(zero_part_step, param_out_index) == 96, "offsetof(zero_part_step, param_out_index)");
 _Static_assert(offsetof(zero_part_step, reserved0) == 100, "offsetof(zero_part_step, reserved0)");
+_Static_assert(offsetof(zero_part_step, grad_dtype) == 104, "offsetof(zero_part_step, grad_dtype)");
+_Static_assert(offsetof(zero_part_step, reserved1) == 108, "offsetof(zero_part_step, reserved1)");
 
 /* zero_grad_norm */
 _Static_assert(sizeof(zero_grad_norm) == 32, "sizeof(zero_grad_norm)");
@@ -313,7 +317,7 @@ _Static_assert(offsetof(zero_step_report, overflow) == 4, "offsetof(zero_step_re
 _Static_assert(offsetof(zero_step_report, grad_norm) == 8, "offsetof(zero_step_report, grad_norm)");
 
 /* zero_plugin_table_v1 */
-_Static_assert(sizeof(zero_plugin_table_v1) == 128, "sizeof(zero_plugin_table_v1)");
+_Static_assert(sizeof(zero_plugin_table_v1) == 136, "sizeof(zero_plugin_table_v1)");
 _Static_assert(offsetof(zero_plugin_table_v1, struct_size) == 0, "offsetof(zero_plugin_table_v1, struct_size)");
 _Static_assert(offsetof(zero_plugin_table_v1, abi_major) == 4, "offsetof(zero_plugin_table_v1, abi_major)");
 _Static_assert(offsetof(zero_plugin_table_v1, abi_minor) == 8, "offsetof(zero_plugin_table_v1, abi_minor)");
@@ -332,6 +336,7 @@ _Static_assert(offsetof(zero_plugin_table_v1, save) == 96, "offsetof(zero_plugin
 _Static_assert(offsetof(zero_plugin_table_v1, load) == 104, "offsetof(zero_plugin_table_v1, load)");
 _Static_assert(offsetof(zero_plugin_table_v1, sync) == 112, "offsetof(zero_plugin_table_v1, sync)");
 _Static_assert(offsetof(zero_plugin_table_v1, destroy) == 120, "offsetof(zero_plugin_table_v1, destroy)");
+_Static_assert(offsetof(zero_plugin_table_v1, set_phase) == 128, "offsetof(zero_plugin_table_v1, set_phase)");
 
 /* enumerators */
 _Static_assert(ZERO_OK == 0, "ZERO_OK");
@@ -397,6 +402,7 @@ _Static_assert(ZERO_INDEX_PART == 1, "ZERO_INDEX_PART");
 _Static_assert(ZERO_PLUGIN_CAP_PARTITIONS_PARAMS == 1, "ZERO_PLUGIN_CAP_PARTITIONS_PARAMS");
 _Static_assert(ZERO_PLUGIN_CAP_PIPELINE == 2, "ZERO_PLUGIN_CAP_PIPELINE");
 _Static_assert(ZERO_PLUGIN_CAP_OFFLOAD == 4, "ZERO_PLUGIN_CAP_OFFLOAD");
+_Static_assert(ZERO_PLUGIN_CAP_GRAD_DTYPES == 8, "ZERO_PLUGIN_CAP_GRAD_DTYPES");
 #endif
 
 int main(void) { return 0; } /* the test is that this file compiles */

@@ -598,7 +598,50 @@ static void test_files(void) {
     CHECK_EQ_INT(s, ZERO_ERR_CONFIG);
 }
 
+/* data_types.grad_accum_dtype / communication_data_type (config_dtypes.c):
+ * fp32 by default whatever the model dtype, the model dtype on request,
+ * communication following the accumulation unless set, no other mix. */
+static void test_grad_dtypes(void) {
+    static const struct {
+        const char *json;
+        zero_dtype accum, comm;
+    } good[] = {
+        {"{}", ZERO_DTYPE_F32, ZERO_DTYPE_F32},
+        {"{\"fp16\":{\"enabled\":true}}", ZERO_DTYPE_F32, ZERO_DTYPE_F32},
+        {"{\"bf16\":{\"enabled\":true}}", ZERO_DTYPE_F32, ZERO_DTYPE_F32},
+        {"{\"fp16\":{\"enabled\":true},\"data_types\":{\"grad_accum_dtype\":\"fp16\"}}", ZERO_DTYPE_F16,
+         ZERO_DTYPE_F16},
+        {"{\"bf16\":{\"enabled\":true},\"data_types\":{\"grad_accum_dtype\":\"bf16\"},"
+         "\"communication_data_type\":\"bfp16\"}",
+         ZERO_DTYPE_BF16, ZERO_DTYPE_BF16},
+        {"{\"bf16\":{\"enabled\":true},\"data_types\":{\"grad_accum_dtype\":\"fp32\"},"
+         "\"communication_data_type\":\"fp32\"}",
+         ZERO_DTYPE_F32, ZERO_DTYPE_F32},
+        {"{\"communication_data_type\":null}", ZERO_DTYPE_F32, ZERO_DTYPE_F32},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        zero__config *c = parse_ok(good[i].json, 1);
+        if (!c) continue;
+        const zero_run_config *rc = zero__config_run(c);
+        CHECK(rc->grad_accum_dtype == good[i].accum && rc->comm_dtype == good[i].comm,
+              "%s: accum %d comm %d, expected %d %d", good[i].json, rc->grad_accum_dtype, rc->comm_dtype,
+              good[i].accum, good[i].comm);
+        CHECK(W.count == 0, "%s: %d warnings (the keys are implemented now)", good[i].json, W.count);
+        zero__config_free(c);
+    }
+    parse_bad("{\"data_types\":{\"grad_accum_dtype\":\"fp16\"}}", 1,
+              "data_types.grad_accum_dtype: got \"fp16\" with a fp32 model, expected fp32 or fp32");
+    parse_bad("{\"fp16\":{\"enabled\":true},\"data_types\":{\"grad_accum_dtype\":\"bf16\"}}", 1,
+              "data_types.grad_accum_dtype: got \"bf16\" with a fp16 model");
+    parse_bad("{\"data_types\":{\"grad_accum_dtype\":\"int8\"}}", 1,
+              "data_types.grad_accum_dtype: got \"int8\", expected one of fp32, fp16, bf16");
+    parse_bad("{\"fp16\":{\"enabled\":true},\"communication_data_type\":\"fp16\"}", 1,
+              "communication_data_type: got \"fp16\" while data_types.grad_accum_dtype is \"fp32\"");
+    parse_bad("{\"communication_data_type\":7}", 1, "communication_data_type: got 7");
+}
+
 int main(void) {
+    test_grad_dtypes();
     test_defaults();
     test_user_config();
     test_batch();

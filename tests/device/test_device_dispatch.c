@@ -209,10 +209,12 @@ static zero_engine *open_engine(const run_opts *ro, zero_param **h, size_t *tota
     char json[768];
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
-             " \"gradient_clipping\": 1.0, \"bf16\": {\"enabled\": %s},"
+             " \"gradient_clipping\": 1.0, \"bf16\": {\"enabled\": %s},%s"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.1}},"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 400, \"overlap_comm\": true%s}}",
-             GAS, ro->bf16 ? "true" : "false", ro->stage,
+             GAS, ro->bf16 ? "true" : "false",
+             /* bf16 gradients: this test checks the bucket engine's 16-bit staging on the device */
+             ro->bf16 ? " \"data_types\": {\"grad_accum_dtype\": \"bf16\"}," : "", ro->stage,
              ro->offload ? ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}" : "");
     MPI_Comm mc = MPI_COMM_WORLD;
     zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;

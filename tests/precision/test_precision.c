@@ -354,11 +354,14 @@ static void optimizers(int steps) {
     free(g);
 }
 
-/* E. bytes per tag and tier (this rank) of a bf16 AdamW model. */
-static void memory_formulas(void) {
+/* E. bytes per tag and tier (this rank) of a bf16 AdamW model, with
+ * gradients accumulated in fp32 (the default: gb = 4 bytes per gradient
+ * element) or in bf16 (data_types.grad_accum_dtype "bf16": gb = 2). */
+static void memory_formulas_gb(uint64_t gb) {
     for (int i = 0; i < NSTAGES; i++) {
         prec_cfg c = on_stage(prec_default_cfg(), i);
         c.dtype = ZERO_DTYPE_BF16;
+        if (gb == 2) c.extra_json = "\"data_types\": {\"grad_accum_dtype\": \"bf16\"}";
         c.steps = 2;
         prec_out o;
         prec_run(&c, &o);
@@ -369,8 +372,8 @@ static void memory_formulas(void) {
         const uint64_t M = m[ZERO_MEM_MASTER] + h[ZERO_MEM_MASTER], S = m[ZERO_MEM_OPTIM] + h[ZERO_MEM_OPTIM];
         const uint64_t N = (uint64_t)world_, psi = prec_total_numel();
         if (rank_ == 0)
-            printf("N=%d bf16 memory %-10s params %llu grads %llu master %llu optim %llu bytes (Psi %llu)\n", world_,
-                   c.plugin, (unsigned long long)P, (unsigned long long)G, (unsigned long long)M,
+            printf("N=%d bf16 (grads %d bytes) memory %-10s params %llu grads %llu master %llu optim %llu bytes (Psi %llu)\n", world_,
+                   (int)gb, c.plugin, (unsigned long long)P, (unsigned long long)G, (unsigned long long)M,
                    (unsigned long long)S, (unsigned long long)psi);
         /* part = M / 4 elements (the fp32 master of this rank's partition),
          * flat = part * N (the padded flat space) */
@@ -380,28 +383,33 @@ static void memory_formulas(void) {
         CHECK(flat >= psi && flat <= psi + 64 * N * 4, "N=%d %s: padded flat %llu for Psi %llu", world_, c.plugin,
               (unsigned long long)flat, (unsigned long long)psi);
         if (STAGES[i].stage == 0) { /* 2 + 2 + 12: everything full */
-            CHECK(P == 2 * flat && G == 2 * flat, "N=%d stage0: params %llu grads %llu, expected 2 x %llu", world_,
+            CHECK(P == 2 * flat && G == gb * flat, "N=%d stage0: params %llu grads %llu, expected 2 x %llu", world_,
                   (unsigned long long)P, (unsigned long long)G, (unsigned long long)flat);
         } else if (STAGES[i].stage == 1) { /* 2 + 2 + 12/N */
-            CHECK(P == 2 * flat && G == 2 * flat, "N=%d %s: params/grads not 2 bytes x Psi", world_, c.plugin);
+            CHECK(P == 2 * flat && G == gb * flat, "N=%d %s: params/grads not 2 and gb bytes x Psi", world_, c.plugin);
         } else if (off) { /* device: 2 + 2/N; host: 12/N + the 2/N landing copy of the gradient */
-            CHECK(P == 2 * flat && G == 2 * part && h[ZERO_MEM_GRADS] == 2 * part && m[ZERO_MEM_MASTER] == 0 &&
+            CHECK(P == 2 * flat && G == gb * part && h[ZERO_MEM_GRADS] == gb * part && m[ZERO_MEM_MASTER] == 0 &&
                       m[ZERO_MEM_OPTIM] == 0,
                   "N=%d offload: device params %llu grads %llu, host grads %llu", world_, (unsigned long long)P,
                   (unsigned long long)G, (unsigned long long)h[ZERO_MEM_GRADS]);
         } else if (STAGES[i].stage == 2) { /* 2 + (2 + 12)/N */
-            CHECK(P == 2 * flat && G == 2 * part, "N=%d stage2: params %llu grads %llu, expected %llu and %llu",
+            CHECK(P == 2 * flat && G == gb * part, "N=%d stage2: params %llu grads %llu, expected %llu and %llu",
                   world_, (unsigned long long)P, (unsigned long long)G, (unsigned long long)(2 * flat),
-                  (unsigned long long)(2 * part));
+                  (unsigned long long)(gb * part));
         } else { /* (2 + 2 + 12)/N, plus persistent params below the threshold (p0, p3, p5: 72 elements) */
-            CHECK(G == 2 * part && P >= 2 * part && P <= 2 * part + 2 * 72,
+            CHECK(G == gb * part && P >= 2 * part && P <= 2 * part + 2 * 72,
                   "N=%d stage3: params %llu grads %llu, expected 2 x %llu (+ <= 144 persistent)", world_,
                   (unsigned long long)P, (unsigned long long)G, (unsigned long long)part);
-            CHECK(P + G + M + S <= 16 * part + 2 * 72, "N=%d stage3: %llu bytes > (2+2+12) Psi/N", world_,
+            CHECK(P + G + M + S <= (14 + gb) * part + 2 * 72, "N=%d stage3: %llu bytes > (2+gb+12) Psi/N", world_,
                   (unsigned long long)(P + G + M + S));
         }
         prec_free(&o);
     }
+}
+
+static void memory_formulas(void) {
+    memory_formulas_gb(4);
+    memory_formulas_gb(2);
 }
 
 /* LAMB: per-parameter trust ratios over parameters that straddle ranks.
