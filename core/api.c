@@ -180,8 +180,19 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     if (s != ZERO_OK) return fail_create(e, zero__error(e, s, "%s", msg), err, err_len);
     e->rc = zero__config_run(e->cfg);
     /* offload_optimizer.pin_memory: host-tier blocks (fp32 master, states,
-     * the gradient landing buffer) are pinned so host<->device copies DMA. */
-    if (e->dev) e->dev->pin_host = e->rc->offload_optimizer && e->rc->offload_pin_memory;
+     * the gradient landing buffer) are pinned so host<->device copies DMA.
+     * Unset on a CUDA engine means pinned: pageable memory turns every
+     * gradient copy into a synchronous staged one (DeepSpeed defaults to
+     * false; an explicit false is honoured). */
+    if (e->dev && e->rc->offload_optimizer) {
+        int pin = 0;
+        if (zero__config_bool(e->cfg, "zero_optimization.offload_optimizer.pin_memory", &pin) != 1) {
+            pin = 1;
+            zero__log(e, ZERO_LOG_INFO, "offload on a CUDA engine: host-tier buffers pinned (offload_optimizer."
+                                        "pin_memory unset; set it false for pageable memory)");
+        }
+        e->dev->pin_host = pin;
+    }
 
     /* Plugin choice: explicit option, then $ZERO_PLUGIN, then the config. */
     const char *plugin = opts.plugin;

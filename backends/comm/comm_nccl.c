@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 #ifdef ZERO_HAVE_MPI
 #include <mpi.h>
@@ -29,6 +30,19 @@ typedef struct nccl_comm {
     int device;
     cudaStream_t own_stream; /* created by us */
     cudaStream_t stream;     /* where collectives run: own_stream or the host's */
+    /* A sub-communicator (n_split) runs on a stream of its own, so that its
+     * collectives can overlap the parent's; its data is produced on the
+     * parent's stream (the engine's device stream: optimizer kernels,
+     * copies).  Each collective first makes `stream` wait for the work
+     * queued on `after` so far (an event, no host wait).  NULL: none. */
+    cudaStream_t after;
+    cudaEvent_t after_ev;
+    /* Set (under lock) once ncclCommAbort ran after an asynchronous NCCL
+     * error or a timeout: every later call fails at once instead of queuing
+     * on a dead communicator. */
+    int aborted;
+    char abort_why[256];
+    cudaEvent_t sync_ev; /* sync_stream's, reused under the lock */
     pthread_mutex_t lock;
     void *scratch;           /* device staging for host buffers, grown on demand */
     size_t scratch_bytes;
@@ -118,9 +132,25 @@ static void lock(nccl_comm *c) {
 }
 static void unlock(nccl_comm *c) { pthread_mutex_unlock(&c->lock); }
 
+/* Order this communicator's stream after `after` (see nccl_comm); called
+ * with the lock held, before a device-side collective is queued. */
+static zero_status wait_after(nccl_comm *c) {
+    if (c->aborted)
+        return zero__error(c->base.engine, ZERO_ERR_COMM, "NCCL communicator aborted earlier: %s", c->abort_why);
+    if (!c->after || c->after == c->stream) return ZERO_OK;
+    cudaError_t e = cudaEventRecord(c->after_ev, c->after);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(c->stream, c->after_ev, 0);
+    return e == cudaSuccess ? ZERO_OK : cuda_fail(c, "ordering after the parent stream", e);
+}
+
+static zero_status poll_event(nccl_comm *c, cudaEvent_t ev, int locked);
+
+/* Wait for the stream (lock held): through an event and poll_event, so a
+ * blocking collective with a dead peer is aborted like an asynchronous one. */
 static zero_status sync_stream(nccl_comm *c) {
-    cudaError_t e = cudaStreamSynchronize(c->stream);
-    return e == cudaSuccess ? ZERO_OK : cuda_fail(c, "cudaStreamSynchronize", e);
+    cudaError_t e = cudaEventRecord(c->sync_ev, c->stream);
+    if (e != cudaSuccess) return cuda_fail(c, "cudaEventRecord", e);
+    return poll_event(c, c->sync_ev, 1);
 }
 
 /* ---- construction ------------------------------------------------------ */
@@ -153,6 +183,12 @@ static zero_status wrap(ncclComm_t nc, int owns, struct zero_engine *engine, zer
     c->owns_nc = owns;
     c->device = dev;
     c->stream = c->own_stream;
+    if ((e = cudaEventCreateWithFlags(&c->sync_ev, cudaEventDisableTiming)) != cudaSuccess) {
+        fmt_err(err, err_len, "cudaEventCreateWithFlags: %s%s", cudaGetErrorString(e), "");
+        cudaStreamDestroy(c->own_stream);
+        free(c);
+        return ZERO_ERR_DEVICE;
+    }
     pthread_mutex_init(&c->lock, NULL);
     *out = &c->base;
     return ZERO_OK;
@@ -234,6 +270,8 @@ zero_status zero__comm_nccl_set_stream(zero_comm *m, void *stream) {
     return ZERO_OK;
 }
 
+static void n_free(zero_comm *m);
+
 static zero_status n_split(zero_comm *m, int color, int key, zero_comm **out) {
     nccl_comm *c = (nccl_comm *)m;
     *out = NULL;
@@ -244,15 +282,28 @@ static zero_status n_split(zero_comm *m, int color, int key, zero_comm **out) {
     if (r != ncclSuccess) return nccl_fail(c, "ncclCommSplit", r);
     if (color < 0 || !nc) return ZERO_OK; /* this rank is in no group (MPI_UNDEFINED) */
     zero_status st = wrap(nc, 1, m->engine, out, NULL, 0);
-    if (st != ZERO_OK) ncclCommDestroy(nc);
-    return st;
+    if (st != ZERO_OK) {
+        ncclCommDestroy(nc);
+        return st;
+    }
+    nccl_comm *child = (nccl_comm *)*out;
+    cudaError_t e = cudaEventCreateWithFlags(&child->after_ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        n_free(*out);
+        *out = NULL;
+        return cuda_fail(c, "cudaEventCreateWithFlags", e);
+    }
+    child->after = c->stream;
+    return ZERO_OK;
 }
 
 static void n_free(zero_comm *m) {
     nccl_comm *c = (nccl_comm *)m;
     cudaSetDevice(c->device);
     cudaStreamSynchronize(c->stream);
-    if (c->owns_nc) ncclCommDestroy(c->nc);
+    if (c->after_ev) cudaEventDestroy(c->after_ev);
+    if (c->sync_ev) cudaEventDestroy(c->sync_ev);
+    if (c->owns_nc && !c->aborted) ncclCommDestroy(c->nc); /* an aborted one is already freed */
     if (c->scratch) cudaFree(c->scratch);
     cudaStreamDestroy(c->own_stream);
     pthread_mutex_destroy(&c->lock);
@@ -269,6 +320,8 @@ static zero_status staged(nccl_comm *c, void *buf, size_t bytes, size_t count, n
                           const void *arg, const char *what) {
     void *d = buf;
     int host = !is_device_ptr(buf);
+    zero_status wa = wait_after(c);
+    if (wa != ZERO_OK) return wa;
     if (host) {
         if (!(d = scratch(c, bytes ? bytes : 1))) return cuda_fail(c, "cudaMalloc (NCCL staging)", cudaErrorMemoryAllocation);
         cudaError_t e = cudaMemcpyAsync(d, buf, bytes, cudaMemcpyHostToDevice, c->stream);
@@ -337,7 +390,7 @@ static zero_status n_allgather_bytes(zero_comm *m, const void *send, void *recv,
     size_t total = bytes_each * (size_t)m->size;
     lock(c);
     double t0 = now_s();
-    zero_status st = ZERO_OK;
+    zero_status st = wait_after(c);
     int dev = is_device_ptr(send) && is_device_ptr(recv);
     unsigned char *d = recv;
     if (!dev && !(d = scratch(c, total ? total : 1))) st = cuda_fail(c, "cudaMalloc (NCCL staging)", cudaErrorMemoryAllocation);
@@ -388,8 +441,9 @@ static zero_status n_iallreduce(zero_comm *m, void *buf, size_t count, zero_dtyp
     ncclRedOp_t o;
     if (!nccl_dtype(dt, &t) || !nccl_op(op, &o)) return ZERO_ERR_INVALID_ARGUMENT;
     lock(c);
-    ncclResult_t r = ncclAllReduce(buf, buf, count, t, o, c->nc, c->stream);
-    zero_status st = r == ncclSuccess ? make_req(c, 1, req) : nccl_fail(c, "ncclAllReduce", r);
+    zero_status st = wait_after(c);
+    ncclResult_t r = st == ZERO_OK ? ncclAllReduce(buf, buf, count, t, o, c->nc, c->stream) : ncclSuccess;
+    if (st == ZERO_OK) st = r == ncclSuccess ? make_req(c, 1, req) : nccl_fail(c, "ncclAllReduce", r);
     c->base.counters.allreduce_calls++;
     c->base.counters.bytes_reduced += count * zero__dtype_size(dt);
     unlock(c);
@@ -477,8 +531,12 @@ static zero_status v_collective(zero_comm *m, int gather, const void *send, void
     double t0 = now_s();
     zero_status st;
     if (on_device) {
-        ncclResult_t res = gather ? issue_ag(c, send, recv, counts, t, es) : issue_rs(c, send, recv, counts, t, es);
-        st = res == ncclSuccess ? make_req(c, 1, req) : nccl_fail(c, gather ? "all-gather" : "reduce-scatter", res);
+        st = wait_after(c);
+        ncclResult_t res = ncclSuccess;
+        if (st == ZERO_OK)
+            res = gather ? issue_ag(c, send, recv, counts, t, es) : issue_rs(c, send, recv, counts, t, es);
+        if (st == ZERO_OK)
+            st = res == ncclSuccess ? make_req(c, 1, req) : nccl_fail(c, gather ? "all-gather" : "reduce-scatter", res);
     } else {
         st = staged_v(c, gather, send, recv, counts, t, es, total);
         if (st == ZERO_OK) st = make_req(c, 0, req);
@@ -505,6 +563,37 @@ static zero_status n_iallgatherv(zero_comm *m, const void *send, void *recv, con
     return v_collective(m, 1, send, recv, counts, dt, req);
 }
 
+/* ZERO_NCCL_TIMEOUT_S: seconds a wait may last before the communicator is
+ * aborted (0 or unset: no limit).  Read at each wait; cheap. */
+static double wait_limit_s(void) {
+    const char *v = getenv("ZERO_NCCL_TIMEOUT_S");
+    double t = v ? strtod(v, NULL) : 0.0;
+    return t > 0 ? t : 0.0;
+}
+
+/* Abort the communicator (NCCL's way out of a collective that will never
+ * finish: a peer died or hangs); later calls fail at once.  Called without
+ * the lock. */
+static zero_status abort_comm(nccl_comm *c, int locked, zero_status st, const char *why) {
+    if (!locked) pthread_mutex_lock(&c->lock);
+    if (!c->aborted) {
+        c->aborted = 1;
+        snprintf(c->abort_why, sizeof c->abort_why, "%s", why);
+        ncclCommAbort(c->nc);
+    }
+    if (!locked) pthread_mutex_unlock(&c->lock);
+    return zero__error(c->base.engine, st, "NCCL communicator aborted: %s", why);
+}
+
+/* Is the NCCL communicator broken?  Returns ZERO_OK, or aborts it. */
+static zero_status async_check(nccl_comm *c, int locked) {
+    ncclResult_t ar = ncclSuccess;
+    if (ncclCommGetAsyncError(c->nc, &ar) != ncclSuccess || ar == ncclSuccess || ar == ncclInProgress) return ZERO_OK;
+    char why[200];
+    snprintf(why, sizeof why, "asynchronous error %s (a peer died or the network failed)", ncclGetErrorString(ar));
+    return abort_comm(c, locked, ZERO_ERR_COMM, why);
+}
+
 static zero_status n_test(zero_comm_req *r, int *done) {
     nccl_req *q = (nccl_req *)r;
     nccl_comm *c = (nccl_comm *)r->comm;
@@ -514,8 +603,15 @@ static zero_status n_test(zero_comm_req *r, int *done) {
         cudaError_t e = cudaEventQuery(q->done);
         if (e == cudaErrorNotReady) {
             (void)cudaGetLastError();
-            *done = 0;
-            return ZERO_OK;
+            zero_status st = c->aborted ? ZERO_ERR_COMM : async_check(c, 0);
+            if (st == ZERO_OK) {
+                *done = 0;
+                return ZERO_OK;
+            }
+            e = cudaSuccess; /* the request is finished: as failed */
+            cudaEventDestroy(q->done);
+            free(q);
+            return st;
         }
         cudaEventDestroy(q->done);
         free(q);
@@ -525,15 +621,44 @@ static zero_status n_test(zero_comm_req *r, int *done) {
     return ZERO_OK;
 }
 
+/* Poll rather than cudaEventSynchronize: a collective whose peer died never
+ * completes, and only a poller can notice NCCL's asynchronous error (or the
+ * ZERO_NCCL_TIMEOUT_S limit) and abort the communicator, which makes the
+ * stuck kernel return.  Yields for the first millisecond (a collective that
+ * is about to finish costs no sleep), then sleeps 20 us between polls. */
+static zero_status poll_event(nccl_comm *c, cudaEvent_t ev, int locked) {
+    const double t0 = now_s(), limit = wait_limit_s();
+    for (unsigned long polls = 0;; ++polls) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) return ZERO_OK;
+        if (e != cudaErrorNotReady) return cuda_fail(c, "cudaEventQuery", e);
+        (void)cudaGetLastError();
+        if (c->aborted)
+            return zero__error(c->base.engine, ZERO_ERR_COMM, "NCCL communicator aborted earlier: %s", c->abort_why);
+        zero_status st;
+        if (polls % 64 == 0 && (st = async_check(c, locked)) != ZERO_OK) return st;
+        const double el = now_s() - t0;
+        if (limit > 0 && el > limit) {
+            char why[160];
+            snprintf(why, sizeof why, "a collective did not finish within ZERO_NCCL_TIMEOUT_S=%g s", limit);
+            return abort_comm(c, locked, ZERO_ERR_TIMEOUT, why);
+        }
+        if (el < 1e-3) sched_yield();
+        else {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 static zero_status n_wait(zero_comm_req *r) {
     nccl_req *q = (nccl_req *)r;
     nccl_comm *c = (nccl_comm *)r->comm;
     zero_status st = ZERO_OK;
     if (q->done) {
         cudaSetDevice(c->device);
-        double t0 = now_s();
-        cudaError_t e = cudaEventSynchronize(q->done);
-        if (e != cudaSuccess) st = cuda_fail(c, "cudaEventSynchronize", e);
+        const double t0 = now_s();
+        st = poll_event(c, q->done, 0);
         pthread_mutex_lock(&c->lock);
         c->base.counters.busy_seconds += now_s() - t0;
         pthread_mutex_unlock(&c->lock);

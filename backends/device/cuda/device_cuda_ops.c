@@ -7,6 +7,7 @@
  * Thread-safety: as device_cuda.c (every op may run on several threads);
  * each op makes the device current on the calling thread first. */
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,25 @@ typedef struct cuda_dev {
     zero__device base;
     zero_cuda_device *cd;
     char err[256]; /* kernel launch failures (memory/stream ones are in cd's text) */
+    /* Scratch of the reductions (sumsq's lanes and tree, the non-finite
+     * flag), kept between calls: a fresh block per call cost an allocation,
+     * a memset and a stream synchronisation each time.  red_lock serialises
+     * its users (each waits for its own result anyway). */
+    pthread_mutex_t red_lock;
+    double *red;     /* device, red_cap doubles */
+    size_t red_cap;
 } cuda_dev;
+
+/* At least `doubles` of reduction scratch; called with red_lock held. */
+static double *red_scratch(cuda_dev *d, size_t doubles) {
+    if (d->red_cap >= doubles) return d->red;
+    if (d->red) zero_cuda_free(d->cd, d->red);
+    d->red_cap = 0;
+    size_t want = doubles < 1024 ? 1024 : doubles + doubles / 4; /* room for a somewhat larger range next time */
+    if (!(d->red = zero_cuda_alloc(d->cd, ZERO_TIER_DEVICE, want * sizeof(double)))) return NULL;
+    d->red_cap = want;
+    return d->red;
+}
 
 #define CD(d) (((cuda_dev *)(d))->cd)
 
@@ -69,31 +88,35 @@ static zero_status cd_optim_step(zero__device *d, zero_optim_kind k, const zero_
                                  zero_dtype odt, size_t n) {
     current(d);
     zero_cuda_mt_tensor t = {master, state[0], state[1], grad, out, (uint64_t)n};
-    zero_status st = launched(d, zero_cuda_optim_step(k, s, &t, 1, gdt, odt, grad_mul, NULL, stream_of(d)), "optim_step");
-    /* Wait for the new weights: the parameter all-gather that follows may
-     * run on a sub-communicator's own NCCL stream (stage 3 gathers on a
-     * private split of the world), which this stream does not order. */
-    return st == ZERO_OK ? zero_cuda_comm_sync(CD(d)) : st;
+    /* No wait here: a parameter all-gather on a sub-communicator's own NCCL
+     * stream (stage 3) first waits for this stream's work (comm_nccl.c,
+     * after_stream), so the new weights are ordered without the host. */
+    return launched(d, zero_cuda_optim_step(k, s, &t, 1, gdt, odt, grad_mul, NULL, stream_of(d)), "optim_step");
 }
 
 static zero_status cd_sumsq(zero__device *d, const void *x, zero_dtype dt, size_t n, double *out) {
     current(d);
+    cuda_dev *c = (cuda_dev *)d;
     size_t nb = zero_cuda_sumsq_scratch(n);
-    double *scratch = zero_cuda_alloc(CD(d), ZERO_TIER_DEVICE, (nb + 1) * sizeof(double));
-    if (!scratch) return ZERO_ERR_OUT_OF_MEMORY;
-    zero_status s = launched(d, zero_cuda_sumsq(x, dt, n, scratch, scratch + nb, stream_of(d)), "sumsq");
+    pthread_mutex_lock(&c->red_lock);
+    double *scratch = red_scratch(c, nb + 1);
+    zero_status s = scratch ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
+    if (s == ZERO_OK) s = launched(d, zero_cuda_sumsq(x, dt, n, scratch, scratch + nb, stream_of(d)), "sumsq");
     if (s == ZERO_OK) s = zero_cuda_copy(CD(d), out, scratch + nb, sizeof(double)); /* synchronises */
-    zero_cuda_free(CD(d), scratch);
+    pthread_mutex_unlock(&c->red_lock);
     return s;
 }
 
 static zero_status cd_nonfinite(zero__device *d, const void *x, zero_dtype dt, size_t n, int *out) {
     current(d);
-    int32_t *flag = zero_cuda_alloc(CD(d), ZERO_TIER_DEVICE, sizeof(int32_t)), h = 0;
-    if (!flag) return ZERO_ERR_OUT_OF_MEMORY;
-    zero_status s = launched(d, zero_cuda_nonfinite(x, dt, n, flag, stream_of(d)), "nonfinite");
+    cuda_dev *c = (cuda_dev *)d;
+    int32_t h = 0;
+    pthread_mutex_lock(&c->red_lock);
+    int32_t *flag = (int32_t *)red_scratch(c, 1);
+    zero_status s = flag ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
+    if (s == ZERO_OK) s = launched(d, zero_cuda_nonfinite(x, dt, n, flag, stream_of(d)), "nonfinite");
     if (s == ZERO_OK) s = zero_cuda_copy(CD(d), &h, flag, sizeof h);
-    zero_cuda_free(CD(d), flag);
+    pthread_mutex_unlock(&c->red_lock);
     *out = h != 0;
     return s;
 }
@@ -125,7 +148,8 @@ static const char *cd_error(zero__device *d) {
 }
 
 static void cd_close(zero__device *d) {
-    zero_cuda_device_close(CD(d));
+    zero_cuda_device_close(CD(d)); /* frees every region, the reduction scratch's too */
+    pthread_mutex_destroy(&((cuda_dev *)d)->red_lock);
     free(d);
 }
 
@@ -165,6 +189,7 @@ zero_status zero__device_cuda_open(int ordinal, void *compute_stream, zero__devi
         free(d);
         return s;
     }
+    pthread_mutex_init(&d->red_lock, NULL);
     d->base.ops = &cuda_ops;
     d->base.ordinal = zero_cuda_device_ordinal(d->cd); /* resolved when ordinal was ZERO_DEVICE_INDEX_AUTO */
     *out = &d->base;
