@@ -246,6 +246,53 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_lanes(const void *ZERO_RESTRICT x, int32
     lanes[t] = acc;
 }
 
+/* Phase 1, four lanes per thread: thread t of a block takes lanes 4t..4t+3
+ * and reads them with one 16-byte (fp32) or 8-byte (16-bit) load per step,
+ * so 8 threads cover a block and a warp moves 4 x 128 (or 4 x 64) bytes
+ * per load instruction; each lane still adds its own elements in order.
+ * Needs x aligned to 4 elements (the launcher checks; block starts are
+ * multiples of 4096 elements). */
+ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_lanes4(const void *ZERO_RESTRICT x, int32_t dt, uint64_t n,
+                                               double *ZERO_RESTRICT lanes) {
+    const uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint64_t per_block = ZERO_CUDA_SUMSQ_LANES / 4;
+    const uint64_t nblocks = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
+    if (t >= nblocks * per_block) return;
+    const uint64_t b = t / per_block, k0 = (t % per_block) * 4;
+    const uint64_t lo = b * ZERO_CUDA_SUMSQ_BLOCK;
+    const uint64_t len = n - lo < ZERO_CUDA_SUMSQ_BLOCK ? n - lo : ZERO_CUDA_SUMSQ_BLOCK;
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    uint64_t k = k0;
+    if (dt == ZERO_DTYPE_F32) {
+        const float *ZERO_RESTRICT p = (const float *)x + lo;
+        ZERO_CUDA_UNROLL(8)
+        for (; k + 4 <= len; k += ZERO_CUDA_SUMSQ_LANES) {
+            const zero_cuda_f4 v = *(const zero_cuda_f4 *)(p + k);
+            const double d0 = (double)v.x, d1 = (double)v.y, d2 = (double)v.z, d3 = (double)v.w;
+            acc[0] += d0 * d0, acc[1] += d1 * d1, acc[2] += d2 * d2, acc[3] += d3 * d3;
+        }
+    } else {
+        const uint16_t *ZERO_RESTRICT p = (const uint16_t *)x + lo;
+        const int bf = dt == ZERO_DTYPE_BF16;
+        ZERO_CUDA_UNROLL(8)
+        for (; k + 4 <= len; k += ZERO_CUDA_SUMSQ_LANES) {
+            const zero_cuda_u2 v = *(const zero_cuda_u2 *)(p + k);
+            const uint16_t h[4] = {(uint16_t)(v.x & 0xffffu), (uint16_t)(v.x >> 16), (uint16_t)(v.y & 0xffffu),
+                                   (uint16_t)(v.y >> 16)};
+            for (int e = 0; e < 4; ++e) {
+                const double d = (double)(bf ? zero_bf16_to_f32(h[e]) : zero_f16_to_f32(h[e]));
+                acc[e] += d * d;
+            }
+        }
+    }
+    /* the block's last, partial step: lanes whose element exists */
+    for (int e = 0; e < 4 && k + (uint64_t)e < len; ++e) {
+        const double d = (double)zero_cuda_ld(x, dt, lo + k + (uint64_t)e);
+        acc[e] += d * d;
+    }
+    for (int e = 0; e < 4; ++e) lanes[b * ZERO_CUDA_SUMSQ_LANES + k0 + (uint64_t)e] = acc[e];
+}
+
 /* Phase 2: one thread per block folds its 32 lanes (zero_sumsq_fold, the
  * CPU's tree) into the block sum: 256 contiguous bytes per thread. */
 ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_fold(const double *ZERO_RESTRICT lanes, uint64_t nblocks,

@@ -75,7 +75,13 @@ ZERO_CUDA_API zero_status zero_cuda_sumsq(const void *x, zero_dtype dt, uint64_t
     }
     const uint64_t nlanes = m * ZERO_CUDA_SUMSQ_LANES;
     double *sums = scratch + nlanes;
-    ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_lanes, zero_cuda_grid_of(nlanes), ZERO_CUDA_THREADS, stream, x, dt, n, scratch);
+    const uintptr_t al = (uintptr_t)(dt == ZERO_DTYPE_F32 ? 16 : 8);
+    if ((uintptr_t)x % al == 0)
+        ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_lanes4, zero_cuda_grid_of(nlanes / 4), ZERO_CUDA_THREADS, stream, x, dt, n,
+                         scratch);
+    else
+        ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_lanes, zero_cuda_grid_of(nlanes), ZERO_CUDA_THREADS, stream, x, dt, n,
+                         scratch);
     ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_fold, zero_cuda_grid_of(m), ZERO_CUDA_THREADS, stream, scratch, m,
                      m == 1 ? out : sums);
     const double *in = sums;

@@ -161,20 +161,25 @@ static void test_sumsq(void) {
      * tree levels) */
     const size_t ns[] = {0, 1, 7, 8, 9, 4095, 4096, 4097, 3 * 4096 + 5, 300001, 64 * 4096, 64 * 4096 + 1,
                          (size_t)ZERO_CUDA_THREADS * 4096 + 4101, 10000003};
-    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; ++t) {
-        size_t n = ns[t];
-        for (int dt = 0; dt < 3; ++dt) {
-            void *x = rand_array(dt, n, -3.f, 3.f);
-            float *xf = malloc((n ? n : 1) * 4);
-            zero__convert(xf, ZERO_DTYPE_F32, x, dt, n);
-            double *scratch = calloc(zero_cuda_sumsq_scratch(n), sizeof(double));
-            double out = -1.0;
-            CHECK_EQ_INT(zero_cuda_sumsq(x, dt, n, scratch, &out, NULL), ZERO_OK);
-            double ref = zero__sumsq_f32(xf, n);
-            CHECK(memcmp(&out, &ref, sizeof out) == 0, "sumsq n=%zu %s: %.17g vs CPU %.17g", n, dt_name(dt), out, ref);
-            free(x), free(xf), free(scratch);
+    /* offset 0: the four-lanes-per-thread kernel (aligned); 1: misaligned,
+     * one lane per thread */
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; ++t)
+        for (size_t off = 0; off < 2; ++off) {
+            size_t n = ns[t];
+            for (int dt = 0; dt < 3; ++dt) {
+                char *base = rand_array(dt, n + off, -3.f, 3.f);
+                void *x = base + off * dt_size(dt);
+                float *xf = malloc((n ? n : 1) * 4);
+                zero__convert(xf, ZERO_DTYPE_F32, x, dt, n);
+                double *scratch = calloc(zero_cuda_sumsq_scratch(n), sizeof(double));
+                double out = -1.0;
+                CHECK_EQ_INT(zero_cuda_sumsq(x, dt, n, scratch, &out, NULL), ZERO_OK);
+                double ref = zero__sumsq_f32(xf, n);
+                CHECK(memcmp(&out, &ref, sizeof out) == 0, "sumsq n=%zu %s offset %zu: %.17g vs CPU %.17g", n,
+                      dt_name(dt), off, out, ref);
+                free(base), free(xf), free(scratch);
+            }
         }
-    }
 }
 
 static void test_nonfinite(void) {
