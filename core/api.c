@@ -411,16 +411,15 @@ zero_status zero_release(zero_engine *e, zero_param *const *params, size_t n) {
         if (s != ZERO_OK) return s;
     }
     if (!e->plugin.table->release) return ZERO_OK;
-    /* Stage 3 may reuse a released gather buffer for the next all-gather,
-     * which runs on a communicator stream the host's stream does not order:
+    /* Stage 3 may reuse a released gather buffer for the next all-gather:
      * the kernels that read these params (queued on the compute stream) must
-     * be done first.  One host synchronisation per release on a CUDA engine
-     * with a parameter-partitioning plugin (docs/gpu.md, known limits). */
+     * be done first.  libzero's stream waits for the compute stream here (an
+     * event, no host wait); every later write into the buffer is queued on
+     * libzero's stream or on a sub-communicator's NCCL stream, which waits
+     * for libzero's stream before each collective (comm_nccl.c), so the
+     * reuse is ordered after the readers without draining the GPU. */
     if (e->dev && n && (e->plugin.table->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS)) {
         zero_status s = device_order(e, 1, NULL);
-        if (s == ZERO_OK && (s = e->dev->ops->sync(e->dev)) != ZERO_OK)
-            return zero__error(e, s, "zero_release: waiting for the compute stream failed: %s",
-                               e->dev->ops->error(e->dev));
         if (s != ZERO_OK) return s;
     }
     zero_param_info **infos = malloc((n ? n : 1) * sizeof *infos);
