@@ -129,8 +129,18 @@ static int can_post_recv(zm_op *op, zm_cursor c) {
     /* last step: recv itself, or a slot whose previous chunk (j - window)
      * was already summed, since at most `window` receives are posted */
     if (c.k == g->nsteps - 1) return 1;
-    /* buf[k%2] chunk j was read by send (k-1, j): it must be complete. */
-    if (c.j >= nchunks(g, send_block(op, c.k - 1))) return 1;
+    /* buf[k%2] chunk j was last filled by the latest earlier step of the
+     * same parity whose block has a chunk j, and read by the send one step
+     * after that.  With zero counts that step need not be k-2: steps whose
+     * blocks are empty are skipped, so the last reader can be send (k-3, j)
+     * or earlier while send (k-1, j) does not exist.  Waiting until every
+     * send before (k-1, j) in (step, chunk) order is complete covers the
+     * last reader whatever was skipped (sends complete in that order), and
+     * cannot deadlock: those sends depend only on receives before (k, j).
+     * (The old test returned early when step k-1 had no chunk j and let
+     * this receive overwrite a buffer a pending send was still reading:
+     * wrong sums whenever a bucket spans non-adjacent blocks, e.g. N >= 9
+     * with partitions smaller than a bucket.) */
     zm_cursor dep = {c.k - 1, c.j};
     return before(dep, g->sdone);
 }
