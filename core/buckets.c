@@ -646,8 +646,15 @@ static zero_status launch(zero_buckets *b, uint32_t k) {
      * flush all-gathers the 16-bit blocks: every rank then holds bitwise the
      * gradient the partitioned stages step with, and the fp32 traffic halves */
     bk->direct = direct_block(b, bk, send);
+    /* fp32 ALLREDUCE: blocks are the layout's rank shares clipped to the
+     * bucket (counts), as for every other mode, so each element is summed
+     * in its owner's ring order whatever the bucket boundaries: stage 0 is
+     * then bitwise stage 1/2/3 (issue 13; an even split of each bucket gave
+     * elements other owners, hence another order, as soon as a bucket was
+     * smaller than its group) */
+    (void)n;
     if (b->spec.mode == ZERO_BUCKETS_ALLREDUCE && !b->mixed)
-        s = zero__iallreduce(b->comm, send, n, ZERO_DTYPE_F32, ZERO_OP_SUM, &bk->req);
+        s = zero__iallreducev(b->comm, send, counts, ZERO_DTYPE_F32, &bk->req);
     else if (bk->direct) /* window start: the partition block receives the sum (see direct_block) */
         s = zero__ireduce_scatterv(b->comm, send, elem(b->part, bk->part_pos, 4), counts, ZERO_DTYPE_F32, &bk->req);
     else /* in place: this rank's block of the bucket receives the sum */

@@ -359,7 +359,7 @@ static zero_status submit(zm_comm *c, zm_op *op, zero_comm_req **req) {
     return ZERO_OK;
 }
 
-static zero_status ring_allreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_comm_req **req);
+static zero_status ring_allreduce(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req);
 
 zero_status zero__zm_iallreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op rop,
                                 zero_comm_req **req) {
@@ -370,8 +370,15 @@ zero_status zero__zm_iallreduce(zero_comm *m, void *buf, size_t count, zero_dtyp
                            "comm: iallreduce of dtype %d is not supported", dt);
     MPI_Op mop = rop == ZERO_OP_SUM ? MPI_SUM : rop == ZERO_OP_MAX ? MPI_MAX : rop == ZERO_OP_MIN ? MPI_MIN : MPI_OP_NULL;
     if (mop == MPI_OP_NULL) return zero__error(m->engine, ZERO_ERR_INVALID_ARGUMENT, "comm: unknown reduce op %d", rop);
-    if (rop == ZERO_OP_SUM && zero__comm_dtype_summable(dt) && !c->pe->native_allreduce)
-        return ring_allreduce(m, buf, count, dt, req);
+    if (rop == ZERO_OP_SUM && zero__comm_dtype_summable(dt) && !c->pe->native_allreduce) {
+        size_t *counts = malloc((size_t)m->size * sizeof *counts);
+        if (!counts) return ZERO_ERR_OUT_OF_MEMORY;
+        for (int b = 0; b < m->size; ++b)
+            counts[b] = count / (size_t)m->size + ((size_t)b < count % (size_t)m->size ? 1 : 0);
+        zero_status st = ring_allreduce(m, buf, counts, dt, req);
+        free(counts);
+        return st;
+    }
     zm_op *op = op_new(m, ZM_OP_NATIVE);
     size_t piece = (size_t)INT_MAX;
     int n = (int)((count + piece - 1) / piece);
@@ -517,15 +524,10 @@ zero_status zero__zm_ireduce_scatterv(zero_comm *m, const void *send, void *recv
  * the bytes of a reduce-scatter, progressed by our engine (libnbc's
  * MPI_Iallreduce measured several times slower here), and every rank ends
  * with bitwise the same values, each block summed once by its owner. */
-static zero_status ring_allreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_comm_req **req) {
+static zero_status ring_allreduce(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req) {
     zm_comm *c = ZM(m);
-    size_t *counts = malloc((size_t)m->size * sizeof *counts);
-    if (!counts) return ZERO_ERR_OUT_OF_MEMORY;
-    for (int b = 0; b < m->size; ++b)
-        counts[b] = count / (size_t)m->size + ((size_t)b < count % (size_t)m->size ? 1 : 0);
     zero_status st;
     zm_op *op = ring_new(m, ZM_OP_RS_RING, buf, NULL, counts, dt, &st);
-    free(counts);
     if (!op) return st;
     zm_ring *g = &op->ring;
     g->recv = (char *)buf + g->displ[g->r] * g->esz;
@@ -537,6 +539,23 @@ static zero_status ring_allreduce(zero_comm *m, void *buf, size_t count, zero_dt
     }
     ring_start_cursors(op);
     return submit(c, op, req);
+}
+
+/* Allreduce over given blocks (the bucket engine passes the layout's rank
+ * shares clipped to a bucket): each block is reduced by the same ring as
+ * zero__zm_ireduce_scatterv with these counts, so its sum is bitwise the one
+ * a reduce-scatter over the same layout forms (issue 13: stage 0 split every
+ * bucket evenly instead, which gave its elements other owners, hence another
+ * summation order, than stages 1-3 whenever a bucket was not a whole group).
+ * ZERO_COMM_ALLREDUCE=mpi and non-summable types keep MPI's own allreduce. */
+zero_status zero__zm_iallreducev(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req) {
+    zm_comm *c = ZM(m);
+    if (!zero__comm_dtype_summable(dt) || c->pe->native_allreduce) {
+        size_t total = 0;
+        for (int b = 0; b < m->size; ++b) total += counts[b];
+        return zero__zm_iallreduce(m, buf, total, dt, ZERO_OP_SUM, req);
+    }
+    return ring_allreduce(m, buf, counts, dt, req);
 }
 
 static zero_status native_allgatherv(zero_comm *m, zm_op *op, zero_comm_req **req) {
