@@ -54,6 +54,7 @@
 
 #include "device.h"
 #include "engine.h"
+#include "jitter.h"
 #include "optim.h"
 
 typedef struct zb_bucket {
@@ -428,6 +429,7 @@ static void notify_final(const zero_buckets *b, const zb_bucket *bk) {
 }
 
 static zero_status complete_oldest(zero_buckets *b) {
+    zero__jitter(ZERO_JITTER_COMPLETE);
     uint32_t k = b->fifo[b->fifo_head];
     b->fifo_head = (b->fifo_head + 1) % (b->nb ? b->nb : 1);
     b->fifo_len--;
@@ -488,6 +490,7 @@ static zero_status complete_oldest(zero_buckets *b) {
  * host adds into it; fresh memory is zero-filled; in-place modes' fp32
  * staging is overwritten whole.  Called with mu held. */
 static zero_status take_slot(zero_buckets *b, uint32_t i, uint32_t k, int fresh) {
+    zero__jitter(ZERO_JITTER_SLOT);
     zb_slot *sl = &b->slots[i];
     const uint64_t n = b->b[k].hi - b->b[k].lo;
     const uint64_t zlo = sl->zlo < n ? sl->zlo : n, zhi = sl->zhi < n ? sl->zhi : n;
@@ -617,6 +620,7 @@ static int direct_block(const zero_buckets *b, const zb_bucket *bk, const float 
 static zero_status launch(zero_buckets *b, uint32_t k) {
     zb_bucket *bk = &b->b[k];
     zero_status s = ZERO_OK;
+    zero__jitter(ZERO_JITTER_LAUNCH);
     bk->launched = 1;
     if (k == 0) begin_pass(b); /* launches run in bucket order: bucket 0 opens every pass */
     if (!needs_comm(b)) { /* world 1: the local sum is already in place */
@@ -756,6 +760,7 @@ zero_status zero__buckets_ready(zero_buckets *b, uint32_t index, const void *src
     if (!b || index >= b->np) return ZERO_ERR_INVALID_ARGUMENT;
     const zb_param *p = &b->pm[index];
     zero_status s = ZERO_OK;
+    zero__jitter(ZERO_JITTER_HOOK);
     if (src && p->numel) {
         void *slot;
         /* The slot cannot be recycled before this param is marked ready, so
@@ -764,6 +769,7 @@ zero_status zero__buckets_ready(zero_buckets *b, uint32_t index, const void *src
         if ((s = add_into_dt(b, slot, b->spec.grad_dtype, src, dt, (size_t)p->numel)) != ZERO_OK) return s;
     }
     if (!is_reducing(b)) return ZERO_OK; /* accumulate only: nothing to count */
+    zero__jitter(ZERO_JITTER_HOOK);
     pthread_mutex_lock(&b->mu);
     for (uint32_t k = p->first_bucket; k < p->first_bucket + p->nbuckets; k++) {
         if (b->b[k].pending == 0) {

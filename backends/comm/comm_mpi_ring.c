@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "comm_mpi_internal.h"
+#include "jitter.h"
 #include "log.h"
 
 /* ---- cursor arithmetic over (step, chunk) ---- */
@@ -113,6 +114,7 @@ static const char *send_source(zm_op *op, int k, size_t j) {
 static void on_received(zm_op *op, zm_cursor c) {
     zm_ring *g = &op->ring;
     if (op->kind != ZM_OP_RS_RING) return;
+    zero__jitter(ZERO_JITTER_RING_RECV);
     int b = recv_block(op, c.k);
     size_t len = chunk_len(g, b, c.j);
     const char *own = g->send + (g->displ[b] + c.j * g->chunk) * g->esz;
@@ -238,6 +240,7 @@ static int native_advance(zm_op *op);
 static int direct_advance(zm_op *op) {
     int moved = 0;
     if (!op->reqs) {
+        zero__jitter(ZERO_JITTER_RING_POST);
         direct_post(op);
         if (op->done) return 1;
         moved = 1;
@@ -274,6 +277,7 @@ static int ring_advance(zm_op *op) {
             int b = recv_block(op, g->rpost.k);
             int bytes = (int)(chunk_len(g, b, g->rpost.j) * g->esz);
             int slot = (g->rhead + g->rcount) % g->window;
+            zero__jitter(ZERO_JITTER_RING_POST);
             rc = MPI_Irecv(recv_target(op, g->rpost.k, g->rpost.j), bytes, MPI_BYTE, g->prev, g->tag, comm,
                            &g->rq[slot]);
             if (rc != MPI_SUCCESS) return fail(op, rc, "ring MPI_Irecv"), 1;
@@ -285,6 +289,7 @@ static int ring_advance(zm_op *op) {
             int b = send_block(op, g->spost.k);
             int bytes = (int)(chunk_len(g, b, g->spost.j) * g->esz);
             int slot = (g->shead + g->scount) % g->window;
+            zero__jitter(ZERO_JITTER_RING_POST);
             rc = MPI_Isend(send_source(op, g->spost.k, g->spost.j), bytes, MPI_BYTE, g->next, g->tag, comm,
                            &g->sq[slot]);
             if (rc != MPI_SUCCESS) return fail(op, rc, "ring MPI_Isend"), 1;
