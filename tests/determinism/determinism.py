@@ -163,8 +163,12 @@ def main():
                 if rel(r0, ref) > a.tol:
                     failures.append(f"N={np_} {plugin}: {rel(r0, ref):.3g} from stage0 (tol {a.tol})")
             fam_bits.setdefault(fam, r0["bits"])
+        if a.json:  # after every N, so that a sweep cut short still leaves its figures
+            json.dump({"args": vars(a), "runs": results, "failures": failures, "complete": False},
+                      open(a.json, "w"), indent=1)
     if a.json:
-        json.dump({"args": vars(a), "runs": results, "failures": failures}, open(a.json, "w"), indent=1)
+        json.dump({"args": vars(a), "runs": results, "failures": failures, "complete": True},
+                  open(a.json, "w"), indent=1)
     for f in failures:
         print("FAIL:", f)
     print("determinism:", "PASS" if not failures else f"FAIL ({len(failures)})")
