@@ -10,7 +10,7 @@
  * (1/4).  ZERO_DEBUG_JITTER_SEED=S makes the choices repeatable per thread
  * (seeded from S, the pid and the thread's order of first use); by default
  * they differ on every run.  Results must never depend on it: it only moves
- * when things happen, never what is computed (docs/debugging.md).
+ * when things happen, never what is computed (docs/determinism.md).
  *
  * Off, a call costs one relaxed atomic load.  Thread-safe; may be called
  * with locks held (a sleep under a lock is part of the perturbation). */
