@@ -18,7 +18,7 @@ WERROR ?= OFF
 # cmake --build runs make underneath: keep its output to what matters.
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps configure build test demo install clean gpu-check
+.PHONY: all deps configure build test test-scale demo install clean gpu-check
 
 all: build
 
@@ -33,6 +33,25 @@ build: configure
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout $(CTEST_TIMEOUT) -j$(CTEST_JOBS)
+
+# The long determinism sweep (issue 13; make test runs a subset): every
+# plugin x N up to 32 x SCALE_REPEATS repeats x SCALE_STEPS steps with
+# ZERO_DEBUG_JITTER on, in three configurations, bit for bit against stage0
+# (tests/determinism/determinism.py).  Figures land in $(BUILD)/test-scale/.
+SCALE_NP      ?= 2,3,5,8,9,12,16,24,32
+SCALE_REPEATS ?= 5
+SCALE_STEPS   ?= 50
+SCALE_PLUGINS ?= stage0,stage1,stage2,stage3,offload,stage1-pp
+SCALE_ARGS     = --demo $(BUILD)/examples/demo/zero-demo --plugins $(SCALE_PLUGINS) --np $(SCALE_NP) \
+                 --repeats $(SCALE_REPEATS) --steps $(SCALE_STEPS) --jitter 50
+test-scale: build
+	@mkdir -p $(BUILD)/test-scale
+	python3 tests/determinism/determinism.py $(SCALE_ARGS) --precision fp32 --gas 1 \
+	  --out $(BUILD)/test-scale/fp32_gas1 --json $(BUILD)/test-scale/fp32_gas1.json
+	python3 tests/determinism/determinism.py $(SCALE_ARGS) --precision bf16 --gas 1 --bucket 3000 \
+	  --out $(BUILD)/test-scale/bf16_gas1_b3000 --json $(BUILD)/test-scale/bf16_gas1_b3000.json
+	python3 tests/determinism/determinism.py $(SCALE_ARGS) --precision fp32 --gas 2 --bucket 3000 \
+	  --out $(BUILD)/test-scale/fp32_gas2_b3000 --json $(BUILD)/test-scale/fp32_gas2_b3000.json
 
 # The demo (examples/demo/run-demo.sh): stage0/1/2 on 4 MPI ranks, compared.
 demo: build

@@ -45,6 +45,7 @@
  * host threads.  Waiting under the mutex only blocks other hook threads,
  * which could not make progress anyway (they need a slot or a launch). */
 #include "buckets.h"
+#include "bucket_plan.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -54,6 +55,7 @@
 
 #include "device.h"
 #include "engine.h"
+#include "jitter.h"
 #include "optim.h"
 
 typedef struct zb_bucket {
@@ -71,11 +73,7 @@ typedef struct zb_bucket {
     zero_status reaped;  /* status of a request completed by reap_done (req already freed) */
 } zb_bucket;
 
-typedef struct zb_param {
-    uint32_t first_bucket, nbuckets; /* consecutive buckets covering the param */
-    uint64_t offset, numel;
-    uint32_t group;
-} zb_param;
+typedef zero__bplan_param zb_param; /* offset, numel, group; first_bucket, nbuckets (bucket_plan.h) */
 
 typedef struct zb_slot {
     void *buf;           /* cap elements of grad_dtype (SCATTER), BUCKETS-tagged; NULL in in-place modes */
@@ -139,124 +137,41 @@ static int needs_comm(const zero_buckets *b) { return b->world > 1; }
 
 /* ---------------------------------------------------------------- build */
 
-static zero_status push_bucket(zero_buckets *b, uint32_t *cap, uint64_t lo, uint64_t hi, uint32_t group,
-                               uint32_t nparts) {
-    if (b->nb == *cap) {
-        uint32_t nc = *cap ? *cap * 2 : 16;
-        zb_bucket *nbk = realloc(b->b, nc * sizeof *nbk);
-        if (!nbk) return ZERO_ERR_OUT_OF_MEMORY;
-        b->b = nbk;
-        *cap = nc;
+/* The static arithmetic (bucket ranges, which buckets cover a param, each
+ * rank's block) is bucket_plan.c's; this copies it into the runtime state. */
+static zero_status build_buckets(zero_buckets *b) {
+    zero__bucket_plan plan;
+    zero_status s = zero__bucket_plan_build(&plan, b->layout, b->pm, b->bucket_numel,
+                                            b->spec.mode == ZERO_BUCKETS_SCATTER);
+    if (s != ZERO_OK) return s;
+    b->nb = plan.nb;
+    b->b = calloc(plan.nb ? plan.nb : 1, sizeof *b->b);
+    b->counts = calloc((size_t)(plan.nb ? plan.nb : 1) * (size_t)b->world, sizeof *b->counts);
+    if (!b->b || !b->counts) {
+        zero__bucket_plan_free(&plan);
+        return ZERO_ERR_OUT_OF_MEMORY;
     }
-    zb_bucket *k = &b->b[b->nb++];
-    memset(k, 0, sizeof *k);
-    k->lo = lo;
-    k->hi = hi;
-    k->group = group;
-    k->nparts = nparts;
-    k->pending = nparts;
-    k->slot = -1;
-    return ZERO_OK;
-}
-
-/* Walk one group's params from the highest flat offset down.  A param's
- * extent runs from its offset to the next param's offset (or the group end),
- * so buckets tile the group exactly, alignment padding included.  In SCATTER
- * mode params are never split (grad_slot must hand out one contiguous
- * buffer; bucket_numel was raised to the largest extent for that). */
-static zero_status build_group(zero_buckets *b, uint32_t *cap, uint32_t g) {
-    const zero_layout_group *lg = &b->layout->groups[g];
-    if (lg->nparams == 0 || lg->numel == 0) return ZERO_OK;
-    const uint64_t B = b->bucket_numel;
-    const uint64_t G0 = lg->flat_begin, G1 = lg->flat_begin + lg->numel;
-    uint64_t cur_hi = G1, cur_lo = G1; /* open bucket [cur_lo, cur_hi) */
-    uint32_t cur_parts = 0;
-    zero_status s;
-    for (uint32_t j = lg->nparams; j-- > 0;) {
-        uint32_t pi = b->layout->param_order[lg->first_param + j];
-        uint64_t lo = (j == 0) ? G0 : b->pm[pi].offset; /* first param absorbs any head gap */
-        uint64_t top = cur_lo;                            /* this param's extent is [lo, top) */
-        if (cur_parts > 0 && cur_hi - lo > B) { /* does not fit: close the open bucket */
-            if ((s = push_bucket(b, cap, cur_lo, cur_hi, g, cur_parts)) != ZERO_OK) return s;
-            cur_hi = cur_lo;
-            cur_parts = 0;
-        }
-        if (b->spec.mode != ZERO_BUCKETS_SCATTER && top - lo > B) {
-            /* Split a large extent from the top into full buckets; the rest
-             * opens a new bucket.  Its buckets are consecutive indices. */
-            b->pm[pi].first_bucket = b->nb;
-            b->pm[pi].nbuckets = 0;
-            while (top - lo > B) {
-                if ((s = push_bucket(b, cap, top - B, top, g, 1)) != ZERO_OK) return s;
-                b->pm[pi].nbuckets++;
-                top -= B;
-            }
-            cur_hi = top;
-            cur_lo = lo;
-            cur_parts = 1;
-            b->pm[pi].nbuckets++; /* the open bucket, index b->nb when pushed */
-            continue;
-        }
-        cur_lo = lo;
-        cur_parts++;
-        b->pm[pi].first_bucket = b->nb; /* the open bucket's future index */
-        b->pm[pi].nbuckets = 1;
-    }
-    if (cur_parts > 0) return push_bucket(b, cap, cur_lo, cur_hi, g, cur_parts);
-    return ZERO_OK;
-}
-
-/* Reduce-scatter blocks: rank r's share of the group clipped to the bucket. */
-static void fill_counts(zero_buckets *b) {
-    for (uint32_t k = 0; k < b->nb; k++) {
+    for (uint32_t k = 0; k < plan.nb; k++) {
         zb_bucket *bk = &b->b[k];
-        const zero_layout_group *lg = &b->layout->groups[bk->group];
+        bk->lo = plan.b[k].lo;
+        bk->hi = plan.b[k].hi;
+        bk->group = plan.b[k].group;
+        bk->nparts = bk->pending = plan.b[k].nparts;
+        bk->slot = -1;
+        /* reduce-scatter blocks: each rank's share of the group clipped to the bucket */
         for (int r = 0; r < b->world; r++) {
-            uint64_t olo = lg->flat_begin + (uint64_t)r * lg->part_numel, ohi = olo + lg->part_numel;
-            uint64_t lo = bk->lo > olo ? bk->lo : olo, hi = bk->hi < ohi ? bk->hi : ohi;
-            b->counts[(size_t)k * b->world + r] = hi > lo ? (size_t)(hi - lo) : 0;
+            uint64_t lo, n, pos;
+            zero__bucket_plan_block(b->layout, &plan.b[k], (uint32_t)r, &lo, &n, &pos);
+            b->counts[(size_t)k * b->world + r] = (size_t)n;
             if (r == b->rank) {
-                bk->own_lo = hi > lo ? lo : olo;
-                bk->own_n = hi > lo ? hi - lo : 0;
-                bk->part_pos = lg->part_offset + (bk->own_lo - olo);
+                bk->own_lo = lo;
+                bk->own_n = n;
+                bk->part_pos = pos;
             }
         }
     }
-}
-
-/* Effective bucket size.  SCATTER slots are the only memory the engine
- * allocates: two slots of at most flat/8 elements keep staging at or under a
- * quarter of the model, so a 10k-param model with DeepSpeed's default 5e8
- * reduce_bucket_size pays ~nothing (DeepSpeedExamples issue 123: ZeRO-2 used
- * more memory than ZeRO-1 on small models because its buckets were sized
- * from the config alone).  The floor is the largest param extent, because a
- * param's gradient must be one contiguous slot.  In-place modes allocate
- * nothing, so their buckets are only clamped to the model. */
-static uint64_t effective_bucket(const zero_buckets *b) {
-    uint64_t flat = b->layout->flat_numel;
-    uint64_t B = b->spec.bucket_numel ? b->spec.bucket_numel : flat;
-    if (b->spec.mode != ZERO_BUCKETS_SCATTER && b->mixed) {
-        /* in-place modes stage through fp32 slots when 16-bit: bound them
-         * like SCATTER's (params may split, so no floor is needed) */
-        uint64_t lim = flat / 8 ? flat / 8 : 1;
-        if (B > lim) B = lim;
-    } else if (b->spec.mode == ZERO_BUCKETS_SCATTER) {
-        uint64_t lim = flat / 8;
-        if (B > lim) B = lim;
-        for (uint32_t g = 0; g < b->layout->ngroups; g++) {
-            const zero_layout_group *lg = &b->layout->groups[g];
-            for (uint32_t j = 0; j < lg->nparams; j++) {
-                uint32_t pi = b->layout->param_order[lg->first_param + j];
-                uint64_t lo = j == 0 ? lg->flat_begin : b->pm[pi].offset;
-                uint64_t hi = j + 1 < lg->nparams ? b->pm[b->layout->param_order[lg->first_param + j + 1]].offset
-                                                  : lg->flat_begin + lg->numel;
-                if (hi - lo > B) B = hi - lo;
-            }
-        }
-    } else if (B > flat) {
-        B = flat;
-    }
-    return B ? B : 1;
+    zero__bucket_plan_free(&plan);
+    return ZERO_OK;
 }
 
 /* SCATTER's staging budget, in slot elements (buckets.h states the rule):
@@ -340,14 +255,11 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
         b->pm[i].group = g < 0 ? 0 : (uint32_t)g;
     }
     b->last_window = UINT64_MAX;
-    b->bucket_numel = effective_bucket(b);
-    uint32_t cap = 0;
-    for (uint32_t g = 0; g < b->layout->ngroups; g++)
-        if ((s = build_group(b, &cap, g)) != ZERO_OK) goto fail_s;
-    b->counts = calloc((size_t)(b->nb ? b->nb : 1) * (size_t)b->world, sizeof *b->counts);
+    b->bucket_numel = zero__bucket_plan_size(b->layout, b->pm, b->spec.bucket_numel,
+                                             b->spec.mode == ZERO_BUCKETS_SCATTER, b->mixed);
+    if ((s = build_buckets(b)) != ZERO_OK) goto fail_s;
     b->fifo = calloc(b->nb ? b->nb : 1, sizeof *b->fifo);
-    if (!b->counts || !b->fifo) goto oom;
-    fill_counts(b);
+    if (!b->fifo) goto oom;
     for (uint32_t k = 0; k < b->nb; k++)
         if (b->b[k].hi - b->b[k].lo > b->slot_cap) b->slot_cap = b->b[k].hi - b->b[k].lo;
     b->stage_budget = staging_budget(b);
@@ -428,6 +340,7 @@ static void notify_final(const zero_buckets *b, const zb_bucket *bk) {
 }
 
 static zero_status complete_oldest(zero_buckets *b) {
+    zero__jitter(ZERO_JITTER_COMPLETE);
     uint32_t k = b->fifo[b->fifo_head];
     b->fifo_head = (b->fifo_head + 1) % (b->nb ? b->nb : 1);
     b->fifo_len--;
@@ -488,6 +401,7 @@ static zero_status complete_oldest(zero_buckets *b) {
  * host adds into it; fresh memory is zero-filled; in-place modes' fp32
  * staging is overwritten whole.  Called with mu held. */
 static zero_status take_slot(zero_buckets *b, uint32_t i, uint32_t k, int fresh) {
+    zero__jitter(ZERO_JITTER_SLOT);
     zb_slot *sl = &b->slots[i];
     const uint64_t n = b->b[k].hi - b->b[k].lo;
     const uint64_t zlo = sl->zlo < n ? sl->zlo : n, zhi = sl->zhi < n ? sl->zhi : n;
@@ -617,6 +531,7 @@ static int direct_block(const zero_buckets *b, const zb_bucket *bk, const float 
 static zero_status launch(zero_buckets *b, uint32_t k) {
     zb_bucket *bk = &b->b[k];
     zero_status s = ZERO_OK;
+    zero__jitter(ZERO_JITTER_LAUNCH);
     bk->launched = 1;
     if (k == 0) begin_pass(b); /* launches run in bucket order: bucket 0 opens every pass */
     if (!needs_comm(b)) { /* world 1: the local sum is already in place */
@@ -646,8 +561,15 @@ static zero_status launch(zero_buckets *b, uint32_t k) {
      * flush all-gathers the 16-bit blocks: every rank then holds bitwise the
      * gradient the partitioned stages step with, and the fp32 traffic halves */
     bk->direct = direct_block(b, bk, send);
+    /* fp32 ALLREDUCE: blocks are the layout's rank shares clipped to the
+     * bucket (counts), as for every other mode, so each element is summed
+     * in its owner's ring order whatever the bucket boundaries: stage 0 is
+     * then bitwise stage 1/2/3 (issue 13; an even split of each bucket gave
+     * elements other owners, hence another order, as soon as a bucket was
+     * smaller than its group) */
+    (void)n;
     if (b->spec.mode == ZERO_BUCKETS_ALLREDUCE && !b->mixed)
-        s = zero__iallreduce(b->comm, send, n, ZERO_DTYPE_F32, ZERO_OP_SUM, &bk->req);
+        s = zero__iallreducev(b->comm, send, counts, ZERO_DTYPE_F32, &bk->req);
     else if (bk->direct) /* window start: the partition block receives the sum (see direct_block) */
         s = zero__ireduce_scatterv(b->comm, send, elem(b->part, bk->part_pos, 4), counts, ZERO_DTYPE_F32, &bk->req);
     else /* in place: this rank's block of the bucket receives the sum */
@@ -749,6 +671,7 @@ zero_status zero__buckets_ready(zero_buckets *b, uint32_t index, const void *src
     if (!b || index >= b->np) return ZERO_ERR_INVALID_ARGUMENT;
     const zb_param *p = &b->pm[index];
     zero_status s = ZERO_OK;
+    zero__jitter(ZERO_JITTER_HOOK);
     if (src && p->numel) {
         void *slot;
         /* The slot cannot be recycled before this param is marked ready, so
@@ -757,6 +680,7 @@ zero_status zero__buckets_ready(zero_buckets *b, uint32_t index, const void *src
         if ((s = add_into_dt(b, slot, b->spec.grad_dtype, src, dt, (size_t)p->numel)) != ZERO_OK) return s;
     }
     if (!is_reducing(b)) return ZERO_OK; /* accumulate only: nothing to count */
+    zero__jitter(ZERO_JITTER_HOOK);
     pthread_mutex_lock(&b->mu);
     for (uint32_t k = p->first_bucket; k < p->first_bucket + p->nbuckets; k++) {
         if (b->b[k].pending == 0) {

@@ -55,17 +55,37 @@ zero_status zero__svc_grad_norm(zero_core *c, const zero_part_step *ps, const ze
     if (!ctx || !out) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "grad_norm: ctx or out is NULL");
     const zero_dtype gdt = zero__ps_grad_dtype(ps);
     const size_t es = dtype_size(gdt);
-    /* replicated (stage 0): every DP rank holds the same values; one of them
-     * speaks for the group, so the sum over norm_comm counts each once. */
-    const int contributes = !ps->replicated || zero__comm_rank(e->world) == 0;
+    /* replicated (stage 0): every DP rank holds the same values.  Each rank
+     * contributes the sum of squares of its own layout shares, exactly the
+     * ranges a partitioned stage sums, so the partial sums and their fp64
+     * all-reduce are bitwise the partitioned stages' and so are the norm and
+     * the clip coefficient (issue 13: rank 0 used to sum the whole model
+     * alone, which rounds differently and moved the norm's last bit at some
+     * N, enough to change every parameter once clipping is active). */
+    const zero_layout *L = &e->layout.view;
+    zero_owned_range *own = NULL;
+    if (ps->replicated && (own = malloc((L->ngroups ? L->ngroups : 1) * sizeof *own)) == NULL)
+        return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "grad_norm: out of memory");
     double agg[2] = {0.0, 0.0};
-    for (uint32_t i = 0; contributes && i < ps->nranges; i++) {
+    for (uint32_t i = 0; i < ps->nranges; i++) {
         const zero_owned_range *r = &ps->ranges[i];
-        const char *g = (const char *)ps->grad + index_of(r, ps->grad_index) * es;
-        size_t n = (size_t)(r->flat_hi - r->flat_lo);
-        agg[0] += e->svc.sumsq(c, g, gdt, n);
-        if (e->svc.nonfinite(c, g, gdt, n)) agg[1] = 1.0;
+        /* replicated: this rank's layout shares of the range, in flat order */
+        uint32_t npieces = 1;
+        const zero_owned_range *pieces = r;
+        if (ps->replicated) {
+            npieces = r->flat_hi > r->flat_lo ? zero__layout_owned(L, L->rank, r->flat_lo, r->flat_hi, own, L->ngroups)
+                                              : 0;
+            pieces = own;
+        }
+        for (uint32_t k = 0; k < npieces; k++) {
+            const size_t at = index_of(r, ps->grad_index) + (size_t)(pieces[k].flat_lo - r->flat_lo);
+            const char *g = (const char *)ps->grad + at * es;
+            size_t n = (size_t)(pieces[k].flat_hi - pieces[k].flat_lo);
+            agg[0] += e->svc.sumsq(c, g, gdt, n);
+            if (e->svc.nonfinite(c, g, gdt, n)) agg[1] = 1.0;
+        }
     }
+    free(own);
     zero_comm *comm = ps->norm_comm ? ps->norm_comm : (e->global ? e->global : e->world);
     if ((st = zero__allreduce(comm, agg, 2, ZERO_DTYPE_F64, ZERO_OP_SUM)) != ZERO_OK) return st;
     memset(out, 0, sizeof *out);

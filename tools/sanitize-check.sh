@@ -11,7 +11,12 @@
 #   tsan: ThreadSanitizer, build-tsan/, the tests that run threads: the comm
 #        progress thread (comm_mpi_*), hooks from several threads into the
 #        bucket engine (stages_*, stage3_equiv_*, offload_equivalence_*,
-#        offload_block_final_*), the accountant (memory), logging (log.*).
+#        offload_block_final_*), the accountant (memory), logging (log.*),
+#        the ring order test at N = 3/9/12 with jitter (comm_ring_order_*);
+#        then (issue 13) zero-demo with stage2 and stage3 on TSAN_DEMO_NP
+#        ranks (default 9: above 8, where partitions are smaller than a
+#        bucket and the allgather is the ring), ZERO_DEBUG_JITTER on,
+#        TSAN_DEMO_STEPS steps (default 2); TSAN_DEMO=0 skips it.
 #
 # Environment: BUILD_DIR (default build-asan / build-tsan next to the
 # sources), JOBS (default 2), TESTS (a ctest -R regex replacing the default
@@ -103,9 +108,26 @@ if [ "$mode" = asan ]; then
     # the loader tests check that plugins are really unloaded: no shim
     run_ctest loader "${common[@]}" -- -R "^loader\." --no-tests=ignore "$@" || status=1
 else
-    sel=${TESTS:-"^(comm_mpi_|comm_self|memory$|log\.|stages_|stage3_equiv_|offload_equivalence_|offload_block_final_)"}
-    run_ctest threads TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=0:second_deadlock_stack=1:history_size=7" \
-        -- -LE "bench|gpu" -R "$sel" "$@" || status=1
+    tsan_opts="suppressions=$supp/tsan.supp:halt_on_error=0:second_deadlock_stack=1:history_size=7"
+    sel=${TESTS:-"^(comm_mpi_|comm_ring_order_|comm_self|memory$|log\.|stages_|stage3_equiv_|offload_equivalence_|offload_block_final_)"}
+    run_ctest threads TSAN_OPTIONS="$tsan_opts" -- -LE "bench|gpu" -R "$sel" "$@" || status=1
+    # Multi-rank stage 2 and stage 3 above 8 ranks (issue 13), every rank
+    # under TSan with its progress thread and the jitter knob on.
+    if [ "${TSAN_DEMO:-1}" != 0 ]; then
+        np=${TSAN_DEMO_NP:-9}
+        for plugin in stage2 stage3; do
+            log=$build/sanitize-tsan-demo-$plugin-np$np.log
+            logs+=("$log")
+            echo "sanitize-check: tsan zero-demo --plugin $plugin on $np ranks"
+            TSAN_OPTIONS="$tsan_opts" ZERO_DEBUG_JITTER=50 timeout 900 \
+                mpirun --allow-run-as-root --oversubscribe -np "$np" --mca btl self,vader \
+                -x TSAN_OPTIONS -x ZERO_DEBUG_JITTER "$build/examples/demo/zero-demo" --plugin "$plugin" \
+                --steps "${TSAN_DEMO_STEPS:-2}" --quiet >"$log" 2>&1 || {
+                echo "sanitize-check: zero-demo $plugin failed (see $log)" >&2
+                status=1
+            }
+        done
+    fi
 fi
 
 # Any report fails the run, even in a test that passed.

@@ -124,6 +124,16 @@ zero_status zero__iallgatherv(zero_comm *m, const void *send, void *recv, const 
     *req = NULL;
     return m->ops->iallgatherv(m, send, recv, counts, dt, req);
 }
+zero_status zero__iallreducev(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req) {
+    if (!m || !req || !counts) return ZERO_ERR_INVALID_ARGUMENT;
+    *req = NULL;
+    size_t total = 0;
+    for (int b = 0; b < m->size; b++) total += counts[b];
+    if (!buf && total) return ZERO_ERR_INVALID_ARGUMENT;
+    if (m->ops->iallreducev) return m->ops->iallreducev(m, buf, counts, dt, req);
+    /* a backend whose reduction order is its own (NCCL, MPI's libnbc) */
+    return m->ops->iallreduce(m, buf, total, dt, ZERO_OP_SUM, req);
+}
 zero_status zero__comm_wait(zero_comm_req *req) {
     if (!req || !req->comm) return ZERO_ERR_INVALID_ARGUMENT;
     return req->comm->ops->wait(req);

@@ -39,6 +39,11 @@ typedef struct zero__comm_ops {
     zero_status (*allgather_bytes)(zero_comm *m, const void *send, void *recv, size_t bytes_each);
     /* appended: snapshot of the counters under the backend's lock; NULL = plain copy */
     void (*counters_get)(zero_comm *m, zero__comm_counters *out);
+    /* appended (issue 13): in-place sum allreduce whose blocks are given, like
+     * ireduce_scatterv's: block b is summed exactly as ireduce_scatterv with
+     * the same counts sums it, so an all-reduce and a reduce-scatter over the
+     * same layout agree bitwise.  NULL = the backend's iallreduce. */
+    zero_status (*iallreducev)(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req);
 } zero__comm_ops;
 
 /* Common header of every communicator; backends embed it first. */
@@ -85,6 +90,9 @@ zero_status zero__ireduce_scatterv(zero_comm *m, const void *send, void *recv, c
                                    zero_dtype dt, zero_comm_req **req);
 zero_status zero__iallgatherv(zero_comm *m, const void *send, void *recv, const size_t *counts,
                               zero_dtype dt, zero_comm_req **req);
+/* Sum allreduce of sum(counts) elements in place, each block b reduced in
+ * ireduce_scatterv's order for block b (see the op's comment). */
+zero_status zero__iallreducev(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req);
 zero_status zero__comm_wait(zero_comm_req *req);
 zero_status zero__comm_test(zero_comm_req *req, int *done);
 zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each);

@@ -364,5 +364,6 @@ static const zero__comm_ops mpi_ops = {
     .test = zero__zm_test,
     .allgather_bytes = zm_allgather_bytes,
     .counters_get = zm_counters_get,
+    .iallreducev = zero__zm_iallreducev,
 };
 #endif

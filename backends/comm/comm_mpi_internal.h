@@ -152,6 +152,8 @@ int zero__zm_op_advance_locked(zm_op *op);
 void zero__zm_op_free_locked(zm_engine *pe, zm_op *op);
 zero_status zero__zm_iallreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op,
                                 zero_comm_req **req);
+zero_status zero__zm_iallreducev(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt,
+                                 zero_comm_req **req);
 zero_status zero__zm_ireduce_scatterv(zero_comm *m, const void *send, void *recv, const size_t *counts,
                                       zero_dtype dt, zero_comm_req **req);
 zero_status zero__zm_iallgatherv(zero_comm *m, const void *send, void *recv, const size_t *counts,

@@ -27,6 +27,7 @@
 #include <sys/prctl.h>
 #include <time.h>
 #include "comm_mpi_internal.h"
+#include "jitter.h"
 #include "log.h"
 
 static long env_long(const char *name, long dflt, long lo, long hi) {
@@ -85,6 +86,7 @@ static void *progress_main(void *arg) {
         if (zero__zm_advance_all_locked(pe)) {
             backoff = 2;
             pthread_mutex_unlock(&pe->lock);
+            zero__jitter(ZERO_JITTER_PROGRESS);
             sched_yield(); /* let an issuing host thread take the lock */
         } else {
             unsigned us = backoff;
@@ -267,6 +269,7 @@ zero_status zero__zm_wait(zero_comm_req *req) {
             continue;
         }
         pthread_mutex_unlock(&pe->lock);
+        zero__jitter(ZERO_JITTER_PROGRESS);
         /* Like MPI's own blocking waits: spin with yields (other ranks may
          * share our core) for up to ~2 ms, then sleep briefly between polls
          * so that a peer that is far behind gets the CPU. */

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "comm_mpi_internal.h"
+#include "jitter.h"
 #include "log.h"
 
 /* ---- cursor arithmetic over (step, chunk) ---- */
@@ -113,6 +114,7 @@ static const char *send_source(zm_op *op, int k, size_t j) {
 static void on_received(zm_op *op, zm_cursor c) {
     zm_ring *g = &op->ring;
     if (op->kind != ZM_OP_RS_RING) return;
+    zero__jitter(ZERO_JITTER_RING_RECV);
     int b = recv_block(op, c.k);
     size_t len = chunk_len(g, b, c.j);
     const char *own = g->send + (g->displ[b] + c.j * g->chunk) * g->esz;
@@ -129,8 +131,18 @@ static int can_post_recv(zm_op *op, zm_cursor c) {
     /* last step: recv itself, or a slot whose previous chunk (j - window)
      * was already summed, since at most `window` receives are posted */
     if (c.k == g->nsteps - 1) return 1;
-    /* buf[k%2] chunk j was read by send (k-1, j): it must be complete. */
-    if (c.j >= nchunks(g, send_block(op, c.k - 1))) return 1;
+    /* buf[k%2] chunk j was last filled by the latest earlier step of the
+     * same parity whose block has a chunk j, and read by the send one step
+     * after that.  With zero counts that step need not be k-2: steps whose
+     * blocks are empty are skipped, so the last reader can be send (k-3, j)
+     * or earlier while send (k-1, j) does not exist.  Waiting until every
+     * send before (k-1, j) in (step, chunk) order is complete covers the
+     * last reader whatever was skipped (sends complete in that order), and
+     * cannot deadlock: those sends depend only on receives before (k, j).
+     * (The old test returned early when step k-1 had no chunk j and let
+     * this receive overwrite a buffer a pending send was still reading:
+     * wrong sums whenever a bucket spans non-adjacent blocks, e.g. N >= 9
+     * with partitions smaller than a bucket.) */
     zm_cursor dep = {c.k - 1, c.j};
     return before(dep, g->sdone);
 }
@@ -228,6 +240,7 @@ static int native_advance(zm_op *op);
 static int direct_advance(zm_op *op) {
     int moved = 0;
     if (!op->reqs) {
+        zero__jitter(ZERO_JITTER_RING_POST);
         direct_post(op);
         if (op->done) return 1;
         moved = 1;
@@ -264,6 +277,7 @@ static int ring_advance(zm_op *op) {
             int b = recv_block(op, g->rpost.k);
             int bytes = (int)(chunk_len(g, b, g->rpost.j) * g->esz);
             int slot = (g->rhead + g->rcount) % g->window;
+            zero__jitter(ZERO_JITTER_RING_POST);
             rc = MPI_Irecv(recv_target(op, g->rpost.k, g->rpost.j), bytes, MPI_BYTE, g->prev, g->tag, comm,
                            &g->rq[slot]);
             if (rc != MPI_SUCCESS) return fail(op, rc, "ring MPI_Irecv"), 1;
@@ -275,6 +289,7 @@ static int ring_advance(zm_op *op) {
             int b = send_block(op, g->spost.k);
             int bytes = (int)(chunk_len(g, b, g->spost.j) * g->esz);
             int slot = (g->shead + g->scount) % g->window;
+            zero__jitter(ZERO_JITTER_RING_POST);
             rc = MPI_Isend(send_source(op, g->spost.k, g->spost.j), bytes, MPI_BYTE, g->next, g->tag, comm,
                            &g->sq[slot]);
             if (rc != MPI_SUCCESS) return fail(op, rc, "ring MPI_Isend"), 1;
@@ -349,7 +364,7 @@ static zero_status submit(zm_comm *c, zm_op *op, zero_comm_req **req) {
     return ZERO_OK;
 }
 
-static zero_status ring_allreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_comm_req **req);
+static zero_status ring_allreduce(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req);
 
 zero_status zero__zm_iallreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op rop,
                                 zero_comm_req **req) {
@@ -360,8 +375,15 @@ zero_status zero__zm_iallreduce(zero_comm *m, void *buf, size_t count, zero_dtyp
                            "comm: iallreduce of dtype %d is not supported", dt);
     MPI_Op mop = rop == ZERO_OP_SUM ? MPI_SUM : rop == ZERO_OP_MAX ? MPI_MAX : rop == ZERO_OP_MIN ? MPI_MIN : MPI_OP_NULL;
     if (mop == MPI_OP_NULL) return zero__error(m->engine, ZERO_ERR_INVALID_ARGUMENT, "comm: unknown reduce op %d", rop);
-    if (rop == ZERO_OP_SUM && zero__comm_dtype_summable(dt) && !c->pe->native_allreduce)
-        return ring_allreduce(m, buf, count, dt, req);
+    if (rop == ZERO_OP_SUM && zero__comm_dtype_summable(dt) && !c->pe->native_allreduce) {
+        size_t *counts = malloc((size_t)m->size * sizeof *counts);
+        if (!counts) return ZERO_ERR_OUT_OF_MEMORY;
+        for (int b = 0; b < m->size; ++b)
+            counts[b] = count / (size_t)m->size + ((size_t)b < count % (size_t)m->size ? 1 : 0);
+        zero_status st = ring_allreduce(m, buf, counts, dt, req);
+        free(counts);
+        return st;
+    }
     zm_op *op = op_new(m, ZM_OP_NATIVE);
     size_t piece = (size_t)INT_MAX;
     int n = (int)((count + piece - 1) / piece);
@@ -507,15 +529,10 @@ zero_status zero__zm_ireduce_scatterv(zero_comm *m, const void *send, void *recv
  * the bytes of a reduce-scatter, progressed by our engine (libnbc's
  * MPI_Iallreduce measured several times slower here), and every rank ends
  * with bitwise the same values, each block summed once by its owner. */
-static zero_status ring_allreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_comm_req **req) {
+static zero_status ring_allreduce(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req) {
     zm_comm *c = ZM(m);
-    size_t *counts = malloc((size_t)m->size * sizeof *counts);
-    if (!counts) return ZERO_ERR_OUT_OF_MEMORY;
-    for (int b = 0; b < m->size; ++b)
-        counts[b] = count / (size_t)m->size + ((size_t)b < count % (size_t)m->size ? 1 : 0);
     zero_status st;
     zm_op *op = ring_new(m, ZM_OP_RS_RING, buf, NULL, counts, dt, &st);
-    free(counts);
     if (!op) return st;
     zm_ring *g = &op->ring;
     g->recv = (char *)buf + g->displ[g->r] * g->esz;
@@ -527,6 +544,23 @@ static zero_status ring_allreduce(zero_comm *m, void *buf, size_t count, zero_dt
     }
     ring_start_cursors(op);
     return submit(c, op, req);
+}
+
+/* Allreduce over given blocks (the bucket engine passes the layout's rank
+ * shares clipped to a bucket): each block is reduced by the same ring as
+ * zero__zm_ireduce_scatterv with these counts, so its sum is bitwise the one
+ * a reduce-scatter over the same layout forms (issue 13: stage 0 split every
+ * bucket evenly instead, which gave its elements other owners, hence another
+ * summation order, than stages 1-3 whenever a bucket was not a whole group).
+ * ZERO_COMM_ALLREDUCE=mpi and non-summable types keep MPI's own allreduce. */
+zero_status zero__zm_iallreducev(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req) {
+    zm_comm *c = ZM(m);
+    if (!zero__comm_dtype_summable(dt) || c->pe->native_allreduce) {
+        size_t total = 0;
+        for (int b = 0; b < m->size; ++b) total += counts[b];
+        return zero__zm_iallreduce(m, buf, total, dt, ZERO_OP_SUM, req);
+    }
+    return ring_allreduce(m, buf, counts, dt, req);
 }
 
 static zero_status native_allgatherv(zero_comm *m, zm_op *op, zero_comm_req **req) {

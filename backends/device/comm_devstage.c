@@ -175,6 +175,24 @@ static zero_status ds_ireduce_scatterv(zero_comm *m, const void *send, void *rec
     return issued(m, s, in, h, recv, h + v.off, v.own, req);
 }
 
+/* The inner backend's block-ordered allreduce, on a host copy when buf is
+ * device memory (like ds_iallreduce). */
+static zero_status ds_iallreducev(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt,
+                                  zero_comm_req **req) {
+    zero_comm_req *in = NULL;
+    zero_status s;
+    if (!on_dev(m, buf)) {
+        s = zero__iallreducev(DS(m)->inner, buf, counts, dt, &in);
+        return issued(m, s, in, NULL, NULL, NULL, 0, req);
+    }
+    const vbytes v = vbytes_of(m, counts, dt);
+    void *h = malloc(v.total ? v.total : 1);
+    if (!h) return ZERO_ERR_OUT_OF_MEMORY;
+    s = zero__dev_copy(DS(m)->dev, h, buf, v.total);
+    if (s == ZERO_OK) s = zero__iallreducev(DS(m)->inner, h, counts, dt, &in);
+    return issued(m, s, in, h, buf, h, v.total, req);
+}
+
 static zero_status ds_iallgatherv(zero_comm *m, const void *send, void *recv, const size_t *counts, zero_dtype dt,
                                   zero_comm_req **req) {
     zero_comm_req *in = NULL;
@@ -242,4 +260,5 @@ static const zero__comm_ops devstage_ops = {
     .test = ds_test,
     .allgather_bytes = ds_allgather_bytes,
     .counters_get = ds_counters_get,
+    .iallreducev = ds_iallreducev,
 };

@@ -108,6 +108,9 @@ static json_t *build(const demo_report *r) {
     json_object_set_new(dig, "sum", jreal(r->digest_sum));
     json_object_set_new(dig, "sumsq", jreal(r->digest_sumsq));
     json_object_set_new(dig, "abssum", jreal(r->digest_abssum));
+    char bits[17];
+    snprintf(bits, sizeof bits, "%016llx", (unsigned long long)r->digest_bits);
+    json_object_set_new(dig, "bits", json_string(bits));
     for (int p = 0; p < DEMO_NPARAMS; ++p)
         json_object_set_new(per, demo_param_name(p),
                             json_pack("{s:o,s:o}", "sum", jreal(r->param_sum[p]), "sumsq", jreal(r->param_sumsq[p])));

@@ -36,6 +36,7 @@ typedef struct demo_report {
     double val_loss;
     uint64_t val_tokens;
     double digest_sum, digest_sumsq, digest_abssum; /* fp64 over all parameters */
+    uint64_t digest_bits;    /* FNV-1a over every parameter's bytes, in parameter order: bitwise equality */
     double param_sum[DEMO_NPARAMS], param_sumsq[DEMO_NPARAMS];
     const uint64_t *mem;     /* world * DEMO_MEM_WORDS, rank-major */
     double comm_exposed_s, comm_total_s; /* rank 0's zero_comm_stats (-1 if unavailable) */

@@ -79,6 +79,13 @@ void demo_digest_add(demo_report *r, int k, const float *w, uint64_t n) {
         q += v * v;
         a += fabs(v);
     }
+    /* the fp64 sums can tie for different parameters; the byte hash cannot
+     * (short of a collision): the determinism tests compare it.  Callers
+     * add parameters in order 0, 1, ...: parameter 0 restarts the hash. */
+    uint64_t h = k == 0 ? 1469598103934665603ull : r->digest_bits;
+    const unsigned char *bytes = (const unsigned char *)w;
+    for (uint64_t j = 0; j < n * sizeof *w; ++j) h = (h ^ bytes[j]) * 1099511628211ull;
+    r->digest_bits = h;
     r->param_sum[k] = s;
     r->param_sumsq[k] = q;
     r->digest_sum += s;

@@ -1,0 +1,134 @@
+/* Bucket plan (contract in bucket_plan.h). */
+#include "bucket_plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Extent of the j-th param of group g in flat order: from its offset (the
+ * group's start for the first one, which absorbs any head gap) to the next
+ * param's offset or the group's end, so extents tile the group. */
+static void extent(const zero_layout *L, const zero__bplan_param *pm, uint32_t g, uint32_t j, uint64_t *lo,
+                   uint64_t *hi) {
+    const zero_layout_group *lg = &L->groups[g];
+    *lo = j == 0 ? lg->flat_begin : pm[L->param_order[lg->first_param + j]].offset;
+    *hi = j + 1 < lg->nparams ? pm[L->param_order[lg->first_param + j + 1]].offset : lg->flat_begin + lg->numel;
+}
+
+/* SCATTER slots are the only memory the engine allocates: two slots of at
+ * most flat/8 elements keep staging at or under a quarter of the model, so a
+ * 10k-param model with DeepSpeed's default 5e8 reduce_bucket_size pays
+ * ~nothing (DeepSpeedExamples issue 123).  The floor is the largest param
+ * extent, because a param's gradient must be one contiguous slot.  In-place
+ * modes allocate nothing, so their buckets are only clamped to the model
+ * (16-bit ones stage fp32 copies: bounded like SCATTER's, params may split,
+ * so no floor). */
+uint64_t zero__bucket_plan_size(const zero_layout *L, const zero__bplan_param *pm, uint64_t requested, int scatter,
+                                int mixed) {
+    const uint64_t flat = L->flat_numel;
+    uint64_t B = requested ? requested : flat;
+    if (!scatter && mixed) {
+        uint64_t lim = flat / 8 ? flat / 8 : 1;
+        if (B > lim) B = lim;
+    } else if (scatter) {
+        if (B > flat / 8) B = flat / 8;
+        for (uint32_t g = 0; g < L->ngroups; g++)
+            for (uint32_t j = 0; j < L->groups[g].nparams; j++) {
+                uint64_t lo, hi;
+                extent(L, pm, g, j, &lo, &hi);
+                if (hi - lo > B) B = hi - lo;
+            }
+    } else if (B > flat) {
+        B = flat;
+    }
+    return B ? B : 1;
+}
+
+static zero_status push(zero__bucket_plan *p, uint32_t *cap, uint64_t lo, uint64_t hi, uint32_t group,
+                        uint32_t nparts) {
+    if (p->nb == *cap) {
+        uint32_t nc = *cap ? *cap * 2 : 16;
+        zero__bplan_bucket *nb = realloc(p->b, nc * sizeof *nb);
+        if (!nb) return ZERO_ERR_OUT_OF_MEMORY;
+        p->b = nb;
+        *cap = nc;
+    }
+    p->b[p->nb++] = (zero__bplan_bucket){lo, hi, group, nparts};
+    return ZERO_OK;
+}
+
+/* Walk one group's params from the highest flat offset down, filling an
+ * open bucket [cur_lo, cur_hi) until the next extent does not fit. */
+static zero_status build_group(zero__bucket_plan *p, uint32_t *cap, const zero_layout *L, zero__bplan_param *pm,
+                               uint32_t g, uint64_t B, int scatter) {
+    const zero_layout_group *lg = &L->groups[g];
+    if (lg->nparams == 0 || lg->numel == 0) return ZERO_OK;
+    uint64_t cur_hi = lg->flat_begin + lg->numel, cur_lo = cur_hi;
+    uint32_t cur_parts = 0;
+    zero_status s;
+    for (uint32_t j = lg->nparams; j-- > 0;) {
+        uint32_t pi = L->param_order[lg->first_param + j];
+        uint64_t lo, hi;
+        extent(L, pm, g, j, &lo, &hi);
+        uint64_t top = cur_lo; /* == hi: extents tile the group */
+        (void)hi;
+        if (cur_parts > 0 && cur_hi - lo > B) { /* does not fit: close the open bucket */
+            if ((s = push(p, cap, cur_lo, cur_hi, g, cur_parts)) != ZERO_OK) return s;
+            cur_hi = cur_lo;
+            cur_parts = 0;
+        }
+        if (!scatter && top - lo > B) {
+            /* split a large extent from the top into full buckets; the rest
+             * opens a new bucket.  Its buckets are consecutive indices. */
+            pm[pi].first_bucket = p->nb;
+            pm[pi].nbuckets = 0;
+            while (top - lo > B) {
+                if ((s = push(p, cap, top - B, top, g, 1)) != ZERO_OK) return s;
+                pm[pi].nbuckets++;
+                top -= B;
+            }
+            cur_hi = top;
+            cur_lo = lo;
+            cur_parts = 1;
+            pm[pi].nbuckets++; /* the open bucket, index p->nb when pushed */
+            continue;
+        }
+        cur_lo = lo;
+        cur_parts++;
+        pm[pi].first_bucket = p->nb; /* the open bucket's future index */
+        pm[pi].nbuckets = 1;
+    }
+    if (cur_parts > 0) return push(p, cap, cur_lo, cur_hi, g, cur_parts);
+    return ZERO_OK;
+}
+
+zero_status zero__bucket_plan_build(zero__bucket_plan *out, const zero_layout *L, zero__bplan_param *pm, uint64_t B,
+                                    int scatter) {
+    memset(out, 0, sizeof *out);
+    out->bucket_numel = B ? B : 1;
+    uint32_t cap = 0;
+    for (uint32_t g = 0; g < L->ngroups; g++) {
+        zero_status s = build_group(out, &cap, L, pm, g, out->bucket_numel, scatter);
+        if (s != ZERO_OK) {
+            zero__bucket_plan_free(out);
+            return s;
+        }
+    }
+    return ZERO_OK;
+}
+
+void zero__bucket_plan_free(zero__bucket_plan *p) {
+    if (!p) return;
+    free(p->b);
+    p->b = NULL;
+    p->nb = 0;
+}
+
+void zero__bucket_plan_block(const zero_layout *L, const zero__bplan_bucket *bk, uint32_t r, uint64_t *lo,
+                             uint64_t *n, uint64_t *part_pos) {
+    const zero_layout_group *lg = &L->groups[bk->group];
+    const uint64_t olo = lg->flat_begin + (uint64_t)r * lg->part_numel, ohi = olo + lg->part_numel;
+    const uint64_t a = bk->lo > olo ? bk->lo : olo, z = bk->hi < ohi ? bk->hi : ohi;
+    *lo = z > a ? a : olo;
+    *n = z > a ? z - a : 0;
+    *part_pos = lg->part_offset + (*lo - olo);
+}

@@ -1,0 +1,61 @@
+/* Bucket plan: the pure arithmetic of the gradient bucket engine (which
+ * flat ranges form buckets, which buckets cover a param, and which block of
+ * a bucket each rank receives), split from buckets.c so that it can be
+ * tested on its own over every (layout, N, bucket size) combination
+ * (tests/layout/test_bucket_plan.c).  No I/O, no globals, no engine.
+ *
+ * Buckets are contiguous flat ranges built once from the layout, walking
+ * each group's params in REVERSE flat order (backward produces the last
+ * layers first); a bucket never crosses a group and the buckets of a group
+ * tile it exactly, alignment padding included.  SCATTER mode never splits a
+ * param (a param's gradient must be one contiguous slot); the other modes
+ * split a param larger than a bucket into consecutive buckets.
+ *
+ * Block r of a bucket is rank r's share of the bucket's group clipped to
+ * the bucket (possibly empty).  Every mode reduces exactly these blocks, so
+ * an element is always summed by the same owner in the same ring order,
+ * whatever the bucket size and plugin (issue 13). */
+#ifndef ZERO_CORE_BUCKET_PLAN_H
+#define ZERO_CORE_BUCKET_PLAN_H
+#include <stdint.h>
+#include "zero_plugin.h"
+
+typedef struct zero__bplan_bucket {
+    uint64_t lo, hi;  /* flat range */
+    uint32_t group;   /* layout group index */
+    uint32_t nparts;  /* params (or pieces of a split param) inside */
+} zero__bplan_bucket;
+
+typedef struct zero__bplan_param {
+    uint64_t offset, numel;          /* from the layout / registration */
+    uint32_t group;                  /* layout group index */
+    uint32_t first_bucket, nbuckets; /* consecutive buckets covering the param */
+} zero__bplan_param;
+
+typedef struct zero__bucket_plan {
+    uint64_t bucket_numel;   /* effective (clamped) bucket size */
+    zero__bplan_bucket *b;   /* nb buckets, launch order */
+    uint32_t nb;
+} zero__bucket_plan;
+
+/* Effective bucket size for `requested` elements (0 = the whole model).
+ * scatter: SCATTER mode (staged slots: at most flat/8 so that a small model
+ * pays little staging, but at least the largest param extent); mixed: 16-bit
+ * gradients (in-place modes stage fp32 copies, bounded at flat/8 too).
+ * pm[i].offset, pm[i].group must be filled for every param. */
+uint64_t zero__bucket_plan_size(const zero_layout *L, const zero__bplan_param *pm, uint64_t requested, int scatter,
+                                int mixed);
+
+/* Build the buckets of every group for bucket size B (> 0); fills
+ * pm[].first_bucket / nbuckets.  Returns ZERO_OK or ZERO_ERR_OUT_OF_MEMORY
+ * (then *out holds nothing). */
+zero_status zero__bucket_plan_build(zero__bucket_plan *out, const zero_layout *L, zero__bplan_param *pm, uint64_t B,
+                                    int scatter);
+void zero__bucket_plan_free(zero__bucket_plan *p);
+
+/* Rank r's block of bucket bk: [*lo, *lo + *n) in flat space (n may be 0;
+ * then *lo is the start of r's share) and where it lands in r's partition
+ * buffer (*part_pos). */
+void zero__bucket_plan_block(const zero_layout *L, const zero__bplan_bucket *bk, uint32_t r, uint64_t *lo,
+                             uint64_t *n, uint64_t *part_pos);
+#endif
