@@ -60,10 +60,23 @@ void th_remove_dir(const char *path) {
     while ((de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         snprintf(f, sizeof f, "%s/%s", path, de->d_name);
-        unlink(f);
+        if (unlink(f) != 0) th_remove_dir(f); /* a directory */
     }
     closedir(d);
     rmdir(path);
+}
+
+void th_ckpt_latest(const char *root, char *out, size_t n) {
+    char p[4096], tag[512] = "";
+    snprintf(p, sizeof p, "%s/latest", root);
+    FILE *f = fopen(p, "r");
+    out[0] = 0;
+    if (!f) return;
+    if (fgets(tag, sizeof tag, f)) {
+        tag[strcspn(tag, "\n")] = 0;
+        snprintf(out, n, "%s/%s", root, tag);
+    }
+    fclose(f);
 }
 
 void th_mkdtemp_bcast(char *templ, int size) {

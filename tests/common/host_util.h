@@ -32,9 +32,13 @@ zero_status th_engine_create(const char *json, const char *plugin, int self_comm
  * untouched when it failed).  Same threading as zero_gather. */
 zero_status th_gather_all_f32(zero_engine *e, zero_param *const *h, uint32_t np, const size_t *numel, float *dst);
 
-/* Remove a flat directory (its files, then itself); missing is fine.
- * Not recursive: checkpoints are flat. */
+/* Remove a directory tree (a checkpoint root: its checkpoint directories,
+ * their files, `latest`); missing is fine. */
 void th_remove_dir(const char *path);
+
+/* The checkpoint directory a root's `latest` names ("<root>/<tag>") into
+ * out; out[0] = 0 if there is none. */
+void th_ckpt_latest(const char *root, char *out, size_t n);
 
 /* Rank 0 makes a temporary directory from `templ` ("/tmp/...-XXXXXX",
  * rewritten in place, at most `size` bytes) and broadcasts its name; on
