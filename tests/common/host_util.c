@@ -16,9 +16,12 @@ double th_u11(uint64_t key) {
     return (double)(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
 }
 
+static MPI_Comm th_comm = MPI_COMM_NULL;
+void th_set_comm(MPI_Comm comm) { th_comm = comm; }
+
 zero_status th_engine_create(const char *json, const char *plugin, int self_comm, zero_log_fn log_fn,
                              void *log_user, zero_engine **e, char *err, size_t errlen) {
-    MPI_Comm comm = MPI_COMM_WORLD; /* read during zero_engine_create only */
+    MPI_Comm comm = th_comm != MPI_COMM_NULL ? th_comm : MPI_COMM_WORLD; /* read during zero_engine_create only */
     zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
     o.config_json = json;
     o.plugin = plugin;
