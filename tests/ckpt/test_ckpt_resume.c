@@ -17,7 +17,13 @@
  *  3. damage: a flipped byte in an Adam-v shard, a truncated shard, a
  *     missing shard, a manifest of another format version, another model's
  *     checkpoint: zero_load fails on EVERY rank with a message naming the
- *     problem (never a crash or a silent load).
+ *     problem (never a crash or a silent load);
+ *  4. a save that hits a full disk on ONE rank (the test-only fault hook
+ *     ZERO_CKPT_FAULT=enospc:3@1: rank 1's third blob fails with ENOSPC after
+ *     half its payload): zero_save fails on every rank, naming rank 1 and
+ *     "No space left on device", promptly; `latest` still names the
+ *     previous checkpoint, no new or staging directory is left, and the
+ *     previous checkpoint loads.
  * Usage: test_ckpt_resume DIR   (under mpirun -np 4) */
 #include <mpi.h>
 #include <stdio.h>
@@ -230,6 +236,43 @@ static void damage_cases(const char *root) {
     host_run_free(&o);
 }
 
+static void enospc_case(const char *root) {
+    char dir[512], ck[1024], p[1200];
+    snprintf(dir, sizeof dir, "%s/stage2", root); /* latest: step-10 */
+    setenv("ZERO_CKPT_FAULT", "enospc:3@1", 1);
+    host_run_cfg r = cfg_for("stage2", world_);
+    r.ckpt_dir = dir;
+    r.resume_from = SAVE_AT;
+    r.steps = SAVE_AT + 2;
+    r.save_after = SAVE_AT + 2;
+    host_run_out o;
+    double t0 = MPI_Wtime();
+    host_run(&r, &o);
+    unsetenv("ZERO_CKPT_FAULT");
+    CHECK(o.status == ZERO_ERR_IO, "full disk: rank %d: save gave %s (%s)", rank_, zero_status_string(o.status),
+          o.error);
+    CHECK(strstr(o.error, "No space left on device") && strstr(o.error, "rank 1"),
+          "full disk: rank %d: message '%s' does not name rank 1 and ENOSPC", rank_, o.error);
+    CHECK(MPI_Wtime() - t0 < 30, "full disk: rank %d took %.1f s", rank_, MPI_Wtime() - t0);
+    if (rank_ == 0) printf("%-34s every rank: %s\n", "save onto a full disk (rank 1):", o.error);
+    host_run_free(&o);
+    MPI_Barrier(MPI_COMM_WORLD);
+    th_ckpt_latest(dir, ck, sizeof ck);
+    snprintf(p, sizeof p, "%s/step-%d", dir, SAVE_AT);
+    CHECK(!strcmp(ck, p), "full disk: latest names '%s', want '%s'", ck, p);
+    snprintf(p, sizeof p, "%s/step-%d.partial", dir, SAVE_AT + 2);
+    CHECK(access(p, F_OK) != 0, "full disk: staging directory %s left behind", p);
+    snprintf(p, sizeof p, "%s/step-%d", dir, SAVE_AT + 2);
+    CHECK(access(p, F_OK) != 0, "full disk: %s exists", p);
+    host_run_cfg l = cfg_for("stage2", world_);
+    l.ckpt_dir = dir;
+    l.resume_from = SAVE_AT;
+    l.steps = SAVE_AT + 1;
+    host_run(&l, &o);
+    CHECK(o.status == ZERO_OK, "full disk: the previous checkpoint does not load: %s", o.error);
+    host_run_free(&o);
+}
+
 int main(int argc, char **argv) {
     check_mpi_init(&argc, &argv, &rank_, &world_);
     char root[256] = "/tmp/zero-ckpt-resume-XXXXXX";
@@ -249,6 +292,7 @@ int main(int argc, char **argv) {
     reshard_case(root, "stage3", 2, "stage2", 4);
     reshard_case(root, "stage1", 3, "offload", 1);
     damage_cases(root);
+    enospc_case(root);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank_ == 0) th_remove_dir(root);
     return check_mpi_finish();
