@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define ZERO_ABI_VERSION_MAJOR 1
-#define ZERO_ABI_VERSION_MINOR 1
+#define ZERO_ABI_VERSION_MINOR 2
 /* Encoded as major * 10000 + minor. */
 #define ZERO_ABI_VERSION (ZERO_ABI_VERSION_MAJOR * 10000 + ZERO_ABI_VERSION_MINOR)
 
@@ -315,10 +315,40 @@ ZERO_API double zero_loss_scale(const zero_engine *e);
 /* ------------------------------------------------------------------------ */
 /* Checkpoints                                                               */
 /* ------------------------------------------------------------------------ */
-/* Save / load a sharded checkpoint in directory `dir` (created if needed).
- * Each rank writes its own shard atomically (temp file + rename).  Collective. */
+/* Save a checkpoint under the root directory `dir` (created if needed) as
+ * <dir>/<tag>/ and point <dir>/latest at it.  The tag is "step-<global
+ * step>" ("step-<g>-micro<m>" inside an accumulation window).  Every rank
+ * writes its shard blobs (fsync'ed, checksummed) into <dir>/<tag>.partial;
+ * only when all ranks succeeded does global rank 0 write manifest.json,
+ * rename the directory to <dir>/<tag> and replace `latest` atomically.  A
+ * process killed at any point leaves `latest` naming a complete checkpoint.
+ * Failures are agreed: every rank returns the same status, the message
+ * naming the rank that failed and why (ENOSPC: "No space left on device");
+ * the previous checkpoint is untouched.  Format and guarantees:
+ * docs/checkpoints.md.  Collective over every rank of the job.
+ * (1.0 wrote one flat directory; 1.2 reads only the manifest format.) */
 ZERO_API zero_status zero_save(zero_engine *e, const char *dir);
+/* Load a checkpoint: `dir` is a checkpoint directory (holding
+ * manifest.json) or a root whose `latest` names one.  The manifest is
+ * checked against the registered parameters (the first mismatch named) and
+ * every byte read is verified against its CRC-32C; a truncated, corrupted,
+ * missing or foreign file is ZERO_ERR_IO / ZERO_ERR_MISMATCH on every rank.
+ * A checkpoint written by another world size or plugin is resharded (every
+ * built-in plugin except stage1-pp), each rank reading only the byte ranges
+ * it needs; it must have been saved at an accumulation boundary.
+ * Collective. */
 ZERO_API zero_status zero_load(zero_engine *e, const char *dir);
+
+/* (1.2) zero_save with a tag and a retention policy. */
+typedef struct zero_save_options {
+    uint32_t struct_size;   /* = sizeof(zero_save_options) */
+    uint32_t keep_last;     /* after a successful save, keep only the newest K checkpoints of dir
+                               (by step; never the one just written); 0 = keep all */
+    const char *tag;        /* checkpoint directory name (plain name, not "latest"); NULL = "step-<N>" */
+} zero_save_options;
+#define ZERO_SAVE_OPTIONS_INIT {sizeof(zero_save_options), 0, NULL}
+/* o may be NULL (= zero_save).  Borrowed for the call.  Collective. */
+ZERO_API zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_save_options *o);
 
 /* ------------------------------------------------------------------------ */
 /* Statistics                                                                */

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define ZERO_PLUGIN_ABI_MAJOR 1
-#define ZERO_PLUGIN_ABI_MINOR 1
+#define ZERO_PLUGIN_ABI_MINOR 2
 
 #if defined(__GNUC__)
 #define ZERO_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -454,6 +454,18 @@ typedef struct zero_services_v1 {
      * `local` where it failed, ZERO_ERR_IO naming `who` and dir on the
      * others.  Collective. */
     zero_status (*ckpt_agree)(zero_core *c, zero_comm *comm, zero_status local, const char *dir, const char *who);
+
+    /* ---- appended in 1.2 (checkpoint resharding; check ZERO_SERVICES_HAS) ---- */
+    /* Inside a plugin's load: nonzero when the checkpoint was written by
+     * another world size, plugin or layout.  ckpt_shard then fills this
+     * rank's ranges of params / master / states from whichever of the
+     * saver's files hold them (converted to this run's dtypes); blobs the
+     * plugin wrote with ckpt_write are NOT available (ckpt_read fails): the
+     * plugin derives what it keeps besides (a 16-bit shard: the master
+     * rounded with convert) and clears its gradient accumulators (such a
+     * checkpoint is always at an accumulation boundary).  Plugins that do
+     * this declare ZERO_PLUGIN_CAP_RESHARD. */
+    int (*ckpt_reshard)(zero_core *c);
 } zero_services_v1;
 
 /* Does this services table have field `f`? (built against a newer minor) */
@@ -490,7 +502,12 @@ enum {
     ZERO_PLUGIN_CAP_OFFLOAD = 1u << 2,
     /* (1.1) honours zero_run_config.grad_accum_dtype / comm_dtype; without it
      * the core resolves both to the model dtype for this plugin */
-    ZERO_PLUGIN_CAP_GRAD_DTYPES = 1u << 3
+    ZERO_PLUGIN_CAP_GRAD_DTYPES = 1u << 3,
+    /* (1.2) its model state is saved entirely through ckpt_shard (plus
+     * opaque blobs that are derived data or gradients), and its load
+     * handles ckpt_reshard: checkpoints move between world sizes and
+     * plugins that both declare it */
+    ZERO_PLUGIN_CAP_RESHARD = 1u << 4
 };
 
 typedef struct zero_plugin_table_v1 {

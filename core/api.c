@@ -7,6 +7,7 @@
 
 #include "device.h"
 #include "engine.h"
+#include "ckpt/ckpt_engine.h"
 #include "loss_scaler.h"
 #include "optim.h"
 #include "params.h"
@@ -606,58 +607,38 @@ zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_resu
 }
 
 /* ------------------------------------------------------------------------ */
-/* Checkpoints: the core saves its own step state next to the plugin's shard. */
+/* Checkpoints: core/ckpt/ (manifest, checksums, atomic publication,
+ * resharding); docs/checkpoints.md. */
 
-typedef struct core_ckpt {
-    uint64_t magic, version, global_step, skipped_steps;
-    uint32_t micro_step, world;
-    double lr;
-    zero__scaler scaler;
-} core_ckpt;
-#define CORE_CKPT_MAGIC 0x7a65726f636b7074ULL /* "zerockpt" */
+static zero_status ckpt_entry(zero_engine *e, const char *dir, const char *who, int need_load) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!dir || !dir[0]) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: dir is NULL or empty", who);
+    if (!e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "%s before zero_params_done", who);
+    if (need_load ? !e->plugin.table->load : !e->plugin.table->save)
+        return zero__error(e, ZERO_ERR_UNSUPPORTED, "plugin '%s' does not implement checkpoints", e->plugin.table->name);
+    return ZERO_OK;
+}
 
 zero_status zero_save(zero_engine *e, const char *dir) {
-    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
-    if (!dir) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_save: dir is NULL");
-    if (!e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_save before zero_params_done");
-    if (!e->plugin.table->save)
-        return zero__error(e, ZERO_ERR_UNSUPPORTED, "plugin '%s' does not implement checkpoints", e->plugin.table->name);
-    core_ckpt c = {CORE_CKPT_MAGIC, 1, e->global_step, e->skipped_steps, e->micro_step, (uint32_t)e->world_size,
-                   e->lr, e->scaler};
-    zero_status s = e->svc.ckpt_write(zero__core_of(e), dir, "core", &c, sizeof c);
+    zero_status s = ckpt_entry(e, dir, "zero_save", 0);
+    return s != ZERO_OK ? s : zero__ckpt_save(e, dir, NULL, 0);
+}
+
+zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_save_options *o) {
+    zero_status s = ckpt_entry(e, dir, "zero_save_ex", 0);
     if (s != ZERO_OK) return s;
-    s = e->plugin.table->save(e->pstate, dir);
-    if (s != ZERO_OK) return s;
-    return zero__barrier(e->world);
+    zero_save_options opt = ZERO_SAVE_OPTIONS_INIT;
+    if (o) {
+        if (o->struct_size < sizeof(uint32_t))
+            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_save_ex: options without struct_size");
+        memcpy(&opt, o, o->struct_size < sizeof opt ? o->struct_size : sizeof opt);
+    }
+    return zero__ckpt_save(e, dir, opt.tag, opt.keep_last);
 }
 
 zero_status zero_load(zero_engine *e, const char *dir) {
-    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
-    if (!dir) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_load: dir is NULL");
-    if (!e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_load before zero_params_done");
-    if (!e->plugin.table->load)
-        return zero__error(e, ZERO_ERR_UNSUPPORTED, "plugin '%s' does not implement checkpoints", e->plugin.table->name);
-    core_ckpt c;
-    zero_core *core = zero__core_of(e);
-    zero_status s = e->svc.ckpt_read(core, dir, "core", &c, sizeof c);
-    if (s == ZERO_OK && (c.magic != CORE_CKPT_MAGIC || c.version != 1))
-        s = zero__error(e, ZERO_ERR_IO, "checkpoint %s: not a libzero checkpoint (bad magic/version)", dir);
-    if (s == ZERO_OK && c.world != (uint32_t)e->world_size)
-        s = zero__error(e, ZERO_ERR_MISMATCH, "checkpoint %s was written by %u ranks, this run has %d", dir, c.world,
-                        e->world_size);
-    /* Agree over the whole job before the plugin's load, which is
-     * collective: a rank whose core blob is missing or wrong must not leave
-     * the others waiting in the plugin's agreement or all-gather. */
-    s = e->svc.ckpt_agree(core, e->svc.comm_global(core), s, dir, "zero_load");
-    if (s != ZERO_OK) return s;
-    s = e->plugin.table->load(e->pstate, dir);
-    if (s != ZERO_OK) return s;
-    e->global_step = c.global_step;
-    e->skipped_steps = c.skipped_steps;
-    e->micro_step = c.micro_step;
-    e->lr = c.lr;
-    e->scaler = c.scaler;
-    return ZERO_OK;
+    zero_status s = ckpt_entry(e, dir, "zero_load", 1);
+    return s != ZERO_OK ? s : zero__ckpt_load(e, dir);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -88,6 +88,14 @@ struct zero_engine {
      * made over MPI; the MPI world that bootstrapped it (and that finalizes
      * MPI if libzero initialized it) is kept here and freed after `global`. */
     zero_comm *boot;
+
+    /* (checkpoints) The save / load in progress, or NULL (core/ckpt/
+     * ckpt_engine.h): consulted by the checkpoint services while the
+     * plugin's save / load runs.  ck_echo: this rank's last checkpoint
+     * failure was only another rank's, reported by ckpt_agree. */
+    struct zero__ck_save *ck_save;
+    struct zero__ck_load *ck_load;
+    int ck_echo;
 };
 
 static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }

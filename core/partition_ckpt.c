@@ -11,6 +11,7 @@
 #include "engine.h"
 #include "optim.h"
 #include "partition_step.h"
+#include "ckpt/ckpt_engine.h"
 
 static const char *dtype_name(zero_dtype dt) {
     return dt == ZERO_DTYPE_F32 ? "fp32" : dt == ZERO_DTYPE_BF16 ? "bf16" : dt == ZERO_DTYPE_F16 ? "fp16" : "?";
@@ -56,28 +57,48 @@ zero_status zero__svc_master_init(zero_core *c, const zero_part_step *ps, const 
 }
 
 /* One blob: the ranges' pieces of `base` (indexed as `kind`, es bytes per
- * element) concatenated in range order, staged through a host buffer. */
+ * element) concatenated in range order, staged through a host buffer.
+ * Saving, the blob is recorded as holding `ck_kind` of those flat ranges
+ * (the manifest's resharding map); loading a checkpoint of another world
+ * size or plugin, each range is read element by element from the saver's
+ * files instead (ckpt_source.h), converted to dt. */
 static zero_status shard_blob(struct zero_engine *e, const char *dir, const char *name, const zero_part_step *ps,
-                              void *base, zero_index_kind kind, size_t es, int write) {
+                              void *base, zero_index_kind kind, zero_dtype dt, int32_t ck_kind, int write) {
     zero_core *c = zero__core_of(e);
+    const size_t es = zero__dtype_size(dt);
     size_t total = 0;
     for (uint32_t i = 0; i < ps->nranges; i++) total += (size_t)(ps->ranges[i].flat_hi - ps->ranges[i].flat_lo);
     char *buf = malloc(total ? total * es : 1);
     if (!buf) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "checkpoint: no memory to stage %s", name);
     zero_status st = ZERO_OK;
     size_t off = 0;
-    if (!write) st = e->svc.ckpt_read(c, dir, name, buf, total * es);
+    zero__ck_load *ld = e->ck_load;
+    const int reshard = !write && ld && ld->reshard;
+    if (!write && !reshard) st = e->svc.ckpt_read(c, dir, name, buf, total * es);
     for (uint32_t i = 0; st == ZERO_OK && i < ps->nranges; i++) {
         const zero_owned_range *r = &ps->ranges[i];
         size_t n = (size_t)(r->flat_hi - r->flat_lo) * es;
         char *arr = (char *)base + at(r, kind) * es;
-        if (write)
+        char err[1200];
+        if (reshard && zero__ck_read_mapped(ld->r, e->pp_stage, ck_kind, ld->new_off, r->flat_lo, r->flat_hi,
+                                            buf + off, dt, err, sizeof err))
+            st = zero__error(e, ZERO_ERR_IO, "%s", err);
+        else if (write)
             e->svc.mem_copy(c, buf + off, arr, n);
         else
             e->svc.mem_copy(c, arr, buf + off, n);
         off += n;
     }
-    if (write && st == ZERO_OK) st = e->svc.ckpt_write(c, dir, name, buf, total * es);
+    if (write && st == ZERO_OK) {
+        if (e->ck_save) {
+            e->ck_save->kind = ck_kind;
+            e->ck_save->dtype = dt;
+            e->ck_save->ranges = ps->ranges;
+            e->ck_save->nranges = ps->nranges;
+        }
+        st = e->svc.ckpt_write(c, dir, name, buf, total * es);
+        if (e->ck_save) e->ck_save->kind = ZERO__CK_OPAQUE;
+    }
     free(buf);
     return st;
 }
@@ -86,21 +107,21 @@ zero_status zero__svc_ckpt_shard(zero_core *c, const char *dir, const char *pref
                                  void *params, int write) {
     struct zero_engine *e = zero__engine_of(c);
     if (!dir || !prefix || !ps) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "ckpt_shard: NULL argument");
-    const size_t es = zero__dtype_size(ps->dtype);
     const uint32_t nstate = zero__optim_state_count(e->rc->optim, e->rc->momentum);
     char name[160];
     zero_status st = ZERO_OK;
     if (params) {
         snprintf(name, sizeof name, "%s.params", prefix);
-        st = shard_blob(e, dir, name, ps, params, ZERO_INDEX_FLAT, es, write);
+        st = shard_blob(e, dir, name, ps, params, ZERO_INDEX_FLAT, ps->dtype, ZERO__CK_PARAMS, write);
     }
     if (st == ZERO_OK && (void *)ps->master != params) {
         snprintf(name, sizeof name, "%s.master", prefix);
-        st = shard_blob(e, dir, name, ps, ps->master, ps->master_index, sizeof(float), write);
+        st = shard_blob(e, dir, name, ps, ps->master, ps->master_index, ZERO_DTYPE_F32, ZERO__CK_MASTER, write);
     }
     for (uint32_t k = 0; k < nstate && k < 4 && st == ZERO_OK; k++) {
         snprintf(name, sizeof name, "%s.state%u", prefix, k);
-        st = shard_blob(e, dir, name, ps, ps->state[k], ZERO_INDEX_PART, sizeof(float), write);
+        st = shard_blob(e, dir, name, ps, ps->state[k], ZERO_INDEX_PART, ZERO_DTYPE_F32, (int32_t)(ZERO__CK_STATE0 + k),
+                        write);
     }
     return st;
 }
@@ -112,6 +133,7 @@ zero_status zero__svc_ckpt_agree(zero_core *c, zero_comm *comm, zero_status loca
     zero_status a = zero__allreduce(comm ? comm : e->world, &any, 1, ZERO_DTYPE_F64, ZERO_OP_MAX);
     if (local != ZERO_OK) return local;
     if (a != ZERO_OK) return a;
+    if (any > 0) e->ck_echo = 1; /* zero_load's agreement prefers the first-hand message */
     if (any > 0)
         return zero__error(e, ZERO_ERR_IO, "%s: checkpoint %s: another rank could not read its shard",
                            who ? who : "plugin", dir ? dir : "?");

@@ -12,6 +12,7 @@
 #include "buckets.h"
 #include "device.h"
 #include "engine.h"
+#include "ckpt/ckpt_engine.h"
 #include "optim.h"
 #include "partition_step.h"
 
@@ -169,59 +170,82 @@ static void svc_add_into(zero_core *c, float *d, const void *s, zero_dtype sd, s
 
 /* Checkpoint blobs: <dir>/<name>.rank<R>.bin (with a pipeline
  * <name>.pp<S>.rank<R>.bin: R is the data-parallel rank, shared by every
- * stage), written to a temp file then renamed, so a crash never leaves a
- * torn shard under the final name. */
-static zero_status ckpt_path(struct zero_engine *e, const char *dir, const char *name, char *out, size_t n) {
-    int w = e->pp_stages > 1 ? snprintf(out, n, "%s/%s.pp%d.rank%d.bin", dir, name, e->pp_stage, e->rank)
-                             : snprintf(out, n, "%s/%s.rank%d.bin", dir, name, e->rank);
-    if (w < 0 || w >= (int)n)
-        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "checkpoint path too long: %s/%s", dir, name);
-    return ZERO_OK;
-}
-
+ * stage), written to a temp file, fsync'ed and renamed (core/ckpt/ckpt_io.c).
+ * Inside zero_save each blob's size, chunk checksums and (from ckpt_shard)
+ * contents are recorded for the manifest; inside zero_load each read is
+ * checked against the manifest and verified. */
 static zero_status ckpt_write_host(zero_core *c, const char *dir, const char *name, const void *buf,
                                    size_t bytes) {
     struct zero_engine *e = E(c);
-    char path[4096], tmp[4200];
-    zero_status s = ckpt_path(e, dir, name, path, sizeof path);
-    if (s != ZERO_OK) return s;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    char file[512], err[1200];
+    if (zero__ck_file_name(e, name, file, sizeof file))
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "checkpoint blob name too long: %s", name);
+    zero__ck_save *ss = e->ck_save;
+    if (!ss && zero__ck_mkdirs(dir) != 0)
         return zero__error(e, ZERO_ERR_IO, "checkpoint: cannot create %s: %s", dir, strerror(errno));
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return zero__error(e, ZERO_ERR_IO, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
-    uint64_t len = bytes;
-    int ok = fwrite(&len, sizeof len, 1, f) == 1 && (bytes == 0 || fwrite(buf, 1, bytes, f) == bytes);
-    ok = (fflush(f) == 0) && ok;
-    ok = (fsync(fileno(f)) == 0) && ok;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        int err = errno;
-        unlink(tmp);
-        return zero__error(e, ZERO_ERR_IO, "checkpoint: writing %s failed: %s", path, strerror(err));
+    uint32_t *crc = NULL, nc = 0;
+    if (zero__ck_write_blob(dir, file, buf, bytes, ZERO__CK_CHUNK, e->global ? zero__comm_rank(e->global) : e->rank,
+                            &crc, &nc, err, sizeof err))
+        return zero__error(e, ZERO_ERR_IO, "%s", err);
+    if (ss) {
+        zero__ck_file f = {0};
+        f.file = file;
+        f.blob = (char *)name;
+        f.rank = e->rank;
+        f.pp_stage = e->pp_stage;
+        f.bytes = bytes;
+        f.nchunks = nc;
+        f.crc = crc;
+        f.kind = ss->kind;
+        f.dtype = ss->dtype;
+        zero__ck_range *r = NULL;
+        if (ss->kind != ZERO__CK_OPAQUE) {
+            r = calloc(ss->nranges ? ss->nranges : 1, sizeof *r);
+            if (!r) {
+                free(crc);
+                return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+            }
+            for (uint32_t k = 0; k < ss->nranges; k++) r[k] = (zero__ck_range){ss->ranges[k].flat_lo, ss->ranges[k].flat_hi};
+            f.nranges = ss->nranges;
+            f.ranges = r;
+        }
+        json_array_append_new(ss->files, zero__ck_file_json(&f));
+        free(r);
+        ss->kind = ZERO__CK_OPAQUE;
+        if (++ss->nblobs == 2) zero__ck_fault_point("between_shards", zero__comm_rank(e->global));
     }
+    free(crc);
     return ZERO_OK;
 }
 
 static zero_status ckpt_read_host(zero_core *c, const char *dir, const char *name, void *buf, size_t bytes) {
     struct zero_engine *e = E(c);
-    char path[4096];
-    zero_status s = ckpt_path(e, dir, name, path, sizeof path);
-    if (s != ZERO_OK) return s;
-    FILE *f = fopen(path, "rb");
-    if (!f) return zero__error(e, ZERO_ERR_IO, "checkpoint: cannot open %s: %s", path, strerror(errno));
-    uint64_t len = 0;
-    int ok = fread(&len, sizeof len, 1, f) == 1;
-    if (ok && len != bytes) {
-        fclose(f);
-        return zero__error(e, ZERO_ERR_MISMATCH, "checkpoint %s holds %llu bytes, expected %zu (different model?)",
-                           path, (unsigned long long)len, bytes);
-    }
-    ok = ok && (bytes == 0 || fread(buf, 1, bytes, f) == bytes);
-    fclose(f);
-    if (!ok) return zero__error(e, ZERO_ERR_IO, "checkpoint: %s is truncated", path);
+    (void)dir; /* the load session knows the directory (the plugin passes it back) */
+    zero__ck_load *ld = e->ck_load;
+    if (!ld)
+        return zero__error(e, ZERO_ERR_STATE, "checkpoint: blob '%s' read outside zero_load (no manifest to check it)",
+                           name);
+    if (ld->reshard)
+        return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                           "checkpoint %s: blob '%s' can only be read by plugin '%s' at %d ranks (this load reshards; "
+                           "read shards through ckpt_shard)",
+                           ld->dir, name, ld->m->plugin, ld->m->world);
+    const zero__ck_file *f = zero__ck_find(ld->m, name, e->rank, e->pp_stage);
+    if (!f)
+        return zero__error(e, ZERO_ERR_IO,
+                           "checkpoint %s has no blob '%s' for rank %d: it was written by plugin '%s' (this run: '%s')",
+                           ld->dir, name, e->rank, ld->m->plugin, e->plugin.table->name);
+    if (f->bytes != bytes)
+        return zero__error(e, ZERO_ERR_MISMATCH,
+                           "checkpoint %s: blob '%s' holds %llu bytes, this run expects %zu (different model or "
+                           "configuration?)",
+                           ld->dir, f->file, (unsigned long long)f->bytes, bytes);
+    char err[1200];
+    if (zero__ck_read(ld->r, f, 0, buf, bytes, err, sizeof err)) return zero__error(e, ZERO_ERR_IO, "%s", err);
     return ZERO_OK;
 }
+
+static int svc_ckpt_reshard(zero_core *c) { return E(c)->ck_load && E(c)->ck_load->reshard; }
 
 /* A device buffer is written / read through one host bounce buffer: the
  * file format is the same, so a checkpoint moves between CPU and GPU runs. */
@@ -305,4 +329,5 @@ void zero__services_init(struct zero_engine *e) {
     s->ckpt_shard = zero__svc_ckpt_shard;
     s->ckpt_agree = zero__svc_ckpt_agree;
     s->mem_set = svc_mem_set;
+    s->ckpt_reshard = svc_ckpt_reshard;
 }

@@ -306,6 +306,29 @@ static void digest(trainer *t, demo_report *r) {
 
 /* ---- main ------------------------------------------------------------- */
 
+/* The optimizer step a checkpoint was saved at: state.global_step of its
+ * manifest (DIR/manifest.json, or that of the directory DIR/latest names).
+ * -1 if unreadable; zero_load reports what is wrong in detail. */
+static long checkpoint_step(const char *dir) {
+    char path[4200], tag[256] = "";
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    json_t *m = json_load_file(path, 0, NULL);
+    if (!m) {
+        snprintf(path, sizeof path, "%s/latest", dir);
+        FILE *f = fopen(path, "r");
+        if (!f) return -1;
+        if (!fgets(tag, sizeof tag, f)) tag[0] = 0;
+        fclose(f);
+        tag[strcspn(tag, "\n")] = 0;
+        snprintf(path, sizeof path, "%s/%s/manifest.json", dir, tag);
+        m = json_load_file(path, 0, NULL);
+    }
+    json_t *g = json_object_get(json_object_get(m, "state"), "global_step");
+    long step = json_is_integer(g) ? (long)json_integer_value(g) : -1;
+    json_decref(m);
+    return step;
+}
+
 int main(int argc, char **argv) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -363,9 +386,23 @@ int main(int argc, char **argv) {
                T.d.hidden2, corpus.n, corpus.nfiles, corpus.n_train, corpus.n - corpus.n_train, micro, gas,
                T.world, micro * gas * T.world, opt.steps);
 
+    long first = 0;
+    if (opt.resume_dir) {
+        ZCALL(t, zero_load(T.e, opt.resume_dir)); /* any rank count and plugin (resharded) */
+        first = checkpoint_step(opt.resume_dir);
+        if (first < 0 || first > opt.steps) {
+            if (root) fprintf(stderr, "zero-demo: --resume %s: checkpoint step %ld outside 0..--steps %ld\n",
+                              opt.resume_dir, first, opt.steps);
+            return demo_exit(&T.comm, 2);
+        }
+        if (root) printf("zero-demo: resumed from %s at step %ld\n", opt.resume_dir, first);
+    }
+    zero_save_options so = ZERO_SAVE_OPTIONS_INIT;
+    so.keep_last = (uint32_t)opt.keep_last;
+
     demo_run_log log;
     demo_run_log_init(&log, opt.steps);
-    for (long step = 0; step < opt.steps; ++step) {
+    for (long step = first; step < opt.steps; ++step) {
         MPI_Barrier(T.comm); /* so the step time is the slowest rank's, not rank 0's head start */
         double t0 = MPI_Wtime(), local = 0.0;
         zero_step_result res = ZERO_STEP_RESULT_INIT;
@@ -388,6 +425,8 @@ int main(int argc, char **argv) {
         local /= gas;
         MPI_Allreduce(&local, &mean, 1, MPI_DOUBLE, MPI_SUM, T.comm);
         demo_run_log_step(&log, step, mean / T.world, &res, ms, cfg.steps_per_print, root && !opt.quiet);
+        if (opt.save_dir && (step + 1 == opt.steps || (opt.save_every && (step + 1) % opt.save_every == 0)))
+            ZCALL(t, zero_save_ex(T.e, opt.save_dir, &so));
     }
 
     demo_report rep = {0};

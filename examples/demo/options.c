@@ -11,6 +11,7 @@
 static void usage(void) {
     printf("usage: zero-demo [--config FILE] [--plugin NAME] [--steps N] [--seed S]\n"
            "                 [--summary FILE] [--data PATH] [--device cpu|cuda] [--quiet]\n"
+           "                 [--save-dir DIR [--save-every K] [--keep-last K]] [--resume DIR]\n"
            "Trains a character-level MLP language model with libzero (run under mpirun).\n"
            "  --config FILE   DeepSpeed JSON config (batch, optimizer, scheduler, zero_optimization)\n"
            "  --plugin NAME   libzero strategy plugin, overriding the config (stage0, stage1, ...)\n"
@@ -21,7 +22,12 @@ static void usage(void) {
            "  --device D      cpu (default) or cuda: libzero keeps parameters, gradients and optimizer\n"
            "                  state on the GPU (local rank %% GPUs), reduces over NCCL and steps with the\n"
            "                  CUDA kernels; the model's own math stays on the CPU and copies in and out\n"
-           "  --quiet         no per-step lines\n",
+           "  --quiet         no per-step lines\n"
+           "  --save-dir DIR  save checkpoints under DIR (DIR/step-N, DIR/latest); at the end, and\n"
+           "  --save-every K  after every K-th step\n"
+           "  --keep-last K   keep only the newest K checkpoints in DIR\n"
+           "  --resume DIR    load DIR's latest checkpoint (any rank count, any plugin) and continue\n"
+           "                  from its step to --steps\n",
            DEMO_DEFAULT_STEPS, DEMO_DEFAULT_DATA);
 }
 
@@ -50,7 +56,8 @@ int demo_options_parse(int argc, char **argv, demo_options *o, int print, char *
             continue;
         }
         static const char *const with_value[] = {"--config", "--plugin", "--steps", "--seed",
-                                                 "--summary", "--data", "--device"};
+                                                 "--summary", "--data", "--device", "--save-dir",
+                                                 "--save-every", "--keep-last", "--resume"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; ++k) known |= !strcmp(a, with_value[k]);
         if (!known) {
@@ -67,6 +74,16 @@ int demo_options_parse(int argc, char **argv, demo_options *o, int print, char *
         else if (!strcmp(a, "--plugin")) o->plugin = v;
         else if (!strcmp(a, "--summary")) o->summary_path = v;
         else if (!strcmp(a, "--data")) o->data_path = v;
+        else if (!strcmp(a, "--save-dir")) o->save_dir = v;
+        else if (!strcmp(a, "--resume")) o->resume_dir = v;
+        else if (!strcmp(a, "--save-every") || !strcmp(a, "--keep-last")) {
+            if (parse_u64(v, &u) || u > 100000000) {
+                snprintf(err, err_len, "%s: '%s' is not a non-negative integer", a, v);
+                return -1;
+            }
+            if (!strcmp(a, "--save-every")) o->save_every = (long)u;
+            else o->keep_last = (long)u;
+        }
         else if (!strcmp(a, "--device")) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
                 snprintf(err, err_len, "--device: '%s' is neither cpu nor cuda", v);

@@ -124,6 +124,10 @@ zero_status zero__flat_ckpt(zero__flat_state *f, const char *dir, const char *pr
     zero_status st = svc->ckpt_shard(f->c, dir, prefix, &ps, f->params, write);
     char name[160];
     snprintf(name, sizeof name, "%s.%s", prefix, grads_blob);
+    /* resharding (another world size / plugin): always at a boundary, where
+     * the window's gradient is zero; the saver's gradient blob is not ours */
+    if (st == ZERO_OK && !write && ZERO_SERVICES_HAS(svc, ckpt_reshard) && svc->ckpt_reshard(f->c))
+        return svc->mem_set(f->c, f->grads, 0, f->grad_bytes);
     if (st == ZERO_OK)
         st = write ? svc->ckpt_write(f->c, dir, name, f->grads, f->grad_bytes)
                    : svc->ckpt_read(f->c, dir, name, f->grads, f->grad_bytes);

@@ -175,7 +175,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .struct_size = sizeof(zero_plugin_table_v1),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
-    .caps = ZERO_PLUGIN_CAP_OFFLOAD | ZERO_PLUGIN_CAP_GRAD_DTYPES,
+    .caps = ZERO_PLUGIN_CAP_OFFLOAD | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD,
     .name = "offload",
     .description = "ZeRO-Offload: stage-1/2 partitioning with the fp32 master and optimizer states in host "
                    "memory, stepped by the vectorized CPU optimizer",

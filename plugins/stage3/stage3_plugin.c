@@ -209,10 +209,17 @@ static zero_status s3_blobs(zero__s3 *s, const char *dir, int write) {
     /* params NULL: the shard is partition-indexed (ckpt_shard's params blob is
      * flat-indexed); for fp32 it is the master and saved as such */
     zero_status st = svc->ckpt_shard(s->c, dir, "stage3", &ps, NULL, write);
+    const size_t gbytes = (size_t)s->L->part_numel * s->gesize;
+    if (st == ZERO_OK && !write && ZERO_SERVICES_HAS(svc, ckpt_reshard) && svc->ckpt_reshard(s->c)) {
+        /* another world size / plugin wrote it (at a boundary): the 16-bit
+         * shard is the master rounded, as after every step; no gradient */
+        if ((void *)s->master != s->shard)
+            svc->convert(s->c, s->shard, s->dtype, s->master, ZERO_DTYPE_F32, (size_t)s->L->part_numel);
+        return svc->mem_set(s->c, s->grads, 0, gbytes);
+    }
     if (st == ZERO_OK && (void *)s->master != s->shard)
         st = write ? svc->ckpt_write(s->c, dir, "stage3.params", s->shard, bytes)
                    : svc->ckpt_read(s->c, dir, "stage3.params", s->shard, bytes);
-    const size_t gbytes = (size_t)s->L->part_numel * s->gesize;
     if (st == ZERO_OK)
         st = write ? svc->ckpt_write(s->c, dir, "stage3.grads", s->grads, gbytes)
                    : svc->ckpt_read(s->c, dir, "stage3.grads", s->grads, gbytes);
@@ -278,7 +285,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .struct_size = sizeof(zero_plugin_table_v1),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
-    .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES,
+    .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD,
     .name = "stage3",
     .description = "ZeRO-3: parameters, gradients and optimizer states partitioned; params gathered just in time "
                    "with trace-driven prefetch",

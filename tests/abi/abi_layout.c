@@ -62,6 +62,12 @@ _Static_assert(offsetof(zero_step_result, grad_norm) == 24, "offsetof(zero_step_
 _Static_assert(offsetof(zero_step_result, loss_scale) == 32, "offsetof(zero_step_result, loss_scale)");
 _Static_assert(offsetof(zero_step_result, lr) == 40, "offsetof(zero_step_result, lr)");
 
+/* zero_save_options */
+_Static_assert(sizeof(zero_save_options) == 16, "sizeof(zero_save_options)");
+_Static_assert(offsetof(zero_save_options, struct_size) == 0, "offsetof(zero_save_options, struct_size)");
+_Static_assert(offsetof(zero_save_options, keep_last) == 4, "offsetof(zero_save_options, keep_last)");
+_Static_assert(offsetof(zero_save_options, tag) == 8, "offsetof(zero_save_options, tag)");
+
 /* zero_memory_stats */
 _Static_assert(sizeof(zero_memory_stats) == 264, "sizeof(zero_memory_stats)");
 _Static_assert(offsetof(zero_memory_stats, struct_size) == 0, "offsetof(zero_memory_stats, struct_size)");
@@ -242,7 +248,7 @@ _Static_assert(offsetof(zero_grad_norm, grad_mul) == 24, "offsetof(zero_grad_nor
 _Static_assert(offsetof(zero_grad_norm, reserved0) == 28, "offsetof(zero_grad_norm, reserved0)");
 
 /* zero_services_v1 */
-_Static_assert(sizeof(zero_services_v1) == 424, "sizeof(zero_services_v1)");
+_Static_assert(sizeof(zero_services_v1) == 432, "sizeof(zero_services_v1)");
 _Static_assert(offsetof(zero_services_v1, struct_size) == 0, "offsetof(zero_services_v1, struct_size)");
 _Static_assert(offsetof(zero_services_v1, abi_version) == 4, "offsetof(zero_services_v1, abi_version)");
 _Static_assert(offsetof(zero_services_v1, core) == 8, "offsetof(zero_services_v1, core)");
@@ -297,6 +303,7 @@ _Static_assert(offsetof(zero_services_v1, params_place) == 392, "offsetof(zero_s
 _Static_assert(offsetof(zero_services_v1, master_init) == 400, "offsetof(zero_services_v1, master_init)");
 _Static_assert(offsetof(zero_services_v1, ckpt_shard) == 408, "offsetof(zero_services_v1, ckpt_shard)");
 _Static_assert(offsetof(zero_services_v1, ckpt_agree) == 416, "offsetof(zero_services_v1, ckpt_agree)");
+_Static_assert(offsetof(zero_services_v1, ckpt_reshard) == 424, "offsetof(zero_services_v1, ckpt_reshard)");
 
 /* zero_step_ctx */
 _Static_assert(sizeof(zero_step_ctx) == 56, "sizeof(zero_step_ctx)");
@@ -403,6 +410,7 @@ _Static_assert(ZERO_PLUGIN_CAP_PARTITIONS_PARAMS == 1, "ZERO_PLUGIN_CAP_PARTITIO
 _Static_assert(ZERO_PLUGIN_CAP_PIPELINE == 2, "ZERO_PLUGIN_CAP_PIPELINE");
 _Static_assert(ZERO_PLUGIN_CAP_OFFLOAD == 4, "ZERO_PLUGIN_CAP_OFFLOAD");
 _Static_assert(ZERO_PLUGIN_CAP_GRAD_DTYPES == 8, "ZERO_PLUGIN_CAP_GRAD_DTYPES");
+_Static_assert(ZERO_PLUGIN_CAP_RESHARD == 16, "ZERO_PLUGIN_CAP_RESHARD");
 #endif
 
 int main(void) { return 0; } /* the test is that this file compiles */

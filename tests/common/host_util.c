@@ -16,9 +16,12 @@ double th_u11(uint64_t key) {
     return (double)(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
 }
 
+static MPI_Comm th_comm = MPI_COMM_NULL;
+void th_set_comm(MPI_Comm comm) { th_comm = comm; }
+
 zero_status th_engine_create(const char *json, const char *plugin, int self_comm, zero_log_fn log_fn,
                              void *log_user, zero_engine **e, char *err, size_t errlen) {
-    MPI_Comm comm = MPI_COMM_WORLD; /* read during zero_engine_create only */
+    MPI_Comm comm = th_comm != MPI_COMM_NULL ? th_comm : MPI_COMM_WORLD; /* read during zero_engine_create only */
     zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
     o.config_json = json;
     o.plugin = plugin;
@@ -60,10 +63,23 @@ void th_remove_dir(const char *path) {
     while ((de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         snprintf(f, sizeof f, "%s/%s", path, de->d_name);
-        unlink(f);
+        if (unlink(f) != 0) th_remove_dir(f); /* a directory */
     }
     closedir(d);
     rmdir(path);
+}
+
+void th_ckpt_latest(const char *root, char *out, size_t n) {
+    char p[4096], tag[512] = "";
+    snprintf(p, sizeof p, "%s/latest", root);
+    FILE *f = fopen(p, "r");
+    out[0] = 0;
+    if (!f) return;
+    if (fgets(tag, sizeof tag, f)) {
+        tag[strcspn(tag, "\n")] = 0;
+        snprintf(out, n, "%s/%s", root, tag);
+    }
+    fclose(f);
 }
 
 void th_mkdtemp_bcast(char *templ, int size) {

@@ -12,6 +12,8 @@
 #include <stdint.h>
 
 #include "rel_l2.h"
+#include <mpi.h>
+
 #include "zero.h"
 
 /* Deterministic uniform in [-1, 1) from a 64-bit key (splitmix64).  Pure. */
@@ -24,6 +26,10 @@ double th_u11(uint64_t key);
  * On failure *e is NULL and err (errlen bytes) holds
  * "zero_engine_create: <message>".  The caller owns *e.  Collective over
  * MPI_COMM_WORLD unless self_comm. */
+/* The communicator th_engine_create gives libzero (default MPI_COMM_WORLD):
+ * a test that runs an engine on a subset of its ranks sets a split of it.
+ * Main thread only. */
+void th_set_comm(MPI_Comm comm);
 zero_status th_engine_create(const char *json, const char *plugin, int self_comm, zero_log_fn log_fn,
                              void *log_user, zero_engine **e, char *err, size_t errlen);
 
@@ -32,9 +38,13 @@ zero_status th_engine_create(const char *json, const char *plugin, int self_comm
  * untouched when it failed).  Same threading as zero_gather. */
 zero_status th_gather_all_f32(zero_engine *e, zero_param *const *h, uint32_t np, const size_t *numel, float *dst);
 
-/* Remove a flat directory (its files, then itself); missing is fine.
- * Not recursive: checkpoints are flat. */
+/* Remove a directory tree (a checkpoint root: its checkpoint directories,
+ * their files, `latest`); missing is fine. */
 void th_remove_dir(const char *path);
+
+/* The checkpoint directory a root's `latest` names ("<root>/<tag>") into
+ * out; out[0] = 0 if there is none. */
+void th_ckpt_latest(const char *root, char *out, size_t n);
 
 /* Rank 0 makes a temporary directory from `templ` ("/tmp/...-XXXXXX",
  * rewritten in place, at most `size` bytes) and broadcasts its name; on

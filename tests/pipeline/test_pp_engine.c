@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "host_util.h"
 #include "zero.h"
 
 enum { P = 2, NPAR = 2, STEPS = 3 };
@@ -315,8 +316,9 @@ static void check_checkpoint(void) {
     train_step(&T, 0, M);
     float **saved = snapshot(&T);
     CHECK_EQ_INT(zero_save(T.e, dir), ZERO_OK);
-    char mine[256];
-    snprintf(mine, sizeof mine, "%s/stage1-pp.pp%d.rank%d.bin", dir, g_stage, g_dprank);
+    char mine[1400], ck[1024];
+    th_ckpt_latest(dir, ck, sizeof ck); /* <dir>/step-1: the checkpoint directory */
+    snprintf(mine, sizeof mine, "%s/stage1-pp.pp%d.rank%d.bin", ck, g_stage, g_dprank);
     CHECK(access(mine, R_OK) == 0, "no shard %s", mine);
     train_step(&T, 1, M);
     float **first = snapshot(&T);
@@ -354,13 +356,10 @@ static void check_checkpoint(void) {
     CHECK(!strncmp(zero_last_error(T.e), want, strlen(want)), "last error '%s', want prefix '%s'",
           zero_last_error(T.e), want);
     zero_engine_destroy(T.e);
-    /* Clean up: every rank its own files, then rank 0 the directory. */
-    remove(mine);
-    snprintf(mine, sizeof mine, "%s/core.pp%d.rank%d.bin", dir, g_stage, g_dprank);
+    snprintf(mine, sizeof mine, "%s/core.pp%d.rank%d.bin", ck, g_stage, g_dprank);
     CHECK(access(mine, R_OK) == 0, "no core shard %s", mine);
-    remove(mine);
     MPI_Barrier(g_comm);
-    if (g_rank == 0) rmdir(dir);
+    if (g_rank == 0) th_remove_dir(dir);
 }
 
 /* Each refusal: create fails on EVERY rank, with text containing `want`. */

@@ -1,0 +1,63 @@
+/* The engine's side of checkpoints: zero_save / zero_load orchestration
+ * (ckpt_save.c, ckpt_load.c) and the session state the checkpoint services
+ * (services.c ckpt_write/ckpt_read, partition_ckpt.c ckpt_shard) consult
+ * while a plugin's save or load runs.  docs/checkpoints.md describes the
+ * directory layout, the manifest and the guarantees.
+ *
+ * Ownership: a session is created and freed by the zero_save / zero_load
+ * call that runs it (e->ck_save / e->ck_load are NULL outside those calls).
+ * Threads: engine step thread only, like zero_save / zero_load. */
+#ifndef ZERO_CKPT_ENGINE_H
+#define ZERO_CKPT_ENGINE_H
+#include <jansson.h>
+
+#include "ckpt_source.h"
+#include "loss_scaler.h"
+#include "zero.h"
+
+struct zero_engine;
+
+typedef struct zero__ck_save {
+    char dir[4096];      /* the staging directory the plugin writes into */
+    json_t *files;       /* this rank's file records (zero__ck_file_json) */
+    uint32_t nblobs;     /* blobs written so far (fault point between_shards) */
+    /* set by ckpt_shard for the blob it is about to write, reset after it */
+    int32_t kind;
+    zero_dtype dtype;
+    const zero_owned_range *ranges;
+    uint32_t nranges;
+} zero__ck_save;
+
+typedef struct zero__ck_load {
+    char dir[4096];      /* the checkpoint directory being read */
+    zero__ck_manifest *m;
+    zero__ck_reader *r;
+    int reshard;         /* another world size / plugin / layout wrote it */
+    uint64_t *new_off;   /* resharding: this run's flat offset of each param of its stage */
+} zero__ck_load;
+
+/* The core's own blob "core" on every rank: its step state, compared with
+ * the manifest's on load (ranks that disagree are an error, not a silent
+ * mix). */
+typedef struct zero__core_blob {
+    uint64_t magic, version, global_step, skipped_steps;
+    uint32_t micro_step, world;
+    double lr;
+    zero__scaler scaler;
+} zero__core_blob;
+#define ZERO__CORE_BLOB_MAGIC 0x7a65726f636b7074ULL /* "zerockpt" */
+
+/* zero_save_ex / zero_load bodies (collective over every rank of the job). */
+zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char *tag, uint32_t keep_last);
+zero_status zero__ckpt_load(struct zero_engine *e, const char *path);
+
+/* Agree over the whole job (every pipeline stage) on `local`: every rank
+ * returns the failing status of the lowest failing rank, with its message
+ * ("rank R: ...") -- so an error is named on every rank, never a hang.
+ * Collective. */
+zero_status zero__ck_agree(struct zero_engine *e, zero_status local, const char *what);
+
+/* File name of blob `name` for this rank: "<name>.rank<R>.bin" or with a
+ * pipeline "<name>.pp<S>.rank<R>.bin". */
+int zero__ck_file_name(const struct zero_engine *e, const char *name, char *out, size_t n);
+#endif

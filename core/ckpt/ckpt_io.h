@@ -1,0 +1,64 @@
+/* Checkpoint file I/O without an engine: durable blob writes that record
+ * their chunk checksums, verified reads of whole blobs or byte ranges, and
+ * the small atomic files and directory operations of a save (shared by the
+ * engine and tools/zero-ckpt).
+ *
+ * Durability: a blob is written to "<file>.tmp.<pid>", fsync'ed, renamed,
+ * and its directory fsync'ed by the caller once all blobs are in place
+ * (zero__ck_fsync_dir).  Errors are returned as -1 with a message naming
+ * the path and the errno text in err (ENOSPC reads "No space left on
+ * device").
+ *
+ * Test-only fault hooks (tests/ckpt; documented in docs/checkpoints.md),
+ * read from the environment at each call:
+ *   ZERO_CKPT_FAULT=enospc:N[@R]  the N-th blob written by this process
+ *       (rank R only, if given) fails with ENOSPC after half its payload;
+ *   ZERO_CKPT_FAULT=pause:POINT[@R]  at save point POINT (before_shards,
+ *       between_shards, before_manifest, before_latest) rank R writes its
+ *       pid to $ZERO_CKPT_FAULT_MARKER and sleeps up to 120 s, so that a
+ *       test can kill -9 it there.
+ * Threads: the reader structure is not shared; everything else is
+ * reentrant. */
+#ifndef ZERO_CKPT_IO_H
+#define ZERO_CKPT_IO_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt_manifest.h"
+
+/* Write `bytes` of buf as blob dir/file (header + payload), durably and
+ * atomically.  On success *crc (malloc'ed, caller frees) holds one CRC-32C
+ * per chunk_bytes chunk and *nchunks their count.  rank: for fault hooks. */
+int zero__ck_write_blob(const char *dir, const char *file, const void *buf, uint64_t bytes, uint64_t chunk_bytes,
+                        int rank, uint32_t **crc, uint32_t *nchunks, char *err, size_t errn);
+
+/* A reader over one checkpoint directory and its manifest: opens files
+ * lazily, checks each file's size and header against the manifest before
+ * any read, and verifies every chunk it touches (one chunk cached). */
+typedef struct zero__ck_reader zero__ck_reader;
+zero__ck_reader *zero__ck_reader_open(const char *dir, const zero__ck_manifest *m);
+void zero__ck_reader_close(zero__ck_reader *r);
+/* Bytes [off, off + n) of file f's payload into dst; -1 with err naming the
+ * file on a missing / wrongly sized / foreign file or a checksum mismatch. */
+int zero__ck_read(zero__ck_reader *r, const zero__ck_file *f, uint64_t off, void *dst, uint64_t n, char *err,
+                  size_t errn);
+/* Bytes read from disk so far (tests check that a resharding load reads
+ * only what it needs). */
+uint64_t zero__ck_reader_bytes(const zero__ck_reader *r);
+const zero__ck_manifest *zero__ck_reader_manifest(const zero__ck_reader *r);
+
+/* Read a whole small file (manifest, latest) into a malloc'ed NUL-terminated
+ * buffer; -1 if missing (errno kept) or larger than max. */
+int zero__ck_slurp(const char *path, size_t max, char **out, size_t *len);
+/* Write a small file atomically: tmp, fsync, rename, fsync the directory. */
+int zero__ck_write_atomic(const char *dir, const char *name, const char *text, size_t len, char *err, size_t errn);
+int zero__ck_fsync_dir(const char *dir);
+/* mkdir -p (0777 & umask). */
+int zero__ck_mkdirs(const char *dir);
+/* Remove a checkpoint directory: its plain files, then itself.  Never
+ * follows into subdirectories (a checkpoint has none). */
+int zero__ck_remove_dir(const char *dir);
+
+/* Fault hooks (see above). */
+void zero__ck_fault_point(const char *point, int rank);
+#endif

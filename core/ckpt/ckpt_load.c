@@ -1,0 +1,243 @@
+/* zero_load: find the checkpoint (a directory with manifest.json, or a
+ * root whose `latest` names one), check its manifest against this run,
+ * and let the plugin read its blobs through the verifying services.
+ *
+ *   - global rank 0 reads the manifest (and `latest`) and broadcasts the
+ *     text, so every rank judges the same bytes;
+ *   - the model must match: every registered parameter's name, element
+ *     count, dtype and group in order (the first mismatch is named), the
+ *     model dtype and the optimizer's state count;
+ *   - native load (same plugin, world size, pipeline split and layout):
+ *     the plugin reads its own blobs; each rank's core blob must agree with
+ *     the manifest's step state;
+ *   - otherwise a resharding load: the saver and this plugin must both
+ *     declare ZERO_PLUGIN_CAP_RESHARD, the save must sit at an accumulation
+ *     boundary (no gradient in flight) and the pipeline split must be the
+ *     same; the plugin's ckpt_shard reads are served element by element
+ *     from whichever of the saver's files hold them (ckpt_source.h).
+ * Every failure is agreed over the job with its message (zero__ck_agree). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_engine.h"
+#include "engine.h"
+#include "optim.h"
+
+#define MAX_MANIFEST ((size_t)256 << 20)
+
+/* On global rank 0: the checkpoint directory and its manifest text. */
+static zero_status find(struct zero_engine *e, const char *path, char *dir, size_t dn, char **text, size_t *len) {
+    char p[4400];
+    snprintf(p, sizeof p, "%s/manifest.json", path);
+    if (zero__ck_slurp(p, MAX_MANIFEST, text, len) == 0) {
+        snprintf(dir, dn, "%s", path);
+        return ZERO_OK;
+    }
+    if (errno != ENOENT) return zero__error(e, ZERO_ERR_IO, "zero_load: cannot read %s: %s", p, strerror(errno));
+    char *latest = NULL;
+    size_t ll = 0;
+    snprintf(p, sizeof p, "%s/latest", path);
+    if (zero__ck_slurp(p, 4096, &latest, &ll) != 0) {
+        snprintf(p, sizeof p, "%s/core.rank0.bin", path);
+        FILE *old = fopen(p, "rb");
+        if (old) {
+            fclose(old);
+            return zero__error(e, ZERO_ERR_IO,
+                               "zero_load: %s is a checkpoint of libzero < 1.2 (no manifest): not readable by this "
+                               "version; resave it with the version that wrote it's successor or retrain",
+                               path);
+        }
+        return zero__error(e, ZERO_ERR_IO, "zero_load: no checkpoint in %s (neither manifest.json nor latest)", path);
+    }
+    while (ll && (latest[ll - 1] == '\n' || latest[ll - 1] == ' ')) latest[--ll] = 0;
+    if (!ll || strchr(latest, '/') || !strcmp(latest, "..") || !strcmp(latest, ".")) {
+        free(latest);
+        return zero__error(e, ZERO_ERR_IO, "zero_load: %s/latest does not name a checkpoint directory", path);
+    }
+    snprintf(dir, dn, "%s/%s", path, latest);
+    free(latest);
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    if (zero__ck_slurp(p, MAX_MANIFEST, text, len) != 0)
+        return zero__error(e, ZERO_ERR_IO, "zero_load: %s/latest names %s, which has no readable manifest.json: %s",
+                           path, dir, strerror(errno));
+    return ZERO_OK;
+}
+
+/* Rank 0's directory and manifest text to every rank. */
+static zero_status share(struct zero_engine *e, const char *path, char *dir, size_t dn, char **text, size_t *len) {
+    zero_comm *g = e->global;
+    const int root = zero__comm_rank(g) == 0;
+    zero_status s = ZERO_OK;
+    if (root) s = find(e, path, dir, dn, text, len);
+    s = zero__ck_agree(e, s, "zero_load");
+    if (s != ZERO_OK) return s;
+    double n = root ? (double)*len : 0;
+    if ((s = zero__broadcast(g, &n, 1, ZERO_DTYPE_F64, 0)) != ZERO_OK) return s;
+    if ((s = zero__broadcast(g, dir, dn, ZERO_DTYPE_U8, 0)) != ZERO_OK) return s;
+    if (!root) {
+        *len = (size_t)n;
+        *text = malloc(*len + 1);
+        if (!*text) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory");
+        (*text)[*len] = 0;
+    }
+    return zero__broadcast(g, *text, *len, ZERO_DTYPE_U8, 0);
+}
+
+/* The model and optimizer against this run's; the first difference named. */
+static zero_status check_model(struct zero_engine *e, const zero__ck_manifest *m, const char *dir) {
+    if (m->pp_stages != e->pp_stages)
+        return zero__error(e, ZERO_ERR_MISMATCH, "checkpoint %s: written with %d pipeline stages, this run has %d", dir,
+                           m->pp_stages, e->pp_stages);
+    if (m->model_dtype != e->rc->model_dtype)
+        return zero__error(e, ZERO_ERR_MISMATCH, "checkpoint %s: model dtype %s, this run trains in %s", dir,
+                           zero__ck_dtype_name(m->model_dtype), zero__ck_dtype_name(e->rc->model_dtype));
+    const uint32_t ns = zero__optim_state_count(e->rc->optim, e->rc->momentum);
+    if (m->optim != e->rc->optim || m->nstate != ns)
+        return zero__error(e, ZERO_ERR_MISMATCH,
+                           "checkpoint %s: optimizer %d with %u state arrays, this run's optimizer %d has %u", dir,
+                           m->optim, m->nstate, e->rc->optim, ns);
+    uint32_t j = 0;
+    for (uint32_t i = 0; i < m->nparams; i++) {
+        const zero__ck_param *p = &m->params[i];
+        if (p->pp_stage != e->pp_stage) continue;
+        if (j >= e->nparams)
+            return zero__error(e, ZERO_ERR_MISMATCH,
+                               "checkpoint %s: holds parameter %u '%s', this run registered only %u parameters "
+                               "(another model's checkpoint?)",
+                               dir, j, p->name, e->nparams);
+        const zero_param_info *q = &e->params[j]->info;
+        if (strcmp(p->name, q->name) || p->numel != q->numel || p->dtype != q->dtype || p->group != q->group)
+            return zero__error(e, ZERO_ERR_MISMATCH,
+                               "checkpoint %s: parameter %u is '%s' (%llu elements, %s, group %d), this run registered "
+                               "'%s' (%llu elements, %s, group %d) (another model's checkpoint?)",
+                               dir, j, p->name, (unsigned long long)p->numel, zero__ck_dtype_name(p->dtype), p->group,
+                               q->name, (unsigned long long)q->numel, zero__ck_dtype_name(q->dtype), q->group);
+        j++;
+    }
+    if (j != e->nparams)
+        return zero__error(e, ZERO_ERR_MISMATCH,
+                           "checkpoint %s: holds %u parameters, this run registered %u; the first missing is '%s'",
+                           dir, j, e->nparams, e->params[j]->info.name);
+    return ZERO_OK;
+}
+
+/* Is this rank's layout the saver's (same plugin and world size too)? */
+static int same_layout(struct zero_engine *e, const zero__ck_manifest *m) {
+    if (strcmp(m->plugin, e->plugin.table->name) || m->world != e->world_size) return 0;
+    const zero__ck_layout *L = zero__ck_layout_of(m, e->pp_stage);
+    if (!L || L->align != e->layout.view.align || L->flat_numel != e->layout.view.flat_numel) return 0;
+    uint32_t j = 0;
+    for (uint32_t i = 0; i < m->nparams; i++)
+        if (m->params[i].pp_stage == e->pp_stage && m->params[i].flat_offset != e->params[j++]->info.flat_offset)
+            return 0;
+    return 1;
+}
+
+static zero_status check_core_blob(struct zero_engine *e, zero__ck_load *ld) {
+    zero__core_blob c;
+    zero_status s = e->svc.ckpt_read(zero__core_of(e), ld->dir, "core", &c, sizeof c);
+    if (s != ZERO_OK) return s;
+    const zero__ck_state *m = &ld->m->st;
+    if (c.magic != ZERO__CORE_BLOB_MAGIC || c.version != 1)
+        return zero__error(e, ZERO_ERR_IO, "checkpoint %s: this rank's core blob is not a libzero core blob", ld->dir);
+    if (c.global_step != m->global_step || c.micro_step != m->micro_step || c.skipped_steps != m->skipped_steps)
+        return zero__error(e, ZERO_ERR_MISMATCH,
+                           "checkpoint %s: this rank's core blob is at global step %llu micro-step %u, the manifest "
+                           "at %llu / %u (ranks saved different steps)",
+                           ld->dir, (unsigned long long)c.global_step, c.micro_step,
+                           (unsigned long long)m->global_step, m->micro_step);
+    return ZERO_OK;
+}
+
+static zero_status prepare(struct zero_engine *e, zero__ck_load *ld, const char *text, size_t len) {
+    char err[1024];
+    ld->m = zero__ck_manifest_parse(text, len, err, sizeof err);
+    if (!ld->m) return zero__error(e, ZERO_ERR_IO, "checkpoint %s: %s", ld->dir, err);
+    zero_status s = check_model(e, ld->m, ld->dir);
+    if (s != ZERO_OK) return s;
+    ld->r = zero__ck_reader_open(ld->dir, ld->m);
+    if (!ld->r) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory");
+    return ZERO_OK;
+}
+
+static zero_status allow_reshard(struct zero_engine *e, zero__ck_load *ld) {
+    const zero__ck_manifest *m = ld->m;
+    const char *mine = e->plugin.table->name;
+    if (!m->reshardable)
+        return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                           "checkpoint %s: written by plugin '%s' at %d ranks, which does not describe its shards for "
+                           "resharding; load it with '%s' at %d ranks",
+                           ld->dir, m->plugin, m->world, m->plugin, m->world);
+    if (!(e->plugin.table->caps & ZERO_PLUGIN_CAP_RESHARD))
+        return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                           "checkpoint %s: written by plugin '%s' at %d ranks; plugin '%s' cannot load another "
+                           "plugin's or world size's checkpoint (no ZERO_PLUGIN_CAP_RESHARD)",
+                           ld->dir, m->plugin, m->world, mine);
+    if (m->st.micro_step)
+        return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                           "checkpoint %s: saved in the middle of an accumulation window (micro-step %u): only plugin "
+                           "'%s' at %d ranks can resume it (gradients in flight are not resharded)",
+                           ld->dir, m->st.micro_step, m->plugin, m->world);
+    for (int k = -1; k < (int)m->nstate; k++) {
+        int kind = k < 0 ? ZERO__CK_MASTER : ZERO__CK_STATE0 + k;
+        if (!zero__ck_has(m, e->pp_stage, kind))
+            return zero__error(e, ZERO_ERR_IO, "checkpoint %s: no shard data of kind %d for resharding", ld->dir, kind);
+    }
+    ld->new_off = calloc(e->nparams ? e->nparams : 1, sizeof *ld->new_off);
+    if (!ld->new_off) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory");
+    for (uint32_t i = 0; i < e->nparams; i++) ld->new_off[i] = e->params[i]->info.flat_offset;
+    zero__log(e, ZERO_LOG_INFO, "checkpoint %s: resharding %s x%d -> %s x%d", ld->dir, m->plugin, m->world, mine,
+              e->world_size);
+    return ZERO_OK;
+}
+
+zero_status zero__ckpt_load(struct zero_engine *e, const char *path) {
+    zero__ck_load ld;
+    memset(&ld, 0, sizeof ld);
+    char *text = NULL;
+    size_t len = 0;
+    zero_status s = share(e, path, ld.dir, sizeof ld.dir, &text, &len);
+    if (s == ZERO_OK) s = prepare(e, &ld, text, len);
+    free(text);
+    s = zero__ck_agree(e, s, "zero_load");
+    if (s == ZERO_OK) {
+        double need = same_layout(e, ld.m) ? 0 : 1;
+        s = zero__allreduce(e->global, &need, 1, ZERO_DTYPE_F64, ZERO_OP_MAX);
+        ld.reshard = need > 0;
+        if (s == ZERO_OK) {
+            e->ck_load = &ld;
+            s = ld.reshard ? allow_reshard(e, &ld) : check_core_blob(e, &ld);
+            e->ck_load = NULL;
+        }
+        s = zero__ck_agree(e, s, "zero_load");
+    }
+    if (s == ZERO_OK) {
+        e->ck_load = &ld;
+        s = e->plugin.table->load(e->pstate, ld.dir);
+        e->ck_load = NULL;
+        s = zero__ck_agree(e, s, "zero_load");
+    }
+    if (s == ZERO_OK) {
+        const zero__ck_state *st = &ld.m->st;
+        e->global_step = st->global_step;
+        e->skipped_steps = st->skipped_steps;
+        e->micro_step = st->micro_step;
+        e->lr = st->lr;
+        zero__scaler *sc = &e->scaler;
+        sc->dynamic = st->ls_dynamic;
+        sc->scale = st->ls_scale;
+        sc->min_scale = st->ls_min_scale;
+        sc->window = st->ls_window;
+        sc->delayed_shift = st->ls_delayed_shift;
+        sc->cur_hysteresis = st->ls_cur_hysteresis;
+        sc->consecutive_hysteresis = st->ls_consecutive;
+        sc->cur_iter = st->ls_cur_iter;
+        sc->last_overflow_iter = st->ls_last_overflow_iter;
+    }
+    zero__ck_reader_close(ld.r);
+    zero__ck_manifest_free(ld.m);
+    free(ld.new_off);
+    return s;
+}

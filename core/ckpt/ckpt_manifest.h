@@ -1,0 +1,108 @@
+/* The checkpoint manifest (manifest.json): what a checkpoint holds, parsed
+ * and built without an engine, so that zero_load and tools/zero-ckpt share
+ * one reader.  Format reference: docs/checkpoints.md.
+ *
+ * Every number read from a manifest is checked before use (types, ranges,
+ * sums of range lengths against byte counts, chunk-checksum counts against
+ * sizes): a damaged or foreign manifest is a named error, never an
+ * over-read.  A parsed manifest owns all of its strings and arrays (free
+ * with zero__ck_manifest_free).  Pure; not shared between threads. */
+#ifndef ZERO_CKPT_MANIFEST_H
+#define ZERO_CKPT_MANIFEST_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "zero_plugin.h"
+
+#define ZERO__CK_FORMAT "libzero-checkpoint"
+#define ZERO__CK_VERSION 1               /* the manifest format this library writes and reads */
+#define ZERO__CK_CHUNK ((uint64_t)1 << 20) /* bytes per checksummed chunk */
+#define ZERO__CK_HEADER 16               /* blob header: "ZEROCKB1" + payload bytes (u64 LE) */
+#define ZERO__CK_MAGIC "ZEROCKB1"
+
+/* What a blob's payload is, for resharding and consolidation: the owned
+ * ranges of the model-dtype parameters, of the fp32 master, or of an
+ * optimizer state; OPAQUE blobs (core state, gradients) are only read back
+ * by the same plugin at the same world size. */
+enum { ZERO__CK_OPAQUE = -1, ZERO__CK_PARAMS = 0, ZERO__CK_MASTER = 1, ZERO__CK_STATE0 = 2 };
+
+typedef struct zero__ck_range {
+    uint64_t flat_lo, flat_hi; /* saver's flat space */
+} zero__ck_range;
+
+typedef struct zero__ck_file {
+    char *file;          /* name inside the checkpoint directory */
+    char *blob;          /* blob name as the plugin gave it ("stage2.master") */
+    int32_t rank;        /* data-parallel rank that wrote it */
+    int32_t pp_stage;
+    uint64_t bytes;      /* payload bytes (the file is ZERO__CK_HEADER + bytes long) */
+    uint32_t nchunks;    /* ceil(bytes / chunk_bytes) */
+    uint32_t *crc;       /* CRC-32C of each chunk */
+    int32_t kind;        /* ZERO__CK_* */
+    zero_dtype dtype;    /* element type of a non-opaque payload */
+    uint32_t nranges;
+    zero__ck_range *ranges; /* payload = these flat ranges concatenated */
+} zero__ck_file;
+
+typedef struct zero__ck_param {
+    char *name;
+    uint64_t numel;
+    zero_dtype dtype;
+    int32_t group;
+    int32_t pp_stage;
+    uint64_t flat_offset; /* in the saver's layout of its pipeline stage */
+} zero__ck_param;
+
+typedef struct zero__ck_layout {
+    int32_t pp_stage;
+    uint64_t align, flat_numel, part_numel;
+} zero__ck_layout;
+
+/* Step state of the core (identical on every rank; checked at save). */
+typedef struct zero__ck_state {
+    uint64_t global_step, skipped_steps;
+    uint32_t micro_step;
+    double lr;
+    /* loss scaler (zero__scaler's fields) */
+    int32_t ls_dynamic, ls_window, ls_delayed_shift, ls_cur_hysteresis, ls_consecutive;
+    double ls_scale, ls_min_scale;
+    int64_t ls_cur_iter, ls_last_overflow_iter;
+} zero__ck_state;
+
+typedef struct zero__ck_manifest {
+    int32_t version;
+    char *tag, *plugin, *library_version;
+    int32_t abi_version;
+    int32_t stage, world, pp_stages, reshardable;
+    zero_dtype model_dtype;
+    int32_t optim;
+    uint32_t nstate;
+    uint64_t chunk_bytes;
+    zero__ck_state st;
+    uint32_t nparams, nlayouts, nfiles;
+    zero__ck_param *params;
+    zero__ck_layout *layouts;
+    zero__ck_file *files;
+    json_t *root; /* the parsed document (config, scheduler: shown by zero-ckpt info) */
+} zero__ck_manifest;
+
+/* Parse manifest text (len bytes, not necessarily NUL-terminated).  On
+ * error returns NULL with a message naming the field in err. */
+zero__ck_manifest *zero__ck_manifest_parse(const char *text, size_t len, char *err, size_t errn);
+void zero__ck_manifest_free(zero__ck_manifest *m);
+
+const char *zero__ck_dtype_name(zero_dtype dt);
+size_t zero__ck_dtype_size(zero_dtype dt); /* model dtypes; 0 for others */
+/* "params", "master", "state<k>"; "opaque". */
+const char *zero__ck_kind_name(int32_t kind, char *buf, size_t n);
+
+/* JSON of one file record (new reference), as the saving rank describes it. */
+json_t *zero__ck_file_json(const zero__ck_file *f);
+
+/* Find the file with this blob name written by (rank, pp_stage), or NULL. */
+const zero__ck_file *zero__ck_find(const zero__ck_manifest *m, const char *blob, int rank, int pp_stage);
+/* The layout record of a pipeline stage, or NULL. */
+const zero__ck_layout *zero__ck_layout_of(const zero__ck_manifest *m, int pp_stage);
+#endif

@@ -1,0 +1,354 @@
+/* zero_save: a checkpoint that is either complete or absent.
+ *
+ *   1. the ranks agree on the step they are saving (a rank that has taken
+ *      another number of steps is an error everywhere, nothing written);
+ *   2. global rank 0 creates <root>/<tag>.partial (removing a leftover of
+ *      a killed save); every rank writes its blobs there, each fsync'ed and
+ *      renamed into place, recording size and chunk checksums;
+ *   3. the ranks agree on the outcome (a failed rank's message reaches all;
+ *      on failure the staging directory is removed and the previous
+ *      checkpoint is untouched);
+ *   4. rank 0 gathers every rank's file records and writes manifest.json
+ *      LAST (temp, fsync, rename, fsync dir), then moves the staging
+ *      directory to <root>/<tag> (an atomic exchange when the tag exists),
+ *      then points <root>/latest at it (temp, fsync, rename, fsync dir),
+ *      then prunes to keep_last;
+ *   5. every rank returns rank 0's outcome.
+ * A kill at any point leaves <root>/latest naming a complete checkpoint. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt_engine.h"
+#include "config_internal.h"
+#include "engine.h"
+#include "optim.h"
+
+static int plain_name(const char *s) {
+    return s && s[0] && strlen(s) < 200 && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, "..") &&
+           !strstr(s, ".partial") && strcmp(s, "latest");
+}
+
+static json_t *scaler_json(const zero__scaler *s) {
+    json_t *o = json_object();
+    json_object_set_new(o, "dynamic", json_integer(s->dynamic));
+    json_object_set_new(o, "scale", json_real(s->scale));
+    json_object_set_new(o, "min_scale", json_real(s->min_scale));
+    json_object_set_new(o, "window", json_integer(s->window));
+    json_object_set_new(o, "hysteresis", json_integer(s->delayed_shift));
+    json_object_set_new(o, "cur_hysteresis", json_integer(s->cur_hysteresis));
+    json_object_set_new(o, "consecutive_hysteresis", json_integer(s->consecutive_hysteresis));
+    json_object_set_new(o, "cur_iter", json_integer(s->cur_iter));
+    json_object_set_new(o, "last_overflow_iter", json_integer(s->last_overflow_iter));
+    return o;
+}
+
+/* This rank's contribution: its files, and (data-parallel rank 0 of each
+ * pipeline stage) that stage's params and layout. */
+static char *contribution(struct zero_engine *e, json_t *files) {
+    json_t *o = json_object();
+    json_object_set(o, "files", files);
+    if (e->rank == 0) {
+        json_t *ps = json_array();
+        for (uint32_t i = 0; i < e->nparams; i++) {
+            const zero_param_info *p = &e->params[i]->info;
+            json_t *q = json_object();
+            json_object_set_new(q, "name", json_string(p->name));
+            json_t *shape = json_array();
+            json_array_append_new(shape, json_integer((json_int_t)p->numel));
+            json_object_set_new(q, "shape", shape);
+            json_object_set_new(q, "numel", json_integer((json_int_t)p->numel));
+            json_object_set_new(q, "dtype", json_string(zero__ck_dtype_name(p->dtype)));
+            json_object_set_new(q, "group", json_integer(p->group));
+            json_object_set_new(q, "pp_stage", json_integer(e->pp_stage));
+            json_object_set_new(q, "flat_offset", json_integer((json_int_t)p->flat_offset));
+            json_array_append_new(ps, q);
+        }
+        json_object_set_new(o, "params", ps);
+        const zero_layout *L = &e->layout.view;
+        json_t *l = json_object();
+        json_object_set_new(l, "pp_stage", json_integer(e->pp_stage));
+        json_object_set_new(l, "align", json_integer((json_int_t)L->align));
+        json_object_set_new(l, "flat_numel", json_integer((json_int_t)L->flat_numel));
+        json_object_set_new(l, "part_numel", json_integer((json_int_t)L->part_numel));
+        json_t *gs = json_array();
+        for (uint32_t g = 0; g < L->ngroups; g++) {
+            const zero_layout_group *G = &L->groups[g];
+            json_t *x = json_object();
+            json_object_set_new(x, "group_id", json_integer(G->group_id));
+            json_object_set_new(x, "flat_begin", json_integer((json_int_t)G->flat_begin));
+            json_object_set_new(x, "numel", json_integer((json_int_t)G->numel));
+            json_object_set_new(x, "part_numel", json_integer((json_int_t)G->part_numel));
+            json_array_append_new(gs, x);
+        }
+        json_object_set_new(l, "groups", gs);
+        json_object_set_new(o, "layout", l);
+    }
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+/* Gather every rank's contribution text on global rank 0 (others get NULL
+ * arrays).  Collective. */
+static zero_status gather(struct zero_engine *e, const char *mine, char **all, size_t *each, int *n) {
+    zero_comm *g = e->global;
+    *n = zero__comm_size(g);
+    double len = (double)strlen(mine) + 1;
+    zero_status s = zero__allreduce(g, &len, 1, ZERO_DTYPE_F64, ZERO_OP_MAX);
+    if (s != ZERO_OK) return s;
+    *each = (size_t)len;
+    char *send = calloc(1, *each), *recv = calloc((size_t)*n, *each);
+    if (!send || !recv) {
+        free(send);
+        free(recv);
+        return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_save: out of memory gathering file records");
+    }
+    memcpy(send, mine, strlen(mine) + 1);
+    s = zero__allgather_bytes(g, send, recv, *each);
+    free(send);
+    if (s != ZERO_OK) {
+        free(recv);
+        return s;
+    }
+    *all = recv;
+    return ZERO_OK;
+}
+
+static json_t *build_manifest(struct zero_engine *e, const char *tag, const char *all, size_t each, int n,
+                              char *err, size_t errn) {
+    json_t *m = json_object();
+    json_object_set_new(m, "format", json_string(ZERO__CK_FORMAT));
+    json_object_set_new(m, "version", json_integer(ZERO__CK_VERSION));
+    json_object_set_new(m, "tag", json_string(tag));
+    json_object_set_new(m, "library_version", json_string(zero_version_string()));
+    json_object_set_new(m, "abi_version", json_integer(zero_abi_version()));
+    json_object_set_new(m, "plugin", json_string(e->plugin.table->name));
+    json_object_set_new(m, "stage", json_integer(e->rc->stage));
+    json_object_set_new(m, "world_size", json_integer(e->world_size));
+    json_object_set_new(m, "pp_stages", json_integer(e->pp_stages));
+    json_object_set_new(m, "reshardable", json_integer((e->plugin.table->caps & ZERO_PLUGIN_CAP_RESHARD) ? 1 : 0));
+    json_object_set_new(m, "model_dtype", json_string(zero__ck_dtype_name(e->rc->model_dtype)));
+    json_object_set_new(m, "optimizer", json_integer(e->rc->optim));
+    json_object_set_new(m, "optimizer_states",
+                        json_integer(zero__optim_state_count(e->rc->optim, e->rc->momentum)));
+    json_object_set_new(m, "chunk_bytes", json_integer((json_int_t)ZERO__CK_CHUNK));
+    json_t *st = json_object();
+    json_object_set_new(st, "global_step", json_integer((json_int_t)e->global_step));
+    json_object_set_new(st, "skipped_steps", json_integer((json_int_t)e->skipped_steps));
+    json_object_set_new(st, "micro_step", json_integer(e->micro_step));
+    json_object_set_new(st, "lr", json_real(e->lr));
+    json_object_set_new(st, "loss_scaler", scaler_json(&e->scaler));
+    json_t *sch = json_object();
+    const char *sname = zero__config_scheduler(e->cfg);
+    json_object_set_new(sch, "type", sname ? json_string(sname) : json_null());
+    json_object_set_new(sch, "next_lr", json_real(e->lr));
+    json_object_set_new(sch, "last_step", json_integer((json_int_t)e->global_step));
+    json_object_set_new(st, "scheduler", sch);
+    json_object_set_new(m, "state", st);
+    json_object_set(m, "config", e->cfg->root ? e->cfg->root : json_null());
+    json_t *params = json_array(), *layouts = json_array(), *files = json_array();
+    for (int r = 0; r < n; r++) {
+        json_error_t je;
+        json_t *c = json_loads(all + (size_t)r * each, 0, &je);
+        if (!c) {
+            snprintf(err, errn, "zero_save: rank %d's file records do not parse: %s", r, je.text);
+            json_decref(params), json_decref(layouts), json_decref(files), json_decref(m);
+            return NULL;
+        }
+        json_array_extend(files, json_object_get(c, "files"));
+        if (json_object_get(c, "params")) json_array_extend(params, json_object_get(c, "params"));
+        if (json_object_get(c, "layout")) json_array_append(layouts, json_object_get(c, "layout"));
+        json_decref(c);
+    }
+    json_object_set_new(m, "layouts", layouts);
+    json_object_set_new(m, "params", params);
+    json_object_set_new(m, "files", files);
+    return m;
+}
+
+/* Move staging into place as root/tag: an atomic exchange when the tag
+ * already exists (the old one is then removed), else a rename. */
+static int publish(const char *root, const char *staging, const char *tag, char *err, size_t errn) {
+    char final[4352];
+    snprintf(final, sizeof final, "%s/%s", root, tag);
+    struct stat sb;
+    if (stat(final, &sb) == 0) {
+#ifdef RENAME_EXCHANGE
+        if (renameat2(AT_FDCWD, staging, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+            zero__ck_remove_dir(staging); /* now the old checkpoint of that tag */
+            return zero__ck_fsync_dir(root);
+        }
+#endif
+        /* no atomic exchange here: the old one goes aside first (latest may
+         * name the tag for a moment without it; docs/checkpoints.md) */
+        char old[4400];
+        snprintf(old, sizeof old, "%s/%s.old", root, tag);
+        zero__ck_remove_dir(old);
+        if (rename(final, old) != 0 || rename(staging, final) != 0) {
+            snprintf(err, errn, "zero_save: cannot move %s to %s: %s", staging, final, strerror(errno));
+            return -1;
+        }
+        zero__ck_remove_dir(old);
+        return zero__ck_fsync_dir(root);
+    }
+    if (rename(staging, final) != 0) {
+        snprintf(err, errn, "zero_save: cannot move %s to %s: %s", staging, final, strerror(errno));
+        return -1;
+    }
+    return zero__ck_fsync_dir(root);
+}
+
+/* Keep the newest `keep` checkpoints of root (by global step, then micro
+ * step), never removing `current`.  Only directories with a libzero
+ * manifest are candidates. */
+static void prune(struct zero_engine *e, const char *root, const char *current, uint32_t keep) {
+    DIR *d = opendir(root);
+    if (!d) return;
+    struct cand {
+        char name[256];
+        uint64_t step;
+    } *c = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char path[4600], *text = NULL;
+        size_t len = 0;
+        if (de->d_name[0] == '.' || strlen(de->d_name) >= 256) continue;
+        snprintf(path, sizeof path, "%s/%s/manifest.json", root, de->d_name);
+        if (zero__ck_slurp(path, 64u << 20, &text, &len) != 0) continue;
+        json_t *j = json_loadb(text, len, 0, NULL);
+        free(text);
+        json_t *fmt = json_object_get(j, "format"), *st = json_object_get(j, "state");
+        if (json_is_string(fmt) && !strcmp(json_string_value(fmt), ZERO__CK_FORMAT) && json_is_object(st)) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                void *nc = realloc(c, cap * sizeof *c);
+                if (!nc) break;
+                c = nc;
+            }
+            snprintf(c[n].name, sizeof c[n].name, "%s", de->d_name);
+            c[n].step = (uint64_t)json_integer_value(json_object_get(st, "global_step")) * 4096u +
+                        (uint64_t)json_integer_value(json_object_get(st, "micro_step"));
+            n++;
+        }
+        json_decref(j);
+    }
+    closedir(d);
+    /* newest first: selection of the keep newest, then remove the rest */
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = i + 1; k < n; k++)
+            if (c[k].step > c[i].step || (c[k].step == c[i].step && strcmp(c[k].name, c[i].name) > 0)) {
+                struct cand t = c[i];
+                c[i] = c[k];
+                c[k] = t;
+            }
+    for (size_t i = keep; i < n; i++) {
+        if (!strcmp(c[i].name, current)) continue;
+        char path[4600];
+        snprintf(path, sizeof path, "%s/%s", root, c[i].name);
+        if (zero__ck_remove_dir(path) == 0) zero__log(e, ZERO_LOG_INFO, "checkpoint: removed %s (keep_last %u)", path, keep);
+    }
+    free(c);
+}
+
+/* Steps 4-5 on global rank 0. */
+static zero_status finish_on_root(struct zero_engine *e, const char *root, const char *staging, const char *tag,
+                                  uint32_t keep, const char *all, size_t each, int n) {
+    char err[10000] = ""; /* room for two full paths */
+    if (zero__ck_fsync_dir(staging) != 0)
+        return zero__error(e, ZERO_ERR_IO, "zero_save: cannot sync %s: %s", staging, strerror(errno));
+    json_t *m = build_manifest(e, tag, all, each, n, err, sizeof err);
+    if (!m) return zero__error(e, ZERO_ERR_IO, "%s", err);
+    char *text = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(m);
+    if (!text) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_save: out of memory writing the manifest");
+    int bad = zero__ck_write_atomic(staging, "manifest.json", text, strlen(text), err, sizeof err);
+    free(text);
+    if (bad || publish(root, staging, tag, err, sizeof err))
+        return zero__error(e, ZERO_ERR_IO, "%s", err[0] ? err : "zero_save: cannot publish the checkpoint");
+    zero__ck_fault_point("before_latest", 0);
+    char line[300];
+    int len = snprintf(line, sizeof line, "%s\n", tag);
+    if (zero__ck_write_atomic(root, "latest", line, (size_t)len, err, sizeof err))
+        return zero__error(e, ZERO_ERR_IO, "%s", err);
+    if (keep) prune(e, root, tag, keep);
+    return ZERO_OK;
+}
+
+zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char *tag_in, uint32_t keep) {
+    zero_comm *g = e->global;
+    const int grank = zero__comm_rank(g);
+    /* 1. the same step on every rank */
+    double v[4] = {(double)e->global_step, -(double)e->global_step, (double)e->micro_step, -(double)e->micro_step};
+    zero_status s = zero__allreduce(g, v, 4, ZERO_DTYPE_F64, ZERO_OP_MAX);
+    if (s != ZERO_OK) return s;
+    if (v[0] != -v[1] || v[2] != -v[3])
+        return zero__error(e, ZERO_ERR_MISMATCH,
+                           "zero_save: ranks are at different steps (global_step %.0f..%.0f, micro_step %.0f..%.0f); "
+                           "nothing written",
+                           -v[1], v[0], -v[3], v[2]);
+    char tag[256];
+    if (tag_in) snprintf(tag, sizeof tag, "%s", tag_in);
+    else if (e->micro_step)
+        snprintf(tag, sizeof tag, "step-%llu-micro%u", (unsigned long long)e->global_step, e->micro_step);
+    else snprintf(tag, sizeof tag, "step-%llu", (unsigned long long)e->global_step);
+    if (!plain_name(tag))
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                           "zero_save: tag '%s' must be a plain directory name (no '/', not 'latest' or '*.partial')",
+                           tag);
+    zero__ck_save ss;
+    memset(&ss, 0, sizeof ss);
+    if (snprintf(ss.dir, sizeof ss.dir, "%s/%s.partial", root, tag) >= (int)sizeof ss.dir)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_save: path too long: %s", root);
+    /* 2. staging directory (global rank 0), then every rank's blobs */
+    s = ZERO_OK;
+    if (grank == 0) {
+        if (zero__ck_mkdirs(root) != 0)
+            s = zero__error(e, ZERO_ERR_IO, "zero_save: cannot create %s: %s", root, strerror(errno));
+        else if (zero__ck_remove_dir(ss.dir) != 0 && errno != ENOENT)
+            s = zero__error(e, ZERO_ERR_IO, "zero_save: cannot clear %s: %s", ss.dir, strerror(errno));
+        else if (mkdir(ss.dir, 0777) != 0)
+            s = zero__error(e, ZERO_ERR_IO, "zero_save: cannot create %s: %s", ss.dir, strerror(errno));
+    }
+    s = zero__ck_agree(e, s, "zero_save");
+    if (s != ZERO_OK) return s;
+    if (grank != 0) zero__ck_mkdirs(ss.dir); /* node-local directories; shared: already there */
+    zero__ck_fault_point("before_shards", grank);
+    ss.files = json_array();
+    ss.kind = ZERO__CK_OPAQUE;
+    e->ck_save = &ss;
+    zero__core_blob c = {ZERO__CORE_BLOB_MAGIC, 1, e->global_step, e->skipped_steps, e->micro_step,
+                         (uint32_t)e->world_size, e->lr, e->scaler};
+    s = e->svc.ckpt_write(zero__core_of(e), ss.dir, "core", &c, sizeof c);
+    if (s == ZERO_OK) s = e->plugin.table->save(e->pstate, ss.dir);
+    e->ck_save = NULL;
+    /* 3. the outcome, agreed */
+    s = zero__ck_agree(e, s, "zero_save");
+    if (s != ZERO_OK) {
+        if (grank == 0) zero__ck_remove_dir(ss.dir); /* a full disk gets its space back */
+        json_decref(ss.files);
+        return s;
+    }
+    /* 4. records to rank 0, manifest, publish, latest */
+    char *mine = contribution(e, ss.files);
+    json_decref(ss.files);
+    if (!mine) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_save: out of memory");
+    char *all = NULL;
+    size_t each = 0;
+    int n = 0;
+    zero__ck_fault_point("before_manifest", grank);
+    s = gather(e, mine, &all, &each, &n);
+    free(mine);
+    if (s == ZERO_OK && grank == 0) s = finish_on_root(e, root, ss.dir, tag, keep, all, each, n);
+    free(all);
+    s = zero__ck_agree(e, s, "zero_save");
+    if (s == ZERO_OK) zero__log(e, ZERO_LOG_INFO, "checkpoint %s/%s saved", root, tag);
+    return s;
+}

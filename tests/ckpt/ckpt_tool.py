@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""tools/zero-ckpt on the checkpoints ckpt_tool_save wrote.
+
+usage: ckpt_tool.py ZERO_CKPT DIR
+
+- info (text and --json) describes DIR/small (stage3, 10 steps);
+- verify passes, and fails (exit 1, naming the file) after one flipped byte;
+- consolidate writes a safetensors file that a 20-line reader (below; the
+  safetensors package is used too when installed) loads, and its tensors
+  are bitwise the parameters the engine gathered (DIR/small.params.f32);
+- consolidating DIR/big (largest tensor 16 MiB, model 64 MiB) peaks below
+  the RSS of `zero-ckpt info` on it + 2 x the largest tensor + 8 MiB.
+"""
+import json, os, resource, struct, subprocess, sys
+
+tool, d = sys.argv[1], sys.argv[2]
+fails = 0
+
+
+def check(ok, what):
+    global fails
+    print(("ok   " if ok else "FAIL ") + what)
+    fails += 0 if ok else 1
+
+
+def read_safetensors(path):
+    """The whole format: u64 LE header size, JSON header, raw tensor bytes."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        base = 8 + n
+        out = {}
+        for name, t in header.items():
+            if name == "__metadata__":
+                continue
+            assert t["dtype"] == "F32", t
+            a, b = t["data_offsets"]
+            f.seek(base + a)
+            data = f.read(b - a)
+            count = 1
+            for s in t["shape"]:
+                count *= s
+            assert len(data) == 4 * count, name
+            out[name] = data
+        return header, out
+
+
+def peak_rss_kib(cmd):
+    """Peak RSS of one process, in KiB: GNU time's %M where installed (exact),
+    else getrusage of a child (which also counts the forking interpreter's
+    pages before exec: an overestimate)."""
+    if os.path.exists("/usr/bin/time"):
+        r = subprocess.run(["/usr/bin/time", "-f", "%M"] + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True)
+        return r.returncode, int(r.stderr.strip().splitlines()[-1])
+    code = ("import resource, subprocess, sys\n"
+            "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)\n"
+            "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    out = subprocess.run([sys.executable, "-c", code] + cmd, capture_output=True, text=True).stdout.split()
+    return int(out[0]), int(out[1])
+
+
+small = os.path.join(d, "small")
+r = subprocess.run([tool, "info", small], capture_output=True, text=True)
+check(r.returncode == 0 and "plugin stage3" in r.stdout and "global 10" in r.stdout, "info names plugin and step")
+print(r.stdout, end="")
+r = subprocess.run([tool, "info", small, "--json"], capture_output=True, text=True)
+info = json.loads(r.stdout)
+check(info["plugin"] == "stage3" and info["global_step"] == 10 and info["params"] == len(info["param_list"]),
+      "info --json")
+r = subprocess.run([tool, "verify", small], capture_output=True, text=True)
+check(r.returncode == 0 and "OK" in r.stdout, "verify: " + r.stdout.strip())
+
+out = os.path.join(d, "small.safetensors")
+r = subprocess.run([tool, "consolidate", small, out], capture_output=True, text=True)
+check(r.returncode == 0, "consolidate: " + (r.stdout + r.stderr).strip())
+header, tensors = read_safetensors(out)
+with open(os.path.join(d, "small.params.f32"), "rb") as f:
+    gathered = f.read()
+joined = b"".join(tensors[p["name"]] for p in info["param_list"])
+check(joined == gathered, "consolidated tensors == gathered parameters, bitwise (%d bytes)" % len(gathered))
+check([k for k in header if k != "__metadata__"] == [p["name"] for p in info["param_list"]],
+      "tensor names in registration order")
+try:
+    from safetensors import safe_open  # optional: the reference reader
+    with safe_open(out, framework="numpy") as f:
+        check(sorted(f.keys()) == sorted(tensors), "safetensors package reads it")
+except ImportError:
+    print("note: safetensors package not installed; the 20-line reader above is the check")
+
+# a flipped byte: verify names the file and exits 1
+ck = os.path.join(small, open(os.path.join(small, "latest")).read().strip())
+victim = os.path.join(ck, "stage3.state0.rank1.bin")
+with open(victim, "r+b") as f:
+    f.seek(40)
+    b = f.read(1)
+    f.seek(40)
+    f.write(bytes([b[0] ^ 1]))
+r = subprocess.run([tool, "verify", small], capture_output=True, text=True)
+check(r.returncode == 1 and "stage3.state0.rank1.bin is corrupted" in r.stdout, "verify finds a flipped byte")
+r = subprocess.run([tool, "consolidate", small, out + "2"], capture_output=True, text=True)
+check(r.returncode == 0, "consolidate reads only params/master (an optimizer-state flip does not matter)")
+with open(victim, "r+b") as f:  # restored: the script can run again
+    f.seek(40)
+    f.write(b)
+
+big = os.path.join(d, "big")
+largest_kib = 4 * (4 << 20) // 1024
+rc0, base = peak_rss_kib([tool, "info", big])
+rc1, peak = peak_rss_kib([tool, "consolidate", big, os.path.join(d, "big.safetensors")])
+bound = base + 2 * largest_kib + 8192
+print("consolidate of a 64 MiB model, largest tensor %d KiB: peak RSS %d KiB (info: %d KiB, bound %d KiB)"
+      % (largest_kib, peak, base, bound))
+check(rc0 == 0 and rc1 == 0 and peak <= bound, "consolidate memory bounded by the largest tensor")
+check(os.path.getsize(os.path.join(d, "big.safetensors")) > 64 << 20, "big consolidated file complete")
+sys.exit(1 if fails else 0)
