@@ -236,14 +236,11 @@ static uint64_t gather_peak(const zero_plan_services_v1 *ps, size_t esize) {
         s.trace[i] = i;
         s.trace[s.len - 1 - i] = i;
     }
-    for (size_t k = s.len; k-- > 0;) s.next[k] = -1;
+    /* stage3_trace.c trace_finish: each position's next use of its param
+     * (the backward half mirrors the forward one) */
     for (size_t k = 0; k < s.len; k++) {
+        s.next[k] = k < s.n ? (int64_t)(s.len - 1 - k) : -1;
         s.prefix[k + 1] = s.prefix[k] + s.p[s.trace[k]].numel;
-        for (size_t j = k + 1; j < s.len; j++)
-            if (s.trace[j] == s.trace[k]) {
-                s.next[k] = (int64_t)j;
-                break;
-            }
     }
     s.peak = s.acct_persistent;
     const int64_t gas = rc->grad_accum_steps > 0 ? rc->grad_accum_steps : 1;
