@@ -13,6 +13,7 @@
 #include "layout.h"
 #include "optim.h"
 #include "plan.h"
+#include "plan_auto.h"
 
 /* Must equal core/api.c's ENGINE_ALIGN_ELEMS: the plan's layout is the engine's. */
 #define PLAN_ALIGN_ELEMS 16
@@ -220,6 +221,9 @@ ZERO_API zero_status zero_plan(const zero_plan_request *req, zero_memory_plan *o
     }
     if (s == ZERO_OK) {
         const zero_run_config *rc = zero__config_run(cfg);
+        /* an "auto" config: plan the candidate as auto would run it */
+        if (strcmp(zero__config_plugin(cfg), "auto") == 0 && zero__auto_stage_of(name) >= 0)
+            zero__config_set_stage(cfg, zero__auto_stage_of(name));
         if (!(pl.table->caps & ZERO_PLUGIN_CAP_GRAD_DTYPES))
             zero__config_set_grad_dtypes(cfg, rc->model_dtype, rc->model_dtype);
         s = zero__plan_table(pl.table, cfg, req->world_size, numels, numels == split ? NULL : req->groups, n, out, err,

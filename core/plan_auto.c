@@ -17,6 +17,12 @@ static const struct {
 } candidates[] = {{"stage0", 0}, {"stage1", 1}, {"stage2", 2}, {"stage3", 3}, {"offload", 2}};
 enum { NCAND = sizeof candidates / sizeof candidates[0] };
 
+int zero__auto_stage_of(const char *plugin) {
+    for (int c = 0; plugin && c < NCAND; c++)
+        if (strcmp(plugin, candidates[c].plugin) == 0) return candidates[c].stage;
+    return -1;
+}
+
 /* MemAvailable from /proc/meminfo, else free pages; 0 if neither is known. */
 static uint64_t host_available(void) {
     FILE *f = fopen("/proc/meminfo", "r");
