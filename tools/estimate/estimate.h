@@ -43,6 +43,6 @@ void est_fmt_paper_gb(double gb, char *out, size_t len);
  * (7.6B, 14.4B, 128B); from 512B on in T of 1024B, as the paper prints
  * 0.5T, 1T and 2T for 4 x, 8 x and 16 x 128B. */
 void est_fmt_paper_params(double billions, char *out, size_t len);
-/* Plain GB with three significant digits for libzero's plans. */
-void est_fmt_gb(double bytes, char *out, size_t len);
+/* bytes / unit with three significant digits, for libzero's plans. */
+void est_fmt_gb(double bytes, double unit, char *out, size_t len);
 #endif

@@ -46,8 +46,8 @@ void est_fmt_paper_params(double billions, char *out, size_t len) {
     strncat(out, "B", len - strlen(out) - 1);
 }
 
-void est_fmt_gb(double bytes, char *out, size_t len) {
-    double gb = bytes / 1e9;
+void est_fmt_gb(double bytes, double unit, char *out, size_t len) {
+    double gb = bytes / unit;
     if (gb >= 100)
         snprintf(out, len, "%.0f", gb);
     else if (gb >= 0.01 || gb == 0)

@@ -31,6 +31,8 @@ typedef struct opts {
     const char *dtype;      /* fp16 (default), bf16, fp32 */
     const char *grad_dtype; /* NULL: libzero's default (fp32 accumulation); "model": the paper's 2 bytes */
     double k;
+    const char *unit;       /* unit of the libzero plan table: GB (default), MB, GiB, MiB, KiB */
+    double unit_bytes;
     uint64_t budget;
     int json;
 } opts;
@@ -39,7 +41,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: zero-estimate MODEL [--ranks 1,4,16,64,256,1024] [--plugins stage0,stage1,stage2,stage3,offload]\n"
             "                     [--config ds_config.json] [--dtype fp16|bf16|fp32] [--grad-dtype model|fp32]\n"
-            "                     [--k 12] [--budget 32GB [--mp 1,2,4]] [--json]\n"
+            "                     [--k 12] [--budget 32GB [--mp 1,2,4]] [--unit GB|MB|kB|GiB|MiB|KiB] [--json]\n"
             "MODEL: --params 7.5e9 | --params 7.5B | --gpt LAYERS,HIDDEN,VOCAB,SEQ |\n"
             "       --layers L --hidden H --vocab V --seq S | --manifest checkpoint-manifest.json\n");
 }
@@ -134,8 +136,8 @@ static uint64_t max_fit(const char *cfg, const char *plugin, uint64_t n, uint64_
     return lo;
 }
 
-static const char *gb_of(double bytes, char *buf, size_t len) {
-    est_fmt_gb(bytes, buf, len);
+static const char *gb_of(double bytes, double unit, char *buf, size_t len) {
+    est_fmt_gb(bytes, unit, buf, len);
     return buf;
 }
 
@@ -171,6 +173,7 @@ int main(int argc, char **argv) {
         else if (ARG("--dtype")) o.dtype = v;
         else if (ARG("--grad-dtype")) o.grad_dtype = v;
         else if (ARG("--k")) o.k = atof(v);
+        else if (ARG("--unit")) o.unit = v;
         else if (ARG("--budget")) {
             if (!(o.budget = est_parse_bytes(v))) return fprintf(stderr, "--budget: bad size '%s'\n", v), 2;
         } else if (!strcmp(a, "--json")) o.json = 1;
@@ -178,6 +181,12 @@ int main(int argc, char **argv) {
         else return fprintf(stderr, "zero-estimate: unknown or incomplete option '%s'\n", a), usage(stderr), 2;
 #undef ARG
     }
+    static const struct { const char *name; double bytes; } units[] = {
+        {"GB", 1e9}, {"MB", 1e6}, {"kB", 1e3}, {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0}};
+    if (!o.unit) o.unit = "GB";
+    for (size_t u = 0; u < sizeof units / sizeof units[0]; u++)
+        if (!strcmp(o.unit, units[u].name)) o.unit_bytes = units[u].bytes;
+    if (o.unit_bytes == 0) return fprintf(stderr, "--unit: GB, MB, kB, GiB, MiB or KiB\n"), 2;
     if (o.dtype && strcmp(o.dtype, "fp16") && strcmp(o.dtype, "bf16") && strcmp(o.dtype, "fp32"))
         return fprintf(stderr, "--dtype: fp16, bf16 or fp32\n"), 2;
     if (manifest) {
@@ -247,8 +256,8 @@ int main(int argc, char **argv) {
         json_object_set_new(J, "paper_model_states", Jp);
 
         if (!o.json) {
-            printf("\nlibzero's plan per rank, GB (every accounted byte: model states, buckets, gather buffers; "
-                   "device tier, + host tier where used)\n%-20s", "N_d");
+            printf("\nlibzero's plan per rank, %s (every accounted byte: model states, buckets, gather buffers; "
+                   "device tier, + host tier where used)\n%-20s", o.unit, "N_d");
             for (int r = 0; r < o.nranks; r++) printf("%10llu", (unsigned long long)o.ranks[r]);
             printf("\n");
         }
@@ -272,9 +281,9 @@ int main(int argc, char **argv) {
                     continue;
                 }
                 host |= p.total[ZERO_TIER_HOST] != 0;
-                snprintf(cell, sizeof cell, "%10s", gb_of((double)p.total[ZERO_TIER_DEVICE], tmp, sizeof tmp));
+                snprintf(cell, sizeof cell, "%10s", gb_of((double)p.total[ZERO_TIER_DEVICE], o.unit_bytes, tmp, sizeof tmp));
                 strcat(line[0], cell);
-                snprintf(cell, sizeof cell, "%10s", gb_of((double)p.total[ZERO_TIER_HOST], tmp, sizeof tmp));
+                snprintf(cell, sizeof cell, "%10s", gb_of((double)p.total[ZERO_TIER_HOST], o.unit_bytes, tmp, sizeof tmp));
                 strcat(line[1], cell);
                 json_t *cell_j = json_object();
                 json_object_set_new(cell_j, "ranks", json_integer((json_int_t)o.ranks[r]));
