@@ -382,6 +382,55 @@ typedef struct zero_comm_stats {
 #define ZERO_COMM_STATS_INIT { sizeof(zero_comm_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0 }
 ZERO_API zero_status zero_comm_stats_get(const zero_engine *e, zero_comm_stats *out);
 
+/* ------------------------------------------------------------------------ */
+/* Memory plan (1.2)                                                         */
+/* ------------------------------------------------------------------------ */
+/* What zero_plan plans: a model (a parameter list, or a bare count), a
+ * DeepSpeed config (model dtype from fp16/bf16, the optimizer, buckets,
+ * stage3_* keys, offload_optimizer, data_types), a world size and a plugin.
+ * Everything is borrowed for the call only. */
+typedef struct zero_plan_request {
+    uint32_t struct_size;       /* = sizeof(zero_plan_request) */
+    uint32_t reserved0;         /* must be 0 */
+    const char *config_json;    /* DeepSpeed JSON text, or NULL ("{}" if both are NULL) */
+    const char *config_path;    /* path of a ds_config.json, or NULL (text wins if both) */
+    const char *plugin;         /* name or path; NULL = from the config (never $ZERO_PLUGIN, never "auto") */
+    uint32_t world_size;        /* data-parallel ranks, >= 1 */
+    uint32_t nparams;           /* entries of numels (0: use total_params) */
+    const uint64_t *numels;     /* element counts in registration order, or NULL */
+    const int32_t *groups;      /* param group of each entry, or NULL (all group 0) */
+    uint64_t total_params;      /* numels NULL: a bare count, laid out as tensors of at most
+                                   ZERO_PLAN_TENSOR_NUMEL elements */
+} zero_plan_request;
+#define ZERO_PLAN_REQUEST_INIT { sizeof(zero_plan_request), 0, NULL, NULL, NULL, 1, 0, NULL, NULL, 0 }
+/* A bare parameter count has no tensor shapes; it is planned as tensors of
+ * this many elements (a 4096 x 4096 matrix) and one remainder, so that
+ * per-tensor floors (a bucket holds at least the largest tensor) stay
+ * those of a real transformer rather than of one giant tensor. */
+#define ZERO_PLAN_TENSOR_NUMEL ((uint64_t)1 << 24)
+
+/* Bytes per rank that the plugin will allocate through libzero's
+ * accountant, by tier and category: the figures zero_memory_stats reports
+ * as `peak` after the first optimizer steps (every rank's are the same).
+ * Stage 3's gather buffers and the bucket engine's staging pool are
+ * planned for the canonical host (docs/planner.md): one param at a time,
+ * forward in registration order, backward in reverse. */
+typedef struct zero_memory_plan {
+    uint32_t struct_size;       /* = sizeof(zero_memory_plan) */
+    uint32_t reserved0;
+    uint64_t bytes[ZERO_NTIERS][ZERO_MEM_NTAGS];
+    uint64_t total[ZERO_NTIERS];/* sum of the row */
+    char plugin[64];            /* the plugin planned (its table's name) */
+} zero_memory_plan;
+#define ZERO_MEMORY_PLAN_INIT { sizeof(zero_memory_plan), 0, {{0}}, {0}, {0} }
+
+/* Plan the memory of one plugin for one model and world size without
+ * allocating it or communicating.  Loads the plugin (search rules as for
+ * engines) and calls its optional `plan` table entry;
+ * ZERO_ERR_UNSUPPORTED if it has none.  Errors are copied to err.  Local,
+ * thread-safe (no engine involved). */
+ZERO_API zero_status zero_plan(const zero_plan_request *req, zero_memory_plan *out, char *err, size_t err_len);
+
 /* Human-readable name of a memory tag ("params", "grads", ...). Static. */
 ZERO_API const char *zero_mem_tag_name(zero_mem_tag t);
 

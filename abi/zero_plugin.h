@@ -473,6 +473,36 @@ typedef struct zero_services_v1 {
     ((svc)->struct_size >= offsetof(zero_services_v1, f) + sizeof((svc)->f))
 
 /* ------------------------------------------------------------------------ */
+/* Planning (1.2): what a plugin's optional `plan` entry receives.  No      */
+/* engine exists: `core` is a planning context, valid for the call only;    */
+/* pass it back to these functions and never to zero_services_v1's.         */
+/* ------------------------------------------------------------------------ */
+typedef struct zero_plan_services_v1 {
+    uint32_t struct_size;
+    uint32_t abi_version;
+    zero_core *core;
+    const zero_run_config *(*config)(zero_core *c);   /* as the engine would resolve it */
+    int (*cfg_int)(zero_core *c, const char *path, int64_t *out);       /* as zero_services_v1 */
+    int (*cfg_double)(zero_core *c, const char *path, double *out);
+    int (*cfg_bool)(zero_core *c, const char *path, int *out);
+    int (*cfg_string)(zero_core *c, const char *path, const char **out);
+    uint32_t (*nparams)(zero_core *c);
+    /* numel, dtype (the model dtype), group, index and flat_offset are set;
+     * no data pointers */
+    const zero_param_info *(*param)(zero_core *c, uint32_t index);
+    const zero_layout *(*layout)(zero_core *c);       /* rank 0's; partitions are equal on every rank */
+    uint32_t (*optim_state_count)(zero_core *c);
+    /* The plugin will hold `bytes` in (tier, tag) at its peak: call once per
+     * allocation (or once per category with the sum). */
+    void (*add)(zero_core *c, zero_mem_tier tier, zero_mem_tag tag, uint64_t bytes);
+    /* Peak bytes (device tier, ZERO_MEM_BUCKETS) of the staging pool that
+     * buckets_create(spec) would allocate, for hooks in bucket order.
+     * Records nothing: pass it to add().  spec->flat / partition may be NULL. */
+    uint64_t (*buckets_bytes)(zero_core *c, const zero_bucket_spec *spec);
+    zero_status (*error)(zero_core *c, zero_status s, const char *fmt, ...) ZERO_PRINTF(3, 4);
+} zero_plan_services_v1;
+
+/* ------------------------------------------------------------------------ */
 /* The plugin table                                                          */
 /* ------------------------------------------------------------------------ */
 /* What zero_step tells the plugin. */
@@ -544,6 +574,14 @@ typedef struct zero_plugin_table_v1 {
     /* Optional: zero_set_phase(phase), name checked by the core (1..63
      * characters).  NULL: phases change nothing for this plugin. */
     zero_status (*set_phase)(void *state, const char *phase);
+    /* ---- appended in 1.2 (read only when struct_size covers it) ---- */
+    /* Optional: record, through ps->add, every byte this plugin would
+     * allocate per rank for the model ps describes, by tier and category,
+     * exactly as params_done and the first steps will (zero_plan,
+     * tools/zero-estimate, "stage": "auto").  No engine and no state
+     * exist; nothing may be allocated through them.  NULL: the plugin
+     * cannot be planned (zero_plan says so; "auto" skips it). */
+    zero_status (*plan)(const zero_plan_services_v1 *ps);
 } zero_plugin_table_v1;
 
 /* The symbol a plugin exports:

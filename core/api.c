@@ -8,6 +8,7 @@
 #include "device.h"
 #include "engine.h"
 #include "ckpt/ckpt_engine.h"
+#include "plan_auto.h"
 #include "loss_scaler.h"
 #include "optim.h"
 #include "params.h"
@@ -111,6 +112,46 @@ static zero_status device_world(struct zero_engine *e, const zero_engine_options
     return s;
 }
 
+/* Load `plugin`, check it against the run (pipeline capability, gradient
+ * dtypes), and create its state.  At zero_engine_create, or at
+ * zero_params_done for "stage": "auto".  On failure the engine's last error
+ * says why; a loaded plugin is unloaded by zero_engine_destroy. */
+static zero_status bind_plugin(zero_engine *e, const char *plugin) {
+    char msg[8192] = ""; /* loader messages list every path searched */
+    zero_status s;
+    s = zero__plugin_load(plugin, &e->plugin, msg, sizeof msg);
+    if (s != ZERO_OK) return zero__error(e, s, "%s", msg);
+    if (e->rc->pipeline_stages > 1 && !(e->plugin.table->caps & ZERO_PLUGIN_CAP_PIPELINE))
+        return zero__error(e, ZERO_ERR_CONFIG,
+                           "plugin '%s' cannot run with pipeline parallelism (pipeline.stages = %d): "
+                           "it does not declare ZERO_PLUGIN_CAP_PIPELINE.  ZeRO stage 2/3 would "
+                           "reduce gradients on every micro-batch, multiplying data-parallel traffic "
+                           "by the number of micro-batches for no memory gain, and a plugin unaware "
+                           "of the pipeline would clip by its own stage's gradient norm; use stage 1 "
+                           "(plugin stage1-pp)",
+                           e->plugin.table->name, (int)e->rc->pipeline_stages);
+
+    /* A plugin that does not know the 1.1 gradient dtypes keeps its 1.0
+     * behaviour: gradients in the model dtype. */
+    if (!(e->plugin.table->caps & ZERO_PLUGIN_CAP_GRAD_DTYPES)) {
+        if (e->rc->grad_accum_dtype != e->rc->model_dtype || e->rc->comm_dtype != e->rc->model_dtype)
+            zero__log(e, ZERO_LOG_INFO,
+                      "plugin '%s' does not declare ZERO_PLUGIN_CAP_GRAD_DTYPES: gradients accumulate and reduce "
+                      "in the model dtype", e->plugin.table->name);
+        zero__config_set_grad_dtypes(e->cfg, e->rc->model_dtype, e->rc->model_dtype);
+    }
+    zero__services_init(e);
+    s = e->plugin.table->create(&e->svc, &e->pstate);
+    if (s != ZERO_OK) {
+        if (!e->last_error[0]) zero__error(e, s, "plugin '%s' failed to initialise", e->plugin.table->name);
+        e->pstate = NULL;
+        return s == ZERO_OK ? ZERO_ERR_PLUGIN_INIT : s;
+    }
+    zero__log(e, ZERO_LOG_INFO, "engine ready: plugin %s (%s), world %d, gas %lld", e->plugin.table->name,
+              e->plugin.path, e->world_size, (long long)e->rc->grad_accum_steps);
+    return ZERO_OK;
+}
+
 zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine **out, char *err,
                                size_t err_len) {
     if (out) *out = NULL;
@@ -195,33 +236,20 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
         e->dev->pin_host = pin;
     }
 
-    /* Plugin choice: explicit option, then $ZERO_PLUGIN, then the config. */
+    /* Plugin choice: explicit option, then $ZERO_PLUGIN, then the config.
+     * "auto" ("stage": "auto"): zero_params_done picks one from the memory
+     * plans of the parameters registered (plan_auto.c). */
     const char *plugin = opts.plugin;
     if (!plugin || !plugin[0]) plugin = getenv("ZERO_PLUGIN");
     if (!plugin || !plugin[0]) plugin = zero__config_plugin(e->cfg);
-    s = zero__plugin_load(plugin, &e->plugin, msg, sizeof msg);
-    if (s != ZERO_OK) return fail_create(e, zero__error(e, s, "%s", msg), err, err_len);
-    if (e->rc->pipeline_stages > 1 && !(e->plugin.table->caps & ZERO_PLUGIN_CAP_PIPELINE))
+    e->auto_pick = strcmp(plugin, "auto") == 0;
+    if (e->auto_pick && e->rc->pipeline_stages > 1)
         return fail_create(e,
                            zero__error(e, ZERO_ERR_CONFIG,
-                                       "plugin '%s' cannot run with pipeline parallelism (pipeline.stages = %d): "
-                                       "it does not declare ZERO_PLUGIN_CAP_PIPELINE.  ZeRO stage 2/3 would "
-                                       "reduce gradients on every micro-batch, multiplying data-parallel traffic "
-                                       "by the number of micro-batches for no memory gain, and a plugin unaware "
-                                       "of the pipeline would clip by its own stage's gradient norm; use stage 1 "
-                                       "(plugin stage1-pp)",
-                                       e->plugin.table->name, (int)e->rc->pipeline_stages),
+                                       "zero_optimization.stage: \"auto\" with pipeline.stages %d: only stage1-pp "
+                                       "runs with a pipeline; name it",
+                                       (int)e->rc->pipeline_stages),
                            err, err_len);
-
-    /* A plugin that does not know the 1.1 gradient dtypes keeps its 1.0
-     * behaviour: gradients in the model dtype. */
-    if (!(e->plugin.table->caps & ZERO_PLUGIN_CAP_GRAD_DTYPES)) {
-        if (e->rc->grad_accum_dtype != e->rc->model_dtype || e->rc->comm_dtype != e->rc->model_dtype)
-            zero__log(e, ZERO_LOG_INFO,
-                      "plugin '%s' does not declare ZERO_PLUGIN_CAP_GRAD_DTYPES: gradients accumulate and reduce "
-                      "in the model dtype", e->plugin.table->name);
-        zero__config_set_grad_dtypes(e->cfg, e->rc->model_dtype, e->rc->model_dtype);
-    }
     zero__scaler_init(&e->scaler, e->rc->model_dtype == ZERO_DTYPE_F16, e->rc->fp16_loss_scale,
                       e->rc->fp16_initial_scale_power, e->rc->fp16_loss_scale_window, e->rc->fp16_hysteresis,
                       e->rc->fp16_consecutive_hysteresis, e->rc->fp16_min_loss_scale);
@@ -237,15 +265,7 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
                            err, err_len);
     e->lr = zero__schedule_lr(e, 1);
 
-    zero__services_init(e);
-    s = e->plugin.table->create(&e->svc, &e->pstate);
-    if (s != ZERO_OK) {
-        if (!e->last_error[0]) zero__error(e, s, "plugin '%s' failed to initialise", e->plugin.table->name);
-        e->pstate = NULL;
-        return fail_create(e, s == ZERO_OK ? ZERO_ERR_PLUGIN_INIT : s, err, err_len);
-    }
-    zero__log(e, ZERO_LOG_INFO, "engine ready: plugin %s (%s), world %d, gas %lld", e->plugin.table->name,
-              e->plugin.path, e->world_size, (long long)e->rc->grad_accum_steps);
+    if (!e->auto_pick && (s = bind_plugin(e, plugin)) != ZERO_OK) return fail_create(e, s, err, err_len);
     *out = e;
     return ZERO_OK;
 }
@@ -280,6 +300,7 @@ int zero_world_size(const zero_engine *e) { return e ? e->world_size : 0; }
 int zero_pipeline_stage(const zero_engine *e) { return e ? e->pp_stage : -1; }
 int zero_pipeline_stages(const zero_engine *e) { return e ? e->pp_stages : 0; }
 const char *zero_plugin_name(const zero_engine *e) {
+    if (e && !e->plugin.table && e->auto_pick) return "auto"; /* picked at zero_params_done */
     return e && e->plugin.table && e->plugin.table->name ? e->plugin.table->name : "";
 }
 double zero_loss_scale(const zero_engine *e) { return e ? e->scaler.scale : 1.0; }
@@ -298,7 +319,7 @@ zero_status zero_register_param(zero_engine *e, const zero_param_desc *desc, zer
     zero_param *p = NULL;
     zero_status s = zero__param_register(e, desc, &p);
     if (s != ZERO_OK) return s;
-    if (e->plugin.table->register_param) {
+    if (e->plugin.table && e->plugin.table->register_param) { /* "auto": at zero_params_done */
         s = e->plugin.table->register_param(e->pstate, &p->info);
         if (s != ZERO_OK) {
             /* The plugin vetoed it: forget the registration entirely. */
@@ -337,6 +358,24 @@ const zero__group_hp *zero__group_hp_of(const struct zero_engine *e, int32_t gro
     return NULL;
 }
 
+/* "stage": "auto": choose from the memory plans of the registered params
+ * (collective: the budget is agreed), bind the plugin, and show it the
+ * registrations it missed.  A veto (register_param) fails params_done. */
+static zero_status pick_plugin(zero_engine *e) {
+    char name[64];
+    zero_status s = zero__auto_pick(e, name, sizeof name);
+    if (s != ZERO_OK) return s;
+    if ((s = bind_plugin(e, name)) != ZERO_OK) return s;
+    for (uint32_t i = 0; i < e->nparams && e->plugin.table->register_param; i++) {
+        zero_param *p = e->params[i];
+        if ((s = e->plugin.table->register_param(e->pstate, &p->info)) != ZERO_OK) {
+            if (!e->last_error[0]) zero__error(e, s, "plugin '%s' refused param '%s'", name, p->name);
+            return s;
+        }
+    }
+    return ZERO_OK;
+}
+
 static zero_status device_order(zero_engine *e, int after, void *stream);
 
 zero_status zero_params_done(zero_engine *e) {
@@ -344,6 +383,7 @@ zero_status zero_params_done(zero_engine *e) {
     if (e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_params_done called twice");
     zero_status s = zero__params_agree(e);
     if (s != ZERO_OK) return s;
+    if (e->auto_pick && !e->plugin.table && (s = pick_plugin(e)) != ZERO_OK) return s;
     zero__layout_input *in = calloc(e->nparams ? e->nparams : 1, sizeof *in);
     if (!in) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
     for (uint32_t i = 0; i < e->nparams; i++) in[i] = (zero__layout_input){e->params[i]->info.numel, e->params[i]->info.group};
@@ -436,6 +476,7 @@ zero_status zero_set_phase(zero_engine *e, const char *phase) {
     if (!phase || !phase[0] || strlen(phase) > 63)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_set_phase: the phase name must be 1..63 characters");
     const zero_plugin_table_v1 *t = e->plugin.table;
+    if (!t) return ZERO_OK; /* "stage": "auto" before zero_params_done: no plugin yet, no gathers to order */
     /* A 1.0 plugin's table ends at destroy: never read past its size. */
     if (t->struct_size < offsetof(zero_plugin_table_v1, set_phase) + sizeof t->set_phase || !t->set_phase)
         return ZERO_OK;

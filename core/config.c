@@ -199,6 +199,13 @@ void zero__config_set_grad_dtypes(zero__config *c, zero_dtype accum, zero_dtype 
 
 const char *zero__config_plugin(const zero__config *c) { return c ? c->plugin : NULL; }
 
+void zero__config_set_stage(zero__config *c, int stage) {
+    if (!c) return;
+    c->run.stage = stage;
+    int overlap;
+    if (zero__config_bool(c, "zero_optimization.overlap_comm", &overlap) != 1) c->run.overlap_comm = stage == 3;
+}
+
 const char *zero__config_scheduler(const zero__config *c) { return c ? c->scheduler : NULL; }
 
 /* Appended by the pipeline worker: the engine must know pipeline.stages

@@ -25,9 +25,14 @@ const zero_run_config *zero__config_run(const zero__config *c);
  * Before the plugin's create only: the run view is read-only after. */
 void zero__config_set_grad_dtypes(zero__config *c, zero_dtype accum, zero_dtype comm);
 
+/* "stage": "auto" resolved (core/plan_auto.c): the run view's stage becomes
+ * `stage` and, unless overlap_comm was given, overlap_comm DeepSpeed's
+ * default for it (on for stage 3).  Before the plugin's create only. */
+void zero__config_set_stage(zero__config *c, int stage);
+
 /* Plugin chosen by the config: zero_optimization.plugin if set, else from
  * stage/offload ("stage0".."stage3", "offload", "stage1-pp" when a pipeline
- * section asks for >1 stage with stage 1).  Static or config-owned string. */
+ * section asks for >1 stage with stage 1), or "auto" for "stage": "auto".  Static or config-owned string. */
 const char *zero__config_plugin(const zero__config *c);
 
 /* Lookups by dotted path: 1 found, 0 absent, -1 wrong type. */

@@ -192,6 +192,7 @@ static const zero__cfg_key zero_keys[] = {
     {"max_reuse_distance", ZERO__KEY_USED, NULL, NULL},
     {"sub_group_size", ZERO__KEY_USED, NULL, NULL},
     {"plugin", ZERO__KEY_USED, NULL, NULL},
+    {"memory_budget_bytes", ZERO__KEY_USED, NULL, NULL}, /* libzero: the per-rank budget of "stage": "auto" */
     {"strict_grads", ZERO__KEY_USED, NULL, NULL},
     {"grad_hooks", ZERO__KEY_USED, NULL, NULL},
     {"cpu_offload", ZERO__KEY_USED, NULL, NULL},
@@ -299,7 +300,12 @@ int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config
         return -1;
     }
     zero__cfg_check_keys(ctx, zo, SZ, zero_keys);
-    if (zero__cfg_int(ctx, zo, SZ, "stage", 0, 3, "an integer 0..3", &stage) < 0) return -1;
+    /* "stage": "auto" (libzero): the plugin is picked at zero_params_done
+     * from the memory plans (core/plan_auto.c); the run view says stage 0
+     * until then. */
+    const json_t *st = zo ? json_object_get(zo, "stage") : NULL;
+    const int auto_stage = json_is_string(st) && strcmp(json_string_value(st), "auto") == 0;
+    if (!auto_stage && zero__cfg_int(ctx, zo, SZ, "stage", 0, 3, "an integer 0..3", &stage) < 0) return -1;
     if (zo) rc->stage = (int32_t)stage;
 
     if (zero__cfg_bool(ctx, zo, SZ, "contiguous_gradients", &rc->contiguous_gradients) < 0 ||
@@ -342,9 +348,14 @@ int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config
         read_size(ctx, zo, "sub_group_size", NULL, 1, "a positive integer (elements)", &rc->sub_group_size) < 0)
         return -1;
 
+    int64_t budget = 0;
+    if (read_size(ctx, zo, "memory_budget_bytes", NULL, 1, "a positive integer (bytes per rank)", &budget) < 0)
+        return -1;
     if (parse_offload_optimizer(ctx, zo, rc) < 0 || parse_offload_param(ctx, zo) < 0) return -1;
     *plugin_key = NULL;
-    return zero__cfg_str(ctx, zo, SZ, "plugin", plugin_key) < 0 ? -1 : 0;
+    if (zero__cfg_str(ctx, zo, SZ, "plugin", plugin_key) < 0) return -1;
+    if (auto_stage && !*plugin_key) *plugin_key = "auto";
+    return 0;
 }
 
 /* ---- pipeline (libzero extension; DeepSpeed's PipelineModule keys) ----- */

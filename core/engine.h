@@ -47,6 +47,7 @@ struct zero_engine {
     zero__plugin plugin;
     void *pstate;
     zero_services_v1 svc;
+    int auto_pick;               /* "stage": "auto": no plugin until zero_params_done picks one (plan_auto.c) */
 
     /* params */
     struct zero_param **params;

@@ -68,6 +68,10 @@ typedef struct zero__device_ops {
     /* Text of the last failure (owned by d). */
     const char *(*error)(zero__device *d);
     void (*close)(zero__device *d);
+    /* (planner) Free device memory in bytes right now, for "stage": "auto"
+     * without a memory_budget_bytes.  Optional (NULL: unknown); returns 0
+     * and sets *out, or -1. */
+    int (*free_bytes)(zero__device *d, uint64_t *out);
 } zero__device_ops;
 
 /* Common header; implementations embed it first. */

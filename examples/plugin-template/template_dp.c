@@ -187,6 +187,29 @@ static void tdp_destroy(void *state) {
     free(s);
 }
 
+/* plan (ABI 1.2, optional): record what params_done allocates, without
+ * allocating it, so that zero_plan, zero-estimate and "stage": "auto" can
+ * plan this strategy like the built-in ones.  Keep it next to params_done
+ * and change both together. */
+static zero_status tdp_plan(const zero_plan_services_v1 *ps) {
+    zero_core *c = ps->core;
+    const zero_run_config *rc = ps->config(c);
+    if (rc->model_dtype != ZERO_DTYPE_F32)
+        return ps->error(c, ZERO_ERR_UNSUPPORTED, "template-dp: fp32 models only (disable fp16/bf16 in the config)");
+    const uint64_t flat = ps->layout(c)->flat_numel;
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, flat * sizeof(float));
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, flat * sizeof(float));
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_OPTIM, (uint64_t)ps->optim_state_count(c) * flat * sizeof(float));
+    zero_bucket_spec spec = {0}; /* the same spec params_done builds */
+    spec.struct_size = sizeof spec;
+    spec.mode = ZERO_BUCKETS_ALLREDUCE;
+    spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
+    spec.overlap = rc->overlap_comm;
+    spec.grad_dtype = ZERO_DTYPE_F32;
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, ps->buckets_bytes(c, &spec)); /* fp32 in place: 0 */
+    return ZERO_OK;
+}
+
 /* The one exported symbol.  Functions left NULL get the core's default:
  * register_param (accept), gather/release (return p->data / nothing),
  * sync (nothing to drain). */
@@ -209,4 +232,6 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .load = tdp_load,
     .sync = NULL,
     .destroy = tdp_destroy,
+    .set_phase = NULL, /* 1.1: phases change nothing for plain DP */
+    .plan = tdp_plan,  /* 1.2 */
 };

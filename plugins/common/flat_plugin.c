@@ -80,3 +80,14 @@ void zero__flat_plugin_destroy(void *state) {
     zero__flat_free(&s->f);
     free(s);
 }
+
+zero_status zero__flat_plugin_plan(const zero_plan_services_v1 *ps, const zero__flat_plugin_spec *spec) {
+    const zero_run_config *rc = ps->config(ps->core);
+    const zero_layout *L = ps->layout(ps->core);
+    const int staged = spec->mode == ZERO_BUCKETS_SCATTER;
+    zero__flat_plan(ps, spec->replicated, staged ? L->part_numel : L->flat_numel, spec->mode);
+    /* as params_done decides contiguous */
+    const int contiguous = zero__grad_dtype_of(rc) != rc->model_dtype ? 0 : staged ? rc->contiguous_gradients : 1;
+    if (!contiguous) zero__grad_tmp_plan(ps);
+    return ZERO_OK;
+}

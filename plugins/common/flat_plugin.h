@@ -36,3 +36,7 @@ zero_status zero__flat_plugin_save(void *state, const char *dir);
 zero_status zero__flat_plugin_load(void *state, const char *dir);
 void zero__flat_plugin_destroy(void *state);
 #endif
+/* The table's plan entry (ABI 1.2) for `spec`: what params_done and the
+ * bucket engine will allocate (zero__flat_plan), plus the per-param
+ * gradient temporaries when they are used. */
+zero_status zero__flat_plugin_plan(const zero_plan_services_v1 *ps, const zero__flat_plugin_spec *spec);

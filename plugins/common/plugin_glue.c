@@ -175,3 +175,41 @@ void zero__grad_tmps_free(const zero_services_v1 *svc) {
         }
     }
 }
+
+/* ---- planning ---------------------------------------------------------- */
+
+static size_t dtype_bytes(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4 : 2; }
+
+zero_bucket_spec zero__plan_bucket_spec(const zero_plan_services_v1 *ps, zero_bucket_mode mode) {
+    const zero_run_config *rc = ps->config(ps->core);
+    zero_bucket_spec spec = {0};
+    spec.struct_size = sizeof spec;
+    spec.mode = mode;
+    spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
+    spec.overlap = rc->overlap_comm;
+    spec.grad_dtype = zero__grad_dtype_of(rc);
+    spec.reduce_every_micro_step = mode == ZERO_BUCKETS_SCATTER;
+    return spec;
+}
+
+void zero__flat_plan(const zero_plan_services_v1 *ps, int replicated, uint64_t grad_numel, zero_bucket_mode mode) {
+    zero_core *c = ps->core;
+    const zero_run_config *rc = ps->config(c);
+    const zero_layout *L = ps->layout(c);
+    const size_t es = dtype_bytes(rc->model_dtype), ges = dtype_bytes(zero__grad_dtype_of(rc));
+    const uint64_t flat = L->flat_numel, mine = replicated ? flat : L->part_numel;
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, flat * es);
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, grad_numel * ges);
+    if (rc->model_dtype != ZERO_DTYPE_F32) ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_MASTER, mine * sizeof(float));
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_OPTIM, (uint64_t)ps->optim_state_count(c) * mine * sizeof(float));
+    zero_bucket_spec spec = zero__plan_bucket_spec(ps, mode);
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, ps->buckets_bytes(c, &spec));
+}
+
+void zero__grad_tmp_plan(const zero_plan_services_v1 *ps) {
+    zero_core *c = ps->core;
+    uint64_t largest = 0;
+    for (uint32_t i = 0, n = ps->nparams(c); i < n; i++)
+        if (ps->param(c, i)->numel > largest) largest = ps->param(c, i)->numel;
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, largest * dtype_bytes(ps->config(c)->model_dtype));
+}

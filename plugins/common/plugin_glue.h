@@ -115,3 +115,20 @@ zero_status zero__grad_ready(const zero_services_v1 *svc, zero_buckets *b, zero_
  * NULL-safe: params_done sets every plugin_data to NULL first). */
 void zero__grad_tmps_free(const zero_services_v1 *svc);
 #endif
+
+/* ---- planning (ABI 1.2: the table's optional `plan` entry) ---------------
+ * What zero__flat_init and zero__flat_buckets allocate, recorded through
+ * ps->add without allocating: params (flat, model dtype), master (16-bit
+ * models: partition- or, replicated, flat-sized fp32), optimizer states,
+ * the gradient buffer (grad_numel elements of the grad dtype) and the
+ * bucket engine's staging for `mode` (ps->buckets_bytes), all device tier.
+ * Pure; thread-safe. */
+void zero__flat_plan(const zero_plan_services_v1 *ps, int replicated, uint64_t grad_numel, zero_bucket_mode mode);
+/* contiguous_gradients off (or fp32 accumulation of a 16-bit model): the
+ * per-param temporaries zero__grad_tmp allocates, for a host that hands in
+ * one gradient at a time: the largest param's, model dtype, GRADS. */
+void zero__grad_tmp_plan(const zero_plan_services_v1 *ps);
+/* The bucket spec a plugin's plan passes to ps->buckets_bytes: mode,
+ * reduce_bucket_size, overlap_comm and the grad dtype as the plugin would
+ * build them. */
+zero_bucket_spec zero__plan_bucket_spec(const zero_plan_services_v1 *ps, zero_bucket_mode mode);

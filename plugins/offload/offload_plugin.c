@@ -171,6 +171,32 @@ static void of_destroy(void *state) {
     free(s);
 }
 
+/* ABI 1.2: of_params_done's allocations without allocating: params and
+ * the device gradient (flat for stage-1 partitioning, else the partition)
+ * in the device tier; fp32 master, host gradient and optimizer states of
+ * the partition in the host tier; the bucket staging; per-param gradient
+ * temporaries when contiguous gradients are off. */
+static zero_status of_plan(const zero_plan_services_v1 *ps) {
+    zero_core *c = ps->core;
+    const zero_run_config *rc = ps->config(c);
+    const zero_layout *L = ps->layout(c);
+    const int part_stage = rc->stage == 1 ? 1 : 2; /* choose_partitioning */
+    const zero_dtype gdt = zero__grad_dtype_of(rc);
+    const uint64_t es = rc->model_dtype == ZERO_DTYPE_F32 ? 4 : 2, ges = gdt == ZERO_DTYPE_F32 ? 4 : 2;
+    const uint64_t flat = L->flat_numel, part = L->part_numel;
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, flat * es);
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, (part_stage == 1 ? flat : part) * ges);
+    ps->add(c, ZERO_TIER_HOST, ZERO_MEM_MASTER, part * sizeof(float));
+    ps->add(c, ZERO_TIER_HOST, ZERO_MEM_GRADS, part * ges);
+    ps->add(c, ZERO_TIER_HOST, ZERO_MEM_OPTIM, (uint64_t)ps->optim_state_count(c) * part * sizeof(float));
+    zero_bucket_spec spec =
+        zero__plan_bucket_spec(ps, part_stage == 1 ? ZERO_BUCKETS_SCATTER_INPLACE : ZERO_BUCKETS_SCATTER);
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, ps->buckets_bytes(c, &spec));
+    const int contiguous = gdt != rc->model_dtype ? 0 : part_stage == 1 ? 1 : rc->contiguous_gradients;
+    if (!contiguous) zero__grad_tmp_plan(ps);
+    return ZERO_OK;
+}
+
 ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .struct_size = sizeof(zero_plugin_table_v1),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
@@ -187,4 +213,5 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .save = zero__of_save,
     .load = zero__of_load,
     .destroy = of_destroy,
+    .plan = of_plan,
 };

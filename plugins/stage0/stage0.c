@@ -26,6 +26,9 @@
 static const zero__flat_plugin_spec s0_spec = {
     .name = "stage0", .grads_blob = "grads", .mode = ZERO_BUCKETS_ALLREDUCE, .replicated = 1};
 
+/* ABI 1.2: what this strategy would allocate, without allocating it. */
+static zero_status s0_plan(const zero_plan_services_v1 *ps) { return zero__flat_plugin_plan(ps, &s0_spec); }
+
 static zero_status s0_create(const zero_services_v1 *svc, void **state) {
     return zero__flat_plugin_create(svc, &s0_spec, state);
 }
@@ -45,4 +48,5 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .save = zero__flat_plugin_save,
     .load = zero__flat_plugin_load,
     .destroy = zero__flat_plugin_destroy,
+    .plan = s0_plan,
 };

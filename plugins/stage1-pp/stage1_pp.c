@@ -207,6 +207,18 @@ static void pp_destroy(void *state) {
     free(s);
 }
 
+/* ABI 1.2: params_done's allocations (flat params, flat gradient
+ * accumulator, partitioned master/states) and the in-place buckets, which
+ * stage only for 16-bit gradients; per-param temporaries when the host's
+ * dtype differs from the accumulation dtype.  Planned over the data-parallel
+ * group: the world_size planned is the stage's DP size. */
+static zero_status pp_plan(const zero_plan_services_v1 *ps) {
+    const zero_run_config *rc = ps->config(ps->core);
+    zero__flat_plan(ps, 0, ps->layout(ps->core)->flat_numel, ZERO_BUCKETS_SCATTER_INPLACE);
+    if (zero__grad_dtype_of(rc) != rc->model_dtype) zero__grad_tmp_plan(ps);
+    return ZERO_OK;
+}
+
 ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .struct_size = sizeof(zero_plugin_table_v1),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
@@ -225,4 +237,5 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .save = pp_save,
     .load = pp_load,
     .destroy = pp_destroy,
+    .plan = pp_plan,
 };

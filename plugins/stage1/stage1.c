@@ -29,6 +29,9 @@
 static const zero__flat_plugin_spec s1_spec = {
     .name = "stage1", .grads_blob = "grads", .mode = ZERO_BUCKETS_SCATTER_INPLACE, .replicated = 0};
 
+/* ABI 1.2: what this strategy would allocate, without allocating it. */
+static zero_status s1_plan(const zero_plan_services_v1 *ps) { return zero__flat_plugin_plan(ps, &s1_spec); }
+
 static zero_status s1_create(const zero_services_v1 *svc, void **state) {
     return zero__flat_plugin_create(svc, &s1_spec, state);
 }
@@ -49,4 +52,5 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .save = zero__flat_plugin_save,
     .load = zero__flat_plugin_load,
     .destroy = zero__flat_plugin_destroy,
+    .plan = s1_plan,
 };

@@ -30,6 +30,9 @@
 static const zero__flat_plugin_spec s2_spec = {
     .name = "stage2", .grads_blob = "part", .mode = ZERO_BUCKETS_SCATTER, .replicated = 0};
 
+/* ABI 1.2: what this strategy would allocate, without allocating it. */
+static zero_status s2_plan(const zero_plan_services_v1 *ps) { return zero__flat_plugin_plan(ps, &s2_spec); }
+
 static zero_status s2_create(const zero_services_v1 *svc, void **state) {
     return zero__flat_plugin_create(svc, &s2_spec, state);
 }
@@ -49,4 +52,5 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .save = zero__flat_plugin_save,
     .load = zero__flat_plugin_load,
     .destroy = zero__flat_plugin_destroy,
+    .plan = s2_plan,
 };

@@ -203,6 +203,11 @@ zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_repor
  * partition.  Pure; borrows s (the result points into it). */
 zero_part_step zero__s3_part_step(const zero__s3 *s);
 
+/* ---- plan (stage3_plan.c) ---------------------------------------------- */
+/* The table's plan entry (ABI 1.2): model state, persistent buffers, the
+ * gather pool replayed for the canonical host, bucket staging. */
+zero_status zero__s3_plan(const zero_plan_services_v1 *ps);
+
 #define ZERO__S3_FNV_OFFSET 1469598103934665603ull
 
 static inline size_t zero__s3_dtype_size(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4 : 2; }

@@ -301,4 +301,5 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .sync = s3_sync,
     .destroy = s3_destroy,
     .set_phase = zero__s3_set_phase,
+    .plan = zero__s3_plan,
 };

@@ -92,6 +92,27 @@ _Static_assert(offsetof(zero_comm_stats, reduction_passes) == 64, "offsetof(zero
 _Static_assert(offsetof(zero_comm_stats, exposed_comm_seconds) == 72, "offsetof(zero_comm_stats, exposed_comm_seconds)");
 _Static_assert(offsetof(zero_comm_stats, total_comm_seconds) == 80, "offsetof(zero_comm_stats, total_comm_seconds)");
 
+/* zero_plan_request */
+_Static_assert(sizeof(zero_plan_request) == 64, "sizeof(zero_plan_request)");
+_Static_assert(offsetof(zero_plan_request, struct_size) == 0, "offsetof(zero_plan_request, struct_size)");
+_Static_assert(offsetof(zero_plan_request, reserved0) == 4, "offsetof(zero_plan_request, reserved0)");
+_Static_assert(offsetof(zero_plan_request, config_json) == 8, "offsetof(zero_plan_request, config_json)");
+_Static_assert(offsetof(zero_plan_request, config_path) == 16, "offsetof(zero_plan_request, config_path)");
+_Static_assert(offsetof(zero_plan_request, plugin) == 24, "offsetof(zero_plan_request, plugin)");
+_Static_assert(offsetof(zero_plan_request, world_size) == 32, "offsetof(zero_plan_request, world_size)");
+_Static_assert(offsetof(zero_plan_request, nparams) == 36, "offsetof(zero_plan_request, nparams)");
+_Static_assert(offsetof(zero_plan_request, numels) == 40, "offsetof(zero_plan_request, numels)");
+_Static_assert(offsetof(zero_plan_request, groups) == 48, "offsetof(zero_plan_request, groups)");
+_Static_assert(offsetof(zero_plan_request, total_params) == 56, "offsetof(zero_plan_request, total_params)");
+
+/* zero_memory_plan */
+_Static_assert(sizeof(zero_memory_plan) == 200, "sizeof(zero_memory_plan)");
+_Static_assert(offsetof(zero_memory_plan, struct_size) == 0, "offsetof(zero_memory_plan, struct_size)");
+_Static_assert(offsetof(zero_memory_plan, reserved0) == 4, "offsetof(zero_memory_plan, reserved0)");
+_Static_assert(offsetof(zero_memory_plan, bytes) == 8, "offsetof(zero_memory_plan, bytes)");
+_Static_assert(offsetof(zero_memory_plan, total) == 120, "offsetof(zero_memory_plan, total)");
+_Static_assert(offsetof(zero_memory_plan, plugin) == 136, "offsetof(zero_memory_plan, plugin)");
+
 /* zero_run_config */
 _Static_assert(sizeof(zero_run_config) == 264, "sizeof(zero_run_config)");
 _Static_assert(offsetof(zero_run_config, struct_size) == 0, "offsetof(zero_run_config, struct_size)");
@@ -305,6 +326,24 @@ _Static_assert(offsetof(zero_services_v1, ckpt_shard) == 408, "offsetof(zero_ser
 _Static_assert(offsetof(zero_services_v1, ckpt_agree) == 416, "offsetof(zero_services_v1, ckpt_agree)");
 _Static_assert(offsetof(zero_services_v1, ckpt_reshard) == 424, "offsetof(zero_services_v1, ckpt_reshard)");
 
+/* zero_plan_services_v1 */
+_Static_assert(sizeof(zero_plan_services_v1) == 112, "sizeof(zero_plan_services_v1)");
+_Static_assert(offsetof(zero_plan_services_v1, struct_size) == 0, "offsetof(zero_plan_services_v1, struct_size)");
+_Static_assert(offsetof(zero_plan_services_v1, abi_version) == 4, "offsetof(zero_plan_services_v1, abi_version)");
+_Static_assert(offsetof(zero_plan_services_v1, core) == 8, "offsetof(zero_plan_services_v1, core)");
+_Static_assert(offsetof(zero_plan_services_v1, config) == 16, "offsetof(zero_plan_services_v1, config)");
+_Static_assert(offsetof(zero_plan_services_v1, cfg_int) == 24, "offsetof(zero_plan_services_v1, cfg_int)");
+_Static_assert(offsetof(zero_plan_services_v1, cfg_double) == 32, "offsetof(zero_plan_services_v1, cfg_double)");
+_Static_assert(offsetof(zero_plan_services_v1, cfg_bool) == 40, "offsetof(zero_plan_services_v1, cfg_bool)");
+_Static_assert(offsetof(zero_plan_services_v1, cfg_string) == 48, "offsetof(zero_plan_services_v1, cfg_string)");
+_Static_assert(offsetof(zero_plan_services_v1, nparams) == 56, "offsetof(zero_plan_services_v1, nparams)");
+_Static_assert(offsetof(zero_plan_services_v1, param) == 64, "offsetof(zero_plan_services_v1, param)");
+_Static_assert(offsetof(zero_plan_services_v1, layout) == 72, "offsetof(zero_plan_services_v1, layout)");
+_Static_assert(offsetof(zero_plan_services_v1, optim_state_count) == 80, "offsetof(zero_plan_services_v1, optim_state_count)");
+_Static_assert(offsetof(zero_plan_services_v1, add) == 88, "offsetof(zero_plan_services_v1, add)");
+_Static_assert(offsetof(zero_plan_services_v1, buckets_bytes) == 96, "offsetof(zero_plan_services_v1, buckets_bytes)");
+_Static_assert(offsetof(zero_plan_services_v1, error) == 104, "offsetof(zero_plan_services_v1, error)");
+
 /* zero_step_ctx */
 _Static_assert(sizeof(zero_step_ctx) == 56, "sizeof(zero_step_ctx)");
 _Static_assert(offsetof(zero_step_ctx, struct_size) == 0, "offsetof(zero_step_ctx, struct_size)");
@@ -324,7 +363,7 @@ _Static_assert(offsetof(zero_step_report, overflow) == 4, "offsetof(zero_step_re
 _Static_assert(offsetof(zero_step_report, grad_norm) == 8, "offsetof(zero_step_report, grad_norm)");
 
 /* zero_plugin_table_v1 */
-_Static_assert(sizeof(zero_plugin_table_v1) == 136, "sizeof(zero_plugin_table_v1)");
+_Static_assert(sizeof(zero_plugin_table_v1) == 144, "sizeof(zero_plugin_table_v1)");
 _Static_assert(offsetof(zero_plugin_table_v1, struct_size) == 0, "offsetof(zero_plugin_table_v1, struct_size)");
 _Static_assert(offsetof(zero_plugin_table_v1, abi_major) == 4, "offsetof(zero_plugin_table_v1, abi_major)");
 _Static_assert(offsetof(zero_plugin_table_v1, abi_minor) == 8, "offsetof(zero_plugin_table_v1, abi_minor)");
@@ -344,6 +383,7 @@ _Static_assert(offsetof(zero_plugin_table_v1, load) == 104, "offsetof(zero_plugi
 _Static_assert(offsetof(zero_plugin_table_v1, sync) == 112, "offsetof(zero_plugin_table_v1, sync)");
 _Static_assert(offsetof(zero_plugin_table_v1, destroy) == 120, "offsetof(zero_plugin_table_v1, destroy)");
 _Static_assert(offsetof(zero_plugin_table_v1, set_phase) == 128, "offsetof(zero_plugin_table_v1, set_phase)");
+_Static_assert(offsetof(zero_plugin_table_v1, plan) == 136, "offsetof(zero_plugin_table_v1, plan)");
 
 /* enumerators */
 _Static_assert(ZERO_OK == 0, "ZERO_OK");

@@ -232,6 +232,8 @@ static void test_bad_table(void) {
         {"{\"zero_optimization\":{\"stage\":7}}", "zero_optimization.stage: got 7, expected an integer 0..3"},
         {"{\"zero_optimization\":{\"stage\":\"two\"}}", "zero_optimization.stage: got \"two\", expected an integer 0..3"},
         {"{\"zero_optimization\":{\"stage\":1.5}}", "zero_optimization.stage: got 1.5, expected an integer 0..3"},
+        {"{\"zero_optimization\":{\"stage\":\"auto\",\"memory_budget_bytes\":0}}",
+         "zero_optimization.memory_budget_bytes: got 0, expected a positive integer (bytes per rank)"},
         {"{\"zero_optimization\":{\"stage\":-1}}", "zero_optimization.stage: got -1, expected an integer 0..3"},
         {"{\"zero_optimization\":{\"reduce_bucket_size\":1.5}}", "zero_optimization.reduce_bucket_size: got 1.5, expected a positive integer"},
         {"{\"zero_optimization\":{\"reduce_bucket_size\":-5}}", "zero_optimization.reduce_bucket_size: got -5, expected a positive integer"},
@@ -363,6 +365,9 @@ static void test_good_table(void) {
         {"{\"zero_optimization\":{\"offload_optimizer\":{\"device\":\"cpu\",\"color\":1}}}", "offload", 1,
          "zero_optimization.offload_optimizer.color: unknown key"},
         {"{\"zero_optimization\":true}", "stage1", 1, "zero_optimization: a boolean is deprecated"},
+        /* libzero resolves "stage": "auto" itself (planner), without the HF placeholder warning */
+        {"{\"zero_optimization\":{\"stage\":\"auto\",\"memory_budget_bytes\":8e9}}", "auto", 0, NULL},
+        {"{\"zero_optimization\":{\"stage\":\"auto\",\"plugin\":\"stage2\"}}", "stage2", 0, NULL},
         {"{\"zero_optimization\":{\"cpu_offload\":true,\"stage\":2}}", "offload", 1, "zero_optimization.cpu_offload: deprecated"},
         {"{\"optimizer\":{\"type\":\"AdamW\",\"params\":{\"adam_w_mode\":false}}}", "stage0", 1, "optimizer.params.adam_w_mode"},
         {"{\"optimizer\":{\"type\":\"SGD\",\"params\":{\"betas\":[0.9,0.99]}}}", "stage0", 1,

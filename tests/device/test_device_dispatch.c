@@ -161,7 +161,7 @@ static void st_close(zero__device *d) { free(d); }
 
 static const zero__device_ops stub_ops = {"stub", st_alloc, st_free, st_is_device, st_copy, st_memset, st_optim,
                                           st_sumsq, st_nonfinite, st_convert, st_add, st_scale, st_after, st_before,
-                                          st_sync, st_stream, st_error, st_close};
+                                          st_sync, st_stream, st_error, st_close, NULL};
 
 static zero_status stub_open(int ordinal, void *stream, zero__device **out, char *err, size_t len) {
     (void)stream, (void)err, (void)len;

@@ -120,6 +120,31 @@ int main(int argc, char **argv) {
     } else {
         printf("install_host: %s: no checkpoint support (%s)\n", argv[1], zero_last_error(e));
     }
+    /* The plugin's plan (ABI 1.2) must equal what it allocated */
+    zero_plan_request rq = ZERO_PLAN_REQUEST_INIT;
+    const uint64_t numels[2] = {DIM, 1};
+    rq.config_json = CONFIG;
+    rq.plugin = argv[1];
+    rq.world_size = 1;
+    rq.nparams = 2;
+    rq.numels = numels;
+    zero_memory_plan plan = ZERO_MEMORY_PLAN_INIT;
+    zero_memory_stats ms = ZERO_MEMORY_STATS_INIT;
+    zero_memory_stats_get(e, &ms);
+    if ((s = zero_plan(&rq, &plan, err, sizeof err)) != ZERO_OK) {
+        fprintf(stderr, "install_host: zero_plan(%s): %s\n", argv[1], err);
+        return 1;
+    }
+    for (int t = 0; t < ZERO_NTIERS; t++)
+        for (int g = 0; g < ZERO_MEM_NTAGS; g++)
+            if (plan.bytes[t][g] != ms.peak[t][g]) {
+                fprintf(stderr, "install_host: %s plans %llu bytes of %s (tier %d), measured %llu\n", argv[1],
+                        (unsigned long long)plan.bytes[t][g], zero_mem_tag_name(g), t,
+                        (unsigned long long)ms.peak[t][g]);
+                return 1;
+            }
+    printf("install_host: %s: plan = measured peak (%llu bytes)\n", argv[1],
+           (unsigned long long)plan.total[ZERO_TIER_DEVICE]);
     printf("install_host: %s: w[0]=%.9g b=%.9g after %d steps\n", zero_plugin_name(e), final[0], final[DIM],
            STEPS1 + STEPS2);
     zero_engine_destroy(e);

@@ -119,12 +119,12 @@ __attribute__((unused)) static void p_destroy(void *st) {
  * built without ZERO_PLUGIN_EXPORT or with a typo in the symbol name. */
 __attribute__((used)) static const zero_plugin_table_v1 zero_plugin_v1_typo = {
     sizeof(zero_plugin_table_v1), 1, 0, 0, VARIANT_NAME, "typo", p_create, NULL, p_params_done,
-    NULL, NULL, p_grad_buffer, p_on_grad_ready, p_step, NULL, NULL, NULL, p_destroy, NULL};
+    NULL, NULL, p_grad_buffer, p_on_grad_ready, p_step, NULL, NULL, NULL, p_destroy, NULL, NULL};
 #elif defined(VARIANT_V2_ONLY)
 /* What a plugin for a future major ABI looks like to this core. */
 ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v2 = {
     sizeof(zero_plugin_table_v1), 2, 0, 0, VARIANT_NAME, "future plugin", p_create, NULL, p_params_done,
-    NULL, NULL, p_grad_buffer, p_on_grad_ready, p_step, NULL, NULL, NULL, p_destroy, NULL};
+    NULL, NULL, p_grad_buffer, p_on_grad_ready, p_step, NULL, NULL, NULL, p_destroy, NULL, NULL};
 #else
 #ifdef VARIANT_UNDEFINED_REF
 /* Resolved by nobody: RTLD_NOW must fail at load time, not at first call. */
@@ -151,5 +151,6 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .sync = NULL,
     .destroy = DESTROY_FN,
     .set_phase = NULL,
+    .plan = NULL,
 };
 #endif

@@ -153,6 +153,14 @@ static void cd_close(zero__device *d) {
     free(d);
 }
 
+static int cd_free_bytes(zero__device *d, uint64_t *out) {
+    size_t fr = 0, total = 0;
+    current(d);
+    if (cudaMemGetInfo(&fr, &total) != cudaSuccess) return -1;
+    *out = (uint64_t)fr;
+    return 0;
+}
+
 static const zero__device_ops cuda_ops = {
     .name = "cuda",
     .alloc = cd_alloc,
@@ -172,6 +180,7 @@ static const zero__device_ops cuda_ops = {
     .stream = stream_of,
     .error = cd_error,
     .close = cd_close,
+    .free_bytes = cd_free_bytes,
 };
 
 zero_status zero__device_cuda_open(int ordinal, void *compute_stream, zero__device **out, char *err, size_t err_len) {

@@ -1,0 +1,41 @@
+/* Memory planner (zero_plan, "stage": "auto"): what a plugin would allocate
+ * per rank for a model, without an engine.
+ *
+ * A planning context (zero__plan_ctx) owns a parsed config, a layout built
+ * for rank 0 of `world` ranks and a zero_param_info per parameter; the
+ * plugin's `plan` table entry reads them through a zero_plan_services_v1
+ * table and records its allocations with add().  Contexts are independent:
+ * planning is thread-safe as long as each thread uses its own.  Nothing
+ * here communicates or allocates through an accountant. */
+#ifndef ZERO_CORE_PLAN_H
+#define ZERO_CORE_PLAN_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "loader.h"
+#include "zero_plugin.h"
+
+/* Plan `table` (already loaded) for `nparams` tensors of `numels`
+ * (groups may be NULL) over `world` ranks under config `cfg` (borrowed; its
+ * grad dtypes must already be resolved for this plugin).  Fills *out
+ * (struct_size honoured, plugin name set).  Errors go to err. */
+zero_status zero__plan_table(const zero_plugin_table_v1 *table, const zero__config *cfg, uint32_t world,
+                             const uint64_t *numels, const int32_t *groups, uint32_t nparams, zero_memory_plan *out,
+                             char *err, size_t err_len);
+
+/* Does this table have a plan entry a 1.2 core may call? */
+int zero__plan_supported(const zero_plugin_table_v1 *table);
+
+/* Peak staging bytes of a bucket set (plan_buckets.c): the bucket engine's
+ * sizing (buckets.c: effective_bucket, build_group, staging_budget) and its
+ * slot pool (acquire_slot) replayed for hooks in bucket order.  Kept in
+ * step with buckets.c by tests/plan (plan == measured peak). */
+uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
+                                  const zero_bucket_spec *spec);
+
+/* Bare-count expansion (zero_plan_request.total_params): tensors of at most
+ * ZERO_PLAN_TENSOR_NUMEL elements.  Returns a malloc'd array (*n entries)
+ * or NULL on failure. */
+uint64_t *zero__plan_split_count(uint64_t total, uint32_t *n);
+#endif

@@ -1,0 +1,213 @@
+/* Planned staging of a bucket set: the bucket engine's sizing and slot pool
+ * replayed without memory or communication (see plan.h).
+ *
+ * Why a replay and not a formula: the pool's size follows from the bucket
+ * extents (largest param extent as a floor, flat/8 as a cap, the budget of
+ * what partitioning saves) and from which slot each bucket takes in
+ * acquire_slot, so the only exact answer is to run the same decisions.  The
+ * functions below mirror core/buckets.c (effective_bucket, build_group,
+ * staging_budget, acquire_slot, advance); tests/plan compares the result
+ * with the accountant's measured peak for every plugin, so a change there
+ * that is not made here fails a test instead of drifting silently.
+ *
+ * Hook order assumed: bucket order (backward produces the last params
+ * first, and buckets are built in reverse flat order), one bucket's params
+ * finished before the next bucket's first slot is asked for.  Completion is
+ * lazy (a reduction is waited for only when its slot is needed or at the
+ * flush), as in the engine when no on_block_final callback is set; with one
+ * (offload) finished buckets may be reaped earlier and the pool can end
+ * smaller than planned, never larger. */
+#include <stdlib.h>
+
+#include "plan.h"
+
+typedef struct sim {
+    uint64_t *cap;      /* slot capacities (elements) */
+    int *busy;          /* slot holds an unfinished bucket */
+    uint32_t nslots;
+    int *fifo_slot;     /* in-flight buckets' slots, launch order */
+    uint32_t fifo_head, fifo_len, fifo_size;
+    uint64_t stage_cap, budget, peak;
+} sim;
+
+/* Extents [lo, hi) of every param of group g, in flat order, as the engine
+ * walks them (the first param absorbs a head gap, the last the tail). */
+static uint64_t extent_hi(const zero_layout *L, const uint64_t *off, uint32_t g, uint32_t j) {
+    const zero_layout_group *lg = &L->groups[g];
+    return j + 1 < lg->nparams ? off[L->param_order[lg->first_param + j + 1]] : lg->flat_begin + lg->numel;
+}
+static uint64_t extent_lo(const zero_layout *L, const uint64_t *off, uint32_t g, uint32_t j) {
+    const zero_layout_group *lg = &L->groups[g];
+    return j == 0 ? lg->flat_begin : off[L->param_order[lg->first_param + j]];
+}
+
+/* buckets.c effective_bucket */
+static uint64_t effective(const zero_layout *L, const uint64_t *off, const zero_bucket_spec *spec, int mixed) {
+    const uint64_t flat = L->flat_numel;
+    uint64_t B = spec->bucket_numel ? spec->bucket_numel : flat;
+    if (spec->mode != ZERO_BUCKETS_SCATTER && mixed) {
+        uint64_t lim = flat / 8 ? flat / 8 : 1;
+        if (B > lim) B = lim;
+    } else if (spec->mode == ZERO_BUCKETS_SCATTER) {
+        if (B > flat / 8) B = flat / 8;
+        for (uint32_t g = 0; g < L->ngroups; g++)
+            for (uint32_t j = 0; j < L->groups[g].nparams; j++) {
+                uint64_t e = extent_hi(L, off, g, j) - extent_lo(L, off, g, j);
+                if (e > B) B = e;
+            }
+    } else if (B > flat) {
+        B = flat;
+    }
+    return B ? B : 1;
+}
+
+/* buckets.c build_group, keeping only the bucket sizes (in bucket order). */
+static int push(uint64_t **v, uint32_t *n, uint32_t *cap, uint64_t x) {
+    if (*n == *cap) {
+        uint32_t nc = *cap ? *cap * 2 : 16;
+        uint64_t *nv = realloc(*v, nc * sizeof *nv);
+        if (!nv) return -1;
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = x;
+    return 0;
+}
+
+static int build(const zero_layout *L, const uint64_t *off, const zero_bucket_spec *spec, uint64_t B, uint64_t **out,
+                 uint32_t *nb) {
+    uint32_t cap = 0;
+    for (uint32_t g = 0; g < L->ngroups; g++) {
+        const zero_layout_group *lg = &L->groups[g];
+        if (lg->nparams == 0 || lg->numel == 0) continue;
+        uint64_t cur_hi = lg->flat_begin + lg->numel, cur_lo = cur_hi;
+        uint32_t parts = 0;
+        for (uint32_t j = lg->nparams; j-- > 0;) {
+            uint64_t lo = extent_lo(L, off, g, j), top = cur_lo;
+            if (parts > 0 && cur_hi - lo > B) {
+                if (push(out, nb, &cap, cur_hi - cur_lo)) return -1;
+                cur_hi = cur_lo;
+                parts = 0;
+            }
+            if (spec->mode != ZERO_BUCKETS_SCATTER && top - lo > B) {
+                while (top - lo > B) {
+                    if (push(out, nb, &cap, B)) return -1;
+                    top -= B;
+                }
+                cur_hi = top;
+                cur_lo = lo;
+                parts = 1;
+                continue;
+            }
+            cur_lo = lo;
+            parts++;
+        }
+        if (parts > 0 && push(out, nb, &cap, cur_hi - cur_lo)) return -1;
+    }
+    return 0;
+}
+
+static void complete_oldest(sim *s) {
+    int sl = s->fifo_slot[s->fifo_head];
+    s->fifo_head = (s->fifo_head + 1) % s->fifo_size;
+    s->fifo_len--;
+    if (sl >= 0) s->busy[sl] = 0;
+}
+
+/* buckets.c acquire_slot; returns the slot or -1 (no memory). */
+static int acquire(sim *s, uint64_t n) {
+    for (;;) {
+        int fit = -1, small = -1;
+        for (uint32_t i = 0; i < s->nslots; i++) {
+            if (s->busy[i]) continue;
+            if (s->cap[i] >= n) {
+                if (fit < 0 || s->cap[i] < s->cap[fit]) fit = (int)i;
+            } else if (small < 0 || s->cap[i] > s->cap[small]) {
+                small = (int)i;
+            }
+        }
+        if (fit >= 0) {
+            s->busy[fit] = 1;
+            return fit;
+        }
+        const uint64_t freed = small >= 0 ? s->cap[small] : 0;
+        const int room = s->stage_cap - freed + n <= s->budget && (small >= 0 || s->nslots < 2);
+        if (room || s->fifo_len == 0) {
+            int i = small;
+            if (i < 0) {
+                uint64_t *nc = realloc(s->cap, (s->nslots + 1) * sizeof *nc);
+                if (nc) s->cap = nc;
+                int *nbz = nc ? realloc(s->busy, (s->nslots + 1) * sizeof *nbz) : NULL;
+                if (nbz) s->busy = nbz;
+                if (!nc || !nbz) return -1;
+                i = (int)s->nslots++;
+                s->cap[i] = 0;
+            }
+            s->stage_cap = s->stage_cap - s->cap[i] + n;
+            if (s->stage_cap > s->peak) s->peak = s->stage_cap;
+            s->cap[i] = n;
+            s->busy[i] = 1;
+            return i;
+        }
+        complete_oldest(s);
+    }
+}
+
+uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
+                                  const zero_bucket_spec *spec) {
+    (void)param_numel;
+    if (!L || !spec || L->world <= 1 || L->flat_numel == 0) return 0; /* world 1 stages nothing */
+    const zero_dtype gdt = spec->struct_size >= offsetof(zero_bucket_spec, grad_dtype) + sizeof(zero_dtype)
+                               ? spec->grad_dtype
+                               : ZERO_DTYPE_F32;
+    const int mixed = gdt != ZERO_DTYPE_F32;
+    if (spec->mode != ZERO_BUCKETS_SCATTER && !mixed) return 0; /* fp32 in-place modes allocate nothing */
+    const uint64_t es = mixed ? 2 : 4;
+    const uint64_t per = (spec->mode == ZERO_BUCKETS_SCATTER ? es : 0) + (mixed ? 4 : 0);
+
+    uint64_t *nb_sz = NULL;
+    uint32_t nb = 0;
+    const uint64_t B = effective(L, param_offset, spec, mixed);
+    if (build(L, param_offset, spec, B, &nb_sz, &nb) != 0 || nb == 0) {
+        free(nb_sz);
+        return 0;
+    }
+    sim s = {0};
+    uint64_t slot_cap = 0;
+    for (uint32_t k = 0; k < nb; k++)
+        if (nb_sz[k] > slot_cap) slot_cap = nb_sz[k];
+    if (spec->mode == ZERO_BUCKETS_SCATTER) { /* buckets.c staging_budget */
+        const uint64_t saved = L->flat_numel > L->part_numel ? L->flat_numel - L->part_numel : 0;
+        const uint64_t budget = saved * es / (es + (mixed ? 4 : 0));
+        s.budget = budget > slot_cap ? budget : slot_cap;
+    } else {
+        s.budget = UINT64_MAX;
+    }
+    s.fifo_size = nb;
+    s.fifo_slot = calloc(nb, sizeof *s.fifo_slot);
+    /* SCATTER without overlap reduces each bucket as it fills (advance);
+     * everything else completes lazily */
+    const int eager = spec->mode == ZERO_BUCKETS_SCATTER && !spec->overlap;
+    uint64_t last = UINT64_MAX;
+    /* slots only grow, so a few passes reach the steady state */
+    for (int pass = 0; s.fifo_slot && pass < 8 && s.peak != last; pass++) {
+        last = s.peak;
+        for (uint32_t k = 0; k < nb; k++) {
+            if (nb_sz[k] == 0) continue; /* nothing to stage or reduce */
+            int sl = acquire(&s, nb_sz[k]);
+            if (sl < 0) goto out;
+            s.fifo_slot[(s.fifo_head + s.fifo_len) % s.fifo_size] = sl;
+            s.fifo_len++;
+            if (eager)
+                while (s.fifo_len) complete_oldest(&s);
+        }
+        while (s.fifo_len) complete_oldest(&s); /* the flush */
+    }
+out:;
+    const uint64_t bytes = s.peak * per;
+    free(s.cap);
+    free(s.busy);
+    free(s.fifo_slot);
+    free(nb_sz);
+    return bytes;
+}

@@ -1,0 +1,150 @@
+/* "stage": "auto" on the demo model's tensors: with the budget shrinking
+ * from stage0's plan to offload's, auto picks stage0, stage1, stage2,
+ * stage3, offload in turn (each budget is exactly that plugin's plan, so
+ * the lower stages no longer fit), says so in one INFO line naming the
+ * runner-up, trains within the budget, and a budget one byte below the
+ * smallest plan fails at zero_params_done naming that plan and plugin.
+ * The budgets come from zero_plan (never typed in).  Run with 4 ranks. */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "zero.h"
+
+static const uint64_t numel[7] = {256 * 24, 8 * 24 * 256, 256, 256 * 256, 256, 256 * 256, 256};
+static const char *order[5] = {"stage0", "stage1", "stage2", "stage3", "offload"};
+
+/* the demo's configs in one: stage3's pool knobs and the offload device
+ * only matter to those plugins */
+static void config(char *buf, size_t len, uint64_t budget) {
+    snprintf(buf, len,
+             "{\"train_micro_batch_size_per_gpu\": 8, \"gradient_accumulation_steps\": 2, "
+             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003}}, "
+             "\"zero_optimization\": {\"stage\": \"auto\", \"memory_budget_bytes\": %llu, "
+             "\"reduce_bucket_size\": 50000, \"overlap_comm\": true, \"contiguous_gradients\": true, "
+             "\"stage3_param_persistence_threshold\": 1000, \"stage3_prefetch_bucket_size\": 70000, "
+             "\"stage3_max_live_parameters\": 150000}}",
+             (unsigned long long)budget);
+}
+
+static char info[4096];
+static void log_fn(void *u, zero_log_level lvl, int rank, const char *msg) {
+    (void)u;
+    (void)rank;
+    if (lvl <= ZERO_LOG_INFO && strstr(msg, "stage auto:")) snprintf(info, sizeof info, "%s", msg);
+    else if (lvl <= ZERO_LOG_WARN) fprintf(stderr, "%s\n", msg);
+}
+
+/* Create, register, params_done (auto picks), train 2 steps; returns the
+ * params_done status, the plugin in *picked, the device peak in *peak. */
+static zero_status run(uint64_t budget, char *picked, size_t plen, uint64_t *peak, char *err, size_t elen) {
+    char cfg[1024];
+    config(cfg, sizeof cfg, budget);
+    MPI_Comm comm = MPI_COMM_WORLD;
+    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
+    o.config_json = cfg;
+    o.comm_kind = ZERO_COMM_MPI;
+    o.comm = &comm;
+    o.log_fn = log_fn;
+    zero_engine *e = NULL;
+    info[0] = '\0';
+    setenv("ZERO_LOG_LEVEL", "info", 1);
+    zero_status s = zero_engine_create(&o, &e, err, elen);
+    CHECK(s == ZERO_OK, "create: %s", err);
+    if (s != ZERO_OK) return s;
+    CHECK(strcmp(zero_plugin_name(e), "auto") == 0, "before params_done the plugin is 'auto', got '%s'",
+          zero_plugin_name(e));
+    zero_param *p[7];
+    float *init[7];
+    for (int i = 0; i < 7; i++) {
+        init[i] = calloc(numel[i], sizeof(float));
+        char name[16];
+        snprintf(name, sizeof name, "t%d", i);
+        zero_param_desc d = ZERO_PARAM_DESC_INIT;
+        d.name = name;
+        d.data = init[i];
+        d.numel = numel[i];
+        CHECK(zero_register_param(e, &d, &p[i]) == ZERO_OK, "register: %s", zero_last_error(e));
+    }
+    s = zero_params_done(e);
+    for (int i = 0; i < 7; i++) free(init[i]);
+    snprintf(picked, plen, "%s", zero_plugin_name(e));
+    snprintf(err, elen, "%s", zero_last_error(e));
+    for (int m = 0; s == ZERO_OK && m < 4; m++) { /* canonical host: see test_plan_measured.c */
+        zero_status t = ZERO_OK;
+        void *w, *g;
+        for (int i = 0; i < 7 && t == ZERO_OK; i++)
+            if ((t = zero_gather(e, &p[i], 1, &w)) == ZERO_OK) t = zero_release(e, &p[i], 1);
+        for (int i = 6; i >= 0 && t == ZERO_OK; i--) {
+            if ((t = zero_gather(e, &p[i], 1, &w)) != ZERO_OK || (t = zero_grad_buffer(e, p[i], &g)) != ZERO_OK)
+                break;
+            ((float *)g)[0] += 1e-3f;
+            if ((t = zero_on_grad_ready(e, p[i], NULL)) == ZERO_OK) t = zero_release(e, &p[i], 1);
+        }
+        zero_step_result r = ZERO_STEP_RESULT_INIT;
+        if (t == ZERO_OK) t = zero_step(e, NULL, &r);
+        CHECK(t == ZERO_OK, "training with %s: %s", picked, zero_last_error(e));
+        if (t != ZERO_OK) break;
+    }
+    zero_memory_stats ms = ZERO_MEMORY_STATS_INIT;
+    zero_memory_stats_get(e, &ms);
+    *peak = ms.peak_total[ZERO_TIER_DEVICE];
+    zero_engine_destroy(e);
+    return s;
+}
+
+int main(int argc, char **argv) {
+    int prov, rank, world;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &prov);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    char cfg[1024], err[2048], picked[64];
+    config(cfg, sizeof cfg, 1);
+    uint64_t plan[5];
+    for (int c = 0; c < 5; c++) {
+        zero_plan_request rq = ZERO_PLAN_REQUEST_INIT;
+        rq.config_json = cfg;
+        rq.plugin = order[c];
+        rq.world_size = (uint32_t)world;
+        rq.nparams = 7;
+        rq.numels = numel;
+        zero_memory_plan p = ZERO_MEMORY_PLAN_INIT;
+        CHECK(zero_plan(&rq, &p, err, sizeof err) == ZERO_OK, "plan %s: %s", order[c], err);
+        plan[c] = p.total[ZERO_TIER_DEVICE];
+        if (rank == 0) printf("plan %-8s %llu device bytes per rank\n", order[c], (unsigned long long)plan[c]);
+    }
+    /* the premise of the test: each plugin in the order plans less device memory than the one before */
+    for (int c = 1; c < 5; c++)
+        CHECK(plan[c] < plan[c - 1], "%s (%llu) < %s (%llu)", order[c], (unsigned long long)plan[c], order[c - 1],
+              (unsigned long long)plan[c - 1]);
+    for (int c = 0; c < 5; c++) {
+        uint64_t peak = 0;
+        zero_status s = run(plan[c], picked, sizeof picked, &peak, err, sizeof err);
+        CHECK(s == ZERO_OK, "budget %llu: %s", (unsigned long long)plan[c], err);
+        CHECK(strcmp(picked, order[c]) == 0, "budget %llu: picked %s, expected %s", (unsigned long long)plan[c],
+              picked, order[c]);
+        CHECK(peak <= plan[c], "%s: device peak %llu over the budget %llu", picked, (unsigned long long)peak,
+              (unsigned long long)plan[c]);
+        char want[64];
+        snprintf(want, sizeof want, "stage auto: %s,", order[c]);
+        CHECK(strstr(info, want) != NULL, "\"%s\" lacks \"%s\"", info, want);
+        CHECK(strstr(info, "runner-up ") != NULL, "\"%s\" lacks \"%s\"", info, "runner-up ");
+        if (c + 1 < 5) CHECK(strstr(info, order[c + 1]) != NULL, "\"%s\" lacks \"%s\"", info, order[c + 1]); /* the next one fits too: it is the runner-up */
+        if (rank == 0) printf("budget %9llu: %s\n", (unsigned long long)plan[c], info);
+    }
+    uint64_t peak = 0;
+    zero_status s = run(plan[4] - 1, picked, sizeof picked, &peak, err, sizeof err);
+    CHECK(s == ZERO_ERR_OUT_OF_MEMORY, "budget below every plan: status %d (%s)", (int)s, err);
+    char want[128];
+    snprintf(want, sizeof want, "the smallest budget that fits is %llu bytes", (unsigned long long)plan[4]);
+    CHECK(strstr(err, want) != NULL, "\"%s\" lacks \"%s\"", err, want);
+    CHECK(strstr(err, "with offload") != NULL, "\"%s\" lacks \"%s\"", err, "with offload");
+    if (rank == 0) printf("budget %9llu: %s\n", (unsigned long long)(plan[4] - 1), err);
+    int rc = check_finish(), any = 0;
+    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any;
+}

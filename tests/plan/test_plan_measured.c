@@ -1,0 +1,149 @@
+/* The plan equals what libzero allocates: for every built-in plugin, on the
+ * demo model's seven tensors and on the same tensors 100x larger, the
+ * accountant's peak bytes per tier and category after three optimizer
+ * steps (gradient_accumulation_steps 2) must be within 1 % of zero_plan's
+ * figures for the same config and world size.
+ *
+ * The host is the canonical one the plan assumes (docs/planner.md): each
+ * micro-step gathers every param alone in registration order and releases
+ * it, then walks backward in reverse order: gather, add a gradient into
+ * zero_grad_buffer, zero_on_grad_ready, release.  Gradients are a small
+ * deterministic pattern; what is checked is memory, not numbers.
+ * Run under mpirun with N = 1..4 (one process per rank). */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "zero.h"
+
+/* The demo's tensors (examples/demo/model.h: ctx 8, embed 24, hidden
+ * 256-256, vocab 256), registration order; `scale` multiplies each. */
+static const uint64_t demo_numel[7] = {256 * 24, 8 * 24 * 256, 256, 256 * 256, 256, 256 * 256, 256};
+
+static const char *config_for(const char *plugin, uint64_t scale) {
+    /* the demo's configs (examples/configs); stage3's pool settings scale
+     * with the model, as a user would scale them */
+    static char buf[1024], s3[512];
+    const char *zo;
+    snprintf(s3, sizeof s3,
+             "\"stage\": 3, \"reduce_bucket_size\": %llu, \"overlap_comm\": true, \"contiguous_gradients\": true, "
+             "\"stage3_param_persistence_threshold\": %llu, \"stage3_prefetch_bucket_size\": %llu, "
+             "\"stage3_max_live_parameters\": %llu",
+             50000ull * scale, 1000ull * scale, 70000ull * scale, 150000ull * scale);
+    if (!strcmp(plugin, "stage3"))
+        zo = s3;
+    else if (!strcmp(plugin, "offload")) /* no overlap: finished buckets are reaped by timing otherwise */
+        zo = "\"stage\": 2, \"reduce_bucket_size\": 50000, \"overlap_comm\": false, \"contiguous_gradients\": true, "
+             "\"offload_optimizer\": {\"device\": \"cpu\"}";
+    else
+        zo = "\"stage\": 0, \"reduce_bucket_size\": 50000, \"overlap_comm\": true, \"contiguous_gradients\": true";
+    snprintf(buf, sizeof buf,
+             "{\"train_micro_batch_size_per_gpu\": 8, \"gradient_accumulation_steps\": 2, \"gradient_clipping\": 1.0, "
+             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, \"weight_decay\": 0.01}}, "
+             "\"zero_optimization\": {%s}}",
+             zo);
+    return buf;
+}
+
+static int run_one(const char *plugin, uint64_t scale, int rank, int world) {
+    const char *cfg = config_for(plugin, scale);
+    uint64_t numel[7];
+    for (int i = 0; i < 7; i++) numel[i] = demo_numel[i] * scale;
+
+    zero_plan_request rq = ZERO_PLAN_REQUEST_INIT;
+    rq.config_json = cfg;
+    rq.plugin = plugin;
+    rq.world_size = (uint32_t)world;
+    rq.nparams = 7;
+    rq.numels = numel;
+    zero_memory_plan plan = ZERO_MEMORY_PLAN_INIT;
+    char err[1024];
+    zero_status s = zero_plan(&rq, &plan, err, sizeof err);
+    CHECK(s == ZERO_OK, "zero_plan(%s): %s", plugin, err);
+    if (s != ZERO_OK) return 1;
+
+    MPI_Comm comm = MPI_COMM_WORLD;
+    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
+    o.config_json = cfg;
+    o.plugin = plugin;
+    o.comm_kind = ZERO_COMM_MPI;
+    o.comm = &comm;
+    zero_engine *e = NULL;
+    s = zero_engine_create(&o, &e, err, sizeof err);
+    CHECK(s == ZERO_OK, "create %s: %s", plugin, err);
+    if (s != ZERO_OK) return 1;
+    zero_param *p[7];
+    float *inits[7];
+    for (int i = 0; i < 7; i++) { /* read at zero_params_done: kept until then */
+        float *init = inits[i] = calloc(numel[i], sizeof *init);
+        for (uint64_t k = 0; k < numel[i]; k++) init[k] = 0.01f * (float)((k * 7 + (uint64_t)i) % 13) - 0.06f;
+        char name[32];
+        snprintf(name, sizeof name, "t%d", i);
+        zero_param_desc d = ZERO_PARAM_DESC_INIT;
+        d.name = name;
+        d.data = init;
+        d.numel = numel[i];
+        s = zero_register_param(e, &d, &p[i]);
+        CHECK(s == ZERO_OK, "register: %s", zero_last_error(e));
+    }
+    s = zero_params_done(e);
+    for (int i = 0; i < 7; i++) free(inits[i]);
+    CHECK(s == ZERO_OK, "params_done: %s", zero_last_error(e));
+    for (int m = 0; s == ZERO_OK && m < 6; m++) {
+        void *w;
+        for (int i = 0; i < 7 && s == ZERO_OK; i++) {
+            if ((s = zero_gather(e, &p[i], 1, &w)) == ZERO_OK) s = zero_release(e, &p[i], 1);
+        }
+        for (int i = 6; i >= 0 && s == ZERO_OK; i--) {
+            void *g;
+            if ((s = zero_gather(e, &p[i], 1, &w)) != ZERO_OK) break;
+            if ((s = zero_grad_buffer(e, p[i], &g)) != ZERO_OK) break;
+            float *gf = g;
+            for (uint64_t k = 0; k < numel[i]; k += 97) gf[k] += 1e-3f * (float)(rank + 1);
+            if ((s = zero_on_grad_ready(e, p[i], NULL)) != ZERO_OK) break;
+            s = zero_release(e, &p[i], 1);
+        }
+        zero_step_result r = ZERO_STEP_RESULT_INIT;
+        if (s == ZERO_OK) s = zero_step(e, NULL, &r);
+    }
+    CHECK(s == ZERO_OK, "%s training: %s", plugin, zero_last_error(e));
+    zero_memory_stats ms = ZERO_MEMORY_STATS_INIT;
+    zero_memory_stats_get(e, &ms);
+    int bad = 0;
+    for (int t = 0; t < ZERO_NTIERS; t++)
+        for (int g = 0; g < ZERO_MEM_NTAGS; g++) {
+            double want = (double)ms.peak[t][g], got = (double)plan.bytes[t][g];
+            double diff = want > got ? want - got : got - want;
+            int ok = diff <= 0.01 * want || (want == 0 && got == 0);
+            CHECK(ok, "%s N=%d x%llu rank %d tier %d %s: plan %.0f measured %.0f", plugin, world,
+                  (unsigned long long)scale, rank, t, zero_mem_tag_name(g), got, want);
+            bad |= !ok;
+        }
+    if (rank == 0)
+        printf("%-8s N=%d x%-3llu device plan %12llu measured %12llu | host plan %12llu measured %12llu %s\n", plugin,
+               world, (unsigned long long)scale, (unsigned long long)plan.total[0],
+               (unsigned long long)ms.peak_total[0], (unsigned long long)plan.total[1],
+               (unsigned long long)ms.peak_total[1], bad ? "MISMATCH" : "ok");
+    zero_engine_destroy(e);
+    return bad;
+}
+
+int main(int argc, char **argv) {
+    int prov;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &prov);
+    int rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    static const char *plugins[] = {"stage0", "stage1", "stage2", "stage3", "offload", "stage1-pp"};
+    const uint64_t scales[] = {1, 100};
+    for (size_t si = 0; si < 2; si++)
+        for (size_t pi = 0; pi < sizeof plugins / sizeof *plugins; pi++) run_one(plugins[pi], scales[si], rank, world);
+    int rc = check_finish();
+    int any = 0;
+    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any;
+}
