@@ -5,6 +5,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
-lib=$(ls "$build"/core/libzero.so.1.* | head -1)
+lib=$(ls "$build"/core/libzero.so.1.* | sort -V | tail -1) # the newest: a build dir keeps older versions' files
 abidw --headers-dir "$root/abi" --drop-private-types --no-corpus-path --out-file "$root/tests/abi/libzero.abi" "$lib"
 echo "wrote $root/tests/abi/libzero.abi from $lib"
