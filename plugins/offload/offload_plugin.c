@@ -3,6 +3,9 @@
  * Partitioning follows the config's zero_optimization.stage:
  *   stage 1: gradients accumulate in a full flat device buffer over the
  *     window and are reduce-scattered in place at the boundary (as stage1);
+ *     with gradient_accumulation_steps > 1 (no pipeline,
+ *     reduce_once_per_window off) the stage-2 partitioning below instead,
+ *     so the sums are stage 2's bit for bit;
  *   stage 2 (and 0/3 when the plugin is chosen by name: logged): bounded
  *     staging buckets are reduce-scattered every micro-step and the owned
  *     block added into a device partition accumulator (as stage2).
