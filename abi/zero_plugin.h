@@ -119,6 +119,18 @@ typedef struct zero_run_config {
      * and so the same overflow decisions, in every stage.  docs/precision.md. */
     zero_dtype grad_accum_dtype;
     zero_dtype comm_dtype;
+    /* ---- appended in 1.2 (read only when struct_size covers them) ---- */
+    /* zero_optimization.reduce_once_per_window (libzero, default 0).  With
+     * gradient_accumulation_steps > 1 and no pipeline, every built-in plugin
+     * reduces each micro-step's gradient and adds the reduced values into
+     * the window's sum (stage 2's order), so that every plugin is bitwise
+     * equal to stage0 (docs/determinism.md).  1: stage 0/1, stage1-pp and
+     * offload with stage-1 partitioning sum the micro-steps locally and
+     * reduce once per window (the 1.1 behaviour: 1/gas of the gradient
+     * traffic, equal to stage 2/3 only to rounding).  A core that predates
+     * the field leaves it out of struct_size: read it as 0. */
+    int32_t reduce_once_per_window;
+    int32_t reserved3;
 } zero_run_config;
 
 /* ------------------------------------------------------------------------ */

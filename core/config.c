@@ -46,6 +46,7 @@ static void set_defaults(zero_run_config *rc) {
     rc->stage3_max_reuse_distance = 1000000000;
     rc->sub_group_size = 1000000000;
     rc->strict_grads = 0;
+    rc->reduce_once_per_window = 0;
     rc->pipeline_stages = 1;
 }
 

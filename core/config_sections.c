@@ -194,6 +194,7 @@ static const zero__cfg_key zero_keys[] = {
     {"plugin", ZERO__KEY_USED, NULL, NULL},
     {"memory_budget_bytes", ZERO__KEY_USED, NULL, NULL}, /* libzero: the per-rank budget of "stage": "auto" */
     {"strict_grads", ZERO__KEY_USED, NULL, NULL},
+    {"reduce_once_per_window", ZERO__KEY_USED, NULL, NULL}, /* libzero: docs/determinism.md */
     {"grad_hooks", ZERO__KEY_USED, NULL, NULL},
     {"cpu_offload", ZERO__KEY_USED, NULL, NULL},
     {"ignore_unused_parameters", ZERO__KEY_USED, NULL, NULL},
@@ -312,7 +313,8 @@ int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config
         zero__cfg_bool(ctx, zo, SZ, "reduce_scatter", &rc->reduce_scatter) < 0 ||
         zero__cfg_bool(ctx, zo, SZ, "overlap_comm", &overlap) < 0 ||
         zero__cfg_bool(ctx, zo, SZ, "round_robin_gradients", &rc->round_robin_gradients) < 0 ||
-        zero__cfg_bool(ctx, zo, SZ, "strict_grads", &rc->strict_grads) < 0)
+        zero__cfg_bool(ctx, zo, SZ, "strict_grads", &rc->strict_grads) < 0 ||
+        zero__cfg_bool(ctx, zo, SZ, "reduce_once_per_window", &rc->reduce_once_per_window) < 0)
         return -1;
     /* DeepSpeed turns overlap_comm on by default for stage 3 only. */
     rc->overlap_comm = overlap >= 0 ? overlap : rc->stage == 3;

@@ -53,6 +53,11 @@ zero_status zero__flat_init(zero__flat_state *f, const zero_services_v1 *svc, in
 
 zero_status zero__flat_buckets(zero__flat_state *f, zero_bucket_mode mode, zero_comm *comm, int contiguous,
                                zero_buckets **out) {
+    return zero__flat_buckets_into(f, mode, comm, contiguous, f->grads, out);
+}
+
+zero_status zero__flat_buckets_into(zero__flat_state *f, zero_bucket_mode mode, zero_comm *comm, int contiguous,
+                                    void *dst, zero_buckets **out) {
     const zero_run_config *rc = f->svc->config(f->c);
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
@@ -63,10 +68,10 @@ zero_status zero__flat_buckets(zero__flat_state *f, zero_bucket_mode mode, zero_
     spec.contiguous = contiguous;
     spec.grad_dtype = f->gdtype;
     if (mode == ZERO_BUCKETS_SCATTER) {
-        spec.partition = f->grads;
+        spec.partition = dst;
         spec.reduce_every_micro_step = 1;
     } else {
-        spec.flat = f->grads;
+        spec.flat = dst;
         spec.reduce_every_micro_step = 0;
     }
     return f->svc->buckets_create(f->c, &spec, out);
@@ -119,6 +124,11 @@ zero_status zero__flat_boundary(zero__flat_state *f, const zero_step_ctx *ctx, z
 
 zero_status zero__flat_ckpt(zero__flat_state *f, const char *dir, const char *prefix, const char *grads_blob,
                             int write) {
+    return zero__flat_ckpt_buf(f, dir, prefix, grads_blob, f->grads, f->grad_bytes, write);
+}
+
+zero_status zero__flat_ckpt_buf(zero__flat_state *f, const char *dir, const char *prefix, const char *grads_blob,
+                                void *grads, size_t grad_bytes, int write) {
     const zero_services_v1 *svc = f->svc;
     zero_part_step ps = zero__flat_part_step(f);
     zero_status st = svc->ckpt_shard(f->c, dir, prefix, &ps, f->params, write);
@@ -127,15 +137,20 @@ zero_status zero__flat_ckpt(zero__flat_state *f, const char *dir, const char *pr
     /* resharding (another world size / plugin): always at a boundary, where
      * the window's gradient is zero; the saver's gradient blob is not ours */
     if (st == ZERO_OK && !write && ZERO_SERVICES_HAS(svc, ckpt_reshard) && svc->ckpt_reshard(f->c))
-        return svc->mem_set(f->c, f->grads, 0, f->grad_bytes);
+        return svc->mem_set(f->c, grads, 0, grad_bytes);
     if (st == ZERO_OK)
-        st = write ? svc->ckpt_write(f->c, dir, name, f->grads, f->grad_bytes)
-                   : svc->ckpt_read(f->c, dir, name, f->grads, f->grad_bytes);
+        st = write ? svc->ckpt_write(f->c, dir, name, grads, grad_bytes)
+                   : svc->ckpt_read(f->c, dir, name, grads, grad_bytes);
     return st;
 }
 
 zero_status zero__flat_load(zero__flat_state *f, const char *dir, const char *prefix, const char *grads_blob) {
-    zero_status st = zero__flat_ckpt(f, dir, prefix, grads_blob, 0);
+    return zero__flat_load_buf(f, dir, prefix, grads_blob, f->grads, f->grad_bytes);
+}
+
+zero_status zero__flat_load_buf(zero__flat_state *f, const char *dir, const char *prefix, const char *grads_blob,
+                                void *grads, size_t grad_bytes) {
+    zero_status st = zero__flat_ckpt_buf(f, dir, prefix, grads_blob, grads, grad_bytes, 0);
     st = f->svc->ckpt_agree(f->c, NULL, st, dir, prefix);
     if (st != ZERO_OK || !f->gather_comm) return st;
     return f->svc->allgather_shares(f->c, f->gather_comm, f->params, f->dtype);

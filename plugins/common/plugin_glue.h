@@ -33,6 +33,26 @@ static inline zero_dtype zero__grad_dtype_of(const zero_run_config *rc) {
                : rc->model_dtype;
 }
 
+/* Does a plugin that would sum the micro-steps of a window locally and
+ * reduce once (stage 0/1, stage1-pp, offload with stage-1 partitioning)
+ * instead reduce every micro-step and add the reduced values into a
+ * partition accumulator, exactly as stage 2 does?  Yes with
+ * gradient_accumulation_steps > 1, no pipeline, and
+ * zero_optimization.reduce_once_per_window off (the default): then every
+ * plugin forms bitwise stage 2's window sums, partition[i] + R(g_m)[i]
+ * from zero in micro-step order, R the layout-block reduction
+ * (docs/determinism.md).  With a pipeline the local sum stays (stage 2/3
+ * are refused there, so stage0 and stage1-pp, the plugins that run with a
+ * pipeline, still agree bitwise with each other; the reduction's cost
+ * is why stage1-pp exists).  Gradient accumulation 1: no difference, the
+ * window is one micro-step, and nothing changes. */
+static inline int zero__reduce_every_micro_step(const zero_run_config *rc) {
+    const int once = rc->struct_size >= offsetof(zero_run_config, reduce_once_per_window) +
+                                            sizeof rc->reduce_once_per_window &&
+                     rc->reduce_once_per_window;
+    return rc->grad_accum_steps > 1 && rc->pipeline_stages <= 1 && !once;
+}
+
 typedef struct zero__flat_state {
     const zero_services_v1 *svc;
     zero_core *c;
@@ -77,6 +97,12 @@ zero_status zero__flat_init(zero__flat_state *f, const zero_services_v1 *svc, in
  * every micro-step (the staging cannot hold a window's sum). */
 zero_status zero__flat_buckets(zero__flat_state *f, zero_bucket_mode mode, zero_comm *comm, int contiguous,
                                zero_buckets **out);
+/* The same with the bucket engine's destination given: `dst` is the flat
+ * window sum (in-place modes) or the partition accumulator (SCATTER), of
+ * f's gradient dtype.  (stage0 reducing every micro-step keeps a partition
+ * accumulator beside its flat gradient.) */
+zero_status zero__flat_buckets_into(zero__flat_state *f, zero_bucket_mode mode, zero_comm *comm, int contiguous,
+                                    void *dst, zero_buckets **out);
 /* Free everything zero__flat_init allocated (NULL-safe, idempotent). */
 void zero__flat_free(zero__flat_state *f);
 /* The core's step / checkpoint description of f.  Master and states
@@ -94,10 +120,19 @@ zero_status zero__flat_boundary(zero__flat_state *f, const zero_step_ctx *ctx, z
  * middle of a window resumes exactly).  Local. */
 zero_status zero__flat_ckpt(zero__flat_state *f, const char *dir, const char *prefix, const char *grads_blob,
                             int write);
+/* The same with the gradient blob's buffer given (`grads`, `grad_bytes`
+ * bytes, device tier) instead of f->grads: the buffer that holds the
+ * window's state. */
+zero_status zero__flat_ckpt_buf(zero__flat_state *f, const char *dir, const char *prefix, const char *grads_blob,
+                                void *grads, size_t grad_bytes, int write);
 /* zero_load: read the blobs, agree on the read status over comm_world (a
  * shard missing on one rank fails on every rank, never a hang), then
  * all-gather the shares over gather_comm.  Collective. */
 zero_status zero__flat_load(zero__flat_state *f, const char *dir, const char *prefix, const char *grads_blob);
+/* zero__flat_load with the gradient blob read into `grads` (see
+ * zero__flat_ckpt_buf). */
+zero_status zero__flat_load_buf(zero__flat_state *f, const char *dir, const char *prefix, const char *grads_blob,
+                                void *grads, size_t grad_bytes);
 
 /* grad_buffer with contiguous_gradients off: the param's own temporary in
  * *tmp (allocated on first use, device tier, GRADS-tagged, p->numel

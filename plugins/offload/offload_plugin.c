@@ -3,6 +3,9 @@
  * Partitioning follows the config's zero_optimization.stage:
  *   stage 1: gradients accumulate in a full flat device buffer over the
  *     window and are reduce-scattered in place at the boundary (as stage1);
+ *     with gradient_accumulation_steps > 1 (no pipeline,
+ *     reduce_once_per_window off) the stage-2 partitioning below instead,
+ *     so the sums are stage 2's bit for bit;
  *   stage 2 (and 0/3 when the plugin is chosen by name: logged): bounded
  *     staging buckets are reduce-scattered every micro-step and the owned
  *     block added into a device partition accumulator (as stage2).
@@ -44,7 +47,15 @@ static void *alloc_n(offload *s, zero_mem_tier tier, zero_mem_tag tag, uint64_t 
 /* Which partitioning to run, from the config (see the file comment). */
 static void choose_partitioning(offload *s, const zero_run_config *rc) {
     const zero_services_v1 *svc = s->svc;
-    s->part_stage = rc->stage == 1 ? 1 : 2;
+    /* stage-1 partitioning with gradient accumulation reduces every
+     * micro-step like stage 2 (bitwise stage 2's sums: plugin_glue.h,
+     * zero__reduce_every_micro_step) unless reduce_once_per_window */
+    s->part_stage = rc->stage == 1 && !zero__reduce_every_micro_step(rc) ? 1 : 2;
+    if (rc->stage == 1 && s->part_stage == 2)
+        svc->log(s->c, ZERO_LOG_DEBUG,
+                 "offload: zero_optimization.stage 1 with gradient_accumulation_steps %lld: gradients are reduced "
+                 "every micro-step into the partition (stage-2 partitioning; reduce_once_per_window for stage 1's)",
+                 (long long)rc->grad_accum_steps);
     if (rc->stage != 1 && rc->stage != 2)
         svc->log(s->c, ZERO_LOG_WARN,
                  "offload: zero_optimization.stage is %d; offload partitions optimizer states and gradients "
@@ -180,7 +191,7 @@ static zero_status of_plan(const zero_plan_services_v1 *ps) {
     zero_core *c = ps->core;
     const zero_run_config *rc = ps->config(c);
     const zero_layout *L = ps->layout(c);
-    const int part_stage = rc->stage == 1 ? 1 : 2; /* choose_partitioning */
+    const int part_stage = rc->stage == 1 && !zero__reduce_every_micro_step(rc) ? 1 : 2; /* choose_partitioning */
     const zero_dtype gdt = zero__grad_dtype_of(rc);
     const uint64_t es = rc->model_dtype == ZERO_DTYPE_F32 ? 4 : 2, ges = gdt == ZERO_DTYPE_F32 ? 4 : 2;
     const uint64_t flat = L->flat_numel, part = L->part_numel;

@@ -3,7 +3,11 @@
  *
  * Every rank keeps the full flat parameters, a full flat gradient (model
  * dtype) that accumulates over the micro-steps of a window, and the full
- * optimizer state.  During the boundary micro-step's backward the gradient
+ * optimizer state.  With gradient_accumulation_steps > 1 (no pipeline,
+ * reduce_once_per_window off) every micro-step is instead reduce-scattered
+ * into a partition accumulator exactly as stage 2 does, and at the boundary
+ * the accumulated partitions are all-gathered into the flat gradient
+ * (flat_plugin.c): bitwise stage 2's window sums.  During the boundary micro-step's backward the gradient
  * buckets are all-reduced (sums formed in fp32 by the bucket engine,
  * overlapping the host's backward when overlap_comm is on); at the boundary
  * every rank steps everything with identical inputs, so the replicas stay

@@ -106,14 +106,23 @@ static zero_status pp_params_done(void *state) {
     /* the reduced gradient sits at the owned ranges of the flat buffer; the
      * norm spans the whole world (norm_comm NULL: comm_global, every stage
      * and partition), the all-gather this stage's DP group (comm_world) */
-    zero_status st = zero__flat_init(&s->f, svc, 0, svc->layout(s->c)->flat_numel, ZERO_INDEX_FLAT, "stage1-pp");
+    /* Without a pipeline and with gradient accumulation, every micro-step
+     * is reduced into a partition accumulator instead (stage 2's sums, as
+     * stage0/stage1 do: zero__reduce_every_micro_step), unless
+     * zero_optimization.reduce_once_per_window says otherwise. */
+    const int micro = zero__reduce_every_micro_step(svc->config(s->c));
+    const zero_layout *L = svc->layout(s->c);
+    zero_status st = zero__flat_init(&s->f, svc, 0, micro ? L->part_numel : L->flat_numel,
+                                     micro ? ZERO_INDEX_PART : ZERO_INDEX_FLAT, "stage1-pp");
     if (st != ZERO_OK) return st;
     s->tmps = s->f.gdtype != s->f.dtype;
     for (uint32_t i = 0, np = svc->nparams(s->c); i < np; i++) svc->param(s->c, i)->plugin_data = NULL;
-    /* the whole point: gradients accumulate locally, no traffic before the
-     * boundary, then one reduce-scatter pass in the DP group (overlap_comm:
-     * only the boundary micro-batch's backward can overlap) */
-    return zero__flat_buckets(&s->f, ZERO_BUCKETS_SCATTER_INPLACE, s->dp, !s->tmps, &s->b);
+    /* the whole point (with a pipeline): gradients accumulate locally, no
+     * traffic before the boundary, then one reduce-scatter pass in the DP
+     * group (overlap_comm: only the boundary micro-batch's backward can
+     * overlap) */
+    return zero__flat_buckets(&s->f, micro ? ZERO_BUCKETS_SCATTER : ZERO_BUCKETS_SCATTER_INPLACE, s->dp, !s->tmps,
+                              &s->b);
 }
 
 static zero_status pp_grad_buffer(void *state, zero_param_info *p, void **buf) {
@@ -214,7 +223,11 @@ static void pp_destroy(void *state) {
  * group: the world_size planned is the stage's DP size. */
 static zero_status pp_plan(const zero_plan_services_v1 *ps) {
     const zero_run_config *rc = ps->config(ps->core);
-    zero__flat_plan(ps, 0, ps->layout(ps->core)->flat_numel, ZERO_BUCKETS_SCATTER_INPLACE);
+    const zero_layout *L = ps->layout(ps->core);
+    if (zero__reduce_every_micro_step(rc)) /* as pp_params_done: a partition accumulator and staging */
+        zero__flat_plan(ps, 0, L->part_numel, ZERO_BUCKETS_SCATTER);
+    else
+        zero__flat_plan(ps, 0, L->flat_numel, ZERO_BUCKETS_SCATTER_INPLACE);
     if (zero__grad_dtype_of(rc) != rc->model_dtype) zero__grad_tmp_plan(ps);
     return ZERO_OK;
 }

@@ -25,7 +25,10 @@
 
 /* Accumulate locally in the flat buffer, reduce-scatter in place once per
  * window; the checkpoint keeps the window's local gradient sum (the full
- * flat buffer: it is reduced only at the boundary). */
+ * flat buffer: it is reduced only at the boundary).  With
+ * gradient_accumulation_steps > 1 (no pipeline, reduce_once_per_window off)
+ * flat_plugin.c runs stage 2's SCATTER path instead ("stage1.part"): the
+ * same window sums as stage 2, bit for bit. */
 static const zero__flat_plugin_spec s1_spec = {
     .name = "stage1", .grads_blob = "grads", .mode = ZERO_BUCKETS_SCATTER_INPLACE, .replicated = 0};
 

@@ -114,7 +114,7 @@ _Static_assert(offsetof(zero_memory_plan, total) == 120, "offsetof(zero_memory_p
 _Static_assert(offsetof(zero_memory_plan, plugin) == 136, "offsetof(zero_memory_plan, plugin)");
 
 /* zero_run_config */
-_Static_assert(sizeof(zero_run_config) == 264, "sizeof(zero_run_config)");
+_Static_assert(sizeof(zero_run_config) == 272, "sizeof(zero_run_config)");
 _Static_assert(offsetof(zero_run_config, struct_size) == 0, "offsetof(zero_run_config, struct_size)");
 _Static_assert(offsetof(zero_run_config, stage) == 4, "offsetof(zero_run_config, stage)");
 _Static_assert(offsetof(zero_run_config, train_batch_size) == 8, "offsetof(zero_run_config, train_batch_size)");
@@ -161,6 +161,8 @@ _Static_assert(offsetof(zero_run_config, strict_grads) == 248, "offsetof(zero_ru
 _Static_assert(offsetof(zero_run_config, pipeline_stages) == 252, "offsetof(zero_run_config, pipeline_stages)");
 _Static_assert(offsetof(zero_run_config, grad_accum_dtype) == 256, "offsetof(zero_run_config, grad_accum_dtype)");
 _Static_assert(offsetof(zero_run_config, comm_dtype) == 260, "offsetof(zero_run_config, comm_dtype)");
+_Static_assert(offsetof(zero_run_config, reduce_once_per_window) == 264, "offsetof(zero_run_config, reduce_once_per_window)");
+_Static_assert(offsetof(zero_run_config, reserved3) == 268, "offsetof(zero_run_config, reserved3)");
 
 /* zero_param_info */
 _Static_assert(sizeof(zero_param_info) == 80, "sizeof(zero_param_info)");

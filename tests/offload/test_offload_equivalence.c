@@ -79,7 +79,9 @@ int main(int argc, char **argv) {
                 expect_close(&o, &ref[0], label);
                 snprintf(label, sizeof label, "offload stage-%d gas=%d vs stage%d", stage, gas, stage);
                 expect_bitwise(&o, &ref[stage], label);
-                uint64_t want = stage == 2 ? (uint64_t)steps * gas : (uint64_t)steps;
+                /* gas > 1: stage-1 partitioning reduces every micro-step too (stage 2's sums, the
+                 * default; reduce_once_per_window is checked below) */
+                uint64_t want = (uint64_t)steps * gas;
                 CHECK(o.comm.reduction_passes == want, "%s: %llu reduction passes, expected %llu", label,
                       (unsigned long long)o.comm.reduction_passes, (unsigned long long)want);
                 CHECK(o.mem.current[ZERO_TIER_HOST][ZERO_MEM_MASTER] > 0, "%s: no host master", label);
@@ -131,6 +133,25 @@ int main(int argc, char **argv) {
             expect_bitwise(&o, &keep[0], "offload chosen by the config vs by name");
             CHECK(o.mem.current[ZERO_TIER_HOST][ZERO_MEM_MASTER] > 0,
                   "offload_optimizer.device=cpu did not select the offload plugin (no host master)");
+        }
+        host_run_free(&o);
+    }
+
+    /* gas 4: stage-1 partitioning forms stage 2's sums (bitwise); with
+     * zero_optimization.reduce_once_per_window it sums the window locally
+     * and reduces once per step, equal to rounding */
+    if (keep[0].params && keep[2].params)
+        expect_bitwise(&keep[2], &keep[0], "offload stage-1 gas=4 vs offload stage-2 (bitwise)");
+    {
+        host_run_cfg c = offload_cfg(steps, 4, 1);
+        c.once_per_window = 1;
+        host_run_out o;
+        host_run(&c, &o);
+        const char *what = "offload stage-1 gas=4 reduce_once_per_window";
+        if (ran(&o, what) && keep[1].params) {
+            expect_close(&o, &keep[1], what);
+            CHECK(o.comm.reduction_passes == (uint64_t)steps, "%s: %llu reduction passes, expected %llu", what,
+                  (unsigned long long)o.comm.reduction_passes, (unsigned long long)steps);
         }
         host_run_free(&o);
     }

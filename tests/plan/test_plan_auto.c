@@ -19,15 +19,21 @@ static const char *order[5] = {"stage0", "stage1", "stage2", "stage3", "offload"
 
 /* the demo's configs in one: stage3's pool knobs and the offload device
  * only matter to those plugins */
+/* reduce_once_per_window: stage 0/1 keep the ZeRO table's full gradient at
+ * accumulation 2 (by default they reduce every micro-step into stage 2's
+ * partition accumulator, and stage 1 then plans exactly stage 2's bytes:
+ * checked in main) */
+static int once_per_window = 1;
+
 static void config(char *buf, size_t len, uint64_t budget) {
     snprintf(buf, len,
              "{\"train_micro_batch_size_per_gpu\": 8, \"gradient_accumulation_steps\": 2, "
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003}}, "
-             "\"zero_optimization\": {\"stage\": \"auto\", \"memory_budget_bytes\": %llu, "
+             "\"zero_optimization\": {\"stage\": \"auto\", \"memory_budget_bytes\": %llu, %s"
              "\"reduce_bucket_size\": 50000, \"overlap_comm\": true, \"contiguous_gradients\": true, "
              "\"stage3_param_persistence_threshold\": 1000, \"stage3_prefetch_bucket_size\": 70000, "
              "\"stage3_max_live_parameters\": 150000}}",
-             (unsigned long long)budget);
+             (unsigned long long)budget, once_per_window ? "\"reduce_once_per_window\": true, " : "");
 }
 
 static char info[4096];
@@ -115,6 +121,29 @@ int main(int argc, char **argv) {
         CHECK(zero_plan(&rq, &p, err, sizeof err) == ZERO_OK, "plan %s: %s", order[c], err);
         plan[c] = p.total[ZERO_TIER_DEVICE];
         if (rank == 0) printf("plan %-8s %llu device bytes per rank\n", order[c], (unsigned long long)plan[c]);
+    }
+    {   /* the default at accumulation 2: stage 1 reduces every micro-step into a partition accumulator,
+         * exactly stage 2's buffers; stage 0 adds that accumulator (and staging) to its full gradient */
+        once_per_window = 0;
+        char cfg0[1024];
+        config(cfg0, sizeof cfg0, 1);
+        once_per_window = 1;
+        uint64_t def[3];
+        for (int c = 0; c < 3; c++) {
+            zero_plan_request rq = ZERO_PLAN_REQUEST_INIT;
+            rq.config_json = cfg0;
+            rq.plugin = order[c];
+            rq.world_size = (uint32_t)world;
+            rq.nparams = 7;
+            rq.numels = numel;
+            zero_memory_plan p = ZERO_MEMORY_PLAN_INIT;
+            CHECK(zero_plan(&rq, &p, err, sizeof err) == ZERO_OK, "plan %s: %s", order[c], err);
+            def[c] = p.total[ZERO_TIER_DEVICE];
+        }
+        CHECK(def[1] == def[2], "default gas 2: stage1 plans %llu, stage2 %llu", (unsigned long long)def[1],
+              (unsigned long long)def[2]);
+        CHECK(def[0] > plan[0], "default gas 2: stage0 plans %llu, not more than once-per-window's %llu",
+              (unsigned long long)def[0], (unsigned long long)plan[0]);
     }
     /* the premise of the test: each plugin in the order plans less device memory than the one before */
     for (int c = 1; c < 5; c++)

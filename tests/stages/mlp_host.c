@@ -205,9 +205,9 @@ static void make_config(const host_run_cfg *c, char *buf, size_t n) {
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001, \"betas\": [0.9, 0.999],"
              " \"eps\": 1e-8, \"weight_decay\": 0.01}},"
              " \"zero_optimization\": {\"stage\": %d, %s%s\"overlap_comm\": %s, \"contiguous_gradients\": %s,"
-             " \"strict_grads\": %s}}",
+             " \"strict_grads\": %s%s}}",
              c->mb, c->gas, stage, bucket, offload, c->overlap ? "true" : "false", c->contiguous ? "true" : "false",
-             c->strict ? "true" : "false");
+             c->strict ? "true" : "false", c->once_per_window ? ", \"reduce_once_per_window\": true" : "");
 }
 
 static void shuffle(int *v, uint32_t n, uint64_t seed) {

@@ -51,6 +51,8 @@ typedef struct host_run_cfg {
     /* (appended by offload) */
     int stage;             /* zero_optimization.stage; < 0 (default): from the plugin name "stageN", else 0 */
     int offload;           /* zero_optimization.offload_optimizer = {"device": "cpu"} */
+    /* (appended by issue13-gas) */
+    int once_per_window;   /* zero_optimization.reduce_once_per_window (gas > 1: the local window sum) */
 } host_run_cfg;
 
 /* Defaults: stage0, small model, 30 steps, gas 1, mb 3, overlap 1,

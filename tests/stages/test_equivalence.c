@@ -69,7 +69,8 @@ int main(int argc, char **argv) {
         host_run(&c, &s0);
         snprintf(label, sizeof label, "stage0 gas=%d vs 1 process", gas);
         if (ran(&s0, "stage0")) expect_close(&s0, &ref, label);
-        CHECK_EQ_INT(s0.comm.reduction_passes, (uint64_t)steps);
+        /* gas > 1: every plugin reduces every micro-step (stage 2's sums) */
+        CHECK_EQ_INT(s0.comm.reduction_passes, (uint64_t)steps * gas);
 
         for (int ov = 0; ov <= 1; ov++) {
             const char *plugins[3] = {"stage0", "stage1", "stage2"};
@@ -82,7 +83,7 @@ int main(int argc, char **argv) {
                 host_run(&pc, &o);
                 snprintf(label, sizeof label, "%s gas=%d overlap=%d vs stage0", plugins[pi], gas, ov);
                 if (ran(&o, label)) expect_close(&o, &s0, label);
-                uint64_t want = pi == 2 ? (uint64_t)steps * gas : (uint64_t)steps;
+                uint64_t want = (uint64_t)steps * gas;
                 CHECK(o.comm.reduction_passes == want, "%s: %llu reduction passes, expected %llu", label,
                       (unsigned long long)o.comm.reduction_passes, (unsigned long long)want);
                 CHECK(o.comm.exposed_comm_seconds >= 0, "%s: negative exposed time", label);
@@ -95,6 +96,34 @@ int main(int argc, char **argv) {
         host_run_free(&ref);
         if (gas == 4) s0_gas4 = s0;
         else s0_gas1_keep = s0;
+    }
+
+    /* Accumulation 4: stage 0 and 1 form stage 2's window sums, so all
+     * three are bitwise equal (docs/determinism.md); with
+     * zero_optimization.reduce_once_per_window stage 0/1 sum the window
+     * locally and reduce once (steps passes), equal to each other bitwise
+     * and to the others to rounding. */
+    if (s0_gas4.params && s1_gas4.params && s2_gas4.params) {
+        expect_bitwise(&s0_gas4, &s2_gas4, "stage0 gas=4 vs stage2 (bitwise)");
+        expect_bitwise(&s1_gas4, &s2_gas4, "stage1 gas=4 vs stage2 (bitwise)");
+        host_run_out once[2];
+        const char *names[2] = {"stage0", "stage1"};
+        for (int k = 0; k < 2; k++) {
+            host_run_cfg c = host_default_cfg();
+            c.steps = steps;
+            c.gas = 4;
+            c.plugin = names[k];
+            c.once_per_window = 1;
+            host_run(&c, &once[k]);
+            snprintf(label, sizeof label, "%s gas=4 reduce_once_per_window vs stage0", names[k]);
+            if (ran(&once[k], label)) expect_close(&once[k], &s0_gas4, label);
+            CHECK(once[k].comm.reduction_passes == (uint64_t)steps, "%s: %llu reduction passes, expected %llu",
+                  label, (unsigned long long)once[k].comm.reduction_passes, (unsigned long long)steps);
+        }
+        if (once[0].params && once[1].params)
+            expect_bitwise(&once[1], &once[0], "stage1 vs stage0, both reduce_once_per_window (bitwise)");
+        host_run_free(&once[0]);
+        host_run_free(&once[1]);
     }
 
     /* Repeatability and hook-order independence (accumulation 4, overlap on). */
