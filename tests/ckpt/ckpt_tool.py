@@ -9,9 +9,11 @@ usage: ckpt_tool.py ZERO_CKPT DIR
   safetensors package is used too when installed) loads, and its tensors
   are bitwise the parameters the engine gathered (DIR/small.params.f32);
 - consolidating DIR/big (largest tensor 16 MiB, model 64 MiB) peaks below
-  the RSS of `zero-ckpt info` on it + 2 x the largest tensor + 8 MiB.
+  the RSS of `zero-ckpt info` on it + 2 x the largest tensor + 8 MiB;
+- converting DIR/big to stage2 at 3 ranks peaks below info's RSS + 8 MiB
+  (streamed), and the output verifies.
 """
-import json, os, resource, struct, subprocess, sys
+import json, os, resource, shutil, struct, subprocess, sys
 
 tool, d = sys.argv[1], sys.argv[2]
 fails = 0
@@ -113,4 +115,22 @@ print("consolidate of a 64 MiB model, largest tensor %d KiB: peak RSS %d KiB (in
       % (largest_kib, peak, base, bound))
 check(rc0 == 0 and rc1 == 0 and peak <= bound, "consolidate memory bounded by the largest tensor")
 check(os.path.getsize(os.path.join(d, "big.safetensors")) > 64 << 20, "big consolidated file complete")
+os.remove(os.path.join(d, "big.safetensors"))
+
+# convert streams: the 64 MiB model (192 MiB with its Adam state) resharded
+# to 3 ranks of stage2 peaks at info's RSS + 8 MiB (a 1 MiB piece, a 1 MiB
+# verified chunk), far below one tensor (16 MiB) or the optimizer state.
+conv = os.path.join(d, "big-x3")
+shutil.rmtree(conv, ignore_errors=True)
+rc2, peak2 = peak_rss_kib([tool, "convert", big, conv, "--ranks", "3", "--plugin", "stage2"])
+bound2 = base + 8192
+print("convert of a 64 MiB model (192 MiB of optimizer state) to stage2 x3: peak RSS %d KiB (info: %d KiB, bound %d KiB)"
+      % (peak2, base, bound2))
+check(rc2 == 0 and peak2 <= bound2, "convert memory bounded by a piece, not the model")
+r = subprocess.run([tool, "verify", conv], capture_output=True, text=True)
+check(r.returncode == 0 and "OK, 15 files" in r.stdout, "verify of the converted checkpoint: " + r.stdout.strip())
+r = subprocess.run([tool, "info", conv, "--json"], capture_output=True, text=True)
+ci = json.loads(r.stdout)
+check(ci["plugin"] == "stage2" and ci["world_size"] == 3, "converted: stage2 at 3 ranks")
+shutil.rmtree(conv, ignore_errors=True)
 sys.exit(1 if fails else 0)
