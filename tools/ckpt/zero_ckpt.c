@@ -138,7 +138,8 @@ static int cmd_info(const zero__ck_manifest *m, const char *dir, int as_json) {
            m->nparams, (unsigned long long)numel, zero__ck_dtype_name(m->model_dtype), (unsigned long long)largest,
            m->optim, m->nstate);
     printf("files        %u, %.1f MiB; %s\n", m->nfiles, (double)bytes / 1048576.0,
-           m->reshardable ? "reshardable (loads at any world size into stage0/1/2/3/offload)"
+           m->reshardable ? (m->pp_stages > 1 ? "reshardable (loads at another data-parallel size, same pipeline split)"
+                                             : "reshardable (loads at any world size into stage0/1/2/3/offload)")
                           : "loads only into the same plugin and world size");
     return 0;
 }
