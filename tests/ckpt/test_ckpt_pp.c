@@ -14,7 +14,10 @@
  *     uninterrupted run scales by float(1/6) in its first 2 steps, the
  *     saver by 1/4; measured: bitwise too);
  *  3. the same checkpoint loaded with another pipeline split (1 stage) is
- *     ZERO_ERR_MISMATCH naming both stage counts.
+ *     ZERO_ERR_MISMATCH naming both stage counts;
+ *  4. a 2 x 2 save inside an accumulation window (after micro-batch 0 of 2)
+ *     resumes bitwise at 2 x 2 (the window's gradient is in the checkpoint)
+ *     and is refused at 2 x 1 (gradients in flight are not resharded).
  * Usage: test_ckpt_pp DIR   (under mpirun -np 6) */
 #include <math.h>
 #include <mpi.h>
@@ -74,6 +77,20 @@ static int tiny_make(tiny *T, MPI_Comm comm, int stages) {
     CHECK(s == ZERO_OK, "params_done: %s", zero_last_error(T->e));
     for (int j = 0; j < NPAR; j++) free(inits[j]);
     return s == ZERO_OK ? 0 : -1;
+}
+
+/* Micro-batches [m0, m1) of step t. */
+static void micro(tiny *T, int t, int m0, int m1, zero_step_result *res) {
+    for (int m = m0; m < m1; m++) {
+        for (int j = NPAR - 1; j >= 0; j--) {
+            void *buf;
+            CHECK_EQ_INT(zero_grad_buffer(T->e, T->p[j], &buf), ZERO_OK);
+            float *g = buf;
+            for (uint64_t i = 0; i < numel_of(T->stage, j); i++) g[i] += grad_value(t, m, T->stage, j, i) * (1 + m);
+            CHECK_EQ_INT(zero_on_grad_ready(T->e, T->p[j], NULL), ZERO_OK);
+        }
+        CHECK_EQ_INT(zero_step(T->e, NULL, res), ZERO_OK);
+    }
 }
 
 static void train(tiny *T, int t0, int t1) {
@@ -188,6 +205,59 @@ static void resume_case(const char *root, int dp, float **saved, const size_t *n
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Inside an accumulation window: the window's gradient is in the
+ * checkpoint (stage1-pp.grads), so 2 x 2 resumes bitwise; another DP size
+ * refuses it (gradients in flight are not resharded). */
+static void mid_window(const char *root) {
+    MPI_Comm c = first(4);
+    if (c != MPI_COMM_NULL) {
+        tiny A = {0}, B = {0};
+        size_t na = 0, nb = 0;
+        float *a = NULL, *b = NULL;
+        zero_step_result res = ZERO_STEP_RESULT_INIT;
+        if (tiny_make(&A, c, P) == 0) {
+            train(&A, 0, 1);
+            micro(&A, 1, 0, 1, &res);
+            CHECK(res.boundary == 0, "micro-batch 0 of 2 is not a boundary");
+            zero_status s = zero_save(A.e, root);
+            CHECK(s == ZERO_OK, "mid-window save: %s", zero_last_error(A.e));
+            micro(&A, 1, 1, M, &res);
+            train(&A, 2, 3);
+            a = snap(&A, &na);
+        }
+        if (tiny_make(&B, c, P) == 0) {
+            zero_status s = zero_load(B.e, root);
+            CHECK(s == ZERO_OK, "mid-window load: %s", zero_last_error(B.e));
+            micro(&B, 1, 1, M, &res);
+            CHECK(res.taken == 1, "the resumed window's boundary step was not taken");
+            train(&B, 2, 3);
+            b = snap(&B, &nb);
+        }
+        CHECK(a && b && na == nb && !memcmp(a, b, na * sizeof(float)),
+              "rank %d: resumed inside the window differs from the uninterrupted run", g_rank);
+        if (g_rank == 0 && a && b) printf("stage1-pp 2x2 saved inside a window, resumed: bitwise\n");
+        free(a), free(b);
+        if (A.e) zero_engine_destroy(A.e);
+        if (B.e) zero_engine_destroy(B.e);
+        MPI_Comm_free(&c);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    c = first(2);
+    if (c != MPI_COMM_NULL) {
+        tiny T = {0};
+        if (tiny_make(&T, c, P) == 0) {
+            zero_status s = zero_load(T.e, root);
+            const char *msg = zero_last_error(T.e);
+            CHECK(s == ZERO_ERR_UNSUPPORTED && strstr(msg, "middle of an accumulation window"),
+                  "mid-window 2x2 loaded at 2x1: %s (%s)", zero_status_string(s), msg);
+            if (g_rank == 0) printf("mid-window at another DP size: %s\n", msg);
+        }
+        if (T.e) zero_engine_destroy(T.e);
+        MPI_Comm_free(&c);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 static void other_split(const char *root) {
     MPI_Comm c = first(2);
     if (c != MPI_COMM_NULL) {
@@ -224,9 +294,14 @@ int main(int argc, char **argv) {
     resume_case(root, 1, saved, nsaved);
     resume_case(root, 3, saved, nsaved);
     other_split(root);
+    char mid[600];
+    snprintf(mid, sizeof mid, "%s-mid", root);
+    if (g_rank == 0) th_remove_dir(mid);
+    MPI_Barrier(MPI_COMM_WORLD);
+    mid_window(mid);
     for (int s = 0; s < P; s++) free(saved[s]);
     MPI_Barrier(MPI_COMM_WORLD);
-    if (g_rank == 0) th_remove_dir(root);
+    if (g_rank == 0) th_remove_dir(root), th_remove_dir(mid);
     int fails = check_failures_, all = 0;
     MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Finalize();
