@@ -115,6 +115,7 @@ struct zero__ck_blob_writer {
     int fd;
     uint64_t bytes, done, chunk_bytes;
     uint32_t *crc, nchunks;
+    int fault; /* ZERO_CKPT_FAULT=enospc: this blob fails after half its payload */
 };
 
 zero__ck_blob_writer *zero__ck_blob_begin(const char *dir, const char *file, uint64_t bytes, uint64_t chunk_bytes,
@@ -133,6 +134,7 @@ zero__ck_blob_writer *zero__ck_blob_begin(const char *dir, const char *file, uin
     snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%ld", w->path, (long)getpid());
     w->bytes = bytes;
     w->chunk_bytes = chunk_bytes;
+    w->fault = fault_enospc(0); /* the tools write as one process */
     w->nchunks = (uint32_t)((bytes + chunk_bytes - 1) / chunk_bytes);
     w->crc = calloc(w->nchunks ? w->nchunks : 1, sizeof *w->crc);
     w->fd = w->crc ? open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666) : -1;
@@ -153,6 +155,10 @@ int zero__ck_blob_put(zero__ck_blob_writer *w, const void *buf, uint64_t n, char
     if (n > w->bytes - w->done) {
         snprintf(err, errn, "checkpoint %s: %llu bytes more than the %llu declared", w->path,
                  (unsigned long long)(w->done + n - w->bytes), (unsigned long long)w->bytes);
+        return -1;
+    }
+    if (w->fault && w->done + n > w->bytes / 2) {
+        snprintf(err, errn, "checkpoint: writing %s failed: %s", w->tmp, strerror(ENOSPC));
         return -1;
     }
     for (uint64_t o = 0; o < n;) { /* each chunk's CRC continued across pieces */

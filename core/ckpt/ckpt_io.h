@@ -12,7 +12,8 @@
  * Test-only fault hooks (tests/ckpt; documented in docs/checkpoints.md),
  * read from the environment at each call:
  *   ZERO_CKPT_FAULT=enospc:N[@R]  the N-th blob written by this process
- *       (rank R only, if given) fails with ENOSPC after half its payload;
+ *       (rank R only, if given) fails with ENOSPC after half its payload
+ *       (streamed blobs count too, as rank 0: the piece crossing the half);
  *   ZERO_CKPT_FAULT=pause:POINT[@R]  at save point POINT (before_shards,
  *       between_shards, before_manifest, before_latest) rank R writes its
  *       pid to $ZERO_CKPT_FAULT_MARKER and sleeps up to 120 s, so that a
