@@ -18,7 +18,11 @@
  *  4. a 2 x 2 save inside an accumulation window (after micro-batch 0 of 2)
  *     resumes bitwise at 2 x 2 (the window's gradient is in the checkpoint)
  *     and is refused at 2 x 1 (gradients in flight are not resharded).
- * Usage: test_ckpt_pp DIR   (under mpirun -np 6) */
+ *  5. offline: `zero-ckpt convert` of the 2 x 2 checkpoint to DP 3 (the
+ *     pipeline split kept) verifies, and, marked "reshardable": 0 (so only
+ *     the native path can load it), loads at 2 x 3 with the same checks as
+ *     2.; converting it to stage2 is refused (no pipeline support).
+ * Usage: test_ckpt_pp DIR ZERO_CKPT   (under mpirun -np 6) */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -280,8 +284,8 @@ int main(int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    if (argc != 2 || g_size != 6) {
-        if (g_rank == 0) fprintf(stderr, "usage: mpirun -np 6 test_ckpt_pp DIR\n");
+    if (argc != 3 || g_size != 6) {
+        if (g_rank == 0) fprintf(stderr, "usage: mpirun -np 6 test_ckpt_pp DIR ZERO_CKPT\n");
         MPI_Finalize();
         return 2;
     }
@@ -294,6 +298,22 @@ int main(int argc, char **argv) {
     resume_case(root, 1, saved, nsaved);
     resume_case(root, 3, saved, nsaved);
     other_split(root);
+    char conv[600];
+    snprintf(conv, sizeof conv, "%s-x3", root);
+    if (g_rank == 0) {
+        char cmd[3000];
+        th_remove_dir(conv);
+        snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s' --ranks 3 && '%s' verify '%s' && "
+                 "sed -i 's/\"reshardable\": 1,/\"reshardable\": 0,/' '%s'/step-2/manifest.json",
+                 argv[2], root, conv, argv[2], conv, conv);
+        CHECK(system(cmd) == 0, "%s", cmd);
+        snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s-bad' --ranks 3 --plugin stage2 2>&1 | "
+                 "grep -q \"plugin 'stage2' cannot run with pipeline parallelism\"", argv[2], root, root);
+        CHECK(system(cmd) == 0, "converting a pipeline checkpoint to stage2 is not refused by name");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0) printf("offline: zero-ckpt convert 2x2 -> 2x3, loaded natively:\n");
+    resume_case(conv, 3, saved, nsaved);
     char mid[600];
     snprintf(mid, sizeof mid, "%s-mid", root);
     if (g_rank == 0) th_remove_dir(mid);
@@ -301,7 +321,7 @@ int main(int argc, char **argv) {
     mid_window(mid);
     for (int s = 0; s < P; s++) free(saved[s]);
     MPI_Barrier(MPI_COMM_WORLD);
-    if (g_rank == 0) th_remove_dir(root), th_remove_dir(mid);
+    if (g_rank == 0) th_remove_dir(root), th_remove_dir(mid), th_remove_dir(conv);
     int fails = check_failures_, all = 0;
     MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Finalize();

@@ -9,7 +9,9 @@
  *   zero-ckpt convert SRC DST --ranks M [--plugin T]
  *                                    reshard offline: DST holds the checkpoint as
  *                                    plugin T (default: SRC's) at M ranks would
- *                                    have saved it (manifest, checksums, latest)
+ *                                    have saved it (manifest, checksums, latest);
+ *                                    M is the data-parallel size (per pipeline
+ *                                    stage: the pipeline split is kept)
  *
  * DIR is a checkpoint directory (with manifest.json) or a root whose
  * `latest` names one.  consolidate streams tensor by tensor: it holds one
@@ -37,7 +39,8 @@ static int usage(void) {
             "usage: zero-ckpt info DIR [--json]\n"
             "       zero-ckpt verify DIR\n"
             "       zero-ckpt consolidate DIR OUT.safetensors\n"
-            "       zero-ckpt convert SRC DST --ranks M [--plugin stage0|stage1|stage2]\n"
+            "       zero-ckpt convert SRC DST --ranks M [--plugin stage0|stage1|stage2|stage1-pp]\n"
+            "         (M: the data-parallel size; a pipeline checkpoint keeps its stages)\n"
             "DIR: a checkpoint directory (manifest.json) or a root whose 'latest' names one\n");
     return 2;
 }
@@ -254,25 +257,32 @@ static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const ch
  * zero_load at M ranks takes its native path. */
 typedef struct conv_target {
     const char *name, *grads;
-    int stage, replicated, grads_part;
+    int stage, replicated, grads_part, pipeline;
 } conv_target;
 static const conv_target TARGETS[] = {
-    {"stage0", "grads", 0, 1, 0},
-    {"stage1", "grads", 1, 0, 0},
-    {"stage2", "part", 2, 0, 1},
+    {"stage0", "grads", 0, 1, 0, 1},
+    {"stage1", "grads", 1, 0, 0, 0},
+    {"stage2", "part", 2, 0, 1, 0},
+    {"stage1-pp", "grads", 1, 0, 0, 1}, /* plugins/stage1-pp: the flat blob set too, per pipeline stage */
 };
 
 typedef struct conv_ctx {
     const zero__ck_manifest *m;
     zero__ck_reader *r;
     const char *dir;          /* staging directory */
-    const uint64_t *new_off;  /* the target layout's offset of each parameter */
+    const uint64_t *new_off;  /* the target layout's offset of each parameter of pipeline stage pp */
+    int pp, npp;              /* the pipeline stage being written, of how many */
     json_t *files;            /* file records of the new manifest */
     void *buf;                /* one piece */
     uint64_t peak_piece_bytes;
 } conv_ctx;
 
 enum { CONV_PIECE = 1 << 18 }; /* elements per piece: 1 MiB of fp32 */
+
+static void conv_file_name(const conv_ctx *x, const char *blob, long long rank, char *out, size_t n) {
+    if (x->npp > 1) snprintf(out, n, "%s.pp%d.rank%lld.bin", blob, x->pp, rank);
+    else snprintf(out, n, "%s.rank%lld.bin", blob, rank);
+}
 
 static int conv_record(conv_ctx *x, const char *file, const char *blob, int rank, uint64_t bytes, uint32_t *crc,
                        uint32_t nc, int32_t kind, zero_dtype dt, const zero_owned_range *own, uint32_t nown) {
@@ -281,7 +291,7 @@ static int conv_record(conv_ctx *x, const char *file, const char *blob, int rank
     f.file = (char *)file;
     f.blob = (char *)blob;
     f.rank = rank;
-    f.pp_stage = 0;
+    f.pp_stage = x->pp;
     f.bytes = bytes;
     f.nchunks = nc;
     f.crc = crc;
@@ -304,7 +314,7 @@ static int conv_record(conv_ctx *x, const char *file, const char *blob, int rank
 static int conv_blob(conv_ctx *x, const char *blob, int rank, int32_t kind, zero_dtype dt, const zero_owned_range *own,
                      uint32_t nown, uint64_t zeros, char *err, size_t errn) {
     char file[300];
-    snprintf(file, sizeof file, "%s.rank%d.bin", blob, rank);
+    conv_file_name(x, blob, rank, file, sizeof file);
     const size_t es = kind == ZERO__CK_OPAQUE ? 1 : zero__ck_dtype_size(dt);
     uint64_t total = 0;
     if (kind == ZERO__CK_OPAQUE) total = zeros;
@@ -322,7 +332,7 @@ static int conv_blob(conv_ctx *x, const char *blob, int rank, int32_t kind, zero
     for (uint32_t k = 0; kind != ZERO__CK_OPAQUE && k < nown; k++)
         for (uint64_t lo = own[k].flat_lo; lo < own[k].flat_hi; lo += CONV_PIECE) {
             uint64_t hi = own[k].flat_hi - lo < CONV_PIECE ? own[k].flat_hi : lo + CONV_PIECE;
-            if (zero__ck_read_mapped(x->r, 0, kind, x->new_off, lo, hi, x->buf, dt, err, errn))
+            if (zero__ck_read_mapped(x->r, x->pp, kind, x->new_off, lo, hi, x->buf, dt, err, errn))
                 return zero__ck_blob_abort(w), 1;
             if (zero__ck_blob_put(w, x->buf, (hi - lo) * es, err, errn)) return zero__ck_blob_abort(w), 2;
         }
@@ -373,12 +383,12 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
         if (!strcmp(plugin, TARGETS[i].name)) t = &TARGETS[i];
     if (ranks < 1 || ranks > 65536)
         return conv_refuse("--ranks %lld: the target world size must be 1 to 65536", ranks);
-    if (!t && (!strcmp(plugin, "stage3") || !strcmp(plugin, "offload") || !strcmp(plugin, "stage1-pp")))
-        return conv_refuse("plugin '%s' is not a target of convert (it writes stage0, stage1, stage2); zero_load "
+    if (!t && (!strcmp(plugin, "stage3") || !strcmp(plugin, "offload")))
+        return conv_refuse("plugin '%s' is not a target of convert (it writes stage0, stage1, stage2, stage1-pp); zero_load "
                            "with plugin '%s' reads the original directly (resharding on load)",
                            plugin, plugin);
     if (!t)
-        return conv_refuse("unknown plugin '%s' (convert writes stage0, stage1, stage2)", plugin);
+        return conv_refuse("unknown plugin '%s' (convert writes stage0, stage1, stage2, stage1-pp)", plugin);
     if (!m->reshardable)
         return conv_refuse("%s: written by plugin '%s', which lacks ZERO_PLUGIN_CAP_RESHARD (its shards are not "
                            "described for resharding); it loads only with plugin '%s' at %d ranks",
@@ -386,14 +396,20 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
     if (m->st.micro_step)
         return conv_refuse("%s: saved in the middle of an accumulation window (micro-step %u); gradients in "
                            "flight are not resharded", src, m->st.micro_step);
-    if (m->pp_stages != 1)
-        return conv_refuse("%s: a pipeline checkpoint (%d stages); convert handles data-parallel checkpoints",
-                           src, m->pp_stages);
-    const zero__ck_layout *L0 = zero__ck_layout_of(m, 0);
-    if (!L0) return conv_refuse("%s: the manifest has no layout of pipeline stage 0", src);
-    for (int k = -1; k < (int)m->nstate; k++)
-        if (!zero__ck_has(m, 0, k < 0 ? ZERO__CK_MASTER : ZERO__CK_STATE0 + k))
-            return conv_refuse("%s: no shard data of kind %d for resharding", src, k < 0 ? 1 : k + 2);
+    const int P = m->pp_stages;
+    if (P < 1 || P > 4096) return conv_refuse("%s: %d pipeline stages", src, P);
+    if (P > 1 && !t->pipeline)
+        return conv_refuse("%s: a pipeline checkpoint (%d stages); plugin '%s' cannot run with pipeline "
+                           "parallelism (stage0 or stage1-pp can; the split stays %d stages)",
+                           src, P, t->name, P);
+    for (int S = 0; S < P; S++) {
+        if (!zero__ck_layout_of(m, S))
+            return conv_refuse("%s: the manifest has no layout of pipeline stage %d", src, S);
+        for (int k = -1; k < (int)m->nstate; k++)
+            if (!zero__ck_has(m, S, k < 0 ? ZERO__CK_MASTER : ZERO__CK_STATE0 + k))
+                return conv_refuse("%s: no shard data of kind %d of pipeline stage %d for resharding", src,
+                                   k < 0 ? 1 : k + 2, S);
+    }
     char err[10000];
     zero_dtype gdt;
     if (conv_grad_dtype(m, &gdt, err, sizeof err)) return fprintf(stderr, "%s\n", err), 2;
@@ -401,38 +417,55 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
     const size_t ges = zero__ck_dtype_size(gdt);
     if (!ges || !zero__ck_dtype_size(mdt)) return conv_refuse("%s: unsupported dtypes", src);
 
-    /* the target layout: the same alignment, M ranks */
+    /* the target layouts, one per pipeline stage: the same alignment, M
+     * (data-parallel) ranks, that stage's parameters in manifest order */
+    zero__layout *lay = calloc((size_t)P, sizeof *lay);
     zero__layout_input *in = calloc(m->nparams ? m->nparams : 1, sizeof *in);
-    if (!in) return fprintf(stderr, "zero-ckpt: out of memory\n"), 2;
-    for (uint32_t i = 0; i < m->nparams; i++) in[i] = (zero__layout_input){m->params[i].numel, m->params[i].group};
-    zero__layout lay;
-    int bad = zero__layout_build(&lay, in, m->nparams, (uint32_t)ranks, 0, L0->align);
+    int bad = !lay || !in;
+    for (int S = 0; !bad && S < P; S++) {
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < m->nparams; i++)
+            if (m->params[i].pp_stage == S) in[n++] = (zero__layout_input){m->params[i].numel, m->params[i].group};
+        bad = zero__layout_build(&lay[S], in, n, (uint32_t)ranks, 0, zero__ck_layout_of(m, S)->align) != 0;
+    }
     free(in);
-    if (bad) return conv_refuse("%s: cannot build the layout of %lld ranks", src, ranks);
-    const zero_layout *V = &lay.view;
+    if (bad) {
+        for (int S = 0; lay && S < P; S++) zero__layout_free(&lay[S]);
+        free(lay);
+        return conv_refuse("%s: cannot build the layout of %lld ranks", src, ranks);
+    }
 
     /* staging: DST/<tag>.partial, published as DST/<tag>, then latest */
     char staging[4400], final[4400];
     snprintf(staging, sizeof staging, "%s/%s.partial", dst, m->tag);
     snprintf(final, sizeof final, "%s/%s", dst, m->tag);
     if (access(final, F_OK) == 0) {
-        zero__layout_free(&lay);
+        for (int S = 0; S < P; S++) zero__layout_free(&lay[S]);
+        free(lay);
         return conv_refuse("%s already exists; convert into an empty or new root", final);
     }
     if (zero__ck_mkdirs(dst) != 0 || (zero__ck_remove_dir(staging) != 0 && errno != ENOENT) ||
         zero__ck_mkdirs(staging) != 0) {
         fprintf(stderr, "zero-ckpt convert: cannot create %s: %s\n", staging, strerror(errno));
-        zero__layout_free(&lay);
+        for (int S = 0; S < P; S++) zero__layout_free(&lay[S]);
+        free(lay);
         return 2;
     }
-    conv_ctx x = {m, zero__ck_reader_open(src, m), staging, lay.param_offset, json_array(),
+    conv_ctx x = {m, zero__ck_reader_open(src, m), staging, NULL, 0, P, json_array(),
                   malloc((size_t)CONV_PIECE * 4), 0};
-    zero_owned_range *own = calloc(V->ngroups ? V->ngroups : 1, sizeof *own);
+    uint32_t maxg = 1;
+    for (int S = 0; S < P; S++)
+        if (lay[S].view.ngroups > maxg) maxg = lay[S].view.ngroups;
+    zero_owned_range *own = calloc(maxg, sizeof *own);
     int rc = x.r && x.buf && own && x.files ? 0 : 2;
     if (rc) snprintf(err, sizeof err, "zero-ckpt: out of memory");
     const uint32_t nst = m->nstate;
     char blob[200];
+    for (int S = 0; rc == 0 && S < P; S++)
     for (long long r = 0; rc == 0 && r < ranks; r++) {
+        const zero_layout *V = &lay[S].view;
+        x.pp = S;
+        x.new_off = lay[S].param_offset;
         /* the core's step state, as every rank saves it */
         zero__core_blob c;
         memset(&c, 0, sizeof c);
@@ -447,7 +480,7 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
                                   m->st.ls_window,        m->st.ls_delayed_shift,  m->st.ls_cur_hysteresis,
                                   m->st.ls_consecutive,   m->st.ls_cur_iter,       m->st.ls_last_overflow_iter};
         char file[300];
-        snprintf(file, sizeof file, "core.rank%lld.bin", r);
+        conv_file_name(&x, "core", r, file, sizeof file);
         uint32_t *crc = NULL, nc = 0;
         if (zero__ck_write_blob(staging, file, &c, sizeof c, m->chunk_bytes, 0, &crc, &nc, err, sizeof err)) {
             rc = 2;
@@ -496,26 +529,32 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
         json_object_set_new(from, "plugin", json_string(m->plugin));
         json_object_set_new(from, "world_size", json_integer(m->world));
         json_object_set_new(doc, "converted_from", from);
-        json_t *lo = json_object(), *gs = json_array();
-        json_object_set_new(lo, "pp_stage", json_integer(0));
-        json_object_set_new(lo, "align", json_integer((json_int_t)V->align));
-        json_object_set_new(lo, "flat_numel", json_integer((json_int_t)V->flat_numel));
-        json_object_set_new(lo, "part_numel", json_integer((json_int_t)V->part_numel));
-        for (uint32_t g = 0; g < V->ngroups; g++) {
-            json_t *q = json_object();
-            json_object_set_new(q, "group_id", json_integer(V->groups[g].group_id));
-            json_object_set_new(q, "flat_begin", json_integer((json_int_t)V->groups[g].flat_begin));
-            json_object_set_new(q, "numel", json_integer((json_int_t)V->groups[g].numel));
-            json_object_set_new(q, "part_numel", json_integer((json_int_t)V->groups[g].part_numel));
-            json_array_append_new(gs, q);
+        json_t *los = json_array(), *ps = json_object_get(doc, "params");
+        for (int S = 0; S < P; S++) {
+            const zero_layout *V = &lay[S].view;
+            json_t *lo = json_object(), *gs = json_array();
+            json_object_set_new(lo, "pp_stage", json_integer(S));
+            json_object_set_new(lo, "align", json_integer((json_int_t)V->align));
+            json_object_set_new(lo, "flat_numel", json_integer((json_int_t)V->flat_numel));
+            json_object_set_new(lo, "part_numel", json_integer((json_int_t)V->part_numel));
+            for (uint32_t g = 0; g < V->ngroups; g++) {
+                json_t *q = json_object();
+                json_object_set_new(q, "group_id", json_integer(V->groups[g].group_id));
+                json_object_set_new(q, "flat_begin", json_integer((json_int_t)V->groups[g].flat_begin));
+                json_object_set_new(q, "numel", json_integer((json_int_t)V->groups[g].numel));
+                json_object_set_new(q, "part_numel", json_integer((json_int_t)V->groups[g].part_numel));
+                json_array_append_new(gs, q);
+            }
+            json_object_set_new(lo, "groups", gs);
+            json_array_append_new(los, lo);
+            /* the manifest's params and m->params are in the same order */
+            uint32_t j = 0;
+            for (uint32_t i = 0; i < m->nparams && i < json_array_size(ps); i++)
+                if (m->params[i].pp_stage == S)
+                    json_object_set_new(json_array_get(ps, i), "flat_offset",
+                                        json_integer((json_int_t)lay[S].param_offset[j++]));
         }
-        json_object_set_new(lo, "groups", gs);
-        json_t *los = json_array();
-        json_array_append_new(los, lo);
         json_object_set_new(doc, "layouts", los);
-        json_t *ps = json_object_get(doc, "params");
-        for (uint32_t i = 0; i < m->nparams && i < json_array_size(ps); i++)
-            json_object_set_new(json_array_get(ps, i), "flat_offset", json_integer((json_int_t)lay.param_offset[i]));
         json_object_set(doc, "files", x.files);
         char *text = json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
         json_decref(doc);
@@ -542,12 +581,14 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
     if (rc) {
         zero__ck_remove_dir(staging);
         fprintf(stderr, "zero-ckpt convert: %s\n", err);
-        zero__layout_free(&lay);
+        for (int S = 0; S < P; S++) zero__layout_free(&lay[S]);
+        free(lay);
         return rc;
     }
     printf("%s: %s x%d -> %s x%lld (step %llu), %llu bytes read from %s\n", final, m->plugin, m->world, t->name,
            ranks, (unsigned long long)m->st.global_step, (unsigned long long)read_bytes, src);
-    zero__layout_free(&lay);
+    for (int S = 0; S < P; S++) zero__layout_free(&lay[S]);
+    free(lay);
     return 0;
 }
 
