@@ -107,6 +107,107 @@ int zero__ck_write_blob(const char *dir, const char *file, const void *buf, uint
     return 0;
 }
 
+/* A blob written piece by piece (tools/zero-ckpt convert): the same file
+ * format, durability and chunk checksums as zero__ck_write_blob, with only
+ * the caller's piece in memory. */
+struct zero__ck_blob_writer {
+    char path[4352], tmp[4400];
+    int fd;
+    uint64_t bytes, done, chunk_bytes;
+    uint32_t *crc, nchunks;
+    int fault; /* ZERO_CKPT_FAULT=enospc: this blob fails after half its payload */
+};
+
+zero__ck_blob_writer *zero__ck_blob_begin(const char *dir, const char *file, uint64_t bytes, uint64_t chunk_bytes,
+                                          char *err, size_t errn) {
+    zero__ck_blob_writer *w = calloc(1, sizeof *w);
+    if (!w || !chunk_bytes) {
+        free(w);
+        snprintf(err, errn, "checkpoint %s/%s: out of memory", dir, file);
+        return NULL;
+    }
+    if (snprintf(w->path, sizeof w->path, "%s/%s", dir, file) >= (int)sizeof w->path) {
+        snprintf(err, errn, "checkpoint path too long: %s/%s", dir, file);
+        free(w);
+        return NULL;
+    }
+    snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%ld", w->path, (long)getpid());
+    w->bytes = bytes;
+    w->chunk_bytes = chunk_bytes;
+    w->fault = fault_enospc(0); /* the tools write as one process */
+    w->nchunks = (uint32_t)((bytes + chunk_bytes - 1) / chunk_bytes);
+    w->crc = calloc(w->nchunks ? w->nchunks : 1, sizeof *w->crc);
+    w->fd = w->crc ? open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666) : -1;
+    unsigned char hdr[ZERO__CK_HEADER];
+    memcpy(hdr, ZERO__CK_MAGIC, 8);
+    for (int i = 0; i < 8; i++) hdr[8 + i] = (unsigned char)(bytes >> (8 * i));
+    if (w->fd < 0 || put(w->fd, hdr, sizeof hdr) != 0) {
+        snprintf(err, errn, "checkpoint: cannot create %s: %s", w->tmp, w->crc ? strerror(errno) : "out of memory");
+        if (w->fd >= 0) close(w->fd), unlink(w->tmp);
+        free(w->crc);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+int zero__ck_blob_put(zero__ck_blob_writer *w, const void *buf, uint64_t n, char *err, size_t errn) {
+    if (n > w->bytes - w->done) {
+        snprintf(err, errn, "checkpoint %s: %llu bytes more than the %llu declared", w->path,
+                 (unsigned long long)(w->done + n - w->bytes), (unsigned long long)w->bytes);
+        return -1;
+    }
+    if (w->fault && w->done + n > w->bytes / 2) {
+        snprintf(err, errn, "checkpoint: writing %s failed: %s", w->tmp, strerror(ENOSPC));
+        return -1;
+    }
+    for (uint64_t o = 0; o < n;) { /* each chunk's CRC continued across pieces */
+        uint64_t ck = (w->done + o) / w->chunk_bytes, room = (ck + 1) * w->chunk_bytes - (w->done + o);
+        uint64_t k = n - o < room ? n - o : room;
+        w->crc[ck] = zero__crc32c(w->crc[ck], (const char *)buf + o, (size_t)k);
+        o += k;
+    }
+    if (put(w->fd, buf, (size_t)n) != 0) {
+        snprintf(err, errn, "checkpoint: writing %s failed: %s", w->tmp, strerror(errno));
+        return -1;
+    }
+    w->done += n;
+    return 0;
+}
+
+void zero__ck_blob_abort(zero__ck_blob_writer *w) {
+    if (!w) return;
+    close(w->fd);
+    unlink(w->tmp);
+    free(w->crc);
+    free(w);
+}
+
+int zero__ck_blob_end(zero__ck_blob_writer *w, uint32_t **crc, uint32_t *nchunks, char *err, size_t errn) {
+    int e = 0;
+    if (w->done != w->bytes) {
+        snprintf(err, errn, "checkpoint %s: %llu of %llu bytes written", w->path, (unsigned long long)w->done,
+                 (unsigned long long)w->bytes);
+        zero__ck_blob_abort(w);
+        return -1;
+    }
+    int ok = fsync(w->fd) == 0;
+    if (!ok) e = errno;
+    if (close(w->fd) != 0 && ok) ok = 0, e = errno;
+    if (ok && rename(w->tmp, w->path) != 0) ok = 0, e = errno;
+    if (!ok) {
+        unlink(w->tmp);
+        snprintf(err, errn, "checkpoint: writing %s failed: %s", w->path, strerror(e));
+        free(w->crc);
+        free(w);
+        return -1;
+    }
+    *crc = w->crc;
+    *nchunks = w->nchunks;
+    free(w);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- read */
 struct zero__ck_reader {
     char dir[4096];

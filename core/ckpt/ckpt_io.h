@@ -12,7 +12,8 @@
  * Test-only fault hooks (tests/ckpt; documented in docs/checkpoints.md),
  * read from the environment at each call:
  *   ZERO_CKPT_FAULT=enospc:N[@R]  the N-th blob written by this process
- *       (rank R only, if given) fails with ENOSPC after half its payload;
+ *       (rank R only, if given) fails with ENOSPC after half its payload
+ *       (streamed blobs count too, as rank 0: the piece crossing the half);
  *   ZERO_CKPT_FAULT=pause:POINT[@R]  at save point POINT (before_shards,
  *       between_shards, before_manifest, before_latest) rank R writes its
  *       pid to $ZERO_CKPT_FAULT_MARKER and sleeps up to 120 s, so that a
@@ -31,6 +32,18 @@
  * per chunk_bytes chunk and *nchunks their count.  rank: for fault hooks. */
 int zero__ck_write_blob(const char *dir, const char *file, const void *buf, uint64_t bytes, uint64_t chunk_bytes,
                         int rank, uint32_t **crc, uint32_t *nchunks, char *err, size_t errn);
+
+/* The same, streamed: begin declares the payload size, put appends pieces
+ * (CRC-32C per chunk computed on the way), end checks the size, fsyncs and
+ * renames into place and hands out the checksums (caller frees *crc);
+ * abort removes the temp file and frees the writer (after a failed put);
+ * a failed begin or end frees it itself. */
+typedef struct zero__ck_blob_writer zero__ck_blob_writer;
+zero__ck_blob_writer *zero__ck_blob_begin(const char *dir, const char *file, uint64_t bytes, uint64_t chunk_bytes,
+                                          char *err, size_t errn);
+int zero__ck_blob_put(zero__ck_blob_writer *w, const void *buf, uint64_t n, char *err, size_t errn);
+int zero__ck_blob_end(zero__ck_blob_writer *w, uint32_t **crc, uint32_t *nchunks, char *err, size_t errn);
+void zero__ck_blob_abort(zero__ck_blob_writer *w);
 
 /* A reader over one checkpoint directory and its manifest: opens files
  * lazily, checks each file's size and header against the manifest before

@@ -96,10 +96,6 @@ static zero_status pp_register(void *state, zero_param_info *p) {
     return ZERO_OK;
 }
 
-static size_t grad_bytes(const stage1pp *s) { return s->f.grad_bytes; }
-
-static int mixed(const stage1pp *s) { return (void *)s->f.master != s->f.params; }
-
 static zero_status pp_params_done(void *state) {
     stage1pp *s = state;
     const zero_services_v1 *svc = s->svc;
@@ -153,53 +149,25 @@ static zero_status pp_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     return zero__flat_boundary(&s->f, ctx, rep);
 }
 
-/* Checkpoint: this rank's partition of the fp32 weights (the params for an
- * fp32 model, the master for a 16-bit one: the params are its rounding) and
- * of every optimizer state, one blob (the core names it per stage and DP
- * rank).  Gradients are not saved: a checkpoint is taken at a boundary,
- * where they are zero. */
-static size_t ckpt_bytes(const stage1pp *s) {
-    return (size_t)(1 + s->f.nstate) * (size_t)s->f.L->part_numel * sizeof(float);
-}
-
+/* Checkpoint: through the shared shard service (ckpt_shard), like stage
+ * 0/1/2: "stage1-pp.params" (this rank's owned ranges of the stage's flat
+ * params), ".master" (16-bit models), ".state<k>", each recorded in the
+ * manifest with the flat ranges it holds, plus the window's gradient
+ * ("stage1-pp.grads", the full flat accumulator: a save inside an
+ * accumulation window resumes bitwise).  The core names the files per
+ * pipeline stage and DP rank.  A checkpoint of another data-parallel size
+ * (same pipeline split) reshards: the core serves ckpt_shard's reads from
+ * the saver's files of this pipeline stage, and the gradient starts at zero
+ * (resharding needs a boundary save). */
 static zero_status pp_save(void *state, const char *dir) {
     stage1pp *s = state;
-    const zero_services_v1 *svc = s->svc;
-    const size_t part = (size_t)s->f.L->part_numel;
-    float *buf = malloc(ckpt_bytes(s) ? ckpt_bytes(s) : 1);
-    if (!buf) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1-pp: out of memory saving %s", dir);
-    for (uint32_t i = 0; i < s->f.nowned; i++) {
-        const zero_owned_range *o = &s->f.owned[i];
-        const float *w = mixed(s) ? s->f.master + o->part_lo : (const float *)s->f.params + o->flat_lo;
-        svc->mem_copy(s->c, buf + o->part_lo, w, (size_t)(o->flat_hi - o->flat_lo) * sizeof(float));
-    }
-    for (uint32_t k = 0; k < s->f.nstate; k++)
-        svc->mem_copy(s->c, buf + (size_t)(k + 1) * part, s->f.state[k], part * sizeof(float));
-    zero_status st = svc->ckpt_write(s->c, dir, "stage1-pp", buf, ckpt_bytes(s));
-    free(buf);
-    return st;
+    return zero__flat_ckpt(&s->f, dir, "stage1-pp", "grads", 1);
 }
 
 static zero_status pp_load(void *state, const char *dir) {
     stage1pp *s = state;
     const zero_services_v1 *svc = s->svc;
-    const size_t part = (size_t)s->f.L->part_numel;
-    float *buf = malloc(ckpt_bytes(s) ? ckpt_bytes(s) : 1);
-    if (!buf) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage1-pp: out of memory loading %s", dir);
-    zero_status st = svc->ckpt_read(s->c, dir, "stage1-pp", buf, ckpt_bytes(s));
-    if (st == ZERO_OK) {
-        for (uint32_t i = 0; i < s->f.nowned; i++) {
-            const zero_owned_range *o = &s->f.owned[i];
-            size_t n = (size_t)(o->flat_hi - o->flat_lo);
-            char *pw = (char *)s->f.params + (size_t)o->flat_lo * s->f.esize;
-            if (mixed(s)) svc->mem_copy(s->c, s->f.master + o->part_lo, buf + o->part_lo, n * sizeof(float));
-            svc->convert(s->c, pw, s->f.dtype, buf + o->part_lo, ZERO_DTYPE_F32, n);
-        }
-        for (uint32_t k = 0; k < s->f.nstate; k++)
-            svc->mem_copy(s->c, s->f.state[k], buf + (size_t)(k + 1) * part, part * sizeof(float));
-        svc->mem_set(s->c, s->f.grads, 0, grad_bytes(s));
-    }
-    free(buf);
+    zero_status st = zero__flat_ckpt(&s->f, dir, "stage1-pp", "grads", 0);
     /* Agree over the whole job first: a shard missing on one rank fails the
      * load everywhere instead of leaving its DP group in the all-gather. */
     st = svc->ckpt_agree(s->c, s->global, st, dir, "stage1-pp");
@@ -236,7 +204,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .struct_size = sizeof(zero_plugin_table_v1),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
-    .caps = ZERO_PLUGIN_CAP_PIPELINE | ZERO_PLUGIN_CAP_GRAD_DTYPES,
+    .caps = ZERO_PLUGIN_CAP_PIPELINE | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD,
     .name = "stage1-pp",
     .description = "ZeRO-1 inside pipeline parallelism: optimizer states partitioned over the stage's "
                    "data-parallel group; gradients accumulate locally over all micro-batches, one "

@@ -9,9 +9,13 @@ usage: ckpt_tool.py ZERO_CKPT DIR
   safetensors package is used too when installed) loads, and its tensors
   are bitwise the parameters the engine gathered (DIR/small.params.f32);
 - consolidating DIR/big (largest tensor 16 MiB, model 64 MiB) peaks below
-  the RSS of `zero-ckpt info` on it + 2 x the largest tensor + 8 MiB.
+  the RSS of `zero-ckpt info` on it + 2 x the largest tensor + 8 MiB;
+- convert: DIR/small (stage3 x3) to stage2 x2 verifies and consolidates
+  to the same tensors; a full disk mid-blob (ZERO_CKPT_FAULT) is exit 2
+  naming ENOSPC with nothing left behind; converting DIR/big to stage2 at 3
+  ranks peaks below info's RSS + 8 MiB (streamed), and the output verifies.
 """
-import json, os, resource, struct, subprocess, sys
+import json, os, resource, shutil, struct, subprocess, sys
 
 tool, d = sys.argv[1], sys.argv[2]
 fails = 0
@@ -104,6 +108,32 @@ with open(victim, "r+b") as f:  # restored: the script can run again
     f.seek(40)
     f.write(b)
 
+# convert from a stage3 checkpoint (no params blobs: the fp32 master serves
+# them) to stage2 x2: verifies, and consolidates to the same tensors.
+c2 = os.path.join(d, "small-x2")
+shutil.rmtree(c2, ignore_errors=True)
+r = subprocess.run([tool, "convert", small, c2, "--ranks", "2", "--plugin", "stage2"], capture_output=True, text=True)
+check(r.returncode == 0 and "stage3 x3 -> stage2 x2" in r.stdout, "convert stage3 x3 -> stage2 x2: " + (r.stdout + r.stderr).strip())
+r = subprocess.run([tool, "verify", c2], capture_output=True, text=True)
+check(r.returncode == 0 and "OK, 10 files" in r.stdout, "verify the converted: " + r.stdout.strip())
+r = subprocess.run([tool, "consolidate", c2, out + "3"], capture_output=True, text=True)
+_, t3 = read_safetensors(out + "3")
+check(r.returncode == 0 and b"".join(t3[p["name"]] for p in info["param_list"]) == gathered,
+      "converted checkpoint consolidates to the same parameters, bitwise")
+# a full disk in the middle of a streamed blob (the third blob: rank 0's
+# stage2.state0): exit 2 naming ENOSPC, nothing left (no tag, staging or latest)
+c3 = os.path.join(d, "small-enospc")
+shutil.rmtree(c3, ignore_errors=True)
+env = dict(os.environ, ZERO_CKPT_FAULT="enospc:3")
+r = subprocess.run([tool, "convert", small, c3, "--ranks", "2", "--plugin", "stage2"], capture_output=True, text=True,
+                   env=env)
+check(r.returncode == 2 and "No space left on device" in r.stderr, "convert onto a full disk: " + r.stderr.strip())
+check(os.listdir(c3) == [] if os.path.isdir(c3) else True, "full disk: nothing left in DST: %s"
+      % (os.listdir(c3) if os.path.isdir(c3) else []))
+print("convert onto a full disk: " + r.stderr.strip())
+shutil.rmtree(c2, ignore_errors=True)
+shutil.rmtree(c3, ignore_errors=True)
+
 big = os.path.join(d, "big")
 largest_kib = 4 * (4 << 20) // 1024
 rc0, base = peak_rss_kib([tool, "info", big])
@@ -113,4 +143,22 @@ print("consolidate of a 64 MiB model, largest tensor %d KiB: peak RSS %d KiB (in
       % (largest_kib, peak, base, bound))
 check(rc0 == 0 and rc1 == 0 and peak <= bound, "consolidate memory bounded by the largest tensor")
 check(os.path.getsize(os.path.join(d, "big.safetensors")) > 64 << 20, "big consolidated file complete")
+os.remove(os.path.join(d, "big.safetensors"))
+
+# convert streams: the 64 MiB model (192 MiB with its Adam state) resharded
+# to 3 ranks of stage2 peaks at info's RSS + 8 MiB (a 1 MiB piece, a 1 MiB
+# verified chunk), far below one tensor (16 MiB) or the optimizer state.
+conv = os.path.join(d, "big-x3")
+shutil.rmtree(conv, ignore_errors=True)
+rc2, peak2 = peak_rss_kib([tool, "convert", big, conv, "--ranks", "3", "--plugin", "stage2"])
+bound2 = base + 8192
+print("convert of a 64 MiB model (192 MiB of optimizer state) to stage2 x3: peak RSS %d KiB (info: %d KiB, bound %d KiB)"
+      % (peak2, base, bound2))
+check(rc2 == 0 and peak2 <= bound2, "convert memory bounded by a piece, not the model")
+r = subprocess.run([tool, "verify", conv], capture_output=True, text=True)
+check(r.returncode == 0 and "OK, 15 files" in r.stdout, "verify of the converted checkpoint: " + r.stdout.strip())
+r = subprocess.run([tool, "info", conv, "--json"], capture_output=True, text=True)
+ci = json.loads(r.stdout)
+check(ci["plugin"] == "stage2" and ci["world_size"] == 3, "converted: stage2 at 3 ranks")
+shutil.rmtree(conv, ignore_errors=True)
 sys.exit(1 if fails else 0)

@@ -5,11 +5,18 @@
  *  - the manifest parser refuses, by name, what would make a reader
  *    over-read or misplace data: ranges outside the flat space, range
  *    lengths that disagree with the byte count, a wrong number of chunk
- *    checksums, a file name with a '/', another format version. */
+ *    checksums, a file name with a '/', another format version;
+ *  - the streamed blob writer (zero-ckpt convert) writes the same file and
+ *    chunk checksums as the one-buffer writer when its pieces straddle
+ *    chunk boundaries at odd offsets, and refuses a short or long payload. */
+#include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
+#include "ckpt_io.h"
 #include "ckpt_manifest.h"
 #include "crc32c.h"
 
@@ -60,7 +67,65 @@ static void try_parse(const char *file, const char *bytes, const char *crc, cons
     zero__ck_manifest_free(m);
 }
 
+static long slurp_file(const char *path, unsigned char *out, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    long k = (long)fread(out, 1, n, f);
+    fclose(f);
+    return k;
+}
+
+/* 10000 bytes, chunk 1000: pieces of 1, 333, 999, 1000, 2667, rest. */
+static void streamed_writer(void) {
+    char dir[] = "/tmp/zero-ckpt-unit-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    enum { N = 10000, CH = 1000 };
+    static unsigned char data[N], a[N + 64], b[N + 64];
+    for (int i = 0; i < N; i++) data[i] = (unsigned char)(i * 131 + 7);
+    char err[512] = "";
+    uint32_t *c1 = NULL, *c2 = NULL, n1 = 0, n2 = 0;
+    CHECK(zero__ck_write_blob(dir, "one.bin", data, N, CH, 0, &c1, &n1, err, sizeof err) == 0, "%s", err);
+    zero__ck_blob_writer *w = zero__ck_blob_begin(dir, "streamed.bin", N, CH, err, sizeof err);
+    CHECK(w != NULL, "%s", err);
+    const size_t pieces[] = {1, 333, 999, 1000, 2667};
+    size_t off = 0;
+    for (size_t k = 0; w && k < 5; k++) {
+        CHECK(zero__ck_blob_put(w, data + off, pieces[k], err, sizeof err) == 0, "%s", err);
+        off += pieces[k];
+    }
+    if (w) CHECK(zero__ck_blob_put(w, data + off, N - off, err, sizeof err) == 0, "%s", err);
+    if (w) CHECK(zero__ck_blob_end(w, &c2, &n2, err, sizeof err) == 0, "%s", err);
+    CHECK(n1 == 10 && n2 == n1 && c1 && c2 && !memcmp(c1, c2, n1 * sizeof *c1),
+          "streamed chunk checksums differ from the one-buffer writer's");
+    char p1[128], p2[128];
+    snprintf(p1, sizeof p1, "%s/one.bin", dir);
+    snprintf(p2, sizeof p2, "%s/streamed.bin", dir);
+    long l1 = slurp_file(p1, a, sizeof a), l2 = slurp_file(p2, b, sizeof b);
+    CHECK(l1 == N + 16 && l2 == l1 && !memcmp(a, b, (size_t)l1), "streamed file differs (%ld / %ld bytes)", l1, l2);
+    free(c1);
+    free(c2);
+    /* a payload shorter or longer than declared is refused, nothing left */
+    w = zero__ck_blob_begin(dir, "short.bin", 100, CH, err, sizeof err);
+    if (w) CHECK(zero__ck_blob_put(w, data, 60, err, sizeof err) == 0, "%s", err);
+    if (w) CHECK(zero__ck_blob_end(w, &c1, &n1, err, sizeof err) != 0 && strstr(err, "60 of 100 bytes"),
+                 "short payload: '%s'", err);
+    w = zero__ck_blob_begin(dir, "long.bin", 100, CH, err, sizeof err);
+    if (w) {
+        int bad = zero__ck_blob_put(w, data, 101, err, sizeof err);
+        CHECK(bad && strstr(err, "more than the 100 declared"), "long payload: '%s'", err);
+        zero__ck_blob_abort(w);
+    }
+    int files = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *de; d && (de = readdir(d));) files += de->d_name[0] != '.';
+    if (d) closedir(d);
+    CHECK(files == 2, "%d files in %s, want one.bin and streamed.bin only (refused blobs left temp files?)", files,
+          dir);
+    zero__ck_remove_dir(dir);
+}
+
 int main(void) {
+    streamed_writer();
     const char *s = "123456789";
     CHECK(zero__crc32c(0, s, 9) == 0xe3069283u, "crc32c check value: %08x", zero__crc32c(0, s, 9));
     CHECK(zero__crc32c_portable(0, s, 9) == 0xe3069283u, "table crc32c check value");

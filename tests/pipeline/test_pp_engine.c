@@ -318,7 +318,7 @@ static void check_checkpoint(void) {
     CHECK_EQ_INT(zero_save(T.e, dir), ZERO_OK);
     char mine[1400], ck[1024];
     th_ckpt_latest(dir, ck, sizeof ck); /* <dir>/step-1: the checkpoint directory */
-    snprintf(mine, sizeof mine, "%s/stage1-pp.pp%d.rank%d.bin", ck, g_stage, g_dprank);
+    snprintf(mine, sizeof mine, "%s/stage1-pp.state0.pp%d.rank%d.bin", ck, g_stage, g_dprank);
     CHECK(access(mine, R_OK) == 0, "no shard %s", mine);
     train_step(&T, 1, M);
     float **first = snapshot(&T);

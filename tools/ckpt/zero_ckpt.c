@@ -6,19 +6,32 @@
  *   zero-ckpt info DIR [--json]      what a checkpoint holds
  *   zero-ckpt verify DIR             every chunk of every file against its CRC-32C
  *   zero-ckpt consolidate DIR OUT    full fp32 parameters as one safetensors file
+ *   zero-ckpt convert SRC DST --ranks M [--plugin T]
+ *                                    reshard offline: DST holds the checkpoint as
+ *                                    plugin T (default: SRC's) at M ranks would
+ *                                    have saved it (manifest, checksums, latest);
+ *                                    M is the data-parallel size (per pipeline
+ *                                    stage: the pipeline split is kept)
  *
  * DIR is a checkpoint directory (with manifest.json) or a root whose
  * `latest` names one.  consolidate streams tensor by tensor: it holds one
  * tensor (fp32) plus a 1 MiB chunk and a 256 KiB conversion piece, never
- * the model.  Exit status 0 on success, 1 on a damaged checkpoint, 2 on
- * usage or I/O errors. */
+ * the model.  convert streams too: per output blob, pieces of 256 Ki
+ * elements read through the verifying reader (ckpt_source.h, the same
+ * mapping a resharding zero_load uses) and appended with their chunk
+ * checksums (zero__ck_blob_begin/put/end).  Exit status 0 on success, 1 on
+ * a damaged checkpoint, 2 on usage or I/O errors and refused conversions. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt_engine.h"
 #include "ckpt_source.h"
+#include "config.h"
+#include "layout.h"
 #include "zero.h"
 
 static int usage(void) {
@@ -26,6 +39,8 @@ static int usage(void) {
             "usage: zero-ckpt info DIR [--json]\n"
             "       zero-ckpt verify DIR\n"
             "       zero-ckpt consolidate DIR OUT.safetensors\n"
+            "       zero-ckpt convert SRC DST --ranks M [--plugin stage0|stage1|stage2|stage1-pp]\n"
+            "         (M: the data-parallel size; a pipeline checkpoint keeps its stages)\n"
             "DIR: a checkpoint directory (manifest.json) or a root whose 'latest' names one\n");
     return 2;
 }
@@ -126,7 +141,8 @@ static int cmd_info(const zero__ck_manifest *m, const char *dir, int as_json) {
            m->nparams, (unsigned long long)numel, zero__ck_dtype_name(m->model_dtype), (unsigned long long)largest,
            m->optim, m->nstate);
     printf("files        %u, %.1f MiB; %s\n", m->nfiles, (double)bytes / 1048576.0,
-           m->reshardable ? "reshardable (loads at any world size into stage0/1/2/3/offload)"
+           m->reshardable ? (m->pp_stages > 1 ? "reshardable (loads at another data-parallel size, same pipeline split)"
+                                             : "reshardable (loads at any world size into stage0/1/2/3/offload)")
                           : "loads only into the same plugin and world size");
     return 0;
 }
@@ -231,15 +247,378 @@ static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const ch
     return 0;
 }
 
+/* ------------------------------------------------------------ convert */
+
+/* The flat-layout plugins (plugins/common/flat_plugin.c): what each writes
+ * per rank, in this order -- core, <name>.params, <name>.master (16-bit
+ * models), <name>.state<k>, <name>.<grads> (opaque: the window's gradient,
+ * zero at a boundary; part_numel or flat_numel elements of the gradient
+ * accumulation dtype).  A converted checkpoint holds exactly these, so
+ * zero_load at M ranks takes its native path. */
+typedef struct conv_target {
+    const char *name, *grads;
+    int stage, replicated, grads_part, pipeline;
+} conv_target;
+static const conv_target TARGETS[] = {
+    {"stage0", "grads", 0, 1, 0, 1},
+    {"stage1", "grads", 1, 0, 0, 0},
+    {"stage2", "part", 2, 0, 1, 0},
+    {"stage1-pp", "grads", 1, 0, 0, 1}, /* plugins/stage1-pp: the flat blob set too, per pipeline stage */
+};
+
+typedef struct conv_ctx {
+    const zero__ck_manifest *m;
+    zero__ck_reader *r;
+    const char *dir;          /* staging directory */
+    const uint64_t *new_off;  /* the target layout's offset of each parameter of pipeline stage pp */
+    int pp, npp;              /* the pipeline stage being written, of how many */
+    json_t *files;            /* file records of the new manifest */
+    void *buf;                /* one piece */
+    uint64_t peak_piece_bytes;
+} conv_ctx;
+
+enum { CONV_PIECE = 1 << 18 }; /* elements per piece: 1 MiB of fp32 */
+
+static void conv_file_name(const conv_ctx *x, const char *blob, long long rank, char *out, size_t n) {
+    if (x->npp > 1) snprintf(out, n, "%s.pp%d.rank%lld.bin", blob, x->pp, rank);
+    else snprintf(out, n, "%s.rank%lld.bin", blob, rank);
+}
+
+static int conv_record(conv_ctx *x, const char *file, const char *blob, int rank, uint64_t bytes, uint32_t *crc,
+                       uint32_t nc, int32_t kind, zero_dtype dt, const zero_owned_range *own, uint32_t nown) {
+    zero__ck_file f = {0};
+    zero__ck_range *rg = NULL;
+    f.file = (char *)file;
+    f.blob = (char *)blob;
+    f.rank = rank;
+    f.pp_stage = x->pp;
+    f.bytes = bytes;
+    f.nchunks = nc;
+    f.crc = crc;
+    f.kind = kind;
+    f.dtype = dt;
+    if (kind != ZERO__CK_OPAQUE) {
+        rg = calloc(nown ? nown : 1, sizeof *rg);
+        if (!rg) return -1;
+        for (uint32_t k = 0; k < nown; k++) rg[k] = (zero__ck_range){own[k].flat_lo, own[k].flat_hi};
+        f.nranges = nown;
+        f.ranges = rg;
+    }
+    json_array_append_new(x->files, zero__ck_file_json(&f));
+    free(rg);
+    return 0;
+}
+
+/* One blob of rank `rank`: `kind` over the owned ranges (read through the
+ * mapping), or `zeros` bytes of zeros (kind OPAQUE). */
+static int conv_blob(conv_ctx *x, const char *blob, int rank, int32_t kind, zero_dtype dt, const zero_owned_range *own,
+                     uint32_t nown, uint64_t zeros, char *err, size_t errn) {
+    char file[300];
+    conv_file_name(x, blob, rank, file, sizeof file);
+    const size_t es = kind == ZERO__CK_OPAQUE ? 1 : zero__ck_dtype_size(dt);
+    uint64_t total = 0;
+    if (kind == ZERO__CK_OPAQUE) total = zeros;
+    else
+        for (uint32_t k = 0; k < nown; k++) total += (own[k].flat_hi - own[k].flat_lo) * es;
+    zero__ck_blob_writer *w = zero__ck_blob_begin(x->dir, file, total, x->m->chunk_bytes, err, errn);
+    if (!w) return 2;
+    if (kind == ZERO__CK_OPAQUE) {
+        memset(x->buf, 0, (size_t)CONV_PIECE * 4);
+        for (uint64_t o = 0; o < total; o += (uint64_t)CONV_PIECE * 4) {
+            uint64_t n = total - o < (uint64_t)CONV_PIECE * 4 ? total - o : (uint64_t)CONV_PIECE * 4;
+            if (zero__ck_blob_put(w, x->buf, n, err, errn)) return zero__ck_blob_abort(w), 2;
+        }
+    }
+    for (uint32_t k = 0; kind != ZERO__CK_OPAQUE && k < nown; k++)
+        for (uint64_t lo = own[k].flat_lo; lo < own[k].flat_hi; lo += CONV_PIECE) {
+            uint64_t hi = own[k].flat_hi - lo < CONV_PIECE ? own[k].flat_hi : lo + CONV_PIECE;
+            if (zero__ck_read_mapped(x->r, x->pp, kind, x->new_off, lo, hi, x->buf, dt, err, errn))
+                return zero__ck_blob_abort(w), 1;
+            if (zero__ck_blob_put(w, x->buf, (hi - lo) * es, err, errn)) return zero__ck_blob_abort(w), 2;
+        }
+    uint32_t *crc = NULL, nc = 0;
+    if (zero__ck_blob_end(w, &crc, &nc, err, errn)) return 2;
+    int bad = conv_record(x, file, blob, rank, total, crc, nc, kind, dt, own, nown);
+    free(crc);
+    if (bad) {
+        snprintf(err, errn, "zero-ckpt: out of memory");
+        return 2;
+    }
+    return 0;
+}
+
+/* The gradient accumulation dtype the target would use: the saver's config
+ * (valid at the saver's world size) through the library's own parser. */
+static int conv_grad_dtype(const zero__ck_manifest *m, zero_dtype *out, char *err, size_t errn) {
+    json_t *cfg = json_object_get(m->root, "config");
+    char *text = cfg && json_is_object(cfg) ? json_dumps(cfg, JSON_COMPACT) : NULL;
+    zero__config *c = NULL;
+    char perr[1024] = "";
+    zero_status st = zero__config_parse(text ? text : "{}", NULL, m->world, &c, NULL, NULL, perr, sizeof perr);
+    free(text);
+    if (st != ZERO_OK) {
+        snprintf(err, errn, "zero-ckpt convert: the checkpoint's config does not parse: %s", perr);
+        return -1;
+    }
+    *out = zero__config_run(c)->grad_accum_dtype;
+    zero__config_free(c);
+    return 0;
+}
+
+__attribute__((format(printf, 1, 2))) static int conv_refuse(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "zero-ckpt convert: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *dst, long long ranks,
+                       const char *plugin) {
+    const conv_target *t = NULL;
+    if (!plugin) plugin = m->plugin;
+    for (size_t i = 0; i < sizeof TARGETS / sizeof TARGETS[0]; i++)
+        if (!strcmp(plugin, TARGETS[i].name)) t = &TARGETS[i];
+    if (ranks < 1 || ranks > 65536)
+        return conv_refuse("--ranks %lld: the target world size must be 1 to 65536", ranks);
+    if (!t && (!strcmp(plugin, "stage3") || !strcmp(plugin, "offload")))
+        return conv_refuse("plugin '%s' is not a target of convert (it writes stage0, stage1, stage2, stage1-pp); zero_load "
+                           "with plugin '%s' reads the original directly (resharding on load)",
+                           plugin, plugin);
+    if (!t)
+        return conv_refuse("unknown plugin '%s' (convert writes stage0, stage1, stage2, stage1-pp)", plugin);
+    if (!m->reshardable)
+        return conv_refuse("%s: written by plugin '%s', which lacks ZERO_PLUGIN_CAP_RESHARD (its shards are not "
+                           "described for resharding); it loads only with plugin '%s' at %d ranks",
+                           src, m->plugin, m->plugin, m->world);
+    if (m->st.micro_step)
+        return conv_refuse("%s: saved in the middle of an accumulation window (micro-step %u); gradients in "
+                           "flight are not resharded", src, m->st.micro_step);
+    const int P = m->pp_stages;
+    if (P < 1 || P > 4096) return conv_refuse("%s: %d pipeline stages", src, P);
+    if (P > 1 && !t->pipeline)
+        return conv_refuse("%s: a pipeline checkpoint (%d stages); plugin '%s' cannot run with pipeline "
+                           "parallelism (stage0 or stage1-pp can; the split stays %d stages)",
+                           src, P, t->name, P);
+    for (int S = 0; S < P; S++) {
+        if (!zero__ck_layout_of(m, S))
+            return conv_refuse("%s: the manifest has no layout of pipeline stage %d", src, S);
+        for (int k = -1; k < (int)m->nstate; k++)
+            if (!zero__ck_has(m, S, k < 0 ? ZERO__CK_MASTER : ZERO__CK_STATE0 + k))
+                return conv_refuse("%s: no shard data of kind %d of pipeline stage %d for resharding", src,
+                                   k < 0 ? 1 : k + 2, S);
+    }
+    char err[10000];
+    zero_dtype gdt;
+    if (conv_grad_dtype(m, &gdt, err, sizeof err)) return fprintf(stderr, "%s\n", err), 2;
+    const zero_dtype mdt = m->model_dtype;
+    const size_t ges = zero__ck_dtype_size(gdt);
+    if (!ges || !zero__ck_dtype_size(mdt)) return conv_refuse("%s: unsupported dtypes", src);
+
+    /* the target layouts, one per pipeline stage: the same alignment, M
+     * (data-parallel) ranks, that stage's parameters in manifest order */
+    zero__layout *lay = calloc((size_t)P, sizeof *lay);
+    zero__layout_input *in = calloc(m->nparams ? m->nparams : 1, sizeof *in);
+    int bad = !lay || !in;
+    for (int S = 0; !bad && S < P; S++) {
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < m->nparams; i++)
+            if (m->params[i].pp_stage == S) in[n++] = (zero__layout_input){m->params[i].numel, m->params[i].group};
+        bad = zero__layout_build(&lay[S], in, n, (uint32_t)ranks, 0, zero__ck_layout_of(m, S)->align) != 0;
+    }
+    free(in);
+    if (bad) {
+        for (int S = 0; lay && S < P; S++) zero__layout_free(&lay[S]);
+        free(lay);
+        return conv_refuse("%s: cannot build the layout of %lld ranks", src, ranks);
+    }
+
+    /* staging: DST/<tag>.partial, published as DST/<tag>, then latest */
+    char staging[4400], final[4400];
+    snprintf(staging, sizeof staging, "%s/%s.partial", dst, m->tag);
+    snprintf(final, sizeof final, "%s/%s", dst, m->tag);
+    if (access(final, F_OK) == 0) {
+        for (int S = 0; S < P; S++) zero__layout_free(&lay[S]);
+        free(lay);
+        return conv_refuse("%s already exists; convert into an empty or new root", final);
+    }
+    if (zero__ck_mkdirs(dst) != 0 || (zero__ck_remove_dir(staging) != 0 && errno != ENOENT) ||
+        zero__ck_mkdirs(staging) != 0) {
+        fprintf(stderr, "zero-ckpt convert: cannot create %s: %s\n", staging, strerror(errno));
+        for (int S = 0; S < P; S++) zero__layout_free(&lay[S]);
+        free(lay);
+        return 2;
+    }
+    conv_ctx x = {m, zero__ck_reader_open(src, m), staging, NULL, 0, P, json_array(),
+                  malloc((size_t)CONV_PIECE * 4), 0};
+    uint32_t maxg = 1;
+    for (int S = 0; S < P; S++)
+        if (lay[S].view.ngroups > maxg) maxg = lay[S].view.ngroups;
+    zero_owned_range *own = calloc(maxg, sizeof *own);
+    int rc = x.r && x.buf && own && x.files ? 0 : 2;
+    if (rc) snprintf(err, sizeof err, "zero-ckpt: out of memory");
+    const uint32_t nst = m->nstate;
+    char blob[200];
+    for (int S = 0; rc == 0 && S < P; S++)
+    for (long long r = 0; rc == 0 && r < ranks; r++) {
+        const zero_layout *V = &lay[S].view;
+        x.pp = S;
+        x.new_off = lay[S].param_offset;
+        /* the core's step state, as every rank saves it */
+        zero__core_blob c;
+        memset(&c, 0, sizeof c);
+        c.magic = ZERO__CORE_BLOB_MAGIC;
+        c.version = 1;
+        c.global_step = m->st.global_step;
+        c.skipped_steps = m->st.skipped_steps;
+        c.micro_step = m->st.micro_step;
+        c.world = (uint32_t)ranks;
+        c.lr = m->st.lr;
+        c.scaler = (zero__scaler){m->st.ls_dynamic,       m->st.ls_scale,          m->st.ls_min_scale,
+                                  m->st.ls_window,        m->st.ls_delayed_shift,  m->st.ls_cur_hysteresis,
+                                  m->st.ls_consecutive,   m->st.ls_cur_iter,       m->st.ls_last_overflow_iter};
+        char file[300];
+        conv_file_name(&x, "core", r, file, sizeof file);
+        uint32_t *crc = NULL, nc = 0;
+        if (zero__ck_write_blob(staging, file, &c, sizeof c, m->chunk_bytes, 0, &crc, &nc, err, sizeof err)) {
+            rc = 2;
+            break;
+        }
+        rc = conv_record(&x, file, "core", (int)r, sizeof c, crc, nc, ZERO__CK_OPAQUE, mdt, NULL, 0) ? 2 : 0;
+        free(crc);
+        uint32_t nown;
+        if (t->replicated) {
+            own[0] = (zero_owned_range){0, V->flat_numel, 0};
+            nown = V->flat_numel ? 1 : 0;
+        } else {
+            nown = V->flat_numel ? zero__layout_owned(V, (uint32_t)r, 0, V->flat_numel, own, V->ngroups) : 0;
+        }
+        snprintf(blob, sizeof blob, "%s.params", t->name);
+        if (!rc) rc = conv_blob(&x, blob, (int)r, ZERO__CK_PARAMS, mdt, own, nown, 0, err, sizeof err);
+        snprintf(blob, sizeof blob, "%s.master", t->name);
+        if (!rc && mdt != ZERO_DTYPE_F32)
+            rc = conv_blob(&x, blob, (int)r, ZERO__CK_MASTER, ZERO_DTYPE_F32, own, nown, 0, err, sizeof err);
+        for (uint32_t k = 0; !rc && k < nst && k < 4; k++) {
+            snprintf(blob, sizeof blob, "%s.state%u", t->name, k);
+            rc = conv_blob(&x, blob, (int)r, ZERO__CK_STATE0 + (int32_t)k, ZERO_DTYPE_F32, own, nown, 0, err,
+                           sizeof err);
+        }
+        snprintf(blob, sizeof blob, "%s.%s", t->name, t->grads);
+        if (!rc)
+            rc = conv_blob(&x, blob, (int)r, ZERO__CK_OPAQUE, mdt, NULL, 0,
+                           (t->grads_part ? V->part_numel : V->flat_numel) * ges, err, sizeof err);
+    }
+    uint64_t read_bytes = zero__ck_reader_bytes(x.r);
+    zero__ck_reader_close(x.r);
+    free(x.buf);
+    free(own);
+    /* the manifest: the saver's (state, config, scheduler) with this
+     * plugin, world size, layout, parameter offsets and files */
+    if (!rc) {
+        json_t *doc = json_deep_copy(m->root);
+        json_object_set_new(doc, "plugin", json_string(t->name));
+        json_object_set_new(doc, "stage", json_integer(t->stage));
+        json_object_set_new(doc, "world_size", json_integer(ranks));
+        json_object_set_new(doc, "reshardable", json_integer(1));
+        json_object_set_new(doc, "library_version", json_string(zero_version_string()));
+        json_object_set_new(doc, "abi_version", json_integer(zero_abi_version()));
+        json_t *from = json_object();
+        json_object_set_new(from, "dir", json_string(src));
+        json_object_set_new(from, "plugin", json_string(m->plugin));
+        json_object_set_new(from, "world_size", json_integer(m->world));
+        json_object_set_new(doc, "converted_from", from);
+        json_t *los = json_array(), *ps = json_object_get(doc, "params");
+        for (int S = 0; S < P; S++) {
+            const zero_layout *V = &lay[S].view;
+            json_t *lo = json_object(), *gs = json_array();
+            json_object_set_new(lo, "pp_stage", json_integer(S));
+            json_object_set_new(lo, "align", json_integer((json_int_t)V->align));
+            json_object_set_new(lo, "flat_numel", json_integer((json_int_t)V->flat_numel));
+            json_object_set_new(lo, "part_numel", json_integer((json_int_t)V->part_numel));
+            for (uint32_t g = 0; g < V->ngroups; g++) {
+                json_t *q = json_object();
+                json_object_set_new(q, "group_id", json_integer(V->groups[g].group_id));
+                json_object_set_new(q, "flat_begin", json_integer((json_int_t)V->groups[g].flat_begin));
+                json_object_set_new(q, "numel", json_integer((json_int_t)V->groups[g].numel));
+                json_object_set_new(q, "part_numel", json_integer((json_int_t)V->groups[g].part_numel));
+                json_array_append_new(gs, q);
+            }
+            json_object_set_new(lo, "groups", gs);
+            json_array_append_new(los, lo);
+            /* the manifest's params and m->params are in the same order */
+            uint32_t j = 0;
+            for (uint32_t i = 0; i < m->nparams && i < json_array_size(ps); i++)
+                if (m->params[i].pp_stage == S)
+                    json_object_set_new(json_array_get(ps, i), "flat_offset",
+                                        json_integer((json_int_t)lay[S].param_offset[j++]));
+        }
+        json_object_set_new(doc, "layouts", los);
+        json_object_set(doc, "files", x.files);
+        char *text = json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+        json_decref(doc);
+        /* what we wrote must parse as what zero_load reads */
+        zero__ck_manifest *check = text ? zero__ck_manifest_parse(text, strlen(text), err, sizeof err) : NULL;
+        if (!check) rc = 2;
+        zero__ck_manifest_free(check);
+        if (!rc && (zero__ck_fsync_dir(staging) != 0 ||
+                    zero__ck_write_atomic(staging, "manifest.json", text, strlen(text), err, sizeof err)))
+            rc = 2;
+        free(text);
+        if (!rc && rename(staging, final) != 0) {
+            snprintf(err, sizeof err, "cannot move %s to %s: %s", staging, final, strerror(errno));
+            rc = 2;
+        }
+        if (!rc) {
+            char line[300];
+            int len = snprintf(line, sizeof line, "%s\n", m->tag);
+            if (zero__ck_fsync_dir(dst) != 0 || zero__ck_write_atomic(dst, "latest", line, (size_t)len, err, sizeof err))
+                rc = 2;
+        }
+    }
+    json_decref(x.files);
+    if (rc) {
+        zero__ck_remove_dir(staging);
+        fprintf(stderr, "zero-ckpt convert: %s\n", err);
+        for (int S = 0; S < P; S++) zero__layout_free(&lay[S]);
+        free(lay);
+        return rc;
+    }
+    printf("%s: %s x%d -> %s x%lld (step %llu), %llu bytes read from %s\n", final, m->plugin, m->world, t->name,
+           ranks, (unsigned long long)m->st.global_step, (unsigned long long)read_bytes, src);
+    for (int S = 0; S < P; S++) zero__layout_free(&lay[S]);
+    free(lay);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return usage();
     char dir[4096];
+    long long ranks = -1;
+    const char *plugin = NULL;
+    if (!strcmp(argv[1], "convert")) { /* options first: a bad target is refused before reading anything */
+        if (argc < 6) return usage();
+        for (int i = 4; i < argc; i++) {
+            if (!strcmp(argv[i], "--ranks") && i + 1 < argc) {
+                char *end = NULL;
+                ranks = strtoll(argv[++i], &end, 10);
+                if (!*argv[i] || *end) return conv_refuse("--ranks %s: not a number", argv[i]);
+            } else if (!strcmp(argv[i], "--plugin") && i + 1 < argc) {
+                plugin = argv[++i];
+            } else {
+                return usage();
+            }
+        }
+        if (ranks == -1) return usage();
+    }
     zero__ck_manifest *m = open_ckpt(argv[2], dir, sizeof dir);
     if (!m) return 1;
     int rc;
     if (!strcmp(argv[1], "info")) rc = cmd_info(m, dir, argc > 3 && !strcmp(argv[3], "--json"));
     else if (!strcmp(argv[1], "verify")) rc = cmd_verify(m, dir);
     else if (!strcmp(argv[1], "consolidate") && argc == 4) rc = cmd_consolidate(m, dir, argv[3]);
+    else if (!strcmp(argv[1], "convert")) rc = cmd_convert(m, dir, argv[3], ranks, plugin);
     else rc = usage();
     zero__ck_manifest_free(m);
     return rc;
