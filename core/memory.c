@@ -199,6 +199,22 @@ void zero__mem_stats(const zero__mem *m, zero_memory_stats *out) {
     memcpy((char *)out + skip, (const char *)&s + skip, n - skip);
 }
 
+void zero__mem_note(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, int64_t delta) {
+    if (!m || tier < 0 || tier >= ZERO_NTIERS || tag < 0 || tag >= ZERO_MEM_NTAGS || delta == 0) return;
+    pthread_mutex_lock(&m->lock);
+    if (delta > 0) {
+        m->current[tier][tag] += (uint64_t)delta;
+        if (m->current[tier][tag] > m->peak[tier][tag]) m->peak[tier][tag] = m->current[tier][tag];
+        m->current_total[tier] += (uint64_t)delta;
+        if (m->current_total[tier] > m->peak_total[tier]) m->peak_total[tier] = m->current_total[tier];
+    } else {
+        uint64_t d = (uint64_t)(-delta);
+        m->current[tier][tag] -= d < m->current[tier][tag] ? d : m->current[tier][tag];
+        m->current_total[tier] -= d < m->current_total[tier] ? d : m->current_total[tier];
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
 void zero__mem_destroy(zero__mem *m) {
     if (!m) return;
     size_t leaked = 0;
