@@ -90,11 +90,12 @@ static zero_status setup_param(zero__s3 *s, uint32_t i) {
     /* Small params stay gathered for good: their first copy comes straight
      * from the host's values, later ones from an all-gather after a step.
      * Persistent buffers come out of the gather budget (pool.limit) and
-     * leave room for the largest param's demand gather, in registration
+     * leave room for demand gathers of two of the largest params (a layer's
+     * weight and whatever the host holds with it), in registration
      * order (the same choice on every rank), so that persistence never
      * makes stage 3 hold more than stage 2. */
     size_t pbytes = (size_t)info->numel * s->esize;
-    if (info->numel < s->persist_below && s->pool.persistent + pbytes + s->largest_bytes <= s->pool.limit) {
+    if (info->numel < s->persist_below && s->pool.persistent + pbytes + 2 * s->largest_bytes <= s->pool.limit) {
         size_t bytes = pbytes;
         p->buf = alloc_tagged(s, ZERO_MEM_GATHER, bytes);
         if (!p->buf) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");

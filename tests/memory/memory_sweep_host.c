@@ -152,6 +152,10 @@ int main(int argc, char **argv) {
                                hwm > rss0 && rss0 >= 0 ? (unsigned long long)(hwm - rss0) * 1024ull : 0ull};
     unsigned long long m[4];
     MPI_Reduce(v, m, 4, MPI_UNSIGNED_LONG_LONG, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0 && getenv("ZERO_SWEEP_TAGS"))
+        for (int g = 0; g < ZERO_MEM_NTAGS; g++)
+            fprintf(stderr, "  rank 0 device peak %-8s %llu\n", zero_mem_tag_name(g),
+                    (unsigned long long)ms.peak[ZERO_TIER_DEVICE][g]);
     if (rank == 0)
         printf("{\"plugin\": \"%s\", \"world\": %d, \"numel\": %lld, \"dev_peak\": %llu, \"host_peak\": %llu, "
                "\"other_peak\": %llu, \"rss_growth\": %llu, \"digest\": %.9g}\n",
