@@ -106,7 +106,7 @@ enum {
     ZERO_MEM_OPTIM = 3,   /* optimizer states (Adam m and v, momentum, ...)  */
     ZERO_MEM_BUCKETS = 4, /* reduction buckets / staging                     */
     ZERO_MEM_GATHER = 5,  /* stage-3 gather buffers                          */
-    ZERO_MEM_OTHER = 6,
+    ZERO_MEM_OTHER = 6,   /* communication scratch: MPI ring temporaries, device staging (docs/memory.md) */
     ZERO_MEM_NTAGS = 7
 };
 /* Memory tiers: the accelerator (or, without one, the "device" arena that

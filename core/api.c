@@ -710,3 +710,7 @@ zero_status zero_comm_stats_get(const zero_engine *e, zero_comm_stats *out) {
     out->struct_size = size;
     return ZERO_OK;
 }
+
+void zero__engine_note_scratch(struct zero_engine *e, zero_mem_tier tier, int64_t delta) {
+    if (e && e->mem) zero__mem_note(e->mem, tier, ZERO_MEM_OTHER, delta);
+}

@@ -191,6 +191,7 @@ static uint64_t staging_budget(const zero_buckets *b) {
     return budget > b->slot_cap ? budget : b->slot_cap;
 }
 
+static zero_status make_slot(zero_buckets *b, uint32_t i, uint64_t n);
 zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zero_buckets **out) {
     struct zero_engine *e = zero__engine_of(c);
     if (!out) return ZERO_ERR_INVALID_ARGUMENT;
@@ -263,6 +264,17 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
     for (uint32_t k = 0; k < b->nb; k++)
         if (b->b[k].hi - b->b[k].lo > b->slot_cap) b->slot_cap = b->b[k].hi - b->b[k].lo;
     b->stage_budget = staging_budget(b);
+    /* SCATTER with something to exchange: the double buffer is allocated
+     * now, at its final size (the largest bucket), instead of when timing
+     * asks for it, so that staging memory is a function of the model and
+     * the world, never of how fast reductions complete.  Stage 2 and stage 3
+     * then hold the same staging (docs/memory.md: what makes stage 3 <=
+     * stage 2 hold by construction).  The second slot only within budget. */
+    if (b->spec.mode == ZERO_BUCKETS_SCATTER && needs_comm(b) && b->nb) {
+        if ((s = make_slot(b, 0, b->slot_cap)) != ZERO_OK) goto fail;
+        if (b->nb > 1 && 2 * b->slot_cap <= b->stage_budget && (s = make_slot(b, 1, b->slot_cap)) != ZERO_OK)
+            goto fail;
+    }
     *out = b;
     return ZERO_OK;
 oom:

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "device.h"
 #include "log.h"
@@ -26,6 +28,7 @@ typedef struct mem_entry {
     zero_mem_tier tier;
     zero_mem_tag tag;
     int on_dev; /* came from the device backend (device memory or pinned host) */
+    size_t mapped; /* > 0: an anonymous mapping of this many bytes (large host blocks) */
 } mem_entry;
 
 struct zero__mem {
@@ -119,8 +122,18 @@ static int from_device(const zero__mem *m, zero_mem_tier tier) {
     return m->dev && (tier == ZERO_TIER_DEVICE || m->dev->pin_host);
 }
 
+/* Host blocks of at least this size are anonymous mappings rather than
+ * heap blocks, so that freeing one gives its pages back to the system at
+ * once: otherwise glibc raises its mmap threshold after the first large
+ * free and keeps later freed blocks in the heap, and resident memory no
+ * longer follows the accounting (a stage-3 gather pool that is released
+ * and refilled left ~10 MB resident at 5M params: docs/memory.md). */
+#define ZERO_MEM_MAP_MIN ((size_t)1 << 20)
+
 static void block_free(zero__mem *m, const mem_entry *e) {
-    if (e->on_dev)
+    if (e->mapped)
+        munmap(e->ptr, e->mapped);
+    else if (e->on_dev)
         m->dev->ops->free(m->dev, e->ptr);
     else
         free(e->ptr);
@@ -130,6 +143,7 @@ void *zero__mem_alloc(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, size_t
     if (!m || !tier_tag_ok(tier, tag)) return NULL;
     int on_dev = from_device(m, tier);
     void *p = NULL;
+    size_t mapped = 0;
     if (on_dev) {
         /* zero-filled by the backend; 256-byte aligned (>= ZERO_MEM_ALIGN) */
         if (!(p = m->dev->ops->alloc(m->dev, tier, bytes ? bytes : 1))) return NULL;
@@ -139,12 +153,23 @@ void *zero__mem_alloc(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, size_t
      * gets a real, unique block so it can be tracked and freed. */
     if (bytes > SIZE_MAX - ZERO_MEM_ALIGN) return NULL;
     size_t rounded = bytes == 0 ? ZERO_MEM_ALIGN : (bytes + ZERO_MEM_ALIGN - 1) & ~(size_t)(ZERO_MEM_ALIGN - 1);
+    if (rounded >= ZERO_MEM_MAP_MIN) {
+        const long pg = sysconf(_SC_PAGESIZE);
+        const size_t page = pg > 0 ? (size_t)pg : 4096;
+        const size_t len = (rounded + page - 1) / page * page;
+        void *q = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (q != MAP_FAILED) { /* zero-filled and page-aligned by the kernel */
+            p = q;
+            mapped = len;
+            goto record;
+        }
+    }
     p = aligned_alloc(ZERO_MEM_ALIGN, rounded);
     if (!p) return NULL;
     memset(p, 0, rounded);
 
 record:;
-    mem_entry e = {p, bytes, tier, tag, on_dev};
+    mem_entry e = {p, bytes, tier, tag, on_dev, mapped};
     pthread_mutex_lock(&m->lock);
     if (table_reserve(m) != 0) {
         pthread_mutex_unlock(&m->lock);
@@ -197,6 +222,22 @@ void zero__mem_stats(const zero__mem *m, zero_memory_stats *out) {
     if (n <= sizeof(s.struct_size) + sizeof(s.reserved0)) return;
     size_t skip = offsetof(zero_memory_stats, current);
     memcpy((char *)out + skip, (const char *)&s + skip, n - skip);
+}
+
+void zero__mem_note(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, int64_t delta) {
+    if (!m || tier < 0 || tier >= ZERO_NTIERS || tag < 0 || tag >= ZERO_MEM_NTAGS || delta == 0) return;
+    pthread_mutex_lock(&m->lock);
+    if (delta > 0) {
+        m->current[tier][tag] += (uint64_t)delta;
+        if (m->current[tier][tag] > m->peak[tier][tag]) m->peak[tier][tag] = m->current[tier][tag];
+        m->current_total[tier] += (uint64_t)delta;
+        if (m->current_total[tier] > m->peak_total[tier]) m->peak_total[tier] = m->current_total[tier];
+    } else {
+        uint64_t d = (uint64_t)(-delta);
+        m->current[tier][tag] -= d < m->current[tier][tag] ? d : m->current[tier][tag];
+        m->current_total[tier] -= d < m->current_total[tier] ? d : m->current_total[tier];
+    }
+    pthread_mutex_unlock(&m->lock);
 }
 
 void zero__mem_destroy(zero__mem *m) {

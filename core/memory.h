@@ -4,6 +4,7 @@
 #ifndef ZERO_CORE_MEMORY_H
 #define ZERO_CORE_MEMORY_H
 #include <stddef.h>
+#include <stdint.h>
 #include "zero.h"
 
 typedef struct zero__mem zero__mem;
@@ -22,11 +23,23 @@ void zero__mem_free(zero__mem *m, void *p); /* NULL ok; unknown pointer ignored 
 
 void zero__mem_stats(const zero__mem *m, zero_memory_stats *out); /* honours out->struct_size */
 
+/* Account memory the accountant did not allocate itself (communication
+ * scratch that backends malloc/cudaMalloc: the MPI ring temporaries, the
+ * device-staging host copies, NCCL's device staging).  delta > 0 when such
+ * a block is allocated, < 0 when freed; current and peak follow exactly as
+ * for zero__mem_alloc.  NULL m is a no-op.  Thread-safe. */
+void zero__mem_note(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, int64_t delta);
+
 /* (gpu-wiring) Route allocations through a device backend from now on:
  * ZERO_TIER_DEVICE blocks come from d (device memory), and ZERO_TIER_HOST
  * blocks too when d->pin_host (pinned host memory).  Set once, before the
  * first allocation; d must outlive the accountant (zero__mem_destroy frees
  * leftover device blocks through d).  NULL = plain host memory. */
 struct zero__device;
+/* Communication scratch of the engine's backends (ring temporaries, device
+ * staging): zero__mem_note(e->mem, tier, ZERO_MEM_OTHER, delta).  NULL
+ * engine (a communicator made without one) or no accountant: no-op. */
+struct zero_engine;
+void zero__engine_note_scratch(struct zero_engine *e, zero_mem_tier tier, int64_t delta);
 void zero__mem_set_device(zero__mem *m, struct zero__device *d);
 #endif

@@ -27,6 +27,7 @@
 #include <sys/prctl.h>
 #include <time.h>
 #include "comm_mpi_internal.h"
+#include "memory.h"
 #include "jitter.h"
 #include "log.h"
 
@@ -146,7 +147,10 @@ void zero__zm_engine_release(zm_engine *pe) {
     pthread_mutex_unlock(&pe->lock);
     if (!last) return;
     if (pe->has_thread) pthread_join(pe->thread, NULL);
-    for (int i = 0; i < ZM_CACHE_SLOTS; ++i) free(pe->cache[i]);
+    for (int i = 0; i < ZM_CACHE_SLOTS; ++i) {
+        if (pe->cache[i]) zero__engine_note_scratch(pe->engine, ZERO_TIER_HOST, -(int64_t)pe->cache_bytes[i]);
+        free(pe->cache[i]);
+    }
     pthread_cond_destroy(&pe->wake);
     pthread_mutex_destroy(&pe->lock);
     free(pe);
@@ -216,7 +220,11 @@ void *zero__zm_scratch_get_locked(zm_engine *pe, size_t bytes, size_t *got) {
         return p;
     }
     *got = bytes;
-    return malloc(bytes ? bytes : 1);
+    void *p = malloc(bytes ? bytes : 1);
+    /* ring temporaries are communication scratch: ZERO_MEM_OTHER, host tier,
+     * from allocation until freed (cached ones included; docs/memory.md) */
+    if (p) zero__engine_note_scratch(pe->engine, ZERO_TIER_HOST, (int64_t)bytes);
+    return p;
 }
 
 void zero__zm_scratch_put_locked(zm_engine *pe, void *p, size_t bytes) {
@@ -234,10 +242,12 @@ void zero__zm_scratch_put_locked(zm_engine *pe, void *p, size_t bytes) {
         for (int i = 0; i < ZM_CACHE_SLOTS; ++i)
             if (pe->cache[i] && (small < 0 || pe->cache_bytes[i] < pe->cache_bytes[small])) small = i;
         if (small < 0 || pe->cache_bytes[small] >= bytes) { /* p is the smallest: drop p */
+            zero__engine_note_scratch(pe->engine, ZERO_TIER_HOST, -(int64_t)bytes);
             free(p);
             return;
         }
         total -= pe->cache_bytes[small];
+        zero__engine_note_scratch(pe->engine, ZERO_TIER_HOST, -(int64_t)pe->cache_bytes[small]);
         free(pe->cache[small]);
         pe->cache[small] = NULL;
         pe->cache_bytes[small] = 0;

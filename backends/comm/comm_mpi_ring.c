@@ -20,7 +20,9 @@
  * Temporaries (from the world's scratch cache): two buffers of the largest
  * block, between which the forwarded partial sums alternate (one for N = 3,
  * none for N = 2); the last step lands in recv directly or, in place, in a
- * ring of `window` chunk slots that are summed into recv on arrival.
+ * ring of `window` chunk slots that are summed into recv on arrival (at
+ * most one block's worth: min(block, window x chunk) elements).  Scratch is
+ * accounted as ZERO_MEM_OTHER, host tier (docs/memory.md).
  * Deadlock freedom: a receive into a buffer waits only for the send that
  * read the same chunk of that buffer one step earlier, and a send waits only
  * for the receive of the same chunk one step earlier; both are earlier in
@@ -490,10 +492,15 @@ static zero_status rs_setup(zm_comm *c, zm_op *op) {
      * (one if there is a single forwarding step), plus `window` chunk slots
      * for the last step when it cannot land in recv directly */
     int nbufs = g->nsteps - 1 > 2 ? 2 : g->nsteps - 1;
-    size_t slot_elems = g->chunk < maxc ? g->chunk : maxc;
-    size_t nslots = g->recv_into_out ? 0 : (size_t)g->window;
-    if ((nbufs > 0 || nslots > 0) && maxc) {
-        size_t bytes = ((size_t)nbufs * maxc + nslots * slot_elems) * g->esz;
+    /* Chunk j of the last step lands at slot (j % window) * chunk: a block
+     * of maxc elements touches at most min(maxc, window * chunk) of them
+     * (a block smaller than one chunk needs one block, not `window` of
+     * them: docs/memory.md, the ring scratch cap). */
+    size_t slot_span = (size_t)g->window * g->chunk;
+    if (slot_span > maxc) slot_span = maxc;
+    size_t slots_elems = g->recv_into_out ? 0 : slot_span;
+    if ((nbufs > 0 || slots_elems > 0) && maxc) {
+        size_t bytes = ((size_t)nbufs * maxc + slots_elems) * g->esz;
         pthread_mutex_lock(&c->pe->lock);
         op->scratch = zero__zm_scratch_get_locked(c->pe, bytes, &op->scratch_bytes);
         pthread_mutex_unlock(&c->pe->lock);

@@ -1,6 +1,7 @@
 /* NCCL comm backend; see comm_nccl.h.  Compiles to nothing without
  * ZERO_HAVE_NCCL (core/CMakeLists.txt globs backends/comm/ *.c). */
 #ifdef ZERO_HAVE_NCCL
+#include "memory.h"
 #include "comm_nccl.h"
 #include "log.h"
 
@@ -108,7 +109,11 @@ static int is_device_ptr(const void *p) {
 
 static void *scratch(nccl_comm *c, size_t bytes) {
     if (bytes <= c->scratch_bytes) return c->scratch;
-    if (c->scratch) cudaFree(c->scratch);
+    /* device staging is communication scratch: ZERO_MEM_OTHER, device tier */
+    if (c->scratch) {
+        cudaFree(c->scratch);
+        zero__engine_note_scratch(c->base.engine, ZERO_TIER_DEVICE, -(int64_t)c->scratch_bytes);
+    }
     c->scratch = NULL;
     c->scratch_bytes = 0;
     if (cudaMalloc(&c->scratch, bytes) != cudaSuccess) {
@@ -117,6 +122,7 @@ static void *scratch(nccl_comm *c, size_t bytes) {
         return NULL;
     }
     c->scratch_bytes = bytes;
+    zero__engine_note_scratch(c->base.engine, ZERO_TIER_DEVICE, (int64_t)bytes);
     return c->scratch;
 }
 
@@ -304,7 +310,10 @@ static void n_free(zero_comm *m) {
     if (c->after_ev) cudaEventDestroy(c->after_ev);
     if (c->sync_ev) cudaEventDestroy(c->sync_ev);
     if (c->owns_nc && !c->aborted) ncclCommDestroy(c->nc); /* an aborted one is already freed */
-    if (c->scratch) cudaFree(c->scratch);
+    if (c->scratch) {
+        cudaFree(c->scratch);
+        zero__engine_note_scratch(c->base.engine, ZERO_TIER_DEVICE, -(int64_t)c->scratch_bytes);
+    }
     cudaStreamDestroy(c->own_stream);
     pthread_mutex_destroy(&c->lock);
     free(c);

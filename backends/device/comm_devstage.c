@@ -17,6 +17,7 @@
 
 #include "comm.h"
 #include "device.h"
+#include "memory.h"
 
 typedef struct devstage {
     zero_comm base;
@@ -34,6 +35,26 @@ typedef struct ds_req {
 } ds_req;
 
 #define DS(m) ((devstage *)(m))
+
+/* Staging buffers are communication scratch: accounted in zero_memory_stats
+ * under ZERO_MEM_OTHER, host tier (docs/memory.md).  A 16-byte header keeps
+ * the size for the release (and malloc's alignment for the data). */
+#define DS_HDR 16
+static void *stage_alloc(zero_comm *m, size_t bytes) {
+    char *p = malloc(DS_HDR + (bytes ? bytes : 1));
+    if (!p) return NULL;
+    memcpy(p, &bytes, sizeof bytes);
+    zero__engine_note_scratch(m->engine, ZERO_TIER_HOST, (int64_t)bytes);
+    return p + DS_HDR;
+}
+static void stage_free(zero_comm *m, void *h) {
+    if (!h) return;
+    char *p = (char *)h - DS_HDR;
+    size_t bytes;
+    memcpy(&bytes, p, sizeof bytes);
+    zero__engine_note_scratch(m->engine, ZERO_TIER_HOST, -(int64_t)bytes);
+    free(p);
+}
 
 static const zero__comm_ops devstage_ops;
 
@@ -82,13 +103,13 @@ static zero_status call_broadcast(zero_comm *i, void *b, size_t n, zero_dtype dt
 static zero_status staged_inplace(zero_comm *m, void *buf, size_t count, zero_dtype dt, int arg, inplace_fn f) {
     if (!on_dev(m, buf)) return f(DS(m)->inner, buf, count, dt, arg);
     size_t bytes = count * zero__dtype_size(dt);
-    void *h = malloc(bytes ? bytes : 1);
+    void *h = stage_alloc(m, bytes ? bytes : 1);
     if (!h) return ZERO_ERR_OUT_OF_MEMORY;
     zero__device *d = DS(m)->dev;
     zero_status s = d->ops->copy(d, h, buf, bytes);
     if (s == ZERO_OK) s = f(DS(m)->inner, h, count, dt, arg);
     if (s == ZERO_OK) s = d->ops->copy(d, buf, h, bytes);
-    free(h);
+    stage_free(m, h);
     return s;
 }
 
@@ -106,13 +127,13 @@ static zero_status ds_barrier(zero_comm *m) { return zero__barrier(DS(m)->inner)
 static zero_status issued(zero_comm *m, zero_status s, zero_comm_req *inner, void *host, void *dst,
                           const void *result, size_t bytes, zero_comm_req **out) {
     if (s != ZERO_OK) {
-        free(host);
+        stage_free(m, host);
         return s;
     }
     ds_req *r = calloc(1, sizeof *r);
     if (!r) {
         if (inner) zero__comm_wait(inner);
-        free(host);
+        stage_free(m, host);
         return ZERO_ERR_OUT_OF_MEMORY;
     }
     r->hdr.comm = m;
@@ -134,7 +155,7 @@ static zero_status ds_iallreduce(zero_comm *m, void *buf, size_t count, zero_dty
         return issued(m, s, in, NULL, NULL, NULL, 0, req);
     }
     size_t bytes = count * zero__dtype_size(dt);
-    void *h = malloc(bytes ? bytes : 1);
+    void *h = stage_alloc(m, bytes ? bytes : 1);
     if (!h) return ZERO_ERR_OUT_OF_MEMORY;
     zero__device *d = DS(m)->dev;
     s = d->ops->copy(d, h, buf, bytes);
@@ -167,7 +188,7 @@ static zero_status ds_ireduce_scatterv(zero_comm *m, const void *send, void *rec
         return issued(m, s, in, NULL, NULL, NULL, 0, req);
     }
     const vbytes v = vbytes_of(m, counts, dt);
-    char *h = malloc(v.total ? v.total : 1);
+    char *h = stage_alloc(m, v.total ? v.total : 1);
     if (!h) return ZERO_ERR_OUT_OF_MEMORY;
     s = zero__dev_copy(DS(m)->dev, h, send, v.total);
     /* in place on the host copy: this rank's block receives the sum */
@@ -186,7 +207,7 @@ static zero_status ds_iallreducev(zero_comm *m, void *buf, const size_t *counts,
         return issued(m, s, in, NULL, NULL, NULL, 0, req);
     }
     const vbytes v = vbytes_of(m, counts, dt);
-    void *h = malloc(v.total ? v.total : 1);
+    void *h = stage_alloc(m, v.total ? v.total : 1);
     if (!h) return ZERO_ERR_OUT_OF_MEMORY;
     s = zero__dev_copy(DS(m)->dev, h, buf, v.total);
     if (s == ZERO_OK) s = zero__iallreducev(DS(m)->inner, h, counts, dt, &in);
@@ -202,7 +223,7 @@ static zero_status ds_iallgatherv(zero_comm *m, const void *send, void *recv, co
         return issued(m, s, in, NULL, NULL, NULL, 0, req);
     }
     const vbytes v = vbytes_of(m, counts, dt);
-    char *h = malloc(v.total ? v.total : 1);
+    char *h = stage_alloc(m, v.total ? v.total : 1);
     if (!h) return ZERO_ERR_OUT_OF_MEMORY;
     s = zero__dev_copy(DS(m)->dev, h + v.off, send, v.own);
     if (s == ZERO_OK) s = zero__iallgatherv(DS(m)->inner, h + v.off, h, counts, dt, &in);
@@ -212,7 +233,7 @@ static zero_status ds_iallgatherv(zero_comm *m, const void *send, void *recv, co
 /* The inner request is done: deliver the staged result and free. */
 static zero_status finish(ds_req *r, zero_status s) {
     if (s == ZERO_OK && r->host && r->bytes) s = zero__dev_copy(DS(r->hdr.comm)->dev, r->dst, r->result, r->bytes);
-    free(r->host);
+    stage_free(r->hdr.comm, r->host);
     free(r);
     return s;
 }
@@ -235,12 +256,12 @@ static zero_status ds_test(zero_comm_req *req, int *done) {
 static zero_status ds_allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each) {
     if (!on_dev(m, send) && !on_dev(m, recv)) return zero__allgather_bytes(DS(m)->inner, send, recv, bytes_each);
     size_t total = bytes_each * (size_t)m->size;
-    char *h = malloc(total + bytes_each + 1); /* recv, then a separate send block (no aliasing) */
+    char *h = stage_alloc(m, total + bytes_each + 1); /* recv, then a separate send block (no aliasing) */
     if (!h) return ZERO_ERR_OUT_OF_MEMORY;
     zero_status s = zero__dev_copy(DS(m)->dev, h + total, send, bytes_each);
     if (s == ZERO_OK) s = zero__allgather_bytes(DS(m)->inner, h + total, h, bytes_each);
     if (s == ZERO_OK) s = zero__dev_copy(DS(m)->dev, recv, h, total);
-    free(h);
+    stage_free(m, h);
     return s;
 }
 

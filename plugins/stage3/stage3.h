@@ -42,6 +42,8 @@ typedef struct zero__s3_param {
     int fresh;             /* buf holds (or will hold once req completes) the current values */
     int holds;             /* host gathers not yet released */
     int persistent;        /* numel < stage3_param_persistence_threshold: buf is permanent */
+    int alias;             /* world 1: buf points into the shard (which IS the full tensor); nothing allocated,
+                              never stale, never freed (docs/memory.md) */
     int prefetched;        /* issued by prefetch and not yet consumed by a host gather */
     size_t last_pos;       /* trace position of the latest host gather of this param */
     void *grad_tmp;        /* contiguous_gradients off: per-param gradient temporary */
@@ -65,7 +67,8 @@ typedef struct zero__s3_pool {
     uint64_t allocated;    /* bytes of non-persistent gather buffers (in use + cached) */
     uint64_t cached;       /* bytes of those that sit in the cache */
     uint64_t persistent;   /* bytes of persistent-param buffers */
-    uint64_t limit;        /* stage3_max_live_parameters in bytes (0 = no gather buffer at all) */
+    uint64_t limit;        /* stage3_max_live_parameters in bytes, capped by what stage 3 saves over stage 2
+                              ((flat - part) model-dtype elements; docs/memory.md) */
     int warned_over;
 } zero__s3_pool;
 
@@ -124,6 +127,7 @@ typedef struct zero__s3 {
 
     /* knobs */
     uint64_t prefetch_numel, max_reuse, persist_below;
+    uint64_t largest_bytes; /* the largest param's full tensor, bytes (persistence leaves room for it) */
     int poison;
     double agree_timeout_s;
     uint64_t micro_steps;  /* micro-steps done (for messages) */

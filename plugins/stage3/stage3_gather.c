@@ -388,5 +388,5 @@ zero_status zero__s3_prefetch_ahead(zero__s3 *s) {
 
 void zero__s3_mark_stale(zero__s3 *s) {
     for (uint32_t i = 0; i < s->nparams; i++)
-        if (s->params[i].persistent) s->params[i].fresh = 0;
+        if (s->params[i].persistent && !s->params[i].alias) s->params[i].fresh = 0;
 }

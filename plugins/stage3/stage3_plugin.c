@@ -76,10 +76,27 @@ static zero_status setup_param(zero__s3 *s, uint32_t i) {
         if (!info->init_data) continue; /* zero-filled already */
         svc->mem_copy(s->c, (char *)s->shard + (size_t)o.part_lo * s->esize, src, n * s->esize);
     }
+    /* World 1: this rank's shard is the whole model in flat order, so the
+     * "gathered" tensor is the shard itself: no buffer, no copy, no
+     * all-gather, and stage 3 holds exactly what stage 2 does. */
+    if (s->nranks == 1) {
+        p->buf = info->numel ? (char *)s->shard + (size_t)p->part_lo * s->esize : s->shard;
+        p->buf_cap = (size_t)info->numel * s->esize;
+        p->persistent = 1;
+        p->alias = 1;
+        p->fresh = 1;
+        return ZERO_OK;
+    }
     /* Small params stay gathered for good: their first copy comes straight
-     * from the host's values, later ones from an all-gather after a step. */
-    if (info->numel < s->persist_below) {
-        size_t bytes = (size_t)info->numel * s->esize;
+     * from the host's values, later ones from an all-gather after a step.
+     * Persistent buffers come out of the gather budget (pool.limit) and
+     * leave room for demand gathers of two of the largest params (a layer's
+     * weight and whatever the host holds with it), in registration
+     * order (the same choice on every rank), so that persistence never
+     * makes stage 3 hold more than stage 2. */
+    size_t pbytes = (size_t)info->numel * s->esize;
+    if (info->numel < s->persist_below && s->pool.persistent + pbytes + 2 * s->largest_bytes <= s->pool.limit) {
+        size_t bytes = pbytes;
         p->buf = alloc_tagged(s, ZERO_MEM_GATHER, bytes);
         if (!p->buf) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");
         p->buf_cap = bytes;
@@ -112,6 +129,23 @@ static zero_status s3_params_done(void *state) {
     s->persist_below = nonneg(rc->stage3_param_persistence_threshold);
     s->max_reuse = nonneg(rc->stage3_max_reuse_distance);
     s->pool.limit = nonneg(rc->stage3_max_live_parameters) * s->esize;
+    /* The gather budget never exceeds what partitioning the parameters
+     * saves: stage 2 holds flat model-dtype elements, stage 3 part of them
+     * plus its gather buffers, with the same buckets and partitions
+     * otherwise.  So live + cached + persistent + prefetched gather bytes <=
+     * (flat - part) * esize keeps stage 3 at or under stage 2 whenever the
+     * host holds no more at once than fits (a demand gather beyond it goes
+     * ahead and warns once).  World 1 needs no gather memory at all (alias). */
+    {
+        const uint64_t saved = (s->L->flat_numel - s->L->part_numel) * (uint64_t)s->esize;
+        if (s->pool.limit > saved) s->pool.limit = saved;
+        if (s->prefetch_numel * s->esize > s->pool.limit) s->prefetch_numel = s->pool.limit / s->esize;
+        s->largest_bytes = 0;
+        for (uint32_t i = 0; i < s->nparams; i++) {
+            const zero_param_info *pi = svc->param(s->c, i);
+            if ((uint64_t)pi->numel * s->esize > s->largest_bytes) s->largest_bytes = (uint64_t)pi->numel * s->esize;
+        }
+    }
     /* fp32 accumulation of a 16-bit model: fp32 slots, so the host writes
      * model-dtype temporaries that on_grad_ready widens into them */
     s->contiguous = s->gdtype == s->dtype && rc->contiguous_gradients;
@@ -147,10 +181,10 @@ static zero_status s3_params_done(void *state) {
     uint32_t largest = 0;
     for (uint32_t i = 1; i < s->nparams; i++)
         if (s->params[i].info->numel > s->params[largest].info->numel) largest = i;
-    if (s->nparams && s->params[largest].info->numel * s->esize > s->pool.limit)
+    if (s->nranks > 1 && s->nparams && s->params[largest].info->numel * s->esize > s->pool.limit)
         svc->log(s->c, ZERO_LOG_WARN,
-                 "stage3: stage3_max_live_parameters (%llu) is smaller than param '%s' (%llu elements): its gathers "
-                 "will exceed the limit",
+                 "stage3: the gather budget (stage3_max_live_parameters capped at what partitioning saves: %llu "
+                 "elements) is smaller than param '%s' (%llu elements): its gathers will exceed the limit",
                  (unsigned long long)(s->pool.limit / s->esize), s->params[largest].info->name,
                  (unsigned long long)s->params[largest].info->numel);
     if (s->pool.persistent > s->pool.limit)
@@ -261,7 +295,7 @@ static void s3_destroy(void *state) {
     if (s->gcomm) svc->comm_free(s->gcomm);
     for (uint32_t i = 0; s->params && i < s->nparams; i++) {
         zero__s3_param *p = &s->params[i];
-        if (p->buf) svc->mem_free(s->c, p->buf);
+        if (p->buf && !p->alias) svc->mem_free(s->c, p->buf);
         if (p->grad_tmp) svc->mem_free(s->c, p->grad_tmp);
         free(p->counts);
         if (p->info) p->info->plugin_data = NULL;

@@ -12,7 +12,7 @@
 #include "check.h"
 #include "s3_host.h"
 
-static int rank_;
+static int rank_, world_ = 1;
 
 static int run_ok(const s3_cfg *c, s3_out *o, const char *what) {
     s3_run(c, o);
@@ -32,6 +32,7 @@ static void compare(const s3_out *a, const s3_out *ref, const char *what) {
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_);
     int steps = argc > 1 ? atoi(argv[1]) : 30;
     setenv("ZERO_LOG_LEVEL", "info", 1); /* stage3 reports how gathers were served */
 
@@ -63,11 +64,18 @@ int main(int argc, char **argv) {
                 compare(&a, &ref, what);
                 CHECK(a.order_warnings == 0, "%s: unexpected gather-order warning: %s", what, a.first_warning);
                 CHECK(a.gathers > 0, "%s: no gather summary logged", what);
-                if (pf) /* after the recording step, most gathers that need data arrive by prefetch */
-                    CHECK(a.gathers_prefetched * 2 > a.gathers - a.gathers_resident,
+                if (world_ == 1) /* the shard is the model: every gather is resident, nothing allocated */
+                    CHECK(a.gathers_resident == a.gathers && a.mem.peak[ZERO_TIER_DEVICE][ZERO_MEM_GATHER] == 0,
+                          "%s: world 1 gathered %llu of %llu params, %llu gather bytes", what,
+                          a.gathers - a.gathers_resident, a.gathers,
+                          (unsigned long long)a.mem.peak[ZERO_TIER_DEVICE][ZERO_MEM_GATHER]);
+                else if (pf) /* after the recording step, a good share of the gathers that need data arrive
+                              * by prefetch (the gather budget is at most (1 - 1/N) of the model, so on
+                              * this 2,286-param model at N = 2 about a third: docs/memory.md) */
+                    CHECK(a.gathers_prefetched * 3 > a.gathers - a.gathers_resident,
                           "%s: only %llu of %llu non-resident gathers prefetched", what, a.gathers_prefetched,
                           a.gathers - a.gathers_resident);
-                else
+                if (!pf)
                     CHECK(a.gathers_prefetched == 0, "%s: %llu prefetches with prefetch off", what,
                           a.gathers_prefetched);
                 if (rank_ == 0)
@@ -119,7 +127,8 @@ int main(int argc, char **argv) {
             uint64_t peak = l.mem.peak[ZERO_TIER_DEVICE][ZERO_MEM_GATHER];
             CHECK(peak <= (uint64_t)cl.max_live * sizeof(float), "gather peak %llu bytes > max_live %lld elements",
                   (unsigned long long)peak, cl.max_live);
-            CHECK(peak > 0, "no gather buffer was ever accounted");
+            if (world_ > 1) CHECK(peak > 0, "no gather buffer was ever accounted");
+            else CHECK(peak == 0, "world 1: %llu gather bytes, expected none (alias)", (unsigned long long)peak);
         }
         s3_out_free(&l);
         s3_out_free(&ref);

@@ -44,7 +44,12 @@ int main(int argc, char **argv) {
               pf, zero_status_string(o.status), o.error);
         CHECK_STR_CONTAINS(o.error, "layer0.weight");
         CHECK_STR_CONTAINS(o.error, "layer1.weight");
-        if (pf >= 2) CHECK_STR_CONTAINS(o.error, "zero_step");
+        /* Persistence is bounded by the gather budget ((1 - 1/N) of the model
+         * less the largest param: docs/memory.md), so on this model only
+         * part of the params stay resident and the deferred agreement runs at
+         * the next gather that communicates; before that budget it ran in
+         * zero_step.  Either way it is deferred past the divergent gather. */
+        if (pf >= 2) CHECK(strstr(o.error, "zero_step") || strstr(o.error, "zero_gather"), "%s", o.error);
         if (pf == 3) CHECK_STR_CONTAINS(o.error, "position 2");
         if (rank == 0) printf("divergent gather (case %d): %s\n", pf, o.error);
         /* every rank failed: nobody got further than the others */
