@@ -2,8 +2,9 @@
  * one mpirun of 4 ranks:
  *
  *  1. save: rank 0 has run one more micro-step than the others (stage0,
- *     gradient accumulation 2: stage 0 reduces only at the boundary, so no
- *     collective runs in that micro-step); zero_save fails with
+ *     gradient accumulation 2 with reduce_once_per_window: stage 0 then
+ *     reduces only at the boundary, so no collective runs in that
+ *     micro-step); zero_save fails with
  *     ZERO_ERR_MISMATCH on EVERY rank, naming the step ranges, and nothing
  *     is written (not even the root directory);
  *  2. load: a stage2 x4 checkpoint whose rank-1 core blob says global step
@@ -39,7 +40,11 @@ static uint32_t crc32c(const unsigned char *p, size_t n) {
 static void save_at_different_steps(const char *root) {
     zero_engine *e = NULL;
     char err[1024];
+    /* reduce_once_per_window: at gas > 1 stage 0 otherwise reduces every
+     * micro-step (docs/determinism.md), and rank 0's lone micro-step would
+     * wait in that collective for the others */
     zero_status s = th_engine_create("{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 2, "
+                                     "\"zero_optimization\": {\"stage\": 0, \"reduce_once_per_window\": true}, "
                                      "\"optimizer\": {\"type\": \"AdamW\"}}",
                                      "stage0", 0, NULL, NULL, &e, err, sizeof err);
     CHECK(s == ZERO_OK, "%s", err);
