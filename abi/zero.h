@@ -192,7 +192,8 @@ ZERO_API int zero_pipeline_stages(const zero_engine *e);
 /* ------------------------------------------------------------------------ */
 /* Parameters                                                                */
 /* ------------------------------------------------------------------------ */
-/* Parameter storage is owned by libzero from zero_params_done() on:
+/* Parameter storage is owned by libzero from zero_params_done() on (unless
+ * the param is registered ZERO_PARAM_HOST_OWNED, ABI 1.1, see below):
  * `data` below supplies the initial values and is read (copied) during
  * zero_params_done; afterwards the host may free it and must access the
  * parameter only through zero_gather()/zero_release().  The same host code
@@ -210,10 +211,30 @@ typedef struct zero_param_desc {
                              zero_on_grad_ready; NULL = use zero_grad_buffer() */
     int32_t group;        /* param group (optimizer.param_groups index), default 0 */
     int32_t reserved1;
+    /* ---- appended in 1.1 (a 1.0 host's smaller struct_size leaves it 0) ---- */
+    uint32_t flags;       /* ZERO_PARAM_* below; default 0 */
+    uint32_t reserved2;   /* must be 0 */
 } zero_param_desc;
 
+/* (1.1) zero_param_desc.flags.
+ *
+ * ZERO_PARAM_HOST_OWNED: the host's tensor IS the parameter.  `data` must
+ * be writable memory (numel elements of dtype, on `device`) that stays valid
+ * until zero_engine_destroy.  libzero still keeps its own copy for the
+ * optimizer, but after every optimizer step it writes the updated values
+ * into `data` in place (inside zero_step, before it returns; also at
+ * zero_params_done and zero_load), so the host reads and uses its own
+ * tensors directly and never calls zero_gather for them.  The host must not
+ * write `data` itself after zero_params_done (libzero would overwrite the
+ * change at the next step).  Stages 0/1/2, stage1-pp and offload (any plugin
+ * that keeps full parameters, including 1.0 plugins); a plugin that
+ * partitions parameters (stage 3, ZERO_PLUGIN_CAP_PARTITIONS_PARAMS) refuses
+ * it in zero_register_param with ZERO_ERR_UNSUPPORTED: there the host keeps
+ * using zero_gather / zero_release. */
+#define ZERO_PARAM_HOST_OWNED 0x1u
+
 #define ZERO_PARAM_DESC_INIT \
-    { sizeof(zero_param_desc), 0, NULL, NULL, 0, ZERO_DTYPE_F32, ZERO_DEVICE_CPU, NULL, 0, 0 }
+    { sizeof(zero_param_desc), 0, NULL, NULL, 0, ZERO_DTYPE_F32, ZERO_DEVICE_CPU, NULL, 0, 0, 0, 0 }
 
 /* Register a parameter.  Order matters: it defines the flat layout, and
  * every rank must register the same list (checked in zero_params_done).
@@ -239,6 +260,33 @@ typedef struct zero_group_desc {
 #define ZERO_GROUP_DESC_INIT { sizeof(zero_group_desc), 0, 1.0, -1.0 }
 /* Set per-group options before zero_params_done. Not thread-safe. */
 ZERO_API zero_status zero_set_group(zero_engine *e, const zero_group_desc *desc);
+
+/* (1.1) Hyper-parameters for the next optimizer step and the ones after it,
+ * for hosts that run their own schedule (torch's lr schedulers,
+ * param_group["lr"] = ...).  Each field is a value to use from now on, or
+ * ZERO_HPARAM_KEEP (leave it as it is) or ZERO_HPARAM_DEFAULT (back to the
+ * config / scheduler value).  `lr` is the absolute learning rate: it replaces
+ * the scheduled lr times the group's lr_scale.  `group` is a param group id
+ * or ZERO_ALL_GROUPS; a group's own setting wins over an ALL_GROUPS one.
+ * Sticky (like a torch param_group) until changed; not saved in
+ * checkpoints.  Call between steps, at the same point on every rank (the
+ * values must agree across ranks, as the host's own schedule does).  Any
+ * time after zero_engine_create.  Not thread-safe.  zero_step_result.lr
+ * reports group 0's lr in force.  ZERO_ERR_INVALID_ARGUMENT for a value that
+ * is neither a sentinel nor valid (betas must be in [0, 1), eps > 0). */
+typedef struct zero_hparams {
+    uint32_t struct_size; /* = sizeof(zero_hparams) */
+    int32_t group;        /* param group id or ZERO_ALL_GROUPS */
+    double lr;
+    double weight_decay;
+    double beta1, beta2;
+    double eps;
+} zero_hparams;
+#define ZERO_ALL_GROUPS (-1)
+#define ZERO_HPARAM_KEEP (-1.0)
+#define ZERO_HPARAM_DEFAULT (-2.0)
+#define ZERO_HPARAMS_INIT { sizeof(zero_hparams), ZERO_ALL_GROUPS, -1.0, -1.0, -1.0, -1.0, -1.0 }
+ZERO_API zero_status zero_set_hparams(zero_engine *e, const zero_hparams *h);
 
 /* ------------------------------------------------------------------------ */
 /* Per micro-batch                                                           */

@@ -259,6 +259,7 @@ void zero_engine_destroy(zero_engine *e) {
     if (e->plugin.dl) zero__plugin_unload(&e->plugin);
     if (e->params_frozen) zero__layout_free(&e->layout);
     free(e->groups);
+    free(e->hp_over);
     zero__params_free(e);
     if (e->cfg) zero__config_free(e->cfg);
     if (e->world && e->world != e->global) { /* a pipeline's sub-communicator goes before its world */
@@ -338,6 +339,26 @@ const zero__group_hp *zero__group_hp_of(const struct zero_engine *e, int32_t gro
 
 static zero_status device_order(zero_engine *e, int after, void *stream);
 
+/* (1.1) ZERO_PARAM_HOST_OWNED: write libzero's current values of every
+ * host-owned param into the host's tensor (mem_copy: any direction between
+ * host and device memory, ordered on the device's stream; the step's
+ * device_order(0) after this makes the host's stream wait for it). */
+static zero_status host_owned_writeback(zero_engine *e, const char *when) {
+    if (!e->any_host_owned) return ZERO_OK;
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        struct zero_param *p = e->params[i];
+        if (!p->host_data) continue;
+        if (!p->info.data)
+            return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                               "%s: param '%s' is ZERO_PARAM_HOST_OWNED but plugin '%s' keeps no full copy of it "
+                               "(zero_param_info.data is NULL)",
+                               when, p->name, e->plugin.table->name ? e->plugin.table->name : "?");
+        size_t es = p->info.dtype == ZERO_DTYPE_F32 ? 4 : 2;
+        e->svc.mem_copy(zero__core_of(e), p->host_data, p->info.data, (size_t)p->info.numel * es);
+    }
+    return ZERO_OK;
+}
+
 zero_status zero_params_done(zero_engine *e) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     if (e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_params_done called twice");
@@ -360,6 +381,8 @@ zero_status zero_params_done(zero_engine *e) {
     /* The host's initial buffers are not referenced after this call. */
     for (uint32_t i = 0; i < e->nparams; i++) e->params[i]->info.init_data = NULL;
     if (s != ZERO_OK && !e->last_error[0]) zero__error(e, s, "plugin params_done failed");
+    if (s == ZERO_OK) s = host_owned_writeback(e, "zero_params_done");
+    if (s == ZERO_OK && e->dev && e->any_host_owned) s = device_order(e, 0, NULL);
     return s;
 }
 
@@ -554,7 +577,9 @@ zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_resu
     ctx.grad_divisor = (double)gas * (e->rc->grad_accum_dtype == ZERO_DTYPE_F32 ? (double)e->world_size : 1.0);
     ctx.stream = args && args->struct_size >= offsetof(zero_step_args, stream) + sizeof(void *) ? args->stream : NULL;
     zero_step_report rep = {sizeof rep, 0, -1.0};
-    double lr_used = e->lr;
+    zero__hp hp0; /* group 0's hyper-parameters for this step (zero_step_result.lr) */
+    zero__hp_resolve(e, 0, e->global_step + 1, &hp0);
+    double lr_used = hp0.lr;
 
     /* The step writes parameters and reads gradients on the device's stream:
      * it must come after everything the host queued on its stream so far
@@ -563,6 +588,8 @@ zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_resu
     if (e->dev && (s = device_order(e, 1, ctx.stream)) != ZERO_OK) return s;
     s = e->plugin.table->step(e->pstate, &ctx, &rep);
     for (uint32_t i = 0; i < e->nparams; i++) atomic_store(&e->params[i]->ready, 0);
+    /* (1.1) host-owned params get the new values before zero_step returns */
+    if (s == ZERO_OK && ctx.boundary && !rep.overflow) s = host_owned_writeback(e, "zero_step");
     /* the next forward (on the host's stream) must see the refreshed params */
     if (s == ZERO_OK && e->dev) s = device_order(e, 0, ctx.stream);
     if (s != ZERO_OK) {
@@ -652,6 +679,8 @@ zero_status zero_load(zero_engine *e, const char *dir) {
     if (s != ZERO_OK) return s;
     s = e->plugin.table->load(e->pstate, dir);
     if (s != ZERO_OK) return s;
+    if ((s = host_owned_writeback(e, "zero_load")) != ZERO_OK) return s;
+    if (e->dev && e->any_host_owned && (s = device_order(e, 0, NULL)) != ZERO_OK) return s;
     e->global_step = c.global_step;
     e->skipped_steps = c.skipped_steps;
     e->micro_step = c.micro_step;
