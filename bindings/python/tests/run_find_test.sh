@@ -27,7 +27,7 @@ say "2. the loader's search (LD_LIBRARY_PATH): $got"
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
 pkg=$(dirname "$(find "$prefix" -path '*site-packages/zero/__init__.py' -print -quit)")
-[[ -f "$pkg/engine.py" ]] || { say "make install did not install the package"; exit 1; }
+[[ -f "$pkg/engine.py" && -f "$prefix/include/zero.hpp" ]] || { say "make install did not install the package"; exit 1; }
 
 pc=$(dirname "$(find "$prefix" -name zero.pc -print -quit)")
 cat >"$work/step.py" <<'PY'
