@@ -41,7 +41,10 @@ class Block(nn.Module):
     def __init__(self, d=16, heads=2, seq=6, out=4):
         super().__init__()
         self.ln1 = nn.LayerNorm(d)
-        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        # no attention biases: the key bias has a mathematically zero gradient
+        # (softmax is shift-invariant), so Adam turns its rounding noise into
+        # full-size steps and no two implementations agree on it
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True, bias=False)
         self.ln2 = nn.LayerNorm(d)
         self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
         self.head = nn.Linear(d * seq, out)
@@ -174,8 +177,14 @@ def main():
         check(d <= 1e-5, "%s stage %s: rel %.3e > 1e-5" % (kind, st, d))
         if stage == 2 and WORLD > 1:
             n = sum(p.numel() for p in ref)
-            g = state["memory"]["peak"]["device"]["grads"] + state["memory"]["peak"]["device"]["buckets"]
-            check(g < 4 * n, "stage 2 keeps %d gradient bytes, a full gradient is %d" % (g, 4 * n))
+            # libzero's persistent gradient memory is this rank's partition (plus
+            # alignment), not a full gradient; its staging buckets are bounded
+            # separately (and floor-sized, so not compared on a model this small)
+            g = state["memory"]["peak"]["device"]["grads"]
+            if RANK == 0:
+                print("N=%d stage 2 gradient partition %d bytes, full gradient %d bytes" % (WORLD, g, 4 * n))
+            check(g <= 4 * n / WORLD + 64 * 2 * WORLD, "stage 2 keeps %d gradient bytes, a full gradient is %d"
+                  % (g, 4 * n))
     if kind == "mlp":
         errors()
     dist.destroy_process_group()

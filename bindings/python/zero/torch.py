@@ -77,6 +77,11 @@ def _stage_of(cfg, plugin):
     return int((cfg.get("zero_optimization") or {}).get("stage", 0))
 
 
+# Stage 3: module types whose forward uses their submodules' parameters
+# without calling the submodules; extend it for such modules of your own.
+WHOLE_SUBTREE_MODULES = [torch.nn.MultiheadAttention]
+
+
 class _Optimizer:
     """What initialize returns as the optimizer: param_groups whose "lr" (and
     "weight_decay", "betas", "eps") a host or a torch lr scheduler may change;
@@ -167,12 +172,12 @@ class ZeroEngine:
             self._shape[id(p)] = p.shape
         self.z.params_done()
         self._materialized = set()
+        for p in self._params:  # while the tensors have their full shape: autograd records it
+            self._install_grad_hook(p)
         if self._partitioned:
             for p in self._params:
                 p.data = torch.empty(0, dtype=p.dtype)
             self._install_module_hooks(model)
-        for p in self._params:
-            self._install_grad_hook(p)
         # libzero starts from the config's values: push only what a group sets differently
         self.optimizer._pushed = [{k: (tuple(v) if k == "betas" else v) for k, v in defaults.items()}
                                   for _ in groups]
@@ -221,8 +226,19 @@ class ZeroEngine:
             self._drop([p])
 
     def _install_module_hooks(self, model):
+        # Modules whose forward reads their children's parameters directly
+        # (nn.MultiheadAttention uses out_proj.weight without calling
+        # out_proj) gather their whole subtree; their children get no hooks.
+        whole = tuple(WHOLE_SUBTREE_MODULES)
+        skip = set()
         for m in model.modules():
-            own = [p for p in m.parameters(recurse=False) if id(p) in self._zp]
+            if id(m) in skip:
+                continue
+            if isinstance(m, whole):
+                own = [p for p in m.parameters() if id(p) in self._zp]
+                skip.update(id(c) for c in m.modules())
+            else:
+                own = [p for p in m.parameters(recurse=False) if id(p) in self._zp]
             if not own:
                 continue
 
