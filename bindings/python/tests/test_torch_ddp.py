@@ -58,10 +58,27 @@ class Block(nn.Module):
         return self.head(x.reshape(x.shape[0], -1))
 
 
+class TinyLM(nn.Module):
+    """Tied weights (docs/bindings.md): the output projection IS the embedding."""
+
+    def __init__(self, vocab=50, d=12):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.out = nn.Linear(d, vocab, bias=False)
+        self.out.weight = self.emb.weight
+        self.vocab = vocab
+
+    def forward(self, x):
+        ids = (x.abs() * 1000).long() % self.vocab  # deterministic ids from the float batch
+        return self.out(torch.tanh(self.emb(ids[:, :3]).mean(1)))[:, :4]
+
+
 def make_model(kind):
     torch.manual_seed(1234)
     if kind == "transformer":
         return Block()
+    if kind == "tied":
+        return TinyLM()
     return nn.Sequential(nn.Linear(12, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
 
 
@@ -186,6 +203,13 @@ def main():
             check(g <= 4 * n / WORLD + 64 * 2 * WORLD, "stage 2 keeps %d gradient bytes, a full gradient is %d"
                   % (g, 4 * n))
     if kind == "mlp":
+        ref = train_ddp("tied", steps)
+        for st in (2, 3):
+            got, _ = train_zero("tied", steps, st)
+            d = rel(got, ref)
+            if RANK == 0:
+                print("N=%d %-11s %-8s vs DDP+AdamW after %d steps: rel L2 %.2e" % (WORLD, "tied", st, steps, d))
+            check(len(got) == 1 and d <= 1e-5, "tied weights stage %s: rel %.3e" % (st, d))
         errors()
     dist.destroy_process_group()
     if failures:
