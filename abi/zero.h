@@ -243,6 +243,30 @@ typedef struct zero_param_desc {
 ZERO_API zero_status zero_register_param(zero_engine *e, const zero_param_desc *desc,
                                          zero_param **out);
 
+/* (1.1) Stacked tensors: a tensor that holds `layers` equal slices (the
+ * weights of L identical layers as one layers x shape array) is registered
+ * once and its gradient reported slice by slice, as each layer's backward
+ * finishes.  `desc` describes the whole stack (numel = layers * slice numel,
+ * so numel must be a multiple of `layers`, else ZERO_ERR_INVALID_ARGUMENT);
+ * every other rule of zero_register_param applies (one handle, one name, one
+ * checkpoint entry, stage 3 gathers the whole stack).  Not thread-safe. */
+ZERO_API zero_status zero_register_stacked(zero_engine *e, const zero_param_desc *desc, uint32_t layers,
+                                           zero_param **out);
+/* (1.1) Where to ADD slice `layer`'s gradient: the slice's numel / layers
+ * elements inside zero_grad_buffer(p) (or the host `grad`).  Same validity
+ * and thread-safety as zero_grad_buffer. */
+ZERO_API zero_status zero_slice_grad_buffer(zero_engine *e, zero_param *p, uint32_t layer, void **buf);
+/* (1.1) Slice `layer` of stacked p is final for this micro-batch.  When the
+ * last slice arrives the whole param counts as ready (zero_on_grad_ready is
+ * done for it, on this thread): reduction starts at that granularity.  May
+ * run concurrently for different slices.  A slice reported twice in one
+ * micro-batch (or after zero_on_grad_ready(p)) is ZERO_ERR_DUPLICATE; a
+ * param not registered with zero_register_stacked or a layer >= layers is
+ * ZERO_ERR_INVALID_ARGUMENT.  A micro-step that ends with only some slices
+ * reported delivers the param with the missing slices as zero (they were
+ * never added), with a warning naming how many were missing. */
+ZERO_API zero_status zero_on_slice_ready(zero_engine *e, zero_param *p, uint32_t layer, void *stream);
+
 /* Freeze the layout, allocate partitions and optimizer state, copy initial
  * values.  Collective: compares a hash of the parameter list across ranks
  * and fails with ZERO_ERR_MISMATCH on every rank, naming the first

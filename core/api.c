@@ -490,6 +490,80 @@ zero_status zero_on_grad_ready(zero_engine *e, zero_param *p, void *stream) {
     return e->plugin.table->on_grad_ready(e->pstate, &p->info, stream);
 }
 
+/* A new micro-step: no gradient (or slice) reported yet. */
+static void reset_ready(zero_engine *e) {
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        struct zero_param *p = e->params[i];
+        atomic_store(&p->ready, 0);
+        if (!p->stack_layers) continue;
+        atomic_store(&p->slices_ready, 0);
+        for (uint32_t l = 0; l < p->stack_layers; l++) atomic_store(&p->slice_seen[l], 0);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* (1.1) Stacked tensors: one param, its gradient reported slice by slice.  */
+
+zero_status zero_register_stacked(zero_engine *e, const zero_param_desc *desc, uint32_t layers, zero_param **out) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!desc || !out) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_stacked: NULL argument");
+    *out = NULL;
+    if (layers == 0 || desc->struct_size < offsetof(zero_param_desc, group) || desc->numel % layers != 0)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                           "zero_register_stacked(%s): numel %llu is not a positive multiple of layers %u",
+                           desc->name ? desc->name : "?", (unsigned long long)desc->numel, layers);
+    atomic_uchar *seen = calloc(layers, sizeof *seen);
+    if (!seen) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
+    zero_param *p = NULL;
+    zero_status s = zero_register_param(e, desc, &p);
+    if (s != ZERO_OK) {
+        free(seen);
+        return s;
+    }
+    for (uint32_t l = 0; l < layers; l++) atomic_init(&seen[l], 0);
+    atomic_init(&p->slices_ready, 0);
+    p->slice_seen = seen;
+    p->slice_numel = desc->numel / layers;
+    p->stack_layers = layers;
+    *out = p;
+    return ZERO_OK;
+}
+
+static zero_status check_slice(zero_engine *e, zero_param *p, uint32_t layer, const char *fn) {
+    zero_status s = check_param(e, p, fn);
+    if (s != ZERO_OK) return s;
+    if (!p->stack_layers)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s(%s): not registered with zero_register_stacked", fn,
+                           p->name);
+    if (layer >= p->stack_layers)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s(%s): layer %u >= layers %u", fn, p->name, layer,
+                           p->stack_layers);
+    return ZERO_OK;
+}
+
+zero_status zero_slice_grad_buffer(zero_engine *e, zero_param *p, uint32_t layer, void **buf) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    zero_status s = check_slice(e, p, layer, "zero_slice_grad_buffer");
+    if (s != ZERO_OK) return s;
+    void *whole = NULL;
+    if ((s = zero_grad_buffer(e, p, &whole)) != ZERO_OK) return s;
+    size_t es = p->info.dtype == ZERO_DTYPE_F32 ? 4 : 2;
+    *buf = (char *)whole + (size_t)layer * (size_t)p->slice_numel * es;
+    return ZERO_OK;
+}
+
+zero_status zero_on_slice_ready(zero_engine *e, zero_param *p, uint32_t layer, void *stream) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    zero_status s = check_slice(e, p, layer, "zero_on_slice_ready");
+    if (s != ZERO_OK) return s;
+    if (atomic_load(&p->ready) || atomic_exchange(&p->slice_seen[layer], 1) != 0)
+        return zero__error(e, ZERO_ERR_DUPLICATE,
+                           "zero_on_slice_ready(%s, layer %u): already reported in this micro-step (micro-step %u of "
+                           "step %llu)", p->name, layer, e->micro_step, (unsigned long long)e->global_step + 1);
+    if (atomic_fetch_add(&p->slices_ready, 1) + 1 < p->stack_layers) return ZERO_OK;
+    return zero_on_grad_ready(e, p, stream); /* the last slice: the whole param is final */
+}
+
 /* Params whose gradient never arrived: warn (naming them) and deliver a zero
  * gradient, like DeepSpeed's ignore_unused_parameters; with strict_grads the
  * step fails on every rank instead (agreed so no rank is left in a
@@ -530,7 +604,7 @@ static zero_status settle_missing(zero_engine *e) {
         if (s != ZERO_OK) return s;
         if (any) {
             e->micro_step = 0;
-            for (uint32_t i = 0; i < e->nparams; i++) atomic_store(&e->params[i]->ready, 0);
+            reset_ready(e);
             return zero__error(e, ZERO_ERR_STATE,
                                "zero_step: gradients never arrived for %u param(s) on this rank (%s) or on another "
                                "rank, and zero_optimization.strict_grads is set",
@@ -542,6 +616,15 @@ static zero_status settle_missing(zero_engine *e) {
     for (uint32_t i = 0; i < e->nparams; i++) {
         struct zero_param *p = e->params[i];
         if (atomic_load(&p->ready)) continue;
+        unsigned got = p->stack_layers ? atomic_load(&p->slices_ready) : 0;
+        if (got) { /* (1.1) a stack with some slices: the others were never added, i.e. zero */
+            zero__log(e, ZERO_LOG_WARN, "stacked param '%s': %u of %u slices reported in micro-step %u; the other "
+                      "slices count as zero", p->name, got, p->stack_layers, e->micro_step);
+            atomic_store(&p->ready, 1);
+            zero_status s = e->plugin.table->on_grad_ready(e->pstate, &p->info, NULL);
+            if (s != ZERO_OK) return s;
+            continue;
+        }
         zero__log(e, ZERO_LOG_WARN, "gradient of '%s' never arrived in micro-step %u; treating it as zero", p->name,
                   e->micro_step);
         p->info.grad_is_zero = 1;
@@ -587,7 +670,7 @@ zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_resu
      * weights), or the optimizer races them. */
     if (e->dev && (s = device_order(e, 1, ctx.stream)) != ZERO_OK) return s;
     s = e->plugin.table->step(e->pstate, &ctx, &rep);
-    for (uint32_t i = 0; i < e->nparams; i++) atomic_store(&e->params[i]->ready, 0);
+    reset_ready(e);
     /* (1.1) host-owned params get the new values before zero_step returns */
     if (s == ZERO_OK && ctx.boundary && !rep.overflow) s = host_owned_writeback(e, "zero_step");
     /* the next forward (on the host's stream) must see the refreshed params */

@@ -23,6 +23,10 @@ struct zero_param {
     atomic_int ready;         /* grad ready in the current micro-step */
     char *name;               /* owned copy */
     void *host_data;          /* (1.1) ZERO_PARAM_HOST_OWNED: the host's tensor, written after each step */
+    uint32_t stack_layers;    /* (1.1) zero_register_stacked: slices, else 0 */
+    uint64_t slice_numel;
+    atomic_uint slices_ready; /* slices reported this micro-step */
+    atomic_uchar *slice_seen; /* stack_layers flags (owned) */
     zero_device_kind host_device;
 };
 

@@ -154,6 +154,7 @@ void zero__param_unregister_last(struct zero_engine *e) {
     struct zero_param *p = e->params[--e->nparams];
     set_rebuild(e);
     free(p->name);
+    free(p->slice_seen);
     p->magic = 0;
     free(p);
 }
@@ -161,6 +162,7 @@ void zero__param_unregister_last(struct zero_engine *e) {
 void zero__params_free(struct zero_engine *e) {
     for (uint32_t i = 0; i < e->nparams; i++) {
         free(e->params[i]->name);
+        free(e->params[i]->slice_seen);
         e->params[i]->magic = 0;
         free(e->params[i]);
     }

@@ -1,6 +1,8 @@
 // Example C++17 trainer on zero.hpp: a linear model y = W x + b fitted to a
 // fixed teacher by mean squared error, the host's own std::vectors as the
-// parameters (host-owned, stage 0/1/2/offload) or gathered (stage 3).
+// parameters (host-owned, stage 0/1/2/offload) or gathered (stage 3); W is
+// registered as a stacked tensor of its rows, each row's gradient reported
+// as soon as it is computed (ABI 1.1).
 //
 //   example_trainer [plugin] [steps]        (default: stage2, 60 steps)
 //   mpirun -np 2 example_trainer stage1
@@ -11,6 +13,7 @@
 // gather guard returns the same values as the host's tensor.
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -55,7 +58,8 @@ int main(int argc, char **argv) {
         std::vector<float> W(DOUT * DIN, 0.0f), b(DOUT, 0.0f);
         zero::param_options owned;
         owned.host_owned = !stage3;  // stage 3 keeps only a shard: gather instead
-        zero::param pw = e.register_param("W", W.data(), W.size(), owned);
+        // W as a stack of DOUT rows (ABI 1.1): each row's gradient is reported on its own
+        zero::param pw = e.register_stacked("W", W.data(), W.size(), DOUT, owned);
         zero::param_options bo = owned;
         bo.group = 1;
         zero::param pb = e.register_param("b", b.data(), b.size(), bo);
@@ -66,25 +70,25 @@ int main(int argc, char **argv) {
             const float *w = W.data(), *bb = b.data();
             zero::gather_guard g = e.gather({pw, pb});  // no-op below stage 3
             if (stage3) w = g.get<float>(0), bb = g.get<float>(1);
-            float *gw = e.grad_buffer<float>(pw);  // ADD into these
-            float *gb = e.grad_buffer<float>(pb);
+            float *gb = e.grad_buffer<float>(pb);  // ADD into these
             double loss = 0;
-            for (int s = 0; s < MB; s++) {
-                long sample = ((long)step * e.world_size() + e.rank()) * MB + s;
-                float x[DIN];
-                for (int k = 0; k < DIN; k++) x[k] = input(sample, k);
-                for (int o = 0; o < DOUT; o++) {
+            for (int o = DOUT - 1; o >= 0; o--) {  // row by row, last first
+                float *gw = e.slice_grad_buffer<float>(pw, (std::uint32_t)o);  // row o of W's gradient
+                for (int s = 0; s < MB; s++) {
+                    long sample = ((long)step * e.world_size() + e.rank()) * MB + s;
+                    float x[DIN];
+                    for (int k = 0; k < DIN; k++) x[k] = input(sample, k);
                     float y = bb[o], t = 0;
                     for (int k = 0; k < DIN; k++) y += w[o * DIN + k] * x[k], t += teacher(o, k) * x[k];
                     float d = (y - t) / (float)(MB * DOUT);
                     loss += 0.5 * (double)(y - t) * (y - t) / (MB * DOUT);
-                    for (int k = 0; k < DIN; k++) gw[o * DIN + k] += 2 * 0.5f * d * x[k];
+                    for (int k = 0; k < DIN; k++) gw[k] += d * x[k];
                     gb[o] += d;
                 }
+                e.on_slice_ready(pw, (std::uint32_t)o);
             }
             g.release();
             e.on_grad_ready(pb);
-            e.on_grad_ready(pw);
             zero_step_result r = e.step();
             if (first < 0) first = loss;
             last = loss;

@@ -19,6 +19,7 @@
 #define ZERO_HPP
 
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -158,20 +159,32 @@ class engine {
     template <class T>
     param register_param(const std::string &name, T *data, std::size_t numel, const param_options &po = {},
                          zero_dtype dtype = dtype_of<std::remove_cv_t<T>>()) {
-        zero_param_desc d = ZERO_PARAM_DESC_INIT;
-        d.name = name.c_str();
-        d.data = data;
-        d.numel = numel;
-        d.dtype = dtype;
-        d.device = po.device;
-        d.grad = po.grad;
-        d.group = po.group;
-        d.flags = po.host_owned ? ZERO_PARAM_HOST_OWNED : 0u;
+        zero_param_desc d = desc(name, data, numel, po, dtype);
         param p;
         check(zero_register_param(e_, &d, &p.handle), "zero_register_param(" + name + ")");
         p.numel = numel;
         p.dtype = dtype;
         return p;
+    }
+    /// A stacked tensor of `layers` equal slices (zero_register_stacked): `numel` is the whole stack.
+    template <class T>
+    param register_stacked(const std::string &name, T *data, std::size_t numel, std::uint32_t layers,
+                           const param_options &po = {}, zero_dtype dtype = dtype_of<std::remove_cv_t<T>>()) {
+        zero_param_desc d = desc(name, data, numel, po, dtype);
+        param p;
+        check(zero_register_stacked(e_, &d, layers, &p.handle), "zero_register_stacked(" + name + ")");
+        p.numel = numel;
+        p.dtype = dtype;
+        return p;
+    }
+    /// Where to ADD slice `layer`'s gradient; then on_slice_ready(p, layer).
+    template <class T = float> T *slice_grad_buffer(const param &p, std::uint32_t layer) {
+        void *buf = nullptr;
+        check(zero_slice_grad_buffer(e_, p.handle, layer, &buf), "zero_slice_grad_buffer");
+        return static_cast<T *>(buf);
+    }
+    void on_slice_ready(const param &p, std::uint32_t layer, void *stream = nullptr) {
+        check(zero_on_slice_ready(e_, p.handle, layer, stream), "zero_on_slice_ready");
     }
     void params_done() { check(zero_params_done(e_), "zero_params_done"); }
     void set_group(int group, double lr_scale = 1.0, double weight_decay = -1.0) {
@@ -227,6 +240,19 @@ class engine {
     }
 
   private:
+    static zero_param_desc desc(const std::string &name, const void *data, std::size_t numel, const param_options &po,
+                                zero_dtype dtype) {
+        zero_param_desc d = ZERO_PARAM_DESC_INIT;
+        d.name = name.c_str();
+        d.data = data;
+        d.numel = numel;
+        d.dtype = dtype;
+        d.device = po.device;
+        d.grad = po.grad;
+        d.group = po.group;
+        d.flags = po.host_owned ? ZERO_PARAM_HOST_OWNED : 0u;
+        return d;
+    }
     void check(zero_status s, const std::string &call) const {
         if (s != ZERO_OK) throw error(s, zero_last_error(e_), call);
     }

@@ -10,8 +10,12 @@
  *    the message says to use zero_gather), unknown flags are refused;
  *  - zero_set_hparams: a run configured with lr 0.05 but told lr = 0.001
  *    equals the run configured with 0.001 bitwise; zero_step_result.lr
- *    reports it; per-group and DEFAULT semantics; invalid values refused.
+ *    reports it; per-group and DEFAULT semantics; invalid values refused;
+ *  - zero_register_stacked / zero_slice_grad_buffer / zero_on_slice_ready:
+ *    a stack reported slice by slice == separate params, bitwise, with
+ *    stage0/2/3/offload; duplicate, out-of-range and unstacked slices refused.
  * Usage: test_host_owned <path of libzero-plugin-dp-v1_0.so> */
+#include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +115,103 @@ static void hparams_unit(void) {
     zero_engine_destroy(e);
 }
 
+/* (1.1) Stacked tensors: a 3 x 48 stack registered once and reported slice
+ * by slice (reverse order) trains bitwise like three separate 48-element
+ * params (same flat layout: 48 is a multiple of the 16-element alignment). */
+enum { ST_L = 3, ST_N = 48, ST_STEPS = 8 };
+
+static float st_grad(int step, int layer, int k) { return (float)sin(0.3 * (step + 1) + 0.07 * (layer * ST_N + k)); }
+
+static int train_stack(const char *plugin, int stacked, float *out /* ST_L * ST_N + 16 */) {
+    char cfg[512];
+    int stage = strcmp(plugin, "offload") == 0 ? 2 : plugin[5] - '0';
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.01}},"
+             " \"zero_optimization\": {\"stage\": %d%s}}",
+             stage, strcmp(plugin, "offload") == 0 ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "");
+    zero_engine *e = NULL;
+    char msg[1024];
+    zero_status s = th_engine_create(cfg, plugin, 0, NULL, NULL, &e, msg, sizeof msg);
+    CHECK(s == ZERO_OK, "%s: %s", plugin, msg);
+    if (s != ZERO_OK) return 0;
+    static float init[ST_L * ST_N + 16];
+    for (int k = 0; k < ST_L * ST_N + 16; k++) init[k] = 0.01f * (float)(k % 37);
+    zero_param *h[ST_L + 1];
+    uint32_t np = 0;
+    zero_param_desc d = ZERO_PARAM_DESC_INIT;
+    if (stacked) {
+        d.name = "stack";
+        d.data = init;
+        d.numel = ST_L * ST_N;
+        CHECK_EQ_INT(zero_register_stacked(e, &d, ST_L, &h[np++]), ZERO_OK);
+    } else {
+        for (int l = 0; l < ST_L; l++) {
+            char name[16];
+            snprintf(name, sizeof name, "layer%d", l);
+            d.name = name;
+            d.data = init + l * ST_N;
+            d.numel = ST_N;
+            CHECK_EQ_INT(zero_register_param(e, &d, &h[np++]), ZERO_OK);
+        }
+    }
+    d.name = "head";
+    d.data = init + ST_L * ST_N;
+    d.numel = 16;
+    CHECK_EQ_INT(zero_register_param(e, &d, &h[np++]), ZERO_OK);
+    CHECK_EQ_INT(zero_params_done(e), ZERO_OK);
+    for (int step = 0; step < ST_STEPS; step++) {
+        void *buf = NULL;
+        CHECK_EQ_INT(zero_grad_buffer(e, h[np - 1], &buf), ZERO_OK);
+        for (int k = 0; k < 16 && buf; k++) ((float *)buf)[k] += st_grad(step, ST_L, k);
+        CHECK_EQ_INT(zero_on_grad_ready(e, h[np - 1], NULL), ZERO_OK);
+        for (int l = ST_L - 1; l >= 0; l--) { /* backward: last layer first */
+            buf = NULL;
+            if (stacked) CHECK_EQ_INT(zero_slice_grad_buffer(e, h[0], (uint32_t)l, &buf), ZERO_OK);
+            else CHECK_EQ_INT(zero_grad_buffer(e, h[l], &buf), ZERO_OK);
+            for (int k = 0; k < ST_N && buf; k++) ((float *)buf)[k] += st_grad(step, l, k);
+            if (stacked) CHECK_EQ_INT(zero_on_slice_ready(e, h[0], (uint32_t)l, NULL), ZERO_OK);
+            else CHECK_EQ_INT(zero_on_grad_ready(e, h[l], NULL), ZERO_OK);
+        }
+        if (stacked && step == 0) { /* misuse, each refused */
+            CHECK_EQ_INT(zero_on_slice_ready(e, h[0], 1, NULL), ZERO_ERR_DUPLICATE);
+            CHECK_EQ_INT(zero_on_slice_ready(e, h[0], ST_L, NULL), ZERO_ERR_INVALID_ARGUMENT);
+            CHECK_EQ_INT(zero_on_slice_ready(e, h[1], 0, NULL), ZERO_ERR_INVALID_ARGUMENT);
+            const char *m = zero_last_error(e);
+            CHECK_STR_CONTAINS(m, "zero_register_stacked");
+        }
+        zero_step_result r = ZERO_STEP_RESULT_INIT;
+        CHECK_EQ_INT(zero_step(e, NULL, &r), ZERO_OK);
+    }
+    void *ptrs[ST_L + 1];
+    CHECK_EQ_INT(zero_gather(e, h, np, ptrs), ZERO_OK);
+    if (stacked) {
+        memcpy(out, ptrs[0], ST_L * ST_N * sizeof(float));
+        memcpy(out + ST_L * ST_N, ptrs[1], 16 * sizeof(float));
+    } else {
+        for (int l = 0; l <= ST_L; l++) memcpy(out + l * ST_N, ptrs[l], (l == ST_L ? 16 : ST_N) * sizeof(float));
+    }
+    zero_release(e, h, np);
+    zero_param_desc bad = ZERO_PARAM_DESC_INIT;
+    zero_param *bp = NULL;
+    bad.name = "bad";
+    bad.data = init;
+    bad.numel = 10;
+    CHECK_EQ_INT(zero_register_stacked(e, &bad, 3, &bp), ZERO_ERR_INVALID_ARGUMENT); /* 10 % 3 != 0 */
+    zero_engine_destroy(e);
+    return 1;
+}
+
+static void stacked_checks(void) {
+    const char *plugins[4] = {"stage0", "stage2", "stage3", "offload"};
+    for (int k = 0; k < 4; k++) {
+        float a[ST_L * ST_N + 16], b[ST_L * ST_N + 16];
+        if (!train_stack(plugins[k], 1, a) || !train_stack(plugins[k], 0, b)) continue;
+        int same = memcmp(a, b, sizeof a) == 0;
+        if (rank_ == 0) printf("N=%d  %-40s %s\n", world_, plugins[k], same ? "stacked == separate, bitwise" : "DIFFERENT");
+        CHECK(same, "%s: stacked != separate params", plugins[k]);
+    }
+}
+
 int main(int argc, char **argv) {
     check_mpi_init(&argc, &argv, &rank_, &world_);
     const char *v10 = argc > 1 ? argv[1] : "dp-v1_0";
@@ -178,6 +279,7 @@ int main(int argc, char **argv) {
         host_run_free(&d);
     }
     hparams_unit();
+    stacked_checks();
 
     /* stage 3 refuses host-owned params; unknown flags are refused */
     char msg[1024] = "";

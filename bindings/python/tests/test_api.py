@@ -175,6 +175,31 @@ def main():
     e.close()
     expect_error(lambda: e.step(), "ZERO_ERR_STATE", "closed", "call on a closed engine")
 
+    # a stacked tensor (3 layers x 4), its slices reported one by one == the whole at once
+    outs = []
+    for stacked in (True, False):
+        e = zero.Engine(sgd_cfg(2))
+        st = array.array("f", [1.0] * 12)
+        p = e.register("stack", st, host_owned=True, layers=3 if stacked else None)
+        e.params_done()
+        if stacked:
+            for layer in (2, 1, 0):
+                v = e.slice_grad_buffer(p, layer)
+                check(len(v) == 4, "slice view length")
+                for k in range(4):
+                    v[k] += layer + 1.0
+                e.on_slice_ready(p, layer)
+            expect_error(lambda: e.on_slice_ready(p, 0), "ZERO_ERR_DUPLICATE", "layer 0", "slice twice")
+        else:
+            g = e.grad_buffer(p)
+            for k in range(12):
+                g[k] += k // 4 + 1.0
+            e.on_grad_ready(p)
+        e.step()
+        outs.append(list(st))
+        e.close()
+    check(outs[0] == outs[1] and outs[0][0] == 0.5, "stacked slices == whole gradient: %r" % outs)
+
     # stage 3 keeps gather/release: host-owned refused, gather works
     e = zero.Engine(sgd_cfg(3))
     expect_error(lambda: e.register("w", array.array("f", [0.0] * N), host_owned=True), "ZERO_ERR_UNSUPPORTED",

@@ -82,7 +82,7 @@ def _address(obj, writable):
 
 class Param:
     """A registered parameter (handle owned by its engine)."""
-    __slots__ = ("engine", "handle", "name", "numel", "dtype", "group", "host_owned", "_keep", "index")
+    __slots__ = ("engine", "handle", "name", "numel", "dtype", "group", "host_owned", "_keep", "index", "layers")
 
     def __init__(self, engine, handle, name, numel, dtype, group, host_owned, keep, index):
         self.engine, self.handle, self.name, self.numel = engine, handle, name, numel
@@ -237,12 +237,14 @@ class Engine:
 
     # -------------------------------------------------------------- params
     def register(self, name, data, numel=None, dtype="f32", group=0, host_owned=False, grad=None,
-                 device="cpu"):
+                 device="cpu", layers=None):
         """Register a parameter.  `data`: a buffer (array.array, bytearray,
         numpy array, torch tensor) or an int address (then give numel).
         host_owned=True: `data` IS the parameter; libzero writes the updated
         values into it at every step (stage 0/1/2/offload).  Otherwise it is
-        read at params_done.  Returns a Param."""
+        read at params_done.  layers=L: a stacked tensor of L equal slices
+        (zero_register_stacked); report its slices with on_slice_ready.
+        Returns a Param."""
         dt = _dtype(dtype)
         addr, keep = _address(data, host_owned)
         if numel is None:
@@ -264,9 +266,14 @@ class Engine:
         d.group = int(group)
         d.flags = L.PARAM_HOST_OWNED if host_owned else 0
         h = ctypes.c_void_p()
-        self._check(self._lib.zero_register_param(self._handle(), ctypes.byref(d), ctypes.byref(h)),
-                    "zero_register_param(%s)" % name)
+        if layers is None:
+            self._check(self._lib.zero_register_param(self._handle(), ctypes.byref(d), ctypes.byref(h)),
+                        "zero_register_param(%s)" % name)
+        else:
+            self._check(self._lib.zero_register_stacked(self._handle(), ctypes.byref(d), int(layers),
+                                                        ctypes.byref(h)), "zero_register_stacked(%s)" % name)
         p = Param(self, h, name, int(numel), dt, int(group), bool(host_owned), (keep, gkeep), len(self._params))
+        p.layers = int(layers) if layers else 1
         self._params.append(p)
         return p
 
@@ -308,6 +315,17 @@ class Engine:
         f16 and bf16: their raw 16-bit patterns, 'H'), valid until
         on_grad_ready(p).  numpy: numpy.asarray(view) (f16: .view(numpy.float16))."""
         return view(self.grad_buffer_address(p), p.numel, p.dtype)
+
+    def slice_grad_buffer(self, p, layer):
+        """Zero-copy view of slice `layer` of a stacked param's gradient buffer."""
+        buf = ctypes.c_void_p()
+        self._check(self._lib.zero_slice_grad_buffer(self._handle(), p.handle, int(layer), ctypes.byref(buf)),
+                    "zero_slice_grad_buffer(%s, %d)" % (p.name, layer))
+        return view(buf.value, p.numel // p.layers, p.dtype)
+
+    def on_slice_ready(self, p, layer, stream=None):
+        self._check(self._lib.zero_on_slice_ready(self._handle(), p.handle, int(layer), stream),
+                    "zero_on_slice_ready(%s, %d)" % (p.name, layer))
 
     def on_grad_ready(self, p, stream=None):
         self._check(self._lib.zero_on_grad_ready(self._handle(), p.handle, stream), "zero_on_grad_ready(%s)" % p.name)
