@@ -26,6 +26,8 @@ torch.set_num_threads(1)
 RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
 WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
 MB = 4
+# one id per mpirun job, the same on its ranks: gloo's port and the checkpoint dir
+JOB = os.environ.get("OMPI_MCA_ess_base_jobid", str(os.getpid()))
 failures = []
 
 
@@ -118,9 +120,11 @@ def train_ddp(kind, steps):
 
 def train_zero(kind, steps, stage, plugin=None):
     model = make_model(kind)
+    # stage 1 runs with the torch.distributed world as its group (it is the MPI world)
     engine, opt, _, _ = zt.initialize(model, ds_config(stage if stage != "offload" else 2,
                                                        offload=stage == "offload"),
-                                      plugin="offload" if stage == "offload" else plugin)
+                                      plugin="offload" if stage == "offload" else plugin,
+                                      process_group=dist.group.WORLD if stage == 1 else None)
     grads_left = 0
     for s in range(steps):
         x, y = batch(kind, s)
@@ -130,6 +134,11 @@ def train_zero(kind, steps, stage, plugin=None):
         r = engine.step()
         check(r.boundary and r.taken, "stage %s step %d taken" % (stage, s))
     check(grads_left == 0, "stage %s: %d .grad tensors kept after backward" % (stage, grads_left))
+    engine.eval()  # eval forward without autograd: stage 3 gathers and empties per module
+    with torch.no_grad():
+        out_eval = engine(batch(kind, 0)[0])
+    check(torch.isfinite(out_eval).all(), "stage %s: eval forward" % stage)
+    engine.train()
     with engine.gathered_parameters() as ps:
         out = [p.detach().clone() for p in ps]
     st = engine.state
@@ -177,12 +186,58 @@ def errors():
     e.close()
 
 
+def extras():
+    """save/load through zero.torch, lr through optimizer.param_groups, bf16."""
+    import shutil
+    import tempfile
+    model = make_model("mlp")
+    engine, opt, _, _ = zt.initialize(model, ds_config(2))
+    tmp = os.path.join(tempfile.gettempdir(), "zero-torch-ckpt-%s" % JOB)  # the same on every rank
+    def run(n, start):
+        for s in range(start, start + n):
+            x, y = batch("mlp", s)
+            engine.backward(nn.functional.mse_loss(engine(x), y))
+            r = engine.step()
+        return r
+    run(3, 0)
+    engine.save(tmp)
+    saved = [p.detach().clone() for p in model.parameters()]
+    run(2, 3)
+    check(any(not torch.equal(a, p) for a, p in zip(saved, model.parameters())), "training moved the params")
+    engine.load(tmp)
+    check(all(torch.equal(a, p) for a, p in zip(saved, model.parameters())), "load restored the model's tensors")
+    check(engine.state["global_step"] == 5, "state after load %r" % engine.state["global_step"])
+    opt.param_groups[0]["lr"] = 0.0  # a host schedule: lr 0 freezes the model
+    before = [p.detach().clone() for p in model.parameters()]
+    r = run(1, 5)
+    check(r.lr == 0.0 and all(torch.equal(a, p) for a, p in zip(before, model.parameters())),
+          "param_groups lr pushed to libzero (lr %r)" % r.lr)
+    engine.close()
+    dist.barrier()
+    if RANK == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+    # bf16: the model is converted, trains, stays finite
+    model = make_model("mlp")
+    engine, _, _, _ = zt.initialize(model, ds_config(2, bf16={"enabled": True}))
+    check(all(p.dtype == torch.bfloat16 for p in model.parameters()), "bf16 model")
+    losses = []
+    for s in range(20):
+        x, y = batch("mlp", 0)  # one batch: its loss must fall
+        loss = nn.functional.mse_loss(engine(x.bfloat16()).float(), y)
+        engine.backward(loss)
+        engine.step()
+        losses.append(float(loss))
+    check(losses[-1] < losses[0] and all(torch.isfinite(p.float()).all() for p in model.parameters()),
+          "bf16 training %r" % losses[::5])
+    engine.close()
+
+
 def main():
     kind = sys.argv[1] if len(sys.argv) > 1 else "mlp"
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
     stages = sys.argv[3:] or ["0", "1", "2", "3", "offload"]
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29500 + (os.getpid() if WORLD == 1 else 0) % 1000))
+    os.environ.setdefault("MASTER_PORT", str(20000 + int(JOB) % 20000))
     dist.init_process_group("gloo", rank=RANK, world_size=WORLD)
     ref = train_ddp(kind, steps)
     for st in stages:
@@ -203,6 +258,7 @@ def main():
             check(g <= 4 * n / WORLD + 64 * 2 * WORLD, "stage 2 keeps %d gradient bytes, a full gradient is %d"
                   % (g, 4 * n))
     if kind == "mlp":
+        extras()
         ref = train_ddp("tied", steps)
         for st in (2, 3):
             got, _ = train_zero("tied", steps, st)
