@@ -203,7 +203,8 @@ typedef struct zero_param_desc {
     uint32_t struct_size; /* = sizeof(zero_param_desc) */
     uint32_t reserved0;
     const char *name;     /* copied; must be unique; used in error messages and checkpoints */
-    const void *data;     /* initial values (numel elements of dtype); read at zero_params_done */
+    const void *data;     /* initial values (numel elements of dtype); read at zero_params_done
+                             (1.1: with ZERO_PARAM_HOST_OWNED, the parameter itself, written at each step) */
     uint64_t numel;
     zero_dtype dtype;
     zero_device_kind device; /* where `data` lives */

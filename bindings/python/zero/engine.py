@@ -112,9 +112,14 @@ _live = weakref.WeakSet()
 _live_lock = threading.Lock()
 
 
+_serial = [0]
+
+
 def _close_all():
+    """At exit (before MPI_Finalize): close the engines still open, newest
+    first, the same order on every rank (destroy is collective)."""
     with _live_lock:
-        engines = list(_live)
+        engines = sorted(_live, key=lambda e: e._serial, reverse=True)
     for e in engines:
         e.close()
 
@@ -130,7 +135,10 @@ class Engine:
     comm:   "auto" (the MPI world when launched by mpirun, else one process),
             "mpi", "self".
     log:    None (libzero's stderr lines) or a callable(level, rank, message).
-    Collective: every rank creates it.
+    Collective: every rank creates it, and destroying it (close(), the end
+    of a `with` block) is collective too: close engines explicitly, in the
+    same order on every rank; garbage collection may run at different times
+    on different ranks.  Engines still open at exit are closed newest first.
     """
 
     def __init__(self, config, plugin=None, comm="auto", device="cpu", device_index=L.DEVICE_INDEX_AUTO,
@@ -180,6 +188,8 @@ class Engine:
         self._e = h
         self._frozen = False
         with _live_lock:
+            _serial[0] += 1
+            self._serial = _serial[0]
             _live.add(self)
 
     # -------------------------------------------------------------- basics
