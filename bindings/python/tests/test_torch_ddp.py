@@ -187,6 +187,36 @@ def errors():
     e.close()
 
 
+def grad_accumulation(steps):
+    """gradient_accumulation_steps 2 with zero.torch (two micro-batches of MB,
+    engine.step() after each) == DDP + AdamW on the 2*MB batch."""
+    def batch2(s):
+        a, b = batch("mlp", 2 * s), batch("mlp", 2 * s + 1)
+        return torch.cat([a[0], b[0]]), torch.cat([a[1], b[1]])
+    model = make_model("mlp")
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
+    for s in range(steps):
+        x, y = batch2(s)
+        opt.zero_grad()
+        nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+    ref = [p.detach().clone() for p in model.parameters()]
+    model = make_model("mlp")
+    engine, _, _, _ = zt.initialize(model, ds_config(2, gradient_accumulation_steps=2))
+    for s in range(steps):
+        x, y = batch2(s)
+        for m in range(2):
+            engine.backward(nn.functional.mse_loss(engine(x[m * MB:(m + 1) * MB]), y[m * MB:(m + 1) * MB]))
+            r = engine.step()
+            check(r.boundary == (m == 1), "gas 2: boundary flag at micro-step %d" % m)
+    d = rel([p.detach() for p in model.parameters()], ref)
+    if RANK == 0:
+        print("N=%d %-11s %-8s vs DDP+AdamW after %d steps: rel L2 %.2e" % (WORLD, "mlp gas=2", 2, steps, d))
+    check(d <= 1e-5, "gas 2: rel %.3e" % d)
+    engine.close()
+
+
 def extras():
     """save/load through zero.torch, lr through optimizer.param_groups, bf16."""
     import shutil
@@ -260,6 +290,7 @@ def main():
                   % (g, 4 * n))
     if kind == "mlp":
         extras()
+        grad_accumulation(steps)
         ref = train_ddp("tied", steps)
         for st in (2, 3):
             got, _ = train_zero("tied", steps, st)
