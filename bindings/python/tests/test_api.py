@@ -210,6 +210,14 @@ def main():
         check(list(v) == [2.0] * N, "stage 3 gather")
     e.close()
 
+    # an engine over a subset of the MPI world: every rank alone
+    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "0"))
+    if world >= 2:
+        me = int(os.environ["OMPI_COMM_WORLD_RANK"])
+        e = zero.Engine(sgd_cfg(1), ranks=[me])
+        check(e.world_size == 1 and e.rank == 0, "ranks=[me]: rank %d of %d" % (e.rank, e.world_size))
+        e.close()
+
     if failures:
         print("%d failure(s)" % len(failures), file=sys.stderr)
         return 1

@@ -217,6 +217,35 @@ def grad_accumulation(steps):
     engine.close()
 
 
+def subgroups(steps):
+    """Two data-parallel groups of 2 ranks each ([0, 1] and [2, 3]) train
+    independently: zero.torch with process_group == DDP over the same group."""
+    groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]  # every rank makes both
+    mine = groups[RANK // 2]
+    model = make_model("mlp")
+    ddp = nn.parallel.DistributedDataParallel(model, process_group=mine)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
+    for s in range(steps):
+        x, y = batch("mlp", s)
+        opt.zero_grad()
+        nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+    ref = [p.detach().clone() for p in model.parameters()]
+    model = make_model("mlp")
+    engine, _, _, _ = zt.initialize(model, ds_config(2), process_group=mine)
+    check(engine.world_size == 2 and engine.global_rank == RANK % 2,
+          "group engine: rank %d of %d" % (engine.global_rank, engine.world_size))
+    for s in range(steps):
+        x, y = batch("mlp", s)
+        engine.backward(nn.functional.mse_loss(engine(x), y))
+        engine.step()
+    d = rel([p.detach() for p in model.parameters()], ref)
+    print("N=%d rank %d: group of 2, stage 2 vs DDP(process_group) after %d steps: rel L2 %.2e"
+          % (WORLD, RANK, steps, d))
+    check(d <= 1e-5, "torch.distributed group: rel %.3e" % d)
+    engine.close()
+
+
 def extras():
     """save/load through zero.torch, lr through optimizer.param_groups, bf16."""
     import shutil
@@ -291,6 +320,8 @@ def main():
     if kind == "mlp":
         extras()
         grad_accumulation(steps)
+        if WORLD == 4:
+            subgroups(steps)
         ref = train_ddp("tied", steps)
         for st in (2, 3):
             got, _ = train_zero("tied", steps, st)

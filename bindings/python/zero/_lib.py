@@ -229,3 +229,30 @@ def ensure_mpi(close_engines):
 
     atexit.register(_finalize)
     return True
+
+
+def mpi_split(ranks, my_rank):
+    """A sub-communicator of MPI_COMM_WORLD holding world ranks `ranks` in that
+    order (MPI_Comm_split, collective over the WORLD: every rank calls it,
+    each with its own group).  Returns a ctypes object holding the MPI_Comm;
+    pass ctypes.addressof(it) as zero_engine_options.comm (ZERO_COMM_MPI) and
+    mpi_free() it after zero_engine_create (libzero duplicates it)."""
+    m = _mpi
+    ranks = [int(r) for r in ranks]
+    color = min(ranks) if my_rank in ranks else -32766  # MPI_UNDEFINED (Open MPI and MPICH)
+    key = ranks.index(my_rank) if my_rank in ranks else 0
+    try:  # Open MPI: MPI_Comm is a pointer, MPI_COMM_WORLD = &ompi_mpi_comm_world
+        world = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(m, "ompi_mpi_comm_world")))
+        out = ctypes.c_void_p()
+    except ValueError:  # MPICH and derivatives: MPI_Comm is an int
+        world = ctypes.c_int(0x44000000)
+        out = ctypes.c_int()
+    rc = m.MPI_Comm_split(world, ctypes.c_int(color), ctypes.c_int(key), ctypes.byref(out))
+    if rc != 0:
+        raise OSError("MPI_Comm_split failed with MPI error %d" % rc)
+    return out
+
+
+def mpi_free(comm):
+    _mpi.MPI_Comm_free(ctypes.byref(comm))
+

@@ -135,6 +135,10 @@ class Engine:
     comm:   "auto" (the MPI world when launched by mpirun, else one process),
             "mpi", "self".
     log:    None (libzero's stderr lines) or a callable(level, rank, message).
+    ranks:  MPI world ranks to train over (a data-parallel group), in order;
+            None = the whole world.  Every world rank then creates an engine
+            at the same time (the split is collective over the world), each
+            with the group it belongs to.
     Collective: every rank creates it, and destroying it (close(), the end
     of a `with` block) is collective too: close engines explicitly, in the
     same order on every rank; garbage collection may run at different times
@@ -142,7 +146,7 @@ class Engine:
     """
 
     def __init__(self, config, plugin=None, comm="auto", device="cpu", device_index=L.DEVICE_INDEX_AUTO,
-                 log=None):
+                 log=None, ranks=None):
         lib = L.lib()
         self._lib = lib
         self._e = None
@@ -167,6 +171,16 @@ class Engine:
             if not L.ensure_mpi(_close_all):
                 raise ZeroError(8, "could not initialise MPI (libmpi not loadable)", "zero_engine_create")
             kind = L.COMM_AUTO  # MPI_COMM_WORLD
+        sub = None
+        if ranks is not None:
+            if kind != L.COMM_AUTO:
+                raise ValueError("ranks= needs MPI (launch with mpirun)")
+            me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "-1")))
+            if me not in [int(r) for r in ranks]:
+                raise ValueError("this process (MPI world rank %d) is not in ranks %r" % (me, list(ranks)))
+            sub = L.mpi_split(ranks, me)
+            kind = L.COMM_MPI
+            o.comm = ctypes.addressof(sub)
         o.comm_kind = kind
         o.device_kind = L.DEVICE_CUDA if device == "cuda" else L.DEVICE_CPU
         o.device_index = device_index
@@ -183,6 +197,8 @@ class Engine:
         err = ctypes.create_string_buffer(8192)
         h = ctypes.c_void_p()
         s = lib.zero_engine_create(ctypes.byref(o), ctypes.byref(h), err, len(err))
+        if sub is not None:
+            L.mpi_free(sub)  # libzero works on its own duplicate
         if s != 0:
             raise ZeroError(s, err.value.decode(errors="replace"), "zero_engine_create")
         self._e = h

@@ -27,9 +27,10 @@ What happens underneath:
   * fp16: backward() multiplies the loss by libzero's loss scale; libzero
     unscales, checks overflow and skips steps.  bf16/fp16 configs convert the
     model to that dtype.
-  * Communicator: the MPI world (launch with mpirun).  A torch.distributed
-    process group may be given: it must span the MPI world in the same rank
-    order (libzero itself talks MPI), which is checked.
+  * Communicator: the MPI world (launch with mpirun), or the ranks of a
+    torch.distributed process group (the torch world must be the MPI world,
+    rank for rank; libzero gets an MPI sub-communicator of the same ranks,
+    made collectively: every rank initializes, each with its own group).
 """
 import contextlib
 import ctypes
@@ -119,9 +120,9 @@ class ZeroEngine:
         self.dtype = _model_dtype(cfg)
         if self.dtype != torch.float32:
             model.to(self.dtype)
-        self._check_group(process_group)
+        ranks = self._group_ranks(process_group)
         self.stage = _stage_of(cfg, plugin)
-        self.z = _CEngine(cfg, plugin=plugin, log=log)
+        self.z = _CEngine(cfg, plugin=plugin, log=log, ranks=ranks)
         self.stage = 3 if self.z.plugin == "stage3" else self.stage
         self._partitioned = self.z.plugin == "stage3"
 
@@ -186,19 +187,27 @@ class ZeroEngine:
         self.micro_steps = 0
 
     # ------------------------------------------------------------------ setup
-    def _check_group(self, group):
+    def _group_ranks(self, group):
+        """World ranks of a torch.distributed group, in group-rank order (None:
+        the whole MPI world).  libzero talks MPI: the torch world must be the
+        MPI world, rank for rank."""
         if group is None:
-            return
+            return None
         import torch.distributed as dist
-        if not L.under_mpi_launcher():
-            raise ZeroError(11, "rank ?: a torch.distributed group was given, but libzero communicates over MPI: "
-                                "launch with mpirun so that the group and the MPI world coincide", "zero.torch")
-        rank, size = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", -1))), \
-            int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", -1)))
-        if dist.get_world_size(group) != size or dist.get_rank(group) != rank:
-            raise ZeroError(11, "rank %d: the torch.distributed group (rank %d of %d) is not the MPI world "
-                                "(rank %d of %d): libzero needs the same ranks in the same order"
-                            % (rank, dist.get_rank(group), dist.get_world_size(group), rank, size), "zero.torch")
+        mpi_rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "-1")))
+        mpi_size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "-1")))
+        if not L.under_mpi_launcher() or dist.get_rank() != mpi_rank or dist.get_world_size() != mpi_size:
+            raise ZeroError(11, "rank %d: a torch.distributed group needs the torch world to be the MPI world "
+                                "rank for rank (launch with mpirun; torch rank %d of %d, MPI rank %d of %d)"
+                            % (mpi_rank, dist.get_rank(), dist.get_world_size(), mpi_rank, mpi_size), "zero.torch")
+        if hasattr(dist, "get_process_group_ranks"):
+            ranks = list(dist.get_process_group_ranks(group))
+        else:  # torch < 2.0: global rank -> group rank
+            from torch.distributed import distributed_c10d as c10d
+            m = c10d._pg_group_ranks[group] if group is not dist.group.WORLD else {
+                r: r for r in range(dist.get_world_size())}
+            ranks = [g for g, _ in sorted(m.items(), key=lambda kv: kv[1])]
+        return None if ranks == list(range(mpi_size)) else ranks
 
     def _install_grad_hook(self, p):
         def on_grad(param=p):
@@ -394,7 +403,8 @@ def initialize(model, config, *, plugin=None, model_parameters=None, process_gro
     plugin: libzero plugin name (default: from the config).  model_parameters:
     parameters or param-group dicts ("params", "lr", "weight_decay", "betas",
     "eps"), each a libzero param group.  process_group: a torch.distributed
-    group that must equal the MPI world.  Every rank must build the model with
+    group (its ranks train together; every MPI rank initializes at the same
+    time, each with its own group).  Every rank must build the model with
     the same initial values (seed it)."""
     e = ZeroEngine(model, config, plugin=plugin, model_parameters=model_parameters, process_group=process_group,
                    log=log)
