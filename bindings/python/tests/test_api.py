@@ -210,6 +210,23 @@ def main():
         check(list(v) == [2.0] * N, "stage 3 gather")
     e.close()
 
+    # numpy arrays are buffers too (where numpy is installed)
+    try:
+        import numpy as np
+    except ImportError:
+        np = None
+    if np is not None:
+        e = zero.Engine(sgd_cfg(1))
+        a = np.ones(10, dtype=np.float32)
+        p = e.register("np", a, host_owned=True)
+        e.params_done()
+        g = np.asarray(e.grad_buffer(p))  # zero-copy: numpy over libzero's buffer
+        g += 2.0
+        e.on_grad_ready(p)
+        e.step()
+        check(np.allclose(a, 0.0), "numpy host-owned: %r" % a)
+        e.close()
+
     # an engine over a subset of the MPI world: every rank alone
     world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "0"))
     if world >= 2:

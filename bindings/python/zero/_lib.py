@@ -123,11 +123,25 @@ def _declare(lib):
         "zero_memory_stats_get": (c_i32, [c_vp, P(MemoryStatsC)]),
         "zero_comm_stats_get": (c_i32, [c_vp, P(CommStatsC)]),
     }
+    missing = []
     for name, (res, args) in sigs.items():
-        f = getattr(lib, name)
+        try:
+            f = getattr(lib, name)
+        except AttributeError:  # an older libzero (1.0 lacks the 1.1 calls)
+            missing.append(name)
+            continue
         f.restype = res
         f.argtypes = args
+    lib.zero_missing = frozenset(missing)
     return lib
+
+
+def require(name, what):
+    """Raise OSError if the loaded libzero lacks `name` (an ABI 1.1 call)."""
+    if name in lib().zero_missing:
+        v = lib().zero_abi_version()
+        raise OSError("%s needs libzero ABI 1.1 (%s); the loaded library is %d.%d"
+                      % (what, name, v // 10000, v % 10000))
 
 
 def _candidates():

@@ -272,6 +272,12 @@ class Engine:
         (zero_register_stacked); report its slices with on_slice_ready.
         Returns a Param."""
         dt = _dtype(dtype)
+        if host_owned and L.lib().zero_abi_version() < 10001:
+            # a 1.0 library would read the descriptor only up to its own size and ignore the flag
+            L.require("zero_set_hparams", "host_owned=True")
+            raise OSError("host_owned=True needs libzero ABI 1.1")
+        if layers is not None:
+            L.require("zero_register_stacked", "layers=")
         addr, keep = _address(data, host_owned)
         if numel is None:
             if hasattr(data, "numel"):
@@ -325,6 +331,7 @@ class Engine:
                 return L.HPARAM_DEFAULT
             return float(x)
         b1, b2 = (None, None) if betas is None else (("default", "default") if betas == "default" else betas)
+        L.require("zero_set_hparams", "set_hparams")
         h = L.HParams(ctypes.sizeof(L.HParams), L.ALL_GROUPS if group is None else int(group), v(lr),
                       v(weight_decay), v(b1), v(b2), v(eps))
         self._check(self._lib.zero_set_hparams(self._handle(), ctypes.byref(h)), "zero_set_hparams")
@@ -389,6 +396,7 @@ class Engine:
             self.release(params)
 
     def set_phase(self, phase):
+        L.require("zero_set_phase", "set_phase")
         self._check(self._lib.zero_set_phase(self._handle(), phase.encode()), "zero_set_phase")
 
     # -------------------------------------------------------------- checkpoints, stats

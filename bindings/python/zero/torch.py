@@ -317,7 +317,8 @@ class ZeroEngine:
 
     def train(self, mode=True):
         self.module.train(mode)
-        self.z.set_phase("train" if mode else "eval")
+        if "zero_set_phase" not in L.lib().zero_missing:  # a 1.0 libzero has no phases
+            self.z.set_phase("train" if mode else "eval")
         return self
 
     def eval(self):
