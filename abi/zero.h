@@ -341,6 +341,18 @@ ZERO_API zero_status zero_release(zero_engine *e, zero_param *const *params, siz
  * held, ZERO_ERR_INVALID_ARGUMENT for a NULL, empty or too long name. */
 ZERO_API zero_status zero_set_phase(zero_engine *e, const char *phase);
 
+/* (1.1) The persistent full-tensor storage libzero keeps for p: below stage
+ * 3 (stages 0/1/2, stage1-pp, offload, and any plugin that sets
+ * zero_param_info.data) p's slot in the plugin's parameter buffer, numel
+ * elements of p's dtype on the engine's device, valid until
+ * zero_engine_destroy.  libzero rewrites it inside zero_step (at the
+ * boundary) and zero_load; at any other time the host may read it directly,
+ * without zero_gather, e.g. to make its own tensors views of it (zero-copy,
+ * the alternative to ZERO_PARAM_HOST_OWNED's copy).  The host must not write
+ * it.  ZERO_ERR_UNSUPPORTED for a plugin that partitions parameters (stage
+ * 3: use zero_gather), ZERO_ERR_STATE before zero_params_done. */
+ZERO_API zero_status zero_param_storage(zero_engine *e, zero_param *p, void **data);
+
 /* Where to put p's gradient for the current micro-batch: `numel` elements
  * of p's dtype.  ADD (+=) your gradient into it: the buffer may already
  * hold earlier micro-batches' sum (stage 0/1) or be zero (stage 2/3); never

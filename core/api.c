@@ -464,6 +464,21 @@ zero_status zero_set_phase(zero_engine *e, const char *phase) {
     return t->set_phase(e->pstate, phase);
 }
 
+zero_status zero_param_storage(zero_engine *e, zero_param *p, void **data) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    zero_status s = check_param(e, p, "zero_param_storage");
+    if (s != ZERO_OK) return s;
+    if (!data) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_param_storage: data is NULL");
+    *data = NULL;
+    if ((e->plugin.table->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS) || !p->info.data)
+        return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                           "zero_param_storage(%s): plugin '%s' keeps no persistent full copy of the parameter "
+                           "(it partitions parameters): use zero_gather / zero_release",
+                           p->name, e->plugin.table->name ? e->plugin.table->name : "?");
+    *data = p->info.data;
+    return ZERO_OK;
+}
+
 zero_status zero_grad_buffer(zero_engine *e, zero_param *p, void **buf) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     zero_status s = check_param(e, p, "zero_grad_buffer");

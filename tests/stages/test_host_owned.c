@@ -72,6 +72,9 @@ static void hparams_unit(void) {
         CHECK_EQ_INT(zero_register_param(e, &d, &p[i]), ZERO_OK);
     }
     CHECK_EQ_INT(zero_params_done(e), ZERO_OK);
+    void *st0 = NULL, *st1 = NULL; /* (1.1) zero_param_storage: libzero's own copy, stable */
+    CHECK_EQ_INT(zero_param_storage(e, p[0], &st0), ZERO_OK);
+    CHECK_EQ_INT(zero_param_storage(e, p[0], NULL), ZERO_ERR_INVALID_ARGUMENT);
     /* invalid values */
     zero_hparams h = ZERO_HPARAMS_INIT;
     h.beta1 = 1.0;
@@ -112,6 +115,8 @@ static void hparams_unit(void) {
             CHECK_NEAR(w[1], 0.65, 1e-6);
         }
     }
+    CHECK_EQ_INT(zero_param_storage(e, p[0], &st1), ZERO_OK);
+    CHECK(st0 && st0 == st1 && *(float *)st1 == w[0], "zero_param_storage: stable pointer holding the values");
     zero_engine_destroy(e);
 }
 
@@ -289,6 +294,26 @@ int main(int argc, char **argv) {
     CHECK_EQ_INT(register_owned("stage2", 0x80u, msg, sizeof msg), ZERO_ERR_INVALID_ARGUMENT);
     CHECK_STR_CONTAINS(m, "unknown flags");
     CHECK_EQ_INT(register_owned("stage2", ZERO_PARAM_HOST_OWNED, msg, sizeof msg), ZERO_OK);
+    {   /* stage 3 keeps no full copy: zero_param_storage refuses, naming zero_gather */
+        zero_engine *e = NULL;
+        CHECK_EQ_INT(th_engine_create(CFG, "stage3", 0, NULL, NULL, &e, msg, sizeof msg), ZERO_OK);
+        float w[8] = {0};
+        zero_param_desc d = ZERO_PARAM_DESC_INIT;
+        d.name = "w";
+        d.data = w;
+        d.numel = 8;
+        zero_param *p = NULL;
+        void *st = NULL;
+        if (e) {
+            CHECK_EQ_INT(zero_register_param(e, &d, &p), ZERO_OK);
+            CHECK_EQ_INT(zero_param_storage(e, p, &st), ZERO_ERR_STATE); /* before params_done */
+            CHECK_EQ_INT(zero_params_done(e), ZERO_OK);
+            CHECK_EQ_INT(zero_param_storage(e, p, &st), ZERO_ERR_UNSUPPORTED);
+            const char *m3 = zero_last_error(e);
+            CHECK_STR_CONTAINS(m3, "zero_gather");
+            zero_engine_destroy(e);
+        }
+    }
     if (rank_ == 0) printf("N=%d host-owned / hparams checks done\n", world_);
     return check_mpi_finish();
 }

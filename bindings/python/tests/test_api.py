@@ -108,6 +108,19 @@ def main():
             if base is None:
                 base = (w, b)
             check((w, b) == base, "stage %d owned %s bitwise == stage 0" % (stage, owned))
+    # zero_param_storage: libzero's own copy, zero-copy, equal to what gather gives
+    e = zero.Engine(sgd_cfg(2))
+    w = array.array("f", [1.0] * N)
+    p = e.register("w", w)
+    e.params_done()
+    g = e.grad_buffer(p)
+    for k in range(N):
+        g[k] += 1.0
+    e.on_grad_ready(p)
+    e.step()
+    with e.gather([p]) as (vw,):
+        check(list(e.storage(p)) == list(vw) == [0.5] * N, "storage view == gather after a step")
+    e.close()
     (w, b), _ = train(2, True, plugin="offload")
     check(close(w, ref[0]) and close(b, ref[1]), "offload host-owned vs reference")
 
@@ -206,6 +219,7 @@ def main():
                  "zero_gather", "stage 3 host-owned")
     p = e.register("w", array.array("f", [2.0] * N))
     e.params_done()
+    expect_error(lambda: e.storage(p), "ZERO_ERR_UNSUPPORTED", "zero_gather", "stage 3 storage")
     with e.gather([p]) as (v,):
         check(list(v) == [2.0] * N, "stage 3 gather")
     e.close()

@@ -118,13 +118,14 @@ def train_ddp(kind, steps):
     return [p.detach().clone() for p in model.parameters()]
 
 
-def train_zero(kind, steps, stage, plugin=None):
+def train_zero(kind, steps, stage, plugin=None, storage="host"):
     model = make_model(kind)
     # stage 1 runs with the torch.distributed world as its group (it is the MPI world)
     engine, opt, _, _ = zt.initialize(model, ds_config(stage if stage != "offload" else 2,
                                                        offload=stage == "offload"),
                                       plugin="offload" if stage == "offload" else plugin,
-                                      process_group=dist.group.WORLD if stage == 1 else None)
+                                      process_group=dist.group.WORLD if stage == 1 else None,
+                                      param_storage=storage)
     grads_left = 0
     for s in range(steps):
         x, y = batch(kind, s)
@@ -145,6 +146,9 @@ def train_zero(kind, steps, stage, plugin=None):
     st = engine.state
     check(st["global_step"] == steps, "state global_step %s" % st["global_step"])
     engine.close()
+    after = [p.detach().clone() for p in model.parameters()]
+    check(all(torch.equal(a, b) for a, b in zip(after, out)), "stage %s: the model keeps its values after close"
+          % stage)
     return out, st
 
 
@@ -295,14 +299,17 @@ def extras():
 def main():
     kind = sys.argv[1] if len(sys.argv) > 1 else "mlp"
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
-    stages = sys.argv[3:] or ["0", "1", "2", "3", "offload"]
+    # "2z" / "offloadz": param_storage="libzero" (the model's tensors are views of libzero's copy)
+    stages = sys.argv[3:] or ["0", "1", "2", "3", "offload", "2z", "offloadz"]
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(20000 + int(JOB) % 20000))
     dist.init_process_group("gloo", rank=RANK, world_size=WORLD)
     ref = train_ddp(kind, steps)
     for st in stages:
-        stage = st if st == "offload" else int(st)
-        got, state = train_zero(kind, steps, stage)
+        storage = "libzero" if st.endswith("z") else "host"
+        base = st[:-1] if st.endswith("z") else st
+        stage = base if base == "offload" else int(base)
+        got, state = train_zero(kind, steps, stage, storage=storage)
         d = rel(got, ref)
         if RANK == 0:
             print("N=%d %-11s %-8s vs DDP+AdamW after %d steps: rel L2 %.2e" % (WORLD, kind, st, steps, d))

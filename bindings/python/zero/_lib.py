@@ -115,6 +115,7 @@ def _declare(lib):
         "zero_release": (c_i32, [c_vp, P(c_vp), ctypes.c_size_t]),
         "zero_set_phase": (c_i32, [c_vp, c_cp]),
         "zero_grad_buffer": (c_i32, [c_vp, c_vp, P(c_vp)]),
+        "zero_param_storage": (c_i32, [c_vp, c_vp, P(c_vp)]),
         "zero_on_grad_ready": (c_i32, [c_vp, c_vp, c_vp]),
         "zero_step": (c_i32, [c_vp, P(StepArgs), P(StepResultC)]),
         "zero_loss_scale": (c_dbl, [c_vp]),

@@ -337,6 +337,20 @@ class Engine:
         self._check(self._lib.zero_set_hparams(self._handle(), ctypes.byref(h)), "zero_set_hparams")
 
     # -------------------------------------------------------------- per micro-batch
+    def storage_address(self, p):
+        """Address of libzero's persistent full copy of p (zero_param_storage,
+        stages 0/1/2/offload): valid until close(), rewritten by step() and
+        load(); read-only for the host."""
+        L.require("zero_param_storage", "storage")
+        buf = ctypes.c_void_p()
+        self._check(self._lib.zero_param_storage(self._handle(), p.handle, ctypes.byref(buf)),
+                    "zero_param_storage(%s)" % p.name)
+        return buf.value
+
+    def storage(self, p):
+        """Zero-copy view of libzero's persistent copy of p (see storage_address)."""
+        return view(self.storage_address(p), p.numel, p.dtype)
+
     def grad_buffer_address(self, p):
         buf = ctypes.c_void_p()
         self._check(self._lib.zero_grad_buffer(self._handle(), p.handle, ctypes.byref(buf)),

@@ -113,7 +113,10 @@ class _Optimizer:
 class ZeroEngine:
     """A model trained by libzero (returned by initialize)."""
 
-    def __init__(self, model, config, plugin=None, model_parameters=None, process_group=None, log=None):
+    def __init__(self, model, config, plugin=None, model_parameters=None, process_group=None, log=None,
+                 param_storage="host"):
+        if param_storage not in ("host", "libzero"):
+            raise ValueError("param_storage must be 'host' or 'libzero'")
         cfg = _load_config(config)
         self.module = model
         self.config = cfg
@@ -125,6 +128,9 @@ class ZeroEngine:
         self.z = _CEngine(cfg, plugin=plugin, log=log, ranks=ranks)
         self.stage = 3 if self.z.plugin == "stage3" else self.stage
         self._partitioned = self.z.plugin == "stage3"
+        # "libzero": below stage 3 the model's tensors become views of libzero's
+        # own copy (zero_param_storage): no second copy, no copy per step
+        self._views = param_storage == "libzero" and not self._partitioned
 
         # parameter groups (deepspeed.initialize's model_parameters)
         if model_parameters is None:
@@ -167,11 +173,19 @@ class ZeroEngine:
                 p.data = p.data.contiguous()
             name = names.get(id(p), "param%d" % len(self._params))
             zp = self.z.register(name, p.data_ptr(), numel=p.numel(), dtype=str(p.dtype), group=gi,
-                                 host_owned=not self._partitioned)
+                                 host_owned=not self._partitioned and not self._views)
             self._params.append(p)
             self._zp[id(p)] = zp
             self._shape[id(p)] = p.shape
         self.z.params_done()
+        if self._views:
+            with torch.no_grad():
+                for p in self._params:
+                    zp = self._zp[id(p)]
+                    nbytes = zp.numel * p.element_size()
+                    addr = self.z.storage_address(zp)
+                    p.data = torch.frombuffer((ctypes.c_char * nbytes).from_address(addr),
+                                              dtype=p.dtype).view(p.shape)
         self._materialized = set()
         for p in self._params:  # while the tensors have their full shape: autograd records it
             self._install_grad_hook(p)
@@ -378,10 +392,22 @@ class ZeroEngine:
         return self.module.parameters()
 
     def close(self):
+        """Destroy the libzero engine (collective).  The model keeps its final
+        values (stage 3: gathered; param_storage="libzero": copied out of
+        libzero's memory first)."""
+        if self.z._e is None:
+            return
         for h in self._hooks:
             h.remove()
         self._hooks = []
         self._acc_nodes = []
+        with torch.no_grad():
+            if self._partitioned:
+                self._fetch(self._params)
+                self._materialized.clear()
+            elif self._views:
+                for p in self._params:
+                    p.data = p.data.clone()
         self.z.close()
 
 
@@ -396,7 +422,8 @@ def _tensors(obj):
             yield from _tensors(o)
 
 
-def initialize(model, config, *, plugin=None, model_parameters=None, process_group=None, log=None, **_ignored):
+def initialize(model, config, *, plugin=None, model_parameters=None, process_group=None, log=None,
+               param_storage="host", **_ignored):
     """Like deepspeed.initialize: returns (engine, optimizer, None, None).
 
     model: a torch.nn.Module on the CPU (converted to fp16/bf16 when the
@@ -405,8 +432,12 @@ def initialize(model, config, *, plugin=None, model_parameters=None, process_gro
     parameters or param-group dicts ("params", "lr", "weight_decay", "betas",
     "eps"), each a libzero param group.  process_group: a torch.distributed
     group (its ranks train together; every MPI rank initializes at the same
-    time, each with its own group).  Every rank must build the model with
+    time, each with its own group).  param_storage: "host" (default; the
+    model's tensors are host-owned parameters, updated in place by a copy at
+    each step) or "libzero" (below stage 3 the model's tensors become views of
+    libzero's own copy: no second copy of the parameters, no copy per step;
+    the model must not replace them).  Every rank must build the model with
     the same initial values (seed it)."""
     e = ZeroEngine(model, config, plugin=plugin, model_parameters=model_parameters, process_group=process_group,
-                   log=log)
+                   log=log, param_storage=param_storage)
     return e, e.optimizer, None, None
