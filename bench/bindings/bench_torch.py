@@ -2,7 +2,7 @@
 train an fp32 MLP for STEPS steps and print one JSON line (rank 0) with the
 median step time (after WARMUP) and each rank's peak RSS.
 
-  mode: ddp-adamw | ddp-zero-redundancy | zero-stage1 | zero-stage2 | zero-offload
+  mode: ddp-adamw | ddp-zero-redundancy | zero-stage1 | zero-stage2 | zero-offload | zero-stage2-views
   mpirun -np 2 python3 bench_torch.py zero-stage2 --width 1024 --layers 4 --steps 30 --warmup 5
 """
 import argparse
@@ -64,14 +64,16 @@ def main():
             opt.step()
     else:
         import zero.torch as zt
-        stage = {"zero-stage1": 1, "zero-stage2": 2, "zero-offload": 2}[a.mode]
+        stage = {"zero-stage1": 1, "zero-stage2": 2, "zero-offload": 2, "zero-stage2-views": 2}[a.mode]
         cfg = {"train_micro_batch_size_per_gpu": a.mb,
                "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": list(betas), "eps": eps,
                                                          "weight_decay": wd}},
                "zero_optimization": {"stage": stage, "overlap_comm": True}}
         if a.mode == "zero-offload":
             cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
-        engine, _, _, _ = zt.initialize(model, cfg)
+        # zero-stage2-views: the model's tensors are views of libzero's own copy (param_storage="libzero")
+        engine, _, _, _ = zt.initialize(model, cfg,
+                                        param_storage="libzero" if a.mode == "zero-stage2-views" else "host")
 
         def train_step(x, y):
             loss = nn.functional.mse_loss(engine(x), y)

@@ -12,7 +12,7 @@ NP="${NP:-2}" WIDTH="${WIDTH:-1024}" LAYERS="${LAYERS:-4}" STEPS="${STEPS:-30}" 
 PY="${PY:-/usr/bin/python3}"
 OUT="${BENCH_OUT:-$(mktemp -d /tmp/zero-bench-bindings-XXXXXX)}"
 export ZERO_LIBRARY="$BUILD/core/libzero.so.1" PYTHONPATH="$ROOT/bindings/python" ZERO_PLUGIN_PATH="$BUILD/plugins"
-MODES=(ddp-adamw ddp-zero-redundancy zero-stage1 zero-stage2 zero-offload)
+MODES=(ddp-adamw ddp-zero-redundancy zero-stage1 zero-stage2 zero-offload zero-stage2-views)
 echo "bench/bindings: N=$NP, MLP ${LAYERS}x${WIDTH}^2 fp32, $STEPS steps (first $WARMUP dropped), $REPS rounds;" \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 : >"$OUT/all.jsonl"
@@ -32,7 +32,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 by = {}
 for r in rows:
     by.setdefault(r["mode"], []).append(r)
-order = ["ddp-adamw", "ddp-zero-redundancy", "zero-stage1", "zero-stage2", "zero-offload"]
+order = ["ddp-adamw", "ddp-zero-redundancy", "zero-stage1", "zero-stage2", "zero-offload", "zero-stage2-views"]
 med = {m: statistics.median(r["step_ms"] for r in by[m]) for m in order}
 rss = {m: statistics.median(max(r["peak_rss_mib"]) for r in by[m]) for m in order}
 base = {m: statistics.median(max(r["base_rss_mib"]) for r in by[m]) for m in order}
