@@ -100,14 +100,23 @@ int main(int argc, char **argv) {
             std::fprintf(stderr, "loss did not fall: %g -> %g\n", first, last);
             failures++;
         }
-        if (!stage3) {  // the host's vectors are the parameters
+        if (!stage3) {  // the host's vectors are the parameters; libzero's own copy agrees
             zero::gather_guard g = e.gather({pw});
+            const float *own = e.storage<float>(pw);
             for (std::size_t i = 0; i < W.size(); i++)
-                if (g.get<float>(0)[i] != W[i]) {
-                    std::fprintf(stderr, "host-owned W[%zu] differs from zero_gather\n", i);
+                if (g.get<float>(0)[i] != W[i] || own[i] != W[i]) {
+                    std::fprintf(stderr, "host-owned W[%zu] differs from zero_gather / zero_param_storage\n", i);
                     failures++;
                     break;
                 }
+        } else {
+            try {
+                e.storage<float>(pw);
+                std::fprintf(stderr, "stage 3 handed out a full copy\n");
+                failures++;
+            } catch (const zero::error &ex) {
+                if (ex.status() != ZERO_ERR_UNSUPPORTED) failures++;
+            }
         }
         zero_memory_stats m = e.memory_stats();
         if (e.rank() == 0)

@@ -204,6 +204,13 @@ class engine {
     }
     void set_phase(const std::string &phase) { check(zero_set_phase(e_, phase.c_str()), "zero_set_phase"); }
 
+    /// libzero's persistent full copy of p (zero_param_storage; below stage 3), read-only, valid until
+    /// the engine dies, rewritten by step() and load(): a zero-copy alternative to host-owned params.
+    template <class T = float> const T *storage(const param &p) const {
+        void *buf = nullptr;
+        check(zero_param_storage(e_, p.handle, &buf), "zero_param_storage");
+        return static_cast<const T *>(buf);
+    }
     /// Where to ADD p's gradient this micro-step.
     template <class T = float> T *grad_buffer(const param &p) {
         void *buf = nullptr;
