@@ -192,7 +192,8 @@ ZERO_API int zero_pipeline_stages(const zero_engine *e);
 /* ------------------------------------------------------------------------ */
 /* Parameters                                                                */
 /* ------------------------------------------------------------------------ */
-/* Parameter storage is owned by libzero from zero_params_done() on:
+/* Parameter storage is owned by libzero from zero_params_done() on (unless
+ * the param is registered ZERO_PARAM_HOST_OWNED, ABI 1.1, see below):
  * `data` below supplies the initial values and is read (copied) during
  * zero_params_done; afterwards the host may free it and must access the
  * parameter only through zero_gather()/zero_release().  The same host code
@@ -202,7 +203,8 @@ typedef struct zero_param_desc {
     uint32_t struct_size; /* = sizeof(zero_param_desc) */
     uint32_t reserved0;
     const char *name;     /* copied; must be unique; used in error messages and checkpoints */
-    const void *data;     /* initial values (numel elements of dtype); read at zero_params_done */
+    const void *data;     /* initial values (numel elements of dtype); read at zero_params_done
+                             (1.1: with ZERO_PARAM_HOST_OWNED, the parameter itself, written at each step) */
     uint64_t numel;
     zero_dtype dtype;
     zero_device_kind device; /* where `data` lives */
@@ -210,10 +212,30 @@ typedef struct zero_param_desc {
                              zero_on_grad_ready; NULL = use zero_grad_buffer() */
     int32_t group;        /* param group (optimizer.param_groups index), default 0 */
     int32_t reserved1;
+    /* ---- appended in 1.1 (a 1.0 host's smaller struct_size leaves it 0) ---- */
+    uint32_t flags;       /* ZERO_PARAM_* below; default 0 */
+    uint32_t reserved2;   /* must be 0 */
 } zero_param_desc;
 
+/* (1.1) zero_param_desc.flags.
+ *
+ * ZERO_PARAM_HOST_OWNED: the host's tensor IS the parameter.  `data` must
+ * be writable memory (numel elements of dtype, on `device`) that stays valid
+ * until zero_engine_destroy.  libzero still keeps its own copy for the
+ * optimizer, but after every optimizer step it writes the updated values
+ * into `data` in place (inside zero_step, before it returns; also at
+ * zero_params_done and zero_load), so the host reads and uses its own
+ * tensors directly and never calls zero_gather for them.  The host must not
+ * write `data` itself after zero_params_done (libzero would overwrite the
+ * change at the next step).  Stages 0/1/2, stage1-pp and offload (any plugin
+ * that keeps full parameters, including 1.0 plugins); a plugin that
+ * partitions parameters (stage 3, ZERO_PLUGIN_CAP_PARTITIONS_PARAMS) refuses
+ * it in zero_register_param with ZERO_ERR_UNSUPPORTED: there the host keeps
+ * using zero_gather / zero_release. */
+#define ZERO_PARAM_HOST_OWNED 0x1u
+
 #define ZERO_PARAM_DESC_INIT \
-    { sizeof(zero_param_desc), 0, NULL, NULL, 0, ZERO_DTYPE_F32, ZERO_DEVICE_CPU, NULL, 0, 0 }
+    { sizeof(zero_param_desc), 0, NULL, NULL, 0, ZERO_DTYPE_F32, ZERO_DEVICE_CPU, NULL, 0, 0, 0, 0 }
 
 /* Register a parameter.  Order matters: it defines the flat layout, and
  * every rank must register the same list (checked in zero_params_done).
@@ -221,6 +243,30 @@ typedef struct zero_param_desc {
  * Not thread-safe. */
 ZERO_API zero_status zero_register_param(zero_engine *e, const zero_param_desc *desc,
                                          zero_param **out);
+
+/* (1.1) Stacked tensors: a tensor that holds `layers` equal slices (the
+ * weights of L identical layers as one layers x shape array) is registered
+ * once and its gradient reported slice by slice, as each layer's backward
+ * finishes.  `desc` describes the whole stack (numel = layers * slice numel,
+ * so numel must be a multiple of `layers`, else ZERO_ERR_INVALID_ARGUMENT);
+ * every other rule of zero_register_param applies (one handle, one name, one
+ * checkpoint entry, stage 3 gathers the whole stack).  Not thread-safe. */
+ZERO_API zero_status zero_register_stacked(zero_engine *e, const zero_param_desc *desc, uint32_t layers,
+                                           zero_param **out);
+/* (1.1) Where to ADD slice `layer`'s gradient: the slice's numel / layers
+ * elements inside zero_grad_buffer(p) (or the host `grad`).  Same validity
+ * and thread-safety as zero_grad_buffer. */
+ZERO_API zero_status zero_slice_grad_buffer(zero_engine *e, zero_param *p, uint32_t layer, void **buf);
+/* (1.1) Slice `layer` of stacked p is final for this micro-batch.  When the
+ * last slice arrives the whole param counts as ready (zero_on_grad_ready is
+ * done for it, on this thread): reduction starts at that granularity.  May
+ * run concurrently for different slices.  A slice reported twice in one
+ * micro-batch (or after zero_on_grad_ready(p)) is ZERO_ERR_DUPLICATE; a
+ * param not registered with zero_register_stacked or a layer >= layers is
+ * ZERO_ERR_INVALID_ARGUMENT.  A micro-step that ends with only some slices
+ * reported delivers the param with the missing slices as zero (they were
+ * never added), with a warning naming how many were missing. */
+ZERO_API zero_status zero_on_slice_ready(zero_engine *e, zero_param *p, uint32_t layer, void *stream);
 
 /* Freeze the layout, allocate partitions and optimizer state, copy initial
  * values.  Collective: compares a hash of the parameter list across ranks
@@ -239,6 +285,33 @@ typedef struct zero_group_desc {
 #define ZERO_GROUP_DESC_INIT { sizeof(zero_group_desc), 0, 1.0, -1.0 }
 /* Set per-group options before zero_params_done. Not thread-safe. */
 ZERO_API zero_status zero_set_group(zero_engine *e, const zero_group_desc *desc);
+
+/* (1.1) Hyper-parameters for the next optimizer step and the ones after it,
+ * for hosts that run their own schedule (torch's lr schedulers,
+ * param_group["lr"] = ...).  Each field is a value to use from now on, or
+ * ZERO_HPARAM_KEEP (leave it as it is) or ZERO_HPARAM_DEFAULT (back to the
+ * config / scheduler value).  `lr` is the absolute learning rate: it replaces
+ * the scheduled lr times the group's lr_scale.  `group` is a param group id
+ * or ZERO_ALL_GROUPS; a group's own setting wins over an ALL_GROUPS one.
+ * Sticky (like a torch param_group) until changed; not saved in
+ * checkpoints.  Call between steps, at the same point on every rank (the
+ * values must agree across ranks, as the host's own schedule does).  Any
+ * time after zero_engine_create.  Not thread-safe.  zero_step_result.lr
+ * reports group 0's lr in force.  ZERO_ERR_INVALID_ARGUMENT for a value that
+ * is neither a sentinel nor valid (betas must be in [0, 1), eps > 0). */
+typedef struct zero_hparams {
+    uint32_t struct_size; /* = sizeof(zero_hparams) */
+    int32_t group;        /* param group id or ZERO_ALL_GROUPS */
+    double lr;
+    double weight_decay;
+    double beta1, beta2;
+    double eps;
+} zero_hparams;
+#define ZERO_ALL_GROUPS (-1)
+#define ZERO_HPARAM_KEEP (-1.0)
+#define ZERO_HPARAM_DEFAULT (-2.0)
+#define ZERO_HPARAMS_INIT { sizeof(zero_hparams), ZERO_ALL_GROUPS, -1.0, -1.0, -1.0, -1.0, -1.0 }
+ZERO_API zero_status zero_set_hparams(zero_engine *e, const zero_hparams *h);
 
 /* ------------------------------------------------------------------------ */
 /* Per micro-batch                                                           */
@@ -267,6 +340,18 @@ ZERO_API zero_status zero_release(zero_engine *e, zero_param *const *params, siz
  * ZERO_ERR_MISMATCH naming both sides).  ZERO_ERR_STATE while params are
  * held, ZERO_ERR_INVALID_ARGUMENT for a NULL, empty or too long name. */
 ZERO_API zero_status zero_set_phase(zero_engine *e, const char *phase);
+
+/* (1.1) The persistent full-tensor storage libzero keeps for p: below stage
+ * 3 (stages 0/1/2, stage1-pp, offload, and any plugin that sets
+ * zero_param_info.data) p's slot in the plugin's parameter buffer, numel
+ * elements of p's dtype on the engine's device, valid until
+ * zero_engine_destroy.  libzero rewrites it inside zero_step (at the
+ * boundary) and zero_load; at any other time the host may read it directly,
+ * without zero_gather, e.g. to make its own tensors views of it (zero-copy,
+ * the alternative to ZERO_PARAM_HOST_OWNED's copy).  The host must not write
+ * it.  ZERO_ERR_UNSUPPORTED for a plugin that partitions parameters (stage
+ * 3: use zero_gather), ZERO_ERR_STATE before zero_params_done. */
+ZERO_API zero_status zero_param_storage(zero_engine *e, zero_param *p, void **data);
 
 /* Where to put p's gradient for the current micro-batch: `numel` elements
  * of p's dtype.  ADD (+=) your gradient into it: the buffer may already

@@ -280,6 +280,7 @@ void zero_engine_destroy(zero_engine *e) {
     if (e->plugin.dl) zero__plugin_unload(&e->plugin);
     if (e->params_frozen) zero__layout_free(&e->layout);
     free(e->groups);
+    free(e->hp_over);
     zero__params_free(e);
     if (e->cfg) zero__config_free(e->cfg);
     if (e->world && e->world != e->global) { /* a pipeline's sub-communicator goes before its world */
@@ -378,6 +379,26 @@ static zero_status pick_plugin(zero_engine *e) {
 
 static zero_status device_order(zero_engine *e, int after, void *stream);
 
+/* (1.1) ZERO_PARAM_HOST_OWNED: write libzero's current values of every
+ * host-owned param into the host's tensor (mem_copy: any direction between
+ * host and device memory, ordered on the device's stream; the step's
+ * device_order(0) after this makes the host's stream wait for it). */
+static zero_status host_owned_writeback(zero_engine *e, const char *when) {
+    if (!e->any_host_owned) return ZERO_OK;
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        struct zero_param *p = e->params[i];
+        if (!p->host_data) continue;
+        if (!p->info.data)
+            return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                               "%s: param '%s' is ZERO_PARAM_HOST_OWNED but plugin '%s' keeps no full copy of it "
+                               "(zero_param_info.data is NULL)",
+                               when, p->name, e->plugin.table->name ? e->plugin.table->name : "?");
+        size_t es = p->info.dtype == ZERO_DTYPE_F32 ? 4 : 2;
+        e->svc.mem_copy(zero__core_of(e), p->host_data, p->info.data, (size_t)p->info.numel * es);
+    }
+    return ZERO_OK;
+}
+
 zero_status zero_params_done(zero_engine *e) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     if (e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_params_done called twice");
@@ -401,6 +422,8 @@ zero_status zero_params_done(zero_engine *e) {
     /* The host's initial buffers are not referenced after this call. */
     for (uint32_t i = 0; i < e->nparams; i++) e->params[i]->info.init_data = NULL;
     if (s != ZERO_OK && !e->last_error[0]) zero__error(e, s, "plugin params_done failed");
+    if (s == ZERO_OK) s = host_owned_writeback(e, "zero_params_done");
+    if (s == ZERO_OK && e->dev && e->any_host_owned) s = device_order(e, 0, NULL);
     return s;
 }
 
@@ -483,6 +506,21 @@ zero_status zero_set_phase(zero_engine *e, const char *phase) {
     return t->set_phase(e->pstate, phase);
 }
 
+zero_status zero_param_storage(zero_engine *e, zero_param *p, void **data) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    zero_status s = check_param(e, p, "zero_param_storage");
+    if (s != ZERO_OK) return s;
+    if (!data) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_param_storage: data is NULL");
+    *data = NULL;
+    if ((e->plugin.table->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS) || !p->info.data)
+        return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                           "zero_param_storage(%s): plugin '%s' keeps no persistent full copy of the parameter "
+                           "(it partitions parameters): use zero_gather / zero_release",
+                           p->name, e->plugin.table->name ? e->plugin.table->name : "?");
+    *data = p->info.data;
+    return ZERO_OK;
+}
+
 zero_status zero_grad_buffer(zero_engine *e, zero_param *p, void **buf) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     zero_status s = check_param(e, p, "zero_grad_buffer");
@@ -507,6 +545,80 @@ zero_status zero_on_grad_ready(zero_engine *e, zero_param *p, void *stream) {
      * after the kernel that produced the gradient, without blocking. */
     if (e->dev && (s = device_order(e, 1, stream)) != ZERO_OK) return s;
     return e->plugin.table->on_grad_ready(e->pstate, &p->info, stream);
+}
+
+/* A new micro-step: no gradient (or slice) reported yet. */
+static void reset_ready(zero_engine *e) {
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        struct zero_param *p = e->params[i];
+        atomic_store(&p->ready, 0);
+        if (!p->stack_layers) continue;
+        atomic_store(&p->slices_ready, 0);
+        for (uint32_t l = 0; l < p->stack_layers; l++) atomic_store(&p->slice_seen[l], 0);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* (1.1) Stacked tensors: one param, its gradient reported slice by slice.  */
+
+zero_status zero_register_stacked(zero_engine *e, const zero_param_desc *desc, uint32_t layers, zero_param **out) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!desc || !out) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_stacked: NULL argument");
+    *out = NULL;
+    if (layers == 0 || desc->struct_size < offsetof(zero_param_desc, group) || desc->numel % layers != 0)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                           "zero_register_stacked(%s): numel %llu is not a positive multiple of layers %u",
+                           desc->name ? desc->name : "?", (unsigned long long)desc->numel, layers);
+    atomic_uchar *seen = calloc(layers, sizeof *seen);
+    if (!seen) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
+    zero_param *p = NULL;
+    zero_status s = zero_register_param(e, desc, &p);
+    if (s != ZERO_OK) {
+        free(seen);
+        return s;
+    }
+    for (uint32_t l = 0; l < layers; l++) atomic_init(&seen[l], 0);
+    atomic_init(&p->slices_ready, 0);
+    p->slice_seen = seen;
+    p->slice_numel = desc->numel / layers;
+    p->stack_layers = layers;
+    *out = p;
+    return ZERO_OK;
+}
+
+static zero_status check_slice(zero_engine *e, zero_param *p, uint32_t layer, const char *fn) {
+    zero_status s = check_param(e, p, fn);
+    if (s != ZERO_OK) return s;
+    if (!p->stack_layers)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s(%s): not registered with zero_register_stacked", fn,
+                           p->name);
+    if (layer >= p->stack_layers)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s(%s): layer %u >= layers %u", fn, p->name, layer,
+                           p->stack_layers);
+    return ZERO_OK;
+}
+
+zero_status zero_slice_grad_buffer(zero_engine *e, zero_param *p, uint32_t layer, void **buf) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    zero_status s = check_slice(e, p, layer, "zero_slice_grad_buffer");
+    if (s != ZERO_OK) return s;
+    void *whole = NULL;
+    if ((s = zero_grad_buffer(e, p, &whole)) != ZERO_OK) return s;
+    size_t es = p->info.dtype == ZERO_DTYPE_F32 ? 4 : 2;
+    *buf = (char *)whole + (size_t)layer * (size_t)p->slice_numel * es;
+    return ZERO_OK;
+}
+
+zero_status zero_on_slice_ready(zero_engine *e, zero_param *p, uint32_t layer, void *stream) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    zero_status s = check_slice(e, p, layer, "zero_on_slice_ready");
+    if (s != ZERO_OK) return s;
+    if (atomic_load(&p->ready) || atomic_exchange(&p->slice_seen[layer], 1) != 0)
+        return zero__error(e, ZERO_ERR_DUPLICATE,
+                           "zero_on_slice_ready(%s, layer %u): already reported in this micro-step (micro-step %u of "
+                           "step %llu)", p->name, layer, e->micro_step, (unsigned long long)e->global_step + 1);
+    if (atomic_fetch_add(&p->slices_ready, 1) + 1 < p->stack_layers) return ZERO_OK;
+    return zero_on_grad_ready(e, p, stream); /* the last slice: the whole param is final */
 }
 
 /* Params whose gradient never arrived: warn (naming them) and deliver a zero
@@ -549,7 +661,7 @@ static zero_status settle_missing(zero_engine *e) {
         if (s != ZERO_OK) return s;
         if (any) {
             e->micro_step = 0;
-            for (uint32_t i = 0; i < e->nparams; i++) atomic_store(&e->params[i]->ready, 0);
+            reset_ready(e);
             return zero__error(e, ZERO_ERR_STATE,
                                "zero_step: gradients never arrived for %u param(s) on this rank (%s) or on another "
                                "rank, and zero_optimization.strict_grads is set",
@@ -561,6 +673,15 @@ static zero_status settle_missing(zero_engine *e) {
     for (uint32_t i = 0; i < e->nparams; i++) {
         struct zero_param *p = e->params[i];
         if (atomic_load(&p->ready)) continue;
+        unsigned got = p->stack_layers ? atomic_load(&p->slices_ready) : 0;
+        if (got) { /* (1.1) a stack with some slices: the others were never added, i.e. zero */
+            zero__log(e, ZERO_LOG_WARN, "stacked param '%s': %u of %u slices reported in micro-step %u; the other "
+                      "slices count as zero", p->name, got, p->stack_layers, e->micro_step);
+            atomic_store(&p->ready, 1);
+            zero_status s = e->plugin.table->on_grad_ready(e->pstate, &p->info, NULL);
+            if (s != ZERO_OK) return s;
+            continue;
+        }
         zero__log(e, ZERO_LOG_WARN, "gradient of '%s' never arrived in micro-step %u; treating it as zero", p->name,
                   e->micro_step);
         p->info.grad_is_zero = 1;
@@ -596,7 +717,9 @@ zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_resu
     ctx.grad_divisor = (double)gas * (e->rc->grad_accum_dtype == ZERO_DTYPE_F32 ? (double)e->world_size : 1.0);
     ctx.stream = args && args->struct_size >= offsetof(zero_step_args, stream) + sizeof(void *) ? args->stream : NULL;
     zero_step_report rep = {sizeof rep, 0, -1.0};
-    double lr_used = e->lr;
+    zero__hp hp0; /* group 0's hyper-parameters for this step (zero_step_result.lr) */
+    zero__hp_resolve(e, 0, e->global_step + 1, &hp0);
+    double lr_used = hp0.lr;
 
     /* The step writes parameters and reads gradients on the device's stream:
      * it must come after everything the host queued on its stream so far
@@ -604,7 +727,9 @@ zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_resu
      * weights), or the optimizer races them. */
     if (e->dev && (s = device_order(e, 1, ctx.stream)) != ZERO_OK) return s;
     s = e->plugin.table->step(e->pstate, &ctx, &rep);
-    for (uint32_t i = 0; i < e->nparams; i++) atomic_store(&e->params[i]->ready, 0);
+    reset_ready(e);
+    /* (1.1) host-owned params get the new values before zero_step returns */
+    if (s == ZERO_OK && ctx.boundary && !rep.overflow) s = host_owned_writeback(e, "zero_step");
     /* the next forward (on the host's stream) must see the refreshed params */
     if (s == ZERO_OK && e->dev) s = device_order(e, 0, ctx.stream);
     if (s != ZERO_OK) {
@@ -679,7 +804,12 @@ zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_save_option
 
 zero_status zero_load(zero_engine *e, const char *dir) {
     zero_status s = ckpt_entry(e, dir, "zero_load", 1);
-    return s != ZERO_OK ? s : zero__ckpt_load(e, dir);
+    if (s == ZERO_OK) s = zero__ckpt_load(e, dir);
+    if (s != ZERO_OK) return s;
+    /* host-owned parameters (1.1): the loaded values go into the host's tensors */
+    if ((s = host_owned_writeback(e, "zero_load")) != ZERO_OK) return s;
+    if (e->dev && e->any_host_owned && (s = device_order(e, 0, NULL)) != ZERO_OK) return s;
+    return ZERO_OK;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -22,6 +22,12 @@ struct zero_param {
     zero_param_info info;     /* what the plugin sees */
     atomic_int ready;         /* grad ready in the current micro-step */
     char *name;               /* owned copy */
+    void *host_data;          /* (1.1) ZERO_PARAM_HOST_OWNED: the host's tensor, written after each step */
+    uint32_t stack_layers;    /* (1.1) zero_register_stacked: slices, else 0 */
+    uint64_t slice_numel;
+    atomic_uint slices_ready; /* slices reported this micro-step */
+    atomic_uchar *slice_seen; /* stack_layers flags (owned) */
+    zero_device_kind host_device;
 };
 
 /* Per-group hyper-parameters resolved at params_done. */
@@ -30,6 +36,18 @@ typedef struct zero__group_hp {
     double lr_scale;
     double weight_decay;
 } zero__group_hp;
+
+/* (1.1) zero_set_hparams overrides of one group (or ZERO_ALL_GROUPS); a
+ * field < 0 is not overridden. */
+typedef struct zero__hp_override {
+    int32_t group;
+    double lr, weight_decay, beta1, beta2, eps;
+} zero__hp_override;
+
+/* Hyper-parameters in force for one group at optimizer step t. */
+typedef struct zero__hp {
+    double lr, weight_decay, beta1, beta2, eps;
+} zero__hp;
 
 struct zero_engine {
     /* configuration and plumbing */
@@ -58,6 +76,9 @@ struct zero_engine {
     zero__layout layout;
     zero__group_hp *groups;      /* ngroups entries, by layout group order */
     uint32_t ngroups_hp;
+    zero__hp_override *hp_over;  /* (1.1) zero_set_hparams, nhp_over entries */
+    uint32_t nhp_over;
+    int any_host_owned;          /* (1.1) some param is ZERO_PARAM_HOST_OWNED */
 
     /* step state */
     uint32_t micro_step;         /* within the accumulation window */
@@ -104,6 +125,8 @@ static inline zero_core *zero__core_of(struct zero_engine *e) { return (zero_cor
 
 /* Hyper-parameter overrides of a param group (zero_set_group) or NULL. */
 const zero__group_hp *zero__group_hp_of(const struct zero_engine *e, int32_t group_id);
+/* (1.1) Resolve group_id's hyper-parameters for optimizer step t (hparams.c). */
+void zero__hp_resolve(const struct zero_engine *e, int32_t group_id, uint64_t t, zero__hp *out);
 /* Fill e->svc (services.c). */
 void zero__services_init(struct zero_engine *e);
 /* Learning-rate schedule: lr for optimizer step t (1-based), group 0 (sched.c). */

@@ -89,6 +89,15 @@ zero_status zero__param_register(struct zero_engine *e, const zero_param_desc *d
     if (desc.group < 0)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param(%s): group %d < 0", desc.name,
                            (int)desc.group);
+    if (desc.flags & ~(uint32_t)ZERO_PARAM_HOST_OWNED)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param(%s): unknown flags 0x%x", desc.name,
+                           (unsigned)(desc.flags & ~(uint32_t)ZERO_PARAM_HOST_OWNED));
+    if ((desc.flags & ZERO_PARAM_HOST_OWNED) && (e->plugin.table->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS))
+        return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                           "zero_register_param(%s): ZERO_PARAM_HOST_OWNED with plugin '%s', which partitions "
+                           "parameters (stage 3): a rank keeps only a shard, so there is no full tensor to write "
+                           "back; register without the flag and use zero_gather / zero_release",
+                           desc.name, e->plugin.table->name ? e->plugin.table->name : "?");
     for (uint32_t i = 0; i < e->nparams; i++)
         if (strcmp(e->params[i]->name, desc.name) == 0)
             return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param: duplicate name '%s'",
@@ -121,6 +130,11 @@ zero_status zero__param_register(struct zero_engine *e, const zero_param_desc *d
     p->info.init_data = desc.data;
     p->info.init_device = desc.device;
     p->info.host_grad = desc.grad;
+    if (desc.flags & ZERO_PARAM_HOST_OWNED) {
+        p->host_data = (void *)(uintptr_t)desc.data; /* the host promised writable memory */
+        p->host_device = desc.device;
+        e->any_host_owned = 1;
+    }
     e->params[e->nparams++] = p;
     *out = p;
     return ZERO_OK;
@@ -140,6 +154,7 @@ void zero__param_unregister_last(struct zero_engine *e) {
     struct zero_param *p = e->params[--e->nparams];
     set_rebuild(e);
     free(p->name);
+    free(p->slice_seen);
     p->magic = 0;
     free(p);
 }
@@ -147,6 +162,7 @@ void zero__param_unregister_last(struct zero_engine *e) {
 void zero__params_free(struct zero_engine *e) {
     for (uint32_t i = 0; i < e->nparams; i++) {
         free(e->params[i]->name);
+        free(e->params[i]->slice_seen);
         e->params[i]->magic = 0;
         free(e->params[i]);
     }

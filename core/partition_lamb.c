@@ -49,13 +49,10 @@ static inline float lamb_u(const zero_optim_scalars *s, float m, float v, float 
 static zero_optim_scalars scalars_of(struct zero_engine *e, const zero_param_info *p) {
     const zero_run_config *rc = e->rc;
     int g = zero__layout_group_of(&e->layout.view, p->flat_offset);
-    const zero__group_hp *hp = g >= 0 ? zero__group_hp_of(e, e->layout.view.groups[g].group_id) : NULL;
-    double lr = e->lr * (hp ? hp->lr_scale : 1.0);
-    double wd = hp && hp->weight_decay >= 0 ? hp->weight_decay : rc->weight_decay;
-    double b1, b2; /* OneCycle may cycle them */
-    zero__schedule_betas(e, e->global_step + 1, &b1, &b2);
-    return zero__optim_scalars(ZERO_OPTIM_LAMB, lr, b1, b2, rc->eps, wd, rc->momentum, rc->nesterov,
-                               rc->bias_correction, e->global_step + 1);
+    zero__hp hp; /* scheduler, zero_set_group, zero_set_hparams (OneCycle may cycle the betas) */
+    zero__hp_resolve(e, g >= 0 ? e->layout.view.groups[g].group_id : 0, e->global_step + 1, &hp);
+    return zero__optim_scalars(ZERO_OPTIM_LAMB, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, rc->momentum,
+                               rc->nesterov, rc->bias_correction, e->global_step + 1);
 }
 
 /* Pieces of params inside this rank's ranges, in range then flat order. */

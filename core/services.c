@@ -104,12 +104,10 @@ static zero_status svc_optim_step(zero_core *c, const zero_opt_range *r) {
         uint64_t lo = r->flat_lo > lg->flat_begin ? r->flat_lo : lg->flat_begin;
         uint64_t hi = r->flat_hi < lg->flat_begin + lg->numel ? r->flat_hi : lg->flat_begin + lg->numel;
         if (lo >= hi) continue;
-        const zero__group_hp *hp = zero__group_hp_of(e, lg->group_id);
-        double lr = e->lr * (hp ? hp->lr_scale : 1.0);
-        double wd = hp && hp->weight_decay >= 0 ? hp->weight_decay : rc->weight_decay;
-        double b1, b2; /* OneCycle may cycle them */
-        zero__schedule_betas(e, t, &b1, &b2);
-        zero_optim_scalars s = zero__optim_scalars(rc->optim, lr, b1, b2, rc->eps, wd, rc->momentum,
+        zero__hp hp; /* scheduler, zero_set_group, zero_set_hparams (OneCycle may cycle the betas) */
+        zero__hp_resolve(e, lg->group_id, t, &hp);
+        zero_optim_scalars s = zero__optim_scalars(rc->optim, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
+                                                   rc->momentum,
                                                    rc->nesterov, rc->bias_correction, t);
         size_t off = (size_t)(lo - r->flat_lo), n = (size_t)(hi - lo);
         float *st_[4] = {0};

@@ -15,6 +15,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin
   abigail-tools binutils
   python3
+  python3-torch
 )
 # shellcheck disable=SC2206
 PKGS+=(${INSTALL_DEPS_EXTRA:-})

@@ -26,7 +26,7 @@ _Static_assert(offsetof(zero_engine_options, log_fn) == 64, "offsetof(zero_engin
 _Static_assert(offsetof(zero_engine_options, log_user) == 72, "offsetof(zero_engine_options, log_user)");
 
 /* zero_param_desc */
-_Static_assert(sizeof(zero_param_desc) == 56, "sizeof(zero_param_desc)");
+_Static_assert(sizeof(zero_param_desc) == 64, "sizeof(zero_param_desc)");
 _Static_assert(offsetof(zero_param_desc, struct_size) == 0, "offsetof(zero_param_desc, struct_size)");
 _Static_assert(offsetof(zero_param_desc, reserved0) == 4, "offsetof(zero_param_desc, reserved0)");
 _Static_assert(offsetof(zero_param_desc, name) == 8, "offsetof(zero_param_desc, name)");
@@ -37,6 +37,8 @@ _Static_assert(offsetof(zero_param_desc, device) == 36, "offsetof(zero_param_des
 _Static_assert(offsetof(zero_param_desc, grad) == 40, "offsetof(zero_param_desc, grad)");
 _Static_assert(offsetof(zero_param_desc, group) == 48, "offsetof(zero_param_desc, group)");
 _Static_assert(offsetof(zero_param_desc, reserved1) == 52, "offsetof(zero_param_desc, reserved1)");
+_Static_assert(offsetof(zero_param_desc, flags) == 56, "offsetof(zero_param_desc, flags)");
+_Static_assert(offsetof(zero_param_desc, reserved2) == 60, "offsetof(zero_param_desc, reserved2)");
 
 /* zero_group_desc */
 _Static_assert(sizeof(zero_group_desc) == 24, "sizeof(zero_group_desc)");
@@ -44,6 +46,16 @@ _Static_assert(offsetof(zero_group_desc, struct_size) == 0, "offsetof(zero_group
 _Static_assert(offsetof(zero_group_desc, group) == 4, "offsetof(zero_group_desc, group)");
 _Static_assert(offsetof(zero_group_desc, lr_scale) == 8, "offsetof(zero_group_desc, lr_scale)");
 _Static_assert(offsetof(zero_group_desc, weight_decay) == 16, "offsetof(zero_group_desc, weight_decay)");
+
+/* zero_hparams */
+_Static_assert(sizeof(zero_hparams) == 48, "sizeof(zero_hparams)");
+_Static_assert(offsetof(zero_hparams, struct_size) == 0, "offsetof(zero_hparams, struct_size)");
+_Static_assert(offsetof(zero_hparams, group) == 4, "offsetof(zero_hparams, group)");
+_Static_assert(offsetof(zero_hparams, lr) == 8, "offsetof(zero_hparams, lr)");
+_Static_assert(offsetof(zero_hparams, weight_decay) == 16, "offsetof(zero_hparams, weight_decay)");
+_Static_assert(offsetof(zero_hparams, beta1) == 24, "offsetof(zero_hparams, beta1)");
+_Static_assert(offsetof(zero_hparams, beta2) == 32, "offsetof(zero_hparams, beta2)");
+_Static_assert(offsetof(zero_hparams, eps) == 40, "offsetof(zero_hparams, eps)");
 
 /* zero_step_args */
 _Static_assert(sizeof(zero_step_args) == 16, "sizeof(zero_step_args)");

@@ -55,6 +55,8 @@ host_run_cfg host_default_cfg(void) {
     c.save_after = -1;
     c.resume_from = -1;
     c.stage = -1;
+    c.config_lr = 0.001;
+    c.hp_lr = -1.0;
     return c;
 }
 
@@ -72,6 +74,7 @@ typedef struct run_state {
     size_t *numel;
     float **grad;      /* host-computed gradient of the micro-step */
     float **host_grad; /* registered host-owned buffers (host_grad mode) */
+    float **host_param; /* ZERO_PARAM_HOST_OWNED parameter arrays (host_owned mode) */
     int *order;
     int last_micro;    /* current micro-step is the window's last */
     pthread_mutex_t err_mu;
@@ -202,12 +205,13 @@ static void make_config(const host_run_cfg *c, char *buf, size_t n) {
     snprintf(buf, n,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
              " \"gradient_clipping\": 1.0,"
-             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001, \"betas\": [0.9, 0.999],"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": %.17g, \"betas\": [0.9, 0.999],"
              " \"eps\": 1e-8, \"weight_decay\": 0.01}},"
              " \"zero_optimization\": {\"stage\": %d, %s%s\"overlap_comm\": %s, \"contiguous_gradients\": %s,"
              " \"strict_grads\": %s%s}}",
-             c->mb, c->gas, stage, bucket, offload, c->overlap ? "true" : "false", c->contiguous ? "true" : "false",
-             c->strict ? "true" : "false", c->once_per_window ? ", \"reduce_once_per_window\": true" : "");
+             c->mb, c->gas, c->config_lr, stage, bucket, offload, c->overlap ? "true" : "false",
+             c->contiguous ? "true" : "false", c->strict ? "true" : "false",
+             c->once_per_window ? ", \"reduce_once_per_window\": true" : "");
 }
 
 static void shuffle(int *v, uint32_t n, uint64_t seed) {
@@ -223,16 +227,21 @@ static void shuffle(int *v, uint32_t n, uint64_t seed) {
 /* One micro-step: forward/backward, then every param's hook. */
 static void micro_step(run_state *r, uint64_t gm, int m, int drank, int dworld) {
     const host_run_cfg *c = r->cfg;
-    void **ptrs = calloc(r->np, sizeof *ptrs);
-    zero_status s = zero_gather(r->e, r->h, r->np, ptrs);
-    if (s != ZERO_OK) {
+    if (c->host_owned) {
+        /* the host's own tensors are the parameters: no gather */
+        compute_grads(r, r->host_param, gm, drank, dworld);
+    } else {
+        void **ptrs = calloc(r->np, sizeof *ptrs);
+        zero_status s = zero_gather(r->e, r->h, r->np, ptrs);
+        if (s != ZERO_OK) {
+            free(ptrs);
+            fail(r, s, "zero_gather");
+            return;
+        }
+        compute_grads(r, (float *const *)ptrs, gm, drank, dworld);
+        zero_release(r->e, r->h, r->np);
         free(ptrs);
-        fail(r, s, "zero_gather");
-        return;
     }
-    compute_grads(r, (float *const *)ptrs, gm, drank, dworld);
-    zero_release(r->e, r->h, r->np);
-    free(ptrs);
     r->last_micro = (m == c->gas - 1);
     /* natural backward order: last registered (output side) first */
     for (uint32_t k = 0; k < r->np; k++) r->order[k] = (int)(r->np - 1 - k);
@@ -271,6 +280,11 @@ void host_run(const host_run_cfg *c, host_run_out *out) {
         out->status = s;
         return;
     }
+    if (c->hp_lr >= 0) {
+        zero_hparams hp = ZERO_HPARAMS_INIT;
+        hp.lr = c->hp_lr;
+        if ((s = zero_set_hparams(r.e, &hp)) != ZERO_OK) fail(&r, s, "zero_set_hparams");
+    }
     int drank = c->data_rank >= 0 ? c->data_rank : zero_rank(r.e);
     int dworld = c->data_world > 0 ? c->data_world : zero_world_size(r.e);
 
@@ -278,6 +292,7 @@ void host_run(const host_run_cfg *c, host_run_out *out) {
     r.numel = calloc(r.np, sizeof *r.numel);
     r.grad = calloc(r.np, sizeof *r.grad);
     r.host_grad = calloc(r.np, sizeof *r.host_grad);
+    r.host_param = calloc(r.np, sizeof *r.host_param);
     r.order = calloc(r.np, sizeof *r.order);
     float **init = calloc(r.np, sizeof *init);
     zero_group_desc gd = ZERO_GROUP_DESC_INIT;
@@ -303,6 +318,11 @@ void host_run(const host_run_cfg *c, host_run_out *out) {
         d.numel = r.numel[i];
         d.group = is_w ? 0 : 1;
         if (c->host_grad) d.grad = r.host_grad[i] = calloc(r.numel[i], sizeof(float));
+        if (c->host_owned) {
+            d.flags = ZERO_PARAM_HOST_OWNED;
+            d.data = r.host_param[i] = init[i]; /* the host keeps it: libzero writes the updates here */
+            init[i] = NULL;
+        }
         if ((s = zero_register_param(r.e, &d, &r.h[i])) != ZERO_OK) fail(&r, s, "zero_register_param");
     }
     if (out->status == ZERO_OK && (s = zero_params_done(r.e)) != ZERO_OK) fail(&r, s, "zero_params_done");
@@ -325,9 +345,34 @@ void host_run(const host_run_cfg *c, host_run_out *out) {
         }
         if (res.boundary != (m == c->gas - 1)) fail(&r, ZERO_ERR_INTERNAL, "zero_step: unexpected boundary flag");
         if (res.boundary) out->last_norm = res.grad_norm;
+        if (c->host_owned && res.boundary) {
+            /* after the step the host's arrays hold exactly what zero_gather gives */
+            float *g = malloc(out->numel * sizeof(float));
+            if (g && (s = th_gather_all_f32(r.e, r.h, r.np, r.numel, g)) == ZERO_OK) {
+                size_t off = 0;
+                for (uint32_t i = 0; i < r.np; i++) {
+                    if (memcmp(g + off, r.host_param[i], r.numel[i] * sizeof(float)) != 0) {
+                        fail(&r, ZERO_ERR_INTERNAL, "host-owned param differs from zero_gather after zero_step");
+                        break;
+                    }
+                    off += r.numel[i];
+                }
+            } else if (g) {
+                fail(&r, s, "zero_gather (host-owned check)");
+            }
+            free(g);
+        }
         if ((int64_t)gm + 1 == c->save_after && (s = zero_save(r.e, c->ckpt_dir)) != ZERO_OK) fail(&r, s, "zero_save");
     }
-    if (out->status == ZERO_OK) {
+    if (out->status == ZERO_OK && c->host_owned) {
+        /* the final parameters straight from the host's own arrays */
+        out->params = malloc(out->numel * sizeof(float));
+        size_t off = 0;
+        for (uint32_t i = 0; i < r.np; i++) {
+            memcpy(out->params + off, r.host_param[i], r.numel[i] * sizeof(float));
+            off += r.numel[i];
+        }
+    } else if (out->status == ZERO_OK) {
         out->params = malloc(out->numel * sizeof(float));
         if ((s = th_gather_all_f32(r.e, r.h, r.np, r.numel, out->params)) != ZERO_OK) fail(&r, s, "zero_gather (final)");
     }
@@ -339,7 +384,9 @@ void host_run(const host_run_cfg *c, host_run_out *out) {
     for (uint32_t i = 0; i < r.np; i++) {
         free(r.grad[i]);
         free(r.host_grad[i]);
+        free(r.host_param[i]);
     }
+    free(r.host_param);
     free(r.h);
     free(r.numel);
     free(r.grad);

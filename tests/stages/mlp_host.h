@@ -53,6 +53,11 @@ typedef struct host_run_cfg {
     int offload;           /* zero_optimization.offload_optimizer = {"device": "cpu"} */
     /* (appended by issue13-gas) */
     int once_per_window;   /* zero_optimization.reduce_once_per_window (gas > 1: the local window sum) */
+    /* (appended by bindings, ABI 1.1) */
+    int host_owned;        /* register ZERO_PARAM_HOST_OWNED: forward reads the host's own arrays, no zero_gather;
+                              after each step they must equal what zero_gather gives (checked: ZERO_ERR_INTERNAL) */
+    double config_lr;      /* optimizer lr in the config (default 0.001) */
+    double hp_lr;          /* >= 0: zero_set_hparams(ALL_GROUPS, lr) right after zero_engine_create */
 } host_run_cfg;
 
 /* Defaults: stage0, small model, 30 steps, gas 1, mb 3, overlap 1,

@@ -1,0 +1,109 @@
+"""One configuration of bench/bindings (run under mpirun by run-bench.sh):
+train an fp32 MLP for STEPS steps and print one JSON line (rank 0) with the
+median step time (after WARMUP) and each rank's peak RSS.
+
+  mode: ddp-adamw | ddp-zero-redundancy | zero-stage1 | zero-stage2 | zero-offload | zero-stage2-views
+  mpirun -np 2 python3 bench_torch.py zero-stage2 --width 1024 --layers 4 --steps 30 --warmup 5
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
+WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
+
+
+def rss_kib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def main():
+    import faulthandler
+    faulthandler.dump_traceback_later(int(os.environ.get("BENCH_HANG_S", "300")), exit=True)  # a hang fails
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode")
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--mb", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29611")
+    dist.init_process_group("gloo", rank=RANK, world_size=WORLD)
+    base_rss = rss_kib()
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(a.layers):
+        layers += [nn.Linear(a.width, a.width), nn.Tanh()]
+    model = nn.Sequential(*layers)
+    nparams = sum(p.numel() for p in model.parameters())
+    lr, betas, eps, wd = 1e-4, (0.9, 0.999), 1e-8, 0.01
+    if a.mode.startswith("ddp"):
+        net = nn.parallel.DistributedDataParallel(model)
+        if a.mode == "ddp-adamw":
+            opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=wd)
+        else:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+            opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr,
+                                          betas=betas, eps=eps, weight_decay=wd)
+
+        def train_step(x, y):
+            loss = nn.functional.mse_loss(net(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    else:
+        import zero.torch as zt
+        stage = {"zero-stage1": 1, "zero-stage2": 2, "zero-offload": 2, "zero-stage2-views": 2}[a.mode]
+        cfg = {"train_micro_batch_size_per_gpu": a.mb,
+               "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": list(betas), "eps": eps,
+                                                         "weight_decay": wd}},
+               "zero_optimization": {"stage": stage, "overlap_comm": True}}
+        if a.mode == "zero-offload":
+            cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+        # zero-stage2-views: the model's tensors are views of libzero's own copy (param_storage="libzero")
+        engine, _, _, _ = zt.initialize(model, cfg,
+                                        param_storage="libzero" if a.mode == "zero-stage2-views" else "host")
+
+        def train_step(x, y):
+            loss = nn.functional.mse_loss(engine(x), y)
+            engine.backward(loss)
+            engine.step()
+    g = torch.Generator().manual_seed(RANK)
+    times = []
+    for s in range(a.steps):
+        x = torch.randn(a.mb, a.width, generator=g)
+        y = torch.randn(a.mb, a.width, generator=g)
+        dist.barrier()
+        t0 = time.perf_counter()
+        train_step(x, y)
+        times.append(time.perf_counter() - t0)
+    med = statistics.median(times[a.warmup:])
+    # per-rank figures to rank 0
+    mine = torch.tensor([med, float(rss_kib()), float(base_rss)], dtype=torch.float64)
+    allv = [torch.zeros(3, dtype=torch.float64) for _ in range(WORLD)]
+    dist.all_gather(allv, mine)
+    if RANK == 0:
+        print(json.dumps({"mode": a.mode, "world": WORLD, "params": nparams, "steps": a.steps, "warmup": a.warmup,
+                          "step_ms": max(float(v[0]) for v in allv) * 1e3,
+                          "peak_rss_mib": [float(v[1]) / 1024 for v in allv],
+                          "base_rss_mib": [float(v[2]) / 1024 for v in allv]}))
+    if not a.mode.startswith("ddp"):
+        engine.close()
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

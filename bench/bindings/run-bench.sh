@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# bench/bindings: zero.torch (stage 1, stage 2, offload) vs DDP + AdamW and vs
+# DDP + ZeroRedundancyOptimizer (gloo), step time and peak RSS per rank, the
+# ratios from ONE run of this script (configurations alternated REPS times so
+# machine load hits all alike).  See README.md.
+# Environment (optional): ZERO_BUILD_DIR (<repo>/build), NP (2), WIDTH (1024),
+# LAYERS (4), STEPS (30), WARMUP (5), REPS (3), PY (/usr/bin/python3), BENCH_OUT.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BUILD="${ZERO_BUILD_DIR:-$ROOT/build}"
+NP="${NP:-2}" WIDTH="${WIDTH:-1024}" LAYERS="${LAYERS:-4}" STEPS="${STEPS:-30}" WARMUP="${WARMUP:-5}" REPS="${REPS:-3}"
+PY="${PY:-/usr/bin/python3}"
+OUT="${BENCH_OUT:-$(mktemp -d /tmp/zero-bench-bindings-XXXXXX)}"
+export ZERO_LIBRARY="$BUILD/core/libzero.so.1" PYTHONPATH="$ROOT/bindings/python" ZERO_PLUGIN_PATH="$BUILD/plugins"
+MODES=(ddp-adamw ddp-zero-redundancy zero-stage1 zero-stage2 zero-offload zero-stage2-views)
+echo "bench/bindings: N=$NP, MLP ${LAYERS}x${WIDTH}^2 fp32, $STEPS steps (first $WARMUP dropped), $REPS rounds;" \
+     "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+: >"$OUT/all.jsonl"
+for r in $(seq 1 "$REPS"); do
+  for m in "${MODES[@]}"; do
+    port=$((29600 + RANDOM % 300))
+    MASTER_PORT=$port timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$NP" --mca btl self,vader -x MASTER_PORT \
+      "$PY" "$ROOT/bench/bindings/bench_torch.py" "$m" --width "$WIDTH" --layers "$LAYERS" --steps "$STEPS" \
+      --warmup "$WARMUP" >"$OUT/$m.$r.log" 2>&1 || { echo "$m #$r failed:"; tail -20 "$OUT/$m.$r.log"; exit 1; }
+    grep '^{' "$OUT/$m.$r.log" >>"$OUT/all.jsonl"
+  done
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+"$PY" - "$OUT/all.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+by = {}
+for r in rows:
+    by.setdefault(r["mode"], []).append(r)
+order = ["ddp-adamw", "ddp-zero-redundancy", "zero-stage1", "zero-stage2", "zero-offload", "zero-stage2-views"]
+med = {m: statistics.median(r["step_ms"] for r in by[m]) for m in order}
+rss = {m: statistics.median(max(r["peak_rss_mib"]) for r in by[m]) for m in order}
+base = {m: statistics.median(max(r["base_rss_mib"]) for r in by[m]) for m in order}
+p = rows[0]["params"]
+print("params %d (%.1f MiB fp32), world %d" % (p, p * 4 / 2**20, rows[0]["world"]))
+print("%-20s %12s %9s %9s %15s %9s %9s" % ("config", "step ms", "/AdamW", "/ZeRO-R", "peak RSS MiB", "/AdamW",
+                                           "/ZeRO-R"))
+for m in order:
+    print("%-20s %12.1f %9.2f %9.2f %15.0f %9.2f %9.2f" % (
+        m, med[m], med[m] / med["ddp-adamw"], med[m] / med["ddp-zero-redundancy"], rss[m],
+        rss[m] / rss["ddp-adamw"], rss[m] / rss["ddp-zero-redundancy"]))
+print("(step ms: median over rounds of the slowest rank's median step; peak RSS: median over rounds of the "
+      "largest rank's ru_maxrss; post-import baseline ~%.0f MiB)" % statistics.median(base.values()))
+PY

@@ -1,0 +1,260 @@
+"""zero (the ctypes package) without torch: every Engine method against the
+real libzero, in one process or under mpirun (any world size: every rank
+adds the same gradients, so the mean is the local gradient).
+Run: ZERO_LIBRARY=build/core/libzero.so.1 PYTHONPATH=bindings/python python3 test_api.py"""
+import array
+import ctypes
+import math
+import os
+import shutil
+import sys
+import tempfile
+
+import zero
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+def expect_error(fn, status_name, needle, what):
+    try:
+        fn()
+    except zero.ZeroError as ex:
+        check(ex.status_name == status_name, "%s: status %s, expected %s" % (what, ex.status_name, status_name))
+        check(needle in ex.message, "%s: message %r lacks %r" % (what, ex.message, needle))
+        check(ex.message.startswith("rank ") or ex.call in ("zero_engine_create", "libzero"),
+              "%s: message %r is not rank-prefixed" % (what, ex.message))
+        return ex
+    check(False, "%s: no ZeroError raised" % what)
+
+
+def sgd_cfg(stage, lr=0.5, **extra):
+    c = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": lr}},
+         "zero_optimization": {"stage": stage}}
+    c.update(extra)
+    return c
+
+
+N = 37  # straddles rank partitions
+
+
+def grad_of(step, k):
+    return math.sin(0.1 * (k + 1) * (step + 1))
+
+
+def train(stage, host_owned, steps=4, plugin=None, lr=0.5, set_lr=None):
+    """SGD on two params; returns the final values (lists) and the engine's results."""
+    e = zero.Engine(sgd_cfg(stage, lr), plugin=plugin)
+    w = array.array("f", [0.01 * k for k in range(N)])
+    b = array.array("f", [1.0, -1.0, 0.5])
+    pw = e.register("w", w, host_owned=host_owned)
+    pb = e.register("b", b, group=1, host_owned=host_owned)
+    e.params_done()
+    if set_lr is not None:
+        e.set_hparams(lr=set_lr)
+    results = []
+    for s in range(steps):
+        for p in (pb, pw):
+            g = e.grad_buffer(p)
+            check(g.format == "f" and len(g) == p.numel, "grad_buffer view shape")
+            for k in range(p.numel):
+                g[k] += grad_of(s, k + (100 if p is pb else 0))
+            e.on_grad_ready(p)
+        results.append(e.step())
+    if host_owned:
+        vals = (list(w), list(b))
+        with e.gather([pw, pb]) as (vw, vb):
+            check(list(vw) == vals[0] and list(vb) == vals[1], "host-owned == gather (stage %d)" % stage)
+    else:
+        with e.gather([pw, pb]) as (vw, vb):
+            vals = (list(vw), list(vb))
+    e.close()
+    return vals, results
+
+
+def reference(steps=4, lr=0.5):
+    w = [float(ctypes.c_float(0.01 * k).value) for k in range(N)]
+    b = [1.0, -1.0, 0.5]
+    for s in range(steps):
+        w = [ctypes.c_float(w[k] - ctypes.c_float(lr * ctypes.c_float(grad_of(s, k)).value).value).value
+             for k in range(N)]
+        b = [ctypes.c_float(b[k] - ctypes.c_float(lr * ctypes.c_float(grad_of(s, k + 100)).value).value).value
+             for k in range(3)]
+    return w, b
+
+
+def close(a, b, tol=1e-6):
+    return all(abs(x - y) <= tol * (1 + abs(y)) for x, y in zip(a, b))
+
+
+def main():
+    check(zero.abi_version() >= (1, 1), "abi_version %s" % (zero.abi_version(),))
+    check(zero.version().count(".") == 2, "version string")
+    check(zero.status_string(2).startswith("ZERO_ERR_CONFIG"), "status_string")
+
+    ref = reference()
+    base = None
+    for stage in (0, 1, 2):
+        for owned in (False, True):
+            (w, b), res = train(stage, owned)
+            check(close(w, ref[0]) and close(b, ref[1]), "stage %d owned %s vs reference" % (stage, owned))
+            check(all(r.boundary and r.taken for r in res) and res[-1].global_step == 4, "step results")
+            check(abs(res[0].lr - 0.5) < 1e-12 and res[0].grad_norm > 0, "result lr / norm")
+            if base is None:
+                base = (w, b)
+            check((w, b) == base, "stage %d owned %s bitwise == stage 0" % (stage, owned))
+    # zero_param_storage: libzero's own copy, zero-copy, equal to what gather gives
+    e = zero.Engine(sgd_cfg(2))
+    w = array.array("f", [1.0] * N)
+    p = e.register("w", w)
+    e.params_done()
+    g = e.grad_buffer(p)
+    for k in range(N):
+        g[k] += 1.0
+    e.on_grad_ready(p)
+    e.step()
+    with e.gather([p]) as (vw,):
+        check(list(e.storage(p)) == list(vw) == [0.5] * N, "storage view == gather after a step")
+    e.close()
+    (w, b), _ = train(2, True, plugin="offload")
+    check(close(w, ref[0]) and close(b, ref[1]), "offload host-owned vs reference")
+
+    # set_hparams: configured lr 3.0, told 0.5 -> the lr-0.5 reference
+    (w, b), res = train(1, True, lr=3.0, set_lr=0.5)
+    check(close(w, ref[0]) and abs(res[0].lr - 0.5) < 1e-12, "set_hparams(lr) overrides the config")
+
+    # config from a file path; memory stats; save / load (host-owned values come back)
+    tmp = tempfile.mkdtemp(prefix="zero-py-")
+    try:
+        import json
+        path = os.path.join(tmp, "ds_config.json")
+        with open(path, "w") as f:
+            json.dump(sgd_cfg(2), f)
+        e = zero.Engine(path)
+        check(e.plugin == "stage2" and e.world_size >= 1 and 0 <= e.rank < e.world_size, "engine basics")
+        w = array.array("f", [1.0] * N)
+        p = e.register("w", w, host_owned=True)
+        e.params_done()
+        ms = e.memory_stats()
+        check(ms["current"]["device"]["params"] > 0 and ms["peak_total"]["device"] > 0, "memory stats %r" % ms)
+        check(isinstance(e.comm_stats()["allreduce_calls"], int), "comm stats")
+
+        def one_step(val):
+            g = e.grad_buffer(p)
+            for k in range(N):
+                g[k] += val
+            e.on_grad_ready(p)
+            return e.step()
+        one_step(1.0)
+        ck = os.path.join(tmp, "ckpt")
+        e.save(ck)
+        saved = list(w)
+        one_step(1.0)
+        check(list(w) != saved, "a step changed the host-owned tensor")
+        e.load(ck)
+        check(list(w) == saved, "load wrote the checkpoint's values into the host-owned tensor")
+        # errors from calls on a live engine
+        g = e.grad_buffer(p)
+        e.on_grad_ready(p)
+        expect_error(lambda: e.on_grad_ready(p), "ZERO_ERR_DUPLICATE", "twice", "duplicate on_grad_ready")
+        e.step()
+        e.close()
+        e.close()  # idempotent
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    # errors cross the boundary: bad config, missing plugin, NaN gradient
+    expect_error(lambda: zero.Engine({"optimizer": {"type": "AdamW", "params": {"lr": "fast"}}}),
+                 "ZERO_ERR_CONFIG", "lr", "bad config")
+    expect_error(lambda: zero.Engine(sgd_cfg(1), plugin="no-such-plugin"), "ZERO_ERR_PLUGIN_NOT_FOUND",
+                 "libzero-plugin-no-such-plugin.so", "missing plugin")
+    fp16 = sgd_cfg(2, fp16={"enabled": True, "initial_scale_power": 0, "hysteresis": 1, "min_loss_scale": 1})
+    e = zero.Engine(fp16)
+    h = array.array("H", [0x3C00] * 8)  # 1.0 in f16
+    p = e.register("w", h, dtype="f16", host_owned=True)
+    e.params_done()
+    g = e.grad_buffer(p)
+    check(g.format == "H" and len(g) == 8, "f16 view: raw bits")
+    g[3] = 0x7E00  # an f16 NaN
+    e.on_grad_ready(p)
+    ex = expect_error(e.step, "ZERO_ERR_LOSS_SCALE", "overflow", "NaN gradient at the minimum loss scale")
+    check(ex is not None and "rank %d:" % e.rank in ex.message, "NaN error names the rank")
+    check(list(h) == [0x3C00] * 8, "a skipped step leaves the host-owned tensor alone")
+    e.close()
+    expect_error(lambda: e.step(), "ZERO_ERR_STATE", "closed", "call on a closed engine")
+
+    # a stacked tensor (3 layers x 4), its slices reported one by one == the whole at once
+    outs = []
+    for stacked in (True, False):
+        e = zero.Engine(sgd_cfg(2))
+        st = array.array("f", [1.0] * 12)
+        p = e.register("stack", st, host_owned=True, layers=3 if stacked else None)
+        e.params_done()
+        if stacked:
+            for layer in (2, 1, 0):
+                v = e.slice_grad_buffer(p, layer)
+                check(len(v) == 4, "slice view length")
+                for k in range(4):
+                    v[k] += layer + 1.0
+                e.on_slice_ready(p, layer)
+            expect_error(lambda: e.on_slice_ready(p, 0), "ZERO_ERR_DUPLICATE", "layer 0", "slice twice")
+        else:
+            g = e.grad_buffer(p)
+            for k in range(12):
+                g[k] += k // 4 + 1.0
+            e.on_grad_ready(p)
+        e.step()
+        outs.append(list(st))
+        e.close()
+    check(outs[0] == outs[1] and outs[0][0] == 0.5, "stacked slices == whole gradient: %r" % outs)
+
+    # stage 3 keeps gather/release: host-owned refused, gather works
+    e = zero.Engine(sgd_cfg(3))
+    expect_error(lambda: e.register("w", array.array("f", [0.0] * N), host_owned=True), "ZERO_ERR_UNSUPPORTED",
+                 "zero_gather", "stage 3 host-owned")
+    p = e.register("w", array.array("f", [2.0] * N))
+    e.params_done()
+    expect_error(lambda: e.storage(p), "ZERO_ERR_UNSUPPORTED", "zero_gather", "stage 3 storage")
+    with e.gather([p]) as (v,):
+        check(list(v) == [2.0] * N, "stage 3 gather")
+    e.close()
+
+    # numpy arrays are buffers too (where numpy is installed)
+    try:
+        import numpy as np
+    except ImportError:
+        np = None
+    if np is not None:
+        e = zero.Engine(sgd_cfg(1))
+        a = np.ones(10, dtype=np.float32)
+        p = e.register("np", a, host_owned=True)
+        e.params_done()
+        g = np.asarray(e.grad_buffer(p))  # zero-copy: numpy over libzero's buffer
+        g += 2.0
+        e.on_grad_ready(p)
+        e.step()
+        check(np.allclose(a, 0.0), "numpy host-owned: %r" % a)
+        e.close()
+
+    # an engine over a subset of the MPI world: every rank alone
+    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "0"))
+    if world >= 2:
+        me = int(os.environ["OMPI_COMM_WORLD_RANK"])
+        e = zero.Engine(sgd_cfg(1), ranks=[me])
+        check(e.world_size == 1 and e.rank == 0, "ranks=[me]: rank %d of %d" % (e.rank, e.world_size))
+        e.close()
+
+    if failures:
+        print("%d failure(s)" % len(failures), file=sys.stderr)
+        return 1
+    print("test_api: all checks passed (world %s)" % os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

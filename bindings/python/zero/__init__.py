@@ -1,0 +1,18 @@
+"""zero: Python bindings of libzero (ZeRO, the Zero Redundancy Optimizer, as a
+C library), over its C ABI with ctypes.  Importable without torch; the
+PyTorch adapter is ``zero.torch`` (``import zero.torch``).
+
+    import zero
+    e = zero.Engine({"train_micro_batch_size_per_gpu": 1, "optimizer": {...},
+                     "zero_optimization": {"stage": 2}})
+    p = e.register("w", buf, host_owned=True)
+    e.params_done()
+    g = e.grad_buffer(p); ...add the gradient into g...; e.on_grad_ready(p)
+    r = e.step()
+"""
+from ._lib import ALL_GROUPS, PARAM_HOST_OWNED, STATUS_NAMES
+from .engine import Engine, Param, StepResult, ZeroError, abi_version, status_string, version, view
+
+__all__ = ["Engine", "Param", "StepResult", "ZeroError", "abi_version", "status_string", "version", "view",
+           "ALL_GROUPS", "PARAM_HOST_OWNED", "STATUS_NAMES"]
+__version__ = "1.1.0"

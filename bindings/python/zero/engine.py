@@ -1,0 +1,441 @@
+"""Engine: the C calls of abi/zero.h as Python methods (no torch needed)."""
+import contextlib
+import ctypes
+import json
+import os
+import threading
+import weakref
+
+from . import _lib as L
+
+_DTYPES = {"f32": L.DTYPE_F32, "float32": L.DTYPE_F32, "fp32": L.DTYPE_F32,
+           "bf16": L.DTYPE_BF16, "bfloat16": L.DTYPE_BF16,
+           "f16": L.DTYPE_F16, "float16": L.DTYPE_F16, "fp16": L.DTYPE_F16}
+_DTYPE_NAMES = {L.DTYPE_F32: "f32", L.DTYPE_BF16: "bf16", L.DTYPE_F16: "f16"}
+_ITEMSIZE = {L.DTYPE_F32: 4, L.DTYPE_BF16: 2, L.DTYPE_F16: 2}
+# memoryview formats: memoryview cannot cast to f16 ("e") and has no bf16: 16-bit types give raw bits (H)
+_FORMAT = {L.DTYPE_F32: "f", L.DTYPE_BF16: "H", L.DTYPE_F16: "H"}
+
+
+class ZeroError(RuntimeError):
+    """A libzero call failed.  `status` is the code, `status_name` its name
+    ("ZERO_ERR_CONFIG", ...), `message` libzero's text ("rank 0: ...")."""
+
+    def __init__(self, status, message, call=""):
+        self.status = int(status)
+        self.status_name = L.STATUS_NAMES.get(self.status, "ZERO_ERR_%d" % self.status)
+        self.message = message
+        self.call = call
+        super().__init__("%s%s: %s" % (call + ": " if call else "", self.status_name, message))
+
+
+def status_string(s):
+    return L.lib().zero_status_string(int(s)).decode()
+
+
+def abi_version():
+    """(major, minor) of the loaded library."""
+    v = L.lib().zero_abi_version()
+    return v // 10000, v % 10000
+
+
+def version():
+    return L.lib().zero_version_string().decode()
+
+
+def _dtype(d):
+    if isinstance(d, int):
+        return d
+    try:
+        return _DTYPES[str(d).replace("torch.", "")]
+    except KeyError:
+        raise ValueError("unknown dtype %r (f32, bf16 or f16)" % (d,)) from None
+
+
+def view(address, numel, dtype="f32"):
+    """A zero-copy memoryview of `numel` elements of `dtype` at `address`."""
+    dt = _dtype(dtype)
+    arr = (ctypes.c_char * (int(numel) * _ITEMSIZE[dt])).from_address(int(address))
+    return memoryview(arr).cast("B").cast(_FORMAT[dt])
+
+
+def _address(obj, writable):
+    """Address of a buffer-protocol object or an int address; returns
+    (address, keepalive)."""
+    if obj is None:
+        return None, None
+    if isinstance(obj, int):
+        return obj, None
+    if hasattr(obj, "data_ptr"):  # a torch tensor
+        return obj.data_ptr(), obj
+    mv = memoryview(obj)
+    if not mv.c_contiguous:
+        raise ValueError("parameter buffers must be C-contiguous")
+    if mv.readonly:
+        if writable:
+            raise ValueError("a host-owned parameter needs a writable buffer")
+        keep = ctypes.create_string_buffer(mv.tobytes(), mv.nbytes)
+        return ctypes.addressof(keep), keep
+    arr = (ctypes.c_char * mv.nbytes).from_buffer(mv.cast("B"))
+    return ctypes.addressof(arr), (arr, mv)
+
+
+class Param:
+    """A registered parameter (handle owned by its engine)."""
+    __slots__ = ("engine", "handle", "name", "numel", "dtype", "group", "host_owned", "_keep", "index", "layers")
+
+    def __init__(self, engine, handle, name, numel, dtype, group, host_owned, keep, index):
+        self.engine, self.handle, self.name, self.numel = engine, handle, name, numel
+        self.dtype, self.group, self.host_owned, self._keep, self.index = dtype, group, host_owned, keep, index
+
+    def __repr__(self):
+        return "Param(%r, numel=%d, %s, group=%d%s)" % (self.name, self.numel, _DTYPE_NAMES[self.dtype],
+                                                         self.group, ", host_owned" if self.host_owned else "")
+
+
+class StepResult:
+    """What zero_step reports (zero_step_result)."""
+    __slots__ = ("boundary", "taken", "overflow", "global_step", "grad_norm", "loss_scale", "lr")
+
+    def __init__(self, r):
+        self.boundary, self.taken, self.overflow = bool(r.boundary), bool(r.taken), bool(r.overflow)
+        self.global_step, self.grad_norm, self.loss_scale, self.lr = (int(r.global_step), r.grad_norm,
+                                                                      r.loss_scale, r.lr)
+
+    def __repr__(self):
+        return ("StepResult(boundary=%s, taken=%s, overflow=%s, global_step=%d, grad_norm=%g, loss_scale=%g, "
+                "lr=%g)" % (self.boundary, self.taken, self.overflow, self.global_step, self.grad_norm,
+                            self.loss_scale, self.lr))
+
+
+_live = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+_serial = [0]
+
+
+def _close_all():
+    """At exit (before MPI_Finalize): close the engines still open, newest
+    first, the same order on every rank (destroy is collective)."""
+    with _live_lock:
+        engines = sorted(_live, key=lambda e: e._serial, reverse=True)
+    for e in engines:
+        e.close()
+
+
+_COMMS = {"auto": L.COMM_AUTO, "mpi": L.COMM_MPI, "self": L.COMM_SELF, "nccl": L.COMM_NCCL}
+
+
+class Engine:
+    """One libzero engine.
+
+    config: a DeepSpeed config as a dict, JSON text, or a path to a .json file.
+    plugin: plugin name or path (default: from the config / $ZERO_PLUGIN).
+    comm:   "auto" (the MPI world when launched by mpirun, else one process),
+            "mpi", "self".
+    log:    None (libzero's stderr lines) or a callable(level, rank, message).
+    ranks:  MPI world ranks to train over (a data-parallel group), in order;
+            None = the whole world.  Every world rank then creates an engine
+            at the same time (the split is collective over the world), each
+            with the group it belongs to.
+    Collective: every rank creates it, and destroying it (close(), the end
+    of a `with` block) is collective too: close engines explicitly, in the
+    same order on every rank; garbage collection may run at different times
+    on different ranks.  Engines still open at exit are closed newest first.
+    """
+
+    def __init__(self, config, plugin=None, comm="auto", device="cpu", device_index=L.DEVICE_INDEX_AUTO,
+                 log=None, ranks=None):
+        lib = L.lib()
+        self._lib = lib
+        self._e = None
+        self._params = []
+        o = L.EngineOptions()
+        ctypes.memset(ctypes.byref(o), 0, ctypes.sizeof(o))
+        o.struct_size = ctypes.sizeof(o)
+        if isinstance(config, dict):
+            o.config_json = json.dumps(config).encode()
+        elif isinstance(config, (str, os.PathLike)) and str(config).lstrip().startswith("{"):
+            o.config_json = str(config).encode()
+        elif isinstance(config, (str, os.PathLike)):
+            o.config_path = os.fspath(config).encode()
+        else:
+            raise TypeError("config must be a dict, JSON text or a path")
+        kind = _COMMS.get(comm) if isinstance(comm, str) else None
+        if kind is None:
+            raise ValueError("comm must be one of %s" % sorted(_COMMS))
+        if kind == L.COMM_AUTO:
+            kind = L.COMM_AUTO if L.under_mpi_launcher() else L.COMM_SELF
+        if kind in (L.COMM_AUTO, L.COMM_MPI):
+            if not L.ensure_mpi(_close_all):
+                raise ZeroError(8, "could not initialise MPI (libmpi not loadable)", "zero_engine_create")
+            kind = L.COMM_AUTO  # MPI_COMM_WORLD
+        sub = None
+        if ranks is not None:
+            if kind != L.COMM_AUTO:
+                raise ValueError("ranks= needs MPI (launch with mpirun)")
+            me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "-1")))
+            if me not in [int(r) for r in ranks]:
+                raise ValueError("this process (MPI world rank %d) is not in ranks %r" % (me, list(ranks)))
+            sub = L.mpi_split(ranks, me)
+            kind = L.COMM_MPI
+            o.comm = ctypes.addressof(sub)
+        o.comm_kind = kind
+        o.device_kind = L.DEVICE_CUDA if device == "cuda" else L.DEVICE_CPU
+        o.device_index = device_index
+        o.plugin = plugin.encode() if plugin else None
+        self._log_cb = None
+        if log is not None:
+            def _cb(user, level, rank, msg, _log=log):
+                try:
+                    _log(int(level), int(rank), msg.decode(errors="replace"))
+                except Exception:  # never let an exception cross into C
+                    pass
+            self._log_cb = L.LOG_FN(_cb)
+            o.log_fn = self._log_cb
+        err = ctypes.create_string_buffer(8192)
+        h = ctypes.c_void_p()
+        s = lib.zero_engine_create(ctypes.byref(o), ctypes.byref(h), err, len(err))
+        if sub is not None:
+            L.mpi_free(sub)  # libzero works on its own duplicate
+        if s != 0:
+            raise ZeroError(s, err.value.decode(errors="replace"), "zero_engine_create")
+        self._e = h
+        self._frozen = False
+        with _live_lock:
+            _serial[0] += 1
+            self._serial = _serial[0]
+            _live.add(self)
+
+    # -------------------------------------------------------------- basics
+    def _check(self, s, call):
+        if s != 0:
+            raise ZeroError(s, self.last_error(), call)
+
+    def _handle(self):
+        if self._e is None:
+            raise ZeroError(10, "the engine is closed", "libzero")
+        return self._e
+
+    def last_error(self):
+        return self._lib.zero_last_error(self._e).decode(errors="replace") if self._e else ""
+
+    @property
+    def rank(self):
+        return self._lib.zero_rank(self._handle())
+
+    @property
+    def world_size(self):
+        return self._lib.zero_world_size(self._handle())
+
+    @property
+    def plugin(self):
+        return self._lib.zero_plugin_name(self._handle()).decode()
+
+    @property
+    def loss_scale(self):
+        return self._lib.zero_loss_scale(self._handle())
+
+    @property
+    def params(self):
+        return list(self._params)
+
+    def close(self):
+        """Destroy the engine (collective).  Idempotent."""
+        if self._e is not None:
+            self._lib.zero_engine_destroy(self._e)
+            self._e = None
+            with _live_lock:
+                _live.discard(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -------------------------------------------------------------- params
+    def register(self, name, data, numel=None, dtype="f32", group=0, host_owned=False, grad=None,
+                 device="cpu", layers=None):
+        """Register a parameter.  `data`: a buffer (array.array, bytearray,
+        numpy array, torch tensor) or an int address (then give numel).
+        host_owned=True: `data` IS the parameter; libzero writes the updated
+        values into it at every step (stage 0/1/2/offload).  Otherwise it is
+        read at params_done.  layers=L: a stacked tensor of L equal slices
+        (zero_register_stacked); report its slices with on_slice_ready.
+        Returns a Param."""
+        dt = _dtype(dtype)
+        if host_owned and L.lib().zero_abi_version() < 10001:
+            # a 1.0 library would read the descriptor only up to its own size and ignore the flag
+            L.require("zero_set_hparams", "host_owned=True")
+            raise OSError("host_owned=True needs libzero ABI 1.1")
+        if layers is not None:
+            L.require("zero_register_stacked", "layers=")
+        addr, keep = _address(data, host_owned)
+        if numel is None:
+            if hasattr(data, "numel"):
+                numel = data.numel()
+            elif isinstance(data, int):
+                raise ValueError("numel is required with an address")
+            else:
+                numel = memoryview(data).nbytes // _ITEMSIZE[dt]
+        gaddr, gkeep = _address(grad, True)
+        d = L.ParamDesc()
+        d.struct_size = ctypes.sizeof(d)
+        d.name = name.encode()
+        d.data = addr
+        d.numel = int(numel)
+        d.dtype = dt
+        d.device = L.DEVICE_CUDA if device == "cuda" else L.DEVICE_CPU
+        d.grad = gaddr
+        d.group = int(group)
+        d.flags = L.PARAM_HOST_OWNED if host_owned else 0
+        h = ctypes.c_void_p()
+        if layers is None:
+            self._check(self._lib.zero_register_param(self._handle(), ctypes.byref(d), ctypes.byref(h)),
+                        "zero_register_param(%s)" % name)
+        else:
+            self._check(self._lib.zero_register_stacked(self._handle(), ctypes.byref(d), int(layers),
+                                                        ctypes.byref(h)), "zero_register_stacked(%s)" % name)
+        p = Param(self, h, name, int(numel), dt, int(group), bool(host_owned), (keep, gkeep), len(self._params))
+        p.layers = int(layers) if layers else 1
+        self._params.append(p)
+        return p
+
+    def params_done(self):
+        self._check(self._lib.zero_params_done(self._handle()), "zero_params_done")
+        self._frozen = True
+        for p in self._params:  # initial values were read; host-owned buffers stay referenced
+            if not p.host_owned:
+                p._keep = (None, p._keep[1])
+
+    def set_group(self, group, lr_scale=1.0, weight_decay=None):
+        g = L.GroupDesc(ctypes.sizeof(L.GroupDesc), int(group), float(lr_scale),
+                        -1.0 if weight_decay is None else float(weight_decay))
+        self._check(self._lib.zero_set_group(self._handle(), ctypes.byref(g)), "zero_set_group")
+
+    def set_hparams(self, group=None, lr=None, weight_decay=None, betas=None, eps=None):
+        """Hyper-parameters for the next steps (zero_set_hparams): None keeps a
+        value, "default" returns it to the config / scheduler."""
+        def v(x):
+            if x is None:
+                return L.HPARAM_KEEP
+            if x == "default":
+                return L.HPARAM_DEFAULT
+            return float(x)
+        b1, b2 = (None, None) if betas is None else (("default", "default") if betas == "default" else betas)
+        L.require("zero_set_hparams", "set_hparams")
+        h = L.HParams(ctypes.sizeof(L.HParams), L.ALL_GROUPS if group is None else int(group), v(lr),
+                      v(weight_decay), v(b1), v(b2), v(eps))
+        self._check(self._lib.zero_set_hparams(self._handle(), ctypes.byref(h)), "zero_set_hparams")
+
+    # -------------------------------------------------------------- per micro-batch
+    def storage_address(self, p):
+        """Address of libzero's persistent full copy of p (zero_param_storage,
+        stages 0/1/2/offload): valid until close(), rewritten by step() and
+        load(); read-only for the host."""
+        L.require("zero_param_storage", "storage")
+        buf = ctypes.c_void_p()
+        self._check(self._lib.zero_param_storage(self._handle(), p.handle, ctypes.byref(buf)),
+                    "zero_param_storage(%s)" % p.name)
+        return buf.value
+
+    def storage(self, p):
+        """Zero-copy view of libzero's persistent copy of p (see storage_address)."""
+        return view(self.storage_address(p), p.numel, p.dtype)
+
+    def grad_buffer_address(self, p):
+        buf = ctypes.c_void_p()
+        self._check(self._lib.zero_grad_buffer(self._handle(), p.handle, ctypes.byref(buf)),
+                    "zero_grad_buffer(%s)" % p.name)
+        return buf.value
+
+    def grad_buffer(self, p):
+        """Where to ADD p's gradient: a zero-copy memoryview (f32: 'f';
+        f16 and bf16: their raw 16-bit patterns, 'H'), valid until
+        on_grad_ready(p).  numpy: numpy.asarray(view) (f16: .view(numpy.float16))."""
+        return view(self.grad_buffer_address(p), p.numel, p.dtype)
+
+    def slice_grad_buffer(self, p, layer):
+        """Zero-copy view of slice `layer` of a stacked param's gradient buffer."""
+        buf = ctypes.c_void_p()
+        self._check(self._lib.zero_slice_grad_buffer(self._handle(), p.handle, int(layer), ctypes.byref(buf)),
+                    "zero_slice_grad_buffer(%s, %d)" % (p.name, layer))
+        return view(buf.value, p.numel // p.layers, p.dtype)
+
+    def on_slice_ready(self, p, layer, stream=None):
+        self._check(self._lib.zero_on_slice_ready(self._handle(), p.handle, int(layer), stream),
+                    "zero_on_slice_ready(%s, %d)" % (p.name, layer))
+
+    def on_grad_ready(self, p, stream=None):
+        self._check(self._lib.zero_on_grad_ready(self._handle(), p.handle, stream), "zero_on_grad_ready(%s)" % p.name)
+
+    def step(self, stream=None):
+        a = L.StepArgs(ctypes.sizeof(L.StepArgs), 0, stream)
+        r = L.StepResultC()
+        r.struct_size = ctypes.sizeof(r)
+        self._check(self._lib.zero_step(self._handle(), ctypes.byref(a), ctypes.byref(r)), "zero_step")
+        return StepResult(r)
+
+    def _array(self, params):
+        arr = (ctypes.c_void_p * max(1, len(params)))(*[p.handle.value for p in params])
+        return arr
+
+    def gather_addresses(self, params):
+        params = list(params)
+        ptrs = (ctypes.c_void_p * max(1, len(params)))()
+        self._check(self._lib.zero_gather(self._handle(), self._array(params), len(params), ptrs), "zero_gather")
+        return [ptrs[i] for i in range(len(params))]
+
+    def release(self, params):
+        params = list(params)
+        self._check(self._lib.zero_release(self._handle(), self._array(params), len(params)), "zero_release")
+
+    @contextlib.contextmanager
+    def gather(self, params):
+        """with engine.gather([p, q]) as (vp, vq): read-only views of the full
+        tensors (stage 3 all-gathers), released on exit."""
+        params = list(params)
+        addrs = self.gather_addresses(params)
+        try:
+            yield [view(a, p.numel, p.dtype) for a, p in zip(addrs, params)]
+        finally:
+            self.release(params)
+
+    def set_phase(self, phase):
+        L.require("zero_set_phase", "set_phase")
+        self._check(self._lib.zero_set_phase(self._handle(), phase.encode()), "zero_set_phase")
+
+    # -------------------------------------------------------------- checkpoints, stats
+    def save(self, directory):
+        self._check(self._lib.zero_save(self._handle(), os.fspath(directory).encode()), "zero_save")
+
+    def load(self, directory):
+        self._check(self._lib.zero_load(self._handle(), os.fspath(directory).encode()), "zero_load")
+
+    def memory_stats(self):
+        """{"current": {tier: {tag: bytes}}, "peak": ..., "current_total": {tier: bytes}, "peak_total": ...}"""
+        m = L.MemoryStatsC()
+        m.struct_size = ctypes.sizeof(m)
+        self._check(self._lib.zero_memory_stats_get(self._handle(), ctypes.byref(m)), "zero_memory_stats_get")
+        out = {}
+        for key in ("current", "peak"):
+            arr = getattr(m, key)
+            out[key] = {t: {g: int(arr[i][j]) for j, g in enumerate(L.MEM_TAGS)} for i, t in enumerate(L.TIERS)}
+        for key in ("current_total", "peak_total"):
+            arr = getattr(m, key)
+            out[key] = {t: int(arr[i]) for i, t in enumerate(L.TIERS)}
+        return out
+
+    def comm_stats(self):
+        c = L.CommStatsC()
+        c.struct_size = ctypes.sizeof(c)
+        self._check(self._lib.zero_comm_stats_get(self._handle(), ctypes.byref(c)), "zero_comm_stats_get")
+        return {name: getattr(c, name) for name, _ in L.CommStatsC._fields_[2:]}

@@ -1,0 +1,443 @@
+"""zero.torch: train a PyTorch model with libzero, shaped like deepspeed.initialize.
+
+    import zero.torch as zt
+    engine, optimizer, _, _ = zt.initialize(model, config)      # mpirun -np N python3 train.py
+    for x, y in data:
+        loss = loss_fn(engine(x), y)
+        engine.backward(loss)
+        engine.step()
+
+What happens underneath:
+  * Every trainable parameter is registered with libzero in
+    model.named_parameters() order (tied weights appear once).
+  * Stages 0/1/2 and offload: the parameters are HOST-OWNED (ABI 1.1): the
+    model's own tensors are the parameters, libzero writes the new values
+    into them in place inside step().  Nothing else changes for the model.
+  * Stage 3: a rank keeps only its shard.  Each parameter's tensor is empty
+    except while a module that owns it runs: a forward pre-hook gathers it
+    (zero_gather, copied into a torch tensor, zero_release), a forward hook
+    empties it again, a hook on the module's outputs gathers it again before
+    the module's backward, and it is emptied once its gradient is handed over.
+  * Gradients: the moment autograd has finished accumulating a parameter's
+    gradient (register_post_accumulate_grad_hook on torch >= 2.1, the
+    gradient-accumulator node's hook on older torch such as Debian's 1.13),
+    the gradient is ADDED into libzero's buffer (zero_grad_buffer, a
+    zero-copy view), .grad is set to None (stage 2/3 keep no full gradient)
+    and zero_on_grad_ready is called, so reduction overlaps backward.
+  * fp16: backward() multiplies the loss by libzero's loss scale; libzero
+    unscales, checks overflow and skips steps.  bf16/fp16 configs convert the
+    model to that dtype.
+  * Communicator: the MPI world (launch with mpirun), or the ranks of a
+    torch.distributed process group (the torch world must be the MPI world,
+    rank for rank; libzero gets an MPI sub-communicator of the same ranks,
+    made collectively: every rank initializes, each with its own group).
+"""
+import contextlib
+import ctypes
+import json
+import os
+
+import torch
+
+from . import _lib as L
+from .engine import Engine as _CEngine
+from .engine import ZeroError
+
+__all__ = ["initialize", "ZeroEngine", "ZeroError"]
+
+_TORCH_DTYPE = {L.DTYPE_F32: torch.float32, L.DTYPE_BF16: torch.bfloat16, L.DTYPE_F16: torch.float16}
+
+
+def _load_config(config):
+    if isinstance(config, dict):
+        return dict(config)
+    if isinstance(config, (str, os.PathLike)) and not str(config).lstrip().startswith("{"):
+        with open(config) as f:
+            return json.load(f)
+    return json.loads(str(config))
+
+
+def _model_dtype(cfg):
+    if (cfg.get("fp16") or {}).get("enabled"):
+        return torch.float16
+    if (cfg.get("bf16") or cfg.get("bfloat16") or {}).get("enabled"):
+        return torch.bfloat16
+    return torch.float32
+
+
+def _stage_of(cfg, plugin):
+    name = plugin or os.environ.get("ZERO_PLUGIN") or (cfg.get("zero_optimization") or {}).get("plugin")
+    if name:
+        base = os.path.basename(str(name))
+        if base.startswith("libzero-plugin-"):
+            base = base[len("libzero-plugin-"):].split(".so")[0]
+        if base == "stage3":
+            return 3
+        if base in ("stage0", "stage1", "stage2", "offload", "stage1-pp"):
+            return 0
+    return int((cfg.get("zero_optimization") or {}).get("stage", 0))
+
+
+# Stage 3: module types whose forward uses their submodules' parameters
+# without calling the submodules; extend it for such modules of your own.
+WHOLE_SUBTREE_MODULES = [torch.nn.MultiheadAttention]
+
+
+class _Optimizer:
+    """What initialize returns as the optimizer: param_groups whose "lr" (and
+    "weight_decay", "betas", "eps") a host or a torch lr scheduler may change;
+    the engine hands changes to libzero (zero_set_hparams) at the next step."""
+
+    def __init__(self, groups, defaults):
+        self.param_groups = groups
+        self.defaults = defaults
+        self._pushed = [dict() for _ in groups]
+
+    def zero_grad(self, set_to_none=True):
+        """Gradients live in libzero: nothing to clear."""
+
+    def state_dict(self):
+        return {"param_groups": [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]}
+
+    def _sync(self, engine):
+        for i, g in enumerate(self.param_groups):
+            want = {k: g[k] for k in ("lr", "weight_decay", "eps") if k in g}
+            if "betas" in g:
+                want["betas"] = tuple(g["betas"])
+            changed = {k: v for k, v in want.items() if self._pushed[i].get(k) != v}
+            if changed:
+                engine.set_hparams(group=i, **changed)
+                self._pushed[i].update(changed)
+
+
+class ZeroEngine:
+    """A model trained by libzero (returned by initialize)."""
+
+    def __init__(self, model, config, plugin=None, model_parameters=None, process_group=None, log=None,
+                 param_storage="host"):
+        if param_storage not in ("host", "libzero"):
+            raise ValueError("param_storage must be 'host' or 'libzero'")
+        cfg = _load_config(config)
+        self.module = model
+        self.config = cfg
+        self.dtype = _model_dtype(cfg)
+        if self.dtype != torch.float32:
+            model.to(self.dtype)
+        ranks = self._group_ranks(process_group)
+        self.stage = _stage_of(cfg, plugin)
+        self.z = _CEngine(cfg, plugin=plugin, log=log, ranks=ranks)
+        self.stage = 3 if self.z.plugin == "stage3" else self.stage
+        self._partitioned = self.z.plugin == "stage3"
+        # "libzero": below stage 3 the model's tensors become views of libzero's
+        # own copy (zero_param_storage): no second copy, no copy per step
+        self._views = param_storage == "libzero" and not self._partitioned
+
+        # parameter groups (deepspeed.initialize's model_parameters)
+        if model_parameters is None:
+            groups = [{"params": [p for p in model.parameters() if p.requires_grad]}]
+        else:
+            mp = list(model_parameters)
+            groups = [dict(g) for g in mp] if mp and isinstance(mp[0], dict) else [{"params": mp}]
+        names = {id(p): n for n, p in model.named_parameters()}
+        oparams = (cfg.get("optimizer") or {}).get("params") or {}
+        defaults = {"lr": oparams.get("lr", 1e-3), "weight_decay": oparams.get("weight_decay", 0.0)}
+        if "betas" in oparams:
+            defaults["betas"] = tuple(oparams["betas"])
+        if "eps" in oparams:
+            defaults["eps"] = oparams["eps"]
+        for i, g in enumerate(groups):
+            g["params"] = list(g["params"])
+            for k, v in defaults.items():
+                g.setdefault(k, v)
+        self.optimizer = _Optimizer(groups, defaults)
+
+        self._params = []       # torch parameters, registration order
+        self._zp = {}           # id(param) -> zero.Param
+        self._shape = {}
+        self._hooks = []
+        self._acc_nodes = []
+        seen = set()
+        order = {id(p): k for k, p in enumerate(model.parameters())}
+        flat = []
+        for gi, g in enumerate(groups):
+            for p in g["params"]:
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    flat.append((order.get(id(p), 1 << 30), gi, p))
+        flat.sort(key=lambda t: t[0])
+        for _, gi, p in flat:
+            if p.device.type != "cpu":
+                raise ZeroError(11, "rank %d: zero.torch drives CPU tensors (parameter %s is on %s)"
+                                % (self.z.rank, names.get(id(p), "?"), p.device), "zero.torch")
+            if not p.is_contiguous():
+                p.data = p.data.contiguous()
+            name = names.get(id(p), "param%d" % len(self._params))
+            zp = self.z.register(name, p.data_ptr(), numel=p.numel(), dtype=str(p.dtype), group=gi,
+                                 host_owned=not self._partitioned and not self._views)
+            self._params.append(p)
+            self._zp[id(p)] = zp
+            self._shape[id(p)] = p.shape
+        self.z.params_done()
+        if self._views:
+            with torch.no_grad():
+                for p in self._params:
+                    zp = self._zp[id(p)]
+                    nbytes = zp.numel * p.element_size()
+                    addr = self.z.storage_address(zp)
+                    p.data = torch.frombuffer((ctypes.c_char * nbytes).from_address(addr),
+                                              dtype=p.dtype).view(p.shape)
+        self._materialized = set()
+        for p in self._params:  # while the tensors have their full shape: autograd records it
+            self._install_grad_hook(p)
+        if self._partitioned:
+            for p in self._params:
+                p.data = torch.empty(0, dtype=p.dtype)
+            self._install_module_hooks(model)
+        # libzero starts from the config's values: push only what a group sets differently
+        self.optimizer._pushed = [{k: (tuple(v) if k == "betas" else v) for k, v in defaults.items()}
+                                  for _ in groups]
+        self.optimizer._sync(self.z)
+        self.last_result = None
+        self.micro_steps = 0
+
+    # ------------------------------------------------------------------ setup
+    def _group_ranks(self, group):
+        """World ranks of a torch.distributed group, in group-rank order (None:
+        the whole MPI world).  libzero talks MPI: the torch world must be the
+        MPI world, rank for rank."""
+        if group is None:
+            return None
+        import torch.distributed as dist
+        mpi_rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "-1")))
+        mpi_size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "-1")))
+        if not L.under_mpi_launcher() or dist.get_rank() != mpi_rank or dist.get_world_size() != mpi_size:
+            raise ZeroError(11, "rank %d: a torch.distributed group needs the torch world to be the MPI world "
+                                "rank for rank (launch with mpirun; torch rank %d of %d, MPI rank %d of %d)"
+                            % (mpi_rank, dist.get_rank(), dist.get_world_size(), mpi_rank, mpi_size), "zero.torch")
+        if hasattr(dist, "get_process_group_ranks"):
+            ranks = list(dist.get_process_group_ranks(group))
+        else:  # torch < 2.0: global rank -> group rank
+            from torch.distributed import distributed_c10d as c10d
+            m = c10d._pg_group_ranks[group] if group is not dist.group.WORLD else {
+                r: r for r in range(dist.get_world_size())}
+            ranks = [g for g, _ in sorted(m.items(), key=lambda kv: kv[1])]
+        return None if ranks == list(range(mpi_size)) else ranks
+
+    def _install_grad_hook(self, p):
+        def on_grad(param=p):
+            self._grad_ready(param)
+        if hasattr(p, "register_post_accumulate_grad_hook"):
+            self._hooks.append(p.register_post_accumulate_grad_hook(lambda param: on_grad(param)))
+        else:  # torch < 2.1: the AccumulateGrad node's post hook
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            self._hooks.append(acc.register_hook(lambda grad_inputs, grad_outputs, param=p: on_grad(param)))
+            self._acc_nodes.append(acc)  # the node lives as long as someone holds it
+
+    def _grad_ready(self, p):
+        g = p.grad
+        if g is None:
+            return
+        zp = self._zp[id(p)]
+        nbytes = zp.numel * g.element_size()
+        addr = self.z.grad_buffer_address(zp)
+        with torch.no_grad():
+            buf = torch.frombuffer((ctypes.c_char * nbytes).from_address(addr), dtype=g.dtype)
+            buf.add_(g.reshape(-1))  # ADD: the buffer may hold earlier micro-batches
+        p.grad = None  # libzero has it now: no full gradient stays behind
+        self.z.on_grad_ready(zp)
+        if self._partitioned:
+            self._drop([p])
+
+    def _install_module_hooks(self, model):
+        # Modules whose forward reads their children's parameters directly
+        # (nn.MultiheadAttention uses out_proj.weight without calling
+        # out_proj) gather their whole subtree; their children get no hooks.
+        whole = tuple(WHOLE_SUBTREE_MODULES)
+        skip = set()
+        for m in model.modules():
+            if id(m) in skip:
+                continue
+            if isinstance(m, whole):
+                own = [p for p in m.parameters() if id(p) in self._zp]
+                skip.update(id(c) for c in m.modules())
+            else:
+                own = [p for p in m.parameters(recurse=False) if id(p) in self._zp]
+            if not own:
+                continue
+
+            def pre(mod, inputs, own=own):
+                self._fetch(own)
+
+            def post(mod, inputs, output, own=own):
+                self._drop(own)
+                if torch.is_grad_enabled():
+                    for t in _tensors(output):
+                        if t.requires_grad:
+                            t.register_hook(lambda grad, own=own: (self._fetch(own), None)[1])
+                return None
+
+            self._hooks.append(m.register_forward_pre_hook(pre))
+            self._hooks.append(m.register_forward_hook(post))
+
+    def _fetch(self, params):
+        """Stage 3: gather params' full values into torch tensors (collective)."""
+        need = [p for p in params if id(p) not in self._materialized]
+        if not need:
+            return
+        zps = [self._zp[id(p)] for p in need]
+        addrs = self.z.gather_addresses(zps)
+        try:
+            with torch.no_grad():
+                for p, zp, a in zip(need, zps, addrs):
+                    nbytes = zp.numel * torch.empty(0, dtype=p.dtype).element_size()
+                    src = torch.frombuffer((ctypes.c_char * nbytes).from_address(a), dtype=p.dtype)
+                    p.data = src.clone().view(self._shape[id(p)])
+                    self._materialized.add(id(p))
+        finally:
+            self.z.release(zps)
+
+    def _drop(self, params):
+        for p in params:
+            if id(p) in self._materialized:
+                p.data = torch.empty(0, dtype=p.dtype)
+                self._materialized.discard(id(p))
+
+    # ------------------------------------------------------------------ training
+    def __call__(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    forward = __call__
+
+    def backward(self, loss, retain_graph=False):
+        """loss.backward(), the loss multiplied by libzero's loss scale (fp16).
+        Every parameter's gradient goes to libzero as soon as it is final."""
+        scale = self.z.loss_scale
+        (loss * scale if scale != 1.0 else loss).backward(retain_graph=retain_graph)
+        if self._partitioned:  # params whose gradient never came are emptied too
+            self._drop(list(self._params))
+
+    def step(self):
+        """zero_step: once per micro-batch; at the accumulation boundary libzero
+        reduces, clips, steps and writes the new parameters.  Returns the
+        zero.StepResult (also in .last_result)."""
+        self.optimizer._sync(self.z)
+        r = self.z.step()
+        self.micro_steps += 1
+        self.last_result = r
+        return r
+
+    def zero_grad(self):
+        """Gradients live in libzero: nothing to clear (DeepSpeed compatibility)."""
+
+    def train(self, mode=True):
+        self.module.train(mode)
+        if "zero_set_phase" not in L.lib().zero_missing:  # a 1.0 libzero has no phases
+            self.z.set_phase("train" if mode else "eval")
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    @contextlib.contextmanager
+    def gathered_parameters(self):
+        """Full values of every parameter inside the block (stage 3 gathers;
+        other stages: the model's own tensors)."""
+        if not self._partitioned:
+            yield self._params
+            return
+        self._fetch(self._params)
+        try:
+            yield self._params
+        finally:
+            self._drop(self._params)
+
+    def save(self, directory):
+        self.z.save(directory)
+
+    def load(self, directory):
+        """zero_load; host-owned parameters receive the checkpoint's values."""
+        self.z.load(directory)
+
+    def set_lr(self, lr, group=None):
+        groups = self.optimizer.param_groups if group is None else [self.optimizer.param_groups[group]]
+        for g in groups:
+            g["lr"] = lr
+
+    @property
+    def state(self):
+        """Where training stands: global step, loss scale, last step's result, memory."""
+        r = self.last_result
+        return {"global_step": r.global_step if r else 0, "micro_steps": self.micro_steps,
+                "loss_scale": self.z.loss_scale, "lr": r.lr if r else None,
+                "grad_norm": r.grad_norm if r else None, "overflow": r.overflow if r else False,
+                "stage": self.stage, "plugin": self.z.plugin, "rank": self.z.rank,
+                "world_size": self.z.world_size, "memory": self.z.memory_stats()}
+
+    @property
+    def loss_scale(self):
+        return self.z.loss_scale
+
+    @property
+    def global_rank(self):
+        return self.z.rank
+
+    @property
+    def world_size(self):
+        return self.z.world_size
+
+    def memory_stats(self):
+        return self.z.memory_stats()
+
+    def parameters(self):
+        return self.module.parameters()
+
+    def close(self):
+        """Destroy the libzero engine (collective).  The model keeps its final
+        values (stage 3: gathered; param_storage="libzero": copied out of
+        libzero's memory first)."""
+        if self.z._e is None:
+            return
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self._acc_nodes = []
+        with torch.no_grad():
+            if self._partitioned:
+                self._fetch(self._params)
+                self._materialized.clear()
+            elif self._views:
+                for p in self._params:
+                    p.data = p.data.clone()
+        self.z.close()
+
+
+def _tensors(obj):
+    if torch.is_tensor(obj):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _tensors(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _tensors(o)
+
+
+def initialize(model, config, *, plugin=None, model_parameters=None, process_group=None, log=None,
+               param_storage="host", **_ignored):
+    """Like deepspeed.initialize: returns (engine, optimizer, None, None).
+
+    model: a torch.nn.Module on the CPU (converted to fp16/bf16 when the
+    config enables them).  config: DeepSpeed config dict, JSON text or path.
+    plugin: libzero plugin name (default: from the config).  model_parameters:
+    parameters or param-group dicts ("params", "lr", "weight_decay", "betas",
+    "eps"), each a libzero param group.  process_group: a torch.distributed
+    group (its ranks train together; every MPI rank initializes at the same
+    time, each with its own group).  param_storage: "host" (default; the
+    model's tensors are host-owned parameters, updated in place by a copy at
+    each step) or "libzero" (below stage 3 the model's tensors become views of
+    libzero's own copy: no second copy of the parameters, no copy per step;
+    the model must not replace them).  Every rank must build the model with
+    the same initial values (seed it)."""
+    e = ZeroEngine(model, config, plugin=plugin, model_parameters=model_parameters, process_group=process_group,
+                   log=log, param_storage=param_storage)
+    return e, e.optimizer, None, None
