@@ -129,10 +129,16 @@ def main():
     check(close(w, ref[0]) and abs(res[0].lr - 0.5) < 1e-12, "set_hparams(lr) overrides the config")
 
     # config from a file path; memory stats; save / load (host-owned values come back)
-    tmp = tempfile.mkdtemp(prefix="zero-py-")
+    # One directory for every rank of the job: a checkpoint is one directory
+    # (its manifest lists every rank's files), so per-rank temp dirs would
+    # each hold a part of it.
+    job = os.environ.get("OMPI_MCA_ess_base_jobid", str(os.getpid()))
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", "0")
+    tmp = os.path.join(tempfile.gettempdir(), "zero-py-api-" + job)
+    os.makedirs(tmp, exist_ok=True)
     try:
         import json
-        path = os.path.join(tmp, "ds_config.json")
+        path = os.path.join(tmp, "ds_config.rank%s.json" % rank)
         with open(path, "w") as f:
             json.dump(sgd_cfg(2), f)
         e = zero.Engine(path)
@@ -163,10 +169,11 @@ def main():
         e.on_grad_ready(p)
         expect_error(lambda: e.on_grad_ready(p), "ZERO_ERR_DUPLICATE", "twice", "duplicate on_grad_ready")
         e.step()
-        e.close()
+        e.close()  # collective: every rank is done with the checkpoint after it
         e.close()  # idempotent
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if rank == "0":
+            shutil.rmtree(tmp, ignore_errors=True)
 
     # errors cross the boundary: bad config, missing plugin, NaN gradient
     expect_error(lambda: zero.Engine({"optimizer": {"type": "AdamW", "params": {"lr": "fast"}}}),
