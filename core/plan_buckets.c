@@ -185,6 +185,18 @@ uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_of
     }
     s.fifo_size = nb;
     s.fifo_slot = calloc(nb, sizeof *s.fifo_slot);
+    /* buckets.c zero__buckets_create: SCATTER (world > 1 here) allocates its
+     * double buffer at create at its final size, the largest bucket; the
+     * second slot only when there are two buckets and it fits the budget */
+    if (spec->mode == ZERO_BUCKETS_SCATTER && s.fifo_slot) {
+        const uint32_t ns = nb > 1 && 2 * slot_cap <= s.budget ? 2 : 1;
+        s.cap = calloc(ns, sizeof *s.cap);
+        s.busy = calloc(ns, sizeof *s.busy);
+        if (!s.cap || !s.busy) goto out;
+        for (uint32_t i = 0; i < ns; i++) s.cap[i] = slot_cap;
+        s.nslots = ns;
+        s.stage_cap = s.peak = (uint64_t)ns * slot_cap;
+    }
     /* SCATTER without overlap reduces each bucket as it fills (advance);
      * everything else completes lazily */
     const int eager = spec->mode == ZERO_BUCKETS_SCATTER && !spec->overlap;
