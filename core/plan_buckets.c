@@ -16,7 +16,10 @@
  * lazy (a reduction is waited for only when its slot is needed or at the
  * flush), as in the engine when no on_block_final callback is set; with one
  * (offload) finished buckets may be reaped earlier and the pool can end
- * smaller than planned, never larger. */
+ * smaller than planned, never larger.  SCATTER's double buffer is made at
+ * create at its final size (buckets.c zero__buckets_create), so the replay
+ * starts from those slots.  zero__plan_ring_scratch_bytes (at the end) is
+ * not a replay but an upper bound (docs/planner.md). */
 #include <limits.h>
 #include <stdlib.h>
 
