@@ -34,6 +34,15 @@ int zero__plan_supported(const zero_plugin_table_v1 *table);
 uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
                                   const zero_bucket_spec *spec);
 
+/* Upper bound of the MPI backend's ring scratch (ZERO_MEM_OTHER, host tier)
+ * for the reductions of this bucket set, the maximum over ranks: every
+ * bucket's reduce-scatter in flight at once, each with its in-place and its
+ * direct temporaries (comm_mpi_ring.c rs_setup; docs/planner.md).  The
+ * engine's figure depends on how many reductions overlap and on the scratch
+ * cache, so it can be lower, never higher.  0 at world 1. */
+uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
+                                       uint32_t nparams, const zero_bucket_spec *spec);
+
 /* Bare-count expansion (zero_plan_request.total_params): tensors of at most
  * ZERO_PLAN_TENSOR_NUMEL elements.  Returns a malloc'd array (*n entries)
  * or NULL on failure. */

@@ -16,9 +16,15 @@
  * lazy (a reduction is waited for only when its slot is needed or at the
  * flush), as in the engine when no on_block_final callback is set; with one
  * (offload) finished buckets may be reaped earlier and the pool can end
- * smaller than planned, never larger. */
+ * smaller than planned, never larger.  SCATTER's double buffer is made at
+ * create at its final size (buckets.c zero__buckets_create), so the replay
+ * starts from those slots.  zero__plan_ring_scratch_bytes (at the end) is
+ * not a replay but an upper bound (docs/planner.md). */
+#include <limits.h>
 #include <stdlib.h>
 
+#include "bucket_plan.h"
+#include "layout.h"
 #include "plan.h"
 
 typedef struct sim {
@@ -185,6 +191,18 @@ uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_of
     }
     s.fifo_size = nb;
     s.fifo_slot = calloc(nb, sizeof *s.fifo_slot);
+    /* buckets.c zero__buckets_create: SCATTER (world > 1 here) allocates its
+     * double buffer at create at its final size, the largest bucket; the
+     * second slot only when there are two buckets and it fits the budget */
+    if (spec->mode == ZERO_BUCKETS_SCATTER && s.fifo_slot) {
+        const uint32_t ns = nb > 1 && 2 * slot_cap <= s.budget ? 2 : 1;
+        s.cap = calloc(ns, sizeof *s.cap);
+        s.busy = calloc(ns, sizeof *s.busy);
+        if (!s.cap || !s.busy) goto out;
+        for (uint32_t i = 0; i < ns; i++) s.cap[i] = slot_cap;
+        s.nslots = ns;
+        s.stage_cap = s.peak = (uint64_t)ns * slot_cap;
+    }
     /* SCATTER without overlap reduces each bucket as it fills (advance);
      * everything else completes lazily */
     const int eager = spec->mode == ZERO_BUCKETS_SCATTER && !spec->overlap;
@@ -210,4 +228,75 @@ out:;
     free(s.fifo_slot);
     free(nb_sz);
     return bytes;
+}
+
+/* comm_mpi_progress.c: ZERO_COMM_CHUNK_KB (default 512, 4..1<<20) and
+ * ZERO_COMM_WINDOW (default 8, 1..ZM_MAX_WINDOW), read the same way so that
+ * the plan follows the process's settings. */
+static long plan_env_long(const char *name, long def, long lo, long hi) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end = NULL;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end) return def;
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
+                                       uint32_t nparams, const zero_bucket_spec *spec) {
+    if (!L || !spec || L->world <= 1 || L->flat_numel == 0) return 0; /* world 1: no ring, no scratch */
+    const zero_dtype gdt = spec->struct_size >= offsetof(zero_bucket_spec, grad_dtype) + sizeof(zero_dtype)
+                               ? spec->grad_dtype
+                               : ZERO_DTYPE_F32;
+    const int mixed = gdt != ZERO_DTYPE_F32, scatter = spec->mode == ZERO_BUCKETS_SCATTER;
+    /* every bucket reduction runs in fp32 (buckets.c launch) */
+    const uint64_t esz = 4;
+    const uint64_t chunk_bytes = (uint64_t)plan_env_long("ZERO_COMM_CHUNK_KB", 512, 4, 1L << 20) * 1024u;
+    const uint64_t window = (uint64_t)plan_env_long("ZERO_COMM_WINDOW", 8, 1, 64);
+    uint64_t chunk = chunk_bytes / esz ? chunk_bytes / esz : 1;
+    if (chunk > (uint64_t)INT_MAX / esz) chunk = (uint64_t)INT_MAX / esz;
+    const uint32_t N = L->world;
+    const uint64_t nbufs = N - 2 > 2 ? 2 : N - 2; /* forwarding steps - 1, at most 2 buffers */
+    /* fp32 ALLREDUCE always reduces in place (iallreducev); the other modes
+     * reduce a bucket straight into the partition at a window start (no
+     * last-step slots) and in place otherwise: both are counted */
+    const int both = !(spec->mode == ZERO_BUCKETS_ALLREDUCE && !mixed);
+
+    zero__bplan_param *pm = calloc(nparams ? nparams : 1, sizeof *pm);
+    if (!pm) return 0;
+    for (uint32_t i = 0; i < nparams; i++) {
+        pm[i].offset = param_offset[i];
+        pm[i].numel = param_numel ? param_numel[i] : 0;
+        int g = zero__layout_group_of(L, pm[i].offset);
+        pm[i].group = g < 0 ? 0 : (uint32_t)g;
+    }
+    zero__bucket_plan bp = {0};
+    const uint64_t B = zero__bucket_plan_size(L, pm, spec->bucket_numel, scatter, mixed);
+    uint64_t worst = 0;
+    if (zero__bucket_plan_build(&bp, L, pm, B, scatter) == ZERO_OK) {
+        for (uint32_t r = 0; r < N; r++) {
+            uint64_t sum = 0;
+            for (uint32_t k = 0; k < bp.nb; k++) {
+                uint64_t maxc = 0, mine = 0;
+                for (uint32_t q = 0; q < N; q++) {
+                    uint64_t lo, n, pos;
+                    zero__bucket_plan_block(L, &bp.b[k], q, &lo, &n, &pos);
+                    if (n > maxc) maxc = n;
+                    if (q == r) mine = n;
+                }
+                if (!maxc) continue;
+                /* rs_setup: in place, the last step lands in min(maxc,
+                 * window x chunk) slot elements unless this rank's block is
+                 * empty; forwarded partial sums take nbufs x maxc */
+                const uint64_t span = window * chunk < maxc ? window * chunk : maxc;
+                const uint64_t inplace = nbufs * maxc + (mine ? span : 0);
+                sum += inplace * esz;
+                if (both) sum += nbufs * maxc * esz; /* direct: recv is the partition */
+            }
+            if (sum > worst) worst = sum;
+        }
+        zero__bucket_plan_free(&bp);
+    }
+    free(pm);
+    return worst;
 }

@@ -216,18 +216,36 @@ static uint64_t gather_peak(const zero_plan_services_v1 *ps, size_t esize) {
     s.max_reuse = rc->stage3_max_reuse_distance > 0 ? (uint64_t)rc->stage3_max_reuse_distance : 0;
     const uint64_t persist_below =
         rc->stage3_param_persistence_threshold > 0 ? (uint64_t)rc->stage3_param_persistence_threshold : 0;
+    const zero_layout *L = ps->layout(c);
+    uint64_t peak = 0;
+    /* World 1: every gather aliases the shard (stage3_plugin.c setup_param):
+     * no gather buffer, persistent or pooled, is ever allocated. */
+    if (L->world <= 1) return 0;
+    /* stage3_plugin.c s3_params_done: the budget is capped at what sharding
+     * saves, prefetch clamped to it, persistence leaves room for two of the
+     * largest params */
+    {
+        const uint64_t saved = (L->flat_numel - L->part_numel) * (uint64_t)esize;
+        if (s.limit > saved) s.limit = saved;
+        if (s.prefetch_numel * esize > s.limit) s.prefetch_numel = s.limit / esize;
+    }
+    uint64_t largest_bytes = 0;
+    for (uint32_t i = 0; i < s.n; i++)
+        if ((uint64_t)ps->param(c, i)->numel * esize > largest_bytes)
+            largest_bytes = (uint64_t)ps->param(c, i)->numel * esize;
     s.p = calloc(s.n ? s.n : 1, sizeof *s.p);
     s.len = (size_t)s.n * 2;
     s.trace = calloc(s.len ? s.len : 1, sizeof *s.trace);
     s.next = calloc(s.len ? s.len : 1, sizeof *s.next);
     s.prefix = calloc(s.len + 1, sizeof *s.prefix);
-    uint64_t peak = 0;
     if (!s.p || !s.trace || !s.next || !s.prefix) goto out;
     for (uint32_t i = 0; i < s.n; i++) {
         sp_param *p = &s.p[i];
         p->numel = ps->param(c, i)->numel;
-        if (p->numel < persist_below) { /* params_done: a permanent buffer */
-            size_t b = (size_t)p->numel * esize;
+        size_t b = (size_t)p->numel * esize;
+        /* params_done (setup_param): a permanent buffer, in registration
+         * order, while the budget still leaves room for two largest params */
+        if (p->numel < persist_below && s.persistent + b + 2 * largest_bytes <= s.limit) {
             p->persistent = p->has_buf = p->fresh = 1;
             p->cap = b;
             s.persistent += b;

@@ -57,10 +57,14 @@ int main(int argc, char **argv) {
         CHECK(zero_plan(&r2, &b, err, sizeof err) == ZERO_OK, "%s list: %s", plugins[i], err);
         CHECK(memcmp(a.bytes, b.bytes, sizeof a.bytes) == 0, "%s: bare count and its split differ", plugins[i]);
         CHECK(strcmp(a.plugin, plugins[i]) == 0, "plan names '%s'", a.plugin);
-        /* bf16, 8 ranks: stage 0 holds the full 2-byte params; everything is in the device tier */
+        /* bf16, 8 ranks: stage 0 holds the full 2-byte params; the model states are all in the
+         * device tier, the host tier holds only the MPI ring scratch (`other`, docs/planner.md) */
         if (i == 0) CHECK(a.bytes[ZERO_TIER_DEVICE][ZERO_MEM_PARAMS] >= 2 * total, "params %llu",
                           (unsigned long long)a.bytes[ZERO_TIER_DEVICE][ZERO_MEM_PARAMS]);
-        if (i < 3) CHECK(a.total[ZERO_TIER_HOST] == 0, "%s plans host memory", plugins[i]);
+        if (i < 3)
+            CHECK(a.total[ZERO_TIER_HOST] == a.bytes[ZERO_TIER_HOST][ZERO_MEM_OTHER] &&
+                      a.bytes[ZERO_TIER_HOST][ZERO_MEM_OTHER] > 0,
+                  "%s plans host memory other than comm scratch", plugins[i]);
         else CHECK(a.total[ZERO_TIER_HOST] > 0, "offload plans no host memory");
     }
     return check_finish();

@@ -2,7 +2,8 @@
  * demo model's seven tensors and on the same tensors 100x larger, the
  * accountant's peak bytes per tier and category after three optimizer
  * steps (gradient_accumulation_steps 2) must be within 1 % of zero_plan's
- * figures for the same config and world size.
+ * figures for the same config and world size; for `other` (the MPI ring
+ * scratch, timing-dependent) the plan must be at least the measured peak.
  *
  * The host is the canonical one the plan assumes (docs/planner.md): each
  * micro-step gathers every param alone in registration order and releases
@@ -117,7 +118,11 @@ static int run_one(const char *plugin, uint64_t scale, int rank, int world) {
         for (int g = 0; g < ZERO_MEM_NTAGS; g++) {
             double want = (double)ms.peak[t][g], got = (double)plan.bytes[t][g];
             double diff = want > got ? want - got : got - want;
-            int ok = diff <= 0.01 * want || (want == 0 && got == 0);
+            /* `other` is the MPI ring scratch, whose peak depends on how
+             * many reductions overlap (and on the scratch cache): the plan
+             * is its upper bound (docs/planner.md); every other category
+             * is exact */
+            int ok = g == ZERO_MEM_OTHER ? got >= want : diff <= 0.01 * want || (want == 0 && got == 0);
             CHECK(ok, "%s N=%d x%llu rank %d tier %d %s: plan %.0f measured %.0f", plugin, world,
                   (unsigned long long)scale, rank, t, zero_mem_tag_name(g), got, want);
             bad |= !ok;
