@@ -138,11 +138,15 @@ static void lock(nccl_comm *c) {
 }
 static void unlock(nccl_comm *c) { pthread_mutex_unlock(&c->lock); }
 
+/* Every call after ncclCommAbort fails at once, naming why it was aborted. */
+static zero_status aborted_error(nccl_comm *c) {
+    return zero__error(c->base.engine, ZERO_ERR_COMM, "NCCL communicator aborted earlier: %s", c->abort_why);
+}
+
 /* Order this communicator's stream after `after` (see nccl_comm); called
  * with the lock held, before a device-side collective is queued. */
 static zero_status wait_after(nccl_comm *c) {
-    if (c->aborted)
-        return zero__error(c->base.engine, ZERO_ERR_COMM, "NCCL communicator aborted earlier: %s", c->abort_why);
+    if (c->aborted) return aborted_error(c);
     if (!c->after || c->after == c->stream) return ZERO_OK;
     cudaError_t e = cudaEventRecord(c->after_ev, c->after);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(c->stream, c->after_ev, 0);
@@ -612,12 +616,11 @@ static zero_status n_test(zero_comm_req *r, int *done) {
         cudaError_t e = cudaEventQuery(q->done);
         if (e == cudaErrorNotReady) {
             (void)cudaGetLastError();
-            zero_status st = c->aborted ? ZERO_ERR_COMM : async_check(c, 0);
+            zero_status st = c->aborted ? aborted_error(c) : async_check(c, 0);
             if (st == ZERO_OK) {
                 *done = 0;
                 return ZERO_OK;
             }
-            e = cudaSuccess; /* the request is finished: as failed */
             cudaEventDestroy(q->done);
             free(q);
             return st;
@@ -642,8 +645,7 @@ static zero_status poll_event(nccl_comm *c, cudaEvent_t ev, int locked) {
         if (e == cudaSuccess) return ZERO_OK;
         if (e != cudaErrorNotReady) return cuda_fail(c, "cudaEventQuery", e);
         (void)cudaGetLastError();
-        if (c->aborted)
-            return zero__error(c->base.engine, ZERO_ERR_COMM, "NCCL communicator aborted earlier: %s", c->abort_why);
+        if (c->aborted) return aborted_error(c);
         zero_status st;
         if (polls % 64 == 0 && (st = async_check(c, locked)) != ZERO_OK) return st;
         const double el = now_s() - t0;
