@@ -1,0 +1,89 @@
+/* mics plugin internals (shared by the files of plugins-contrib/mics only).
+ *
+ * MiCS (Zhang et al. 2022): the model states (parameters, gradients,
+ * optimizer states) are partitioned over a shard group of S =
+ * zero_optimization.mics_shard_size consecutive ranks and replicated over
+ * the N / S groups.  Parameter all-gathers span S ranks, not N.
+ *
+ * Built the way a third party builds a plugin: it includes only the
+ * installed libzero headers and reaches the core only through the services
+ * table (README.md in this folder).
+ *
+ * Ownership in terms of the core's world layout (rank j owns the equal
+ * share j of every layout group): the member with shard index i = rank % S
+ * holds the world shares of its replication group R_i = {i, i + S, i + 2S,
+ * ...}, packed block after block ("k-th block" = world share of rank
+ * i + k*S, k < R = N / S).  So
+ *  - the shards of one shard group's S members cover the flat space once
+ *    (a gather spans S ranks);
+ *  - the gradient path is the core's world reduce-scatter into this rank's
+ *    world share (exactly stage 2's sums, summed by the layout owner in its
+ *    ring order: bitwise stage0), then an all-gather inside R_i of those
+ *    shares -- the same bytes per rank as MiCS's reduce-scatter in the
+ *    group plus all-reduce across groups (README), but in stage0's
+ *    summation order.
+ *
+ * Threading: everything runs on the engine's step thread (gather, release,
+ * step, save, load, destroy) except grad_buffer / on_grad_ready, which use
+ * only the thread-safe bucket engine and per-param temporaries. */
+#ifndef ZERO_CONTRIB_MICS_H
+#define ZERO_CONTRIB_MICS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zero_plugin.h"
+
+/* One param: where its elements live.  piece j (j < N) is the part of the
+ * param in world share j: `len[j]` elements starting `off[j]` elements into
+ * the param, at `part_lo[j]` in share j's partition numbering.  Owned by the
+ * plugin, from params_done to destroy. */
+typedef struct mics_param {
+    zero_param_info *info;
+    uint64_t *off, *len, *part_lo; /* N entries each */
+    size_t *counts;                /* S entries: elements each shard-group member contributes to a gather */
+    void *buf;                     /* full tensor between gather and release, or NULL */
+    void *recv;                    /* gather staging (member-major order), freed with buf */
+    int holds;                     /* host gathers not yet released */
+    void *grad_tmp;                /* per-param gradient temporary (non-contiguous gradients) */
+} mics_param;
+
+typedef struct mics {
+    const zero_services_v1 *svc;
+    zero_core *c;
+    const zero_run_config *rc;
+    int rank, nranks;
+    int S, R, shard_index;         /* shard size, groups (N / S), this rank's index in its shard group */
+    zero_comm *shard_comm;         /* the S ranks of this shard group (rank order): parameter all-gathers */
+    zero_comm *repl_comm;          /* the R ranks with this shard index (rank order): gradient all-gather */
+    zero_dtype dtype, gdtype;      /* model dtype; gradient accumulation dtype */
+    size_t esize, gesize;
+    uint64_t part;                 /* layout part_numel: one world share */
+    uint64_t shard_numel;          /* R * part: this rank's MiCS shard */
+    /* model state, shard_numel elements each (packed blocks) */
+    void *pshard;                  /* parameters, model dtype */
+    float *master;                 /* fp32 master (== pshard for fp32 models) */
+    float *state[4];
+    uint32_t nstate;
+    void *grad;                    /* gradient of the shard at the boundary (gdtype) */
+    void *acc;                     /* world-share gradient accumulator (part elements, gdtype), the bucket target */
+    zero_owned_range *ranges;      /* the shard's pieces, part_lo in packed numbering (R * ngroups) */
+    uint32_t nranges;
+    zero_owned_range *mine;        /* this rank's world share ranges (the accumulator), for the norm */
+    uint32_t nmine;
+    zero_buckets *b;
+    int contiguous;
+    mics_param *params;
+    uint32_t nparams;
+} mics;
+
+/* mics_gather.c */
+zero_status mics_gather(void *state, zero_param_info *const *params, size_t n, void **ptrs);
+zero_status mics_release(void *state, zero_param_info *const *params, size_t n);
+void mics_drop_gathered(mics *s);
+zero_status mics_place_params(mics *s);
+
+/* mics_step.c */
+zero_status mics_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
+zero_part_step mics_part_step(const mics *s);
+
+#endif

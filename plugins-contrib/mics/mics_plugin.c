@@ -1,0 +1,287 @@
+/* mics: the plugin table, setup and teardown, gradient hand-in, checkpoints.
+ * See mics.h for the partitioning and README.md for what it trades. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mics.h"
+
+#define WHO "mics"
+
+static size_t dtype_bytes(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4 : 2; }
+
+/* The gradient accumulation dtype the core resolved for us (we declare
+ * ZERO_PLUGIN_CAP_GRAD_DTYPES); a 1.0 core has no such field. */
+static zero_dtype grad_dtype_of(const zero_run_config *rc) {
+    return rc->struct_size >= offsetof(zero_run_config, grad_accum_dtype) + sizeof rc->grad_accum_dtype
+               ? rc->grad_accum_dtype
+               : rc->model_dtype;
+}
+
+static zero_status mics_create(const zero_services_v1 *svc, void **state) {
+    zero_core *c = svc->core;
+    const zero_run_config *rc = svc->config(c);
+    if (!ZERO_SERVICES_HAS(svc, ckpt_agree))
+        return svc->error(c, ZERO_ERR_UNSUPPORTED, WHO ": the core lacks the partitioned-step services (libzero >= 1.0 "
+                                                   "with grad_norm/part_step)");
+    if (rc->optim == ZERO_OPTIM_LAMB)
+        return svc->error(c, ZERO_ERR_UNSUPPORTED,
+                          WHO ": optimizer Lamb is not supported (its trust ratios are completed over the world, "
+                              "where MiCS replicates every shard N/S times)");
+    if (rc->pipeline_stages > 1)
+        return svc->error(c, ZERO_ERR_UNSUPPORTED, WHO ": pipeline parallelism is not supported");
+    const int n = svc->comm_size(svc->comm_world(c));
+    int64_t S = -1;
+    int got = svc->cfg_int(c, "zero_optimization.mics_shard_size", &S);
+    if (got < 0) return svc->error(c, ZERO_ERR_CONFIG, "zero_optimization.mics_shard_size: expected an integer");
+    if (got == 0 || S <= 0) S = n; /* DeepSpeed's -1: one group of every rank (ZeRO-3's partitioning) */
+    if (S > n || n % S != 0)
+        return svc->error(c, ZERO_ERR_CONFIG,
+                          "zero_optimization.mics_shard_size: got %lld, expected a divisor of the world size %d",
+                          (long long)S, n);
+    mics *s = calloc(1, sizeof *s);
+    if (!s) return svc->error(c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
+    s->svc = svc;
+    s->c = c;
+    s->rc = rc;
+    s->nranks = n;
+    s->rank = svc->comm_rank(svc->comm_world(c));
+    s->S = (int)S;
+    s->R = n / (int)S;
+    s->shard_index = s->rank % s->S;
+    s->dtype = rc->model_dtype;
+    s->esize = dtype_bytes(s->dtype);
+    s->gdtype = grad_dtype_of(rc);
+    s->gesize = dtype_bytes(s->gdtype);
+    *state = s;
+    return ZERO_OK;
+}
+
+static void *alloc_n(mics *s, zero_mem_tag tag, uint64_t n, size_t es) {
+    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)(n ? n : 1) * es);
+}
+
+/* Where each param's elements live (mics_param), from the layout. */
+static zero_status map_params(mics *s) {
+    const zero_services_v1 *svc = s->svc;
+    const int N = s->nranks;
+    s->nparams = svc->nparams(s->c);
+    s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
+    if (!s->params) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
+    for (uint32_t i = 0; i < s->nparams; i++) {
+        mics_param *mp = &s->params[i];
+        zero_param_info *p = svc->param(s->c, i);
+        mp->info = p;
+        p->plugin_data = mp;
+        if (p->dtype != s->dtype)
+            return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
+                              WHO ": param '%s' has dtype %d, the model dtype is %d (register every param in the "
+                                  "model dtype)",
+                              p->name, (int)p->dtype, (int)s->dtype);
+        mp->off = calloc((size_t)N, sizeof *mp->off);
+        mp->len = calloc((size_t)N, sizeof *mp->len);
+        mp->part_lo = calloc((size_t)N, sizeof *mp->part_lo);
+        mp->counts = calloc((size_t)s->S, sizeof *mp->counts);
+        if (!mp->off || !mp->len || !mp->part_lo || !mp->counts)
+            return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
+        for (int j = 0; j < N; j++) {
+            zero_owned_range o;
+            /* a param lies in one layout group: at most one piece per rank */
+            if (p->numel && svc->owned_ranges(s->c, (uint32_t)j, p->flat_offset, p->flat_offset + p->numel, &o, 1)) {
+                mp->off[j] = o.flat_lo - p->flat_offset;
+                mp->len[j] = o.flat_hi - o.flat_lo;
+                mp->part_lo[j] = o.part_lo;
+            }
+            mp->counts[j % s->S] += (size_t)mp->len[j];
+        }
+    }
+    return ZERO_OK;
+}
+
+/* The shard's ranges in packed numbering (block k = world share of rank
+ * shard_index + k*S) and this rank's own world-share ranges. */
+static zero_status map_ranges(mics *s) {
+    const zero_services_v1 *svc = s->svc;
+    const zero_layout *L = svc->layout(s->c);
+    const uint32_t ng = L->ngroups ? L->ngroups : 1;
+    s->ranges = calloc((size_t)s->R * ng, sizeof *s->ranges);
+    s->mine = calloc(ng, sizeof *s->mine);
+    if (!s->ranges || !s->mine) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
+    if (!L->flat_numel) return ZERO_OK;
+    for (int k = 0; k < s->R; k++) {
+        const uint32_t j = (uint32_t)(s->shard_index + k * s->S);
+        zero_owned_range *out = s->ranges + s->nranges;
+        const uint32_t n = svc->owned_ranges(s->c, j, 0, L->flat_numel, out, ng);
+        for (uint32_t r = 0; r < n; r++) out[r].part_lo += (uint64_t)k * s->part;
+        s->nranges += n;
+    }
+    s->nmine = svc->owned_ranges(s->c, (uint32_t)s->rank, 0, L->flat_numel, s->mine, ng);
+    return ZERO_OK;
+}
+
+static zero_status mics_params_done(void *state) {
+    mics *s = state;
+    const zero_services_v1 *svc = s->svc;
+    const zero_layout *L = svc->layout(s->c);
+    zero_comm *world = svc->comm_world(s->c);
+    /* shard group: consecutive ranks (DeepSpeed's layout); replication group: same shard index */
+    zero_status st = svc->comm_split(world, s->rank / s->S, s->rank, &s->shard_comm);
+    if (st == ZERO_OK) st = svc->comm_split(world, s->shard_index, s->rank, &s->repl_comm);
+    if (st != ZERO_OK) return st;
+    s->part = L->part_numel;
+    s->shard_numel = (uint64_t)s->R * s->part;
+    s->pshard = alloc_n(s, ZERO_MEM_PARAMS, s->shard_numel, s->esize);
+    s->master = s->dtype == ZERO_DTYPE_F32 ? s->pshard : alloc_n(s, ZERO_MEM_MASTER, s->shard_numel, sizeof(float));
+    s->grad = alloc_n(s, ZERO_MEM_GRADS, s->shard_numel, s->gesize);
+    s->acc = alloc_n(s, ZERO_MEM_GRADS, s->part, s->gesize);
+    s->nstate = svc->optim_state_count(s->c);
+    int ok = s->pshard && s->master && s->grad && s->acc && s->nstate <= 4;
+    for (uint32_t k = 0; ok && k < s->nstate; k++)
+        ok = (s->state[k] = alloc_n(s, ZERO_MEM_OPTIM, s->shard_numel, sizeof(float))) != NULL;
+    if (!ok)
+        return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": cannot allocate the shard (%llu elements)",
+                          (unsigned long long)s->shard_numel);
+    if ((st = map_params(s)) != ZERO_OK || (st = map_ranges(s)) != ZERO_OK) return st;
+    if ((st = mics_place_params(s)) != ZERO_OK) return st;
+    if ((void *)s->master != s->pshard) /* 16-bit model: the master is the shard widened (exact) */
+        svc->convert(s->c, s->master, ZERO_DTYPE_F32, s->pshard, s->dtype, (size_t)s->shard_numel);
+
+    /* Gradients: the core's world reduce-scatter into this rank's share,
+     * every micro-step (stage 2's sums, hence stage0's bits). */
+    const zero_run_config *rc = s->rc;
+    s->contiguous = s->gdtype == s->dtype && rc->contiguous_gradients;
+    zero_bucket_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.struct_size = sizeof spec;
+    spec.mode = ZERO_BUCKETS_SCATTER;
+    spec.comm = NULL;
+    spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
+    spec.overlap = rc->overlap_comm;
+    spec.contiguous = s->contiguous;
+    spec.partition = s->acc;
+    spec.reduce_every_micro_step = 1;
+    spec.grad_dtype = s->gdtype;
+    svc->log(s->c, ZERO_LOG_INFO, WHO ": shard size %d, %d replica group(s); shard %llu elements per rank", s->S,
+             s->R, (unsigned long long)s->shard_numel);
+    return svc->buckets_create(s->c, &spec, &s->b);
+}
+
+/* Where the host adds p's gradient: the bucket slot itself, or (16-bit
+ * model with fp32 accumulation, or contiguous_gradients off) a per-param
+ * temporary in the model dtype that on_grad_ready hands to the bucket. */
+static zero_status mics_grad_buffer(void *state, zero_param_info *p, void **buf) {
+    mics *s = state;
+    if (s->contiguous) return s->svc->buckets_grad_slot(s->b, p->index, buf);
+    mics_param *mp = p->plugin_data;
+    if (!mp->grad_tmp) {
+        mp->grad_tmp = s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, (size_t)p->numel * s->esize);
+        if (!mp->grad_tmp)
+            return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": no memory for the gradient of '%s'", p->name);
+    }
+    *buf = mp->grad_tmp;
+    return ZERO_OK;
+}
+
+static zero_status mics_on_grad_ready(void *state, zero_param_info *p, void *stream) {
+    mics *s = state;
+    (void)stream;
+    mics_param *mp = p->plugin_data;
+    if (mp->grad_tmp) {
+        void *t = mp->grad_tmp;
+        mp->grad_tmp = NULL;
+        zero_status st = s->svc->buckets_ready(s->b, p->index, p->grad_is_zero ? NULL : t, p->dtype);
+        s->svc->mem_free(s->c, t);
+        return st;
+    }
+    const void *src = (p->host_grad && !p->grad_is_zero) ? p->host_grad : NULL;
+    return s->svc->buckets_ready(s->b, p->index, src, p->dtype);
+}
+
+/* Checkpoint: every rank writes its shard (replicas write equal blobs) and
+ * its window's gradient accumulator; same world size and shard size only. */
+static zero_status ckpt(mics *s, const char *dir, int write) {
+    const zero_services_v1 *svc = s->svc;
+    typedef struct blob {
+        const char *name;
+        void *buf;
+        size_t bytes;
+    } blob;
+    blob blobs[8];
+    int nb = 0;
+    blobs[nb++] = (blob){"mics.params", s->pshard, (size_t)s->shard_numel * s->esize};
+    if ((void *)s->master != s->pshard)
+        blobs[nb++] = (blob){"mics.master", s->master, (size_t)s->shard_numel * sizeof(float)};
+    static const char *const state_names[4] = {"mics.state0", "mics.state1", "mics.state2", "mics.state3"};
+    for (uint32_t k = 0; k < s->nstate; k++)
+        blobs[nb++] = (blob){state_names[k], s->state[k], (size_t)s->shard_numel * sizeof(float)};
+    blobs[nb++] = (blob){"mics.acc", s->acc, (size_t)s->part * s->gesize};
+    zero_status st = ZERO_OK;
+    for (int i = 0; i < nb && st == ZERO_OK; i++)
+        st = write ? svc->ckpt_write(s->c, dir, blobs[i].name, blobs[i].buf, blobs[i].bytes)
+                   : svc->ckpt_read(s->c, dir, blobs[i].name, blobs[i].buf, blobs[i].bytes);
+    return st;
+}
+
+static zero_status mics_save(void *state, const char *dir) { return ckpt(state, dir, 1); }
+
+static zero_status mics_load(void *state, const char *dir) {
+    mics *s = state;
+    zero_status st = ckpt(s, dir, 0);
+    st = s->svc->ckpt_agree(s->c, NULL, st, dir, WHO);
+    if (st == ZERO_OK) mics_drop_gathered(s);
+    return st;
+}
+
+static void mics_destroy(void *state) {
+    mics *s = state;
+    if (!s) return;
+    const zero_services_v1 *svc = s->svc;
+    if (s->b) svc->buckets_destroy(s->b);
+    if (s->params) {
+        mics_drop_gathered(s);
+        for (uint32_t i = 0; i < s->nparams; i++) {
+            mics_param *mp = &s->params[i];
+            svc->mem_free(s->c, mp->grad_tmp);
+            free(mp->off);
+            free(mp->len);
+            free(mp->part_lo);
+            free(mp->counts);
+            if (mp->info) mp->info->plugin_data = NULL;
+        }
+        free(s->params);
+    }
+    for (uint32_t k = 0; k < 4; k++) svc->mem_free(s->c, s->state[k]);
+    if ((void *)s->master != s->pshard) svc->mem_free(s->c, s->master);
+    svc->mem_free(s->c, s->pshard);
+    svc->mem_free(s->c, s->grad);
+    svc->mem_free(s->c, s->acc);
+    free(s->ranges);
+    free(s->mine);
+    if (s->shard_comm) svc->comm_free(s->shard_comm);
+    if (s->repl_comm) svc->comm_free(s->repl_comm);
+    free(s);
+}
+
+ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
+    .struct_size = sizeof(zero_plugin_table_v1),
+    .abi_major = ZERO_PLUGIN_ABI_MAJOR,
+    .abi_minor = ZERO_PLUGIN_ABI_MINOR,
+    .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES,
+    .name = "mics",
+    .description = "MiCS: model states partitioned over shard groups of mics_shard_size ranks, replicated across "
+                   "groups (contrib, built against the installed libzero)",
+    .create = mics_create,
+    .register_param = NULL,
+    .params_done = mics_params_done,
+    .gather = mics_gather,
+    .release = mics_release,
+    .grad_buffer = mics_grad_buffer,
+    .on_grad_ready = mics_on_grad_ready,
+    .step = mics_step,
+    .save = mics_save,
+    .load = mics_load,
+    .sync = NULL,
+    .destroy = mics_destroy,
+    .set_phase = NULL,
+    .plan = NULL,
+};
