@@ -208,7 +208,8 @@ static const zero__cfg_key zero_keys[] = {
     {"zero_quantized_weights", ZERO__KEY_IGNORED, "false", NOT_IMPL},
     {"zero_quantized_nontrainable_weights", ZERO__KEY_IGNORED, "false", NOT_IMPL},
     {"zero_quantized_gradients", ZERO__KEY_IGNORED, "false", NOT_IMPL},
-    {"mics_shard_size", ZERO__KEY_IGNORED, "-1", NOT_IMPL},
+    /* read by the contrib plugin "mics" (plugins-contrib/mics); see parse_mics */
+    {"mics_shard_size", ZERO__KEY_USED, NULL, NULL},
     {"mics_hierarchical_params_gather", ZERO__KEY_IGNORED, "false", NOT_IMPL},
     {"memory_efficient_linear", ZERO__KEY_IGNORED, "true", NOT_IMPL},
     {"use_multi_rank_bucket_allreduce", ZERO__KEY_IGNORED, "true", NOT_IMPL},
@@ -286,6 +287,30 @@ static int read_size(zero__cfg_ctx *ctx, const json_t *zo, const char *key, cons
     return r < 0 ? -1 : 0;
 }
 
+/* zero_optimization.mics_shard_size (DeepSpeed's MiCS key, -1 = off):
+ * checked here, read by the contrib plugin "mics" through cfg_int.  As in
+ * DeepSpeed, a positive value with stage 3 selects MiCS: the plugin "mics"
+ * unless another is named; with another plugin named it is ignored (warned). */
+static int parse_mics(zero__cfg_ctx *ctx, const json_t *zo, const zero_run_config *rc, const char **plugin_key) {
+    int64_t shard = -1;
+    if (zero__cfg_int(ctx, zo, SZ, "mics_shard_size", -1, INT32_MAX, "-1 (off) or a positive integer", &shard) < 0)
+        return -1;
+    if (shard == 0) return zero__cfg_fail(ctx, SZ ".mics_shard_size: got 0, expected -1 (off) or a positive integer");
+    if (shard < 0) return 0;
+    if (!*plugin_key && rc->stage == 3 && !rc->offload_optimizer) {
+        *plugin_key = "mics";
+    } else if (!*plugin_key || strcmp(*plugin_key, "mics") != 0) {
+        zero__cfg_warn(ctx, SZ ".mics_shard_size: MiCS runs with stage 3 (plugin \"mics\", plugins-contrib); "
+                              "ignored by plugin \"%s\"",
+                       *plugin_key                ? *plugin_key
+                       : rc->offload_optimizer    ? "offload"
+                       : rc->stage == 0           ? "stage0"
+                       : rc->stage == 1           ? "stage1"
+                                                  : "stage2");
+    }
+    return 0;
+}
+
 int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc, const char **plugin_key) {
     const json_t *zo = json_object_get(root, SZ);
     int64_t stage = 0;
@@ -357,7 +382,7 @@ int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config
     *plugin_key = NULL;
     if (zero__cfg_str(ctx, zo, SZ, "plugin", plugin_key) < 0) return -1;
     if (auto_stage && !*plugin_key) *plugin_key = "auto";
-    return 0;
+    return parse_mics(ctx, zo, rc, plugin_key);
 }
 
 /* ---- pipeline (libzero extension; DeepSpeed's PipelineModule keys) ----- */

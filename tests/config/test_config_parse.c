@@ -230,6 +230,10 @@ typedef struct bad_case {
 static void test_bad_table(void) {
     static const bad_case cases[] = {
         {"{\"zero_optimization\":{\"stage\":7}}", "zero_optimization.stage: got 7, expected an integer 0..3"},
+        {"{\"zero_optimization\":{\"stage\":3,\"mics_shard_size\":0}}",
+         "zero_optimization.mics_shard_size: got 0, expected -1 (off) or a positive integer"},
+        {"{\"zero_optimization\":{\"stage\":3,\"mics_shard_size\":\"two\"}}",
+         "zero_optimization.mics_shard_size: got \"two\", expected -1 (off) or a positive integer"},
         {"{\"zero_optimization\":{\"stage\":\"two\"}}", "zero_optimization.stage: got \"two\", expected an integer 0..3"},
         {"{\"zero_optimization\":{\"stage\":1.5}}", "zero_optimization.stage: got 1.5, expected an integer 0..3"},
         {"{\"zero_optimization\":{\"stage\":\"auto\",\"memory_budget_bytes\":0}}",
@@ -350,6 +354,16 @@ static void test_good_table(void) {
         {"{\"zero_optimization\":{\"zero_hpz_partition_size\":1,\"load_from_fp32_weights\":true}}", "stage0", 0, NULL},
         {"{\"zero_optimization\":{\"zero_hpz_partition_size\":8}}", "stage0", 1,
          "zero_optimization.zero_hpz_partition_size: not implemented by libzero, ignored"},
+        /* MiCS (DeepSpeed's key): stage 3 + mics_shard_size > 0 selects the contrib plugin "mics" */
+        {"{\"zero_optimization\":{\"stage\":3,\"mics_shard_size\":2}}", "mics", 0, NULL},
+        {"{\"zero_optimization\":{\"stage\":3,\"mics_shard_size\":-1}}", "stage3", 0, NULL},
+        {"{\"zero_optimization\":{\"stage\":3,\"mics_shard_size\":2,\"plugin\":\"mics\"}}", "mics", 0, NULL},
+        {"{\"zero_optimization\":{\"stage\":2,\"mics_shard_size\":2}}", "stage2", 1,
+         "zero_optimization.mics_shard_size: MiCS runs with stage 3 (plugin \"mics\", plugins-contrib); ignored by plugin \"stage2\""},
+        {"{\"zero_optimization\":{\"stage\":3,\"mics_shard_size\":4,\"plugin\":\"stage3\"}}", "stage3", 1,
+         "ignored by plugin \"stage3\""},
+        {"{\"zero_optimization\":{\"stage\":3,\"mics_shard_size\":4,\"offload_optimizer\":{\"device\":\"cpu\"}}}", "offload", 1,
+         "ignored by plugin \"offload\""},
         {"{\"zero_optimization\":{\"stage\":3,\"stage3_gather_16bit_weights_on_model_save\":true}}", "stage3", 1,
          "zero_optimization.stage3_gather_16bit_weights_on_model_save: not implemented"},
         {"{\"zero_optimization\":{\"allgather_partitions\":false}}", "stage0", 1, "zero_optimization.allgather_partitions"},
