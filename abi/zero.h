@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define ZERO_ABI_VERSION_MAJOR 1
-#define ZERO_ABI_VERSION_MINOR 2
+#define ZERO_ABI_VERSION_MINOR 3
 /* Encoded as major * 10000 + minor. */
 #define ZERO_ABI_VERSION (ZERO_ABI_VERSION_MAJOR * 10000 + ZERO_ABI_VERSION_MINOR)
 
@@ -454,6 +454,10 @@ typedef struct zero_memory_stats {
 /* Fill *out for this rank. Thread-safe. */
 ZERO_API zero_status zero_memory_stats_get(const zero_engine *e, zero_memory_stats *out);
 
+/* Calls and payload bytes of every communicator of the engine: the world
+ * and (1.3) the sub-communicators plugins make through the services
+ * comm_split / comm_split_node (stage 3's gather communicator, MiCS's and
+ * ZeRO++'s groups).  total_comm_seconds is the world's. */
 typedef struct zero_comm_stats {
     uint32_t struct_size;
     uint32_t reserved0;

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define ZERO_PLUGIN_ABI_MAJOR 1
-#define ZERO_PLUGIN_ABI_MINOR 2
+#define ZERO_PLUGIN_ABI_MINOR 3
 
 #if defined(__GNUC__)
 #define ZERO_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -303,6 +303,22 @@ typedef struct zero_grad_norm {
     int32_t reserved0;
 } zero_grad_norm;
 
+/* (1.3) Block quantization for the quantized collectives: `bits` 8 or 4,
+ * one fp32 scale per `block` elements (0 = 256).  Symmetric
+ * round-to-nearest: scale = max|block| / qmax (qmax 127 for int8, 7 for
+ * int4), so every element comes back within max|block| / (2 qmax) of its
+ * value (plus one fp32 rounding, and one rounding to a 16-bit dtype); a
+ * block holding an Inf or NaN comes back all NaN.  On the wire: the scales
+ * and the packed values, ceil(n / block) * 4 + n (int8) or ceil(n / 2)
+ * (int4) bytes for n elements, rounded up to a multiple of 4. */
+typedef struct zero_quant_spec {
+    uint32_t struct_size; /* sizeof(zero_quant_spec) */
+    int32_t bits;         /* 8 or 4 */
+    uint32_t block;       /* elements per scale, 0 = 256 */
+    uint32_t reserved0;
+} zero_quant_spec;
+#define ZERO_QUANT_SPEC_INIT { sizeof(zero_quant_spec), 8, 0, 0 }
+
 /* ------------------------------------------------------------------------ */
 /* Services: what the core offers a plugin.  Owned by the core; valid from   */
 /* create() until destroy() returns.                                         */
@@ -478,6 +494,38 @@ typedef struct zero_services_v1 {
      * checkpoint is always at an accumulation boundary).  Plugins that do
      * this declare ZERO_PLUGIN_CAP_RESHARD. */
     int (*ckpt_reshard)(zero_core *c);
+
+    /* ---- appended in 1.3 (issue 21: ZeRO++ and MiCS as outside plugins; ---- */
+    /* ---- check ZERO_SERVICES_HAS) ------------------------------------------ */
+    /* Node groups: the ranks of m on this rank's node, ordered by their rank
+     * in m (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)).  The environment
+     * variable ZERO_RANKS_PER_NODE=k makes "nodes" of k consecutive ranks of
+     * m instead, so that tests and benchmarks simulate several nodes on one
+     * machine.  Collective over m; free *out with comm_free. */
+    zero_status (*comm_split_node)(zero_comm *m, zero_comm **out);
+    /* Quantized all-gather, in place and blocking: recv holds sum(counts)
+     * elements of dt (F32, BF16, F16), this rank's block at offset
+     * sum(counts[<rank]); each rank sends its block block-quantized (q),
+     * and on return every block -- this rank's own too -- holds the
+     * dequantized values, so every rank holds the same tensor.  Collective;
+     * counted in the communicator's all-gather bytes at the quantized size.
+     * Host memory only (ZERO_ERR_UNSUPPORTED for device buffers). */
+    zero_status (*allgather_quantized)(zero_comm *m, void *recv, const size_t *counts, zero_dtype dt,
+                                       const zero_quant_spec *q);
+    /* Quantized reduce-scatter, blocking: send holds sum(counts) elements of
+     * dt, block r for rank r; each block is quantized (q) and sent to its
+     * rank in one all-to-all; recv (counts[rank] elements of dt) receives
+     * the fp32 sum, in rank order 0..size-1, of the dequantized blocks, so
+     * results are bitwise repeatable.  recv must not overlap send.
+     * Collective; counted as a reduce-scatter of the quantized bytes.  Host
+     * memory only. */
+    zero_status (*reduce_scatter_quantized)(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                                            zero_dtype dt, const zero_quant_spec *q);
+    /* What has crossed communicator m so far (calls, payload bytes), as
+     * zero_comm_stats reports them for the whole engine (the engine's
+     * totals include every communicator made through comm_split /
+     * comm_split_node).  out->struct_size must be set by the caller. */
+    zero_status (*comm_counters)(zero_comm *m, zero_comm_stats *out);
 } zero_services_v1;
 
 /* Does this services table have field `f`? (built against a newer minor) */

@@ -173,6 +173,7 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
         return ZERO_ERR_OUT_OF_MEMORY;
     }
     pthread_mutex_init(&e->err_lock, NULL);
+    pthread_mutex_init(&e->sub_lock, NULL);
     e->rank = -1;
     e->log_fn = opts.log_fn;
     e->log_user = opts.log_user;
@@ -292,6 +293,8 @@ void zero_engine_destroy(zero_engine *e) {
     if (e->mem) zero__mem_destroy(e->mem);
     zero__device_close(e->dev); /* last: the accountant returned its blocks, the comms used its stream */
     pthread_mutex_destroy(&e->err_lock);
+    pthread_mutex_destroy(&e->sub_lock);
+    free(e->sub_comms); /* plugins freed theirs in destroy; a leaked one is not ours to free */
     free(e);
 }
 
@@ -825,6 +828,7 @@ zero_status zero_comm_stats_get(const zero_engine *e, zero_comm_stats *out) {
     zero_comm_stats st = ZERO_COMM_STATS_INIT;
     zero__comm_counters c;
     zero__comm_counters_get(e->world, &c);
+    zero__sub_comms_add_counters((struct zero_engine *)e, &c);
     st.allreduce_calls = c.allreduce_calls;
     st.reduce_scatter_calls = c.reduce_scatter_calls;
     st.allgather_calls = c.allgather_calls;

@@ -60,6 +60,13 @@ struct zero_engine {
     int rank, world_size;
     char last_error[8192];   /* long enough for a not-found message listing every search path */
     pthread_mutex_t err_lock;
+    /* (1.3) communicators plugins made through the services, for
+     * zero_comm_stats; a freed one's counters move into sub_retired.  Under
+     * sub_lock. */
+    pthread_mutex_t sub_lock;
+    zero_comm **sub_comms;
+    size_t nsub, sub_cap;
+    zero__comm_counters sub_retired;
 
     /* plugin */
     zero__plugin plugin;
@@ -134,4 +141,9 @@ double zero__schedule_lr(const struct zero_engine *e, uint64_t t);
 /* Optimizer betas for step t: the configured ones, or OneCycle's cycled
  * momentum (sched.c).  Pure; any thread. */
 void zero__schedule_betas(const struct zero_engine *e, uint64_t t, double *beta1, double *beta2);
+/* (1.3) Add the calls and bytes (not the busy seconds) of every
+ * communicator plugins made through the services, live or freed, into *c.
+ * Thread-safe (services.c). */
+void zero__sub_comms_add_counters(struct zero_engine *e, zero__comm_counters *c);
+
 #endif

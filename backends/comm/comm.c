@@ -146,6 +146,32 @@ zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, si
     if (!m || ((!send || !recv) && bytes_each)) return ZERO_ERR_INVALID_ARGUMENT;
     return m->ops->allgather_bytes(m, send, recv, bytes_each);
 }
+zero_status zero__comm_split_node(zero_comm *m, zero_comm **out) {
+    if (!m || !out) return ZERO_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    const char *env = getenv("ZERO_RANKS_PER_NODE");
+    if (env && *env) {
+        char *end = NULL;
+        long k = strtol(env, &end, 10);
+        if (*end || k < 1)
+            return zero__error(m->engine, ZERO_ERR_CONFIG, "ZERO_RANKS_PER_NODE: got '%s', expected a positive integer",
+                               env);
+        return m->ops->split(m, (int)(m->rank / k), m->rank, out);
+    }
+    if (m->ops->split_node) return m->ops->split_node(m, out);
+    if (m->size == 1) return m->ops->split(m, 0, 0, out);
+    return zero__error(m->engine, ZERO_ERR_UNSUPPORTED,
+                       "comm: the %s backend cannot find node boundaries (set ZERO_RANKS_PER_NODE)", m->ops->name);
+}
+
+zero_status zero__alltoallv_bytes(zero_comm *m, const void *send, const size_t *scounts, const size_t *sdispls,
+                                  void *recv, const size_t *rcounts, const size_t *rdispls) {
+    if (!m || !scounts || !sdispls || !rcounts || !rdispls) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!m->ops->alltoallv_bytes)
+        return zero__error(m->engine, ZERO_ERR_UNSUPPORTED, "comm: the %s backend has no all-to-all", m->ops->name);
+    return m->ops->alltoallv_bytes(m, send, scounts, sdispls, recv, rcounts, rdispls);
+}
+
 void zero__comm_counters_get(zero_comm *m, zero__comm_counters *out) {
     if (!out) return;
     memset(out, 0, sizeof *out);

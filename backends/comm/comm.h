@@ -44,6 +44,17 @@ typedef struct zero__comm_ops {
      * the same counts sums it, so an all-reduce and a reduce-scatter over the
      * same layout agree bitwise.  NULL = the backend's iallreduce. */
     zero_status (*iallreducev)(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req);
+    /* appended (issue 21, ABI 1.3 services).  Blocking all-to-all of bytes:
+     * send holds scounts[r] bytes for rank r at sdispls[r]; recv receives
+     * rcounts[r] bytes from rank r at rdispls[r].  Counted as a
+     * reduce-scatter of sum(scounts) bytes (its one use is the quantized
+     * reduce-scatter).  NULL: not available (ZERO_ERR_UNSUPPORTED). */
+    zero_status (*alltoallv_bytes)(zero_comm *m, const void *send, const size_t *scounts, const size_t *sdispls,
+                                   void *recv, const size_t *rcounts, const size_t *rdispls);
+    /* appended (issue 21).  Collective: the ranks of m that share memory
+     * (one node), ordered by their rank in m (MPI_Comm_split_type
+     * MPI_COMM_TYPE_SHARED).  NULL: see zero__comm_split_node. */
+    zero_status (*split_node)(zero_comm *m, zero_comm **out);
 } zero__comm_ops;
 
 /* Common header of every communicator; backends embed it first. */
@@ -96,6 +107,14 @@ zero_status zero__iallreducev(zero_comm *m, void *buf, const size_t *counts, zer
 zero_status zero__comm_wait(zero_comm_req *req);
 zero_status zero__comm_test(zero_comm_req *req, int *done);
 zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each);
+/* (issue 21) See the ops above.  zero__comm_split_node: with the environment
+ * variable ZERO_RANKS_PER_NODE=k (k >= 1) the "nodes" are k consecutive
+ * ranks of m (so tests simulate several nodes on one machine); else the
+ * backend's shared-memory split; a backend without one answers m's size-1
+ * split when m has one rank, else ZERO_ERR_UNSUPPORTED.  Collective. */
+zero_status zero__comm_split_node(zero_comm *m, zero_comm **out);
+zero_status zero__alltoallv_bytes(zero_comm *m, const void *send, const size_t *scounts, const size_t *sdispls,
+                                  void *recv, const size_t *rcounts, const size_t *rdispls);
 #endif
 
 /* ---- appended by the comm backend (additive) ---------------------------- */

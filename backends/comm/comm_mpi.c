@@ -342,6 +342,69 @@ static zero_status zm_allgather_bytes(zero_comm *m, const void *send, void *recv
     return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Allgather");
 }
 
+/* MPI counts are int: refuse what does not fit rather than truncate. */
+static int to_int_counts(const size_t *a, int n, int *out) {
+    for (int i = 0; i < n; i++) {
+        if (a[i] > (size_t)INT_MAX) return 0;
+        out[i] = (int)a[i];
+    }
+    return 1;
+}
+
+static zero_status zm_alltoallv_bytes(zero_comm *m, const void *send, const size_t *scounts, const size_t *sdispls,
+                                      void *recv, const size_t *rcounts, const size_t *rdispls) {
+    zm_comm *c = ZM(m);
+    const int n = m->size;
+    int *v = malloc((size_t)4 * (size_t)n * sizeof *v);
+    if (!v) return zero__error(m->engine, ZERO_ERR_OUT_OF_MEMORY, "comm: out of memory");
+    int *sc = v, *sd = v + n, *rc_ = v + 2 * n, *rd = v + 3 * n;
+    if (!to_int_counts(scounts, n, sc) || !to_int_counts(sdispls, n, sd) || !to_int_counts(rcounts, n, rc_) ||
+        !to_int_counts(rdispls, n, rd)) {
+        free(v);
+        return zero__error(m->engine, ZERO_ERR_UNSUPPORTED, "comm: alltoallv limited to INT_MAX bytes per block");
+    }
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) total += scounts[i];
+    count_call(c, &m->counters.reduce_scatter_calls, &m->counters.bytes_reduced, total);
+    blocking_enter(c);
+    int rc;
+    if (c->pe->has_thread) {
+        rc = MPI_Alltoallv(send, sc, sd, MPI_BYTE, recv, rc_, rd, MPI_BYTE, c->comm);
+    } else {
+        MPI_Request rq;
+        rc = MPI_Ialltoallv(send, sc, sd, MPI_BYTE, recv, rc_, rd, MPI_BYTE, c->comm, &rq);
+        if (rc == MPI_SUCCESS) rc = nb_complete_locked(c->pe, &rq);
+    }
+    blocking_leave(c);
+    free(v);
+    return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Alltoallv");
+}
+
+/* As zm_split, with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) (one node). */
+static zero_status zm_split_node(zero_comm *m, zero_comm **out) {
+    zm_comm *c = ZM(m);
+    MPI_Comm sub = MPI_COMM_NULL;
+    *out = NULL;
+    blocking_enter(c);
+    if (!c->pe->has_thread) zero__zm_drain_locked(c->pe, NULL);
+    int rc = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &sub);
+    blocking_leave(c);
+    if (rc != MPI_SUCCESS) return mpi_fail(m, rc, "MPI_Comm_split_type");
+    count_call(c, &m->counters.other_calls, NULL, 0);
+    if (sub == MPI_COMM_NULL) return ZERO_OK;
+    pthread_mutex_lock(&c->pe->lock);
+    c->pe->refs++;
+    pthread_mutex_unlock(&c->pe->lock);
+    zm_comm *s = comm_new(sub, c->pe, m->engine);
+    if (!s) {
+        MPI_Comm_free(&sub);
+        zero__zm_engine_release(c->pe);
+        return ZERO_ERR_OUT_OF_MEMORY;
+    }
+    *out = &s->base;
+    return ZERO_OK;
+}
+
 static void zm_counters_get(zero_comm *m, zero__comm_counters *out) {
     zm_comm *c = ZM(m);
     pthread_mutex_lock(&c->stat_lock);
@@ -365,5 +428,7 @@ static const zero__comm_ops mpi_ops = {
     .allgather_bytes = zm_allgather_bytes,
     .counters_get = zm_counters_get,
     .iallreducev = zero__zm_iallreducev,
+    .alltoallv_bytes = zm_alltoallv_bytes,
+    .split_node = zm_split_node,
 };
 #endif

@@ -132,6 +132,15 @@ static void self_counters_get(zero_comm *m, zero__comm_counters *out) {
     pthread_mutex_unlock(&S(m)->lock);
 }
 
+static zero_status self_alltoallv_bytes(zero_comm *m, const void *send, const size_t *scounts, const size_t *sdispls,
+                                        void *recv, const size_t *rcounts, const size_t *rdispls) {
+    if (scounts[0] != rcounts[0])
+        return zero__error(m->engine, ZERO_ERR_INVALID_ARGUMENT, "comm: alltoallv send/recv sizes differ");
+    count(m, &m->counters.reduce_scatter_calls, &m->counters.bytes_reduced, scounts[0]);
+    if (scounts[0]) memmove((char *)recv + rdispls[0], (const char *)send + sdispls[0], scounts[0]);
+    return ZERO_OK;
+}
+
 static const zero__comm_ops self_ops = {
     .name = "self",
     .split = self_split,
@@ -146,6 +155,7 @@ static const zero__comm_ops self_ops = {
     .test = self_test,
     .allgather_bytes = self_allgather_bytes,
     .counters_get = self_counters_get,
+    .alltoallv_bytes = self_alltoallv_bytes,
 };
 
 zero_comm *zero__comm_self_create(struct zero_engine *engine) {

@@ -282,8 +282,15 @@ _Static_assert(offsetof(zero_grad_norm, clip_coef) == 16, "offsetof(zero_grad_no
 _Static_assert(offsetof(zero_grad_norm, grad_mul) == 24, "offsetof(zero_grad_norm, grad_mul)");
 _Static_assert(offsetof(zero_grad_norm, reserved0) == 28, "offsetof(zero_grad_norm, reserved0)");
 
+/* zero_quant_spec */
+_Static_assert(sizeof(zero_quant_spec) == 16, "sizeof(zero_quant_spec)");
+_Static_assert(offsetof(zero_quant_spec, struct_size) == 0, "offsetof(zero_quant_spec, struct_size)");
+_Static_assert(offsetof(zero_quant_spec, bits) == 4, "offsetof(zero_quant_spec, bits)");
+_Static_assert(offsetof(zero_quant_spec, block) == 8, "offsetof(zero_quant_spec, block)");
+_Static_assert(offsetof(zero_quant_spec, reserved0) == 12, "offsetof(zero_quant_spec, reserved0)");
+
 /* zero_services_v1 */
-_Static_assert(sizeof(zero_services_v1) == 432, "sizeof(zero_services_v1)");
+_Static_assert(sizeof(zero_services_v1) == 464, "sizeof(zero_services_v1)");
 _Static_assert(offsetof(zero_services_v1, struct_size) == 0, "offsetof(zero_services_v1, struct_size)");
 _Static_assert(offsetof(zero_services_v1, abi_version) == 4, "offsetof(zero_services_v1, abi_version)");
 _Static_assert(offsetof(zero_services_v1, core) == 8, "offsetof(zero_services_v1, core)");
@@ -339,6 +346,10 @@ _Static_assert(offsetof(zero_services_v1, master_init) == 400, "offsetof(zero_se
 _Static_assert(offsetof(zero_services_v1, ckpt_shard) == 408, "offsetof(zero_services_v1, ckpt_shard)");
 _Static_assert(offsetof(zero_services_v1, ckpt_agree) == 416, "offsetof(zero_services_v1, ckpt_agree)");
 _Static_assert(offsetof(zero_services_v1, ckpt_reshard) == 424, "offsetof(zero_services_v1, ckpt_reshard)");
+_Static_assert(offsetof(zero_services_v1, comm_split_node) == 432, "offsetof(zero_services_v1, comm_split_node)");
+_Static_assert(offsetof(zero_services_v1, allgather_quantized) == 440, "offsetof(zero_services_v1, allgather_quantized)");
+_Static_assert(offsetof(zero_services_v1, reduce_scatter_quantized) == 448, "offsetof(zero_services_v1, reduce_scatter_quantized)");
+_Static_assert(offsetof(zero_services_v1, comm_counters) == 456, "offsetof(zero_services_v1, comm_counters)");
 
 /* zero_plan_services_v1 */
 _Static_assert(sizeof(zero_plan_services_v1) == 112, "sizeof(zero_plan_services_v1)");
