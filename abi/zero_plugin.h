@@ -316,8 +316,14 @@ typedef struct zero_quant_spec {
     int32_t bits;         /* 8 or 4 */
     uint32_t block;       /* elements per scale, 0 = 256 */
     uint32_t reserved0;
+    /* reduce_scatter_quantized only: NULL, or sum(counts) fp32 elements
+     * owned by the caller (zero at first): added to send before
+     * quantization and replaced by what the quantization lost, so the
+     * error is carried into the next call instead of lost (error feedback,
+     * as in 1-bit Adam): over many calls the sums stay unbiased. */
+    float *error_feedback;
 } zero_quant_spec;
-#define ZERO_QUANT_SPEC_INIT { sizeof(zero_quant_spec), 8, 0, 0 }
+#define ZERO_QUANT_SPEC_INIT { sizeof(zero_quant_spec), 8, 0, 0, NULL }
 
 /* ------------------------------------------------------------------------ */
 /* Services: what the core offers a plugin.  Owned by the core; valid from   */

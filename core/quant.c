@@ -91,6 +91,12 @@ void zero__dequantize(void *dst, zero_dtype dt, const void *src, size_t n, int b
     }
 }
 
+void zero__dequantize_range(float *dst, const void *src, size_t n, size_t lo, size_t k, int bits, size_t block) {
+    const float *scales = src;
+    const uint8_t *data = (const uint8_t *)src + nblocks(n, block) * sizeof(float);
+    for (size_t i = 0; i < k; i++) dst[i] = value_at(scales, data, lo + i, bits, block);
+}
+
 void zero__dequantize_add(float *acc, const void *src, size_t n, int bits, size_t block) {
     const float *scales = src;
     const uint8_t *data = (const uint8_t *)src + nblocks(n, block) * sizeof(float);
@@ -192,9 +198,32 @@ zero_status zero__reduce_scatter_quantized(zero_comm *m, const void *send, void 
         st = zero__error(m->engine, ZERO_ERR_OUT_OF_MEMORY, "reduce_scatter_quantized: out of memory");
         goto out;
     }
+    float *ef = q->struct_size >= offsetof(zero_quant_spec, error_feedback) + sizeof q->error_feedback
+                    ? q->error_feedback
+                    : NULL;
     size_t at = 0;
     for (int r = 0; r < n; r++) {
-        zero__quantize(sbuf + sd[r], (const char *)send + at * es, dt, counts[r], bits, block);
+        if (ef) { /* x = send + carried error; quantize x; carry x - dq(q(x)) */
+            float tmpd[256];
+            const char *src = (const char *)send + at * es;
+            uint8_t *qd = sbuf + sd[r];
+            float *xs = malloc((counts[r] ? counts[r] : 1) * sizeof *xs);
+            if (!xs) {
+                st = zero__error(m->engine, ZERO_ERR_OUT_OF_MEMORY, "reduce_scatter_quantized: out of memory");
+                goto out;
+            }
+            zero__convert(xs, ZERO_DTYPE_F32, src, dt, counts[r]);
+            for (size_t i = 0; i < counts[r]; i++) xs[i] += ef[at + i];
+            zero__quantize(qd, xs, ZERO_DTYPE_F32, counts[r], bits, block);
+            for (size_t lo = 0; lo < counts[r]; lo += 256) { /* the residual, in slices */
+                size_t k = counts[r] - lo < 256 ? counts[r] - lo : 256;
+                zero__dequantize_range(tmpd, qd, counts[r], lo, k, bits, block);
+                for (size_t i = 0; i < k; i++) ef[at + lo + i] = xs[lo + i] - tmpd[i];
+            }
+            free(xs);
+        } else {
+            zero__quantize(sbuf + sd[r], (const char *)send + at * es, dt, counts[r], bits, block);
+        }
         at += counts[r];
     }
     if ((st = zero__alltoallv_bytes(m, sbuf, sc, sd, rbuf, rc, rd)) != ZERO_OK) goto out;

@@ -28,6 +28,8 @@ size_t zero__quant_bytes(size_t n, int bits, size_t block);
 void zero__quantize(void *dst, const void *src, zero_dtype dt, size_t n, int bits, size_t block);
 /* Dequantize into dst (n elements of dt; RNE for 16-bit dtypes). */
 void zero__dequantize(void *dst, zero_dtype dt, const void *src, size_t n, int bits, size_t block);
+/* dst[0..k) = dequantized values lo..lo+k of a run of n (fp32). */
+void zero__dequantize_range(float *dst, const void *src, size_t n, size_t lo, size_t k, int bits, size_t block);
 /* acc[i] += dequantized value i (fp32). */
 void zero__dequantize_add(float *acc, const void *src, size_t n, int bits, size_t block);
 

@@ -119,8 +119,11 @@ static json_t *build(const demo_report *r) {
     json_t *mem = json_array();
     for (int k = 0; k < r->world; ++k) json_array_append_new(mem, rank_memory(k, r->mem + (size_t)k * DEMO_MEM_WORDS));
     json_object_set_new(o, "memory", mem);
-    json_object_set_new(o, "comm", json_pack("{s:o,s:o}", "exposed_seconds", jreal(r->comm_exposed_s),
-                                             "total_seconds", jreal(r->comm_total_s)));
+    json_object_set_new(o, "comm",
+                        json_pack("{s:o,s:o,s:I,s:I,s:I}", "exposed_seconds", jreal(r->comm_exposed_s), "total_seconds",
+                                  jreal(r->comm_total_s), "bytes_reduced", (json_int_t)r->comm_bytes_reduced,
+                                  "bytes_gathered", (json_int_t)r->comm_bytes_gathered, "allgather_calls",
+                                  (json_int_t)r->comm_allgather_calls));
     return o;
 }
 

@@ -40,6 +40,9 @@ typedef struct demo_report {
     double param_sum[DEMO_NPARAMS], param_sumsq[DEMO_NPARAMS];
     const uint64_t *mem;     /* world * DEMO_MEM_WORDS, rank-major */
     double comm_exposed_s, comm_total_s; /* rank 0's zero_comm_stats (-1 if unavailable) */
+    /* rank 0's zero_comm_stats payload bytes and calls over the whole run, training and the
+     * final validation/digest gathers included (0 if unavailable) */
+    uint64_t comm_bytes_reduced, comm_bytes_gathered, comm_allgather_calls;
 } demo_report;
 
 /* Print every rank's memory by category (current and peak) to `f`. */

@@ -145,6 +145,9 @@ void demo_report_fill(demo_report *rep, zero_engine *e, int world, const demo_op
     rep->mem = mem;
     rep->comm_exposed_s = have_cs ? cs->exposed_comm_seconds : -1.0;
     rep->comm_total_s = have_cs ? cs->total_comm_seconds : -1.0;
+    rep->comm_bytes_reduced = have_cs ? cs->bytes_reduced : 0;
+    rep->comm_bytes_gathered = have_cs ? cs->bytes_gathered : 0;
+    rep->comm_allgather_calls = have_cs ? cs->allgather_calls : 0;
 }
 
 int demo_exit(MPI_Comm *comm, int rc) {

@@ -283,11 +283,12 @@ _Static_assert(offsetof(zero_grad_norm, grad_mul) == 24, "offsetof(zero_grad_nor
 _Static_assert(offsetof(zero_grad_norm, reserved0) == 28, "offsetof(zero_grad_norm, reserved0)");
 
 /* zero_quant_spec */
-_Static_assert(sizeof(zero_quant_spec) == 16, "sizeof(zero_quant_spec)");
+_Static_assert(sizeof(zero_quant_spec) == 24, "sizeof(zero_quant_spec)");
 _Static_assert(offsetof(zero_quant_spec, struct_size) == 0, "offsetof(zero_quant_spec, struct_size)");
 _Static_assert(offsetof(zero_quant_spec, bits) == 4, "offsetof(zero_quant_spec, bits)");
 _Static_assert(offsetof(zero_quant_spec, block) == 8, "offsetof(zero_quant_spec, block)");
 _Static_assert(offsetof(zero_quant_spec, reserved0) == 12, "offsetof(zero_quant_spec, reserved0)");
+_Static_assert(offsetof(zero_quant_spec, error_feedback) == 16, "offsetof(zero_quant_spec, error_feedback)");
 
 /* zero_services_v1 */
 _Static_assert(sizeof(zero_services_v1) == 464, "sizeof(zero_services_v1)");

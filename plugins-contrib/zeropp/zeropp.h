@@ -1,0 +1,100 @@
+/* zeropp plugin internals (shared by the files of plugins-contrib/zeropp only).
+ *
+ * ZeRO++ (Wang et al. 2023) on top of ZeRO-3's partitioning (each rank owns
+ * its world share of the core's layout: parameters, fp32 master, optimizer
+ * state, gradient partition), with three switches:
+ *  - qwZ  (zero_optimization.zero_quantized_weights): the parameter
+ *    all-gather sends int8 blocks with fp32 scales (services
+ *    allgather_quantized): ~4x fewer bytes than fp32, ~2x fewer than bf16;
+ *  - hpZ  (zero_optimization.zero_hpz_partition_size = P > 1): the first
+ *    gather of a parameter after an optimizer step spans the world; each
+ *    rank keeps 1/P of the full tensor (a secondary partition inside a
+ *    group of P ranks of its node, services comm_split_node), and every
+ *    later gather until the next step (backward, later micro-batches)
+ *    all-gathers inside that group only;
+ *  - qgZ  (zero_optimization.zero_quantized_gradients): the gradient
+ *    reduce-scatter sends int8 (or int4: zero_quantized_gradients_bits)
+ *    blocks in one all-to-all (services reduce_scatter_quantized) and sums
+ *    the dequantized blocks in fp32 in rank order; without it the core's
+ *    bucket engine reduce-scatters exact sums (stage 3's, bitwise stage0).
+ * The fp32 master is never quantized: only what crosses the wire is.
+ *
+ * Built the way a third party builds a plugin: installed headers, services
+ * table only.  Threading: the engine's step thread runs everything except
+ * grad_buffer / on_grad_ready (concurrent for different params; they touch
+ * only that param's slice or temporary, and the thread-safe bucket engine). */
+#ifndef ZERO_CONTRIB_ZEROPP_H
+#define ZERO_CONTRIB_ZEROPP_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zero_plugin.h"
+
+typedef struct zpp_param {
+    zero_param_info *info;
+    size_t *counts;                /* N entries: elements of this param in world share j */
+    uint64_t *part_lo;             /* N entries: where those start in share j's numbering */
+    size_t off_me;                 /* this rank's piece: offset in the param */
+    size_t *hcounts;               /* P entries: the param's secondary chunks (hpZ) */
+    size_t hoff_me;
+    void *sec;                     /* hpZ: this rank's secondary chunk (hcounts[hrank] elements) */
+    int sec_valid;                 /* sec holds the current values (set by the first gather after a step) */
+    void *buf;                     /* full tensor between gather and release, or NULL */
+    int holds;
+    void *grad_tmp;                /* per-param gradient temporary (model dtype) */
+} zpp_param;
+
+/* Bytes each kind of gather moved (this rank's view of the counters of the
+ * communicators it used), for the log line at destroy and the README. */
+typedef struct zpp_counts {
+    uint64_t world_gathers, node_gathers;
+} zpp_counts;
+
+typedef struct zpp {
+    const zero_services_v1 *svc;
+    zero_core *c;
+    const zero_run_config *rc;
+    int rank, nranks;
+    int qw, qg, qg_bits, P;        /* switches: qwZ, qgZ (bits), hpZ secondary group size (1 = off) */
+    uint32_t qw_block, qg_block;   /* elements per quantization scale */
+    int qg_ef;                     /* qgZ error feedback (zero_quantized_gradients_error_feedback, default off) */
+    zero_comm *gcomm;              /* private duplicate of the world: parameter all-gathers */
+    zero_comm *node;               /* hpZ: this rank's node */
+    zero_comm *hcomm;              /* hpZ: the P ranks of the secondary partition (inside node) */
+    int hrank;
+    zero_dtype dtype, gdtype;
+    size_t esize, gesize;
+    uint64_t part;                 /* world share (layout part_numel) */
+    void *pshard;                  /* parameters of the share, model dtype */
+    float *master;                 /* == pshard for fp32 models */
+    float *state[4];
+    uint32_t nstate;
+    void *acc;                     /* gradient partition accumulator (gdtype) */
+    zero_owned_range *mine;
+    uint32_t nmine;
+    /* exact path: the core's bucket engine */
+    zero_buckets *b;
+    int contiguous;
+    /* qgZ path: the micro-step's full gradient (fp32, flat) and a share temp */
+    float *gflat;
+    float *gpart;
+    float *ef;                     /* qgZ error feedback: what quantization lost, carried (flat fp32), or NULL */
+    zpp_param *params;
+    uint32_t nparams;
+    zpp_counts counts;
+} zpp;
+
+/* zeropp_gather.c */
+zero_status zpp_gather(void *state, zero_param_info *const *params, size_t n, void **ptrs);
+zero_status zpp_release(void *state, zero_param_info *const *params, size_t n);
+void zpp_drop_gathered(zpp *s);
+void zpp_invalidate_secondary(zpp *s);
+
+/* zeropp_grads.c */
+zero_status zpp_grads_setup(zpp *s);
+zero_status zpp_grad_buffer(void *state, zero_param_info *p, void **buf);
+zero_status zpp_on_grad_ready(void *state, zero_param_info *p, void *stream);
+zero_status zpp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
+void zpp_grads_free(zpp *s);
+
+#endif

@@ -1,0 +1,145 @@
+/* zeropp: gradient hand-in and reduction -- the core's bucket engine (exact,
+ * overlapped with backward) or, with qgZ, a full fp32 gradient of the
+ * micro-step reduce-scattered quantized at its end -- and the boundary step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "zeropp.h"
+
+#define WHO "zeropp"
+
+zero_status zpp_grads_setup(zpp *s) {
+    const zero_services_v1 *svc = s->svc;
+    const zero_layout *L = svc->layout(s->c);
+    const zero_run_config *rc = s->rc;
+    if (s->qg) {
+        if (s->gdtype != ZERO_DTYPE_F32)
+            return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
+                              WHO ": zero_quantized_gradients needs fp32 gradient accumulation "
+                                  "(data_types.grad_accum_dtype fp32, the default)");
+        uint64_t maxpart = 0;
+        for (uint32_t g = 0; g < L->ngroups; g++)
+            if (L->groups[g].part_numel > maxpart) maxpart = L->groups[g].part_numel;
+        /* qgZ trades memory for simplicity: one full fp32 gradient of the
+         * micro-step (stage 1's gradient memory), reduced at its end */
+        s->gflat = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, (size_t)(L->flat_numel ? L->flat_numel : 1) * 4);
+        s->gpart = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, (size_t)(maxpart ? maxpart : 1) * 4);
+        if (s->qg_ef)
+            s->ef = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, (size_t)(L->flat_numel ? L->flat_numel : 1) * 4);
+        if (!s->gflat || !s->gpart || (s->qg_ef && !s->ef))
+            return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": no memory for the qgZ gradient buffer");
+        s->contiguous = s->dtype == ZERO_DTYPE_F32;
+        return ZERO_OK;
+    }
+    s->contiguous = s->gdtype == s->dtype && rc->contiguous_gradients;
+    zero_bucket_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.struct_size = sizeof spec;
+    spec.mode = ZERO_BUCKETS_SCATTER;
+    spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
+    spec.overlap = rc->overlap_comm;
+    spec.contiguous = s->contiguous;
+    spec.partition = s->acc;
+    spec.reduce_every_micro_step = 1;
+    spec.grad_dtype = s->gdtype;
+    return svc->buckets_create(s->c, &spec, &s->b);
+}
+
+void zpp_grads_free(zpp *s) {
+    if (s->b) s->svc->buckets_destroy(s->b);
+    s->b = NULL;
+    s->svc->mem_free(s->c, s->gflat);
+    s->svc->mem_free(s->c, s->gpart);
+    s->svc->mem_free(s->c, s->ef);
+    s->gflat = s->gpart = s->ef = NULL;
+}
+
+zero_status zpp_grad_buffer(void *state, zero_param_info *p, void **buf) {
+    zpp *s = state;
+    if (s->contiguous) {
+        if (s->gflat) {
+            *buf = s->gflat + p->flat_offset;
+            return ZERO_OK;
+        }
+        return s->svc->buckets_grad_slot(s->b, p->index, buf);
+    }
+    zpp_param *mp = p->plugin_data;
+    if (!mp->grad_tmp) {
+        mp->grad_tmp = s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, (size_t)p->numel * s->esize);
+        if (!mp->grad_tmp)
+            return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": no memory for the gradient of '%s'", p->name);
+    }
+    *buf = mp->grad_tmp;
+    return ZERO_OK;
+}
+
+zero_status zpp_on_grad_ready(void *state, zero_param_info *p, void *stream) {
+    zpp *s = state;
+    (void)stream;
+    zpp_param *mp = p->plugin_data;
+    const void *src = mp->grad_tmp ? mp->grad_tmp : (p->host_grad && !p->grad_is_zero) ? p->host_grad : NULL;
+    if (p->grad_is_zero) src = NULL;
+    zero_status st = ZERO_OK;
+    if (s->gflat) {
+        if (src) s->svc->add_into(s->c, s->gflat + p->flat_offset, src, p->dtype, (size_t)p->numel);
+    } else {
+        st = s->svc->buckets_ready(s->b, p->index, src, p->dtype);
+    }
+    if (mp->grad_tmp) {
+        s->svc->mem_free(s->c, mp->grad_tmp);
+        mp->grad_tmp = NULL;
+    }
+    return st;
+}
+
+/* qgZ: the micro-step's gradient, group by group, reduce-scattered
+ * quantized into this rank's share and added into the window's sum. */
+static zero_status reduce_quantized(zpp *s) {
+    const zero_services_v1 *svc = s->svc;
+    const zero_layout *L = svc->layout(s->c);
+    size_t *counts = malloc((size_t)s->nranks * sizeof *counts);
+    if (!counts) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
+    zero_quant_spec q = ZERO_QUANT_SPEC_INIT;
+    q.bits = s->qg_bits;
+    q.block = s->qg_block;
+    zero_status st = ZERO_OK;
+    for (uint32_t g = 0; g < L->ngroups && st == ZERO_OK; g++) {
+        const zero_layout_group *lg = &L->groups[g];
+        if (!lg->numel) continue;
+        for (int r = 0; r < s->nranks; r++) counts[r] = (size_t)lg->part_numel;
+        q.error_feedback = s->ef ? s->ef + lg->flat_begin : NULL;
+        st = svc->reduce_scatter_quantized(svc->comm_world(s->c), s->gflat + lg->flat_begin, s->gpart, counts,
+                                           ZERO_DTYPE_F32, &q);
+        if (st == ZERO_OK)
+            svc->add_into(s->c, (float *)s->acc + lg->part_offset, s->gpart, ZERO_DTYPE_F32, (size_t)lg->part_numel);
+    }
+    free(counts);
+    zero_status z = svc->mem_set(s->c, s->gflat, 0, (size_t)L->flat_numel * 4);
+    return st != ZERO_OK ? st : z;
+}
+
+zero_status zpp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
+    zpp *s = state;
+    const zero_services_v1 *svc = s->svc;
+    zero_status st = s->gflat ? reduce_quantized(s) : svc->buckets_flush(s->b);
+    if (st != ZERO_OK || !ctx->boundary) return st;
+    zpp_drop_gathered(s);        /* gathered tensors are stale after the step */
+    zpp_invalidate_secondary(s); /* so is every secondary chunk: next gathers span the world again */
+    zero_part_step ps;
+    memset(&ps, 0, sizeof ps);
+    ps.struct_size = sizeof ps;
+    ps.nranges = s->nmine;
+    ps.ranges = s->mine;
+    ps.dtype = s->dtype;
+    ps.grad = s->acc;
+    ps.grad_dtype = s->gdtype;
+    ps.grad_index = ZERO_INDEX_PART;
+    ps.master = s->master;
+    ps.master_index = ZERO_INDEX_PART;
+    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
+    ps.param_out = (void *)s->master != s->pshard ? s->pshard : NULL;
+    ps.param_out_index = ZERO_INDEX_PART;
+    st = svc->boundary_step(s->c, &ps, ctx, rep);
+    zero_status z = svc->mem_set(s->c, s->acc, 0, (size_t)s->part * s->gesize);
+    return st != ZERO_OK ? st : z;
+}

@@ -1,0 +1,266 @@
+/* zeropp: the plugin table, configuration, setup and teardown, checkpoints.
+ * See zeropp.h for the strategy and README.md for what it trades. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zeropp.h"
+
+#define WHO "zeropp"
+#define ZO "zero_optimization."
+
+static size_t dtype_bytes(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4 : 2; }
+
+static zero_dtype grad_dtype_of(const zero_run_config *rc) {
+    return rc->struct_size >= offsetof(zero_run_config, grad_accum_dtype) + sizeof rc->grad_accum_dtype
+               ? rc->grad_accum_dtype
+               : rc->model_dtype;
+}
+
+/* A boolean key: absent = 0. */
+static int flag(const zero_services_v1 *svc, const char *key, int *out, zero_status *st) {
+    *out = 0;
+    int got = svc->cfg_bool(svc->core, key, out);
+    if (got < 0) *st = svc->error(svc->core, ZERO_ERR_CONFIG, "%s: expected true or false", key);
+    return got >= 0;
+}
+
+static zero_status zpp_create(const zero_services_v1 *svc, void **state) {
+    zero_core *c = svc->core;
+    const zero_run_config *rc = svc->config(c);
+    if (!ZERO_SERVICES_HAS(svc, comm_counters))
+        return svc->error(c, ZERO_ERR_UNSUPPORTED,
+                          WHO ": the core lacks the ABI 1.3 services (quantized collectives, node groups); "
+                              "libzero >= 1.3 is needed");
+    if (rc->optim == ZERO_OPTIM_LAMB)
+        return svc->error(c, ZERO_ERR_UNSUPPORTED, WHO ": optimizer Lamb is not supported");
+    if (rc->pipeline_stages > 1)
+        return svc->error(c, ZERO_ERR_UNSUPPORTED, WHO ": pipeline parallelism is not supported");
+    zero_status st = ZERO_OK;
+    int qw, qg;
+    if (!flag(svc, ZO "zero_quantized_weights", &qw, &st) || !flag(svc, ZO "zero_quantized_gradients", &qg, &st))
+        return st;
+    int64_t P = 1, bits = 8;
+    int ef = 0;
+    if (svc->cfg_bool(c, ZO "zero_quantized_gradients_error_feedback", &ef) < 0)
+        return svc->error(c, ZERO_ERR_CONFIG, ZO "zero_quantized_gradients_error_feedback: expected true or false");
+    if (svc->cfg_int(c, ZO "zero_hpz_partition_size", &P) < 0 || P < 1)
+        return svc->error(c, ZERO_ERR_CONFIG, ZO "zero_hpz_partition_size: expected an integer >= 1");
+    if (svc->cfg_int(c, ZO "zero_quantized_gradients_bits", &bits) < 0 || (bits != 8 && bits != 4))
+        return svc->error(c, ZERO_ERR_CONFIG, ZO "zero_quantized_gradients_bits: expected 8 or 4");
+    int64_t wblock = 256, gblock = 64;
+    if (svc->cfg_int(c, ZO "zero_quantized_weights_block", &wblock) < 0 || wblock < 1 || wblock > 65536)
+        return svc->error(c, ZERO_ERR_CONFIG, ZO "zero_quantized_weights_block: expected an integer 1..65536");
+    if (svc->cfg_int(c, ZO "zero_quantized_gradients_block", &gblock) < 0 || gblock < 1 || gblock > 65536)
+        return svc->error(c, ZERO_ERR_CONFIG, ZO "zero_quantized_gradients_block: expected an integer 1..65536");
+    zpp *s = calloc(1, sizeof *s);
+    if (!s) return svc->error(c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
+    s->svc = svc;
+    s->c = c;
+    s->rc = rc;
+    s->nranks = svc->comm_size(svc->comm_world(c));
+    s->rank = svc->comm_rank(svc->comm_world(c));
+    s->qw = qw;
+    s->qg = qg;
+    s->qg_bits = (int)bits;
+    s->qw_block = (uint32_t)wblock;
+    s->qg_block = (uint32_t)gblock;
+    s->qg_ef = ef;
+    s->P = (int)P;
+    s->dtype = rc->model_dtype;
+    s->esize = dtype_bytes(s->dtype);
+    s->gdtype = grad_dtype_of(rc);
+    s->gesize = dtype_bytes(s->gdtype);
+    *state = s;
+    return ZERO_OK;
+}
+
+static void *alloc_n(zpp *s, zero_mem_tag tag, uint64_t n, size_t es) {
+    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)(n ? n : 1) * es);
+}
+
+/* hpZ: the node (services comm_split_node), then groups of P inside it. */
+static zero_status setup_hpz(zpp *s) {
+    const zero_services_v1 *svc = s->svc;
+    zero_status st = svc->comm_split_node(svc->comm_world(s->c), &s->node);
+    if (st != ZERO_OK) return st;
+    const int ns = svc->comm_size(s->node), nr = svc->comm_rank(s->node);
+    if (s->P > ns || ns % s->P != 0)
+        return svc->error(s->c, ZERO_ERR_CONFIG,
+                          ZO "zero_hpz_partition_size: got %d, expected a divisor of the %d ranks of this node "
+                             "(nodes from MPI shared memory, or ZERO_RANKS_PER_NODE)",
+                          s->P, ns);
+    if ((st = svc->comm_split(s->node, nr / s->P, nr, &s->hcomm)) != ZERO_OK) return st;
+    s->hrank = svc->comm_rank(s->hcomm);
+    return ZERO_OK;
+}
+
+static zero_status map_params(zpp *s) {
+    const zero_services_v1 *svc = s->svc;
+    const int N = s->nranks;
+    s->nparams = svc->nparams(s->c);
+    s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
+    if (!s->params) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
+    for (uint32_t i = 0; i < s->nparams; i++) {
+        zpp_param *mp = &s->params[i];
+        zero_param_info *p = svc->param(s->c, i);
+        mp->info = p;
+        p->plugin_data = mp;
+        if (p->dtype != s->dtype)
+            return svc->error(s->c, ZERO_ERR_UNSUPPORTED, WHO ": param '%s' is not in the model dtype", p->name);
+        mp->counts = calloc((size_t)N, sizeof *mp->counts);
+        mp->part_lo = calloc((size_t)N, sizeof *mp->part_lo);
+        mp->hcounts = calloc((size_t)s->P, sizeof *mp->hcounts);
+        if (!mp->counts || !mp->part_lo || !mp->hcounts)
+            return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
+        for (int j = 0; j < N; j++) {
+            zero_owned_range o;
+            if (p->numel && svc->owned_ranges(s->c, (uint32_t)j, p->flat_offset, p->flat_offset + p->numel, &o, 1)) {
+                mp->counts[j] = (size_t)(o.flat_hi - o.flat_lo);
+                mp->part_lo[j] = o.part_lo;
+                if (j == s->rank) mp->off_me = (size_t)(o.flat_lo - p->flat_offset);
+            }
+        }
+        /* hpZ secondary chunks: P near-equal contiguous pieces */
+        size_t at = 0;
+        for (int h = 0; h < s->P; h++) {
+            mp->hcounts[h] = (size_t)(p->numel / (uint64_t)s->P) + ((uint64_t)h < p->numel % (uint64_t)s->P);
+            if (h == s->hrank) mp->hoff_me = at;
+            at += mp->hcounts[h];
+        }
+        if (s->P > 1 && !(mp->sec = alloc_n(s, ZERO_MEM_PARAMS, mp->hcounts[s->hrank], s->esize)))
+            return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": no memory for the secondary partition");
+        /* the share's initial values */
+        if (p->init_data && mp->counts[s->rank])
+            svc->mem_copy(s->c, (char *)s->pshard + mp->part_lo[s->rank] * s->esize,
+                          (const char *)p->init_data + mp->off_me * s->esize, mp->counts[s->rank] * s->esize);
+    }
+    return ZERO_OK;
+}
+
+static zero_status zpp_params_done(void *state) {
+    zpp *s = state;
+    const zero_services_v1 *svc = s->svc;
+    const zero_layout *L = svc->layout(s->c);
+    zero_status st = svc->comm_split(svc->comm_world(s->c), 0, s->rank, &s->gcomm);
+    if (st == ZERO_OK && s->P > 1) st = setup_hpz(s);
+    if (st != ZERO_OK) return st;
+    s->part = L->part_numel;
+    s->pshard = alloc_n(s, ZERO_MEM_PARAMS, s->part, s->esize);
+    s->master = s->dtype == ZERO_DTYPE_F32 ? s->pshard : alloc_n(s, ZERO_MEM_MASTER, s->part, sizeof(float));
+    s->acc = alloc_n(s, ZERO_MEM_GRADS, s->part, s->gesize);
+    s->nstate = svc->optim_state_count(s->c);
+    const uint32_t ng = L->ngroups ? L->ngroups : 1;
+    s->mine = calloc(ng, sizeof *s->mine);
+    int ok = s->pshard && s->master && s->acc && s->mine && s->nstate <= 4;
+    for (uint32_t k = 0; ok && k < s->nstate; k++)
+        ok = (s->state[k] = alloc_n(s, ZERO_MEM_OPTIM, s->part, sizeof(float))) != NULL;
+    if (!ok) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": cannot allocate the share");
+    s->nmine = L->flat_numel ? svc->owned_ranges(s->c, (uint32_t)s->rank, 0, L->flat_numel, s->mine, ng) : 0;
+    if ((st = map_params(s)) != ZERO_OK) return st;
+    if ((void *)s->master != s->pshard)
+        svc->convert(s->c, s->master, ZERO_DTYPE_F32, s->pshard, s->dtype, (size_t)s->part);
+    svc->log(s->c, ZERO_LOG_INFO, WHO ": qwZ %s (block %u), qgZ %s (int%d, block %u), hpZ %s (secondary group of %d)",
+             s->qw ? "on" : "off", s->qw_block, s->qg ? "on" : "off", s->qg_bits, s->qg_block, s->P > 1 ? "on" : "off",
+             s->P);
+    return zpp_grads_setup(s);
+}
+
+/* Checkpoint: the share (as stage 3 keeps it) and the window's gradient
+ * accumulator; the secondary partition is derived data, rebuilt by the
+ * first gather after the load.  Same world size only. */
+static zero_status ckpt(zpp *s, const char *dir, int write) {
+    const zero_services_v1 *svc = s->svc;
+    typedef struct blob {
+        const char *name;
+        void *buf;
+        size_t bytes;
+    } blob;
+    blob blobs[8];
+    int nb = 0;
+    blobs[nb++] = (blob){"zeropp.params", s->pshard, (size_t)s->part * s->esize};
+    if ((void *)s->master != s->pshard) blobs[nb++] = (blob){"zeropp.master", s->master, (size_t)s->part * 4};
+    static const char *const names[4] = {"zeropp.state0", "zeropp.state1", "zeropp.state2", "zeropp.state3"};
+    for (uint32_t k = 0; k < s->nstate; k++) blobs[nb++] = (blob){names[k], s->state[k], (size_t)s->part * 4};
+    blobs[nb++] = (blob){"zeropp.acc", s->acc, (size_t)s->part * s->gesize};
+    zero_status st = ZERO_OK;
+    for (int i = 0; i < nb && st == ZERO_OK; i++)
+        st = write ? svc->ckpt_write(s->c, dir, blobs[i].name, blobs[i].buf, blobs[i].bytes)
+                   : svc->ckpt_read(s->c, dir, blobs[i].name, blobs[i].buf, blobs[i].bytes);
+    return st;
+}
+
+static zero_status zpp_save(void *state, const char *dir) { return ckpt(state, dir, 1); }
+
+static zero_status zpp_load(void *state, const char *dir) {
+    zpp *s = state;
+    zero_status st = s->svc->ckpt_agree(s->c, NULL, ckpt(s, dir, 0), dir, WHO);
+    zpp_drop_gathered(s);
+    zpp_invalidate_secondary(s);
+    return st;
+}
+
+static void log_counts(zpp *s) {
+    zero_comm_stats g = {sizeof g, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0}, h = g;
+    if (s->gcomm) s->svc->comm_counters(s->gcomm, &g);
+    if (s->hcomm) s->svc->comm_counters(s->hcomm, &h);
+    s->svc->log(s->c, ZERO_LOG_INFO,
+                WHO ": rank %d parameter gathers: world %llu calls %llu bytes, hpZ group %llu calls %llu bytes", s->rank,
+                (unsigned long long)g.allgather_calls, (unsigned long long)g.bytes_gathered,
+                (unsigned long long)h.allgather_calls, (unsigned long long)h.bytes_gathered);
+}
+
+static void zpp_destroy(void *state) {
+    zpp *s = state;
+    if (!s) return;
+    const zero_services_v1 *svc = s->svc;
+    log_counts(s);
+    zpp_grads_free(s);
+    if (s->params) {
+        zpp_drop_gathered(s);
+        for (uint32_t i = 0; i < s->nparams; i++) {
+            zpp_param *mp = &s->params[i];
+            svc->mem_free(s->c, mp->grad_tmp);
+            svc->mem_free(s->c, mp->sec);
+            free(mp->counts);
+            free(mp->part_lo);
+            free(mp->hcounts);
+            if (mp->info) mp->info->plugin_data = NULL;
+        }
+        free(s->params);
+    }
+    for (uint32_t k = 0; k < 4; k++) svc->mem_free(s->c, s->state[k]);
+    if ((void *)s->master != s->pshard) svc->mem_free(s->c, s->master);
+    svc->mem_free(s->c, s->pshard);
+    svc->mem_free(s->c, s->acc);
+    free(s->mine);
+    if (s->hcomm) svc->comm_free(s->hcomm);
+    if (s->node) svc->comm_free(s->node);
+    if (s->gcomm) svc->comm_free(s->gcomm);
+    free(s);
+}
+
+ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
+    .struct_size = sizeof(zero_plugin_table_v1),
+    .abi_major = ZERO_PLUGIN_ABI_MAJOR,
+    .abi_minor = ZERO_PLUGIN_ABI_MINOR,
+    .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES,
+    .name = "zeropp",
+    .description = "ZeRO++: stage 3 with quantized weight gathers (qwZ), quantized gradient reduce-scatter (qgZ) "
+                   "and an intra-node secondary parameter partition (hpZ) (contrib, built against the installed "
+                   "libzero)",
+    .create = zpp_create,
+    .register_param = NULL,
+    .params_done = zpp_params_done,
+    .gather = zpp_gather,
+    .release = zpp_release,
+    .grad_buffer = zpp_grad_buffer,
+    .on_grad_ready = zpp_on_grad_ready,
+    .step = zpp_step,
+    .save = zpp_save,
+    .load = zpp_load,
+    .sync = NULL,
+    .destroy = zpp_destroy,
+    .set_phase = NULL,
+    .plan = NULL,
+};
