@@ -204,10 +204,15 @@ static const zero__cfg_key zero_keys[] = {
     {"gather_16bit_weights_on_model_save", ZERO__KEY_IGNORED, "false", NOT_IMPL},
     {"stage3_gather_fp16_weights_on_model_save", ZERO__KEY_IGNORED, "false", NOT_IMPL},
     {"legacy_stage1", ZERO__KEY_IGNORED, "false", NOT_IMPL},
-    {"zero_hpz_partition_size", ZERO__KEY_IGNORED, "1", NOT_IMPL},
-    {"zero_quantized_weights", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    /* read by the contrib plugin "zeropp" (plugins-contrib/zeropp); see parse_contrib */
+    {"zero_hpz_partition_size", ZERO__KEY_USED, NULL, NULL},
+    {"zero_quantized_weights", ZERO__KEY_USED, NULL, NULL},
     {"zero_quantized_nontrainable_weights", ZERO__KEY_IGNORED, "false", NOT_IMPL},
-    {"zero_quantized_gradients", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"zero_quantized_gradients", ZERO__KEY_USED, NULL, NULL},
+    {"zero_quantized_gradients_bits", ZERO__KEY_USED, NULL, NULL},           /* libzero (zeropp): 8 or 4 */
+    {"zero_quantized_gradients_block", ZERO__KEY_USED, NULL, NULL},          /* libzero (zeropp) */
+    {"zero_quantized_weights_block", ZERO__KEY_USED, NULL, NULL},            /* libzero (zeropp) */
+    {"zero_quantized_gradients_error_feedback", ZERO__KEY_USED, NULL, NULL}, /* libzero (zeropp) */
     /* read by the contrib plugin "mics" (plugins-contrib/mics); see parse_mics */
     {"mics_shard_size", ZERO__KEY_USED, NULL, NULL},
     {"mics_hierarchical_params_gather", ZERO__KEY_IGNORED, "false", NOT_IMPL},
@@ -287,27 +292,53 @@ static int read_size(zero__cfg_ctx *ctx, const json_t *zo, const char *key, cons
     return r < 0 ? -1 : 0;
 }
 
-/* zero_optimization.mics_shard_size (DeepSpeed's MiCS key, -1 = off):
- * checked here, read by the contrib plugin "mics" through cfg_int.  As in
- * DeepSpeed, a positive value with stage 3 selects MiCS: the plugin "mics"
- * unless another is named; with another plugin named it is ignored (warned). */
-static int parse_mics(zero__cfg_ctx *ctx, const json_t *zo, const zero_run_config *rc, const char **plugin_key) {
-    int64_t shard = -1;
-    if (zero__cfg_int(ctx, zo, SZ, "mics_shard_size", -1, INT32_MAX, "-1 (off) or a positive integer", &shard) < 0)
+/* The plugin the config would run without a contrib key (for messages). */
+static const char *plain_plugin(const zero_run_config *rc, const char *plugin_key) {
+    return plugin_key             ? plugin_key
+           : rc->offload_optimizer ? "offload"
+           : rc->stage == 0        ? "stage0"
+           : rc->stage == 1        ? "stage1"
+           : rc->stage == 2        ? "stage2"
+                                   : "stage3";
+}
+
+/* A contrib strategy switched on by DeepSpeed's keys (`what` names the
+ * first key found): with stage 3 and no plugin named (and no offload) it
+ * selects `plugin`, as DeepSpeed selects MiCS / ZeRO++; with another
+ * plugin named (or another stage) the keys are ignored, with a warning. */
+static void select_contrib(zero__cfg_ctx *ctx, const zero_run_config *rc, const char **plugin_key, const char *plugin,
+                           const char *what) {
+    if (!*plugin_key && rc->stage == 3 && !rc->offload_optimizer) {
+        *plugin_key = plugin;
+    } else if (!*plugin_key || strcmp(*plugin_key, plugin) != 0) {
+        zero__cfg_warn(ctx, SZ ".%s: read by the stage-3 plugin \"%s\" (plugins-contrib); ignored by plugin \"%s\"",
+                       what, plugin, plain_plugin(rc, *plugin_key));
+    }
+}
+
+/* DeepSpeed's MiCS and ZeRO++ keys: checked here, read by the contrib
+ * plugins "mics" and "zeropp" through cfg_int / cfg_bool (their own
+ * libzero keys, zero_quantized_*_block and friends, are checked there).
+ * mics_shard_size -1 (DeepSpeed's default) is off; zero_hpz_partition_size
+ * 1 is off.  Both strategies at once is an error: they partition
+ * differently. */
+static int parse_contrib(zero__cfg_ctx *ctx, const json_t *zo, const zero_run_config *rc, const char **plugin_key) {
+    int64_t shard = -1, hpz = 1;
+    int32_t qw = 0, qg = 0;
+    if (zero__cfg_int(ctx, zo, SZ, "mics_shard_size", -1, INT32_MAX, "-1 (off) or a positive integer", &shard) < 0 ||
+        zero__cfg_int(ctx, zo, SZ, "zero_hpz_partition_size", 1, INT32_MAX, "a positive integer", &hpz) < 0 ||
+        zero__cfg_bool(ctx, zo, SZ, "zero_quantized_weights", &qw) < 0 ||
+        zero__cfg_bool(ctx, zo, SZ, "zero_quantized_gradients", &qg) < 0)
         return -1;
     if (shard == 0) return zero__cfg_fail(ctx, SZ ".mics_shard_size: got 0, expected -1 (off) or a positive integer");
-    if (shard < 0) return 0;
-    if (!*plugin_key && rc->stage == 3 && !rc->offload_optimizer) {
-        *plugin_key = "mics";
-    } else if (!*plugin_key || strcmp(*plugin_key, "mics") != 0) {
-        zero__cfg_warn(ctx, SZ ".mics_shard_size: MiCS runs with stage 3 (plugin \"mics\", plugins-contrib); "
-                              "ignored by plugin \"%s\"",
-                       *plugin_key                ? *plugin_key
-                       : rc->offload_optimizer    ? "offload"
-                       : rc->stage == 0           ? "stage0"
-                       : rc->stage == 1           ? "stage1"
-                                                  : "stage2");
-    }
+    const char *zpp = qw ? "zero_quantized_weights" : qg ? "zero_quantized_gradients"
+                      : hpz > 1 ? "zero_hpz_partition_size" : NULL;
+    if (shard > 0 && zpp)
+        return zero__cfg_fail(ctx, SZ ".mics_shard_size: got %lld together with %s, expected one of MiCS "
+                                   "(mics_shard_size) and ZeRO++ (zero_quantized_*, zero_hpz_partition_size)",
+                              (long long)shard, zpp);
+    if (shard > 0) select_contrib(ctx, rc, plugin_key, "mics", "mics_shard_size");
+    if (zpp) select_contrib(ctx, rc, plugin_key, "zeropp", zpp);
     return 0;
 }
 
@@ -382,7 +413,7 @@ int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config
     *plugin_key = NULL;
     if (zero__cfg_str(ctx, zo, SZ, "plugin", plugin_key) < 0) return -1;
     if (auto_stage && !*plugin_key) *plugin_key = "auto";
-    return parse_mics(ctx, zo, rc, plugin_key);
+    return parse_contrib(ctx, zo, rc, plugin_key);
 }
 
 /* ---- pipeline (libzero extension; DeepSpeed's PipelineModule keys) ----- */

@@ -8,6 +8,7 @@
  *  - reduce_scatter_quantized: bitwise the fp32 rank-order sum of each
  *    rank's dequantized block (recomputed locally), within the summed
  *    bound of the exact sum; counted as a reduce-scatter;
+ *  - error feedback: received sum + carried errors == the exact sum;
  *  - comm_split_node: ZERO_RANKS_PER_NODE=2 gives pairs of consecutive
  *    ranks; without it, one machine is one node.
  * Run under mpirun with any N (engine-less: links the core objects). */
@@ -190,6 +191,42 @@ static void test_reduce_scatter(zero_comm *w, int bits) {
     free(counts);
 }
 
+/* error feedback: what each rank's quantization lost is carried in its
+ * buffer, so (received sum) + (sum over ranks of the carried error of my
+ * block) is the exact sum up to fp32 rounding; a second call consumes it. */
+static void test_error_feedback(zero_comm *w) {
+    const int n = w->size, me = w->rank;
+    const size_t per = 300, total = per * (size_t)n;
+    size_t *counts = malloc((size_t)n * sizeof *counts);
+    for (int r = 0; r < n; r++) counts[r] = per;
+    float *send = malloc(total * sizeof *send), *recv = malloc(per * sizeof *recv), *ef = calloc(total, sizeof *ef);
+    for (size_t i = 0; i < total; i++) send[i] = value(me + 7, i);
+    zero_quant_spec q = ZERO_QUANT_SPEC_INIT;
+    q.bits = 4; /* coarse: a visible error to carry */
+    q.error_feedback = ef;
+    CHECK_EQ_INT(zero__reduce_scatter_quantized(w, send, recv, counts, ZERO_DTYPE_F32, &q), ZERO_OK);
+    float *efsum = malloc(total * sizeof *efsum);
+    memcpy(efsum, ef, total * sizeof *ef);
+    CHECK_EQ_INT(zero__allreduce(w, efsum, total, ZERO_DTYPE_F32, ZERO_OP_SUM), ZERO_OK);
+    int bad = 0, carried = 0;
+    for (size_t i = 0; i < per; i++) {
+        double exact = 0, scale = 0;
+        for (int r = 0; r < n; r++) {
+            exact += value(r + 7, (size_t)me * per + i);
+            scale += fabs(value(r + 7, (size_t)me * per + i));
+        }
+        bad += fabs((double)recv[i] + efsum[(size_t)me * per + i] - exact) > 1e-5 * (scale + 1e-3);
+        carried += efsum[(size_t)me * per + i] != 0.0f;
+    }
+    CHECK(bad == 0, "error feedback: %d elements where sum + carried error != exact sum", bad);
+    CHECK(carried > 0, "error feedback: nothing carried at int4");
+    free(efsum);
+    free(ef);
+    free(recv);
+    free(send);
+    free(counts);
+}
+
 static void test_split_node(zero_comm *w) {
     zero_comm *node = NULL;
     setenv("ZERO_RANKS_PER_NODE", "2", 1);
@@ -221,6 +258,7 @@ int main(void) {
         test_allgather(w, bits);
         test_reduce_scatter(w, bits);
     }
+    test_error_feedback(w);
     test_split_node(w);
     zero__comm_world_free(w);
     return check_finish();
