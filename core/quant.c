@@ -30,10 +30,11 @@ size_t zero__quant_bytes(size_t n, int bits, size_t block) {
     return (b + 3) & ~(size_t)3;
 }
 
-static float load(const void *src, zero_dtype dt, size_t i) {
-    float f;
-    zero__convert(&f, ZERO_DTYPE_F32, (const char *)src + i * (dt == ZERO_DTYPE_F32 ? 4 : 2), dt, 1);
-    return f;
+/* src[lo, lo + k) as fp32 into out (k <= 256): one conversion call per block. */
+static const float *load_block(const void *src, zero_dtype dt, size_t lo, size_t k, float *out) {
+    if (dt == ZERO_DTYPE_F32) return (const float *)src + lo;
+    zero__convert(out, ZERO_DTYPE_F32, (const char *)src + lo * 2, dt, k);
+    return out;
 }
 
 void zero__quantize(void *dst, const void *src, zero_dtype dt, size_t n, int bits, size_t block) {
@@ -47,24 +48,30 @@ void zero__quantize(void *dst, const void *src, zero_dtype dt, size_t n, int bit
         const size_t lo = b * block, hi = lo + block < n ? lo + block : n;
         float maxabs = 0.0f;
         int finite = 1;
-        for (size_t i = lo; i < hi; i++) {
-            float x = load(src, dt, i);
-            if (i - lo < 256) tmp[i - lo] = x;
-            if (!isfinite(x)) finite = 0;
-            else if (fabsf(x) > maxabs) maxabs = fabsf(x);
+        for (size_t s = lo; s < hi; s += 256) { /* pass 1: the block's max|x| */
+            const size_t k = hi - s < 256 ? hi - s : 256;
+            const float *x = load_block(src, dt, s, k, tmp);
+            for (size_t i = 0; i < k; i++) {
+                if (!isfinite(x[i])) finite = 0;
+                else if (fabsf(x[i]) > maxabs) maxabs = fabsf(x[i]);
+            }
         }
         scales[b] = finite ? maxabs / qmax : NAN;
         const float inv = finite && maxabs > 0.0f ? qmax / maxabs : 0.0f;
-        for (size_t i = lo; i < hi; i++) {
-            float x = i - lo < 256 ? tmp[i - lo] : load(src, dt, i);
-            long q = finite ? lrintf(x * inv) : 0;
-            if (q > (long)qmax) q = (long)qmax;
-            if (q < -(long)qmax) q = -(long)qmax;
-            if (bits == 8) {
-                data[i] = (uint8_t)(int8_t)q;
-            } else {
-                const uint8_t nib = (uint8_t)(q & 0xF);
-                data[i / 2] |= (uint8_t)(i % 2 ? nib << 4 : nib);
+        for (size_t s = lo; s < hi && finite; s += 256) { /* pass 2: the values (all 0 for a non-finite block) */
+            const size_t k = hi - s < 256 ? hi - s : 256;
+            const float *x = load_block(src, dt, s, k, tmp);
+            for (size_t i = 0; i < k; i++) {
+                long q = lrintf(x[i] * inv);
+                if (q > (long)qmax) q = (long)qmax;
+                if (q < -(long)qmax) q = -(long)qmax;
+                const size_t e = s + i;
+                if (bits == 8) {
+                    data[e] = (uint8_t)(int8_t)q;
+                } else {
+                    const uint8_t nib = (uint8_t)(q & 0xF);
+                    data[e / 2] |= (uint8_t)(e % 2 ? nib << 4 : nib);
+                }
             }
         }
     }
@@ -84,10 +91,15 @@ static float value_at(const float *scales, const uint8_t *data, size_t i, int bi
 void zero__dequantize(void *dst, zero_dtype dt, const void *src, size_t n, int bits, size_t block) {
     const float *scales = src;
     const uint8_t *data = (const uint8_t *)src + nblocks(n, block) * sizeof(float);
-    const size_t es = dt == ZERO_DTYPE_F32 ? 4 : 2;
-    for (size_t i = 0; i < n; i++) {
-        float v = value_at(scales, data, i, bits, block);
-        zero__convert((char *)dst + i * es, dt, &v, ZERO_DTYPE_F32, 1);
+    if (dt == ZERO_DTYPE_F32) {
+        for (size_t i = 0; i < n; i++) ((float *)dst)[i] = value_at(scales, data, i, bits, block);
+        return;
+    }
+    float tmp[256];
+    for (size_t s = 0; s < n; s += 256) {
+        const size_t k = n - s < 256 ? n - s : 256;
+        for (size_t i = 0; i < k; i++) tmp[i] = value_at(scales, data, s + i, bits, block);
+        zero__convert((char *)dst + s * 2, dt, tmp, ZERO_DTYPE_F32, k);
     }
 }
 
