@@ -278,6 +278,7 @@ void zero_engine_destroy(zero_engine *e) {
         e->pstate = NULL;
     }
     if (e->plugin.dl) zero__plugin_unload(&e->plugin);
+    zero__experts_free(e); /* sub-communicators of the world, freed before it */
     if (e->params_frozen) zero__layout_free(&e->layout);
     free(e->groups);
     free(e->hp_over);
@@ -340,16 +341,23 @@ zero_status zero_set_group(zero_engine *e, const zero_group_desc *d) {
     if (e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_set_group after zero_params_done");
     zero_group_desc g = ZERO_GROUP_DESC_INIT;
     memcpy(&g, d, d->struct_size < sizeof g ? d->struct_size : sizeof g);
+    /* (1.3) expert groups: a color >= 0, or ZERO_GROUP_DENSE */
+    if (g.expert_color < ZERO_GROUP_DENSE || g.reserved0 != 0)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                           "zero_set_group(%d): expert_color %d (expected ZERO_GROUP_DENSE or a color >= 0) or "
+                           "reserved0 %d != 0",
+                           (int)g.group, (int)g.expert_color, (int)g.reserved0);
     for (uint32_t i = 0; i < e->ngroups_hp; i++)
         if (e->groups[i].group_id == g.group) {
             e->groups[i].lr_scale = g.lr_scale;
             e->groups[i].weight_decay = g.weight_decay;
+            e->groups[i].expert_color = g.expert_color;
             return ZERO_OK;
         }
     zero__group_hp *ng = realloc(e->groups, (e->ngroups_hp + 1) * sizeof *ng);
     if (!ng) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
     e->groups = ng;
-    e->groups[e->ngroups_hp++] = (zero__group_hp){g.group, g.lr_scale, g.weight_decay};
+    e->groups[e->ngroups_hp++] = (zero__group_hp){g.group, g.lr_scale, g.weight_decay, g.expert_color};
     return ZERO_OK;
 }
 
@@ -399,18 +407,56 @@ static zero_status host_owned_writeback(zero_engine *e, const char *when) {
     return ZERO_OK;
 }
 
+/* (1.3) Expert groups need a plugin that keeps one bucket set per
+ * partition communicator (ZERO_PLUGIN_CAP_EXPERT_GROUPS).  The verdict is
+ * the same on every rank: the group table was agreed, the plugin is the
+ * config's.  Also reads max_group_size (the step's tile cap). */
+static zero_status expert_support(zero_engine *e) {
+    int64_t m = 0;
+    if (zero__config_int(e->cfg, "moe.max_group_size", &m) == 1 && m > 0) e->max_group_size = (uint64_t)m;
+    if (zero__config_int(e->cfg, "zero_optimization.max_group_size", &m) == 1 && m > 0) e->max_group_size = (uint64_t)m;
+    const zero__group_hp *expert = NULL;
+    for (uint32_t i = 0; i < e->nparams && !expert; i++) {
+        const zero__group_hp *g = zero__group_hp_of(e, e->params[i]->info.group);
+        if (g && g->expert_color >= 0) expert = g;
+    }
+    if (!expert) return ZERO_OK;
+    const zero_plugin_table_v1 *t = e->plugin.table;
+    if (t->caps & ZERO_PLUGIN_CAP_EXPERT_GROUPS) return ZERO_OK;
+    const char *why = (t->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS)
+                          ? "stage 3 would have to gather each expert's shards over its expert-data-parallel group "
+                            "and keep a gather order per group; not implemented"
+                      : (t->caps & ZERO_PLUGIN_CAP_PIPELINE)
+                          ? "it reduces over one data-parallel group only"
+                          : "it does not declare ZERO_PLUGIN_CAP_EXPERT_GROUPS (ABI 1.3)";
+    return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                       "zero_params_done: param group %d is an expert group (zero_group_desc.expert_color %d) but "
+                       "plugin '%s' does not support expert groups: %s; use stage1, stage2 or offload",
+                       (int)expert->group_id, (int)expert->expert_color, t->name ? t->name : "?", why);
+}
+
 zero_status zero_params_done(zero_engine *e) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     if (e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_params_done called twice");
-    zero_status s = zero__params_agree(e);
+    zero_status s = zero__experts_agree(e); /* (1.3) the group table first: it decides what must agree below */
+    if (s == ZERO_OK) s = zero__params_agree(e);
     if (s != ZERO_OK) return s;
     if (e->auto_pick && !e->plugin.table && (s = pick_plugin(e)) != ZERO_OK) return s;
+    if ((s = expert_support(e)) != ZERO_OK) return s;
     zero__layout_input *in = calloc(e->nparams ? e->nparams : 1, sizeof *in);
     if (!in) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
     for (uint32_t i = 0; i < e->nparams; i++) in[i] = (zero__layout_input){e->params[i]->info.numel, e->params[i]->info.group};
-    int rc = zero__layout_build(&e->layout, in, e->nparams, (uint32_t)e->world_size, (uint32_t)e->rank,
-                                ENGINE_ALIGN_ELEMS);
+    /* (1.3) expert groups: each param's partition communicator */
+    uint32_t *pw = calloc(e->nparams ? e->nparams : 1, sizeof *pw), *pr = calloc(e->nparams ? e->nparams : 1, sizeof *pr);
+    if (!pw || !pr) s = zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
+    if (s == ZERO_OK) s = zero__experts_setup(e, pw, pr);
+    int rc = s != ZERO_OK ? -1
+                          : zero__layout_build_parts(&e->layout, in, e->nparams, (uint32_t)e->world_size,
+                                                     (uint32_t)e->rank, ENGINE_ALIGN_ELEMS, pw, pr);
     free(in);
+    free(pw);
+    free(pr);
+    if (s != ZERO_OK) return s;
     if (rc != 0) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "could not build the partition layout");
     for (uint32_t i = 0; i < e->nparams; i++) e->params[i]->info.flat_offset = e->layout.param_offset[i];
     e->params_frozen = 1;
@@ -817,6 +863,11 @@ zero_status zero_load(zero_engine *e, const char *dir) {
 zero_status zero_memory_stats_get(const zero_engine *e, zero_memory_stats *out) {
     if (!e || !out || out->struct_size < sizeof(uint32_t)) return ZERO_ERR_INVALID_ARGUMENT;
     zero__mem_stats(e->mem, out);
+    if (out->struct_size >= offsetof(zero_memory_stats, step_untiled_numel) + sizeof out->step_untiled_numel) {
+        out->step_fp32_peak_bytes = e->step_fp32_peak_bytes; /* (1.3) the tiled step */
+        out->step_tile_max_numel = e->step_tile_max_numel;
+        out->step_untiled_numel = e->step_untiled_numel;
+    }
     return ZERO_OK;
 }
 

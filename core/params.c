@@ -185,7 +185,11 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n) {
 
 static uint64_t param_hash(const struct zero_param *p) {
     uint64_t h = 0xcbf29ce484222325ULL;
-    h = fnv(h, p->name, strlen(p->name));
+    /* (1.3) an expert group's params are different experts on ranks of
+     * different expert-DP groups: only their shapes agree world-wide (the
+     * names are compared inside each expert-DP group, experts.c) */
+    const zero__group_hp *g = zero__group_hp_of(p->engine, p->info.group);
+    if (!g || g->expert_color < 0) h = fnv(h, p->name, strlen(p->name));
     h = fnv(h, &p->info.numel, sizeof p->info.numel);
     h = fnv(h, &p->info.dtype, sizeof p->info.dtype);
     h = fnv(h, &p->info.group, sizeof p->info.group);
