@@ -127,6 +127,7 @@ struct zero_engine {
      * group is an expert group. */
     zero_comm **group_comms;
     uint32_t ngroup_comms;
+    char two_groups[200];        /* a name registered in two groups (refused), reported at params_done */
     /* (1.3) Tiled optimizer step (partition_step.c): max_group_size (0 =
      * one tile per group share) and what zero_memory_stats reports.  Step
      * thread only (written), any thread (read: plain 64-bit loads). */

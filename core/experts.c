@@ -23,7 +23,7 @@
 #include "engine.h"
 #include "layout.h"
 
-#define DESC_LEN 240
+#define DESC_LEN 256
 
 static int32_t color_of(const struct zero_engine *e, int32_t group) {
     const zero__group_hp *g = zero__group_hp_of(e, group);
@@ -50,24 +50,37 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
-static int by_ptr(const void *a, const void *b) {
+/* One param in two groups: a name registered again in another group
+ * (refused by zero_register_param, remembered), or one host tensor -- a
+ * ZERO_PARAM_HOST_OWNED parameter, or a host-owned gradient buffer --
+ * behind params of two groups.  (Plain initial values may be shared: they
+ * are only copied.)  Describe the first into msg; 0 if none. */
+static int same_tensor(const struct zero_param *a, const struct zero_param *b) {
+    return (a->host_data && a->host_data == b->host_data) ||
+           (a->info.host_grad && a->info.host_grad == b->info.host_grad);
+}
+
+static int by_tensor(const void *a, const void *b) {
     const struct zero_param *const *x = a, *const *y = b;
-    uintptr_t p = (uintptr_t)(*x)->info.init_data, q = (uintptr_t)(*y)->info.init_data;
+    uintptr_t p = (uintptr_t)((*x)->host_data ? (*x)->host_data : (*x)->info.host_grad);
+    uintptr_t q = (uintptr_t)((*y)->host_data ? (*y)->host_data : (*y)->info.host_grad);
     return p < q ? -1 : p > q;
 }
 
-/* A tensor (initial-data pointer) registered for two params of different
- * groups: describe the first such pair into msg; 0 if none. */
 static int two_groups(const struct zero_engine *e, char *msg) {
+    if (e->two_groups[0]) {
+        snprintf(msg, DESC_LEN, "a parameter is registered in two groups: %.190s", e->two_groups);
+        return 1;
+    }
     if (e->nparams < 2) return 0;
     struct zero_param **v = malloc(e->nparams * sizeof *v);
     if (!v) return 0; /* the check is advisory under memory pressure */
     memcpy(v, e->params, e->nparams * sizeof *v);
-    qsort(v, e->nparams, sizeof *v, by_ptr);
+    qsort(v, e->nparams, sizeof *v, by_tensor);
     int found = 0;
     for (uint32_t i = 1; i < e->nparams && !found; i++)
-        if (v[i]->info.init_data == v[i - 1]->info.init_data && v[i]->info.group != v[i - 1]->info.group) {
-            snprintf(msg, DESC_LEN, "one tensor is registered in two groups: '%.80s' (group %d) and '%.80s' (group %d)",
+        if (same_tensor(v[i], v[i - 1]) && v[i]->info.group != v[i - 1]->info.group) {
+            snprintf(msg, DESC_LEN, "one host tensor is registered in two groups: '%.80s' (group %d) and '%.80s' (group %d)",
                      v[i - 1]->name, (int)v[i - 1]->info.group, v[i]->name, (int)v[i]->info.group);
             found = 1;
         }
@@ -194,6 +207,18 @@ zero_status zero__experts_setup(struct zero_engine *e, uint32_t *part_world, uin
                 bad = 1;
                 break;
             }
+    /* 16-bit gradient accumulation reduces means (the bucket engine scales
+     * by 1/world around each collective); an expert-DP group of one rank
+     * exchanges nothing, so its gradient would stay a plain sum */
+    for (uint32_t g = 0; g < ng && !bad; g++)
+        if (e->group_comms[g] && sizes[g] == 1 && e->world_size > 1 && e->rc->grad_accum_dtype != ZERO_DTYPE_F32) {
+            s = zero__error(e, ZERO_ERR_UNSUPPORTED,
+                            "zero_params_done: expert group %d has expert-data-parallel groups of one rank, which "
+                            "16-bit gradient accumulation (data_types.grad_accum_dtype) cannot scale to the mean "
+                            "over the world; use grad_accum_dtype fp32 (the default) or larger expert-DP groups",
+                            (int)ids[g]);
+            goto out; /* sizes agree on every rank: every rank refuses */
+        }
     /* inside each expert-DP group: the same experts (names) */
     for (uint32_t g = 0; g < ng && !bad; g++) {
         if (!e->group_comms[g] || sizes[g] <= 1) continue;

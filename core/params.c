@@ -99,9 +99,16 @@ zero_status zero__param_register(struct zero_engine *e, const zero_param_desc *d
                            "back; register without the flag and use zero_gather / zero_release",
                            desc.name, e->plugin.table->name ? e->plugin.table->name : "?");
     for (uint32_t i = 0; i < e->nparams; i++)
-        if (strcmp(e->params[i]->name, desc.name) == 0)
-            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param: duplicate name '%s'",
-                               desc.name);
+        if (strcmp(e->params[i]->name, desc.name) == 0) {
+            /* (1.3) the same param in two groups (e.g. dense and expert):
+             * remembered, so that zero_params_done fails on every rank */
+            if (e->params[i]->info.group != desc.group && !e->two_groups[0])
+                snprintf(e->two_groups, sizeof e->two_groups, "'%.120s' in group %d and again in group %d",
+                         desc.name, (int)e->params[i]->info.group, (int)desc.group);
+            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param: duplicate name '%s'%s",
+                               desc.name,
+                               e->params[i]->info.group != desc.group ? " (registered in two groups)" : "");
+        }
 
     if (e->nparams == e->params_cap) {
         uint32_t ncap = e->params_cap ? e->params_cap * 2 : 32;
