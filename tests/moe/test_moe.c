@@ -21,6 +21,7 @@
  * the whole-partition upcast.  Misuse: a tensor in two groups, group
  * tables that differ, unequal expert-DP groups, different experts inside
  * one expert-DP group, stage 3: a named error on every rank. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -66,6 +67,7 @@ typedef struct run_cfg {
     int bf16;
     int accum16;        /* data_types.grad_accum_dtype bf16: 16-bit gradients, the step upcasts tiles */
     int max_group;      /* moe.max_group_size, 0 = unset */
+    int ckpt;           /* also save and load (same world) */
 } run_cfg;
 
 static void config(char *buf, size_t n, const run_cfg *c, int stage) {
@@ -187,6 +189,44 @@ static zero_status micro(model *m, int reference, int mb, zero_step_result *res)
     return zero_step(m->e, NULL, res);
 }
 
+/* Save d, load it into a fresh engine of the same world: every param this
+ * rank holds comes back bitwise (each rank's own experts included, though
+ * the manifest names rank 0's). */
+static void check_ckpt(const run_cfg *c, model *d) {
+    char dir[64] = "/tmp/zero-moe-XXXXXX";
+    if (rank_ == 0 && !mkdtemp(dir)) dir[0] = 0;
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (!dir[0]) {
+        CHECK(0, "mkdtemp failed");
+        return;
+    }
+    CHECK(zero_save(d->e, dir) == ZERO_OK, "save: %s", zero_last_error(d->e));
+    model l;
+    memset(&l, 0, sizeof l);
+    if (make(&l, c, 0) == ZERO_OK) {
+        zero_status s = zero_load(l.e, dir);
+        CHECK(s == ZERO_OK, "%s: load with expert groups: %s", c->plugin, zero_last_error(l.e));
+        for (int k = 0; s == ZERO_OK && k < d->np; k++) {
+            void *pa, *pb;
+            if (zero_gather(d->e, &d->h[k], 1, &pa) != ZERO_OK || zero_gather(l.e, &l.h[k], 1, &pb) != ZERO_OK) {
+                CHECK(0, "gather failed");
+                break;
+            }
+            CHECK(memcmp(pa, pb, numel_of(d->pid[k]) * (c->bf16 ? 2 : 4)) == 0, "%s: param pid %d differs after load",
+                  c->plugin, d->pid[k]);
+            zero_release(d->e, &d->h[k], 1);
+            zero_release(l.e, &l.h[k], 1);
+        }
+    }
+    if (l.e) zero_engine_destroy(l.e);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank_ == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        CHECK(system(cmd) == 0, "cleanup of %s", dir);
+    }
+}
+
 static void run_one(const run_cfg *c) {
     model d, r;
     memset(&d, 0, sizeof d);
@@ -242,6 +282,7 @@ static void run_one(const run_cfg *c) {
         zero_release(d.e, &d.h[k], 1);
         zero_release(r.e, &r.h[kr], 1);
     }
+    if (c->ckpt) check_ckpt(c, &d);
     /* the tiled step's fp32 temporaries */
     zero_memory_stats ms = ZERO_MEMORY_STATS_INIT;
     CHECK_EQ_INT(zero_memory_stats_get(d.e, &ms), ZERO_OK);
@@ -380,9 +421,9 @@ int main(int argc, char **argv) {
     }
     const int only = argc > 1 ? atoi(argv[1]) : -1; /* run one configuration (debugging) */
     const run_cfg runs[] = {
-        {"stage1", 1, 0, 0, 0}, {"stage2", 2, 0, 0, 0},  {"offload", 2, 0, 0, 0}, {"offload", 1, 0, 0, 0},
-        {"stage1", 1, 1, 0, 0}, {"stage2", 2, 1, 0, 0},  {"offload", 2, 1, 0, 0},
-        {"stage2", 2, 1, 1, 0}, {"stage2", 2, 1, 1, 40}, {"stage1", 1, 1, 1, 40}, {"offload", 2, 1, 1, 40},
+        {"stage1", 1, 0, 0, 0, 1}, {"stage2", 2, 0, 0, 0, 0},  {"offload", 2, 0, 0, 0, 1}, {"offload", 1, 0, 0, 0, 0},
+        {"stage1", 1, 1, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0},  {"offload", 2, 1, 0, 0, 0},
+        {"stage2", 2, 1, 1, 0, 0}, {"stage2", 2, 1, 1, 40, 0}, {"stage1", 1, 1, 1, 40, 0}, {"offload", 2, 1, 1, 40, 0},
     };
     for (int i = 0; i < (int)(sizeof runs / sizeof runs[0]); i++) {
         if (only >= 0 && only != i) continue;
