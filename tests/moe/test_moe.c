@@ -410,6 +410,55 @@ static void expect_error(misuse what, zero_status want, const char *needle) {
     zero_engine_destroy(e);
 }
 
+/* fp16: an Inf in one rank's expert gradient is every rank's overflow
+ * (agreed over the world, not the expert-DP group): the step is skipped
+ * everywhere and the loss scale drops. */
+static void check_overflow(void) {
+    const char *json = "{\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true,"
+                       " \"initial_scale_power\": 8, \"hysteresis\": 1}, \"zero_optimization\": {\"stage\": 2}}";
+    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
+    MPI_Comm comm = MPI_COMM_WORLD;
+    o.config_json = json;
+    o.comm_kind = ZERO_COMM_MPI;
+    o.comm = &comm;
+    zero_engine *e = NULL;
+    char err[512] = "";
+    if (zero_engine_create(&o, &e, err, sizeof err) != ZERO_OK) {
+        CHECK(0, "create: %s", err);
+        return;
+    }
+    zero_group_desc g = ZERO_GROUP_DESC_INIT;
+    g.group = 1;
+    g.expert_color = rank_ % EXPERTS;
+    CHECK_EQ_INT(zero_set_group(e, &g), ZERO_OK);
+    static uint16_t zeros[2][32];
+    zero_param *h[2];
+    zero_param_desc d = ZERO_PARAM_DESC_INIT;
+    d.dtype = ZERO_DTYPE_F16;
+    d.numel = 32;
+    d.name = "dense";
+    d.data = zeros[0];
+    CHECK_EQ_INT(zero_register_param(e, &d, &h[0]), ZERO_OK);
+    d.name = rank_ % EXPERTS ? "expert1" : "expert0";
+    d.data = zeros[1];
+    d.group = 1;
+    CHECK_EQ_INT(zero_register_param(e, &d, &h[1]), ZERO_OK);
+    CHECK_EQ_INT(zero_params_done(e), ZERO_OK);
+    const double scale0 = zero_loss_scale(e);
+    for (int k = 0; k < 2; k++) {
+        void *buf;
+        CHECK_EQ_INT(zero_grad_buffer(e, h[k], &buf), ZERO_OK);
+        if (k == 1 && rank_ == world_ - 1) ((uint16_t *)buf)[5] = 0x7c00; /* +Inf in fp16, one expert rank only */
+        CHECK_EQ_INT(zero_on_grad_ready(e, h[k], NULL), ZERO_OK);
+    }
+    zero_step_result res = ZERO_STEP_RESULT_INIT;
+    CHECK_EQ_INT(zero_step(e, NULL, &res), ZERO_OK);
+    CHECK(res.overflow == 1 && res.taken == 0, "rank %d: overflow %d taken %d (an expert's Inf on rank %d)", rank_,
+          res.overflow, res.taken, world_ - 1);
+    CHECK(zero_loss_scale(e) < scale0, "loss scale %g did not drop from %g", zero_loss_scale(e), scale0);
+    zero_engine_destroy(e);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -442,6 +491,7 @@ int main(int argc, char **argv) {
             expect_error(NAMES_DIFFER, ZERO_ERR_MISMATCH, "different experts");
         }
         expect_error(STAGE3, ZERO_ERR_UNSUPPORTED, "does not support expert groups");
+        check_overflow();
     }
     int rc = check_finish(), any = 0;
     MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
