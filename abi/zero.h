@@ -293,13 +293,19 @@ typedef struct zero_group_desc {
      * same order, in the same groups.  Dense groups stay partitioned over
      * the whole data-parallel group.  The gradient norm used for clipping
      * and the fp16 overflow flag are agreed over every rank (each expert's
-     * elements counted once).  Groups that differ across ranks, a color
-     * given to only some ranks, or one tensor (data pointer) registered in
-     * two groups fail zero_params_done with ZERO_ERR_MISMATCH on every
-     * rank, naming the group or the param.  Plugins that support expert
+     * elements counted once).  Group tables that differ across ranks,
+     * expert-DP groups of unequal size, different experts (names) inside
+     * one expert-DP group, or a param registered in two groups (a name
+     * registered again in another group -- that call fails too -- or one
+     * host-owned tensor or host gradient buffer behind params of two
+     * groups) fail zero_params_done with ZERO_ERR_MISMATCH on every rank,
+     * naming what differs.  16-bit gradient accumulation with expert-DP
+     * groups of one rank is ZERO_ERR_UNSUPPORTED (nothing to scale it by).  Plugins that support expert
      * groups declare ZERO_PLUGIN_CAP_EXPERT_GROUPS (stage1, stage2,
      * offload); the others (stage0, stage1-pp, stage3, 1.0-1.2 plugins)
-     * refuse at zero_params_done with ZERO_ERR_UNSUPPORTED naming why. */
+     * refuse at zero_params_done with ZERO_ERR_UNSUPPORTED naming why, as
+     * does optimizer.type Lamb (its trust ratios are completed per param
+     * index over every rank). */
     int32_t expert_color;
     int32_t reserved0;   /* must be 0 */
 } zero_group_desc;

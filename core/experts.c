@@ -165,6 +165,7 @@ zero_status zero__experts_setup(struct zero_engine *e, uint32_t *part_world, uin
     int32_t *ids = malloc((e->nparams ? e->nparams : 1) * sizeof *ids);
     if (!ids) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_params_done: out of memory");
     const uint32_t ng = group_ids(e, ids);
+    zero__experts_free(e); /* a zero_params_done retried after a failure splits anew */
     int any = 0;
     for (uint32_t g = 0; g < ng; g++) any |= color_of(e, ids[g]) >= 0;
     if (!any) {

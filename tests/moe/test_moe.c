@@ -350,12 +350,12 @@ static void check_refusal(const run_cfg *c) {
 }
 
 /* ---- misuse: a named error on every rank ---------------------------------- */
-typedef enum { TWO_GROUPS, HOST_TENSOR, TABLES_DIFFER, UNEQUAL, NAMES_DIFFER, STAGE3 } misuse;
+typedef enum { TWO_GROUPS, HOST_TENSOR, TABLES_DIFFER, UNEQUAL, NAMES_DIFFER, STAGE3, LAMB } misuse;
 
 static void expect_error(misuse what, zero_status want, const char *needle) {
     char json[256];
-    snprintf(json, sizeof json, "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": %d}}",
-             what == STAGE3 ? 3 : 2);
+    snprintf(json, sizeof json, "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": %d}%s}",
+             what == STAGE3 ? 3 : 2, what == LAMB ? ", \"optimizer\": {\"type\": \"Lamb\"}" : "");
     zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
     MPI_Comm comm = MPI_COMM_WORLD;
     o.config_json = json;
@@ -491,6 +491,7 @@ int main(int argc, char **argv) {
             expect_error(NAMES_DIFFER, ZERO_ERR_MISMATCH, "different experts");
         }
         expect_error(STAGE3, ZERO_ERR_UNSUPPORTED, "does not support expert groups");
+        expect_error(LAMB, ZERO_ERR_UNSUPPORTED, "Lamb");
         check_overflow();
     }
     int rc = check_finish(), any = 0;
