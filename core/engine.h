@@ -118,6 +118,8 @@ struct zero_engine {
     struct zero__ck_save *ck_save;
     struct zero__ck_load *ck_load;
     int ck_echo;
+    /* (trace) this engine holds a reference on the process's tracer (core/trace.h) */
+    int tracing;
 };
 
 static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }

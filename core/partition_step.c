@@ -21,6 +21,7 @@
 #include "engine.h"
 #include "optim.h"
 #include "partition_step.h"
+#include "trace.h"
 
 static size_t dtype_size(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4u : 2u; }
 
@@ -129,6 +130,7 @@ zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float gr
         r.param_out_dtype = ps->dtype;
         r.grad_mul = grad_mul;
         r.grad_dtype = gdt;
+        ZERO_TRACE_SCOPE("optim.range", "optim", "elements", o->flat_hi - o->flat_lo, "flat_lo", o->flat_lo);
         if ((st = e->svc.optim_step(c, &r)) != ZERO_OK) return st;
     }
     return ZERO_OK;
@@ -136,6 +138,7 @@ zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float gr
 
 zero_status zero__svc_boundary_step(zero_core *c, const zero_part_step *ps, const zero_step_ctx *ctx,
                                     zero_step_report *rep) {
+    ZERO_TRACE_SCOPE("boundary_step", "optim", NULL, 0, NULL, 0);
     zero_grad_norm gn;
     zero_status st = zero__svc_grad_norm(c, ps, ctx, &gn);
     if (st != ZERO_OK) return st;
