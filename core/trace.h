@@ -32,7 +32,11 @@
 
 extern atomic_int zero__trace_on;
 
+#ifdef ZERO_TRACE_COMPILED_OUT /* bench/trace's baseline: every trace point folds away */
+#define ZERO__TRACE_ON() 0
+#else
 #define ZERO__TRACE_ON() __builtin_expect(atomic_load_explicit(&zero__trace_on, memory_order_relaxed), 0)
+#endif
 
 /* Monotonic nanoseconds (CLOCK_MONOTONIC: comparable across the ranks of
  * one machine).  Never 0. */
