@@ -59,6 +59,20 @@ def fmt_num(v):
     return f"{v:.3g}"
 
 
+def tick_labels(ticks):
+    """Labels for evenly spaced ticks: as many decimals as the step needs,
+    so that neighbours never print alike."""
+    if len(ticks) < 2:
+        return [fmt_num(t) for t in ticks]
+    step = abs(ticks[1] - ticks[0]) or 1.0
+    if max(abs(t) for t in ticks) >= 1e6:
+        return [f"{t:.3g}" for t in ticks]
+    dec = 0
+    while dec < 9 and abs(round(step, dec) - step) > step * 1e-6:
+        dec += 1
+    return [f"{t:.{dec}f}" for t in ticks]
+
+
 def _open(name, w, h, title):
     return [f'<svg class="chart" data-chart="{esc(name)}" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
             f'viewBox="0 0 {w} {h}" role="img" aria-label="{esc(title)}" {FONT} font-size="12">',
@@ -78,14 +92,14 @@ def _legend(parts, items, x, y, swatch="rect"):
 
 
 def _axes(parts, x0, y0, pw, ph, xt, yt, xmap, ymap, xlabel, ylabel):
-    for t in yt:
+    for t, lab in zip(yt, tick_labels(yt)):
         y = ymap(t)
         parts.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x0 + pw}" y2="{y:.1f}" stroke="#e6e6e6"/>')
-        parts.append(f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end">{esc(fmt_num(t))}</text>')
-    for t in xt or []:
+        parts.append(f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end">{esc(lab)}</text>')
+    for t, lab in zip(xt or [], tick_labels(xt or [])):
         x = xmap(t)
         parts.append(f'<line x1="{x:.1f}" y1="{y0 + ph}" x2="{x:.1f}" y2="{y0 + ph + 4}" stroke="#333"/>')
-        parts.append(f'<text x="{x:.1f}" y="{y0 + ph + 17}" text-anchor="middle">{esc(fmt_num(t))}</text>')
+        parts.append(f'<text x="{x:.1f}" y="{y0 + ph + 17}" text-anchor="middle">{esc(lab)}</text>')
     parts.append(f'<line x1="{x0}" y1="{y0 + ph}" x2="{x0 + pw}" y2="{y0 + ph}" stroke="#333"/>')
     parts.append(f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y0 + ph}" stroke="#333"/>')
     if xlabel:
@@ -227,13 +241,13 @@ def timeline(name, title, tracks, t0, t1, width=900, row=13, unit_ms=True, note=
         parts.append("</g>")
         y += row
     xt = nice_ticks(0, span / 1000.0 if unit_ms else span, 8)
-    for t in xt:
+    for t, lab in zip(xt, tick_labels(xt)):
         tt = t * 1000.0 if unit_ms else t
         if tt > span * 1.0001:
             continue
         x = xmap(t0 + tt)
         parts.append(f'<line x1="{x:.1f}" y1="{y}" x2="{x:.1f}" y2="{y + 4}" stroke="#333"/>'
-                     f'<text x="{x:.1f}" y="{y + 16}" text-anchor="middle" font-size="10">{esc(fmt_num(t))}</text>')
+                     f'<text x="{x:.1f}" y="{y + 16}" text-anchor="middle" font-size="10">{esc(lab)}</text>')
     parts.append(f'<text x="{label_w + pw / 2:.1f}" y="{y + 30}" text-anchor="middle" font-size="11">'
                  f'{"ms" if unit_ms else "us"} since the step began{esc(note)}</text>')
     cats = sorted({c for _, sp in tracks for *_, c in sp})
