@@ -1,7 +1,8 @@
 /* Which engines trace, and where (docs/trace.md): ZERO_TRACE=prefix in the
- * environment wins over the config's "trace": {"path": ..., 
- * "events_per_thread": ...}; the tracer starts at engine create and the
- * file is written when the process's last tracing engine is destroyed. */
+ * environment wins over the config's "trace": {"path": prefix,
+ * "events_per_thread": n} (or "trace": "prefix"); ZERO_TRACE_EVENTS=n wins
+ * over events_per_thread.  The tracer starts at engine create; the file is
+ * written when the process's last tracing engine is destroyed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +18,14 @@ zero_status zero__trace_engine_start(struct zero_engine *e) {
     int64_t events = 0;
     if (!path || !path[0]) {
         path = NULL;
-        int r = zero__config_string(e->cfg, "trace.path", &path);
-        if (r < 0) return zero__error(e, ZERO_ERR_CONFIG, "trace.path: expected a string (a file prefix)");
-        if (r == 0 || !path[0]) return ZERO_OK;
+        /* "trace": "prefix" is short for "trace": {"path": "prefix"} */
+        if (zero__config_string(e->cfg, "trace", &path) != 1) {
+            path = NULL;
+            int r = zero__config_string(e->cfg, "trace.path", &path);
+            if (r < 0) return zero__error(e, ZERO_ERR_CONFIG, "trace.path: expected a string (a file prefix)");
+            if (r == 0) return ZERO_OK;
+        }
+        if (!path[0]) return zero__error(e, ZERO_ERR_CONFIG, "trace.path: empty (give a file prefix, or leave trace out)");
     }
     int r = zero__config_int(e->cfg, "trace.events_per_thread", &events);
     if (r < 0 || (r == 1 && (events < 16 || events > (1 << 26))))

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "bench_timing.h"
+#include "trace.h" /* the bench's own copy of the tracer (trace.c), for the per-point cost */
 #include "zero.h"
 
 typedef struct api {
@@ -123,6 +124,49 @@ static double run(eng *g, int nparams, size_t per, int steps, double *cpu) {
     return w[0];
 }
 
+/* ---- the cost of one trace point while tracing is off ------------------- */
+static volatile long sink;
+static __attribute__((noinline)) void with_point(long i) {
+    ZERO_TRACE_SCOPE("bench", "bench", "i", i, NULL, 0);
+    sink += i;
+}
+static __attribute__((noinline)) void without_point(long i) { sink += i; }
+
+/* Nanoseconds one disabled scope adds to a call: median of 9 rounds of
+ * 2e7 calls each way (a difference of two loops; may come out ~0). */
+static double point_ns(void) {
+    const long n = 20000000;
+    double d[9];
+    for (int r = 0; r < 9; r++) {
+        double t0 = bench_now_s();
+        for (long i = 0; i < n; i++) with_point(i);
+        double t1 = bench_now_s();
+        for (long i = 0; i < n; i++) without_point(i);
+        double t2 = bench_now_s();
+        d[r] = ((t1 - t0) - (t2 - t1)) / (double)n * 1e9;
+    }
+    bench_sort(d, 9);
+    return d[4] > 0 ? d[4] : 0;
+}
+
+/* Events in a trace file: one per trace point executed while on. */
+static long count_events(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long n = 0;
+    int c, state = 0; /* match "ph":"X" and "ph":"i" */
+    const char *pat = "\"ph\":\"";
+    while ((c = fgetc(f)) != EOF) {
+        if (pat[state] == '\0') {
+            n += c == 'X' || c == 'i';
+            state = 0;
+        }
+        state = c == pat[state] ? state + 1 : (c == pat[0] ? 1 : 0);
+    }
+    fclose(f);
+    return n;
+}
+
 static double median(double *x, int n) {
     bench_sort(x, (size_t)n);
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
@@ -152,17 +196,24 @@ int main(int argc, char **argv) {
     char prefix[256];
     snprintf(prefix, sizeof prefix, "/tmp/bench_trace.%d", (int)getpid());
     eng out, off, on;
-    setup(&out, &notrace, nparams, per, NULL);
-    setup(&off, &traced, nparams, per, NULL);
-    run(&out, nparams, per, 3, NULL); /* warm-up: first-touch of every buffer */
-    run(&off, nparams, per, 3, NULL);
+    double events_per_step = 0;
     double *t_out = calloc((size_t)reps, sizeof(double)), *t_off = calloc((size_t)reps, sizeof(double)),
            *t_on = calloc((size_t)reps, sizeof(double)), *r_off = calloc((size_t)reps, sizeof(double)),
            *r_on = calloc((size_t)reps, sizeof(double)), *c_out = calloc((size_t)reps, sizeof(double)),
            *c_off = calloc((size_t)reps, sizeof(double)), *c_on = calloc((size_t)reps, sizeof(double)),
            *q_off = calloc((size_t)reps, sizeof(double)), *q_on = calloc((size_t)reps, sizeof(double));
     for (int r = 0; r < reps; r++) {
-        /* alternate the order so that drift does not favour one variant */
+        /* fresh engines each repetition, made and run in alternating order,
+         * so that neither creation order nor drift favours one variant */
+        if (r % 2) {
+            setup(&off, &traced, nparams, per, NULL);
+            setup(&out, &notrace, nparams, per, NULL);
+        } else {
+            setup(&out, &notrace, nparams, per, NULL);
+            setup(&off, &traced, nparams, per, NULL);
+        }
+        run(&out, nparams, per, 2, NULL); /* warm-up: first touch of every buffer */
+        run(&off, nparams, per, 2, NULL);
         if (r % 2) {
             t_off[r] = run(&off, nparams, per, steps, &c_off[r]);
             t_out[r] = run(&out, nparams, per, steps, &c_out[r]);
@@ -170,17 +221,20 @@ int main(int argc, char **argv) {
             t_out[r] = run(&out, nparams, per, steps, &c_out[r]);
             t_off[r] = run(&off, nparams, per, steps, &c_off[r]);
         }
-        /* "on" is an engine of its own, made and destroyed around its steps:
-         * the tracer is per process, so "off" must not share its time */
+        /* "on" runs after the others: the tracer is per process (per library
+         * copy), so "off" must not run while it is on */
         char pr[300];
         snprintf(pr, sizeof pr, "%s.rep%d", prefix, r);
         setup(&on, &traced, nparams, per, pr);
         run(&on, nparams, per, 2, NULL); /* warm-up */
         t_on[r] = run(&on, nparams, per, steps, &c_on[r]);
         teardown(&on);
+        teardown(&off);
+        teardown(&out);
         if (rank == 0) {
             char f[340];
             snprintf(f, sizeof f, "%s.rank0.json", pr);
+            if (r == 0) events_per_step = (double)count_events(f) / (steps + 2);
             unlink(f);
         } else {
             char f[340];
@@ -208,9 +262,16 @@ int main(int argc, char **argv) {
         printf("host CPU ratio (median of paired ratios): off/out %.4f, on/out %.4f\n", cf, cn);
         printf("tracing off costs %+.2f %% of step time (wall), %+.2f %% of host CPU (target < 1 %%)\n",
                (median(r_off, reps) - 1.0) * 100.0, (cf - 1.0) * 100.0);
+        /* The same question answered without the load's noise: trace points
+         * executed per step (= events one traced step records, rank 0) x the
+         * cost of one disabled point, against the compiled-out step time. */
+        double ns = point_ns();
+        double co = median(c_out, reps);
+        printf("bound: %.0f trace points per step x %.2f ns per disabled point = %.1f us = %.4f %% of the "
+               "compiled-out step's host CPU (%.3f ms), %.4f %% of its wall time (%.3f ms)\n", events_per_step, ns,
+               events_per_step * ns * 1e-3, events_per_step * ns * 1e-9 / co * 100.0, co * 1e3,
+               events_per_step * ns * 1e-9 / mo * 100.0, mo * 1e3);
     }
-    teardown(&off);
-    teardown(&out);
     MPI_Finalize();
     return 0;
 }
