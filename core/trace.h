@@ -92,7 +92,7 @@ static inline void zero__trace_scope_end(zero__trace_scope *s) {
 #define ZERO__TRACE_CAT(a, b) ZERO__TRACE_CAT2(a, b)
 /* ZERO_TRACE_SCOPE("zero_step", "step", "step", n, NULL, 0); */
 #define ZERO_TRACE_SCOPE(name, cat, k1, v1, k2, v2)                                                         \
-    __attribute__((cleanup(zero__trace_scope_end))) zero__trace_scope ZERO__TRACE_CAT(zero__tsc_, __LINE__) = \
+    __attribute__((cleanup(zero__trace_scope_end), unused)) zero__trace_scope ZERO__TRACE_CAT(zero__tsc_, __LINE__) = \
         ZERO__TRACE_ON() ? zero__trace_scope_open(name, cat, k1, (double)(v1), k2, (double)(v2))             \
                          : (zero__trace_scope){0, 0, 0, 0, 0, 0, 0}
 #define ZERO_TRACE_INSTANT(name, cat, k1, v1, k2, v2) \
@@ -159,7 +159,7 @@ void zero__trace_bucket_inflight(zero__trace_bucket *tb);
 #define ZERO_TRACE_BUCKET_INFLIGHT(tb) \
     do { if (ZERO__TRACE_ON()) zero__trace_bucket_inflight(tb); } while (0)
 #define ZERO__TRACE_BSCOPE(tb, k, bytes, complete)                                                             \
-    __attribute__((cleanup(zero__trace_bucket_end))) zero__trace_bscope ZERO__TRACE_CAT(zero__tbs_, __LINE__) = \
+    __attribute__((cleanup(zero__trace_bucket_end), unused)) zero__trace_bscope ZERO__TRACE_CAT(zero__tbs_, __LINE__) = \
         ZERO__TRACE_ON() ? zero__trace_bucket_open(tb, k, (double)(bytes), complete) : (zero__trace_bscope){{0}, 0, 0, 0, 0}
 #define ZERO_TRACE_BUCKET_LAUNCH(tb, k, bytes) ZERO__TRACE_BSCOPE(tb, k, bytes, 0)
 #define ZERO_TRACE_BUCKET_COMPLETE(tb, k) ZERO__TRACE_BSCOPE(tb, k, 0, 1)
@@ -175,6 +175,6 @@ static inline void zero__trace_gather_end(zero__trace_gscope *s) {
     if (__builtin_expect(s->span.t0 != 0, 0)) zero__trace_gather_close(s);
 }
 #define ZERO_TRACE_GATHER(n, first)                                                                            \
-    __attribute__((cleanup(zero__trace_gather_end))) zero__trace_gscope ZERO__TRACE_CAT(zero__tgs_, __LINE__) = \
+    __attribute__((cleanup(zero__trace_gather_end), unused)) zero__trace_gscope ZERO__TRACE_CAT(zero__tgs_, __LINE__) = \
         ZERO__TRACE_ON() ? zero__trace_gather_open((double)(n), (double)(first)) : (zero__trace_gscope){{0}, 0}
 #endif
