@@ -37,7 +37,7 @@ typedef struct ring {
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int refs;
-static uint64_t gen = 1; /* bumped at every start: rings of an earlier session are stale */
+static atomic_ullong gen = 1; /* bumped at every start: rings of an earlier session are stale */
 static char *prefix;
 static int rank_, world_;
 static size_t cap;
