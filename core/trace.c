@@ -161,9 +161,11 @@ void zero__trace_op_finished(zero__trace_op *op) {
     if (!op || !op->t0) return;
     uint64_t end = op->t_done ? op->t_done : zero__trace_clock();
     const char *name = op->name;
-    /* an all-gather issued by an earlier zero_gather than the one (if any)
-     * now waiting for it was a stage-3 prefetch */
-    if (op->gather && op->gather != zero__trace_tctx.gather && name && strcmp(name, "allgather") == 0)
+    /* an all-gather that one zero_gather call (or zero_step's look-ahead,
+     * outside any) issued and another call (or none) waits for was a
+     * stage-3 prefetch: it was issued before the host asked for it */
+    if ((op->gather || zero__trace_tctx.gather) && op->gather != zero__trace_tctx.gather && name &&
+        strcmp(name, "allgather") == 0)
         name = "allgather (prefetch)";
     if (op->bucket >= 0)
         zero__trace_complete(name, "comm", op->t0, end, ZERO__LANE_COMM, op->lane, "bytes", op->bytes, "bucket",
