@@ -12,6 +12,8 @@
 #include "loss_scaler.h"
 #include "optim.h"
 #include "params.h"
+#include "trace.h"
+#include "trace_engine.h"
 
 /* Engine-level state that does not need to be visible to other files. */
 #define ENGINE_ALIGN_ELEMS 16 /* 64 bytes of fp32: every param starts cache-line aligned */
@@ -221,6 +223,7 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
                            config_warn, e, msg, sizeof msg);
     if (s != ZERO_OK) return fail_create(e, zero__error(e, s, "%s", msg), err, err_len);
     e->rc = zero__config_run(e->cfg);
+    if ((s = zero__trace_engine_start(e)) != ZERO_OK) return fail_create(e, s, err, err_len);
     /* offload_optimizer.pin_memory: host-tier blocks (fp32 master, states,
      * the gradient landing buffer) are pinned so host<->device copies DMA.
      * Unset on a CUDA engine means pinned: pageable memory turns every
@@ -290,6 +293,7 @@ void zero_engine_destroy(zero_engine *e) {
     }
     if (e->global) zero__comm_world_free(e->global);
     if (e->boot) zero__comm_world_free(e->boot);
+    zero__trace_engine_stop(e); /* after the comms: their progress threads are joined */
     if (e->mem) zero__mem_destroy(e->mem);
     zero__device_close(e->dev); /* last: the accountant returned its blocks, the comms used its stream */
     pthread_mutex_destroy(&e->err_lock);
@@ -506,6 +510,7 @@ zero_status zero_gather(zero_engine *e, zero_param *const *params, size_t n, voi
         zero_status s = check_param(e, params[i], "zero_gather");
         if (s != ZERO_OK) return s;
     }
+    ZERO_TRACE_GATHER(n, n ? (double)params[0]->info.index : -1.0);
     if (e->plugin.table->gather) {
         zero_param_info **infos = calloc(n ? n : 1, sizeof *infos);
         if (!infos) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
@@ -526,6 +531,7 @@ zero_status zero_release(zero_engine *e, zero_param *const *params, size_t n) {
         zero_status s = check_param(e, params[i], "zero_release");
         if (s != ZERO_OK) return s;
     }
+    ZERO_TRACE_SCOPE("zero_release", "stage3", "params", n, "first_param", n ? (double)params[0]->info.index : -1.0);
     if (!e->plugin.table->release) return ZERO_OK;
     /* Stage 3 may reuse a released gather buffer for the next all-gather:
      * the kernels that read these params (queued on the compute stream) must
@@ -589,6 +595,7 @@ zero_status zero_on_grad_ready(zero_engine *e, zero_param *p, void *stream) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     zero_status s = check_param(e, p, "zero_on_grad_ready");
     if (s != ZERO_OK) return s;
+    ZERO_TRACE_SCOPE("grad_ready", "hook", "param", p->info.index, NULL, 0);
     if (atomic_exchange(&p->ready, 1) != 0)
         return zero__error(e, ZERO_ERR_DUPLICATE,
                            "zero_on_grad_ready(%s) called twice in one micro-step (micro-step %u of step %llu)",
@@ -748,6 +755,7 @@ static zero_status settle_missing(zero_engine *e) {
 zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_result *result) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     if (!e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_step before zero_params_done");
+    ZERO_TRACE_SCOPE("zero_step", "step", "step", e->global_step + 1, "micro_step", e->micro_step);
     if (result && result->struct_size < sizeof(uint32_t) * 4)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_step: result.struct_size too small");
     zero_status s = settle_missing(e);
@@ -793,6 +801,7 @@ zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_resu
     if (ctx.boundary) {
         e->micro_step = 0;
         at_min = zero__scaler_update(&e->scaler, rep.overflow);
+        if (e->scaler.dynamic || rep.overflow) ZERO_TRACE_INSTANT("loss_scale", "fp16", "scale", e->scaler.scale, "overflow", rep.overflow);
         if (rep.overflow) {
             e->skipped_steps++;
             zero__log(e, ZERO_LOG_INFO, "overflow: step skipped, loss scale now %g", e->scaler.scale);
@@ -839,11 +848,13 @@ static zero_status ckpt_entry(zero_engine *e, const char *dir, const char *who, 
 
 zero_status zero_save(zero_engine *e, const char *dir) {
     zero_status s = ckpt_entry(e, dir, "zero_save", 0);
+    ZERO_TRACE_SCOPE("zero_save", "ckpt", NULL, 0, NULL, 0);
     return s != ZERO_OK ? s : zero__ckpt_save(e, dir, NULL, 0);
 }
 
 zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_save_options *o) {
     zero_status s = ckpt_entry(e, dir, "zero_save_ex", 0);
+    ZERO_TRACE_SCOPE("zero_save", "ckpt", NULL, 0, NULL, 0);
     if (s != ZERO_OK) return s;
     zero_save_options opt = ZERO_SAVE_OPTIONS_INIT;
     if (o) {
@@ -856,6 +867,7 @@ zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_save_option
 
 zero_status zero_load(zero_engine *e, const char *dir) {
     zero_status s = ckpt_entry(e, dir, "zero_load", 1);
+    ZERO_TRACE_SCOPE("zero_load", "ckpt", NULL, 0, NULL, 0);
     if (s == ZERO_OK) s = zero__ckpt_load(e, dir);
     if (s != ZERO_OK) return s;
     /* host-owned parameters (1.1): the loaded values go into the host's tensors */

@@ -57,6 +57,7 @@
 #include "engine.h"
 #include "jitter.h"
 #include "optim.h"
+#include "trace.h"
 
 typedef struct zb_bucket {
     uint64_t lo, hi;     /* flat range */
@@ -71,6 +72,7 @@ typedef struct zb_bucket {
     zero_comm_req *req;
     int direct;          /* this micro-step's block is reduce-scattered straight into the partition */
     zero_status reaped;  /* status of a request completed by reap_done (req already freed) */
+    zero__trace_bucket tr; /* (trace) fill and in-flight spans (core/trace.h) */
 } zb_bucket;
 
 typedef zero__bplan_param zb_param; /* offset, numel, group; first_bucket, nbuckets (bucket_plan.h) */
@@ -401,6 +403,7 @@ static zero_status complete_oldest(zero_buckets *b) {
     b->fifo_head = (b->fifo_head + 1) % (b->nb ? b->nb : 1);
     b->fifo_len--;
     zb_bucket *bk = &b->b[k];
+    ZERO_TRACE_BUCKET_COMPLETE(&bk->tr, k);
     zero_status s = bk->reaped;
     bk->reaped = ZERO_OK;
     if (bk->req) {
@@ -587,6 +590,7 @@ static int direct_block(const zero_buckets *b, const zb_bucket *bk, const float 
 static zero_status launch(zero_buckets *b, uint32_t k) {
     zb_bucket *bk = &b->b[k];
     zero_status s = ZERO_OK;
+    ZERO_TRACE_BUCKET_LAUNCH(&bk->tr, k, (bk->hi - bk->lo) * 4);
     zero__jitter(ZERO_JITTER_LAUNCH);
     bk->launched = 1;
     if (k == 0) begin_pass(b); /* launches run in bucket order: bucket 0 opens every pass */
@@ -636,6 +640,7 @@ failed:
         if (b->sticky == ZERO_OK) b->sticky = s;
         return s;
     }
+    ZERO_TRACE_BUCKET_INFLIGHT(&bk->tr);
     uint32_t pos = (b->fifo_head + b->fifo_len) % b->nb;
     b->fifo[pos] = k;
     b->fifo_len++;
@@ -757,6 +762,7 @@ zero_status zero__buckets_ready(zero_buckets *b, uint32_t index, const void *src
                             "error (e.g. strict_grads) and its reductions were never finished", index);
             goto out;
         }
+        ZERO_TRACE_BUCKET_FILL(&b->b[k].tr, k, b->b[k].pending == b->b[k].nparts);
         b->b[k].pending--;
     }
     s = advance(b);

@@ -29,6 +29,7 @@ static const zero__cfg_key top_keys[] = {
     {"zero_optimization", ZERO__KEY_USED, NULL, NULL},
     {"pipeline", ZERO__KEY_USED, NULL, NULL},
     {"moe", ZERO__KEY_USED, NULL, NULL}, /* (1.3) max_group_size; experts themselves come from zero_set_group */
+    {"trace", ZERO__KEY_USED, NULL, NULL}, /* libzero: timeline trace (core/trace_engine.c, docs/trace.md) */
     /* DeepSpeed features outside ZeRO that libzero does not implement. */
     {"sparse_attention", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
     {"compression_training", ZERO__KEY_IGNORED, NULL, NOT_IMPL},

@@ -133,6 +133,8 @@ struct zero_engine {
      * thread only (written), any thread (read: plain 64-bit loads). */
     uint64_t max_group_size;
     uint64_t step_fp32_peak_bytes, step_tile_max_numel, step_untiled_numel;
+    /* (trace) this engine holds a reference on the process's tracer (core/trace.h) */
+    int tracing;
 };
 
 static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }

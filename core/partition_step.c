@@ -23,6 +23,7 @@
 #include "memory.h"
 #include "optim.h"
 #include "partition_step.h"
+#include "trace.h"
 
 static size_t dtype_size(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4u : 2u; }
 
@@ -192,6 +193,7 @@ zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float gr
                 r.grad_dtype = ZERO_DTYPE_F32;
                 r.grad_mul = 1.0f;
             }
+            ZERO_TRACE_SCOPE("optim.range", "optim", "elements", hi - lo, "flat_lo", lo);
             st = e->svc.optim_step(c, &r);
         }
     }
@@ -201,6 +203,7 @@ zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float gr
 
 zero_status zero__svc_boundary_step(zero_core *c, const zero_part_step *ps, const zero_step_ctx *ctx,
                                     zero_step_report *rep) {
+    ZERO_TRACE_SCOPE("boundary_step", "optim", NULL, 0, NULL, 0);
     zero_grad_norm gn;
     zero_status st = zero__svc_grad_norm(c, ps, ctx, &gn);
     if (st != ZERO_OK) return st;
