@@ -281,8 +281,36 @@ typedef struct zero_group_desc {
     int32_t group;
     double lr_scale;     /* multiplies the scheduled lr; default 1 */
     double weight_decay; /* < 0: inherit */
+    /* ---- appended in 1.3 (a smaller struct_size leaves the default) ---- */
+    /* Mixture-of-experts: ZERO_GROUP_DENSE (default) or >= 0, which makes
+     * the group an EXPERT group whose gradients are reduced and partitioned
+     * only over its expert-data-parallel group: the ranks of the engine's
+     * data-parallel group that give this group the same color (a split of
+     * it, ordered by rank; libzero makes and owns the communicator at
+     * zero_params_done).  Ranks of one expert-DP group hold the same
+     * experts; ranks of different expert-DP groups hold different ones
+     * (names may differ) but every rank registers the same shapes, in the
+     * same order, in the same groups.  Dense groups stay partitioned over
+     * the whole data-parallel group.  The gradient norm used for clipping
+     * and the fp16 overflow flag are agreed over every rank (each expert's
+     * elements counted once).  Group tables that differ across ranks,
+     * expert-DP groups of unequal size, different experts (names) inside
+     * one expert-DP group, or a param registered in two groups (a name
+     * registered again in another group -- that call fails too -- or one
+     * host-owned tensor or host gradient buffer behind params of two
+     * groups) fail zero_params_done with ZERO_ERR_MISMATCH on every rank,
+     * naming what differs.  16-bit gradient accumulation with expert-DP
+     * groups of one rank is ZERO_ERR_UNSUPPORTED (nothing to scale it by).  Plugins that support expert
+     * groups declare ZERO_PLUGIN_CAP_EXPERT_GROUPS (stage1, stage2,
+     * offload); the others (stage0, stage1-pp, stage3, 1.0-1.2 plugins)
+     * refuse at zero_params_done with ZERO_ERR_UNSUPPORTED naming why, as
+     * does optimizer.type Lamb (its trust ratios are completed per param
+     * index over every rank). */
+    int32_t expert_color;
+    int32_t reserved0;   /* must be 0 */
 } zero_group_desc;
-#define ZERO_GROUP_DESC_INIT { sizeof(zero_group_desc), 0, 1.0, -1.0 }
+#define ZERO_GROUP_DENSE (-1)
+#define ZERO_GROUP_DESC_INIT { sizeof(zero_group_desc), 0, 1.0, -1.0, ZERO_GROUP_DENSE, 0 }
 /* Set per-group options before zero_params_done. Not thread-safe. */
 ZERO_API zero_status zero_set_group(zero_engine *e, const zero_group_desc *desc);
 
@@ -446,10 +474,24 @@ typedef struct zero_memory_stats {
     uint64_t peak[ZERO_NTIERS][ZERO_MEM_NTAGS];
     uint64_t current_total[ZERO_NTIERS];
     uint64_t peak_total[ZERO_NTIERS]; /* peak of the sum, not sum of peaks */
+    /* ---- appended in 1.3 (filled only when struct_size covers them) ---- */
+    /* The optimizer step runs as tiles: one param group's share at a time,
+     * cut at max_group_size elements (zero_optimization.max_group_size or
+     * moe.max_group_size).  With 16-bit gradients each tile's gradient is
+     * upcast, unscaled and clipped into an fp32 temporary (accounted as
+     * ZERO_MEM_OTHER) before its step, so at most one tile's fp32
+     * temporary exists.  step_fp32_peak_bytes: the largest such temporary
+     * held so far (0 with fp32 gradients: nothing is upcast);
+     * step_tile_max_numel: the largest tile stepped; step_untiled_numel:
+     * this rank's elements in one step, i.e. what one whole-partition
+     * upcast without tiling would hold (x 4 bytes). */
+    uint64_t step_fp32_peak_bytes;
+    uint64_t step_tile_max_numel;
+    uint64_t step_untiled_numel;
 } zero_memory_stats;
 /* Every field positionally: valid C89..C23 and C++98..C++23 (designated
  * initializers are C++20 only) and clean under -Wextra in both. */
-#define ZERO_MEMORY_STATS_INIT { sizeof(zero_memory_stats), 0, {{0}}, {{0}}, {0}, {0} }
+#define ZERO_MEMORY_STATS_INIT { sizeof(zero_memory_stats), 0, {{0}}, {{0}}, {0}, {0}, 0, 0, 0 }
 
 /* Fill *out for this rank. Thread-safe. */
 ZERO_API zero_status zero_memory_stats_get(const zero_engine *e, zero_memory_stats *out);

@@ -183,6 +183,15 @@ typedef struct zero_layout {
     uint64_t part_numel;     /* sum of group part_numel: a rank's partition size */
     const zero_layout_group *groups;
     const uint32_t *param_order; /* param indices sorted by flat offset (groups in order) */
+    /* ---- appended in 1.3 (read only when struct_size covers them) ---- */
+    /* Expert groups (zero_group_desc.expert_color) are partitioned over
+     * their expert-data-parallel group instead of the world: group g is
+     * padded to a multiple of group_world[g] * align and this rank owns
+     * share group_rank[g] of it (part_numel = numel / group_world[g]).
+     * NULL when every group is dense (then group_world[g] = world and
+     * group_rank[g] = rank).  svc->group_comm(c, g) is its communicator. */
+    const uint32_t *group_world;
+    const uint32_t *group_rank;
 } zero_layout;
 
 /* A piece of the flat space [flat_lo, flat_hi) mapped onto a rank's
@@ -501,6 +510,17 @@ typedef struct zero_services_v1 {
      * this declare ZERO_PLUGIN_CAP_RESHARD. */
     int (*ckpt_reshard)(zero_core *c);
 
+    /* ---- appended in 1.3 (expert groups; check ZERO_SERVICES_HAS) ---- */
+    /* The communicator layout group g (index into layout->groups) is
+     * partitioned over: comm_world for a dense group, the group's
+     * expert-data-parallel communicator for an expert group.  Owned by the
+     * core, valid until destroy; never free it.  NULL for g out of range.
+     * A bucket set created with spec.comm = an expert group's communicator
+     * covers exactly the groups of that communicator; with any other comm
+     * (NULL included) it covers the dense groups only.  allgather_shares
+     * gathers every expert group over its own communicator. */
+    zero_comm *(*group_comm)(zero_core *c, uint32_t g);
+
     /* ---- appended in 1.3 (issue 21: ZeRO++ and MiCS as outside plugins; ---- */
     /* ---- check ZERO_SERVICES_HAS) ------------------------------------------ */
     /* Node groups: the ranks of m on this rank's node, ordered by their rank
@@ -603,7 +623,12 @@ enum {
      * opaque blobs that are derived data or gradients), and its load
      * handles ckpt_reshard: checkpoints move between world sizes and
      * plugins that both declare it */
-    ZERO_PLUGIN_CAP_RESHARD = 1u << 4
+    ZERO_PLUGIN_CAP_RESHARD = 1u << 4,
+    /* (1.3) supports expert groups (zero_group_desc.expert_color): one
+     * bucket set per partition communicator (svc->group_comm), gradients
+     * and shares of a group only over its own communicator.  The core
+     * refuses expert groups with a plugin that lacks it. */
+    ZERO_PLUGIN_CAP_EXPERT_GROUPS = 1u << 5
 };
 
 typedef struct zero_plugin_table_v1 {

@@ -12,6 +12,8 @@
 #include "loss_scaler.h"
 #include "optim.h"
 #include "params.h"
+#include "trace.h"
+#include "trace_engine.h"
 
 /* Engine-level state that does not need to be visible to other files. */
 #define ENGINE_ALIGN_ELEMS 16 /* 64 bytes of fp32: every param starts cache-line aligned */
@@ -222,6 +224,7 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
                            config_warn, e, msg, sizeof msg);
     if (s != ZERO_OK) return fail_create(e, zero__error(e, s, "%s", msg), err, err_len);
     e->rc = zero__config_run(e->cfg);
+    if ((s = zero__trace_engine_start(e)) != ZERO_OK) return fail_create(e, s, err, err_len);
     /* offload_optimizer.pin_memory: host-tier blocks (fp32 master, states,
      * the gradient landing buffer) are pinned so host<->device copies DMA.
      * Unset on a CUDA engine means pinned: pageable memory turns every
@@ -279,6 +282,7 @@ void zero_engine_destroy(zero_engine *e) {
         e->pstate = NULL;
     }
     if (e->plugin.dl) zero__plugin_unload(&e->plugin);
+    zero__experts_free(e); /* sub-communicators of the world, freed before it */
     if (e->params_frozen) zero__layout_free(&e->layout);
     free(e->groups);
     free(e->hp_over);
@@ -290,6 +294,7 @@ void zero_engine_destroy(zero_engine *e) {
     }
     if (e->global) zero__comm_world_free(e->global);
     if (e->boot) zero__comm_world_free(e->boot);
+    zero__trace_engine_stop(e); /* after the comms: their progress threads are joined */
     if (e->mem) zero__mem_destroy(e->mem);
     zero__device_close(e->dev); /* last: the accountant returned its blocks, the comms used its stream */
     pthread_mutex_destroy(&e->err_lock);
@@ -343,16 +348,23 @@ zero_status zero_set_group(zero_engine *e, const zero_group_desc *d) {
     if (e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_set_group after zero_params_done");
     zero_group_desc g = ZERO_GROUP_DESC_INIT;
     memcpy(&g, d, d->struct_size < sizeof g ? d->struct_size : sizeof g);
+    /* (1.3) expert groups: a color >= 0, or ZERO_GROUP_DENSE */
+    if (g.expert_color < ZERO_GROUP_DENSE || g.reserved0 != 0)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                           "zero_set_group(%d): expert_color %d (expected ZERO_GROUP_DENSE or a color >= 0) or "
+                           "reserved0 %d != 0",
+                           (int)g.group, (int)g.expert_color, (int)g.reserved0);
     for (uint32_t i = 0; i < e->ngroups_hp; i++)
         if (e->groups[i].group_id == g.group) {
             e->groups[i].lr_scale = g.lr_scale;
             e->groups[i].weight_decay = g.weight_decay;
+            e->groups[i].expert_color = g.expert_color;
             return ZERO_OK;
         }
     zero__group_hp *ng = realloc(e->groups, (e->ngroups_hp + 1) * sizeof *ng);
     if (!ng) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
     e->groups = ng;
-    e->groups[e->ngroups_hp++] = (zero__group_hp){g.group, g.lr_scale, g.weight_decay};
+    e->groups[e->ngroups_hp++] = (zero__group_hp){g.group, g.lr_scale, g.weight_decay, g.expert_color};
     return ZERO_OK;
 }
 
@@ -402,18 +414,62 @@ static zero_status host_owned_writeback(zero_engine *e, const char *when) {
     return ZERO_OK;
 }
 
+/* (1.3) Expert groups need a plugin that keeps one bucket set per
+ * partition communicator (ZERO_PLUGIN_CAP_EXPERT_GROUPS).  The verdict is
+ * the same on every rank: the group table was agreed, the plugin is the
+ * config's.  Also reads max_group_size (the step's tile cap). */
+static zero_status expert_support(zero_engine *e) {
+    int64_t m = 0;
+    if (zero__config_int(e->cfg, "moe.max_group_size", &m) == 1 && m > 0) e->max_group_size = (uint64_t)m;
+    if (zero__config_int(e->cfg, "zero_optimization.max_group_size", &m) == 1 && m > 0) e->max_group_size = (uint64_t)m;
+    const zero__group_hp *expert = NULL;
+    for (uint32_t i = 0; i < e->nparams && !expert; i++) {
+        const zero__group_hp *g = zero__group_hp_of(e, e->params[i]->info.group);
+        if (g && g->expert_color >= 0) expert = g;
+    }
+    if (!expert) return ZERO_OK;
+    if (e->rc->optim == ZERO_OPTIM_LAMB) /* its per-param sums are all-reduced by param index over the world */
+        return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                           "zero_params_done: param group %d is an expert group but optimizer.type Lamb completes "
+                           "each parameter's trust ratio over every rank, which would mix different experts; use "
+                           "Adam, AdamW, SGD, Lion or Adagrad",
+                           (int)expert->group_id);
+    const zero_plugin_table_v1 *t = e->plugin.table;
+    if (t->caps & ZERO_PLUGIN_CAP_EXPERT_GROUPS) return ZERO_OK;
+    const char *why = (t->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS)
+                          ? "stage 3 would have to gather each expert's shards over its expert-data-parallel group "
+                            "and keep a gather order per group; not implemented"
+                      : (t->caps & ZERO_PLUGIN_CAP_PIPELINE)
+                          ? "it reduces over one data-parallel group only"
+                          : "it does not declare ZERO_PLUGIN_CAP_EXPERT_GROUPS (ABI 1.3)";
+    return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                       "zero_params_done: param group %d is an expert group (zero_group_desc.expert_color %d) but "
+                       "plugin '%s' does not support expert groups: %s; use stage1, stage2 or offload",
+                       (int)expert->group_id, (int)expert->expert_color, t->name ? t->name : "?", why);
+}
+
 zero_status zero_params_done(zero_engine *e) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     if (e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_params_done called twice");
-    zero_status s = zero__params_agree(e);
+    zero_status s = zero__experts_agree(e); /* (1.3) the group table first: it decides what must agree below */
+    if (s == ZERO_OK) s = zero__params_agree(e);
     if (s != ZERO_OK) return s;
     if (e->auto_pick && !e->plugin.table && (s = pick_plugin(e)) != ZERO_OK) return s;
+    if ((s = expert_support(e)) != ZERO_OK) return s;
     zero__layout_input *in = calloc(e->nparams ? e->nparams : 1, sizeof *in);
     if (!in) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
     for (uint32_t i = 0; i < e->nparams; i++) in[i] = (zero__layout_input){e->params[i]->info.numel, e->params[i]->info.group};
-    int rc = zero__layout_build(&e->layout, in, e->nparams, (uint32_t)e->world_size, (uint32_t)e->rank,
-                                ENGINE_ALIGN_ELEMS);
+    /* (1.3) expert groups: each param's partition communicator */
+    uint32_t *pw = calloc(e->nparams ? e->nparams : 1, sizeof *pw), *pr = calloc(e->nparams ? e->nparams : 1, sizeof *pr);
+    if (!pw || !pr) s = zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
+    if (s == ZERO_OK) s = zero__experts_setup(e, pw, pr);
+    int rc = s != ZERO_OK ? -1
+                          : zero__layout_build_parts(&e->layout, in, e->nparams, (uint32_t)e->world_size,
+                                                     (uint32_t)e->rank, ENGINE_ALIGN_ELEMS, pw, pr);
     free(in);
+    free(pw);
+    free(pr);
+    if (s != ZERO_OK) return s;
     if (rc != 0) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "could not build the partition layout");
     for (uint32_t i = 0; i < e->nparams; i++) e->params[i]->info.flat_offset = e->layout.param_offset[i];
     e->params_frozen = 1;
@@ -457,6 +513,7 @@ zero_status zero_gather(zero_engine *e, zero_param *const *params, size_t n, voi
         zero_status s = check_param(e, params[i], "zero_gather");
         if (s != ZERO_OK) return s;
     }
+    ZERO_TRACE_GATHER(n, n ? (double)params[0]->info.index : -1.0);
     if (e->plugin.table->gather) {
         zero_param_info **infos = calloc(n ? n : 1, sizeof *infos);
         if (!infos) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
@@ -477,6 +534,7 @@ zero_status zero_release(zero_engine *e, zero_param *const *params, size_t n) {
         zero_status s = check_param(e, params[i], "zero_release");
         if (s != ZERO_OK) return s;
     }
+    ZERO_TRACE_SCOPE("zero_release", "stage3", "params", n, "first_param", n ? (double)params[0]->info.index : -1.0);
     if (!e->plugin.table->release) return ZERO_OK;
     /* Stage 3 may reuse a released gather buffer for the next all-gather:
      * the kernels that read these params (queued on the compute stream) must
@@ -540,6 +598,7 @@ zero_status zero_on_grad_ready(zero_engine *e, zero_param *p, void *stream) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     zero_status s = check_param(e, p, "zero_on_grad_ready");
     if (s != ZERO_OK) return s;
+    ZERO_TRACE_SCOPE("grad_ready", "hook", "param", p->info.index, NULL, 0);
     if (atomic_exchange(&p->ready, 1) != 0)
         return zero__error(e, ZERO_ERR_DUPLICATE,
                            "zero_on_grad_ready(%s) called twice in one micro-step (micro-step %u of step %llu)",
@@ -699,6 +758,7 @@ static zero_status settle_missing(zero_engine *e) {
 zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_result *result) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     if (!e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_step before zero_params_done");
+    ZERO_TRACE_SCOPE("zero_step", "step", "step", e->global_step + 1, "micro_step", e->micro_step);
     if (result && result->struct_size < sizeof(uint32_t) * 4)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_step: result.struct_size too small");
     zero_status s = settle_missing(e);
@@ -744,6 +804,7 @@ zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_resu
     if (ctx.boundary) {
         e->micro_step = 0;
         at_min = zero__scaler_update(&e->scaler, rep.overflow);
+        if (e->scaler.dynamic || rep.overflow) ZERO_TRACE_INSTANT("loss_scale", "fp16", "scale", e->scaler.scale, "overflow", rep.overflow);
         if (rep.overflow) {
             e->skipped_steps++;
             zero__log(e, ZERO_LOG_INFO, "overflow: step skipped, loss scale now %g", e->scaler.scale);
@@ -790,11 +851,13 @@ static zero_status ckpt_entry(zero_engine *e, const char *dir, const char *who, 
 
 zero_status zero_save(zero_engine *e, const char *dir) {
     zero_status s = ckpt_entry(e, dir, "zero_save", 0);
+    ZERO_TRACE_SCOPE("zero_save", "ckpt", NULL, 0, NULL, 0);
     return s != ZERO_OK ? s : zero__ckpt_save(e, dir, NULL, 0);
 }
 
 zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_save_options *o) {
     zero_status s = ckpt_entry(e, dir, "zero_save_ex", 0);
+    ZERO_TRACE_SCOPE("zero_save", "ckpt", NULL, 0, NULL, 0);
     if (s != ZERO_OK) return s;
     zero_save_options opt = ZERO_SAVE_OPTIONS_INIT;
     if (o) {
@@ -807,6 +870,7 @@ zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_save_option
 
 zero_status zero_load(zero_engine *e, const char *dir) {
     zero_status s = ckpt_entry(e, dir, "zero_load", 1);
+    ZERO_TRACE_SCOPE("zero_load", "ckpt", NULL, 0, NULL, 0);
     if (s == ZERO_OK) s = zero__ckpt_load(e, dir);
     if (s != ZERO_OK) return s;
     /* host-owned parameters (1.1): the loaded values go into the host's tensors */
@@ -820,6 +884,11 @@ zero_status zero_load(zero_engine *e, const char *dir) {
 zero_status zero_memory_stats_get(const zero_engine *e, zero_memory_stats *out) {
     if (!e || !out || out->struct_size < sizeof(uint32_t)) return ZERO_ERR_INVALID_ARGUMENT;
     zero__mem_stats(e->mem, out);
+    if (out->struct_size >= offsetof(zero_memory_stats, step_untiled_numel) + sizeof out->step_untiled_numel) {
+        out->step_fp32_peak_bytes = e->step_fp32_peak_bytes; /* (1.3) the tiled step */
+        out->step_tile_max_numel = e->step_tile_max_numel;
+        out->step_untiled_numel = e->step_untiled_numel;
+    }
     return ZERO_OK;
 }
 

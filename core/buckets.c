@@ -57,6 +57,7 @@
 #include "engine.h"
 #include "jitter.h"
 #include "optim.h"
+#include "trace.h"
 
 typedef struct zb_bucket {
     uint64_t lo, hi;     /* flat range */
@@ -71,6 +72,7 @@ typedef struct zb_bucket {
     zero_comm_req *req;
     int direct;          /* this micro-step's block is reduce-scattered straight into the partition */
     zero_status reaped;  /* status of a request completed by reap_done (req already freed) */
+    zero__trace_bucket tr; /* (trace) fill and in-flight spans (core/trace.h) */
 } zb_bucket;
 
 typedef zero__bplan_param zb_param; /* offset, numel, group; first_bucket, nbuckets (bucket_plan.h) */
@@ -100,6 +102,7 @@ struct zero_buckets {
     zb_param *pm;
     uint32_t np;
     size_t *counts;      /* nb * world reduce-scatter block sizes */
+    uint8_t *in_set;     /* (1.3) per layout group: reduced by this set (NULL: every group, no expert groups) */
     uint64_t bucket_numel; /* effective (clamped) bucket size */
 
     zb_slot *slots;
@@ -137,6 +140,31 @@ static int needs_comm(const zero_buckets *b) { return b->world > 1; }
 
 /* ---------------------------------------------------------------- build */
 
+/* (1.3) Expert groups: keep only the buckets of this set's groups (a
+ * bucket never crosses a group, so a group's buckets are whole) and
+ * renumber the params' first buckets; params of other groups get none and
+ * are refused by grad_slot / ready.  Rank-independent like the plan. */
+static zero_status keep_own_groups(zero_buckets *b, zero__bucket_plan *plan) {
+    uint32_t *renum = malloc((plan->nb ? plan->nb : 1) * sizeof *renum);
+    if (!renum) return ZERO_ERR_OUT_OF_MEMORY;
+    uint32_t kept = 0;
+    for (uint32_t k = 0; k < plan->nb; k++) {
+        renum[k] = kept;
+        if (b->in_set[plan->b[k].group]) plan->b[kept++] = plan->b[k];
+    }
+    for (uint32_t i = 0; i < b->np; i++) {
+        if (!b->in_set[b->pm[i].group]) {
+            b->pm[i].nbuckets = 0;
+            b->pm[i].first_bucket = 0;
+        } else if (b->pm[i].nbuckets) {
+            b->pm[i].first_bucket = renum[b->pm[i].first_bucket];
+        }
+    }
+    plan->nb = kept;
+    free(renum);
+    return ZERO_OK;
+}
+
 /* The static arithmetic (bucket ranges, which buckets cover a param, each
  * rank's block) is bucket_plan.c's; this copies it into the runtime state. */
 static zero_status build_buckets(zero_buckets *b) {
@@ -144,6 +172,10 @@ static zero_status build_buckets(zero_buckets *b) {
     zero_status s = zero__bucket_plan_build(&plan, b->layout, b->pm, b->bucket_numel,
                                             b->spec.mode == ZERO_BUCKETS_SCATTER);
     if (s != ZERO_OK) return s;
+    if (b->in_set && (s = keep_own_groups(b, &plan)) != ZERO_OK) {
+        zero__bucket_plan_free(&plan);
+        return s;
+    }
     b->nb = plan.nb;
     b->b = calloc(plan.nb ? plan.nb : 1, sizeof *b->b);
     b->counts = calloc((size_t)(plan.nb ? plan.nb : 1) * (size_t)b->world, sizeof *b->counts);
@@ -236,15 +268,29 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
         }
         b->es = gdt == ZERO_DTYPE_F32 ? 4 : 2;
         b->mixed = gdt != ZERO_DTYPE_F32;
-        double w = (double)b->world, f = e->rc->gradient_predivide_factor > 0 ? e->rc->gradient_predivide_factor : 1.0;
+        /* the mean over the whole data-parallel group, also for an expert
+         * group's set: its sum holds every rank's contribution (the host's
+         * token exchange brought them to the expert's holders) */
+        double w = (double)e->world_size, f = e->rc->gradient_predivide_factor > 0 ? e->rc->gradient_predivide_factor : 1.0;
         b->pre = (float)(e->rc->prescale_gradients ? 1.0 / w : 1.0 / f);
         b->post = (float)(e->rc->prescale_gradients ? 1.0 : f / w);
     }
-    if ((uint32_t)b->world != b->layout->world) {
-        s = zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
-                        "buckets_create: communicator has %d ranks but the layout was built for %u", b->world,
-                        b->layout->world);
-        goto fail;
+    if (e->group_comms) { /* (1.3) expert groups: the groups partitioned over b->comm */
+        int expert_comm = 0;
+        for (uint32_t g = 0; g < b->layout->ngroups; g++) expert_comm |= e->group_comms[g] == b->comm;
+        b->in_set = calloc(b->layout->ngroups ? b->layout->ngroups : 1, 1);
+        if (!b->in_set) goto oom;
+        for (uint32_t g = 0; g < b->layout->ngroups; g++)
+            b->in_set[g] = expert_comm ? e->group_comms[g] == b->comm : e->group_comms[g] == NULL;
+    }
+    for (uint32_t g = 0; g < b->layout->ngroups; g++) {
+        uint32_t gw = b->layout->group_world ? b->layout->group_world[g] : b->layout->world;
+        if ((!b->in_set || b->in_set[g]) && (uint32_t)b->world != gw) {
+            s = zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                            "buckets_create: communicator has %d ranks but layout group %u is partitioned over %u",
+                            b->world, g, gw);
+            goto fail;
+        }
     }
     b->np = e->nparams;
     b->pm = calloc(b->np ? b->np : 1, sizeof *b->pm);
@@ -357,6 +403,7 @@ static zero_status complete_oldest(zero_buckets *b) {
     b->fifo_head = (b->fifo_head + 1) % (b->nb ? b->nb : 1);
     b->fifo_len--;
     zb_bucket *bk = &b->b[k];
+    ZERO_TRACE_BUCKET_COMPLETE(&bk->tr, k);
     zero_status s = bk->reaped;
     bk->reaped = ZERO_OK;
     if (bk->req) {
@@ -543,6 +590,7 @@ static int direct_block(const zero_buckets *b, const zb_bucket *bk, const float 
 static zero_status launch(zero_buckets *b, uint32_t k) {
     zb_bucket *bk = &b->b[k];
     zero_status s = ZERO_OK;
+    ZERO_TRACE_BUCKET_LAUNCH(&bk->tr, k, (bk->hi - bk->lo) * 4);
     zero__jitter(ZERO_JITTER_LAUNCH);
     bk->launched = 1;
     if (k == 0) begin_pass(b); /* launches run in bucket order: bucket 0 opens every pass */
@@ -592,6 +640,7 @@ failed:
         if (b->sticky == ZERO_OK) b->sticky = s;
         return s;
     }
+    ZERO_TRACE_BUCKET_INFLIGHT(&bk->tr);
     uint32_t pos = (b->fifo_head + b->fifo_len) % b->nb;
     b->fifo[pos] = k;
     b->fifo_len++;
@@ -637,9 +686,18 @@ static zero_status advance(zero_buckets *b) {
     return s;
 }
 
+/* (1.3) A param of a group this set does not reduce (another
+ * communicator's: an expert group, or the dense groups). */
+static zero_status foreign(zero_buckets *b, uint32_t index) {
+    return zero__error(b->e, ZERO_ERR_INVALID_ARGUMENT,
+                       "bucket engine: param %u belongs to a group partitioned over another communicator; use the "
+                       "bucket set created for svc->group_comm of its group", index);
+}
+
 /* Slot of param `index`; mu must be held in staged SCATTER mode. */
 static zero_status slot_locked(zero_buckets *b, uint32_t index, void **slot) {
     const zb_param *p = &b->pm[index];
+    if (b->in_set && !b->in_set[p->group]) return foreign(b, index);
     switch (b->spec.mode) {
     case ZERO_BUCKETS_ALLREDUCE:
     case ZERO_BUCKETS_SCATTER_INPLACE:
@@ -683,6 +741,7 @@ zero_status zero__buckets_ready(zero_buckets *b, uint32_t index, const void *src
     if (!b || index >= b->np) return ZERO_ERR_INVALID_ARGUMENT;
     const zb_param *p = &b->pm[index];
     zero_status s = ZERO_OK;
+    if (b->in_set && !b->in_set[p->group]) return foreign(b, index);
     zero__jitter(ZERO_JITTER_HOOK);
     if (src && p->numel) {
         void *slot;
@@ -703,6 +762,7 @@ zero_status zero__buckets_ready(zero_buckets *b, uint32_t index, const void *src
                             "error (e.g. strict_grads) and its reductions were never finished", index);
             goto out;
         }
+        ZERO_TRACE_BUCKET_FILL(&b->b[k].tr, k, b->b[k].pending == b->b[k].nparts);
         b->b[k].pending--;
     }
     s = advance(b);
@@ -785,6 +845,7 @@ void zero__buckets_destroy(zero_buckets *b) {
     free(b->b);
     free(b->pm);
     free(b->counts);
+    free(b->in_set);
     free(b->fifo);
     pthread_mutex_destroy(&b->mu);
     free(b);

@@ -28,6 +28,8 @@ static const zero__cfg_key top_keys[] = {
     {"scheduler", ZERO__KEY_USED, NULL, NULL},
     {"zero_optimization", ZERO__KEY_USED, NULL, NULL},
     {"pipeline", ZERO__KEY_USED, NULL, NULL},
+    {"moe", ZERO__KEY_USED, NULL, NULL}, /* (1.3) max_group_size; experts themselves come from zero_set_group */
+    {"trace", ZERO__KEY_USED, NULL, NULL}, /* libzero: timeline trace (core/trace_engine.c, docs/trace.md) */
     /* DeepSpeed features outside ZeRO that libzero does not implement. */
     {"sparse_attention", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
     {"compression_training", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
@@ -191,6 +193,7 @@ static const zero__cfg_key zero_keys[] = {
     {"max_live_parameters", ZERO__KEY_USED, NULL, NULL},
     {"max_reuse_distance", ZERO__KEY_USED, NULL, NULL},
     {"sub_group_size", ZERO__KEY_USED, NULL, NULL},
+    {"max_group_size", ZERO__KEY_USED, NULL, NULL}, /* (1.3) the optimizer step's tile cap (partition_step.c) */
     {"plugin", ZERO__KEY_USED, NULL, NULL},
     {"memory_budget_bytes", ZERO__KEY_USED, NULL, NULL}, /* libzero: the per-rank budget of "stage": "auto" */
     {"strict_grads", ZERO__KEY_USED, NULL, NULL},
@@ -406,7 +409,10 @@ int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config
         read_size(ctx, zo, "sub_group_size", NULL, 1, "a positive integer (elements)", &rc->sub_group_size) < 0)
         return -1;
 
-    int64_t budget = 0;
+    int64_t budget = 0, max_group = 0;
+    if (read_size(ctx, zo, "max_group_size", NULL, 1, "a positive integer (elements per optimizer-step tile)",
+                  &max_group) < 0)
+        return -1;
     if (read_size(ctx, zo, "memory_budget_bytes", NULL, 1, "a positive integer (bytes per rank)", &budget) < 0)
         return -1;
     if (parse_offload_optimizer(ctx, zo, rc) < 0 || parse_offload_param(ctx, zo) < 0) return -1;
@@ -429,9 +435,33 @@ static const zero__cfg_key pipeline_keys[] = {
     {"use_reentrant", ZERO__KEY_IGNORED, NULL, "belongs to the host's own pipeline, ignored by libzero"},
     {NULL, 0, NULL, NULL}};
 
+/* ---- moe (1.3; DeepSpeed's MoE keys) ---------------------------------- *
+ * Which groups are experts, and their expert-data-parallel groups, come
+ * from the host (zero_group_desc.expert_color): libzero does not build
+ * the model.  Only the step's tile cap is read here. */
+static const zero__cfg_key moe_keys[] = {
+    {"max_group_size", ZERO__KEY_USED, NULL, NULL},
+    {"enabled", ZERO__KEY_IGNORED, NULL, "expert groups are declared by the host (zero_group_desc.expert_color), ignored"},
+    {"ep_size", ZERO__KEY_IGNORED, NULL, "expert groups are declared by the host (zero_group_desc.expert_color), ignored"},
+    {"num_experts", ZERO__KEY_IGNORED, NULL, "the model belongs to the host, ignored"},
+    {"moe_param_group", ZERO__KEY_IGNORED, NULL, "expert groups are declared by the host (zero_group_desc.expert_color), ignored"},
+    {NULL, 0, NULL, NULL}};
+
+static int parse_moe(zero__cfg_ctx *ctx, const json_t *root) {
+    const json_t *moe;
+    int64_t m = 0;
+    if (zero__cfg_obj(ctx, root, "", "moe", &moe) < 0) return -1;
+    zero__cfg_check_keys(ctx, moe, "moe", moe_keys);
+    return zero__cfg_int(ctx, moe, "moe", "max_group_size", 1, INT64_MAX,
+                         "a positive integer (elements per optimizer-step tile)", &m) < 0
+               ? -1
+               : 0;
+}
+
 int zero__cfg_parse_pipeline(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc) {
     const json_t *pp;
     int64_t stages = 1;
+    if (parse_moe(ctx, root) < 0) return -1; /* (1.3) beside the pipeline: both shape the parallel layout */
     if (zero__cfg_obj(ctx, root, "", "pipeline", &pp) < 0) return -1;
     zero__cfg_check_keys(ctx, pp, "pipeline", pipeline_keys);
     if (zero__cfg_int(ctx, pp, "pipeline", "stages", 1, INT32_MAX, "a positive integer", &stages) < 0) return -1;

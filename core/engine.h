@@ -35,6 +35,7 @@ typedef struct zero__group_hp {
     int32_t group_id;
     double lr_scale;
     double weight_decay;
+    int32_t expert_color;  /* (1.3) ZERO_GROUP_DENSE or the expert-DP color (zero_group_desc) */
 } zero__group_hp;
 
 /* (1.1) zero_set_hparams overrides of one group (or ZERO_ALL_GROUPS); a
@@ -125,6 +126,22 @@ struct zero_engine {
     struct zero__ck_save *ck_save;
     struct zero__ck_load *ck_load;
     int ck_echo;
+
+    /* (1.3) Expert groups (core/experts.c).  group_comms: one entry per
+     * layout group, the expert-data-parallel communicator of an expert
+     * group (owned, split from `world` at zero_params_done, freed before
+     * it) or NULL for a dense group; the array itself is NULL when no
+     * group is an expert group. */
+    zero_comm **group_comms;
+    uint32_t ngroup_comms;
+    char two_groups[200];        /* a name registered in two groups (refused), reported at params_done */
+    /* (1.3) Tiled optimizer step (partition_step.c): max_group_size (0 =
+     * one tile per group share) and what zero_memory_stats reports.  Step
+     * thread only (written), any thread (read: plain 64-bit loads). */
+    uint64_t max_group_size;
+    uint64_t step_fp32_peak_bytes, step_tile_max_numel, step_untiled_numel;
+    /* (trace) this engine holds a reference on the process's tracer (core/trace.h) */
+    int tracing;
 };
 
 static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }
@@ -134,6 +151,16 @@ static inline zero_core *zero__core_of(struct zero_engine *e) { return (zero_cor
 const zero__group_hp *zero__group_hp_of(const struct zero_engine *e, int32_t group_id);
 /* (1.1) Resolve group_id's hyper-parameters for optimizer step t (hparams.c). */
 void zero__hp_resolve(const struct zero_engine *e, int32_t group_id, uint64_t t, zero__hp *out);
+/* (1.3) Expert groups at zero_params_done, before the layout is built
+ * (experts.c): agree the group table and the param list over every rank,
+ * refuse a tensor registered in two groups, split one communicator per
+ * expert group and fill part_world[i] / part_rank[i] (zeroed arrays of
+ * nparams; left 0 for dense params).  Collective over
+ * e->world; every rank returns the same verdict. */
+zero_status zero__experts_agree(struct zero_engine *e);
+zero_status zero__experts_setup(struct zero_engine *e, uint32_t *part_world, uint32_t *part_rank);
+/* (1.3) Free the expert communicators (destroy; NULL-safe). */
+void zero__experts_free(struct zero_engine *e);
 /* Fill e->svc (services.c). */
 void zero__services_init(struct zero_engine *e);
 /* Learning-rate schedule: lr for optimizer step t (1-based), group 0 (sched.c). */

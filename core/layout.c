@@ -5,6 +5,7 @@
  * on distinct outputs. */
 #include "layout.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,8 @@ void zero__layout_free(zero__layout *l) {
     free(l->groups);
     free(l->param_order);
     free(l->param_offset);
+    free(l->group_world);
+    free(l->group_rank);
     memset(l, 0, sizeof(*l));
 }
 
@@ -47,6 +50,11 @@ static uint32_t collect_groups(const zero__layout_input *params, uint32_t nparam
 
 int zero__layout_build(zero__layout *out, const zero__layout_input *params, uint32_t nparams,
                        uint32_t world, uint32_t rank, uint64_t align) {
+    return zero__layout_build_parts(out, params, nparams, world, rank, align, NULL, NULL);
+}
+
+int zero__layout_build_parts(zero__layout *out, const zero__layout_input *params, uint32_t nparams, uint32_t world,
+                             uint32_t rank, uint64_t align, const uint32_t *part_world, const uint32_t *part_rank) {
     if (!out) return -1;
     memset(out, 0, sizeof(*out));
     if (world == 0 || rank >= world || align == 0 || (align & (align - 1)) != 0) return -1;
@@ -61,7 +69,10 @@ int zero__layout_build(zero__layout *out, const zero__layout_input *params, uint
     if (!ids || !out->param_order || !out->param_offset) goto fail;
     uint32_t ngroups = collect_groups(params, nparams, ids);
     out->groups = calloc(ngroups ? ngroups : 1, sizeof(*out->groups));
-    if (!out->groups) goto fail;
+    out->group_world = calloc(ngroups ? ngroups : 1, sizeof(*out->group_world));
+    out->group_rank = calloc(ngroups ? ngroups : 1, sizeof(*out->group_rank));
+    if (!out->groups || !out->group_world || !out->group_rank) goto fail;
+    int any_expert = 0;
 
     uint64_t flat = 0, part = 0;
     uint32_t ordered = 0;
@@ -70,9 +81,19 @@ int zero__layout_build(zero__layout *out, const zero__layout_input *params, uint
         grp->group_id = ids[g];
         grp->flat_begin = flat;
         grp->first_param = ordered;
+        /* (1.3) the group's partition communicator: the world, or an expert group's */
+        uint32_t gw = world, gr = rank, seen = 0;
+        uint64_t gq = quantum;
         uint64_t pos = 0; /* offset inside the group */
         for (uint32_t i = 0; i < nparams; ++i) {
             if (params[i].group != ids[g]) continue;
+            if (!seen++ && part_world && part_rank && part_world[i]) {
+                gw = part_world[i];
+                gr = part_rank[i];
+                if (gr >= gw || gw > world || align > UINT64_MAX / gw) goto fail;
+                gq = align * gw;
+                any_expert = 1;
+            }
             if (round_up_u64(pos, align, &pos) != 0) goto fail;
             out->param_offset[i] = flat + pos;
             out->param_order[ordered++] = i;
@@ -83,8 +104,10 @@ int zero__layout_build(zero__layout *out, const zero__layout_input *params, uint
         }
         grp->nparams = ordered - grp->first_param;
         grp->used = pos;
-        if (round_up_u64(pos, quantum, &grp->numel) != 0) goto fail;
-        grp->part_numel = grp->numel / world;
+        if (round_up_u64(pos, gq, &grp->numel) != 0) goto fail;
+        grp->part_numel = grp->numel / gw;
+        out->group_world[g] = gw;
+        out->group_rank[g] = gr;
         grp->part_offset = part;
         if (add_u64(flat, grp->numel, &flat) != 0) goto fail;
         part += grp->part_numel; /* part <= flat, cannot overflow */
@@ -103,6 +126,8 @@ int zero__layout_build(zero__layout *out, const zero__layout_input *params, uint
     v->part_numel = part;
     v->groups = out->groups;
     v->param_order = out->param_order;
+    v->group_world = any_expert ? out->group_world : NULL;
+    v->group_rank = any_expert ? out->group_rank : NULL;
     return 0;
 
 fail:
@@ -117,7 +142,12 @@ uint32_t zero__layout_owned(const zero_layout *l, uint32_t rank, uint64_t flat_l
     uint32_t n = 0;
     for (uint32_t g = 0; g < l->ngroups && n < cap; ++g) {
         const zero_layout_group *grp = &l->groups[g];
-        uint64_t own_lo = grp->flat_begin + (uint64_t)rank * grp->part_numel;
+        uint32_t pos = rank; /* place in the group's partition communicator */
+        if (l->struct_size >= offsetof(zero_layout, group_rank) + sizeof l->group_rank && l->group_world) {
+            if (rank == l->rank) pos = l->group_rank[g];
+            if (pos >= l->group_world[g]) continue;
+        }
+        uint64_t own_lo = grp->flat_begin + (uint64_t)pos * grp->part_numel;
         uint64_t own_hi = own_lo + grp->part_numel;
         uint64_t lo = flat_lo > own_lo ? flat_lo : own_lo;
         uint64_t hi = flat_hi < own_hi ? flat_hi : own_hi;

@@ -99,9 +99,16 @@ zero_status zero__param_register(struct zero_engine *e, const zero_param_desc *d
                            "back; register without the flag and use zero_gather / zero_release",
                            desc.name, e->plugin.table->name ? e->plugin.table->name : "?");
     for (uint32_t i = 0; i < e->nparams; i++)
-        if (strcmp(e->params[i]->name, desc.name) == 0)
-            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param: duplicate name '%s'",
-                               desc.name);
+        if (strcmp(e->params[i]->name, desc.name) == 0) {
+            /* (1.3) the same param in two groups (e.g. dense and expert):
+             * remembered, so that zero_params_done fails on every rank */
+            if (e->params[i]->info.group != desc.group && !e->two_groups[0])
+                snprintf(e->two_groups, sizeof e->two_groups, "'%.120s' in group %d and again in group %d",
+                         desc.name, (int)e->params[i]->info.group, (int)desc.group);
+            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param: duplicate name '%s'%s",
+                               desc.name,
+                               e->params[i]->info.group != desc.group ? " (registered in two groups)" : "");
+        }
 
     if (e->nparams == e->params_cap) {
         uint32_t ncap = e->params_cap ? e->params_cap * 2 : 32;
@@ -185,7 +192,11 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n) {
 
 static uint64_t param_hash(const struct zero_param *p) {
     uint64_t h = 0xcbf29ce484222325ULL;
-    h = fnv(h, p->name, strlen(p->name));
+    /* (1.3) an expert group's params are different experts on ranks of
+     * different expert-DP groups: only their shapes agree world-wide (the
+     * names are compared inside each expert-DP group, experts.c) */
+    const zero__group_hp *g = zero__group_hp_of(p->engine, p->info.group);
+    if (!g || g->expert_color < 0) h = fnv(h, p->name, strlen(p->name));
     h = fnv(h, &p->info.numel, sizeof p->info.numel);
     h = fnv(h, &p->info.dtype, sizeof p->info.dtype);
     h = fnv(h, &p->info.group, sizeof p->info.group);

@@ -18,9 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "engine.h"
+#include "memory.h"
 #include "optim.h"
 #include "partition_step.h"
+#include "trace.h"
 
 static size_t dtype_size(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4u : 2u; }
 
@@ -107,6 +110,22 @@ zero_status zero__svc_grad_norm(zero_core *c, const zero_part_step *ps, const ze
     return ZERO_OK;
 }
 
+/* (1.3) The step's tiles: each range cut at layout-group boundaries (a
+ * group's share is stepped on its own) and at max_group_size elements.
+ * Tile t of range o starts at o->flat_lo + t * cap within its group piece;
+ * tile_next() advances [*lo, *hi) to the next tile of [lo0, hi0), 0 at the
+ * end.  Pure. */
+static int tile_next(const zero_layout *L, uint64_t cap, uint64_t hi0, uint64_t *lo, uint64_t *hi) {
+    if (*hi >= hi0) return 0;
+    *lo = *hi;
+    int g = zero__layout_group_of(L, *lo);
+    uint64_t end = hi0;
+    if (g >= 0 && L->groups[g].flat_begin + L->groups[g].numel < end) end = L->groups[g].flat_begin + L->groups[g].numel;
+    if (cap && end - *lo > cap) end = *lo + cap;
+    *hi = end;
+    return 1;
+}
+
 zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float grad_mul) {
     struct zero_engine *e = zero__engine_of(c);
     zero_status st = check_ps(e, ps, "part_step");
@@ -114,28 +133,77 @@ zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float gr
     if (e->rc->optim == ZERO_OPTIM_LAMB) return zero__lamb_part_step(e, ps, grad_mul);
     const size_t es = dtype_size(ps->dtype);
     const zero_dtype gdt = zero__ps_grad_dtype(ps);
+    const zero_layout *L = &e->layout.view;
     uint32_t nstate = zero__optim_state_count(e->rc->optim, e->rc->momentum);
+    /* (1.3) Tiled step (DeepSpeed PR 2079): with 16-bit gradients and
+     * either expert groups or max_group_size, each tile's gradient is
+     * upcast, unscaled and clipped (x grad_mul) into ONE fp32 temporary of
+     * the largest tile's size, then stepped; at most one tile's fp32
+     * gradient exists.  Otherwise the fused kernel widens 16-bit
+     * gradients on the fly and no temporary is needed: the tiles are then
+     * only the order of work.  Same values either way: the kernel forms
+     * (float)g * grad_mul too, and x * 1.0f is exact. */
+    const uint64_t cap = e->max_group_size;
+    uint64_t largest = 0, total = 0;
     for (uint32_t i = 0; i < ps->nranges; i++) {
-        const zero_owned_range *o = &ps->ranges[i];
-        zero_opt_range r;
-        memset(&r, 0, sizeof r);
-        r.struct_size = sizeof r;
-        r.flat_lo = o->flat_lo;
-        r.flat_hi = o->flat_hi;
-        r.master = ps->master + index_of(o, ps->master_index);
-        for (uint32_t k = 0; k < nstate && k < 4; k++) r.state[k] = ps->state[k] ? ps->state[k] + o->part_lo : NULL;
-        r.grad = (const char *)ps->grad + index_of(o, ps->grad_index) * dtype_size(gdt);
-        r.param_out = ps->param_out ? (char *)ps->param_out + index_of(o, ps->param_out_index) * es : NULL;
-        r.param_out_dtype = ps->dtype;
-        r.grad_mul = grad_mul;
-        r.grad_dtype = gdt;
-        if ((st = e->svc.optim_step(c, &r)) != ZERO_OK) return st;
+        uint64_t lo = 0, hi = ps->ranges[i].flat_lo;
+        while (tile_next(L, cap, ps->ranges[i].flat_hi, &lo, &hi))
+            if (hi - lo > largest) largest = hi - lo;
+        total += ps->ranges[i].flat_hi - ps->ranges[i].flat_lo;
     }
-    return ZERO_OK;
+    const int upcast = gdt != ZERO_DTYPE_F32 && (cap || e->group_comms) && largest;
+    float *tile = NULL;
+    if (upcast) {
+        const int on_dev = zero__dev_is_device(e->dev, ps->grad);
+        tile = zero__mem_alloc(e->mem, on_dev ? ZERO_TIER_DEVICE : ZERO_TIER_HOST, ZERO_MEM_OTHER,
+                               (size_t)largest * sizeof(float));
+        if (!tile)
+            return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "part_step: no memory for the fp32 tile (%llu elements)",
+                               (unsigned long long)largest);
+        if ((uint64_t)largest * sizeof(float) > e->step_fp32_peak_bytes) e->step_fp32_peak_bytes = largest * sizeof(float);
+    }
+    if (largest > e->step_tile_max_numel) e->step_tile_max_numel = largest;
+    e->step_untiled_numel = total;
+    for (uint32_t i = 0; i < ps->nranges && st == ZERO_OK; i++) {
+        const zero_owned_range *o = &ps->ranges[i];
+        uint64_t lo = 0, hi = o->flat_lo;
+        while (st == ZERO_OK && tile_next(L, cap, o->flat_hi, &lo, &hi)) {
+            const size_t d = (size_t)(lo - o->flat_lo), n = (size_t)(hi - lo);
+            zero_opt_range r;
+            memset(&r, 0, sizeof r);
+            r.struct_size = sizeof r;
+            r.flat_lo = lo;
+            r.flat_hi = hi;
+            r.master = ps->master + index_of(o, ps->master_index) + d;
+            for (uint32_t k = 0; k < nstate && k < 4; k++)
+                r.state[k] = ps->state[k] ? ps->state[k] + o->part_lo + d : NULL;
+            r.grad = (const char *)ps->grad + (index_of(o, ps->grad_index) + d) * dtype_size(gdt);
+            r.param_out = ps->param_out ? (char *)ps->param_out + (index_of(o, ps->param_out_index) + d) * es : NULL;
+            r.param_out_dtype = ps->dtype;
+            r.grad_mul = grad_mul;
+            r.grad_dtype = gdt;
+            if (tile) { /* upcast, unscale and clip this tile only */
+                if ((st = zero__dev_convert(e->dev, tile, ZERO_DTYPE_F32, r.grad, gdt, n)) == ZERO_OK)
+                    st = zero__dev_scale(e->dev, tile, grad_mul, n);
+                if (st != ZERO_OK) {
+                    st = zero__error(e, st, "part_step: upcasting a gradient tile failed: %s", zero__dev_error(e->dev));
+                    break;
+                }
+                r.grad = tile;
+                r.grad_dtype = ZERO_DTYPE_F32;
+                r.grad_mul = 1.0f;
+            }
+            ZERO_TRACE_SCOPE("optim.range", "optim", "elements", hi - lo, "flat_lo", lo);
+            st = e->svc.optim_step(c, &r);
+        }
+    }
+    zero__mem_free(e->mem, tile);
+    return st;
 }
 
 zero_status zero__svc_boundary_step(zero_core *c, const zero_part_step *ps, const zero_step_ctx *ctx,
                                     zero_step_report *rep) {
+    ZERO_TRACE_SCOPE("boundary_step", "optim", NULL, 0, NULL, 0);
     zero_grad_norm gn;
     zero_status st = zero__svc_grad_norm(c, ps, ctx, &gn);
     if (st != ZERO_OK) return st;
@@ -167,10 +235,15 @@ zero_status zero__svc_allgather_shares(zero_core *c, zero_comm *comm, void *flat
     for (uint32_t g = 0; g < L->ngroups && st == ZERO_OK; g++) {
         const zero_layout_group *lg = &L->groups[g];
         if (lg->numel == 0) continue;
+        /* (1.3) an expert group's shares live on its own communicator */
+        zero_comm *gc = e->group_comms && e->group_comms[g] ? e->group_comms[g] : comm;
+        const uint32_t gw = L->group_world ? L->group_world[g] : L->world;
+        const uint32_t gr = L->group_rank ? L->group_rank[g] : L->rank;
+        if (gw <= 1) continue;
         size_t *cnt = counts + (size_t)g * L->world; /* live while the request is in flight */
-        for (uint32_t r = 0; r < L->world; r++) cnt[r] = (size_t)lg->part_numel;
+        for (uint32_t r = 0; r < gw; r++) cnt[r] = (size_t)lg->part_numel;
         char *base = (char *)flat + (size_t)lg->flat_begin * es;
-        st = zero__iallgatherv(comm, base + (size_t)L->rank * lg->part_numel * es, base, cnt, dt, &reqs[issued]);
+        st = zero__iallgatherv(gc, base + (size_t)gr * lg->part_numel * es, base, cnt, dt, &reqs[issued]);
         if (st == ZERO_OK) issued++;
     }
     for (uint32_t i = 0; i < issued; i++) {

@@ -45,6 +45,13 @@ static zero_param_info *svc_param(zero_core *c, uint32_t i) {
     return i < E(c)->nparams ? &E(c)->params[i]->info : NULL;
 }
 static const zero_layout *svc_layout(zero_core *c) { return E(c)->params_frozen ? &E(c)->layout.view : NULL; }
+/* (1.3) The communicator layout group g is partitioned over. */
+static zero_comm *svc_group_comm(zero_core *c, uint32_t g) {
+    struct zero_engine *e = E(c);
+    if (!e->params_frozen || g >= e->layout.view.ngroups) return NULL;
+    return e->group_comms && e->group_comms[g] ? e->group_comms[g] : e->world;
+}
+
 static uint32_t svc_owned_ranges(zero_core *c, uint32_t rank, uint64_t lo, uint64_t hi, zero_owned_range *out,
                                  uint32_t cap) {
     return zero__layout_owned(&E(c)->layout.view, rank, lo, hi, out, cap);
@@ -414,6 +421,7 @@ void zero__services_init(struct zero_engine *e) {
     s->ckpt_agree = zero__svc_ckpt_agree;
     s->mem_set = svc_mem_set;
     s->ckpt_reshard = svc_ckpt_reshard;
+    s->group_comm = svc_group_comm;
     s->comm_split_node = svc_comm_split_node;
     s->allgather_quantized = zero__allgather_quantized;
     s->reduce_scatter_quantized = zero__reduce_scatter_quantized;

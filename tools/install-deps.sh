@@ -16,6 +16,7 @@ PKGS=(
   abigail-tools binutils
   python3
   python3-torch
+  chromium fonts-dejavu-core  # tests/report: the demo report opened by a real headless browser
 )
 # shellcheck disable=SC2206
 PKGS+=(${INSTALL_DEPS_EXTRA:-})

@@ -94,35 +94,57 @@ void zero__comm_free(zero_comm *m) {
 int zero__comm_rank(const zero_comm *m) { return m ? m->rank : -1; }
 int zero__comm_size(const zero_comm *m) { return m ? m->size : 0; }
 
+/* (trace) Bytes of n elements, for the trace's "bytes" argument. */
+static double tbytes(size_t n, zero_dtype dt) { return (double)n * (double)zero__dtype_size(dt); }
+static size_t tsum(const zero_comm *m, const size_t *counts) {
+    size_t n = 0;
+    for (int b = 0; b < m->size; b++) n += counts[b];
+    return n;
+}
+/* (trace) An issued request gets its span; a finished one is recorded here
+ * unless its backend records it itself (with the real end, comm_mpi). */
+static zero_status traced_issue(zero_status s, zero_comm_req **req, uint64_t t0, const char *name, double bytes) {
+    if (t0 && s == ZERO_OK && *req) zero__trace_op_issued(&(*req)->trace, t0, name, bytes);
+    return s;
+}
+
 zero_status zero__allreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op) {
     if (!m || (!buf && count)) return ZERO_ERR_INVALID_ARGUMENT;
+    ZERO_TRACE_SCOPE("allreduce", "comm", "bytes", tbytes(count, dt), NULL, 0);
     return m->ops->allreduce(m, buf, count, dt, op);
 }
 zero_status zero__broadcast(zero_comm *m, void *buf, size_t count, zero_dtype dt, int root) {
     if (!m || (!buf && count) || root < 0 || root >= m->size) return ZERO_ERR_INVALID_ARGUMENT;
+    ZERO_TRACE_SCOPE("broadcast", "comm", "bytes", tbytes(count, dt), "root", root);
     return m->ops->broadcast(m, buf, count, dt, root);
 }
 zero_status zero__barrier(zero_comm *m) {
     if (!m) return ZERO_ERR_INVALID_ARGUMENT;
+    ZERO_TRACE_SCOPE("barrier", "comm", NULL, 0, NULL, 0);
     return m->ops->barrier(m);
 }
 zero_status zero__iallreduce(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op,
                              zero_comm_req **req) {
     if (!m || !req || (!buf && count)) return ZERO_ERR_INVALID_ARGUMENT;
     *req = NULL;
-    return m->ops->iallreduce(m, buf, count, dt, op, req);
+    uint64_t t0 = zero__trace_now();
+    return traced_issue(m->ops->iallreduce(m, buf, count, dt, op, req), req, t0, "allreduce", tbytes(count, dt));
 }
 zero_status zero__ireduce_scatterv(zero_comm *m, const void *send, void *recv, const size_t *counts,
                                    zero_dtype dt, zero_comm_req **req) {
     if (!m || !req || !counts) return ZERO_ERR_INVALID_ARGUMENT;
     *req = NULL;
-    return m->ops->ireduce_scatterv(m, send, recv, counts, dt, req);
+    uint64_t t0 = zero__trace_now();
+    return traced_issue(m->ops->ireduce_scatterv(m, send, recv, counts, dt, req), req, t0, "reduce_scatter",
+                        t0 ? tbytes(tsum(m, counts), dt) : 0);
 }
 zero_status zero__iallgatherv(zero_comm *m, const void *send, void *recv, const size_t *counts,
                               zero_dtype dt, zero_comm_req **req) {
     if (!m || !req || !counts) return ZERO_ERR_INVALID_ARGUMENT;
     *req = NULL;
-    return m->ops->iallgatherv(m, send, recv, counts, dt, req);
+    uint64_t t0 = zero__trace_now();
+    return traced_issue(m->ops->iallgatherv(m, send, recv, counts, dt, req), req, t0, "allgather",
+                        t0 ? tbytes(tsum(m, counts), dt) : 0);
 }
 zero_status zero__iallreducev(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req) {
     if (!m || !req || !counts) return ZERO_ERR_INVALID_ARGUMENT;
@@ -130,20 +152,33 @@ zero_status zero__iallreducev(zero_comm *m, void *buf, const size_t *counts, zer
     size_t total = 0;
     for (int b = 0; b < m->size; b++) total += counts[b];
     if (!buf && total) return ZERO_ERR_INVALID_ARGUMENT;
-    if (m->ops->iallreducev) return m->ops->iallreducev(m, buf, counts, dt, req);
+    uint64_t t0 = zero__trace_now();
+    if (m->ops->iallreducev)
+        return traced_issue(m->ops->iallreducev(m, buf, counts, dt, req), req, t0, "allreduce", tbytes(total, dt));
     /* a backend whose reduction order is its own (NCCL, MPI's libnbc) */
-    return m->ops->iallreduce(m, buf, total, dt, ZERO_OP_SUM, req);
+    return traced_issue(m->ops->iallreduce(m, buf, total, dt, ZERO_OP_SUM, req), req, t0, "allreduce",
+                        tbytes(total, dt));
 }
 zero_status zero__comm_wait(zero_comm_req *req) {
     if (!req || !req->comm) return ZERO_ERR_INVALID_ARGUMENT;
-    return req->comm->ops->wait(req);
+    if (!ZERO__TRACE_ON()) return req->comm->ops->wait(req);
+    zero__trace_op tr = req->trace; /* the wait frees req */
+    ZERO_TRACE_SCOPE("comm.wait", "comm", "bytes", tr.bytes, NULL, 0);
+    zero_status s = req->comm->ops->wait(req);
+    if (!tr.backend_emits) zero__trace_op_finished(&tr);
+    return s;
 }
 zero_status zero__comm_test(zero_comm_req *req, int *done) {
     if (!req || !req->comm || !done) return ZERO_ERR_INVALID_ARGUMENT;
-    return req->comm->ops->test(req, done);
+    if (!ZERO__TRACE_ON()) return req->comm->ops->test(req, done);
+    zero__trace_op tr = req->trace; /* a finished test frees req */
+    zero_status s = req->comm->ops->test(req, done);
+    if (*done && !tr.backend_emits) zero__trace_op_finished(&tr);
+    return s;
 }
 zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each) {
     if (!m || ((!send || !recv) && bytes_each)) return ZERO_ERR_INVALID_ARGUMENT;
+    ZERO_TRACE_SCOPE("allgather_bytes", "comm", "bytes", (double)bytes_each * m->size, NULL, 0);
     return m->ops->allgather_bytes(m, send, recv, bytes_each);
 }
 zero_status zero__comm_split_node(zero_comm *m, zero_comm **out) {

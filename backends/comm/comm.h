@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "zero_plugin.h"
+#include "trace.h"
 
 struct zero_engine;
 
@@ -128,6 +129,7 @@ zero_status zero__alltoallv_bytes(zero_comm *m, const void *send, const size_t *
  * and frees them, with a warning; using such a request afterwards is a bug). */
 struct zero_comm_req {
     zero_comm *comm;
+    zero__trace_op trace; /* (trace) set by the comm.c wrappers when tracing; zero otherwise */
 };
 #endif
 

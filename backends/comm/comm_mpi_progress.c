@@ -61,6 +61,7 @@ int zero__zm_advance_all_locked(zm_engine *pe) {
         zm_op *next = op->next;
         moved |= zero__zm_op_advance_locked(op);
         if (op->done) {
+            zero__trace_op_done(&op->base.trace);
             list_remove(pe, op);
             zero__zm_busy_end(ZM(op->base.comm));
             moved = 1;
@@ -76,6 +77,7 @@ static void *progress_main(void *arg) {
      * long ones; the thread is named so that it is recognisable in top. */
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     prctl(PR_SET_NAME, "zero-comm", 0, 0, 0);
+    zero__trace_thread_name("progress");
     unsigned backoff = 2;
     pthread_mutex_lock(&pe->lock);
     while (!pe->stop) {
@@ -84,7 +86,9 @@ static void *progress_main(void *arg) {
             backoff = 2;
             continue;
         }
+        uint64_t t_pass = zero__trace_now();
         if (zero__zm_advance_all_locked(pe)) {
+            if (t_pass) zero__trace_complete("progress.pass", "comm", t_pass, zero__trace_clock(), ZERO__LANE_NONE, -1, NULL, 0, NULL, 0);
             backoff = 2;
             pthread_mutex_unlock(&pe->lock);
             zero__jitter(ZERO_JITTER_PROGRESS);
@@ -170,6 +174,7 @@ void zero__zm_submit_locked(zm_engine *pe, zm_op *op) {
      * waiting for the progress thread to wake up. */
     zero__zm_op_advance_locked(op);
     if (op->done) {
+        zero__trace_op_done(&op->base.trace);
         list_remove(pe, op);
         zero__zm_busy_end(c);
     } else {
@@ -263,6 +268,7 @@ static zero_status finish(zm_engine *pe, zm_op *op) {
     zero_status st = op->status;
     if (st != ZERO_OK) zero__error(c->base.engine, st, "%s", op->err);
     c->outstanding--;
+    zero__trace_op_finished(&op->base.trace);
     zero__zm_op_free_locked(pe, op);
     return st;
 }

@@ -345,6 +345,7 @@ static zm_op *op_new(zero_comm *m, int kind) {
     zm_op *op = calloc(1, sizeof *op);
     if (!op) return NULL;
     op->base.comm = m;
+    op->base.trace.backend_emits = 1; /* finish() records it, with the time the op really ended */
     op->kind = kind;
     return op;
 }

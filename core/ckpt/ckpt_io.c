@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "crc32c.h"
+#include "trace.h"
 
 /* ---------------------------------------------------------------- faults */
 static int fault_rank_matches(const char *at, int rank) { return !at || atoi(at + 1) == rank; }
@@ -60,6 +61,7 @@ static int put(int fd, const void *p, size_t n) {
 
 int zero__ck_write_blob(const char *dir, const char *file, const void *buf, uint64_t bytes, uint64_t chunk_bytes,
                         int rank, uint32_t **crc, uint32_t *nchunks, char *err, size_t errn) {
+    ZERO_TRACE_SCOPE("ckpt.write", "ckpt", "bytes", bytes, NULL, 0);
     char path[4352], tmp[4400];
     if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path) {
         snprintf(err, errn, "checkpoint path too long: %s/%s", dir, file);
@@ -152,6 +154,7 @@ zero__ck_blob_writer *zero__ck_blob_begin(const char *dir, const char *file, uin
 }
 
 int zero__ck_blob_put(zero__ck_blob_writer *w, const void *buf, uint64_t n, char *err, size_t errn) {
+    ZERO_TRACE_SCOPE("ckpt.write", "ckpt", "bytes", n, NULL, 0);
     if (n > w->bytes - w->done) {
         snprintf(err, errn, "checkpoint %s: %llu bytes more than the %llu declared", w->path,
                  (unsigned long long)(w->done + n - w->bytes), (unsigned long long)w->bytes);
@@ -296,6 +299,7 @@ static int open_file(zero__ck_reader *r, const zero__ck_file *f, char *err, size
 
 int zero__ck_read(zero__ck_reader *r, const zero__ck_file *f, uint64_t off, void *dst, uint64_t n, char *err,
                   size_t errn) {
+    ZERO_TRACE_SCOPE("ckpt.read", "ckpt", "bytes", n, NULL, 0);
     if (off > f->bytes || n > f->bytes - off) {
         snprintf(err, errn, "checkpoint: %s: bytes [%llu, %llu) requested, it has %llu", f->file,
                  (unsigned long long)off, (unsigned long long)(off + n), (unsigned long long)f->bytes);
@@ -368,6 +372,7 @@ int zero__ck_fsync_dir(const char *dir) {
 }
 
 int zero__ck_write_atomic(const char *dir, const char *name, const char *text, size_t len, char *err, size_t errn) {
+    ZERO_TRACE_SCOPE("ckpt.write", "ckpt", "bytes", len, NULL, 0);
     char path[4352], tmp[4400];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());

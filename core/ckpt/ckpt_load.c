@@ -108,7 +108,11 @@ static zero_status check_model(struct zero_engine *e, const zero__ck_manifest *m
                                "(another model's checkpoint?)",
                                dir, j, p->name, e->nparams);
         const zero_param_info *q = &e->params[j]->info;
-        if (strcmp(p->name, q->name) || p->numel != q->numel || p->dtype != q->dtype || p->group != q->group)
+        /* (1.3) an expert group's params are other experts on other
+         * expert-DP groups (the manifest names rank 0's): shapes only */
+        const zero__group_hp *gh = zero__group_hp_of(e, q->group);
+        const int expert = gh && gh->expert_color >= 0;
+        if ((!expert && strcmp(p->name, q->name)) || p->numel != q->numel || p->dtype != q->dtype || p->group != q->group)
             return zero__error(e, ZERO_ERR_MISMATCH,
                                "checkpoint %s: parameter %u is '%s' (%llu elements, %s, group %d), this run registered "
                                "'%s' (%llu elements, %s, group %d) (another model's checkpoint?)",
@@ -163,6 +167,13 @@ static zero_status prepare(struct zero_engine *e, zero__ck_load *ld, const char 
 }
 
 static zero_status allow_reshard(struct zero_engine *e, zero__ck_load *ld) {
+    /* (1.3) the saver's files hold each expert-DP group's own experts; the
+     * element-by-element sources do not know which file holds which expert */
+    if (e->group_comms)
+        return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                           "checkpoint %s: resharding a model with expert groups (another world size or plugin) is "
+                           "not implemented; load it with '%s' at %d ranks",
+                           ld->dir, ld->m->plugin, ld->m->world);
     const zero__ck_manifest *m = ld->m;
     const char *mine = e->plugin.table->name;
     if (!m->reshardable)

@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "optim_kernels.h"
+#include "trace.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -98,11 +99,15 @@ static void run_kernel(zero__step_kernel kern, const zero__step_args *a, size_t 
              * covers a line of the 2-byte copy-out too): no false sharing */
             size_t chunk = ((n + nt - 1) / nt + 63) & ~(size_t)63;
             size_t lo = t * chunk, hi = lo + chunk < n ? lo + chunk : n;
+            if (t > 0 && ZERO__TRACE_ON()) zero__trace_thread_name("optim worker");
+            ZERO_TRACE_SCOPE("optim.tiles", "optim", "elements", hi > lo ? hi - lo : 0, "tiles",
+                             hi > lo ? (hi - lo + ZERO_OPTIM_TILE - 1) / ZERO_OPTIM_TILE : 0);
             if (lo < hi) kern(a, lo, hi);
         }
         return;
     }
 #endif
+    ZERO_TRACE_SCOPE("optim.tiles", "optim", "elements", n, "tiles", (n + ZERO_OPTIM_TILE - 1) / ZERO_OPTIM_TILE);
     kern(a, 0, n);
 }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make demo`: train the demo model with stage0, stage1, stage2, stage3 and
 # offload on 4 MPI ranks, then compare them (tools/demo-compare): same final parameters
-# (digest), losses, peak memory per rank by category, step time.
+# (digest), losses, peak memory per rank by category, step time.  Each run is
+# traced (ZERO_TRACE, docs/trace.md) and tools/demo-report writes a page with
+# the charts and one step's timeline per plugin; its path is printed last.
 #
 # Environment (all optional):
 #   ZERO_BUILD_DIR  build tree (default <repo>/build; configured if missing)
@@ -10,6 +12,9 @@
 #   DEMO_STEPS      optimizer steps per run (default 150)
 #   DEMO_STAGES     configs to run (default "stage0 stage1 stage2 stage3 offload")
 #   DEMO_NO_BUILD=1 do not (re)build the demo and plugins first
+#   DEMO_REPORT     where the report page goes (default <build>/demo-report)
+#   DEMO_TRACE=0    do not trace the runs (the page then has no timelines)
+#   ZERO_TRACE_EVENTS  trace ring per thread (default here 8192: the last steps)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="${ZERO_BUILD_DIR:-$ROOT/build}"
@@ -18,6 +23,8 @@ NP="${DEMO_NP:-4}"
 STEPS="${DEMO_STEPS:-150}"
 STAGES="${DEMO_STAGES:-stage0 stage1 stage2 stage3 offload}"
 DEMO="$BUILD/examples/demo/zero-demo"
+REPORT="${DEMO_REPORT:-$BUILD/demo-report}"
+TRACE="${DEMO_TRACE:-1}"
 
 if [ "${DEMO_NO_BUILD:-0}" != 1 ]; then
   if [ ! -f "$BUILD/CMakeCache.txt" ]; then
@@ -30,6 +37,10 @@ fi
 [ -x "$DEMO" ] || { echo "run-demo: $DEMO not built" >&2; exit 1; }
 
 mkdir -p "$OUT"
+if [ "$TRACE" = 1 ]; then
+  mkdir -p "$OUT/trace"
+  export ZERO_TRACE_EVENTS="${ZERO_TRACE_EVENTS:-8192}"
+fi
 export ZERO_PLUGIN_PATH="$BUILD/plugins${ZERO_PLUGIN_PATH:+:$ZERO_PLUGIN_PATH}"
 summaries=()
 for s in $STAGES; do
@@ -37,9 +48,21 @@ for s in $STAGES; do
   echo "=== $s: mpirun -np $NP zero-demo --config examples/configs/$s.json --steps $STEPS"
   rm -f "$OUT/$s.json"
   # self,vader: shared memory only (one machine), no TCP interface probing.
-  mpirun --allow-run-as-root --oversubscribe -np "$NP" --mca btl self,vader \
+  rm -f "$OUT/trace/$s".rank*.json
+  tr=()
+  [ "$TRACE" = 1 ] && tr=(-x ZERO_TRACE="$OUT/trace/$s" -x ZERO_TRACE_EVENTS)
+  mpirun --allow-run-as-root --oversubscribe -np "$NP" --mca btl self,vader "${tr[@]}" \
     "$DEMO" --config "$cfg" --steps "$STEPS" --summary "$OUT/$s.json" 2>&1 | tee "$OUT/$s.log"
   summaries+=("$OUT/$s.json")
 done
 echo
-exec python3 "$ROOT/tools/demo-compare" "${summaries[@]}"
+set +e
+python3 "$ROOT/tools/demo-compare" "${summaries[@]}" | tee "$OUT/compare.txt"
+rc=${PIPESTATUS[0]}
+set -e
+traces=()
+[ "$TRACE" = 1 ] && traces=(--traces "$OUT/trace")
+python3 "$ROOT/tools/demo-report" --out "$REPORT" "${traces[@]}" --text "$OUT/compare.txt" "${summaries[@]}" >/dev/null
+echo
+echo "report: $REPORT/index.html"
+exit "$rc"

@@ -10,7 +10,7 @@ typedef struct flat_plugin {
     zero_bucket_mode mode; /* what runs: spec->mode, or SCATTER when reducing every micro-step */
     int micro;      /* an in-place spec reducing every micro-step (zero__reduce_every_micro_step) */
     int contiguous; /* grad_buffer hands out the bucket slot (always, in the in-place modes) */
-    zero_buckets *b;
+    zero__bsets bs; /* one bucket set per partition communicator (expert groups: 1.3) */
     /* A replicated spec (stage 0) reducing every micro-step: the window's
      * sum is this rank's partition accumulator `acc` (part_numel, grad
      * dtype, GRADS), exactly stage 2's; at the boundary its blocks go to
@@ -84,19 +84,20 @@ zero_status zero__flat_plugin_params_done(void *state) {
         const uint32_t np = svc->nparams(svc->core);
         for (uint32_t i = 0; i < np; i++) svc->param(svc->core, i)->plugin_data = NULL;
     }
-    return zero__flat_buckets_into(&s->f, s->mode, NULL, s->contiguous, dst, &s->b);
+    zero_bucket_spec spec = zero__flat_bucket_spec(&s->f, s->mode, NULL, s->contiguous, dst);
+    return zero__bsets_create(&s->bs, svc, &spec);
 }
 
 zero_status zero__flat_plugin_grad_buffer(void *state, zero_param_info *p, void **buf) {
     flat_plugin *s = state;
-    if (s->contiguous) return s->svc->buckets_grad_slot(s->b, p->index, buf);
+    if (s->contiguous) return s->svc->buckets_grad_slot(zero__bsets_of(&s->bs, p->index), p->index, buf);
     return zero__grad_tmp(s->svc, p, s->f.esize, &p->plugin_data, buf, s->spec->name);
 }
 
 zero_status zero__flat_plugin_on_grad_ready(void *state, zero_param_info *p, void *stream) {
     flat_plugin *s = state;
     (void)stream;
-    return zero__grad_ready(s->svc, s->b, p, s->contiguous ? NULL : &p->plugin_data);
+    return zero__grad_ready(s->svc, zero__bsets_of(&s->bs, p->index), p, s->contiguous ? NULL : &p->plugin_data);
 }
 
 /* Stage 0 reducing every micro-step, at the boundary: the partition
@@ -118,7 +119,7 @@ static zero_status gather_acc(flat_plugin *s) {
 
 zero_status zero__flat_plugin_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     flat_plugin *s = state;
-    zero_status st = s->svc->buckets_flush(s->b); /* every micro-step: also resets the ready counts */
+    zero_status st = zero__bsets_flush(&s->bs); /* every micro-step: also resets the ready counts */
     if (st != ZERO_OK || !ctx->boundary) return st;
     if (s->acc && (st = gather_acc(s)) != ZERO_OK) return st;
     return zero__flat_boundary(&s->f, ctx, rep);
@@ -141,7 +142,7 @@ zero_status zero__flat_plugin_load(void *state, const char *dir) {
 void zero__flat_plugin_destroy(void *state) {
     flat_plugin *s = state;
     if (!s) return;
-    if (s->b) s->svc->buckets_destroy(s->b);
+    zero__bsets_destroy(&s->bs);
     if (!s->contiguous) zero__grad_tmps_free(s->svc); /* temporaries of params never reported ready */
     if (s->acc) s->svc->mem_free(s->svc->core, s->acc);
     free(s->mine);

@@ -58,6 +58,12 @@ zero_status zero__flat_buckets(zero__flat_state *f, zero_bucket_mode mode, zero_
 
 zero_status zero__flat_buckets_into(zero__flat_state *f, zero_bucket_mode mode, zero_comm *comm, int contiguous,
                                     void *dst, zero_buckets **out) {
+    zero_bucket_spec spec = zero__flat_bucket_spec(f, mode, comm, contiguous, dst);
+    return f->svc->buckets_create(f->c, &spec, out);
+}
+
+zero_bucket_spec zero__flat_bucket_spec(const zero__flat_state *f, zero_bucket_mode mode, zero_comm *comm,
+                                        int contiguous, void *dst) {
     const zero_run_config *rc = f->svc->config(f->c);
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
@@ -74,7 +80,59 @@ zero_status zero__flat_buckets_into(zero__flat_state *f, zero_bucket_mode mode, 
         spec.flat = dst;
         spec.reduce_every_micro_step = 0;
     }
-    return f->svc->buckets_create(f->c, &spec, out);
+    return spec;
+}
+
+/* ---- bucket sets per partition communicator (1.3) ----------------------- */
+
+zero_status zero__bsets_create(zero__bsets *s, const zero_services_v1 *svc, const zero_bucket_spec *spec) {
+    s->svc = svc;
+    s->n = 0;
+    s->of_param = NULL;
+    const zero_layout *L = svc->layout(svc->core);
+    const int experts = ZERO_SERVICES_HAS(svc, group_comm) &&
+                        L->struct_size >= offsetof(zero_layout, group_world) + sizeof L->group_world &&
+                        L->group_world != NULL;
+    const uint32_t ng = L->ngroups, cap = experts ? ng + 1 : 1;
+    s->b = calloc(cap, sizeof *s->b);
+    if (!s->b) return svc->error(svc->core, ZERO_ERR_OUT_OF_MEMORY, "bucket sets: out of memory");
+    zero_status st = svc->buckets_create(svc->core, spec, &s->b[0]); /* dense groups (all of them without experts) */
+    if (st != ZERO_OK) return st;
+    s->n = 1;
+    if (!experts) return ZERO_OK;
+    const uint32_t np = svc->nparams(svc->core);
+    s->of_param = calloc(np ? np : 1, sizeof *s->of_param);
+    if (!s->of_param) return svc->error(svc->core, ZERO_ERR_OUT_OF_MEMORY, "bucket sets: out of memory");
+    zero_comm *world = svc->comm_world(svc->core);
+    for (uint32_t g = 0; g < ng; g++) {
+        zero_comm *gc = svc->group_comm(svc->core, g);
+        if (!gc || gc == world) continue; /* dense: set 0 */
+        zero_bucket_spec es = *spec;
+        es.comm = gc;
+        if ((st = svc->buckets_create(svc->core, &es, &s->b[s->n])) != ZERO_OK) return st;
+        for (uint32_t j = 0; j < L->groups[g].nparams; j++) s->of_param[L->param_order[L->groups[g].first_param + j]] = s->n;
+        s->n++;
+    }
+    return ZERO_OK;
+}
+
+zero_status zero__bsets_flush(zero__bsets *s) {
+    zero_status st = ZERO_OK;
+    for (uint32_t i = 0; i < s->n; i++) {
+        zero_status f = s->svc->buckets_flush(s->b[i]);
+        if (st == ZERO_OK) st = f;
+    }
+    return st;
+}
+
+void zero__bsets_destroy(zero__bsets *s) {
+    if (!s->svc) return;
+    for (uint32_t i = 0; i < s->n; i++) s->svc->buckets_destroy(s->b[i]);
+    free(s->b);
+    free(s->of_param);
+    s->b = NULL;
+    s->of_param = NULL;
+    s->n = 0;
 }
 
 void zero__flat_free(zero__flat_state *f) {

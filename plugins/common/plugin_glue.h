@@ -103,6 +103,34 @@ zero_status zero__flat_buckets(zero__flat_state *f, zero_bucket_mode mode, zero_
  * accumulator beside its flat gradient.) */
 zero_status zero__flat_buckets_into(zero__flat_state *f, zero_bucket_mode mode, zero_comm *comm, int contiguous,
                                     void *dst, zero_buckets **out);
+/* The spec zero__flat_buckets_into would create (for zero__bsets_create). */
+zero_bucket_spec zero__flat_bucket_spec(const zero__flat_state *f, zero_bucket_mode mode, zero_comm *comm,
+                                        int contiguous, void *dst);
+
+/* (1.3) Bucket sets, one per partition communicator: the dense groups'
+ * over spec->comm (the world), and one per expert group over its
+ * expert-data-parallel communicator (svc->group_comm), all reducing into
+ * the same flat / partition buffer (their blocks are disjoint).  Without
+ * expert groups (or with a core older than 1.3) it is exactly one bucket
+ * set, as before.  Owned by the plugin that embeds it; create at
+ * params_done, destroy at destroy.  zero__bsets_of is thread-safe (reads
+ * only); the others run on the step thread. */
+typedef struct zero__bsets {
+    const zero_services_v1 *svc;
+    zero_buckets **b;   /* n bucket sets; b[0] is the dense groups' */
+    uint32_t n;
+    uint32_t *of_param; /* bucket set of each param (NULL when n == 1) */
+} zero__bsets;
+zero_status zero__bsets_create(zero__bsets *s, const zero_services_v1 *svc, const zero_bucket_spec *spec);
+/* The bucket set that reduces param `index`. */
+static inline zero_buckets *zero__bsets_of(const zero__bsets *s, uint32_t index) {
+    return s->of_param ? s->b[s->of_param[index]] : s->b[0];
+}
+/* buckets_flush of every set, in order (every set is flushed even after an
+ * error; the first error is returned).  Collective over each set's comm. */
+zero_status zero__bsets_flush(zero__bsets *s);
+void zero__bsets_destroy(zero__bsets *s); /* NULL-safe, idempotent */
+
 /* Free everything zero__flat_init allocated (NULL-safe, idempotent). */
 void zero__flat_free(zero__flat_state *f);
 /* The core's step / checkpoint description of f.  Master and states

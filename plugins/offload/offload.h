@@ -30,6 +30,7 @@
 #ifndef ZERO_PLUGIN_OFFLOAD_H
 #define ZERO_PLUGIN_OFFLOAD_H
 #include "zero_plugin.h"
+#include "../common/plugin_glue.h"
 
 typedef struct offload {
     const zero_services_v1 *svc;
@@ -47,7 +48,7 @@ typedef struct offload {
     /* device tier */
     void *params;       /* flat_numel, model dtype: permanent full storage */
     void *dgrad;        /* gdtype; stage 1: flat_numel window sum; stage 2: part_numel accumulator */
-    zero_buckets *b;
+    zero__bsets bs;     /* bucket sets: one per partition communicator (1.3 expert groups) */
 
     /* host tier */
     float *master;      /* part_numel fp32 master of the owned partition */

@@ -133,26 +133,26 @@ static zero_status of_params_done(void *state) {
         spec.partition = s->dgrad;
         spec.reduce_every_micro_step = 1; /* the staging cannot hold a window's sum */
     }
-    return svc->buckets_create(s->c, &spec, &s->b);
+    return zero__bsets_create(&s->bs, svc, &spec); /* (1.3) one set per partition communicator */
 }
 
 /* Thread-safe for distinct params: each touches only its own plugin_data. */
 static zero_status of_grad_buffer(void *state, zero_param_info *p, void **buf) {
     offload *s = state;
-    if (s->contiguous) return s->svc->buckets_grad_slot(s->b, p->index, buf);
+    if (s->contiguous) return s->svc->buckets_grad_slot(zero__bsets_of(&s->bs, p->index), p->index, buf);
     return zero__grad_tmp(s->svc, p, s->esize, &p->plugin_data, buf, "offload");
 }
 
 static zero_status of_on_grad_ready(void *state, zero_param_info *p, void *stream) {
     offload *s = state;
     (void)stream;
-    return zero__grad_ready(s->svc, s->b, p, &p->plugin_data);
+    return zero__grad_ready(s->svc, zero__bsets_of(&s->bs, p->index), p, &p->plugin_data);
 }
 
 static zero_status of_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     offload *s = state;
     s->in_flush = 1; /* on_block_final calls from here on are not during backward */
-    zero_status st = s->svc->buckets_flush(s->b); /* reduces what is left of this micro-step */
+    zero_status st = zero__bsets_flush(&s->bs); /* reduces what is left of this micro-step */
     s->in_flush = 0;
     if (st != ZERO_OK || !ctx->boundary) return st;
     return zero__of_boundary(s, ctx, rep);
@@ -171,7 +171,7 @@ static void of_destroy(void *state) {
                  s->copied_numel ? 100.0 * (double)s->backward_numel / (double)s->copied_numel : 0.0,
                  1e3 * s->t_d2h_early / (double)s->steps, 1e3 * s->t_d2h / (double)s->steps,
                  1e3 * s->t_cpu_step / (double)s->steps, 1e3 * s->t_h2d_gather / (double)s->steps);
-    if (s->b) svc->buckets_destroy(s->b);
+    zero__bsets_destroy(&s->bs);
     zero__grad_tmps_free(svc); /* temporaries of params never reported ready */
     for (uint32_t k = 0; k < 4; k++) svc->mem_free(s->c, s->state[k]);
     svc->mem_free(s->c, s->hgrad);
@@ -212,7 +212,8 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .struct_size = sizeof(zero_plugin_table_v1),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
-    .caps = ZERO_PLUGIN_CAP_OFFLOAD | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD,
+    .caps = ZERO_PLUGIN_CAP_OFFLOAD | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD |
+            ZERO_PLUGIN_CAP_EXPERT_GROUPS,
     .name = "offload",
     .description = "ZeRO-Offload: stage-1/2 partitioning with the fp32 master and optimizer states in host "
                    "memory, stepped by the vectorized CPU optimizer",

@@ -41,11 +41,13 @@ _Static_assert(offsetof(zero_param_desc, flags) == 56, "offsetof(zero_param_desc
 _Static_assert(offsetof(zero_param_desc, reserved2) == 60, "offsetof(zero_param_desc, reserved2)");
 
 /* zero_group_desc */
-_Static_assert(sizeof(zero_group_desc) == 24, "sizeof(zero_group_desc)");
+_Static_assert(sizeof(zero_group_desc) == 32, "sizeof(zero_group_desc)");
 _Static_assert(offsetof(zero_group_desc, struct_size) == 0, "offsetof(zero_group_desc, struct_size)");
 _Static_assert(offsetof(zero_group_desc, group) == 4, "offsetof(zero_group_desc, group)");
 _Static_assert(offsetof(zero_group_desc, lr_scale) == 8, "offsetof(zero_group_desc, lr_scale)");
 _Static_assert(offsetof(zero_group_desc, weight_decay) == 16, "offsetof(zero_group_desc, weight_decay)");
+_Static_assert(offsetof(zero_group_desc, expert_color) == 24, "offsetof(zero_group_desc, expert_color)");
+_Static_assert(offsetof(zero_group_desc, reserved0) == 28, "offsetof(zero_group_desc, reserved0)");
 
 /* zero_hparams */
 _Static_assert(sizeof(zero_hparams) == 48, "sizeof(zero_hparams)");
@@ -81,13 +83,16 @@ _Static_assert(offsetof(zero_save_options, keep_last) == 4, "offsetof(zero_save_
 _Static_assert(offsetof(zero_save_options, tag) == 8, "offsetof(zero_save_options, tag)");
 
 /* zero_memory_stats */
-_Static_assert(sizeof(zero_memory_stats) == 264, "sizeof(zero_memory_stats)");
+_Static_assert(sizeof(zero_memory_stats) == 288, "sizeof(zero_memory_stats)");
 _Static_assert(offsetof(zero_memory_stats, struct_size) == 0, "offsetof(zero_memory_stats, struct_size)");
 _Static_assert(offsetof(zero_memory_stats, reserved0) == 4, "offsetof(zero_memory_stats, reserved0)");
 _Static_assert(offsetof(zero_memory_stats, current) == 8, "offsetof(zero_memory_stats, current)");
 _Static_assert(offsetof(zero_memory_stats, peak) == 120, "offsetof(zero_memory_stats, peak)");
 _Static_assert(offsetof(zero_memory_stats, current_total) == 232, "offsetof(zero_memory_stats, current_total)");
 _Static_assert(offsetof(zero_memory_stats, peak_total) == 248, "offsetof(zero_memory_stats, peak_total)");
+_Static_assert(offsetof(zero_memory_stats, step_fp32_peak_bytes) == 264, "offsetof(zero_memory_stats, step_fp32_peak_bytes)");
+_Static_assert(offsetof(zero_memory_stats, step_tile_max_numel) == 272, "offsetof(zero_memory_stats, step_tile_max_numel)");
+_Static_assert(offsetof(zero_memory_stats, step_untiled_numel) == 280, "offsetof(zero_memory_stats, step_untiled_numel)");
 
 /* zero_comm_stats */
 _Static_assert(sizeof(zero_comm_stats) == 88, "sizeof(zero_comm_stats)");
@@ -205,7 +210,7 @@ _Static_assert(offsetof(zero_layout_group, group_id) == 48, "offsetof(zero_layou
 _Static_assert(offsetof(zero_layout_group, reserved0) == 52, "offsetof(zero_layout_group, reserved0)");
 
 /* zero_layout */
-_Static_assert(sizeof(zero_layout) == 64, "sizeof(zero_layout)");
+_Static_assert(sizeof(zero_layout) == 80, "sizeof(zero_layout)");
 _Static_assert(offsetof(zero_layout, struct_size) == 0, "offsetof(zero_layout, struct_size)");
 _Static_assert(offsetof(zero_layout, world) == 4, "offsetof(zero_layout, world)");
 _Static_assert(offsetof(zero_layout, rank) == 8, "offsetof(zero_layout, rank)");
@@ -217,6 +222,8 @@ _Static_assert(offsetof(zero_layout, flat_numel) == 32, "offsetof(zero_layout, f
 _Static_assert(offsetof(zero_layout, part_numel) == 40, "offsetof(zero_layout, part_numel)");
 _Static_assert(offsetof(zero_layout, groups) == 48, "offsetof(zero_layout, groups)");
 _Static_assert(offsetof(zero_layout, param_order) == 56, "offsetof(zero_layout, param_order)");
+_Static_assert(offsetof(zero_layout, group_world) == 64, "offsetof(zero_layout, group_world)");
+_Static_assert(offsetof(zero_layout, group_rank) == 72, "offsetof(zero_layout, group_rank)");
 
 /* zero_owned_range */
 _Static_assert(sizeof(zero_owned_range) == 24, "sizeof(zero_owned_range)");
@@ -291,7 +298,7 @@ _Static_assert(offsetof(zero_quant_spec, reserved0) == 12, "offsetof(zero_quant_
 _Static_assert(offsetof(zero_quant_spec, error_feedback) == 16, "offsetof(zero_quant_spec, error_feedback)");
 
 /* zero_services_v1 */
-_Static_assert(sizeof(zero_services_v1) == 464, "sizeof(zero_services_v1)");
+_Static_assert(sizeof(zero_services_v1) == 472, "sizeof(zero_services_v1)");
 _Static_assert(offsetof(zero_services_v1, struct_size) == 0, "offsetof(zero_services_v1, struct_size)");
 _Static_assert(offsetof(zero_services_v1, abi_version) == 4, "offsetof(zero_services_v1, abi_version)");
 _Static_assert(offsetof(zero_services_v1, core) == 8, "offsetof(zero_services_v1, core)");
@@ -347,10 +354,11 @@ _Static_assert(offsetof(zero_services_v1, master_init) == 400, "offsetof(zero_se
 _Static_assert(offsetof(zero_services_v1, ckpt_shard) == 408, "offsetof(zero_services_v1, ckpt_shard)");
 _Static_assert(offsetof(zero_services_v1, ckpt_agree) == 416, "offsetof(zero_services_v1, ckpt_agree)");
 _Static_assert(offsetof(zero_services_v1, ckpt_reshard) == 424, "offsetof(zero_services_v1, ckpt_reshard)");
-_Static_assert(offsetof(zero_services_v1, comm_split_node) == 432, "offsetof(zero_services_v1, comm_split_node)");
-_Static_assert(offsetof(zero_services_v1, allgather_quantized) == 440, "offsetof(zero_services_v1, allgather_quantized)");
-_Static_assert(offsetof(zero_services_v1, reduce_scatter_quantized) == 448, "offsetof(zero_services_v1, reduce_scatter_quantized)");
-_Static_assert(offsetof(zero_services_v1, comm_counters) == 456, "offsetof(zero_services_v1, comm_counters)");
+_Static_assert(offsetof(zero_services_v1, group_comm) == 432, "offsetof(zero_services_v1, group_comm)");
+_Static_assert(offsetof(zero_services_v1, comm_split_node) == 440, "offsetof(zero_services_v1, comm_split_node)");
+_Static_assert(offsetof(zero_services_v1, allgather_quantized) == 448, "offsetof(zero_services_v1, allgather_quantized)");
+_Static_assert(offsetof(zero_services_v1, reduce_scatter_quantized) == 456, "offsetof(zero_services_v1, reduce_scatter_quantized)");
+_Static_assert(offsetof(zero_services_v1, comm_counters) == 464, "offsetof(zero_services_v1, comm_counters)");
 
 /* zero_plan_services_v1 */
 _Static_assert(sizeof(zero_plan_services_v1) == 112, "sizeof(zero_plan_services_v1)");
@@ -477,6 +485,7 @@ _Static_assert(ZERO_PLUGIN_CAP_PIPELINE == 2, "ZERO_PLUGIN_CAP_PIPELINE");
 _Static_assert(ZERO_PLUGIN_CAP_OFFLOAD == 4, "ZERO_PLUGIN_CAP_OFFLOAD");
 _Static_assert(ZERO_PLUGIN_CAP_GRAD_DTYPES == 8, "ZERO_PLUGIN_CAP_GRAD_DTYPES");
 _Static_assert(ZERO_PLUGIN_CAP_RESHARD == 16, "ZERO_PLUGIN_CAP_RESHARD");
+_Static_assert(ZERO_PLUGIN_CAP_EXPERT_GROUPS == 32, "ZERO_PLUGIN_CAP_EXPERT_GROUPS");
 #endif
 
 int main(void) { return 0; } /* the test is that this file compiles */
