@@ -49,6 +49,17 @@ zero__s3_nvme *zero__s3_nvme_open(zero__s3 *s, const char *dir, uint64_t ntiles,
     /* O_DIRECT on the open file; EINVAL where the file system refuses it */
     int flags = fcntl(fd, F_GETFL);
     f->direct = flags >= 0 && fcntl(fd, F_SETFL, flags | O_DIRECT) == 0;
+    if (f->direct) { /* some file systems accept the flag and refuse the I/O: probe one aligned block */
+        void *probe = NULL;
+        if (posix_memalign(&probe, ZERO__S3_NVME_ALIGN, ZERO__S3_NVME_ALIGN) == 0) {
+            memset(probe, 0, ZERO__S3_NVME_ALIGN);
+            if (pwrite(fd, probe, ZERO__S3_NVME_ALIGN, 0) != (ssize_t)ZERO__S3_NVME_ALIGN) {
+                f->direct = 0;
+                fcntl(fd, F_SETFL, flags);
+            }
+            free(probe);
+        }
+    }
     if (!f->direct)
         svc->log(s->c, ZERO_LOG_WARN,
                  "stage3: nvme_path '%s' refuses O_DIRECT (%s; tmpfs does): the NVMe tiles go through the page "
