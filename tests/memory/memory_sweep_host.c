@@ -15,8 +15,11 @@
  *   zero_engine_create, the peak reset through /proc/self/clear_refs), and
  *   digest (sum of the final params, to see every plugin trained the same).
  * Usage: memory_sweep_host PLUGIN NUMEL STEPS [LAYERS]
- * PLUGIN may also be stage3-offload (stage 3 with offload_optimizer cpu) or
- * stage3-offload-param (and offload_param cpu): plugin stage3, issue 20.
+ * PLUGIN may also be stage3-offload (stage 3 with offload_optimizer cpu),
+ * stage3-offload-param (and offload_param cpu) or stage3-nvme (offload_param
+ * cpu, offload_optimizer nvme under $ZERO_SWEEP_NVME or /tmp): plugin stage3,
+ * issue 20.  The JSON line also has step_ms, the median time of a training
+ * iteration (gathers, gradients, zero_step) after the first.
  * LAYERS (default 8) sets the depth; ZERO_SWEEP_ZO is JSON text appended to
  * the zero_optimization object (", \"key\": value ..."). */
 #include <mpi.h>
@@ -27,7 +30,7 @@
 #include "host_util.h"
 #include "zero.h"
 
-#define MAX_NL 256
+#define MAX_NL 4096
 #define BIAS 64
 
 static long proc_status_kb(const char *key) {
@@ -71,7 +74,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *plugin = argv[1];
-    const int off3 = !strncmp(plugin, "stage3-offload", 14), off3p = !strcmp(plugin, "stage3-offload-param");
+    const int nvme = !strcmp(plugin, "stage3-nvme");
+    const int off3 = !strncmp(plugin, "stage3-offload", 14) || nvme,
+              off3p = !strcmp(plugin, "stage3-offload-param") || nvme;
+    char oo[512];
+    snprintf(oo, sizeof oo, ", \"offload_optimizer\": {\"device\": \"%s\"%s%s%s}", nvme ? "nvme" : "cpu",
+             nvme ? ", \"nvme_path\": \"" : "", nvme ? (getenv("ZERO_SWEEP_NVME") ? getenv("ZERO_SWEEP_NVME") : "/tmp") : "",
+             nvme ? "\"" : "");
     const char *zo_extra = getenv("ZERO_SWEEP_ZO") ? getenv("ZERO_SWEEP_ZO") : "";
     const long long total = atoll(argv[2]);
     const int steps = atoi(argv[3]);
@@ -93,7 +102,7 @@ int main(int argc, char **argv) {
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3, \"weight_decay\": 0.01}},"
              " \"zero_optimization\": {\"stage\": %d%s%s%s}}",
-             stage, !strcmp(plugin, "offload") || off3 ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "",
+             stage, !strcmp(plugin, "offload") || off3 ? oo : "",
              off3p ? ", \"offload_param\": {\"device\": \"cpu\"}" : "", zo_extra);
     if (off3) plugin = "stage3";
     MPI_Barrier(MPI_COMM_WORLD);
@@ -117,7 +126,9 @@ int main(int argc, char **argv) {
     }
     if ((s = zero_params_done(e)) != ZERO_OK) return die("params_done", s, zero_last_error(e));
 
+    double step_s[64];
     for (int st = 0; st < steps; st++) {
+        const double t0 = MPI_Wtime();
         void *ptr[2];
         for (int l = 0; l < NL; l++) { /* forward */
             if ((s = zero_gather(e, &h[2 * l], 2, ptr)) != ZERO_OK) return die("gather", s, zero_last_error(e));
@@ -140,6 +151,18 @@ int main(int argc, char **argv) {
         memset(&res, 0, sizeof res);
         res.struct_size = sizeof res;
         if ((s = zero_step(e, NULL, &res)) != ZERO_OK) return die("step", s, zero_last_error(e));
+        if (st < 64) step_s[st] = MPI_Wtime() - t0;
+    }
+    double step_ms = 0; /* median of the iterations after the first (insertion sort: a handful) */
+    {
+        int n = steps < 64 ? steps : 64, k0 = n > 1 ? 1 : 0;
+        for (int i = k0 + 1; i < n; i++)
+            for (int j = i; j > k0 && step_s[j] < step_s[j - 1]; j--) {
+                double t = step_s[j];
+                step_s[j] = step_s[j - 1];
+                step_s[j - 1] = t;
+            }
+        if (n > k0) step_ms = 1e3 * step_s[k0 + (n - k0) / 2];
     }
     zero_memory_stats ms = ZERO_MEMORY_STATS_INIT;
     zero_memory_stats_get(e, &ms);
@@ -167,8 +190,8 @@ int main(int argc, char **argv) {
                     (unsigned long long)ms.peak[ZERO_TIER_DEVICE][g]);
     if (rank == 0)
         printf("{\"plugin\": \"%s\", \"world\": %d, \"numel\": %lld, \"dev_peak\": %llu, \"host_peak\": %llu, "
-               "\"other_peak\": %llu, \"rss_growth\": %llu, \"digest\": %.9g}\n",
-               argv[1], world, total, m[0], m[1], m[2], m[3], digest);
+               "\"other_peak\": %llu, \"rss_growth\": %llu, \"digest\": %.9g, \"step_ms\": %.3f}\n",
+               argv[1], world, total, m[0], m[1], m[2], m[3], digest, step_ms);
     MPI_Finalize();
     return 0;
 }
