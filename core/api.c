@@ -454,6 +454,14 @@ zero_status zero_params_done(zero_engine *e) {
     zero_status s = zero__experts_agree(e); /* (1.3) the group table first: it decides what must agree below */
     if (s == ZERO_OK) s = zero__params_agree(e);
     if (s != ZERO_OK) return s;
+    { /* "auto" sizes from the model (the registered params agree on every rank) */
+        uint64_t largest = 0;
+        char note[512];
+        for (uint32_t i = 0; i < e->nparams; i++)
+            if (e->params[i]->info.numel > largest) largest = e->params[i]->info.numel;
+        zero__config_resolve_auto(e->cfg, largest, note, sizeof note);
+        if (note[0]) zero__log(e, ZERO_LOG_INFO, "%s", note);
+    }
     if (e->auto_pick && !e->plugin.table && (s = pick_plugin(e)) != ZERO_OK) return s;
     if ((s = expert_support(e)) != ZERO_OK) return s;
     zero__layout_input *in = calloc(e->nparams ? e->nparams : 1, sizeof *in);

@@ -4,6 +4,7 @@
  * The parsed json_t stays alive inside zero__config because plugins look up
  * their own keys by path for the whole life of the engine. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,10 @@ static void choose_plugin(zero__config *c, const char *plugin_key) {
     const zero_run_config *rc = &c->run;
     if (plugin_key) {
         c->plugin = plugin_key;
+    } else if (rc->stage == 3 && (rc->offload_optimizer || c->offload_param_device)) {
+        /* ZeRO-3 + offload (DeepSpeed's stage 3 with offload_optimizer /
+         * offload_param): stage3 keeps its owned state in the host tier */
+        c->plugin = "stage3";
     } else if (rc->offload_optimizer) {
         c->plugin = "offload";
     } else if (rc->pipeline_stages > 1 && rc->stage <= 1) {
@@ -174,7 +179,7 @@ zero_status zero__config_parse(const char *text, const char *path, int world, ze
         zero__cfg_parse_dtypes(&ctx, c->root, &c->run) < 0 ||
         zero__cfg_parse_optimizer(&ctx, c->root, &c->run) < 0 ||
         zero__cfg_parse_scheduler(&ctx, c->root, &c->scheduler) < 0 ||
-        zero__cfg_parse_zero(&ctx, c->root, &c->run, &plugin_key) < 0 ||
+        zero__cfg_parse_zero(&ctx, c->root, &c->run, &plugin_key, c) < 0 ||
         zero__cfg_parse_pipeline(&ctx, c->root, &c->run) < 0) {
         zero__config_free(c);
         return ZERO_ERR_CONFIG;
@@ -208,6 +213,43 @@ void zero__config_set_stage(zero__config *c, int stage) {
 }
 
 const char *zero__config_scheduler(const zero__config *c) { return c ? c->scheduler : NULL; }
+void zero__config_set_offload(zero__config *c, const char *opt_device, const char *param_device) {
+    if (!c) return;
+    c->offload_opt_device = opt_device;
+    c->offload_param_device = param_device;
+    c->run.offload_optimizer = opt_device != NULL;
+}
+
+const char *zero__config_offload_device(const zero__config *c, int param) {
+    return !c ? NULL : param ? c->offload_param_device : c->offload_opt_device;
+}
+
+/* The Hugging Face Trainer's fill-ins for "auto" (trainer's
+ * deepspeed.py: reduce_bucket_size = hidden_size^2, stage3_prefetch_bucket_size
+ * = 0.9 hidden_size^2, stage3_param_persistence_threshold = 10 hidden_size),
+ * with hidden_size taken as the square root of the largest registered
+ * param's element count (a libzero host has no model config; for a
+ * transformer the largest weight is a small multiple of hidden^2). */
+void zero__config_resolve_auto(zero__config *c, uint64_t largest_numel, char *note, size_t note_len) {
+    if (note && note_len) note[0] = '\0';
+    if (!c || !c->auto_sizes || !largest_numel) return;
+    uint64_t h = (uint64_t)sqrt((double)largest_numel);
+    while ((h + 1) * (h + 1) <= largest_numel) h++;
+    if (h == 0) h = 1;
+    zero_run_config *rc = &c->run;
+    if (c->auto_sizes & ZERO__AUTO_REDUCE_BUCKET) rc->reduce_bucket_size = (int64_t)(h * h);
+    if (c->auto_sizes & ZERO__AUTO_PREFETCH) rc->stage3_prefetch_bucket_size = (int64_t)(0.9 * (double)(h * h));
+    if (c->auto_sizes & ZERO__AUTO_PERSISTENCE) rc->stage3_param_persistence_threshold = (int64_t)(10 * h);
+    if (note && note_len)
+        snprintf(note, note_len,
+                 "config \"auto\" sizes from the model (hidden size taken as %llu = sqrt of the largest param, "
+                 "as the Hugging Face Trainer fills them): reduce_bucket_size %lld, stage3_prefetch_bucket_size "
+                 "%lld, stage3_param_persistence_threshold %lld",
+                 (unsigned long long)h, (long long)rc->reduce_bucket_size, (long long)rc->stage3_prefetch_bucket_size,
+                 (long long)rc->stage3_param_persistence_threshold);
+    c->auto_sizes = 0; /* once */
+}
+
 
 /* Appended by the pipeline worker: the engine must know pipeline.stages
  * before the real parse, because the batch arithmetic needs the

@@ -30,6 +30,23 @@ void zero__config_set_grad_dtypes(zero__config *c, zero_dtype accum, zero_dtype 
  * default for it (on for stage 3).  Before the plugin's create only. */
 void zero__config_set_stage(zero__config *c, int stage);
 
+/* Offload as configured: "cpu", "nvme" or NULL (none) for
+ * zero_optimization.offload_optimizer.device (param 0) or offload_param.device
+ * (param 1, stage 3 only; "nvme" reads as "cpu": the shard stays in host
+ * memory).  zero__config_set_offload overrides both (and the run view's
+ * offload_optimizer) for "stage": "auto" planning the stage3+offload
+ * candidate; the path lookups of the two device keys answer with them.
+ * Before the plugin's create only. */
+void zero__config_set_offload(zero__config *c, const char *opt_device, const char *param_device);
+const char *zero__config_offload_device(const zero__config *c, int param);
+
+/* Size keys written "auto" (reduce_bucket_size, stage3_prefetch_bucket_size,
+ * stage3_param_persistence_threshold) get the Hugging Face Trainer's values
+ * for a hidden size of sqrt(largest_numel).  `note` receives what was set
+ * ("" when nothing was "auto").  Once, at zero_params_done, before the
+ * plugin's params_done (and before planning). */
+void zero__config_resolve_auto(zero__config *c, uint64_t largest_numel, char *note, size_t note_len);
+
 /* Plugin chosen by the config: zero_optimization.plugin if set, else from
  * stage/offload ("stage0".."stage3", "offload", "stage1-pp" when a pipeline
  * section asks for >1 stage with stage 1), or "auto" for "stage": "auto".  Static or config-owned string. */

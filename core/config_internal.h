@@ -18,7 +18,17 @@ struct zero__config {
     const char *plugin;      /* static string, plugin_buf, or a string owned by root */
     char plugin_buf[16];     /* "stage0".."stage3" */
     const char *scheduler;   /* canonical static name ("WarmupLR", ...) or NULL */
+    /* zero_optimization.offload_optimizer.device / offload_param.device as
+     * resolved ("cpu", "nvme"; NULL = none), possibly overridden by
+     * zero__config_set_offload ("stage": "auto" planning stage3+offload);
+     * the path lookups of those two keys answer with these */
+    const char *offload_opt_device, *offload_param_device;
+    unsigned auto_sizes;     /* ZERO__AUTO_* bits: size keys written "auto" (resolved from the model) */
 };
+
+/* Size keys whose "auto" is resolved from the registered model
+ * (zero__config_resolve_auto), as the Hugging Face Trainer does. */
+enum { ZERO__AUTO_REDUCE_BUCKET = 1u, ZERO__AUTO_PREFETCH = 2u, ZERO__AUTO_PERSISTENCE = 4u };
 
 /* Where messages go while parsing. */
 typedef struct zero__cfg_ctx {
@@ -87,7 +97,7 @@ int zero__cfg_parse_precision(zero__cfg_ctx *ctx, const json_t *root, zero_run_c
 /* After precision (needs the model dtype): config_dtypes.c. */
 int zero__cfg_parse_dtypes(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc);
 int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc,
-                         const char **plugin_key);
+                         const char **plugin_key, zero__config *cfg);
 int zero__cfg_parse_pipeline(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc);
 int zero__cfg_parse_optimizer(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc);
 int zero__cfg_parse_scheduler(zero__cfg_ctx *ctx, const json_t *root, const char **canonical);

@@ -233,21 +233,62 @@ static const zero__cfg_key zero_keys[] = {
 static const zero__cfg_key offload_opt_keys[] = {
     {"device", ZERO__KEY_USED, NULL, NULL},
     {"pin_memory", ZERO__KEY_USED, NULL, NULL},
-    {"nvme_path", ZERO__KEY_IGNORED, "null", "only used by NVMe offload, which libzero does not implement; ignored"},
-    {"buffer_count", ZERO__KEY_IGNORED, "4", "only used by NVMe offload, which libzero does not implement; ignored"},
-    {"fast_init", ZERO__KEY_IGNORED, "false", "only used by NVMe offload, which libzero does not implement; ignored"},
-    {"pipeline_read", ZERO__KEY_IGNORED, "false", NOT_IMPL},
-    {"pipeline_write", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"nvme_path", ZERO__KEY_USED, NULL, NULL},
+    {"buffer_count", ZERO__KEY_IGNORED, "4",
+     "libzero double-buffers the NVMe tiles (two sub_group_size tiles in flight), ignored"},
+    {"fast_init", ZERO__KEY_IGNORED, "false", NOT_IMPL},
+    {"pipeline_read", ZERO__KEY_IGNORED, "false",
+     "libzero always reads the next NVMe tile while the CPU optimizer steps this one, ignored"},
+    {"pipeline_write", ZERO__KEY_IGNORED, "false",
+     "libzero always writes the last NVMe tile while the CPU optimizer steps this one, ignored"},
     {"pipeline", ZERO__KEY_IGNORED, "false", NOT_IMPL},
     {"ratio", ZERO__KEY_IGNORED, "1", "partial offload is not implemented by libzero (everything is offloaded), ignored"},
     {NULL, 0, NULL, NULL}};
 
+static const zero__cfg_key offload_param_keys[] = {
+    {"device", ZERO__KEY_USED, NULL, NULL},
+    {"pin_memory", ZERO__KEY_USED, NULL, NULL},
+    {"nvme_path", ZERO__KEY_USED, NULL, NULL},
+    {"buffer_count", ZERO__KEY_IGNORED, "5", "parameter shards stay in host memory in libzero, ignored"},
+    {"buffer_size", ZERO__KEY_IGNORED, "100000000", "parameter shards stay in host memory in libzero, ignored"},
+    {"max_in_cpu", ZERO__KEY_IGNORED, "1000000000", "parameter shards stay in host memory in libzero, ignored"},
+    {NULL, 0, NULL, NULL}};
+
 #define SZ "zero_optimization"
 #define OO "zero_optimization.offload_optimizer"
+#define OP "zero_optimization.offload_param"
 
-static int parse_offload_optimizer(zero__cfg_ctx *ctx, const json_t *zo, zero_run_config *rc) {
-    const json_t *oo;
+/* "none" / "cpu" / "nvme" (or absent): the static spelling, NULL for none;
+ * anything else is an error naming `section`.device. */
+static int offload_device(zero__cfg_ctx *ctx, const json_t *o, const char *section, const char **out) {
     const char *device = NULL;
+    *out = NULL;
+    if (zero__cfg_str(ctx, o, section, "device", &device) < 0) return -1;
+    if (!device || strcmp(device, "none") == 0) return 0;
+    if (strcmp(device, "cpu") == 0) *out = "cpu";
+    else if (strcmp(device, "nvme") == 0) *out = "nvme";
+    else {
+        char val[96];
+        zero__cfg_describe(json_object_get(o, "device"), val, sizeof val);
+        return zero__cfg_fail(ctx, "%s.device: got %s, expected \"none\", \"cpu\" or \"nvme\"", section, val);
+    }
+    return 0;
+}
+
+/* device "nvme" needs a directory: nvme_path (a string), else an error
+ * saying so. */
+static int need_nvme_path(zero__cfg_ctx *ctx, const json_t *o, const char *section) {
+    const char *path = NULL;
+    if (zero__cfg_str(ctx, o, section, "nvme_path", &path) < 0) return -1;
+    if (!path)
+        return zero__cfg_fail(ctx, "%s.nvme_path: missing, expected the directory that holds the NVMe tiles "
+                                   "(device \"nvme\" needs it; a fast local file system)",
+                              section);
+    return 0;
+}
+
+static int parse_offload_optimizer(zero__cfg_ctx *ctx, const json_t *zo, zero_run_config *rc, zero__config *cfg) {
+    const json_t *oo;
     int32_t cpu_offload = 0;
     if (zero__cfg_obj(ctx, zo, SZ, "offload_optimizer", &oo) < 0) return -1;
     /* Deprecated DeepSpeed spelling: "cpu_offload": true == {"device": "cpu"}. */
@@ -256,32 +297,48 @@ static int parse_offload_optimizer(zero__cfg_ctx *ctx, const json_t *zo, zero_ru
         zero__cfg_warn(ctx, SZ ".cpu_offload: deprecated (as in DeepSpeed); treated as "
                               "offload_optimizer {\"device\": \"cpu\"}");
         rc->offload_optimizer = 1;
+        cfg->offload_opt_device = "cpu";
     }
     if (!oo) return 0;
     zero__cfg_check_keys(ctx, oo, OO, offload_opt_keys);
-    if (zero__cfg_str(ctx, oo, OO, "device", &device) < 0) return -1;
-    if (device && strcmp(device, "nvme") == 0)
-        return zero__cfg_fail(ctx, OO ".device: got \"nvme\", expected \"none\" or \"cpu\": NVMe offload "
-                                   "(ZeRO-Infinity) is not implemented by libzero");
-    if (device && strcmp(device, "cpu") != 0 && strcmp(device, "none") != 0) {
-        char val[96];
-        zero__cfg_describe(json_object_get(oo, "device"), val, sizeof val);
-        return zero__cfg_fail(ctx, OO ".device: got %s, expected \"none\" or \"cpu\"", val);
+    const char *device;
+    if (offload_device(ctx, oo, OO, &device) < 0) return -1;
+    if (device && strcmp(device, "nvme") == 0) {
+        /* ZeRO-Infinity: DeepSpeed too offloads the optimizer to NVMe only with stage 3 */
+        if (rc->stage != 3)
+            return zero__cfg_fail(ctx, OO ".device: got \"nvme\" with zero_optimization.stage %d, expected stage 3 "
+                                       "(NVMe offload is ZeRO-Infinity, stage 3 only, as in DeepSpeed) or device "
+                                       "\"cpu\"",
+                                  (int)rc->stage);
+        if (need_nvme_path(ctx, oo, OO) < 0) return -1;
     }
-    rc->offload_optimizer = device && strcmp(device, "cpu") == 0;
+    cfg->offload_opt_device = device;
+    rc->offload_optimizer = device != NULL;
     return zero__cfg_bool(ctx, oo, OO, "pin_memory", &rc->offload_pin_memory) < 0 ? -1 : 0;
 }
 
-static int parse_offload_param(zero__cfg_ctx *ctx, const json_t *zo) {
+static int parse_offload_param(zero__cfg_ctx *ctx, const json_t *zo, const zero_run_config *rc, zero__config *cfg) {
     const json_t *op;
-    const char *device = NULL;
     if (zero__cfg_obj(ctx, zo, SZ, "offload_param", &op) < 0) return -1;
     if (!op) return 0;
-    if (zero__cfg_str(ctx, op, SZ ".offload_param", "device", &device) < 0) return -1;
-    /* {"device": "none"} asks for nothing: stay quiet. */
-    if (!device || strcmp(device, "none") != 0)
-        zero__cfg_warn(ctx, SZ ".offload_param: parameter offload is not implemented by libzero, ignored "
-                              "(parameters stay in device memory)");
+    zero__cfg_check_keys(ctx, op, OP, offload_param_keys);
+    const char *device;
+    int32_t pin = 0;
+    if (offload_device(ctx, op, OP, &device) < 0 || zero__cfg_bool(ctx, op, OP, "pin_memory", &pin) < 0) return -1;
+    if (!device) return 0; /* {"device": "none"} asks for nothing: stay quiet */
+    if (rc->stage != 3) {
+        zero__cfg_warn(ctx, OP ": parameter offload is a stage-3 feature (as in DeepSpeed); with "
+                              "zero_optimization.stage %d it is ignored (parameters stay in device memory)",
+                       (int)rc->stage);
+        return 0;
+    }
+    if (strcmp(device, "nvme") == 0) {
+        if (need_nvme_path(ctx, op, OP) < 0) return -1;
+        zero__cfg_warn(ctx, OP ".device: \"nvme\": libzero keeps the owned parameter shard in host memory (it "
+                              "is read at every gather); the optimizer tiles go to NVMe with offload_optimizer");
+        device = "cpu";
+    }
+    cfg->offload_param_device = device;
     return 0;
 }
 
@@ -298,6 +355,7 @@ static int read_size(zero__cfg_ctx *ctx, const json_t *zo, const char *key, cons
 /* The plugin the config would run without a contrib key (for messages). */
 static const char *plain_plugin(const zero_run_config *rc, const char *plugin_key) {
     return plugin_key             ? plugin_key
+           : rc->stage == 3        ? "stage3" /* with offload too: stage3 keeps its state in the host tier */
            : rc->offload_optimizer ? "offload"
            : rc->stage == 0        ? "stage0"
            : rc->stage == 1        ? "stage1"
@@ -345,7 +403,32 @@ static int parse_contrib(zero__cfg_ctx *ctx, const json_t *zo, const zero_run_co
     return 0;
 }
 
-int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc, const char **plugin_key) {
+static int is_auto_key(const json_t *zo, const char *key) {
+    const json_t *v = zo ? json_object_get(zo, key) : NULL;
+    return json_is_string(v) && strcmp(json_string_value(v), "auto") == 0;
+}
+
+/* reduce_bucket_size / allgather_bucket_size: DeepSpeed accepts 0 and then
+ * reduces (gathers) every gradient on its own (the bucket is full as soon as
+ * one param is in it); libzero does the same with a one-element size, which
+ * the bucket planner raises to the largest param.  "auto" is resolved from
+ * the model (reduce_bucket_size) or means the default. */
+static int read_bucket(zero__cfg_ctx *ctx, const json_t *zo, const char *key, int64_t *out) {
+    if (is_auto_key(zo, key)) return 0;
+    int64_t v = -1;
+    if (read_size(ctx, zo, key, NULL, 0, "an integer >= 0 (elements)", &v) < 0) return -1;
+    if (v == 0) {
+        zero__cfg_warn(ctx, SZ ".%s: 0 puts every gradient in a bucket of its own (as DeepSpeed does); set a "
+                              "positive element count (DeepSpeed's default 5e8) to batch them",
+                       key);
+        v = 1;
+    }
+    if (v > 0) *out = v;
+    return 0;
+}
+
+int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc, const char **plugin_key,
+                         zero__config *cfg) {
     const json_t *zo = json_object_get(root, SZ);
     int64_t stage = 0;
     int32_t b, overlap = -1, ignore_unused = 1, have_strict;
@@ -394,14 +477,22 @@ int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config
     if (zero__cfg_bool(ctx, zo, SZ, "ignore_unused_parameters", &ignore_unused) < 0) return -1;
     if (!ignore_unused && !have_strict) rc->strict_grads = 1;
 
-    if (read_size(ctx, zo, "reduce_bucket_size", NULL, 1, "a positive integer (elements)",
-                  &rc->reduce_bucket_size) < 0 ||
-        read_size(ctx, zo, "allgather_bucket_size", NULL, 1, "a positive integer (elements)",
-                  &rc->allgather_bucket_size) < 0 ||
-        read_size(ctx, zo, "stage3_prefetch_bucket_size", "prefetch_bucket_size", 0,
-                  "an integer >= 0 (elements)", &rc->stage3_prefetch_bucket_size) < 0 ||
-        read_size(ctx, zo, "stage3_param_persistence_threshold", "param_persistence_threshold", 0,
-                  "an integer >= 0 (elements)", &rc->stage3_param_persistence_threshold) < 0 ||
+    /* "auto" (the Hugging Face placeholder) for the three sizes the HF
+     * Trainer derives from the model's hidden size: resolved from the
+     * registered model at zero_params_done (zero__config_resolve_auto) */
+    if (is_auto_key(zo, "reduce_bucket_size")) cfg->auto_sizes |= ZERO__AUTO_REDUCE_BUCKET;
+    if (is_auto_key(zo, "stage3_prefetch_bucket_size") || is_auto_key(zo, "prefetch_bucket_size"))
+        cfg->auto_sizes |= ZERO__AUTO_PREFETCH;
+    if (is_auto_key(zo, "stage3_param_persistence_threshold") || is_auto_key(zo, "param_persistence_threshold"))
+        cfg->auto_sizes |= ZERO__AUTO_PERSISTENCE;
+    if (read_bucket(ctx, zo, "reduce_bucket_size", &rc->reduce_bucket_size) < 0 ||
+        read_bucket(ctx, zo, "allgather_bucket_size", &rc->allgather_bucket_size) < 0 ||
+        (!(cfg->auto_sizes & ZERO__AUTO_PREFETCH) &&
+         read_size(ctx, zo, "stage3_prefetch_bucket_size", "prefetch_bucket_size", 0,
+                   "an integer >= 0 (elements)", &rc->stage3_prefetch_bucket_size) < 0) ||
+        (!(cfg->auto_sizes & ZERO__AUTO_PERSISTENCE) &&
+         read_size(ctx, zo, "stage3_param_persistence_threshold", "param_persistence_threshold", 0,
+                   "an integer >= 0 (elements)", &rc->stage3_param_persistence_threshold) < 0) ||
         read_size(ctx, zo, "stage3_max_live_parameters", "max_live_parameters", 0, "an integer >= 0 (elements)",
                   &rc->stage3_max_live_parameters) < 0 ||
         read_size(ctx, zo, "stage3_max_reuse_distance", "max_reuse_distance", 0, "an integer >= 0 (elements)",
@@ -415,7 +506,7 @@ int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config
         return -1;
     if (read_size(ctx, zo, "memory_budget_bytes", NULL, 1, "a positive integer (bytes per rank)", &budget) < 0)
         return -1;
-    if (parse_offload_optimizer(ctx, zo, rc) < 0 || parse_offload_param(ctx, zo) < 0) return -1;
+    if (parse_offload_optimizer(ctx, zo, rc, cfg) < 0 || parse_offload_param(ctx, zo, rc, cfg) < 0) return -1;
     *plugin_key = NULL;
     if (zero__cfg_str(ctx, zo, SZ, "plugin", plugin_key) < 0) return -1;
     if (auto_stage && !*plugin_key) *plugin_key = "auto";

@@ -215,6 +215,12 @@ ZERO_API zero_status zero_plan(const zero_plan_request *req, zero_memory_plan *o
         free(split);
         return s;
     }
+    { /* "auto" sizes from the model, as zero_params_done resolves them */
+        uint64_t largest = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if (numels[i] > largest) largest = numels[i];
+        zero__config_resolve_auto(cfg, largest, NULL, 0);
+    }
     const char *name = req->plugin && req->plugin[0] ? req->plugin : zero__config_plugin(cfg);
     zero__plugin pl;
     memset(&pl, 0, sizeof pl);

@@ -13,8 +13,11 @@
 
 static const struct {
     const char *plugin;
-    int stage; /* zero_optimization.stage the plugin runs under (offload: stage-2 partitioning) */
-} candidates[] = {{"stage0", 0}, {"stage1", 1}, {"stage2", 2}, {"stage3", 3}, {"offload", 2}};
+    int stage;         /* zero_optimization.stage the plugin runs under (offload: stage-2 partitioning) */
+    int offload;       /* stage3 with offload_optimizer and offload_param on the CPU (issue 20) */
+    const char *label; /* how messages name the candidate */
+} candidates[] = {{"stage0", 0, 0, "stage0"}, {"stage1", 1, 0, "stage1"},   {"stage2", 2, 0, "stage2"},
+                  {"stage3", 3, 0, "stage3"}, {"offload", 2, 0, "offload"}, {"stage3", 3, 1, "stage3+offload"}};
 enum { NCAND = sizeof candidates / sizeof candidates[0] };
 
 int zero__auto_stage_of(const char *plugin) {
@@ -83,6 +86,10 @@ zero_status zero__auto_pick(struct zero_engine *e, char *name, size_t len) {
         numel[i] = e->params[i]->info.numel;
         group[i] = e->params[i]->info.group;
     }
+    /* the configured optimizer offload (the offload candidate's pin_memory log); parameter offload is
+     * the stage3+offload candidate's alone */
+    const char *opt0 = zero__config_offload_device(e->cfg, 0);
+    if (opt0 && strcmp(opt0, "nvme") == 0) opt0 = "cpu";
     uint64_t dev[NCAND];
     int chosen = -1, runner = -1, smallest = -1;
     char err[1024] = "";
@@ -90,21 +97,23 @@ zero_status zero__auto_pick(struct zero_engine *e, char *name, size_t len) {
         zero__plugin pl;
         memset(&pl, 0, sizeof pl);
         if (zero__plugin_load(candidates[c].plugin, &pl, err, sizeof err) != ZERO_OK) {
-            zero__log(e, ZERO_LOG_DEBUG, "stage auto: %s not planned: %s", candidates[c].plugin, err);
+            zero__log(e, ZERO_LOG_DEBUG, "stage auto: %s not planned: %s", candidates[c].label, err);
             continue;
         }
         zero__config_set_stage(e->cfg, candidates[c].stage); /* its overlap_comm default, offload's partitioning */
+        /* offload only where the candidate says so: stage3 plain and stage3+offload are two candidates */
+        zero__config_set_offload(e->cfg, candidates[c].offload ? "cpu" : opt0, candidates[c].offload ? "cpu" : NULL);
         zero_memory_plan p = ZERO_MEMORY_PLAN_INIT;
         zero_status ps = zero__plan_table(pl.table, e->cfg, (uint32_t)e->world_size, numel, group, e->nparams, &p,
                                           err, sizeof err);
         zero__plugin_unload(&pl);
         if (ps != ZERO_OK) {
-            zero__log(e, ZERO_LOG_DEBUG, "stage auto: %s not planned: %s", candidates[c].plugin, err);
+            zero__log(e, ZERO_LOG_DEBUG, "stage auto: %s not planned: %s", candidates[c].label, err);
             continue;
         }
         dev[c] = p.total[ZERO_TIER_DEVICE];
         zero__log(e, ZERO_LOG_DEBUG, "stage auto: %s plans %llu device bytes + %llu host bytes per rank",
-                  candidates[c].plugin, (unsigned long long)dev[c], (unsigned long long)p.total[ZERO_TIER_HOST]);
+                  candidates[c].label, (unsigned long long)dev[c], (unsigned long long)p.total[ZERO_TIER_HOST]);
         if (smallest < 0 || dev[c] < dev[smallest]) smallest = c;
         if (dev[c] <= budget) {
             if (chosen < 0) chosen = c;
@@ -117,6 +126,7 @@ zero_status zero__auto_pick(struct zero_engine *e, char *name, size_t len) {
     fmt_bytes(budget, bb, sizeof bb);
     if (chosen < 0) {
         zero__config_set_stage(e->cfg, 0);
+        zero__config_set_offload(e->cfg, opt0, NULL);
         if (smallest < 0)
             return zero__error(e, ZERO_ERR_PLUGIN_NOT_FOUND, "stage auto: no candidate plugin could be planned (%s)",
                                err);
@@ -125,18 +135,19 @@ zero_status zero__auto_pick(struct zero_engine *e, char *name, size_t len) {
                            "stage auto: no plugin fits the budget of %llu bytes (%s) per rank, from %s, on %d "
                            "rank(s); the smallest budget that fits is %llu bytes (%s), with %s",
                            (unsigned long long)budget, bb, from, e->world_size, (unsigned long long)dev[smallest], cb,
-                           candidates[smallest].plugin);
+                           candidates[smallest].label);
     }
     zero__config_set_stage(e->cfg, candidates[chosen].stage);
+    zero__config_set_offload(e->cfg, candidates[chosen].offload ? "cpu" : opt0, candidates[chosen].offload ? "cpu" : NULL);
     fmt_bytes(dev[chosen], cb, sizeof cb);
     char runner_txt[160] = "none (nothing else fits)";
     if (runner >= 0) {
         fmt_bytes(dev[runner], rb, sizeof rb);
-        snprintf(runner_txt, sizeof runner_txt, "%s (%s)", candidates[runner].plugin, rb);
+        snprintf(runner_txt, sizeof runner_txt, "%s (%s)", candidates[runner].label, rb);
     }
     zero__log(e, ZERO_LOG_INFO,
               "stage auto: %s, planned %s of device memory per rank within a budget of %s (%s); runner-up %s",
-              candidates[chosen].plugin, cb, bb, from, runner_txt);
+              candidates[chosen].label, cb, bb, from, runner_txt);
     snprintf(name, len, "%s", candidates[chosen].plugin);
     return ZERO_OK;
 }

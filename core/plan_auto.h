@@ -1,7 +1,9 @@
 /* "stage": "auto" (or plugin "auto"): pick the plugin from memory plans.
  *
  * At zero_params_done, with the parameter list known, the candidates
- * stage0, stage1, stage2, stage3 and offload are planned in that order
+ * stage0, stage1, stage2, stage3, offload and stage3+offload (stage3 with
+ * the optimizer state and the parameter shard in the host tier) are planned
+ * in that order
  * (zero__plan_table) for this world size, and the first whose device-tier
  * plan fits the per-rank budget wins: the lowest stage that fits (the
  * DeepSpeed maintainers' advice), then offload.  The budget is

@@ -110,7 +110,9 @@ int demo_options_parse(int argc, char **argv, demo_options *o, int print, char *
 /* Integer key of the top-level object: 1 found, 0 absent, -1 wrong type. */
 static int get_int(json_t *root, const char *key, long long *out, char *err, size_t err_len) {
     json_t *v = json_object_get(root, key);
-    if (!v) return 0;
+    /* "auto" (Hugging Face configs): the trainer fills it in; the demo is the
+     * trainer here, so its own default applies */
+    if (!v || json_is_null(v) || (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0)) return 0;
     if (json_is_integer(v)) {
         *out = json_integer_value(v);
         return 1;

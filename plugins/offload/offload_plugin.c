@@ -60,7 +60,10 @@ static void choose_partitioning(offload *s, const zero_run_config *rc) {
         svc->log(s->c, ZERO_LOG_WARN,
                  "offload: zero_optimization.stage is %d; offload partitions optimizer states and gradients "
                  "(stage-2 partitioning)%s",
-                 (int)rc->stage, rc->stage == 3 ? "; parameters are NOT partitioned by this plugin" : "");
+                 (int)rc->stage,
+                 rc->stage == 3 ? "; parameters are NOT partitioned by this plugin (plugin stage3 offloads with "
+                                  "stage 3, the default for such a config)"
+                                : "");
     if (!rc->offload_optimizer)
         svc->log(s->c, ZERO_LOG_INFO,
                  "offload: chosen by name without zero_optimization.offload_optimizer.device = \"cpu\"; "

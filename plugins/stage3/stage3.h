@@ -134,6 +134,13 @@ typedef struct zero__s3 {
     /* how host gathers were served (logged at INFO on destroy) */
     uint64_t n_gathers, n_prefetched, n_resident, n_demand;
     uint64_t n_agreements; /* order agreements (all-reduces) made, zero_step's included */
+
+    /* offload (stage3_offload.h): zero_optimization.stage 3 with
+     * offload_optimizer / offload_param */
+    int off_opt;           /* ZERO__S3_OFF_NONE / _CPU / _NVME: where master and states live */
+    int off_param;         /* the owned shard lives in the host tier */
+    const char *nvme_path; /* offload_optimizer.nvme_path (config-owned) */
+    struct zero__s3_off *off; /* the tiled step's buffers, worker, NVMe file; NULL without offload */
 } zero__s3;
 
 /* ---- pool (stage3_pool.c) ---------------------------------------------- */

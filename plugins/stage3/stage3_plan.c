@@ -18,8 +18,10 @@
  * params at once needs more, up to stage3_max_live_parameters.
  * Pure; thread-safe. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "stage3.h"
+#include "stage3_offload.h"
 
 #define PLAN_PREFETCH_WALK 1024 /* stage3_gather.c PREFETCH_WALK */
 #define PLAN_MICRO_STEPS 8      /* the pool only grows; a few windows reach its steady state */
@@ -205,7 +207,7 @@ static void settle(sp *s) { /* zero__s3_settle: every micro-step follows the tra
 }
 
 /* Peak bytes of gather buffers (persistent + pool) for the canonical host. */
-static uint64_t gather_peak(const zero_plan_services_v1 *ps, size_t esize) {
+static uint64_t gather_peak(const zero_plan_services_v1 *ps, size_t esize, int off_param) {
     zero_core *c = ps->core;
     const zero_run_config *rc = ps->config(c);
     sp s = {0};
@@ -220,12 +222,12 @@ static uint64_t gather_peak(const zero_plan_services_v1 *ps, size_t esize) {
     uint64_t peak = 0;
     /* World 1: every gather aliases the shard (stage3_plugin.c setup_param):
      * no gather buffer, persistent or pooled, is ever allocated. */
-    if (L->world <= 1) return 0;
+    if (L->world <= 1 && !off_param) return 0; /* (offload_param: the host-tier shard is gathered from) */
     /* stage3_plugin.c s3_params_done: the budget is capped at what sharding
      * saves, prefetch clamped to it, persistence leaves room for two of the
      * largest params */
     {
-        const uint64_t saved = (L->flat_numel - L->part_numel) * (uint64_t)esize;
+        const uint64_t saved = (L->flat_numel - (off_param ? 0 : L->part_numel)) * (uint64_t)esize;
         if (s.limit > saved) s.limit = saved;
         if (s.prefetch_numel * esize > s.limit) s.prefetch_numel = s.limit / esize;
     }
@@ -284,6 +286,19 @@ out:
     return peak;
 }
 
+/* stage3_offload.c zero__s3_off_configure, without an engine. */
+static void plan_offload(const zero_plan_services_v1 *ps, int *opt, int *param) {
+    const zero_run_config *rc = ps->config(ps->core);
+    const char *od = NULL, *pd = NULL;
+    *opt = *param = 0;
+    if (rc->stage != 3) return;
+    if (ps->cfg_string(ps->core, "zero_optimization.offload_optimizer.device", &od) != 1) od = NULL;
+    if (ps->cfg_string(ps->core, "zero_optimization.offload_param.device", &pd) != 1) pd = NULL;
+    *param = pd && (strcmp(pd, "cpu") == 0 || strcmp(pd, "nvme") == 0);
+    const int want = rc->offload_optimizer || (od && (strcmp(od, "cpu") == 0 || strcmp(od, "nvme") == 0));
+    if (want || *param) *opt = od && strcmp(od, "nvme") == 0 ? ZERO__S3_OFF_NVME : ZERO__S3_OFF_CPU;
+}
+
 zero_status zero__s3_plan(const zero_plan_services_v1 *ps) {
     zero_core *c = ps->core;
     const zero_run_config *rc = ps->config(c);
@@ -294,11 +309,27 @@ zero_status zero__s3_plan(const zero_plan_services_v1 *ps) {
                                : rc->model_dtype;
     /* alloc_tagged records at least one byte per block */
     const uint64_t one = part ? 0 : 1;
-    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, part * es + one);
-    if (rc->model_dtype != ZERO_DTYPE_F32) ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_MASTER, part * 4 + one);
-    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, part * zero__s3_dtype_size(gdt) + one);
-    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_OPTIM, (uint64_t)ps->optim_state_count(c) * (part * 4 + one));
-    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GATHER, gather_peak(ps, es));
+    /* s3_params_done's tiers (stage3_offload.h): offload puts master,
+     * states and gradients (offload_param: the shard too) in the host tier */
+    int opt, oparam;
+    plan_offload(ps, &opt, &oparam);
+    const zero_mem_tier st = opt ? ZERO_TIER_HOST : ZERO_TIER_DEVICE;
+    const int nvme = opt == ZERO__S3_OFF_NVME;
+    const int own_master = rc->model_dtype == ZERO_DTYPE_F32 && (opt != 0) == oparam && !nvme;
+    ps->add(c, oparam ? ZERO_TIER_HOST : ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, part * es + one);
+    if (!own_master && !nvme) ps->add(c, st, ZERO_MEM_MASTER, part * 4 + one);
+    ps->add(c, st, ZERO_MEM_GRADS, part * zero__s3_dtype_size(gdt) + one);
+    uint64_t tile = rc->sub_group_size > 0 ? (uint64_t)rc->sub_group_size : part;
+    if (tile > part) tile = part;
+    if (tile == 0) tile = 1;
+    if (nvme) { /* zero__s3_off_init: two aligned tile sets of master + states */
+        const uint64_t tb = (tile * 4 + ZERO__S3_NVME_ALIGN - 1) / ZERO__S3_NVME_ALIGN * ZERO__S3_NVME_ALIGN;
+        ps->add(c, ZERO_TIER_HOST, ZERO_MEM_OPTIM, 2 * ((1 + ps->optim_state_count(c)) * tb + ZERO__S3_NVME_ALIGN));
+    } else {
+        ps->add(c, st, ZERO_MEM_OPTIM, (uint64_t)ps->optim_state_count(c) * (part * 4 + one));
+    }
+    if (opt && !oparam) ps->add(c, ZERO_TIER_HOST, ZERO_MEM_PARAMS, 2 * tile * es); /* copy-out staging */
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GATHER, gather_peak(ps, es, oparam));
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
     spec.mode = ZERO_BUCKETS_SCATTER;

@@ -19,6 +19,7 @@
 
 #include "../common/plugin_glue.h"
 #include "stage3.h"
+#include "stage3_offload.h"
 
 static zero_status s3_create(const zero_services_v1 *svc, void **state) {
     zero__s3 *s = calloc(1, sizeof *s);
@@ -43,6 +44,11 @@ static zero_status s3_create(const zero_services_v1 *svc, void **state) {
 
 static void *alloc_tagged(zero__s3 *s, zero_mem_tag tag, size_t bytes) {
     return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, bytes ? bytes : 1);
+}
+
+/* Model state in its tier: the host tier for what offload moves there. */
+static void *alloc_state(zero__s3 *s, int host, zero_mem_tag tag, size_t bytes) {
+    return s->svc->mem_alloc(s->c, host ? ZERO_TIER_HOST : ZERO_TIER_DEVICE, tag, bytes ? bytes : 1);
 }
 
 static uint64_t nonneg(int64_t v) { return v > 0 ? (uint64_t)v : 0; }
@@ -79,7 +85,7 @@ static zero_status setup_param(zero__s3 *s, uint32_t i) {
     /* World 1: this rank's shard is the whole model in flat order, so the
      * "gathered" tensor is the shard itself: no buffer, no copy, no
      * all-gather, and stage 3 holds exactly what stage 2 does. */
-    if (s->nranks == 1) {
+    if (s->nranks == 1 && !s->off_param) { /* (offload_param: the shard is host memory; gather a device copy) */
         p->buf = info->numel ? (char *)s->shard + (size_t)p->part_lo * s->esize : s->shard;
         p->buf_cap = (size_t)info->numel * s->esize;
         p->persistent = 1;
@@ -125,6 +131,8 @@ static zero_status s3_params_done(void *state) {
     s->gdtype = zero__grad_dtype_of(rc);
     s->gesize = zero__s3_dtype_size(s->gdtype);
     s->nparams = svc->nparams(s->c);
+    zero_status os = zero__s3_off_configure(s);
+    if (os != ZERO_OK) return os;
     s->prefetch_numel = nonneg(rc->stage3_prefetch_bucket_size);
     s->persist_below = nonneg(rc->stage3_param_persistence_threshold);
     s->max_reuse = nonneg(rc->stage3_max_reuse_distance);
@@ -137,7 +145,10 @@ static zero_status s3_params_done(void *state) {
      * host holds no more at once than fits (a demand gather beyond it goes
      * ahead and warns once).  World 1 needs no gather memory at all (alias). */
     {
-        const uint64_t saved = (s->L->flat_numel - s->L->part_numel) * (uint64_t)s->esize;
+        /* (offload_param: the device holds no shard at all, so everything
+         * gathered is within what stage 2 holds) */
+        const uint64_t saved =
+            (s->L->flat_numel - (s->off_param ? 0 : s->L->part_numel)) * (uint64_t)s->esize;
         if (s->pool.limit > saved) s->pool.limit = saved;
         if (s->prefetch_numel * s->esize > s->pool.limit) s->prefetch_numel = s->pool.limit / s->esize;
         s->largest_bytes = 0;
@@ -151,9 +162,15 @@ static zero_status s3_params_done(void *state) {
     s->contiguous = s->gdtype == s->dtype && rc->contiguous_gradients;
 
     const size_t part = (size_t)s->L->part_numel;
-    s->shard = alloc_tagged(s, ZERO_MEM_PARAMS, part * s->esize);
-    s->master = s->dtype == ZERO_DTYPE_F32 ? s->shard : alloc_tagged(s, ZERO_MEM_MASTER, part * sizeof(float));
-    s->grads = alloc_tagged(s, ZERO_MEM_GRADS, part * s->gesize);
+    /* Tiers: offload moves master, states and the gradient partition (and
+     * with offload_param the shard) to the host tier; NVMe keeps master and
+     * states in its tile file instead (stage3_offload.c). */
+    const int hopt = s->off_opt != 0, nvme = s->off_opt == ZERO__S3_OFF_NVME;
+    s->shard = alloc_state(s, s->off_param, ZERO_MEM_PARAMS, part * s->esize);
+    /* an fp32 shard is its own master when both sit in the same tier */
+    const int own_master = s->dtype == ZERO_DTYPE_F32 && hopt == s->off_param && !nvme;
+    s->master = own_master ? s->shard : nvme ? NULL : alloc_state(s, hopt, ZERO_MEM_MASTER, part * sizeof(float));
+    s->grads = alloc_state(s, hopt, ZERO_MEM_GRADS, part * s->gesize);
     s->nstate = svc->optim_state_count(s->c);
     uint32_t ng = s->L->ngroups;
     s->owned = calloc(ng ? ng : 1, sizeof *s->owned);
@@ -164,9 +181,9 @@ static zero_status s3_params_done(void *state) {
         strcpy(s->phases[0].name, "train");
         s->nphases = 1;
     }
-    int ok = s->shard && s->master && s->grads && s->nstate <= 4 && s->owned && s->params && s->phases;
-    for (uint32_t k = 0; ok && k < s->nstate; k++)
-        ok = (s->state[k] = alloc_tagged(s, ZERO_MEM_OPTIM, part * sizeof(float))) != NULL;
+    int ok = s->shard && (s->master || nvme) && s->grads && s->nstate <= 4 && s->owned && s->params && s->phases;
+    for (uint32_t k = 0; ok && !nvme && k < s->nstate; k++)
+        ok = (s->state[k] = alloc_state(s, hopt, ZERO_MEM_OPTIM, part * sizeof(float))) != NULL;
     if (!ok)
         return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: cannot allocate the %zu-element model-state shard",
                           part);
@@ -177,7 +194,12 @@ static zero_status s3_params_done(void *state) {
     }
     /* mixed precision: the fp32 master is the exact widening of the shard
      * (padding included: zeros either way) */
-    if ((void *)s->master != s->shard) svc->convert(s->c, s->master, ZERO_DTYPE_F32, s->shard, s->dtype, part);
+    if (s->off) {
+        zero_status is = zero__s3_off_init(s); /* across the tiers, tile by tile (and the NVMe file) */
+        if (is != ZERO_OK) return is;
+    } else if ((void *)s->master != s->shard) {
+        svc->convert(s->c, s->master, ZERO_DTYPE_F32, s->shard, s->dtype, part);
+    }
     uint32_t largest = 0;
     for (uint32_t i = 1; i < s->nparams; i++)
         if (s->params[i].info->numel > s->params[largest].info->numel) largest = i;
@@ -242,12 +264,15 @@ static zero_status s3_blobs(zero__s3 *s, const char *dir, int write) {
     zero_part_step ps = zero__s3_part_step(s);
     /* params NULL: the shard is partition-indexed (ckpt_shard's params blob is
      * flat-indexed); for fp32 it is the master and saved as such */
-    zero_status st = svc->ckpt_shard(s->c, dir, "stage3", &ps, NULL, write);
+    zero_status st = s->off_opt == ZERO__S3_OFF_NVME ? zero__s3_off_blobs(s, dir, write)
+                                                     : svc->ckpt_shard(s->c, dir, "stage3", &ps, NULL, write);
     const size_t gbytes = (size_t)s->L->part_numel * s->gesize;
     if (st == ZERO_OK && !write && ZERO_SERVICES_HAS(svc, ckpt_reshard) && svc->ckpt_reshard(s->c)) {
         /* another world size / plugin wrote it (at a boundary): the 16-bit
          * shard is the master rounded, as after every step; no gradient */
-        if ((void *)s->master != s->shard)
+        if (s->off)
+            zero__s3_off_master_to_shard(s); /* across the tiers (and from the NVMe tiles) */
+        else if ((void *)s->master != s->shard)
             svc->convert(s->c, s->shard, s->dtype, s->master, ZERO_DTYPE_F32, (size_t)s->L->part_numel);
         return svc->mem_set(s->c, s->grads, 0, gbytes);
     }
@@ -306,8 +331,9 @@ static void s3_destroy(void *state) {
     zero__s3_trace_free(&s->trace);
     zero__s3_trace_free(&s->record);
     zero__s3_phases_free(s);
+    zero__s3_off_free(s);
     for (uint32_t k = 0; k < 4; k++) svc->mem_free(s->c, s->state[k]);
-    if ((void *)s->master != s->shard) svc->mem_free(s->c, s->master);
+    if (s->master && (void *)s->master != s->shard) svc->mem_free(s->c, s->master);
     svc->mem_free(s->c, s->grads);
     svc->mem_free(s->c, s->shard);
     free(s->owned);
@@ -319,7 +345,8 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .struct_size = sizeof(zero_plugin_table_v1),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
-    .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD,
+    .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD |
+            ZERO_PLUGIN_CAP_OFFLOAD,
     .name = "stage3",
     .description = "ZeRO-3: parameters, gradients and optimizer states partitioned; params gathered just in time "
                    "with trace-driven prefetch",

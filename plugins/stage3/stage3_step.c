@@ -12,6 +12,7 @@
  * them. */
 
 #include "stage3.h"
+#include "stage3_offload.h"
 
 /* The shard as the core's step and checkpoint services see it: everything
  * partition-indexed; fp32: the shard is the master, updated in place;
@@ -53,7 +54,8 @@ zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_repor
      * in place; mixed precision: the new weights are rounded into the
      * model-dtype shard. */
     zero_part_step ps = zero__s3_part_step(s);
-    st = svc->boundary_step(s->c, &ps, ctx, rep);
+    /* offload: the same norm, then the tiled CPU optimizer over the host tier */
+    st = s->off ? zero__s3_off_step(s, ctx, rep) : svc->boundary_step(s->c, &ps, ctx, rep);
     svc->mem_set(s->c, s->grads, 0, gbytes);
     if (st != ZERO_OK) return st;
     if (!rep->overflow) zero__s3_mark_stale(s);

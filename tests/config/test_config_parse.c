@@ -245,16 +245,19 @@ static void test_bad_table(void) {
         {"{\"zero_optimization\":{\"stage\":\"auto\",\"memory_budget_bytes\":0}}",
          "zero_optimization.memory_budget_bytes: got 0, expected a positive integer (bytes per rank)"},
         {"{\"zero_optimization\":{\"stage\":-1}}", "zero_optimization.stage: got -1, expected an integer 0..3"},
-        {"{\"zero_optimization\":{\"reduce_bucket_size\":1.5}}", "zero_optimization.reduce_bucket_size: got 1.5, expected a positive integer"},
-        {"{\"zero_optimization\":{\"reduce_bucket_size\":-5}}", "zero_optimization.reduce_bucket_size: got -5, expected a positive integer"},
-        {"{\"zero_optimization\":{\"allgather_bucket_size\":0}}", "zero_optimization.allgather_bucket_size: got 0, expected a positive integer"},
+        {"{\"zero_optimization\":{\"reduce_bucket_size\":1.5}}", "zero_optimization.reduce_bucket_size: got 1.5, expected an integer >= 0"},
+        {"{\"zero_optimization\":{\"reduce_bucket_size\":-5}}", "zero_optimization.reduce_bucket_size: got -5, expected an integer >= 0"},
+        {"{\"zero_optimization\":{\"allgather_bucket_size\":-1}}", "zero_optimization.allgather_bucket_size: got -1, expected an integer >= 0"},
+        {"{\"zero_optimization\":{\"sub_group_size\":0}}", "zero_optimization.sub_group_size: got 0, expected a positive integer"},
         {"{\"zero_optimization\":{\"stage3_max_live_parameters\":-1}}", "zero_optimization.stage3_max_live_parameters: got -1, expected an integer >= 0"},
         {"{\"zero_optimization\":{\"stage3_prefetch_bucket_size\":\"big\"}}", "zero_optimization.stage3_prefetch_bucket_size: got \"big\""},
         {"{\"zero_optimization\":{\"sub_group_size\":0}}", "zero_optimization.sub_group_size: got 0, expected a positive integer"},
         {"{\"zero_optimization\":{\"overlap_comm\":\"yes\"}}", "zero_optimization.overlap_comm: got \"yes\", expected true or false"},
         {"{\"zero_optimization\":{\"contiguous_gradients\":2}}", "zero_optimization.contiguous_gradients: got 2, expected true or false"},
-        {"{\"zero_optimization\":{\"offload_optimizer\":{\"device\":\"nvme\"}}}", "zero_optimization.offload_optimizer.device: got \"nvme\", expected \"none\" or \"cpu\": NVMe offload"},
-        {"{\"zero_optimization\":{\"offload_optimizer\":{\"device\":\"gpu\"}}}", "zero_optimization.offload_optimizer.device: got \"gpu\", expected \"none\" or \"cpu\""},
+        {"{\"zero_optimization\":{\"offload_optimizer\":{\"device\":\"nvme\"}}}", "zero_optimization.offload_optimizer.device: got \"nvme\" with zero_optimization.stage 0, expected stage 3"},
+        {"{\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"device\":\"nvme\"}}}", "zero_optimization.offload_optimizer.nvme_path: missing"},
+        {"{\"zero_optimization\":{\"stage\":3,\"offload_param\":{\"device\":\"nvme\"}}}", "zero_optimization.offload_param.nvme_path: missing"},
+        {"{\"zero_optimization\":{\"offload_optimizer\":{\"device\":\"gpu\"}}}", "zero_optimization.offload_optimizer.device: got \"gpu\", expected \"none\", \"cpu\" or \"nvme\""},
         {"{\"zero_optimization\":{\"offload_optimizer\":\"cpu\"}}", "zero_optimization.offload_optimizer: got \"cpu\", expected an object"},
         {"{\"zero_optimization\":{\"offload_optimizer\":{\"device\":\"cpu\",\"pin_memory\":\"y\"}}}", "zero_optimization.offload_optimizer.pin_memory: got \"y\""},
         {"{\"zero_optimization\":{\"plugin\":\"\"}}", "zero_optimization.plugin: got \"\", expected a non-empty string"},
@@ -355,7 +358,24 @@ static void test_good_table(void) {
         {"{\"zero_optimization\":{\"stage\":1,\"foo\":1}}", "stage1", 1, "zero_optimization.foo: unknown key, ignored"},
         {"{\"bogus\":1}", "stage0", 1, "bogus: unknown key, ignored"},
         {"{\"zero_optimization\":{\"offload_param\":{\"device\":\"cpu\"}}}", "stage0", 1,
-         "zero_optimization.offload_param: parameter offload is not implemented by libzero"},
+         "zero_optimization.offload_param: parameter offload is a stage-3 feature"},
+        /* issue 20: stage 3 with offload runs in stage3 (host tiers), NVMe too */
+        {"{\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"device\":\"cpu\"}}}", "stage3", 0, NULL},
+        {"{\"zero_optimization\":{\"stage\":3,\"offload_param\":{\"device\":\"cpu\",\"pin_memory\":true}}}",
+         "stage3", 0, NULL},
+        {"{\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"device\":\"nvme\",\"nvme_path\":\"/x\","
+         "\"buffer_count\":4,\"pipeline_read\":false}}}", "stage3", 0, NULL},
+        {"{\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"device\":\"nvme\",\"nvme_path\":\"/x\","
+         "\"buffer_count\":8}}}", "stage3", 1, "zero_optimization.offload_optimizer.buffer_count: libzero double-buffers"},
+        {"{\"zero_optimization\":{\"stage\":3,\"offload_param\":{\"device\":\"nvme\",\"nvme_path\":\"/x\"}}}",
+         "stage3", 1, "zero_optimization.offload_param.device: \"nvme\": libzero keeps the owned parameter shard in host"},
+        {"{\"zero_optimization\":{\"stage\":2,\"offload_optimizer\":{\"device\":\"cpu\"}}}", "offload", 0, NULL},
+        /* DeepSpeed's reduce_bucket_size 0: every gradient in a bucket of its own */
+        {"{\"zero_optimization\":{\"reduce_bucket_size\":0}}", "stage0", 1,
+         "zero_optimization.reduce_bucket_size: 0 puts every gradient in a bucket of its own"},
+        /* "auto" sizes are resolved from the model at params_done: no warning */
+        {"{\"zero_optimization\":{\"stage\":3,\"reduce_bucket_size\":\"auto\",\"stage3_prefetch_bucket_size\":\"auto\","
+         "\"stage3_param_persistence_threshold\":\"auto\"}}", "stage3", 0, NULL},
         {"{\"zero_optimization\":{\"offload_param\":{\"device\":\"none\"}}}", "stage0", 0, NULL},
         {"{\"zero_optimization\":{\"zero_hpz_partition_size\":1,\"load_from_fp32_weights\":true}}", "stage0", 0, NULL},
         {"{\"zero_optimization\":{\"zero_hpz_partition_size\":8}}", "stage0", 1,
@@ -425,6 +445,56 @@ static void test_good_table(void) {
         CHECK(W.count == g->nwarn, "%s: %d warnings, expected %d", g->json, W.count, g->nwarn);
         if (g->warning) CHECK(warn_capture_find(&W, g->warning) >= 0, "%s: no warning containing \"%s\"", g->json, g->warning);
         if (W.count != g->nwarn || (g->warning && warn_capture_find(&W, g->warning) < 0)) warn_capture_dump(&W, g->json);
+        zero__config_free(c);
+    }
+}
+
+/* Issue 20: "auto" sizes from the model (Hugging Face's hidden_size rules with
+ * hidden = sqrt(largest param)), reduce_bucket_size 0 -> one-element buckets. */
+static void test_auto_sizes(void) {
+    zero__config *c = parse_ok("{\"zero_optimization\":{\"stage\":3,\"reduce_bucket_size\":\"auto\","
+                               "\"stage3_prefetch_bucket_size\":\"auto\",\"stage3_param_persistence_threshold\":\"auto\"}}",
+                               1);
+    if (c) {
+        char note[512];
+        zero__config_resolve_auto(c, 1000 * 1000 + 7, note, sizeof note); /* hidden 1000 */
+        const zero_run_config *rc = zero__config_run(c);
+        CHECK_EQ_INT(rc->reduce_bucket_size, 1000000);
+        CHECK_EQ_INT(rc->stage3_prefetch_bucket_size, 900000);
+        CHECK_EQ_INT(rc->stage3_param_persistence_threshold, 10000);
+        CHECK(strstr(note, "hidden size taken as 1000") != NULL, "note: %s", note);
+        zero__config_resolve_auto(c, 4, note, sizeof note); /* once only */
+        CHECK_EQ_INT(rc->reduce_bucket_size, 1000000);
+        CHECK(note[0] == '\0', "second resolve: %s", note);
+        zero__config_free(c);
+    }
+    c = parse_ok("{\"zero_optimization\":{\"stage\":2,\"reduce_bucket_size\":\"auto\"}}", 1);
+    if (c) { /* only the keys written "auto" change */
+        zero__config_resolve_auto(c, 100, NULL, 0);
+        CHECK_EQ_INT(zero__config_run(c)->reduce_bucket_size, 100);
+        CHECK_EQ_INT(zero__config_run(c)->stage3_param_persistence_threshold, 100000);
+        zero__config_free(c);
+    }
+    c = parse_ok("{\"zero_optimization\":{\"reduce_bucket_size\":0,\"allgather_bucket_size\":0}}", 1);
+    if (c) {
+        CHECK_EQ_INT(zero__config_run(c)->reduce_bucket_size, 1);
+        CHECK_EQ_INT(zero__config_run(c)->allgather_bucket_size, 1);
+        zero__config_free(c);
+    }
+    /* the offload devices as the plugin reads them (path lookups) */
+    c = parse_ok("{\"zero_optimization\":{\"stage\":3,\"cpu_offload\":true}}", 1);
+    if (c) {
+        const char *d = NULL;
+        CHECK(zero__config_string(c, "zero_optimization.offload_optimizer.device", &d) == 1 && d &&
+                  strcmp(d, "cpu") == 0,
+              "legacy cpu_offload reads as device cpu: %s", d ? d : "(null)");
+        CHECK(zero__config_string(c, "zero_optimization.offload_param.device", &d) == 1 && strcmp(d, "none") == 0,
+              "offload_param.device: %s", d);
+        CHECK(strcmp(zero__config_plugin(c), "stage3") == 0, "plugin %s", zero__config_plugin(c));
+        zero__config_set_offload(c, NULL, NULL);
+        CHECK(zero__config_string(c, "zero_optimization.offload_optimizer.device", &d) == 1 && strcmp(d, "none") == 0,
+              "override: %s", d);
+        CHECK_EQ_INT(zero__config_run(c)->offload_optimizer, 0);
         zero__config_free(c);
     }
 }
@@ -679,6 +749,7 @@ int main(void) {
     test_batch();
     test_bad_table();
     test_good_table();
+    test_auto_sizes();
     test_values();
     test_lookups();
     test_files();

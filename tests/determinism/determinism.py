@@ -30,6 +30,7 @@ Prints one line per run and a table of (N, plugin) -> bits, seconds; exits
 Usage: determinism.py --demo PATH --out DIR [--np 2,9] [--plugins ...]
        [--repeats 3] [--steps 3] [--precision fp32|bf16] [--gas 1]
        [--bucket N] [--zero-stage 2] [--jitter 50] [--tol 1e-5]
+       [--offload-param] [--nvme DIR] [--sub-group N]   (with --zero-stage 3: stage3 offloads, issue 20)
 Standard library only.
 """
 import argparse
@@ -76,7 +77,29 @@ def make_config(a):
         cfg["communication_data_type"] = a.grad_accum_dtype
     if a.once_per_window:
         cfg["zero_optimization"]["reduce_once_per_window"] = True
+    if a.nvme:
+        cfg["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": a.nvme}
+    if a.offload_param:
+        cfg["zero_optimization"]["offload_param"] = {"device": "cpu", "pin_memory": True}
+    if a.sub_group:
+        cfg["zero_optimization"]["sub_group_size"] = a.sub_group
     return cfg
+
+
+def check_tiers(a, plugin, s):
+    """stage3 under a stage-3 config offloads (issue 20): the summary's
+    accountant must show the optimizer state (and with --offload-param the
+    shard) in the host tier, nothing of it in the device tier."""
+    if plugin != "stage3" or a.zero_stage != 3:
+        return []
+    bad = []
+    for m in s["memory"]:
+        dev, host = m["device"]["current"], m["host"]["current"]
+        if dev["optim"] or dev["master"] or dev["grads"] or host["optim"] <= 0:
+            bad.append(f"rank {m['rank']}: optimizer state not offloaded: device {dev}, host {host}")
+        if a.offload_param and (dev["params"] or host["params"] <= 0):
+            bad.append(f"rank {m['rank']}: parameter shard not offloaded: device {dev}, host {host}")
+    return bad
 
 
 def run_one(a, np_, plugin, rep, cfg_path):
@@ -100,6 +123,11 @@ def run_one(a, np_, plugin, rep, cfg_path):
         print(f"determinism: run {tag} failed (exit {rc})")
         sys.exit(2)
     s = json.load(open(summ))
+    tiers = check_tiers(a, plugin, s)
+    if tiers:
+        print("\n".join(tiers))
+        print(f"determinism: run {tag}: wrong memory tiers")
+        sys.exit(2)
     d = s["digest"]
     return {"np": np_, "plugin": plugin, "rep": rep, "bits": d["bits"], "sum": d["sum"], "sumsq": d["sumsq"],
             "abssum": d["abssum"], "loss1": s["losses"][0], "norm1": s["grad_norms"][0], "seconds": dt}
@@ -128,6 +156,9 @@ def main():
                    help="data_types.grad_accum_dtype (and communication_data_type); default: the config default fp32")
     p.add_argument("--once-per-window", action="store_true",
                    help="zero_optimization.reduce_once_per_window: the two accumulation families, --tol across")
+    p.add_argument("--nvme", default="", help="offload_optimizer {device: nvme, nvme_path: DIR} (stage 3)")
+    p.add_argument("--offload-param", action="store_true", help="offload_param {device: cpu} (stage 3)")
+    p.add_argument("--sub-group", type=int, default=0, help="sub_group_size (offload's CPU optimizer tile)")
     p.add_argument("--jitter", type=int, default=50, help="ZERO_DEBUG_JITTER microseconds (0: off)")
     p.add_argument("--tol", type=float, default=0.0,
                    help="cross-family relative tolerance (--once-per-window, accumulation > 1); default 1e-5 "
@@ -138,6 +169,8 @@ def main():
     if a.tol <= 0:
         a.tol = 1e-3 if a.precision == "bf16" else 1e-5
     os.makedirs(a.out, exist_ok=True)
+    if a.nvme:
+        os.makedirs(a.nvme, exist_ok=True)
     cfg_path = os.path.join(a.out, "config.json")
     json.dump(make_config(a), open(cfg_path, "w"), indent=1)
     plugins = [x for x in a.plugins.split(",") if x]

@@ -14,7 +14,14 @@
  *   scratch), rss_growth (bytes: VmHWM at the end minus VmRSS just before
  *   zero_engine_create, the peak reset through /proc/self/clear_refs), and
  *   digest (sum of the final params, to see every plugin trained the same).
- * Usage: memory_sweep_host PLUGIN NUMEL STEPS */
+ * Usage: memory_sweep_host PLUGIN NUMEL STEPS [LAYERS]
+ * PLUGIN may also be stage3-offload (stage 3 with offload_optimizer cpu),
+ * stage3-offload-param (and offload_param cpu) or stage3-nvme (offload_param
+ * cpu, offload_optimizer nvme under $ZERO_SWEEP_NVME or /tmp): plugin stage3,
+ * issue 20.  The JSON line also has step_ms, the median time of a training
+ * iteration (gathers, gradients, zero_step) after the first.
+ * LAYERS (default 8) sets the depth; ZERO_SWEEP_ZO is JSON text appended to
+ * the zero_optimization object (", \"key\": value ..."). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +30,7 @@
 #include "host_util.h"
 #include "zero.h"
 
-#define NL 8
+#define MAX_NL 4096
 #define BIAS 64
 
 static long proc_status_kb(const char *key) {
@@ -60,16 +67,25 @@ int main(int argc, char **argv) {
     int rank = 0, world = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (argc != 4) {
-        if (rank == 0) fprintf(stderr, "usage: memory_sweep_host PLUGIN NUMEL STEPS\n");
+    const int NL = argc == 5 ? atoi(argv[4]) : 8;
+    if ((argc != 4 && argc != 5) || NL < 1 || NL > MAX_NL) {
+        if (rank == 0) fprintf(stderr, "usage: memory_sweep_host PLUGIN NUMEL STEPS [LAYERS <= %d]\n", MAX_NL);
         MPI_Finalize();
         return 2;
     }
     const char *plugin = argv[1];
+    const int nvme = !strcmp(plugin, "stage3-nvme");
+    const int off3 = !strncmp(plugin, "stage3-offload", 14) || nvme,
+              off3p = !strcmp(plugin, "stage3-offload-param") || nvme;
+    char oo[512];
+    snprintf(oo, sizeof oo, ", \"offload_optimizer\": {\"device\": \"%s\"%s%s%s}", nvme ? "nvme" : "cpu",
+             nvme ? ", \"nvme_path\": \"" : "", nvme ? (getenv("ZERO_SWEEP_NVME") ? getenv("ZERO_SWEEP_NVME") : "/tmp") : "",
+             nvme ? "\"" : "");
+    const char *zo_extra = getenv("ZERO_SWEEP_ZO") ? getenv("ZERO_SWEEP_ZO") : "";
     const long long total = atoll(argv[2]);
     const int steps = atoi(argv[3]);
     size_t wn = total / NL > 2 * BIAS ? (size_t)(total / NL - BIAS) : BIAS;
-    size_t numel[2 * NL];
+    size_t numel[2 * MAX_NL];
     for (int l = 0; l < NL; l++) {
         numel[2 * l] = wn;
         numel[2 * l + 1] = BIAS;
@@ -80,13 +96,15 @@ int main(int argc, char **argv) {
     if (!init) return die("malloc", ZERO_ERR_OUT_OF_MEMORY, NULL);
     for (size_t i = 0; i < wn; i++) init[i] = (float)th_u11(i) * 0.01f;
 
-    char json[512];
+    char json[2048];
     int stage = !strcmp(plugin, "offload") ? 2 : plugin[5] - '0';
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3, \"weight_decay\": 0.01}},"
-             " \"zero_optimization\": {\"stage\": %d%s}}",
-             stage, !strcmp(plugin, "offload") ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "");
+             " \"zero_optimization\": {\"stage\": %d%s%s%s}}",
+             stage, !strcmp(plugin, "offload") || off3 ? oo : "",
+             off3p ? ", \"offload_param\": {\"device\": \"cpu\"}" : "", zo_extra);
+    if (off3) plugin = "stage3";
     MPI_Barrier(MPI_COMM_WORLD);
     reset_hwm();
     const long rss0 = proc_status_kb("VmRSS");
@@ -95,7 +113,7 @@ int main(int argc, char **argv) {
     char err[512] = "";
     zero_status s = th_engine_create(json, plugin, 0, NULL, NULL, &e, err, sizeof err);
     if (s != ZERO_OK) return die("engine", s, err);
-    zero_param *h[2 * NL];
+    zero_param *h[2 * MAX_NL];
     for (int i = 0; i < 2 * NL; i++) {
         char name[32];
         snprintf(name, sizeof name, i % 2 ? "layer%d.bias" : "layer%d.weight", i / 2);
@@ -108,7 +126,9 @@ int main(int argc, char **argv) {
     }
     if ((s = zero_params_done(e)) != ZERO_OK) return die("params_done", s, zero_last_error(e));
 
+    double step_s[64];
     for (int st = 0; st < steps; st++) {
+        const double t0 = MPI_Wtime();
         void *ptr[2];
         for (int l = 0; l < NL; l++) { /* forward */
             if ((s = zero_gather(e, &h[2 * l], 2, ptr)) != ZERO_OK) return die("gather", s, zero_last_error(e));
@@ -131,6 +151,18 @@ int main(int argc, char **argv) {
         memset(&res, 0, sizeof res);
         res.struct_size = sizeof res;
         if ((s = zero_step(e, NULL, &res)) != ZERO_OK) return die("step", s, zero_last_error(e));
+        if (st < 64) step_s[st] = MPI_Wtime() - t0;
+    }
+    double step_ms = 0; /* median of the iterations after the first (insertion sort: a handful) */
+    {
+        int n = steps < 64 ? steps : 64, k0 = n > 1 ? 1 : 0;
+        for (int i = k0 + 1; i < n; i++)
+            for (int j = i; j > k0 && step_s[j] < step_s[j - 1]; j--) {
+                double t = step_s[j];
+                step_s[j] = step_s[j - 1];
+                step_s[j - 1] = t;
+            }
+        if (n > k0) step_ms = 1e3 * step_s[k0 + (n - k0) / 2];
     }
     zero_memory_stats ms = ZERO_MEMORY_STATS_INIT;
     zero_memory_stats_get(e, &ms);
@@ -158,8 +190,8 @@ int main(int argc, char **argv) {
                     (unsigned long long)ms.peak[ZERO_TIER_DEVICE][g]);
     if (rank == 0)
         printf("{\"plugin\": \"%s\", \"world\": %d, \"numel\": %lld, \"dev_peak\": %llu, \"host_peak\": %llu, "
-               "\"other_peak\": %llu, \"rss_growth\": %llu, \"digest\": %.9g}\n",
-               plugin, world, total, m[0], m[1], m[2], m[3], digest);
+               "\"other_peak\": %llu, \"rss_growth\": %llu, \"digest\": %.9g, \"step_ms\": %.3f}\n",
+               argv[1], world, total, m[0], m[1], m[2], m[3], digest, step_ms);
     MPI_Finalize();
     return 0;
 }

@@ -1,6 +1,6 @@
 /* "stage": "auto" on the demo model's tensors: with the budget shrinking
  * from stage0's plan to offload's, auto picks stage0, stage1, stage2,
- * stage3, offload in turn (each budget is exactly that plugin's plan, so
+ * stage3, offload, stage3+offload in turn (each budget is exactly that plugin's plan, so
  * the lower stages no longer fit), says so in one INFO line naming the
  * runner-up, trains within the budget, and a budget one byte below the
  * smallest plan fails at zero_params_done naming that plan and plugin.
@@ -15,7 +15,10 @@
 #include "zero.h"
 
 static const uint64_t numel[7] = {256 * 24, 8 * 24 * 256, 256, 256 * 256, 256, 256 * 256, 256};
-static const char *order[5] = {"stage0", "stage1", "stage2", "stage3", "offload"};
+/* (issue 20: then stage3 with offload_optimizer and offload_param, plugin stage3) */
+#define NC 6
+static const char *order[NC] = {"stage0", "stage1", "stage2", "stage3", "offload", "stage3+offload"};
+static const char *plugin_of(int c) { return c == NC - 1 ? "stage3" : order[c]; }
 
 /* the demo's configs in one: stage3's pool knobs and the offload device
  * only matter to those plugins */
@@ -109,11 +112,17 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     char cfg[1024], err[2048], picked[64];
     config(cfg, sizeof cfg, 1);
-    uint64_t plan[5];
-    for (int c = 0; c < 5; c++) {
+    uint64_t plan[NC];
+    char cfg_off[1200]; /* stage3+offload: the same config at stage 3 with both offloads on the CPU */
+    {
+        const char *at = strstr(cfg, "\"stage\": \"auto\"");
+        snprintf(cfg_off, sizeof cfg_off, "%.*s\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, "
+                 "\"offload_param\": {\"device\": \"cpu\"}%s", (int)(at - cfg), cfg, at + strlen("\"stage\": \"auto\""));
+    }
+    for (int c = 0; c < NC; c++) {
         zero_plan_request rq = ZERO_PLAN_REQUEST_INIT;
-        rq.config_json = cfg;
-        rq.plugin = order[c];
+        rq.config_json = c == NC - 1 ? cfg_off : cfg;
+        rq.plugin = plugin_of(c);
         rq.world_size = (uint32_t)world;
         rq.nparams = 7;
         rq.numels = numel;
@@ -146,32 +155,32 @@ int main(int argc, char **argv) {
               (unsigned long long)def[0], (unsigned long long)plan[0]);
     }
     /* the premise of the test: each plugin in the order plans less device memory than the one before */
-    for (int c = 1; c < 5; c++)
+    for (int c = 1; c < NC; c++)
         CHECK(plan[c] < plan[c - 1], "%s (%llu) < %s (%llu)", order[c], (unsigned long long)plan[c], order[c - 1],
               (unsigned long long)plan[c - 1]);
-    for (int c = 0; c < 5; c++) {
+    for (int c = 0; c < NC; c++) {
         uint64_t peak = 0;
         zero_status s = run(plan[c], picked, sizeof picked, &peak, err, sizeof err);
         CHECK(s == ZERO_OK, "budget %llu: %s", (unsigned long long)plan[c], err);
-        CHECK(strcmp(picked, order[c]) == 0, "budget %llu: picked %s, expected %s", (unsigned long long)plan[c],
-              picked, order[c]);
+        CHECK(strcmp(picked, plugin_of(c)) == 0, "budget %llu: picked %s, expected %s", (unsigned long long)plan[c],
+              picked, plugin_of(c));
         CHECK(peak <= plan[c], "%s: device peak %llu over the budget %llu", picked, (unsigned long long)peak,
               (unsigned long long)plan[c]);
         char want[64];
         snprintf(want, sizeof want, "stage auto: %s,", order[c]);
         CHECK(strstr(info, want) != NULL, "\"%s\" lacks \"%s\"", info, want);
         CHECK(strstr(info, "runner-up ") != NULL, "\"%s\" lacks \"%s\"", info, "runner-up ");
-        if (c + 1 < 5) CHECK(strstr(info, order[c + 1]) != NULL, "\"%s\" lacks \"%s\"", info, order[c + 1]); /* the next one fits too: it is the runner-up */
+        if (c + 1 < NC) CHECK(strstr(info, order[c + 1]) != NULL, "\"%s\" lacks \"%s\"", info, order[c + 1]); /* the next one fits too: it is the runner-up */
         if (rank == 0) printf("budget %9llu: %s\n", (unsigned long long)plan[c], info);
     }
     uint64_t peak = 0;
-    zero_status s = run(plan[4] - 1, picked, sizeof picked, &peak, err, sizeof err);
+    zero_status s = run(plan[NC - 1] - 1, picked, sizeof picked, &peak, err, sizeof err);
     CHECK(s == ZERO_ERR_OUT_OF_MEMORY, "budget below every plan: status %d (%s)", (int)s, err);
     char want[128];
-    snprintf(want, sizeof want, "the smallest budget that fits is %llu bytes", (unsigned long long)plan[4]);
+    snprintf(want, sizeof want, "the smallest budget that fits is %llu bytes", (unsigned long long)plan[NC - 1]);
     CHECK(strstr(err, want) != NULL, "\"%s\" lacks \"%s\"", err, want);
-    CHECK(strstr(err, "with offload") != NULL, "\"%s\" lacks \"%s\"", err, "with offload");
-    if (rank == 0) printf("budget %9llu: %s\n", (unsigned long long)(plan[4] - 1), err);
+    CHECK(strstr(err, "with stage3+offload") != NULL, "\"%s\" lacks \"%s\"", err, "with stage3+offload");
+    if (rank == 0) printf("budget %9llu: %s\n", (unsigned long long)(plan[NC - 1] - 1), err);
     int rc = check_finish(), any = 0;
     MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Finalize();

@@ -24,6 +24,8 @@
  * 256-256, vocab 256), registration order; `scale` multiplies each. */
 static const uint64_t demo_numel[7] = {256 * 24, 8 * 24 * 256, 256, 256 * 256, 256, 256 * 256, 256};
 
+static char nvme_dir[256] = "/tmp";
+
 static const char *config_for(const char *plugin, uint64_t scale) {
     /* the demo's configs (examples/configs); stage3's pool settings scale
      * with the model, as a user would scale them */
@@ -34,8 +36,17 @@ static const char *config_for(const char *plugin, uint64_t scale) {
              "\"stage3_param_persistence_threshold\": %llu, \"stage3_prefetch_bucket_size\": %llu, "
              "\"stage3_max_live_parameters\": %llu",
              50000ull * scale, 1000ull * scale, 70000ull * scale, 150000ull * scale);
+    static char s3off[1024];
     if (!strcmp(plugin, "stage3"))
         zo = s3;
+    else if (!strncmp(plugin, "stage3-", 7)) { /* issue 20: stage 3 with offload (tiles of 30000 elements) */
+        snprintf(s3off, sizeof s3off, "%s, \"sub_group_size\": 30000, \"offload_optimizer\": %s%s", s3,
+                 !strcmp(plugin, "stage3-nvme") ? "{\"device\": \"nvme\", \"nvme_path\": \"" : "{\"device\": \"cpu\"}",
+                 !strcmp(plugin, "stage3-nvme") ? nvme_dir : "");
+        if (!strcmp(plugin, "stage3-nvme")) strcat(s3off, "\"}");
+        if (strcmp(plugin, "stage3-offload")) strcat(s3off, ", \"offload_param\": {\"device\": \"cpu\"}");
+        zo = s3off;
+    }
     else if (!strcmp(plugin, "offload")) /* no overlap: finished buckets are reaped by timing otherwise */
         zo = "\"stage\": 2, \"reduce_bucket_size\": 50000, \"overlap_comm\": false, \"contiguous_gradients\": true, "
              "\"offload_optimizer\": {\"device\": \"cpu\"}";
@@ -56,7 +67,8 @@ static int run_one(const char *plugin, uint64_t scale, int rank, int world) {
 
     zero_plan_request rq = ZERO_PLAN_REQUEST_INIT;
     rq.config_json = cfg;
-    rq.plugin = plugin;
+    const char *real = !strncmp(plugin, "stage3-", 7) ? "stage3" : plugin; /* the offload variants */
+    rq.plugin = real;
     rq.world_size = (uint32_t)world;
     rq.nparams = 7;
     rq.numels = numel;
@@ -69,7 +81,7 @@ static int run_one(const char *plugin, uint64_t scale, int rank, int world) {
     MPI_Comm comm = MPI_COMM_WORLD;
     zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
     o.config_json = cfg;
-    o.plugin = plugin;
+    o.plugin = real;
     o.comm_kind = ZERO_COMM_MPI;
     o.comm = &comm;
     zero_engine *e = NULL;
@@ -142,7 +154,10 @@ int main(int argc, char **argv) {
     int rank, world;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    static const char *plugins[] = {"stage0", "stage1", "stage2", "stage3", "offload", "stage1-pp"};
+    static const char *plugins[] = {"stage0",         "stage1", "stage2", "stage3", "offload", "stage1-pp",
+                                    "stage3-offload", "stage3-offload-param", "stage3-nvme"};
+    const char *tmp = getenv("TMPDIR");
+    snprintf(nvme_dir, sizeof nvme_dir, "%s", tmp && *tmp ? tmp : "/tmp");
     const uint64_t scales[] = {1, 100};
     for (size_t si = 0; si < 2; si++)
         for (size_t pi = 0; pi < sizeof plugins / sizeof *plugins; pi++) run_one(plugins[pi], scales[si], rank, world);

@@ -39,7 +39,8 @@ typedef struct opts {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: zero-estimate MODEL [--ranks 1,4,16,64,256,1024] [--plugins stage0,stage1,stage2,stage3,offload]\n"
+            "usage: zero-estimate MODEL [--ranks 1,4,16,64,256,1024]\n"
+            "                     [--plugins stage0,stage1,stage2,stage3,offload,stage3+offload]\n"
             "                     [--config ds_config.json] [--dtype fp16|bf16|fp32] [--grad-dtype model|fp32]\n"
             "                     [--k 12] [--budget 32GB [--mp 1,2,4]] [--unit GB|MB|kB|GiB|MiB|KiB] [--json]\n"
             "MODEL: --params 7.5e9 | --params 7.5B | --gpt LAYERS,HIDDEN,VOCAB,SEQ |\n"
@@ -89,12 +90,30 @@ static char *build_config(const opts *o, char *err, size_t len) {
     return s;
 }
 
+/* "stage3+offload" (issue 20): plugin stage3 with the config at stage 3 and
+ * offload_optimizer / offload_param on the CPU; NULL for any other name (the
+ * config as given).  Returns a string to free. */
+static char *offload3_config(const char *cfg, const char *plugin) {
+    if (strcmp(plugin, "stage3+offload") != 0) return NULL;
+    json_t *root = json_loads(cfg, 0, NULL);
+    if (!root) return NULL;
+    json_t *zo = json_object_get(root, "zero_optimization");
+    if (!json_is_object(zo)) json_object_set_new(root, "zero_optimization", zo = json_object());
+    json_object_set_new(zo, "stage", json_integer(3));
+    json_object_set_new(zo, "offload_optimizer", json_pack("{s:s}", "device", "cpu"));
+    json_object_set_new(zo, "offload_param", json_pack("{s:s}", "device", "cpu"));
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return s;
+}
+
 /* zero_plan for `plugin` on the model (or a bare count) over n ranks. */
 static zero_status plan(const char *cfg, const char *plugin, uint64_t n, const est_model *m, uint64_t bare,
                         zero_memory_plan *out, char *err, size_t len) {
     zero_plan_request rq = ZERO_PLAN_REQUEST_INIT;
-    rq.config_json = cfg;
-    rq.plugin = plugin;
+    char *cfg3 = offload3_config(cfg, plugin);
+    rq.config_json = cfg3 ? cfg3 : cfg;
+    rq.plugin = cfg3 ? "stage3" : plugin;
     rq.world_size = (uint32_t)n;
     if (bare) {
         rq.total_params = bare;
@@ -105,7 +124,9 @@ static zero_status plan(const char *cfg, const char *plugin, uint64_t n, const e
         rq.total_params = m->total;
     }
     *out = (zero_memory_plan)ZERO_MEMORY_PLAN_INIT;
-    return zero_plan(&rq, out, err, len);
+    zero_status st = zero_plan(&rq, out, err, len);
+    free(cfg3);
+    return st;
 }
 
 /* Which stage the paper's formula uses for a plugin (-1: not in the paper). */
@@ -207,9 +228,9 @@ int main(int argc, char **argv) {
         o.nranks = 6;
     }
     if (!o.nplugins) {
-        static const char *d[] = {"stage0", "stage1", "stage2", "stage3", "offload"};
+        static const char *d[] = {"stage0", "stage1", "stage2", "stage3", "offload", "stage3+offload"};
         memcpy(o.plugins, d, sizeof d);
-        o.nplugins = 5;
+        o.nplugins = 6;
     }
     if (!o.nmp) o.mp[o.nmp++] = 1;
     char *cfg = build_config(&o, err, sizeof err);

@@ -1,0 +1,128 @@
+/* The NVMe tile file of stage3 with offload_optimizer.device "nvme"
+ * (ZeRO-Infinity): the fp32 master and optimizer states of this rank's
+ * partition, tile by tile (tile k's array a at offset (k * narr + a) *
+ * tile_bytes), in one unlinked temporary file under nvme_path (nothing is
+ * left behind, even after a crash).
+ *
+ * I/O: POSIX AIO (glibc's aio_read/aio_write: every array of a tile in
+ * flight at once; no extra Debian package), with O_DIRECT and
+ * ZERO__S3_NVME_ALIGN-aligned buffers, offsets and sizes so that the tiles
+ * bypass the page cache as DeepSpeed's libaio swapper does.  File systems
+ * that refuse O_DIRECT (tmpfs, some overlay mounts) get buffered I/O and one
+ * warning.  liburing would save the AIO helper threads; it is not a
+ * dependency of libzero yet. */
+
+#include <aio.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "stage3_offload.h"
+
+struct zero__s3_nvme {
+    int fd;
+    int direct;
+    uint32_t narr;
+    size_t tile_bytes;
+    char err[200];
+};
+
+zero__s3_nvme *zero__s3_nvme_open(zero__s3 *s, const char *dir, uint64_t ntiles, uint32_t narr, size_t tile_bytes) {
+    const zero_services_v1 *svc = s->svc;
+    zero__s3_nvme *f = calloc(1, sizeof *f);
+    if (!f) {
+        svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");
+        return NULL;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/libzero-stage3-rank%d-XXXXXX", dir, s->rank);
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        svc->error(s->c, ZERO_ERR_IO, "stage3: offload nvme_path '%s': cannot create the tile file: %s", dir,
+                   strerror(errno));
+        free(f);
+        return NULL;
+    }
+    /* O_DIRECT on the open file; EINVAL where the file system refuses it */
+    int flags = fcntl(fd, F_GETFL);
+    f->direct = flags >= 0 && fcntl(fd, F_SETFL, flags | O_DIRECT) == 0;
+    if (f->direct) { /* some file systems accept the flag and refuse the I/O: probe one aligned block */
+        void *probe = NULL;
+        if (posix_memalign(&probe, ZERO__S3_NVME_ALIGN, ZERO__S3_NVME_ALIGN) == 0) {
+            memset(probe, 0, ZERO__S3_NVME_ALIGN);
+            if (pwrite(fd, probe, ZERO__S3_NVME_ALIGN, 0) != (ssize_t)ZERO__S3_NVME_ALIGN) {
+                f->direct = 0;
+                fcntl(fd, F_SETFL, flags);
+            }
+            free(probe);
+        }
+    }
+    if (!f->direct)
+        svc->log(s->c, ZERO_LOG_WARN,
+                 "stage3: nvme_path '%s' refuses O_DIRECT (%s; tmpfs does): the NVMe tiles go through the page "
+                 "cache",
+                 dir, strerror(errno));
+    unlink(path); /* the file lives as long as the descriptor */
+    const off_t size = (off_t)(ntiles * narr * tile_bytes);
+    if (ftruncate(fd, size) != 0) {
+        svc->error(s->c, ZERO_ERR_IO, "stage3: offload nvme_path '%s': cannot size the tile file to %lld bytes: %s",
+                   dir, (long long)size, strerror(errno));
+        close(fd);
+        free(f);
+        return NULL;
+    }
+    f->fd = fd;
+    f->narr = narr;
+    f->tile_bytes = tile_bytes;
+    return f;
+}
+
+int zero__s3_nvme_io(zero__s3_nvme *f, uint64_t k, void *const *bufs, int write) {
+    struct aiocb cb[8];
+    const struct aiocb *list[8];
+    uint32_t n = f->narr < 8 ? f->narr : 8;
+    memset(cb, 0, sizeof cb);
+    for (uint32_t a = 0; a < n; a++) {
+        cb[a].aio_fildes = f->fd;
+        cb[a].aio_offset = (off_t)((k * f->narr + a) * f->tile_bytes);
+        cb[a].aio_buf = bufs[a];
+        cb[a].aio_nbytes = f->tile_bytes;
+        int r = write ? aio_write(&cb[a]) : aio_read(&cb[a]);
+        if (r != 0) {
+            snprintf(f->err, sizeof f->err, "%s of tile %llu: %s", write ? "aio_write" : "aio_read",
+                     (unsigned long long)k, strerror(errno));
+            for (uint32_t b = 0; b < a; b++) { /* let the issued ones finish: their buffers are ours */
+                list[0] = &cb[b];
+                while (aio_error(&cb[b]) == EINPROGRESS) aio_suspend(list, 1, NULL);
+                aio_return(&cb[b]);
+            }
+            return -1;
+        }
+        list[a] = &cb[a];
+    }
+    int rc = 0;
+    for (uint32_t a = 0; a < n; a++) {
+        int e;
+        while ((e = aio_error(&cb[a])) == EINPROGRESS) aio_suspend(list, (int)n, NULL);
+        ssize_t got = aio_return(&cb[a]);
+        if (e != 0 || got != (ssize_t)f->tile_bytes) {
+            if (!rc)
+                snprintf(f->err, sizeof f->err, "%s of tile %llu, array %u: %s", write ? "write" : "read",
+                         (unsigned long long)k, a, e ? strerror(e) : "short transfer");
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+const char *zero__s3_nvme_error(const zero__s3_nvme *f) { return f ? f->err : ""; }
+int zero__s3_nvme_direct(const zero__s3_nvme *f) { return f && f->direct; }
+
+void zero__s3_nvme_close(zero__s3_nvme *f) {
+    if (!f) return;
+    close(f->fd);
+    free(f);
+}

@@ -1,0 +1,82 @@
+/* The offload pipeline's second thread: runs one job at a time (the copies
+ * and NVMe I/O of the tiles around the one the CPU optimizer steps).  A
+ * plain mutex/condvar handshake; no queue, because the step alternates
+ * run/wait strictly. */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "stage3_offload.h"
+
+struct zero__s3_worker {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    void (*fn)(void *);
+    void *arg;
+    int busy, quit;
+};
+
+static void *loop(void *p) {
+    zero__s3_worker *w = p;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->busy && !w->quit) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->quit && !w->busy) break;
+        void (*fn)(void *) = w->fn;
+        void *arg = w->arg;
+        pthread_mutex_unlock(&w->mu);
+        fn(arg);
+        pthread_mutex_lock(&w->mu);
+        w->busy = 0;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+zero__s3_worker *zero__s3_worker_start(void) {
+    zero__s3_worker *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (pthread_create(&w->th, NULL, loop, w) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+void zero__s3_worker_run(zero__s3_worker *w, void (*fn)(void *), void *arg) {
+    if (!w) {
+        fn(arg);
+        return;
+    }
+    pthread_mutex_lock(&w->mu);
+    w->fn = fn;
+    w->arg = arg;
+    w->busy = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void zero__s3_worker_wait(zero__s3_worker *w) {
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    while (w->busy) pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void zero__s3_worker_stop(zero__s3_worker *w) {
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    while (w->busy) pthread_cond_wait(&w->cv, &w->mu);
+    w->quit = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->th, NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+}
