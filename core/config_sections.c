@@ -28,6 +28,7 @@ static const zero__cfg_key top_keys[] = {
     {"scheduler", ZERO__KEY_USED, NULL, NULL},
     {"zero_optimization", ZERO__KEY_USED, NULL, NULL},
     {"pipeline", ZERO__KEY_USED, NULL, NULL},
+    {"comm_timeout", ZERO__KEY_USED, NULL, NULL}, /* libzero: wait limit, read by api.c (docs/reliability.md) */
     /* DeepSpeed features outside ZeRO that libzero does not implement. */
     {"sparse_attention", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
     {"compression_training", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
@@ -89,6 +90,10 @@ int zero__cfg_parse_top(zero__cfg_ctx *ctx, const json_t *root, int world, zero_
         zero__cfg_num(ctx, root, "", "gradient_predivide_factor", 0.0, 1, HUGE_VAL, "a number > 0",
                       &rc->gradient_predivide_factor) < 0 ||
         zero__cfg_bool(ctx, root, "", "wall_clock_breakdown", &rc->wall_clock_breakdown) < 0)
+        return -1;
+    double comm_timeout = 0; /* checked here, read by the engine (zero__config_double) */
+    if (zero__cfg_num(ctx, root, "", "comm_timeout", 0.0, 0, HUGE_VAL, "a number of seconds >= 0 (0 = no limit)",
+                      &comm_timeout) < 0)
         return -1;
     r = zero__cfg_int(ctx, root, "", "steps_per_print", 1, INT32_MAX, "a positive integer", &spp);
     if (r < 0) return -1;

@@ -142,6 +142,10 @@ zero_status zero__comm_test(zero_comm_req *req, int *done) {
     if (!req || !req->comm || !done) return ZERO_ERR_INVALID_ARGUMENT;
     return req->comm->ops->test(req, done);
 }
+void zero__comm_set_timeout(zero_comm *m, double seconds) {
+    if (m && m->ops->set_timeout) m->ops->set_timeout(m, seconds);
+}
+
 zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each) {
     if (!m || ((!send || !recv) && bytes_each)) return ZERO_ERR_INVALID_ARGUMENT;
     return m->ops->allgather_bytes(m, send, recv, bytes_each);

@@ -44,6 +44,10 @@ typedef struct zero__comm_ops {
      * the same counts sums it, so an all-reduce and a reduce-scatter over the
      * same layout agree bitwise.  NULL = the backend's iallreduce. */
     zero_status (*iallreducev)(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req);
+    /* appended (issue 17): the no-progress limit of every blocking wait on
+     * m and the communicators that share its backend (comm_wait.h), seconds,
+     * 0 = none.  NULL = the backend has no blocking waits (self). */
+    void (*set_timeout)(zero_comm *m, double seconds);
 } zero__comm_ops;
 
 /* Common header of every communicator; backends embed it first. */
@@ -96,6 +100,11 @@ zero_status zero__iallreducev(zero_comm *m, void *buf, const size_t *counts, zer
 zero_status zero__comm_wait(zero_comm_req *req);
 zero_status zero__comm_test(zero_comm_req *req, int *done);
 zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each);
+/* Set the wait limit (comm_wait.h) of m's backend; thread-safe, takes effect
+ * for waits that start afterwards.  Backends start with the limit from the
+ * environment (zero__comm_timeout_resolve without config); the engine sets
+ * the config's once it is parsed. */
+void zero__comm_set_timeout(zero_comm *m, double seconds);
 #endif
 
 /* ---- appended by the comm backend (additive) ---------------------------- */
