@@ -311,9 +311,8 @@ def case_nan(a, name, dtype, kind):
     """A NaN or Inf in one rank's gradient: the non-finite check is agreed in
     the same all-reduce as the global norm, so EVERY rank reports an
     overflow and skips the step (zero_step returns ZERO_OK with
-    result.overflow = 1, taken = 0, grad_norm = -1), for fp32 and bf16 too
-   ; the next clean
-    step is taken again.  fp16: the loss scaler counts it (hysteresis 2:
+    result.overflow = 1, taken = 0, grad_norm = -1), for fp32 and bf16 too;
+    the next clean step is taken again.  fp16: the loss scaler counts it (hysteresis 2:
     the scale halves on the second overflow in a row, DeepSpeed's rule)."""
     np = 3
     job = Job(a, np, ["--plugin", "stage2", "--steps", "3", "--dtype", dtype, "--nan-rank", "1", "--nan-step", "1",
