@@ -5,9 +5,11 @@
  * CPU (issue 18, "waiting costs no core"): a waiter first spins with
  * sched_yield() for ZERO_COMM_SPIN_US (default 2000 us: a peer that is about
  * to arrive costs no sleep, and a yield hands the core to any rank sharing
- * it), then sleeps between polls with an interval that doubles from 20 us up
- * to 1 ms.  A rank whose peer is stalled therefore polls ~1000 times a
- * second instead of spinning a core.  Any progress resets the back-off.
+ * it), then sleeps 20 us between polls for 10 ms more (a peer that is a few
+ * milliseconds behind is answered as fast as before), then doubles the
+ * interval up to 1 ms.  A rank whose peer is stalled therefore polls ~1000
+ * times a second instead of spinning a core.  Any progress resets the
+ * back-off.
  *
  * Time (issue 17, ZERO_COMM_TIMEOUT): a wait gives up when nothing it can
  * observe has moved for the limit (0 = wait forever).  Progress, not the
@@ -27,6 +29,8 @@
 #define ZERO_COMM_TIMEOUT_DEFAULT_S 1800.0
 /* Longest sleep between two polls of a waiting thread. */
 #define ZERO_COMM_WAIT_MAX_SLEEP_US 1000u
+/* How long after the spin phase the sleeps stay at their shortest. */
+#define ZERO_COMM_WAIT_SHORT_US 10000u
 
 typedef struct zero__waiter {
     double start;      /* when the wait began */
