@@ -115,6 +115,7 @@ struct zm_op {
     int nreqs;
     int *icounts, *idispl; /* MPI_Iallgatherv arguments, alive until completion */
     int *req_peer;         /* direct allgather: the peer of each reqs[i] (for timeout texts) */
+    int *req_idx;          /* direct allgather: MPI_Testsome's index array (nreqs) */
     /* ring */
     zm_ring ring;
     void *scratch;

@@ -204,7 +204,8 @@ static void direct_post(zm_op *op) {
         }
     op->reqs = calloc(nreq ? nreq : 1, sizeof(MPI_Request));
     op->req_peer = calloc(nreq ? nreq : 1, sizeof(int));
-    if (!op->reqs || !op->req_peer) {
+    op->req_idx = calloc(nreq ? nreq : 1, sizeof(int));
+    if (!op->reqs || !op->req_peer || !op->req_idx) {
         op->status = ZERO_ERR_OUT_OF_MEMORY;
         snprintf(op->err, sizeof op->err, "comm: out of memory posting an allgather");
         op->done = 1;
@@ -242,6 +243,9 @@ static void direct_post(zm_op *op) {
 
 static int native_advance(zm_op *op);
 
+/* MPI_Testsome rather than MPI_Testall: every piece that lands counts as
+ * progress, so a long all-gather that keeps moving is never mistaken for a
+ * stalled one by the wait's no-progress limit (comm_wait.h). */
 static int direct_advance(zm_op *op) {
     int moved = 0;
     if (!op->reqs) {
@@ -250,7 +254,14 @@ static int direct_advance(zm_op *op) {
         if (op->done) return 1;
         moved = 1;
     }
-    return native_advance(op) | moved;
+    int outcount = 0;
+    int rc = MPI_Testsome(op->nreqs, op->reqs, &outcount, op->req_idx, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return fail(op, rc, "allgather MPI_Testsome"), 1;
+    if (outcount == MPI_UNDEFINED || op->nreqs == 0) { /* every request completed (now MPI_REQUEST_NULL) */
+        op->done = 1;
+        return 1;
+    }
+    return moved | (outcount > 0);
 }
 
 static int ring_advance(zm_op *op) {
@@ -340,6 +351,7 @@ void zero__zm_op_free_locked(zm_engine *pe, zm_op *op) {
     free(op->ring.counts);
     free(op->reqs);
     free(op->req_peer);
+    free(op->req_idx);
     free(op->icounts);
     free(op);
 }
