@@ -45,11 +45,22 @@ zero_status zero__zm_error_text(int rc, const char *what, char *buf, size_t len)
     return ZERO_ERR_COMM;
 }
 
-static zero_status mpi_fail(zero_comm *m, int rc, const char *what) {
+/* An MPI call failed: the communicator's state is undefined now (no ULFM),
+ * so the world is failed like after a timeout (see finish() in
+ * comm_mpi_progress.c).  `locked`: pe->lock is held by the caller. */
+static zero_status mpi_fail_l(zero_comm *m, int rc, const char *what, int locked) {
     char text[MPI_MAX_ERROR_STRING + 64];
     zero_status st = zero__zm_error_text(rc, what, text, sizeof text);
+    if (m) {
+        zm_engine *pe = ZM(m)->pe;
+        if (!locked) pthread_mutex_lock(&pe->lock);
+        zero__zm_fail_locked(pe, st, text);
+        if (!locked) pthread_mutex_unlock(&pe->lock);
+    }
     return zero__error(m ? m->engine : NULL, st, "%s", text);
 }
+
+static zero_status mpi_fail(zero_comm *m, int rc, const char *what) { return mpi_fail_l(m, rc, what, 0); }
 
 MPI_Datatype zero__zm_datatype(zero_dtype dt, int for_sum) {
     switch (dt) {
@@ -112,7 +123,7 @@ static zero_status block_on(zm_comm *c, MPI_Request *rq, const char *what, size_
     zero__waiter_start(&w, limit);
     for (;;) {
         int flag = 0, rc = MPI_Test(rq, &flag, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return mpi_fail(&c->base, rc, what);
+        if (rc != MPI_SUCCESS) return mpi_fail_l(&c->base, rc, what, !thread);
         if (flag) return ZERO_OK;
         if (atomic_load(&pe->failed)) break;
         if (!thread && zero__zm_advance_all_locked(pe)) {

@@ -12,6 +12,9 @@ Per repetition and per library (baseline, current; alternating):
         the median step wall time (mean over ranks).
   overlap (with --overlap) bench/overlap's "backward+zero_step" with
         overlap_comm on, per plugin.
+  demo  (with --demo) the demo (examples/demo/zero-demo, 4 ranks,
+        --demo-steps steps of stage2 and stage3) under /usr/bin/time: wall
+        time of the whole run and CPU seconds per rank.
 Ratios current / baseline are formed per repetition and their median is
 printed, with the medians of the raw figures.
 
@@ -89,6 +92,18 @@ def overlap_case(a, env):
     return got
 
 
+def demo_case(a, env, plugin):
+    exe = os.path.join(a.build, "examples", "demo", "zero-demo")
+    cfg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "configs", plugin + ".json")
+    cmd = MPIRUN + ["-x", "LD_LIBRARY_PATH", "-x", "ZERO_PLUGIN_PATH", "-np", "4", "/usr/bin/time", "-f",
+                    "TIME %U %S %e", exe, "--config", cfg, "--steps", str(a.demo_steps), "--quiet"]
+    txt = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900).stderr
+    rows = [tuple(map(float, m.groups())) for m in re.finditer(r"TIME ([\d.]+) ([\d.]+) ([\d.]+)", txt)]
+    wall = max(r[2] for r in rows)
+    cpu = statistics.mean(r[0] + r[1] for r in rows)
+    return wall, cpu
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
@@ -100,6 +115,8 @@ def main():
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--numel", type=int, default=400000)
     ap.add_argument("--overlap", action="store_true")
+    ap.add_argument("--demo", action="store_true")
+    ap.add_argument("--demo-steps", type=int, default=300)
     a = ap.parse_args()
     a.host = os.path.join(a.build, "tests", "faults", "fault_host")
     libs = {"baseline": env_for(a.baseline, a.baseline),
@@ -113,6 +130,10 @@ def main():
             for lib in order:
                 fig[("slow", p, lib)].append(slow_case(a, libs[lib], p))
                 fig[("step", p, lib)].append(step_case(a, libs[lib], p))
+        if a.demo:
+            for p in ("stage2", "stage3"):
+                for lib in order:
+                    ov.setdefault(("demo", p, lib), []).append(demo_case(a, libs[lib], p))
         if a.overlap:
             for lib in order:
                 for p, v in overlap_case(a, libs[lib]).items():
@@ -129,7 +150,15 @@ def main():
         print("%-7s baseline %.3f current %.3f          baseline %7.3f current %7.3f   cpu %.3f  step %.3f" %
               (p, statistics.median(sb), statistics.median(sc), 1e3 * statistics.median(tb),
                1e3 * statistics.median(tc), rs, rt))
-    for p in sorted({k[0] for k in ov}):
+    for p in ("stage2", "stage3"):
+        b, c = ov.get(("demo", p, "baseline"), []), ov.get(("demo", p, "current"), [])
+        if b and c:
+            print("demo N=4 %s %d steps: wall baseline %.2f s current %.2f s, ratio %.3f; CPU s per rank baseline "
+                  "%.2f current %.2f, ratio %.3f" %
+                  (p, a.demo_steps, statistics.median(x[0] for x in b), statistics.median(x[0] for x in c),
+                   statistics.median(y[0] / x[0] for x, y in zip(b, c)), statistics.median(x[1] for x in b),
+                   statistics.median(x[1] for x in c), statistics.median(y[1] / x[1] for x, y in zip(b, c))))
+    for p in sorted({k[0] for k in ov if len(k) == 2}):
         b, c = ov.get((p, "baseline"), []), ov.get((p, "current"), [])
         if b and c:
             print("bench/overlap N=2 %s overlap on, backward+zero_step: baseline %.1f ms current %.1f ms, ratio %.3f" %
