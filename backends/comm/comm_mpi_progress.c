@@ -14,12 +14,12 @@
  *    (default 100 us); a pass that moved something polls again at once;
  *  - a host thread inside wait() drives progress itself (lowest latency) and
  *    the thread stands back meanwhile, so there is one poller, not two; it
- *    follows comm_wait.h: yields for ~2 ms, then sleeps 20 us doubling to
- *    1 ms, and gives up with ZERO_ERR_TIMEOUT after ZERO_COMM_TIMEOUT
+ *    follows comm_wait.h: yields for ~2 ms, then sleeps 1 % of the silence
+ *    so far (20 us to 1 ms), and gives up with ZERO_ERR_TIMEOUT after ZERO_COMM_TIMEOUT
  *    seconds without progress (issue 17), leaving the world failed;
  *  - the thread's own back-off stops at ZERO_COMM_POLL_US while work moves
- *    (overlap latency), and stretches to 1 ms once nothing has moved for
- *    10 ms (a stalled peer costs no core); it sleeps on the condition
+ *    (overlap latency), and stretches with the silence (1 % of it) up to
+ *    1 ms (a stalled peer costs no core); it sleeps on the condition
  *    variable, so a new operation wakes it at once.
  * Without MPI_THREAD_MULTIPLE there is no thread: operations advance only
  * inside test(), wait() and the blocking collectives (which first complete
@@ -107,10 +107,14 @@ static void *progress_main(void *arg) {
             sched_yield(); /* let an issuing host thread take the lock */
             pthread_mutex_lock(&pe->lock);
         } else {
+            /* the cap grows with the silence (1 % of it, comm_wait.h) from
+             * ZERO_COMM_POLL_US up to 1 ms */
             double now = zero__comm_now();
             if (idle_since == 0) idle_since = now;
-            unsigned cap = now - idle_since > 10e-3 ? ZERO_COMM_WAIT_MAX_SLEEP_US : pe->poll_us;
-            if (cap < pe->poll_us) cap = pe->poll_us;
+            double grown = (now - idle_since) * 1e6 / 100.0;
+            unsigned cap = grown > (double)ZERO_COMM_WAIT_MAX_SLEEP_US ? ZERO_COMM_WAIT_MAX_SLEEP_US
+                           : grown > (double)pe->poll_us              ? (unsigned)grown
+                                                                      : pe->poll_us;
             unsigned us = backoff;
             backoff = backoff * 2 > cap ? cap : backoff * 2;
             nap_locked(pe, us);

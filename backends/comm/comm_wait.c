@@ -40,12 +40,14 @@ int zero__waiter_pause(zero__waiter *w) {
         sched_yield();
         return 0;
     }
-    /* Short sleeps (20 us, the policy this replaced) for the first 10 ms
-     * after the spin: a peer a few milliseconds behind is answered as fast
-     * as before; only a longer silence stretches the interval to 1 ms. */
-    unsigned us = w->sleep_us;
-    if (idle * 1e6 >= (double)w->spin_us + ZERO_COMM_WAIT_SHORT_US)
-        w->sleep_us = us * 2 > ZERO_COMM_WAIT_MAX_SLEEP_US ? ZERO_COMM_WAIT_MAX_SLEEP_US : us * 2;
+    /* Sleep for 1 % of the silence so far, between 20 us and 1 ms: the
+     * back-off never adds more than ~1 % to a wait (a peer a few
+     * milliseconds behind is answered within 20-50 us, as before), while a
+     * peer silent for 100 ms or more is polled only 1000 times a second. */
+    double us_d = (idle * 1e6 - (double)w->spin_us) / 100.0;
+    unsigned us = us_d < (double)w->sleep_us ? w->sleep_us
+                  : us_d > (double)ZERO_COMM_WAIT_MAX_SLEEP_US ? ZERO_COMM_WAIT_MAX_SLEEP_US
+                                                               : (unsigned)us_d;
     struct timespec ts = {0, (long)us * 1000L};
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
     }

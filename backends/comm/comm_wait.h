@@ -5,11 +5,11 @@
  * CPU (issue 18, "waiting costs no core"): a waiter first spins with
  * sched_yield() for ZERO_COMM_SPIN_US (default 2000 us: a peer that is about
  * to arrive costs no sleep, and a yield hands the core to any rank sharing
- * it), then sleeps 20 us between polls for 10 ms more (a peer that is a few
- * milliseconds behind is answered as fast as before), then doubles the
- * interval up to 1 ms.  A rank whose peer is stalled therefore polls ~1000
- * times a second instead of spinning a core.  Any progress resets the
- * back-off.
+ * it), then sleeps between polls for 1 % of the silence so far, at least
+ * 20 us and at most 1 ms: the back-off adds at most ~1 % to any wait (a peer
+ * a few milliseconds behind is answered within 20-50 us, as before), and a
+ * rank whose peer is stalled for 100 ms or more polls ~1000 times a second
+ * instead of spinning a core.  Any progress resets the back-off.
  *
  * Time (issue 17, ZERO_COMM_TIMEOUT): a wait gives up when nothing it can
  * observe has moved for the limit (0 = wait forever).  Progress, not the
@@ -29,14 +29,12 @@
 #define ZERO_COMM_TIMEOUT_DEFAULT_S 1800.0
 /* Longest sleep between two polls of a waiting thread. */
 #define ZERO_COMM_WAIT_MAX_SLEEP_US 1000u
-/* How long after the spin phase the sleeps stay at their shortest. */
-#define ZERO_COMM_WAIT_SHORT_US 10000u
 
 typedef struct zero__waiter {
     double start;      /* when the wait began */
     double last_move;  /* last time something moved (start at first) */
     double limit;      /* seconds without progress before giving up; 0 = none */
-    unsigned sleep_us; /* next sleep once the spin phase is over */
+    unsigned sleep_us; /* shortest sleep once the spin phase is over */
     unsigned spin_us;  /* length of the spin phase */
 } zero__waiter;
 
