@@ -59,7 +59,7 @@ enum {
     ZERO_ERR_STATE = 10,           /* call out of order (e.g. register after params_done) */
     ZERO_ERR_UNSUPPORTED = 11,     /* valid request this build/plugin cannot do */
     ZERO_ERR_IO = 12,              /* checkpoint or config file I/O         */
-    ZERO_ERR_TIMEOUT = 13,         /* a cross-rank agreement timed out      */
+    ZERO_ERR_TIMEOUT = 13,         /* other ranks did not answer within ZERO_COMM_TIMEOUT (a peer stopped or died) */
     ZERO_ERR_LOSS_SCALE = 14,      /* fp16 loss scale hit min_loss_scale    */
     ZERO_ERR_DEVICE = 15,          /* device backend error / no device      */
     ZERO_ERR_INTERNAL = 16,

@@ -7,6 +7,7 @@
 
 #include "device.h"
 #include "engine.h"
+#include "comm_wait.h"
 #include "ckpt/ckpt_engine.h"
 #include "plan_auto.h"
 #include "loss_scaler.h"
@@ -154,6 +155,21 @@ static zero_status bind_plugin(zero_engine *e, const char *plugin) {
     return ZERO_OK;
 }
 
+/* Every blocking wait of the engine's communicators gives up after
+ * ZERO_COMM_TIMEOUT / comm_timeout seconds without progress (issue 17,
+ * backends/comm/comm_wait.h).  Until the config is parsed the backends use
+ * the environment's value or the default. */
+static void set_comm_timeout(zero_engine *e) {
+    double cfg = 0;
+    const char *src = "default";
+    const int set = zero__config_double(e->cfg, "comm_timeout", &cfg) == 1;
+    const double t = zero__comm_timeout_resolve(set, cfg, &src);
+    zero__comm_set_timeout(e->global, t);
+    if (e->world != e->global) zero__comm_set_timeout(e->world, t);
+    if (e->boot) zero__comm_set_timeout(e->boot, t);
+    zero__log(e, ZERO_LOG_DEBUG, "comm timeout %g s (%s)%s", t, src, t > 0 ? "" : ": waits are unbounded");
+}
+
 zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine **out, char *err,
                                size_t err_len) {
     if (out) *out = NULL;
@@ -225,6 +241,7 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     if (s != ZERO_OK) return fail_create(e, zero__error(e, s, "%s", msg), err, err_len);
     e->rc = zero__config_run(e->cfg);
     if ((s = zero__trace_engine_start(e)) != ZERO_OK) return fail_create(e, s, err, err_len);
+    set_comm_timeout(e);
     /* offload_optimizer.pin_memory: host-tier blocks (fp32 master, states,
      * the gradient landing buffer) are pinned so host<->device copies DMA.
      * Unset on a CUDA engine means pinned: pageable memory turns every

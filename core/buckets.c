@@ -411,6 +411,10 @@ static zero_status complete_oldest(zero_buckets *b) {
         s = zero__comm_wait(bk->req);
         b->exposed += now_s() - t0;
         bk->req = NULL;
+        if (s == ZERO_ERR_TIMEOUT) /* say which gradients were waited for */
+            zero__error_context(b->e, s, "bucket engine: bucket %u of %u (flat elements %llu..%llu, %s) not reduced",
+                                k, b->nb, (unsigned long long)bk->lo, (unsigned long long)bk->hi,
+                                b->spec.mode == ZERO_BUCKETS_ALLREDUCE ? "all-reduce" : "reduce-scatter");
     }
     if (s == ZERO_OK && bk->slot >= 0 && (bk->own_n > 0 || b->spec.mode == ZERO_BUCKETS_ALLREDUCE)) {
         /* the reduced block sits in place in the slot's fp32 array at its send offset */
@@ -789,6 +793,9 @@ static zero_status gather_rounded_blocks(zero_buckets *b) {
     }
     for (uint32_t i = 0; i < issued; i++) { /* every issued request is waited, even after an error */
         zero_status w = zero__comm_wait(rq[i]);
+        if (s == ZERO_OK && w == ZERO_ERR_TIMEOUT)
+            zero__error_context(b->e, w, "bucket engine: all-gather of rounded 16-bit blocks (bucket %u of %u)", i,
+                                b->nb);
         if (s == ZERO_OK) s = w;
     }
     free(rq);

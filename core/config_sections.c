@@ -30,6 +30,7 @@ static const zero__cfg_key top_keys[] = {
     {"pipeline", ZERO__KEY_USED, NULL, NULL},
     {"moe", ZERO__KEY_USED, NULL, NULL}, /* (1.3) max_group_size; experts themselves come from zero_set_group */
     {"trace", ZERO__KEY_USED, NULL, NULL}, /* libzero: timeline trace (core/trace_engine.c, docs/trace.md) */
+    {"comm_timeout", ZERO__KEY_USED, NULL, NULL}, /* libzero: wait limit, read by api.c (docs/reliability.md) */
     /* DeepSpeed features outside ZeRO that libzero does not implement. */
     {"sparse_attention", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
     {"compression_training", ZERO__KEY_IGNORED, NULL, NOT_IMPL},
@@ -91,6 +92,10 @@ int zero__cfg_parse_top(zero__cfg_ctx *ctx, const json_t *root, int world, zero_
         zero__cfg_num(ctx, root, "", "gradient_predivide_factor", 0.0, 1, HUGE_VAL, "a number > 0",
                       &rc->gradient_predivide_factor) < 0 ||
         zero__cfg_bool(ctx, root, "", "wall_clock_breakdown", &rc->wall_clock_breakdown) < 0)
+        return -1;
+    double comm_timeout = 0; /* checked here, read by the engine (zero__config_double) */
+    if (zero__cfg_num(ctx, root, "", "comm_timeout", 0.0, 0, HUGE_VAL, "a number of seconds >= 0 (0 = no limit)",
+                      &comm_timeout) < 0)
         return -1;
     r = zero__cfg_int(ctx, root, "", "steps_per_print", 1, INT32_MAX, "a positive integer", &spp);
     if (r < 0) return -1;

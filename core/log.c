@@ -133,3 +133,22 @@ zero_status zero__error(struct zero_engine *e, zero_status s, const char *fmt, .
     va_end(ap);
     return s;
 }
+
+zero_status zero__error_context(struct zero_engine *e, zero_status s, const char *fmt, ...) {
+    if (!e) return s;
+    char ctx[512], prev[sizeof e->last_error];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&e->err_lock);
+    snprintf(prev, sizeof prev, "%s", e->last_error);
+    pthread_mutex_unlock(&e->err_lock);
+    /* skip "rank R: " or "rank R (pipeline stage ...): " */
+    const char *body = prev;
+    if (strncmp(prev, "rank ", 5) == 0) {
+        const char *colon = strstr(prev, ": ");
+        if (colon) body = colon + 2;
+    }
+    return zero__error(e, s, "%s: %s", ctx, body);
+}

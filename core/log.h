@@ -22,4 +22,9 @@ void zero__vlog(const struct zero_engine *e, zero_log_level lvl, const char *fmt
 zero_status zero__error(struct zero_engine *e, zero_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 zero_status zero__verror(struct zero_engine *e, zero_status s, const char *fmt, va_list ap);
+/* Put context in front of e's current last error: "rank R: <ctx>: <the
+ * previous message without its rank prefix>" (e.g. which bucket a timed-out
+ * wait belonged to).  Returns s; e may be NULL (then nothing happens). */
+zero_status zero__error_context(struct zero_engine *e, zero_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 #endif

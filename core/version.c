@@ -22,7 +22,7 @@ ZERO_API const char *zero_status_string(zero_status s) {
     case ZERO_ERR_STATE: return "ZERO_ERR_STATE: call out of order";
     case ZERO_ERR_UNSUPPORTED: return "ZERO_ERR_UNSUPPORTED: not supported by this build or plugin";
     case ZERO_ERR_IO: return "ZERO_ERR_IO: file I/O failed";
-    case ZERO_ERR_TIMEOUT: return "ZERO_ERR_TIMEOUT: cross-rank agreement timed out";
+    case ZERO_ERR_TIMEOUT: return "ZERO_ERR_TIMEOUT: other ranks did not answer within the comm timeout";
     case ZERO_ERR_LOSS_SCALE: return "ZERO_ERR_LOSS_SCALE: loss scale reached min_loss_scale";
     case ZERO_ERR_DEVICE: return "ZERO_ERR_DEVICE: device error";
     case ZERO_ERR_INTERNAL: return "ZERO_ERR_INTERNAL: internal error";

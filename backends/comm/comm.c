@@ -176,6 +176,10 @@ zero_status zero__comm_test(zero_comm_req *req, int *done) {
     if (*done && !tr.backend_emits) zero__trace_op_finished(&tr);
     return s;
 }
+void zero__comm_set_timeout(zero_comm *m, double seconds) {
+    if (m && m->ops->set_timeout) m->ops->set_timeout(m, seconds);
+}
+
 zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each) {
     if (!m || ((!send || !recv) && bytes_each)) return ZERO_ERR_INVALID_ARGUMENT;
     ZERO_TRACE_SCOPE("allgather_bytes", "comm", "bytes", (double)bytes_each * m->size, NULL, 0);

@@ -56,6 +56,10 @@ typedef struct zero__comm_ops {
      * (one node), ordered by their rank in m (MPI_Comm_split_type
      * MPI_COMM_TYPE_SHARED).  NULL: see zero__comm_split_node. */
     zero_status (*split_node)(zero_comm *m, zero_comm **out);
+    /* appended (issue 17): the no-progress limit of every blocking wait on
+     * m and the communicators that share its backend (comm_wait.h), seconds,
+     * 0 = none.  NULL = the backend has no blocking waits (self). */
+    void (*set_timeout)(zero_comm *m, double seconds);
 } zero__comm_ops;
 
 /* Common header of every communicator; backends embed it first. */
@@ -116,6 +120,11 @@ zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, si
 zero_status zero__comm_split_node(zero_comm *m, zero_comm **out);
 zero_status zero__alltoallv_bytes(zero_comm *m, const void *send, const size_t *scounts, const size_t *sdispls,
                                   void *recv, const size_t *rcounts, const size_t *rdispls);
+/* Set the wait limit (comm_wait.h) of m's backend; thread-safe, takes effect
+ * for waits that start afterwards.  Backends start with the limit from the
+ * environment (zero__comm_timeout_resolve without config); the engine sets
+ * the config's once it is parsed. */
+void zero__comm_set_timeout(zero_comm *m, double seconds);
 #endif
 
 /* ---- appended by the comm backend (additive) ---------------------------- */

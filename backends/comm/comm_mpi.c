@@ -3,10 +3,12 @@
  * blocking collectives and counters.  The nonblocking collectives live in
  * comm_mpi_ring.c and the progress engine in comm_mpi_progress.c.
  *
- * Blocking collectives: with a progress thread they call MPI directly
- * (MPI_THREAD_MULTIPLE makes that safe next to the thread's MPI_Test calls;
- * the thread keeps ring operations moving meanwhile).  Without one they run
- * as the nonblocking MPI twin, completed while we keep driving our own
+ * Blocking collectives run as their nonblocking MPI twins, completed here
+ * by a bounded, backing-off poll (comm_wait.h): Open MPI's own blocking
+ * calls spin a core for as long as a peer is missing and never time out
+ * (issue 17/18).  With a progress thread the poll only tests the request
+ * (MPI_THREAD_MULTIPLE; the thread keeps ring operations moving).  Without
+ * one it also drives our own
  * operations (a peer may be waiting for our ring messages, which nobody else
  * would post); split, which has no nonblocking twin, first completes every
  * operation in flight. */
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "comm_mpi_internal.h"
+#include "comm_wait.h"
 #include "log.h"
 
 /* libzero-owned MPI initialisation, process-wide: we finalise MPI when the
@@ -42,11 +45,22 @@ zero_status zero__zm_error_text(int rc, const char *what, char *buf, size_t len)
     return ZERO_ERR_COMM;
 }
 
-static zero_status mpi_fail(zero_comm *m, int rc, const char *what) {
+/* An MPI call failed: the communicator's state is undefined now (no ULFM),
+ * so the world is failed like after a timeout (see finish() in
+ * comm_mpi_progress.c).  `locked`: pe->lock is held by the caller. */
+static zero_status mpi_fail_l(zero_comm *m, int rc, const char *what, int locked) {
     char text[MPI_MAX_ERROR_STRING + 64];
     zero_status st = zero__zm_error_text(rc, what, text, sizeof text);
+    if (m) {
+        zm_engine *pe = ZM(m)->pe;
+        if (!locked) pthread_mutex_lock(&pe->lock);
+        zero__zm_fail_locked(pe, st, text);
+        if (!locked) pthread_mutex_unlock(&pe->lock);
+    }
     return zero__error(m ? m->engine : NULL, st, "%s", text);
 }
+
+static zero_status mpi_fail(zero_comm *m, int rc, const char *what) { return mpi_fail_l(m, rc, what, 0); }
 
 MPI_Datatype zero__zm_datatype(zero_dtype dt, int for_sum) {
     switch (dt) {
@@ -92,21 +106,66 @@ static void blocking_leave(zm_comm *c) {
     zero__zm_busy_end(c);
 }
 
-/* Without a progress thread a blocking collective is issued as its
- * nonblocking twin and completed here while we keep driving our own
- * operations: a peer may need our ring messages (on this or another
- * communicator) before it can reach this collective.  pe->lock held. */
-static int nb_complete_locked(zm_engine *pe, MPI_Request *req) {
+/* Complete the nonblocking twin `rq` of a blocking collective `what`
+ * (bytes: its payload, for the texts).  Without a progress thread pe->lock
+ * is held (blocking_enter) and our own operations are driven meanwhile: a
+ * peer may need our ring messages (on this or another communicator) before
+ * it can reach this collective.  Gives up after the no-progress limit:
+ * ZERO_ERR_TIMEOUT, the world failed, rq leaked (MPI forbids cancelling a
+ * collective). */
+static zero_status block_on(zm_comm *c, MPI_Request *rq, const char *what, size_t bytes) {
+    zm_engine *pe = c->pe;
+    const int thread = pe->has_thread;
+    if (thread) pthread_mutex_lock(&pe->lock);
+    double limit = pe->timeout_s;
+    if (thread) pthread_mutex_unlock(&pe->lock);
+    zero__waiter w;
+    zero__waiter_start(&w, limit);
     for (;;) {
-        int flag = 0, rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS || flag) return rc;
-        if (!zero__zm_advance_all_locked(pe)) {
-            pthread_mutex_unlock(&pe->lock);
-            sched_yield();
-            pthread_mutex_lock(&pe->lock);
+        int flag = 0, rc = MPI_Test(rq, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail_l(&c->base, rc, what, !thread);
+        if (flag) return ZERO_OK;
+        if (atomic_load(&pe->failed)) break;
+        if (!thread && zero__zm_advance_all_locked(pe)) {
+            zero__waiter_moved(&w);
+            continue;
+        }
+        if (!thread) pthread_mutex_unlock(&pe->lock);
+        int gave_up = zero__waiter_pause(&w);
+        if (!thread) pthread_mutex_lock(&pe->lock);
+        if (gave_up) {
+            char why[sizeof pe->fail_why];
+            snprintf(why, sizeof why,
+                     "comm: timed out in %s (%zu bytes on %d ranks): no rank-wide progress for %.1f s "
+                     "(ZERO_COMM_TIMEOUT / comm_timeout = %g s); a peer stopped, died or called another collective "
+                     "(MPI does not say which rank has not arrived)",
+                     what, bytes, c->base.size, zero__waiter_idle(&w), limit);
+            if (thread) pthread_mutex_lock(&pe->lock);
+            zero__zm_fail_locked(pe, ZERO_ERR_TIMEOUT, why);
+            if (thread) pthread_mutex_unlock(&pe->lock);
+            break;
         }
     }
+    return ZERO_ERR_TIMEOUT; /* the caller reports pe's reason (zero__zm_failed_error's text without "refused") */
 }
+
+/* The error of a blocking collective that block_on gave up on. */
+static zero_status block_failed(zm_comm *c) {
+    zm_engine *pe = c->pe;
+    pthread_mutex_lock(&pe->lock);
+    zero_status st = pe->fail_status;
+    char why[sizeof pe->fail_why];
+    snprintf(why, sizeof why, "%s", pe->fail_why);
+    pthread_mutex_unlock(&pe->lock);
+    return zero__error(c->base.engine, st, "%s", why);
+}
+
+/* Small blocking payloads (agreement records, norms) usually live on the
+ * caller's stack; a collective abandoned after a timeout could still be
+ * completed by MPI later and write there.  They travel in a heap copy that
+ * is leaked, not freed, when that happens.  Larger buffers are the
+ * engine's own heap blocks and are used directly (docs/reliability.md). */
+#define ZM_BOUNCE_MAX (64u * 1024u)
 
 static const zero__comm_ops mpi_ops;
 
@@ -197,6 +256,9 @@ static zero_status zm_split(zero_comm *m, int color, int key, zero_comm **out) {
     zm_comm *c = ZM(m);
     MPI_Comm sub = MPI_COMM_NULL;
     *out = NULL;
+    /* MPI_Comm_split has no nonblocking twin: it is the one unbounded wait
+     * (made at engine creation; docs/reliability.md). */
+    if (atomic_load(&c->pe->failed)) return zero__zm_failed_error(c, "MPI_Comm_split");
     blocking_enter(c);
     /* MPI has no nonblocking split: complete what is in flight first, so
      * that no peer waits on ring messages we would not post meanwhile. */
@@ -237,9 +299,19 @@ static void zm_free(zero_comm *m) {
         return;
     }
     pthread_mutex_lock(&pe->lock);
-    if (c->outstanding > 0)
+    const int failed = atomic_load(&pe->failed);
+    if (failed) {
+        /* A peer stopped answering: draining would wait for it for ever.
+         * What is still in flight is cancelled where MPI allows and leaked
+         * otherwise (docs/reliability.md). */
+        int left = zero__zm_forsake_locked(pe, c);
+        if (left)
+            zero__log(m->engine, ZERO_LOG_WARN, "comm: freeing a failed communicator: %d operation(s) abandoned "
+                                                "(their MPI requests and buffers are leaked)", left);
+    } else if (c->outstanding > 0) {
         zero__log(m->engine, ZERO_LOG_WARN, "comm: freeing a communicator with %d request(s) never waited; "
                                             "completing them first", c->outstanding);
+    }
     zero__zm_drain_locked(pe, c);
     if (c->is_world && pe->refs > 1)
         zero__log(m->engine, ZERO_LOG_WARN, "comm: world freed while %d sub-communicator(s) are alive", pe->refs - 1);
@@ -254,7 +326,12 @@ static void zm_free(zero_comm *m) {
         if (--g_owned_worlds == 0) {
             int finalized = 0;
             MPI_Finalized(&finalized);
-            if (!finalized) MPI_Finalize();
+            /* MPI_Finalize synchronises with every process of the job: after
+             * a failure it would wait for the peer that stopped answering. */
+            if (!finalized && !failed) MPI_Finalize();
+            if (failed)
+                zero__log(NULL, ZERO_LOG_WARN, "comm: MPI not finalized: a peer stopped answering and MPI_Finalize "
+                                               "would wait for it");
         }
         pthread_mutex_unlock(&g_init_lock);
     }
@@ -268,78 +345,112 @@ static zero_status zm_allreduce(zero_comm *m, void *buf, size_t count, zero_dtyp
                            "comm: allreduce of dtype %d is not supported", dt);
     MPI_Op mop = op == ZERO_OP_SUM ? MPI_SUM : op == ZERO_OP_MAX ? MPI_MAX : op == ZERO_OP_MIN ? MPI_MIN : MPI_OP_NULL;
     if (mop == MPI_OP_NULL) return zero__error(m->engine, ZERO_ERR_INVALID_ARGUMENT, "comm: unknown reduce op %d", op);
-    count_call(c, &m->counters.allreduce_calls, &m->counters.bytes_reduced, count * zero__dtype_size(dt));
+    if (atomic_load(&c->pe->failed)) return zero__zm_failed_error(c, "MPI_Allreduce");
+    const size_t bytes = count * zero__dtype_size(dt);
+    count_call(c, &m->counters.allreduce_calls, &m->counters.bytes_reduced, bytes);
+    char *bounce = bytes && bytes <= ZM_BOUNCE_MAX ? malloc(bytes) : NULL;
+    char *data = bounce ? bounce : buf;
+    if (bounce) memcpy(bounce, buf, bytes);
     int rc = MPI_SUCCESS;
+    zero_status st = ZERO_OK;
     blocking_enter(c);
-    for (size_t lo = 0; lo < count && rc == MPI_SUCCESS; lo += (size_t)INT_MAX) {
+    for (size_t lo = 0; lo < count && rc == MPI_SUCCESS && st == ZERO_OK; lo += (size_t)INT_MAX) {
         size_t len = count - lo < (size_t)INT_MAX ? count - lo : (size_t)INT_MAX;
-        void *p = (char *)buf + lo * zero__dtype_size(dt);
-        if (c->pe->has_thread) {
-            rc = MPI_Allreduce(MPI_IN_PLACE, p, (int)len, t, mop, c->comm);
-        } else {
-            MPI_Request rq;
-            rc = MPI_Iallreduce(MPI_IN_PLACE, p, (int)len, t, mop, c->comm, &rq);
-            if (rc == MPI_SUCCESS) rc = nb_complete_locked(c->pe, &rq);
-        }
+        MPI_Request rq;
+        rc = MPI_Iallreduce(MPI_IN_PLACE, data + lo * zero__dtype_size(dt), (int)len, t, mop, c->comm, &rq);
+        if (rc == MPI_SUCCESS) st = block_on(c, &rq, "MPI_Allreduce", bytes);
     }
     blocking_leave(c);
-    return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Allreduce");
+    if (rc != MPI_SUCCESS) {
+        free(bounce);
+        return mpi_fail(m, rc, "MPI_Iallreduce");
+    }
+    if (st != ZERO_OK) return block_failed(c); /* bounce leaked: MPI may still write it */
+    if (bounce) memcpy(buf, bounce, bytes);
+    free(bounce);
+    return ZERO_OK;
 }
 
 static zero_status zm_broadcast(zero_comm *m, void *buf, size_t count, zero_dtype dt, int root) {
     zm_comm *c = ZM(m);
     MPI_Datatype t = zero__zm_datatype(dt, 0);
     if (t == MPI_DATATYPE_NULL) return zero__error(m->engine, ZERO_ERR_INVALID_ARGUMENT, "comm: unknown dtype %d", dt);
+    if (atomic_load(&c->pe->failed)) return zero__zm_failed_error(c, "MPI_Bcast");
     count_call(c, &m->counters.broadcast_calls, NULL, 0);
+    const size_t bytes = count * zero__dtype_size(dt);
+    char *bounce = bytes && bytes <= ZM_BOUNCE_MAX ? malloc(bytes) : NULL;
+    char *data = bounce ? bounce : buf;
+    if (bounce) memcpy(bounce, buf, bytes);
     int rc = MPI_SUCCESS;
+    zero_status st = ZERO_OK;
     blocking_enter(c);
-    for (size_t lo = 0; lo < count && rc == MPI_SUCCESS; lo += (size_t)INT_MAX) {
+    for (size_t lo = 0; lo < count && rc == MPI_SUCCESS && st == ZERO_OK; lo += (size_t)INT_MAX) {
         size_t len = count - lo < (size_t)INT_MAX ? count - lo : (size_t)INT_MAX;
-        void *p = (char *)buf + lo * zero__dtype_size(dt);
-        if (c->pe->has_thread) {
-            rc = MPI_Bcast(p, (int)len, t, root, c->comm);
-        } else {
-            MPI_Request rq;
-            rc = MPI_Ibcast(p, (int)len, t, root, c->comm, &rq);
-            if (rc == MPI_SUCCESS) rc = nb_complete_locked(c->pe, &rq);
-        }
+        MPI_Request rq;
+        rc = MPI_Ibcast(data + lo * zero__dtype_size(dt), (int)len, t, root, c->comm, &rq);
+        if (rc == MPI_SUCCESS) st = block_on(c, &rq, "MPI_Bcast", bytes);
     }
     blocking_leave(c);
-    return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Bcast");
+    if (rc != MPI_SUCCESS) {
+        free(bounce);
+        return mpi_fail(m, rc, "MPI_Ibcast");
+    }
+    if (st != ZERO_OK) return block_failed(c);
+    if (bounce) memcpy(buf, bounce, bytes);
+    free(bounce);
+    return ZERO_OK;
 }
 
 static zero_status zm_barrier(zero_comm *m) {
     zm_comm *c = ZM(m);
+    if (atomic_load(&c->pe->failed)) return zero__zm_failed_error(c, "MPI_Barrier");
     count_call(c, &m->counters.other_calls, NULL, 0);
     blocking_enter(c);
-    int rc;
-    if (c->pe->has_thread) {
-        rc = MPI_Barrier(c->comm);
-    } else {
-        MPI_Request rq;
-        rc = MPI_Ibarrier(c->comm, &rq);
-        if (rc == MPI_SUCCESS) rc = nb_complete_locked(c->pe, &rq);
-    }
+    MPI_Request rq;
+    zero_status st = ZERO_OK;
+    int rc = MPI_Ibarrier(c->comm, &rq);
+    if (rc == MPI_SUCCESS) st = block_on(c, &rq, "MPI_Barrier", 0);
     blocking_leave(c);
-    return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Barrier");
+    if (rc != MPI_SUCCESS) return mpi_fail(m, rc, "MPI_Ibarrier");
+    return st == ZERO_OK ? ZERO_OK : block_failed(c);
 }
 
 static zero_status zm_allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each) {
     zm_comm *c = ZM(m);
     if (bytes_each > (size_t)INT_MAX)
         return zero__error(m->engine, ZERO_ERR_UNSUPPORTED, "comm: allgather_bytes limited to INT_MAX bytes");
+    if (atomic_load(&c->pe->failed)) return zero__zm_failed_error(c, "MPI_Allgather");
     count_call(c, &m->counters.other_calls, NULL, 0);
-    blocking_enter(c);
-    int rc;
-    if (c->pe->has_thread) {
-        rc = MPI_Allgather(send, (int)bytes_each, MPI_BYTE, recv, (int)bytes_each, MPI_BYTE, c->comm);
-    } else {
-        MPI_Request rq;
-        rc = MPI_Iallgather(send, (int)bytes_each, MPI_BYTE, recv, (int)bytes_each, MPI_BYTE, c->comm, &rq);
-        if (rc == MPI_SUCCESS) rc = nb_complete_locked(c->pe, &rq);
+    const size_t total = bytes_each * (size_t)m->size;
+    char *bounce = total && total + bytes_each <= ZM_BOUNCE_MAX ? malloc(total + bytes_each) : NULL;
+    const void *sp = send;
+    void *rp = recv;
+    if (bounce) {
+        memcpy(bounce + total, send, bytes_each);
+        sp = bounce + total;
+        rp = bounce;
     }
+    blocking_enter(c);
+    MPI_Request rq;
+    zero_status st = ZERO_OK;
+    int rc = MPI_Iallgather(sp, (int)bytes_each, MPI_BYTE, rp, (int)bytes_each, MPI_BYTE, c->comm, &rq);
+    if (rc == MPI_SUCCESS) st = block_on(c, &rq, "MPI_Allgather", total);
     blocking_leave(c);
-    return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Allgather");
+    if (rc != MPI_SUCCESS) {
+        free(bounce);
+        return mpi_fail(m, rc, "MPI_Iallgather");
+    }
+    if (st != ZERO_OK) return block_failed(c);
+    if (bounce) memcpy(recv, bounce, total);
+    free(bounce);
+    return ZERO_OK;
+}
+
+static void zm_set_timeout(zero_comm *m, double seconds) {
+    zm_engine *pe = ZM(m)->pe;
+    pthread_mutex_lock(&pe->lock);
+    pe->timeout_s = seconds > 0 ? seconds : 0;
+    pthread_mutex_unlock(&pe->lock);
 }
 
 /* MPI counts are int: refuse what does not fit rather than truncate. */
@@ -365,19 +476,22 @@ static zero_status zm_alltoallv_bytes(zero_comm *m, const void *send, const size
     }
     uint64_t total = 0;
     for (int i = 0; i < n; i++) total += scounts[i];
-    count_call(c, &m->counters.reduce_scatter_calls, &m->counters.bytes_reduced, total);
-    blocking_enter(c);
-    int rc;
-    if (c->pe->has_thread) {
-        rc = MPI_Alltoallv(send, sc, sd, MPI_BYTE, recv, rc_, rd, MPI_BYTE, c->comm);
-    } else {
-        MPI_Request rq;
-        rc = MPI_Ialltoallv(send, sc, sd, MPI_BYTE, recv, rc_, rd, MPI_BYTE, c->comm, &rq);
-        if (rc == MPI_SUCCESS) rc = nb_complete_locked(c->pe, &rq);
+    if (atomic_load(&c->pe->failed)) {
+        free(v);
+        return zero__zm_failed_error(c, "MPI_Alltoallv");
     }
+    count_call(c, &m->counters.reduce_scatter_calls, &m->counters.bytes_reduced, total);
+    /* Nonblocking twin + the engine's bounded wait (ZERO_COMM_TIMEOUT), as
+     * every other blocking collective here. */
+    blocking_enter(c);
+    MPI_Request rq;
+    zero_status st = ZERO_OK;
+    int rc = MPI_Ialltoallv(send, sc, sd, MPI_BYTE, recv, rc_, rd, MPI_BYTE, c->comm, &rq);
+    if (rc == MPI_SUCCESS) st = block_on(c, &rq, "MPI_Alltoallv", (size_t)total);
     blocking_leave(c);
     free(v);
-    return rc == MPI_SUCCESS ? ZERO_OK : mpi_fail(m, rc, "MPI_Alltoallv");
+    if (rc != MPI_SUCCESS) return mpi_fail(m, rc, "MPI_Ialltoallv");
+    return st == ZERO_OK ? ZERO_OK : block_failed(c);
 }
 
 /* As zm_split, with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) (one node). */
@@ -430,5 +544,6 @@ static const zero__comm_ops mpi_ops = {
     .iallreducev = zero__zm_iallreducev,
     .alltoallv_bytes = zm_alltoallv_bytes,
     .split_node = zm_split_node,
+    .set_timeout = zm_set_timeout,
 };
 #endif

@@ -13,6 +13,7 @@
 #ifdef ZERO_HAVE_MPI
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include "comm.h"
 #include "comm_internal.h"
 
@@ -48,6 +49,16 @@ typedef struct zm_engine {
     size_t cache_bytes[ZM_CACHE_SLOTS];
     size_t cache_cap;          /* ZERO_COMM_SCRATCH_CACHE_MB: most bytes kept cached */
     struct zero_engine *engine;
+    /* issue 17: bounded waits (comm_wait.h).  timeout_s is written under
+     * lock and read at the start of each wait.  `failed` is sticky: once a
+     * wait gave up (a peer stopped answering), the collective sequence is
+     * broken on this rank, so every later wait, test, blocking collective
+     * and new operation fails at once with fail_status / fail_why (under
+     * lock; `failed` itself is atomic so that lock-free pollers see it). */
+    double timeout_s;
+    atomic_int failed;
+    zero_status fail_status;
+    char fail_why[640];
 } zm_engine;
 
 typedef struct zm_comm {
@@ -94,6 +105,7 @@ struct zm_op {
     zm_op *prev, *next;
     int kind;
     int in_list;
+    int orphaned; /* its waiter gave up (timeout): nobody owns it; forsaken at free */
     int done;
     zero_status status;
     char err[256];
@@ -102,6 +114,8 @@ struct zm_op {
     MPI_Request *reqs;
     int nreqs;
     int *icounts, *idispl; /* MPI_Iallgatherv arguments, alive until completion */
+    int *req_peer;         /* direct allgather: the peer of each reqs[i] (for timeout texts) */
+    int *req_idx;          /* direct allgather: MPI_Testsome's index array (nreqs) */
     /* ring */
     zm_ring ring;
     void *scratch;
@@ -140,6 +154,19 @@ void zero__zm_drain_locked(zm_engine *pe, zm_comm *c);
 /* MPI is finalized: fail and unlink c's ops without any MPI call (their
  * requests stay owned by the caller; their buffers are not reused). */
 void zero__zm_abandon_locked(zm_engine *pe, zm_comm *c);
+/* Mark the world failed (sticky; the first reason is kept). */
+void zero__zm_fail_locked(zm_engine *pe, zero_status st, const char *why);
+/* The world failed earlier: the error for a new call of `what`, also set
+ * as the engine's last error. */
+zero_status zero__zm_failed_error(zm_comm *c, const char *what);
+/* After a failure: unlink c's remaining ops, cancel and free their
+ * point-to-point requests, and leak what MPI may still write into (their
+ * scratch, arrays and collective requests, which MPI forbids cancelling).
+ * Returns how many ops were left behind. */
+int zero__zm_forsake_locked(zm_engine *pe, zm_comm *c);
+/* One line saying what `op` waits for: its kind, size and, where the
+ * algorithm knows it, the peer rank(s) whose messages have not arrived. */
+void zero__zm_op_describe_locked(const zm_op *op, char *buf, size_t len);
 void *zero__zm_scratch_get_locked(zm_engine *pe, size_t bytes, size_t *got);
 void zero__zm_scratch_put_locked(zm_engine *pe, void *p, size_t bytes);
 zero_status zero__zm_wait(zero_comm_req *req);

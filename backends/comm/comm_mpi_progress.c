@@ -13,7 +13,14 @@
  *    with an exponential back-off from 2 us up to ZERO_COMM_POLL_US
  *    (default 100 us); a pass that moved something polls again at once;
  *  - a host thread inside wait() drives progress itself (lowest latency) and
- *    the thread stands back meanwhile, so there is one poller, not two.
+ *    the thread stands back meanwhile, so there is one poller, not two; it
+ *    follows comm_wait.h: yields for ~2 ms, then sleeps 1 % of the silence
+ *    so far (20 us to 1 ms), and gives up with ZERO_ERR_TIMEOUT after ZERO_COMM_TIMEOUT
+ *    seconds without progress (issue 17), leaving the world failed;
+ *  - the thread's own back-off stops at ZERO_COMM_POLL_US while work moves
+ *    (overlap latency), and stretches with the silence (1 % of it) up to
+ *    1 ms (a stalled peer costs no core); it sleeps on the condition
+ *    variable, so a new operation wakes it at once.
  * Without MPI_THREAD_MULTIPLE there is no thread: operations advance only
  * inside test(), wait() and the blocking collectives (which first complete
  * what is in flight, so that they cannot deadlock against a peer waiting for
@@ -27,6 +34,7 @@
 #include <sys/prctl.h>
 #include <time.h>
 #include "comm_mpi_internal.h"
+#include "comm_wait.h"
 #include "memory.h"
 #include "jitter.h"
 #include "log.h"
@@ -38,12 +46,6 @@ static long env_long(const char *name, long dflt, long lo, long hi) {
     long v = strtol(s, &end, 10);
     if (end == s || v < lo || v > hi) return dflt;
     return v;
-}
-
-static void sleep_us(unsigned us) {
-    struct timespec ts = {us / 1000000u, (long)(us % 1000000u) * 1000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-    }
 }
 
 static void list_remove(zm_engine *pe, zm_op *op) {
@@ -71,6 +73,16 @@ int zero__zm_advance_all_locked(zm_engine *pe) {
     return moved;
 }
 
+/* Sleep on the wake condition for `us` (lock held; a submit wakes us). */
+static void nap_locked(zm_engine *pe, unsigned us) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)us * 1000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&pe->wake, &pe->lock, &ts);
+}
+
 static void *progress_main(void *arg) {
     zm_engine *pe = arg;
     /* Default timer slack (50 us) would turn our short back-off sleeps into
@@ -79,27 +91,38 @@ static void *progress_main(void *arg) {
     prctl(PR_SET_NAME, "zero-comm", 0, 0, 0);
     zero__trace_thread_name("progress");
     unsigned backoff = 2;
+    double idle_since = 0;
     pthread_mutex_lock(&pe->lock);
     while (!pe->stop) {
-        if (!pe->head || pe->waiters > 0) {
+        /* A failed world's ops never complete: nothing to drive. */
+        if (!pe->head || pe->waiters > 0 || atomic_load(&pe->failed)) {
             pthread_cond_wait(&pe->wake, &pe->lock);
             backoff = 2;
+            idle_since = 0;
             continue;
         }
         uint64_t t_pass = zero__trace_now();
         if (zero__zm_advance_all_locked(pe)) {
             if (t_pass) zero__trace_complete("progress.pass", "comm", t_pass, zero__trace_clock(), ZERO__LANE_NONE, -1, NULL, 0, NULL, 0);
             backoff = 2;
+            idle_since = 0;
             pthread_mutex_unlock(&pe->lock);
             zero__jitter(ZERO_JITTER_PROGRESS);
             sched_yield(); /* let an issuing host thread take the lock */
+            pthread_mutex_lock(&pe->lock);
         } else {
+            /* the cap grows with the silence (1 % of it, comm_wait.h) from
+             * ZERO_COMM_POLL_US up to 1 ms */
+            double now = zero__comm_now();
+            if (idle_since == 0) idle_since = now;
+            double grown = (now - idle_since) * 1e6 / 100.0;
+            unsigned cap = grown > (double)ZERO_COMM_WAIT_MAX_SLEEP_US ? ZERO_COMM_WAIT_MAX_SLEEP_US
+                           : grown > (double)pe->poll_us              ? (unsigned)grown
+                                                                      : pe->poll_us;
             unsigned us = backoff;
-            backoff = backoff * 2 > pe->poll_us ? pe->poll_us : backoff * 2;
-            pthread_mutex_unlock(&pe->lock);
-            sleep_us(us);
+            backoff = backoff * 2 > cap ? cap : backoff * 2;
+            nap_locked(pe, us);
         }
-        pthread_mutex_lock(&pe->lock);
     }
     pthread_mutex_unlock(&pe->lock);
     return NULL;
@@ -125,6 +148,7 @@ zm_engine *zero__zm_engine_create(int thread_level, struct zero_engine *engine) 
                                                      : ZM_AG_AUTO;
     const char *ar = getenv("ZERO_COMM_ALLREDUCE");
     pe->native_allreduce = ar && strcmp(ar, "mpi") == 0;
+    pe->timeout_s = zero__comm_timeout_resolve(0, 0, NULL); /* the engine sets the config's later */
     int want_thread = env_long("ZERO_COMM_PROGRESS_THREAD", 1, 0, 1) != 0;
     if (thread_level >= MPI_THREAD_MULTIPLE && want_thread) {
         if (pthread_create(&pe->thread, NULL, progress_main, pe) == 0)
@@ -164,6 +188,13 @@ void zero__zm_submit_locked(zm_engine *pe, zm_op *op) {
     zm_comm *c = ZM(op->base.comm);
     zero__zm_busy_begin(c);
     c->outstanding++;
+    if (atomic_load(&pe->failed)) { /* never post messages into a broken sequence */
+        op->done = 1;
+        op->status = pe->fail_status;
+        snprintf(op->err, sizeof op->err, "comm: refused, the communicator failed earlier: %.200s", pe->fail_why);
+        zero__zm_busy_end(c);
+        return;
+    }
     op->prev = pe->tail;
     op->next = NULL;
     if (pe->tail) pe->tail->next = op; else pe->head = op;
@@ -184,6 +215,7 @@ void zero__zm_submit_locked(zm_engine *pe, zm_op *op) {
 
 void zero__zm_drain_locked(zm_engine *pe, zm_comm *c) {
     for (;;) {
+        if (atomic_load(&pe->failed)) return; /* what is left never completes: forsaken at free */
         int pending = 0;
         for (zm_op *op = pe->head; op; op = op->next)
             if (!c || ZM(op->base.comm) == c) pending = 1;
@@ -267,39 +299,77 @@ static zero_status finish(zm_engine *pe, zm_op *op) {
     zm_comm *c = ZM(op->base.comm);
     zero_status st = op->status;
     if (st != ZERO_OK) zero__error(c->base.engine, st, "%s", op->err);
+    /* An error MPI reported leaves the communicator's state undefined (no
+     * ULFM in Open MPI 4.1): fail the world like a timeout, so that no later
+     * call waits on a sequence that is already broken. */
+    if (st == ZERO_ERR_COMM) zero__zm_fail_locked(pe, st, op->err);
     c->outstanding--;
     zero__trace_op_finished(&op->base.trace);
     zero__zm_op_free_locked(pe, op);
     return st;
 }
 
+void zero__zm_fail_locked(zm_engine *pe, zero_status st, const char *why) {
+    if (atomic_load(&pe->failed)) return;
+    pe->fail_status = st;
+    snprintf(pe->fail_why, sizeof pe->fail_why, "%s", why);
+    atomic_store(&pe->failed, 1);
+    pthread_cond_broadcast(&pe->wake);
+}
+
+zero_status zero__zm_failed_error(zm_comm *c, const char *what) {
+    zm_engine *pe = c->pe;
+    pthread_mutex_lock(&pe->lock);
+    zero_status st = pe->fail_status;
+    char why[sizeof pe->fail_why];
+    snprintf(why, sizeof why, "%s", pe->fail_why);
+    pthread_mutex_unlock(&pe->lock);
+    return zero__error(c->base.engine, st, "comm: %s refused: the communicator failed earlier (%s)", what, why);
+}
+
+/* Give up on op after a timeout (or an earlier failure): it stays in the
+ * list, owned by nobody, until its communicator is freed (forsake). */
+static zero_status orphan_locked(zm_engine *pe, zm_op *op) {
+    zm_comm *c = ZM(op->base.comm);
+    op->orphaned = 1;
+    c->outstanding--;
+    return zero__error(c->base.engine, pe->fail_status, "%s", pe->fail_why);
+}
+
+static void timeout_why(zm_engine *pe, const zm_op *op, const zero__waiter *w, char *buf, size_t len) {
+    char what[256];
+    zero__zm_op_describe_locked(op, what, sizeof what);
+    snprintf(buf, len,
+             "comm: timed out waiting for a %.250s: no progress for %.1f s (ZERO_COMM_TIMEOUT / comm_timeout = %g s); a "
+             "peer stopped, died or never issued the same collective",
+             what, zero__waiter_idle(w), pe->timeout_s);
+}
+
 zero_status zero__zm_wait(zero_comm_req *req) {
     zm_op *op = (zm_op *)req;
     zm_engine *pe = ZM(req->comm)->pe;
-    double idle_since = 0;
+    zero__waiter w;
     pthread_mutex_lock(&pe->lock);
+    zero__waiter_start(&w, pe->timeout_s);
     pe->waiters++;
-    while (!op->done) {
+    while (!op->done && !atomic_load(&pe->failed)) {
         if (zero__zm_advance_all_locked(pe)) {
-            idle_since = 0;
+            zero__waiter_moved(&w);
             continue;
         }
         pthread_mutex_unlock(&pe->lock);
         zero__jitter(ZERO_JITTER_PROGRESS);
-        /* Like MPI's own blocking waits: spin with yields (other ranks may
-         * share our core) for up to ~2 ms, then sleep briefly between polls
-         * so that a peer that is far behind gets the CPU. */
-        double now = zero__comm_now();
-        if (idle_since == 0) idle_since = now;
-        if (now - idle_since < 2e-3)
-            sched_yield();
-        else
-            sleep_us(pe->poll_us < 20 ? pe->poll_us : 20);
+        int gave_up = zero__waiter_pause(&w);
         pthread_mutex_lock(&pe->lock);
+        if (gave_up && !op->done) {
+            char why[sizeof pe->fail_why];
+            timeout_why(pe, op, &w, why, sizeof why);
+            zero__zm_fail_locked(pe, ZERO_ERR_TIMEOUT, why);
+        }
     }
     pe->waiters--;
     if (pe->waiters == 0 && pe->head) pthread_cond_signal(&pe->wake);
-    zero_status st = finish(pe, op);
+    zero_status st = op->done ? finish(pe, op) : orphan_locked(pe, op);
     pthread_mutex_unlock(&pe->lock);
     return st;
 }
@@ -308,10 +378,51 @@ zero_status zero__zm_test(zero_comm_req *req, int *done) {
     zm_op *op = (zm_op *)req;
     zm_engine *pe = ZM(req->comm)->pe;
     pthread_mutex_lock(&pe->lock);
-    if (!op->done) zero__zm_advance_all_locked(pe);
-    *done = op->done;
-    zero_status st = op->done ? finish(pe, op) : ZERO_OK;
+    if (!op->done && !atomic_load(&pe->failed)) zero__zm_advance_all_locked(pe);
+    zero_status st = ZERO_OK;
+    if (op->done) {
+        st = finish(pe, op);
+        *done = 1;
+    } else if (atomic_load(&pe->failed)) {
+        st = orphan_locked(pe, op); /* reported done: the caller must not use it again */
+        *done = 1;
+    } else {
+        *done = 0;
+    }
     pthread_mutex_unlock(&pe->lock);
     return st;
+}
+
+static void cancel_p2p(MPI_Request *r) {
+    if (*r == MPI_REQUEST_NULL) return;
+    MPI_Cancel(r);
+    MPI_Request_free(r);
+}
+
+int zero__zm_forsake_locked(zm_engine *pe, zm_comm *c) {
+    int left = 0;
+    zm_op *op = pe->head;
+    while (op) {
+        zm_op *next = op->next;
+        if (ZM(op->base.comm) == c) {
+            if (op->kind == ZM_OP_RS_RING || op->kind == ZM_OP_AG_RING) {
+                zm_ring *g = &op->ring;
+                for (int i = 0; i < g->rcount; ++i) cancel_p2p(&g->rq[(g->rhead + i) % g->window]);
+                for (int i = 0; i < g->scount; ++i) cancel_p2p(&g->sq[(g->shead + i) % g->window]);
+                g->rcount = g->scount = 0;
+            } else if (op->kind == ZM_OP_AG_DIRECT) {
+                for (int i = 0; i < op->nreqs; ++i) cancel_p2p(&op->reqs[i]);
+            } /* native collectives: MPI forbids cancelling or freeing them; leaked */
+            list_remove(pe, op);
+            zero__zm_busy_end(c);
+            if (!op->orphaned) c->outstanding--;
+            /* Leaked on purpose: MPI may still write into the op's scratch,
+             * receive buffers and counts (a cancel can fail once a message
+             * has matched). */
+            left++;
+        }
+        op = next;
+    }
+    return left;
 }
 #endif

@@ -203,7 +203,9 @@ static void direct_post(zm_op *op) {
             nreq += (mine + ZM_DIRECT_PIECE - 1) / ZM_DIRECT_PIECE;
         }
     op->reqs = calloc(nreq ? nreq : 1, sizeof(MPI_Request));
-    if (!op->reqs) {
+    op->req_peer = calloc(nreq ? nreq : 1, sizeof(int));
+    op->req_idx = calloc(nreq ? nreq : 1, sizeof(int));
+    if (!op->reqs || !op->req_peer || !op->req_idx) {
         op->status = ZERO_ERR_OUT_OF_MEMORY;
         snprintf(op->err, sizeof op->err, "comm: out of memory posting an allgather");
         op->done = 1;
@@ -215,6 +217,7 @@ static void direct_post(zm_op *op) {
         char *dst = g->recv + g->displ[b] * g->esz;
         for (size_t lo = 0, len = g->counts[b] * g->esz; lo < len; lo += ZM_DIRECT_PIECE) {
             int piece = (int)(len - lo < ZM_DIRECT_PIECE ? len - lo : ZM_DIRECT_PIECE);
+            op->req_peer[k] = b;
             if ((rc = MPI_Irecv(dst + lo, piece, MPI_BYTE, b, g->tag, comm, &op->reqs[k++])) != MPI_SUCCESS) {
                 op->nreqs = k - 1;
                 fail(op, rc, "allgather MPI_Irecv");
@@ -227,6 +230,7 @@ static void direct_post(zm_op *op) {
         int b = mod(g->r + d, g->n);
         for (size_t lo = 0; lo < mine; lo += ZM_DIRECT_PIECE) {
             int piece = (int)(mine - lo < ZM_DIRECT_PIECE ? mine - lo : ZM_DIRECT_PIECE);
+            op->req_peer[k] = b;
             if ((rc = MPI_Isend(src + lo, piece, MPI_BYTE, b, g->tag, comm, &op->reqs[k++])) != MPI_SUCCESS) {
                 op->nreqs = k - 1;
                 fail(op, rc, "allgather MPI_Isend");
@@ -239,6 +243,9 @@ static void direct_post(zm_op *op) {
 
 static int native_advance(zm_op *op);
 
+/* MPI_Testsome rather than MPI_Testall: every piece that lands counts as
+ * progress, so a long all-gather that keeps moving is never mistaken for a
+ * stalled one by the wait's no-progress limit (comm_wait.h). */
 static int direct_advance(zm_op *op) {
     int moved = 0;
     if (!op->reqs) {
@@ -247,7 +254,14 @@ static int direct_advance(zm_op *op) {
         if (op->done) return 1;
         moved = 1;
     }
-    return native_advance(op) | moved;
+    int outcount = 0;
+    int rc = MPI_Testsome(op->nreqs, op->reqs, &outcount, op->req_idx, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return fail(op, rc, "allgather MPI_Testsome"), 1;
+    if (outcount == MPI_UNDEFINED || op->nreqs == 0) { /* every request completed (now MPI_REQUEST_NULL) */
+        op->done = 1;
+        return 1;
+    }
+    return moved | (outcount > 0);
 }
 
 static int ring_advance(zm_op *op) {
@@ -336,8 +350,58 @@ void zero__zm_op_free_locked(zm_engine *pe, zm_op *op) {
     if (op->scratch) zero__zm_scratch_put_locked(pe, op->scratch, op->scratch_bytes);
     free(op->ring.counts);
     free(op->reqs);
+    free(op->req_peer);
+    free(op->req_idx);
     free(op->icounts);
     free(op);
+}
+
+/* ---- what an op waits for (timeout texts) ---- */
+static const char *kind_name(const zm_op *op) {
+    switch (op->kind) {
+    case ZM_OP_RS_RING: return op->ring.then_allgather ? "ring all-reduce (reduce-scatter phase)" : "ring reduce-scatter";
+    case ZM_OP_AG_RING: return "ring all-gather";
+    case ZM_OP_AG_DIRECT: return "direct all-gather";
+    default: return "MPI nonblocking collective";
+    }
+}
+
+void zero__zm_op_describe_locked(const zm_op *op, char *buf, size_t len) {
+    const zm_ring *g = &op->ring;
+    int n = snprintf(buf, len, "%s of %zu bytes on %d ranks", kind_name(op), op->bytes, op->base.comm->size);
+    if (n < 0 || (size_t)n >= len) return;
+    if (op->kind == ZM_OP_RS_RING || op->kind == ZM_OP_AG_RING) {
+        /* The ring receives only from prev and sends only to next: a pending
+         * receive names the rank that did not send, a pending send the one
+         * that did not receive (the stalled rank may be further round the
+         * ring: each rank waits for its predecessor). */
+        if (g->rcount > 0)
+            snprintf(buf + n, len - (size_t)n, ", at ring step %d of %d: no message from rank %d (ring predecessor)",
+                     g->rdone.k + 1, g->nsteps, g->prev);
+        else if (g->scount > 0)
+            snprintf(buf + n, len - (size_t)n, ", at ring step %d of %d: rank %d (ring successor) took no message",
+                     g->sdone.k + 1, g->nsteps, g->next);
+        return;
+    }
+    if (op->kind == ZM_OP_AG_DIRECT && op->req_peer && op->nreqs > 0) {
+        /* MPI_Request_get_status does not free a request: safe to ask. */
+        int seen[64] = {0}, listed = 0;
+        n += snprintf(buf + n, len - (size_t)n, ": not arrived from or not taken by rank(s)");
+        for (int i = 0; i < op->nreqs && (size_t)n < len; ++i) {
+            int flag = 1, peer = op->req_peer[i];
+            MPI_Request r = op->reqs[i];
+            if (r != MPI_REQUEST_NULL) MPI_Request_get_status(r, &flag, MPI_STATUS_IGNORE);
+            if (flag || (peer < 64 && seen[peer])) continue;
+            if (peer < 64) seen[peer] = 1;
+            if (++listed > 16) {
+                n += snprintf(buf + n, len - (size_t)n, " ...");
+                break;
+            }
+            n += snprintf(buf + n, len - (size_t)n, " %d", peer);
+        }
+        return;
+    }
+    snprintf(buf + n, len - (size_t)n, " (MPI does not say which rank has not arrived)");
 }
 
 /* ---- issuing ---- */

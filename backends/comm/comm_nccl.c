@@ -3,6 +3,7 @@
 #ifdef ZERO_HAVE_NCCL
 #include "memory.h"
 #include "comm_nccl.h"
+#include "comm_wait.h"
 #include "log.h"
 
 #include <cuda_runtime_api.h>
@@ -43,6 +44,10 @@ typedef struct nccl_comm {
      * on a dead communicator. */
     int aborted;
     char abort_why[256];
+    /* issue 17: no-progress limit of every wait, seconds (0 = none):
+     * ZERO_COMM_TIMEOUT (ZERO_NCCL_TIMEOUT_S is an alias), then the config's
+     * comm_timeout through set_timeout; a split inherits its parent's. */
+    double timeout_s;
     cudaEvent_t sync_ev; /* sync_stream's, reused under the lock */
     pthread_mutex_t lock;
     void *scratch;           /* device staging for host buffers, grown on demand */
@@ -169,6 +174,7 @@ static zero_status wrap(ncclComm_t nc, int owns, struct zero_engine *engine, zer
                         size_t err_len) {
     nccl_comm *c = calloc(1, sizeof *c);
     if (!c) return ZERO_ERR_OUT_OF_MEMORY;
+    c->timeout_s = zero__comm_timeout_resolve(0, 0, NULL);
     int rank = 0, size = 0, dev = 0;
     ncclResult_t r = ncclCommUserRank(nc, &rank);
     if (r == ncclSuccess) r = ncclCommCount(nc, &size);
@@ -297,6 +303,7 @@ static zero_status n_split(zero_comm *m, int color, int key, zero_comm **out) {
         return st;
     }
     nccl_comm *child = (nccl_comm *)*out;
+    child->timeout_s = ((nccl_comm *)m)->timeout_s;
     cudaError_t e = cudaEventCreateWithFlags(&child->after_ev, cudaEventDisableTiming);
     if (e != cudaSuccess) {
         n_free(*out);
@@ -576,12 +583,11 @@ static zero_status n_iallgatherv(zero_comm *m, const void *send, void *recv, con
     return v_collective(m, 1, send, recv, counts, dt, req);
 }
 
-/* ZERO_NCCL_TIMEOUT_S: seconds a wait may last before the communicator is
- * aborted (0 or unset: no limit).  Read at each wait; cheap. */
-static double wait_limit_s(void) {
-    const char *v = getenv("ZERO_NCCL_TIMEOUT_S");
-    double t = v ? strtod(v, NULL) : 0.0;
-    return t > 0 ? t : 0.0;
+static void n_set_timeout(zero_comm *m, double seconds) {
+    nccl_comm *c = (nccl_comm *)m;
+    pthread_mutex_lock(&c->lock);
+    c->timeout_s = seconds > 0 ? seconds : 0;
+    pthread_mutex_unlock(&c->lock);
 }
 
 /* Abort the communicator (NCCL's way out of a collective that will never
@@ -635,11 +641,16 @@ static zero_status n_test(zero_comm_req *r, int *done) {
 
 /* Poll rather than cudaEventSynchronize: a collective whose peer died never
  * completes, and only a poller can notice NCCL's asynchronous error (or the
- * ZERO_NCCL_TIMEOUT_S limit) and abort the communicator, which makes the
- * stuck kernel return.  Yields for the first millisecond (a collective that
- * is about to finish costs no sleep), then sleeps 20 us between polls. */
+ * ZERO_COMM_TIMEOUT limit) and abort the communicator, which makes the
+ * stuck kernel return.  The polling follows comm_wait.h: yields first (a
+ * collective that is about to finish costs no sleep), then sleeps that
+ * grow to 1 ms, so a rank whose peer is stalled does not spin a core. */
 static zero_status poll_event(nccl_comm *c, cudaEvent_t ev, int locked) {
-    const double t0 = now_s(), limit = wait_limit_s();
+    if (!locked) pthread_mutex_lock(&c->lock);
+    const double limit = c->timeout_s;
+    if (!locked) pthread_mutex_unlock(&c->lock);
+    zero__waiter w;
+    zero__waiter_start(&w, limit);
     for (unsigned long polls = 0;; ++polls) {
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) return ZERO_OK;
@@ -648,16 +659,15 @@ static zero_status poll_event(nccl_comm *c, cudaEvent_t ev, int locked) {
         if (c->aborted) return aborted_error(c);
         zero_status st;
         if (polls % 64 == 0 && (st = async_check(c, locked)) != ZERO_OK) return st;
-        const double el = now_s() - t0;
-        if (limit > 0 && el > limit) {
-            char why[160];
-            snprintf(why, sizeof why, "a collective did not finish within ZERO_NCCL_TIMEOUT_S=%g s", limit);
+        /* A held lock is c's own (the caller's blocking collective), not one
+         * an NCCL peer needs: sleeping with it is safe. */
+        if (zero__waiter_pause(&w)) {
+            char why[200];
+            snprintf(why, sizeof why,
+                     "a collective on %d ranks did not finish within ZERO_COMM_TIMEOUT / comm_timeout = %g s (NCCL "
+                     "does not say which rank is missing)",
+                     c->base.size, limit);
             return abort_comm(c, locked, ZERO_ERR_TIMEOUT, why);
-        }
-        if (el < 1e-3) sched_yield();
-        else {
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
         }
     }
 }
@@ -692,5 +702,6 @@ static const zero__comm_ops nccl_ops = {
     .wait = n_wait,
     .test = n_test,
     .allgather_bytes = n_allgather_bytes,
+    .set_timeout = n_set_timeout,
 };
 #endif /* ZERO_HAVE_NCCL */

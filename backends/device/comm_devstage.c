@@ -266,6 +266,7 @@ static zero_status ds_allgather_bytes(zero_comm *m, const void *send, void *recv
 }
 
 static void ds_counters_get(zero_comm *m, zero__comm_counters *out) { zero__comm_counters_get(DS(m)->inner, out); }
+static void ds_set_timeout(zero_comm *m, double seconds) { zero__comm_set_timeout(DS(m)->inner, seconds); }
 
 static const zero__comm_ops devstage_ops = {
     .name = "devstage",
@@ -282,4 +283,5 @@ static const zero__comm_ops devstage_ops = {
     .allgather_bytes = ds_allgather_bytes,
     .counters_get = ds_counters_get,
     .iallreducev = ds_iallreducev,
+    .set_timeout = ds_set_timeout,
 };

@@ -129,7 +129,6 @@ typedef struct zero__s3 {
     uint64_t prefetch_numel, max_reuse, persist_below;
     uint64_t largest_bytes; /* the largest param's full tensor, bytes (persistence leaves room for it) */
     int poison;
-    double agree_timeout_s;
     uint64_t micro_steps;  /* micro-steps done (for messages) */
     /* how host gathers were served (logged at INFO on destroy) */
     uint64_t n_gathers, n_prefetched, n_resident, n_demand;

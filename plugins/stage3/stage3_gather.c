@@ -18,10 +18,8 @@
  *      host computes.
  * Each param's all-gather has per-rank counts = its intersection with each
  * rank's share, so the pieces land concatenated as the full tensor. */
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "stage3.h"
 
@@ -29,42 +27,21 @@
 
 enum { A_START = 0, A_END, A_HASH, A_LIVE, A_IDX0, A_NIDX = 6, A_NV = A_IDX0 + A_NIDX };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void sleep_us(long us) {
-    struct timespec ts = {0, us * 1000L};
-    nanosleep(&ts, NULL);
-}
-
-/* Wait for `req` up to the agreement timeout.  A peer that never joins
- * leaves the request pending forever; we report instead of hanging (the
- * request is abandoned: the engine is unusable afterwards, as after any
- * collective failure). */
+/* Wait for the agreement's request.  The comm backend bounds every wait
+ * (ZERO_COMM_TIMEOUT / comm_timeout, of which ZERO_STAGE3_TIMEOUT_S is now
+ * an alias) and backs off instead of spinning; a peer that never joins
+ * gives ZERO_ERR_TIMEOUT, reworded here to say what was being agreed (the
+ * engine is only good for destroying afterwards, as after any collective
+ * failure). */
 static zero_status wait_bounded(zero__s3 *s, zero_comm_req *req, const char *what) {
-    double t0 = now_s();
-    for (;;) {
-        int done = 0;
-        zero_status st = s->svc->test(req, &done); /* test drives progress itself */
-        if (st != ZERO_OK) return st;
-        if (done) return ZERO_OK;
-        double waited = now_s() - t0;
-        if (waited > s->agree_timeout_s)
-            return s->svc->error(s->c, ZERO_ERR_TIMEOUT,
-                                 "stage3: %s: no answer from every rank within %.0f s (a rank stopped gathering, or "
-                                 "called zero_step/another collective instead; ZERO_STAGE3_TIMEOUT_S sets the limit)",
-                                 what, s->agree_timeout_s);
-        /* The comm backend's own wait policy: yield for ~2 ms (peers may
-         * share our core; a sleep here would add its length to every
-         * agreement), then short sleeps so a far-behind peer gets the CPU. */
-        if (waited < 2e-3)
-            sched_yield();
-        else
-            sleep_us(20);
-    }
+    zero_status st = s->svc->wait(req);
+    if (st == ZERO_ERR_TIMEOUT)
+        return s->svc->error(s->c, ZERO_ERR_TIMEOUT,
+                             "stage3: %s: no answer from every rank within the comm timeout (a rank stopped "
+                             "gathering, or called zero_step/another collective instead; ZERO_COMM_TIMEOUT or the "
+                             "config's comm_timeout sets the limit)",
+                             what);
+    return st;
 }
 
 static const char *pname(zero__s3 *s, int64_t idx) {

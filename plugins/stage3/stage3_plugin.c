@@ -35,9 +35,6 @@ static zero_status s3_create(const zero_services_v1 *svc, void **state) {
     const char *env = getenv("ZERO_DEBUG_POISON");
     if (env && *env) s->poison = env[0] != '0';
     s->req_hash = ZERO__S3_FNV_OFFSET;
-    s->agree_timeout_s = 120.0;
-    env = getenv("ZERO_STAGE3_TIMEOUT_S");
-    if (env && *env && atof(env) > 0) s->agree_timeout_s = atof(env);
     *state = s;
     return ZERO_OK;
 }

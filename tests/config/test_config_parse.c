@@ -304,6 +304,8 @@ static void test_bad_table(void) {
         {"{\"train_batch_size\":-8}", "train_batch_size: got -8, expected a positive integer"},
         {"{\"gradient_accumulation_steps\":2.5}", "gradient_accumulation_steps: got 2.5, expected a positive integer"},
         {"{\"steps_per_print\":0}", "steps_per_print: got 0, expected a positive integer"},
+        {"{\"comm_timeout\":-1}", "comm_timeout: got -1, expected a number of seconds >= 0 (0 = no limit)"},
+        {"{\"comm_timeout\":\"30s\"}", "comm_timeout: got \"30s\", expected a number of seconds >= 0"},
         {"{\"gradient_predivide_factor\":0}", "gradient_predivide_factor: got 0, expected a number > 0"},
         {"{\"prescale_gradients\":\"false\"}", "prescale_gradients: got \"false\", expected true or false"},
         {"{\"wall_clock_breakdown\":[]}", "wall_clock_breakdown: got [], expected true or false"},
