@@ -18,7 +18,7 @@ WERROR ?= OFF
 # cmake --build runs make underneath: keep its output to what matters.
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps configure build test test-scale demo install clean gpu-check
+.PHONY: all deps configure build test test-scale demo install clean gpu-check fuzz check-sanitize
 
 all: build
 
@@ -52,6 +52,30 @@ test-scale: build
 	  --out $(BUILD)/test-scale/bf16_gas1_b3000 --json $(BUILD)/test-scale/bf16_gas1_b3000.json
 	python3 tests/determinism/determinism.py $(SCALE_ARGS) --precision fp32 --gas 2 --bucket 3000 \
 	  --out $(BUILD)/test-scale/fp32_gas2_b3000 --json $(BUILD)/test-scale/fp32_gas2_b3000.json
+
+# The long fuzz run (issue 17; make test runs each target ZERO_FUZZ_SHORT_S
+# = 20 s): each libFuzzer target for FUZZ_TIME seconds over a corpus kept in
+# $(BUILD)/tests/fuzz/long-<target>/corpus, so that run after run grows it.
+# Crashes land in .../artifacts/; executions and coverage in .../stats.txt.
+FUZZ_TIME    ?= 600
+FUZZ_TARGETS ?= config ckpt
+fuzz: build
+	@for t in $(FUZZ_TARGETS); do \
+	  bash tests/fuzz/run-fuzz.sh $(BUILD)/tests/fuzz/targets/fuzz_$$t $$t $(BUILD)/tests/fuzz/long-$$t $(FUZZ_TIME) keep || exit 1; \
+	done
+
+# Sanitizers (issue 17; tools/sanitize-check.sh): ASan+UBSan+LSan over the
+# test suite (SANITIZE_ASAN_TESTS: a ctest -R regex, see .ci/run for the
+# subset CI runs) and TSan over the progress-thread and concurrent-hook
+# tests plus stage 2/3 zero-demo at 9 ranks.  Builds in build-asan/ and
+# build-tsan/ (not $(BUILD)); SANITIZE_MODES picks the modes.
+SANITIZE_MODES ?= asan tsan
+SANITIZE_ASAN_TESTS ?=
+check-sanitize: deps
+	@for m in $(SANITIZE_MODES); do \
+	  if [ $$m = asan ] && [ -n "$(SANITIZE_ASAN_TESTS)" ]; then TESTS="$(SANITIZE_ASAN_TESTS)" JOBS=$(JOBS) tools/sanitize-check.sh asan || exit 1; \
+	  else JOBS=$(JOBS) tools/sanitize-check.sh $$m || exit 1; fi; \
+	done
 
 # The demo (examples/demo/run-demo.sh): stage0/1/2 on 4 MPI ranks, compared.
 demo: build
