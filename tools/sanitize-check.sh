@@ -21,6 +21,9 @@
 # Environment: BUILD_DIR (default build-asan / build-tsan next to the
 # sources), JOBS (default 2), TESTS (a ctest -R regex replacing the default
 # selection; asan always adds the loader tests, which take milliseconds),
+# EXCLUDE (a ctest -E regex of tests left out; the fuzz_* tests always are:
+# they run clang-built fuzzers that carry ASan+UBSan already, unaffected by
+# this build),
 # SKIP_BUILD=1 (reuse an existing build).  Logs: $BUILD_DIR/sanitize-*.log.
 #
 # How Open MPI is kept out of the verdict (it is not built with sanitizers):
@@ -103,7 +106,8 @@ if [ "$mode" = asan ]; then
     common=(ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:fast_unwind_on_malloc=0:verify_asan_link_order=0
         LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0)
     sel=${TESTS:-.}
-    run_ctest suite "${common[@]}" LD_PRELOAD="$shim" -- -LE "bench|gpu" -R "$sel" -E "^loader\." --no-tests=ignore "$@" ||
+    excl="^loader\.|^fuzz_${EXCLUDE:+|$EXCLUDE}"
+    run_ctest suite "${common[@]}" LD_PRELOAD="$shim" -- -LE "bench|gpu|fuzz" -R "$sel" -E "$excl" --no-tests=ignore "$@" ||
         status=1
     # the loader tests check that plugins are really unloaded: no shim
     run_ctest loader "${common[@]}" -- -R "^loader\." --no-tests=ignore "$@" || status=1
