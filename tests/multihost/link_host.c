@@ -2,8 +2,11 @@
  * (libzero calls only inside its training loop: no MPI call of the host's
  * own that libzero's timeout could not reach) trains for many steps; the
  * script takes the inter-host link down while it runs.  Each rank writes
- * one line to stdout when training started and one when host_run returns:
- *   [rank R] started
+ * OUTDIR/rank<R>.log itself (with the link down, output forwarded through
+ * mpirun would not arrive from the other host): one line once 3 steps
+ * passed (the script cuts the link only then: mid-training, not inside
+ * engine creation) and one when host_run returns:
+ *   [rank R] stepping
  *   [rank R] ended after S s at E: ZERO_ERR_...: <message>      (or: finished)
  * (E: CLOCK_REALTIME seconds, which the script compares with the moment it
  * took the link down)
@@ -23,6 +26,13 @@ static double now_clock(clockid_t clk) {
     struct timespec ts;
     clock_gettime(clk, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void on_step(void *user, uint64_t done) {
+    if (done == 3) {
+        printf("[rank %d] stepping\n", *(int *)user);
+        fflush(stdout);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -46,8 +56,8 @@ int main(int argc, char **argv) {
     c.plugin = argv[1];
     c.steps = atoi(argv[2]);
     c.model = HOST_MODEL_10K;
-    printf("[rank %d] started\n", rank);
-    fflush(stdout);
+    c.on_step = on_step;
+    c.on_step_user = &rank;
     const double t0 = now_clock(CLOCK_MONOTONIC);
     host_run_out o;
     host_run(&c, &o);

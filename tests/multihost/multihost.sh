@@ -11,7 +11,8 @@
 #       multihost_link_host trains with stage2, then stage3; once all ranks
 #       run, the veth link is taken down and left down: every rank must end
 #       with a named error (ZERO_ERR_*) within ZERO_COMM_TIMEOUT=5 s (and
-#       ZERO_STAGE3_TIMEOUT_S=5) plus LINK_MARGIN_S (default 10) seconds.
+#       ZERO_STAGE3_TIMEOUT_S=5) plus LINK_MARGIN_S (default 10) seconds
+#       (LINK_PLUGINS: the plugins tried, default "stage2 stage3").
 #
 # Namespaces and links are named per run (zmh<pid>a/b) and removed on every
 # exit (trap), with any process still inside them.  Exit 77 (ctest: skipped)
@@ -110,7 +111,7 @@ timeout_s=5
 margin=${LINK_MARGIN_S:-10}
 export ZERO_COMM_TIMEOUT=$timeout_s ZERO_STAGE3_TIMEOUT_S=$timeout_s
 status=0
-for p in stage2 stage3; do
+for p in ${LINK_PLUGINS:-stage2 stage3}; do
     out=$work/$p
     mkdir -p "$out"
     # the link comes back up between cases (a fresh one each time)
@@ -119,15 +120,15 @@ for p in stage2 stage3; do
     in_a "${mpi[@]}" -x ZERO_COMM_TIMEOUT -x ZERO_STAGE3_TIMEOUT_S \
         "$build/tests/multihost/multihost_link_host" $p 1000000 "$out" >"$out/mpirun.log" 2>&1 &
     mpirun_pid=$!
-    # wait until all four ranks train, then one more second of steps
-    for _ in $(seq 1 300); do
-        n=$(cat "$out"/rank*.log 2>/dev/null | grep -c "started")
+    # wait until all four ranks train (3 steps done), then one more second of steps
+    for _ in $(seq 1 600); do
+        n=$(cat "$out"/rank*.log 2>/dev/null | grep -c "stepping")
         [ "$n" = 4 ] && break
         sleep 0.1
     done
     if [ "$n" != 4 ]; then
         cat "$out/mpirun.log"
-        echo "multihost: $p: only $n of 4 ranks started"
+        echo "multihost: $p: only $n of 4 ranks started training"
         status=1
         kill $mpirun_pid 2>/dev/null
         continue
