@@ -72,7 +72,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
     mkdir -p "$build"
     cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=$btype -DCMAKE_C_FLAGS="$cflags" \
         -DCMAKE_EXE_LINKER_FLAGS="$san" -DCMAKE_SHARED_LINKER_FLAGS="$san" -DCMAKE_MODULE_LINKER_FLAGS="$san" \
-        -DZERO_WITH_CUDA=OFF -DZERO_WERROR=OFF >"$build/sanitize-configure.log" 2>&1 ||
+        -DZERO_WITH_CUDA=OFF -DZERO_WERROR=OFF -DZERO_BUILD_FUZZ=OFF >"$build/sanitize-configure.log" 2>&1 ||
         { cat "$build/sanitize-configure.log"; exit 1; }
     cmake --build "$build" -j"$jobs" >"$build/sanitize-build.log" 2>&1 ||
         { tail -40 "$build/sanitize-build.log"; echo "sanitize-check: build failed" >&2; exit 1; }
@@ -115,15 +115,17 @@ if [ "$mode" = asan ]; then
     # memory_stage_sweep, ckpt_kill), the Python/torch bindings (the
     # interpreter is not instrumented), the install tests, the largest world
     # sizes of tests that also run smaller (np4 where np2/np3 run, ring order
-    # at 12 where 9 runs) and ckpt_tool (a 64 MiB fixture).  What stays
+    # at 12 where 9 runs; the precision and measured-planner tests, which
+    # time or train many steps, run at np1 only) and ckpt_tool (a 64 MiB
+    # fixture).  What stays
     # covers every plugin (stages_*, stage3_*, offload_*, pipeline_engine_*
     # for stage1-pp), the comm engine (comm_*, every variant), buckets,
     # checkpoints (resume, convert, steps, pipeline, unit), config, loader,
     # ABI, optimizer kernels, planner and the C++ bindings.
     if [ "${ASAN_SET:-full}" = ci ]; then
-        ci='determinism_|precision_stage_trajectories|precision_np[34]|pipeline_demo_|ckpt_kill|ckpt_tool|demo_'
+        ci='determinism_|precision_stage_trajectories|precision_np[234]|pipeline_demo_|ckpt_kill|ckpt_tool|demo_'
         ci+='|memory_stage_sweep|offload_demo|stage3_demo_peak|buckets_demo_|bindings\.torch|bindings\.python'
-        ci+='|install\.|plan_paper|plan_measured_np[34]|stages_equivalence_np4|stage3_equiv_np4'
+        ci+='|install\.|plan_paper|plan_measured_np[234]|stages_equivalence_np4|stage3_equiv_np4'
         ci+='|offload_equivalence_np4|offload_precision_np4|comm_mpi_small_chunks_np4|comm_ring_order_np12|multihost'
         EXCLUDE="^($ci)${EXCLUDE:+|$EXCLUDE}"
     fi
