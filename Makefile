@@ -75,7 +75,7 @@ SANITIZE_MODES ?= asan tsan
 SANITIZE_SET   ?= full
 check-sanitize: deps
 	@for m in $(SANITIZE_MODES); do \
-	  ASAN_SET=$(SANITIZE_SET) JOBS=$(JOBS) tools/sanitize-check.sh $$m || exit 1; \
+	  ASAN_SET=$(SANITIZE_SET) TSAN_SET=$(SANITIZE_SET) JOBS=$(JOBS) tools/sanitize-check.sh $$m || exit 1; \
 	done
 
 # The demo (examples/demo/run-demo.sh): stage0/1/2 on 4 MPI ranks, compared.
