@@ -258,8 +258,13 @@ int zero__config_peek_pipeline_stages(const char *text, const char *path) {
     zero__cfg_ctx ctx = {NULL, NULL, NULL, 0};
     json_t *root = NULL;
     if (load_json(&ctx, text, path, &root) != ZERO_OK) return 1;
-    json_t *stages = json_object_get(json_object_get(root, "pipeline"), "stages");
-    json_int_t v = json_is_integer(stages) ? json_integer_value(stages) : 1;
+    /* The same reader as zero__cfg_parse_pipeline: an integral real (2.0)
+     * counts as well, or the peek and the parse disagree (tests/fuzz found
+     * "stages": 2.0 peeked as 1 while the parse ran 2 stages). */
+    int64_t v = 1;
+    if (zero__cfg_int(&ctx, json_object_get(root, "pipeline"), "pipeline", "stages", 1, INT32_MAX,
+                      "a positive integer", &v) != 1)
+        v = 1;
     json_decref(root);
-    return (v > 1 && v <= INT32_MAX) ? (int)v : 1;
+    return (int)v;
 }

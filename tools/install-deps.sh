@@ -10,11 +10,12 @@ set -euo pipefail
 
 PKGS=(
   build-essential gcc make cmake pkg-config
-  clang
+  clang libclang-rt-dev   # libclang-rt-dev: libFuzzer and the sanitizer runtimes (tests/fuzz)
   libjansson-dev
   libopenmpi-dev openmpi-bin
   abigail-tools binutils
   python3
+  iproute2                # ip netns / veth: tests/multihost
   python3-torch
   chromium fonts-dejavu-core  # tests/report: the demo report opened by a real headless browser
 )

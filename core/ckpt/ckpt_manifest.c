@@ -10,6 +10,11 @@
 
 #define MAX_BYTES ((uint64_t)1 << 52)  /* 4 PiB: larger sizes can only be damage */
 #define MAX_ITEMS (1u << 26)
+/* Readers allocate one chunk (zero__ck_reader_open, zero-ckpt verify):
+ * the writer uses ZERO__CK_CHUNK (1 MiB); anything above 64 MiB can only be
+ * damage, and unchecked it made the reader ask for up to 4 PiB (issue 17,
+ * found with the tests/fuzz harness). */
+#define MAX_CHUNK ((uint64_t)1 << 26)
 
 const char *zero__ck_dtype_name(zero_dtype dt) {
     switch (dt) {
@@ -234,7 +239,7 @@ static int parse(pctx *c, zero__ck_manifest *m, json_t *root) {
         get_u64(c, root, "", "optimizer_states", 4, &u))
         return -1;
     m->nstate = (uint32_t)u;
-    if (get_u64(c, root, "", "chunk_bytes", MAX_BYTES, &m->chunk_bytes)) return -1;
+    if (get_u64(c, root, "", "chunk_bytes", MAX_CHUNK, &m->chunk_bytes)) return -1;
     if (m->chunk_bytes < 4096) return fail(c, "chunk_bytes: %llu is too small", (unsigned long long)m->chunk_bytes);
     json_t *st = json_object_get(root, "state");
     if (!json_is_object(st)) return fail(c, "state: missing");

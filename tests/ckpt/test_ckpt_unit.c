@@ -143,5 +143,23 @@ int main(void) {
     try_parse("../p.rank1.bin", "128", "00000000", "64", "\"version\": 1", "not a plain file name");
     try_parse("p.rank1.bin", "128", "00000000", "64", "\"version\": 2", "format version 2");
     try_parse("p.rank1.bin", "-5", "00000000", "64", "\"version\": 1", "bytes");
+    /* chunk_bytes is the size of the reader's one-chunk buffer: bounded
+     * (tests/fuzz found a manifest making the reader allocate 1 TiB) */
+    {
+        static const char *const subst[][2] = {{"1048576", "1099511627776"}, /* 2^40 */
+                                               {"FILE", "p.rank1.bin"}, {"BYTES", "128"},
+                                               {"CRC", "00000000"}, {"HI", "64"}};
+        char text[4096], err[512] = "";
+        snprintf(text, sizeof text, "%s", GOOD);
+        for (size_t k = 0; k < sizeof subst / sizeof *subst; k++) {
+            char *at = strstr(text, subst[k][0]);
+            const size_t from = strlen(subst[k][0]), to = strlen(subst[k][1]);
+            memmove(at + to, at + from, strlen(at + from) + 1);
+            memcpy(at, subst[k][1], to);
+        }
+        zero__ck_manifest *m = zero__ck_manifest_parse(text, strlen(text), err, sizeof err);
+        CHECK(m == NULL && strstr(err, "chunk_bytes") != NULL, "chunk_bytes 2^40 accepted or unnamed: '%s'", err);
+        zero__ck_manifest_free(m);
+    }
     return check_finish();
 }

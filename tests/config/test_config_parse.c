@@ -744,7 +744,31 @@ static void test_grad_dtypes(void) {
     parse_bad("{\"communication_data_type\":7}", 1, "communication_data_type: got 7");
 }
 
+/* The engine sizes the data-parallel group from zero__config_peek_pipeline_stages
+ * before the real parse: both must read pipeline.stages alike (tests/fuzz
+ * found "stages": 2.0 peeked as 1 while the parse ran 2 stages). */
+static void test_peek_pipeline(void) {
+    static const struct {
+        const char *json;
+        int stages;
+    } t[] = {{"{}", 1},
+             {"{\"pipeline\":{\"stages\":3}}", 3},
+             {"{\"pipeline\":{\"stages\":2.0}}", 2},
+             {"{\"pipeline\":{\"stages\":2e0},\"zero_optimization\":{\"stage\":1}}", 2},
+             {"{\"pipeline\":{\"stages\":\"auto\"}}", 1}};
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+        const int peek = zero__config_peek_pipeline_stages(t[i].json, NULL);
+        CHECK(peek == t[i].stages, "peek of %s: %d, expected %d", t[i].json, peek, t[i].stages);
+        zero__config *c = parse_ok(t[i].json, 4);
+        if (c) CHECK(zero__config_run(c)->pipeline_stages == peek, "parse of %s: %d stages, peek %d", t[i].json,
+                     (int)zero__config_run(c)->pipeline_stages, peek);
+        zero__config_free(c);
+    }
+    CHECK(zero__config_peek_pipeline_stages("{\"pipeline\":{\"stages\":2.5}}", NULL) == 1, "2.5 stages peeked");
+}
+
 int main(void) {
+    test_peek_pipeline();
     test_grad_dtypes();
     test_defaults();
     test_user_config();

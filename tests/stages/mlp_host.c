@@ -345,6 +345,7 @@ void host_run(const host_run_cfg *c, host_run_out *out) {
         }
         if (res.boundary != (m == c->gas - 1)) fail(&r, ZERO_ERR_INTERNAL, "zero_step: unexpected boundary flag");
         if (res.boundary) out->last_norm = res.grad_norm;
+        if (c->on_step) c->on_step(c->on_step_user, gm + 1);
         if (c->host_owned && res.boundary) {
             /* after the step the host's arrays hold exactly what zero_gather gives */
             float *g = malloc(out->numel * sizeof(float));

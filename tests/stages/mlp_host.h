@@ -58,6 +58,9 @@ typedef struct host_run_cfg {
                               after each step they must equal what zero_gather gives (checked: ZERO_ERR_INTERNAL) */
     double config_lr;      /* optimizer lr in the config (default 0.001) */
     double hp_lr;          /* >= 0: zero_set_hparams(ALL_GROUPS, lr) right after zero_engine_create */
+    /* (appended by issue17b: tests/multihost waits for training to run before it cuts the link) */
+    void (*on_step)(void *user, uint64_t micro_steps_done); /* NULL, or called after every zero_step that succeeded */
+    void *on_step_user;
 } host_run_cfg;
 
 /* Defaults: stage0, small model, 30 steps, gas 1, mb 3, overlap 1,
