@@ -208,6 +208,9 @@ zero_status zero__alltoallv_bytes(zero_comm *m, const void *send, const size_t *
     if (!m || !scounts || !sdispls || !rcounts || !rdispls) return ZERO_ERR_INVALID_ARGUMENT;
     if (!m->ops->alltoallv_bytes)
         return zero__error(m->engine, ZERO_ERR_UNSUPPORTED, "comm: the %s backend has no all-to-all", m->ops->name);
+    size_t sent = 0;
+    for (int r = 0; r < m->size; r++) sent += scounts[r];
+    ZERO_TRACE_SCOPE("alltoallv_bytes", "comm", "bytes", (double)sent, NULL, 0);
     return m->ops->alltoallv_bytes(m, send, scounts, sdispls, recv, rcounts, rdispls);
 }
 
