@@ -12,6 +12,7 @@
 #include "memory.h"
 #include "comm.h"
 #include "loss_scaler.h"
+#include "step_timing.h"
 
 #define ZERO__PARAM_MAGIC 0x7a65726fu /* "zero" */
 
@@ -118,6 +119,9 @@ struct zero_engine {
     struct zero__ck_save *ck_save;
     struct zero__ck_load *ck_load;
     int ck_echo;
+
+    /* (1.3) where the time of each step goes (step_timing.h) */
+    zero__timing timing;
 };
 
 static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }
