@@ -79,6 +79,8 @@ def main():
     os.environ.setdefault("MASTER_PORT", "29611")
     os.environ.update(RANK=str(RANK), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(RANK), LOCAL_SIZE=str(WORLD))
     width, layers, flat, xs, ys = read_data(a.data)
+    prof = []  # per step: forward, backward, (zero-torch: of which Python grad hooks), optimizer step; seconds
+    hook_t = [0.0]
     model = build_model(width, layers, flat)
     nparams = sum(p.numel() for p in model.parameters())
     mode = a.mode
@@ -98,46 +100,45 @@ def main():
             opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=LR,
                                           betas=BETAS, eps=EPS, weight_decay=WD)
 
-        def train_step(x, y):
-            loss = nn.functional.mse_loss(net(x), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            return loss
+        fwd = lambda x, y: nn.functional.mse_loss(net(x), y)
+        bwd = lambda loss: (opt.zero_grad(set_to_none=True), loss.backward())
+        upd = opt.step
     elif mode.startswith("fsdp"):
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
         strat = ShardingStrategy.SHARD_GRAD_OP if mode == "fsdp-shard-grad-op" else ShardingStrategy.FULL_SHARD
         net = FSDP(model, sharding_strategy=strat, device_id=torch.device("cpu"), use_orig_params=False)
         opt = torch.optim.AdamW(net.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
 
-        def train_step(x, y):
-            loss = nn.functional.mse_loss(net(x), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            return loss
+        fwd = lambda x, y: nn.functional.mse_loss(net(x), y)
+        bwd = lambda loss: (opt.zero_grad(set_to_none=True), loss.backward())
+        upd = opt.step
     elif mode.startswith("deepspeed"):
         import deepspeed
         stage = int(mode[-1])
         engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                config=ds_config(stage, a.mb, a.bucket))
 
-        def train_step(x, y):
-            loss = nn.functional.mse_loss(engine(x), y)
-            engine.backward(loss)
-            engine.step()
-            return loss
+        fwd = lambda x, y: nn.functional.mse_loss(engine(x), y)
+        bwd = engine.backward
+        upd = engine.step
     elif mode.startswith("zero-torch"):
         import zero.torch as zt
         cfg = ds_config(int(mode[-1]), a.mb, a.bucket)
         del cfg["optimizer"]["params"]["torch_adam"]
         engine, _, _, _ = zt.initialize(model, cfg, param_storage=os.environ.get("ZERO_TORCH_STORAGE", "host"))
+        # where the time goes: forward, backward (of which inside the Python
+        # gradient hooks), zero_step; libzero's own phases from step_timing()
+        grad_ready = engine._grad_ready
 
-        def train_step(x, y):
-            loss = nn.functional.mse_loss(engine(x), y)
-            engine.backward(loss)
-            engine.step()
-            return loss
+        def timed_grad_ready(p):
+            t = time.perf_counter()
+            grad_ready(p)
+            hook_t[0] += time.perf_counter() - t
+        engine._grad_ready = timed_grad_ready
+
+        fwd = lambda x, y: nn.functional.mse_loss(engine(x), y)
+        bwd = engine.backward
+        upd = engine.step
     else:
         raise SystemExit("unknown mode " + mode)
 
@@ -148,15 +149,31 @@ def main():
         y = ys[s % pool, RANK * a.mb:(RANK + 1) * a.mb]
         dist.barrier()
         t0 = time.perf_counter()
-        loss = train_step(x, y)
-        times.append(time.perf_counter() - t0)
+        loss = fwd(x, y)
+        t1 = time.perf_counter()
+        bwd(loss)
+        t2 = time.perf_counter()
+        upd()
+        t3 = time.perf_counter()
+        times.append(t3 - t0)
+        prof.append((t1 - t0, t2 - t1, hook_t[0], t3 - t2))
+        hook_t[0] = 0.0
     med = statistics.median(times[a.warmup:])
     mine = torch.tensor([med, float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss), float(base_rss),
                          float(loss.item())], dtype=torch.float64)
     allv = [torch.zeros(4, dtype=torch.float64) for _ in range(WORLD)]
     dist.all_gather(allv, mine)
+    k = [statistics.median(v[i] for v in prof[a.warmup:]) * 1e3 for i in range(4)]
+    extra = {"profile_ms": {"forward": k[0], "backward": k[1], "step": k[3]}}
+    if mode.startswith("zero-torch"):
+        t = engine.z.step_timing(total=True)
+        n = max(1, t["micro_steps"])
+        extra = {"profile_ms": {"forward": k[0], "backward": k[1], "python_hooks": k[2], "step": k[3],
+                                "libzero_hooks": t["hook_seconds"] * 1e3 / n,
+                                "libzero_step": {key[:-8]: t[key] * 1e3 / n for key in t if key.endswith("_seconds")
+                                                 and key not in ("hook_seconds", "fetch_seconds")}}}
     if RANK == 0:
-        print(json.dumps({"mode": mode, "world": WORLD, "params": nparams, "steps": a.steps, "warmup": a.warmup,
+        print(json.dumps({**extra, "mode": mode, "world": WORLD, "params": nparams, "steps": a.steps, "warmup": a.warmup,
                           "step_ms": max(float(v[0]) for v in allv) * 1e3,
                           "final_loss": sum(float(v[3]) for v in allv) / WORLD,
                           "peak_rss_mib": [float(v[1]) / 1024 for v in allv],
