@@ -16,6 +16,10 @@ PKGS=(
   abigail-tools binutils
   python3
   python3-torch
+  # bench/peers' C host multiplies matrices with CBLAS (serial: no BLAS
+  # threads of its own); installing it also switches Debian's libblas.so.3
+  # (and so python3-torch) from the reference BLAS to OpenBLAS
+  libopenblas-serial-dev
 )
 # shellcheck disable=SC2206
 PKGS+=(${INSTALL_DEPS_EXTRA:-})
