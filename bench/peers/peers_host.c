@@ -55,7 +55,7 @@ static void die(const char *what, zero_engine *e, zero_status s) {
 
 static int parse(int argc, char **argv, opts *o) {
     *o = (opts){NULL, NULL, NULL, 1024, 8, 16, 8, 2, 30, 5, 1, 1048576};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* --flag value pairs */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return -1;
         if (!strcmp(a, "--data")) o->data = v;
@@ -71,7 +71,6 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--overlap")) o->overlap = atoi(v);
         else if (!strcmp(a, "--bucket")) o->bucket = atoll(v);
         else return -1;
-        i++;
     }
     return (o->data || o->write_data) && o->steps > o->warmup ? 0 : -1;
 }
