@@ -514,6 +514,59 @@ typedef struct zero_comm_stats {
 ZERO_API zero_status zero_comm_stats_get(const zero_engine *e, zero_comm_stats *out);
 
 /* ------------------------------------------------------------------------ */
+/* Where the time of a step went (1.3; DeepSpeed's wall_clock_breakdown)     */
+/* ------------------------------------------------------------------------ */
+/* Wall-clock seconds, measured by libzero on every engine (two clock reads
+ * per timed call; the config key "wall_clock_breakdown": true only adds a
+ * log line, below).
+ *
+ * The six "in zero_step" phases are disjoint slices of step_seconds: each
+ * is the time of one kind of core service the plugin called directly from
+ * its step (a service nested in another counts to the outer one).  What is
+ * left, step_seconds minus their sum, is bookkeeping and work a plugin does
+ * outside the core's services (stage 3's gather-order agreement, say); for
+ * the built-in flat plugins it stays within a few per cent (tested).
+ * hook_seconds and fetch_seconds are outside zero_step: time the host spent
+ * inside libzero during forward and backward, summed over the threads that
+ * made the calls (so, with several hook threads, it can exceed wall time). */
+typedef struct zero_step_timing {
+    uint32_t struct_size;        /* = sizeof(zero_step_timing), set by the caller */
+    uint32_t reserved0;
+    uint64_t micro_steps;        /* zero_step calls covered: 1 (LAST) or all so far (TOTAL); 0 before the first */
+    double step_seconds;         /* wall time inside zero_step */
+    /* ---- in zero_step ---- */
+    double exposed_comm_seconds; /* waiting for gradient reductions launched during backward (overlap_comm) */
+    double reduce_seconds;       /* the rest of finishing the gradient reduction: launching and completing the
+                                    reductions not started during backward, placing the reduced blocks */
+    double norm_seconds;         /* global gradient norm and overflow check with their all-reduce (clip coefficient) */
+    double optimizer_seconds;    /* the optimizer pass over this rank's share */
+    double gather_seconds;       /* all-gather of the updated parameter shares */
+    double copy_seconds;         /* copies and clears: updated values into host-owned tensors (copy-out), offload's
+                                    host/device transfers, clearing the window's gradient */
+    /* ---- outside zero_step, since the previous zero_step returned (LAST) ---- */
+    double hook_seconds;         /* inside zero_grad_buffer, zero_on_grad_ready and their slice forms */
+    double fetch_seconds;        /* inside zero_gather and zero_release (stage 3's parameter gathers) */
+} zero_step_timing;
+#define ZERO_STEP_TIMING_INIT { sizeof(zero_step_timing), 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0 }
+
+/* Which figures zero_step_timing_get returns. */
+enum {
+    ZERO_TIMING_LAST = 0,  /* the last zero_step, and the hook / fetch time of the micro-step it ended */
+    ZERO_TIMING_TOTAL = 1  /* sums over every zero_step of the engine so far */
+};
+
+/* Fill *out (up to out->struct_size; later fields are left alone) with the
+ * figures `which` names.  ZERO_ERR_INVALID_ARGUMENT for a NULL argument, a
+ * struct_size below 4 or an unknown `which`.  Call it from the thread that
+ * calls zero_step, not while a zero_step runs (the figures are written by
+ * zero_step; hooks running on other threads at the time are counted into
+ * the next micro-step).  With "wall_clock_breakdown": true, global rank 0
+ * also logs every steps_per_print optimizer steps the mean of each phase
+ * over the micro-steps since the previous line (through the log callback,
+ * at INFO level, whatever ZERO_LOG_LEVEL says). */
+ZERO_API zero_status zero_step_timing_get(const zero_engine *e, int32_t which, zero_step_timing *out);
+
+/* ------------------------------------------------------------------------ */
 /* Memory plan (1.2)                                                         */
 /* ------------------------------------------------------------------------ */
 /* What zero_plan plans: a model (a parameter list, or a bare count), a

@@ -417,18 +417,23 @@ static zero_status device_order(zero_engine *e, int after, void *stream);
  * device_order(0) after this makes the host's stream wait for it). */
 static zero_status host_owned_writeback(zero_engine *e, const char *when) {
     if (!e->any_host_owned) return ZERO_OK;
-    for (uint32_t i = 0; i < e->nparams; i++) {
+    zero__span sp = zero__phase_begin(e); /* (1.3) zero_step's copy-out */
+    zero_status s = ZERO_OK;
+    for (uint32_t i = 0; i < e->nparams && s == ZERO_OK; i++) {
         struct zero_param *p = e->params[i];
         if (!p->host_data) continue;
-        if (!p->info.data)
-            return zero__error(e, ZERO_ERR_UNSUPPORTED,
-                               "%s: param '%s' is ZERO_PARAM_HOST_OWNED but plugin '%s' keeps no full copy of it "
-                               "(zero_param_info.data is NULL)",
-                               when, p->name, e->plugin.table->name ? e->plugin.table->name : "?");
+        if (!p->info.data) {
+            s = zero__error(e, ZERO_ERR_UNSUPPORTED,
+                            "%s: param '%s' is ZERO_PARAM_HOST_OWNED but plugin '%s' keeps no full copy of it "
+                            "(zero_param_info.data is NULL)",
+                            when, p->name, e->plugin.table->name ? e->plugin.table->name : "?");
+            break;
+        }
         size_t es = p->info.dtype == ZERO_DTYPE_F32 ? 4 : 2;
         e->svc.mem_copy(zero__core_of(e), p->host_data, p->info.data, (size_t)p->info.numel * es);
     }
-    return ZERO_OK;
+    zero__phase_end(e, sp, ZERO__PH_COPY);
+    return s;
 }
 
 /* (1.3) Expert groups need a plugin that keeps one bucket set per
@@ -531,7 +536,7 @@ static zero_status check_param(zero_engine *e, const zero_param *p, const char *
     return ZERO_OK;
 }
 
-zero_status zero_gather(zero_engine *e, zero_param *const *params, size_t n, void **ptrs) {
+static zero_status gather_impl(zero_engine *e, zero_param *const *params, size_t n, void **ptrs) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     if ((!params || !ptrs) && n) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_gather: NULL array");
     for (size_t i = 0; i < n; i++) {
@@ -552,7 +557,7 @@ zero_status zero_gather(zero_engine *e, zero_param *const *params, size_t n, voi
     return e->dev && n ? gathered_order(e) : ZERO_OK;
 }
 
-zero_status zero_release(zero_engine *e, zero_param *const *params, size_t n) {
+static zero_status release_impl(zero_engine *e, zero_param *const *params, size_t n) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     if (!params && n) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_release: NULL array");
     for (size_t i = 0; i < n; i++) {
@@ -607,7 +612,7 @@ zero_status zero_param_storage(zero_engine *e, zero_param *p, void **data) {
     return ZERO_OK;
 }
 
-zero_status zero_grad_buffer(zero_engine *e, zero_param *p, void **buf) {
+static zero_status grad_buffer_impl(zero_engine *e, zero_param *p, void **buf) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     zero_status s = check_param(e, p, "zero_grad_buffer");
     if (s != ZERO_OK) return s;
@@ -619,7 +624,7 @@ zero_status zero_grad_buffer(zero_engine *e, zero_param *p, void **buf) {
     return e->plugin.table->grad_buffer(e->pstate, &p->info, buf);
 }
 
-zero_status zero_on_grad_ready(zero_engine *e, zero_param *p, void *stream) {
+static zero_status on_grad_ready_impl(zero_engine *e, zero_param *p, void *stream) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     zero_status s = check_param(e, p, "zero_on_grad_ready");
     if (s != ZERO_OK) return s;
@@ -685,7 +690,7 @@ static zero_status check_slice(zero_engine *e, zero_param *p, uint32_t layer, co
     return ZERO_OK;
 }
 
-zero_status zero_slice_grad_buffer(zero_engine *e, zero_param *p, uint32_t layer, void **buf) {
+static zero_status slice_grad_buffer_impl(zero_engine *e, zero_param *p, uint32_t layer, void **buf) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     zero_status s = check_slice(e, p, layer, "zero_slice_grad_buffer");
     if (s != ZERO_OK) return s;
@@ -696,7 +701,7 @@ zero_status zero_slice_grad_buffer(zero_engine *e, zero_param *p, uint32_t layer
     return ZERO_OK;
 }
 
-zero_status zero_on_slice_ready(zero_engine *e, zero_param *p, uint32_t layer, void *stream) {
+static zero_status on_slice_ready_impl(zero_engine *e, zero_param *p, uint32_t layer, void *stream) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     zero_status s = check_slice(e, p, layer, "zero_on_slice_ready");
     if (s != ZERO_OK) return s;
@@ -780,7 +785,7 @@ static zero_status settle_missing(zero_engine *e) {
     return ZERO_OK;
 }
 
-zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_result *result) {
+static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_step_result *result, int *taken_out) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     if (!e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_step before zero_params_done");
     ZERO_TRACE_SCOPE("zero_step", "step", "step", e->global_step + 1, "micro_step", e->micro_step);
@@ -841,6 +846,7 @@ zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_resu
     } else {
         e->micro_step++;
     }
+    *taken_out = taken;
     if (result) {
         zero_step_result r = ZERO_STEP_RESULT_INIT;
         r.boundary = ctx.boundary;
@@ -858,6 +864,78 @@ zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_resu
         return zero__error(e, ZERO_ERR_LOSS_SCALE,
                            "fp16 overflow with the loss scale already at min_loss_scale (%g): training diverged",
                            e->rc->fp16_min_loss_scale);
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* (1.3) The host-facing calls of forward and backward, timed for
+ * zero_step_timing (hook_seconds, fetch_seconds).  A call nested in another
+ * (zero_on_slice_ready's last slice calls zero_on_grad_ready) counts once. */
+
+zero_status zero_gather(zero_engine *e, zero_param *const *params, size_t n, void **ptrs) {
+    zero__span sp = zero__outside_begin();
+    zero_status s = gather_impl(e, params, n, ptrs);
+    zero__outside_end(e, sp, ZERO__OUT_FETCH);
+    return s;
+}
+
+zero_status zero_release(zero_engine *e, zero_param *const *params, size_t n) {
+    zero__span sp = zero__outside_begin();
+    zero_status s = release_impl(e, params, n);
+    zero__outside_end(e, sp, ZERO__OUT_FETCH);
+    return s;
+}
+
+zero_status zero_grad_buffer(zero_engine *e, zero_param *p, void **buf) {
+    zero__span sp = zero__outside_begin();
+    zero_status s = grad_buffer_impl(e, p, buf);
+    zero__outside_end(e, sp, ZERO__OUT_HOOK);
+    return s;
+}
+
+zero_status zero_on_grad_ready(zero_engine *e, zero_param *p, void *stream) {
+    zero__span sp = zero__outside_begin();
+    zero_status s = on_grad_ready_impl(e, p, stream);
+    zero__outside_end(e, sp, ZERO__OUT_HOOK);
+    return s;
+}
+
+zero_status zero_slice_grad_buffer(zero_engine *e, zero_param *p, uint32_t layer, void **buf) {
+    zero__span sp = zero__outside_begin();
+    zero_status s = slice_grad_buffer_impl(e, p, layer, buf);
+    zero__outside_end(e, sp, ZERO__OUT_HOOK);
+    return s;
+}
+
+zero_status zero_on_slice_ready(zero_engine *e, zero_param *p, uint32_t layer, void *stream) {
+    zero__span sp = zero__outside_begin();
+    zero_status s = on_slice_ready_impl(e, p, layer, stream);
+    zero__outside_end(e, sp, ZERO__OUT_HOOK);
+    return s;
+}
+
+zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_result *result) {
+    int taken = 0;
+    if (!e) return step_impl(e, args, result, &taken);
+    zero__timing_step_begin(e);
+    zero_status s = step_impl(e, args, result, &taken);
+    zero__timing_step_end(e);
+    zero__timing_log(e, taken);
+    return s;
+}
+
+zero_status zero_step_timing_get(const zero_engine *e, int32_t which, zero_step_timing *out) {
+    if (!e || !out || out->struct_size < sizeof(uint32_t) ||
+        (which != ZERO_TIMING_LAST && which != ZERO_TIMING_TOTAL))
+        return ZERO_ERR_INVALID_ARGUMENT;
+    zero_step_timing t = which == ZERO_TIMING_LAST ? e->timing.last : e->timing.total;
+    if (t.struct_size == 0) { /* before the first zero_step */
+        zero_step_timing z = ZERO_STEP_TIMING_INIT;
+        t = z;
+    }
+    uint32_t size = out->struct_size;
+    memcpy(out, &t, size < sizeof t ? size : sizeof t);
+    out->struct_size = size;
     return ZERO_OK;
 }
 

@@ -122,6 +122,8 @@ struct zero_buckets {
     uint64_t passes;
     double exposed;      /* seconds waited inside hooks since the last flush */
     double exposed_total;
+    double flush_wait;   /* (1.3) last flush: waits for reductions launched before it */
+    uint32_t flush_first; /* (1.3) during a flush: first bucket it launched (0 otherwise) */
 };
 
 static double now_s(void) {
@@ -409,7 +411,9 @@ static zero_status complete_oldest(zero_buckets *b) {
     if (bk->req) {
         double t0 = now_s();
         s = zero__comm_wait(bk->req);
-        b->exposed += now_s() - t0;
+        double waited = now_s() - t0;
+        b->exposed += waited;
+        if (k < b->flush_first) b->flush_wait += waited; /* (1.3) launched during backward */
         bk->req = NULL;
         if (s == ZERO_ERR_TIMEOUT) /* say which gradients were waited for */
             zero__error_context(b->e, s, "bucket engine: bucket %u of %u (flat elements %llu..%llu, %s) not reduced",
@@ -805,16 +809,21 @@ static zero_status gather_rounded_blocks(zero_buckets *b) {
 zero_status zero__buckets_flush(zero_buckets *b) {
     if (!b) return ZERO_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&b->mu);
+    b->flush_wait = 0.0;
     zero_status s = ZERO_OK;
     if (is_reducing(b)) {
         /* Whatever is left (overlap off, or params the host never reported:
          * the core has already delivered those as zeros) goes now, still in
          * bucket order. */
+        /* (1.3) buckets below this index were launched during backward:
+         * waiting for them here is the exposed part of the flush */
+        b->flush_first = b->next_launch;
         while (b->next_launch < b->nb && s == ZERO_OK) s = launch(b, b->next_launch++);
         while (b->fifo_len) {
             zero_status w = complete_oldest(b);
             if (s == ZERO_OK) s = w;
         }
+        b->flush_first = 0;
         if (s == ZERO_OK && b->mixed && b->spec.mode == ZERO_BUCKETS_ALLREDUCE && needs_comm(b))
             s = gather_rounded_blocks(b);
         b->passes++;
@@ -869,3 +878,5 @@ uint64_t zero__buckets_staging_bytes(const zero_buckets *b) {
 uint64_t zero__buckets_passes(const zero_buckets *b) { return b ? b->passes : 0; }
 uint64_t zero__buckets_numel(const zero_buckets *b) { return b ? b->bucket_numel : 0; }
 double zero__buckets_exposed_seconds(const zero_buckets *b) { return b ? b->exposed_total : 0.0; }
+double zero__buckets_last_flush_wait(const zero_buckets *b) { return b ? b->flush_wait : 0.0; }
+struct zero_engine *zero__buckets_engine(const zero_buckets *b) { return b ? b->e : NULL; }

@@ -71,4 +71,9 @@ uint64_t zero__buckets_staging_bytes(const zero_buckets *b);
 uint64_t zero__buckets_passes(const zero_buckets *b);
 uint64_t zero__buckets_numel(const zero_buckets *b);
 double zero__buckets_exposed_seconds(const zero_buckets *b);
+/* (1.3, step timing) Of the last flush, the seconds spent waiting for
+ * reductions that were launched before it (during backward); and the engine
+ * a bucket set belongs to.  Step thread only. */
+double zero__buckets_last_flush_wait(const zero_buckets *b);
+struct zero_engine *zero__buckets_engine(const zero_buckets *b);
 #endif

@@ -12,6 +12,7 @@
 #include "memory.h"
 #include "comm.h"
 #include "loss_scaler.h"
+#include "step_timing.h"
 
 #define ZERO__PARAM_MAGIC 0x7a65726fu /* "zero" */
 
@@ -142,6 +143,8 @@ struct zero_engine {
     uint64_t step_fp32_peak_bytes, step_tile_max_numel, step_untiled_numel;
     /* (trace) this engine holds a reference on the process's tracer (core/trace.h) */
     int tracing;
+    /* (1.3) where the time of each step goes (step_timing.h) */
+    zero__timing timing;
 };
 
 static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }

@@ -99,6 +99,16 @@ void zero__vlog(const struct zero_engine *e, zero_log_level lvl, const char *fmt
     if (msg != stack) free(msg);
 }
 
+void zero__log_forced(const struct zero_engine *e, zero_log_level lvl, const char *fmt, ...) {
+    char stack[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = format_msg(stack, sizeof stack, fmt, ap);
+    va_end(ap);
+    emit(e, lvl, msg);
+    if (msg != stack) free(msg);
+}
+
 void zero__log(const struct zero_engine *e, zero_log_level lvl, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -16,6 +16,10 @@ zero_log_level zero__log_threshold(void);
 void zero__log(const struct zero_engine *e, zero_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void zero__vlog(const struct zero_engine *e, zero_log_level lvl, const char *fmt, va_list ap);
+/* (1.3) zero__log whatever ZERO_LOG_LEVEL says: for lines a config key asked
+ * for explicitly (wall_clock_breakdown). */
+void zero__log_forced(const struct zero_engine *e, zero_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Set e's last-error text to "rank R: <msg>" and log it at debug level.
  * Returns s.  e may be NULL (then only logs). */

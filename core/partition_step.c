@@ -50,8 +50,8 @@ static zero_status check_ps(struct zero_engine *e, const zero_part_step *ps, con
     return ZERO_OK;
 }
 
-zero_status zero__svc_grad_norm(zero_core *c, const zero_part_step *ps, const zero_step_ctx *ctx,
-                                zero_grad_norm *out) {
+static zero_status grad_norm_impl(zero_core *c, const zero_part_step *ps, const zero_step_ctx *ctx,
+                                 zero_grad_norm *out) {
     struct zero_engine *e = zero__engine_of(c);
     zero_status st = check_ps(e, ps, "grad_norm");
     if (st != ZERO_OK) return st;
@@ -126,7 +126,7 @@ static int tile_next(const zero_layout *L, uint64_t cap, uint64_t hi0, uint64_t 
     return 1;
 }
 
-zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float grad_mul) {
+static zero_status part_step_impl(zero_core *c, const zero_part_step *ps, float grad_mul) {
     struct zero_engine *e = zero__engine_of(c);
     zero_status st = check_ps(e, ps, "part_step");
     if (st != ZERO_OK) return st;
@@ -215,7 +215,7 @@ zero_status zero__svc_boundary_step(zero_core *c, const zero_part_step *ps, cons
     return zero__svc_part_step(c, ps, gn.grad_mul);
 }
 
-zero_status zero__svc_allgather_shares(zero_core *c, zero_comm *comm, void *flat, zero_dtype dt) {
+static zero_status allgather_shares_impl(zero_core *c, zero_comm *comm, void *flat, zero_dtype dt) {
     struct zero_engine *e = zero__engine_of(c);
     const zero_layout *L = &e->layout.view;
     if (!comm) comm = e->world;
@@ -252,5 +252,32 @@ zero_status zero__svc_allgather_shares(zero_core *c, zero_comm *comm, void *flat
     }
     free(counts);
     free(reqs);
+    return st;
+}
+
+/* (1.3) The three services as zero_step phases (step_timing.h): counted
+ * when the plugin's step calls them directly or through boundary_step. */
+zero_status zero__svc_grad_norm(zero_core *c, const zero_part_step *ps, const zero_step_ctx *ctx,
+                                zero_grad_norm *out) {
+    struct zero_engine *e = zero__engine_of(c);
+    zero__span sp = zero__phase_begin(e);
+    zero_status st = grad_norm_impl(c, ps, ctx, out);
+    zero__phase_end(e, sp, ZERO__PH_NORM);
+    return st;
+}
+
+zero_status zero__svc_part_step(zero_core *c, const zero_part_step *ps, float grad_mul) {
+    struct zero_engine *e = zero__engine_of(c);
+    zero__span sp = zero__phase_begin(e);
+    zero_status st = part_step_impl(c, ps, grad_mul);
+    zero__phase_end(e, sp, ZERO__PH_OPTIM);
+    return st;
+}
+
+zero_status zero__svc_allgather_shares(zero_core *c, zero_comm *comm, void *flat, zero_dtype dt) {
+    struct zero_engine *e = zero__engine_of(c);
+    zero__span sp = zero__phase_begin(e);
+    zero_status st = allgather_shares_impl(c, comm, flat, dt);
+    zero__phase_end(e, sp, ZERO__PH_GATHER);
     return st;
 }

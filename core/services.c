@@ -77,11 +77,15 @@ static void dev_failed(struct zero_engine *e, zero_status st, const char *what) 
 }
 
 static void svc_mem_copy(zero_core *c, void *d, const void *s, size_t b) {
+    zero__span sp = zero__phase_begin(E(c)); /* (1.3) copies inside zero_step: the copy phase */
     zero_status st = zero__dev_copy(E(c)->dev, d, s, b);
+    zero__phase_end(E(c), sp, ZERO__PH_COPY);
     if (st != ZERO_OK) dev_failed(E(c), st, "mem_copy");
 }
 static zero_status svc_mem_set(zero_core *c, void *d, int v, size_t b) {
+    zero__span sp = zero__phase_begin(E(c));
     zero_status st = zero__dev_memset(E(c)->dev, d, v, b);
+    zero__phase_end(E(c), sp, ZERO__PH_COPY);
     if (st != ZERO_OK) dev_failed(E(c), st, "mem_set");
     return st;
 }
@@ -96,7 +100,7 @@ static uint32_t svc_optim_state_count(zero_core *c) {
 /* Step [flat_lo, flat_hi), splitting it at group boundaries so each piece
  * gets its group's lr scale and weight decay; the step number and scheduled
  * lr are the core's (global_step + 1). */
-static zero_status svc_optim_step(zero_core *c, const zero_opt_range *r) {
+static zero_status optim_step_impl(zero_core *c, const zero_opt_range *r) {
     struct zero_engine *e = E(c);
     const zero_run_config *rc = e->rc;
     const zero_layout *l = &e->layout.view;
@@ -145,6 +149,27 @@ static zero_status svc_optim_step(zero_core *c, const zero_opt_range *r) {
     return ZERO_OK;
 }
 
+/* (1.3) Called directly from a plugin's step (offload's own loop), the
+ * optimizer phase; inside part_step it is part_step's. */
+static zero_status svc_optim_step(zero_core *c, const zero_opt_range *r) {
+    zero__span sp = zero__phase_begin(E(c));
+    zero_status st = optim_step_impl(c, r);
+    zero__phase_end(E(c), sp, ZERO__PH_OPTIM);
+    return st;
+}
+
+/* (1.3) The gradient reduction's end, timed whole as `reduce`; the part
+ * spent waiting for reductions launched during backward moves to
+ * `exposed_comm` (zero__buckets_last_flush_wait). */
+static zero_status svc_buckets_flush(zero_buckets *b) {
+    struct zero_engine *e = zero__buckets_engine(b);
+    zero__span sp = zero__phase_begin(e);
+    zero_status st = zero__buckets_flush(b);
+    zero__phase_end(e, sp, ZERO__PH_REDUCE);
+    if (e && sp.t0 >= 0.0) zero__phase_move(e, ZERO__PH_REDUCE, ZERO__PH_EXPOSED, zero__buckets_last_flush_wait(b));
+    return st;
+}
+
 /* Mixed-precision variants convert in bounded tiles (fp32 temporaries stay
  * small); device buffers run the CUDA kernels in the same summation order. */
 static double svc_sumsq(zero_core *c, const void *x, zero_dtype dt, size_t n) {
@@ -166,11 +191,15 @@ static int svc_nonfinite(zero_core *c, const void *x, zero_dtype dt, size_t n) {
     return any;
 }
 static void svc_convert(zero_core *c, void *d, zero_dtype dd, const void *s, zero_dtype sd, size_t n) {
+    zero__span sp = zero__phase_begin(E(c));
     zero_status st = zero__dev_convert(E(c)->dev, d, dd, s, sd, n);
+    zero__phase_end(E(c), sp, ZERO__PH_COPY);
     if (st != ZERO_OK) dev_failed(E(c), st, "convert");
 }
 static void svc_add_into(zero_core *c, float *d, const void *s, zero_dtype sd, size_t n) {
+    zero__span sp = zero__phase_begin(E(c));
     zero_status st = zero__dev_add_into(E(c)->dev, d, ZERO_DTYPE_F32, s, sd, n);
+    zero__phase_end(E(c), sp, ZERO__PH_COPY);
     if (st != ZERO_OK) dev_failed(E(c), st, "add_into");
 }
 
@@ -400,7 +429,7 @@ void zero__services_init(struct zero_engine *e) {
     s->buckets_create = zero__buckets_create;
     s->buckets_grad_slot = zero__buckets_grad_slot;
     s->buckets_ready = zero__buckets_ready;
-    s->buckets_flush = zero__buckets_flush;
+    s->buckets_flush = svc_buckets_flush;
     s->buckets_destroy = zero__buckets_destroy;
     s->optim_state_count = svc_optim_state_count;
     s->optim_step = svc_optim_step;

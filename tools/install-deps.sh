@@ -18,6 +18,10 @@ PKGS=(
   iproute2                # ip netns / veth: tests/multihost
   python3-torch
   chromium fonts-dejavu-core  # tests/report: the demo report opened by a real headless browser
+  # bench/peers' C host multiplies matrices with CBLAS (serial: no BLAS
+  # threads of its own); installing it also switches Debian's libblas.so.3
+  # (and so python3-torch) from the reference BLAS to OpenBLAS
+  libopenblas-serial-dev
 )
 # shellcheck disable=SC2206
 PKGS+=(${INSTALL_DEPS_EXTRA:-})

@@ -109,6 +109,21 @@ _Static_assert(offsetof(zero_comm_stats, reduction_passes) == 64, "offsetof(zero
 _Static_assert(offsetof(zero_comm_stats, exposed_comm_seconds) == 72, "offsetof(zero_comm_stats, exposed_comm_seconds)");
 _Static_assert(offsetof(zero_comm_stats, total_comm_seconds) == 80, "offsetof(zero_comm_stats, total_comm_seconds)");
 
+/* zero_step_timing */
+_Static_assert(sizeof(zero_step_timing) == 88, "sizeof(zero_step_timing)");
+_Static_assert(offsetof(zero_step_timing, struct_size) == 0, "offsetof(zero_step_timing, struct_size)");
+_Static_assert(offsetof(zero_step_timing, reserved0) == 4, "offsetof(zero_step_timing, reserved0)");
+_Static_assert(offsetof(zero_step_timing, micro_steps) == 8, "offsetof(zero_step_timing, micro_steps)");
+_Static_assert(offsetof(zero_step_timing, step_seconds) == 16, "offsetof(zero_step_timing, step_seconds)");
+_Static_assert(offsetof(zero_step_timing, exposed_comm_seconds) == 24, "offsetof(zero_step_timing, exposed_comm_seconds)");
+_Static_assert(offsetof(zero_step_timing, reduce_seconds) == 32, "offsetof(zero_step_timing, reduce_seconds)");
+_Static_assert(offsetof(zero_step_timing, norm_seconds) == 40, "offsetof(zero_step_timing, norm_seconds)");
+_Static_assert(offsetof(zero_step_timing, optimizer_seconds) == 48, "offsetof(zero_step_timing, optimizer_seconds)");
+_Static_assert(offsetof(zero_step_timing, gather_seconds) == 56, "offsetof(zero_step_timing, gather_seconds)");
+_Static_assert(offsetof(zero_step_timing, copy_seconds) == 64, "offsetof(zero_step_timing, copy_seconds)");
+_Static_assert(offsetof(zero_step_timing, hook_seconds) == 72, "offsetof(zero_step_timing, hook_seconds)");
+_Static_assert(offsetof(zero_step_timing, fetch_seconds) == 80, "offsetof(zero_step_timing, fetch_seconds)");
+
 /* zero_plan_request */
 _Static_assert(sizeof(zero_plan_request) == 64, "sizeof(zero_plan_request)");
 _Static_assert(offsetof(zero_plan_request, struct_size) == 0, "offsetof(zero_plan_request, struct_size)");
@@ -462,6 +477,8 @@ _Static_assert(ZERO_MEM_NTAGS == 7, "ZERO_MEM_NTAGS");
 _Static_assert(ZERO_TIER_DEVICE == 0, "ZERO_TIER_DEVICE");
 _Static_assert(ZERO_TIER_HOST == 1, "ZERO_TIER_HOST");
 _Static_assert(ZERO_NTIERS == 2, "ZERO_NTIERS");
+_Static_assert(ZERO_TIMING_LAST == 0, "ZERO_TIMING_LAST");
+_Static_assert(ZERO_TIMING_TOTAL == 1, "ZERO_TIMING_TOTAL");
 _Static_assert(ZERO_OP_SUM == 0, "ZERO_OP_SUM");
 _Static_assert(ZERO_OP_MAX == 1, "ZERO_OP_MAX");
 _Static_assert(ZERO_OP_MIN == 2, "ZERO_OP_MIN");

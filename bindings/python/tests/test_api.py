@@ -157,6 +157,13 @@ def main():
             e.on_grad_ready(p)
             return e.step()
         one_step(1.0)
+        # (1.3) step timing: one step so far, the phases within the step's time
+        tl, tt = e.step_timing(), e.step_timing(total=True)
+        named = sum(tl[k] for k in ("exposed_comm_seconds", "reduce_seconds", "norm_seconds", "optimizer_seconds",
+                                    "gather_seconds", "copy_seconds"))
+        check(tl["micro_steps"] == 1 and tt["micro_steps"] == 1 and tl["step_seconds"] == tt["step_seconds"] > 0
+              and 0 < named <= tl["step_seconds"] and tl["optimizer_seconds"] > 0 and tl["hook_seconds"] > 0,
+              "step timing %r" % tl)
         ck = os.path.join(tmp, "ckpt")
         e.save(ck)
         saved = list(w)

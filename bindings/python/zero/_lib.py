@@ -92,6 +92,13 @@ class CommStatsC(ctypes.Structure):
                 ("reduction_passes", c_u64), ("exposed_comm_seconds", c_dbl), ("total_comm_seconds", c_dbl)]
 
 
+class StepTimingC(ctypes.Structure):  # (1.3) zero_step_timing
+    _fields_ = [("struct_size", c_u32), ("reserved0", c_u32), ("micro_steps", c_u64), ("step_seconds", c_dbl),
+                ("exposed_comm_seconds", c_dbl), ("reduce_seconds", c_dbl), ("norm_seconds", c_dbl),
+                ("optimizer_seconds", c_dbl), ("gather_seconds", c_dbl), ("copy_seconds", c_dbl),
+                ("hook_seconds", c_dbl), ("fetch_seconds", c_dbl)]
+
+
 def _declare(lib):
     P = ctypes.POINTER
     sigs = {
@@ -123,6 +130,7 @@ def _declare(lib):
         "zero_load": (c_i32, [c_vp, c_cp]),
         "zero_memory_stats_get": (c_i32, [c_vp, P(MemoryStatsC)]),
         "zero_comm_stats_get": (c_i32, [c_vp, P(CommStatsC)]),
+        "zero_step_timing_get": (c_i32, [c_vp, c_i32, P(StepTimingC)]),
     }
     missing = []
     for name, (res, args) in sigs.items():
@@ -141,8 +149,9 @@ def require(name, what):
     """Raise OSError if the loaded libzero lacks `name` (an ABI 1.1 call)."""
     if name in lib().zero_missing:
         v = lib().zero_abi_version()
-        raise OSError("%s needs libzero ABI 1.1 (%s); the loaded library is %d.%d"
-                      % (what, name, v // 10000, v % 10000))
+        need = "1.3" if name == "zero_step_timing_get" else "1.1"
+        raise OSError("%s needs libzero ABI %s (%s); the loaded library is %d.%d"
+                      % (what, need, name, v // 10000, v % 10000))
 
 
 def _candidates():

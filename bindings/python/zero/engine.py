@@ -434,6 +434,20 @@ class Engine:
             out[key] = {t: int(arr[i]) for i, t in enumerate(L.TIERS)}
         return out
 
+    def step_timing(self, total=False):
+        """(ABI 1.3) Where the time of the last zero_step went (total=True: sums
+        over all steps): {"micro_steps", "step_seconds", "exposed_comm_seconds",
+        "reduce_seconds", "norm_seconds", "optimizer_seconds", "gather_seconds",
+        "copy_seconds", "hook_seconds", "fetch_seconds"} (abi/zero.h,
+        zero_step_timing_get).  hook_seconds is the time inside libzero's
+        hook calls only, not the Python around them."""
+        L.require("zero_step_timing_get", "step_timing")
+        t = L.StepTimingC()
+        t.struct_size = ctypes.sizeof(t)
+        self._check(self._lib.zero_step_timing_get(self._handle(), 1 if total else 0, ctypes.byref(t)),
+                    "zero_step_timing_get")
+        return {name: getattr(t, name) for name, _ in L.StepTimingC._fields_[2:]}
+
     def comm_stats(self):
         c = L.CommStatsC()
         c.struct_size = ctypes.sizeof(c)
