@@ -408,8 +408,11 @@ zero_status zero_params_done(zero_engine *e) {
     zero__layout_input *in = calloc(e->nparams ? e->nparams : 1, sizeof *in);
     if (!in) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
     for (uint32_t i = 0; i < e->nparams; i++) in[i] = (zero__layout_input){e->params[i]->info.numel, e->params[i]->info.group};
-    int rc = zero__layout_build(&e->layout, in, e->nparams, (uint32_t)e->world_size, (uint32_t)e->rank,
-                                ENGINE_ALIGN_ELEMS);
+    /* round_robin_gradients: interleaved ownership, one layout group per
+     * bucket-sized stripe (layout.h) */
+    int rc = zero__layout_build_run(&e->layout, in, e->nparams, (uint32_t)e->world_size, (uint32_t)e->rank,
+                                    ENGINE_ALIGN_ELEMS, e->rc->round_robin_gradients,
+                                    e->rc->reduce_bucket_size > 0 ? (uint64_t)e->rc->reduce_bucket_size : 0);
     free(in);
     if (rc != 0) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "could not build the partition layout");
     for (uint32_t i = 0; i < e->nparams; i++) e->params[i]->info.flat_offset = e->layout.param_offset[i];

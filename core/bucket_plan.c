@@ -23,7 +23,7 @@ static void extent(const zero_layout *L, const zero__bplan_param *pm, uint32_t g
  * (16-bit ones stage fp32 copies: bounded like SCATTER's, params may split,
  * so no floor). */
 uint64_t zero__bucket_plan_size(const zero_layout *L, const zero__bplan_param *pm, uint64_t requested, int scatter,
-                                int mixed) {
+                                int mixed, int striped) {
     const uint64_t flat = L->flat_numel;
     uint64_t B = requested ? requested : flat;
     if (!scatter && mixed) {
@@ -40,6 +40,9 @@ uint64_t zero__bucket_plan_size(const zero_layout *L, const zero__bplan_param *p
     } else if (B > flat) {
         B = flat;
     }
+    if (striped)
+        for (uint32_t g = 0; g < L->ngroups; g++)
+            if (L->groups[g].numel > B) B = L->groups[g].numel;
     return B ? B : 1;
 }
 

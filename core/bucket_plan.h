@@ -12,7 +12,8 @@
  * split a param larger than a bucket into consecutive buckets.
  *
  * Block r of a bucket is rank r's share of the bucket's group clipped to
- * the bucket (possibly empty).  Every mode reduces exactly these blocks, so
+ * the bucket (possibly empty); with interleaved ownership (striped) a
+ * bucket is a whole layout group, so every block is 1/world of it.  Every mode reduces exactly these blocks, so
  * an element is always summed by the same owner in the same ring order,
  * whatever the bucket size and plugin (issue 13). */
 #ifndef ZERO_CORE_BUCKET_PLAN_H
@@ -42,9 +43,14 @@ typedef struct zero__bucket_plan {
  * scatter: SCATTER mode (staged slots: at most flat/8 so that a small model
  * pays little staging, but at least the largest param extent); mixed: 16-bit
  * gradients (in-place modes stage fp32 copies, bounded at flat/8 too).
+ * striped: the layout has interleaved ownership (round_robin_gradients,
+ * layout.h): never below its largest layout group, so that every stripe is
+ * exactly one bucket and each bucket's reduce-scatter gives every rank an
+ * equal block (its padding can take a stripe a little past the size the
+ * stripes were cut at).
  * pm[i].offset, pm[i].group must be filled for every param. */
 uint64_t zero__bucket_plan_size(const zero_layout *L, const zero__bplan_param *pm, uint64_t requested, int scatter,
-                                int mixed);
+                                int mixed, int striped);
 
 /* Build the buckets of every group for bucket size B (> 0); fills
  * pm[].first_bucket / nbuckets.  Returns ZERO_OK or ZERO_ERR_OUT_OF_MEMORY

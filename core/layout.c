@@ -45,8 +45,57 @@ static uint32_t collect_groups(const zero__layout_input *params, uint32_t nparam
     return ng;
 }
 
+uint64_t zero__layout_stripe_numel(const zero__layout_input *params, uint32_t nparams, uint64_t align,
+                                   uint64_t requested) {
+    uint64_t flat = 0, largest = 0;
+    for (uint32_t i = 0; i < nparams; ++i) {
+        uint64_t e;
+        if (round_up_u64(params[i].numel, align ? align : 1, &e) != 0 || add_u64(flat, e, &flat) != 0)
+            return UINT64_MAX; /* the build refuses such a model anyway */
+        if (e > largest) largest = e;
+    }
+    uint64_t T = requested ? requested : flat;
+    if (T > flat / 8) T = flat / 8;
+    if (T < largest) T = largest;
+    return T ? T : 1;
+}
+
+void zero__layout_mark_stripes(const zero__layout_input *params, uint32_t nparams, uint64_t align, uint64_t stripe,
+                               uint8_t *starts) {
+    if (!align) align = 1;
+    /* per param group, from its last param down: a stripe closes when the
+     * next (lower) param would take it past `stripe`; the param above the
+     * cut opens the stripe above */
+    for (uint32_t i = 0; i < nparams; ++i) starts[i] = 0;
+    if (!stripe) return;
+    for (uint32_t last = nparams; last-- > 0;) {
+        /* visit each group once, starting from its last param */
+        uint32_t k = last + 1;
+        while (k < nparams && params[k].group != params[last].group) ++k;
+        if (k < nparams) continue; /* not the group's last param */
+        uint64_t cur = 0;
+        uint32_t above = UINT32_MAX; /* lowest param of the open stripe */
+        for (uint32_t j = last + 1; j-- > 0;) {
+            if (params[j].group != params[last].group) continue;
+            uint64_t e;
+            if (round_up_u64(params[j].numel, align, &e) != 0) e = UINT64_MAX;
+            if (cur > 0 && (e > stripe || cur > stripe - e)) {
+                starts[above] = 1;
+                cur = 0;
+            }
+            cur = e > UINT64_MAX - cur ? UINT64_MAX : cur + e;
+            above = j;
+        }
+    }
+}
+
 int zero__layout_build(zero__layout *out, const zero__layout_input *params, uint32_t nparams,
                        uint32_t world, uint32_t rank, uint64_t align) {
+    return zero__layout_build_striped(out, params, nparams, world, rank, align, NULL);
+}
+
+int zero__layout_build_striped(zero__layout *out, const zero__layout_input *params, uint32_t nparams, uint32_t world,
+                               uint32_t rank, uint64_t align, const uint8_t *starts) {
     if (!out) return -1;
     memset(out, 0, sizeof(*out));
     if (world == 0 || rank >= world || align == 0 || (align & (align - 1)) != 0) return -1;
@@ -59,35 +108,47 @@ int zero__layout_build(zero__layout *out, const zero__layout_input *params, uint
     out->param_order = malloc((nparams ? nparams : 1) * sizeof(*out->param_order));
     out->param_offset = malloc((nparams ? nparams : 1) * sizeof(*out->param_offset));
     if (!ids || !out->param_order || !out->param_offset) goto fail;
-    uint32_t ngroups = collect_groups(params, nparams, ids);
-    out->groups = calloc(ngroups ? ngroups : 1, sizeof(*out->groups));
+    uint32_t nids = collect_groups(params, nparams, ids);
+    /* layout groups: one per param group, plus one per stripe start (each
+     * stripe start opens a new one; the first param of a group always does) */
+    uint32_t cap = nids;
+    for (uint32_t i = 0; starts && i < nparams; ++i) cap += starts[i] ? 1 : 0;
+    out->groups = calloc(cap ? cap : 1, sizeof(*out->groups));
     if (!out->groups) goto fail;
 
     uint64_t flat = 0, part = 0;
-    uint32_t ordered = 0;
-    for (uint32_t g = 0; g < ngroups; ++g) {
-        zero_layout_group *grp = &out->groups[g];
-        grp->group_id = ids[g];
-        grp->flat_begin = flat;
-        grp->first_param = ordered;
-        uint64_t pos = 0; /* offset inside the group */
-        for (uint32_t i = 0; i < nparams; ++i) {
-            if (params[i].group != ids[g]) continue;
-            if (round_up_u64(pos, align, &pos) != 0) goto fail;
-            out->param_offset[i] = flat + pos;
-            out->param_order[ordered++] = i;
-            if (add_u64(pos, params[i].numel, &pos) != 0) goto fail;
-            /* flat + pos must stay representable too */
-            uint64_t end;
-            if (add_u64(flat, pos, &end) != 0) goto fail;
+    uint32_t ordered = 0, ngroups = 0;
+    for (uint32_t g = 0; g < nids; ++g) {
+        uint32_t i = 0; /* next param of id g to place, registration order */
+        for (;;) {
+            while (i < nparams && params[i].group != ids[g]) ++i; /* every id has a param */
+            /* open a layout group at param i */
+            zero_layout_group *grp = &out->groups[ngroups++];
+            grp->group_id = ids[g];
+            grp->flat_begin = flat;
+            grp->first_param = ordered;
+            uint64_t pos = 0; /* offset inside the layout group */
+            for (int first = 1; i < nparams; ++i) {
+                if (params[i].group != ids[g]) continue;
+                if (!first && starts && starts[i]) break; /* the next stripe */
+                first = 0;
+                if (round_up_u64(pos, align, &pos) != 0) goto fail;
+                out->param_offset[i] = flat + pos;
+                out->param_order[ordered++] = i;
+                if (add_u64(pos, params[i].numel, &pos) != 0) goto fail;
+                /* flat + pos must stay representable too */
+                uint64_t end;
+                if (add_u64(flat, pos, &end) != 0) goto fail;
+            }
+            grp->nparams = ordered - grp->first_param;
+            grp->used = pos;
+            if (round_up_u64(pos, quantum, &grp->numel) != 0) goto fail;
+            grp->part_numel = grp->numel / world;
+            grp->part_offset = part;
+            if (add_u64(flat, grp->numel, &flat) != 0) goto fail;
+            part += grp->part_numel; /* part <= flat, cannot overflow */
+            if (i == nparams) break;
         }
-        grp->nparams = ordered - grp->first_param;
-        grp->used = pos;
-        if (round_up_u64(pos, quantum, &grp->numel) != 0) goto fail;
-        grp->part_numel = grp->numel / world;
-        grp->part_offset = part;
-        if (add_u64(flat, grp->numel, &flat) != 0) goto fail;
-        part += grp->part_numel; /* part <= flat, cannot overflow */
     }
     free(ids);
     ids = NULL;
@@ -109,6 +170,20 @@ fail:
     free(ids);
     zero__layout_free(out);
     return -1;
+}
+
+int zero__layout_build_run(zero__layout *out, const zero__layout_input *params, uint32_t nparams, uint32_t world,
+                           uint32_t rank, uint64_t align, int round_robin, uint64_t bucket_numel) {
+    if (!round_robin) return zero__layout_build(out, params, nparams, world, rank, align);
+    if (out) memset(out, 0, sizeof(*out));
+    if (nparams > 0 && !params) return -1;
+    uint8_t *starts = calloc(nparams ? nparams : 1, 1);
+    if (!starts) return -1;
+    zero__layout_mark_stripes(params, nparams, align, zero__layout_stripe_numel(params, nparams, align, bucket_numel),
+                              starts);
+    int rc = zero__layout_build_striped(out, params, nparams, world, rank, align, starts);
+    free(starts);
+    return rc;
 }
 
 uint32_t zero__layout_owned(const zero_layout *l, uint32_t rank, uint64_t flat_lo, uint64_t flat_hi,

@@ -48,7 +48,8 @@ static uint64_t extent_lo(const zero_layout *L, const uint64_t *off, uint32_t g,
 }
 
 /* buckets.c effective_bucket */
-static uint64_t effective(const zero_layout *L, const uint64_t *off, const zero_bucket_spec *spec, int mixed) {
+static uint64_t effective(const zero_layout *L, const uint64_t *off, const zero_bucket_spec *spec, int mixed,
+                          int striped) {
     const uint64_t flat = L->flat_numel;
     uint64_t B = spec->bucket_numel ? spec->bucket_numel : flat;
     if (spec->mode != ZERO_BUCKETS_SCATTER && mixed) {
@@ -64,6 +65,9 @@ static uint64_t effective(const zero_layout *L, const uint64_t *off, const zero_
     } else if (B > flat) {
         B = flat;
     }
+    if (striped) /* bucket_plan.c: one bucket per stripe */
+        for (uint32_t g = 0; g < L->ngroups; g++)
+            if (L->groups[g].numel > B) B = L->groups[g].numel;
     return B ? B : 1;
 }
 
@@ -160,7 +164,7 @@ static int acquire(sim *s, uint64_t n) {
 }
 
 uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
-                                  const zero_bucket_spec *spec) {
+                                  const zero_bucket_spec *spec, int striped) {
     (void)param_numel;
     if (!L || !spec || L->world <= 1 || L->flat_numel == 0) return 0; /* world 1 stages nothing */
     const zero_dtype gdt = spec->struct_size >= offsetof(zero_bucket_spec, grad_dtype) + sizeof(zero_dtype)
@@ -173,7 +177,7 @@ uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_of
 
     uint64_t *nb_sz = NULL;
     uint32_t nb = 0;
-    const uint64_t B = effective(L, param_offset, spec, mixed);
+    const uint64_t B = effective(L, param_offset, spec, mixed, striped);
     if (build(L, param_offset, spec, B, &nb_sz, &nb) != 0 || nb == 0) {
         free(nb_sz);
         return 0;
@@ -243,7 +247,7 @@ static long plan_env_long(const char *name, long def, long lo, long hi) {
 }
 
 uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
-                                       uint32_t nparams, const zero_bucket_spec *spec) {
+                                       uint32_t nparams, const zero_bucket_spec *spec, int striped) {
     if (!L || !spec || L->world <= 1 || L->flat_numel == 0) return 0; /* world 1: no ring, no scratch */
     const zero_dtype gdt = spec->struct_size >= offsetof(zero_bucket_spec, grad_dtype) + sizeof(zero_dtype)
                                ? spec->grad_dtype
@@ -271,7 +275,7 @@ uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *par
         pm[i].group = g < 0 ? 0 : (uint32_t)g;
     }
     zero__bucket_plan bp = {0};
-    const uint64_t B = zero__bucket_plan_size(L, pm, spec->bucket_numel, scatter, mixed);
+    const uint64_t B = zero__bucket_plan_size(L, pm, spec->bucket_numel, scatter, mixed, striped);
     uint64_t worst = 0;
     if (zero__bucket_plan_build(&bp, L, pm, B, scatter) == ZERO_OK) {
         for (uint32_t r = 0; r < N; r++) {

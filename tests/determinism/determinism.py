@@ -17,6 +17,10 @@ the last step (tests compare that, not a rounded norm).  Checks:
   3. the step-1 loss is bitwise equal everywhere (the forward pass is the
      same).
 
+With --round-robin (zero_optimization.round_robin_gradients: interleaved
+ownership, one layout group per bucket-sized stripe) the same checks hold:
+every plugin still follows the one layout the core built.
+
 With --once-per-window (zero_optimization.reduce_once_per_window: stage
 0/1, stage1-pp and offload with stage-1 partitioning sum the micro-steps
 locally and reduce once) accumulation > 1 splits the plugins into the two
@@ -76,6 +80,8 @@ def make_config(a):
         cfg["communication_data_type"] = a.grad_accum_dtype
     if a.once_per_window:
         cfg["zero_optimization"]["reduce_once_per_window"] = True
+    if a.round_robin:
+        cfg["zero_optimization"]["round_robin_gradients"] = True
     return cfg
 
 
@@ -128,6 +134,8 @@ def main():
                    help="data_types.grad_accum_dtype (and communication_data_type); default: the config default fp32")
     p.add_argument("--once-per-window", action="store_true",
                    help="zero_optimization.reduce_once_per_window: the two accumulation families, --tol across")
+    p.add_argument("--round-robin", action="store_true",
+                   help="zero_optimization.round_robin_gradients: interleaved ownership (core/layout.h)")
     p.add_argument("--jitter", type=int, default=50, help="ZERO_DEBUG_JITTER microseconds (0: off)")
     p.add_argument("--tol", type=float, default=0.0,
                    help="cross-family relative tolerance (--once-per-window, accumulation > 1); default 1e-5 "

@@ -100,7 +100,7 @@ static int check_one(const model *m, uint32_t N, uint64_t align, uint64_t req, i
             if (hi - lo > largest) largest = hi - lo;
         }
     }
-    const uint64_t B = zero__bucket_plan_size(l, pm, req, scatter, mixed);
+    const uint64_t B = zero__bucket_plan_size(l, pm, req, scatter, mixed, 0);
     const uint64_t want = req ? req : flat;
     PROP(B >= 1, "bucket size 0");
     if (scatter) {
