@@ -58,6 +58,8 @@ typedef struct host_run_cfg {
                               after each step they must equal what zero_gather gives (checked: ZERO_ERR_INTERNAL) */
     double config_lr;      /* optimizer lr in the config (default 0.001) */
     double hp_lr;          /* >= 0: zero_set_hparams(ALL_GROUPS, lr) right after zero_engine_create */
+    /* (appended by issue18a) */
+    int round_robin;       /* zero_optimization.round_robin_gradients: interleaved ownership */
 } host_run_cfg;
 
 /* Defaults: stage0, small model, 30 steps, gas 1, mb 3, overlap 1,
