@@ -109,11 +109,19 @@ zero_status zero__bucket_plan_build(zero__bucket_plan *out, const zero_layout *L
     memset(out, 0, sizeof *out);
     out->bucket_numel = B ? B : 1;
     uint32_t cap = 0;
-    for (uint32_t g = 0; g < L->ngroups; g++) {
-        zero_status s = build_group(out, &cap, L, pm, g, out->bucket_numel, scatter);
-        if (s != ZERO_OK) {
-            zero__bucket_plan_free(out);
-            return s;
+    /* Param groups in order; the layout groups of one param group (its
+     * stripes with round_robin_gradients: consecutive, same id) from the
+     * top down, so that launch order stays reverse flat order inside a
+     * param group -- backward's order -- whatever the ownership.  Without
+     * stripes every run is one layout group: the order is unchanged. */
+    for (uint32_t g0 = 0, g1; g0 < L->ngroups; g0 = g1) {
+        for (g1 = g0 + 1; g1 < L->ngroups && L->groups[g1].group_id == L->groups[g0].group_id;) g1++;
+        for (uint32_t g = g1; g-- > g0;) {
+            zero_status s = build_group(out, &cap, L, pm, g, out->bucket_numel, scatter);
+            if (s != ZERO_OK) {
+                zero__bucket_plan_free(out);
+                return s;
+            }
         }
     }
     return ZERO_OK;

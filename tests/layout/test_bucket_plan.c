@@ -151,6 +151,12 @@ static int check_one(const model *m, uint32_t N, uint64_t align, uint64_t req, i
         }
         if (k > 0 && plan.b[k - 1].group == bk->group)
             PROP(plan.b[k - 1].lo == bk->hi, "bucket %u does not continue bucket %u downwards", k, k - 1);
+        /* launch order is backward's: reverse flat order inside a param
+         * group, across its stripes too (a stripe launched before the ones
+         * above it would wait for all of backward and hold every slot) */
+        if (k > 0 && l->groups[plan.b[k - 1].group].group_id == grp->group_id)
+            PROP(plan.b[k - 1].lo >= bk->hi, "bucket %u [%llu, %llu) launches after bucket %u below it", k,
+                 (unsigned long long)bk->lo, (unsigned long long)bk->hi, k - 1);
         if (k == 0 || plan.b[k - 1].group != bk->group)
             PROP(bk->hi == grp->flat_begin + grp->numel, "group %u's first bucket does not start at its top", bk->group);
         for (uint64_t x = bk->lo; x < bk->hi && ok; ++x) {
