@@ -59,6 +59,21 @@ zero_status zero__bucket_plan_build(zero__bucket_plan *out, const zero_layout *L
                                     int scatter);
 void zero__bucket_plan_free(zero__bucket_plan *p);
 
+/* The tail (issue 18, overlap): the bucket launched last can only start
+ * after backward has ended, so all of its reduction is exposed.  The
+ * lowest params of the layout group launched last therefore form a
+ * bucket of their own of at most B/4 elements (at least one param:
+ * params are never split for it), when that group needs more than one
+ * bucket anyway.  zero__bucket_plan_last_group: that group (the lowest
+ * layout group with buckets of the last param group that has any: launch
+ * order is param groups in order, each from the top down; UINT32_MAX when
+ * there is none).  zero__bucket_plan_tail: how many of
+ * group g's params (in flat order) form the tail at bucket size B, 0 for
+ * none; offsets[i] is param i's flat offset.  Pure; the planner
+ * (plan_buckets.c) and the striped layout (layout.c) cut the same tail. */
+uint32_t zero__bucket_plan_last_group(const zero_layout *L);
+uint32_t zero__bucket_plan_tail(const zero_layout *L, const uint64_t *offsets, uint32_t g, uint64_t B);
+
 /* Rank r's block of bucket bk: [*lo, *lo + *n) in flat space (n may be 0;
  * then *lo is the start of r's share) and where it lands in r's partition
  * buffer (*part_pos). */

@@ -63,30 +63,54 @@ uint64_t zero__layout_stripe_numel(const zero__layout_input *params, uint32_t np
 void zero__layout_mark_stripes(const zero__layout_input *params, uint32_t nparams, uint64_t align, uint64_t stripe,
                                uint8_t *starts) {
     if (!align) align = 1;
-    /* per param group, from its last param down: a stripe closes when the
-     * next (lower) param would take it past `stripe`; the param above the
-     * cut opens the stripe above */
     for (uint32_t i = 0; i < nparams; ++i) starts[i] = 0;
-    if (!stripe) return;
-    for (uint32_t last = nparams; last-- > 0;) {
-        /* visit each group once, starting from its last param */
-        uint32_t k = last + 1;
-        while (k < nparams && params[k].group != params[last].group) ++k;
-        if (k < nparams) continue; /* not the group's last param */
-        uint64_t cur = 0;
-        uint32_t above = UINT32_MAX; /* lowest param of the open stripe */
-        for (uint32_t j = last + 1; j-- > 0;) {
-            if (params[j].group != params[last].group) continue;
+    if (!stripe || !nparams) return;
+    uint32_t *idx = malloc(nparams * sizeof *idx);
+    uint64_t *ext = malloc(nparams * sizeof *ext);
+    int32_t *ids = malloc(nparams * sizeof *ids);
+    if (!idx || !ext || !ids) { /* no stripes: the contiguous layout is still a valid one */
+        free(idx);
+        free(ext);
+        free(ids);
+        return;
+    }
+    const uint32_t nids = collect_groups(params, nparams, ids);
+    for (uint32_t g = 0; g < nids; ++g) {
+        uint32_t n = 0;
+        uint64_t total = 0;
+        for (uint32_t i = 0; i < nparams; ++i) {
+            if (params[i].group != ids[g]) continue;
             uint64_t e;
-            if (round_up_u64(params[j].numel, align, &e) != 0) e = UINT64_MAX;
-            if (cur > 0 && (e > stripe || cur > stripe - e)) {
-                starts[above] = 1;
+            if (round_up_u64(params[i].numel, align, &e) != 0) e = UINT64_MAX;
+            idx[n] = i;
+            ext[n++] = e;
+            total = e > UINT64_MAX - total ? UINT64_MAX : total + e;
+        }
+        /* the param group launched last (buckets run param groups in
+         * order): its lowest params, at most stripe/4 (at least one), form
+         * a stripe of their own -- the bucket that can only start after
+         * backward ends stays small (zero__bucket_plan_tail) */
+        uint32_t tail = 0;
+        if (g + 1 == nids && total > stripe) {
+            uint64_t acc = 0;
+            while (tail < n && (acc == 0 || acc + ext[tail] <= stripe / 4)) acc += ext[tail++];
+            if (tail == n) tail = 0;
+        }
+        /* from the last param down: a stripe closes when the next (lower)
+         * param would take it past `stripe`, or where the tail begins; the
+         * param above the cut opens the stripe above */
+        uint64_t cur = 0;
+        for (uint32_t k = n; k-- > 0;) {
+            if (cur > 0 && (ext[k] > stripe || cur > stripe - ext[k] || k + 1 == tail)) {
+                starts[idx[k + 1]] = 1;
                 cur = 0;
             }
-            cur = e > UINT64_MAX - cur ? UINT64_MAX : cur + e;
-            above = j;
+            cur = ext[k] > UINT64_MAX - cur ? UINT64_MAX : cur + ext[k];
         }
     }
+    free(idx);
+    free(ext);
+    free(ids);
 }
 
 int zero__layout_build(zero__layout *out, const zero__layout_input *params, uint32_t nparams,

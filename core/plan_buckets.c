@@ -87,17 +87,19 @@ static int push(uint64_t **v, uint32_t *n, uint32_t *cap, uint64_t x) {
 static int build(const zero_layout *L, const uint64_t *off, const zero_bucket_spec *spec, uint64_t B, uint64_t **out,
                  uint32_t *nb) {
     uint32_t cap = 0;
+    const uint32_t last = zero__bucket_plan_last_group(L);
     /* bucket_plan.c's order: param groups in order, the layout groups (stripes) of one from the top down */
     for (uint32_t g0 = 0, g1; g0 < L->ngroups; g0 = g1) {
         for (g1 = g0 + 1; g1 < L->ngroups && L->groups[g1].group_id == L->groups[g0].group_id;) g1++;
         for (uint32_t g = g1; g-- > g0;) {
             const zero_layout_group *lg = &L->groups[g];
             if (lg->nparams == 0 || lg->numel == 0) continue;
+            const uint32_t tail = g == last ? zero__bucket_plan_tail(L, off, g, B) : 0;
             uint64_t cur_hi = lg->flat_begin + lg->numel, cur_lo = cur_hi;
             uint32_t parts = 0;
             for (uint32_t j = lg->nparams; j-- > 0;) {
                 uint64_t lo = extent_lo(L, off, g, j), top = cur_lo;
-                if (parts > 0 && cur_hi - lo > B) {
+                if (parts > 0 && (cur_hi - lo > B || j + 1 == tail)) {
                     if (push(out, nb, &cap, cur_hi - cur_lo)) return -1;
                     cur_hi = cur_lo;
                     parts = 0;

@@ -165,6 +165,18 @@ static int check_one(const model *m, uint32_t N, uint64_t align, uint64_t req, i
             covered[x] = k + 1;
         }
     }
+    /* the tail: the bucket launched last is small (at most B/4, or one
+     * param: never split for it) when its group needs several buckets */
+    if (plan.nb > 1 && !striped) {
+        const zero__bplan_bucket *lb = &plan.b[plan.nb - 1];
+        const zero_layout_group *lgrp = &l->groups[lb->group];
+        uint32_t with_elems = 0; /* params with elements in it (zero-size ones ride along) */
+        for (uint32_t i = 0; i < m->n; ++i)
+            if (m->p[i].numel && pm[i].offset >= lb->lo && pm[i].offset < lb->hi) ++with_elems;
+        if (lgrp->numel > B && with_elems > 1)
+            PROP((lb->hi - lb->lo) <= B / 4, "last bucket [%llu, %llu) of %u params exceeds B/4 = %llu",
+                 (unsigned long long)lb->lo, (unsigned long long)lb->hi, with_elems, (unsigned long long)(B / 4));
+    }
     for (uint32_t g = 0; g < l->ngroups && ok; ++g) {
         const zero_layout_group *grp = &l->groups[g];
         if (grp->nparams == 0) continue;

@@ -281,6 +281,14 @@ static void test_stripes(void) {
             CHECK_EQ_INT(zero__layout_owned(l, rank, 0, l->flat_numel, r, 8), l->ngroups);
         zero__layout_free(&L);
     }
+    /* the tail: the lowest params of the last param group form a stripe of
+     * at most stripe/4 (at least one param), launched last */
+    zero__layout_input eight[8];
+    for (int i = 0; i < 8; ++i) eight[i] = (zero__layout_input){4, 0};
+    uint8_t st8[8];
+    zero__layout_mark_stripes(eight, 8, 4, 8, st8);
+    const uint8_t want8[8] = {0, 1, 1, 0, 1, 0, 1, 0}; /* {p0} {p1} {p2,p3} {p4,p5} {p6,p7} */
+    for (int i = 0; i < 8; ++i) CHECK(st8[i] == want8[i], "tail: stripe start of param %d: %d, want %d", i, st8[i], want8[i]);
     /* stripe 0 (round_robin off): the contiguous layout */
     zero__layout_mark_stripes(in, 7, 4, 0, st);
     for (int i = 0; i < 7; ++i) CHECK_EQ_INT(st[i], 0);
