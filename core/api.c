@@ -493,9 +493,22 @@ zero_status zero_params_done(zero_engine *e) {
     uint32_t *pw = calloc(e->nparams ? e->nparams : 1, sizeof *pw), *pr = calloc(e->nparams ? e->nparams : 1, sizeof *pr);
     if (!pw || !pr) s = zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
     if (s == ZERO_OK) s = zero__experts_setup(e, pw, pr);
-    int rc = s != ZERO_OK ? -1
-                          : zero__layout_build_parts(&e->layout, in, e->nparams, (uint32_t)e->world_size,
-                                                     (uint32_t)e->rank, ENGINE_ALIGN_ELEMS, pw, pr);
+    /* Same verdict on every rank: the group table was agreed above and the
+     * config is the job's. */
+    if (s == ZERO_OK && e->group_comms && e->rc->round_robin_gradients)
+        s = zero__error(e, ZERO_ERR_UNSUPPORTED,
+                        "zero_optimization.round_robin_gradients with expert groups (zero_group_desc.expert_color): "
+                        "not supported (expert communicators are one per param group, stripes would need one "
+                        "each); set round_robin_gradients to false");
+    /* round_robin_gradients: interleaved ownership, one layout group per
+     * bucket-sized stripe (layout.h) */
+    int rc = s != ZERO_OK       ? -1
+             : e->group_comms ? zero__layout_build_parts(&e->layout, in, e->nparams, (uint32_t)e->world_size,
+                                                         (uint32_t)e->rank, ENGINE_ALIGN_ELEMS, pw, pr)
+                              : zero__layout_build_run(&e->layout, in, e->nparams, (uint32_t)e->world_size,
+                                                       (uint32_t)e->rank, ENGINE_ALIGN_ELEMS,
+                                                       e->rc->round_robin_gradients,
+                                                       e->rc->reduce_bucket_size > 0 ? (uint64_t)e->rc->reduce_bucket_size : 0);
     free(in);
     free(pw);
     free(pr);

@@ -23,7 +23,7 @@ static void extent(const zero_layout *L, const zero__bplan_param *pm, uint32_t g
  * (16-bit ones stage fp32 copies: bounded like SCATTER's, params may split,
  * so no floor). */
 uint64_t zero__bucket_plan_size(const zero_layout *L, const zero__bplan_param *pm, uint64_t requested, int scatter,
-                                int mixed) {
+                                int mixed, int striped) {
     const uint64_t flat = L->flat_numel;
     uint64_t B = requested ? requested : flat;
     if (!scatter && mixed) {
@@ -40,6 +40,9 @@ uint64_t zero__bucket_plan_size(const zero_layout *L, const zero__bplan_param *p
     } else if (B > flat) {
         B = flat;
     }
+    if (striped)
+        for (uint32_t g = 0; g < L->ngroups; g++)
+            if (L->groups[g].numel > B) B = L->groups[g].numel;
     return B ? B : 1;
 }
 
@@ -56,10 +59,27 @@ static zero_status push(zero__bucket_plan *p, uint32_t *cap, uint64_t lo, uint64
     return ZERO_OK;
 }
 
+uint32_t zero__bucket_plan_tail(const zero_layout *L, const uint64_t *offsets, uint32_t g, uint64_t B) {
+    const zero_layout_group *lg = &L->groups[g];
+    if (lg->numel <= B || lg->nparams == 0) return 0;
+    uint64_t acc = 0;
+    uint32_t jt = 0;
+    while (jt < lg->nparams) {
+        const uint64_t lo = jt == 0 ? lg->flat_begin : offsets[L->param_order[lg->first_param + jt]];
+        const uint64_t hi = jt + 1 < lg->nparams ? offsets[L->param_order[lg->first_param + jt + 1]]
+                                                 : lg->flat_begin + lg->numel;
+        if (acc > 0 && acc + (hi - lo) > B / 4) break; /* at least one param with elements */
+        acc += hi - lo;
+        jt++;
+    }
+    return jt < lg->nparams ? jt : 0;
+}
+
 /* Walk one group's params from the highest flat offset down, filling an
- * open bucket [cur_lo, cur_hi) until the next extent does not fit. */
+ * open bucket [cur_lo, cur_hi) until the next extent does not fit.  tail:
+ * params [0, tail) open a bucket of their own (zero__bucket_plan_tail). */
 static zero_status build_group(zero__bucket_plan *p, uint32_t *cap, const zero_layout *L, zero__bplan_param *pm,
-                               uint32_t g, uint64_t B, int scatter) {
+                               uint32_t g, uint64_t B, int scatter, uint32_t tail) {
     const zero_layout_group *lg = &L->groups[g];
     if (lg->nparams == 0 || lg->numel == 0) return ZERO_OK;
     uint64_t cur_hi = lg->flat_begin + lg->numel, cur_lo = cur_hi;
@@ -71,7 +91,7 @@ static zero_status build_group(zero__bucket_plan *p, uint32_t *cap, const zero_l
         extent(L, pm, g, j, &lo, &hi);
         uint64_t top = cur_lo; /* == hi: extents tile the group */
         (void)hi;
-        if (cur_parts > 0 && cur_hi - lo > B) { /* does not fit: close the open bucket */
+        if (cur_parts > 0 && (cur_hi - lo > B || j + 1 == tail)) { /* does not fit (or the tail starts): close */
             if ((s = push(p, cap, cur_lo, cur_hi, g, cur_parts)) != ZERO_OK) return s;
             cur_hi = cur_lo;
             cur_parts = 0;
@@ -106,14 +126,42 @@ zero_status zero__bucket_plan_build(zero__bucket_plan *out, const zero_layout *L
     memset(out, 0, sizeof *out);
     out->bucket_numel = B ? B : 1;
     uint32_t cap = 0;
-    for (uint32_t g = 0; g < L->ngroups; g++) {
-        zero_status s = build_group(out, &cap, L, pm, g, out->bucket_numel, scatter);
-        if (s != ZERO_OK) {
-            zero__bucket_plan_free(out);
-            return s;
+    uint64_t *offsets = malloc((L->nparams ? L->nparams : 1) * sizeof *offsets);
+    if (!offsets) return ZERO_ERR_OUT_OF_MEMORY;
+    for (uint32_t i = 0; i < L->nparams; i++) offsets[i] = pm[i].offset;
+    const uint32_t last = zero__bucket_plan_last_group(L);
+    /* Param groups in order; the layout groups of one param group (its
+     * stripes with round_robin_gradients: consecutive, same id) from the
+     * top down, so that launch order stays reverse flat order inside a
+     * param group -- backward's order -- whatever the ownership.  Without
+     * stripes every run is one layout group: the order is unchanged. */
+    for (uint32_t g0 = 0, g1; g0 < L->ngroups; g0 = g1) {
+        for (g1 = g0 + 1; g1 < L->ngroups && L->groups[g1].group_id == L->groups[g0].group_id;) g1++;
+        for (uint32_t g = g1; g-- > g0;) {
+            const uint32_t tail = g == last ? zero__bucket_plan_tail(L, offsets, g, out->bucket_numel) : 0;
+            zero_status s = build_group(out, &cap, L, pm, g, out->bucket_numel, scatter, tail);
+            if (s != ZERO_OK) {
+                free(offsets);
+                zero__bucket_plan_free(out);
+                return s;
+            }
         }
     }
+    free(offsets);
     return ZERO_OK;
+}
+
+uint32_t zero__bucket_plan_last_group(const zero_layout *L) {
+    uint32_t last = UINT32_MAX;
+    for (uint32_t g0 = 0, g1; g0 < L->ngroups; g0 = g1) { /* runs of one param group, in launch order */
+        for (g1 = g0 + 1; g1 < L->ngroups && L->groups[g1].group_id == L->groups[g0].group_id;) g1++;
+        for (uint32_t g = g0; g < g1; g++) /* launched last in the run: its lowest group with buckets */
+            if (L->groups[g].nparams && L->groups[g].numel) {
+                last = g;
+                break;
+            }
+    }
+    return last;
 }
 
 void zero__bucket_plan_free(zero__bucket_plan *p) {

@@ -12,7 +12,8 @@
  * split a param larger than a bucket into consecutive buckets.
  *
  * Block r of a bucket is rank r's share of the bucket's group clipped to
- * the bucket (possibly empty).  Every mode reduces exactly these blocks, so
+ * the bucket (possibly empty); with interleaved ownership (striped) a
+ * bucket is a whole layout group, so every block is 1/world of it.  Every mode reduces exactly these blocks, so
  * an element is always summed by the same owner in the same ring order,
  * whatever the bucket size and plugin (issue 13). */
 #ifndef ZERO_CORE_BUCKET_PLAN_H
@@ -42,9 +43,14 @@ typedef struct zero__bucket_plan {
  * scatter: SCATTER mode (staged slots: at most flat/8 so that a small model
  * pays little staging, but at least the largest param extent); mixed: 16-bit
  * gradients (in-place modes stage fp32 copies, bounded at flat/8 too).
+ * striped: the layout has interleaved ownership (round_robin_gradients,
+ * layout.h): never below its largest layout group, so that every stripe is
+ * exactly one bucket and each bucket's reduce-scatter gives every rank an
+ * equal block (its padding can take a stripe a little past the size the
+ * stripes were cut at).
  * pm[i].offset, pm[i].group must be filled for every param. */
 uint64_t zero__bucket_plan_size(const zero_layout *L, const zero__bplan_param *pm, uint64_t requested, int scatter,
-                                int mixed);
+                                int mixed, int striped);
 
 /* Build the buckets of every group for bucket size B (> 0); fills
  * pm[].first_bucket / nbuckets.  Returns ZERO_OK or ZERO_ERR_OUT_OF_MEMORY
@@ -52,6 +58,21 @@ uint64_t zero__bucket_plan_size(const zero_layout *L, const zero__bplan_param *p
 zero_status zero__bucket_plan_build(zero__bucket_plan *out, const zero_layout *L, zero__bplan_param *pm, uint64_t B,
                                     int scatter);
 void zero__bucket_plan_free(zero__bucket_plan *p);
+
+/* The tail (issue 18, overlap): the bucket launched last can only start
+ * after backward has ended, so all of its reduction is exposed.  The
+ * lowest params of the layout group launched last therefore form a
+ * bucket of their own of at most B/4 elements (at least one param:
+ * params are never split for it), when that group needs more than one
+ * bucket anyway.  zero__bucket_plan_last_group: that group (the lowest
+ * layout group with buckets of the last param group that has any: launch
+ * order is param groups in order, each from the top down; UINT32_MAX when
+ * there is none).  zero__bucket_plan_tail: how many of
+ * group g's params (in flat order) form the tail at bucket size B, 0 for
+ * none; offsets[i] is param i's flat offset.  Pure; the planner
+ * (plan_buckets.c) and the striped layout (layout.c) cut the same tail. */
+uint32_t zero__bucket_plan_last_group(const zero_layout *L);
+uint32_t zero__bucket_plan_tail(const zero_layout *L, const uint64_t *offsets, uint32_t g, uint64_t B);
 
 /* Rank r's block of bucket bk: [*lo, *lo + *n) in flat space (n may be 0;
  * then *lo is the start of r's share) and where it lands in r's partition

@@ -305,7 +305,8 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
     }
     b->last_window = UINT64_MAX;
     b->bucket_numel = zero__bucket_plan_size(b->layout, b->pm, b->spec.bucket_numel,
-                                             b->spec.mode == ZERO_BUCKETS_SCATTER, b->mixed);
+                                             b->spec.mode == ZERO_BUCKETS_SCATTER, b->mixed,
+                                             e->rc->round_robin_gradients);
     if ((s = build_buckets(b)) != ZERO_OK) goto fail_s;
     b->fifo = calloc(b->nb ? b->nb : 1, sizeof *b->fifo);
     if (!b->fifo) goto oom;

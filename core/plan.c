@@ -54,8 +54,10 @@ static uint64_t ps_buckets_bytes(zero_core *c, const zero_bucket_spec *spec) {
      * engine accounts as ZERO_MEM_OTHER on the host tier (docs/memory.md):
      * planned here, as an upper bound, for every plugin that plans buckets. */
     ps_add(c, ZERO_TIER_HOST, ZERO_MEM_OTHER,
-           zero__plan_ring_scratch_bytes(&P(c)->layout.view, P(c)->layout.param_offset, P(c)->numel, P(c)->n, spec));
-    return zero__plan_buckets_bytes(&P(c)->layout.view, P(c)->layout.param_offset, P(c)->numel, spec);
+           zero__plan_ring_scratch_bytes(&P(c)->layout.view, P(c)->layout.param_offset, P(c)->numel, P(c)->n, spec,
+                                         P(c)->rc->round_robin_gradients));
+    return zero__plan_buckets_bytes(&P(c)->layout.view, P(c)->layout.param_offset, P(c)->numel, spec,
+                                    P(c)->rc->round_robin_gradients);
 }
 static zero_status ps_error(zero_core *c, zero_status s, const char *fmt, ...) {
     zero__plan_ctx *x = P(c);
@@ -123,7 +125,9 @@ zero_status zero__plan_table(const zero_plugin_table_v1 *table, const zero__conf
         goto done;
     }
     for (uint32_t i = 0; i < nparams; i++) in[i] = (zero__layout_input){numels[i], groups ? groups[i] : 0};
-    if (zero__layout_build(&x.layout, in, nparams, world, 0, PLAN_ALIGN_ELEMS) != 0) {
+    /* the engine's layout, interleaved or not (api.c zero_params_done) */
+    if (zero__layout_build_run(&x.layout, in, nparams, world, 0, PLAN_ALIGN_ELEMS, x.rc->round_robin_gradients,
+                               x.rc->reduce_bucket_size > 0 ? (uint64_t)x.rc->reduce_bucket_size : 0) != 0) {
         copy_err(err, err_len, "zero_plan: could not build the partition layout");
         s = ZERO_ERR_OUT_OF_MEMORY;
         goto done;

@@ -30,9 +30,10 @@ int zero__plan_supported(const zero_plugin_table_v1 *table);
 /* Peak staging bytes of a bucket set (plan_buckets.c): the bucket engine's
  * sizing (buckets.c: effective_bucket, build_group, staging_budget) and its
  * slot pool (acquire_slot) replayed for hooks in bucket order.  Kept in
- * step with buckets.c by tests/plan (plan == measured peak). */
+ * step with buckets.c by tests/plan (plan == measured peak).  striped: the
+ * layout has interleaved ownership (round_robin_gradients; bucket_plan.h). */
 uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
-                                  const zero_bucket_spec *spec);
+                                  const zero_bucket_spec *spec, int striped);
 
 /* Upper bound of the MPI backend's ring scratch (ZERO_MEM_OTHER, host tier)
  * for the reductions of this bucket set, the maximum over ranks: every
@@ -41,7 +42,7 @@ uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_of
  * engine's figure depends on how many reductions overlap and on the scratch
  * cache, so it can be lower, never higher.  0 at world 1. */
 uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
-                                       uint32_t nparams, const zero_bucket_spec *spec);
+                                       uint32_t nparams, const zero_bucket_spec *spec, int striped);
 
 /* Bare-count expansion (zero_plan_request.total_params): tensors of at most
  * ZERO_PLAN_TENSOR_NUMEL elements.  Returns a malloc'd array (*n entries)

@@ -48,7 +48,8 @@ static uint64_t extent_lo(const zero_layout *L, const uint64_t *off, uint32_t g,
 }
 
 /* buckets.c effective_bucket */
-static uint64_t effective(const zero_layout *L, const uint64_t *off, const zero_bucket_spec *spec, int mixed) {
+static uint64_t effective(const zero_layout *L, const uint64_t *off, const zero_bucket_spec *spec, int mixed,
+                          int striped) {
     const uint64_t flat = L->flat_numel;
     uint64_t B = spec->bucket_numel ? spec->bucket_numel : flat;
     if (spec->mode != ZERO_BUCKETS_SCATTER && mixed) {
@@ -64,6 +65,9 @@ static uint64_t effective(const zero_layout *L, const uint64_t *off, const zero_
     } else if (B > flat) {
         B = flat;
     }
+    if (striped) /* bucket_plan.c: one bucket per stripe */
+        for (uint32_t g = 0; g < L->ngroups; g++)
+            if (L->groups[g].numel > B) B = L->groups[g].numel;
     return B ? B : 1;
 }
 
@@ -83,32 +87,38 @@ static int push(uint64_t **v, uint32_t *n, uint32_t *cap, uint64_t x) {
 static int build(const zero_layout *L, const uint64_t *off, const zero_bucket_spec *spec, uint64_t B, uint64_t **out,
                  uint32_t *nb) {
     uint32_t cap = 0;
-    for (uint32_t g = 0; g < L->ngroups; g++) {
-        const zero_layout_group *lg = &L->groups[g];
-        if (lg->nparams == 0 || lg->numel == 0) continue;
-        uint64_t cur_hi = lg->flat_begin + lg->numel, cur_lo = cur_hi;
-        uint32_t parts = 0;
-        for (uint32_t j = lg->nparams; j-- > 0;) {
-            uint64_t lo = extent_lo(L, off, g, j), top = cur_lo;
-            if (parts > 0 && cur_hi - lo > B) {
-                if (push(out, nb, &cap, cur_hi - cur_lo)) return -1;
-                cur_hi = cur_lo;
-                parts = 0;
-            }
-            if (spec->mode != ZERO_BUCKETS_SCATTER && top - lo > B) {
-                while (top - lo > B) {
-                    if (push(out, nb, &cap, B)) return -1;
-                    top -= B;
+    const uint32_t last = zero__bucket_plan_last_group(L);
+    /* bucket_plan.c's order: param groups in order, the layout groups (stripes) of one from the top down */
+    for (uint32_t g0 = 0, g1; g0 < L->ngroups; g0 = g1) {
+        for (g1 = g0 + 1; g1 < L->ngroups && L->groups[g1].group_id == L->groups[g0].group_id;) g1++;
+        for (uint32_t g = g1; g-- > g0;) {
+            const zero_layout_group *lg = &L->groups[g];
+            if (lg->nparams == 0 || lg->numel == 0) continue;
+            const uint32_t tail = g == last ? zero__bucket_plan_tail(L, off, g, B) : 0;
+            uint64_t cur_hi = lg->flat_begin + lg->numel, cur_lo = cur_hi;
+            uint32_t parts = 0;
+            for (uint32_t j = lg->nparams; j-- > 0;) {
+                uint64_t lo = extent_lo(L, off, g, j), top = cur_lo;
+                if (parts > 0 && (cur_hi - lo > B || j + 1 == tail)) {
+                    if (push(out, nb, &cap, cur_hi - cur_lo)) return -1;
+                    cur_hi = cur_lo;
+                    parts = 0;
                 }
-                cur_hi = top;
+                if (spec->mode != ZERO_BUCKETS_SCATTER && top - lo > B) {
+                    while (top - lo > B) {
+                        if (push(out, nb, &cap, B)) return -1;
+                        top -= B;
+                    }
+                    cur_hi = top;
+                    cur_lo = lo;
+                    parts = 1;
+                    continue;
+                }
                 cur_lo = lo;
-                parts = 1;
-                continue;
+                parts++;
             }
-            cur_lo = lo;
-            parts++;
+            if (parts > 0 && push(out, nb, &cap, cur_hi - cur_lo)) return -1;
         }
-        if (parts > 0 && push(out, nb, &cap, cur_hi - cur_lo)) return -1;
     }
     return 0;
 }
@@ -160,7 +170,7 @@ static int acquire(sim *s, uint64_t n) {
 }
 
 uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
-                                  const zero_bucket_spec *spec) {
+                                  const zero_bucket_spec *spec, int striped) {
     (void)param_numel;
     if (!L || !spec || L->world <= 1 || L->flat_numel == 0) return 0; /* world 1 stages nothing */
     const zero_dtype gdt = spec->struct_size >= offsetof(zero_bucket_spec, grad_dtype) + sizeof(zero_dtype)
@@ -173,7 +183,7 @@ uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_of
 
     uint64_t *nb_sz = NULL;
     uint32_t nb = 0;
-    const uint64_t B = effective(L, param_offset, spec, mixed);
+    const uint64_t B = effective(L, param_offset, spec, mixed, striped);
     if (build(L, param_offset, spec, B, &nb_sz, &nb) != 0 || nb == 0) {
         free(nb_sz);
         return 0;
@@ -243,7 +253,7 @@ static long plan_env_long(const char *name, long def, long lo, long hi) {
 }
 
 uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
-                                       uint32_t nparams, const zero_bucket_spec *spec) {
+                                       uint32_t nparams, const zero_bucket_spec *spec, int striped) {
     if (!L || !spec || L->world <= 1 || L->flat_numel == 0) return 0; /* world 1: no ring, no scratch */
     const zero_dtype gdt = spec->struct_size >= offsetof(zero_bucket_spec, grad_dtype) + sizeof(zero_dtype)
                                ? spec->grad_dtype
@@ -271,7 +281,7 @@ uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *par
         pm[i].group = g < 0 ? 0 : (uint32_t)g;
     }
     zero__bucket_plan bp = {0};
-    const uint64_t B = zero__bucket_plan_size(L, pm, spec->bucket_numel, scatter, mixed);
+    const uint64_t B = zero__bucket_plan_size(L, pm, spec->bucket_numel, scatter, mixed, striped);
     uint64_t worst = 0;
     if (zero__bucket_plan_build(&bp, L, pm, B, scatter) == ZERO_OK) {
         for (uint32_t r = 0; r < N; r++) {

@@ -127,11 +127,19 @@ static zero_status check_model(struct zero_engine *e, const zero__ck_manifest *m
     return ZERO_OK;
 }
 
-/* Is this rank's layout the saver's (same plugin and world size too)? */
+/* Is this rank's layout the saver's (same plugin and world size too)?
+ * Ownership included: the same params at the same offsets can still be
+ * owned differently (round_robin_gradients cuts the flat space into more
+ * layout groups), and a shard is only native when its ranges are ours. */
 static int same_layout(struct zero_engine *e, const zero__ck_manifest *m) {
     if (strcmp(m->plugin, e->plugin.table->name) || m->world != e->world_size) return 0;
     const zero__ck_layout *L = zero__ck_layout_of(m, e->pp_stage);
     if (!L || L->align != e->layout.view.align || L->flat_numel != e->layout.view.flat_numel) return 0;
+    if (L->ngroups) { /* recorded by every libzero that writes checkpoints */
+        if (L->ngroups != e->layout.view.ngroups) return 0;
+        for (uint32_t g = 0; g < L->ngroups; g++)
+            if (L->group_begin[g] != e->layout.view.groups[g].flat_begin) return 0;
+    }
     uint32_t j = 0;
     for (uint32_t i = 0; i < m->nparams; i++)
         if (m->params[i].pp_stage == e->pp_stage && m->params[i].flat_offset != e->params[j++]->info.flat_offset)
@@ -189,8 +197,12 @@ static zero_status allow_reshard(struct zero_engine *e, zero__ck_load *ld) {
     if (m->st.micro_step)
         return zero__error(e, ZERO_ERR_UNSUPPORTED,
                            "checkpoint %s: saved in the middle of an accumulation window (micro-step %u): only plugin "
-                           "'%s' at %d ranks can resume it (gradients in flight are not resharded)",
-                           ld->dir, m->st.micro_step, m->plugin, m->world);
+                           "'%s' at %d ranks %scan resume it (gradients in flight are not resharded)",
+                           ld->dir, m->st.micro_step, m->plugin, m->world,
+                           !strcmp(m->plugin, mine) && m->world == e->world_size
+                               ? "with the saver's partition layout (zero_optimization.round_robin_gradients and "
+                                 "reduce_bucket_size as saved) "
+                               : "");
     for (int k = -1; k < (int)m->nstate; k++) {
         int kind = k < 0 ? ZERO__CK_MASTER : ZERO__CK_STATE0 + k;
         if (!zero__ck_has(m, e->pp_stage, kind))

@@ -274,6 +274,18 @@ static int parse(pctx *c, zero__ck_manifest *m, json_t *root) {
             get_u64(c, o, wl, "align", 1u << 20, &L->align) || get_u64(c, o, wl, "flat_numel", MAX_BYTES, &L->flat_numel) ||
             get_u64(c, o, wl, "part_numel", MAX_BYTES, &L->part_numel))
             return c->err[0] ? -1 : fail(c, "layouts[%u]: not an object", i);
+        json_t *gs = json_object_get(o, "groups");
+        if (json_is_array(gs) && json_array_size(gs) > 0) {
+            L->ngroups = (uint32_t)json_array_size(gs);
+            if (!(L->group_begin = calloc(L->ngroups, sizeof *L->group_begin))) return fail(c, "out of memory");
+            for (uint32_t g = 0; g < L->ngroups; g++) {
+                char wg[48];
+                snprintf(wg, sizeof wg, "layouts[%u].groups[%u].", i, g);
+                json_t *x = json_array_get(gs, g);
+                if (!json_is_object(x)) return fail(c, "layouts[%u].groups[%u]: not an object", i, g);
+                if (get_u64(c, x, wg, "flat_begin", L->flat_numel, &L->group_begin[g])) return -1;
+            }
+        }
     }
     for (int p = 0; p < m->pp_stages; p++)
         if (!zero__ck_layout_of(m, p)) return fail(c, "layouts: no entry for pipeline stage %d", p);
@@ -343,6 +355,7 @@ void zero__ck_manifest_free(zero__ck_manifest *m) {
     for (uint32_t i = 0; i < m->nparams; i++) free(m->params[i].name);
     free(m->files);
     free(m->params);
+    for (uint32_t i = 0; m->layouts && i < m->nlayouts; i++) free(m->layouts[i].group_begin);
     free(m->layouts);
     free(m->tag);
     free(m->plugin);

@@ -58,6 +58,10 @@ typedef struct zero__ck_param {
 typedef struct zero__ck_layout {
     int32_t pp_stage;
     uint64_t align, flat_numel, part_numel;
+    /* the layout groups' first elements ("groups": who owns what; with
+     * round_robin_gradients one per stripe); ngroups 0 = not recorded */
+    uint32_t ngroups;
+    uint64_t *group_begin;
 } zero__ck_layout;
 
 /* Step state of the core (identical on every rank; checked at save). */

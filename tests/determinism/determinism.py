@@ -17,6 +17,10 @@ the last step (tests compare that, not a rounded norm).  Checks:
   3. the step-1 loss is bitwise equal everywhere (the forward pass is the
      same).
 
+With --round-robin (zero_optimization.round_robin_gradients: interleaved
+ownership, one layout group per bucket-sized stripe) the same checks hold:
+every plugin still follows the one layout the core built.
+
 With --once-per-window (zero_optimization.reduce_once_per_window: stage
 0/1, stage1-pp and offload with stage-1 partitioning sum the micro-steps
 locally and reduce once) accumulation > 1 splits the plugins into the two
@@ -83,6 +87,8 @@ def make_config(a):
         cfg["zero_optimization"]["offload_param"] = {"device": "cpu", "pin_memory": True}
     if a.sub_group:
         cfg["zero_optimization"]["sub_group_size"] = a.sub_group
+    if a.round_robin:
+        cfg["zero_optimization"]["round_robin_gradients"] = True
     return cfg
 
 
@@ -159,6 +165,8 @@ def main():
     p.add_argument("--nvme", default="", help="offload_optimizer {device: nvme, nvme_path: DIR} (stage 3)")
     p.add_argument("--offload-param", action="store_true", help="offload_param {device: cpu} (stage 3)")
     p.add_argument("--sub-group", type=int, default=0, help="sub_group_size (offload's CPU optimizer tile)")
+    p.add_argument("--round-robin", action="store_true",
+                   help="zero_optimization.round_robin_gradients: interleaved ownership (core/layout.h)")
     p.add_argument("--jitter", type=int, default=50, help="ZERO_DEBUG_JITTER microseconds (0: off)")
     p.add_argument("--tol", type=float, default=0.0,
                    help="cross-family relative tolerance (--once-per-window, accumulation > 1); default 1e-5 "

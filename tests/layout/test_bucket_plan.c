@@ -59,10 +59,11 @@ static long combos = 0, failures_before = 0;
 
 /* One (layout, N, align, bucket request, mode, 16-bit) combination; returns
  * 0 on the first broken property (so one bug does not print thousands). */
-static int check_one(const model *m, uint32_t N, uint64_t align, uint64_t req, int scatter, int mixed) {
+static int check_one(const model *m, uint32_t N, uint64_t align, uint64_t req, int scatter, int mixed, int striped) {
     ++combos;
     zero__layout L;
-    if (zero__layout_build(&L, m->p, m->n, N, 0, align) != 0) {
+    /* striped: round_robin_gradients, stripes cut at the same request */
+    if (zero__layout_build_run(&L, m->p, m->n, N, 0, align, striped, req) != 0) {
         CHECK(0, "%s: layout N=%u align=%llu failed", m->name, N, (unsigned long long)align);
         return 0;
     }
@@ -75,8 +76,9 @@ static int check_one(const model *m, uint32_t N, uint64_t align, uint64_t req, i
         pm[i].group = g < 0 ? 0 : (uint32_t)g;
     }
     char what[160];
-    snprintf(what, sizeof what, "%s N=%u align=%llu request=%llu %s%s", m->name, N, (unsigned long long)align,
-             (unsigned long long)req, scatter ? "SCATTER" : "in-place", mixed ? " 16-bit" : "");
+    snprintf(what, sizeof what, "%s N=%u align=%llu request=%llu %s%s%s", m->name, N, (unsigned long long)align,
+             (unsigned long long)req, scatter ? "SCATTER" : "in-place", mixed ? " 16-bit" : "",
+             striped ? " round-robin" : "");
     int ok = 1;
 #define PROP(cond, ...)                                                                \
     do {                                                                               \
@@ -100,10 +102,14 @@ static int check_one(const model *m, uint32_t N, uint64_t align, uint64_t req, i
             if (hi - lo > largest) largest = hi - lo;
         }
     }
-    const uint64_t B = zero__bucket_plan_size(l, pm, req, scatter, mixed);
+    const uint64_t B = zero__bucket_plan_size(l, pm, req, scatter, mixed, striped);
     const uint64_t want = req ? req : flat;
     PROP(B >= 1, "bucket size 0");
-    if (scatter) {
+    if (striped) {
+        for (uint32_t g = 0; g < l->ngroups; ++g)
+            PROP(B >= l->groups[g].numel, "round-robin bucket %llu below stripe %u (%llu)", (unsigned long long)B, g,
+                 (unsigned long long)l->groups[g].numel);
+    } else if (scatter) {
         PROP(B >= largest, "SCATTER bucket %llu below the largest extent %llu", (unsigned long long)B,
              (unsigned long long)largest);
         PROP(B <= (largest > flat / 8 ? largest : flat / 8) || B == 1, "SCATTER bucket %llu above its cap",
@@ -133,8 +139,24 @@ static int check_one(const model *m, uint32_t N, uint64_t align, uint64_t req, i
         PROP(bk->hi - bk->lo <= B, "bucket %u has %llu > %llu elements", k, (unsigned long long)(bk->hi - bk->lo),
              (unsigned long long)B);
         PROP(bk->lo >= grp->flat_begin && bk->hi <= grp->flat_begin + grp->numel, "bucket %u crosses its group", k);
+        if (striped) { /* the point of round-robin: a bucket is a whole stripe, every rank an equal block */
+            PROP(bk->lo == grp->flat_begin && bk->hi == grp->flat_begin + grp->numel,
+                 "round-robin bucket %u is not its whole stripe", k);
+            for (uint32_t r = 0; r < N && ok; ++r) {
+                uint64_t blo, bn, bpos;
+                zero__bucket_plan_block(l, bk, r, &blo, &bn, &bpos);
+                PROP(bn * N == bk->hi - bk->lo, "round-robin bucket %u: rank %u's block %llu of %llu", k, r,
+                     (unsigned long long)bn, (unsigned long long)(bk->hi - bk->lo));
+            }
+        }
         if (k > 0 && plan.b[k - 1].group == bk->group)
             PROP(plan.b[k - 1].lo == bk->hi, "bucket %u does not continue bucket %u downwards", k, k - 1);
+        /* launch order is backward's: reverse flat order inside a param
+         * group, across its stripes too (a stripe launched before the ones
+         * above it would wait for all of backward and hold every slot) */
+        if (k > 0 && l->groups[plan.b[k - 1].group].group_id == grp->group_id)
+            PROP(plan.b[k - 1].lo >= bk->hi, "bucket %u [%llu, %llu) launches after bucket %u below it", k,
+                 (unsigned long long)bk->lo, (unsigned long long)bk->hi, k - 1);
         if (k == 0 || plan.b[k - 1].group != bk->group)
             PROP(bk->hi == grp->flat_begin + grp->numel, "group %u's first bucket does not start at its top", bk->group);
         for (uint64_t x = bk->lo; x < bk->hi && ok; ++x) {
@@ -142,6 +164,18 @@ static int check_one(const model *m, uint32_t N, uint64_t align, uint64_t req, i
                  (unsigned long long)covered[x] - 1, k);
             covered[x] = k + 1;
         }
+    }
+    /* the tail: the bucket launched last is small (at most B/4, or one
+     * param: never split for it) when its group needs several buckets */
+    if (plan.nb > 1 && !striped) {
+        const zero__bplan_bucket *lb = &plan.b[plan.nb - 1];
+        const zero_layout_group *lgrp = &l->groups[lb->group];
+        uint32_t with_elems = 0; /* params with elements in it (zero-size ones ride along) */
+        for (uint32_t i = 0; i < m->n; ++i)
+            if (m->p[i].numel && pm[i].offset >= lb->lo && pm[i].offset < lb->hi) ++with_elems;
+        if (lgrp->numel > B && with_elems > 1)
+            PROP((lb->hi - lb->lo) <= B / 4, "last bucket [%llu, %llu) of %u params exceeds B/4 = %llu",
+                 (unsigned long long)lb->lo, (unsigned long long)lb->hi, with_elems, (unsigned long long)(B / 4));
     }
     for (uint32_t g = 0; g < l->ngroups && ok; ++g) {
         const zero_layout_group *grp = &l->groups[g];
@@ -235,8 +269,10 @@ int main(void) {
                 for (size_t ri = 0; ri < sizeof reqs / sizeof reqs[0]; ++ri)
                     for (int scatter = 0; scatter <= 1; ++scatter)
                         for (int mixed = 0; mixed <= 1; ++mixed)
-                            if (!check_one(&MODELS[mi], N, aligns[ai], reqs[ri], scatter, mixed) && ++bad > 20)
-                                goto done;
+                            for (int striped = 0; striped <= 1; ++striped)
+                                if (!check_one(&MODELS[mi], N, aligns[ai], reqs[ri], scatter, mixed, striped) &&
+                                    ++bad > 20)
+                                    goto done;
             }
         }
     }

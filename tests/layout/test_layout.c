@@ -183,7 +183,11 @@ static void test_random_against_oracle(void) {
         uint32_t world = 1 + (uint32_t)rnd(7);
         uint64_t align = 1ull << rnd(4);
         zero__layout L;
-        if (zero__layout_build(&L, in, np, world, (uint32_t)rnd(world), align) != 0) {
+        /* a third of the trials with stripes (round_robin_gradients): every
+         * property below still holds, group by layout group */
+        const int striped = rnd(3) == 0;
+        const uint64_t req = rnd(200);
+        if (zero__layout_build_run(&L, in, np, world, (uint32_t)rnd(world), align, striped, req) != 0) {
             CHECK(0, "build failed in trial %d", trial);
             ++bad;
             continue;
@@ -218,8 +222,8 @@ static void test_random_against_oracle(void) {
             uint64_t lo = rnd(l->flat_numel), hi = lo + 1 + rnd(l->flat_numel - lo);
             uint64_t covered = 0;
             for (uint32_t rank = 0; rank < world; ++rank) {
-                zero_owned_range r[8];
-                uint32_t n = zero__layout_owned(l, rank, lo, hi, r, 8);
+                zero_owned_range r[16];
+                uint32_t n = zero__layout_owned(l, rank, lo, hi, r, 16);
                 if (n > l->ngroups) ++bad;
                 for (uint32_t k = 0; k < n; ++k) {
                     for (uint64_t x = r[k].flat_lo; x < r[k].flat_hi; ++x) {
@@ -239,7 +243,59 @@ static void test_random_against_oracle(void) {
     }
 }
 
+/* Stripes (round_robin_gradients): runs of whole params of one param group,
+ * cut from the top at most `stripe` aligned elements (one param larger is a
+ * stripe of its own), the same runs at every world size, each a layout group
+ * shared equally. */
+static void test_stripes(void) {
+    /* group 0: 10, 3, 7, 5, 20; group 1: 6, 6; align 4 -> aligned 12, 4, 8, 8, 20 | 8, 8 */
+    zero__layout_input in[7] = {{10, 0}, {3, 0}, {6, 1}, {7, 0}, {5, 0}, {6, 1}, {20, 0}};
+    const uint64_t T = zero__layout_stripe_numel(in, 7, 4, 16);
+    CHECK_EQ_INT(T, 20); /* the request 16 < largest aligned param (20): floor; flat/8 = 68/8 = 8 */
+    CHECK_EQ_INT(zero__layout_stripe_numel(in, 7, 4, 0), 20);
+    uint8_t st[7];
+    zero__layout_mark_stripes(in, 7, 4, 16, st);
+    /* group 0 from the top: 20 alone (> 16); 8+8 = 16; 4 then 12 would be 16: 4+12 = 16 fits */
+    const uint8_t want[7] = {0, 0, 0, 1, 0, 0, 1};
+    for (int i = 0; i < 7; ++i) CHECK(st[i] == want[i], "stripe start of param %d: %d, want %d", i, st[i], want[i]);
+    uint32_t first_ng = 0;
+    for (uint32_t world = 1; world <= 9; ++world) {
+        zero__layout L;
+        CHECK_EQ_INT(zero__layout_build_run(&L, in, 7, world, 0, 4, 1, 16), 0);
+        const zero_layout *l = &L.view;
+        if (world == 1) first_ng = l->ngroups;
+        CHECK_EQ_INT(l->ngroups, first_ng); /* the same stripes at every world size */
+        /* the run's stripe is 20 (floor): from the top 20 | 8+8+4 = 20 | 12 */
+        CHECK_EQ_INT(l->ngroups, 4);        /* {10} {3,7,5} {20} | {6,6} */
+        CHECK_EQ_INT(l->groups[0].nparams, 1);
+        CHECK_EQ_INT(l->groups[1].nparams, 3);
+        CHECK_EQ_INT(l->groups[2].nparams, 1);
+        CHECK_EQ_INT(l->groups[3].group_id, 1);
+        for (uint32_t g = 0; g < l->ngroups; ++g) {
+            CHECK_EQ_INT(l->groups[g].numel % (world * 4), 0);
+            CHECK_EQ_INT(l->groups[g].part_numel * world, l->groups[g].numel);
+        }
+        /* every rank owns a piece of every stripe: one owned range per group */
+        zero_owned_range r[8];
+        for (uint32_t rank = 0; rank < world; ++rank)
+            CHECK_EQ_INT(zero__layout_owned(l, rank, 0, l->flat_numel, r, 8), l->ngroups);
+        zero__layout_free(&L);
+    }
+    /* the tail: the lowest params of the last param group form a stripe of
+     * at most stripe/4 (at least one param), launched last */
+    zero__layout_input eight[8];
+    for (int i = 0; i < 8; ++i) eight[i] = (zero__layout_input){4, 0};
+    uint8_t st8[8];
+    zero__layout_mark_stripes(eight, 8, 4, 8, st8);
+    const uint8_t want8[8] = {0, 1, 1, 0, 1, 0, 1, 0}; /* {p0} {p1} {p2,p3} {p4,p5} {p6,p7} */
+    for (int i = 0; i < 8; ++i) CHECK(st8[i] == want8[i], "tail: stripe start of param %d: %d, want %d", i, st8[i], want8[i]);
+    /* stripe 0 (round_robin off): the contiguous layout */
+    zero__layout_mark_stripes(in, 7, 4, 0, st);
+    for (int i = 0; i < 7; ++i) CHECK_EQ_INT(st[i], 0);
+}
+
 int main(void) {
+    test_stripes();
     test_single_group_straddling();
     test_world_larger_than_numel();
     test_interleaved_groups();

@@ -208,10 +208,11 @@ static void make_config(const host_run_cfg *c, char *buf, size_t n) {
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": %.17g, \"betas\": [0.9, 0.999],"
              " \"eps\": 1e-8, \"weight_decay\": 0.01}},"
              " \"zero_optimization\": {\"stage\": %d, %s%s\"overlap_comm\": %s, \"contiguous_gradients\": %s,"
-             " \"strict_grads\": %s%s}}",
+             " \"strict_grads\": %s%s%s}}",
              c->mb, c->gas, c->config_lr, stage, bucket, offload, c->overlap ? "true" : "false",
              c->contiguous ? "true" : "false", c->strict ? "true" : "false",
-             c->once_per_window ? ", \"reduce_once_per_window\": true" : "");
+             c->once_per_window ? ", \"reduce_once_per_window\": true" : "",
+             c->round_robin ? ", \"round_robin_gradients\": true" : "");
 }
 
 static void shuffle(int *v, uint32_t n, uint64_t seed) {

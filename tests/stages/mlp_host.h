@@ -61,6 +61,8 @@ typedef struct host_run_cfg {
     /* (appended by issue17b: tests/multihost waits for training to run before it cuts the link) */
     void (*on_step)(void *user, uint64_t micro_steps_done); /* NULL, or called after every zero_step that succeeded */
     void *on_step_user;
+    /* (appended by issue18a) */
+    int round_robin;       /* zero_optimization.round_robin_gradients: interleaved ownership */
 } host_run_cfg;
 
 /* Defaults: stage0, small model, 30 steps, gas 1, mb 3, overlap 1,

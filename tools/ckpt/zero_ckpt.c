@@ -347,9 +347,12 @@ static int conv_blob(conv_ctx *x, const char *blob, int rank, int32_t kind, zero
     return 0;
 }
 
-/* The gradient accumulation dtype the target would use: the saver's config
+/* The gradient accumulation dtype the target would use, and its layout's
+ * ownership (round_robin_gradients and reduce_bucket_size: the engine cuts
+ * the same stripes at any world size, core/layout.h): the saver's config
  * (valid at the saver's world size) through the library's own parser. */
-static int conv_grad_dtype(const zero__ck_manifest *m, zero_dtype *out, char *err, size_t errn) {
+static int conv_grad_dtype(const zero__ck_manifest *m, zero_dtype *out, int *round_robin, uint64_t *bucket, char *err,
+                           size_t errn) {
     json_t *cfg = json_object_get(m->root, "config");
     char *text = cfg && json_is_object(cfg) ? json_dumps(cfg, JSON_COMPACT) : NULL;
     zero__config *c = NULL;
@@ -360,7 +363,10 @@ static int conv_grad_dtype(const zero__ck_manifest *m, zero_dtype *out, char *er
         snprintf(err, errn, "zero-ckpt convert: the checkpoint's config does not parse: %s", perr);
         return -1;
     }
-    *out = zero__config_run(c)->grad_accum_dtype;
+    const zero_run_config *rc = zero__config_run(c);
+    *out = rc->grad_accum_dtype;
+    *round_robin = rc->round_robin_gradients;
+    *bucket = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
     zero__config_free(c);
     return 0;
 }
@@ -412,13 +418,16 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
     }
     char err[10000];
     zero_dtype gdt;
-    if (conv_grad_dtype(m, &gdt, err, sizeof err)) return fprintf(stderr, "%s\n", err), 2;
+    int round_robin = 0;
+    uint64_t bucket = 0;
+    if (conv_grad_dtype(m, &gdt, &round_robin, &bucket, err, sizeof err)) return fprintf(stderr, "%s\n", err), 2;
     const zero_dtype mdt = m->model_dtype;
     const size_t ges = zero__ck_dtype_size(gdt);
     if (!ges || !zero__ck_dtype_size(mdt)) return conv_refuse("%s: unsupported dtypes", src);
 
     /* the target layouts, one per pipeline stage: the same alignment, M
-     * (data-parallel) ranks, that stage's parameters in manifest order */
+     * (data-parallel) ranks, that stage's parameters in manifest order, and
+     * the ownership the engine would build from the same config */
     zero__layout *lay = calloc((size_t)P, sizeof *lay);
     zero__layout_input *in = calloc(m->nparams ? m->nparams : 1, sizeof *in);
     int bad = !lay || !in;
@@ -426,7 +435,8 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
         uint32_t n = 0;
         for (uint32_t i = 0; i < m->nparams; i++)
             if (m->params[i].pp_stage == S) in[n++] = (zero__layout_input){m->params[i].numel, m->params[i].group};
-        bad = zero__layout_build(&lay[S], in, n, (uint32_t)ranks, 0, zero__ck_layout_of(m, S)->align) != 0;
+        bad = zero__layout_build_run(&lay[S], in, n, (uint32_t)ranks, 0, zero__ck_layout_of(m, S)->align, round_robin,
+                                     bucket) != 0;
     }
     free(in);
     if (bad) {
