@@ -301,10 +301,6 @@ static zero_status finish(zm_engine *pe, zm_op *op) {
     zm_comm *c = ZM(op->base.comm);
     zero_status st = op->status;
     if (st != ZERO_OK) zero__error(c->base.engine, st, "%s", op->err);
-    /* An error MPI reported leaves the communicator's state undefined (no
-     * ULFM in Open MPI 4.1): fail the world like a timeout, so that no later
-     * call waits on a sequence that is already broken. */
-    if (st == ZERO_ERR_COMM) zero__zm_fail_locked(pe, st, op->err);
     c->outstanding--;
     zero__zm_op_free_locked(pe, op);
     return st;
