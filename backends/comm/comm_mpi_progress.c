@@ -15,8 +15,9 @@
  *  - a host thread inside wait() drives progress itself (lowest latency) and
  *    the thread stands back meanwhile, so there is one poller, not two; it
  *    follows comm_wait.h: yields for ~2 ms, then sleeps 1 % of the silence
- *    so far (20 us to 1 ms), and gives up with ZERO_ERR_TIMEOUT after ZERO_COMM_TIMEOUT
- *    seconds without progress (issue 17), leaving the world failed;
+ *    so far (20 us to 1 ms), and gives up with ZERO_ERR_TIMEOUT after
+ *    ZERO_COMM_TIMEOUT seconds without progress (issue 17), leaving the
+ *    world failed;
  *  - the thread's own back-off stops at ZERO_COMM_POLL_US while work moves
  *    (overlap latency), and stretches with the silence (1 % of it) up to
  *    1 ms (a stalled peer costs no core); it sleeps on the condition
@@ -73,10 +74,12 @@ int zero__zm_advance_all_locked(zm_engine *pe) {
     return moved;
 }
 
-/* Sleep on the wake condition for `us` (lock held; a submit wakes us). */
+/* Sleep on the wake condition for `us` (lock held; a submit wakes us).
+ * The condition runs on CLOCK_MONOTONIC (zero__zm_engine_create), so a
+ * wall-clock step cannot stretch a nap. */
 static void nap_locked(zm_engine *pe, unsigned us) {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_nsec += (long)us * 1000L;
     ts.tv_sec += ts.tv_nsec / 1000000000L;
     ts.tv_nsec %= 1000000000L;
@@ -132,7 +135,11 @@ zm_engine *zero__zm_engine_create(int thread_level, struct zero_engine *engine) 
     zm_engine *pe = calloc(1, sizeof *pe);
     if (!pe) return NULL;
     pthread_mutex_init(&pe->lock, NULL);
-    pthread_cond_init(&pe->wake, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&pe->wake, &ca);
+    pthread_condattr_destroy(&ca);
     pe->refs = 1;
     pe->engine = engine;
     pe->thread_level = thread_level;
@@ -299,10 +306,6 @@ static zero_status finish(zm_engine *pe, zm_op *op) {
     zm_comm *c = ZM(op->base.comm);
     zero_status st = op->status;
     if (st != ZERO_OK) zero__error(c->base.engine, st, "%s", op->err);
-    /* An error MPI reported leaves the communicator's state undefined (no
-     * ULFM in Open MPI 4.1): fail the world like a timeout, so that no later
-     * call waits on a sequence that is already broken. */
-    if (st == ZERO_ERR_COMM) zero__zm_fail_locked(pe, st, op->err);
     c->outstanding--;
     zero__trace_op_finished(&op->base.trace);
     zero__zm_op_free_locked(pe, op);

@@ -12,7 +12,9 @@ Checks, each on the digest of every parameter's bytes after the last step
      DeepSpeed's key): the summary names "mics";
   3. memory: each rank's parameter shard is N/S world shares, i.e. exactly
      N/S times stage 3's parameter bytes at the same N (zero_memory_stats);
-  4. a shard size that does not divide the world fails naming the key.
+  4. a checkpoint saved half way and resumed by a new job ends with the
+     uninterrupted run's bits;
+  5. a shard size that does not divide the world fails naming the key.
 Usage: contrib_mics.py --demo PATH --mpirun PATH --plugin-dir DIR --out DIR
 Standard library only.
 """
@@ -46,13 +48,13 @@ def config(a, tag, shard, bf16=False, gas=1, bucket=0):
     return path
 
 
-def run(a, tag, np_, cfg, plugin=None, jitter=0, expect_fail=False):
+def run(a, tag, np_, cfg, plugin=None, jitter=0, expect_fail=False, extra=(), steps=0):
     summ = os.path.join(a.out, tag + ".summary.json")
     log = os.path.join(a.out, tag + ".log")
     if os.path.exists(summ):
         os.remove(summ)
     cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(np_), "--mca", "btl", "self,vader",
-           a.demo, "--config", cfg, "--steps", str(a.steps), "--quiet", "--summary", summ]
+           a.demo, "--config", cfg, "--steps", str(steps or a.steps), "--quiet", "--summary", summ] + list(extra)
     if plugin:
         cmd += ["--plugin", plugin]
     env = dict(os.environ)
@@ -109,6 +111,19 @@ def main():
             print(f"  params bytes per rank: mics {pm}  stage3 {p3}  (expect mics = {np_ // shard} x stage3)")
             if any(m != (np_ // shard) * t for m, t in zip(pm, p3)) or not all(pm):
                 fails.append(f"{tag}: mics parameter bytes {pm} != {np_ // shard} x stage3's {p3}")
+    # checkpoint: half the steps, saved, resumed in a new job: the uninterrupted run's bits
+    cfg = config(a, "n4_s2_fp32", 2)
+    ck = os.path.join(a.out, "ckpt")
+    if os.path.isdir(ck):
+        import shutil
+        shutil.rmtree(ck)
+    half = max(1, a.steps // 2)
+    run(a, "resume-a", 4, cfg, extra=["--save-dir", ck, "--save-every", str(half)], steps=half)
+    res = run(a, "resume-b", 4, cfg, extra=["--resume", ck])
+    whole = run(a, "resume-whole", 4, cfg)
+    print(f"  save at step {half} + resume: {res['digest']['bits']}  uninterrupted: {whole['digest']['bits']}")
+    if res["digest"]["bits"] != whole["digest"]["bits"]:
+        fails.append(f"resume: {res['digest']['bits']} != uninterrupted {whole['digest']['bits']}")
     cfg = config(a, "bad_shard", 3)
     rc, text = run(a, "bad_shard", 4, cfg, expect_fail=True)
     want = "zero_optimization.mics_shard_size: got 3, expected a divisor of the world size 4"

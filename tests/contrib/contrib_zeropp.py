@@ -21,7 +21,9 @@ accumulation 2, warmup) plus the ZeRO++ keys, --steps steps:
      gather of each param in four crosses the world: the forward of the
      window's first micro-batch);
   4. the "all" run names no plugin: stage 3 + the ZeRO++ keys select zeropp;
-  5. a zero_hpz_partition_size that does not divide the node fails naming
+  5. a checkpoint (all three on) saved half way and resumed by a new job
+     ends with the uninterrupted run's bits;
+  6. a zero_hpz_partition_size that does not divide the node fails naming
      the key.
 Usage: contrib_zeropp.py --demo PATH --mpirun PATH --plugin-dir DIR --config stage3.json --out DIR
 Standard library only.
@@ -34,7 +36,7 @@ import subprocess
 import sys
 
 
-def run(a, tag, cfg, plugin, expect_fail=False, steps=0):
+def run(a, tag, cfg, plugin, expect_fail=False, steps=0, extra=()):
     summ = os.path.join(a.out, tag + ".summary.json")
     log = os.path.join(a.out, tag + ".log")
     cpath = os.path.join(a.out, tag + ".json")
@@ -42,7 +44,7 @@ def run(a, tag, cfg, plugin, expect_fail=False, steps=0):
     if os.path.exists(summ):
         os.remove(summ)
     cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", "--mca", "btl", "self,vader",
-           a.demo, "--config", cpath] + (["--plugin", plugin] if plugin else []) + ["--steps", str(steps or a.steps), "--quiet", "--summary", summ]
+           a.demo, "--config", cpath] + (["--plugin", plugin] if plugin else []) + ["--steps", str(steps or a.steps), "--quiet", "--summary", summ] + list(extra)
     env = dict(os.environ)
     env["ZERO_PLUGIN_PATH"] = a.plugin_dir + (":" + env["ZERO_PLUGIN_PATH"] if env.get("ZERO_PLUGIN_PATH") else "")
     env["ZERO_RANKS_PER_NODE"] = "2"
@@ -133,6 +135,20 @@ def main():
             fails.append(f"hpZ: world {wb} + group {hb} bytes != the plain run's {pwb} (calls {wc}+{hc} vs {pwc})")
         if wb > 0.30 * pwb or hb == 0:
             fails.append(f"hpZ: the world still carries {wb / pwb:.2f} of the gathered bytes")
+
+    # checkpoint with all three on: saved half way, resumed by a new job == uninterrupted
+    allk = variant(base, **{QW: True, QG: True, HPZ: 2})
+    ck = os.path.join(a.out, "ckpt")
+    if os.path.isdir(ck):
+        import shutil
+        shutil.rmtree(ck)
+    n = a.bytes_steps
+    run(a, "resume-a", allk, "zeropp", steps=n // 2, extra=["--save-dir", ck, "--save-every", str(n // 2)])
+    res = run(a, "resume-b", allk, "zeropp", steps=n, extra=["--resume", ck])
+    whole = run(a, "resume-whole", allk, "zeropp", steps=n)
+    print(f"  save at step {n // 2} + resume: {res['digest']['bits']}  uninterrupted: {whole['digest']['bits']}")
+    if res["digest"]["bits"] != whole["digest"]["bits"]:
+        fails.append(f"resume: {res['digest']['bits']} != uninterrupted {whole['digest']['bits']}")
 
     # 4: bad hpZ size
     rc, text = run(a, "bad-hpz", variant(base, **{HPZ: 3}), "zeropp", expect_fail=True, steps=1)

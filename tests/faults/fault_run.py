@@ -59,10 +59,30 @@ def first(ev, kind):
 
 
 def read_int(path):
+    """The number a writer put in `path` followed by a newline; -1 while the
+    file is absent or only partly written (a partial pid would signal a
+    stranger)."""
     try:
-        return int(open(path).read().strip() or "-1")
+        txt = open(path).read()
+        return int(txt) if txt.endswith("\n") else -1
     except (OSError, ValueError):
         return -1
+
+
+def ours(pid):
+    """Is pid one of fault_host's processes?  Checked before every signal."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return b"fault_host" in f.read()
+    except OSError:
+        return False
+
+
+def signal_rank(pid, sig):
+    if pid <= 0 or not ours(pid):
+        return False
+    os.kill(pid, sig)
+    return True
 
 
 def running(pid):
@@ -118,12 +138,10 @@ class Job:
     def end(self):
         """Kill whatever is left of the job (stopped ranks included)."""
         for r in range(self.np):
-            p = self.pid(r)
-            if p > 0:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except OSError:
-                    pass
+            try:
+                signal_rank(self.pid(r), signal.SIGKILL)
+            except OSError:
+                pass
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -194,7 +212,8 @@ def case_stop(a, name, plugin, np, stop_rank, use_config):
     try:
         if not job.wait_steps(5):
             return verdict(name, False, ["the job did not start training", job.tail()])
-        os.kill(job.pid(stop_rank), signal.SIGSTOP)
+        if not signal_rank(job.pid(stop_rank), signal.SIGSTOP):
+            return verdict(name, False, ["rank %d's pid is not a fault_host process" % stop_rank])
         t_stop = time.time()
         surv = [r for r in range(np) if r != stop_rank]
         res = job.wait_reports(surv, "destroyed", 4 * TIMEOUT_S + 10)
@@ -221,7 +240,8 @@ def case_stop_save(a, name):
             time.sleep(0.05)
         if read_int(marker) <= 0:
             return verdict(name, False, ["the save never reached before_manifest", job.tail()])
-        os.kill(read_int(marker), signal.SIGSTOP)
+        if not signal_rank(read_int(marker), signal.SIGSTOP):
+            return verdict(name, False, ["the marker's pid is not a fault_host process"])
         t_stop = time.time()
         surv = [r for r in range(np) if r != bad]
         res = job.wait_reports(surv, "destroyed", 4 * TIMEOUT_S + 10)
@@ -267,7 +287,8 @@ def case_kill(a, name, recovery, in_save):
             victim = job.pid(bad) if job.wait_steps(5) else -1
         if victim <= 0:
             return verdict(name, False, ["the job never reached the kill point", job.tail()])
-        os.kill(victim, signal.SIGKILL)
+        if not signal_rank(victim, signal.SIGKILL):
+            return verdict(name, False, ["the victim's pid is not a fault_host process"])
         t_kill = time.time()
         surv = [r for r in range(np) if r != bad]
         if recovery:
