@@ -58,13 +58,48 @@ static void die(const moe *m, const char *what, zero_status s) {
         if (zs_ != ZERO_OK) die((m), #call, zs_);      \
     } while (0)
 
+/* Every buffer the demo allocates lives until the end of the run: they are
+ * recorded here and released together by free_all() (so leak checkers see
+ * a clean exit without one free per buffer). */
+static void **allocs;
+static size_t nallocs, capallocs;
+
 static void *xcalloc(size_t n, size_t sz) {
+    void *p = calloc(n ? n : 1, sz);
+    if (p && nallocs == capallocs) {
+        size_t cap = capallocs ? 2 * capallocs : 64;
+        void **a = realloc(allocs, cap * sizeof *a);
+        if (!a) {
+            free(p);
+            p = NULL;
+        } else {
+            allocs = a;
+            capallocs = cap;
+        }
+    }
+    if (!p) {
+        fprintf(stderr, "zero-moe-demo: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    allocs[nallocs++] = p;
+    return p;
+}
+
+/* A buffer the caller frees itself (setup's initial values). */
+static void *tmp_calloc(size_t n, size_t sz) {
     void *p = calloc(n ? n : 1, sz);
     if (!p) {
         fprintf(stderr, "zero-moe-demo: out of memory\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     return p;
+}
+
+static void free_all(void) {
+    for (size_t i = 0; i < nallocs; i++) free(allocs[i]);
+    free(allocs);
+    allocs = NULL;
+    nallocs = capallocs = 0;
 }
 
 static uint64_t numel(const moe *m, int k) {
@@ -114,13 +149,13 @@ static void setup(moe *m, const char *config, const char *plugin, uint64_t seed)
     float *init[NP];
     for (int k = 0; k < NP; k++) {
         m->n[k] = numel(m, k);
-        init[k] = xcalloc(m->n[k], sizeof(float));
+        init[k] = tmp_calloc(m->n[k], sizeof(float));
         init_param(m, k, seed, init[k]);
         m->w[k] = xcalloc(m->n[k], sizeof(float));
         m->g[k] = xcalloc(m->n[k], sizeof(float));
         void *data = init[k];
         if (m->dtype != ZERO_DTYPE_F32) {
-            data = xcalloc(m->n[k], 2);
+            data = tmp_calloc(m->n[k], 2);
             demo_narrow(init[k], data, m->dtype, m->n[k]);
         }
         char name[64];
@@ -386,6 +421,7 @@ int main(int argc, char **argv) {
     }
     zero_engine_destroy(m.e);
     demo_corpus_free(&corpus);
+    free_all();
     MPI_Comm_free(&m.ep);
     MPI_Finalize();
     return check && !ok ? 1 : 0;
