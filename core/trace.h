@@ -125,8 +125,26 @@ void zero__trace_op_issued(zero__trace_op *op, uint64_t t0, const char *name, do
  * else now).  No-op unless issued while tracing. */
 void zero__trace_op_finished(zero__trace_op *op);
 /* The backend saw it finish. */
+/* t_done is written by the thread that sees the op finish (the progress
+ * thread) while the waiting thread may snapshot the header: both go through
+ * relaxed atomics (the value is a timestamp; nothing else is published). */
 static inline void zero__trace_op_done(zero__trace_op *op) {
-    if (ZERO__TRACE_ON() && !op->t_done) op->t_done = zero__trace_clock();
+    if (ZERO__TRACE_ON() && !__atomic_load_n(&op->t_done, __ATOMIC_RELAXED))
+        __atomic_store_n(&op->t_done, zero__trace_clock(), __ATOMIC_RELAXED);
+}
+/* A copy of a request's trace header that may be taken while the backend
+ * still runs the op (the wait or test that follows frees the request). */
+static inline zero__trace_op zero__trace_op_snapshot(const zero__trace_op *op) {
+    zero__trace_op t;
+    t.t0 = op->t0;
+    t.t_done = __atomic_load_n(&op->t_done, __ATOMIC_RELAXED);
+    t.name = op->name;
+    t.bytes = op->bytes;
+    t.bucket = op->bucket;
+    t.gather = op->gather;
+    t.lane = op->lane;
+    t.backend_emits = op->backend_emits;
+    return t;
 }
 
 /* ---- buckets ------------------------------------------------------------- */

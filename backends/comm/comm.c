@@ -162,7 +162,7 @@ zero_status zero__iallreducev(zero_comm *m, void *buf, const size_t *counts, zer
 zero_status zero__comm_wait(zero_comm_req *req) {
     if (!req || !req->comm) return ZERO_ERR_INVALID_ARGUMENT;
     if (!ZERO__TRACE_ON()) return req->comm->ops->wait(req);
-    zero__trace_op tr = req->trace; /* the wait frees req */
+    zero__trace_op tr = zero__trace_op_snapshot(&req->trace); /* the wait frees req */
     ZERO_TRACE_SCOPE("comm.wait", "comm", "bytes", tr.bytes, NULL, 0);
     zero_status s = req->comm->ops->wait(req);
     if (!tr.backend_emits) zero__trace_op_finished(&tr);
@@ -171,7 +171,7 @@ zero_status zero__comm_wait(zero_comm_req *req) {
 zero_status zero__comm_test(zero_comm_req *req, int *done) {
     if (!req || !req->comm || !done) return ZERO_ERR_INVALID_ARGUMENT;
     if (!ZERO__TRACE_ON()) return req->comm->ops->test(req, done);
-    zero__trace_op tr = req->trace; /* a finished test frees req */
+    zero__trace_op tr = zero__trace_op_snapshot(&req->trace); /* a finished test frees req */
     zero_status s = req->comm->ops->test(req, done);
     if (*done && !tr.backend_emits) zero__trace_op_finished(&tr);
     return s;
