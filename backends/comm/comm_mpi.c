@@ -248,6 +248,24 @@ zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *eng
     return ZERO_OK;
 }
 
+/* The communicator a split returned (MPI_COMM_NULL: this rank is in none):
+ * counted, and wrapped on the parent's progress engine, which it shares. */
+static zero_status adopt_split(zm_comm *c, MPI_Comm sub, zero_comm **out) {
+    count_call(c, &c->base.counters.other_calls, NULL, 0);
+    if (sub == MPI_COMM_NULL) return ZERO_OK;
+    pthread_mutex_lock(&c->pe->lock);
+    c->pe->refs++;
+    pthread_mutex_unlock(&c->pe->lock);
+    zm_comm *s = comm_new(sub, c->pe, c->base.engine);
+    if (!s) {
+        MPI_Comm_free(&sub);
+        zero__zm_engine_release(c->pe);
+        return ZERO_ERR_OUT_OF_MEMORY;
+    }
+    *out = &s->base;
+    return ZERO_OK;
+}
+
 static zero_status zm_split(zero_comm *m, int color, int key, zero_comm **out) {
     zm_comm *c = ZM(m);
     MPI_Comm sub = MPI_COMM_NULL;
@@ -262,19 +280,7 @@ static zero_status zm_split(zero_comm *m, int color, int key, zero_comm **out) {
     int rc = MPI_Comm_split(c->comm, color < 0 ? MPI_UNDEFINED : color, key, &sub);
     blocking_leave(c);
     if (rc != MPI_SUCCESS) return mpi_fail(m, rc, "MPI_Comm_split");
-    count_call(c, &m->counters.other_calls, NULL, 0);
-    if (sub == MPI_COMM_NULL) return ZERO_OK;
-    pthread_mutex_lock(&c->pe->lock);
-    c->pe->refs++;
-    pthread_mutex_unlock(&c->pe->lock);
-    zm_comm *s = comm_new(sub, c->pe, m->engine);
-    if (!s) {
-        MPI_Comm_free(&sub);
-        zero__zm_engine_release(c->pe);
-        return ZERO_ERR_OUT_OF_MEMORY;
-    }
-    *out = &s->base;
-    return ZERO_OK;
+    return adopt_split(c, sub, out);
 }
 
 static void zm_free(zero_comm *m) {
@@ -500,19 +506,7 @@ static zero_status zm_split_node(zero_comm *m, zero_comm **out) {
     int rc = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &sub);
     blocking_leave(c);
     if (rc != MPI_SUCCESS) return mpi_fail(m, rc, "MPI_Comm_split_type");
-    count_call(c, &m->counters.other_calls, NULL, 0);
-    if (sub == MPI_COMM_NULL) return ZERO_OK;
-    pthread_mutex_lock(&c->pe->lock);
-    c->pe->refs++;
-    pthread_mutex_unlock(&c->pe->lock);
-    zm_comm *s = comm_new(sub, c->pe, m->engine);
-    if (!s) {
-        MPI_Comm_free(&sub);
-        zero__zm_engine_release(c->pe);
-        return ZERO_ERR_OUT_OF_MEMORY;
-    }
-    *out = &s->base;
-    return ZERO_OK;
+    return adopt_split(c, sub, out);
 }
 
 static void zm_counters_get(zero_comm *m, zero__comm_counters *out) {
