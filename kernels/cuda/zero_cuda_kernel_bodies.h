@@ -7,10 +7,14 @@
  *     CPU kernels (core/optim) on random inputs.
  *
  * Rules that keep the shim valid: a kernel may use only the grid/block
- * indices, no __shared__ memory, no __syncthreads, no warp intrinsics, no
- * atomics whose result is read back, and threads of a grid must not depend
- * on each other's writes (every kernel here is elementwise or has one thread
- * own each output).  Per-element math comes from core/optim/optim_math.h,
+ * indices, no warp intrinsics, no atomics whose result is read back, and
+ * threads of a grid must not depend on each other's writes (every kernel
+ * here is elementwise or has one thread own each output) -- except through
+ * block-shared memory in the phase form: ZERO_CUDA_SHARED arrays, code in
+ * ZERO_CUDA_PHASE { ... } blocks separated by ZERO_CUDA_BARRIER; such a
+ * kernel is launched with ZERO_CUDA_LAUNCH_BLOCKS and its statements outside
+ * phases must be the same for every thread of a block (the shim runs them
+ * once per block).  No return/break/continue at a phase's top level.  Per-element math comes from core/optim/optim_math.h,
  * the header the CPU kernels use; with nvcc --fmad=false (set in
  * cmake/ZeroCuda.cmake) a GPU step is bitwise equal to the CPU step.
  *
@@ -26,18 +30,43 @@
 #include "zero_plugin.h"
 
 #if defined(__CUDACC__)
+#include <cuda_fp16.h>
 #define ZERO_CUDA_GLOBAL __global__
+#define ZERO_CUDA_DEV __device__ __forceinline__ /* device-only helper (may use device pragmas and intrinsics) */
 #define ZERO_CUDA_SQRT(x) sqrt(x)
 #elif defined(ZERO_CUDA_SHIM)
 #define ZERO_CUDA_GLOBAL __global__ /* the shim defines it as a host function */
+#define ZERO_CUDA_DEV static inline
 #define ZERO_CUDA_SQRT(x) sqrt(x)
 #else
 #error "include through a .cu file or tests/cuda_shim/cuda_shim.h"
 #endif
 
+/* Block-cooperative kernels in phase form (see the rules above). */
+#if defined(__CUDACC__)
+#define ZERO_CUDA_SHARED(type, name, n) __shared__ type name[n]
+#define ZERO_CUDA_PHASE
+#define ZERO_CUDA_BARRIER __syncthreads()
+#else
+#define ZERO_CUDA_SHARED(type, name, n) type name[n]
+#define ZERO_CUDA_PHASE ZERO_SHIM_PHASE
+#define ZERO_CUDA_BARRIER ((void)0)
+#endif
+
 /* Launch geometry. */
-#define ZERO_CUDA_THREADS 256          /* threads per block, every kernel */
-#define ZERO_CUDA_MT_MAX_TENSORS 64    /* tensors per multi-tensor launch (argument size < 4 KiB) */
+#define ZERO_CUDA_THREADS 256          /* threads per block, every kernel but the sum of squares' */
+/* Tensors per multi-tensor launch.  CUDA 12.1+ passes up to 32,764 bytes of
+ * kernel arguments (Volta and later, driver r530+): 256 tensors make a
+ * 512-tensor step two launches instead of eight (each launch ends in a
+ * partly idle wave).  Older toolkits keep the classic 4 KiB limit.  The CPU
+ * shim plans like a current toolkit. */
+#if !defined(__CUDACC__) || (__CUDACC_VER_MAJOR__ > 12) || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 1)
+#define ZERO_CUDA_MT_MAX_TENSORS 256
+#define ZERO_CUDA_MAX_ARG_BYTES 32764
+#else
+#define ZERO_CUDA_MT_MAX_TENSORS 64
+#define ZERO_CUDA_MAX_ARG_BYTES 4096
+#endif
 #define ZERO_CUDA_MT_CHUNK 8192        /* elements one block of the optimizer kernel covers */
 /* Must equal ZERO_SUMSQ_BLOCK and ZERO_SUMSQ_FANIN (core/optim/optim.h): the
  * GPU sum of squares reproduces the CPU summation order (checked by the shim
@@ -45,6 +74,11 @@
 #define ZERO_CUDA_SUMSQ_BLOCK 4096
 #define ZERO_CUDA_SUMSQ_LANES ZERO_SUMSQ_LANES /* optim_math.h: one warp per block */
 #define ZERO_CUDA_SUMSQ_FANIN 64
+/* The fused sum of squares: one CUDA block per tree group of FANIN sum
+ * blocks, four lanes per thread (512 threads); lane rows padded by one
+ * double so the fold's shared-memory reads do not collide in one bank. */
+#define ZERO_CUDA_SUMSQ_GROUP_THREADS (ZERO_CUDA_SUMSQ_FANIN * ZERO_CUDA_SUMSQ_LANES / 4)
+#define ZERO_CUDA_SUMSQ_ROW (ZERO_CUDA_SUMSQ_LANES + 1)
 #define ZERO_CUDA_MAX_GRID 8192        /* grid-stride kernels: enough blocks to fill an H100/H200 */
 
 #if defined(__CUDACC__)
@@ -80,11 +114,11 @@ typedef struct zero_cuda_mt_args {
     uint32_t chunk_start[ZERO_CUDA_MT_MAX_TENSORS + 1];
     zero_cuda_mt_tensor t[ZERO_CUDA_MT_MAX_TENSORS];
 } zero_cuda_mt_args;
-/* The classic kernel-parameter limit: larger needs CUDA 12.1+ and Volta+. */
+/* The kernel-parameter limit of the toolkit (4 KiB before CUDA 12.1). */
 #if defined(__cplusplus)
-static_assert(sizeof(zero_cuda_mt_args) <= 4096, "zero_cuda_mt_args exceeds 4 KiB of kernel parameters");
+static_assert(sizeof(zero_cuda_mt_args) <= ZERO_CUDA_MAX_ARG_BYTES, "zero_cuda_mt_args exceeds the kernel-parameter limit");
 #else
-_Static_assert(sizeof(zero_cuda_mt_args) <= 4096, "zero_cuda_mt_args exceeds 4 KiB of kernel parameters");
+_Static_assert(sizeof(zero_cuda_mt_args) <= ZERO_CUDA_MAX_ARG_BYTES, "zero_cuda_mt_args exceeds the kernel-parameter limit");
 #endif
 
 /* ---- element access in any model dtype --------------------------------- */
@@ -167,8 +201,14 @@ ZERO_HD zero_cuda_f4 zero_cuda_f4_of(const float a[4]) {
  * is zero_cuda_optim_elem either way, so the bits do not depend on the path. */
 ZERO_CUDA_GLOBAL void zero_cuda_k_optim(zero_cuda_mt_args a) {
     const uint32_t c = blockIdx.x;
-    uint32_t ti = 0;
-    while (ti + 1 < a.ntensors && a.chunk_start[ti + 1] <= c) ++ti; /* <= 64 steps, uniform per block */
+    /* the tensor of chunk c: the last ti with chunk_start[ti] <= c (binary
+     * search, uniform per block: <= 8 steps for 256 tensors) */
+    uint32_t ti = 0, hi_t = a.ntensors;
+    while (hi_t - ti > 1) {
+        const uint32_t mid = (ti + hi_t) / 2;
+        if (a.chunk_start[mid] <= c) ti = mid;
+        else hi_t = mid;
+    }
     const uint64_t n = a.t[ti].n;
     const uint64_t lo = (uint64_t)(c - a.chunk_start[ti]) * ZERO_CUDA_MT_CHUNK;
     const uint64_t hi = n - lo < ZERO_CUDA_MT_CHUNK ? n : lo + ZERO_CUDA_MT_CHUNK;
@@ -246,22 +286,24 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_lanes(const void *ZERO_RESTRICT x, int32
     lanes[t] = acc;
 }
 
-/* Phase 1, four lanes per thread: thread t of a block takes lanes 4t..4t+3
- * and reads them with one 16-byte (fp32) or 8-byte (16-bit) load per step,
- * so 8 threads cover a block and a warp moves 4 x 128 (or 4 x 64) bytes
- * per load instruction; each lane still adds its own elements in order.
- * Needs x aligned to 4 elements (the launcher checks; block starts are
- * multiples of 4096 elements). */
-ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_lanes4(const void *ZERO_RESTRICT x, int32_t dt, uint64_t n,
-                                               double *ZERO_RESTRICT lanes) {
-    const uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const uint64_t per_block = ZERO_CUDA_SUMSQ_LANES / 4;
-    const uint64_t nblocks = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
-    if (t >= nblocks * per_block) return;
-    const uint64_t b = t / per_block, k0 = (t % per_block) * 4;
+/* fp16 -> fp32 for the sum of squares: the hardware conversion on the GPU
+ * (one instruction; exact, like zero_f16_to_f32, for every non-NaN input; a
+ * NaN's payload does not matter to a sum that is NaN either way), the
+ * shared software one under the shim. */
+#if defined(__CUDACC__)
+ZERO_CUDA_DEV float zero_cuda_sq_f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+#else
+ZERO_CUDA_DEV float zero_cuda_sq_f16(uint16_t h) { return zero_f16_to_f32(h); }
+#endif
+
+/* Lanes k0..k0+3 (k0 % 4 == 0) of sum block b: acc[e] = the in-order fp64
+ * sum of squares of the block's elements k with k % 32 == k0 + e (exactly
+ * lanes of the CPU's block kernel), read with one 16-byte (fp32) or 8-byte
+ * (16-bit) load per step.  Needs x aligned to 4 elements. */
+ZERO_CUDA_DEV void zero_cuda_sumsq_lanes4_of(const void *ZERO_RESTRICT x, int32_t dt, uint64_t n, uint64_t b, uint64_t k0,
+                                      double acc[4]) {
     const uint64_t lo = b * ZERO_CUDA_SUMSQ_BLOCK;
     const uint64_t len = n - lo < ZERO_CUDA_SUMSQ_BLOCK ? n - lo : ZERO_CUDA_SUMSQ_BLOCK;
-    double acc[4] = {0.0, 0.0, 0.0, 0.0};
     uint64_t k = k0;
     if (dt == ZERO_DTYPE_F32) {
         const float *ZERO_RESTRICT p = (const float *)x + lo;
@@ -280,7 +322,7 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_lanes4(const void *ZERO_RESTRICT x, int3
             const uint16_t h[4] = {(uint16_t)(v.x & 0xffffu), (uint16_t)(v.x >> 16), (uint16_t)(v.y & 0xffffu),
                                    (uint16_t)(v.y >> 16)};
             for (int e = 0; e < 4; ++e) {
-                const double d = (double)(bf ? zero_bf16_to_f32(h[e]) : zero_f16_to_f32(h[e]));
+                const double d = (double)(bf ? zero_bf16_to_f32(h[e]) : zero_cuda_sq_f16(h[e]));
                 acc[e] += d * d;
             }
         }
@@ -290,7 +332,69 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_lanes4(const void *ZERO_RESTRICT x, int3
         const double d = (double)zero_cuda_ld(x, dt, lo + k + (uint64_t)e);
         acc[e] += d * d;
     }
-    for (int e = 0; e < 4; ++e) lanes[b * ZERO_CUDA_SUMSQ_LANES + k0 + (uint64_t)e] = acc[e];
+}
+
+/* The fused sum of squares, first tree level in one kernel: CUDA block g
+ * owns tree group g, i.e. sum blocks [64g, 64g + 64).  Its 512 threads
+ * compute the groups' lanes (four each, as above) into shared memory; 64
+ * threads fold one block's 32 lanes each (zero_sumsq_fold); thread 0 adds
+ * the group's block sums left to right (the tree's first level) and writes
+ * out[g].  Same operations in the same order as lanes -> fold -> combine,
+ * so the same bits, with one pass over x and no lane traffic to memory.
+ * Launch: ZERO_CUDA_LAUNCH_BLOCKS, ZERO_CUDA_SUMSQ_GROUP_THREADS threads,
+ * x aligned to 4 elements. */
+ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_group(const void *ZERO_RESTRICT x, int32_t dt, uint64_t n,
+                                              double *ZERO_RESTRICT out) {
+    ZERO_CUDA_SHARED(double, lane, ZERO_CUDA_SUMSQ_FANIN * ZERO_CUDA_SUMSQ_ROW);
+    ZERO_CUDA_SHARED(double, bsum, ZERO_CUDA_SUMSQ_FANIN);
+    const uint64_t nblocks = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
+    const uint64_t first = (uint64_t)blockIdx.x * ZERO_CUDA_SUMSQ_FANIN;
+    const uint64_t count = nblocks - first < ZERO_CUDA_SUMSQ_FANIN ? nblocks - first : ZERO_CUDA_SUMSQ_FANIN;
+    ZERO_CUDA_PHASE {
+        const uint64_t j = threadIdx.x / (ZERO_CUDA_SUMSQ_LANES / 4), k0 = (threadIdx.x % (ZERO_CUDA_SUMSQ_LANES / 4)) * 4;
+        double acc[4] = {0.0, 0.0, 0.0, 0.0};
+        if (j < count) zero_cuda_sumsq_lanes4_of(x, dt, n, first + j, k0, acc);
+        for (int e = 0; e < 4; ++e) lane[j * ZERO_CUDA_SUMSQ_ROW + k0 + (uint64_t)e] = acc[e];
+    }
+    ZERO_CUDA_BARRIER;
+    ZERO_CUDA_PHASE {
+        if (threadIdx.x < count) {
+            double a[ZERO_CUDA_SUMSQ_LANES];
+            ZERO_CUDA_UNROLL(32)
+            for (int l = 0; l < ZERO_CUDA_SUMSQ_LANES; ++l) a[l] = lane[threadIdx.x * ZERO_CUDA_SUMSQ_ROW + (unsigned)l];
+            bsum[threadIdx.x] = zero_sumsq_fold(a);
+        }
+    }
+    ZERO_CUDA_BARRIER;
+    ZERO_CUDA_PHASE {
+        if (threadIdx.x == 0) {
+            double acc = bsum[0];
+            for (uint64_t k = 1; k < count; ++k) acc += bsum[k];
+            out[blockIdx.x] = acc;
+        }
+    }
+}
+
+/* The remaining tree levels in one block: level values in `a` (m of them),
+ * each level's groups of 64 summed left to right into the other buffer
+ * (`b`, at least ceil(m / 64) doubles), the last level into `out`.
+ * Launch: ZERO_CUDA_LAUNCH_BLOCKS with one block; m >= 2. */
+ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_finish(double *a, double *b, uint64_t m, double *out) {
+    while (m > 1) {
+        const uint64_t groups = (m + ZERO_CUDA_SUMSQ_FANIN - 1) / ZERO_CUDA_SUMSQ_FANIN;
+        double *dst = groups == 1 ? out : b;
+        ZERO_CUDA_PHASE {
+            for (uint64_t g = threadIdx.x; g < groups; g += blockDim.x) {
+                const uint64_t k0 = g * ZERO_CUDA_SUMSQ_FANIN;
+                const uint64_t k1 = m - k0 < ZERO_CUDA_SUMSQ_FANIN ? m : k0 + ZERO_CUDA_SUMSQ_FANIN;
+                double acc = a[k0];
+                for (uint64_t k = k0 + 1; k < k1; ++k) acc += a[k];
+                dst[g] = acc;
+            }
+        }
+        ZERO_CUDA_BARRIER; /* the level is complete (and visible to the block) before the next reads it */
+        b = a, a = dst, m = groups;
+    }
 }
 
 /* Phase 2: one thread per block folds its 32 lanes (zero_sumsq_fold, the

@@ -13,8 +13,15 @@
 #define ZERO_CUDA_API extern "C"
 #define ZERO_CUDA_LAUNCH(kernel, grid, block, stream, ...) \
     kernel<<<(grid), (block), 0, (cudaStream_t)(stream)>>>(__VA_ARGS__)
+/* A block-cooperative kernel (phase form) launches like any other. */
+#define ZERO_CUDA_LAUNCH_BLOCKS(kernel, grid, block, stream, ...) ZERO_CUDA_LAUNCH(kernel, grid, block, stream, __VA_ARGS__)
 #else
 #define ZERO_CUDA_API static __attribute__((unused))
+#define ZERO_CUDA_LAUNCH_BLOCKS(kernel, grid, block, stream, ...)   \
+    do {                                                           \
+        (void)(stream);                                            \
+        ZERO_SHIM_LAUNCH_BLOCKS(kernel, grid, block, __VA_ARGS__); \
+    } while (0)
 #define ZERO_CUDA_LAUNCH(kernel, grid, block, stream, ...) \
     do {                                                   \
         (void)(stream);                                    \
@@ -63,9 +70,12 @@ static unsigned zero_cuda_grid_of(uint64_t threads) {
     return (unsigned)((threads + ZERO_CUDA_THREADS - 1) / ZERO_CUDA_THREADS);
 }
 
-/* Lanes (one thread per block lane), block sums (one thread per block), then
- * one combine launch per tree level: 64M elements take 2 + 3 launches, all
- * asynchronous on `stream`. */
+/* Aligned x (the common case: libzero's buffers are 256-byte aligned):
+ * the fused group kernel (lanes, fold and the tree's first level; one pass
+ * over x), then one single-block launch for the remaining levels -- two
+ * launches for any size.  Misaligned x: lanes one per thread, block sums,
+ * then one combine launch per tree level.  All asynchronous on `stream`;
+ * the same bits either way. */
 ZERO_CUDA_API zero_status zero_cuda_sumsq(const void *x, zero_dtype dt, uint64_t n, double *scratch, double *out,
                                           void *stream) {
     uint64_t m = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
@@ -73,15 +83,19 @@ ZERO_CUDA_API zero_status zero_cuda_sumsq(const void *x, zero_dtype dt, uint64_t
         if (cudaMemsetAsync(out, 0, sizeof *out, (cudaStream_t)stream) != cudaSuccess) return ZERO_ERR_DEVICE;
         return zero_cuda_launched();
     }
+    const uintptr_t al = (uintptr_t)(dt == ZERO_DTYPE_F32 ? 16 : 8);
+    if ((uintptr_t)x % al == 0) {
+        const uint64_t groups = (m + ZERO_CUDA_SUMSQ_FANIN - 1) / ZERO_CUDA_SUMSQ_FANIN;
+        ZERO_CUDA_LAUNCH_BLOCKS(zero_cuda_k_sumsq_group, (unsigned)groups, ZERO_CUDA_SUMSQ_GROUP_THREADS, stream, x,
+                                dt, n, groups == 1 ? out : scratch);
+        if (groups > 1)
+            ZERO_CUDA_LAUNCH_BLOCKS(zero_cuda_k_sumsq_finish, 1, ZERO_CUDA_THREADS, stream, scratch, scratch + groups,
+                                    groups, out);
+        return zero_cuda_launched();
+    }
     const uint64_t nlanes = m * ZERO_CUDA_SUMSQ_LANES;
     double *sums = scratch + nlanes;
-    const uintptr_t al = (uintptr_t)(dt == ZERO_DTYPE_F32 ? 16 : 8);
-    if ((uintptr_t)x % al == 0)
-        ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_lanes4, zero_cuda_grid_of(nlanes / 4), ZERO_CUDA_THREADS, stream, x, dt, n,
-                         scratch);
-    else
-        ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_lanes, zero_cuda_grid_of(nlanes), ZERO_CUDA_THREADS, stream, x, dt, n,
-                         scratch);
+    ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_lanes, zero_cuda_grid_of(nlanes), ZERO_CUDA_THREADS, stream, x, dt, n, scratch);
     ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_fold, zero_cuda_grid_of(m), ZERO_CUDA_THREADS, stream, scratch, m,
                      m == 1 ? out : sums);
     const double *in = sums;

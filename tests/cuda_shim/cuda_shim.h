@@ -3,12 +3,14 @@
  * nested loops, so CPU-only CI executes the very kernel text the GPU runs.
  *
  * What it models: __global__/__device__/__host__ qualifiers, the built-in
- * index variables (x dimension; y and z are 1) and a launch.  What it does
- * not: __shared__, __syncthreads, warp intrinsics, atomics — kernels using
- * them cannot be included (the bodies header documents this rule).  Threads
- * run one after another in (block, thread) order; that is a valid CUDA
- * schedule only for kernels whose threads do not communicate, which is the
- * rule for every shimmed kernel.
+ * index variables (x dimension; y and z are 1) and a launch.  Threads run
+ * one after another in (block, thread) order; that is a valid CUDA schedule
+ * for kernels whose threads do not communicate.  Block-cooperative kernels
+ * (shared memory, barriers) are modelled only in the phase form of the
+ * bodies header (ZERO_CUDA_SHARED / ZERO_CUDA_PHASE / ZERO_CUDA_BARRIER):
+ * ZERO_SHIM_LAUNCH_BLOCKS calls such a kernel once per block and each phase
+ * loops over the block's threads, so a barrier is the end of a phase.  Warp
+ * intrinsics and atomics are not modelled.
  *
  * Include this first, then the kernel bodies.  One translation unit per test
  * program (the index variables are file-static).  Not thread-safe. */
@@ -16,6 +18,22 @@
 #define ZERO_CUDA_SHIM_H
 #if defined(__CUDACC__)
 #error "cuda_shim.h is for host compilers only"
+
+/* A block-cooperative kernel (phase form): called once per block; its
+ * ZERO_CUDA_PHASE loops set threadIdx.x themselves. */
+#define ZERO_SHIM_LAUNCH_BLOCKS(kernel, grid, block, ...)                                \
+    do {                                                                                 \
+        gridDim.x = (unsigned)(grid), gridDim.y = gridDim.z = 1;                         \
+        blockDim.x = (unsigned)(block), blockDim.y = blockDim.z = 1;                     \
+        blockIdx.y = blockIdx.z = threadIdx.y = threadIdx.z = 0;                         \
+        ++zero_shim_launches;                                                            \
+        for (unsigned zero_shim_b = 0; zero_shim_b < gridDim.x; ++zero_shim_b) {         \
+            blockIdx.x = zero_shim_b;                                                    \
+            zero_shim_threads_run += blockDim.x;                                         \
+            kernel(__VA_ARGS__);                                                         \
+        }                                                                                \
+    } while (0)
+#define ZERO_SHIM_PHASE for (threadIdx.x = 0; threadIdx.x < blockDim.x; ++threadIdx.x)
 #endif
 
 #define ZERO_CUDA_SHIM 1
@@ -67,4 +85,20 @@ static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t
                 kernel(__VA_ARGS__);                                                     \
             }                                                                            \
     } while (0)
+
+/* A block-cooperative kernel (phase form): called once per block; its
+ * ZERO_CUDA_PHASE loops set threadIdx.x themselves. */
+#define ZERO_SHIM_LAUNCH_BLOCKS(kernel, grid, block, ...)                                \
+    do {                                                                                 \
+        gridDim.x = (unsigned)(grid), gridDim.y = gridDim.z = 1;                         \
+        blockDim.x = (unsigned)(block), blockDim.y = blockDim.z = 1;                     \
+        blockIdx.y = blockIdx.z = threadIdx.y = threadIdx.z = 0;                         \
+        ++zero_shim_launches;                                                            \
+        for (unsigned zero_shim_b = 0; zero_shim_b < gridDim.x; ++zero_shim_b) {         \
+            blockIdx.x = zero_shim_b;                                                    \
+            zero_shim_threads_run += blockDim.x;                                         \
+            kernel(__VA_ARGS__);                                                         \
+        }                                                                                \
+    } while (0)
+#define ZERO_SHIM_PHASE for (threadIdx.x = 0; threadIdx.x < blockDim.x; ++threadIdx.x)
 #endif

@@ -140,19 +140,16 @@ static void test_optim(void) {
 }
 
 static void test_plan(void) {
-    /* 80 one-chunk tensors: 64 per launch -> 2 launches (64 + 16). */
-    zero_cuda_mt_tensor ts[80];
+    /* 2 * ZERO_CUDA_MT_MAX_TENSORS + 16 one-chunk tensors -> 3 launches. */
+    enum { NT = 2 * ZERO_CUDA_MT_MAX_TENSORS + 16 };
+    static zero_cuda_mt_tensor ts[NT];
     memset(ts, 0, sizeof ts);
-    for (int k = 0; k < 80; ++k) ts[k].n = 10;
-    zero_cuda_mt_args a;
-    memset(&a, 0, sizeof a);
-    unsigned long long before = zero_shim_launches;
     float m[10] = {0}, g[10] = {0};
-    for (int k = 0; k < 80; ++k) ts[k].master = m, ts[k].grad = g; /* SGD without momentum: no state */
+    for (int k = 0; k < NT; ++k) ts[k].n = 10, ts[k].master = m, ts[k].grad = g; /* SGD without momentum: no state */
+    unsigned long long before = zero_shim_launches;
     zero_optim_scalars s = zero__optim_scalars(ZERO_OPTIM_SGD, 0.1, 0, 0, 0, 0, 0, 0, 1, 1);
-    CHECK_EQ_INT(zero_cuda_optim_step(ZERO_OPTIM_SGD, &s, ts, 80, ZERO_DTYPE_F32, ZERO_DTYPE_F32, 1.f, NULL, NULL), ZERO_OK);
-    CHECK(zero_shim_launches - before == 2, "80 tensors: %llu launches, expected 2", zero_shim_launches - before);
-    (void)a;
+    CHECK_EQ_INT(zero_cuda_optim_step(ZERO_OPTIM_SGD, &s, ts, NT, ZERO_DTYPE_F32, ZERO_DTYPE_F32, 1.f, NULL, NULL), ZERO_OK);
+    CHECK(zero_shim_launches - before == 3, "%d tensors: %llu launches, expected 3", NT, zero_shim_launches - before);
 }
 
 static void test_sumsq(void) {
@@ -161,8 +158,8 @@ static void test_sumsq(void) {
      * tree levels) */
     const size_t ns[] = {0, 1, 7, 8, 9, 4095, 4096, 4097, 3 * 4096 + 5, 300001, 64 * 4096, 64 * 4096 + 1,
                          (size_t)ZERO_CUDA_THREADS * 4096 + 4101, 10000003};
-    /* offset 0: the four-lanes-per-thread kernel (aligned); 1: misaligned,
-     * one lane per thread */
+    /* offset 0: the fused group kernel (aligned); 1: misaligned, one lane
+     * per thread, then fold and one combine launch per level */
     for (size_t t = 0; t < sizeof ns / sizeof ns[0]; ++t)
         for (size_t off = 0; off < 2; ++off) {
             size_t n = ns[t];
@@ -180,6 +177,20 @@ static void test_sumsq(void) {
                 free(base), free(xf), free(scratch);
             }
         }
+    /* More than 64 groups of 64 blocks: the single-block finish kernel runs
+     * two tree levels (aligned path; bf16 keeps it to 34 MB). */
+    const size_t big = (size_t)64 * 64 * 4096 + 4097;
+    char *x = rand_array(ZERO_DTYPE_BF16, big, -3.f, 3.f);
+    float *xf = malloc(big * 4);
+    zero__convert(xf, ZERO_DTYPE_F32, x, ZERO_DTYPE_BF16, big);
+    double *scratch = calloc(zero_cuda_sumsq_scratch(big), sizeof(double));
+    double out = -1.0, ref = zero__sumsq_f32(xf, big);
+    unsigned long long before = zero_shim_launches;
+    CHECK_EQ_INT(zero_cuda_sumsq(x, ZERO_DTYPE_BF16, big, scratch, &out, NULL), ZERO_OK);
+    CHECK(zero_shim_launches - before == 2, "sumsq of %zu took %llu launches, expected 2 (group + finish)", big,
+          zero_shim_launches - before);
+    CHECK(memcmp(&out, &ref, sizeof out) == 0, "sumsq n=%zu bf16: %.17g vs CPU %.17g", big, out, ref);
+    free(x), free(xf), free(scratch);
 }
 
 static void test_nonfinite(void) {
