@@ -51,7 +51,7 @@ static nonfinite_fn nonfinite_kernel(void) {
 }
 
 /* Block sums are produced in batches so the scratch array stays on the stack. */
-#define SUMSQ_BATCH 256
+#define SUMSQ_BATCH 1024
 
 double zero__sumsq_f32(const float *x, size_t n) {
     if (!x || n == 0) return 0.0;

@@ -71,14 +71,13 @@
 /* Must equal ZERO_SUMSQ_BLOCK and ZERO_SUMSQ_FANIN (core/optim/optim.h): the
  * GPU sum of squares reproduces the CPU summation order (checked by the shim
  * test). */
-#define ZERO_CUDA_SUMSQ_BLOCK 4096
+#define ZERO_CUDA_SUMSQ_BLOCK 1024
 #define ZERO_CUDA_SUMSQ_LANES ZERO_SUMSQ_LANES /* optim_math.h: one warp per block */
 #define ZERO_CUDA_SUMSQ_FANIN 64
-/* The fused sum of squares: 16 sum blocks per CUDA block, four lanes per
- * thread (128 threads); lane rows padded by one double so the fold's
- * shared-memory reads do not collide in one bank. */
-#define ZERO_CUDA_SUMSQ_CTA_BLOCKS 16
-#define ZERO_CUDA_SUMSQ_CTA_THREADS (ZERO_CUDA_SUMSQ_CTA_BLOCKS * ZERO_CUDA_SUMSQ_LANES / 4)
+/* The fused sum of squares: one CUDA block per tree group of FANIN sum
+ * blocks, four lanes per thread (512 threads); lane rows padded by one
+ * double so the fold's shared-memory reads do not collide in one bank. */
+#define ZERO_CUDA_SUMSQ_GROUP_THREADS (ZERO_CUDA_SUMSQ_FANIN * ZERO_CUDA_SUMSQ_LANES / 4)
 #define ZERO_CUDA_SUMSQ_ROW (ZERO_CUDA_SUMSQ_LANES + 1)
 #define ZERO_CUDA_MAX_GRID 8192        /* grid-stride kernels: enough blocks to fill an H100/H200 */
 
@@ -335,20 +334,22 @@ ZERO_CUDA_DEV void zero_cuda_sumsq_lanes4_of(const void *ZERO_RESTRICT x, int32_
     }
 }
 
-/* The fused sum of squares, part 1: CUDA block c owns sum blocks
- * [16c, 16c + 16).  Its 128 threads compute those blocks' lanes (four each,
- * as above) into shared memory; 16 threads then fold one block's 32 lanes
- * each (zero_sumsq_fold) and write the block sum.  One pass over x, no lane
- * traffic to memory, and small CUDA blocks so that the last wave is short.
- * Launch: ZERO_CUDA_LAUNCH_BLOCKS, ZERO_CUDA_SUMSQ_CTA_THREADS threads, x
- * aligned to 4 elements. */
-ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_blocks(const void *ZERO_RESTRICT x, int32_t dt, uint64_t n,
-                                               double *ZERO_RESTRICT sums) {
-    ZERO_CUDA_SHARED(double, lane, ZERO_CUDA_SUMSQ_CTA_BLOCKS * ZERO_CUDA_SUMSQ_ROW);
+/* The fused sum of squares, first tree level in one kernel: CUDA block g
+ * owns tree group g, i.e. sum blocks [64g, 64g + 64).  Its 512 threads
+ * compute the group's lanes (four each, as above) into shared memory; 64
+ * threads fold one block's 32 lanes each (zero_sumsq_fold); thread 0 adds
+ * the group's block sums left to right (the tree's first level) and writes
+ * out[g].  The same operations in the same order as lanes -> fold ->
+ * combine, so the same bits, with one pass over x and no lane traffic to
+ * memory.  Launch: ZERO_CUDA_LAUNCH_BLOCKS, ZERO_CUDA_SUMSQ_GROUP_THREADS
+ * threads, x aligned to 4 elements. */
+ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_group(const void *ZERO_RESTRICT x, int32_t dt, uint64_t n,
+                                              double *ZERO_RESTRICT out) {
+    ZERO_CUDA_SHARED(double, lane, ZERO_CUDA_SUMSQ_FANIN * ZERO_CUDA_SUMSQ_ROW);
+    ZERO_CUDA_SHARED(double, bsum, ZERO_CUDA_SUMSQ_FANIN);
     const uint64_t nblocks = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
-    const uint64_t first = (uint64_t)blockIdx.x * ZERO_CUDA_SUMSQ_CTA_BLOCKS;
-    const uint64_t count =
-        nblocks - first < ZERO_CUDA_SUMSQ_CTA_BLOCKS ? nblocks - first : ZERO_CUDA_SUMSQ_CTA_BLOCKS;
+    const uint64_t first = (uint64_t)blockIdx.x * ZERO_CUDA_SUMSQ_FANIN;
+    const uint64_t count = nblocks - first < ZERO_CUDA_SUMSQ_FANIN ? nblocks - first : ZERO_CUDA_SUMSQ_FANIN;
     ZERO_CUDA_PHASE {
         const uint64_t j = threadIdx.x / (ZERO_CUDA_SUMSQ_LANES / 4), k0 = (threadIdx.x % (ZERO_CUDA_SUMSQ_LANES / 4)) * 4;
         double acc[4] = {0.0, 0.0, 0.0, 0.0};
@@ -361,14 +362,22 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_blocks(const void *ZERO_RESTRICT x, int3
             double a[ZERO_CUDA_SUMSQ_LANES];
             ZERO_CUDA_UNROLL(32)
             for (int l = 0; l < ZERO_CUDA_SUMSQ_LANES; ++l) a[l] = lane[threadIdx.x * ZERO_CUDA_SUMSQ_ROW + (unsigned)l];
-            sums[first + threadIdx.x] = zero_sumsq_fold(a);
+            bsum[threadIdx.x] = zero_sumsq_fold(a);
+        }
+    }
+    ZERO_CUDA_BARRIER;
+    ZERO_CUDA_PHASE {
+        if (threadIdx.x == 0) {
+            double acc = bsum[0];
+            for (uint64_t k = 1; k < count; ++k) acc += bsum[k];
+            out[blockIdx.x] = acc;
         }
     }
 }
 
 /* Part 2, every tree level in one block: level values in `a` (m of them);
- * thread g sums group g's 64 values left to right (a full group's loads
- * issued together, so a level costs about one memory round trip) into the
+ * thread g sums group g's (up to) 64 values left to right, their loads
+ * issued together (a level costs about one memory round trip), into the
  * other buffer `b` (at least ceil(m / 64) doubles), the last level into
  * `out`.  Launch: ZERO_CUDA_LAUNCH_BLOCKS with one block; m >= 2. */
 ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_finish(double *a, double *b, uint64_t m, double *out) {
@@ -378,18 +387,14 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_finish(double *a, double *b, uint64_t m,
         ZERO_CUDA_PHASE {
             for (uint64_t g = threadIdx.x; g < groups; g += blockDim.x) {
                 const uint64_t k0 = g * ZERO_CUDA_SUMSQ_FANIN;
-                double acc;
-                if (m - k0 >= ZERO_CUDA_SUMSQ_FANIN) {
-                    double v[ZERO_CUDA_SUMSQ_FANIN];
-                    ZERO_CUDA_UNROLL(64)
-                    for (int k = 0; k < ZERO_CUDA_SUMSQ_FANIN; ++k) v[k] = a[k0 + (uint64_t)k];
-                    acc = v[0];
-                    ZERO_CUDA_UNROLL(64)
-                    for (int k = 1; k < ZERO_CUDA_SUMSQ_FANIN; ++k) acc += v[k];
-                } else {
-                    acc = a[k0];
-                    for (uint64_t k = k0 + 1; k < m; ++k) acc += a[k];
-                }
+                const uint64_t len = m - k0 < ZERO_CUDA_SUMSQ_FANIN ? m - k0 : ZERO_CUDA_SUMSQ_FANIN;
+                double v[ZERO_CUDA_SUMSQ_FANIN];
+                ZERO_CUDA_UNROLL(64)
+                for (int k = 0; k < ZERO_CUDA_SUMSQ_FANIN; ++k) v[k] = (uint64_t)k < len ? a[k0 + (uint64_t)k] : 0.0;
+                double acc = v[0];
+                ZERO_CUDA_UNROLL(64)
+                for (int k = 1; k < ZERO_CUDA_SUMSQ_FANIN; ++k)
+                    if ((uint64_t)k < len) acc += v[k];
                 dst[g] = acc;
             }
         }

@@ -71,11 +71,11 @@ static unsigned zero_cuda_grid_of(uint64_t threads) {
 }
 
 /* Aligned x (the common case: libzero's buffers are 256-byte aligned):
- * the fused kernel (lanes and fold; one pass over x) writes the block sums,
- * one single-block launch does every tree level -- two launches for any
- * size.  Misaligned x: lanes one per thread, block sums, then one combine
- * launch per tree level.  All asynchronous on `stream`; the same bits
- * either way. */
+ * the fused group kernel (lanes, fold and the tree's first level; one pass
+ * over x), then one single-block launch for the remaining levels -- two
+ * launches for any size.  Misaligned x: lanes one per thread, block sums,
+ * then one combine launch per tree level.  All asynchronous on `stream`;
+ * the same bits either way. */
 ZERO_CUDA_API zero_status zero_cuda_sumsq(const void *x, zero_dtype dt, uint64_t n, double *scratch, double *out,
                                           void *stream) {
     uint64_t m = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
@@ -85,12 +85,12 @@ ZERO_CUDA_API zero_status zero_cuda_sumsq(const void *x, zero_dtype dt, uint64_t
     }
     const uintptr_t al = (uintptr_t)(dt == ZERO_DTYPE_F32 ? 16 : 8);
     if ((uintptr_t)x % al == 0) {
-        const uint64_t ctas = (m + ZERO_CUDA_SUMSQ_CTA_BLOCKS - 1) / ZERO_CUDA_SUMSQ_CTA_BLOCKS;
-        ZERO_CUDA_LAUNCH_BLOCKS(zero_cuda_k_sumsq_blocks, (unsigned)ctas, ZERO_CUDA_SUMSQ_CTA_THREADS, stream, x, dt,
-                                n, m == 1 ? out : scratch);
-        if (m > 1)
-            ZERO_CUDA_LAUNCH_BLOCKS(zero_cuda_k_sumsq_finish, 1, ZERO_CUDA_THREADS, stream, scratch, scratch + m, m,
-                                    out);
+        const uint64_t groups = (m + ZERO_CUDA_SUMSQ_FANIN - 1) / ZERO_CUDA_SUMSQ_FANIN;
+        ZERO_CUDA_LAUNCH_BLOCKS(zero_cuda_k_sumsq_group, (unsigned)groups, ZERO_CUDA_SUMSQ_GROUP_THREADS, stream, x,
+                                dt, n, groups == 1 ? out : scratch);
+        if (groups > 1)
+            ZERO_CUDA_LAUNCH_BLOCKS(zero_cuda_k_sumsq_finish, 1, ZERO_CUDA_THREADS, stream, scratch, scratch + groups,
+                                    groups, out);
         return zero_cuda_launched();
     }
     const uint64_t nlanes = m * ZERO_CUDA_SUMSQ_LANES;

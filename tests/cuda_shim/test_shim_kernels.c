@@ -156,8 +156,9 @@ static void test_sumsq(void) {
     /* up to more than ZERO_CUDA_THREADS blocks: a grid of several CUDA blocks */
     /* around the block and tree-group edges, and the issue's 10M + 3 (three
      * tree levels) */
-    const size_t ns[] = {0, 1, 7, 8, 9, 4095, 4096, 4097, 3 * 4096 + 5, 300001, 64 * 4096, 64 * 4096 + 1,
-                         (size_t)ZERO_CUDA_THREADS * 4096 + 4101, 10000003};
+    enum { B = ZERO_CUDA_SUMSQ_BLOCK };
+    const size_t ns[] = {0, 1, 7, 8, 9, B - 1, B, B + 1, 4095, 4096, 4097, 3 * B + 5, 300001, 64 * B, 64 * B + 1,
+                         (size_t)ZERO_CUDA_THREADS * B + B + 5, 10000003};
     /* offset 0: the fused group kernel (aligned); 1: misaligned, one lane
      * per thread, then fold and one combine launch per level */
     for (size_t t = 0; t < sizeof ns / sizeof ns[0]; ++t)
@@ -178,8 +179,8 @@ static void test_sumsq(void) {
             }
         }
     /* More than 64 groups of 64 blocks: the single-block finish kernel runs
-     * two tree levels (aligned path; bf16 keeps it to 34 MB). */
-    const size_t big = (size_t)64 * 64 * 4096 + 4097;
+     * two tree levels (aligned path). */
+    const size_t big = (size_t)64 * 64 * B + B + 1;
     char *x = rand_array(ZERO_DTYPE_BF16, big, -3.f, 3.f);
     float *xf = malloc(big * 4);
     zero__convert(xf, ZERO_DTYPE_F32, x, ZERO_DTYPE_BF16, big);
