@@ -82,7 +82,10 @@ typedef struct zb_slot {
     float *f32;          /* cap fp32 staging of the collective: == buf for fp32 SCATTER */
     uint64_t cap;        /* elements; sized to the largest bucket it has held (slots only grow) */
     uint64_t zlo, zhi;   /* free slot: buf[zlo, zhi) is known to be zero (cleared while its block was
-                            added into the partition), so take_slot need not clear it again */
+                            added into the partition, or by the clear queued at its release), so
+                            take_slot need not clear it again */
+    void *fence;         /* device slot: the clear queued at its release is done once the device's
+                            stream passes this marker (zero__dev_fence); NULL = nothing pending */
     int bucket;          /* owner, -1 = free */
 } zb_slot;
 
@@ -392,6 +395,27 @@ static int scatter_staged(const zero_buckets *b) {
 }
 
 /* Complete the oldest in-flight bucket.  Called with mu held. */
+/* A device slot whose bucket is done (its sum consumed by work queued on
+ * the device's stream): queue its clear right away, behind that work, and
+ * fence it, so that take_slot hands it out after waiting only for the
+ * clear -- not for everything queued on the stream since (later buckets'
+ * collectives) -- and the host may then write it from any stream.  Host
+ * slots keep being cleared at take_slot (cheap, and cache-warm there).
+ * Called with mu held. */
+static zero_status clear_released(zero_buckets *b, zb_slot *sl, uint64_t n) {
+    if (!sl->buf || !zero__dev_is_device(b->e->dev, sl->buf)) return ZERO_OK;
+    if (!zero__dev_has_fences(b->e->dev)) return ZERO_OK;
+    const uint64_t zlo = sl->zlo < n ? sl->zlo : n, zhi = sl->zhi < n ? sl->zhi : n;
+    zero_status s = dev_check(b, zero__dev_clear_async(b->e->dev, sl->buf, (size_t)zlo * b->es), "clearing a slot");
+    if (s == ZERO_OK && zhi < n)
+        s = dev_check(b, zero__dev_clear_async(b->e->dev, elem(sl->buf, zhi, b->es), (size_t)(n - zhi) * b->es),
+                      "clearing a slot");
+    if (s == ZERO_OK) s = dev_check(b, zero__dev_fence(b->e->dev, &sl->fence), "fencing a slot");
+    if (s != ZERO_OK) return s;
+    sl->zlo = 0, sl->zhi = n; /* [0, n) is zero once the fence is passed */
+    return ZERO_OK;
+}
+
 /* spec.on_block_final: this rank's block of bucket bk is final.  mu held
  * (or no concurrency: world 1 reports from launch, which runs under mu too). */
 static void notify_final(const zero_buckets *b, const zb_bucket *bk) {
@@ -458,6 +482,7 @@ static zero_status complete_oldest(zero_buckets *b) {
     }
     if (s == ZERO_OK) notify_final(b, bk);
     if (bk->slot >= 0) {
+        if (s == ZERO_OK) s = clear_released(b, &b->slots[bk->slot], bk->hi - bk->lo);
         b->slots[bk->slot].bucket = -1;
         bk->slot = -1;
     }
@@ -477,6 +502,12 @@ static zero_status take_slot(zero_buckets *b, uint32_t i, uint32_t k, int fresh)
     sl->zlo = sl->zhi = 0; /* the host writes into it from now on */
     b->b[k].slot = (int)i;
     if (fresh || !sl->buf) return ZERO_OK;
+    if (sl->fence) { /* the clear queued at its release */
+        void *f = sl->fence;
+        sl->fence = NULL;
+        zero_status s = dev_check(b, zero__dev_fence_wait(b->e->dev, f), "waiting for a slot's clear");
+        if (s != ZERO_OK) return s;
+    }
     /* clear [0, n) except the part already known to be zero */
     zero_status s = dev_check(b, zero__dev_memset(b->e->dev, sl->buf, 0, (size_t)zlo * b->es), "clearing a slot");
     if (s == ZERO_OK)
@@ -495,6 +526,7 @@ static zero_status make_slot(zero_buckets *b, uint32_t i, uint64_t n) {
         b->slots = ns;
         b->nslots++;
     } else {
+        zero__dev_fence_wait(b->e->dev, b->slots[i].fence); /* the clear must be done before the memory goes */
         if ((void *)b->slots[i].f32 != b->slots[i].buf) zero__mem_free(b->e->mem, b->slots[i].f32);
         zero__mem_free(b->e->mem, b->slots[i].buf);
         b->stage_cap -= b->slots[i].cap;
@@ -855,6 +887,7 @@ void zero__buckets_destroy(zero_buckets *b) {
     b->spec.on_block_final = NULL; /* draining for teardown is not a result */
     while (b->fifo_len) complete_oldest(b);
     for (uint32_t i = 0; i < b->nslots; i++) {
+        zero__dev_fence_wait(b->e->dev, b->slots[i].fence); /* the clear must be done before the memory goes */
         if ((void *)b->slots[i].f32 != b->slots[i].buf) zero__mem_free(b->e->mem, b->slots[i].f32);
         zero__mem_free(b->e->mem, b->slots[i].buf);
     }

@@ -66,6 +66,28 @@ zero_status zero__dev_memset(zero__device *d, void *p, int value, size_t bytes) 
     return ZERO_OK;
 }
 
+zero_status zero__dev_clear_async(zero__device *d, void *p, size_t bytes) {
+    if (!bytes) return ZERO_OK;
+    if (!zero__dev_is_device(d, p)) {
+        memset(p, 0, bytes);
+        return ZERO_OK;
+    }
+    return d->ops->memset_async ? d->ops->memset_async(d, p, 0, bytes) : d->ops->memset(d, p, 0, bytes);
+}
+
+int zero__dev_has_fences(zero__device *d) {
+    return d && d->ops->memset_async && d->ops->fence && d->ops->fence_wait;
+}
+
+zero_status zero__dev_fence(zero__device *d, void **fence) {
+    *fence = NULL;
+    return zero__dev_has_fences(d) ? d->ops->fence(d, fence) : ZERO_OK;
+}
+
+zero_status zero__dev_fence_wait(zero__device *d, void *fence) {
+    return fence && d ? d->ops->fence_wait(d, fence) : ZERO_OK;
+}
+
 zero_status zero__dev_convert(zero__device *d, void *dst, zero_dtype ddt, const void *src, zero_dtype sdt,
                               size_t n) {
     if (!n) return ZERO_OK;

@@ -68,6 +68,14 @@ typedef struct zero__device_ops {
     /* Text of the last failure (owned by d). */
     const char *(*error)(zero__device *d);
     void (*close)(zero__device *d);
+    /* Optional (NULL: the helpers below fall back to memset, which waits).
+     * memset_async: device memory p[0..bytes) = value, queued on the
+     * device's stream, no host wait.  fence: a marker at the current end of
+     * the device's stream (*fence NULL on failure).  fence_wait: block until
+     * the stream has passed the marker, then free it. */
+    zero_status (*memset_async)(zero__device *d, void *p, int value, size_t bytes);
+    zero_status (*fence)(zero__device *d, void **fence);
+    zero_status (*fence_wait)(zero__device *d, void *fence);
     /* (planner) Free device memory in bytes right now, for "stage": "auto"
      * without a memory_budget_bytes.  Optional (NULL: unknown); returns 0
      * and sets *out, or -1. */
@@ -108,6 +116,20 @@ zero_status zero__device_cuda_open(int ordinal, void *compute_stream, zero__devi
 int zero__dev_is_device(zero__device *d, const void *p); /* 0 when d is NULL */
 zero_status zero__dev_copy(zero__device *d, void *dst, const void *src, size_t bytes); /* memmove on the host */
 zero_status zero__dev_memset(zero__device *d, void *p, int value, size_t bytes);
+/* Clear device memory ahead of its next use without a host wait: p[0..bytes)
+ * = 0 queued on the device's stream (host memory: memset now).  Pair it with
+ * zero__dev_fence / zero__dev_fence_wait before handing the memory to code
+ * that writes it from another stream.  Devices without the async ops clear
+ * and wait here. */
+zero_status zero__dev_clear_async(zero__device *d, void *p, size_t bytes);
+/* A marker at the current end of the device's stream; *fence = NULL when
+ * there is nothing to wait for (no device, or no async ops).  The caller
+ * owns it until zero__dev_fence_wait. */
+zero_status zero__dev_fence(zero__device *d, void **fence);
+/* Does d queue clears and fences without a host wait?  0 for NULL. */
+int zero__dev_has_fences(zero__device *d);
+/* Block until the device's stream has passed `fence` and free it (NULL: no-op). */
+zero_status zero__dev_fence_wait(zero__device *d, void *fence);
 zero_status zero__dev_convert(zero__device *d, void *dst, zero_dtype dst_dt, const void *src, zero_dtype src_dt,
                               size_t n);
 /* dst (dst_dt) = round(dst + src) formed in fp32; dst_dt F32 is zero__add_into. */

@@ -16,11 +16,17 @@
  *    step, and its host tier pinned when pin_memory is set);
  *  - every zero_on_grad_ready ordered the device after the host's stream,
  *    every step and gather ordered the host's stream after the device;
- *  - params registered from device memory (desc.device = CUDA) train the same.
+ *  - params registered from device memory (desc.device = CUDA) train the same;
+ *  - the bucket engine clears released device slots without a host wait:
+ *    the stub's memset_async is deferred like work on a stream (it runs at
+ *    the next device op or fence wait, never earlier), so a slot handed out
+ *    before its clear was fenced, or a clear that hits live data, shows up
+ *    as a bitwise difference.
  * And: a device_kind CUDA engine on a machine without a usable GPU fails at
  * create with ZERO_ERR_DEVICE and the driver's reason (CPU-only builds:
  * ZERO_ERR_UNSUPPORTED), never a crash. */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +45,7 @@ static void *fake(void *p) { return (void *)((uintptr_t)p | TAG); }
 static int tagged(const void *p) { return ((uintptr_t)p & TAG) != 0; }
 
 enum { OP_ALLOC, OP_HOSTALLOC, OP_COPY, OP_MEMSET, OP_OPTIM, OP_SUMSQ, OP_NONFINITE, OP_CONVERT, OP_ADD, OP_SCALE,
-       OP_AFTER, OP_BEFORE, OP_N };
+       OP_AFTER, OP_BEFORE, OP_MEMSET_ASYNC, OP_FENCE_WAIT, OP_N };
 static atomic_long g_ops[OP_N];
 static atomic_long g_live; /* device blocks not yet freed */
 
@@ -70,14 +76,57 @@ static int st_is_device(zero__device *d, const void *p) {
     (void)d;
     return tagged(p);
 }
+/* The stub's "stream": async memsets wait here until the next device op
+ * (stream order) or a fence wait runs them. */
+typedef struct pending_set {
+    void *p;
+    int v;
+    size_t n;
+} pending_set;
+static pending_set g_pending[64];
+static int g_npending;
+static pthread_mutex_t g_pending_mu = PTHREAD_MUTEX_INITIALIZER;
+static void run_pending(void) {
+    pthread_mutex_lock(&g_pending_mu);
+    for (int i = 0; i < g_npending; i++) memset(real(g_pending[i].p), g_pending[i].v, g_pending[i].n);
+    g_npending = 0;
+    pthread_mutex_unlock(&g_pending_mu);
+}
+static zero_status st_memset_async(zero__device *d, void *p, int v, size_t n) {
+    (void)d;
+    if (!tagged(p)) return ZERO_ERR_INVALID_ARGUMENT;
+    atomic_fetch_add(&g_ops[OP_MEMSET_ASYNC], 1);
+    pthread_mutex_lock(&g_pending_mu);
+    if (g_npending == 64) { /* a full queue: the stream has caught up */
+        for (int i = 0; i < g_npending; i++) memset(real(g_pending[i].p), g_pending[i].v, g_pending[i].n);
+        g_npending = 0;
+    }
+    g_pending[g_npending++] = (pending_set){p, v, n};
+    pthread_mutex_unlock(&g_pending_mu);
+    return ZERO_OK;
+}
+static zero_status st_fence(zero__device *d, void **fence) {
+    (void)d;
+    *fence = malloc(1);
+    return *fence ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
+}
+static zero_status st_fence_wait(zero__device *d, void *fence) {
+    (void)d;
+    atomic_fetch_add(&g_ops[OP_FENCE_WAIT], 1);
+    run_pending();
+    free(fence);
+    return ZERO_OK;
+}
 static zero_status st_copy(zero__device *d, void *dst, const void *src, size_t n) {
     (void)d;
+    run_pending();
     atomic_fetch_add(&g_ops[OP_COPY], 1);
     memmove(real(dst), real(src), n);
     return ZERO_OK;
 }
 static zero_status st_memset(zero__device *d, void *p, int v, size_t n) {
     (void)d;
+    run_pending();
     if (!tagged(p)) return ZERO_ERR_INVALID_ARGUMENT; /* the core must only send device memory here */
     atomic_fetch_add(&g_ops[OP_MEMSET], 1);
     memset(real(p), v, n);
@@ -92,6 +141,7 @@ static zero_status st_optim(zero__device *d, zero_optim_kind k, const zero_optim
                             float *const state[4], const void *grad, zero_dtype gdt, float gm, void *out,
                             zero_dtype odt, size_t n) {
     (void)d;
+    run_pending();
     NEED_DEV(master);
     NEED_DEV(grad);
     NEED_DEV(out);
@@ -105,18 +155,21 @@ static zero_status st_optim(zero__device *d, zero_optim_kind k, const zero_optim
 }
 static zero_status st_sumsq(zero__device *d, const void *x, zero_dtype dt, size_t n, double *out) {
     (void)d;
+    run_pending();
     NEED_DEV(x);
     atomic_fetch_add(&g_ops[OP_SUMSQ], 1);
     return zero__dev_sumsq(NULL, real(x), dt, n, out);
 }
 static zero_status st_nonfinite(zero__device *d, const void *x, zero_dtype dt, size_t n, int *out) {
     (void)d;
+    run_pending();
     NEED_DEV(x);
     atomic_fetch_add(&g_ops[OP_NONFINITE], 1);
     return zero__dev_nonfinite(NULL, real(x), dt, n, out);
 }
 static zero_status st_convert(zero__device *d, void *dst, zero_dtype ddt, const void *src, zero_dtype sdt, size_t n) {
     (void)d;
+    run_pending();
     NEED_DEV(dst);
     NEED_DEV(src);
     atomic_fetch_add(&g_ops[OP_CONVERT], 1);
@@ -124,6 +177,7 @@ static zero_status st_convert(zero__device *d, void *dst, zero_dtype ddt, const 
 }
 static zero_status st_add(zero__device *d, void *dst, zero_dtype ddt, const void *src, zero_dtype sdt, size_t n) {
     (void)d;
+    run_pending();
     NEED_DEV(dst);
     NEED_DEV(src);
     atomic_fetch_add(&g_ops[OP_ADD], 1);
@@ -131,6 +185,7 @@ static zero_status st_add(zero__device *d, void *dst, zero_dtype ddt, const void
 }
 static zero_status st_scale(zero__device *d, float *x, float a, size_t n) {
     (void)d;
+    run_pending();
     NEED_DEV(x);
     atomic_fetch_add(&g_ops[OP_SCALE], 1);
     return zero__dev_scale(NULL, real(x), a, n);
@@ -147,6 +202,7 @@ static zero_status st_before(zero__device *d, void *s) {
 }
 static zero_status st_sync(zero__device *d) {
     (void)d;
+    run_pending();
     return ZERO_OK;
 }
 static void *st_stream(zero__device *d) {
@@ -161,7 +217,8 @@ static void st_close(zero__device *d) { free(d); }
 
 static const zero__device_ops stub_ops = {"stub", st_alloc, st_free, st_is_device, st_copy, st_memset, st_optim,
                                           st_sumsq, st_nonfinite, st_convert, st_add, st_scale, st_after, st_before,
-                                          st_sync, st_stream, st_error, st_close, NULL};
+                                          st_sync, st_stream, st_error, st_close, st_memset_async, st_fence,
+                                          st_fence_wait, NULL};
 
 static zero_status stub_open(int ordinal, void *stream, zero__device **out, char *err, size_t len) {
     (void)stream, (void)err, (void)len;
@@ -395,6 +452,10 @@ static void check_equal(const run_opts *ro) {
     CHECK(d[OP_ALLOC] > 0, "%s: no device-tier allocation", ro->plugin);
     if (world_ > 1 && ro->stage >= 2)
         CHECK(d[OP_ADD] > 0, "%s: the bucket engine did not add reduced blocks on the device", ro->plugin);
+    if (world_ > 1 && ro->stage >= 2 && !ro->offload)
+        CHECK(d[OP_MEMSET_ASYNC] > 0 && d[OP_FENCE_WAIT] > 0,
+              "%s: released bucket slots were not cleared ahead (memset_async %ld, fence waits %ld)", ro->plugin,
+              d[OP_MEMSET_ASYNC], d[OP_FENCE_WAIT]);
     if (world_ > 1 && ro->bf16)
         CHECK(d[OP_CONVERT] > 0 && d[OP_SCALE] > 0,
               "%s bf16: the bucket engine's fp32 staging (convert %ld, scale %ld) did not run on the device",
@@ -402,9 +463,9 @@ static void check_equal(const run_opts *ro) {
     CHECK(atomic_load(&g_live) == 0, "%s: %ld device blocks leaked", ro->plugin, atomic_load(&g_live));
     if (rank_ == 0 && a && b && !bad)
         printf("%s%s%s%s: bitwise equal to the CPU engine; device ops: optim %ld sumsq %ld add %ld convert %ld memset %ld "
-               "copy %ld pinned %ld\n",
+               "(async %ld) copy %ld pinned %ld\n",
                ro->plugin, ro->bf16 ? " bf16" : "", ro->ckpt ? " (saved and resumed in a new engine)" : "", ro->dev_params ? " (device-registered params)" : "", d[OP_OPTIM], d[OP_SUMSQ], d[OP_ADD],
-               d[OP_CONVERT], d[OP_MEMSET], d[OP_COPY], d[OP_HOSTALLOC]);
+               d[OP_CONVERT], d[OP_MEMSET], d[OP_MEMSET_ASYNC], d[OP_COPY], d[OP_HOSTALLOC]);
     free(a);
     free(b);
 }

@@ -83,6 +83,42 @@ static zero_status cd_memset(zero__device *d, void *p, int v, size_t bytes) {
     return ZERO_OK;
 }
 
+static zero_status cd_fail(zero__device *d, const char *what, cudaError_t e) {
+    snprintf(((cuda_dev *)d)->err, sizeof ((cuda_dev *)d)->err, "%s: %s", what, cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return ZERO_ERR_DEVICE;
+}
+
+/* No wait: the caller fences before the memory is handed to the host. */
+static zero_status cd_memset_async(zero__device *d, void *p, int v, size_t bytes) {
+    current(d);
+    cudaError_t e = cudaMemsetAsync(p, v, bytes, (cudaStream_t)stream_of(d));
+    return e == cudaSuccess ? ZERO_OK : cd_fail(d, "cudaMemsetAsync", e);
+}
+
+static zero_status cd_fence(zero__device *d, void **fence) {
+    current(d);
+    cudaEvent_t ev = NULL;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(ev, (cudaStream_t)stream_of(d));
+    if (e != cudaSuccess) {
+        if (ev) cudaEventDestroy(ev);
+        *fence = NULL;
+        return cd_fail(d, "cudaEventRecord (fence)", e);
+    }
+    *fence = ev;
+    return ZERO_OK;
+}
+
+/* Waits only for the stream up to the marker, not for work queued after it
+ * (a bucket's collective launched later keeps running). */
+static zero_status cd_fence_wait(zero__device *d, void *fence) {
+    current(d);
+    cudaError_t e = cudaEventSynchronize((cudaEvent_t)fence);
+    cudaEventDestroy((cudaEvent_t)fence);
+    return e == cudaSuccess ? ZERO_OK : cd_fail(d, "cudaEventSynchronize (fence)", e);
+}
+
 static zero_status cd_optim_step(zero__device *d, zero_optim_kind k, const zero_optim_scalars *s, float *master,
                                  float *const state[4], const void *grad, zero_dtype gdt, float grad_mul, void *out,
                                  zero_dtype odt, size_t n) {
@@ -168,6 +204,9 @@ static const zero__device_ops cuda_ops = {
     .is_device = cd_is_device,
     .copy = cd_copy,
     .memset = cd_memset,
+    .memset_async = cd_memset_async,
+    .fence = cd_fence,
+    .fence_wait = cd_fence_wait,
     .optim_step = cd_optim_step,
     .sumsq = cd_sumsq,
     .nonfinite = cd_nonfinite,
