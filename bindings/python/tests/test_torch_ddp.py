@@ -257,6 +257,27 @@ def errors():
           "torchrun-style launch refused: %r" % out)
 
 
+def dlpack_views():
+    """The DLPack wrapper zero.torch uses for libzero's CUDA memory, on host
+    memory (the struct layout, dtypes, no copy, the deleter): writes through
+    the tensor land in the buffer, and every capsule is released after."""
+    import array
+    import gc
+    from zero import _dlpack
+    base = _dlpack.live()
+    for dt, fmt, one in ((torch.float32, "f", 1.0), (torch.float16, "H", 0x3C00), (torch.bfloat16, "H", 0x3F80)):
+        buf = array.array(fmt, [0] * 5)
+        addr = buf.buffer_info()[0]
+        t = zt._dlpack_tensor(addr, 5, dt, torch.device("cpu"))
+        check(t.dtype == dt and t.shape == (5,) and t.data_ptr() == addr, "dlpack view %s" % dt)
+        t[2] = 1.0
+        check(list(buf) == [0, 0, one, 0, 0], "dlpack %s: a write through the tensor lands in the buffer: %r"
+              % (dt, list(buf)))
+        del t
+    gc.collect()
+    check(_dlpack.live() == base, "dlpack capsules released: %d held" % (_dlpack.live() - base))
+
+
 def grad_accumulation(steps):
     """gradient_accumulation_steps 2 with zero.torch (two micro-batches of MB,
     engine.step() after each) == DDP + AdamW on the 2*MB batch."""
@@ -443,6 +464,7 @@ def main():
             check(len(got) == 1 and d <= 1e-5, "tied weights stage %s: rel %.3e" % (st, d))
         if not GPU:  # CPU-only models (fp16 elementwise) and launcher checks
             errors()
+            dlpack_views()
     dist.destroy_process_group()
     if failures:
         return 1

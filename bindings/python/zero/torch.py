@@ -37,8 +37,8 @@ What happens underneath:
   * Device: the parameters' device (or device="cuda"/"cuda:N", which moves
     the model).  CUDA: the engine has device_kind CUDA, libzero gets the
     tensors' device addresses (gradient buffers, gathers and libzero's own
-    storage are wrapped as torch CUDA tensors through
-    __cuda_array_interface__, no copy), and its work is ordered after torch's
+    storage are wrapped as torch CUDA tensors through a DLPack capsule, no
+    copy), and its work is ordered after torch's
     current CUDA stream: the stream current at initialize() is the engine's
     host stream, and each gradient hand-off and step passes the stream
     current at that moment (docs/gpu.md "Streams").
@@ -53,7 +53,9 @@ import json
 import os
 
 import torch
+import torch.utils.dlpack
 
+from . import _dlpack
 from . import _lib as L
 from .engine import Engine as _CEngine
 from .engine import ZeroError
@@ -160,16 +162,20 @@ def _refuse_torch_launcher(process_group):
                             "rank for rank with MPI)" % (rank, max(world, 1)), "zero.torch")
 
 
-class _CudaArray:
-    """A device address as __cuda_array_interface__ (v2: no stream
-    synchronisation; the caller orders the work), so that torch.as_tensor
-    wraps libzero's device memory without copying."""
+_DL_TYPES = {torch.float32: (_dlpack.KDL_FLOAT, 32), torch.float16: (_dlpack.KDL_FLOAT, 16),
+             torch.bfloat16: (_dlpack.KDL_BFLOAT, 16)}
 
-    _TYPESTR = {torch.float32: "<f4", torch.float16: "<f2", torch.bfloat16: "<i2"}  # bf16: raw bits, viewed
 
-    def __init__(self, address, numel, dtype):
-        self.__cuda_array_interface__ = {"shape": (int(numel),), "typestr": self._TYPESTR[dtype],
-                                         "data": (int(address), False), "strides": None, "version": 2}
+def _dlpack_tensor(address, numel, dtype, device):
+    """A 1-D torch tensor over `numel` elements at `address` on `device`
+    (libzero's memory; no copy) through a DLPack capsule (zero/_dlpack.py).
+    Used for CUDA memory, where torch.frombuffer cannot go."""
+    code, bits = _DL_TYPES[dtype]
+    kind = _dlpack.KDL_CUDA if device.type == "cuda" else _dlpack.KDL_CPU
+    t = torch.utils.dlpack.from_dlpack(_dlpack.capsule(address, numel, code, bits, kind, device.index or 0))
+    if numel and t.data_ptr() != int(address):  # a copy would lose every write silently
+        raise ZeroError(16, "torch copied libzero's memory at 0x%x instead of viewing it" % address, "zero.torch")
+    return t
 
 
 class _Optimizer:
@@ -325,13 +331,11 @@ class ZeroEngine:
 
     def _tensor_at(self, address, numel, dtype):
         """A 1-D torch tensor over libzero's memory at `address` (no copy):
-        host memory through a ctypes buffer, device memory through
-        __cuda_array_interface__."""
+        host memory through a ctypes buffer, device memory through DLPack."""
         if not self._cuda:
             nbytes = numel * torch.empty(0, dtype=dtype).element_size()
             return torch.frombuffer((ctypes.c_char * nbytes).from_address(address), dtype=dtype)
-        t = torch.as_tensor(_CudaArray(address, numel, dtype))
-        return t.view(dtype) if dtype == torch.bfloat16 else t
+        return _dlpack_tensor(address, numel, dtype, self.device)
 
     def _empty(self, dtype):
         return torch.empty(0, dtype=dtype, device=self.device)
