@@ -137,6 +137,11 @@ def main():
         engine.close()
     dist.barrier()
     dist.destroy_process_group()
+    if a.mode.startswith("ddp"):
+        # freeing DDP's objects when main() returns hung (torch 1.13, gloo) in 2 of ~10
+        # DDP runs, inside a C destructor: the figures are printed, nothing else to tear down
+        sys.stdout.flush()
+        os._exit(0)
     return 0
 
 

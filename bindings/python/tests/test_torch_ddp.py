@@ -142,7 +142,7 @@ def train_zero(kind, steps, stage, plugin=None, storage="host"):
                                       process_group=dist.group.WORLD if stage == 1 else None,
                                       param_storage=storage, comm=COMM,
                                       device=DEVICE if stage == 2 else None)
-    check(all(p.device.type == torch.device(DEVICE).type for p in model.parameters()),
+    check(all(p.device == torch.device(DEVICE) for p in model.parameters()),
           "stage %s: the model is on %s" % (stage, DEVICE))
     grads_left = 0
     for s in range(steps):
@@ -413,6 +413,10 @@ def gpu_or_skip():
             print("SKIPPED: %s" % ex.message)
             sys.exit(77)
         raise
+    global DEVICE
+    local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", RANK))
+    DEVICE = "cuda:%d" % (local % torch.cuda.device_count())  # every model of this rank lives there
+    torch.cuda.set_device(DEVICE)
     if torch.cuda.device_count() < WORLD:
         COMM = "mpi"  # NCCL refuses two ranks on one GPU: device buffers staged through host memory
     if RANK == 0:
