@@ -321,8 +321,9 @@ ZERO_API zero_status zero_set_group(zero_engine *e, const zero_group_desc *desc)
  * config / scheduler value).  `lr` is the absolute learning rate: it replaces
  * the scheduled lr times the group's lr_scale.  `group` is a param group id
  * or ZERO_ALL_GROUPS; a group's own setting wins over an ALL_GROUPS one.
- * Sticky (like a torch param_group) until changed; not saved in
- * checkpoints.  Call between steps, at the same point on every rank (the
+ * Sticky (like a torch param_group) until changed; saved in checkpoints
+ * since 1.4 (zero_load replaces the settings with the checkpoint's, see
+ * docs/checkpoints.md).  Call between steps, at the same point on every rank (the
  * values must agree across ranks, as the host's own schedule does).  Any
  * time after zero_engine_create.  Not thread-safe.  zero_step_result.lr
  * reports group 0's lr in force.  ZERO_ERR_INVALID_ARGUMENT for a value that

@@ -4,7 +4,10 @@
 # ratios from ONE run of this script (configurations alternated REPS times so
 # machine load hits all alike).  See README.md.
 # Environment (optional): ZERO_BUILD_DIR (<repo>/build), NP (2), WIDTH (1024),
-# LAYERS (4), STEPS (30), WARMUP (5), REPS (3), PY (/usr/bin/python3), BENCH_OUT.
+# LAYERS (4), STEPS (30), WARMUP (5), REPS (3), PY (/usr/bin/python3), BENCH_OUT,
+# MODES (all six; e.g. MODES="ddp-zero-redundancy zero-stage1" for a short run).
+# Also prints where each configuration's step goes (forward, backward, the
+# gradient hand-off inside backward, the optimizer step / zero_step's phases).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="${ZERO_BUILD_DIR:-$ROOT/build}"
@@ -12,7 +15,7 @@ NP="${NP:-2}" WIDTH="${WIDTH:-1024}" LAYERS="${LAYERS:-4}" STEPS="${STEPS:-30}" 
 PY="${PY:-/usr/bin/python3}"
 OUT="${BENCH_OUT:-$(mktemp -d /tmp/zero-bench-bindings-XXXXXX)}"
 export ZERO_LIBRARY="$BUILD/core/libzero.so.1" PYTHONPATH="$ROOT/bindings/python" ZERO_PLUGIN_PATH="$BUILD/plugins"
-MODES=(ddp-adamw ddp-zero-redundancy zero-stage1 zero-stage2 zero-offload zero-stage2-views)
+read -r -a MODES <<<"${MODES:-ddp-adamw ddp-zero-redundancy zero-stage1 zero-stage2 zero-offload zero-stage2-views}"
 echo "bench/bindings: N=$NP, MLP ${LAYERS}x${WIDTH}^2 fp32, $STEPS steps (first $WARMUP dropped), $REPS rounds;" \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 : >"$OUT/all.jsonl"
@@ -32,7 +35,9 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 by = {}
 for r in rows:
     by.setdefault(r["mode"], []).append(r)
-order = ["ddp-adamw", "ddp-zero-redundancy", "zero-stage1", "zero-stage2", "zero-offload", "zero-stage2-views"]
+order = [m for m in ["ddp-adamw", "ddp-zero-redundancy", "zero-stage1", "zero-stage2", "zero-offload",
+                     "zero-stage2-views"] if m in by]
+ref = lambda d, m: d[m] if m in d else float("nan")
 med = {m: statistics.median(r["step_ms"] for r in by[m]) for m in order}
 rss = {m: statistics.median(max(r["peak_rss_mib"]) for r in by[m]) for m in order}
 base = {m: statistics.median(max(r["base_rss_mib"]) for r in by[m]) for m in order}
@@ -42,8 +47,35 @@ print("%-20s %12s %9s %9s %15s %9s %9s" % ("config", "step ms", "/AdamW", "/ZeRO
                                            "/ZeRO-R"))
 for m in order:
     print("%-20s %12.1f %9.2f %9.2f %15.0f %9.2f %9.2f" % (
-        m, med[m], med[m] / med["ddp-adamw"], med[m] / med["ddp-zero-redundancy"], rss[m],
-        rss[m] / rss["ddp-adamw"], rss[m] / rss["ddp-zero-redundancy"]))
+        m, med[m], med[m] / ref(med, "ddp-adamw"), med[m] / ref(med, "ddp-zero-redundancy"), rss[m],
+        rss[m] / ref(rss, "ddp-adamw"), rss[m] / ref(rss, "ddp-zero-redundancy")))
 print("(step ms: median over rounds of the slowest rank's median step; peak RSS: median over rounds of the "
       "largest rank's ru_maxrss; post-import baseline ~%.0f MiB)" % statistics.median(base.values()))
+if "ddp-zero-redundancy" in med:
+    print("ZeroRedundancyOptimizer step time / this (>1: this is faster): " + ", ".join(
+        "%s %.2fx" % (m, med["ddp-zero-redundancy"] / med[m]) for m in order if m.startswith("zero")))
+# where the step goes: rank 0's per-phase medians, median over rounds
+def ph(m, *path):
+    vals = []
+    for r in by[m]:
+        v = r["phases_ms"]
+        for k in path:
+            v = v.get(k) if isinstance(v, dict) else None
+        if v is not None:
+            vals.append(v)
+    return statistics.median(vals) if vals else float("nan")
+print("\nwhere the step goes (ms, rank 0, median of per-step medians over rounds):")
+print("%-20s %8s %9s %9s %9s %8s | zero_step: %6s %6s %6s %6s %6s %6s" % (
+    "config", "forward", "backward", "(handoff", "in lz)", "step", "comm", "reduce", "norm", "optim", "gather",
+    "copy"))
+for m in order:
+    z = m.startswith("zero")
+    print("%-20s %8.1f %9.1f %9s %9s %8.1f | %s" % (
+        m, ph(m, "forward"), ph(m, "backward"), "%.1f" % ph(m, "hook_handoff") if z else "-",
+        "%.1f" % ph(m, "hook_in_libzero") if z else "-", ph(m, "step"),
+        " ".join("%6.1f" % ph(m, "zero_step", k) for k in ("exposed_comm", "reduce", "norm", "optimizer",
+                                                            "gather", "copy")) if z else "(opt.step)"))
+print("(backward includes the gradient hand-off: the Python hook per parameter, of which 'in lz' inside "
+      "libzero's zero_grad_buffer / zero_on_grad_ready; step = opt.step or engine.step, zero_step's phases from "
+      "zero_step_timing)")
 PY

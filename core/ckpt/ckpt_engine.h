@@ -34,6 +34,11 @@ typedef struct zero__ck_load {
     zero__ck_reader *r;
     int reshard;         /* another world size / plugin / layout wrote it */
     uint64_t *new_off;   /* resharding: this run's flat offset of each param of its stage */
+    /* (1.4) the saver's zero_set_hparams settings (ckpt_hparams.h), adopted
+     * when the load succeeds; has_hp 0: an older manifest without them */
+    struct zero__hp_override *hp;
+    uint32_t nhp;
+    int has_hp;
 } zero__ck_load;
 
 /* The core's own blob "core" on every rank: its step state, compared with

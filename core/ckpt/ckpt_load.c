@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "ckpt_engine.h"
+#include "ckpt_hparams.h"
 #include "engine.h"
 #include "optim.h"
 
@@ -169,6 +170,8 @@ static zero_status prepare(struct zero_engine *e, zero__ck_load *ld, const char 
     if (!ld->m) return zero__error(e, ZERO_ERR_IO, "checkpoint %s: %s", ld->dir, err);
     zero_status s = check_model(e, ld->m, ld->dir);
     if (s != ZERO_OK) return s;
+    if (zero__ck_hparams_parse(ld->m->root, &ld->hp, &ld->nhp, &ld->has_hp, err, sizeof err) != 0)
+        return zero__error(e, ZERO_ERR_IO, "checkpoint %s: %s", ld->dir, err);
     ld->r = zero__ck_reader_open(ld->dir, ld->m);
     if (!ld->r) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory");
     return ZERO_OK;
@@ -258,7 +261,14 @@ zero_status zero__ckpt_load(struct zero_engine *e, const char *path) {
         sc->consecutive_hysteresis = st->ls_consecutive;
         sc->cur_iter = st->ls_cur_iter;
         sc->last_overflow_iter = st->ls_last_overflow_iter;
+        if (ld.has_hp) { /* (1.4) the saver's zero_set_hparams settings replace this run's */
+            free(e->hp_over);
+            e->hp_over = ld.hp;
+            e->nhp_over = ld.nhp;
+            ld.hp = NULL;
+        }
     }
+    free(ld.hp);
     zero__ck_reader_close(ld.r);
     zero__ck_manifest_free(ld.m);
     free(ld.new_off);

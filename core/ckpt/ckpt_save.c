@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "ckpt_engine.h"
+#include "ckpt_hparams.h"
 #include "config_internal.h"
 #include "engine.h"
 #include "optim.h"
@@ -151,6 +152,7 @@ static json_t *build_manifest(struct zero_engine *e, const char *tag, const char
     json_object_set_new(sch, "next_lr", json_real(e->lr));
     json_object_set_new(sch, "last_step", json_integer((json_int_t)e->global_step));
     json_object_set_new(st, "scheduler", sch);
+    json_object_set_new(st, "hparams", zero__ck_hparams_json(e)); /* (1.4) zero_set_hparams */
     json_object_set_new(m, "state", st);
     json_object_set(m, "config", e->cfg->root ? e->cfg->root : json_null());
     json_t *params = json_array(), *layouts = json_array(), *files = json_array();

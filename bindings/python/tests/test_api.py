@@ -92,6 +92,66 @@ def close(a, b, tol=1e-6):
     return all(abs(x - y) <= tol * (1 + abs(y)) for x, y in zip(a, b))
 
 
+def hparams_resume():
+    """(1.4) zero_set_hparams settings survive zero_save / zero_load: a run
+    resumed from a checkpoint takes bitwise the same steps as the run that
+    saved, without setting them again (AdamW: lr, betas, eps, weight decay
+    all matter; a group's own setting and an ALL_GROUPS one)."""
+    job = os.environ.get("OMPI_MCA_ess_base_jobid", str(os.getpid()))
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", "0")
+    ck = os.path.join(tempfile.gettempdir(), "zero-py-hparams-" + job)
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2},
+           "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.0}}}
+
+    def engine():
+        e = zero.Engine(cfg)
+        w = array.array("f", [0.01 * k for k in range(N)])
+        b = array.array("f", [1.0, -1.0, 0.5])
+        ps = (e.register("w", w, host_owned=True), e.register("b", b, group=1, host_owned=True))
+        e.params_done()
+        return e, ps, (w, b)
+
+    def run(e, ps, start, n):
+        for s in range(start, start + n):
+            for p in ps:
+                g = e.grad_buffer(p)
+                for k in range(p.numel):
+                    g[k] += grad_of(s, k + 100 * p.index)
+                e.on_grad_ready(p)
+            r = e.step()
+        return r
+
+    try:
+        e, ps, vals = engine()
+        e.set_hparams(lr=0.003, betas=(0.8, 0.95), eps=1e-6)
+        e.set_hparams(group=1, lr=0.05, weight_decay=0.1)
+        run(e, ps, 0, 3)
+        e.save(ck)
+        r = run(e, ps, 3, 3)
+        want = [list(v) for v in vals]
+        check(abs(r.lr - 0.003) < 1e-15, "set_hparams lr in force before the save: %r" % r.lr)
+        e.close()
+        # a fresh engine, the config's hyper-parameters, nothing set: load must bring them back
+        e, ps, vals = engine()
+        e.load(ck)
+        r = run(e, ps, 3, 3)
+        got = [list(v) for v in vals]
+        check(got == want, "resumed run equals the saving run bitwise (hparams restored by zero_load)")
+        check(r.lr == 0.003, "lr in force after load: %r" % r.lr)
+        e.close()
+        # without the saved settings the resumed run would differ: the test can fail
+        e, ps, vals = engine()
+        e.load(ck)
+        e.set_hparams(lr="default", betas="default", eps="default")
+        e.set_hparams(group=1, lr="default", weight_decay="default")
+        run(e, ps, 3, 3)
+        check([list(v) for v in vals] != want, "the config's hyper-parameters give other values")
+        e.close()
+    finally:
+        if rank == "0":
+            shutil.rmtree(ck, ignore_errors=True)
+
+
 def main():
     check(zero.abi_version() >= (1, 1), "abi_version %s" % (zero.abi_version(),))
     check(zero.version().count(".") == 2, "version string")
@@ -181,6 +241,8 @@ def main():
     finally:
         if rank == "0":
             shutil.rmtree(tmp, ignore_errors=True)
+
+    hparams_resume()
 
     # errors cross the boundary: bad config, missing plugin, NaN gradient
     expect_error(lambda: zero.Engine({"optimizer": {"type": "AdamW", "params": {"lr": "fast"}}}),

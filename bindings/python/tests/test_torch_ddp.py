@@ -7,7 +7,12 @@ within 1e-5 relative (fp32).  Also: with stage 2 no parameter keeps a .grad
 after backward and libzero's gradient memory is below a full gradient; a
 bad config, a missing plugin and a non-finite gradient raise zero.ZeroError
 with libzero's status and message.
-Usage: mpirun -np N python3 test_torch_ddp.py [mlp|transformer] [steps] [stages...]"""
+--device cuda: the same comparisons with the model, DDP and zero.torch on
+the GPU (libzero device_kind CUDA; DDP over gloo on CUDA tensors); exits 77
+(skipped) when torch has no CUDA or libzero was built without it.  With
+fewer GPUs than ranks, libzero runs comm="mpi" (device buffers staged
+through host memory: NCCL refuses two ranks on one GPU).
+Usage: mpirun -np N python3 test_torch_ddp.py [--device cpu|cuda] [mlp|transformer] [steps] [stages...]"""
 import os
 import sys
 
@@ -25,6 +30,14 @@ import zero.torch as zt
 torch.set_num_threads(1)
 RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
 WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
+ARGS = sys.argv[1:]
+DEVICE = "cpu"
+if "--device" in ARGS:
+    k = ARGS.index("--device")
+    DEVICE = ARGS[k + 1]
+    del ARGS[k:k + 2]
+GPU = DEVICE != "cpu"
+COMM = "auto"
 MB = 4
 # one id per mpirun job, the same on its ranks: gloo's port and the checkpoint dir
 JOB = os.environ.get("OMPI_MCA_ess_base_jobid", str(os.getpid()))
@@ -78,10 +91,12 @@ class TinyLM(nn.Module):
 def make_model(kind):
     torch.manual_seed(1234)
     if kind == "transformer":
-        return Block()
-    if kind == "tied":
-        return TinyLM()
-    return nn.Sequential(nn.Linear(12, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
+        m = Block()
+    elif kind == "tied":
+        m = TinyLM()
+    else:
+        m = nn.Sequential(nn.Linear(12, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
+    return m.to(DEVICE)
 
 
 def batch(kind, step):
@@ -89,7 +104,7 @@ def batch(kind, step):
     din = 96 if kind == "transformer" else 12
     x = torch.randn(MB, din, generator=g)
     y = torch.randn(MB, 4, generator=g)
-    return x, y
+    return x.to(DEVICE), y.to(DEVICE)
 
 
 LR, BETAS, EPS, WD = 1e-3, (0.9, 0.999), 1e-8, 0.01
@@ -119,13 +134,16 @@ def train_ddp(kind, steps):
 
 
 def train_zero(kind, steps, stage, plugin=None, storage="host"):
-    model = make_model(kind)
+    model = make_model(kind).cpu() if stage == 2 else make_model(kind)  # stage 2: initialize(device=) moves it
     # stage 1 runs with the torch.distributed world as its group (it is the MPI world)
     engine, opt, _, _ = zt.initialize(model, ds_config(stage if stage != "offload" else 2,
                                                        offload=stage == "offload"),
                                       plugin="offload" if stage == "offload" else plugin,
                                       process_group=dist.group.WORLD if stage == 1 else None,
-                                      param_storage=storage)
+                                      param_storage=storage, comm=COMM,
+                                      device=DEVICE if stage == 2 else None)
+    check(all(p.device == torch.device(DEVICE) for p in model.parameters()),
+          "stage %s: the model is on %s" % (stage, DEVICE))
     grads_left = 0
     for s in range(steps):
         x, y = batch(kind, s)
@@ -153,6 +171,7 @@ def train_zero(kind, steps, stage, plugin=None, storage="host"):
 
 
 def rel(a, b):
+    a, b = [x.cpu() for x in a], [y.cpu() for y in b]
     num = sum(float(((x.double() - y.double()) ** 2).sum()) for x, y in zip(a, b)) ** 0.5
     den = sum(float((y.double() ** 2).sum()) for y in b) ** 0.5
     return num / den
@@ -189,6 +208,74 @@ def errors():
     e.backward(e(x))
     expect(e.step, "ZERO_ERR_LOSS_SCALE", "rank %d: fp16 overflow" % RANK, "NaN gradient")
     e.close()
+    # fp16 above the minimum scale: an overflow only lowers the scale (DeepSpeed), no exception
+    fp16 = ds_config(2, fp16={"enabled": True, "initial_scale_power": 4, "hysteresis": 1, "min_loss_scale": 1})
+    e, _, _, _ = zt.initialize(Scale(), fp16)
+    e.backward(e(x))
+    r = e.step()
+    check(r.overflow and not r.taken and e.loss_scale == 8, "fp16 overflow above min scale: %r" % r)
+    e.close()
+    # fp32 and bf16 have no loss scaler: a NaN gradient raises by default, every rank
+    # (libzero agrees on overflow), the step skipped; raise_on_nonfinite=False reports it
+    for dt in (torch.float32, torch.bfloat16):
+        extra = {"bf16": {"enabled": True}} if dt == torch.bfloat16 else {}
+        model = Scale()
+        e, _, _, _ = zt.initialize(model, ds_config(2, **extra))
+        w0 = model.w.detach().clone()
+        xb = torch.ones(8, dtype=dt)
+        if RANK == WORLD - 1:  # one rank's NaN is everyone's
+            xb[3] = float("nan")
+        e.backward(e(xb))
+        try:
+            e.step()
+            check(False, "%s NaN gradient: no exception" % dt)
+        except zt.NonFiniteGradientError as ex:
+            check(isinstance(ex, zero.ZeroError) and ex.status_name == "ZERO_ERR_LOSS_SCALE"
+                  and ex.message.startswith("rank %d: non-finite gradient" % RANK) and ex.result.overflow,
+                  "%s NaN gradient: %r" % (dt, ex.message))
+        check(torch.equal(model.w.detach(), w0), "%s: the NaN step was skipped" % dt)
+        e.backward(e(torch.ones(8, dtype=dt)))  # training goes on after the exception
+        r = e.step()
+        # (bf16: an lr-1e-3 update of 1.0 is below bf16's resolution, so only fp32 shows it moving)
+        check(r.taken and (dt == torch.bfloat16 or not torch.equal(model.w.detach(), w0)),
+              "%s: the next finite step is taken" % dt)
+        e.close()
+        e, _, _, _ = zt.initialize(Scale(), ds_config(2, **extra), raise_on_nonfinite=False)
+        e.backward(e(xb))
+        r = e.step()
+        check(r.overflow and not r.taken, "%s raise_on_nonfinite=False: %r" % (dt, r))
+        e.close()
+    # torchrun-style launch (WORLD_SIZE without mpirun) is refused, not trained alone
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "PMIX_", "MPI_"))}
+    env.update(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0")
+    import subprocess
+    code = ("import torch, zero.torch as zt\n"
+            "try:\n    zt.initialize(torch.nn.Linear(2, 2), {'train_micro_batch_size_per_gpu': 1})\n"
+            "except zt.ZeroError as ex:\n    print(ex.status_name, ex.message)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60).stdout
+    check("ZERO_ERR_UNSUPPORTED" in out and "needs an MPI launcher" in out and "mpirun" in out,
+          "torchrun-style launch refused: %r" % out)
+
+
+def dlpack_views():
+    """The DLPack wrapper zero.torch uses for libzero's CUDA memory, on host
+    memory (the struct layout, dtypes, no copy, the deleter): writes through
+    the tensor land in the buffer, and every capsule is released after."""
+    import array
+    import gc
+    from zero import _dlpack
+    base = _dlpack.live()
+    for dt, fmt, one in ((torch.float32, "f", 1.0), (torch.float16, "H", 0x3C00), (torch.bfloat16, "H", 0x3F80)):
+        buf = array.array(fmt, [0] * 5)
+        addr = buf.buffer_info()[0]
+        t = zt._dlpack_tensor(addr, 5, dt, torch.device("cpu"))
+        check(t.dtype == dt and t.shape == (5,) and t.data_ptr() == addr, "dlpack view %s" % dt)
+        t[2] = 1.0
+        check(list(buf) == [0, 0, one, 0, 0], "dlpack %s: a write through the tensor lands in the buffer: %r"
+              % (dt, list(buf)))
+        del t
+    gc.collect()
+    check(_dlpack.live() == base, "dlpack capsules released: %d held" % (_dlpack.live() - base))
 
 
 def grad_accumulation(steps):
@@ -207,7 +294,7 @@ def grad_accumulation(steps):
         opt.step()
     ref = [p.detach().clone() for p in model.parameters()]
     model = make_model("mlp")
-    engine, _, _, _ = zt.initialize(model, ds_config(2, gradient_accumulation_steps=2))
+    engine, _, _, _ = zt.initialize(model, ds_config(2, gradient_accumulation_steps=2), comm=COMM)
     for s in range(steps):
         x, y = batch2(s)
         for m in range(2):
@@ -255,7 +342,7 @@ def extras():
     import shutil
     import tempfile
     model = make_model("mlp")
-    engine, opt, _, _ = zt.initialize(model, ds_config(2))
+    engine, opt, _, _ = zt.initialize(model, ds_config(2), comm=COMM)
     tmp = os.path.join(tempfile.gettempdir(), "zero-torch-ckpt-%s" % JOB)  # the same on every rank
     def run(n, start):
         for s in range(start, start + n):
@@ -263,14 +350,30 @@ def extras():
             engine.backward(nn.functional.mse_loss(engine(x), y))
             r = engine.step()
         return r
+    opt.param_groups[0]["lr"] = 4e-3  # a host schedule's values: saved with the checkpoint (1.4)
+    opt.param_groups[0]["betas"] = (0.8, 0.95)
     run(3, 0)
     engine.save(tmp)
     saved = [p.detach().clone() for p in model.parameters()]
     run(2, 3)
+    after5 = [p.detach().clone() for p in model.parameters()]
     check(any(not torch.equal(a, p) for a, p in zip(saved, model.parameters())), "training moved the params")
     engine.load(tmp)
     check(all(torch.equal(a, p) for a, p in zip(saved, model.parameters())), "load restored the model's tensors")
     check(engine.state["global_step"] == 5, "state after load %r" % engine.state["global_step"])
+    # a fresh engine (the config's lr and betas) resumes bitwise: load brings the hparams back
+    model2 = make_model("mlp")
+    engine2, opt2, _, _ = zt.initialize(model2, ds_config(2), comm=COMM)
+    engine2.load(tmp)
+    check(opt2.param_groups[0]["lr"] == 4e-3 and tuple(opt2.param_groups[0]["betas"]) == (0.8, 0.95),
+          "param_groups after load: %r" % {k: v for k, v in opt2.param_groups[0].items() if k != "params"})
+    for s in range(3, 5):
+        x, y = batch("mlp", s)
+        engine2.backward(nn.functional.mse_loss(engine2(x), y))
+        engine2.step()
+    check(all(torch.equal(a, p) for a, p in zip(after5, model2.parameters())),
+          "resumed from the checkpoint == the saving run, bitwise")
+    engine2.close()
     opt.param_groups[0]["lr"] = 0.0  # a host schedule: lr 0 freezes the model
     before = [p.detach().clone() for p in model.parameters()]
     r = run(1, 5)
@@ -282,7 +385,7 @@ def extras():
         shutil.rmtree(tmp, ignore_errors=True)
     # bf16: the model is converted, trains, stays finite
     model = make_model("mlp")
-    engine, _, _, _ = zt.initialize(model, ds_config(2, bf16={"enabled": True}))
+    engine, _, _, _ = zt.initialize(model, ds_config(2, bf16={"enabled": True}), comm=COMM)
     check(all(p.dtype == torch.bfloat16 for p in model.parameters()), "bf16 model")
     losses = []
     for s in range(20):
@@ -296,11 +399,38 @@ def extras():
     engine.close()
 
 
+def gpu_or_skip():
+    """--device cuda: exit 77 (ctest: skipped) with the reason when torch
+    has no CUDA or libzero was built without it; pick comm for the GPUs."""
+    global COMM
+    if not torch.cuda.is_available():
+        print("SKIPPED: torch %s has no usable CUDA (torch.cuda.is_available() is False)" % torch.__version__)
+        sys.exit(77)
+    try:
+        zero.Engine({"train_micro_batch_size_per_gpu": 1}, comm="self", device="cuda").close()
+    except zero.ZeroError as ex:
+        if "built without CUDA" in ex.message:
+            print("SKIPPED: %s" % ex.message)
+            sys.exit(77)
+        raise
+    global DEVICE
+    local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", RANK))
+    DEVICE = "cuda:%d" % (local % torch.cuda.device_count())  # every model of this rank lives there
+    torch.cuda.set_device(DEVICE)
+    if torch.cuda.device_count() < WORLD:
+        COMM = "mpi"  # NCCL refuses two ranks on one GPU: device buffers staged through host memory
+    if RANK == 0:
+        print("GPU run: %d rank(s) on %d GPU(s) (%s), libzero comm %s"
+              % (WORLD, torch.cuda.device_count(), torch.cuda.get_device_name(0), COMM))
+
+
 def main():
-    kind = sys.argv[1] if len(sys.argv) > 1 else "mlp"
-    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    if GPU:
+        gpu_or_skip()
+    kind = ARGS[0] if len(ARGS) > 0 else "mlp"
+    steps = int(ARGS[1]) if len(ARGS) > 1 else 30
     # "2z" / "offloadz": param_storage="libzero" (the model's tensors are views of libzero's copy)
-    stages = sys.argv[3:] or ["0", "1", "2", "3", "offload", "2z", "offloadz"]
+    stages = ARGS[2:] or ["0", "1", "2", "3", "offload", "2z", "offloadz"]
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(20000 + int(JOB) % 20000))
     dist.init_process_group("gloo", rank=RANK, world_size=WORLD)
@@ -336,7 +466,9 @@ def main():
             if RANK == 0:
                 print("N=%d %-11s %-8s vs DDP+AdamW after %d steps: rel L2 %.2e" % (WORLD, "tied", st, steps, d))
             check(len(got) == 1 and d <= 1e-5, "tied weights stage %s: rel %.3e" % (st, d))
-        errors()
+        if not GPU:  # CPU-only models (fp16 elementwise) and launcher checks
+            errors()
+            dlpack_views()
     dist.destroy_process_group()
     if failures:
         return 1

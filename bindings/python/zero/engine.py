@@ -135,6 +135,12 @@ class Engine:
     comm:   "auto" (the MPI world when launched by mpirun, else one process),
             "mpi", "self".
     log:    None (libzero's stderr lines) or a callable(level, rank, message).
+    device: "cpu" or "cuda" (device_kind CUDA: parameters, gradients and
+            optimizer state in device memory; grad buffers and gathers
+            return device addresses); device_index: the CUDA ordinal
+            (default: local rank modulo the visible GPUs).
+    stream: (CUDA) the host's compute stream as an int cudaStream_t
+            (zero_engine_options.stream; None = the legacy default stream).
     ranks:  MPI world ranks to train over (a data-parallel group), in order;
             None = the whole world.  Every world rank then creates an engine
             at the same time (the split is collective over the world), each
@@ -146,7 +152,7 @@ class Engine:
     """
 
     def __init__(self, config, plugin=None, comm="auto", device="cpu", device_index=L.DEVICE_INDEX_AUTO,
-                 log=None, ranks=None):
+                 log=None, ranks=None, stream=None):
         lib = L.lib()
         self._lib = lib
         self._e = None
@@ -184,6 +190,7 @@ class Engine:
         o.comm_kind = kind
         o.device_kind = L.DEVICE_CUDA if device == "cuda" else L.DEVICE_CPU
         o.device_index = device_index
+        o.stream = stream
         o.plugin = plugin.encode() if plugin else None
         self._log_cb = None
         if log is not None:

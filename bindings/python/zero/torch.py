@@ -27,6 +27,21 @@ What happens underneath:
   * fp16: backward() multiplies the loss by libzero's loss scale; libzero
     unscales, checks overflow and skips steps.  bf16/fp16 configs convert the
     model to that dtype.
+  * Non-finite gradients (raise_on_nonfinite=True, the default): step()
+    raises NonFiniteGradientError when a gradient holds Inf/NaN and no loss
+    scaler can absorb it (fp32/bf16: any step libzero skips for overflow;
+    fp16: libzero's own ZERO_ERR_LOSS_SCALE at min_loss_scale, while
+    overflows above it only lower the scale, as in DeepSpeed).  Every rank
+    raises (libzero agrees on overflow); the step was skipped, training may
+    go on.  raise_on_nonfinite=False: step() returns overflow=True instead.
+  * Device: the parameters' device (or device="cuda"/"cuda:N", which moves
+    the model).  CUDA: the engine has device_kind CUDA, libzero gets the
+    tensors' device addresses (gradient buffers, gathers and libzero's own
+    storage are wrapped as torch CUDA tensors through a DLPack capsule, no
+    copy), and its work is ordered after torch's
+    current CUDA stream: the stream current at initialize() is the engine's
+    host stream, and each gradient hand-off and step passes the stream
+    current at that moment (docs/gpu.md "Streams").
   * Communicator: the MPI world (launch with mpirun), or the ranks of a
     torch.distributed process group (the torch world must be the MPI world,
     rank for rank; libzero gets an MPI sub-communicator of the same ranks,
@@ -38,12 +53,25 @@ import json
 import os
 
 import torch
+import torch.utils.dlpack
 
+from . import _dlpack
 from . import _lib as L
 from .engine import Engine as _CEngine
 from .engine import ZeroError
 
-__all__ = ["initialize", "ZeroEngine", "ZeroError"]
+__all__ = ["initialize", "ZeroEngine", "ZeroError", "NonFiniteGradientError"]
+
+
+class NonFiniteGradientError(ZeroError):
+    """step() found Inf/NaN gradients that no loss scaler absorbs (see
+    raise_on_nonfinite).  `status` is ZERO_ERR_LOSS_SCALE; `message` is
+    rank-prefixed; `result` is the skipped step's zero.StepResult (None when
+    libzero itself refused the step at fp16's min_loss_scale)."""
+
+    def __init__(self, status, message, call="", result=None):
+        super().__init__(status, message, call)
+        self.result = result
 
 _TORCH_DTYPE = {L.DTYPE_F32: torch.float32, L.DTYPE_BF16: torch.bfloat16, L.DTYPE_F16: torch.float16}
 
@@ -82,6 +110,73 @@ def _stage_of(cfg, plugin):
 # without calling the submodules; extend it for such modules of your own.
 WHOLE_SUBTREE_MODULES = [torch.nn.MultiheadAttention]
 
+_LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK")
+
+
+def _resolve_device(model, device):
+    """The torch.device zero.torch trains on: `device` (the model is moved
+    there; "cuda" without an index picks libzero's rule, the launcher's local
+    rank modulo the visible GPUs), or where the parameters are."""
+    if device is None:
+        devs = {p.device for p in model.parameters()}
+        if len(devs) > 1:
+            raise ZeroError(11, "zero.torch trains a model on one device; its parameters are on %s (move it, or "
+                                "pass device=)" % sorted(str(d) for d in devs), "zero.torch")
+        dev = devs.pop() if devs else torch.device("cpu")
+    else:
+        dev = torch.device(device)
+    if dev.type not in ("cpu", "cuda"):
+        raise ZeroError(11, "zero.torch drives CPU and CUDA tensors, not %s" % dev, "zero.torch")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ZeroError(15, "device %s: this torch has no usable CUDA (torch %s, built with CUDA %s)"
+                            % (dev, torch.__version__, torch.version.cuda), "zero.torch")
+        if dev.index is None:
+            local = next((int(os.environ[v]) for v in _LOCAL_RANK_VARS if os.environ.get(v, "").isdigit()), 0)
+            dev = torch.device("cuda", local % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+    if device is not None:
+        model.to(dev)
+    return dev
+
+
+def _refuse_torch_launcher(process_group):
+    """libzero's communicator is MPI (on GPUs: NCCL set up over MPI).  A job
+    started by torchrun or torch.multiprocessing has no MPI world: each
+    process would make a world of one and train alone, silently.  Refuse
+    that with what to do instead."""
+    if L.under_mpi_launcher():
+        return
+    import torch.distributed as dist
+    world, rank = 0, os.environ.get("RANK", "?")
+    if dist.is_available() and dist.is_initialized():
+        world, rank = dist.get_world_size(), dist.get_rank()
+    elif os.environ.get("WORLD_SIZE", "").isdigit():
+        world = int(os.environ["WORLD_SIZE"])
+    if world > 1 or process_group is not None:
+        raise ZeroError(11, "rank %s: zero.torch needs an MPI launcher, but this process is one of %d started "
+                            "without one (torchrun, torch.multiprocessing: WORLD_SIZE or a torch.distributed world "
+                            "is set, no mpirun). libzero talks MPI (NCCL set up over MPI on GPUs) and cannot join "
+                            "a gloo/NCCL process group, so each process would train alone. Launch with "
+                            "`mpirun -np N python3 train.py` (torch.distributed can still be initialised there, "
+                            "rank for rank with MPI)" % (rank, max(world, 1)), "zero.torch")
+
+
+_DL_TYPES = {torch.float32: (_dlpack.KDL_FLOAT, 32), torch.float16: (_dlpack.KDL_FLOAT, 16),
+             torch.bfloat16: (_dlpack.KDL_BFLOAT, 16)}
+
+
+def _dlpack_tensor(address, numel, dtype, device):
+    """A 1-D torch tensor over `numel` elements at `address` on `device`
+    (libzero's memory; no copy) through a DLPack capsule (zero/_dlpack.py).
+    Used for CUDA memory, where torch.frombuffer cannot go."""
+    code, bits = _DL_TYPES[dtype]
+    kind = _dlpack.KDL_CUDA if device.type == "cuda" else _dlpack.KDL_CPU
+    t = torch.utils.dlpack.from_dlpack(_dlpack.capsule(address, numel, code, bits, kind, device.index or 0))
+    if numel and t.data_ptr() != int(address):  # a copy would lose every write silently
+        raise ZeroError(16, "torch copied libzero's memory at 0x%x instead of viewing it" % address, "zero.torch")
+    return t
+
 
 class _Optimizer:
     """What initialize returns as the optimizer: param_groups whose "lr" (and
@@ -99,6 +194,29 @@ class _Optimizer:
     def state_dict(self):
         return {"param_groups": [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]}
 
+    def _adopt(self, saved):
+        """After zero_load: libzero now uses the checkpoint's settings
+        (`saved`: manifest "state.hparams", None for an older checkpoint);
+        make param_groups say the same, fields without a setting back to
+        the defaults libzero then uses."""
+        if saved is None:
+            return
+        over = {int(h["group"]): h for h in saved}
+        for i, g in enumerate(self.param_groups):
+            mine, every = over.get(i, {}), over.get(-1, {})
+
+            def val(field, default):
+                return mine.get(field, every.get(field, default))
+            g["lr"] = val("lr", self.defaults["lr"])
+            g["weight_decay"] = val("weight_decay", self.defaults["weight_decay"])
+            if "eps" in g or "eps" in mine or "eps" in every:
+                g["eps"] = val("eps", self.defaults.get("eps", 1e-8))
+            if "betas" in g or "beta1" in mine or "beta1" in every or "beta2" in mine or "beta2" in every:
+                b = self.defaults.get("betas", (0.9, 0.999))
+                g["betas"] = (val("beta1", b[0]), val("beta2", b[1]))
+            self._pushed[i] = {k: (tuple(g[k]) if k == "betas" else g[k])
+                               for k in ("lr", "weight_decay", "eps", "betas") if k in g}
+
     def _sync(self, engine):
         for i, g in enumerate(self.param_groups):
             want = {k: g[k] for k in ("lr", "weight_decay", "eps") if k in g}
@@ -114,18 +232,26 @@ class ZeroEngine:
     """A model trained by libzero (returned by initialize)."""
 
     def __init__(self, model, config, plugin=None, model_parameters=None, process_group=None, log=None,
-                 param_storage="host"):
+                 param_storage="host", device=None, raise_on_nonfinite=True, comm="auto"):
         if param_storage not in ("host", "libzero"):
             raise ValueError("param_storage must be 'host' or 'libzero'")
         cfg = _load_config(config)
         self.module = model
         self.config = cfg
+        self.raise_on_nonfinite = bool(raise_on_nonfinite)
+        self.device = _resolve_device(model, device)
+        self._cuda = self.device.type == "cuda"
         self.dtype = _model_dtype(cfg)
         if self.dtype != torch.float32:
             model.to(self.dtype)
+        _refuse_torch_launcher(process_group)
         ranks = self._group_ranks(process_group)
         self.stage = _stage_of(cfg, plugin)
-        self.z = _CEngine(cfg, plugin=plugin, log=log, ranks=ranks)
+        if self._cuda:
+            self.z = _CEngine(cfg, plugin=plugin, log=log, ranks=ranks, comm=comm, device="cuda",
+                              device_index=self.device.index, stream=self._stream())
+        else:
+            self.z = _CEngine(cfg, plugin=plugin, log=log, ranks=ranks, comm=comm)
         self.stage = 3 if self.z.plugin == "stage3" else self.stage
         self._partitioned = self.z.plugin == "stage3"
         # "libzero": below stage 3 the model's tensors become views of libzero's
@@ -166,14 +292,15 @@ class ZeroEngine:
                     flat.append((order.get(id(p), 1 << 30), gi, p))
         flat.sort(key=lambda t: t[0])
         for _, gi, p in flat:
-            if p.device.type != "cpu":
-                raise ZeroError(11, "rank %d: zero.torch drives CPU tensors (parameter %s is on %s)"
-                                % (self.z.rank, names.get(id(p), "?"), p.device), "zero.torch")
+            if p.device != self.device:
+                raise ZeroError(11, "rank %d: zero.torch trains on %s but parameter %s is on %s"
+                                % (self.z.rank, self.device, names.get(id(p), "?"), p.device), "zero.torch")
             if not p.is_contiguous():
                 p.data = p.data.contiguous()
             name = names.get(id(p), "param%d" % len(self._params))
             zp = self.z.register(name, p.data_ptr(), numel=p.numel(), dtype=str(p.dtype), group=gi,
-                                 host_owned=not self._partitioned and not self._views)
+                                 host_owned=not self._partitioned and not self._views,
+                                 device=self.device.type)
             self._params.append(p)
             self._zp[id(p)] = zp
             self._shape[id(p)] = p.shape
@@ -182,16 +309,13 @@ class ZeroEngine:
             with torch.no_grad():
                 for p in self._params:
                     zp = self._zp[id(p)]
-                    nbytes = zp.numel * p.element_size()
-                    addr = self.z.storage_address(zp)
-                    p.data = torch.frombuffer((ctypes.c_char * nbytes).from_address(addr),
-                                              dtype=p.dtype).view(p.shape)
+                    p.data = self._tensor_at(self.z.storage_address(zp), zp.numel, p.dtype).view(p.shape)
         self._materialized = set()
         for p in self._params:  # while the tensors have their full shape: autograd records it
             self._install_grad_hook(p)
         if self._partitioned:
             for p in self._params:
-                p.data = torch.empty(0, dtype=p.dtype)
+                p.data = self._empty(p.dtype)
             self._install_module_hooks(model)
         # libzero starts from the config's values: push only what a group sets differently
         self.optimizer._pushed = [{k: (tuple(v) if k == "betas" else v) for k, v in defaults.items()}
@@ -199,6 +323,22 @@ class ZeroEngine:
         self.optimizer._sync(self.z)
         self.last_result = None
         self.micro_steps = 0
+
+    # ------------------------------------------------------------------ memory
+    def _stream(self):
+        """torch's current CUDA stream as libzero's stream argument (None on CPU)."""
+        return torch.cuda.current_stream(self.device).cuda_stream if self._cuda else None
+
+    def _tensor_at(self, address, numel, dtype):
+        """A 1-D torch tensor over libzero's memory at `address` (no copy):
+        host memory through a ctypes buffer, device memory through DLPack."""
+        if not self._cuda:
+            nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+            return torch.frombuffer((ctypes.c_char * nbytes).from_address(address), dtype=dtype)
+        return _dlpack_tensor(address, numel, dtype, self.device)
+
+    def _empty(self, dtype):
+        return torch.empty(0, dtype=dtype, device=self.device)
 
     # ------------------------------------------------------------------ setup
     def _group_ranks(self, group):
@@ -238,13 +378,13 @@ class ZeroEngine:
         if g is None:
             return
         zp = self._zp[id(p)]
-        nbytes = zp.numel * g.element_size()
         addr = self.z.grad_buffer_address(zp)
         with torch.no_grad():
-            buf = torch.frombuffer((ctypes.c_char * nbytes).from_address(addr), dtype=g.dtype)
+            buf = self._tensor_at(addr, zp.numel, g.dtype)
             buf.add_(g.reshape(-1))  # ADD: the buffer may hold earlier micro-batches
         p.grad = None  # libzero has it now: no full gradient stays behind
-        self.z.on_grad_ready(zp)
+        # CUDA: the add is queued on the current stream; libzero's reduction waits for it by event
+        self.z.on_grad_ready(zp, stream=self._stream())
         if self._partitioned:
             self._drop([p])
 
@@ -289,9 +429,7 @@ class ZeroEngine:
         try:
             with torch.no_grad():
                 for p, zp, a in zip(need, zps, addrs):
-                    nbytes = zp.numel * torch.empty(0, dtype=p.dtype).element_size()
-                    src = torch.frombuffer((ctypes.c_char * nbytes).from_address(a), dtype=p.dtype)
-                    p.data = src.clone().view(self._shape[id(p)])
+                    p.data = self._tensor_at(a, zp.numel, p.dtype).clone().view(self._shape[id(p)])
                     self._materialized.add(id(p))
         finally:
             self.z.release(zps)
@@ -299,7 +437,7 @@ class ZeroEngine:
     def _drop(self, params):
         for p in params:
             if id(p) in self._materialized:
-                p.data = torch.empty(0, dtype=p.dtype)
+                p.data = self._empty(p.dtype)
                 self._materialized.discard(id(p))
 
     # ------------------------------------------------------------------ training
@@ -321,9 +459,22 @@ class ZeroEngine:
         reduces, clips, steps and writes the new parameters.  Returns the
         zero.StepResult (also in .last_result)."""
         self.optimizer._sync(self.z)
-        r = self.z.step()
+        try:
+            r = self.z.step(stream=self._stream())
+        except ZeroError as ex:
+            if ex.status_name != "ZERO_ERR_LOSS_SCALE":
+                raise
+            self.micro_steps += 1
+            raise NonFiniteGradientError(ex.status, ex.message, ex.call) from None
         self.micro_steps += 1
         self.last_result = r
+        # without a dynamic loss scaler (fp32, bf16) an overflow is a non-finite gradient nothing absorbs
+        if r.overflow and self.raise_on_nonfinite and self.dtype != torch.float16:
+            raise NonFiniteGradientError(
+                14, "rank %d: non-finite gradient (Inf/NaN) at global step %d (%s model, no loss scaling): libzero "
+                "skipped the optimizer step (grad_norm %g); pass raise_on_nonfinite=False to get "
+                "step().overflow instead" % (self.z.rank, r.global_step + 1, str(self.dtype).replace("torch.", ""),
+                                             r.grad_norm), "zero_step", result=r)
         return r
 
     def zero_grad(self):
@@ -355,8 +506,12 @@ class ZeroEngine:
         self.z.save(directory)
 
     def load(self, directory):
-        """zero_load; host-owned parameters receive the checkpoint's values."""
+        """zero_load; host-owned parameters receive the checkpoint's values,
+        and libzero the saving run's hyper-parameters (zero_set_hparams
+        settings, ABI 1.4): optimizer.param_groups are set to them, so a
+        resumed run steps as the saving run did."""
         self.z.load(directory)
+        self.optimizer._adopt(_checkpoint_hparams(directory))
 
     def set_lr(self, lr, group=None):
         groups = self.optimizer.param_groups if group is None else [self.optimizer.param_groups[group]]
@@ -411,6 +566,24 @@ class ZeroEngine:
         self.z.close()
 
 
+def _checkpoint_hparams(directory):
+    """The "state.hparams" of the checkpoint zero_load read from `directory`
+    (the checkpoint itself, or a root whose `latest` names it); None when the
+    manifest has none (written before libzero 1.4) or cannot be read here."""
+    path = os.fspath(directory)
+    if not os.path.exists(os.path.join(path, "manifest.json")):
+        try:
+            with open(os.path.join(path, "latest")) as f:
+                path = os.path.join(path, f.read().strip())
+        except OSError:
+            return None
+    try:
+        with open(os.path.join(path, "manifest.json")) as f:
+            return (json.load(f).get("state") or {}).get("hparams")
+    except (OSError, ValueError):
+        return None
+
+
 def _tensors(obj):
     if torch.is_tensor(obj):
         yield obj
@@ -423,7 +596,7 @@ def _tensors(obj):
 
 
 def initialize(model, config, *, plugin=None, model_parameters=None, process_group=None, log=None,
-               param_storage="host", **_ignored):
+               param_storage="host", device=None, raise_on_nonfinite=True, comm="auto", **_ignored):
     """Like deepspeed.initialize: returns (engine, optimizer, None, None).
 
     model: a torch.nn.Module on the CPU (converted to fp16/bf16 when the
@@ -436,8 +609,20 @@ def initialize(model, config, *, plugin=None, model_parameters=None, process_gro
     model's tensors are host-owned parameters, updated in place by a copy at
     each step) or "libzero" (below stage 3 the model's tensors become views of
     libzero's own copy: no second copy of the parameters, no copy per step;
-    the model must not replace them).  Every rank must build the model with
-    the same initial values (seed it)."""
+    the model must not replace them).  device: None (where the model's
+    parameters are: CPU or one CUDA device), or "cpu" / "cuda" / "cuda:N" /
+    a torch.device (the model is moved there; "cuda" picks the launcher's
+    local rank modulo the visible GPUs).  raise_on_nonfinite: True (default)
+    step() raises NonFiniteGradientError for Inf/NaN gradients that no loss
+    scaler absorbs (fp32/bf16 at once; fp16 at min_loss_scale, where libzero
+    refuses anyway); False: step() returns overflow=True and training goes
+    on with the step skipped.  comm: "auto" (the MPI world under mpirun; on
+    CUDA NCCL made over MPI), "mpi" (CUDA: the MPI communicator with device
+    buffers staged through host memory; works with several ranks on one
+    GPU), "self".  Every rank must build the model with the same initial
+    values (seed it).  Needs an MPI launcher for more than one process (a
+    torchrun / torch.multiprocessing job is refused with ZeroError)."""
     e = ZeroEngine(model, config, plugin=plugin, model_parameters=model_parameters, process_group=process_group,
-                   log=log, param_storage=param_storage)
+                   log=log, param_storage=param_storage, device=device, raise_on_nonfinite=raise_on_nonfinite,
+                   comm=comm)
     return e, e.optimizer, None, None
