@@ -19,21 +19,6 @@
 #if defined(__CUDACC__)
 #error "cuda_shim.h is for host compilers only"
 
-/* A block-cooperative kernel (phase form): called once per block; its
- * ZERO_CUDA_PHASE loops set threadIdx.x themselves. */
-#define ZERO_SHIM_LAUNCH_BLOCKS(kernel, grid, block, ...)                                \
-    do {                                                                                 \
-        gridDim.x = (unsigned)(grid), gridDim.y = gridDim.z = 1;                         \
-        blockDim.x = (unsigned)(block), blockDim.y = blockDim.z = 1;                     \
-        blockIdx.y = blockIdx.z = threadIdx.y = threadIdx.z = 0;                         \
-        ++zero_shim_launches;                                                            \
-        for (unsigned zero_shim_b = 0; zero_shim_b < gridDim.x; ++zero_shim_b) {         \
-            blockIdx.x = zero_shim_b;                                                    \
-            zero_shim_threads_run += blockDim.x;                                         \
-            kernel(__VA_ARGS__);                                                         \
-        }                                                                                \
-    } while (0)
-#define ZERO_SHIM_PHASE for (threadIdx.x = 0; threadIdx.x < blockDim.x; ++threadIdx.x)
 #endif
 
 #define ZERO_CUDA_SHIM 1
