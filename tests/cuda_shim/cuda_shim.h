@@ -18,7 +18,6 @@
 #define ZERO_CUDA_SHIM_H
 #if defined(__CUDACC__)
 #error "cuda_shim.h is for host compilers only"
-
 #endif
 
 #define ZERO_CUDA_SHIM 1
