@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define ZERO_PLUGIN_ABI_MAJOR 1
-#define ZERO_PLUGIN_ABI_MINOR 3
+#define ZERO_PLUGIN_ABI_MINOR 4
 
 #if defined(__GNUC__)
 #define ZERO_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -628,7 +628,14 @@ enum {
      * bucket set per partition communicator (svc->group_comm), gradients
      * and shares of a group only over its own communicator.  The core
      * refuses expert groups with a plugin that lacks it. */
-    ZERO_PLUGIN_CAP_EXPERT_GROUPS = 1u << 5
+    ZERO_PLUGIN_CAP_EXPERT_GROUPS = 1u << 5,
+    /* (1.4) gather returns with the gathered values complete in memory (it
+     * waited for its collectives and queued no device work that the host
+     * must wait for), so on a CUDA engine zero_gather need not order the
+     * host's stream after libzero's -- which would also make the host's
+     * compute wait for every reduction queued there.  Without it the core
+     * orders the host's stream after libzero's stream at each gather. */
+    ZERO_PLUGIN_CAP_GATHER_COMPLETE = 1u << 6
 };
 
 typedef struct zero_plugin_table_v1 {

@@ -563,8 +563,11 @@ static zero_status gather_impl(zero_engine *e, zero_param *const *params, size_t
         for (size_t i = 0; i < n; i++) infos[i] = &params[i]->info;
         zero_status s = e->plugin.table->gather(e->pstate, infos, n, ptrs);
         free(infos);
-        /* the host's compute stream must see the gathered parameters */
-        return s == ZERO_OK && e->dev && n ? gathered_order(e) : s;
+        /* the host's compute stream must see the gathered parameters (a
+         * plugin that completes its gathers says so: no wait on libzero's
+         * stream, whose queued reductions would hold the host's compute) */
+        if (s != ZERO_OK || !e->dev || !n || (e->plugin.table->caps & ZERO_PLUGIN_CAP_GATHER_COMPLETE)) return s;
+        return gathered_order(e);
     }
     for (size_t i = 0; i < n; i++) ptrs[i] = params[i]->info.data;
     return e->dev && n ? gathered_order(e) : ZERO_OK;

@@ -342,8 +342,10 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .struct_size = sizeof(zero_plugin_table_v1),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
+    /* GATHER_COMPLETE: zero__s3_gather waits for every all-gather it hands
+     * out (and world-1 aliases of the shard were ordered by the step) */
     .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD |
-            ZERO_PLUGIN_CAP_OFFLOAD,
+            ZERO_PLUGIN_CAP_OFFLOAD | ZERO_PLUGIN_CAP_GATHER_COMPLETE,
     .name = "stage3",
     .description = "ZeRO-3: parameters, gradients and optimizer states partitioned; params gathered just in time "
                    "with trace-driven prefetch",

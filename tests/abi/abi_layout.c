@@ -503,6 +503,7 @@ _Static_assert(ZERO_PLUGIN_CAP_OFFLOAD == 4, "ZERO_PLUGIN_CAP_OFFLOAD");
 _Static_assert(ZERO_PLUGIN_CAP_GRAD_DTYPES == 8, "ZERO_PLUGIN_CAP_GRAD_DTYPES");
 _Static_assert(ZERO_PLUGIN_CAP_RESHARD == 16, "ZERO_PLUGIN_CAP_RESHARD");
 _Static_assert(ZERO_PLUGIN_CAP_EXPERT_GROUPS == 32, "ZERO_PLUGIN_CAP_EXPERT_GROUPS");
+_Static_assert(ZERO_PLUGIN_CAP_GATHER_COMPLETE == 64, "ZERO_PLUGIN_CAP_GATHER_COMPLETE");
 #endif
 
 int main(void) { return 0; } /* the test is that this file compiles */

@@ -352,7 +352,9 @@ static void *train(const run_opts *ro, size_t *total) {
         }
         void *ptrs[NP];
         if ((s = zero_gather(e, h, NP, ptrs)) != ZERO_OK) break;
-        syncs++;
+        /* stage 3 completes its gathers (ZERO_PLUGIN_CAP_GATHER_COMPLETE):
+         * the host's stream need not wait for libzero's queued reductions */
+        if (ro->stage != 3) syncs++;
         for (int p = 0; p < NP; p++)
             CHECK(tagged(ptrs[p]) == (ro->device != 0), "%s: gathered pointer of p%d is %s memory", ro->plugin, p,
                   tagged(ptrs[p]) ? "device" : "host");
@@ -384,7 +386,7 @@ static void *train(const run_opts *ro, size_t *total) {
               "%ld times",
               ro->plugin, ready_calls, releases, steps, atomic_load(&g_ops[OP_AFTER]) - after0);
         CHECK(atomic_load(&g_ops[OP_BEFORE]) - before0 == syncs,
-              "%s: the host stream waited for the device %ld times, expected %ld (each gather and step)", ro->plugin,
+              "%s: the host stream waited for the device %ld times, expected %ld (each step, and each gather but stage 3's)", ro->plugin,
               atomic_load(&g_ops[OP_BEFORE]) - before0, syncs);
         zero_memory_stats ms = ZERO_MEMORY_STATS_INIT;
         zero_memory_stats_get(e, &ms);
