@@ -255,6 +255,22 @@ def ensure_mpi(close_engines):
     return True
 
 
+def _mpi_world(m):
+    try:  # Open MPI: MPI_Comm is a pointer, MPI_COMM_WORLD = &ompi_mpi_comm_world
+        return ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(m, "ompi_mpi_comm_world"))), ctypes.c_void_p
+    except ValueError:  # MPICH and derivatives: MPI_Comm is an int
+        return ctypes.c_int(0x44000000), ctypes.c_int
+
+
+def mpi_rank_size():
+    """(rank, size) in MPI_COMM_WORLD (after ensure_mpi)."""
+    world, _ = _mpi_world(_mpi)
+    r, n = ctypes.c_int(0), ctypes.c_int(1)
+    _mpi.MPI_Comm_rank(world, ctypes.byref(r))
+    _mpi.MPI_Comm_size(world, ctypes.byref(n))
+    return r.value, n.value
+
+
 def mpi_split(ranks, my_rank):
     """A sub-communicator of MPI_COMM_WORLD holding world ranks `ranks` in that
     order (MPI_Comm_split, collective over the WORLD: every rank calls it,
@@ -265,12 +281,8 @@ def mpi_split(ranks, my_rank):
     ranks = [int(r) for r in ranks]
     color = min(ranks) if my_rank in ranks else -32766  # MPI_UNDEFINED (Open MPI and MPICH)
     key = ranks.index(my_rank) if my_rank in ranks else 0
-    try:  # Open MPI: MPI_Comm is a pointer, MPI_COMM_WORLD = &ompi_mpi_comm_world
-        world = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(m, "ompi_mpi_comm_world")))
-        out = ctypes.c_void_p()
-    except ValueError:  # MPICH and derivatives: MPI_Comm is an int
-        world = ctypes.c_int(0x44000000)
-        out = ctypes.c_int()
+    world, handle_type = _mpi_world(m)
+    out = handle_type()
     rc = m.MPI_Comm_split(world, ctypes.c_int(color), ctypes.c_int(key), ctypes.byref(out))
     if rc != 0:
         raise OSError("MPI_Comm_split failed with MPI error %d" % rc)

@@ -176,12 +176,17 @@ class Engine:
         if kind in (L.COMM_AUTO, L.COMM_MPI):
             if not L.ensure_mpi(_close_all):
                 raise ZeroError(8, "could not initialise MPI (libmpi not loadable)", "zero_engine_create")
+            if kind == L.COMM_MPI and ranks is None:
+                # "mpi" means MPI even on a CUDA engine (device buffers staged
+                # through host memory), where "auto" makes NCCL: hand libzero
+                # the whole world as an explicit MPI communicator
+                ranks = list(range(L.mpi_rank_size()[1]))
             kind = L.COMM_AUTO  # MPI_COMM_WORLD
         sub = None
         if ranks is not None:
             if kind != L.COMM_AUTO:
                 raise ValueError("ranks= needs MPI (launch with mpirun)")
-            me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "-1")))
+            me = L.mpi_rank_size()[0]
             if me not in [int(r) for r in ranks]:
                 raise ValueError("this process (MPI world rank %d) is not in ranks %r" % (me, list(ranks)))
             sub = L.mpi_split(ranks, me)
