@@ -5,7 +5,8 @@
 #   1. builds libzero with CUDA and NCCL (build dir $GPU_CHECK_BUILD, default
 #      build-gpu; SASS for this machine's GPU only, so the build is quick),
 #   2. runs `ctest -L gpu` (kernels vs the CPU kernels bitwise, the device
-#      backend, NCCL, every stage plugin on device memory),
+#      backend, NCCL, every stage plugin on device memory, zero.torch on CUDA
+#      tensors vs DDP when python3 on PATH has torch),
 #   3. runs the demo with --device cuda for every plugin on 1 rank (and on
 #      one rank per GPU when several exist), fp32 and bf16, and compares each
 #      with the CPU engine's stage0 (bitwise),
@@ -86,8 +87,13 @@ echo "gpu-check: $gpu_desc; output in $out"
 build_ok=0
 if want build; then
   t=$(now)
+  # the bindings' GPU tests need a Python whose torch has CUDA: the first python3 on PATH that imports torch
+  pyflag=()
+  if command -v python3 >/dev/null 2>&1 && python3 -c "import torch" >/dev/null 2>&1; then
+    pyflag=("-DZERO_PYTHON=$(command -v python3)")
+  fi
   # shellcheck disable=SC2086
-  if cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DZERO_WITH_CUDA=ON -DZERO_WITH_NCCL=ON \
+  if cmake -S "$here" -B "$build" "${pyflag[@]}" -DCMAKE_BUILD_TYPE=Release -DZERO_WITH_CUDA=ON -DZERO_WITH_NCCL=ON \
       -DZERO_WERROR=OFF "-DCMAKE_CUDA_ARCHITECTURES=$archs" ${NCCL_ROOT:+-DNCCL_ROOT=$NCCL_ROOT} \
       ${GPU_CHECK_CMAKE_FLAGS:-} >"$out/build.log" 2>&1 &&
     cmake --build "$build" -j"$jobs" >>"$out/build.log" 2>&1; then
