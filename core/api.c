@@ -9,6 +9,7 @@
 #include "engine.h"
 #include "comm_wait.h"
 #include "ckpt/ckpt_engine.h"
+#include "comm_stats.h"
 #include "plan_auto.h"
 #include "loss_scaler.h"
 #include "optim.h"
@@ -383,12 +384,6 @@ zero_status zero_set_group(zero_engine *e, const zero_group_desc *d) {
     e->groups = ng;
     e->groups[e->ngroups_hp++] = (zero__group_hp){g.group, g.lr_scale, g.weight_decay, g.expert_color};
     return ZERO_OK;
-}
-
-const zero__group_hp *zero__group_hp_of(const struct zero_engine *e, int32_t group_id) {
-    for (uint32_t i = 0; i < e->ngroups_hp; i++)
-        if (e->groups[i].group_id == group_id) return &e->groups[i];
-    return NULL;
 }
 
 /* "stage": "auto": choose from the memory plans of the registered params
@@ -1012,27 +1007,13 @@ zero_status zero_memory_stats_get(const zero_engine *e, zero_memory_stats *out) 
 }
 
 zero_status zero_comm_stats_get(const zero_engine *e, zero_comm_stats *out) {
-    if (!e || !out || out->struct_size < sizeof(uint32_t)) return ZERO_ERR_INVALID_ARGUMENT;
-    zero_comm_stats st = ZERO_COMM_STATS_INIT;
+    if (!e || !zero__comm_stats_out_ok(out)) return ZERO_ERR_INVALID_ARGUMENT;
     zero__comm_counters c;
     zero__comm_counters_get(e->world, &c);
     zero__sub_comms_add_counters((struct zero_engine *)e, &c);
-    st.allreduce_calls = c.allreduce_calls;
-    st.reduce_scatter_calls = c.reduce_scatter_calls;
-    st.allgather_calls = c.allgather_calls;
-    st.broadcast_calls = c.broadcast_calls;
-    st.other_calls = c.other_calls;
-    st.bytes_reduced = c.bytes_reduced;
-    st.bytes_gathered = c.bytes_gathered;
-    st.total_comm_seconds = c.busy_seconds;
+    zero_comm_stats st = zero__comm_stats_of(&c);
     st.reduction_passes = atomic_load(&((struct zero_engine *)e)->reduction_passes);
     st.exposed_comm_seconds = e->exposed_comm_seconds;
-    uint32_t size = out->struct_size;
-    memcpy(out, &st, size < sizeof st ? size : sizeof st);
-    out->struct_size = size;
+    zero__comm_stats_copy_out(out, &st);
     return ZERO_OK;
-}
-
-void zero__engine_note_scratch(struct zero_engine *e, zero_mem_tier tier, int64_t delta) {
-    if (e && e->mem) zero__mem_note(e->mem, tier, ZERO_MEM_OTHER, delta);
 }

@@ -63,7 +63,7 @@ struct zero_engine {
     char last_error[8192];   /* long enough for a not-found message listing every search path */
     pthread_mutex_t err_lock;
     /* (1.3) communicators plugins made through the services, for
-     * zero_comm_stats; a freed one's counters move into sub_retired.  Under
+     * zero_comm_stats (comm_stats.c); a freed one's counters move into sub_retired.  Under
      * sub_lock. */
     pthread_mutex_t sub_lock;
     zero_comm **sub_comms;
@@ -150,7 +150,7 @@ struct zero_engine {
 static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }
 static inline zero_core *zero__core_of(struct zero_engine *e) { return (zero_core *)e; }
 
-/* Hyper-parameter overrides of a param group (zero_set_group) or NULL. */
+/* Hyper-parameter overrides of a param group (zero_set_group) or NULL (hparams.c). */
 const zero__group_hp *zero__group_hp_of(const struct zero_engine *e, int32_t group_id);
 /* (1.1) Resolve group_id's hyper-parameters for optimizer step t (hparams.c). */
 void zero__hp_resolve(const struct zero_engine *e, int32_t group_id, uint64_t t, zero__hp *out);
@@ -171,9 +171,5 @@ double zero__schedule_lr(const struct zero_engine *e, uint64_t t);
 /* Optimizer betas for step t: the configured ones, or OneCycle's cycled
  * momentum (sched.c).  Pure; any thread. */
 void zero__schedule_betas(const struct zero_engine *e, uint64_t t, double *beta1, double *beta2);
-/* (1.3) Add the calls and bytes (not the busy seconds) of every
- * communicator plugins made through the services, live or freed, into *c.
- * Thread-safe (services.c). */
-void zero__sub_comms_add_counters(struct zero_engine *e, zero__comm_counters *c);
 
 #endif

@@ -7,6 +7,15 @@
 
 #include "engine.h"
 
+/* The overrides zero_set_group stored (api.c); here rather than in api.c
+ * because params.c, experts.c and the checkpoint loader read them too, and
+ * none of them should depend on the host entry points (tools/check-loops.py). */
+const zero__group_hp *zero__group_hp_of(const struct zero_engine *e, int32_t group_id) {
+    for (uint32_t i = 0; i < e->ngroups_hp; i++)
+        if (e->groups[i].group_id == group_id) return &e->groups[i];
+    return NULL;
+}
+
 /* Resolution order, field by field: the group's own zero_set_hparams value,
  * then an ALL_GROUPS value, then the config / scheduler (lr: scheduled lr
  * times the group's lr_scale; weight decay: zero_set_group's, else the

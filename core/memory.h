@@ -38,7 +38,8 @@ void zero__mem_note(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, int64_t 
 struct zero__device;
 /* Communication scratch of the engine's backends (ring temporaries, device
  * staging): zero__mem_note(e->mem, tier, ZERO_MEM_OTHER, delta).  NULL
- * engine (a communicator made without one) or no accountant: no-op. */
+ * engine (a communicator made without one) or no accountant: no-op
+ * (engine_scratch.c). */
 struct zero_engine;
 void zero__engine_note_scratch(struct zero_engine *e, zero_mem_tier tier, int64_t delta);
 void zero__mem_set_device(zero__mem *m, struct zero__device *d);

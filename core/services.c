@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "buckets.h"
+#include "comm_stats.h"
 #include "device.h"
 #include "engine.h"
 #include "ckpt/ckpt_engine.h"
@@ -204,87 +205,23 @@ static void svc_add_into(zero_core *c, float *d, const void *s, zero_dtype sd, s
 }
 
 /* ---- (1.3) communicators made by plugins, counted in zero_comm_stats ---- */
-static void add_counts(zero__comm_counters *c, const zero__comm_counters *x) {
-    c->allreduce_calls += x->allreduce_calls;
-    c->reduce_scatter_calls += x->reduce_scatter_calls;
-    c->allgather_calls += x->allgather_calls;
-    c->broadcast_calls += x->broadcast_calls;
-    c->other_calls += x->other_calls;
-    c->bytes_reduced += x->bytes_reduced;
-    c->bytes_gathered += x->bytes_gathered;
-}
-
-static zero_status track(zero_comm *m, zero_status st, zero_comm **out) {
-    struct zero_engine *e = m ? m->engine : NULL;
-    if (st != ZERO_OK || !*out || !e) return st;
-    pthread_mutex_lock(&e->sub_lock);
-    if (e->nsub == e->sub_cap) {
-        size_t nc = e->sub_cap ? e->sub_cap * 2 : 8;
-        zero_comm **v = realloc(e->sub_comms, nc * sizeof *v);
-        if (!v) {
-            pthread_mutex_unlock(&e->sub_lock);
-            zero__comm_free(*out);
-            *out = NULL;
-            return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "comm_split: out of memory");
-        }
-        e->sub_comms = v;
-        e->sub_cap = nc;
-    }
-    e->sub_comms[e->nsub++] = *out;
-    pthread_mutex_unlock(&e->sub_lock);
-    return ZERO_OK;
-}
-
 static zero_status svc_comm_split(zero_comm *m, int color, int key, zero_comm **out) {
-    return track(m, zero__comm_split(m, color, key, out), out);
+    return zero__sub_comm_track(m, zero__comm_split(m, color, key, out), out);
 }
 static zero_status svc_comm_split_node(zero_comm *m, zero_comm **out) {
-    return track(m, zero__comm_split_node(m, out), out);
+    return zero__sub_comm_track(m, zero__comm_split_node(m, out), out);
 }
 static void svc_comm_free(zero_comm *m) {
-    struct zero_engine *e = m ? m->engine : NULL;
-    if (e) {
-        pthread_mutex_lock(&e->sub_lock);
-        for (size_t i = 0; i < e->nsub; i++)
-            if (e->sub_comms[i] == m) {
-                zero__comm_counters x;
-                zero__comm_counters_get(m, &x);
-                add_counts(&e->sub_retired, &x);
-                e->sub_comms[i] = e->sub_comms[--e->nsub];
-                break;
-            }
-        pthread_mutex_unlock(&e->sub_lock);
-    }
+    zero__sub_comm_retire(m);
     zero__comm_free(m);
 }
 
-void zero__sub_comms_add_counters(struct zero_engine *e, zero__comm_counters *c) {
-    pthread_mutex_lock(&e->sub_lock);
-    add_counts(c, &e->sub_retired);
-    for (size_t i = 0; i < e->nsub; i++) {
-        zero__comm_counters x;
-        zero__comm_counters_get(e->sub_comms[i], &x);
-        add_counts(c, &x);
-    }
-    pthread_mutex_unlock(&e->sub_lock);
-}
-
 static zero_status svc_comm_counters(zero_comm *m, zero_comm_stats *out) {
-    if (!m || !out || out->struct_size < sizeof(uint32_t)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!m || !zero__comm_stats_out_ok(out)) return ZERO_ERR_INVALID_ARGUMENT;
     zero__comm_counters c;
     zero__comm_counters_get(m, &c);
-    zero_comm_stats st = ZERO_COMM_STATS_INIT;
-    st.allreduce_calls = c.allreduce_calls;
-    st.reduce_scatter_calls = c.reduce_scatter_calls;
-    st.allgather_calls = c.allgather_calls;
-    st.broadcast_calls = c.broadcast_calls;
-    st.other_calls = c.other_calls;
-    st.bytes_reduced = c.bytes_reduced;
-    st.bytes_gathered = c.bytes_gathered;
-    st.total_comm_seconds = c.busy_seconds;
-    uint32_t size = out->struct_size;
-    memcpy(out, &st, size < sizeof st ? size : sizeof st);
-    out->struct_size = size;
+    zero_comm_stats st = zero__comm_stats_of(&c);
+    zero__comm_stats_copy_out(out, &st);
     return ZERO_OK;
 }
 

@@ -1,6 +1,6 @@
-/* Backend-independent part of the comm layer: dtype sizes, the dispatch
- * wrappers the services table points at, and world creation (which backend,
- * and whether libzero owns MPI's initialisation). */
+/* The comm factory and dispatch: world creation (which backend, and whether
+ * libzero owns MPI's initialisation) and the wrappers the services table
+ * points at.  The backends it picks from implement comm_backend.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,19 +8,6 @@
 #include "comm_internal.h"
 #include "comm_nccl.h" /* empty without ZERO_HAVE_NCCL */
 #include "log.h"
-
-size_t zero__dtype_size(zero_dtype dt) {
-    switch (dt) {
-    case ZERO_DTYPE_F32: return 4;
-    case ZERO_DTYPE_BF16: return 2;
-    case ZERO_DTYPE_F16: return 2;
-    case ZERO_DTYPE_F64: return 8;
-    case ZERO_DTYPE_I64: return 8;
-    case ZERO_DTYPE_U64: return 8;
-    case ZERO_DTYPE_U8: return 1;
-    default: return 0;
-    }
-}
 
 #ifdef ZERO_HAVE_MPI
 /* Does any launcher environment say we run under mpirun/srun/hydra?  Used

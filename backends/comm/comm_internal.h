@@ -3,7 +3,7 @@
 #ifndef ZERO_BACKENDS_COMM_INTERNAL_H
 #define ZERO_BACKENDS_COMM_INTERNAL_H
 #include <stddef.h>
-#include "comm.h"
+#include "comm_backend.h"
 
 /* out[i] = a[i] + b[i] for n elements of dt (F32, F64, I64, U64, U8).
  * out may alias a or b exactly (not partially).  The order of the operands

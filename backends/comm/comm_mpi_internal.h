@@ -14,7 +14,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include "comm.h"
+#include "comm_backend.h"
 #include "comm_internal.h"
 
 /* Most MPI requests one ring op keeps posted per direction.  The actual

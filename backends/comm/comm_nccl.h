@@ -20,7 +20,7 @@
 #define ZERO_BACKENDS_COMM_NCCL_H
 #ifdef ZERO_HAVE_NCCL
 #include <stddef.h>
-#include "comm.h"
+#include "comm_backend.h"
 
 /* Wrap the host's communicator.  `nccl_comm_handle` points to an ncclComm_t
  * (borrowed: the host destroys it after the engine).  The CUDA device is

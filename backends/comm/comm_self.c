@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include "comm.h"
+#include "comm_backend.h"
 #include "comm_internal.h"
 #include "log.h"
 

@@ -60,16 +60,8 @@ static double spin_us;
 static int helpers_stop;
 static double helper_cpu[MAXT];
 
-static double thread_cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static double process_cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double thread_cpu_s(void) { return bench_clock_s(CLOCK_THREAD_CPUTIME_ID); }
+static double process_cpu_s(void) { return bench_clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static void *helper_main(void *arg) {
     const int i = (int)(size_t)arg;

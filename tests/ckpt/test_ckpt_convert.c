@@ -38,18 +38,6 @@ static host_run_cfg cfg_for(const char *plugin, int n) {
     return c;
 }
 
-static int run_on(int n, const host_run_cfg *c, host_run_out *o) {
-    memset(o, 0, sizeof *o);
-    MPI_Comm comm = MPI_COMM_NULL;
-    MPI_Comm_split(MPI_COMM_WORLD, rank_ < n ? 0 : MPI_UNDEFINED, rank_, &comm);
-    if (comm == MPI_COMM_NULL) return 0;
-    th_set_comm(comm);
-    host_run(c, o);
-    th_set_comm(MPI_COMM_NULL);
-    MPI_Comm_free(&comm);
-    return 1;
-}
-
 /* Rank 0 runs `zero-ckpt ARGS`; its exit status and stderr+stdout to all. */
 static int tool(const char *args, char *out, size_t n) {
     int rc = -1;
@@ -97,7 +85,7 @@ static int resume(const char *dir, const char *plugin, int n, host_run_out *o) {
     host_run_cfg r = cfg_for(plugin, n);
     r.ckpt_dir = dir;
     r.resume_from = SAVE_AT;
-    int in = run_on(n, &r, o);
+    int in = host_run_on(n, &r, o);
     if (in) CHECK(o->status == ZERO_OK, "resume %s with %s x%d: %s", dir, plugin, n, o->error);
     return in;
 }
@@ -192,7 +180,7 @@ int main(int argc, char **argv) {
     r.ckpt_dir = norsh;
     r.resume_from = SAVE_AT;
     host_run_out o;
-    if (run_on(2, &r, &o)) {
+    if (host_run_on(2, &r, &o)) {
         CHECK(o.status == ZERO_ERR_UNSUPPORTED && strstr(o.error, "does not describe its shards"),
               "\"reshardable\": 0 should refuse resharding stage2 x4 -> x2: %s (%s)", zero_status_string(o.status),
               o.error);

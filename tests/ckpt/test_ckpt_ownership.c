@@ -52,19 +52,6 @@ static host_run_cfg cfg_for(const char *plugin, int n, int rr) {
     return c;
 }
 
-/* host_run on the first n ranks; returns 1 on those ranks. */
-static int run_on(int n, const host_run_cfg *c, host_run_out *o) {
-    memset(o, 0, sizeof *o);
-    MPI_Comm comm = MPI_COMM_NULL;
-    MPI_Comm_split(MPI_COMM_WORLD, rank_ < n ? 0 : MPI_UNDEFINED, rank_, &comm);
-    if (comm == MPI_COMM_NULL) return 0;
-    th_set_comm(comm);
-    host_run(c, o);
-    th_set_comm(MPI_COMM_NULL);
-    MPI_Comm_free(&comm);
-    return 1;
-}
-
 static void native_resume(const char *root, const char *plugin) {
     char dir[512], what[160];
     snprintf(dir, sizeof dir, "%s/rr-%s", root, plugin);
@@ -98,7 +85,7 @@ static void save_on(const char *dir, const char *plugin, int n, int rr, int gas,
     s.save_after = micro;
     s.steps = (micro + gas - 1) / gas;
     host_run_out saved;
-    if (run_on(n, &s, &saved)) {
+    if (host_run_on(n, &s, &saved)) {
         CHECK(saved.status == ZERO_OK, "%s %s x%d save run: %s", plugin, own(rr), n, saved.error);
         host_run_free(&saved);
     }
@@ -115,8 +102,8 @@ static void cross_case(const char *root, const char *from, int n_from, int rr_fr
     r.ckpt_dir = dir;
     r.resume_from = SAVE_AT;
     host_run_out full, resumed;
-    int in = run_on(n_to, &c, &full);
-    run_on(n_to, &r, &resumed);
+    int in = host_run_on(n_to, &c, &full);
+    host_run_on(n_to, &r, &resumed);
     snprintf(what, sizeof what, "%s %s x%d -> %s %s x%d", from, own(rr_from), n_from, to, own(rr_to), n_to);
     if (in) {
         CHECK(resumed.status == ZERO_OK, "%s: %s", what, resumed.error);
@@ -192,9 +179,9 @@ static void convert_case(const char *root) {
     r.resume_from = SAVE_AT;
     host_run_out conv, orig;
     r.ckpt_dir = dst;
-    int in = run_on(2, &r, &conv);
+    int in = host_run_on(2, &r, &conv);
     r.ckpt_dir = src;
-    run_on(2, &r, &orig);
+    host_run_on(2, &r, &orig);
     if (in) {
         CHECK(conv.status == ZERO_OK, "converted round-robin x2 does not load natively: %s", conv.error);
         CHECK(orig.status == ZERO_OK, "round-robin x3 -> x2 on load: %s", orig.error);

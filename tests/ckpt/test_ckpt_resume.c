@@ -54,24 +54,6 @@ static host_run_cfg cfg_for(const char *plugin, int n) {
     return c;
 }
 
-static MPI_Comm sub_comm(int n) {
-    MPI_Comm c = MPI_COMM_NULL;
-    MPI_Comm_split(MPI_COMM_WORLD, rank_ < n ? 0 : MPI_UNDEFINED, rank_, &c);
-    return c;
-}
-
-/* host_run on the first n ranks; returns 1 on those ranks. */
-static int run_on(int n, const host_run_cfg *c, host_run_out *o) {
-    memset(o, 0, sizeof *o);
-    MPI_Comm comm = sub_comm(n);
-    if (comm == MPI_COMM_NULL) return 0;
-    th_set_comm(comm);
-    host_run(c, o);
-    th_set_comm(MPI_COMM_NULL);
-    MPI_Comm_free(&comm);
-    return 1;
-}
-
 static void same_plugin_resume(const char *root, const char *plugin) {
     char dir[512], what[160];
     snprintf(dir, sizeof dir, "%s/%s", root, plugin);
@@ -105,7 +87,7 @@ static void reshard_case(const char *root, const char *from, int n_from, const c
     s.save_after = SAVE_AT;
     s.steps = SAVE_AT;
     host_run_out saved, full, resumed;
-    if (run_on(n_from, &s, &saved)) {
+    if (host_run_on(n_from, &s, &saved)) {
         CHECK(saved.status == ZERO_OK, "%s x%d save run: %s", from, n_from, saved.error);
         host_run_free(&saved);
     }
@@ -114,8 +96,8 @@ static void reshard_case(const char *root, const char *from, int n_from, const c
     host_run_cfg r = c;
     r.ckpt_dir = dir;
     r.resume_from = SAVE_AT;
-    int in = run_on(n_to, &c, &full);
-    run_on(n_to, &r, &resumed);
+    int in = host_run_on(n_to, &c, &full);
+    host_run_on(n_to, &r, &resumed);
     if (in) {
         CHECK(resumed.status == ZERO_OK, "%s x%d -> %s x%d: %s", from, n_from, to, n_to, resumed.error);
         if (resumed.params && full.params) {

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "check.h"
 #include "device.h"
 #include "exact_data.h"
@@ -247,18 +248,6 @@ typedef struct run_opts {
     int ckpt;        /* save mid-window, resume in a new engine (device buffers through ckpt_write/read) */
 } run_opts;
 
-static uint16_t to_bf16(float f) { /* RNE; the test's values are finite */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* Create an engine and register the model (initial values read at
  * params_done); NULL on failure (checked). */
@@ -292,7 +281,7 @@ static zero_engine *open_engine(const run_opts *ro, zero_param **h, size_t *tota
         for (size_t i = 0; i < sizes[p]; ++i) {
             float v = exact_init(p, i);
             if (ro->bf16)
-                ((uint16_t *)init)[i] = to_bf16(v);
+                ((uint16_t *)init)[i] = th_to_bf16(v);
             else
                 init[i] = v;
         }
@@ -368,7 +357,7 @@ static void *train(const run_opts *ro, size_t *total) {
             uint16_t *g16 = real(buf);
             for (size_t i = 0; i < sizes[p]; ++i) {
                 if (ro->bf16)
-                    g16[i] = to_bf16(from_bf16(g16[i]) + exact_grad(rank_, gm, p, i));
+                    g16[i] = th_to_bf16(th_from_bf16(g16[i]) + exact_grad(rank_, gm, p, i));
                 else
                     g[i] += exact_grad(rank_, gm, p, i);
             }

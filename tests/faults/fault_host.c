@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_timing.h"
 #include "host_util.h"
 
 typedef struct opts {
@@ -48,16 +49,8 @@ typedef struct opts {
 static int rank_ = 0, world_ = 1;
 static opts o_;
 
-static double real_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static double mono_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double real_now(void) { return bench_clock_s(CLOCK_REALTIME); }
+static double mono_now(void) { return bench_now_s(); }
 static double cpu_now(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

@@ -13,6 +13,7 @@
 #include <nccl.h>
 #include <pthread.h>
 
+#include "comm.h" /* the core's wrappers (zero__comm_wait, ...) */
 #include "comm_nccl.h"
 #include "gpu_common.h"
 

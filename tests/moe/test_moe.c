@@ -29,7 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "check.h"
+#include "host_util.h"
 #include "zero.h"
 
 enum { NDENSE = 2, NEXP = 2, EXPERTS = 2, MAXN = 300 };
@@ -37,18 +39,23 @@ static const uint64_t dense_n[NDENSE] = {300, 77};
 static const uint64_t exp_n[NEXP] = {130, 61};
 static int rank_, world_;
 
-/* ---- bf16 (RNE) ---------------------------------------------------------- */
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+
+/* ---- engines ------------------------------------------------------------ */
+/* An engine over MPI_COMM_WORLD (plugin NULL: the config's stage), or NULL
+ * after a failed CHECK. */
+static zero_engine *open_world(const char *json, const char *plugin) {
+    zero_engine *e = NULL;
+    char err[600] = "";
+    if (th_engine_create(json, plugin, 0, NULL, NULL, &e, err, sizeof err) != ZERO_OK) CHECK(0, "%s", err);
+    return e;
 }
-static float from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+/* Param group 1 is the expert group; its expert-DP group is the ranks
+ * holding the same expert (rank % EXPERTS). */
+static void join_experts(zero_engine *e) {
+    zero_group_desc g = ZERO_GROUP_DESC_INIT;
+    g.group = 1;
+    g.expert_color = rank_ % EXPERTS;
+    CHECK_EQ_INT(zero_set_group(e, &g), ZERO_OK);
 }
 
 /* ---- the model ----------------------------------------------------------- */
@@ -91,7 +98,7 @@ typedef struct model {
 } model;
 
 static float read_el(const model *m, const void *ptr, uint64_t i) {
-    return m->bf16 ? from_bf16(((const uint16_t *)ptr)[i]) : ((const float *)ptr)[i];
+    return m->bf16 ? th_from_bf16(((const uint16_t *)ptr)[i]) : ((const float *)ptr)[i];
 }
 
 static zero_status make(model *m, const run_cfg *c, int reference) {
@@ -99,28 +106,13 @@ static zero_status make(model *m, const run_cfg *c, int reference) {
     m->bf16 = c->bf16;
     char json[768];
     config(json, sizeof json, c, reference ? 0 : c->stage);
-    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
-    MPI_Comm comm = MPI_COMM_WORLD;
-    o.config_json = json;
-    if (reference) {
-        o.comm_kind = ZERO_COMM_SELF;
-        o.plugin = "stage0";
-    } else {
-        o.comm_kind = ZERO_COMM_MPI;
-        o.comm = &comm;
-        o.plugin = c->plugin;
-    }
-    char err[512] = "";
-    zero_status s = zero_engine_create(&o, &m->e, err, sizeof err);
+    char err[600] = "";
+    zero_status s = th_engine_create(json, reference ? "stage0" : c->plugin, reference, NULL, NULL, &m->e, err,
+                                     sizeof err);
     CHECK(s == ZERO_OK, "create %s: %s", reference ? "reference" : c->plugin, err);
     if (s != ZERO_OK) return s;
     const int noexp = getenv("MOE_TEST_NOEXPERT") != NULL; /* debugging: the harness without expert groups */
-    if (!reference && !noexp) {
-        zero_group_desc g = ZERO_GROUP_DESC_INIT;
-        g.group = 1;
-        g.expert_color = rank_ % EXPERTS; /* expert-DP group: the ranks holding the same expert */
-        CHECK_EQ_INT(zero_set_group(m->e, &g), ZERO_OK);
-    }
+    if (!reference && !noexp) join_experts(m->e);
     /* initial values are read at zero_params_done: one buffer per param */
     static float initf[NDENSE + NEXP * EXPERTS][MAXN];
     static uint16_t inith[NDENSE + NEXP * EXPERTS][MAXN];
@@ -134,7 +126,7 @@ static zero_status make(model *m, const run_cfg *c, int reference) {
             snprintf(name, sizeof name, "expert%d.w%d", expert, (pid - NDENSE) % NEXP);
         for (uint64_t i = 0; i < numel_of(pid); i++) {
             initf[pid][i] = init_of(pid, i);
-            inith[pid][i] = to_bf16(initf[pid][i]);
+            inith[pid][i] = th_to_bf16(initf[pid][i]);
         }
         zero_param_desc d = ZERO_PARAM_DESC_INIT;
         d.name = name;
@@ -179,7 +171,7 @@ static zero_status micro(model *m, int reference, int mb, zero_step_result *res)
         for (uint64_t i = 0; i < n; i++) {
             if (m->bf16) {
                 uint16_t *b = buf;
-                b[i] = to_bf16(from_bf16(b[i]) + g[i]);
+                b[i] = th_to_bf16(th_from_bf16(b[i]) + g[i]);
             } else {
                 ((float *)buf)[i] += g[i];
             }
@@ -316,22 +308,9 @@ static void run_one(const run_cfg *c) {
 static void check_refusal(const run_cfg *c) {
     char json[768];
     config(json, sizeof json, c, c->stage);
-    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
-    MPI_Comm comm = MPI_COMM_WORLD;
-    o.config_json = json;
-    o.comm_kind = ZERO_COMM_MPI;
-    o.comm = &comm;
-    o.plugin = c->plugin;
-    zero_engine *e = NULL;
-    char err[512] = "";
-    if (zero_engine_create(&o, &e, err, sizeof err) != ZERO_OK) {
-        CHECK(0, "create: %s", err);
-        return;
-    }
-    zero_group_desc g = ZERO_GROUP_DESC_INIT;
-    g.group = 1;
-    g.expert_color = rank_ % EXPERTS;
-    CHECK_EQ_INT(zero_set_group(e, &g), ZERO_OK);
+    zero_engine *e = open_world(json, c->plugin);
+    if (!e) return;
+    join_experts(e);
     static uint16_t data[2][64];
     zero_param *h;
     zero_param_desc d = ZERO_PARAM_DESC_INIT;
@@ -356,17 +335,8 @@ static void expect_error(misuse what, zero_status want, const char *needle) {
     char json[256];
     snprintf(json, sizeof json, "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": %d}%s}",
              what == STAGE3 ? 3 : 2, what == LAMB ? ", \"optimizer\": {\"type\": \"Lamb\"}" : "");
-    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
-    MPI_Comm comm = MPI_COMM_WORLD;
-    o.config_json = json;
-    o.comm_kind = ZERO_COMM_MPI;
-    o.comm = &comm;
-    zero_engine *e = NULL;
-    char err[512] = "";
-    if (zero_engine_create(&o, &e, err, sizeof err) != ZERO_OK) {
-        CHECK(0, "create: %s", err);
-        return;
-    }
+    zero_engine *e = open_world(json, NULL);
+    if (!e) return;
     zero_group_desc g = ZERO_GROUP_DESC_INIT;
     g.group = 1;
     g.expert_color = rank_ % EXPERTS;
@@ -416,21 +386,9 @@ static void expect_error(misuse what, zero_status want, const char *needle) {
 static void check_overflow(void) {
     const char *json = "{\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true,"
                        " \"initial_scale_power\": 8, \"hysteresis\": 1}, \"zero_optimization\": {\"stage\": 2}}";
-    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
-    MPI_Comm comm = MPI_COMM_WORLD;
-    o.config_json = json;
-    o.comm_kind = ZERO_COMM_MPI;
-    o.comm = &comm;
-    zero_engine *e = NULL;
-    char err[512] = "";
-    if (zero_engine_create(&o, &e, err, sizeof err) != ZERO_OK) {
-        CHECK(0, "create: %s", err);
-        return;
-    }
-    zero_group_desc g = ZERO_GROUP_DESC_INIT;
-    g.group = 1;
-    g.expert_color = rank_ % EXPERTS;
-    CHECK_EQ_INT(zero_set_group(e, &g), ZERO_OK);
+    zero_engine *e = open_world(json, NULL);
+    if (!e) return;
+    join_experts(e);
     static uint16_t zeros[2][32];
     zero_param *h[2];
     zero_param_desc d = ZERO_PARAM_DESC_INIT;

@@ -397,6 +397,20 @@ void host_run(const host_run_cfg *c, host_run_out *out) {
     pthread_mutex_destroy(&r.err_mu);
 }
 
+int host_run_on(int n, const host_run_cfg *c, host_run_out *out) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    memset(out, 0, sizeof *out);
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < n ? 0 : MPI_UNDEFINED, rank, &comm);
+    if (comm == MPI_COMM_NULL) return 0;
+    th_set_comm(comm);
+    host_run(c, out);
+    th_set_comm(MPI_COMM_NULL);
+    MPI_Comm_free(&comm);
+    return 1;
+}
+
 void host_run_free(host_run_out *out) {
     free(out->params);
     out->params = NULL;

@@ -86,6 +86,10 @@ typedef struct host_run_out {
 /* Train as configured and gather the final parameters.  Collective over
  * MPI_COMM_WORLD unless self_comm. */
 void host_run(const host_run_cfg *cfg, host_run_out *out);
+/* host_run on the first n ranks of MPI_COMM_WORLD (a split the engine runs
+ * over, th_set_comm); out is zeroed everywhere.  Returns 1 on those ranks,
+ * 0 on the others.  Collective over MPI_COMM_WORLD; main thread only. */
+int host_run_on(int n, const host_run_cfg *cfg, host_run_out *out);
 void host_run_free(host_run_out *out);
 
 /* Relative L2 difference |a-b| / |b| (fp64). */
