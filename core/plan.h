@@ -35,12 +35,12 @@ int zero__plan_supported(const zero_plugin_table_v1 *table);
 uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
                                   const zero_bucket_spec *spec, int striped);
 
-/* Upper bound of the MPI backend's ring scratch (ZERO_MEM_OTHER, host tier)
- * for the reductions of this bucket set, the maximum over ranks: every
- * bucket's reduce-scatter in flight at once, each with its in-place and its
- * direct temporaries (comm_mpi_ring.c rs_setup; docs/planner.md).  The
- * engine's figure depends on how many reductions overlap and on the scratch
- * cache, so it can be lower, never higher.  0 at world 1. */
+/* The MPI backend's ring scratch (ZERO_MEM_OTHER, host tier) for the
+ * reductions of this bucket set, the maximum over ranks: the largest single
+ * bucket reduction's temporaries (comm_mpi_ring.c rs_setup), which the
+ * progress engine's scratch budget makes the peak however many reductions
+ * overlap (issue 14; docs/planner.md).  Planned in fp32: an upper bound for
+ * a 16-bit wire, and for a rank whose blocks are smaller.  0 at world 1. */
 uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
                                        uint32_t nparams, const zero_bucket_spec *spec, int striped);
 

@@ -19,7 +19,8 @@
  * smaller than planned, never larger.  SCATTER's double buffer is made at
  * create at its final size (buckets.c zero__buckets_create), so the replay
  * starts from those slots.  zero__plan_ring_scratch_bytes (at the end) is
- * not a replay but an upper bound (docs/planner.md). */
+ * not a replay: the largest single reduction's ring scratch, which the MPI
+ * progress engine's scratch budget makes the peak (docs/planner.md). */
 #include <limits.h>
 #include <stdlib.h>
 
@@ -300,8 +301,14 @@ uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *par
                  * empty; forwarded partial sums take nbufs x maxc */
                 const uint64_t span = window * chunk < maxc ? window * chunk : maxc;
                 const uint64_t inplace = nbufs * maxc + (mine ? span : 0);
-                sum += inplace * esz;
-                if (both) sum += nbufs * maxc * esz; /* direct: recv is the partition */
+                /* the progress engine's scratch budget (comm_mpi_progress.c,
+                 * issue 14) keeps held + cached scratch at the largest single
+                 * reduction's need: the peak is a max, not a sum over the
+                 * reductions in flight.  The direct set (recv is the
+                 * partition) is nbufs x maxc, never more than in place. */
+                const uint64_t need = (inplace > nbufs * maxc ? inplace : nbufs * maxc) * esz;
+                if (need > sum) sum = need;
+                (void)both;
             }
             if (sum > worst) worst = sum;
         }
