@@ -470,12 +470,14 @@ zero_status zero__zm_iallreduce(zero_comm *m, void *buf, size_t count, zero_dtyp
                                 zero_comm_req **req) {
     zm_comm *c = ZM(m);
     MPI_Datatype t = zero__zm_datatype(dt, 1);
-    if (t == MPI_DATATYPE_NULL)
+    /* MPI has no 16-bit float sum: bf16/fp16 sums always take our ring */
+    const int sum16 = rop == ZERO_OP_SUM && (dt == ZERO_DTYPE_BF16 || dt == ZERO_DTYPE_F16);
+    if (t == MPI_DATATYPE_NULL && !sum16)
         return zero__error(m->engine, zero__dtype_size(dt) ? ZERO_ERR_UNSUPPORTED : ZERO_ERR_INVALID_ARGUMENT,
                            "comm: iallreduce of dtype %d is not supported", dt);
     MPI_Op mop = rop == ZERO_OP_SUM ? MPI_SUM : rop == ZERO_OP_MAX ? MPI_MAX : rop == ZERO_OP_MIN ? MPI_MIN : MPI_OP_NULL;
     if (mop == MPI_OP_NULL) return zero__error(m->engine, ZERO_ERR_INVALID_ARGUMENT, "comm: unknown reduce op %d", rop);
-    if (rop == ZERO_OP_SUM && zero__comm_dtype_summable(dt) && !c->pe->native_allreduce) {
+    if (sum16 || (rop == ZERO_OP_SUM && zero__comm_dtype_summable(dt) && !c->pe->native_allreduce)) {
         size_t *counts = malloc((size_t)m->size * sizeof *counts);
         if (!counts) return ZERO_ERR_OUT_OF_MEMORY;
         for (int b = 0; b < m->size; ++b)
@@ -656,7 +658,7 @@ static zero_status ring_allreduce(zero_comm *m, void *buf, const size_t *counts,
  * ZERO_COMM_ALLREDUCE=mpi and non-summable types keep MPI's own allreduce. */
 zero_status zero__zm_iallreducev(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req) {
     zm_comm *c = ZM(m);
-    if (!zero__comm_dtype_summable(dt) || c->pe->native_allreduce) {
+    if (!zero__comm_dtype_summable(dt) || (c->pe->native_allreduce && dt != ZERO_DTYPE_BF16 && dt != ZERO_DTYPE_F16)) {
         size_t total = 0;
         for (int b = 0; b < m->size; ++b) total += counts[b];
         return zero__zm_iallreduce(m, buf, total, dt, ZERO_OP_SUM, req);
