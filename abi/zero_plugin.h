@@ -116,7 +116,11 @@ typedef struct zero_run_config {
      * plugin keeps its 1.0 behaviour).  With F32 accumulation the plugin keeps
      * fp32 gradient buffers, hands the host model-dtype per-param buffers
      * and reduces fp32 sums (grad_divisor = world * gas) -- the same numbers,
-     * and so the same overflow decisions, in every stage.  docs/precision.md. */
+     * and so the same overflow decisions, in every stage.  A 16-bit
+     * comm_dtype with F32 accumulation (core after 1.3.0) sends the buckets over
+     * the wire in 16 bits, summed in that dtype and widened back into the
+     * fp32 sums; the bucket engine does it for every plugin alike.
+     * docs/precision.md. */
     zero_dtype grad_accum_dtype;
     zero_dtype comm_dtype;
     /* ---- appended in 1.2 (read only when struct_size covers them) ---- */
@@ -210,7 +214,9 @@ enum {
      * reducing micro-step each bucket is all-reduced in place. Stage 0. */
     ZERO_BUCKETS_ALLREDUCE = 0,
     /* Same buffer, but each bucket is reduce-scattered in place: after the
-     * flush only this rank's owned ranges of `flat` hold the reduced sum.
+     * flush only this rank's owned ranges of `flat` hold the reduced sum
+     * (the rest is dead: with a 16-bit communication_data_type and a
+     * pre-factor other than 1 it is left scaled by that factor).
      * Stage 1 (half the traffic of an all-reduce). */
     ZERO_BUCKETS_SCATTER_INPLACE = 1,
     /* Gradients go to bounded staging buckets; each full bucket is

@@ -80,6 +80,7 @@ typedef zero__bplan_param zb_param; /* offset, numel, group; first_bucket, nbuck
 typedef struct zb_slot {
     void *buf;           /* cap elements of grad_dtype (SCATTER), BUCKETS-tagged; NULL in in-place modes */
     float *f32;          /* cap fp32 staging of the collective: == buf for fp32 SCATTER */
+    void *w16;           /* wire16: cap elements of the 16-bit wire dtype, the collective's buffer; else NULL */
     uint64_t cap;        /* elements; sized to the largest bucket it has held (slots only grow) */
     uint64_t zlo, zhi;   /* free slot: buf[zlo, zhi) is known to be zero (cleared while its block was
                             added into the partition, or by the clear queued at its release), so
@@ -98,6 +99,14 @@ struct zero_buckets {
     size_t es;           /* bytes per gradient element */
     int mixed;           /* grad_dtype is 16-bit: fp32 staging around every collective */
     float pre, post;     /* mixed: scale before / after the reduction (mean over ranks, DeepSpeed's order) */
+    /* (issue 14) fp32 gradients with a 16-bit communication_data_type: each
+     * bucket travels (and is summed, rounding at every ring hop) in `wire`,
+     * from a 16-bit staging array per slot; wpre before the rounding into
+     * the wire, wpost after widening back, so the fp32 destination keeps
+     * the SUM (grad_divisor world * gas, as with an fp32 wire) */
+    int wire16;
+    zero_dtype wire;     /* dtype of the collectives' payload: F32, or BF16/F16 when wire16 */
+    float wpre, wpost;
     const zero_layout *layout;
 
     zb_bucket *b;
@@ -223,9 +232,33 @@ static uint64_t staging_budget(const zero_buckets *b) {
     if (b->spec.mode != ZERO_BUCKETS_SCATTER) return UINT64_MAX;
     const uint64_t flat = b->layout->flat_numel, part = b->layout->part_numel;
     const uint64_t saved = flat > part ? flat - part : 0;
-    const uint64_t per = (uint64_t)b->es + (b->mixed ? sizeof(float) : 0);
+    const uint64_t per = (uint64_t)b->es + (b->mixed ? sizeof(float) : 0) + (b->wire16 ? 2 : 0);
     const uint64_t budget = saved * b->es / per;
     return budget > b->slot_cap ? budget : b->slot_cap;
+}
+
+/* (issue 14) The wire dtype and its factors.  A 16-bit wire is for fp32
+ * gradients only (16-bit gradients keep their fp32 sums, rounded once:
+ * docs/precision.md).  Factors (DeepSpeed's engine.allreduce_bucket order):
+ * prescale_gradients: x 1/world before, x world after; otherwise
+ * x 1/f before and x f after, f = gradient_predivide_factor when the
+ * config gives it, else world for fp16 (a sum of N fp16 gradients can
+ * reach N times the largest, which the loss scaler keeps below 65504 for
+ * one rank's: pre-dividing keeps every partial sum of the ring within one
+ * rank's range) and 1 for bf16 (fp32's range).  Rank-independent. */
+static void wire_setup(zero_buckets *b) {
+    const zero_dtype cdt = b->e->rc->comm_dtype;
+    b->wire = ZERO_DTYPE_F32;
+    b->wpre = b->wpost = 1.0f;
+    b->wire16 = !b->mixed && (cdt == ZERO_DTYPE_BF16 || cdt == ZERO_DTYPE_F16);
+    if (!b->wire16) return;
+    b->wire = cdt;
+    const double w = (double)b->e->world_size;
+    double f = cdt == ZERO_DTYPE_F16 ? w : 1.0, given = 0.0;
+    if (zero__config_double(b->e->cfg, "gradient_predivide_factor", &given) == 1 && given > 0) f = given;
+    if (b->e->rc->prescale_gradients) f = w;
+    b->wpre = (float)(1.0 / f);
+    b->wpost = (float)f;
 }
 
 static zero_status make_slot(zero_buckets *b, uint32_t i, uint64_t n);
@@ -279,6 +312,7 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
         double w = (double)e->world_size, f = e->rc->gradient_predivide_factor > 0 ? e->rc->gradient_predivide_factor : 1.0;
         b->pre = (float)(e->rc->prescale_gradients ? 1.0 / w : 1.0 / f);
         b->post = (float)(e->rc->prescale_gradients ? 1.0 : f / w);
+        wire_setup(b);
     }
     if (e->group_comms) { /* (1.3) expert groups: the groups partitioned over b->comm */
         int expert_comm = 0;
@@ -308,7 +342,7 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
     }
     b->last_window = UINT64_MAX;
     b->bucket_numel = zero__bucket_plan_size(b->layout, b->pm, b->spec.bucket_numel,
-                                             b->spec.mode == ZERO_BUCKETS_SCATTER, b->mixed,
+                                             b->spec.mode == ZERO_BUCKETS_SCATTER, b->mixed || b->wire16,
                                              e->rc->round_robin_gradients);
     if ((s = build_buckets(b)) != ZERO_OK) goto fail_s;
     b->fifo = calloc(b->nb ? b->nb : 1, sizeof *b->fifo);
@@ -424,6 +458,43 @@ static void notify_final(const zero_buckets *b, const zb_bucket *bk) {
     b->spec.on_block_final(b->spec.on_block_final_user, &r);
 }
 
+/* (issue 14) A 16-bit wire reduction is complete: widen the sums into the
+ * fp32 destination and undo the pre-factor.  SCATTER: the own block is
+ * widened into the slot's fp32 array (its host values were consumed by the
+ * conversion), scaled, and added into the partition; SCATTER_INPLACE: the
+ * own block lands in flat; ALLREDUCE: the whole bucket (every block was
+ * summed by its owner's ring, as the reduce-scatter sums it) lands in
+ * flat.  The same fp32 operations in every mode, so stage 0/1/2/3 agree
+ * bitwise.  Called with mu held. */
+static zero_status land_wire16(zero_buckets *b, const zb_bucket *bk) {
+    const zb_slot *sl = &b->slots[bk->slot];
+    const uint64_t off = bk->own_lo - bk->lo;
+    zero_status s = ZERO_OK;
+    switch (b->spec.mode) {
+    case ZERO_BUCKETS_SCATTER: {
+        if (bk->own_n == 0) return ZERO_OK;
+        float *tmp = (float *)sl->buf + off;
+        if ((s = convert(b, tmp, ZERO_DTYPE_F32, elem(sl->w16, off, 2), b->wire, (size_t)bk->own_n)) != ZERO_OK ||
+            (b->wpost != 1.0f && (s = scale_f32(b, tmp, b->wpost, (size_t)bk->own_n)) != ZERO_OK))
+            return s;
+        return add_into_dt(b, elem(b->part, bk->part_pos, 4), ZERO_DTYPE_F32, tmp, ZERO_DTYPE_F32, (size_t)bk->own_n);
+    }
+    case ZERO_BUCKETS_SCATTER_INPLACE: {
+        if (bk->own_n == 0) return ZERO_OK;
+        float *dst = elem(b->flat, bk->own_lo, 4);
+        if ((s = convert(b, dst, ZERO_DTYPE_F32, elem(sl->w16, off, 2), b->wire, (size_t)bk->own_n)) != ZERO_OK)
+            return s;
+        return b->wpost != 1.0f ? scale_f32(b, dst, b->wpost, (size_t)bk->own_n) : ZERO_OK;
+    }
+    default: {
+        const size_t n = (size_t)(bk->hi - bk->lo);
+        float *dst = elem(b->flat, bk->lo, 4);
+        if ((s = convert(b, dst, ZERO_DTYPE_F32, sl->w16, b->wire, n)) != ZERO_OK) return s;
+        return b->wpost != 1.0f ? scale_f32(b, dst, b->wpost, n) : ZERO_OK;
+    }
+    }
+}
+
 static zero_status complete_oldest(zero_buckets *b) {
     zero__jitter(ZERO_JITTER_COMPLETE);
     uint32_t k = b->fifo[b->fifo_head];
@@ -445,7 +516,9 @@ static zero_status complete_oldest(zero_buckets *b) {
                                 k, b->nb, (unsigned long long)bk->lo, (unsigned long long)bk->hi,
                                 b->spec.mode == ZERO_BUCKETS_ALLREDUCE ? "all-reduce" : "reduce-scatter");
     }
-    if (s == ZERO_OK && bk->slot >= 0 && (bk->own_n > 0 || b->spec.mode == ZERO_BUCKETS_ALLREDUCE)) {
+    if (s == ZERO_OK && bk->slot >= 0 && b->wire16) {
+        s = land_wire16(b, bk);
+    } else if (s == ZERO_OK && bk->slot >= 0 && (bk->own_n > 0 || b->spec.mode == ZERO_BUCKETS_ALLREDUCE)) {
         /* the reduced block sits in place in the slot's fp32 array at its send offset */
         float *blk = b->slots[bk->slot].f32 + (bk->own_lo - bk->lo);
         zero_dtype dt = b->spec.grad_dtype;
@@ -529,6 +602,7 @@ static zero_status make_slot(zero_buckets *b, uint32_t i, uint64_t n) {
         zero__dev_fence_wait(b->e->dev, b->slots[i].fence); /* the clear must be done before the memory goes */
         if ((void *)b->slots[i].f32 != b->slots[i].buf) zero__mem_free(b->e->mem, b->slots[i].f32);
         zero__mem_free(b->e->mem, b->slots[i].buf);
+        zero__mem_free(b->e->mem, b->slots[i].w16);
         b->stage_cap -= b->slots[i].cap;
     }
     zb_slot *sl = &b->slots[i];
@@ -538,14 +612,17 @@ static zero_status make_slot(zero_buckets *b, uint32_t i, uint64_t n) {
     void *buf = host_slot ? zero__mem_alloc(b->e->mem, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, (size_t)n * b->es) : NULL;
     float *f32 = b->mixed ? zero__mem_alloc(b->e->mem, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, (size_t)n * sizeof(float))
                           : buf;
-    if ((host_slot && !buf) || !f32) {
+    void *w16 = b->wire16 ? zero__mem_alloc(b->e->mem, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, (size_t)n * 2) : NULL;
+    if ((host_slot && !buf) || (b->mixed && !f32) || (b->wire16 && !w16)) {
         zero__mem_free(b->e->mem, buf);
+        zero__mem_free(b->e->mem, w16);
         if ((void *)f32 != buf) zero__mem_free(b->e->mem, f32);
         return zero__error(b->e, ZERO_ERR_OUT_OF_MEMORY, "bucket engine: cannot allocate a %llu-element slot",
                            (unsigned long long)n);
     }
     sl->buf = buf;
     sl->f32 = f32;
+    sl->w16 = w16;
     sl->cap = n;
     b->stage_cap += n;
     return ZERO_OK;
@@ -621,7 +698,8 @@ static void begin_pass(zero_buckets *b) {
  * the slot's block and the partition block and writes the latter.  Called
  * with mu held. */
 static int direct_block(const zero_buckets *b, const zb_bucket *bk, const float *send) {
-    if (!b->pass_direct || b->spec.mode != ZERO_BUCKETS_SCATTER || b->mixed || !needs_comm(b) || bk->own_n == 0)
+    if (!b->pass_direct || b->spec.mode != ZERO_BUCKETS_SCATTER || b->mixed || b->wire16 || !needs_comm(b) ||
+        bk->own_n == 0)
         return 0;
     const void *dst = elem(b->part, bk->part_pos, 4);
     return !zero__dev_is_device(b->e->dev, dst) && !zero__dev_is_device(b->e->dev, send);
@@ -631,7 +709,7 @@ static int direct_block(const zero_buckets *b, const zb_bucket *bk, const float 
 static zero_status launch(zero_buckets *b, uint32_t k) {
     zb_bucket *bk = &b->b[k];
     zero_status s = ZERO_OK;
-    ZERO_TRACE_BUCKET_LAUNCH(&bk->tr, k, (bk->hi - bk->lo) * 4);
+    ZERO_TRACE_BUCKET_LAUNCH(&bk->tr, k, (bk->hi - bk->lo) * (b->wire16 ? 2 : 4));
     zero__jitter(ZERO_JITTER_LAUNCH);
     bk->launched = 1;
     if (k == 0) begin_pass(b); /* launches run in bucket order: bucket 0 opens every pass */
@@ -643,16 +721,32 @@ static zero_status launch(zero_buckets *b, uint32_t k) {
     const size_t n = (size_t)(bk->hi - bk->lo);
     const size_t *counts = b->counts + (size_t)k * b->world;
     float *send = NULL;
-    if (b->mixed || b->spec.mode == ZERO_BUCKETS_SCATTER) {
+    if (b->wire16) { /* (issue 14) fp32 gradients, 16-bit wire */
+        if (bk->slot < 0 && (s = acquire_slot(b, k)) != ZERO_OK) goto out;
+        void *w = b->slots[bk->slot].w16;
+        float *src = b->spec.mode == ZERO_BUCKETS_SCATTER ? (float *)b->slots[bk->slot].buf : elem(b->flat, bk->lo, 4);
+        /* the pre-factor scales the fp32 source in place: the SCATTER slot
+         * is this bucket's, and in-place modes overwrite what they reduce
+         * (SCATTER_INPLACE leaves the other ranks' blocks of flat scaled:
+         * dead after the reduction, zero_bucket_spec) */
+        if (b->wpre != 1.0f && (s = scale_f32(b, src, b->wpre, n)) != ZERO_OK) goto out;
+        if ((s = convert(b, w, b->wire, src, ZERO_DTYPE_F32, n)) != ZERO_OK) goto out;
+        bk->direct = 0;
+        if (b->spec.mode == ZERO_BUCKETS_ALLREDUCE) /* every block summed as the reduce-scatter sums it */
+            s = zero__iallreducev(b->comm, w, counts, b->wire, &bk->req);
+        else
+            s = zero__ireduce_scatterv(b->comm, w, elem(w, bk->own_lo - bk->lo, 2), counts, b->wire, &bk->req);
+        goto out; /* the common tail: the error, or the FIFO */
+    } else if (b->mixed || b->spec.mode == ZERO_BUCKETS_SCATTER) {
         /* SCATTER: the slot the host filled (no param touched it: zeros);
          * in-place 16-bit: a slot just for the fp32 staging */
-        if (bk->slot < 0 && (s = acquire_slot(b, k)) != ZERO_OK) goto failed;
+        if (bk->slot < 0 && (s = acquire_slot(b, k)) != ZERO_OK) goto out;
         send = b->slots[bk->slot].f32;
         if (b->mixed) {
             const void *src = b->spec.mode == ZERO_BUCKETS_SCATTER ? b->slots[bk->slot].buf : elem(b->flat, bk->lo, b->es);
             if ((s = convert(b, send, ZERO_DTYPE_F32, src, b->spec.grad_dtype, n)) != ZERO_OK ||
                 (s = scale_f32(b, send, b->pre, n)) != ZERO_OK)
-                goto failed;
+                goto out;
         }
     } else {
         send = elem(b->flat, bk->lo, 4); /* fp32 in-place modes reduce the flat buffer itself */
@@ -675,7 +769,7 @@ static zero_status launch(zero_buckets *b, uint32_t k) {
         s = zero__ireduce_scatterv(b->comm, send, elem(b->part, bk->part_pos, 4), counts, ZERO_DTYPE_F32, &bk->req);
     else /* in place: this rank's block of the bucket receives the sum */
         s = zero__ireduce_scatterv(b->comm, send, send + (bk->own_lo - bk->lo), counts, ZERO_DTYPE_F32, &bk->req);
-failed:
+out:
     if (s != ZERO_OK) {
         bk->req = NULL;
         if (b->sticky == ZERO_OK) b->sticky = s;
@@ -890,6 +984,7 @@ void zero__buckets_destroy(zero_buckets *b) {
         zero__dev_fence_wait(b->e->dev, b->slots[i].fence); /* the clear must be done before the memory goes */
         if ((void *)b->slots[i].f32 != b->slots[i].buf) zero__mem_free(b->e->mem, b->slots[i].f32);
         zero__mem_free(b->e->mem, b->slots[i].buf);
+        zero__mem_free(b->e->mem, b->slots[i].w16);
     }
     free(b->slots);
     free(b->b);
@@ -905,7 +1000,8 @@ uint32_t zero__buckets_count(const zero_buckets *b) { return b ? b->nb : 0; }
 
 uint64_t zero__buckets_staging_bytes(const zero_buckets *b) {
     if (!b) return 0;
-    size_t per = (b->spec.mode == ZERO_BUCKETS_SCATTER ? b->es : 0) + (b->mixed ? sizeof(float) : 0);
+    size_t per = (b->spec.mode == ZERO_BUCKETS_SCATTER ? b->es : 0) + (b->mixed ? sizeof(float) : 0) +
+                 (b->wire16 ? 2 : 0);
     return b->stage_cap * per;
 }
 

@@ -61,6 +61,13 @@ uint64_t zero__buckets_staging_bytes(const zero_buckets *b);
  *    buckets are clamped to the model only.  Without overlap they reduce at
  *    flush; SCATTER without overlap reduces each bucket synchronously as it
  *    fills, which keeps its staging bounded.
+ *  - (issue 14) fp32 gradients with a 16-bit communication_data_type: each
+ *    slot also holds a 16-bit wire array (2 bytes an element, within the
+ *    staging budget; in-place modes borrow a slot for it, so their buckets
+ *    are bounded like 16-bit models'); the bucket is scaled, rounded into
+ *    it, reduced in 16 bits (stage 0: iallreducev over the same blocks),
+ *    widened, scaled back and added into the fp32 destination.  Never
+ *    direct_block.  docs/precision.md.
  *  - Time spent waiting for reductions (hooks and flush) is added to the
  *    engine's exposed_comm_seconds at flush; each flush at a reducing
  *    micro-step counts one reduction pass. */

@@ -7,7 +7,9 @@
  * the run.  With fp32 accumulation every stage forms the same fp32 sums and
  * takes the same overflow decisions.  Setting both to the model dtype gives
  * the 1.0 behaviour (16-bit gradient buffers, half the gradient memory).
- * docs/precision.md has the table. */
+ * communication_data_type fp16 / bf16 with fp32 accumulation (issue 14)
+ * sends the gradients over the wire in 16 bits.  docs/precision.md has the
+ * table. */
 #include <string.h>
 
 #include "config_internal.h"
@@ -54,17 +56,19 @@ int zero__cfg_parse_dtypes(zero__cfg_ctx *ctx, const json_t *root, zero_run_conf
     if (accum != ZERO_DTYPE_F32 && accum != rc->model_dtype)
         return zero__cfg_fail(ctx, "data_types.grad_accum_dtype: got \"%s\" with a %s model, expected fp32 or %s",
                               dtype_text(accum), dtype_text(rc->model_dtype), dtype_text(rc->model_dtype));
-    if (comm != ZERO_DTYPE_F32 && comm != rc->model_dtype)
-        return zero__cfg_fail(ctx, "communication_data_type: got \"%s\" with a %s model, expected fp32 or %s",
-                              dtype_text(comm), dtype_text(rc->model_dtype), dtype_text(rc->model_dtype));
-    /* The bucket engine delivers the reduced gradient in the dtype it
-     * accumulates in (16-bit: summed in fp32 and rounded once, the mean over
-     * ranks; fp32: the sum): a reduction in one dtype feeding an accumulator
-     * in another would need a second buffer per bucket, which no stage has. */
-    if (comm != accum)
+    /* fp32 accumulation: the wire may be 16-bit (issue 14: bf16 or fp16,
+     * whatever the model dtype; buckets.c wire_setup), half the bytes of
+     * fp32, summed in that dtype as DeepSpeed reduces in
+     * communication_data_type, and widened into the fp32 accumulator.
+     * 16-bit accumulation: the bucket engine forms fp32 sums and rounds
+     * them once into the accumulator's dtype, which is what travels back;
+     * another communication dtype would need a second buffer per bucket,
+     * which no stage has. */
+    if (accum != ZERO_DTYPE_F32 && comm != accum)
         return zero__cfg_fail(ctx, "communication_data_type: got \"%s\" while data_types.grad_accum_dtype is \"%s\", "
-                                   "expected the same dtype (libzero reduces in the accumulation dtype)",
-                              dtype_text(comm), dtype_text(accum));
+                                   "expected \"%s\" (with 16-bit accumulation libzero reduces into the accumulation "
+                                   "dtype; fp32 accumulation takes fp32, fp16 or bf16)",
+                              dtype_text(comm), dtype_text(accum), dtype_text(accum));
     rc->grad_accum_dtype = accum;
     rc->comm_dtype = comm;
     return 0;

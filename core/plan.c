@@ -52,12 +52,12 @@ static void ps_add(zero_core *c, zero_mem_tier t, zero_mem_tag g, uint64_t bytes
 static uint64_t ps_buckets_bytes(zero_core *c, const zero_bucket_spec *spec) {
     /* The bucket set's reductions also bring the MPI ring scratch, which the
      * engine accounts as ZERO_MEM_OTHER on the host tier (docs/memory.md):
-     * planned here, as an upper bound, for every plugin that plans buckets. */
+     * planned here, one reduction's set, for every plugin that plans buckets. */
     ps_add(c, ZERO_TIER_HOST, ZERO_MEM_OTHER,
            zero__plan_ring_scratch_bytes(&P(c)->layout.view, P(c)->layout.param_offset, P(c)->numel, P(c)->n, spec,
-                                         P(c)->rc->round_robin_gradients));
+                                         P(c)->rc->round_robin_gradients, P(c)->rc->comm_dtype));
     return zero__plan_buckets_bytes(&P(c)->layout.view, P(c)->layout.param_offset, P(c)->numel, spec,
-                                    P(c)->rc->round_robin_gradients);
+                                    P(c)->rc->round_robin_gradients, P(c)->rc->comm_dtype);
 }
 static zero_status ps_error(zero_core *c, zero_status s, const char *fmt, ...) {
     zero__plan_ctx *x = P(c);

@@ -19,7 +19,8 @@
  * smaller than planned, never larger.  SCATTER's double buffer is made at
  * create at its final size (buckets.c zero__buckets_create), so the replay
  * starts from those slots.  zero__plan_ring_scratch_bytes (at the end) is
- * not a replay but an upper bound (docs/planner.md). */
+ * not a replay: the largest single reduction's ring scratch, which the MPI
+ * progress engine's scratch budget makes the peak (docs/planner.md). */
 #include <limits.h>
 #include <stdlib.h>
 
@@ -169,21 +170,26 @@ static int acquire(sim *s, uint64_t n) {
     }
 }
 
+/* buckets.c wire_setup: fp32 gradients over a 16-bit communication dtype */
+static int wire16_of(zero_dtype gdt, zero_dtype comm_dtype) {
+    return gdt == ZERO_DTYPE_F32 && (comm_dtype == ZERO_DTYPE_BF16 || comm_dtype == ZERO_DTYPE_F16);
+}
+
 uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
-                                  const zero_bucket_spec *spec, int striped) {
+                                  const zero_bucket_spec *spec, int striped, zero_dtype comm_dtype) {
     (void)param_numel;
     if (!L || !spec || L->world <= 1 || L->flat_numel == 0) return 0; /* world 1 stages nothing */
     const zero_dtype gdt = spec->struct_size >= offsetof(zero_bucket_spec, grad_dtype) + sizeof(zero_dtype)
                                ? spec->grad_dtype
                                : ZERO_DTYPE_F32;
-    const int mixed = gdt != ZERO_DTYPE_F32;
-    if (spec->mode != ZERO_BUCKETS_SCATTER && !mixed) return 0; /* fp32 in-place modes allocate nothing */
+    const int mixed = gdt != ZERO_DTYPE_F32, wire16 = wire16_of(gdt, comm_dtype);
+    if (spec->mode != ZERO_BUCKETS_SCATTER && !mixed && !wire16) return 0; /* fp32 in-place modes allocate nothing */
     const uint64_t es = mixed ? 2 : 4;
-    const uint64_t per = (spec->mode == ZERO_BUCKETS_SCATTER ? es : 0) + (mixed ? 4 : 0);
+    const uint64_t per = (spec->mode == ZERO_BUCKETS_SCATTER ? es : 0) + (mixed ? 4 : 0) + (wire16 ? 2 : 0);
 
     uint64_t *nb_sz = NULL;
     uint32_t nb = 0;
-    const uint64_t B = effective(L, param_offset, spec, mixed, striped);
+    const uint64_t B = effective(L, param_offset, spec, mixed || wire16, striped);
     if (build(L, param_offset, spec, B, &nb_sz, &nb) != 0 || nb == 0) {
         free(nb_sz);
         return 0;
@@ -194,7 +200,7 @@ uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_of
         if (nb_sz[k] > slot_cap) slot_cap = nb_sz[k];
     if (spec->mode == ZERO_BUCKETS_SCATTER) { /* buckets.c staging_budget */
         const uint64_t saved = L->flat_numel > L->part_numel ? L->flat_numel - L->part_numel : 0;
-        const uint64_t budget = saved * es / (es + (mixed ? 4 : 0));
+        const uint64_t budget = saved * es / (es + (mixed ? 4 : 0) + (wire16 ? 2 : 0));
         s.budget = budget > slot_cap ? budget : slot_cap;
     } else {
         s.budget = UINT64_MAX;
@@ -253,14 +259,16 @@ static long plan_env_long(const char *name, long def, long lo, long hi) {
 }
 
 uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
-                                       uint32_t nparams, const zero_bucket_spec *spec, int striped) {
+                                       uint32_t nparams, const zero_bucket_spec *spec, int striped,
+                                       zero_dtype comm_dtype) {
     if (!L || !spec || L->world <= 1 || L->flat_numel == 0) return 0; /* world 1: no ring, no scratch */
     const zero_dtype gdt = spec->struct_size >= offsetof(zero_bucket_spec, grad_dtype) + sizeof(zero_dtype)
                                ? spec->grad_dtype
                                : ZERO_DTYPE_F32;
     const int mixed = gdt != ZERO_DTYPE_F32, scatter = spec->mode == ZERO_BUCKETS_SCATTER;
-    /* every bucket reduction runs in fp32 (buckets.c launch) */
-    const uint64_t esz = 4;
+    const int wire16 = wire16_of(gdt, comm_dtype);
+    /* bucket reductions run in fp32, or in the 16-bit wire dtype (buckets.c launch) */
+    const uint64_t esz = wire16 ? 2 : 4;
     const uint64_t chunk_bytes = (uint64_t)plan_env_long("ZERO_COMM_CHUNK_KB", 512, 4, 1L << 20) * 1024u;
     const uint64_t window = (uint64_t)plan_env_long("ZERO_COMM_WINDOW", 8, 1, 64);
     uint64_t chunk = chunk_bytes / esz ? chunk_bytes / esz : 1;
@@ -281,7 +289,7 @@ uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *par
         pm[i].group = g < 0 ? 0 : (uint32_t)g;
     }
     zero__bucket_plan bp = {0};
-    const uint64_t B = zero__bucket_plan_size(L, pm, spec->bucket_numel, scatter, mixed, striped);
+    const uint64_t B = zero__bucket_plan_size(L, pm, spec->bucket_numel, scatter, mixed || wire16, striped);
     uint64_t worst = 0;
     if (zero__bucket_plan_build(&bp, L, pm, B, scatter) == ZERO_OK) {
         for (uint32_t r = 0; r < N; r++) {
@@ -300,8 +308,14 @@ uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *par
                  * empty; forwarded partial sums take nbufs x maxc */
                 const uint64_t span = window * chunk < maxc ? window * chunk : maxc;
                 const uint64_t inplace = nbufs * maxc + (mine ? span : 0);
-                sum += inplace * esz;
-                if (both) sum += nbufs * maxc * esz; /* direct: recv is the partition */
+                /* the progress engine's scratch budget (comm_mpi_progress.c,
+                 * issue 14) keeps held + cached scratch at the largest single
+                 * reduction's need: the peak is a max, not a sum over the
+                 * reductions in flight.  The direct set (recv is the
+                 * partition) is nbufs x maxc, never more than in place. */
+                const uint64_t need = (inplace > nbufs * maxc ? inplace : nbufs * maxc) * esz;
+                if (need > sum) sum = need;
+                (void)both;
             }
             if (sum > worst) worst = sum;
         }

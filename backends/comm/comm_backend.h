@@ -95,8 +95,9 @@ struct zero_comm_req {
  *    sum(counts[0..b))); recv receives this rank's block, the elementwise SUM
  *    over ranks.  recv may alias this rank's block of send (in place).  The
  *    summation order is fixed by the algorithm, so results are bitwise
- *    repeatable for a given world size and counts.  BF16/F16 sums are
- *    ZERO_ERR_UNSUPPORTED.
+ *    repeatable for a given world size and counts.  BF16/F16 sums (issue
+ *    14: the bucket engine's 16-bit wire) round to the dtype at every
+ *    addition (MPI ring: fp32 add, RNE; NCCL: its own 16-bit sum).
  *  - iallgatherv: send holds counts[rank] elements; recv receives every
  *    block at its offset.  send may alias recv's own block (in place).
  *  - counts may contain zeros; counts must be identical on every rank.

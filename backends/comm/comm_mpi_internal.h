@@ -48,6 +48,12 @@ typedef struct zm_engine {
     void *cache[ZM_CACHE_SLOTS];
     size_t cache_bytes[ZM_CACHE_SLOTS];
     size_t cache_cap;          /* ZERO_COMM_SCRATCH_CACHE_MB: most bytes kept cached */
+    /* scratch budget (issue 14): the bytes of ring scratch this world holds
+     * (in use by ops + cached) stay within the largest single op's need, so
+     * the accounted comm scratch is a function of the buckets, not of how
+     * many reductions timing leaves in flight (zero__zm_scratch_acquire_locked) */
+    size_t scratch_live;       /* held by ops (between acquire and release) */
+    size_t scratch_budget;     /* largest scratch need of any op so far */
     struct zero_engine *engine;
     /* issue 17: bounded waits (comm_wait.h).  timeout_s is written under
      * lock and read at the start of each wait.  `failed` is sticky: once a
@@ -93,6 +99,8 @@ typedef struct zm_ring {
     size_t *counts, *displ; /* n each, owned by the op */
     char *buf[2];           /* RS temporaries (inside scratch) */
     char *slots;            /* RS in place: `window` chunk slots for the last step (inside scratch) */
+    int nbufs;              /* RS: partial-sum block buffers in scratch (0..2), each maxc elements */
+    size_t maxc;            /* RS: largest block, elements */
     int recv_into_out;      /* RS: final step receives straight into recv */
     int then_allgather;     /* allreduce = this reduce-scatter, then an in-place ring allgather */
     zm_cursor rpost, rdone, spost, sdone, end;
@@ -119,7 +127,9 @@ struct zm_op {
     /* ring */
     zm_ring ring;
     void *scratch;
-    size_t scratch_bytes;
+    size_t scratch_bytes;  /* size of the block held (a cached block may exceed the need) */
+    size_t scratch_need;   /* bytes the reduce-scatter phase needs (0: none); taken at the op's first
+                              advance within the world's budget, released when that phase ends */
 };
 
 static inline zm_comm *ZM(zero_comm *m) { return (zm_comm *)m; }
@@ -169,6 +179,21 @@ int zero__zm_forsake_locked(zm_engine *pe, zm_comm *c);
 void zero__zm_op_describe_locked(const zm_op *op, char *buf, size_t len);
 void *zero__zm_scratch_get_locked(zm_engine *pe, size_t bytes, size_t *got);
 void zero__zm_scratch_put_locked(zm_engine *pe, void *p, size_t bytes);
+/* Scratch budget (issue 14).  Give op its op->scratch_need bytes if the
+ * world's scratch (held + cached) stays within pe->scratch_budget (the
+ * largest need of any op so far; cached blocks are evicted to make room):
+ * returns 1 (op->scratch set; NULL with need 0 never happens) or 0 = not
+ * now, try again at a later advance.  An op waits only while an EARLIER op
+ * of its own communicator holds or awaits scratch: that op needs nothing
+ * from later ones, every rank issues a communicator's ops in the same
+ * order, so the earliest waiting op always gets its scratch once the ops
+ * before it finish (no deadlock); an op whose only competitors belong to
+ * other communicators allocates past the budget instead of waiting on an
+ * order no rank agreed on.  -1: out of memory. */
+int zero__zm_scratch_acquire_locked(zm_engine *pe, zm_op *op);
+/* Hand op's scratch back (to the cache or free) and drop it from the held
+ * bytes; called as soon as the reduce-scatter phase completes. */
+void zero__zm_scratch_release_locked(zm_engine *pe, zm_op *op);
 zero_status zero__zm_wait(zero_comm_req *req);
 zero_status zero__zm_test(zero_comm_req *req, int *done);
 

@@ -243,6 +243,7 @@ void zero__zm_abandon_locked(zm_engine *pe, zm_comm *c) {
             op->done = 1;
             op->status = ZERO_ERR_COMM;
             snprintf(op->err, sizeof op->err, "comm: MPI was finalized while this operation was in flight");
+            if (op->scratch) pe->scratch_live -= op->scratch_bytes; /* leaked, out of the budget's count */
             op->scratch = NULL; /* MPI may still own it: never reuse */
             list_remove(pe, op);
             zero__zm_busy_end(c);
@@ -269,6 +270,69 @@ void *zero__zm_scratch_get_locked(zm_engine *pe, size_t bytes, size_t *got) {
      * from allocation until freed (cached ones included; docs/memory.md) */
     if (p) zero__engine_note_scratch(pe->engine, ZERO_TIER_HOST, (int64_t)bytes);
     return p;
+}
+
+/* Bytes in the scratch cache. */
+static size_t cached_bytes(const zm_engine *pe) {
+    size_t t = 0;
+    for (int i = 0; i < ZM_CACHE_SLOTS; ++i) t += pe->cache_bytes[i];
+    return t;
+}
+
+/* Free the smallest cached block; 0 when the cache is empty. */
+static int evict_smallest(zm_engine *pe) {
+    int small = -1;
+    for (int i = 0; i < ZM_CACHE_SLOTS; ++i)
+        if (pe->cache[i] && (small < 0 || pe->cache_bytes[small] > pe->cache_bytes[i])) small = i;
+    if (small < 0) return 0;
+    zero__engine_note_scratch(pe->engine, ZERO_TIER_HOST, -(int64_t)pe->cache_bytes[small]);
+    free(pe->cache[small]);
+    pe->cache[small] = NULL;
+    pe->cache_bytes[small] = 0;
+    return 1;
+}
+
+int zero__zm_scratch_acquire_locked(zm_engine *pe, zm_op *op) {
+    const size_t need = op->scratch_need;
+    if (need > pe->scratch_budget) pe->scratch_budget = need;
+    /* earlier ops of the same communicator: one holding scratch may make
+     * us wait; one still waiting for scratch goes first (issue order) */
+    int holder = 0;
+    for (zm_op *p = pe->head; p && p != op; p = p->next) {
+        if (p->base.comm != op->base.comm || p->done) continue;
+        if (p->scratch) holder = 1;
+        else if (p->scratch_need && p->kind == ZM_OP_RS_RING) return 0;
+    }
+    /* a cached block that fits keeps held + cached as it is */
+    int best = -1;
+    for (int i = 0; i < ZM_CACHE_SLOTS; ++i)
+        if (pe->cache[i] && pe->cache_bytes[i] >= need && (best < 0 || pe->cache_bytes[i] < pe->cache_bytes[best]))
+            best = i;
+    if (best < 0) {
+        if (pe->scratch_live + need > pe->scratch_budget) {
+            if (holder) return 0; /* the earlier op's completion frees room */
+            zero__log(pe->engine, ZERO_LOG_DEBUG,
+                      "comm: ring scratch past the budget (%zu + %zu > %zu bytes): held by another communicator's "
+                      "operations", pe->scratch_live, need, pe->scratch_budget);
+        }
+        /* make room in the cache first, so that held + cached stays in budget */
+        while (pe->scratch_live + cached_bytes(pe) + need > pe->scratch_budget && evict_smallest(pe)) {
+        }
+    }
+    size_t got = 0;
+    op->scratch = zero__zm_scratch_get_locked(pe, need, &got);
+    if (!op->scratch) return -1;
+    op->scratch_bytes = got;
+    pe->scratch_live += got;
+    return 1;
+}
+
+void zero__zm_scratch_release_locked(zm_engine *pe, zm_op *op) {
+    if (!op->scratch) return;
+    pe->scratch_live -= op->scratch_bytes;
+    zero__zm_scratch_put_locked(pe, op->scratch, op->scratch_bytes);
+    op->scratch = NULL;
+    op->scratch_bytes = 0;
 }
 
 void zero__zm_scratch_put_locked(zm_engine *pe, void *p, size_t bytes) {
@@ -419,6 +483,7 @@ int zero__zm_forsake_locked(zm_engine *pe, zm_comm *c) {
             list_remove(pe, op);
             zero__zm_busy_end(c);
             if (!op->orphaned) c->outstanding--;
+            if (op->scratch) pe->scratch_live -= op->scratch_bytes; /* leaked below: out of the budget's count */
             /* Leaked on purpose: MPI may still write into the op's scratch,
              * receive buffers and counts (a cancel can fail once a message
              * has matched). */

@@ -22,7 +22,14 @@
  * none for N = 2); the last step lands in recv directly or, in place, in a
  * ring of `window` chunk slots that are summed into recv on arrival (at
  * most one block's worth: min(block, window x chunk) elements).  Scratch is
- * accounted as ZERO_MEM_OTHER, host tier (docs/memory.md).
+ * accounted as ZERO_MEM_OTHER, host tier (docs/memory.md), and budgeted
+ * (issue 14): an op takes it at its first advance, only while the world's
+ * scratch (held + cached) stays within the largest single op's need, else
+ * after the earlier ops of its communicator release theirs, which they do
+ * the moment their reduce-scatter phase ends (an allreduce's all-gather
+ * phase needs none).  So the scratch peak is one op's, however many
+ * reductions the bucket engine has in flight (stage 3's backward delays
+ * completions: it held two sets where stage 2 held one).
  * Deadlock freedom: a receive into a buffer waits only for the send that
  * read the same chunk of that buffer one step earlier, and a send waits only
  * for the receive of the same chunk one step earlier; both are earlier in
@@ -86,7 +93,31 @@ static void fail(zm_op *op, int rc, const char *what) {
     op->done = 1;
     /* Requests still posted may write into our buffers later: never hand
      * those buffers back (leak them rather than risk corrupting memory). */
+    if (op->scratch) ZM(op->base.comm)->pe->scratch_live -= op->scratch_bytes; /* out of the budget's count */
     op->scratch = NULL;
+}
+
+/* The reduce-scatter phase is over: its scratch goes back at once (not when
+ * the caller frees the request), so the next op of the budget can start. */
+static void rs_phase_done(zm_op *op) { zero__zm_scratch_release_locked(ZM(op->base.comm)->pe, op); }
+
+/* Take the reduce-scatter's scratch within the world's budget (progress
+ * engine); returns 1 when the op may post messages, 0 to try again later. */
+static int rs_scratch_ready(zm_op *op) {
+    zm_ring *g = &op->ring;
+    if (op->kind != ZM_OP_RS_RING || !op->scratch_need || op->scratch) return 1;
+    int got = zero__zm_scratch_acquire_locked(ZM(op->base.comm)->pe, op);
+    if (got < 0) {
+        op->status = ZERO_ERR_OUT_OF_MEMORY;
+        snprintf(op->err, sizeof op->err, "comm: out of memory for %zu bytes of ring scratch", op->scratch_need);
+        op->done = 1;
+        return 0;
+    }
+    if (!got) return 0;
+    g->buf[0] = op->scratch;
+    g->buf[1] = g->nbufs > 1 ? (char *)op->scratch + g->maxc * g->esz : g->buf[0];
+    g->slots = (char *)op->scratch + (size_t)g->nbufs * g->maxc * g->esz;
+    return 1;
 }
 
 /* Where the receive (k, j) lands. */
@@ -268,6 +299,7 @@ static int ring_advance(zm_op *op) {
     zm_ring *g = &op->ring;
     MPI_Comm comm = ZM(op->base.comm)->comm;
     int moved = 0, again = 1, rc, flag;
+    if (!rs_scratch_ready(op)) return op->done; /* waits for the scratch budget (or failed) */
     while (again && !op->done) {
         again = 0;
         while (g->rcount > 0) {
@@ -314,6 +346,7 @@ static int ring_advance(zm_op *op) {
             again = 1;
         }
         if (at_end(g, g->rdone) && at_end(g, g->sdone)) {
+            if (op->kind == ZM_OP_RS_RING) rs_phase_done(op);
             if (g->then_allgather && use_direct(op)) {
                 g->then_allgather = 0;
                 g->recv = (char *)g->send; /* the whole buffer now */
@@ -347,7 +380,7 @@ int zero__zm_op_advance_locked(zm_op *op) {
 }
 
 void zero__zm_op_free_locked(zm_engine *pe, zm_op *op) {
-    if (op->scratch) zero__zm_scratch_put_locked(pe, op->scratch, op->scratch_bytes);
+    zero__zm_scratch_release_locked(pe, op);
     free(op->ring.counts);
     free(op->reqs);
     free(op->req_peer);
@@ -437,12 +470,14 @@ zero_status zero__zm_iallreduce(zero_comm *m, void *buf, size_t count, zero_dtyp
                                 zero_comm_req **req) {
     zm_comm *c = ZM(m);
     MPI_Datatype t = zero__zm_datatype(dt, 1);
-    if (t == MPI_DATATYPE_NULL)
+    /* MPI has no 16-bit float sum: bf16/fp16 sums always take our ring */
+    const int sum16 = rop == ZERO_OP_SUM && (dt == ZERO_DTYPE_BF16 || dt == ZERO_DTYPE_F16);
+    if (t == MPI_DATATYPE_NULL && !sum16)
         return zero__error(m->engine, zero__dtype_size(dt) ? ZERO_ERR_UNSUPPORTED : ZERO_ERR_INVALID_ARGUMENT,
                            "comm: iallreduce of dtype %d is not supported", dt);
     MPI_Op mop = rop == ZERO_OP_SUM ? MPI_SUM : rop == ZERO_OP_MAX ? MPI_MAX : rop == ZERO_OP_MIN ? MPI_MIN : MPI_OP_NULL;
     if (mop == MPI_OP_NULL) return zero__error(m->engine, ZERO_ERR_INVALID_ARGUMENT, "comm: unknown reduce op %d", rop);
-    if (rop == ZERO_OP_SUM && zero__comm_dtype_summable(dt) && !c->pe->native_allreduce) {
+    if (sum16 || (rop == ZERO_OP_SUM && zero__comm_dtype_summable(dt) && !c->pe->native_allreduce)) {
         size_t *counts = malloc((size_t)m->size * sizeof *counts);
         if (!counts) return ZERO_ERR_OUT_OF_MEMORY;
         for (int b = 0; b < m->size; ++b)
@@ -564,16 +599,12 @@ static zero_status rs_setup(zm_comm *c, zm_op *op) {
     size_t slot_span = (size_t)g->window * g->chunk;
     if (slot_span > maxc) slot_span = maxc;
     size_t slots_elems = g->recv_into_out ? 0 : slot_span;
-    if ((nbufs > 0 || slots_elems > 0) && maxc) {
-        size_t bytes = ((size_t)nbufs * maxc + slots_elems) * g->esz;
-        pthread_mutex_lock(&c->pe->lock);
-        op->scratch = zero__zm_scratch_get_locked(c->pe, bytes, &op->scratch_bytes);
-        pthread_mutex_unlock(&c->pe->lock);
-        if (!op->scratch) return ZERO_ERR_OUT_OF_MEMORY;
-        g->buf[0] = op->scratch;
-        g->buf[1] = nbufs > 1 ? (char *)op->scratch + maxc * g->esz : g->buf[0];
-        g->slots = (char *)op->scratch + (size_t)nbufs * maxc * g->esz;
-    }
+    /* taken at the op's first advance, within the world's scratch budget
+     * (zero__zm_scratch_acquire_locked), and released when this phase ends */
+    g->nbufs = nbufs;
+    g->maxc = maxc;
+    if ((nbufs > 0 || slots_elems > 0) && maxc) op->scratch_need = ((size_t)nbufs * maxc + slots_elems) * g->esz;
+    (void)c;
     return ZERO_OK;
 }
 
@@ -627,7 +658,7 @@ static zero_status ring_allreduce(zero_comm *m, void *buf, const size_t *counts,
  * ZERO_COMM_ALLREDUCE=mpi and non-summable types keep MPI's own allreduce. */
 zero_status zero__zm_iallreducev(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req) {
     zm_comm *c = ZM(m);
-    if (!zero__comm_dtype_summable(dt) || c->pe->native_allreduce) {
+    if (!zero__comm_dtype_summable(dt) || (c->pe->native_allreduce && dt != ZERO_DTYPE_BF16 && dt != ZERO_DTYPE_F16)) {
         size_t total = 0;
         for (int b = 0; b < m->size; ++b) total += counts[b];
         return zero__zm_iallreduce(m, buf, total, dt, ZERO_OP_SUM, req);

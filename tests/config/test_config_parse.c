@@ -705,7 +705,8 @@ static void test_files(void) {
 
 /* data_types.grad_accum_dtype / communication_data_type (config_dtypes.c):
  * fp32 by default whatever the model dtype, the model dtype on request,
- * communication following the accumulation unless set, no other mix. */
+ * communication following the accumulation unless set; a 16-bit wire only
+ * with fp32 accumulation (issue 14), no other mix. */
 static void test_grad_dtypes(void) {
     static const struct {
         const char *json;
@@ -723,6 +724,10 @@ static void test_grad_dtypes(void) {
          "\"communication_data_type\":\"fp32\"}",
          ZERO_DTYPE_F32, ZERO_DTYPE_F32},
         {"{\"communication_data_type\":null}", ZERO_DTYPE_F32, ZERO_DTYPE_F32},
+        /* issue 14: fp32 accumulation over a 16-bit wire, any model dtype */
+        {"{\"fp16\":{\"enabled\":true},\"communication_data_type\":\"fp16\"}", ZERO_DTYPE_F32, ZERO_DTYPE_F16},
+        {"{\"communication_data_type\":\"bf16\"}", ZERO_DTYPE_F32, ZERO_DTYPE_BF16},
+        {"{\"bf16\":{\"enabled\":true},\"communication_data_type\":\"fp16\"}", ZERO_DTYPE_F32, ZERO_DTYPE_F16},
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         zero__config *c = parse_ok(good[i].json, 1);
@@ -740,8 +745,9 @@ static void test_grad_dtypes(void) {
               "data_types.grad_accum_dtype: got \"bf16\" with a fp16 model");
     parse_bad("{\"data_types\":{\"grad_accum_dtype\":\"int8\"}}", 1,
               "data_types.grad_accum_dtype: got \"int8\", expected one of fp32, fp16, bf16");
-    parse_bad("{\"fp16\":{\"enabled\":true},\"communication_data_type\":\"fp16\"}", 1,
-              "communication_data_type: got \"fp16\" while data_types.grad_accum_dtype is \"fp32\"");
+    parse_bad("{\"fp16\":{\"enabled\":true},\"data_types\":{\"grad_accum_dtype\":\"fp16\"},"
+              "\"communication_data_type\":\"fp32\"}",
+              1, "communication_data_type: got \"fp32\" while data_types.grad_accum_dtype is \"fp16\"");
     parse_bad("{\"communication_data_type\":7}", 1, "communication_data_type: got 7");
 }
 

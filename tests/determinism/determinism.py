@@ -26,7 +26,10 @@ With --once-per-window (zero_optimization.reduce_once_per_window: stage
 locally and reduce once) accumulation > 1 splits the plugins into the two
 documented families: bitwise inside each, --tol (relative, on the fp64
 digest) across them.  --grad-accum-dtype bf16 keeps the gradients in the
-model dtype (data_types.grad_accum_dtype).
+model dtype (data_types.grad_accum_dtype).  --comm-dtype bf16|fp16 sends
+fp32 gradients over a 16-bit wire (communication_data_type, issue 14):
+every plugin must still be bitwise stage0, and --wire-bytes checks that the
+wire carries half the bytes of an fp32 one.
 
 Prints one line per run and a table of (N, plugin) -> bits, seconds; exits
 1 on any mismatch, 2 on a failed run.  --json FILE writes the figures.
@@ -79,6 +82,10 @@ def make_config(a):
     if a.grad_accum_dtype:
         cfg["data_types"] = {"grad_accum_dtype": a.grad_accum_dtype}
         cfg["communication_data_type"] = a.grad_accum_dtype
+    if a.comm_dtype:
+        cfg["communication_data_type"] = a.comm_dtype
+    if a.predivide:
+        cfg["gradient_predivide_factor"] = a.predivide
     if a.once_per_window:
         cfg["zero_optimization"]["reduce_once_per_window"] = True
     if a.nvme:
@@ -136,7 +143,8 @@ def run_one(a, np_, plugin, rep, cfg_path):
         sys.exit(2)
     d = s["digest"]
     return {"np": np_, "plugin": plugin, "rep": rep, "bits": d["bits"], "sum": d["sum"], "sumsq": d["sumsq"],
-            "abssum": d["abssum"], "loss1": s["losses"][0], "norm1": s["grad_norms"][0], "seconds": dt}
+            "abssum": d["abssum"], "loss1": s["losses"][0], "norm1": s["grad_norms"][0], "seconds": dt,
+            "bytes_reduced": s["comm"]["bytes_reduced"]}
 
 
 def rel(a, b):
@@ -160,6 +168,12 @@ def main():
     p.add_argument("--zero-stage", type=int, default=2, help="config stage (offload's partitioning)")
     p.add_argument("--grad-accum-dtype", choices=["", "fp32", "bf16"], default="",
                    help="data_types.grad_accum_dtype (and communication_data_type); default: the config default fp32")
+    p.add_argument("--comm-dtype", choices=["", "fp32", "bf16", "fp16"], default="",
+                   help="communication_data_type alone (issue 14: a 16-bit wire with fp32 accumulation)")
+    p.add_argument("--predivide", type=float, default=0.0, help="gradient_predivide_factor (0: not set)")
+    p.add_argument("--wire-bytes", action="store_true",
+                   help="with a 16-bit --comm-dtype: one more run per plugin at the first N with an fp32 wire; "
+                        "the 16-bit run must reduce half the bytes (to the scalar all-reduces)")
     p.add_argument("--once-per-window", action="store_true",
                    help="zero_optimization.reduce_once_per_window: the two accumulation families, --tol across")
     p.add_argument("--nvme", default="", help="offload_optimizer {device: nvme, nvme_path: DIR} (stage 3)")
@@ -186,6 +200,7 @@ def main():
     if plugins[0] != "stage0":
         plugins = ["stage0"] + [x for x in plugins if x != "stage0"]
     print(f"determinism: {a.precision} gas={a.gas} grad_accum_dtype={a.grad_accum_dtype or 'default'} "
+          f"comm={a.comm_dtype or 'default'} "
           f"{'once-per-window ' if a.once_per_window else ''}"
           f"bucket={a.bucket or 'default'} stage-key={a.zero_stage} "
           f"steps={a.steps} repeats={a.repeats} jitter={a.jitter}us N={nps}")
@@ -223,6 +238,24 @@ def main():
                 if rel(r0, ref) > a.tol:
                     failures.append(f"N={np_} {plugin}: {rel(r0, ref):.3g} from stage0 (tol {a.tol})")
             fam_bits.setdefault(fam, r0["bits"])
+            if a.wire_bytes and np_ == nps[0] and np_ > 1:
+                # the same run over an fp32 wire: bucket reductions carry
+                # twice the bytes; the small all-reduces outside the bucket
+                # engine (norm and overflow in fp64; stage 3's gather-order
+                # checks) are the same in both: under 1 % here
+                b = dict(vars(a))
+                b["comm_dtype"] = "fp32"
+                b["predivide"] = 0.0
+                cfg32 = os.path.join(a.out, "config-fp32-wire.json")
+                json.dump(make_config(argparse.Namespace(**b)), open(cfg32, "w"), indent=1)
+                r32 = run_one(a, np_, plugin, "fp32wire", cfg32)
+                b16, b32 = r0["bytes_reduced"], r32["bytes_reduced"]
+                scalar = 2 * b16 - b32  # = the bytes that did not halve
+                print(f"  N={np_:<3} {plugin:<10} bytes reduced: {b16} over the {a.comm_dtype} wire, {b32} over fp32 "
+                      f"(ratio {b16 / max(b32, 1):.4f}; {scalar} bytes outside the bucket engine)")
+                if not (0 <= scalar <= 0.01 * b32):
+                    failures.append(f"N={np_} {plugin}: {b16} bytes over the 16-bit wire vs {b32} over fp32: "
+                                    f"not half")
         if a.json:  # after every N, so that a sweep cut short still leaves its figures
             json.dump({"args": vars(a), "runs": results, "failures": failures, "complete": False},
                       open(a.json, "w"), indent=1)

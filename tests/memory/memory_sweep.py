@@ -8,13 +8,16 @@ DeepSpeed's default buffer sizes and checks, on the maximum over ranks:
   * accounted peak (zero_memory_stats device peak_total: model states,
     buckets, gather buffers):
         stage0 >= stage1 >= stage2 >= stage3, exactly;
-    the host-tier comm scratch ('other': MPI ring temporaries, one set per
-    collective in flight) is printed but not ordered: how many reductions
-    overlap is still a matter of timing (docs/memory.md, "not done");
     offload (ZeRO-2 with the optimizer on the host) counts its device tier
     only:  offload.device <= stage2's.
+  * the host-tier comm scratch ('other': MPI ring temporaries, held and
+    cached), which the progress engine's scratch budget keeps at one
+    reduction's need however many are in flight (docs/memory.md):
+        stage0 >= stage1 >= stage2 >= stage3, exactly, and offload's
+    <= stage2's (before the budget stage 3 held two sets where stage 2 held
+    one: 600,064 vs 300,032 bytes at 300k params, N = 4);
   * measured growth of resident memory (VmHWM at the end minus VmRSS before
-    zero_engine_create) less the accounted comm scratch: the same order, within a tolerance of
+    zero_engine_create), scratch included: the same order, within a tolerance of
     max(4 MiB, 3 %) for what the accountant cannot see (plugin code, MPI's
     own buffers, malloc arenas); offload's resident growth is not ordered
     (it is host + device here; only its device tier counts, as above).
@@ -73,13 +76,16 @@ def main():
         for a, b in zip(PLUGINS[:3], PLUGINS[1:4]):
             if r[b]["acc"] > r[a]["acc"]:
                 failures.append(f"{where}: accounted peak {b} {r[b]['acc']} > {a} {r[a]['acc']}")
-            # resident growth net of the (accounted, host) comm scratch,
-            # which is not ordered yet (see the docstring)
-            ra = r[a]["rss_growth"] - r[a]["other_peak"]
-            rb = r[b]["rss_growth"] - r[b]["other_peak"]
+            if r[b]["other_peak"] > r[a]["other_peak"]:
+                failures.append(f"{where}: comm scratch peak {b} {r[b]['other_peak']} > {a} {r[a]['other_peak']}")
+            ra = r[a]["rss_growth"]
+            rb = r[b]["rss_growth"]
             tol = max(RSS_TOL_ABS, RSS_TOL_REL * ra)
             if rb > ra + tol:
-                failures.append(f"{where}: resident growth less comm scratch {b} {rb} > {a} {ra} + {int(tol)}")
+                failures.append(f"{where}: resident growth {b} {rb} > {a} {ra} + {int(tol)}")
+        if r["offload"]["other_peak"] > r["stage2"]["other_peak"]:
+            failures.append(f"{where}: offload comm scratch peak {r['offload']['other_peak']} > stage2 "
+                            f"{r['stage2']['other_peak']}")
         if r["offload"]["dev_peak"] > r["stage2"]["dev_peak"]:
             failures.append(f"{where}: offload device peak {r['offload']['dev_peak']} > stage2 "
                             f"{r['stage2']['dev_peak']}")

@@ -17,7 +17,11 @@
  *     bytes in the host tier), e.g. stage 3 holds
  *     (2 + 2 + 12) Psi / N (2-byte shard and gradient partition, 4-byte
  *     master, 8 bytes of states) plus the persistent small params;
- *  F. bf16/fp16 checkpoints of every stage resume bitwise.
+ *  F. bf16/fp16 checkpoints of every stage resume bitwise;
+ *  G. fp16 on the wire with fp32 accumulation (communication_data_type,
+ *     issue 14): pre-divided by the world by default, it skips exactly the
+ *     fp32 wire's steps where the raw sum (gradient_predivide_factor 1)
+ *     overflows; every plugin bitwise stage0.
  * Usage: test_precision [steps] */
 #include <math.h>
 #include <mpi.h>
@@ -318,6 +322,76 @@ static void overflow_injection(void) {
     }
 }
 
+/* G. (issue 14) fp16 on the wire with fp32 accumulation
+ * (communication_data_type "fp16").  A sum of N fp16 gradients can reach N
+ * times the largest one, which the loss scaler keeps below 65504 only for
+ * one rank's; libzero pre-divides by the world size by default, so every
+ * partial sum of the ring stays within one rank's range: the run skips
+ * exactly the steps the fp32 wire skips.  gradient_predivide_factor 1
+ * (DeepSpeed's default factor) sums raw fp16 values: at a loss scale where
+ * one rank's gradient fits fp16 but N of them do not, the wire overflows,
+ * and the step is skipped (found by every stage alike).  Every plugin on
+ * the fp16 wire is bitwise stage0. */
+static int skips(const prec_out *o) {
+    int n = 0;
+    for (int s = 0; s < o->nsteps; s++) n += o->overflow[s];
+    return n;
+}
+
+static void fp16_wire(void) {
+    if (world_ < 2) return;
+    /* scale powers measured on this host's model: at `tight` one rank's
+     * scaled gradient fits fp16 and the raw sum of N does not (N = 2 needs
+     * one doubling more); at 16 even one rank's overflows on some steps */
+    const int tight = world_ == 2 ? 15 : 14, powers[2] = {tight, 16};
+    static char fp16[160];
+    for (int pi = 0; pi < 2; pi++) {
+        prec_cfg c = prec_default_cfg();
+        c.dtype = ZERO_DTYPE_F16;
+        c.steps = 6;
+        c.gas = 1;
+        snprintf(fp16, sizeof fp16, "{\"enabled\": true, \"initial_scale_power\": %d, \"hysteresis\": 1}",
+                 powers[pi]);
+        c.fp16_json = fp16;
+        prec_out o32, o1, o16[NSTAGES];
+        c = on_stage(c, 2); /* stage2 for the fp32-wire and predivide-1 references */
+        prec_run(&c, &o32);
+        c.extra_json = "\"communication_data_type\": \"fp16\", \"gradient_predivide_factor\": 1.0";
+        prec_run(&c, &o1);
+        c.extra_json = "\"communication_data_type\": \"fp16\"";
+        for (int i = 0; i < NSTAGES; i++) {
+            prec_cfg ci = on_stage(c, i);
+            prec_run(&ci, &o16[i]);
+        }
+        if (ran(&o32, "fp32 wire") && ran(&o1, "fp16 wire predivide 1") && ran(&o16[0], "fp16 wire stage0")) {
+            if (rank_ == 0)
+                printf("N=%d fp16 wire, scale 2^%d: skipped steps: fp32 wire %d, fp16 wire %d, fp16 wire with "
+                       "gradient_predivide_factor 1: %d\n",
+                       world_, powers[pi], skips(&o32), skips(&o16[0]), skips(&o1));
+            int same = o16[0].nsteps == o32.nsteps;
+            for (int st = 0; same && st < o32.nsteps; st++) same = o16[0].overflow[st] == o32.overflow[st];
+            CHECK(same, "N=%d 2^%d: the fp16 wire (pre-divided by the world) skips other steps than the fp32 wire",
+                  world_, powers[pi]);
+            if (pi == 0)
+                CHECK(skips(&o32) == 0 && skips(&o1) > 0,
+                      "N=%d 2^%d: expected the raw fp16 sum (predivide 1) to overflow where one rank's gradient "
+                      "does not (skips: fp32 wire %d, predivide 1 %d)",
+                      world_, powers[pi], skips(&o32), skips(&o1));
+            for (int i = 1; i < NSTAGES; i++) {
+                if (!ran(&o16[i], STAGES[i].plugin)) continue;
+                int eq = o16[i].nsteps == o16[0].nsteps && o16[i].numel == o16[0].numel &&
+                         memcmp(o16[i].params, o16[0].params, o16[0].numel * sizeof(float)) == 0;
+                for (int st = 0; eq && st < o16[0].nsteps; st++) eq = o16[i].overflow[st] == o16[0].overflow[st];
+                CHECK(eq, "N=%d 2^%d fp16 wire: %s differs from stage0 (params or skipped steps)", world_,
+                      powers[pi], STAGES[i].plugin);
+            }
+        }
+        prec_free(&o32);
+        prec_free(&o1);
+        for (int i = 0; i < NSTAGES; i++) prec_free(&o16[i]);
+    }
+}
+
 /* D. Lion and Adagrad through the engine */
 static void optimizers(int steps) {
     static const char *types[2] = {"{\"type\": \"Lion\", \"params\": {\"lr\": 0.001, \"weight_decay\": 0.1}}",
@@ -506,6 +580,7 @@ int main(int argc, char **argv) {
     lamb();
     memory_formulas();
     checkpoints();
+    fp16_wire();
     int rc = check_finish();
     MPI_Finalize();
     return rc;
