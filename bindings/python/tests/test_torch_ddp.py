@@ -276,6 +276,20 @@ def dlpack_views():
         del t
     gc.collect()
     check(_dlpack.live() == base, "dlpack capsules released: %d held" % (_dlpack.live() - base))
+    # a whole training with every libzero buffer wrapped as on CUDA (grad buffers, stage 3 gathers, views)
+    ref = train_ddp("mlp", 10)
+    zt.ZeroEngine.DLPACK_ON_CPU = True
+    try:
+        for st, storage in ((2, "host"), (3, "host"), (2, "libzero")):
+            got, _ = train_zero("mlp", 10, st, storage=storage)
+            d = rel(got, ref)
+            check(d <= 1e-5, "DLPack-wrapped stage %s (%s): rel %.3e" % (st, storage, d))
+    finally:
+        zt.ZeroEngine.DLPACK_ON_CPU = False
+    gc.collect()
+    check(_dlpack.live() == base, "dlpack capsules released after training: %d held" % (_dlpack.live() - base))
+    if RANK == 0:
+        print("N=%d DLPack-wrapped training (stage 2, 3, 2 views) == DDP+AdamW: ok" % WORLD)
 
 
 def grad_accumulation(steps):

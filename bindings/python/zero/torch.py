@@ -231,6 +231,10 @@ class _Optimizer:
 class ZeroEngine:
     """A model trained by libzero (returned by initialize)."""
 
+    # Tests: wrap host memory through DLPack too, as on CUDA, so that the CUDA
+    # path's tensor wrapping runs a whole training on a machine without a GPU.
+    DLPACK_ON_CPU = False
+
     def __init__(self, model, config, plugin=None, model_parameters=None, process_group=None, log=None,
                  param_storage="host", device=None, raise_on_nonfinite=True, comm="auto"):
         if param_storage not in ("host", "libzero"):
@@ -332,7 +336,7 @@ class ZeroEngine:
     def _tensor_at(self, address, numel, dtype):
         """A 1-D torch tensor over libzero's memory at `address` (no copy):
         host memory through a ctypes buffer, device memory through DLPack."""
-        if not self._cuda:
+        if not self._cuda and not self.DLPACK_ON_CPU:
             nbytes = numel * torch.empty(0, dtype=dtype).element_size()
             return torch.frombuffer((ctypes.c_char * nbytes).from_address(address), dtype=dtype)
         return _dlpack_tensor(address, numel, dtype, self.device)
