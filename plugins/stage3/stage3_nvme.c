@@ -126,3 +126,85 @@ void zero__s3_nvme_close(zero__s3_nvme *f) {
     close(f->fd);
     free(f);
 }
+
+/* ---- byte ranges (offload_param.device "nvme": the 16-bit shard file) ------
+ * The shard is one contiguous run of bytes in the file (element e at e *
+ * esize), so a parameter's piece or a step tile is any byte range.  With
+ * O_DIRECT only whole aligned blocks move: a range is read as the aligned
+ * blocks covering it (the caller's data then starts `off % ALIGN` into the
+ * buffer), and written the same way after the partial blocks at its two ends
+ * were read back in (read-modify-write; ranges are written one at a time, so
+ * the neighbours' bytes are current). */
+
+static uint64_t down(uint64_t x) { return x / ZERO__S3_NVME_ALIGN * ZERO__S3_NVME_ALIGN; }
+static uint64_t up(uint64_t x) { return (x + ZERO__S3_NVME_ALIGN - 1) / ZERO__S3_NVME_ALIGN * ZERO__S3_NVME_ALIGN; }
+
+static int full_pio(zero__s3_nvme *f, void *buf, size_t len, uint64_t off, int write) {
+    size_t done = 0;
+    while (done < len) {
+        ssize_t r = write ? pwrite(f->fd, (char *)buf + done, len - done, (off_t)(off + done))
+                          : pread(f->fd, (char *)buf + done, len - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            snprintf(f->err, sizeof f->err, "%s of %zu bytes at offset %llu: %s", write ? "write" : "read", len - done,
+                     (unsigned long long)(off + done), r < 0 ? strerror(errno) : "short read (end of file)");
+            return -1;
+        }
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+int zero__s3_nvme_read_start(zero__s3_nvme *f, uint64_t off, size_t len, void *buf, zero__s3_nvme_rd *rd) {
+    memset(&rd->cb, 0, sizeof rd->cb);
+    rd->cb.aio_fildes = f->fd;
+    rd->cb.aio_offset = (off_t)down(off);
+    rd->cb.aio_buf = buf;
+    rd->cb.aio_nbytes = (size_t)(up(off + len) - down(off));
+    rd->active = aio_read(&rd->cb) == 0;
+    return rd->active ? 0 : -1; /* the caller falls back to zero__s3_nvme_read_range */
+}
+
+int zero__s3_nvme_read_finish(zero__s3_nvme *f, zero__s3_nvme_rd *rd) {
+    if (!rd->active) return 0;
+    const struct aiocb *list[1] = {&rd->cb};
+    int e;
+    while ((e = aio_error(&rd->cb)) == EINPROGRESS) aio_suspend(list, 1, NULL);
+    ssize_t got = aio_return(&rd->cb);
+    rd->active = 0;
+    if (e != 0 || got != (ssize_t)rd->cb.aio_nbytes) {
+        snprintf(f->err, sizeof f->err, "read of %zu bytes at offset %llu: %s", rd->cb.aio_nbytes,
+                 (unsigned long long)rd->cb.aio_offset, e ? strerror(e) : "short read (end of file)");
+        return -1;
+    }
+    return 0;
+}
+
+int zero__s3_nvme_read_range(zero__s3_nvme *f, uint64_t off, size_t len, void *buf) {
+    return full_pio(f, buf, (size_t)(up(off + len) - down(off)), down(off), 0);
+}
+
+int zero__s3_nvme_write_range(zero__s3_nvme *f, uint64_t off, size_t len, void *data) {
+    const uint64_t a0 = down(off), a1 = up(off + len);
+    char *b = (char *)data - (off - a0); /* the aligned block the data sits in */
+    if (a0 == a1) return 0;
+    if (off != a0 || off + len != a1) {
+        /* the partial end blocks: the bytes around the range come from the file */
+        char tmp[2 * ZERO__S3_NVME_ALIGN + ZERO__S3_NVME_ALIGN];
+        char *blk = (char *)(((uintptr_t)tmp + ZERO__S3_NVME_ALIGN - 1) & ~(uintptr_t)(ZERO__S3_NVME_ALIGN - 1));
+        if (off != a0) {
+            if (full_pio(f, blk, ZERO__S3_NVME_ALIGN, a0, 0) != 0) return -1;
+            memcpy(b, blk, (size_t)(off - a0));
+        }
+        const uint64_t last = a1 - ZERO__S3_NVME_ALIGN, end = off + len;
+        if (end != a1) {
+            if (full_pio(f, blk, ZERO__S3_NVME_ALIGN, last, 0) != 0) return -1;
+            memcpy(b + (end - a0), blk + (end - last), (size_t)(a1 - end));
+        }
+    }
+    return full_pio(f, b, (size_t)(a1 - a0), a0, 1);
+}
+
+size_t zero__s3_nvme_range_bytes(size_t len) { return (size_t)up(len) + 2 * ZERO__S3_NVME_ALIGN; }
+
+int zero__s3_nvme_truncate(zero__s3_nvme *f, uint64_t bytes) { return ftruncate(f->fd, (off_t)bytes); }

@@ -61,6 +61,13 @@ zero_status zero__s3_off_configure(zero__s3 *s) {
         return svc->error(s->c, ZERO_ERR_CONFIG,
                           "stage3: zero_optimization.offload_optimizer.nvme_path: missing, expected the directory "
                           "for the NVMe tiles");
+    s->off_param_nvme = streq(pd, "nvme");
+    if (s->off_param_nvme &&
+        (svc->cfg_string(s->c, "zero_optimization.offload_param.nvme_path", &s->param_nvme_path) != 1 ||
+         !s->param_nvme_path || !*s->param_nvme_path))
+        return svc->error(s->c, ZERO_ERR_CONFIG,
+                          "stage3: zero_optimization.offload_param.nvme_path: missing, expected the directory "
+                          "for the parameter shard file");
     if (rc->optim == ZERO_OPTIM_LAMB)
         return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
                           "stage3 with offload: optimizer.type Lamb needs each parameter's whole norm, which the "
@@ -72,11 +79,43 @@ zero_status zero__s3_off_configure(zero__s3 *s) {
     return ZERO_OK;
 }
 
+/* Host staging of one tile's model-dtype weights (set 0/1).  offload_param
+ * nvme: the aligned block run covering the tile's bytes in the shard file,
+ * the tile at its offset within the first block (zero__s3_nvme_write_range). */
+static char *stage_at(const zero__s3 *s, int set, uint64_t t0) {
+    char *raw = s->off->stage16[set];
+    if (!s->off_param_nvme) return raw;
+    char *base = (char *)(((uintptr_t)raw + ZERO__S3_NVME_ALIGN - 1) & ~(uintptr_t)(ZERO__S3_NVME_ALIGN - 1));
+    return base + (t0 * s->esize) % ZERO__S3_NVME_ALIGN;
+}
+
+/* offload_param nvme, at init: tile [t0, t0+n) of the shard assembled from
+ * the params' initial values (zeros where none, and in the padding) into
+ * dst, then written to the shard file. */
+static zero_status init_nvme_tile(zero__s3 *s, uint64_t t0, size_t n, char *dst) {
+    const zero_services_v1 *svc = s->svc;
+    memset(dst, 0, n * s->esize);
+    for (uint32_t i = 0; i < s->nparams; i++) {
+        const zero__s3_param *p = &s->params[i];
+        const uint64_t cnt = p->counts[s->rank], lo0 = p->part_lo;
+        if (!cnt || !p->info->init_data) continue;
+        const uint64_t lo = lo0 > t0 ? lo0 : t0, hi = lo0 + cnt < t0 + n ? lo0 + cnt : t0 + n;
+        if (lo >= hi) continue;
+        svc->mem_copy(s->c, dst + (size_t)(lo - t0) * s->esize,
+                      (const char *)p->info->init_data + (size_t)(p->piece_off + (lo - lo0)) * s->esize,
+                      (size_t)(hi - lo) * s->esize);
+    }
+    if (zero__s3_nvme_write_range(s->off->pfile, t0 * s->esize, n * s->esize, dst) != 0)
+        return svc->error(s->c, ZERO_ERR_IO, "stage3: offload_param nvme_path '%s': writing the parameter shard: %s",
+                          s->param_nvme_path, zero__s3_nvme_error(s->off->pfile));
+    return ZERO_OK;
+}
+
 /* Shard elements [t0, t0+n) widened into host fp32 dst.  The shard may be
  * device memory (no offload_param): it crosses through `tmp` (host, n
  * model-dtype elements) with mem_copy first. */
 static void shard_to_f32(zero__s3 *s, uint64_t t0, size_t n, float *dst, void *tmp) {
-    const char *src = (const char *)s->shard + (size_t)t0 * s->esize;
+    const char *src = s->off_param_nvme ? (const char *)tmp : (const char *)s->shard + (size_t)t0 * s->esize;
     if (!s->off_param) {
         s->svc->mem_copy(s->c, tmp, src, n * s->esize);
         src = tmp;
@@ -86,16 +125,22 @@ static void shard_to_f32(zero__s3 *s, uint64_t t0, size_t n, float *dst, void *t
 }
 
 /* Host fp32 src -> shard elements [t0, t0+n), rounded (RNE) through tmp. */
-static void f32_to_shard(zero__s3 *s, uint64_t t0, size_t n, const float *src, void *tmp) {
+static int f32_to_shard(zero__s3 *s, uint64_t t0, size_t n, const float *src, void *tmp) {
+    if (s->off_param_nvme) { /* tmp: stage_at(s, 0, t0) */
+        if (s->dtype == ZERO_DTYPE_F32) memcpy(tmp, src, n * sizeof(float));
+        else s->svc->convert(s->c, tmp, s->dtype, src, ZERO_DTYPE_F32, n);
+        return zero__s3_nvme_write_range(s->off->pfile, t0 * s->esize, n * s->esize, tmp);
+    }
     char *dst = (char *)s->shard + (size_t)t0 * s->esize;
     if (s->dtype == ZERO_DTYPE_F32 && s->off_param) {
         if ((const void *)src != dst) memcpy(dst, src, n * sizeof(float));
-        return;
+        return 0;
     }
     void *host = s->off_param ? (void *)dst : tmp;
     if (s->dtype == ZERO_DTYPE_F32) memcpy(host, src, n * sizeof(float));
     else s->svc->convert(s->c, host, s->dtype, src, ZERO_DTYPE_F32, n);
     if (!s->off_param) s->svc->mem_copy(s->c, dst, tmp, n * s->esize);
+    return 0;
 }
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -114,11 +159,17 @@ zero_status zero__s3_off_init(zero__s3 *s) {
     if (tile == 0) tile = 1;
     o->tile = tile;
     o->ntiles = (part + tile - 1) / tile;
-    /* the copy-out staging of a device shard: host tier, one tile each */
-    for (int k = 0; k < 2 && !s->off_param; k++)
-        if (!(o->stage16[k] = svc->mem_alloc(s->c, ZERO_TIER_HOST, ZERO_MEM_PARAMS, (size_t)tile * s->esize)))
+    /* the copy-out staging of a device shard (or of the NVMe shard file,
+     * aligned for O_DIRECT): host tier, one tile each */
+    const size_t sbytes = s->off_param_nvme ? zero__s3_nvme_range_bytes((size_t)tile * s->esize) : (size_t)tile * s->esize;
+    for (int k = 0; k < 2 && (!s->off_param || s->off_param_nvme); k++)
+        if (!(o->stage16[k] = svc->mem_alloc(s->c, ZERO_TIER_HOST, ZERO_MEM_PARAMS, sbytes)))
             return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: cannot allocate the offload staging");
     void *tmp = o->stage16[0];
+    if (s->off_param_nvme) {
+        zero_status ps = zero__s3_pwin_init(s);
+        if (ps != ZERO_OK) return ps;
+    }
     if (s->off_opt == ZERO__S3_OFF_NVME) {
         o->narr = 1 + s->nstate;
         o->tile_bytes = align_up((size_t)tile * sizeof(float), ZERO__S3_NVME_ALIGN);
@@ -133,6 +184,11 @@ zero_status zero__s3_off_init(zero__s3 *s) {
         for (uint64_t k = 0; k < o->ntiles; k++) {
             const uint64_t t0 = k * tile, n = (t0 + tile <= part ? tile : part - t0);
             memset(o->buf[0][0], 0, o->narr * o->tile_bytes);
+            if (s->off_param_nvme) {
+                tmp = stage_at(s, 0, t0);
+                zero_status ts = init_nvme_tile(s, t0, (size_t)n, tmp);
+                if (ts != ZERO_OK) return ts;
+            }
             shard_to_f32(s, t0, (size_t)n, o->buf[0][0], tmp);
             if (zero__s3_nvme_io(o->nvme, k, (void *const *)o->buf[0], 1) != 0)
                 return svc->error(s->c, ZERO_ERR_IO, "stage3: NVMe tile file under '%s': %s", s->nvme_path,
@@ -141,18 +197,30 @@ zero_status zero__s3_off_init(zero__s3 *s) {
     } else if ((void *)s->master != s->shard) {
         for (uint64_t t0 = 0; t0 < part; t0 += tile) {
             const uint64_t n = t0 + tile <= part ? tile : part - t0;
+            if (s->off_param_nvme) {
+                tmp = stage_at(s, 0, t0);
+                zero_status ts = init_nvme_tile(s, t0, (size_t)n, tmp);
+                if (ts != ZERO_OK) return ts;
+            }
             shard_to_f32(s, t0, (size_t)n, s->master + t0, tmp);
         }
+    }
+    if (s->off_param_nvme) {
+        /* test-only fault hook: the shard file loses its second half, so
+         * the next read of a piece there is short (tests/stage3) */
+        const char *f = getenv("ZERO_NVME_FAULT");
+        if (f && strcmp(f, "truncate") == 0) zero__s3_nvme_truncate(o->pfile, part * s->esize / 2 / ZERO__S3_NVME_ALIGN * ZERO__S3_NVME_ALIGN);
     }
     if (!o->sequential && o->ntiles > 1) o->worker = zero__s3_worker_start();
     svc->log(s->c, ZERO_LOG_INFO,
              "stage3: offload: master and optimizer states in %s%s%s, gradient partition in the host tier, "
-             "parameter shard in the %s tier; CPU optimizer in %llu tile(s) of %llu elements (sub_group_size), "
+             "parameter shard in %s%s; CPU optimizer in %llu tile(s) of %llu elements (sub_group_size), "
              "%s",
              s->off_opt == ZERO__S3_OFF_NVME ? "an NVMe file under " : "the host tier",
              s->off_opt == ZERO__S3_OFF_NVME ? s->nvme_path : "",
              s->off_opt == ZERO__S3_OFF_NVME && !zero__s3_nvme_direct(o->nvme) ? " (buffered: no O_DIRECT)" : "",
-             s->off_param ? "host" : "device", (unsigned long long)o->ntiles, (unsigned long long)tile,
+             s->off_param_nvme ? "an NVMe file under " : s->off_param ? "the host tier" : "the device tier",
+             s->off_param_nvme ? s->param_nvme_path : "", (unsigned long long)o->ntiles, (unsigned long long)tile,
              o->worker ? "pipelined (copies and I/O of the neighbouring tiles overlap the optimizer)"
                        : "sequential");
     return ZERO_OK;
@@ -185,7 +253,14 @@ static void store_tile(zero__s3 *s, uint64_t k) {
     const int set = (int)(k & 1);
     uint64_t t0, t1;
     tile_bounds(s, k, &t0, &t1);
-    if (!s->off_param)
+    if (s->off_param_nvme) {
+        if (zero__s3_nvme_write_range(o->pfile, t0 * s->esize, (size_t)(t1 - t0) * s->esize, stage_at(s, set, t0)) != 0 &&
+            !o->io_failed) {
+            o->io_failed = 1;
+            snprintf(o->io_err, sizeof o->io_err, "offload_param nvme_path '%s': parameter shard write: %s",
+                     s->param_nvme_path, zero__s3_nvme_error(o->pfile));
+        }
+    } else if (!s->off_param)
         s->svc->mem_copy(s->c, (char *)s->shard + (size_t)t0 * s->esize, o->stage16[set], (size_t)(t1 - t0) * s->esize);
     if (o->nvme && zero__s3_nvme_io(o->nvme, k, (void *const *)o->buf[set], 1) != 0) io_fail(s, "NVMe write");
 }
@@ -230,7 +305,7 @@ static zero_status compute_tile(zero__s3 *s, uint64_t k, float grad_mul) {
         r.grad_dtype = s->gdtype;
         r.grad_mul = grad_mul;
         r.param_out_dtype = s->dtype;
-        if (!s->off_param) r.param_out = (char *)o->stage16[set] + (size_t)(lo - t0) * s->esize;
+        if (!s->off_param || s->off_param_nvme) r.param_out = stage_at(s, set, t0) + (size_t)(lo - t0) * s->esize;
         else if ((void *)r.master != (void *)((char *)s->shard + (size_t)lo * s->esize))
             r.param_out = (char *)s->shard + (size_t)lo * s->esize;
         zero_status st = svc->optim_step(s->c, &r);
@@ -249,6 +324,7 @@ zero_status zero__s3_off_step(zero__s3 *s, const zero_step_ctx *ctx, zero_step_r
     rep->overflow = gn.overflow;
     rep->grad_norm = gn.norm;
     if (gn.overflow || o->ntiles == 0) return ZERO_OK;
+    zero__s3_pwin_reset(s); /* offload_param nvme: the shard file is rewritten below */
     const double t0 = now_s();
     zero__s3_worker *w = o->worker;
     tile_job job = {s, -1, 0};
@@ -279,9 +355,10 @@ zero_status zero__s3_off_step(zero__s3 *s, const zero_step_ctx *ctx, zero_step_r
 
 /* ---- checkpoints and resharding -------------------------------------------- */
 
-void zero__s3_off_master_to_shard(zero__s3 *s) {
+zero_status zero__s3_off_master_to_shard(zero__s3 *s) {
     zero__s3_off *o = s->off;
     const uint64_t part = s->L->part_numel;
+    zero__s3_pwin_reset(s);
     for (uint64_t k = 0; k < o->ntiles; k++) {
         uint64_t t0, t1;
         tile_bounds(s, k, &t0, &t1);
@@ -290,9 +367,17 @@ void zero__s3_off_master_to_shard(zero__s3 *s) {
             if (zero__s3_nvme_io(o->nvme, k, (void *const *)o->buf[0], 0) != 0) io_fail(s, "NVMe read");
             src = o->buf[0][0];
         }
-        if (src) f32_to_shard(s, t0, (size_t)(t1 - t0), src, o->stage16[0]);
+        if (src && f32_to_shard(s, t0, (size_t)(t1 - t0), src, stage_at(s, 0, t0)) != 0)
+            return s->svc->error(s->c, ZERO_ERR_IO, "stage3: offload_param nvme_path '%s': writing the parameter shard: %s",
+                                 s->param_nvme_path, zero__s3_nvme_error(o->pfile));
     }
     (void)part;
+    if (o->io_failed) {
+        o->io_failed = 0;
+        return s->svc->error(s->c, ZERO_ERR_IO, "stage3: offload tiles under '%s': %s", s->nvme_path ? s->nvme_path : "",
+                             o->io_err);
+    }
+    return ZERO_OK;
 }
 
 zero_status zero__s3_off_blobs(zero__s3 *s, const char *dir, int write) {
@@ -345,6 +430,7 @@ void zero__s3_off_free(zero__s3 *s) {
                     1e3 * o->t_compute / (double)o->steps, 1e3 * o->t_wait / (double)o->steps,
                     o->worker ? "pipelined" : "sequential");
     zero__s3_worker_stop(o->worker);
+    zero__s3_pwin_free(s);
     zero__s3_nvme_close(o->nvme);
     for (int k = 0; k < 2; k++) {
         s->svc->mem_free(s->c, o->raw[k]);
