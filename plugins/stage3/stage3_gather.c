@@ -139,7 +139,8 @@ static zero_status issue(zero__s3 *s, zero__s3_param *p, int demand) {
     }
     const char *send = (const char *)s->shard + (size_t)p->part_lo * s->esize;
     int slot = -1;
-    if (s->off_param_nvme && !(send = zero__s3_pwin_piece(s, p, &slot))) return ZERO_ERR_IO; /* from the file */
+    if (s->off_param_nvme && !(send = zero__s3_pwin_piece(s, p, &slot))) /* from the file (error set) */
+        return s->off->send_err != ZERO_OK ? s->off->send_err : ZERO_ERR_IO;
     zero_status st = s->svc->iallgatherv(s->gcomm, send, p->buf, p->counts, s->dtype, &p->req);
     if (st != ZERO_OK) p->req = NULL;
     if (s->off_param_nvme) zero__s3_pwin_sent(s, slot, p); /* the slot is busy until p->req is waited for */

@@ -101,6 +101,7 @@ typedef struct zero__s3_off {
     uint32_t npslots;
     size_t pslot_bytes;
     uint64_t pseq, n_read_ahead, n_read_sync;
+    zero_status send_err;   /* a window slot's all-gather test failed (reported by the next piece read) */
     int sequential;         /* ZERO_OFFLOAD_SEQUENTIAL=1: no overlap (the benchmark's baseline) */
     int io_failed;          /* a worker job failed (NVMe I/O): reported by the step */
     char io_err[256];

@@ -93,15 +93,29 @@ static int is_free(const struct zero__s3_pslot *q) {
     return q->state == SLOT_FREE || (q->state == SLOT_SENDING && q->owner->req != q->req);
 }
 
-/* A slot to fill now: a free one, else the oldest sending one (its request
- * waited for), else a read-ahead dropped (the newest: furthest in the
- * future).  With `demand` 0 (read-ahead) only a free one, else NULL. */
+/* A sending slot whose all-gather has finished (tested, not waited: the
+ * request is freed by the test, so p->req is cleared here; a failed test
+ * is kept and reported by the next read, as the world is unusable anyway). */
+static int finished(zero__s3 *s, struct zero__s3_pslot *q) {
+    if (q->state != SLOT_SENDING || q->owner->req != q->req) return is_free(q);
+    int done = 0;
+    zero_status st = s->svc->test(q->req, &done);
+    if (st != ZERO_OK && s->off->send_err == ZERO_OK) s->off->send_err = st;
+    if (!done && st == ZERO_OK) return 0;
+    q->owner->req = NULL;
+    return 1;
+}
+
+/* A slot to fill now: a free one (or one whose send has finished), else the
+ * oldest sending one (its request waited for), else a read-ahead dropped
+ * (the newest: furthest in the future).  With `demand` 0 (read-ahead) only
+ * a free one, else NULL. */
 static struct zero__s3_pslot *take(zero__s3 *s, int demand) {
     zero__s3_off *o = s->off;
     struct zero__s3_pslot *oldest = NULL, *newest_ra = NULL;
     for (uint32_t k = 0; k < o->npslots; k++) {
         struct zero__s3_pslot *q = &o->pslots[k];
-        if (is_free(q)) {
+        if (is_free(q) || (!demand && finished(s, q))) {
             q->state = SLOT_FREE;
             return q;
         }
@@ -132,6 +146,11 @@ const void *zero__s3_pwin_piece(zero__s3 *s, zero__s3_param *p, int *slot) {
     zero__s3_off *o = s->off;
     static const char none[16];
     *slot = -1;
+    if (o->send_err != ZERO_OK) {
+        s->svc->error(s->c, o->send_err, "stage3: an earlier parameter all-gather failed (found while recycling "
+                                         "its offload_param window slot)");
+        return NULL;
+    }
     if (!piece_len(s, p)) return none; /* this rank owns nothing of p: sends nothing */
     struct zero__s3_pslot *q = find(s, p);
     if (q) {
