@@ -30,7 +30,8 @@ struct zero__s3_nvme {
     char err[200];
 };
 
-zero__s3_nvme *zero__s3_nvme_open(zero__s3 *s, const char *dir, uint64_t ntiles, uint32_t narr, size_t tile_bytes) {
+zero__s3_nvme *zero__s3_nvme_open(zero__s3 *s, const char *key, const char *dir, uint64_t ntiles, uint32_t narr,
+                                  size_t tile_bytes) {
     const zero_services_v1 *svc = s->svc;
     zero__s3_nvme *f = calloc(1, sizeof *f);
     if (!f) {
@@ -41,7 +42,7 @@ zero__s3_nvme *zero__s3_nvme_open(zero__s3 *s, const char *dir, uint64_t ntiles,
     snprintf(path, sizeof path, "%s/libzero-stage3-rank%d-XXXXXX", dir, s->rank);
     int fd = mkstemp(path);
     if (fd < 0) {
-        svc->error(s->c, ZERO_ERR_IO, "stage3: offload nvme_path '%s': cannot create the tile file: %s", dir,
+        svc->error(s->c, ZERO_ERR_IO, "stage3: %s nvme_path '%s': cannot create the NVMe file there: %s", key, dir,
                    strerror(errno));
         free(f);
         return NULL;
@@ -62,14 +63,14 @@ zero__s3_nvme *zero__s3_nvme_open(zero__s3 *s, const char *dir, uint64_t ntiles,
     }
     if (!f->direct)
         svc->log(s->c, ZERO_LOG_WARN,
-                 "stage3: nvme_path '%s' refuses O_DIRECT (%s; tmpfs does): the NVMe tiles go through the page "
+                 "stage3: %s nvme_path '%s' refuses O_DIRECT (%s; tmpfs does): its NVMe file goes through the page "
                  "cache",
-                 dir, strerror(errno));
+                 key, dir, strerror(errno));
     unlink(path); /* the file lives as long as the descriptor */
     const off_t size = (off_t)(ntiles * narr * tile_bytes);
     if (ftruncate(fd, size) != 0) {
-        svc->error(s->c, ZERO_ERR_IO, "stage3: offload nvme_path '%s': cannot size the tile file to %lld bytes: %s",
-                   dir, (long long)size, strerror(errno));
+        svc->error(s->c, ZERO_ERR_IO, "stage3: %s nvme_path '%s': cannot size the NVMe file to %lld bytes: %s",
+                   key, dir, (long long)size, strerror(errno));
         close(fd);
         free(f);
         return NULL;

@@ -178,7 +178,7 @@ zero_status zero__s3_off_init(zero__s3 *s) {
             if (!o->raw[k]) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: cannot allocate the NVMe tiles");
             set_views(o, k, s->nstate);
         }
-        o->nvme = zero__s3_nvme_open(s, s->nvme_path, o->ntiles, o->narr, o->tile_bytes);
+        o->nvme = zero__s3_nvme_open(s, "offload_optimizer", s->nvme_path, o->ntiles, o->narr, o->tile_bytes);
         if (!o->nvme) return ZERO_ERR_IO;
         /* initial tiles: master widened from the shard, states zero */
         for (uint64_t k = 0; k < o->ntiles; k++) {

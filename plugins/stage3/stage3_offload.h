@@ -49,7 +49,9 @@ typedef struct zero__s3_nvme zero__s3_nvme;
  * O_DIRECT first and falls back, with one warning, where the file system
  * refuses it (tmpfs).  Returns NULL with the engine's error set. */
 #define ZERO__S3_NVME_ALIGN 4096u
-zero__s3_nvme *zero__s3_nvme_open(zero__s3 *s, const char *dir, uint64_t ntiles, uint32_t narr, size_t tile_bytes);
+/* `key` names the config section in messages ("offload_optimizer"). */
+zero__s3_nvme *zero__s3_nvme_open(zero__s3 *s, const char *key, const char *dir, uint64_t ntiles, uint32_t narr,
+                                  size_t tile_bytes);
 /* Read (write = 0) or write tile `k`'s arrays from/into bufs[0..narr)
  * (each tile_bytes, ZERO__S3_NVME_ALIGN-aligned): all arrays' requests are
  * issued at once with POSIX AIO, then waited for.  Returns 0, or -1 with

@@ -77,7 +77,7 @@ zero_status zero__s3_pwin_init(zero__s3 *s) {
     }
     const uint64_t bytes = (s->L->part_numel * s->esize + ZERO__S3_NVME_ALIGN - 1) / ZERO__S3_NVME_ALIGN *
                            ZERO__S3_NVME_ALIGN;
-    o->pfile = zero__s3_nvme_open(s, s->param_nvme_path, 1, 1, bytes ? (size_t)bytes : ZERO__S3_NVME_ALIGN);
+    o->pfile = zero__s3_nvme_open(s, "offload_param", s->param_nvme_path, 1, 1, bytes ? (size_t)bytes : ZERO__S3_NVME_ALIGN);
     return o->pfile ? ZERO_OK : ZERO_ERR_IO;
 }
 
