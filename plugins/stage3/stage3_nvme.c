@@ -81,11 +81,12 @@ zero__s3_nvme *zero__s3_nvme_open(zero__s3 *s, const char *key, const char *dir,
     return f;
 }
 
-int zero__s3_nvme_io(zero__s3_nvme *f, uint64_t k, void *const *bufs, int write) {
-    struct aiocb cb[8];
-    const struct aiocb *list[8];
+int zero__s3_nvme_io_start(zero__s3_nvme *f, uint64_t k, void *const *bufs, int write, zero__s3_nvme_batch *b) {
+    struct aiocb *cb = b->cb;
     uint32_t n = f->narr < 8 ? f->narr : 8;
-    memset(cb, 0, sizeof cb);
+    memset(b, 0, sizeof *b);
+    b->k = k;
+    b->write = write;
     for (uint32_t a = 0; a < n; a++) {
         cb[a].aio_fildes = f->fd;
         cb[a].aio_offset = (off_t)((k * f->narr + a) * f->tile_bytes);
@@ -95,28 +96,39 @@ int zero__s3_nvme_io(zero__s3_nvme *f, uint64_t k, void *const *bufs, int write)
         if (r != 0) {
             snprintf(f->err, sizeof f->err, "%s of tile %llu: %s", write ? "aio_write" : "aio_read",
                      (unsigned long long)k, strerror(errno));
-            for (uint32_t b = 0; b < a; b++) { /* let the issued ones finish: their buffers are ours */
-                list[0] = &cb[b];
-                while (aio_error(&cb[b]) == EINPROGRESS) aio_suspend(list, 1, NULL);
-                aio_return(&cb[b]);
-            }
+            b->n = a;
+            zero__s3_nvme_io_wait(f, b); /* let the issued ones finish: their buffers are ours */
+            b->n = 0;
             return -1;
         }
-        list[a] = &cb[a];
+        b->n = a + 1;
     }
+    return 0;
+}
+
+int zero__s3_nvme_io_wait(zero__s3_nvme *f, zero__s3_nvme_batch *b) {
+    const struct aiocb *list[8];
+    for (uint32_t a = 0; a < b->n; a++) list[a] = &b->cb[a];
     int rc = 0;
-    for (uint32_t a = 0; a < n; a++) {
+    for (uint32_t a = 0; a < b->n; a++) {
         int e;
-        while ((e = aio_error(&cb[a])) == EINPROGRESS) aio_suspend(list, (int)n, NULL);
-        ssize_t got = aio_return(&cb[a]);
+        while ((e = aio_error(&b->cb[a])) == EINPROGRESS) aio_suspend(list, (int)b->n, NULL);
+        ssize_t got = aio_return(&b->cb[a]);
         if (e != 0 || got != (ssize_t)f->tile_bytes) {
             if (!rc)
-                snprintf(f->err, sizeof f->err, "%s of tile %llu, array %u: %s", write ? "write" : "read",
-                         (unsigned long long)k, a, e ? strerror(e) : "short transfer");
+                snprintf(f->err, sizeof f->err, "%s of tile %llu, array %u: %s", b->write ? "write" : "read",
+                         (unsigned long long)b->k, a, e ? strerror(e) : "short transfer");
             rc = -1;
         }
     }
+    b->n = 0;
     return rc;
+}
+
+int zero__s3_nvme_io(zero__s3_nvme *f, uint64_t k, void *const *bufs, int write) {
+    zero__s3_nvme_batch b;
+    if (zero__s3_nvme_io_start(f, k, bufs, write, &b) != 0) return -1;
+    return zero__s3_nvme_io_wait(f, &b);
 }
 
 const char *zero__s3_nvme_error(const zero__s3_nvme *f) { return f ? f->err : ""; }

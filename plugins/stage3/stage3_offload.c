@@ -76,8 +76,14 @@ zero_status zero__s3_off_configure(zero__s3 *s) {
     if (!s->off) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");
     const char *env = getenv("ZERO_OFFLOAD_SEQUENTIAL");
     s->off->sequential = env && env[0] == '1';
+    s->off->alternate = env && strcmp(env, "alternate") == 0;
     return ZERO_OK;
 }
+
+/* Does tile k's new model-dtype weights need carrying out of the step (to
+ * the device shard, a copy; to the offload_param NVMe file, a write)?  Not
+ * with a host-tier shard: the optimizer wrote it in place. */
+static int has_store16(const zero__s3 *s) { return !s->off_param || s->off_param_nvme; }
 
 /* Host staging of one tile's model-dtype weights (set 0/1).  offload_param
  * nvme: the aligned block run covering the tile's bytes in the shard file,
@@ -166,6 +172,7 @@ zero_status zero__s3_off_init(zero__s3 *s) {
         if (!(o->stage16[k] = svc->mem_alloc(s->c, ZERO_TIER_HOST, ZERO_MEM_PARAMS, sbytes)))
             return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: cannot allocate the offload staging");
     void *tmp = o->stage16[0];
+    const int nsets = 3; /* NVMe optimizer tiles: k-1 written, k stepped, k+1 read */
     if (s->off_param_nvme) {
         zero_status ps = zero__s3_pwin_init(s);
         if (ps != ZERO_OK) return ps;
@@ -173,7 +180,7 @@ zero_status zero__s3_off_init(zero__s3 *s) {
     if (s->off_opt == ZERO__S3_OFF_NVME) {
         o->narr = 1 + s->nstate;
         o->tile_bytes = align_up((size_t)tile * sizeof(float), ZERO__S3_NVME_ALIGN);
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < nsets; k++) {
             o->raw[k] = svc->mem_alloc(s->c, ZERO_TIER_HOST, ZERO_MEM_OPTIM, o->narr * o->tile_bytes + ZERO__S3_NVME_ALIGN);
             if (!o->raw[k]) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: cannot allocate the NVMe tiles");
             set_views(o, k, s->nstate);
@@ -211,7 +218,9 @@ zero_status zero__s3_off_init(zero__s3 *s) {
         const char *f = getenv("ZERO_NVME_FAULT");
         if (f && strcmp(f, "truncate") == 0) zero__s3_nvme_truncate(o->pfile, part * s->esize / 2 / ZERO__S3_NVME_ALIGN * ZERO__S3_NVME_ALIGN);
     }
-    if (!o->sequential && o->ntiles > 1) o->worker = zero__s3_worker_start();
+    /* the worker carries the new weights' copies / parameter-file writes;
+     * the NVMe optimizer tiles need none (AIO from the step thread) */
+    if (!o->sequential && o->ntiles > 1 && has_store16(s)) o->worker = zero__s3_worker_start();
     svc->log(s->c, ZERO_LOG_INFO,
              "stage3: offload: master and optimizer states in %s%s%s, gradient partition in the host tier, "
              "parameter shard in %s%s; CPU optimizer in %llu tile(s) of %llu elements (sub_group_size), "
@@ -221,8 +230,8 @@ zero_status zero__s3_off_init(zero__s3 *s) {
              s->off_opt == ZERO__S3_OFF_NVME && !zero__s3_nvme_direct(o->nvme) ? " (buffered: no O_DIRECT)" : "",
              s->off_param_nvme ? "an NVMe file under " : s->off_param ? "the host tier" : "the device tier",
              s->off_param_nvme ? s->param_nvme_path : "", (unsigned long long)o->ntiles, (unsigned long long)tile,
-             o->worker ? "pipelined (copies and I/O of the neighbouring tiles overlap the optimizer)"
-                       : "sequential");
+             !o->sequential && o->ntiles > 1 ? "pipelined (copies and I/O of the neighbouring tiles overlap the optimizer)"
+                                             : "sequential");
     return ZERO_OK;
 }
 
@@ -246,9 +255,9 @@ static void io_fail(zero__s3 *s, const char *what) {
     snprintf(o->io_err, sizeof o->io_err, "%s: %s", what, zero__s3_nvme_error(o->nvme));
 }
 
-/* Tile k's results leave the step: new weights to the device shard, and
- * with NVMe master and states back to the file. */
-static void store_tile(zero__s3 *s, uint64_t k) {
+/* Tile k's new model-dtype weights leave the step (has_store16). */
+
+static void store16(zero__s3 *s, uint64_t k) {
     zero__s3_off *o = s->off;
     const int set = (int)(k & 1);
     uint64_t t0, t1;
@@ -262,25 +271,34 @@ static void store_tile(zero__s3 *s, uint64_t k) {
         }
     } else if (!s->off_param)
         s->svc->mem_copy(s->c, (char *)s->shard + (size_t)t0 * s->esize, o->stage16[set], (size_t)(t1 - t0) * s->esize);
-    if (o->nvme && zero__s3_nvme_io(o->nvme, k, (void *const *)o->buf[set], 1) != 0) io_fail(s, "NVMe write");
 }
 
-static void load_tile(zero__s3 *s, uint64_t k) {
+/* The NVMe optimizer tiles (master and states): tile k lives in buffer set
+ * k % 3 while in memory.  Start (or, `wait`, also finish) tile k's write
+ * back / read in.  The writes and reads are POSIX AIO issued from the step
+ * thread itself: no thread hop between the step and the I/O. */
+static int set3_of(uint64_t k) { return (int)(k % 3); }
+static void nvme_start(zero__s3 *s, uint64_t k, int write) {
     zero__s3_off *o = s->off;
-    if (o->nvme && zero__s3_nvme_io(o->nvme, k, (void *const *)o->buf[k & 1], 0) != 0) io_fail(s, "NVMe read");
+    zero__s3_nvme_batch *b = write ? &o->wr : &o->rd;
+    if (zero__s3_nvme_io_start(o->nvme, k, (void *const *)o->buf[set3_of(k)], write, b) != 0)
+        io_fail(s, write ? "NVMe write" : "NVMe read");
+}
+static void nvme_wait(zero__s3 *s, int write) {
+    zero__s3_off *o = s->off;
+    if (zero__s3_nvme_io_wait(o->nvme, write ? &o->wr : &o->rd) != 0) io_fail(s, write ? "NVMe write" : "NVMe read");
 }
 
 static void run_job(void *p) {
     tile_job *j = p;
-    if (j->store >= 0) store_tile(j->s, (uint64_t)j->store);
-    if (j->load >= 0) load_tile(j->s, (uint64_t)j->load);
+    if (j->store >= 0) store16(j->s, (uint64_t)j->store);
 }
 
 /* The CPU optimizer over tile k: every owned range's piece inside it. */
 static zero_status compute_tile(zero__s3 *s, uint64_t k, float grad_mul) {
     const zero_services_v1 *svc = s->svc;
     zero__s3_off *o = s->off;
-    const int set = (int)(k & 1);
+    const int set = (int)(k & 1), set3 = set3_of(k);
     uint64_t t0, t1;
     tile_bounds(s, k, &t0, &t1);
     for (uint32_t i = 0; i < s->nowned; i++) {
@@ -295,8 +313,8 @@ static zero_status compute_tile(zero__s3 *s, uint64_t k, float grad_mul) {
         r.flat_lo = w->flat_lo + (lo - w->part_lo);
         r.flat_hi = r.flat_lo + (hi - lo);
         if (o->nvme) {
-            r.master = o->buf[set][0] + (lo - t0);
-            for (uint32_t a = 0; a < s->nstate; a++) r.state[a] = o->buf[set][1 + a] + (lo - t0);
+            r.master = o->buf[set3][0] + (lo - t0);
+            for (uint32_t a = 0; a < s->nstate; a++) r.state[a] = o->buf[set3][1 + a] + (lo - t0);
         } else {
             r.master = s->master + lo;
             for (uint32_t a = 0; a < s->nstate; a++) r.state[a] = s->state[a] + lo;
@@ -326,24 +344,44 @@ zero_status zero__s3_off_step(zero__s3 *s, const zero_step_ctx *ctx, zero_step_r
     if (gn.overflow || o->ntiles == 0) return ZERO_OK;
     zero__s3_pwin_reset(s); /* offload_param nvme: the shard file is rewritten below */
     const double t0 = now_s();
-    zero__s3_worker *w = o->worker;
+    /* alternate mode: the same jobs inline on odd steps (the sequential baseline) */
+    const int seq = o->sequential || (o->alternate && (o->steps & 1));
+    zero__s3_worker *w = seq || !has_store16(s) ? NULL : o->worker;
     tile_job job = {s, -1, 0};
-    run_job(&job); /* tile 0's inputs: nothing to overlap with yet */
+    if (o->nvme) { /* tile 0's inputs: nothing to overlap with yet */
+        nvme_start(s, 0, 0);
+        nvme_wait(s, 0);
+    }
     for (uint64_t k = 0; k < o->ntiles && st == ZERO_OK; k++) {
-        job.store = k > 0 ? (int64_t)k - 1 : -1;
-        job.load = k + 1 < o->ntiles ? (int64_t)k + 1 : -1;
-        /* the worker stores tile k-1 and loads tile k+1 (same buffer set:
-         * store first) while this thread steps tile k */
-        zero__s3_worker_run(w, run_job, &job);
+        /* While this thread steps tile k: tile k-1's new weights go to the
+         * device shard / parameter file (the worker), tile k-1's master and
+         * states are written back and tile k+1's read in (AIO in flight;
+         * three NVMe buffer sets, so both at once).  Sequential: the same,
+         * each finished before the optimizer starts. */
+        if (o->nvme && k > 0) nvme_start(s, k - 1, 1);
+        if (o->nvme && seq && k > 0) nvme_wait(s, 1);
+        if (o->nvme && k + 1 < o->ntiles) nvme_start(s, k + 1, 0);
+        if (o->nvme && seq && k + 1 < o->ntiles) nvme_wait(s, 0);
+        job.store = k > 0 && has_store16(s) ? (int64_t)k - 1 : -1;
+        if (job.store >= 0) zero__s3_worker_run(w, run_job, &job);
         const double c0 = now_s();
         st = compute_tile(s, k, gn.grad_mul);
         const double c1 = now_s();
-        zero__s3_worker_wait(w);
+        if (job.store >= 0) zero__s3_worker_wait(w);
+        if (o->nvme && !seq && k > 0) nvme_wait(s, 1);
+        if (o->nvme && !seq && k + 1 < o->ntiles) nvme_wait(s, 0);
         o->t_compute += c1 - c0;
         o->t_wait += now_s() - c1;
     }
-    if (st == ZERO_OK && o->ntiles) store_tile(s, o->ntiles - 1);
+    if (o->ntiles && (st == ZERO_OK || o->nvme)) { /* the last tile (the file must not keep half a step) */
+        if (has_store16(s) && st == ZERO_OK) store16(s, o->ntiles - 1);
+        if (o->nvme && st == ZERO_OK) {
+            nvme_start(s, o->ntiles - 1, 1);
+            nvme_wait(s, 1);
+        }
+    }
     o->t_step += now_s() - t0;
+    if (o->alternate && o->steps < ZERO__S3_ALT_MAX) o->alt_ms[o->steps] = 1e3 * (now_s() - t0);
     o->steps++;
     if (st == ZERO_OK && o->io_failed) {
         o->io_failed = 0;
@@ -419,23 +457,49 @@ zero_status zero__s3_off_blobs(zero__s3 *s, const char *dir, int write) {
     return st;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Alternate mode: medians of the pipelined (even) and sequential (odd)
+ * steps and of the per-pair ratios, the first pair left out (warm-up). */
+static void log_alternate(zero__s3 *s) {
+    zero__s3_off *o = s->off;
+    const uint64_t n = o->steps < ZERO__S3_ALT_MAX ? o->steps : ZERO__S3_ALT_MAX;
+    double pipe[ZERO__S3_ALT_MAX / 2], seq[ZERO__S3_ALT_MAX / 2], ratio[ZERO__S3_ALT_MAX / 2];
+    size_t k = 0;
+    for (uint64_t i = 2; i + 1 < n; i += 2, k++) {
+        pipe[k] = o->alt_ms[i];
+        seq[k] = o->alt_ms[i + 1];
+        ratio[k] = seq[k] > 0 ? pipe[k] / seq[k] : 0;
+    }
+    if (!k) return;
+    qsort(pipe, k, sizeof *pipe, cmp_double);
+    qsort(seq, k, sizeof *seq, cmp_double);
+    qsort(ratio, k, sizeof *ratio, cmp_double);
+    s->svc->log(s->c, ZERO_LOG_INFO,
+                "stage3: offload: interleaved %zu pairs of %llu tile(s): tiled phase median pipelined %.3f ms, "
+                "sequential %.3f ms, pipelined/sequential %.3f (min %.3f, max %.3f)",
+                k, (unsigned long long)o->ntiles, pipe[k / 2], seq[k / 2], ratio[k / 2], ratio[0], ratio[k - 1]);
+}
+
 void zero__s3_off_free(zero__s3 *s) {
     zero__s3_off *o = s->off;
     if (!o) return;
+    if (o->alternate) log_alternate(s);
     if (o->steps)
         s->svc->log(s->c, ZERO_LOG_INFO,
                     "stage3: offload: %llu steps of %llu tile(s); per step %.3f ms, of which CPU optimizer %.3f ms "
                     "and %.3f ms waiting for the copies/I/O of the neighbouring tiles (%s)",
                     (unsigned long long)o->steps, (unsigned long long)o->ntiles, 1e3 * o->t_step / (double)o->steps,
                     1e3 * o->t_compute / (double)o->steps, 1e3 * o->t_wait / (double)o->steps,
-                    o->worker ? "pipelined" : "sequential");
+                    o->alternate ? "interleaved" : !o->sequential && o->ntiles > 1 ? "pipelined" : "sequential");
     zero__s3_worker_stop(o->worker);
     zero__s3_pwin_free(s);
     zero__s3_nvme_close(o->nvme);
-    for (int k = 0; k < 2; k++) {
-        s->svc->mem_free(s->c, o->raw[k]);
-        s->svc->mem_free(s->c, o->stage16[k]);
-    }
+    for (int k = 0; k < 3; k++) s->svc->mem_free(s->c, o->raw[k]);
+    for (int k = 0; k < 2; k++) s->svc->mem_free(s->c, o->stage16[k]);
     free(o);
     s->off = NULL;
 }

@@ -58,6 +58,17 @@ zero__s3_nvme *zero__s3_nvme_open(zero__s3 *s, const char *key, const char *dir,
  * errno-style text in the handle (zero__s3_nvme_error). Thread-safe for
  * distinct tiles (the worker and the step thread never share one). */
 int zero__s3_nvme_io(zero__s3_nvme *f, uint64_t k, void *const *bufs, int write);
+/* The same in two halves: issue every array's request of tile k (returns at
+ * once) and wait for them.  The buffers belong to the I/O until the wait;
+ * one batch per tile in flight. */
+typedef struct zero__s3_nvme_batch {
+    struct aiocb cb[8];
+    uint32_t n;
+    uint64_t k;
+    int write;
+} zero__s3_nvme_batch;
+int zero__s3_nvme_io_start(zero__s3_nvme *f, uint64_t k, void *const *bufs, int write, zero__s3_nvme_batch *b);
+int zero__s3_nvme_io_wait(zero__s3_nvme *f, zero__s3_nvme_batch *b);
 const char *zero__s3_nvme_error(const zero__s3_nvme *f);
 int zero__s3_nvme_direct(const zero__s3_nvme *f); /* 1 when O_DIRECT is in use */
 void zero__s3_nvme_close(zero__s3_nvme *f);
@@ -91,8 +102,10 @@ typedef struct zero__s3_off {
     uint64_t ntiles;
     uint32_t narr;          /* NVMe: 1 + nstate fp32 arrays per tile (master, states) */
     size_t tile_bytes;      /* NVMe: bytes of one array's tile, aligned */
-    void *raw[2];           /* NVMe staging blocks (accounted), two tiles of narr arrays */
-    float *buf[2][5];       /* NVMe: aligned views into raw: [set][0] master, [set][1+k] state k */
+    void *raw[3];           /* NVMe staging blocks (accounted), three tiles of narr arrays: tile k is
+                               stepped while k-1 is written and k+1 read, all three in flight */
+    float *buf[3][5];       /* NVMe: aligned views into raw: [set][0] master, [set][1+k] state k */
+    zero__s3_nvme_batch wr, rd; /* the step's in-flight tile write and read */
     void *stage16[2];       /* device shard: the new weights of a tile (model dtype), host tier */
     zero__s3_worker *worker;
     zero__s3_nvme *nvme;
@@ -105,6 +118,10 @@ typedef struct zero__s3_off {
     uint64_t pseq, n_read_ahead, n_read_sync;
     zero_status send_err;   /* a window slot's all-gather test failed (reported by the next piece read) */
     int sequential;         /* ZERO_OFFLOAD_SEQUENTIAL=1: no overlap (the benchmark's baseline) */
+    int alternate;          /* ZERO_OFFLOAD_SEQUENTIAL=alternate: odd steps sequential, even ones pipelined, so
+                               one run compares both under the same load (logged at destroy) */
+#define ZERO__S3_ALT_MAX 512
+    double alt_ms[ZERO__S3_ALT_MAX]; /* tiled phase of each step, alternate mode */
     int io_failed;          /* a worker job failed (NVMe I/O): reported by the step */
     char io_err[256];
     /* timings, seconds summed over steps (logged at destroy, read by the bench via the log) */

@@ -323,9 +323,9 @@ zero_status zero__s3_plan(const zero_plan_services_v1 *ps) {
     uint64_t tile = rc->sub_group_size > 0 ? (uint64_t)rc->sub_group_size : part;
     if (tile > part) tile = part;
     if (tile == 0) tile = 1;
-    if (nvme) { /* zero__s3_off_init: two aligned tile sets of master + states */
+    if (nvme) { /* zero__s3_off_init: three aligned tile sets of master + states (written, stepped, read) */
         const uint64_t tb = (tile * 4 + ZERO__S3_NVME_ALIGN - 1) / ZERO__S3_NVME_ALIGN * ZERO__S3_NVME_ALIGN;
-        ps->add(c, ZERO_TIER_HOST, ZERO_MEM_OPTIM, 2 * ((1 + ps->optim_state_count(c)) * tb + ZERO__S3_NVME_ALIGN));
+        ps->add(c, ZERO_TIER_HOST, ZERO_MEM_OPTIM, 3 * ((1 + ps->optim_state_count(c)) * tb + ZERO__S3_NVME_ALIGN));
     } else {
         ps->add(c, st, ZERO_MEM_OPTIM, (uint64_t)ps->optim_state_count(c) * (part * 4 + one));
     }
