@@ -22,8 +22,16 @@
 
 #include "stage3_offload.h"
 
+/* glibc's POSIX AIO runs the requests of one file descriptor one after the
+ * other (one helper thread per descriptor), so every array of a tile, read
+ * or write, gets a descriptor of its own (dup: the same open file, O_DIRECT
+ * included) and the requests of a tile and of its neighbours really are in
+ * flight together. */
+#define NVME_MAX_FDS 16
 struct zero__s3_nvme {
     int fd;
+    int fds[NVME_MAX_FDS];
+    int nfds;
     int direct;
     uint32_t narr;
     size_t tile_bytes;
@@ -78,6 +86,13 @@ zero__s3_nvme *zero__s3_nvme_open(zero__s3 *s, const char *key, const char *dir,
     f->fd = fd;
     f->narr = narr;
     f->tile_bytes = tile_bytes;
+    f->fds[0] = fd;
+    f->nfds = 1;
+    while (f->nfds < (int)(2 * narr) && f->nfds < NVME_MAX_FDS) { /* (a failed dup only costs parallelism) */
+        int d = dup(fd);
+        if (d < 0) break;
+        f->fds[f->nfds++] = d;
+    }
     return f;
 }
 
@@ -88,7 +103,7 @@ int zero__s3_nvme_io_start(zero__s3_nvme *f, uint64_t k, void *const *bufs, int 
     b->k = k;
     b->write = write;
     for (uint32_t a = 0; a < n; a++) {
-        cb[a].aio_fildes = f->fd;
+        cb[a].aio_fildes = f->fds[((write ? f->narr : 0) + a) % (uint32_t)f->nfds];
         cb[a].aio_offset = (off_t)((k * f->narr + a) * f->tile_bytes);
         cb[a].aio_buf = bufs[a];
         cb[a].aio_nbytes = f->tile_bytes;
@@ -136,7 +151,7 @@ int zero__s3_nvme_direct(const zero__s3_nvme *f) { return f && f->direct; }
 
 void zero__s3_nvme_close(zero__s3_nvme *f) {
     if (!f) return;
-    close(f->fd);
+    for (int i = 0; i < f->nfds; i++) close(f->fds[i]);
     free(f);
 }
 

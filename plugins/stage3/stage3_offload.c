@@ -491,10 +491,12 @@ void zero__s3_off_free(zero__s3 *s) {
     if (o->steps)
         s->svc->log(s->c, ZERO_LOG_INFO,
                     "stage3: offload: %llu steps of %llu tile(s); per step %.3f ms, of which CPU optimizer %.3f ms "
-                    "and %.3f ms waiting for the copies/I/O of the neighbouring tiles (%s)",
+                    "and %.3f ms waiting for the copies/I/O of the neighbouring tiles (%s; %llu copy jobs the worker "
+                    "had not started taken back by the step thread)",
                     (unsigned long long)o->steps, (unsigned long long)o->ntiles, 1e3 * o->t_step / (double)o->steps,
                     1e3 * o->t_compute / (double)o->steps, 1e3 * o->t_wait / (double)o->steps,
-                    o->alternate ? "interleaved" : !o->sequential && o->ntiles > 1 ? "pipelined" : "sequential");
+                    o->alternate ? "interleaved" : !o->sequential && o->ntiles > 1 ? "pipelined" : "sequential",
+                    zero__s3_worker_taken_back(o->worker));
     zero__s3_worker_stop(o->worker);
     zero__s3_pwin_free(s);
     zero__s3_nvme_close(o->nvme);

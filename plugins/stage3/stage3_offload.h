@@ -37,8 +37,12 @@ zero__s3_worker *zero__s3_worker_start(void);
 /* Run fn(arg) on the worker; the previous job must have been waited for.
  * With w NULL, runs it now on the calling thread. */
 void zero__s3_worker_run(zero__s3_worker *w, void (*fn)(void *), void *arg);
-/* Wait for the job given last (no-op when none or w NULL). */
+/* Wait for the job given last (no-op when none or w NULL).  A job the
+ * worker has not started yet is run here, on the calling thread, instead. */
 void zero__s3_worker_wait(zero__s3_worker *w);
+/* Jobs run by zero__s3_worker_wait rather than the worker (for the log).
+ * Call only between a wait and the next run. */
+unsigned long long zero__s3_worker_taken_back(const zero__s3_worker *w);
 /* Stop and join; NULL is a no-op. */
 void zero__s3_worker_stop(zero__s3_worker *w);
 
