@@ -264,9 +264,9 @@ static void store16(zero__s3 *s, uint64_t k) {
     tile_bounds(s, k, &t0, &t1);
     if (s->off_param_nvme) {
         if (zero__s3_nvme_write_range(o->pfile, t0 * s->esize, (size_t)(t1 - t0) * s->esize, stage_at(s, set, t0)) != 0 &&
-            !o->io_failed) {
-            o->io_failed = 1;
-            snprintf(o->io_err, sizeof o->io_err, "offload_param nvme_path '%s': parameter shard write: %s",
+            !o->io16_failed) {
+            o->io16_failed = 1;
+            snprintf(o->io16_err, sizeof o->io16_err, "offload_param nvme_path '%s': parameter shard write: %s",
                      s->param_nvme_path, zero__s3_nvme_error(o->pfile));
         }
     } else if (!s->off_param)
@@ -383,6 +383,11 @@ zero_status zero__s3_off_step(zero__s3 *s, const zero_step_ctx *ctx, zero_step_r
     o->t_step += now_s() - t0;
     if (o->alternate && o->steps < ZERO__S3_ALT_MAX) o->alt_ms[o->steps] = 1e3 * (now_s() - t0);
     o->steps++;
+    if (o->io16_failed && !o->io_failed) { /* the worker is idle: its fields are ours again */
+        o->io_failed = 1;
+        memcpy(o->io_err, o->io16_err, sizeof o->io_err);
+    }
+    o->io16_failed = 0;
     if (st == ZERO_OK && o->io_failed) {
         o->io_failed = 0;
         return svc->error(s->c, ZERO_ERR_IO, "stage3: offload tiles under '%s': %s", s->nvme_path ? s->nvme_path : "",
@@ -410,6 +415,11 @@ zero_status zero__s3_off_master_to_shard(zero__s3 *s) {
                                  s->param_nvme_path, zero__s3_nvme_error(o->pfile));
     }
     (void)part;
+    if (o->io16_failed && !o->io_failed) {
+        o->io_failed = 1;
+        memcpy(o->io_err, o->io16_err, sizeof o->io_err);
+    }
+    o->io16_failed = 0;
     if (o->io_failed) {
         o->io_failed = 0;
         return s->svc->error(s->c, ZERO_ERR_IO, "stage3: offload tiles under '%s': %s", s->nvme_path ? s->nvme_path : "",

@@ -126,8 +126,11 @@ typedef struct zero__s3_off {
                                one run compares both under the same load (logged at destroy) */
 #define ZERO__S3_ALT_MAX 512
     double alt_ms[ZERO__S3_ALT_MAX]; /* tiled phase of each step, alternate mode */
-    int io_failed;          /* a worker job failed (NVMe I/O): reported by the step */
+    int io_failed;          /* NVMe I/O failed (step thread): reported by the step */
     char io_err[256];
+    int io16_failed;        /* the worker's parameter-file write failed: its own fields (no race with the
+                               step thread's), merged after the worker was waited for */
+    char io16_err[256];
     /* timings, seconds summed over steps (logged at destroy, read by the bench via the log) */
     double t_step, t_compute, t_wait;
     uint64_t steps;
