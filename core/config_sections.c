@@ -240,7 +240,7 @@ static const zero__cfg_key offload_opt_keys[] = {
     {"pin_memory", ZERO__KEY_USED, NULL, NULL},
     {"nvme_path", ZERO__KEY_USED, NULL, NULL},
     {"buffer_count", ZERO__KEY_IGNORED, "4",
-     "libzero double-buffers the NVMe tiles (two sub_group_size tiles in flight), ignored"},
+     "libzero keeps three NVMe tiles in host memory (one written back, one stepped, one read ahead), ignored"},
     {"fast_init", ZERO__KEY_IGNORED, "false", NOT_IMPL},
     {"pipeline_read", ZERO__KEY_IGNORED, "false",
      "libzero always reads the next NVMe tile while the CPU optimizer steps this one, ignored"},

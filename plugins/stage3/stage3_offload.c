@@ -1,18 +1,20 @@
 /* stage3 with offload: the configuration, the tier-aware initialisation and
- * the tiled, double-buffered CPU optimizer step (see stage3_offload.h for
- * what lives in which tier).
+ * the tiled, pipelined CPU optimizer step (see stage3_offload.h for what
+ * lives in which tier).
  *
  * The step (zero__s3_off_step), after the gradient partition's norm (the
  * shared grad_norm service, so clipping and overflow are every plugin's):
  * the partition is cut into tiles of sub_group_size elements; tile k is
  * stepped by the vectorized CPU optimizer (svc->optim_step, element-wise,
- * so tiling changes no bit) on the step thread while the worker thread
- * finishes tile k-1 (its new model-dtype weights copied to the device shard
- * with svc->mem_copy; with NVMe its master and states written back) and
- * prepares tile k+1 (with NVMe: read).  Two sets of tile buffers alternate,
- * so the exposed time approaches max(copies + I/O, CPU optimizer) instead of
- * their sum; ZERO_OFFLOAD_SEQUENTIAL=1 runs the same jobs inline, one after
- * the other (the benchmark's baseline).
+ * so tiling changes no bit) on the step thread while tile k-1's new
+ * model-dtype weights leave on the worker thread (copied to the device shard
+ * with svc->mem_copy, or written to the offload_param NVMe file) and, with
+ * an NVMe optimizer, tile k-1's master and states are written back and tile
+ * k+1's read in as POSIX AIO issued from the step thread (three buffer sets:
+ * both in flight at once).  The exposed time approaches max(copies + I/O,
+ * CPU optimizer) instead of their sum; ZERO_OFFLOAD_SEQUENTIAL=1 runs the
+ * same jobs one after the other (the benchmark's baseline), =alternate
+ * alternates the two per step and logs both (bench/offload).
  *
  * The gradient crosses to the host during backward: the bucket engine's
  * reduce-scatter adds each bucket's reduced block into the host-tier

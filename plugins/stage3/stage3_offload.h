@@ -7,8 +7,8 @@
  *   offload_optimizer.device "cpu":  fp32 master, optimizer states and the
  *     gradient partition in the host tier (ZERO_TIER_HOST);
  *   offload_optimizer.device "nvme": master and states in a file under
- *     nvme_path, tile by tile; the host tier holds two tiles of them
- *     (double buffer) and the gradient partition;
+ *     nvme_path, tile by tile; the host tier holds three tiles of them
+ *     (written back, stepped, read ahead) and the gradient partition;
  *   offload_param.device "cpu": the owned model-dtype parameter shard in
  *     the host tier too;
  *   offload_param.device "nvme": the shard in a file under its nvme_path;
@@ -145,7 +145,7 @@ zero_status zero__s3_off_configure(zero__s3 *s);
  * initial tiles. */
 zero_status zero__s3_off_init(zero__s3 *s);
 /* The boundary step with offload: norm over the host gradient partition,
- * then the tiled, double-buffered CPU optimizer pass (see the .c). */
+ * then the tiled, pipelined CPU optimizer pass (see the .c). */
 zero_status zero__s3_off_step(zero__s3 *s, const zero_step_ctx *ctx, zero_step_report *rep);
 /* Checkpoint helpers: NVMe master/states materialized into host arrays
  * (load: written back to the file after) -- the ckpt services need arrays. */

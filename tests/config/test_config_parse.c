@@ -368,7 +368,7 @@ static void test_good_table(void) {
         {"{\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"device\":\"nvme\",\"nvme_path\":\"/x\","
          "\"buffer_count\":4,\"pipeline_read\":false}}}", "stage3", 0, NULL},
         {"{\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"device\":\"nvme\",\"nvme_path\":\"/x\","
-         "\"buffer_count\":8}}}", "stage3", 1, "zero_optimization.offload_optimizer.buffer_count: libzero double-buffers"},
+         "\"buffer_count\":8}}}", "stage3", 1, "zero_optimization.offload_optimizer.buffer_count: libzero keeps three NVMe tiles"},
         /* offload_param nvme: the shard in a file (stage3_pwin.c), DeepSpeed's window keys used */
         {"{\"zero_optimization\":{\"stage\":3,\"offload_param\":{\"device\":\"nvme\",\"nvme_path\":\"/x\","
          "\"buffer_count\":5,\"buffer_size\":100000000}}}", "stage3", 0, NULL},
