@@ -79,6 +79,7 @@ zero_status zero__s3_off_configure(zero__s3 *s) {
     const char *env = getenv("ZERO_OFFLOAD_SEQUENTIAL");
     s->off->sequential = env && env[0] == '1';
     s->off->alternate = env && strcmp(env, "alternate") == 0;
+    s->off->calibrate = !env || !*env;
     return ZERO_OK;
 }
 
@@ -347,7 +348,8 @@ zero_status zero__s3_off_step(zero__s3 *s, const zero_step_ctx *ctx, zero_step_r
     zero__s3_pwin_reset(s); /* offload_param nvme: the shard file is rewritten below */
     const double t0 = now_s();
     /* alternate mode: the same jobs inline on odd steps (the sequential baseline) */
-    const int seq = o->sequential || (o->alternate && (o->steps & 1));
+    const int cal = o->calibrate && o->steps >= 1 && o->steps <= 4; /* step 0 warms up */
+    const int seq = o->sequential || ((o->alternate || cal) && (o->steps & 1));
     zero__s3_worker *w = seq || !has_store16(s) ? NULL : o->worker;
     tile_job job = {s, -1, 0};
     if (o->nvme) { /* tile 0's inputs: nothing to overlap with yet */
@@ -384,6 +386,15 @@ zero_status zero__s3_off_step(zero__s3 *s, const zero_step_ctx *ctx, zero_step_r
     }
     o->t_step += now_s() - t0;
     if (o->alternate && o->steps < ZERO__S3_ALT_MAX) o->alt_ms[o->steps] = 1e3 * (now_s() - t0);
+    if (cal) o->cal_ms[seq] += 1e3 * (now_s() - t0);
+    if (cal && o->steps == 4) { /* two steps each way measured: keep the faster (a performance choice only:
+                                   both modes compute the same bits) */
+        o->sequential = o->cal_ms[1] < o->cal_ms[0];
+        svc->log(s->c, ZERO_LOG_INFO,
+                 "stage3: offload: tiled phase over two steps pipelined %.3f ms, sequential %.3f ms: %s from now on "
+                 "(ZERO_OFFLOAD_SEQUENTIAL=0 or 1 fixes the mode)",
+                 o->cal_ms[0], o->cal_ms[1], o->sequential ? "sequential" : "pipelined");
+    }
     o->steps++;
     if (o->io16_failed && !o->io_failed) { /* the worker is idle: its fields are ours again */
         o->io_failed = 1;

@@ -122,6 +122,10 @@ typedef struct zero__s3_off {
     uint64_t pseq, n_read_ahead, n_read_sync;
     zero_status send_err;   /* a window slot's all-gather test failed (reported by the next piece read) */
     int sequential;         /* ZERO_OFFLOAD_SEQUENTIAL=1: no overlap (the benchmark's baseline) */
+    int calibrate;          /* ZERO_OFFLOAD_SEQUENTIAL unset: steps 1..4 alternate sequential/pipelined, then
+                               the faster mode stays (pipelining a host memcpy next to the CPU optimizer can
+                               lose: bench/offload); "0" always pipelines */
+    double cal_ms[2];       /* calibration sums: [0] pipelined, [1] sequential */
     int alternate;          /* ZERO_OFFLOAD_SEQUENTIAL=alternate: odd steps sequential, even ones pipelined, so
                                one run compares both under the same load (logged at destroy) */
 #define ZERO__S3_ALT_MAX 512
