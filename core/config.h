@@ -32,8 +32,7 @@ void zero__config_set_stage(zero__config *c, int stage);
 
 /* Offload as configured: "cpu", "nvme" or NULL (none) for
  * zero_optimization.offload_optimizer.device (param 0) or offload_param.device
- * (param 1, stage 3 only; "nvme" reads as "cpu": the shard stays in host
- * memory).  zero__config_set_offload overrides both (and the run view's
+ * (param 1, stage 3 only).  zero__config_set_offload overrides both (and the run view's
  * offload_optimizer) for "stage": "auto" planning the stage3+offload
  * candidate; the path lookups of the two device keys answer with them.
  * Before the plugin's create only. */

@@ -119,8 +119,8 @@ int zero__config_bool(const zero__config *c, const char *path, int *out) {
 
 int zero__config_string(const zero__config *c, const char *path, const char **out) {
     const json_t *v;
-    /* the offload devices as resolved (legacy cpu_offload, offload_param
-     * "nvme" kept in host memory, the stage-auto override): zero__config_set_offload */
+    /* the offload devices as resolved (legacy cpu_offload, the stage-auto
+     * override): zero__config_set_offload */
     if (c && path && (strcmp(path, "zero_optimization.offload_optimizer.device") == 0 ||
                       strcmp(path, "zero_optimization.offload_param.device") == 0)) {
         const char *d = strstr(path, "offload_optimizer") ? c->offload_opt_device : c->offload_param_device;

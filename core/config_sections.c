@@ -240,7 +240,7 @@ static const zero__cfg_key offload_opt_keys[] = {
     {"pin_memory", ZERO__KEY_USED, NULL, NULL},
     {"nvme_path", ZERO__KEY_USED, NULL, NULL},
     {"buffer_count", ZERO__KEY_IGNORED, "4",
-     "libzero double-buffers the NVMe tiles (two sub_group_size tiles in flight), ignored"},
+     "libzero keeps three NVMe tiles in host memory (one written back, one stepped, one read ahead), ignored"},
     {"fast_init", ZERO__KEY_IGNORED, "false", NOT_IMPL},
     {"pipeline_read", ZERO__KEY_IGNORED, "false",
      "libzero always reads the next NVMe tile while the CPU optimizer steps this one, ignored"},
@@ -254,9 +254,10 @@ static const zero__cfg_key offload_param_keys[] = {
     {"device", ZERO__KEY_USED, NULL, NULL},
     {"pin_memory", ZERO__KEY_USED, NULL, NULL},
     {"nvme_path", ZERO__KEY_USED, NULL, NULL},
-    {"buffer_count", ZERO__KEY_IGNORED, "5", "parameter shards stay in host memory in libzero, ignored"},
-    {"buffer_size", ZERO__KEY_IGNORED, "100000000", "parameter shards stay in host memory in libzero, ignored"},
-    {"max_in_cpu", ZERO__KEY_IGNORED, "1000000000", "parameter shards stay in host memory in libzero, ignored"},
+    {"buffer_count", ZERO__KEY_USED, NULL, NULL},
+    {"buffer_size", ZERO__KEY_USED, NULL, NULL},
+    {"max_in_cpu", ZERO__KEY_IGNORED, "1000000000",
+     "libzero keeps no host cache of NVMe parameters beyond the buffer_count window, ignored"},
     {NULL, 0, NULL, NULL}};
 
 #define SZ "zero_optimization"
@@ -337,12 +338,9 @@ static int parse_offload_param(zero__cfg_ctx *ctx, const json_t *zo, const zero_
                        (int)rc->stage);
         return 0;
     }
-    if (strcmp(device, "nvme") == 0) {
-        if (need_nvme_path(ctx, op, OP) < 0) return -1;
-        zero__cfg_warn(ctx, OP ".device: \"nvme\": libzero keeps the owned parameter shard in host memory (it "
-                              "is read at every gather); the optimizer tiles go to NVMe with offload_optimizer");
-        device = "cpu";
-    }
+    /* "nvme": the owned shard lives in a file under nvme_path, read through
+     * a window of buffer_count pieces (plugins/stage3/stage3_pwin.c) */
+    if (strcmp(device, "nvme") == 0 && need_nvme_path(ctx, op, OP) < 0) return -1;
     cfg->offload_param_device = device;
     return 0;
 }

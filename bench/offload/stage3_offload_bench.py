@@ -14,22 +14,26 @@ A. Largest model per rank within a fixed device-tier budget, by plugin.
    MAX_LAYERS.  Variants: stage2, stage3, offload (ZeRO-2 + CPU optimizer),
    stage3-offload (stage 3 + offload_optimizer cpu), stage3-offload-param
    (+ offload_param cpu), stage3-nvme (+ optimizer tiles on NVMe under
-   --nvme).  Printed: parameters at the largest fitting size, that size
+   --nvme), stage3-nvme-param (+ the parameter shard on NVMe too, a
+   3-piece window in host memory).  Printed: parameters at the largest fitting size, that size
    relative to stage2's, its device and host peaks, and the median
    iteration time there (and per million parameters).
 
-B. The tiled CPU-optimizer pipeline against a sequential step.  One model
-   (--pipe-layers x LAYER), stage3-offload (the new weights of each tile
-   copied to the device-tier shard) and stage3-nvme (master and states read
-   and written per tile), sub_group_size --tile, alternating
-   ZERO_OFFLOAD_SEQUENTIAL=0/1 runs --reps times at N=1.  The figure is
-   the plugin's own time of the tiled phase per optimizer step (INFO log
-   "per step X ms") and the whole iteration; reported: median over runs and
-   the median of the per-pair ratios pipelined / sequential.
+B. The tiled CPU-optimizer pipeline against a sequential step, in ONE run:
+   ZERO_OFFLOAD_SEQUENTIAL=alternate makes the plugin step pipelined and
+   sequential on alternate optimizer steps of the same engine (same memory,
+   same files, the same load at the same moment) and log the medians of
+   both and of the per-pair ratios (first pair left out).  One model
+   (--pipe-layers x LAYER), N=1, sub_group_size --tile, --pairs pairs per
+   run, --reps runs per variant: stage3-offload (each tile's new weights
+   copied to the device-tier shard: on a CPU-only machine a memcpy),
+   stage3-nvme (master and states written back / read in per tile, AIO) and
+   stage3-nvme-param (also the 16-bit shard written to its file).
+   Printed per variant: each run's median ratio, and the median over runs.
 
 Usage: stage3_offload_bench.py [--build build] [--np 2] [--budget 1048576]
        [--layer 5000] [--max-layers 2048] [--nvme DIR] [--reps 5]
-       [--pipe-layers 200] [--tile 250000] [--skip-a] [--skip-b]
+       [--pipe-layers 200] [--tile 250000] [--pairs 10] [--skip-a] [--skip-b]
 """
 import argparse
 import json
@@ -40,10 +44,10 @@ import subprocess
 import sys
 import tempfile
 
-VARIANTS = ["stage2", "stage3", "offload", "stage3-offload", "stage3-offload-param", "stage3-nvme"]
+VARIANTS = ["stage2", "stage3", "offload", "stage3-offload", "stage3-offload-param", "stage3-nvme", "stage3-nvme-param"]
 
 
-def run_host(a, variant, layers, np_, steps, extra_env=None, zo=None):
+def run_host(a, variant, layers, np_, steps, extra_env=None, zo=None, want=None):
     env = dict(os.environ)
     env["ZERO_SWEEP_ZO"] = zo if zo is not None else a.zo
     env["ZERO_SWEEP_NVME"] = a.nvme
@@ -63,6 +67,10 @@ def run_host(a, variant, layers, np_, steps, extra_env=None, zo=None):
                   r"optimizer ([0-9.]+) ms and ([0-9.]+) ms waiting", out.stdout + out.stderr)
     if m:
         r["tiled_ms"], r["cpu_ms"], r["wait_ms"] = (float(x) for x in m.groups())
+    if want is not None:
+        r["interleaved"] = want.search(out.stdout + out.stderr)
+        if not r["interleaved"]:
+            sys.exit(f"bench: no interleaved figures from {' '.join(cmd)}:\n{out.stderr[-2000:]}")
     return r
 
 
@@ -121,22 +129,22 @@ def part_a(a):
 
 def part_b(a):
     zo = a.zo_base + f', "sub_group_size": {a.tile}'
-    print(f"\nB. tiled CPU optimizer, pipelined vs sequential (ZERO_OFFLOAD_SEQUENTIAL=1), N = 1, "
-          f"{a.pipe_layers} layers ({a.pipe_layers * (a.layer + 64):,d} params), tiles of {a.tile}, {a.reps} pairs; "
-          f"load {open('/proc/loadavg').read().split()[:3]}")
-    for v in ("stage3-offload", "stage3-nvme"):
-        t = {"pipe": [], "seq": []}
+    print(f"\nB. tiled CPU optimizer, pipelined vs sequential, interleaved in one run (ZERO_OFFLOAD_SEQUENTIAL="
+          f"alternate), N = 1, {a.pipe_layers} layers ({a.pipe_layers * (a.layer + 64):,d} params), tiles of "
+          f"{a.tile}, {a.pairs} pairs per run, {a.reps} runs; load {open('/proc/loadavg').read().split()[:3]}")
+    pat = re.compile(r"rank 0\].*interleaved (\d+) pairs of (\d+) tile\(s\): tiled phase median pipelined ([0-9.]+) ms, "
+                     r"sequential ([0-9.]+) ms, pipelined/sequential ([0-9.]+) \(min ([0-9.]+), max ([0-9.]+)\)")
+    for v in ("stage3-offload", "stage3-nvme", "stage3-nvme-param"):
+        runs = []
         for _ in range(a.reps):
-            for mode, seq in (("pipe", "0"), ("seq", "1")):
-                t[mode].append(run_host(a, v, a.pipe_layers, 1, 5, {"ZERO_OFFLOAD_SEQUENTIAL": seq}, zo=zo))
-        tiled = [p["tiled_ms"] / s["tiled_ms"] for p, s in zip(t["pipe"], t["seq"])]
-        whole = [p["step_ms"] / s["step_ms"] for p, s in zip(t["pipe"], t["seq"])]
-        med = lambda k, m: statistics.median(r[k] for r in t[m])
-        print(f"  {v:<16} tiled phase per step: pipelined {med('tiled_ms', 'pipe'):8.2f} ms (CPU optimizer "
-              f"{med('cpu_ms', 'pipe'):.2f}, waiting {med('wait_ms', 'pipe'):.2f}), sequential "
-              f"{med('tiled_ms', 'seq'):8.2f} ms (CPU optimizer {med('cpu_ms', 'seq'):.2f})")
-        print(f"  {'':<16} pipelined/sequential: tiled phase {statistics.median(tiled):.3f} (min {min(tiled):.3f}, "
-              f"max {max(tiled):.3f}); whole iteration {statistics.median(whole):.3f}")
+            r = run_host(a, v, a.pipe_layers, 1, 2 * a.pairs + 2, {"ZERO_OFFLOAD_SEQUENTIAL": "alternate"}, zo=zo,
+                         want=pat)
+            runs.append(tuple(float(x) for x in r["interleaved"].groups()[2:]))
+        ratios = [x[2] for x in runs]
+        med = lambda i: statistics.median(x[i] for x in runs)
+        print(f"  {v:<18} pipelined/sequential {statistics.median(ratios):.3f} (runs: "
+              f"{', '.join(f'{x:.3f}' for x in ratios)}); tiled phase median pipelined {med(0):.2f} ms, "
+              f"sequential {med(1):.2f} ms; load {open('/proc/loadavg').read().split()[0]}")
 
 
 def main():
@@ -148,7 +156,8 @@ def main():
     p.add_argument("--layer", type=int, default=5000)
     p.add_argument("--max-layers", type=int, default=2048)
     p.add_argument("--nvme", default="")
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--pairs", type=int, default=10)
     p.add_argument("--pipe-layers", type=int, default=200)
     p.add_argument("--tile", type=int, default=250000)
     p.add_argument("--skip-a", action="store_true")

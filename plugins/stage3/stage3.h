@@ -36,6 +36,7 @@ typedef struct zero__s3_param {
     zero_param_info *info;
     size_t *counts;        /* world entries: elements of this param each rank owns (all-gather blocks) */
     uint64_t part_lo;      /* where this rank's piece starts in the shard (valid if counts[rank] > 0) */
+    uint64_t piece_off;    /* ... and where it starts in the param (elements), for the NVMe shard's init */
     void *buf;             /* full-tensor gather buffer, or NULL (released) */
     size_t buf_cap;        /* bytes of buf */
     zero_comm_req *req;    /* in-flight all-gather into buf, or NULL */
@@ -137,7 +138,9 @@ typedef struct zero__s3 {
     /* offload (stage3_offload.h): zero_optimization.stage 3 with
      * offload_optimizer / offload_param */
     int off_opt;           /* ZERO__S3_OFF_NONE / _CPU / _NVME: where master and states live */
-    int off_param;         /* the owned shard lives in the host tier */
+    int off_param;         /* the owned shard lives in the host tier (or, with off_param_nvme, a file) */
+    int off_param_nvme;    /* offload_param.device "nvme": s->shard is NULL, the shard is in off->pfile */
+    const char *param_nvme_path; /* offload_param.nvme_path (config-owned) */
     const char *nvme_path; /* offload_optimizer.nvme_path (config-owned) */
     struct zero__s3_off *off; /* the tiled step's buffers, worker, NVMe file; NULL without offload */
 } zero__s3;

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "stage3.h"
+#include "stage3_offload.h"
 
 /* ---- agreement ----------------------------------------------------------- */
 
@@ -137,11 +138,13 @@ static zero_status issue(zero__s3 *s, zero__s3_param *p, int demand) {
         s->live_hash += live_term(p->info->index);
     }
     const char *send = (const char *)s->shard + (size_t)p->part_lo * s->esize;
+    int slot = -1;
+    if (s->off_param_nvme && !(send = zero__s3_pwin_piece(s, p, &slot))) /* from the file (error set) */
+        return s->off->send_err != ZERO_OK ? s->off->send_err : ZERO_ERR_IO;
     zero_status st = s->svc->iallgatherv(s->gcomm, send, p->buf, p->counts, s->dtype, &p->req);
-    if (st != ZERO_OK) {
-        p->req = NULL;
-        return st;
-    }
+    if (st != ZERO_OK) p->req = NULL;
+    if (s->off_param_nvme) zero__s3_pwin_sent(s, slot, p); /* the slot is busy until p->req is waited for */
+    if (st != ZERO_OK) return st;
     p->fresh = 1;
     return ZERO_OK;
 }
@@ -227,7 +230,7 @@ static zero_status diverge(zero__s3 *s, uint32_t got) {
 zero_status zero__s3_gather(void *state, zero_param_info *const *params, size_t n, void **ptrs) {
     zero__s3 *s = state;
     if (!n) return ZERO_OK;
-    if (!s->shard && s->L->part_numel)
+    if (!s->shard && !s->off_param_nvme && s->L->part_numel)
         return s->svc->error(s->c, ZERO_ERR_STATE, "stage3: zero_gather before the model state exists");
     zero_status st = ZERO_OK;
     /* Local bookkeeping first (no communication): record, follow the trace.
@@ -266,6 +269,7 @@ zero_status zero__s3_gather(void *state, zero_param_info *const *params, size_t 
     for (size_t i = 0; i < n; i++) ((zero__s3_param *)params[i]->plugin_data)->holds++;
     for (size_t i = 0; i < n && st == ZERO_OK; i++) st = issue(s, params[i]->plugin_data, 1);
     if (st == ZERO_OK && s->on_track && s->prefetch_numel) st = prefetch(s);
+    if (st == ZERO_OK) zero__s3_pwin_readahead(s); /* offload_param nvme: the next pieces, while the host computes */
     for (size_t i = 0; i < n; i++) {
         zero__s3_param *p = params[i]->plugin_data;
         if (p->req) {
@@ -360,7 +364,9 @@ zero_status zero__s3_end_micro_step(zero__s3 *s) {
 }
 
 zero_status zero__s3_prefetch_ahead(zero__s3 *s) {
-    return s->on_track && s->prefetch_numel ? prefetch(s) : ZERO_OK;
+    zero_status st = s->on_track && s->prefetch_numel ? prefetch(s) : ZERO_OK;
+    if (st == ZERO_OK) zero__s3_pwin_readahead(s);
+    return st;
 }
 
 void zero__s3_mark_stale(zero__s3 *s) {

@@ -287,14 +287,15 @@ out:
 }
 
 /* stage3_offload.c zero__s3_off_configure, without an engine. */
-static void plan_offload(const zero_plan_services_v1 *ps, int *opt, int *param) {
+static void plan_offload(const zero_plan_services_v1 *ps, int *opt, int *param, int *param_nvme) {
     const zero_run_config *rc = ps->config(ps->core);
     const char *od = NULL, *pd = NULL;
-    *opt = *param = 0;
+    *opt = *param = *param_nvme = 0;
     if (rc->stage != 3) return;
     if (ps->cfg_string(ps->core, "zero_optimization.offload_optimizer.device", &od) != 1) od = NULL;
     if (ps->cfg_string(ps->core, "zero_optimization.offload_param.device", &pd) != 1) pd = NULL;
     *param = pd && (strcmp(pd, "cpu") == 0 || strcmp(pd, "nvme") == 0);
+    *param_nvme = pd && strcmp(pd, "nvme") == 0;
     const int want = rc->offload_optimizer || (od && (strcmp(od, "cpu") == 0 || strcmp(od, "nvme") == 0));
     if (want || *param) *opt = od && strcmp(od, "nvme") == 0 ? ZERO__S3_OFF_NVME : ZERO__S3_OFF_CPU;
 }
@@ -311,24 +312,38 @@ zero_status zero__s3_plan(const zero_plan_services_v1 *ps) {
     const uint64_t one = part ? 0 : 1;
     /* s3_params_done's tiers (stage3_offload.h): offload puts master,
      * states and gradients (offload_param: the shard too) in the host tier */
-    int opt, oparam;
-    plan_offload(ps, &opt, &oparam);
+    int opt, oparam, pnvme;
+    plan_offload(ps, &opt, &oparam, &pnvme);
     const zero_mem_tier st = opt ? ZERO_TIER_HOST : ZERO_TIER_DEVICE;
     const int nvme = opt == ZERO__S3_OFF_NVME;
-    const int own_master = rc->model_dtype == ZERO_DTYPE_F32 && (opt != 0) == oparam && !nvme;
-    ps->add(c, oparam ? ZERO_TIER_HOST : ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, part * es + one);
+    const int own_master = rc->model_dtype == ZERO_DTYPE_F32 && (opt != 0) == oparam && !nvme && !pnvme;
+    if (!pnvme) ps->add(c, oparam ? ZERO_TIER_HOST : ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, part * es + one);
     if (!own_master && !nvme) ps->add(c, st, ZERO_MEM_MASTER, part * 4 + one);
     ps->add(c, st, ZERO_MEM_GRADS, part * zero__s3_dtype_size(gdt) + one);
     uint64_t tile = rc->sub_group_size > 0 ? (uint64_t)rc->sub_group_size : part;
     if (tile > part) tile = part;
     if (tile == 0) tile = 1;
-    if (nvme) { /* zero__s3_off_init: two aligned tile sets of master + states */
+    if (nvme) { /* zero__s3_off_init: three aligned tile sets of master + states (written, stepped, read) */
         const uint64_t tb = (tile * 4 + ZERO__S3_NVME_ALIGN - 1) / ZERO__S3_NVME_ALIGN * ZERO__S3_NVME_ALIGN;
-        ps->add(c, ZERO_TIER_HOST, ZERO_MEM_OPTIM, 2 * ((1 + ps->optim_state_count(c)) * tb + ZERO__S3_NVME_ALIGN));
+        ps->add(c, ZERO_TIER_HOST, ZERO_MEM_OPTIM, 3 * ((1 + ps->optim_state_count(c)) * tb + ZERO__S3_NVME_ALIGN));
     } else {
         ps->add(c, st, ZERO_MEM_OPTIM, (uint64_t)ps->optim_state_count(c) * (part * 4 + one));
     }
     if (opt && !oparam) ps->add(c, ZERO_TIER_HOST, ZERO_MEM_PARAMS, 2 * tile * es); /* copy-out staging */
+    if (pnvme) { /* stage3_pwin.c: aligned staging tiles and the buffer_count window (pieces bounded by
+                  * min(numel, part): an upper bound, the plan has no per-rank pieces) */
+        int64_t count = 5;
+        if (ps->cfg_int(c, "zero_optimization.offload_param.buffer_count", &count) != 1 || count < 2) count = 5;
+        if (count > 64) count = 64;
+        uint64_t piece = 0;
+        for (uint32_t i = 0, n = ps->nparams(c); i < n; i++) {
+            uint64_t k = ps->param(c, i)->numel < part ? ps->param(c, i)->numel : part;
+            if (k > piece) piece = k;
+        }
+        const uint64_t A = ZERO__S3_NVME_ALIGN;
+        ps->add(c, ZERO_TIER_HOST, ZERO_MEM_PARAMS,
+                2 * ((tile * es + A - 1) / A * A + 2 * A) + (uint64_t)count * ((piece * es + A - 1) / A * A + 2 * A));
+    }
     ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GATHER, gather_peak(ps, es, oparam));
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;

@@ -74,6 +74,8 @@ static zero_status setup_param(zero__s3 *s, uint32_t i) {
         p->counts[r] = (size_t)(o.flat_hi - o.flat_lo);
         if (r != s->rank) continue;
         p->part_lo = o.part_lo;
+        p->piece_off = o.flat_lo - lo;
+        if (!s->shard) continue; /* offload_param nvme: the file is written tile by tile (zero__s3_off_init) */
         const char *src = (const char *)info->init_data + (size_t)(o.flat_lo - lo) * s->esize;
         size_t n = (size_t)(o.flat_hi - o.flat_lo);
         if (!info->init_data) continue; /* zero-filled already */
@@ -163,9 +165,10 @@ static zero_status s3_params_done(void *state) {
      * with offload_param the shard) to the host tier; NVMe keeps master and
      * states in its tile file instead (stage3_offload.c). */
     const int hopt = s->off_opt != 0, nvme = s->off_opt == ZERO__S3_OFF_NVME;
-    s->shard = alloc_state(s, s->off_param, ZERO_MEM_PARAMS, part * s->esize);
+    /* (offload_param nvme: no shard in memory at all; stage3_pwin.c) */
+    s->shard = s->off_param_nvme ? NULL : alloc_state(s, s->off_param, ZERO_MEM_PARAMS, part * s->esize);
     /* an fp32 shard is its own master when both sit in the same tier */
-    const int own_master = s->dtype == ZERO_DTYPE_F32 && hopt == s->off_param && !nvme;
+    const int own_master = s->dtype == ZERO_DTYPE_F32 && hopt == s->off_param && !nvme && !s->off_param_nvme;
     s->master = own_master ? s->shard : nvme ? NULL : alloc_state(s, hopt, ZERO_MEM_MASTER, part * sizeof(float));
     s->grads = alloc_state(s, hopt, ZERO_MEM_GRADS, part * s->gesize);
     s->nstate = svc->optim_state_count(s->c);
@@ -178,7 +181,7 @@ static zero_status s3_params_done(void *state) {
         strcpy(s->phases[0].name, "train");
         s->nphases = 1;
     }
-    int ok = s->shard && (s->master || nvme) && s->grads && s->nstate <= 4 && s->owned && s->params && s->phases;
+    int ok = (s->shard || s->off_param_nvme) && (s->master || nvme) && s->grads && s->nstate <= 4 && s->owned && s->params && s->phases;
     for (uint32_t k = 0; ok && !nvme && k < s->nstate; k++)
         ok = (s->state[k] = alloc_state(s, hopt, ZERO_MEM_OPTIM, part * sizeof(float))) != NULL;
     if (!ok)
@@ -255,6 +258,38 @@ static zero_status s3_sync(void *state) {
  * window to resume exactly; at a boundary it is all zeros.  Gathered
  * buffers are derived data (dropped and refreshed from the shard on load),
  * and the gather trace only steers prefetch, never values. */
+/* offload_param nvme: the "stage3.params" blob the host-tier shard would
+ * have (16-bit models, or fp32 with an NVMe optimizer, whose master is not
+ * the shard), so that checkpoints move between offload_param cpu and nvme;
+ * the shard file is materialized in the host tier for the duration of the
+ * save/load (as the NVMe optimizer tiles are).  fp32 with a host master and
+ * no blob: the shard is the master, copied back after a load. */
+static zero_status nvme_params_blob(zero__s3 *s, const char *dir, int write) {
+    const zero_services_v1 *svc = s->svc;
+    const size_t bytes = (size_t)s->L->part_numel * s->esize;
+    const int blob = s->dtype != ZERO_DTYPE_F32 || s->off_opt == ZERO__S3_OFF_NVME;
+    if (!blob) return write ? ZERO_OK : zero__s3_off_master_to_shard(s);
+    void *raw = svc->mem_alloc(s->c, ZERO_TIER_HOST, ZERO_MEM_PARAMS, zero__s3_nvme_range_bytes(bytes));
+    if (!raw) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: no host memory to checkpoint the NVMe shard");
+    char *buf = (char *)(((uintptr_t)raw + ZERO__S3_NVME_ALIGN - 1) & ~(uintptr_t)(ZERO__S3_NVME_ALIGN - 1));
+    zero_status st = ZERO_OK;
+    zero__s3_pwin_reset(s);
+    if (write) {
+        if (zero__s3_nvme_read_range(s->off->pfile, 0, bytes, buf) != 0)
+            st = svc->error(s->c, ZERO_ERR_IO, "stage3: offload_param nvme_path '%s': reading the parameter shard: %s",
+                            s->param_nvme_path, zero__s3_nvme_error(s->off->pfile));
+        else
+            st = svc->ckpt_write(s->c, dir, "stage3.params", buf, bytes);
+    } else {
+        st = svc->ckpt_read(s->c, dir, "stage3.params", buf, bytes);
+        if (st == ZERO_OK && zero__s3_nvme_write_range(s->off->pfile, 0, bytes, buf) != 0)
+            st = svc->error(s->c, ZERO_ERR_IO, "stage3: offload_param nvme_path '%s': writing the parameter shard: %s",
+                            s->param_nvme_path, zero__s3_nvme_error(s->off->pfile));
+    }
+    svc->mem_free(s->c, raw);
+    return st;
+}
+
 static zero_status s3_blobs(zero__s3 *s, const char *dir, int write) {
     const zero_services_v1 *svc = s->svc;
     const size_t bytes = (size_t)s->L->part_numel * s->esize;
@@ -267,13 +302,16 @@ static zero_status s3_blobs(zero__s3 *s, const char *dir, int write) {
     if (st == ZERO_OK && !write && ZERO_SERVICES_HAS(svc, ckpt_reshard) && svc->ckpt_reshard(s->c)) {
         /* another world size / plugin wrote it (at a boundary): the 16-bit
          * shard is the master rounded, as after every step; no gradient */
-        if (s->off)
-            zero__s3_off_master_to_shard(s); /* across the tiers (and from the NVMe tiles) */
-        else if ((void *)s->master != s->shard)
+        if (s->off) {
+            zero_status ms = zero__s3_off_master_to_shard(s); /* across the tiers (and from/to the NVMe files) */
+            if (ms != ZERO_OK) return ms;
+        } else if ((void *)s->master != s->shard)
             svc->convert(s->c, s->shard, s->dtype, s->master, ZERO_DTYPE_F32, (size_t)s->L->part_numel);
         return svc->mem_set(s->c, s->grads, 0, gbytes);
     }
-    if (st == ZERO_OK && (void *)s->master != s->shard)
+    if (st == ZERO_OK && s->off_param_nvme)
+        st = nvme_params_blob(s, dir, write);
+    else if (st == ZERO_OK && (void *)s->master != s->shard)
         st = write ? svc->ckpt_write(s->c, dir, "stage3.params", s->shard, bytes)
                    : svc->ckpt_read(s->c, dir, "stage3.params", s->shard, bytes);
     if (st == ZERO_OK)

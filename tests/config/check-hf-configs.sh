@@ -30,6 +30,9 @@ python3 - "$ROOT/examples/configs/hf_zero3.json" "$OUT/hf_zero3_nvme.json" "$NV"
 import json, sys
 c = json.load(open(sys.argv[1]))
 c["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": sys.argv[3], "pin_memory": True}
+# DeepSpeed's ZeRO-Infinity example: the parameters on NVMe too, with its offload_param keys
+c["zero_optimization"]["offload_param"] = {"device": "nvme", "nvme_path": sys.argv[3], "pin_memory": True,
+                                           "buffer_count": 5, "buffer_size": 1e8, "max_in_cpu": 1e9}
 c["zero_optimization"]["sub_group_size"] = 20000
 json.dump(c, open(sys.argv[2], "w"), indent=1)
 PY
@@ -75,8 +78,8 @@ if a != b:
 nvlog = open(os.path.join(out, "zero3-nvme.log")).read()
 print("zero3-nvme:", "buffered (O_DIRECT refused)" if "refuses O_DIRECT" in nvlog else "O_DIRECT",
       "under", nv)
-if "NVMe file under" not in nvlog:
-    fails.append("zero3-nvme: the NVMe tile file was not used")
+if "states in an NVMe file under" not in nvlog or "parameter shard in an NVMe file under" not in nvlog:
+    fails.append("zero3-nvme: the NVMe files (optimizer tiles, parameter shard) were not used")
 if os.listdir(nv):
     fails.append(f"the NVMe tile files were left behind in {nv}: {os.listdir(nv)}")
 for f in fails:

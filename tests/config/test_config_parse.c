@@ -368,9 +368,13 @@ static void test_good_table(void) {
         {"{\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"device\":\"nvme\",\"nvme_path\":\"/x\","
          "\"buffer_count\":4,\"pipeline_read\":false}}}", "stage3", 0, NULL},
         {"{\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"device\":\"nvme\",\"nvme_path\":\"/x\","
-         "\"buffer_count\":8}}}", "stage3", 1, "zero_optimization.offload_optimizer.buffer_count: libzero double-buffers"},
-        {"{\"zero_optimization\":{\"stage\":3,\"offload_param\":{\"device\":\"nvme\",\"nvme_path\":\"/x\"}}}",
-         "stage3", 1, "zero_optimization.offload_param.device: \"nvme\": libzero keeps the owned parameter shard in host"},
+         "\"buffer_count\":8}}}", "stage3", 1, "zero_optimization.offload_optimizer.buffer_count: libzero keeps three NVMe tiles"},
+        /* offload_param nvme: the shard in a file (stage3_pwin.c), DeepSpeed's window keys used */
+        {"{\"zero_optimization\":{\"stage\":3,\"offload_param\":{\"device\":\"nvme\",\"nvme_path\":\"/x\","
+         "\"buffer_count\":5,\"buffer_size\":100000000}}}", "stage3", 0, NULL},
+        {"{\"zero_optimization\":{\"stage\":3,\"offload_param\":{\"device\":\"nvme\",\"nvme_path\":\"/x\","
+         "\"max_in_cpu\":5}}}", "stage3", 1,
+         "zero_optimization.offload_param.max_in_cpu: libzero keeps no host cache of NVMe parameters"},
         {"{\"zero_optimization\":{\"stage\":2,\"offload_optimizer\":{\"device\":\"cpu\"}}}", "offload", 0, NULL},
         /* DeepSpeed's reduce_bucket_size 0: every gradient in a bucket of its own */
         {"{\"zero_optimization\":{\"reduce_bucket_size\":0}}", "stage0", 1,

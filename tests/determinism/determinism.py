@@ -92,6 +92,8 @@ def make_config(a):
         cfg["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": a.nvme}
     if a.offload_param:
         cfg["zero_optimization"]["offload_param"] = {"device": "cpu", "pin_memory": True}
+    if a.param_nvme:  # the shard in a file, read through a window of 3 pieces (issue 20)
+        cfg["zero_optimization"]["offload_param"] = {"device": "nvme", "nvme_path": a.param_nvme, "buffer_count": 3}
     if a.sub_group:
         cfg["zero_optimization"]["sub_group_size"] = a.sub_group
     if a.round_robin:
@@ -110,8 +112,11 @@ def check_tiers(a, plugin, s):
         dev, host = m["device"]["current"], m["host"]["current"]
         if dev["optim"] or dev["master"] or dev["grads"] or host["optim"] <= 0:
             bad.append(f"rank {m['rank']}: optimizer state not offloaded: device {dev}, host {host}")
-        if a.offload_param and (dev["params"] or host["params"] <= 0):
+        if (a.offload_param or a.param_nvme) and (dev["params"] or host["params"] <= 0):
             bad.append(f"rank {m['rank']}: parameter shard not offloaded: device {dev}, host {host}")
+    for d in (a.nvme, a.param_nvme):  # the NVMe files are unlinked at creation: nothing left behind
+        if d and os.listdir(d):
+            bad.append(f"files left under {d}: {os.listdir(d)}")
     return bad
 
 
@@ -178,6 +183,7 @@ def main():
                    help="zero_optimization.reduce_once_per_window: the two accumulation families, --tol across")
     p.add_argument("--nvme", default="", help="offload_optimizer {device: nvme, nvme_path: DIR} (stage 3)")
     p.add_argument("--offload-param", action="store_true", help="offload_param {device: cpu} (stage 3)")
+    p.add_argument("--param-nvme", default="", help="offload_param {device: nvme, nvme_path: DIR} (stage 3)")
     p.add_argument("--sub-group", type=int, default=0, help="sub_group_size (offload's CPU optimizer tile)")
     p.add_argument("--round-robin", action="store_true",
                    help="zero_optimization.round_robin_gradients: interleaved ownership (core/layout.h)")
@@ -191,8 +197,9 @@ def main():
     if a.tol <= 0:
         a.tol = 1e-3 if a.precision == "bf16" else 1e-5
     os.makedirs(a.out, exist_ok=True)
-    if a.nvme:
-        os.makedirs(a.nvme, exist_ok=True)
+    for d in (a.nvme, a.param_nvme):
+        if d:
+            os.makedirs(d, exist_ok=True)
     cfg_path = os.path.join(a.out, "config.json")
     json.dump(make_config(a), open(cfg_path, "w"), indent=1)
     plugins = [x for x in a.plugins.split(",") if x]

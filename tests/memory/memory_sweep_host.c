@@ -17,8 +17,10 @@
  * Usage: memory_sweep_host PLUGIN NUMEL STEPS [LAYERS]
  * PLUGIN may also be stage3-offload (stage 3 with offload_optimizer cpu),
  * stage3-offload-param (and offload_param cpu) or stage3-nvme (offload_param
- * cpu, offload_optimizer nvme under $ZERO_SWEEP_NVME or /tmp): plugin stage3,
- * issue 20.  The JSON line also has step_ms, the median time of a training
+ * cpu, offload_optimizer nvme under $ZERO_SWEEP_NVME or /tmp) or
+ * stage3-nvme-param (both offloads nvme, offload_param buffer_count 3):
+ * plugin stage3, issue 20.  The JSON line also has host_params_peak and
+ * host_grads_peak (host tier, ZERO_MEM_PARAMS / ZERO_MEM_GRADS).  The JSON line also has step_ms, the median time of a training
  * iteration (gathers, gradients, zero_step) after the first.
  * LAYERS (default 8) sets the depth; ZERO_SWEEP_ZO is JSON text appended to
  * the zero_optimization object (", \"key\": value ..."). */
@@ -74,13 +76,17 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *plugin = argv[1];
-    const int nvme = !strcmp(plugin, "stage3-nvme");
+    const int pnvme = !strcmp(plugin, "stage3-nvme-param");
+    const int nvme = !strcmp(plugin, "stage3-nvme") || pnvme;
     const int off3 = !strncmp(plugin, "stage3-offload", 14) || nvme,
               off3p = !strcmp(plugin, "stage3-offload-param") || nvme;
     char oo[512];
     snprintf(oo, sizeof oo, ", \"offload_optimizer\": {\"device\": \"%s\"%s%s%s}", nvme ? "nvme" : "cpu",
              nvme ? ", \"nvme_path\": \"" : "", nvme ? (getenv("ZERO_SWEEP_NVME") ? getenv("ZERO_SWEEP_NVME") : "/tmp") : "",
              nvme ? "\"" : "");
+    char op[512];
+    snprintf(op, sizeof op, ", \"offload_param\": {\"device\": \"nvme\", \"buffer_count\": 3, \"nvme_path\": \"%s\"}",
+             getenv("ZERO_SWEEP_NVME") ? getenv("ZERO_SWEEP_NVME") : "/tmp");
     const char *zo_extra = getenv("ZERO_SWEEP_ZO") ? getenv("ZERO_SWEEP_ZO") : "";
     const long long total = atoll(argv[2]);
     const int steps = atoi(argv[3]);
@@ -103,7 +109,7 @@ int main(int argc, char **argv) {
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3, \"weight_decay\": 0.01}},"
              " \"zero_optimization\": {\"stage\": %d%s%s%s}}",
              stage, !strcmp(plugin, "offload") || off3 ? oo : "",
-             off3p ? ", \"offload_param\": {\"device\": \"cpu\"}" : "", zo_extra);
+             pnvme ? op : off3p ? ", \"offload_param\": {\"device\": \"cpu\"}" : "", zo_extra);
     if (off3) plugin = "stage3";
     MPI_Barrier(MPI_COMM_WORLD);
     reset_hwm();
@@ -179,19 +185,21 @@ int main(int argc, char **argv) {
     const long hwm = proc_status_kb("VmHWM");
     zero_engine_destroy(e);
     free(init);
-    unsigned long long v[4] = {ms.peak_total[ZERO_TIER_DEVICE], ms.peak_total[ZERO_TIER_HOST],
+    unsigned long long v[6] = {ms.peak_total[ZERO_TIER_DEVICE], ms.peak_total[ZERO_TIER_HOST],
                                ms.peak[ZERO_TIER_HOST][ZERO_MEM_OTHER],
-                               hwm > rss0 && rss0 >= 0 ? (unsigned long long)(hwm - rss0) * 1024ull : 0ull};
-    unsigned long long m[4];
-    MPI_Reduce(v, m, 4, MPI_UNSIGNED_LONG_LONG, MPI_MAX, 0, MPI_COMM_WORLD);
+                               hwm > rss0 && rss0 >= 0 ? (unsigned long long)(hwm - rss0) * 1024ull : 0ull,
+                               ms.peak[ZERO_TIER_HOST][ZERO_MEM_PARAMS], ms.peak[ZERO_TIER_HOST][ZERO_MEM_GRADS]};
+    unsigned long long m[6];
+    MPI_Reduce(v, m, 6, MPI_UNSIGNED_LONG_LONG, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank == 0 && getenv("ZERO_SWEEP_TAGS"))
         for (int g = 0; g < ZERO_MEM_NTAGS; g++)
             fprintf(stderr, "  rank 0 device peak %-8s %llu\n", zero_mem_tag_name(g),
                     (unsigned long long)ms.peak[ZERO_TIER_DEVICE][g]);
     if (rank == 0)
         printf("{\"plugin\": \"%s\", \"world\": %d, \"numel\": %lld, \"dev_peak\": %llu, \"host_peak\": %llu, "
-               "\"other_peak\": %llu, \"rss_growth\": %llu, \"digest\": %.9g, \"step_ms\": %.3f}\n",
-               argv[1], world, total, m[0], m[1], m[2], m[3], digest, step_ms);
+               "\"other_peak\": %llu, \"rss_growth\": %llu, \"digest\": %.9g, \"step_ms\": %.3f, "
+               "\"host_params_peak\": %llu, \"host_grads_peak\": %llu}\n",
+               argv[1], world, total, m[0], m[1], m[2], m[3], digest, step_ms, m[4], m[5]);
     MPI_Finalize();
     return 0;
 }
