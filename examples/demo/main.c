@@ -137,7 +137,7 @@ static void register_params(trainer *t, uint64_t seed) {
             free(f);
             t->wf[k] = xcalloc(n, sizeof(float));
         }
-        if (t->dtype != ZERO_DTYPE_F32 || t->on_device) t->gf[k] = xcalloc(n, sizeof(float));
+        if (t->dtype != ZERO_DTYPE_F32) t->gf[k] = xcalloc(n, sizeof(float));
         if (t->on_device) {
             t->stage[k] = xcalloc(n, demo_dtype_size(t->dtype));
             t->gstage[k] = xcalloc(n, demo_dtype_size(t->dtype));
@@ -176,21 +176,29 @@ static void layer_acquire(trainer *t, int l, float **w) {
 }
 
 /* Where the backward writes param k's gradient: libzero's buffer itself for
- * fp32, else a zeroed fp32 scratch that grad_commit adds into libzero's. */
+ * fp32 (on a device, a host copy of it that grad_commit uploads whole: the
+ * backward then adds into what the buffer holds in the same order as on the
+ * CPU -- the embedding adds several samples into one row, and summing them
+ * apart first rounded differently once the buffer held an earlier
+ * micro-batch), else a zeroed fp32 scratch that grad_commit adds into
+ * libzero's. */
 static float *grad_target(trainer *t, int k, void *zbuf) {
-    if (t->dtype == ZERO_DTYPE_F32 && !t->on_device) return zbuf;
+    if (t->dtype == ZERO_DTYPE_F32) {
+        if (!t->on_device) return zbuf;
+        dev_copy(t, 0, t->gstage[k], zbuf, demo_param_numel(&t->d, k) * sizeof(float));
+        return t->gstage[k];
+    }
     memset(t->gf[k], 0, demo_param_numel(&t->d, k) * sizeof(float));
     return t->gf[k];
 }
 
 static void grad_commit(trainer *t, int k, void *zbuf) {
     const size_t n = demo_param_numel(&t->d, k);
-    if (t->on_device) { /* add into libzero's device buffer through a host copy */
+    if (t->on_device && t->dtype == ZERO_DTYPE_F32) {
+        dev_copy(t, 1, zbuf, t->gstage[k], n * sizeof(float)); /* the backward added into the host copy */
+    } else if (t->on_device) { /* 16-bit: add the fp32 sum into libzero's buffer through a host copy */
         dev_copy(t, 0, t->gstage[k], zbuf, n * demo_dtype_size(t->dtype));
-        if (t->dtype == ZERO_DTYPE_F32)
-            for (size_t i = 0; i < n; ++i) ((float *)t->gstage[k])[i] += t->gf[k][i];
-        else
-            demo_add_rounded(t->gstage[k], t->dtype, t->gf[k], n);
+        demo_add_rounded(t->gstage[k], t->dtype, t->gf[k], n);
         dev_copy(t, 1, zbuf, t->gstage[k], n * demo_dtype_size(t->dtype));
     } else if (t->dtype != ZERO_DTYPE_F32)
         demo_add_rounded(zbuf, t->dtype, t->gf[k], n);
