@@ -244,47 +244,7 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_optim(zero_cuda_mt_args a) {
     }
 }
 
-/* Sum of squares (order: core/optim/optim.h, zero__sumsq_f32).
- * Phase 1: one thread per (ZERO_CUDA_SUMSQ_BLOCK-element block, lane): lane
- * j of block b adds the squares of the block's elements k with k % 32 == j,
- * in order, in fp64 (exactly one lane of the CPU's block kernel).  A warp is
- * one block's 32 lanes and reads 128 contiguous bytes per step (fp32); a
- * 64M-element gradient is 512k threads of 128 elements. */
-ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_lanes(const void *ZERO_RESTRICT x, int32_t dt, uint64_t n,
-                                              double *ZERO_RESTRICT lanes) {
-    const uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const uint64_t nblocks = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
-    if (t >= nblocks * ZERO_CUDA_SUMSQ_LANES) return;
-    const uint64_t lo = t / ZERO_CUDA_SUMSQ_LANES * ZERO_CUDA_SUMSQ_BLOCK;
-    const uint64_t len = n - lo < ZERO_CUDA_SUMSQ_BLOCK ? n - lo : ZERO_CUDA_SUMSQ_BLOCK;
-    double acc = 0.0;
-    /* One loop per dtype: the dtype test stays out of the loop, so the
-     * unrolled loads can be issued ahead of the in-order adds. */
-    const uint64_t k0 = t % ZERO_CUDA_SUMSQ_LANES;
-    if (dt == ZERO_DTYPE_F32) {
-        const float *ZERO_RESTRICT p = (const float *)x + lo;
-        ZERO_CUDA_UNROLL(16)
-        for (uint64_t k = k0; k < len; k += ZERO_CUDA_SUMSQ_LANES) {
-            const double v = (double)p[k];
-            acc += v * v;
-        }
-    } else if (dt == ZERO_DTYPE_BF16) {
-        const uint16_t *ZERO_RESTRICT p = (const uint16_t *)x + lo;
-        ZERO_CUDA_UNROLL(16)
-        for (uint64_t k = k0; k < len; k += ZERO_CUDA_SUMSQ_LANES) {
-            const double v = (double)zero_bf16_to_f32(p[k]);
-            acc += v * v;
-        }
-    } else {
-        const uint16_t *ZERO_RESTRICT p = (const uint16_t *)x + lo;
-        ZERO_CUDA_UNROLL(16)
-        for (uint64_t k = k0; k < len; k += ZERO_CUDA_SUMSQ_LANES) {
-            const double v = (double)zero_f16_to_f32(p[k]);
-            acc += v * v;
-        }
-    }
-    lanes[t] = acc;
-}
+/* ---- sum of squares (order: core/optim/optim.h, zero__sumsq_f32) ------ */
 
 /* fp16 -> fp32 for the sum of squares: the hardware conversion on the GPU
  * (one instruction; exact, like zero_f16_to_f32, for every non-NaN input; a
@@ -299,13 +259,20 @@ ZERO_CUDA_DEV float zero_cuda_sq_f16(uint16_t h) { return zero_f16_to_f32(h); }
 /* Lanes k0..k0+3 (k0 % 4 == 0) of sum block b: acc[e] = the in-order fp64
  * sum of squares of the block's elements k with k % 32 == k0 + e (exactly
  * lanes of the CPU's block kernel), read with one 16-byte (fp32) or 8-byte
- * (16-bit) load per step.  Needs x aligned to 4 elements. */
+ * (16-bit) load per step when x is aligned for it (libzero's own buffers
+ * always are), else one element at a time in the same order. */
 ZERO_CUDA_DEV void zero_cuda_sumsq_lanes4_of(const void *ZERO_RESTRICT x, int32_t dt, uint64_t n, uint64_t b, uint64_t k0,
                                       double acc[4]) {
     const uint64_t lo = b * ZERO_CUDA_SUMSQ_BLOCK;
     const uint64_t len = n - lo < ZERO_CUDA_SUMSQ_BLOCK ? n - lo : ZERO_CUDA_SUMSQ_BLOCK;
     uint64_t k = k0;
-    if (dt == ZERO_DTYPE_F32) {
+    if ((uintptr_t)x % (dt == ZERO_DTYPE_F32 ? 16u : 8u) != 0) { /* misaligned (uniform over the grid) */
+        for (; k + 4 <= len; k += ZERO_CUDA_SUMSQ_LANES)
+            for (int e = 0; e < 4; ++e) {
+                const double d = (double)zero_cuda_ld(x, dt, lo + k + (uint64_t)e);
+                acc[e] += d * d;
+            }
+    } else if (dt == ZERO_DTYPE_F32) {
         const float *ZERO_RESTRICT p = (const float *)x + lo;
         ZERO_CUDA_UNROLL(8)
         for (; k + 4 <= len; k += ZERO_CUDA_SUMSQ_LANES) {
@@ -342,7 +309,7 @@ ZERO_CUDA_DEV void zero_cuda_sumsq_lanes4_of(const void *ZERO_RESTRICT x, int32_
  * out[g].  The same operations in the same order as lanes -> fold ->
  * combine, so the same bits, with one pass over x and no lane traffic to
  * memory.  Launch: ZERO_CUDA_LAUNCH_BLOCKS, ZERO_CUDA_SUMSQ_GROUP_THREADS
- * threads, x aligned to 4 elements. */
+ * threads. */
 ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_group(const void *ZERO_RESTRICT x, int32_t dt, uint64_t n,
                                               double *ZERO_RESTRICT out) {
     ZERO_CUDA_SHARED(double, lane, ZERO_CUDA_SUMSQ_FANIN * ZERO_CUDA_SUMSQ_ROW);
@@ -401,42 +368,6 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_finish(double *a, double *b, uint64_t m,
         ZERO_CUDA_BARRIER; /* the level is complete (and visible to the block) before the next reads it */
         b = a, a = dst, m = groups;
     }
-}
-
-/* Phase 2: one thread per block folds its 32 lanes (zero_sumsq_fold, the
- * CPU's tree) into the block sum: 256 contiguous bytes per thread. */
-ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_fold(const double *ZERO_RESTRICT lanes, uint64_t nblocks,
-                                             double *ZERO_RESTRICT sums) {
-    const uint64_t b = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (b >= nblocks) return;
-    double a[ZERO_CUDA_SUMSQ_LANES];
-    ZERO_CUDA_UNROLL(32)
-    for (int j = 0; j < ZERO_CUDA_SUMSQ_LANES; ++j) a[j] = lanes[b * ZERO_CUDA_SUMSQ_LANES + j];
-    sums[b] = zero_sumsq_fold(a);
-}
-
-/* Phase 3, once per tree level: thread g sums values [64g, 64g + 64) of the
- * level (fewer in the last group) left to right.  A full group's loads are
- * issued together (unrolled into registers) before the in-order adds, so a
- * level costs about one memory round trip, not 64. */
-ZERO_CUDA_GLOBAL void zero_cuda_k_sumsq_combine(const double *ZERO_RESTRICT in, uint64_t m,
-                                                double *ZERO_RESTRICT out) {
-    const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const uint64_t k0 = g * ZERO_CUDA_SUMSQ_FANIN;
-    if (k0 >= m) return;
-    double acc;
-    if (m - k0 >= ZERO_CUDA_SUMSQ_FANIN) {
-        double v[ZERO_CUDA_SUMSQ_FANIN];
-        ZERO_CUDA_UNROLL(64)
-        for (int k = 0; k < ZERO_CUDA_SUMSQ_FANIN; ++k) v[k] = in[k0 + k];
-        acc = v[0];
-        ZERO_CUDA_UNROLL(64)
-        for (int k = 1; k < ZERO_CUDA_SUMSQ_FANIN; ++k) acc += v[k];
-    } else {
-        acc = in[k0];
-        for (uint64_t k = k0 + 1; k < m; ++k) acc += in[k];
-    }
-    out[g] = acc;
 }
 
 /* Any Inf/NaN: every thread that sees one writes 1 (benign identical

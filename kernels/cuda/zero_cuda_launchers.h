@@ -55,57 +55,31 @@ ZERO_CUDA_API zero_status zero_cuda_optim_step(zero_optim_kind k, const zero_opt
     return zero_cuda_launched();
 }
 
-/* Doubles of scratch for n elements: phase 1's lanes, the block sums, then
- * every tree level but the last (which is written to `out`). */
+/* Doubles of scratch for n elements: the first tree level's values (one
+ * per group of FANIN blocks) and the finish kernel's second buffer. */
 ZERO_CUDA_API size_t zero_cuda_sumsq_scratch(uint64_t n) {
-    uint64_t m = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK, total = m * (ZERO_CUDA_SUMSQ_LANES + 1);
-    while (m > ZERO_CUDA_SUMSQ_FANIN) {
-        m = (m + ZERO_CUDA_SUMSQ_FANIN - 1) / ZERO_CUDA_SUMSQ_FANIN;
-        total += m;
-    }
+    const uint64_t m = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
+    const uint64_t groups = (m + ZERO_CUDA_SUMSQ_FANIN - 1) / ZERO_CUDA_SUMSQ_FANIN;
+    const uint64_t total = groups + (groups + ZERO_CUDA_SUMSQ_FANIN - 1) / ZERO_CUDA_SUMSQ_FANIN;
     return (size_t)(total ? total : 1);
 }
 
-static unsigned zero_cuda_grid_of(uint64_t threads) {
-    return (unsigned)((threads + ZERO_CUDA_THREADS - 1) / ZERO_CUDA_THREADS);
-}
-
-/* Aligned x (the common case: libzero's buffers are 256-byte aligned):
- * the fused group kernel (lanes, fold and the tree's first level; one pass
- * over x), then one single-block launch for the remaining levels -- two
- * launches for any size.  Misaligned x: lanes one per thread, block sums,
- * then one combine launch per tree level.  All asynchronous on `stream`;
- * the same bits either way. */
+/* The fused group kernel (lanes, fold and the tree's first level; one pass
+ * over x), then one single-block launch for the remaining levels: two
+ * launches for any size, asynchronous on `stream`. */
 ZERO_CUDA_API zero_status zero_cuda_sumsq(const void *x, zero_dtype dt, uint64_t n, double *scratch, double *out,
                                           void *stream) {
-    uint64_t m = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
+    const uint64_t m = (n + ZERO_CUDA_SUMSQ_BLOCK - 1) / ZERO_CUDA_SUMSQ_BLOCK;
     if (m == 0) {
         if (cudaMemsetAsync(out, 0, sizeof *out, (cudaStream_t)stream) != cudaSuccess) return ZERO_ERR_DEVICE;
         return zero_cuda_launched();
     }
-    const uintptr_t al = (uintptr_t)(dt == ZERO_DTYPE_F32 ? 16 : 8);
-    if ((uintptr_t)x % al == 0) {
-        const uint64_t groups = (m + ZERO_CUDA_SUMSQ_FANIN - 1) / ZERO_CUDA_SUMSQ_FANIN;
-        ZERO_CUDA_LAUNCH_BLOCKS(zero_cuda_k_sumsq_group, (unsigned)groups, ZERO_CUDA_SUMSQ_GROUP_THREADS, stream, x,
-                                dt, n, groups == 1 ? out : scratch);
-        if (groups > 1)
-            ZERO_CUDA_LAUNCH_BLOCKS(zero_cuda_k_sumsq_finish, 1, ZERO_CUDA_THREADS, stream, scratch, scratch + groups,
-                                    groups, out);
-        return zero_cuda_launched();
-    }
-    const uint64_t nlanes = m * ZERO_CUDA_SUMSQ_LANES;
-    double *sums = scratch + nlanes;
-    ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_lanes, zero_cuda_grid_of(nlanes), ZERO_CUDA_THREADS, stream, x, dt, n, scratch);
-    ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_fold, zero_cuda_grid_of(m), ZERO_CUDA_THREADS, stream, scratch, m,
-                     m == 1 ? out : sums);
-    const double *in = sums;
-    double *next = sums + m;
-    while (m > 1) {
-        const uint64_t groups = (m + ZERO_CUDA_SUMSQ_FANIN - 1) / ZERO_CUDA_SUMSQ_FANIN;
-        double *dst = groups == 1 ? out : next;
-        ZERO_CUDA_LAUNCH(zero_cuda_k_sumsq_combine, zero_cuda_grid_of(groups), ZERO_CUDA_THREADS, stream, in, m, dst);
-        in = dst, next = dst + groups, m = groups;
-    }
+    const uint64_t groups = (m + ZERO_CUDA_SUMSQ_FANIN - 1) / ZERO_CUDA_SUMSQ_FANIN;
+    ZERO_CUDA_LAUNCH_BLOCKS(zero_cuda_k_sumsq_group, (unsigned)groups, ZERO_CUDA_SUMSQ_GROUP_THREADS, stream, x, dt, n,
+                            groups == 1 ? out : scratch);
+    if (groups > 1)
+        ZERO_CUDA_LAUNCH_BLOCKS(zero_cuda_k_sumsq_finish, 1, ZERO_CUDA_THREADS, stream, scratch, scratch + groups,
+                                groups, out);
     return zero_cuda_launched();
 }
 

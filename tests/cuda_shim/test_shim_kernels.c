@@ -159,8 +159,8 @@ static void test_sumsq(void) {
     enum { B = ZERO_CUDA_SUMSQ_BLOCK };
     const size_t ns[] = {0, 1, 7, 8, 9, B - 1, B, B + 1, 4095, 4096, 4097, 3 * B + 5, 300001, 64 * B, 64 * B + 1,
                          (size_t)ZERO_CUDA_THREADS * B + B + 5, 10000003};
-    /* offset 0: the fused group kernel (aligned); 1: misaligned, one lane
-     * per thread, then fold and one combine launch per level */
+    /* offset 0: the fused group kernel's vector loads (aligned); 1: its
+     * element-by-element loads (misaligned) */
     for (size_t t = 0; t < sizeof ns / sizeof ns[0]; ++t)
         for (size_t off = 0; off < 2; ++off) {
             size_t n = ns[t];
