@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_comm_world.h"
 #include "bench_timing.h"
 #include "comm.h"
 
@@ -70,21 +71,11 @@ static double run_once(bench_kind k, zero_comm *w, float *a, float *b, size_t co
 }
 
 int main(int argc, char **argv) {
-    int provided = 0, reps = 9;
+    int reps = 9;
     char sizes[64] = "64,4";
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    for (int i = 1; i + 1 < argc; ++i) {
-        if (!strcmp(argv[i], "--reps")) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--mb")) snprintf(sizes, sizeof sizes, "%s", argv[++i]);
-    }
-    if (reps < 1) reps = 1;
-    zero_comm *w = NULL;
+    zero_comm *w = bench_comm_world(&argc, &argv, &reps, sizes, sizeof sizes);
     char err[256];
     MPI_Comm world = MPI_COMM_WORLD;
-    if (zero__comm_world_create(ZERO_COMM_MPI, &world, NULL, &w, err, sizeof err) != ZERO_OK) {
-        fprintf(stderr, "comm: %s\n", err);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
     setenv("ZERO_COMM_ALLGATHER", "mpi", 1);
     setenv("ZERO_COMM_ALLREDUCE", "mpi", 1);
     zero_status s1 = zero__comm_world_create(ZERO_COMM_MPI, &world, NULL, &w_nbc, err, sizeof err);
@@ -96,7 +87,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "comm: %s\n", err);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    int r = zero__comm_rank(w), n = zero__comm_size(w);
+    int r = zero__comm_rank(w), n = zero__comm_size(w), provided = 0;
+    MPI_Query_thread(&provided);
     if (r == 0)
         printf("N=%d ranks, thread level %d, reps=%d (median of slowest-rank times), chunk=%s KB window=%s poll=%s us\n",
                n, provided, reps, getenv("ZERO_COMM_CHUNK_KB") ? getenv("ZERO_COMM_CHUNK_KB") : "512(default)",

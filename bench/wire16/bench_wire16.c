@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_comm_world.h"
 #include "bench_timing.h"
 #include "comm.h"
 #include "optim.h"
@@ -52,21 +53,9 @@ static double run_once(int v, zero_comm *w, const float *g, float *f32, uint16_t
 }
 
 int main(int argc, char **argv) {
-    int provided = 0, reps = 9;
+    int reps = 9;
     char sizes[64] = "64,8";
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    for (int i = 1; i + 1 < argc; ++i) {
-        if (!strcmp(argv[i], "--reps")) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--mb")) snprintf(sizes, sizeof sizes, "%s", argv[++i]);
-    }
-    if (reps < 1) reps = 1;
-    zero_comm *w = NULL;
-    char err[256];
-    MPI_Comm world = MPI_COMM_WORLD;
-    if (zero__comm_world_create(ZERO_COMM_MPI, &world, NULL, &w, err, sizeof err) != ZERO_OK) {
-        fprintf(stderr, "comm: %s\n", err);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    zero_comm *w = bench_comm_world(&argc, &argv, &reps, sizes, sizeof sizes);
     const int r = zero__comm_rank(w), n = zero__comm_size(w);
     if (r == 0) printf("N=%d ranks, reps=%d (median of per-rep ratios of slowest-rank times)\n", n, reps);
     for (char *tok = strtok(sizes, ","); tok; tok = strtok(NULL, ",")) {
