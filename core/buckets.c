@@ -437,8 +437,8 @@ static int scatter_staged(const zero_buckets *b) {
  * slots keep being cleared at take_slot (cheap, and cache-warm there).
  * Called with mu held. */
 static zero_status clear_released(zero_buckets *b, zb_slot *sl, uint64_t n) {
-    if (!sl->buf || !zero__dev_is_device(b->e->dev, sl->buf)) return ZERO_OK;
-    if (!zero__dev_has_fences(b->e->dev)) return ZERO_OK;
+    /* the cheap test first: a CPU engine or a device without fences asks no driver */
+    if (!sl->buf || !zero__dev_has_fences(b->e->dev) || !zero__dev_is_device(b->e->dev, sl->buf)) return ZERO_OK;
     const uint64_t zlo = sl->zlo < n ? sl->zlo : n, zhi = sl->zhi < n ? sl->zhi : n;
     zero_status s = dev_check(b, zero__dev_clear_async(b->e->dev, sl->buf, (size_t)zlo * b->es), "clearing a slot");
     if (s == ZERO_OK && zhi < n)
