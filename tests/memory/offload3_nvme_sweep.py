@@ -21,11 +21,12 @@ the accountant's host-tier peaks (maximum over ranks):
      empty afterwards (the files are unlinked when created).
 Usage: offload3_nvme_sweep.py MEMORY_SWEEP_HOST [MPIEXEC]
 """
-import json
 import os
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import offload3_sweep  # noqa: E402  (its run(): one memory_sweep_host run)
 
 LAYER, BIAS, TILE, ALIGN = 20000, 64, 10000, 4096
 ZO = (', "stage3_max_live_parameters": 60000, "stage3_prefetch_bucket_size": 40000, '
@@ -34,14 +35,8 @@ VARIANTS = ["stage3-nvme", "stage3-nvme-param"]
 
 
 def run(host, mpiexec, variant, layers, np_, nvme):
-    env = dict(os.environ, ZERO_SWEEP_ZO=ZO, ZERO_SWEEP_NVME=nvme)
-    cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", str(np_), "--mca", "btl", "self,vader",
-           host, variant, str(layers * (LAYER + BIAS)), "2", str(layers)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    line = [l for l in out.stdout.splitlines() if l.startswith("{")]
-    if out.returncode != 0 or not line:
-        sys.exit(f"offload3_nvme_sweep: {' '.join(cmd)} failed:\n{out.stdout}\n{out.stderr}")
-    return json.loads(line[-1])
+    return offload3_sweep.run(host, mpiexec, variant, layers, np_, zo=ZO, extra_env={"ZERO_SWEEP_NVME": nvme},
+                              who="offload3_nvme_sweep")
 
 
 def up(x):

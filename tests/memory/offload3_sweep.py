@@ -30,14 +30,17 @@ ZO = (f', "stage3_max_live_parameters": {MAX_LIVE}, "stage3_prefetch_bucket_size
 VARIANTS = ["stage3", "stage3-offload", "stage3-offload-param"]
 
 
-def run(host, mpiexec, variant, layers, np_):
-    env = dict(os.environ, ZERO_SWEEP_ZO=ZO)
+def run(host, mpiexec, variant, layers, np_, zo=ZO, extra_env=None, who="offload3_sweep"):
+    """One memory_sweep_host run of `layers` layers on np_ ranks; its JSON
+    line.  Also used by offload3_nvme_sweep.py (its own zero_optimization
+    keys and NVMe directory)."""
+    env = dict(os.environ, ZERO_SWEEP_ZO=zo, **(extra_env or {}))
     cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", str(np_), "--mca", "btl", "self,vader",
            host, variant, str(layers * (LAYER + BIAS)), "2", str(layers)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     line = [l for l in out.stdout.splitlines() if l.startswith("{")]
     if out.returncode != 0 or not line:
-        sys.exit(f"offload3_sweep: {' '.join(cmd)} failed:\n{out.stdout}\n{out.stderr}")
+        sys.exit(f"{who}: {' '.join(cmd)} failed:\n{out.stdout}\n{out.stderr}")
     return json.loads(line[-1])
 
 
