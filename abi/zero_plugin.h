@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define ZERO_PLUGIN_ABI_MAJOR 1
-#define ZERO_PLUGIN_ABI_MINOR 4
+#define ZERO_PLUGIN_ABI_MINOR 5
 
 #if defined(__GNUC__)
 #define ZERO_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -558,6 +558,23 @@ typedef struct zero_services_v1 {
      * totals include every communicator made through comm_split /
      * comm_split_node).  out->struct_size must be set by the caller. */
     zero_status (*comm_counters)(zero_comm *m, zero_comm_stats *out);
+
+    /* ---- appended in 1.5 (check ZERO_SERVICES_HAS) ---- */
+    /* Batch the collectives this thread issues on m until the matching
+     * comm_group_end into one launch: on an NCCL communicator one
+     * ncclGroupStart/ncclGroupEnd, so that N small all-gathers (stage 3's
+     * prefetch of several parameters) cost one kernel launch instead of N;
+     * on MPI and single-process communicators both calls are no-ops.
+     * Groups nest (counted).  Inside a group issue non-blocking
+     * collectives on m only; requests handed out complete as usual once the
+     * group ends.  A wait/test on such a request, or a blocking call on m,
+     * made by the opening thread before comm_group_end launches what the
+     * group holds first (correct, but the batching is lost).  Every
+     * comm_group_start needs its comm_group_end from the same thread, also
+     * after an error; the order of collectives must still be the same on
+     * every rank.  Not collective by itself. */
+    zero_status (*comm_group_start)(zero_comm *m);
+    zero_status (*comm_group_end)(zero_comm *m);
 } zero_services_v1;
 
 /* Does this services table have field `f`? (built against a newer minor) */

@@ -392,4 +392,6 @@ void zero__services_init(struct zero_engine *e) {
     s->allgather_quantized = zero__allgather_quantized;
     s->reduce_scatter_quantized = zero__reduce_scatter_quantized;
     s->comm_counters = svc_comm_counters;
+    s->comm_group_start = zero__comm_group_start;
+    s->comm_group_end = zero__comm_group_end;
 }

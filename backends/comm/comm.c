@@ -167,6 +167,22 @@ void zero__comm_set_timeout(zero_comm *m, double seconds) {
     if (m && m->ops->set_timeout) m->ops->set_timeout(m, seconds);
 }
 
+/* The depth is counted here for every backend, so that an unmatched end
+ * is refused the same way whether or not the backend batches anything. */
+zero_status zero__comm_group_start(zero_comm *m) {
+    if (!m) return ZERO_ERR_INVALID_ARGUMENT;
+    zero_status st = m->ops->group_start ? m->ops->group_start(m) : ZERO_OK;
+    if (st == ZERO_OK) m->group_depth++;
+    return st;
+}
+zero_status zero__comm_group_end(zero_comm *m) {
+    if (!m) return ZERO_ERR_INVALID_ARGUMENT;
+    if (m->group_depth <= 0)
+        return zero__error(m->engine, ZERO_ERR_INVALID_ARGUMENT, "comm_group_end without a matching comm_group_start");
+    m->group_depth--;
+    return m->ops->group_end ? m->ops->group_end(m) : ZERO_OK;
+}
+
 zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each) {
     if (!m || ((!send || !recv) && bytes_each)) return ZERO_ERR_INVALID_ARGUMENT;
     ZERO_TRACE_SCOPE("allgather_bytes", "comm", "bytes", (double)bytes_each * m->size, NULL, 0);

@@ -60,6 +60,12 @@ zero_status zero__alltoallv_bytes(zero_comm *m, const void *send, const size_t *
  * environment (zero__comm_timeout_resolve without config); the engine sets
  * the config's once it is parsed. */
 void zero__comm_set_timeout(zero_comm *m, double seconds);
+/* (issue 24) Batch the collectives this thread issues on m between the two
+ * calls (comm_backend.h's group_start/group_end; a no-op on backends that
+ * have nothing to batch).  Every group_start needs its group_end, also
+ * after an error.  Only the opening thread may close the group. */
+zero_status zero__comm_group_start(zero_comm *m);
+zero_status zero__comm_group_end(zero_comm *m);
 
 /* Consistent snapshot of m's counters (taken under the backend's lock).
  * Thread-safe; busy_seconds includes the currently running busy interval. */

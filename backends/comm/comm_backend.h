@@ -62,6 +62,15 @@ typedef struct zero__comm_ops {
      * m and the communicators that share its backend (comm_wait.h), seconds,
      * 0 = none.  NULL = the backend has no blocking waits (self). */
     void (*set_timeout)(zero_comm *m, double seconds);
+    /* appended (issue 24, ABI 1.5 services comm_group_start/end): batch the
+     * collectives the calling thread issues on m until the matching
+     * group_end into one launch (NCCL: ncclGroupStart/End).  Nest by
+     * counting.  Requests handed out inside the group complete normally; a
+     * wait or test on one, or a blocking call on m, from the thread that
+     * opened the group first launches what the group holds.  NULL (MPI,
+     * self): nothing to batch, the calls are no-ops. */
+    zero_status (*group_start)(zero_comm *m);
+    zero_status (*group_end)(zero_comm *m);
 } zero__comm_ops;
 
 /* Common header of every communicator; backends embed it first. */
@@ -70,6 +79,7 @@ struct zero_comm {
     int rank, size;
     struct zero_engine *engine;      /* for error text and logging; may be NULL in unit tests */
     zero__comm_counters counters;    /* updated under the backend's lock */
+    int group_depth;                 /* open comm_group_start calls (comm.c; the caller's thread) */
 };
 
 /* Byte size of a comm element type (0 if unknown). */

@@ -23,6 +23,11 @@
 typedef struct nccl_req {
     struct zero_comm_req base;
     cudaEvent_t done;
+    /* Issued inside an open group (group_start): NCCL queues the collective
+     * only at ncclGroupEnd, so `done` is recorded then (group_launch), not
+     * at issue: an event recorded earlier would complete before the
+     * collective ran. */
+    int deferred;
 } nccl_req;
 
 typedef struct nccl_comm {
@@ -52,6 +57,13 @@ typedef struct nccl_comm {
     pthread_mutex_t lock;
     void *scratch;           /* device staging for host buffers, grown on demand */
     size_t scratch_bytes;
+    /* An open group (n_group_start; under the lock).  NCCL's group state
+     * belongs to the thread that called ncclGroupStart, so only `group_owner`
+     * defers; requests it issued wait in `pending` for their events. */
+    int group_depth;
+    pthread_t group_owner;
+    nccl_req **pending;
+    size_t npending, pending_cap;
 } nccl_comm;
 
 static const zero__comm_ops nccl_ops;
@@ -166,6 +178,45 @@ static zero_status sync_stream(nccl_comm *c) {
     cudaError_t e = cudaEventRecord(c->sync_ev, c->stream);
     if (e != cudaSuccess) return cuda_fail(c, "cudaEventRecord", e);
     return poll_event(c, c->sync_ev, 1);
+}
+
+/* ---- groups (issue 24) --------------------------------------------------- */
+
+/* Does the calling thread hold c's open group?  (lock held) */
+static int in_own_group(const nccl_comm *c) {
+    return c->group_depth > 0 && pthread_equal(c->group_owner, pthread_self());
+}
+
+/* The group's collectives were just queued (ncclGroupEnd): record the
+ * events of the requests issued inside it, in issue order. */
+static zero_status record_pending(nccl_comm *c) {
+    zero_status st = ZERO_OK;
+    for (size_t i = 0; i < c->npending; ++i) {
+        cudaError_t e = cudaEventRecord(c->pending[i]->done, c->stream);
+        if (e != cudaSuccess && st == ZERO_OK) st = cuda_fail(c, "cudaEventRecord (end of NCCL group)", e);
+        c->pending[i]->deferred = 0;
+    }
+    c->npending = 0;
+    return st;
+}
+
+/* Before a call that queues stream work behind a collective or waits for
+ * the stream (staging copies, blocking collectives, waits): launch what the
+ * calling thread's open group holds, so that work runs after it.  Returns
+ * whether the group was paused; group_resume reopens it.  Another thread's
+ * group is not ours to close: NCCL's group state is per thread, so this
+ * thread's collectives are not deferred by it.  (lock held) */
+static zero_status group_pause(nccl_comm *c, int *paused) {
+    *paused = 0;
+    if (!in_own_group(c)) return ZERO_OK;
+    ncclResult_t r = ncclGroupEnd();
+    *paused = 1;
+    zero_status st = record_pending(c);
+    if (r != ncclSuccess) return nccl_fail(c, "ncclGroupEnd", r);
+    return st;
+}
+static void group_resume(int paused) {
+    if (paused) (void)ncclGroupStart(); /* only fails on misuse, which group_pause's End already reported */
 }
 
 /* ---- construction ------------------------------------------------------ */
@@ -327,6 +378,7 @@ static void n_free(zero_comm *m) {
     }
     cudaStreamDestroy(c->own_stream);
     pthread_mutex_destroy(&c->lock);
+    free(c->pending);
     free(c);
 }
 
@@ -336,12 +388,26 @@ static void n_free(zero_comm *m) {
  * host memory), then wait.  in/out say which directions to copy. */
 typedef ncclResult_t (*issue_fn)(nccl_comm *c, void *dbuf, size_t count, ncclDataType_t t, const void *arg);
 
+static zero_status staged_body(nccl_comm *c, void *buf, void *d, int host, size_t bytes, size_t count,
+                               ncclDataType_t t, issue_fn fn, const void *arg, const char *what);
+
 static zero_status staged(nccl_comm *c, void *buf, size_t bytes, size_t count, ncclDataType_t t, issue_fn fn,
                           const void *arg, const char *what) {
     void *d = buf;
-    int host = !is_device_ptr(buf);
+    int host = !is_device_ptr(buf), paused = 0;
     zero_status wa = wait_after(c);
-    if (wa != ZERO_OK) return wa;
+    if (wa == ZERO_OK) wa = group_pause(c, &paused);
+    if (wa != ZERO_OK) {
+        group_resume(paused);
+        return wa;
+    }
+    zero_status st = staged_body(c, buf, d, host, bytes, count, t, fn, arg, what);
+    group_resume(paused);
+    return st;
+}
+
+static zero_status staged_body(nccl_comm *c, void *buf, void *d, int host, size_t bytes, size_t count,
+                               ncclDataType_t t, issue_fn fn, const void *arg, const char *what) {
     if (host) {
         if (!(d = scratch(c, bytes ? bytes : 1))) return cuda_fail(c, "cudaMalloc (NCCL staging)", cudaErrorMemoryAllocation);
         cudaError_t e = cudaMemcpyAsync(d, buf, bytes, cudaMemcpyHostToDevice, c->stream);
@@ -410,7 +476,9 @@ static zero_status n_allgather_bytes(zero_comm *m, const void *send, void *recv,
     size_t total = bytes_each * (size_t)m->size;
     lock(c);
     double t0 = now_s();
+    int paused = 0;
     zero_status st = wait_after(c);
+    if (st == ZERO_OK) st = group_pause(c, &paused);
     int dev = is_device_ptr(send) && is_device_ptr(recv);
     unsigned char *d = recv;
     if (!dev && !(d = scratch(c, total ? total : 1))) st = cuda_fail(c, "cudaMalloc (NCCL staging)", cudaErrorMemoryAllocation);
@@ -425,6 +493,7 @@ static zero_status n_allgather_bytes(zero_comm *m, const void *send, void *recv,
     if (st == ZERO_OK && !dev && (e = cudaMemcpyAsync(recv, d, total, cudaMemcpyDeviceToHost, c->stream)) != cudaSuccess)
         st = cuda_fail(c, "cudaMemcpyAsync", e);
     if (st == ZERO_OK) st = sync_stream(c);
+    group_resume(paused);
     c->base.counters.other_calls++;
     c->base.counters.busy_seconds += now_s() - t0;
     unlock(c);
@@ -433,11 +502,32 @@ static zero_status n_allgather_bytes(zero_comm *m, const void *send, void *recv,
 
 /* ---- async collectives ------------------------------------------------- */
 
+/* A request for the collective just queued (lock held).  record: the
+ * collective runs on the stream, so `done` is an event behind it -- at
+ * ncclGroupEnd when the calling thread has a group open (see nccl_req). */
 static zero_status make_req(nccl_comm *c, int record, zero_comm_req **out) {
     nccl_req *q = calloc(1, sizeof *q);
     if (!q) return ZERO_ERR_OUT_OF_MEMORY;
     q->base.comm = &c->base;
-    if (record) {
+    if (record && in_own_group(c)) {
+        if (c->npending == c->pending_cap) {
+            size_t cap = c->pending_cap ? 2 * c->pending_cap : 16;
+            nccl_req **np = realloc(c->pending, cap * sizeof *np);
+            if (!np) {
+                free(q);
+                return zero__error(c->base.engine, ZERO_ERR_OUT_OF_MEMORY, "NCCL group: no memory for its requests");
+            }
+            c->pending = np;
+            c->pending_cap = cap;
+        }
+        cudaError_t e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            free(q);
+            return cuda_fail(c, "cudaEventCreateWithFlags", e);
+        }
+        q->deferred = 1;
+        c->pending[c->npending++] = q;
+    } else if (record) {
         cudaError_t e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
         if (e == cudaSuccess) e = cudaEventRecord(q->done, c->stream);
         if (e != cudaSuccess) {
@@ -558,7 +648,10 @@ static zero_status v_collective(zero_comm *m, int gather, const void *send, void
         if (st == ZERO_OK)
             st = res == ncclSuccess ? make_req(c, 1, req) : nccl_fail(c, gather ? "all-gather" : "reduce-scatter", res);
     } else {
-        st = staged_v(c, gather, send, recv, counts, t, es, total);
+        int paused = 0;
+        st = group_pause(c, &paused);
+        if (st == ZERO_OK) st = staged_v(c, gather, send, recv, counts, t, es, total);
+        group_resume(paused);
         if (st == ZERO_OK) st = make_req(c, 0, req);
         c->base.counters.busy_seconds += now_s() - t0;
     }
@@ -613,9 +706,18 @@ static zero_status async_check(nccl_comm *c, int locked) {
     return abort_comm(c, locked, ZERO_ERR_COMM, why);
 }
 
+static zero_status undefer(nccl_comm *c, nccl_req *q);
+
 static zero_status n_test(zero_comm_req *r, int *done) {
     nccl_req *q = (nccl_req *)r;
     nccl_comm *c = (nccl_comm *)r->comm;
+    *done = 0;
+    pthread_mutex_lock(&c->lock);
+    int others = q->deferred && !in_own_group(c);
+    pthread_mutex_unlock(&c->lock);
+    if (others) return ZERO_OK; /* still in another thread's open group: not done yet */
+    zero_status ust = undefer(c, q);
+    if (ust != ZERO_OK) return ust;
     *done = 1;
     if (q->done) {
         cudaSetDevice(c->device);
@@ -672,10 +774,34 @@ static zero_status poll_event(nccl_comm *c, cudaEvent_t ev, int locked) {
     }
 }
 
+/* A wait or test on a request still inside an open group (lock not held):
+ * the opening thread launches the group first (group_pause/resume); any
+ * other thread cannot close it and is told so.  The request stays valid
+ * (and owned by the caller) when this fails. */
+static zero_status undefer(nccl_comm *c, nccl_req *q) {
+    pthread_mutex_lock(&c->lock);
+    zero_status st = ZERO_OK;
+    if (q->deferred) {
+        if (!in_own_group(c)) {
+            st = zero__error(c->base.engine, ZERO_ERR_INVALID_ARGUMENT,
+                             "NCCL: waiting for a request inside another thread's open group (that thread must "
+                             "end the group first)");
+        } else {
+            int paused = 0;
+            cudaSetDevice(c->device);
+            st = group_pause(c, &paused);
+            group_resume(paused);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
 static zero_status n_wait(zero_comm_req *r) {
     nccl_req *q = (nccl_req *)r;
     nccl_comm *c = (nccl_comm *)r->comm;
-    zero_status st = ZERO_OK;
+    zero_status st = undefer(c, q);
+    if (st != ZERO_OK) return st;
     if (q->done) {
         cudaSetDevice(c->device);
         const double t0 = now_s();
@@ -686,6 +812,45 @@ static zero_status n_wait(zero_comm_req *r) {
         cudaEventDestroy(q->done);
     }
     free(q);
+    return st;
+}
+
+/* ---- group_start / group_end (services comm_group_start/end, 1.5) -------- */
+
+static zero_status n_group_start(zero_comm *m) {
+    nccl_comm *c = (nccl_comm *)m;
+    lock(c);
+    zero_status st = ZERO_OK;
+    if (c->aborted) {
+        st = aborted_error(c);
+    } else if (c->group_depth > 0 && !in_own_group(c)) {
+        st = zero__error(c->base.engine, ZERO_ERR_INVALID_ARGUMENT,
+                         "NCCL: comm_group_start while another thread has a group open on this communicator");
+    } else if (c->group_depth++ == 0) {
+        c->group_owner = pthread_self();
+        ncclResult_t r = ncclGroupStart();
+        if (r != ncclSuccess) {
+            c->group_depth = 0;
+            st = nccl_fail(c, "ncclGroupStart", r);
+        }
+    }
+    unlock(c);
+    return st;
+}
+
+static zero_status n_group_end(zero_comm *m) {
+    nccl_comm *c = (nccl_comm *)m;
+    lock(c);
+    zero_status st = ZERO_OK;
+    if (!in_own_group(c)) {
+        st = zero__error(c->base.engine, ZERO_ERR_INVALID_ARGUMENT,
+                         "NCCL: comm_group_end without a comm_group_start from this thread");
+    } else if (--c->group_depth == 0) {
+        ncclResult_t r = ncclGroupEnd();
+        st = record_pending(c); /* also after a failed launch: the requests must not hang */
+        if (r != ncclSuccess) st = nccl_fail(c, "ncclGroupEnd", r);
+    }
+    unlock(c);
     return st;
 }
 
@@ -703,5 +868,7 @@ static const zero__comm_ops nccl_ops = {
     .test = n_test,
     .allgather_bytes = n_allgather_bytes,
     .set_timeout = n_set_timeout,
+    .group_start = n_group_start,
+    .group_end = n_group_end,
 };
 #endif /* ZERO_HAVE_NCCL */

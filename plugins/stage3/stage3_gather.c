@@ -170,10 +170,31 @@ static int prefetch_wanted(const zero__s3 *s) {
     return 0;
 }
 
+/* Batch the all-gathers issued between these two calls (services 1.5,
+ * comm_group_start/end): on NCCL one launch for the whole prefetch window
+ * instead of one per parameter; on MPI nothing changes.  A core older than
+ * 1.5 has no groups: each all-gather then launches alone.  The end is
+ * called on every path, after errors too, and its error kept only when
+ * nothing failed before. */
+static zero_status group_open(zero__s3 *s) {
+    return ZERO_SERVICES_HAS(s->svc, comm_group_end) ? s->svc->comm_group_start(s->gcomm) : ZERO_OK;
+}
+static zero_status group_close(zero__s3 *s, zero_status st) {
+    zero_status e = ZERO_SERVICES_HAS(s->svc, comm_group_end) ? s->svc->comm_group_end(s->gcomm) : ZERO_OK;
+    return st != ZERO_OK ? st : e;
+}
+
+static zero_status prefetch_walk(zero__s3 *s);
 static zero_status prefetch(zero__s3 *s) {
+    if (!prefetch_wanted(s)) return ZERO_OK;
+    zero_status st = group_open(s);
+    if (st != ZERO_OK) return st;
+    return group_close(s, prefetch_walk(s));
+}
+
+static zero_status prefetch_walk(zero__s3 *s) {
     const zero__s3_trace *t = &s->trace;
     size_t walked = 0;
-    if (!prefetch_wanted(s)) return ZERO_OK;
     for (size_t k = s->pos; k < t->len && walked < PREFETCH_WALK; k++, walked++) {
         zero__s3_param *p = &s->params[t->idx[k]];
         if (p->buf && p->fresh) continue;
@@ -267,8 +288,12 @@ zero_status zero__s3_gather(void *state, zero_param_info *const *params, size_t 
     /* Hold first: a later on-demand issue in this call may evict kept
      * buffers, and must not evict one the host is about to receive. */
     for (size_t i = 0; i < n; i++) ((zero__s3_param *)params[i]->plugin_data)->holds++;
+    /* the on-demand all-gathers and the prefetch behind them: one launch */
+    if (need) st = group_open(s);
+    int grouped = need && st == ZERO_OK;
     for (size_t i = 0; i < n && st == ZERO_OK; i++) st = issue(s, params[i]->plugin_data, 1);
     if (st == ZERO_OK && s->on_track && s->prefetch_numel) st = prefetch(s);
+    if (grouped) st = group_close(s, st);
     if (st == ZERO_OK) zero__s3_pwin_readahead(s); /* offload_param nvme: the next pieces, while the host computes */
     for (size_t i = 0; i < n; i++) {
         zero__s3_param *p = params[i]->plugin_data;

@@ -313,7 +313,7 @@ _Static_assert(offsetof(zero_quant_spec, reserved0) == 12, "offsetof(zero_quant_
 _Static_assert(offsetof(zero_quant_spec, error_feedback) == 16, "offsetof(zero_quant_spec, error_feedback)");
 
 /* zero_services_v1 */
-_Static_assert(sizeof(zero_services_v1) == 472, "sizeof(zero_services_v1)");
+_Static_assert(sizeof(zero_services_v1) == 488, "sizeof(zero_services_v1)");
 _Static_assert(offsetof(zero_services_v1, struct_size) == 0, "offsetof(zero_services_v1, struct_size)");
 _Static_assert(offsetof(zero_services_v1, abi_version) == 4, "offsetof(zero_services_v1, abi_version)");
 _Static_assert(offsetof(zero_services_v1, core) == 8, "offsetof(zero_services_v1, core)");
@@ -374,6 +374,8 @@ _Static_assert(offsetof(zero_services_v1, comm_split_node) == 440, "offsetof(zer
 _Static_assert(offsetof(zero_services_v1, allgather_quantized) == 448, "offsetof(zero_services_v1, allgather_quantized)");
 _Static_assert(offsetof(zero_services_v1, reduce_scatter_quantized) == 456, "offsetof(zero_services_v1, reduce_scatter_quantized)");
 _Static_assert(offsetof(zero_services_v1, comm_counters) == 464, "offsetof(zero_services_v1, comm_counters)");
+_Static_assert(offsetof(zero_services_v1, comm_group_start) == 472, "offsetof(zero_services_v1, comm_group_start)");
+_Static_assert(offsetof(zero_services_v1, comm_group_end) == 480, "offsetof(zero_services_v1, comm_group_end)");
 
 /* zero_plan_services_v1 */
 _Static_assert(sizeof(zero_plan_services_v1) == 112, "sizeof(zero_plan_services_v1)");

@@ -137,6 +137,20 @@ static void test_allgather(zero_comm *w, zero_dtype dt, size_t base, int pattern
     free(counts);
 }
 
+/* (issue 24) Groups on MPI batch nothing: collectives issued inside one
+ * give the same results, nesting counts, and an unmatched end is refused
+ * with the engine-style error (as on NCCL, where groups batch). */
+static void test_groups(zero_comm *w) {
+    CHECK_EQ_INT(zero__comm_group_start(w), ZERO_OK);
+    CHECK_EQ_INT(zero__comm_group_start(w), ZERO_OK);
+    test_allgather(w, ZERO_DTYPE_F32, 513, 1, 0); /* issue + wait inside the group */
+    CHECK_EQ_INT(zero__comm_group_end(w), ZERO_OK);
+    test_reduce_scatter(w, ZERO_DTYPE_F32, 257, 2, 1);
+    CHECK_EQ_INT(zero__comm_group_end(w), ZERO_OK);
+    CHECK_EQ_INT(zero__comm_group_end(w), ZERO_ERR_INVALID_ARGUMENT);
+    CHECK_EQ_INT(w->group_depth, 0);
+}
+
 /* (issue 14) 16-bit sums on the wire: block b is summed by the ring in
  * the order b+1, b+2, ..., b (incoming partial sum first, own value
  * second), each addition widened to fp32 and rounded once to the dtype.
@@ -633,6 +647,7 @@ int main(int argc, char **argv) {
     if (expect_thread) test_overlap(w);
     if (strcmp(mode, "host-single") != 0) test_threads(w);
     test_cross_order(w);
+    test_groups(w);
     if (N == 2 && strcmp(mode, "auto") == 0) test_error_path(w);
 
     zero__comm_counters ct;

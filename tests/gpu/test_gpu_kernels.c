@@ -77,6 +77,15 @@ static void check_reductions(void) {
             gpu_download(&got, out, sizeof got);
             double ref = zero__sumsq_f32(xf, n);
             CHECK(memcmp(&got, &ref, 8) == 0, "sumsq n=%zu dt %d: %.17g vs %.17g", n, dt, got, ref);
+            /* misaligned for the vector loads (one element in): the fused
+             * kernel's element path, same lane order, same bits */
+            for (size_t skip = 1; n > 8 && skip <= 3; skip += 2) {
+                CHECK_EQ_INT(zero_cuda_sumsq((char *)dx + skip * dsz(dt), dt, n - skip, scratch, out, NULL), ZERO_OK);
+                gpu_download(&got, out, sizeof got);
+                ref = zero__sumsq_f32(xf + skip, n - skip);
+                CHECK(memcmp(&got, &ref, 8) == 0, "misaligned (+%zu) sumsq n=%zu dt %d: %.17g vs %.17g", skip, n - skip,
+                      dt, got, ref);
+            }
             int32_t *flag, hf = -1;
             CUDA_OK(cudaMalloc((void **)&flag, 4));
             CHECK_EQ_INT(zero_cuda_nonfinite(dx, dt, n, flag, NULL), ZERO_OK);

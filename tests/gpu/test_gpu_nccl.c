@@ -131,6 +131,79 @@ static void suite(zero_comm *m) {
            (unsigned long long)m->counters.reduce_scatter_calls, (unsigned long long)m->counters.allgather_calls);
 }
 
+/* Groups (issue 24, services 1.5 comm_group_start/end): K all-gathers of
+ * different shapes issued inside one group complete with the right values
+ * after the group ends; a host-staged all-gather, a blocking host
+ * all-reduce and a wait inside the group launch what it holds first (the
+ * results stay right); nesting counts; an unmatched end is refused. */
+static float ag_value(int rank, int k, size_t i) { return (float)(rank * 1000 + k * 7) + (float)(i % 97); }
+
+static void group_suite(zero_comm *m) {
+    const int W = m->size, r = m->rank, K = 8;
+    size_t counts[8][64], total[8];
+    float *dsend[8], *drecv[8];
+    zero_comm_req *q[8];
+    for (int k = 0; k < K; ++k) {
+        total[k] = 0;
+        for (int b = 0; b < W; ++b) counts[k][b] = (k % 2 == 0) ? (size_t)(64 + 32 * k) : (size_t)(10 + 17 * b + k);
+        for (int b = 0; b < W; ++b) total[k] += counts[k][b];
+        float *h = malloc(counts[k][r] * 4);
+        for (size_t i = 0; i < counts[k][r]; ++i) h[i] = ag_value(r, k, i);
+        dsend[k] = dev_floats(h, counts[k][r]);
+        CUDA_OK(cudaMalloc((void **)&drecv[k], total[k] * 4));
+        CUDA_OK(cudaMemset(drecv[k], 0, total[k] * 4));
+        free(h);
+    }
+    TCHECK(zero__comm_group_start(m) == ZERO_OK, "group_start");
+    TCHECK(zero__comm_group_start(m) == ZERO_OK, "nested group_start");
+    for (int k = 0; k < K / 2; ++k)
+        TCHECK(zero__iallgatherv(m, dsend[k], drecv[k], counts[k], ZERO_DTYPE_F32, &q[k]) == ZERO_OK, "grouped ag %d", k);
+    /* a blocking call on host memory inside the group: launches the group first */
+    double hd = 1.0;
+    TCHECK(zero__allreduce(m, &hd, 1, ZERO_DTYPE_F64, ZERO_OP_SUM) == ZERO_OK && hd == (double)W, "allreduce in group");
+    TCHECK(zero__comm_group_end(m) == ZERO_OK, "nested group_end");
+    for (int k = K / 2; k < K; ++k)
+        TCHECK(zero__iallgatherv(m, dsend[k], drecv[k], counts[k], ZERO_DTYPE_F32, &q[k]) == ZERO_OK, "grouped ag %d", k);
+    /* a wait inside the open group (request K-1): launches it, then waits */
+    TCHECK(zero__comm_wait(q[K - 1]) == ZERO_OK, "wait inside the group");
+    q[K - 1] = NULL;
+    TCHECK(zero__comm_group_end(m) == ZERO_OK, "group_end");
+    for (int k = 0; k < K; ++k) {
+        if (q[k]) TCHECK(zero__comm_wait(q[k]) == ZERO_OK, "wait ag %d", k);
+        float *h = malloc(total[k] * 4);
+        gpu_download(h, drecv[k], total[k] * 4);
+        int bad = 0;
+        size_t off = 0;
+        for (int b = 0; b < W; ++b) {
+            for (size_t i = 0; i < counts[k][b]; ++i) bad += h[off + i] != ag_value(b, k, i);
+            off += counts[k][b];
+        }
+        TCHECK(bad == 0, "rank %d grouped all-gather %d: %d wrong", r, k, bad);
+        free(h), cudaFree(dsend[k]), cudaFree(drecv[k]);
+    }
+    /* host buffers inside a group are staged synchronously (group paused) */
+    {
+        size_t hc[64], tot = 0;
+        for (int b = 0; b < W; ++b) hc[b] = (size_t)(5 + b), tot += hc[b];
+        float *mine = malloc(hc[r] * 4), *all = calloc(tot, 4);
+        for (size_t i = 0; i < hc[r]; ++i) mine[i] = ag_value(r, 9, i);
+        zero_comm_req *hq = NULL;
+        TCHECK(zero__comm_group_start(m) == ZERO_OK, "group_start (host)");
+        TCHECK(zero__iallgatherv(m, mine, all, hc, ZERO_DTYPE_F32, &hq) == ZERO_OK, "host ag in group");
+        TCHECK(zero__comm_group_end(m) == ZERO_OK, "group_end (host)");
+        TCHECK(hq && zero__comm_wait(hq) == ZERO_OK, "host ag wait");
+        int bad = 0;
+        size_t off = 0;
+        for (int b = 0; b < W; ++b) {
+            for (size_t i = 0; i < hc[b]; ++i) bad += all[off + i] != ag_value(b, 9, i);
+            off += hc[b];
+        }
+        TCHECK(bad == 0, "host all-gather in a group: %d wrong", bad);
+        free(mine), free(all);
+    }
+    TCHECK(zero__comm_group_end(m) == ZERO_ERR_INVALID_ARGUMENT, "unmatched group_end accepted");
+}
+
 static void body(zero_comm *m, int from_mpi) {
     if (from_mpi) {
         int wr = 0, ws = 0;
@@ -139,6 +212,7 @@ static void body(zero_comm *m, int from_mpi) {
         CHECK(m->rank == wr && m->size == ws, "NCCL rank/size %d/%d vs MPI %d/%d", m->rank, m->size, wr, ws);
     }
     suite(m);
+    group_suite(m);
 }
 
 int main(int argc, char **argv) { return gpu_nccl_main(argc, argv, "gpu_nccl", "NCCL suite", body); }
