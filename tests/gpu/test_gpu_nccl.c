@@ -7,6 +7,7 @@
  *                          the "host passes its ncclComm_t" path, on every GPU.
  * Values are small integers so that every sum is exact whatever NCCL's
  * reduction order. */
+#include <time.h>
 #include "gpu_nccl_driver.h"
 
 static float *dev_floats(const float *h, size_t n) { return gpu_upload(h, n * 4); }
@@ -204,6 +205,45 @@ static void group_suite(zero_comm *m) {
     TCHECK(zero__comm_group_end(m) == ZERO_ERR_INVALID_ARGUMENT, "unmatched group_end accepted");
 }
 
+/* (issue 24) A collective that never finishes -- here: the communicator's
+ * stream held by a kernel that waits for the host, as a dead peer would
+ * hold it -- is not waited for forever: the wait gives ZERO_ERR_TIMEOUT
+ * after comm_timeout, the communicator is aborted (ncclCommAbort), and
+ * every later call on it fails at once naming why.  Runs last: the
+ * communicator is dead afterwards.  One rank only: with peers, their
+ * queued NCCL kernels would run on an aborted communicator once released
+ * (a dead peer's own run needs two GPUs). */
+int zero_test_hold_stream(void *stream, const int *flag_dev);
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void abort_suite(zero_comm *m) {
+    int *flag = NULL, *flag_dev = NULL;
+    CUDA_OK(cudaHostAlloc((void **)&flag, sizeof *flag, cudaHostAllocMapped));
+    *flag = 0;
+    CUDA_OK(cudaHostGetDevicePointer((void **)&flag_dev, flag, 0));
+    float *d = dev_floats((const float[]){1, 2, 3, 4}, 4);
+    zero__comm_set_timeout(m, 0.5);
+    TCHECK(zero_test_hold_stream(zero__comm_nccl_stream(m), flag_dev) == 0, "hold kernel launch");
+    zero_comm_req *q = NULL;
+    TCHECK(zero__iallreduce(m, d, 4, ZERO_DTYPE_F32, ZERO_OP_SUM, &q) == ZERO_OK && q, "iallreduce behind the hold");
+    double t0 = now_s();
+    zero_status st = q ? zero__comm_wait(q) : ZERO_ERR_COMM;
+    double waited = now_s() - t0;
+    TCHECK(st == ZERO_ERR_TIMEOUT, "wait on a stuck collective: status %d, expected ZERO_ERR_TIMEOUT", st);
+    TCHECK(waited >= 0.4 && waited < 30, "timed out after %.2f s (limit 0.5 s)", waited);
+    double one = 1;
+    TCHECK(zero__allreduce(m, &one, 1, ZERO_DTYPE_F64, ZERO_OP_SUM) == ZERO_ERR_COMM, "call after abort not refused");
+    *flag = 1; /* release the stream so that freeing the communicator can drain it */
+    CUDA_OK(cudaDeviceSynchronize());
+    cudaFree(d);
+    cudaFreeHost(flag);
+}
+
 static void body(zero_comm *m, int from_mpi) {
     if (from_mpi) {
         int wr = 0, ws = 0;
@@ -213,6 +253,7 @@ static void body(zero_comm *m, int from_mpi) {
     }
     suite(m);
     group_suite(m);
+    if (from_mpi && m->size == 1) abort_suite(m); /* the threads mode's host destroys its own ncclComm_t after */
 }
 
 int main(int argc, char **argv) { return gpu_nccl_main(argc, argv, "gpu_nccl", "NCCL suite", body); }
