@@ -221,6 +221,16 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Releases the hold after a while: ncclCommAbort may wait for the work
+ * queued on the communicator's streams, which here is our hold kernel (a
+ * real dead peer's collective is NCCL's own, which the abort stops). */
+static void *release_later(void *flag) {
+    struct timespec ts = {3, 0};
+    nanosleep(&ts, NULL);
+    *(volatile int *)flag = 1;
+    return NULL;
+}
+
 static void abort_suite(zero_comm *m) {
     int *flag = NULL, *flag_dev = NULL;
     CUDA_OK(cudaHostAlloc((void **)&flag, sizeof *flag, cudaHostAllocMapped));
@@ -229,17 +239,22 @@ static void abort_suite(zero_comm *m) {
     float *d = dev_floats((const float[]){1, 2, 3, 4}, 4);
     zero__comm_set_timeout(m, 0.5);
     TCHECK(zero_test_hold_stream(zero__comm_nccl_stream(m), flag_dev) == 0, "hold kernel launch");
+    pthread_t releaser;
+    TCHECK(pthread_create(&releaser, NULL, release_later, flag) == 0, "releaser thread");
+    fprintf(stderr, "abort_suite: stream held; waiting for a collective behind it (limit 0.5 s)\n");
     zero_comm_req *q = NULL;
     TCHECK(zero__iallreduce(m, d, 4, ZERO_DTYPE_F32, ZERO_OP_SUM, &q) == ZERO_OK && q, "iallreduce behind the hold");
     double t0 = now_s();
     zero_status st = q ? zero__comm_wait(q) : ZERO_ERR_COMM;
     double waited = now_s() - t0;
+    fprintf(stderr, "abort_suite: wait returned %d after %.2f s\n", (int)st, waited);
     TCHECK(st == ZERO_ERR_TIMEOUT, "wait on a stuck collective: status %d, expected ZERO_ERR_TIMEOUT", st);
     TCHECK(waited >= 0.4 && waited < 30, "timed out after %.2f s (limit 0.5 s)", waited);
     double one = 1;
     TCHECK(zero__allreduce(m, &one, 1, ZERO_DTYPE_F64, ZERO_OP_SUM) == ZERO_ERR_COMM, "call after abort not refused");
-    *flag = 1; /* release the stream so that freeing the communicator can drain it */
+    pthread_join(releaser, NULL); /* the stream is released: freeing the communicator can drain it */
     CUDA_OK(cudaDeviceSynchronize());
+    fprintf(stderr, "abort_suite: done\n");
     cudaFree(d);
     cudaFreeHost(flag);
 }
@@ -252,6 +267,7 @@ static void body(zero_comm *m, int from_mpi) {
         CHECK(m->rank == wr && m->size == ws, "NCCL rank/size %d/%d vs MPI %d/%d", m->rank, m->size, wr, ws);
     }
     suite(m);
+    fprintf(stderr, "suite passed its checks; groups next\n");
     group_suite(m);
     if (from_mpi && m->size == 1) abort_suite(m); /* the threads mode's host destroys its own ncclComm_t after */
 }
