@@ -70,6 +70,11 @@ static zero_status grad_norm_impl(zero_core *c, const zero_part_step *ps, const 
     if (ps->replicated && (own = malloc((L->ngroups ? L->ngroups : 1) * sizeof *own)) == NULL)
         return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "grad_norm: out of memory");
     double agg[2] = {0.0, 0.0};
+    /* Collect every piece first, then sum them all with one host wait on a
+     * device (zero__dev_norm_pieces), adding the sums in piece order as
+     * before (same bits). */
+    size_t npc = 0, cap = 0;
+    zero__norm_piece *pcs = NULL;
     for (uint32_t i = 0; i < ps->nranges; i++) {
         const zero_owned_range *r = &ps->ranges[i];
         /* replicated: this rank's layout shares of the range, in flat order */
@@ -84,11 +89,39 @@ static zero_status grad_norm_impl(zero_core *c, const zero_part_step *ps, const 
             const size_t at = index_of(r, ps->grad_index) + (size_t)(pieces[k].flat_lo - r->flat_lo);
             const char *g = (const char *)ps->grad + at * es;
             size_t n = (size_t)(pieces[k].flat_hi - pieces[k].flat_lo);
-            agg[0] += e->svc.sumsq(c, g, gdt, n);
-            if (e->svc.nonfinite(c, g, gdt, n)) agg[1] = 1.0;
+            if (npc == cap) {
+                zero__norm_piece *np = realloc(pcs, (cap = cap ? 2 * cap : 16) * sizeof *np);
+                if (!np) {
+                    free(pcs), free(own);
+                    return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "grad_norm: out of memory");
+                }
+                pcs = np;
+            }
+            pcs[npc++] = (zero__norm_piece){g, gdt, n};
         }
     }
     free(own);
+    double *sums = malloc((npc ? npc : 1) * sizeof *sums);
+    int *flags = malloc((npc ? npc : 1) * sizeof *flags);
+    if (!sums || !flags) {
+        free(pcs), free(sums), free(flags);
+        return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "grad_norm: out of memory");
+    }
+    st = zero__dev_norm_pieces(e->dev, pcs, npc, sums, flags);
+    if (st != ZERO_OK) {
+        /* as the sumsq/nonfinite services do: report, and read as an
+         * overflow so that the step is skipped rather than taken on garbage */
+        zero__error(e, st, "grad_norm on the %s device failed: %s", e->dev ? e->dev->ops->name : "host",
+                    zero__dev_error(e->dev));
+        zero__log(e, ZERO_LOG_ERROR, "%s", e->last_error);
+        agg[0] = (double)NAN, agg[1] = 1.0;
+    } else {
+        for (size_t i = 0; i < npc; i++) {
+            agg[0] += sums[i];
+            if (flags[i]) agg[1] = 1.0;
+        }
+    }
+    free(pcs), free(sums), free(flags);
     zero_comm *comm = ps->norm_comm ? ps->norm_comm : (e->global ? e->global : e->world);
     if ((st = zero__allreduce(comm, agg, 2, ZERO_DTYPE_F64, ZERO_OP_SUM)) != ZERO_OK) return st;
     memset(out, 0, sizeof *out);

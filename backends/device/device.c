@@ -261,3 +261,15 @@ out:
     free(hout);
     return st;
 }
+
+zero_status zero__dev_norm_pieces(zero__device *d, const zero__norm_piece *p, size_t k, double *sums, int *flags) {
+    int batch = d && d->ops->norm_pieces && k > 0;
+    for (size_t i = 0; i < k && batch; i++) batch = p[i].n == 0 || zero__dev_is_device(d, p[i].x);
+    if (batch) return d->ops->norm_pieces(d, p, k, sums, flags);
+    for (size_t i = 0; i < k; i++) {
+        zero_status st = zero__dev_sumsq(d, p[i].x, p[i].dt, p[i].n, &sums[i]);
+        if (st == ZERO_OK) st = zero__dev_nonfinite(d, p[i].x, p[i].dt, p[i].n, &flags[i]);
+        if (st != ZERO_OK) return st;
+    }
+    return ZERO_OK;
+}

@@ -32,6 +32,13 @@
 
 typedef struct zero__device zero__device;
 
+/* One piece of a gradient norm (zero__dev_norm_pieces): n elements of dt at x. */
+typedef struct zero__norm_piece {
+    const void *x;
+    zero_dtype dt;
+    size_t n;
+} zero__norm_piece;
+
 typedef struct zero__device_ops {
     const char *name; /* "cuda", "stub" */
     /* Zero-filled block; tier DEVICE is device memory, HOST is pinned host
@@ -80,6 +87,13 @@ typedef struct zero__device_ops {
      * without a memory_budget_bytes.  Optional (NULL: unknown); returns 0
      * and sets *out, or -1. */
     int (*free_bytes)(zero__device *d, uint64_t *out);
+    /* Optional (NULL: one sumsq and one nonfinite per piece, each waiting
+     * for the stream).  For k pieces of device memory: sums[i] = the sum of
+     * squares of piece i, flags[i] = its non-finite flag, all queued back to
+     * back with ONE host wait at the end (issue 24: the gradient norm used
+     * to wait twice per owned range). */
+    zero_status (*norm_pieces)(zero__device *d, const struct zero__norm_piece *p, size_t k, double *sums,
+                               int *flags);
 } zero__device_ops;
 
 /* Common header; implementations embed it first. */
@@ -140,6 +154,11 @@ zero_status zero__dev_scale(zero__device *d, float *x, float a, size_t n);
  * (fp64 sum of squares in zero__sumsq_f32's order). */
 zero_status zero__dev_sumsq(zero__device *d, const void *x, zero_dtype dt, size_t n, double *out);
 zero_status zero__dev_nonfinite(zero__device *d, const void *x, zero_dtype dt, size_t n, int *out);
+/* Both for k pieces: sums[i] and flags[i] exactly as zero__dev_sumsq /
+ * zero__dev_nonfinite give them for piece i (same bits), with one host wait
+ * in all when every piece is device memory and d has norm_pieces; else
+ * piece by piece.  On failure the outputs are undefined. */
+zero_status zero__dev_norm_pieces(zero__device *d, const zero__norm_piece *p, size_t k, double *sums, int *flags);
 /* One optimizer pass over n elements (master/state/grad/out as in
  * zero__optim_step; grad in grad_dt, tiled to fp32 on the host).  Where
  * master is device memory, everything runs on d (a host grad is staged);

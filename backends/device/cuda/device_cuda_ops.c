@@ -157,6 +157,39 @@ static zero_status cd_nonfinite(zero__device *d, const void *x, zero_dtype dt, s
     return s;
 }
 
+/* Every piece's sum and flag queued back to back on the stream, then one
+ * copy of all of them to the host (the only wait).  Scratch layout, in
+ * doubles: the largest piece's tree scratch (reused: the launches are
+ * ordered on one stream), k sums, then k int32 flags packed two per double. */
+static zero_status cd_norm_pieces(zero__device *d, const zero__norm_piece *p, size_t k, double *sums, int *flags) {
+    current(d);
+    cuda_dev *c = (cuda_dev *)d;
+    size_t nb = 1;
+    for (size_t i = 0; i < k; i++)
+        if (zero_cuda_sumsq_scratch(p[i].n) > nb) nb = zero_cuda_sumsq_scratch(p[i].n);
+    const size_t tail = k + (k + 1) / 2; /* sums + flags, copied back together */
+    double *host = malloc(tail * sizeof *host);
+    if (!host) return ZERO_ERR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&c->red_lock);
+    double *scratch = red_scratch(c, nb + tail);
+    zero_status s = scratch ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
+    double *dsums = scratch ? scratch + nb : NULL;
+    int32_t *dflags = scratch ? (int32_t *)(scratch + nb + k) : NULL;
+    for (size_t i = 0; i < k && s == ZERO_OK; i++) {
+        s = launched(d, zero_cuda_sumsq(p[i].x, p[i].dt, p[i].n, scratch, dsums + i, stream_of(d)), "sumsq");
+        if (s == ZERO_OK)
+            s = launched(d, zero_cuda_nonfinite(p[i].x, p[i].dt, p[i].n, dflags + i, stream_of(d)), "nonfinite");
+    }
+    if (s == ZERO_OK) s = zero_cuda_copy(CD(d), host, dsums, tail * sizeof *host); /* synchronises */
+    pthread_mutex_unlock(&c->red_lock);
+    if (s == ZERO_OK) {
+        const int32_t *hf = (const int32_t *)(host + k);
+        for (size_t i = 0; i < k; i++) sums[i] = host[i], flags[i] = hf[i] != 0;
+    }
+    free(host);
+    return s;
+}
+
 static zero_status cd_convert(zero__device *d, void *dst, zero_dtype ddt, const void *src, zero_dtype sdt, size_t n) {
     current(d);
     return launched(d, zero_cuda_convert(dst, ddt, src, sdt, n, stream_of(d)), "convert");
@@ -210,6 +243,7 @@ static const zero__device_ops cuda_ops = {
     .optim_step = cd_optim_step,
     .sumsq = cd_sumsq,
     .nonfinite = cd_nonfinite,
+    .norm_pieces = cd_norm_pieces,
     .convert = cd_convert,
     .add_into = cd_add_into,
     .scale = cd_scale,
