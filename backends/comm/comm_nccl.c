@@ -64,6 +64,11 @@ typedef struct nccl_comm {
     pthread_t group_owner;
     nccl_req **pending;
     size_t npending, pending_cap;
+    /* Completion events of finished requests, kept for the next ones
+     * (under the lock): creating and destroying one per collective cost
+     * ~3 us each, the size of a small bucket's whole reduce-scatter. */
+    cudaEvent_t *ev_pool;
+    size_t ev_n, ev_cap;
 } nccl_comm;
 
 static const zero__comm_ops nccl_ops;
@@ -178,6 +183,35 @@ static zero_status sync_stream(nccl_comm *c) {
     cudaError_t e = cudaEventRecord(c->sync_ev, c->stream);
     if (e != cudaSuccess) return cuda_fail(c, "cudaEventRecord", e);
     return poll_event(c, c->sync_ev, 1);
+}
+
+/* ---- request events ------------------------------------------------------ */
+
+/* An event for a request (lock held): a pooled one, else a new one. */
+static cudaError_t event_get(nccl_comm *c, cudaEvent_t *ev) {
+    if (c->ev_n) {
+        *ev = c->ev_pool[--c->ev_n];
+        return cudaSuccess;
+    }
+    return cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+}
+
+/* A finished request's event back to the pool (takes the lock); destroyed
+ * when the pool cannot grow.  A recorded event that has completed can be
+ * recorded again. */
+static void event_put(nccl_comm *c, cudaEvent_t ev) {
+    if (!ev) return;
+    pthread_mutex_lock(&c->lock);
+    if (c->ev_n == c->ev_cap) {
+        size_t cap = c->ev_cap ? 2 * c->ev_cap : 16;
+        cudaEvent_t *np = cap <= 4096 ? realloc(c->ev_pool, cap * sizeof *np) : NULL;
+        if (np) c->ev_pool = np, c->ev_cap = cap;
+    }
+    if (c->ev_n < c->ev_cap)
+        c->ev_pool[c->ev_n++] = ev;
+    else
+        cudaEventDestroy(ev);
+    pthread_mutex_unlock(&c->lock);
 }
 
 /* ---- groups (issue 24) --------------------------------------------------- */
@@ -376,6 +410,8 @@ static void n_free(zero_comm *m) {
         cudaFree(c->scratch);
         zero__engine_note_scratch(c->base.engine, ZERO_TIER_DEVICE, -(int64_t)c->scratch_bytes);
     }
+    for (size_t i = 0; i < c->ev_n; i++) cudaEventDestroy(c->ev_pool[i]);
+    free(c->ev_pool);
     cudaStreamDestroy(c->own_stream);
     pthread_mutex_destroy(&c->lock);
     free(c->pending);
@@ -520,7 +556,7 @@ static zero_status make_req(nccl_comm *c, int record, zero_comm_req **out) {
             c->pending = np;
             c->pending_cap = cap;
         }
-        cudaError_t e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
+        cudaError_t e = event_get(c, &q->done);
         if (e != cudaSuccess) {
             free(q);
             return cuda_fail(c, "cudaEventCreateWithFlags", e);
@@ -528,7 +564,7 @@ static zero_status make_req(nccl_comm *c, int record, zero_comm_req **out) {
         q->deferred = 1;
         c->pending[c->npending++] = q;
     } else if (record) {
-        cudaError_t e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
+        cudaError_t e = event_get(c, &q->done);
         if (e == cudaSuccess) e = cudaEventRecord(q->done, c->stream);
         if (e != cudaSuccess) {
             if (q->done) cudaEventDestroy(q->done);
@@ -733,7 +769,10 @@ static zero_status n_test(zero_comm_req *r, int *done) {
             free(q);
             return st;
         }
-        cudaEventDestroy(q->done);
+        if (e == cudaSuccess)
+            event_put(c, q->done); /* complete: reusable */
+        else
+            cudaEventDestroy(q->done);
         free(q);
         return e == cudaSuccess ? ZERO_OK : cuda_fail(c, "cudaEventQuery", e);
     }
@@ -809,7 +848,10 @@ static zero_status n_wait(zero_comm_req *r) {
         pthread_mutex_lock(&c->lock);
         c->base.counters.busy_seconds += now_s() - t0;
         pthread_mutex_unlock(&c->lock);
-        cudaEventDestroy(q->done);
+        if (st == ZERO_OK)
+            event_put(c, q->done); /* complete: reusable (a failed wait's may still be pending) */
+        else
+            cudaEventDestroy(q->done);
     }
     free(q);
     return st;
