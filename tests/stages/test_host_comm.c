@@ -117,7 +117,7 @@ int main(int argc, char **argv) {
             host_run_free(&o);
         }
         /* the comm stats count the host backend's traffic like MPI's */
-        CHECK(world_ == 1 || host[2].comm.reduce_scatter_calls > 0 && host[2].comm.bytes_reduced > 0,
+        CHECK(world_ == 1 || (host[2].comm.reduce_scatter_calls > 0 && host[2].comm.bytes_reduced > 0),
               "stage2 on the host comm: %llu reduce-scatters, %llu bytes",
               (unsigned long long)host[2].comm.reduce_scatter_calls, (unsigned long long)host[2].comm.bytes_reduced);
         for (int p = 0; p < NP; p++) {
