@@ -165,11 +165,11 @@ typedef struct zero_host_comm {
      * (bytes_each bytes at send + b*bytes_each) goes to rank b; recv
      * receives rank r's block for this rank at recv + r*bytes_each. */
     zero_status (*alltoall)(void *user, const void *send, void *recv, size_t bytes_each);
-    /* Optional (NULL: only the splits that need no new group are possible:
-     * every rank the same color with keys in rank order (a copy of this
-     * communicator), or every rank alone; others fail with
-     * ZERO_ERR_UNSUPPORTED naming this callback).  Collective like
-     * MPI_Comm_split: ranks with the same color form a communicator
+    /* Optional.  Called only for splits that make a real sub-group:
+     * libzero itself handles a copy of this communicator (every rank the
+     * same color, keys in rank order: stage 3's gather communicator) and
+     * every rank alone.  NULL: other splits fail with ZERO_ERR_UNSUPPORTED
+     * naming this callback.  Collective like MPI_Comm_split: ranks with the same color form a communicator
      * ordered by (key, rank); color < 0: *out = NULL.  *out is a struct
      * owned by the host with its own rank/size/user and callbacks
      * (split/release may be NULL in it), valid until libzero passes it to

@@ -31,6 +31,7 @@
 #include "comm_backend.h"
 #include "comm_internal.h"
 #include "log.h"
+#include "memory.h" /* zero__engine_note_scratch */
 
 /* Shared by a world and its splits: the callback lock and a reference count. */
 typedef struct host_family {
@@ -80,6 +81,8 @@ static unsigned char *scratch(zero_comm *m, size_t bytes) {
     if (bytes <= c->scratch_cap) return c->scratch;
     unsigned char *p = realloc(c->scratch, bytes);
     if (!p) return NULL;
+    /* staging is communication scratch: ZERO_MEM_OTHER, host tier (docs/memory.md) */
+    zero__engine_note_scratch(m->engine, ZERO_TIER_HOST, (int64_t)(bytes - c->scratch_cap));
     c->scratch = p;
     c->scratch_cap = bytes;
     return p;
@@ -484,60 +487,59 @@ static host_comm *new_comm(const zero_host_comm *hc, host_family *fam, struct ze
     return c;
 }
 
-/* A split without the host's split callback: a copy of m (same color
- * everywhere, keys in rank order) or every member alone.  All ranks see
- * the same (color, key) table, so all decide alike. */
-static zero_status split_without_callback(zero_comm *m, int color, int key, zero_comm **out) {
+/* Splits that need no new group: a copy of m (one color everywhere, keys
+ * in rank order: stage 3's and ZeRO++'s gather communicators) shares m's
+ * callbacks, which is safe because every call is made in libzero's issue
+ * order under the family lock; everyone alone is the self backend.  Other
+ * splits go to the host's split callback.  All ranks see the same (color,
+ * key) table, so all decide alike. */
+static zero_status host_split(zero_comm *m, int color, int key, zero_comm **out) {
     host_comm *c = H(m);
     const int P = m->size;
-    int32_t mine[2] = {color, key}, *all = malloc(sizeof mine * (size_t)P);
-    if (!all) return oom(m, sizeof mine * (size_t)P);
-    zero_status s = do_allgather(m, mine, all, sizeof mine);
-    if (s != ZERO_OK) {
-        free(all);
-        return s;
+    *out = NULL;
+    if (P == 1) {
+        if (color < 0) return ZERO_OK;
+        *out = zero__comm_self_create(m->engine);
+        return *out ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
     }
+    int32_t mine[2] = {color < 0 ? -1 : color, key}, *all = malloc(sizeof mine * (size_t)P);
+    if (!all) return oom(m, sizeof mine * (size_t)P);
+    lock(m);
+    zero_status s = do_allgather(m, mine, all, sizeof mine);
     int same = 1, alone = 1, in_order = 1;
-    for (int r = 0; r < P; r++) {
+    for (int r = 0; r < P && s == ZERO_OK; r++) {
         same &= all[2 * r] == all[0] && all[0] >= 0;
         if (r > 0) in_order &= all[2 * r + 1] >= all[2 * r - 1];
         for (int q = 0; q < r; q++)
             if (all[2 * r] >= 0 && all[2 * r] == all[2 * q]) alone = 0;
     }
     free(all);
-    if (same && in_order) {
-        host_comm *d = new_comm(&c->hc, c->fam, m->engine);
-        if (!d) return oom(m, sizeof *d);
-        c->fam->refs++;
-        *out = &d->base;
-        return ZERO_OK;
-    }
-    if (alone) {
-        if (color < 0) return ZERO_OK;
-        *out = zero__comm_self_create(m->engine);
-        return *out ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
-    }
-    return zero__error(m->engine, ZERO_ERR_UNSUPPORTED,
-                       "comm host (%s): a sub-group of this communicator is needed (MiCS or ZeRO++ groups, MoE "
-                       "expert groups, pipeline stages), and the zero_host_comm has no split callback: give one "
-                       "(e.g. torch.distributed.new_group), or use a plugin that needs no sub-groups",
-                       c->name);
-}
-
-static zero_status host_split(zero_comm *m, int color, int key, zero_comm **out) {
-    host_comm *c = H(m);
-    *out = NULL;
-    if (m->size == 1) {
-        if (color < 0) return ZERO_OK;
-        *out = zero__comm_self_create(m->engine);
-        return *out ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
-    }
-    lock(m);
-    zero_status s;
-    if (!c->hc.split) {
-        s = split_without_callback(m, color, key, out);
+    if (s != ZERO_OK) {
         unlock(m);
         return s;
+    }
+    if (same && in_order) {
+        host_comm *d = new_comm(&c->hc, c->fam, m->engine);
+        if (d) {
+            c->fam->refs++;
+            *out = &d->base;
+        }
+        unlock(m);
+        return d ? ZERO_OK : oom(m, sizeof *d);
+    }
+    if (alone) {
+        unlock(m);
+        if (color < 0) return ZERO_OK;
+        *out = zero__comm_self_create(m->engine);
+        return *out ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
+    }
+    if (!c->hc.split) {
+        unlock(m);
+        return zero__error(m->engine, ZERO_ERR_UNSUPPORTED,
+                           "comm host (%s): a sub-group of this communicator is needed (MiCS or ZeRO++ groups, MoE "
+                           "expert groups, pipeline stages), and the zero_host_comm has no split callback: give "
+                           "one (e.g. over torch.distributed.new_group), or use a plugin that needs no sub-groups",
+                           c->name);
     }
     zero_host_comm *sub = NULL;
     s = cb_status(m, c->hc.split(c->hc.user, color < 0 ? -1 : color, key, &sub), "split");
@@ -558,8 +560,8 @@ static zero_status host_split(zero_comm *m, int color, int key, zero_comm **out)
             c->hc.release(c->hc.user, sub);
         }
     } else if (s == ZERO_OK && sub) {
-        s = zero__error(m->engine, ZERO_ERR_COMM, "comm host (%s): the split callback returned a communicator for "
-                                                  "color < 0", c->name);
+        s = zero__error(m->engine, ZERO_ERR_COMM,
+                        "comm host (%s): the split callback returned a communicator for color < 0", c->name);
     }
     unlock(m);
     return s;
@@ -577,6 +579,7 @@ static void host_free(zero_comm *m) {
         free(fam);
     }
     pthread_mutex_destroy(&c->cnt_lock);
+    if (c->scratch_cap) zero__engine_note_scratch(m->engine, ZERO_TIER_HOST, -(int64_t)c->scratch_cap);
     free(c->scratch);
     free(c);
 }

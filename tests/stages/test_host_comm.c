@@ -6,6 +6,7 @@
  *    MPI ring's order), and bitwise like stage 0 on the host communicator
  *    wherever the MPI backend itself is (gas 4: the window sums; gas 1
  *    within 1e-6, as tests/stages/test_equivalence.c);
+ *  - hooks fired from two threads in a shuffled order: bitwise the same;
  *  - without alltoall (sums by the host's MPI_Allreduce of padded blocks)
  *    every plugin agrees with MPI within 1e-6;
  *  - a callback failing mid-training fails the call with ZERO_ERR_COMM and
@@ -124,6 +125,21 @@ int main(int argc, char **argv) {
             host_run_free(&mpi[p]);
             host_run_free(&host[p]);
         }
+    }
+
+    /* hooks in a rank-dependent order from two threads: the callbacks are
+     * still made one at a time, in libzero's issue order (bitwise the same) */
+    {
+        host_run_cfg c = cfg_for("stage2", steps, 4), t = c;
+        t.order = HOST_ORDER_SHUFFLED;
+        t.threads = 2;
+        host_run_out a, b;
+        run_on(&H.hc, &c, &a);
+        run_on(&H.hc, &t, &b);
+        if (ran(&a, "stage2 host comm") && ran(&b, "stage2 host comm, 2 hook threads"))
+            host_expect_bitwise(&b, &a, "stage2 host comm: shuffled hooks from 2 threads", 52);
+        host_run_free(&a);
+        host_run_free(&b);
     }
 
     /* a callback fails mid-training: ZERO_ERR_COMM with the callback's name,

@@ -263,6 +263,33 @@ def errors():
           and "init_process_group" in out, "uninitialised torchrun-style launch refused: %r" % out)
     if TORCH_LAUNCH:
         host_comm_errors()
+        host_comm_split()
+
+
+def host_comm_split():
+    """zero.TorchHostComm's split callback as libzero calls it (MoE, MiCS,
+    pipelines): even and odd ranks form two groups (torch new_group, every
+    rank making both), a sum runs inside each, release drops it; color < 0
+    gets NULL."""
+    import ctypes
+    from zero import _hostcomm as HC
+    hc = zero.TorchHostComm()
+    out = ctypes.POINTER(HC.HostCommC)()
+    st = hc.struct.split(None, RANK % 2, RANK, ctypes.byref(out))
+    mates = [r for r in range(WORLD) if r % 2 == RANK % 2]
+    check(st == 0 and bool(out) and out.contents.size == len(mates) and out.contents.rank == mates.index(RANK),
+          "split: status %d, %s" % (st, (out.contents.rank, out.contents.size) if out else None))
+    if st == 0 and out:
+        v = ctypes.c_double(RANK + 1.0)
+        st = out.contents.allreduce_sum(None, ctypes.addressof(v), 1, HC.DTYPE_F64)
+        check(st == 0 and v.value == sum(r + 1.0 for r in mates), "sum in the split group: %s" % v.value)
+        hc.struct.release(None, out)
+    check(not hc._subs, "release dropped the split group")
+    none = ctypes.POINTER(HC.HostCommC)()
+    st = hc.struct.split(None, -1 if RANK == 0 else 0, RANK, ctypes.byref(none))
+    check(st == 0 and (not none if RANK == 0 else none.contents.size == WORLD - 1), "split with color < 0")
+    if none:
+        hc.struct.release(None, none)
 
 
 def host_comm_errors():
