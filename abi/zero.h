@@ -131,9 +131,9 @@ enum { ZERO_DTYPE_F64 = 16, ZERO_DTYPE_I64 = 17, ZERO_DTYPE_U64 = 18, ZERO_DTYPE
  *
  * Memory: every buffer is host memory, also on a device_kind CUDA engine
  * (libzero stages device buffers through host memory, as for
- * ZERO_COMM_MPI: the device work that produced them has completed, and
- * what the callback writes is copied back in order on libzero's stream),
- * so callbacks need no stream handling.  For device-to-device collectives
+ * ZERO_COMM_MPI: they are copied out of device memory, complete, before
+ * the callback runs, and what it writes is copied back afterwards), so
+ * callbacks need no stream handling.  For device-to-device collectives
  * use ZERO_COMM_NCCL.  Buffers are valid only during the call; send and
  * recv never overlap unless a callback says so.
  *

@@ -152,6 +152,13 @@ class TorchHostComm:
         def run():
             torch = self._torch
             out = self._view(recv, nbytes * self.size, torch.uint8)
+            if not self.cuda:
+                # gloo (torch 1.13, loopback TCP): all_gather of 8 MiB blocks took 23.5 ms where an
+                # all_to_all_single moving the same bytes took 9 ms, so the block goes to every rank
+                # as an all-to-all of P copies of it (the copy also takes care of send aliasing recv)
+                rep = self._view(send, nbytes, torch.uint8).repeat(self.size)
+                self._dist.all_to_all_single(out, rep, group=self.group)
+                return
             src = self._view(send, nbytes, torch.uint8).clone()  # send may alias recv's own block
             dev_out = self._dev(out)
             self._dist.all_gather(list(dev_out.chunk(self.size)), self._dev(src), group=self.group)
