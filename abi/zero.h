@@ -91,8 +91,97 @@ enum {
     ZERO_COMM_AUTO = 0, /* libzero decides: MPI_COMM_WORLD if MPI is built in, else single process */
     ZERO_COMM_MPI = 1,  /* comm points to the host's MPI_Comm (pass &my_comm) */
     ZERO_COMM_NCCL = 2, /* comm points to the host's ncclComm_t (pass &my_comm) */
-    ZERO_COMM_SELF = 3  /* single process, world size 1, no MPI at all */
+    ZERO_COMM_SELF = 3, /* single process, world size 1, no MPI at all */
+    ZERO_COMM_HOST = 4  /* (1.5) comm points to a zero_host_comm: the host's own collectives as callbacks */
 };
+
+/* Element types of communication buffers: the model dtypes above plus
+ * these (the values the plugin ABI has used since 1.3; defined here since
+ * 1.5 because zero_host_comm callbacks receive them). */
+enum { ZERO_DTYPE_F64 = 16, ZERO_DTYPE_I64 = 17, ZERO_DTYPE_U64 = 18, ZERO_DTYPE_U8 = 19 };
+
+/* (1.5) A communicator implemented by the host: libzero runs its
+ * collectives through these callbacks (backends/comm/comm_host.c), so a
+ * host whose processes already talk through something else than MPI (a
+ * torch.distributed gloo or NCCL group, a custom transport) can train
+ * without mpirun.  Pass ZERO_COMM_HOST and comm = &your_zero_host_comm.
+ *
+ * Ownership and lifetime: borrowed.  The struct, `user` and whatever the
+ * callbacks use must stay valid until zero_engine_destroy has returned;
+ * libzero copies the struct's fields at zero_engine_create (later changes
+ * to it are not seen).  Communicators a `split` returns belong to the host
+ * as well; libzero hands each back exactly once through `release`.
+ *
+ * Threads and order: callbacks run only on threads that are inside a
+ * libzero call (zero_engine_create/destroy, zero_on_grad_ready,
+ * zero_step, zero_gather, zero_save/load, ...), never on a thread of
+ * libzero's own, and never two at a time per engine (libzero holds one
+ * lock around every callback of a communicator and its splits).  They are
+ * blocking: a callback returns when the collective is complete on this
+ * rank.  Every rank makes the same sequence of calls (kind, byte count,
+ * dtype, root), as MPI requires of collectives.  A callback that never
+ * returns (a dead peer) hangs libzero: comm_timeout does not apply, use
+ * the transport's own timeout.
+ *
+ * Errors: a callback returns ZERO_OK, or any other zero_status; libzero
+ * then fails the operation with ZERO_ERR_COMM and the engine's last error
+ * names the callback and the status ("comm host: allreduce_sum callback
+ * returned ZERO_ERR_..."). After a failure the communicator is not used
+ * again in a collective (the engine should be destroyed).
+ *
+ * Memory: every buffer is host memory, also on a device_kind CUDA engine
+ * (libzero stages device buffers through host memory, as for
+ * ZERO_COMM_MPI: they are copied out of device memory, complete, before
+ * the callback runs, and what it writes is copied back afterwards), so
+ * callbacks need no stream handling.  For device-to-device collectives
+ * use ZERO_COMM_NCCL.  Buffers are valid only during the call; send and
+ * recv never overlap unless a callback says so.
+ *
+ * Results must be identical on every rank (all ranks read the same bits):
+ * libzero relies on it for the optimizer step.  Summation order: with
+ * `alltoall`, libzero sums gradients itself in the MPI backend's ring
+ * order (bitwise equal to ZERO_COMM_MPI's reduce-scatter, and independent
+ * of bucket layout, so every stage plugin trains bitwise like stage 0);
+ * without it, gradient sums are the host's all-reduce of blocks padded to
+ * the largest (docs/comm.md "Host communicators"). */
+typedef struct zero_host_comm {
+    uint32_t struct_size; /* = sizeof(zero_host_comm) (ZERO_HOST_COMM_INIT) */
+    uint32_t reserved0;   /* must be 0 */
+    int32_t rank, size;   /* this process's rank in [0, size), size >= 1 */
+    void *user;           /* passed to every callback */
+    const char *name;     /* for messages ("torch.distributed gloo"); may be NULL; copied */
+    /* Required.  In-place elementwise SUM of `count` elements of `dt`
+     * (ZERO_DTYPE_F32, BF16, F16 (16-bit sums rounded per addition are
+     * fine), F64, I64, U64, U8 (wrapping)) over all ranks. */
+    zero_status (*allreduce_sum)(void *user, void *buf, size_t count, zero_dtype dt);
+    /* Required.  recv[r * bytes_each ...] = rank r's `send` (bytes_each
+     * bytes each, equal on all ranks); send may be recv + rank*bytes_each. */
+    zero_status (*allgather)(void *user, const void *send, void *recv, size_t bytes_each);
+    /* Required.  `bytes` bytes of buf from rank `root` to every rank. */
+    zero_status (*broadcast)(void *user, void *buf, size_t bytes, int root);
+    /* Required. */
+    zero_status (*barrier)(void *user);
+    /* Optional (NULL: gradient sums use allreduce_sum, see above).  Block b
+     * (bytes_each bytes at send + b*bytes_each) goes to rank b; recv
+     * receives rank r's block for this rank at recv + r*bytes_each. */
+    zero_status (*alltoall)(void *user, const void *send, void *recv, size_t bytes_each);
+    /* Optional.  Called only for splits that make a real sub-group:
+     * libzero itself handles a copy of this communicator (every rank the
+     * same color, keys in rank order: stage 3's gather communicator) and
+     * every rank alone.  NULL: other splits fail with ZERO_ERR_UNSUPPORTED
+     * naming this callback.  Collective like MPI_Comm_split: ranks with the same color form a communicator
+     * ordered by (key, rank); color < 0: *out = NULL.  *out is a struct
+     * owned by the host with its own rank/size/user and callbacks
+     * (split/release may be NULL in it), valid until libzero passes it to
+     * `release`.  Used by MiCS, ZeRO++ hpZ, MoE expert groups and
+     * pipeline.stages > 1. */
+    zero_status (*split)(void *user, int color, int key, struct zero_host_comm **out);
+    /* Optional: libzero is done with `sub` (a communicator split returned);
+     * called once per split communicator, in the same order on all of its
+     * ranks, from the thread destroying the engine.  NULL: nothing. */
+    void (*release)(void *user, struct zero_host_comm *sub);
+} zero_host_comm;
+#define ZERO_HOST_COMM_INIT { sizeof(zero_host_comm), 0, 0, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
 
 typedef int32_t zero_log_level;
 enum { ZERO_LOG_ERROR = 0, ZERO_LOG_WARN = 1, ZERO_LOG_INFO = 2, ZERO_LOG_DEBUG = 3 };
@@ -135,7 +224,7 @@ typedef struct zero_engine_options {
     const char *config_path;   /* path of a ds_config.json, or NULL (text wins if both) */
     zero_comm_kind comm_kind;  /* default ZERO_COMM_AUTO */
     zero_device_kind device_kind; /* default ZERO_DEVICE_CPU */
-    void *comm;                /* per comm_kind: pointer to the host's MPI_Comm / ncclComm_t; borrowed, must outlive the engine */
+    void *comm;                /* per comm_kind: pointer to the host's MPI_Comm / ncclComm_t / (1.5) zero_host_comm; borrowed, must outlive the engine */
     int32_t device_index;      /* CUDA ordinal, or ZERO_DEVICE_INDEX_AUTO (1.1, the default); ignored on CPU */
     int32_t reserved1;         /* must be 0 */
     void *stream;              /* host compute stream (cudaStream_t) or NULL */

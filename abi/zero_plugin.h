@@ -47,8 +47,8 @@ typedef struct zero_buckets zero_buckets;   /* a gradient bucket set */
 typedef int32_t zero_reduce_op;
 enum { ZERO_OP_SUM = 0, ZERO_OP_MAX = 1, ZERO_OP_MIN = 2 };
 
-/* Comm element types: the model dtypes plus these. */
-enum { ZERO_DTYPE_F64 = 16, ZERO_DTYPE_I64 = 17, ZERO_DTYPE_U64 = 18, ZERO_DTYPE_U8 = 19 };
+/* Comm element types: the model dtypes plus ZERO_DTYPE_F64, I64, U64, U8
+ * (16..19, defined in zero.h since 1.5 for host communicators). */
 
 /* ------------------------------------------------------------------------ */
 /* The parsed run configuration (typed view of ds_config.json).  Owned by     */

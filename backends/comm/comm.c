@@ -31,6 +31,8 @@ zero_status zero__comm_world_create(int kind, void *handle, struct zero_engine *
         *out = zero__comm_self_create(engine);
         return *out ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
     }
+    if (kind == ZERO_COMM_HOST) /* (1.5) the host's callbacks, comm_host.c */
+        return zero__comm_host_create(handle, engine, out, err, err_len);
     if (kind == ZERO_COMM_MPI) {
 #ifdef ZERO_HAVE_MPI
         if (!handle) {

@@ -18,6 +18,7 @@
 /* Create the world communicator.
  *  kind ZERO_COMM_SELF: single process.
  *  kind ZERO_COMM_MPI: `handle` points to an MPI_Comm (duplicated internally).
+ *  kind ZERO_COMM_HOST (1.5): `handle` points to the host's zero_host_comm.
  *  kind ZERO_COMM_AUTO: MPI_COMM_WORLD if built with MPI (initialising MPI with
  *    MPI_THREAD_MULTIPLE if the host has not; finalised at zero__comm_world_free
  *    only then), else self.

@@ -2,7 +2,7 @@
  * request headers every backend embeds, the backend vtable, and the
  * constructors the factory (comm.c) picks from.
  *
- * Backends (comm_self.c, comm_mpi*.c, comm_nccl.c) include this header and
+ * Backends (comm_self.c, comm_host.c, comm_mpi*.c, comm_nccl.c) include this header and
  * not comm.h: comm.c depends on the backends, the backends do not depend on
  * comm.c, so the factory and its backends form no loop
  * (tools/check-loops.py, ctest lint.loops).  comm.h includes this header,
@@ -118,6 +118,10 @@ struct zero_comm_req {
  * Each returns a world communicator owned by the caller (freed with
  * ops->free); `engine` may be NULL (unit tests). */
 zero_comm *zero__comm_self_create(struct zero_engine *engine);
+/* (1.5) handle: the host's zero_host_comm (abi/zero.h), validated and
+ * copied; errors (NULL, short struct, missing callbacks) go to err. */
+zero_status zero__comm_host_create(const void *handle, struct zero_engine *engine, zero_comm **out, char *err,
+                                   size_t err_len);
 #ifdef ZERO_HAVE_MPI
 /* handle: pointer to an MPI_Comm. */
 zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *engine, zero_comm **out,

@@ -7,7 +7,9 @@ gradient hand-off inside backward (the Python hook: wrap libzero's buffer,
 add_ the gradient, drop .grad, zero_on_grad_ready) with the part of it spent
 inside libzero, and zero_step's own phases from zero_step_timing.
 
-  mode: ddp-adamw | ddp-zero-redundancy | zero-stage1 | zero-stage2 | zero-offload | zero-stage2-views
+  mode: ddp-adamw | ddp-zero-redundancy | zero-stage1 | zero-stage2 | zero-offload | zero-stage2-views |
+        zero-stage2-host (stage 2 over the torch.distributed gloo group, ABI 1.5 ZERO_COMM_HOST; started
+        without mpirun by run-bench.sh)
   mpirun -np 2 python3 bench_torch.py zero-stage2 --width 1024 --layers 4 --steps 30 --warmup 5
 """
 import argparse
@@ -22,8 +24,10 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
-WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
+# under mpirun, or (zero-stage2-host: run_torch_group.py, the way torchrun
+# starts workers) RANK / WORLD_SIZE with libzero over the gloo group
+RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", 0)))
+WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))
 
 
 def rss_kib():
@@ -72,7 +76,8 @@ def main():
         upd = opt.step
     else:
         import zero.torch as zt
-        stage = {"zero-stage1": 1, "zero-stage2": 2, "zero-offload": 2, "zero-stage2-views": 2}[a.mode]
+        stage = {"zero-stage1": 1, "zero-stage2": 2, "zero-offload": 2, "zero-stage2-views": 2,
+                 "zero-stage2-host": 2}[a.mode]
         cfg = {"train_micro_batch_size_per_gpu": a.mb,
                "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": list(betas), "eps": eps,
                                                          "weight_decay": wd}},
@@ -82,6 +87,9 @@ def main():
         # zero-stage2-views: the model's tensors are views of libzero's own copy (param_storage="libzero")
         engine, _, _, _ = zt.initialize(model, cfg,
                                         param_storage="libzero" if a.mode == "zero-stage2-views" else "host")
+        if (engine.z._hostcomm is not None) != (a.mode == "zero-stage2-host"):
+            raise SystemExit("%s: libzero's communicator is %s" % (a.mode, "the torch group" if
+                                                                   engine.z._hostcomm else "MPI"))
         grad_ready = engine._grad_ready
 
         def timed_grad_ready(p):  # the hand-off of one gradient, as the hook runs it

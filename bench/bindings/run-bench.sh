@@ -5,7 +5,8 @@
 # machine load hits all alike).  See README.md.
 # Environment (optional): ZERO_BUILD_DIR (<repo>/build), NP (2), WIDTH (1024),
 # LAYERS (4), STEPS (30), WARMUP (5), REPS (3), PY (/usr/bin/python3), BENCH_OUT,
-# MODES (all six; e.g. MODES="ddp-zero-redundancy zero-stage1" for a short run).
+# MODES (all six; e.g. MODES="ddp-zero-redundancy zero-stage1" for a short run;
+# "zero-stage2 zero-stage2-host": stage 2 over MPI vs over the torch gloo group, ABI 1.5).
 # Also prints where each configuration's step goes (forward, backward, the
 # gradient hand-off inside backward, the optimizer step / zero_step's phases).
 set -euo pipefail
@@ -22,8 +23,13 @@ echo "bench/bindings: N=$NP, MLP ${LAYERS}x${WIDTH}^2 fp32, $STEPS steps (first 
 for r in $(seq 1 "$REPS"); do
   for m in "${MODES[@]}"; do
     port=$((29600 + RANDOM % 300))
-    MASTER_PORT=$port timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$NP" --mca btl self,vader -x MASTER_PORT \
-      "$PY" "$ROOT/bench/bindings/bench_torch.py" "$m" --width "$WIDTH" --layers "$LAYERS" --steps "$STEPS" \
+    if [ "$m" = zero-stage2-host ]; then  # no mpirun: N processes as torchrun starts them, gloo group as libzero's comm
+      launch=("$PY" "$ROOT/bindings/python/tests/run_torch_group.py" "$NP" 600)
+    else
+      launch=(env MASTER_PORT=$port timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$NP" --mca btl self,vader
+              -x MASTER_PORT "$PY")
+    fi
+    "${launch[@]}" "$ROOT/bench/bindings/bench_torch.py" "$m" --width "$WIDTH" --layers "$LAYERS" --steps "$STEPS" \
       --warmup "$WARMUP" >"$OUT/$m.$r.log" 2>&1 || { echo "$m #$r failed:"; tail -20 "$OUT/$m.$r.log"; exit 1; }
     grep '^{' "$OUT/$m.$r.log" >>"$OUT/all.jsonl"
   done
@@ -36,7 +42,7 @@ by = {}
 for r in rows:
     by.setdefault(r["mode"], []).append(r)
 order = [m for m in ["ddp-adamw", "ddp-zero-redundancy", "zero-stage1", "zero-stage2", "zero-offload",
-                     "zero-stage2-views"] if m in by]
+                     "zero-stage2-views", "zero-stage2-host"] if m in by]
 ref = lambda d, m: d[m] if m in d else float("nan")
 med = {m: statistics.median(r["step_ms"] for r in by[m]) for m in order}
 rss = {m: statistics.median(max(r["peak_rss_mib"]) for r in by[m]) for m in order}
@@ -51,6 +57,9 @@ for m in order:
         rss[m] / ref(rss, "ddp-adamw"), rss[m] / ref(rss, "ddp-zero-redundancy")))
 print("(step ms: median over rounds of the slowest rank's median step; peak RSS: median over rounds of the "
       "largest rank's ru_maxrss; post-import baseline ~%.0f MiB)" % statistics.median(base.values()))
+if "zero-stage2-host" in med and "zero-stage2" in med:
+    print("zero-stage2-host (torch gloo group, ZERO_COMM_HOST) / zero-stage2 (MPI): step %.2fx, peak RSS %.2fx"
+          % (med["zero-stage2-host"] / med["zero-stage2"], rss["zero-stage2-host"] / rss["zero-stage2"]))
 if "ddp-zero-redundancy" in med:
     print("ZeroRedundancyOptimizer step time / this (>1: this is faster): " + ", ".join(
         "%s %.2fx" % (m, med["ddp-zero-redundancy"] / med[m]) for m in order if m.startswith("zero")))

@@ -58,7 +58,8 @@ class options {
     options &config_json(std::string s) { json_ = std::move(s); return *this; }
     options &config_path(std::string s) { path_ = std::move(s); return *this; }
     options &plugin(std::string s) { plugin_ = std::move(s); return *this; }
-    /// kind: ZERO_COMM_AUTO / MPI / NCCL / SELF; comm: &my_mpi_comm etc. (borrowed)
+    /// kind: ZERO_COMM_AUTO / MPI / NCCL / SELF / HOST (1.5); comm: &my_mpi_comm, &my_zero_host_comm etc.
+    /// (borrowed: must outlive the engine)
     options &comm(zero_comm_kind kind, void *comm = nullptr) { o_.comm_kind = kind; o_.comm = comm; return *this; }
     options &device(zero_device_kind kind, int index = ZERO_DEVICE_INDEX_AUTO, void *stream = nullptr) {
         o_.device_kind = kind; o_.device_index = index; o_.stream = stream; return *this;

@@ -9,6 +9,22 @@ _Static_assert(ZERO_ABI_VERSION_MAJOR == 1, "host ABI major");
 _Static_assert(ZERO_PLUGIN_ABI_MAJOR == 1, "plugin ABI major");
 
 #if defined(__x86_64__) && defined(__LP64__)
+/* zero_host_comm */
+_Static_assert(sizeof(zero_host_comm) == 88, "sizeof(zero_host_comm)");
+_Static_assert(offsetof(zero_host_comm, struct_size) == 0, "offsetof(zero_host_comm, struct_size)");
+_Static_assert(offsetof(zero_host_comm, reserved0) == 4, "offsetof(zero_host_comm, reserved0)");
+_Static_assert(offsetof(zero_host_comm, rank) == 8, "offsetof(zero_host_comm, rank)");
+_Static_assert(offsetof(zero_host_comm, size) == 12, "offsetof(zero_host_comm, size)");
+_Static_assert(offsetof(zero_host_comm, user) == 16, "offsetof(zero_host_comm, user)");
+_Static_assert(offsetof(zero_host_comm, name) == 24, "offsetof(zero_host_comm, name)");
+_Static_assert(offsetof(zero_host_comm, allreduce_sum) == 32, "offsetof(zero_host_comm, allreduce_sum)");
+_Static_assert(offsetof(zero_host_comm, allgather) == 40, "offsetof(zero_host_comm, allgather)");
+_Static_assert(offsetof(zero_host_comm, broadcast) == 48, "offsetof(zero_host_comm, broadcast)");
+_Static_assert(offsetof(zero_host_comm, barrier) == 56, "offsetof(zero_host_comm, barrier)");
+_Static_assert(offsetof(zero_host_comm, alltoall) == 64, "offsetof(zero_host_comm, alltoall)");
+_Static_assert(offsetof(zero_host_comm, split) == 72, "offsetof(zero_host_comm, split)");
+_Static_assert(offsetof(zero_host_comm, release) == 80, "offsetof(zero_host_comm, release)");
+
 /* zero_engine_options */
 _Static_assert(sizeof(zero_engine_options) == 80, "sizeof(zero_engine_options)");
 _Static_assert(offsetof(zero_engine_options, struct_size) == 0, "offsetof(zero_engine_options, struct_size)");
@@ -464,6 +480,11 @@ _Static_assert(ZERO_COMM_AUTO == 0, "ZERO_COMM_AUTO");
 _Static_assert(ZERO_COMM_MPI == 1, "ZERO_COMM_MPI");
 _Static_assert(ZERO_COMM_NCCL == 2, "ZERO_COMM_NCCL");
 _Static_assert(ZERO_COMM_SELF == 3, "ZERO_COMM_SELF");
+_Static_assert(ZERO_COMM_HOST == 4, "ZERO_COMM_HOST");
+_Static_assert(ZERO_DTYPE_F64 == 16, "ZERO_DTYPE_F64");
+_Static_assert(ZERO_DTYPE_I64 == 17, "ZERO_DTYPE_I64");
+_Static_assert(ZERO_DTYPE_U64 == 18, "ZERO_DTYPE_U64");
+_Static_assert(ZERO_DTYPE_U8 == 19, "ZERO_DTYPE_U8");
 _Static_assert(ZERO_LOG_ERROR == 0, "ZERO_LOG_ERROR");
 _Static_assert(ZERO_LOG_WARN == 1, "ZERO_LOG_WARN");
 _Static_assert(ZERO_LOG_INFO == 2, "ZERO_LOG_INFO");
@@ -484,10 +505,6 @@ _Static_assert(ZERO_TIMING_TOTAL == 1, "ZERO_TIMING_TOTAL");
 _Static_assert(ZERO_OP_SUM == 0, "ZERO_OP_SUM");
 _Static_assert(ZERO_OP_MAX == 1, "ZERO_OP_MAX");
 _Static_assert(ZERO_OP_MIN == 2, "ZERO_OP_MIN");
-_Static_assert(ZERO_DTYPE_F64 == 16, "ZERO_DTYPE_F64");
-_Static_assert(ZERO_DTYPE_I64 == 17, "ZERO_DTYPE_I64");
-_Static_assert(ZERO_DTYPE_U64 == 18, "ZERO_DTYPE_U64");
-_Static_assert(ZERO_DTYPE_U8 == 19, "ZERO_DTYPE_U8");
 _Static_assert(ZERO_OPTIM_ADAMW == 0, "ZERO_OPTIM_ADAMW");
 _Static_assert(ZERO_OPTIM_ADAM == 1, "ZERO_OPTIM_ADAM");
 _Static_assert(ZERO_OPTIM_SGD == 2, "ZERO_OPTIM_SGD");

@@ -18,6 +18,8 @@ double th_u11(uint64_t key) {
 
 static MPI_Comm th_comm = MPI_COMM_NULL;
 void th_set_comm(MPI_Comm comm) { th_comm = comm; }
+static const zero_host_comm *th_host = NULL;
+void th_set_host_comm(const zero_host_comm *hc) { th_host = hc; }
 
 zero_status th_engine_create(const char *json, const char *plugin, int self_comm, zero_log_fn log_fn,
                              void *log_user, zero_engine **e, char *err, size_t errlen) {
@@ -25,8 +27,8 @@ zero_status th_engine_create(const char *json, const char *plugin, int self_comm
     zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
     o.config_json = json;
     o.plugin = plugin;
-    o.comm_kind = self_comm ? ZERO_COMM_SELF : ZERO_COMM_MPI;
-    o.comm = self_comm ? NULL : &comm;
+    o.comm_kind = self_comm ? ZERO_COMM_SELF : th_host ? ZERO_COMM_HOST : ZERO_COMM_MPI;
+    o.comm = self_comm ? NULL : th_host ? (void *)th_host : (void *)&comm;
     o.log_fn = log_fn;
     o.log_user = log_user;
     char msg[900] = "";

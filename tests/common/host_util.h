@@ -30,6 +30,10 @@ double th_u11(uint64_t key);
  * a test that runs an engine on a subset of its ranks sets a split of it.
  * Main thread only. */
 void th_set_comm(MPI_Comm comm);
+/* (1.5) Non-NULL: th_engine_create gives libzero this host communicator
+ * (ZERO_COMM_HOST) instead of an MPI_Comm (unless self_comm); borrowed,
+ * it must outlive the engines.  NULL (default): MPI.  Main thread only. */
+void th_set_host_comm(const zero_host_comm *hc);
 zero_status th_engine_create(const char *json, const char *plugin, int self_comm, zero_log_fn log_fn,
                              void *log_user, zero_engine **e, char *err, size_t errlen);
 

@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
            ZERO_PLUGIN_SYMBOL_V1);
 
     printf("backends built in\n");
-    printf("  comm              self");
+    printf("  comm              self, host (1.5: the host's callbacks)");
 #ifdef ZERO_HAVE_MPI
     printf(", mpi");
 #endif

@@ -28,8 +28,11 @@ import zero
 import zero.torch as zt
 
 torch.set_num_threads(1)
-RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
-WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
+# mpirun, or (run_torch_group.py, torchrun) RANK/WORLD_SIZE: libzero then
+# trains over the torch.distributed group itself (ZERO_COMM_HOST, ABI 1.5)
+RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", 0)))
+WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))
+TORCH_LAUNCH = "OMPI_COMM_WORLD_SIZE" not in os.environ and "WORLD_SIZE" in os.environ
 ARGS = sys.argv[1:]
 DEVICE = "cpu"
 if "--device" in ARGS:
@@ -40,7 +43,7 @@ GPU = DEVICE != "cpu"
 COMM = "auto"
 MB = 4
 # one id per mpirun job, the same on its ranks: gloo's port and the checkpoint dir
-JOB = os.environ.get("OMPI_MCA_ess_base_jobid", str(os.getpid()))
+JOB = os.environ.get("OMPI_MCA_ess_base_jobid", os.environ.get("MASTER_PORT", str(os.getpid())))
 failures = []
 
 
@@ -144,6 +147,8 @@ def train_zero(kind, steps, stage, plugin=None, storage="host"):
                                       device=DEVICE if stage == 2 else None)
     check(all(p.device == torch.device(DEVICE) for p in model.parameters()),
           "stage %s: the model is on %s" % (stage, DEVICE))
+    check(engine.world_size == WORLD and (engine.z._hostcomm is not None) == TORCH_LAUNCH,
+          "stage %s: world %d over %s" % (stage, engine.world_size, "host comm" if engine.z._hostcomm else "MPI"))
     grads_left = 0
     for s in range(steps):
         x, y = batch(kind, s)
@@ -245,7 +250,8 @@ def errors():
         r = e.step()
         check(r.overflow and not r.taken, "%s raise_on_nonfinite=False: %r" % (dt, r))
         e.close()
-    # torchrun-style launch (WORLD_SIZE without mpirun) is refused, not trained alone
+    # torchrun-style launch (WORLD_SIZE without mpirun) with torch.distributed
+    # not initialised is refused, not trained alone
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "PMIX_", "MPI_"))}
     env.update(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0")
     import subprocess
@@ -253,8 +259,66 @@ def errors():
             "try:\n    zt.initialize(torch.nn.Linear(2, 2), {'train_micro_batch_size_per_gpu': 1})\n"
             "except zt.ZeroError as ex:\n    print(ex.status_name, ex.message)\n")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60).stdout
-    check("ZERO_ERR_UNSUPPORTED" in out and "needs an MPI launcher" in out and "mpirun" in out,
-          "torchrun-style launch refused: %r" % out)
+    check("ZERO_ERR_UNSUPPORTED" in out and "torch.distributed is not initialised" in out
+          and "init_process_group" in out, "uninitialised torchrun-style launch refused: %r" % out)
+    if TORCH_LAUNCH:
+        host_comm_errors()
+        host_comm_split()
+
+
+def host_comm_split():
+    """zero.TorchHostComm's split callback as libzero calls it (MoE, MiCS,
+    pipelines): even and odd ranks form two groups (torch new_group, every
+    rank making both), a sum runs inside each, release drops it; color < 0
+    gets NULL."""
+    import ctypes
+    from zero import _hostcomm as HC
+    hc = zero.TorchHostComm()
+    out = ctypes.POINTER(HC.HostCommC)()
+    st = hc.struct.split(None, RANK % 2, RANK, ctypes.byref(out))
+    mates = [r for r in range(WORLD) if r % 2 == RANK % 2]
+    check(st == 0 and bool(out) and out.contents.size == len(mates) and out.contents.rank == mates.index(RANK),
+          "split: status %d, %s" % (st, (out.contents.rank, out.contents.size) if out else None))
+    if st == 0 and out:
+        v = ctypes.c_double(RANK + 1.0)
+        st = out.contents.allreduce_sum(None, ctypes.addressof(v), 1, HC.DTYPE_F64)
+        check(st == 0 and v.value == sum(r + 1.0 for r in mates), "sum in the split group: %s" % v.value)
+        hc.struct.release(None, out)
+    check(not hc._subs, "release dropped the split group")
+    none = ctypes.POINTER(HC.HostCommC)()
+    st = hc.struct.split(None, -1 if RANK == 0 else 0, RANK, ctypes.byref(none))
+    check(st == 0 and (not none if RANK == 0 else none.contents.size == WORLD - 1), "split with color < 0")
+    if none:
+        hc.struct.release(None, none)
+
+
+def host_comm_errors():
+    """Over a torch.distributed group: a collective that fails inside a
+    callback comes back as ZERO_ERR_COMM with libzero's text and torch's
+    exception; a CUDA-only group op on gloo is what fails here."""
+    hc = zero.TorchHostComm()
+    e, _, _, _ = zt.initialize(make_model("mlp"), ds_config(2), comm=hc)
+    check(hc.calls > 0 and e.world_size == WORLD, "engine over a zero.TorchHostComm: %d callbacks" % hc.calls)
+    real = hc._dist.all_to_all_single
+
+    def broken(*a, **k):
+        raise RuntimeError("simulated transport failure")
+    hc._dist = type("D", (), {})()
+    for name in ("all_reduce", "all_gather", "broadcast", "barrier", "ReduceOp"):
+        setattr(hc._dist, name, getattr(dist, name))
+    hc._dist.all_to_all_single = broken
+    x, y = batch("mlp", 0)
+    try:
+        e.backward(nn.functional.mse_loss(e(x), y))
+        e.step()
+        check(False, "a failing torch collective: no exception")
+    except zero.ZeroError as ex:
+        check(ex.status_name == "ZERO_ERR_COMM" and "alltoall callback returned" in ex.message
+              and "simulated transport failure" in ex.message, "failing callback: %r" % ex.message)
+        if RANK == 0:
+            print("N=%d failing torch collective -> %s" % (WORLD, ex))
+    hc._dist.all_to_all_single = real
+    e.close()
 
 
 def dlpack_views():
@@ -448,6 +512,9 @@ def main():
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(20000 + int(JOB) % 20000))
     dist.init_process_group("gloo", rank=RANK, world_size=WORLD)
+    if RANK == 0:
+        print("N=%d libzero over %s" % (WORLD, "the torch.distributed gloo group (ZERO_COMM_HOST), no mpirun"
+                                       if TORCH_LAUNCH else "MPI (mpirun)"))
     ref = train_ddp(kind, steps)
     for st in stages:
         storage = "libzero" if st.endswith("z") else "host"

@@ -11,8 +11,9 @@ PyTorch adapter is ``zero.torch`` (``import zero.torch``).
     r = e.step()
 """
 from ._lib import ALL_GROUPS, PARAM_HOST_OWNED, STATUS_NAMES
+from ._hostcomm import TorchHostComm
 from .engine import Engine, Param, StepResult, ZeroError, abi_version, status_string, version, view
 
-__all__ = ["Engine", "Param", "StepResult", "ZeroError", "abi_version", "status_string", "version", "view",
+__all__ = ["Engine", "TorchHostComm", "Param", "StepResult", "ZeroError", "abi_version", "status_string", "version", "view",
            "ALL_GROUPS", "PARAM_HOST_OWNED", "STATUS_NAMES"]
 __version__ = "1.1.0"

@@ -124,7 +124,38 @@ def _close_all():
         e.close()
 
 
-_COMMS = {"auto": L.COMM_AUTO, "mpi": L.COMM_MPI, "self": L.COMM_SELF, "nccl": L.COMM_NCCL}
+_atexit_done = []
+
+
+def _close_at_exit():
+    """Host-communicator engines: destroy is collective and runs callbacks
+    through torch.distributed, so it must not wait for garbage collection
+    (a different moment on every rank): engines still open at exit are
+    closed newest first, while torch.distributed is still up."""
+    if not _atexit_done:
+        import atexit
+        atexit.register(_close_all)
+        _atexit_done.append(True)
+
+
+_COMMS = {"auto": L.COMM_AUTO, "mpi": L.COMM_MPI, "self": L.COMM_SELF, "nccl": L.COMM_NCCL, "host": L.COMM_HOST}
+
+
+def _host_comm(comm, ranks):
+    """The zero.TorchHostComm for Engine's comm= (a torch.distributed group,
+    "torch" for the default group, or a TorchHostComm itself)."""
+    from . import _hostcomm
+    if ranks is not None:
+        raise ValueError("ranks= selects MPI ranks; with a torch.distributed group pass the group itself")
+    if isinstance(comm, _hostcomm.TorchHostComm):
+        return comm
+    if comm != "torch" and not type(comm).__module__.startswith("torch"):
+        raise ValueError("comm must be a string, a torch.distributed process group or a zero.TorchHostComm, "
+                         "not %r" % (comm,))
+    try:
+        return _hostcomm.TorchHostComm(None if comm == "torch" else comm)
+    except RuntimeError as ex:
+        raise ZeroError(11, str(ex), "zero_engine_create") from None
 
 
 class Engine:
@@ -132,8 +163,13 @@ class Engine:
 
     config: a DeepSpeed config as a dict, JSON text, or a path to a .json file.
     plugin: plugin name or path (default: from the config / $ZERO_PLUGIN).
-    comm:   "auto" (the MPI world when launched by mpirun, else one process),
-            "mpi", "self".
+    comm:   "auto" (the MPI world when launched by mpirun; else the default
+            torch.distributed group when torch.distributed is initialised
+            with more than one rank; else one process), "mpi", "self",
+            "torch" (the default torch.distributed group), a
+            torch.distributed process group, or a zero.TorchHostComm: the
+            group's collectives as libzero's communicator (ABI 1.5
+            ZERO_COMM_HOST, no mpirun needed; zero/_hostcomm.py).
     log:    None (libzero's stderr lines) or a callable(level, rank, message).
     device: "cpu" or "cuda" (device_kind CUDA: parameters, gradients and
             optimizer state in device memory; grad buffers and gathers
@@ -168,9 +204,18 @@ class Engine:
             o.config_path = os.fspath(config).encode()
         else:
             raise TypeError("config must be a dict, JSON text or a path")
+        self._hostcomm = None
+        if comm == "auto" and not L.under_mpi_launcher() and ranks is None:
+            from . import _hostcomm
+            if _hostcomm.default_group_active():
+                comm = "torch"
+        if not isinstance(comm, str) or comm == "torch":
+            self._hostcomm = _host_comm(comm, ranks)
+            comm = "host"
         kind = _COMMS.get(comm) if isinstance(comm, str) else None
         if kind is None:
-            raise ValueError("comm must be one of %s" % sorted(_COMMS))
+            raise ValueError("comm must be one of %s, a torch.distributed group or a zero.TorchHostComm"
+                             % sorted(_COMMS))
         if kind == L.COMM_AUTO:
             kind = L.COMM_AUTO if L.under_mpi_launcher() else L.COMM_SELF
         if kind in (L.COMM_AUTO, L.COMM_MPI):
@@ -183,7 +228,10 @@ class Engine:
                 ranks = list(range(L.mpi_rank_size()[1]))
             kind = L.COMM_AUTO  # MPI_COMM_WORLD
         sub = None
-        if ranks is not None:
+        if kind == L.COMM_HOST:
+            o.comm = self._hostcomm.address
+            _close_at_exit()
+        elif ranks is not None:
             if kind != L.COMM_AUTO:
                 raise ValueError("ranks= needs MPI (launch with mpirun)")
             me = L.mpi_rank_size()[0]
@@ -212,7 +260,7 @@ class Engine:
         if sub is not None:
             L.mpi_free(sub)  # libzero works on its own duplicate
         if s != 0:
-            raise ZeroError(s, err.value.decode(errors="replace"), "zero_engine_create")
+            raise ZeroError(s, err.value.decode(errors="replace") + self._host_error(), "zero_engine_create")
         self._e = h
         self._frozen = False
         with _live_lock:
@@ -223,7 +271,15 @@ class Engine:
     # -------------------------------------------------------------- basics
     def _check(self, s, call):
         if s != 0:
-            raise ZeroError(s, self.last_error(), call)
+            raise ZeroError(s, self.last_error() + self._host_error(), call)
+
+    def _host_error(self):
+        """The torch.distributed exception behind a failed host-comm callback."""
+        hc = self._hostcomm
+        if hc is None or not hc.last_error:
+            return ""
+        msg, hc.last_error = hc.last_error, ""
+        return " [%s]" % msg
 
     def _handle(self):
         if self._e is None:

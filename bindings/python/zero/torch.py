@@ -42,10 +42,14 @@ What happens underneath:
     current CUDA stream: the stream current at initialize() is the engine's
     host stream, and each gradient hand-off and step passes the stream
     current at that moment (docs/gpu.md "Streams").
-  * Communicator: the MPI world (launch with mpirun), or the ranks of a
+  * Communicator: under mpirun, the MPI world, or the ranks of a
     torch.distributed process group (the torch world must be the MPI world,
     rank for rank; libzero gets an MPI sub-communicator of the same ranks,
     made collectively: every rank initializes, each with its own group).
+    Without mpirun (torchrun, torch.multiprocessing, any
+    init_process_group): the torch.distributed group itself (process_group,
+    else the default group), gloo or NCCL, whose collectives libzero calls
+    back through ctypes (ABI 1.5 ZERO_COMM_HOST, zero/_hostcomm.py).
 """
 import contextlib
 import ctypes
@@ -140,26 +144,31 @@ def _resolve_device(model, device):
     return dev
 
 
-def _refuse_torch_launcher(process_group):
-    """libzero's communicator is MPI (on GPUs: NCCL set up over MPI).  A job
-    started by torchrun or torch.multiprocessing has no MPI world: each
-    process would make a world of one and train alone, silently.  Refuse
-    that with what to do instead."""
-    if L.under_mpi_launcher():
-        return
+def _torch_communicator(process_group, comm):
+    """Without an MPI launcher (torchrun, torch.multiprocessing, a plain
+    init_process_group): libzero's communicator is the torch.distributed
+    group itself (process_group, else the default group), its collectives
+    called back from libzero (ABI 1.5 ZERO_COMM_HOST, zero/_hostcomm.py).
+    Returns Engine's comm= argument.  A world announced by the environment
+    (WORLD_SIZE > 1) but not initialised is refused: each process would
+    otherwise train alone."""
     import torch.distributed as dist
-    world, rank = 0, os.environ.get("RANK", "?")
+    if not isinstance(comm, str):
+        return comm  # a group or a zero.TorchHostComm, as given
+    if comm not in ("auto", "torch"):
+        return comm
     if dist.is_available() and dist.is_initialized():
-        world, rank = dist.get_world_size(), dist.get_rank()
-    elif os.environ.get("WORLD_SIZE", "").isdigit():
-        world = int(os.environ["WORLD_SIZE"])
-    if world > 1 or process_group is not None:
-        raise ZeroError(11, "rank %s: zero.torch needs an MPI launcher, but this process is one of %d started "
-                            "without one (torchrun, torch.multiprocessing: WORLD_SIZE or a torch.distributed world "
-                            "is set, no mpirun). libzero talks MPI (NCCL set up over MPI on GPUs) and cannot join "
-                            "a gloo/NCCL process group, so each process would train alone. Launch with "
-                            "`mpirun -np N python3 train.py` (torch.distributed can still be initialised there, "
-                            "rank for rank with MPI)" % (rank, max(world, 1)), "zero.torch")
+        if process_group is not None:
+            return process_group
+        return "torch" if dist.get_world_size() > 1 or comm == "torch" else comm
+    world = int(os.environ["WORLD_SIZE"]) if os.environ.get("WORLD_SIZE", "").isdigit() else 1
+    if world > 1 or process_group is not None or comm == "torch":
+        raise ZeroError(11, "rank %s: this process is one of %d started without mpirun (WORLD_SIZE is set), but "
+                            "torch.distributed is not initialised, so libzero has no group to train over and each "
+                            "process would train alone: call torch.distributed.init_process_group('gloo') (or "
+                            "'nccl') before zero.torch.initialize, or launch with `mpirun -np N`"
+                        % (os.environ.get("RANK", "?"), world), "zero.torch")
+    return comm
 
 
 _DL_TYPES = {torch.float32: (_dlpack.KDL_FLOAT, 32), torch.float16: (_dlpack.KDL_FLOAT, 16),
@@ -248,8 +257,10 @@ class ZeroEngine:
         self.dtype = _model_dtype(cfg)
         if self.dtype != torch.float32:
             model.to(self.dtype)
-        _refuse_torch_launcher(process_group)
-        ranks = self._group_ranks(process_group)
+        if L.under_mpi_launcher():  # MPI: a group becomes an MPI sub-communicator of the same ranks
+            ranks = self._group_ranks(process_group)
+        else:  # torchrun & co: the torch.distributed group is the communicator
+            ranks, comm = None, _torch_communicator(process_group, comm)
         self.stage = _stage_of(cfg, plugin)
         if self._cuda:
             self.z = _CEngine(cfg, plugin=plugin, log=log, ranks=ranks, comm=comm, device="cuda",
@@ -621,11 +632,15 @@ def initialize(model, config, *, plugin=None, model_parameters=None, process_gro
     scaler absorbs (fp32/bf16 at once; fp16 at min_loss_scale, where libzero
     refuses anyway); False: step() returns overflow=True and training goes
     on with the step skipped.  comm: "auto" (the MPI world under mpirun; on
-    CUDA NCCL made over MPI), "mpi" (CUDA: the MPI communicator with device
-    buffers staged through host memory; works with several ranks on one
-    GPU), "self".  Every rank must build the model with the same initial
-    values (seed it).  Needs an MPI launcher for more than one process (a
-    torchrun / torch.multiprocessing job is refused with ZeroError)."""
+    CUDA NCCL made over MPI; without mpirun the torch.distributed group:
+    process_group, else the default group when torch.distributed is
+    initialised), "mpi" (CUDA: the MPI communicator with device buffers
+    staged through host memory; works with several ranks on one GPU),
+    "self", "torch" (the default torch.distributed group), or a
+    torch.distributed group.  Every rank must build the model with the
+    same initial values (seed it).  A job started without mpirun whose
+    WORLD_SIZE > 1 but torch.distributed is not initialised is refused
+    with ZeroError (each process would train alone)."""
     e = ZeroEngine(model, config, plugin=plugin, model_parameters=model_parameters, process_group=process_group,
                    log=log, param_storage=param_storage, device=device, raise_on_nonfinite=raise_on_nonfinite,
                    comm=comm)

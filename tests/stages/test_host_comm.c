@@ -1,0 +1,176 @@
+/* (ABI 1.5, issue 15) Training over a host communicator (ZERO_COMM_HOST):
+ * the test host's MLP driven through zero_host_comm callbacks that are MPI
+ * calls (tests/common/host_comm_mpi.h), under mpirun with N ranks:
+ *  - with the alltoall callback every plugin (stage0/1/2/3, offload) trains
+ *    bitwise like the same plugin over ZERO_COMM_MPI (libzero sums in the
+ *    MPI ring's order), and bitwise like stage 0 on the host communicator
+ *    wherever the MPI backend itself is (gas 4: the window sums; gas 1
+ *    within 1e-6, as tests/stages/test_equivalence.c);
+ *  - hooks fired from two threads in a shuffled order: bitwise the same;
+ *  - without alltoall (sums by the host's MPI_Allreduce of padded blocks)
+ *    every plugin agrees with MPI within 1e-6;
+ *  - a callback failing mid-training fails the call with ZERO_ERR_COMM and
+ *    the engine's last error names the callback and its status, on every rank;
+ *  - a NULL comm, a short struct, a missing callback, a bad rank are refused
+ *    by zero_engine_create with a message saying which.
+ * Usage: test_host_comm [steps] */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/host_comm_mpi.h"
+#include "../common/host_util.h"
+#include "../common/mpi_check.h"
+#include "mlp_host.h"
+#include "run_compare.h"
+
+static int rank_ = 0, world_ = 1;
+static hcm H;
+
+static int ran(const host_run_out *o, const char *label) {
+    CHECK(o->status == ZERO_OK, "%s failed: %s", label, o->error);
+    return o->status == ZERO_OK;
+}
+
+static host_run_cfg cfg_for(const char *plugin, int steps, int gas) {
+    host_run_cfg c = host_default_cfg();
+    c.steps = steps;
+    c.gas = gas;
+    c.plugin = plugin;
+    if (strcmp(plugin, "offload") == 0) {
+        c.stage = 2;
+        c.offload = 1;
+    }
+    return c;
+}
+
+static void run_on(const zero_host_comm *hc, const host_run_cfg *c, host_run_out *o) {
+    th_set_host_comm(hc);
+    host_run(c, o);
+    th_set_host_comm(NULL);
+}
+
+/* make the next callback fail, on every rank, after `at` micro-steps */
+static void fail_soon(void *user, uint64_t micro_steps) {
+    if (micro_steps == 3) ((hcm *)user)->fail_after = 1;
+}
+
+static void refused(zero_comm_kind kind, void *comm, zero_status want, const char *needle, const char *what) {
+    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
+    o.config_json = "{\"train_micro_batch_size_per_gpu\": 1}";
+    o.plugin = "stage0";
+    o.comm_kind = kind;
+    o.comm = comm;
+    zero_engine *e = NULL;
+    char msg[600] = "";
+    zero_status s = zero_engine_create(&o, &e, msg, sizeof msg);
+    CHECK(s == want && e == NULL && strstr(msg, needle), "%s: got %s '%s', expected %s with '%s'", what,
+          zero_status_string(s), msg, zero_status_string(want), needle);
+    if (rank_ == 0) printf("N=%d  refused: %-28s %s\n", world_, what, msg);
+    zero_engine_destroy(e);
+}
+
+int main(int argc, char **argv) {
+    check_mpi_init(&argc, &argv, &rank_, &world_);
+    const int steps = argc > 1 ? atoi(argv[1]) : 20;
+    MPI_Comm dup;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    hcm_make(&H, dup, HCM_ALLTOALL | HCM_SPLIT);
+    hcm plain;
+    hcm_make(&plain, dup, 0); /* the required callbacks only */
+    char label[160];
+
+    const char *plugins[] = {"stage0", "stage1", "stage2", "stage3", "offload"};
+    enum { NP = sizeof plugins / sizeof plugins[0] };
+    const int gases[2] = {4, 1};
+    for (int gi = 0; gi < 2; gi++) {
+        const int gas = gases[gi];
+        host_run_out mpi[NP], host[NP];
+        memset(mpi, 0, sizeof mpi);
+        memset(host, 0, sizeof host);
+        for (int p = 0; p < NP; p++) {
+            host_run_cfg c = cfg_for(plugins[p], steps, gas);
+            host_run(&c, &mpi[p]);
+            snprintf(label, sizeof label, "%s gas=%d over MPI", plugins[p], gas);
+            ran(&mpi[p], label);
+            run_on(&H.hc, &c, &host[p]);
+            snprintf(label, sizeof label, "%s gas=%d host comm (alltoall)", plugins[p], gas);
+            if (ran(&host[p], label)) {
+                snprintf(label, sizeof label, "%s gas=%d host comm == MPI backend", plugins[p], gas);
+                host_expect_bitwise(&host[p], &mpi[p], label, 52);
+            }
+            if (p > 0) {
+                /* bitwise like stage 0 wherever the MPI backend is, else within 1e-6 */
+                const int mpi_same = mpi[p].params && mpi[0].params &&
+                                     memcmp(mpi[p].params, mpi[0].params, mpi[0].numel * sizeof(float)) == 0;
+                snprintf(label, sizeof label, "%s gas=%d host comm == stage0 host comm%s", plugins[p], gas,
+                         mpi_same ? "" : " (MPI: not bitwise)");
+                if (mpi_same || gas == 4)
+                    host_expect_bitwise(&host[p], &host[0], label, 52);
+                else
+                    host_expect_close(&host[p], &host[0], label, 1e-6, 52);
+            }
+            /* the required callbacks only: the host's sums */
+            host_run_out o;
+            run_on(&plain.hc, &c, &o);
+            snprintf(label, sizeof label, "%s gas=%d host comm (no alltoall) vs MPI", plugins[p], gas);
+            if (ran(&o, label)) host_expect_close(&o, &mpi[p], label, 1e-6, 52);
+            host_run_free(&o);
+        }
+        /* the comm stats count the host backend's traffic like MPI's */
+        CHECK(world_ == 1 || (host[2].comm.reduce_scatter_calls > 0 && host[2].comm.bytes_reduced > 0),
+              "stage2 on the host comm: %llu reduce-scatters, %llu bytes",
+              (unsigned long long)host[2].comm.reduce_scatter_calls, (unsigned long long)host[2].comm.bytes_reduced);
+        for (int p = 0; p < NP; p++) {
+            host_run_free(&mpi[p]);
+            host_run_free(&host[p]);
+        }
+    }
+
+    /* hooks in a rank-dependent order from two threads: the callbacks are
+     * still made one at a time, in libzero's issue order (bitwise the same) */
+    {
+        host_run_cfg c = cfg_for("stage2", steps, 4), t = c;
+        t.order = HOST_ORDER_SHUFFLED;
+        t.threads = 2;
+        host_run_out a, b;
+        run_on(&H.hc, &c, &a);
+        run_on(&H.hc, &t, &b);
+        if (ran(&a, "stage2 host comm") && ran(&b, "stage2 host comm, 2 hook threads"))
+            host_expect_bitwise(&b, &a, "stage2 host comm: shuffled hooks from 2 threads", 52);
+        host_run_free(&a);
+        host_run_free(&b);
+    }
+
+    /* a callback fails mid-training: ZERO_ERR_COMM with the callback's name,
+     * every rank (one rank: libzero calls no callback at all) */
+    if (world_ > 1) {
+        host_run_cfg c = cfg_for("stage2", 8, 1);
+        c.on_step = fail_soon;
+        c.on_step_user = &H;
+        host_run_out o;
+        run_on(&H.hc, &c, &o);
+        CHECK(o.status == ZERO_ERR_COMM && strstr(o.error, "ZERO_ERR_COMM") &&
+                  strstr(o.error, "callback returned ZERO_ERR_IO") && strstr(o.error, "test MPI callbacks"),
+              "failing callback: got %s: %s", zero_status_string(o.status), o.error);
+        if (rank_ == 0) printf("N=%d  failing callback -> %s\n", world_, o.error);
+        H.fail_after = 0;
+        host_run_free(&o);
+    }
+
+    /* what zero_engine_create refuses */
+    refused(ZERO_COMM_HOST, NULL, ZERO_ERR_INVALID_ARGUMENT, "ZERO_COMM_HOST: needs comm = &your_zero_host_comm",
+            "NULL comm");
+    zero_host_comm bad = H.hc;
+    bad.struct_size = 16;
+    refused(ZERO_COMM_HOST, &bad, ZERO_ERR_INVALID_ARGUMENT, "struct_size is 16", "short struct");
+    bad = H.hc;
+    bad.barrier = NULL;
+    refused(ZERO_COMM_HOST, &bad, ZERO_ERR_INVALID_ARGUMENT, "zero_host_comm.barrier is NULL", "missing barrier");
+    bad = H.hc;
+    bad.rank = bad.size;
+    refused(ZERO_COMM_HOST, &bad, ZERO_ERR_INVALID_ARGUMENT, "need 0 <= rank < size", "rank out of range");
+
+    MPI_Comm_free(&dup);
+    return check_mpi_finish();
+}
