@@ -12,7 +12,12 @@ the GPU (libzero device_kind CUDA; DDP over gloo on CUDA tensors); exits 77
 (skipped) when torch has no CUDA or libzero was built without it.  With
 fewer GPUs than ranks, libzero runs comm="mpi" (device buffers staged
 through host memory: NCCL refuses two ranks on one GPU).
-Usage: mpirun -np N python3 test_torch_ddp.py [--device cpu|cuda] [mlp|transformer] [steps] [stages...]"""
+--group-backend nccl (torchrun-style launch only): the torch.distributed
+group is NCCL instead of gloo and libzero trains over it even at world size
+1 (zero.TorchHostComm's NCCL path: host buffers copied to the GPU for each
+collective); the stage comparisons only (the extras assume gloo).
+Usage: mpirun -np N python3 test_torch_ddp.py [--device cpu|cuda] [--group-backend gloo|nccl]
+       [mlp|transformer] [steps] [stages...]"""
 import os
 import sys
 
@@ -41,6 +46,11 @@ if "--device" in ARGS:
     del ARGS[k:k + 2]
 GPU = DEVICE != "cpu"
 COMM = "auto"
+GROUP_BACKEND = "gloo"
+if "--group-backend" in ARGS:
+    k = ARGS.index("--group-backend")
+    GROUP_BACKEND = ARGS[k + 1]
+    del ARGS[k:k + 2]
 MB = 4
 # one id per mpirun job, the same on its ranks: gloo's port and the checkpoint dir
 JOB = os.environ.get("OMPI_MCA_ess_base_jobid", os.environ.get("MASTER_PORT", str(os.getpid())))
@@ -503,6 +513,7 @@ def gpu_or_skip():
 
 
 def main():
+    global COMM
     if GPU:
         gpu_or_skip()
     kind = ARGS[0] if len(ARGS) > 0 else "mlp"
@@ -511,9 +522,11 @@ def main():
     stages = ARGS[2:] or ["0", "1", "2", "3", "offload", "2z", "offloadz"]
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(20000 + int(JOB) % 20000))
-    dist.init_process_group("gloo", rank=RANK, world_size=WORLD)
+    dist.init_process_group(GROUP_BACKEND, rank=RANK, world_size=WORLD)
+    if GROUP_BACKEND != "gloo":
+        COMM = zero.TorchHostComm()  # over this group even at world size 1 ("auto" picks it only above 1)
     if RANK == 0:
-        print("N=%d libzero over %s" % (WORLD, "the torch.distributed gloo group (ZERO_COMM_HOST), no mpirun"
+        print("N=%d libzero over %s" % (WORLD, "the torch.distributed %s group (ZERO_COMM_HOST), no mpirun" % GROUP_BACKEND
                                        if TORCH_LAUNCH else "MPI (mpirun)"))
     ref = train_ddp(kind, steps)
     for st in stages:
@@ -535,7 +548,7 @@ def main():
                 print("N=%d stage 2 gradient partition %d bytes, full gradient %d bytes" % (WORLD, g, 4 * n))
             check(g <= 4 * n / WORLD + 64 * 2 * WORLD, "stage 2 keeps %d gradient bytes, a full gradient is %d"
                   % (g, 4 * n))
-    if kind == "mlp":
+    if kind == "mlp" and GROUP_BACKEND == "gloo":
         extras()
         grad_accumulation(steps)
         if WORLD == 4:
