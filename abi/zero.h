@@ -180,8 +180,27 @@ typedef struct zero_host_comm {
      * called once per split communicator, in the same order on all of its
      * ranks, from the thread destroying the engine.  NULL: nothing. */
     void (*release)(void *user, struct zero_host_comm *sub);
+    /* Optional: the alltoall started without waiting, so that gradient
+     * reductions run while backward goes on (without them every reduction
+     * blocks its gradient hook).  Give start and finish together (test may
+     * stay NULL) and `alltoall` too.
+     *   alltoall_start: begin the exchange `alltoall` does and return at
+     *     once, *handle naming it; libzero leaves send and recv alone until
+     *     the exchange is finished.
+     *   alltoall_finish: block until recv is complete; called exactly once
+     *     per started exchange (in start order), which ends the handle.
+     *   alltoall_test: *done = 1 when finish would not block (NULL: libzero
+     *     waits in finish when it needs the result).
+     * Other callbacks (and further starts) may come while exchanges are in
+     * flight; the transport must match collectives across ranks in issue
+     * order, as MPI's nonblocking collectives and torch.distributed's
+     * process groups (async_op=True) do. */
+    zero_status (*alltoall_start)(void *user, const void *send, void *recv, size_t bytes_each, void **handle);
+    zero_status (*alltoall_finish)(void *user, void *handle);
+    zero_status (*alltoall_test)(void *user, void *handle, int *done);
 } zero_host_comm;
-#define ZERO_HOST_COMM_INIT { sizeof(zero_host_comm), 0, 0, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+#define ZERO_HOST_COMM_INIT \
+    { sizeof(zero_host_comm), 0, 0, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
 
 typedef int32_t zero_log_level;
 enum { ZERO_LOG_ERROR = 0, ZERO_LOG_WARN = 1, ZERO_LOG_INFO = 2, ZERO_LOG_DEBUG = 3 };

@@ -2,11 +2,14 @@
  * callbacks of a zero_host_comm (abi/zero.h), e.g. a torch.distributed
  * group driven from Python through ctypes.
  *
- * Everything is synchronous: an i* op runs its callbacks at issue and hands
- * back a completed request, so no thread of libzero's own ever calls the
- * host (abi/zero.h promises it), and the collectives reach the host in
- * exactly the order libzero issues them, which is the same on every rank
- * (the rule every backend already relies on).  One lock per family (a
+ * No thread of libzero's own ever calls the host (abi/zero.h promises it):
+ * an i* op runs its callbacks at issue and hands back a completed request,
+ * except a reduce-scatter (and the all-reduce over blocks built on it) when
+ * the host gives alltoall_start/finish: the exchange is started at issue and
+ * finished -- then summed -- by the wait (or a test that finds it done), on
+ * the caller's thread, in start order.  Either way the collectives reach the
+ * host in exactly the order libzero issues them, which is the same on every
+ * rank (the rule every backend already relies on).  One lock per family (a
  * world and the communicators split from it) keeps callbacks from running
  * two at a time when the host fires gradient hooks from several threads.
  *
@@ -52,11 +55,26 @@ typedef struct host_comm {
     pthread_mutex_t cnt_lock;   /* counters only (stats never wait for a collective) */
     unsigned char *scratch;     /* staging, under fam->lock */
     size_t scratch_cap;
+    struct host_req *inflight;  /* started exchanges, oldest first (under fam->lock) */
 } host_comm;
 
 typedef struct host_req {
     zero_comm_req base;
     zero_status status;
+    /* A started exchange (alltoall_start), finished by complete(): the
+     * host's handle; `stage` holds the padded send blocks then the received
+     * ones (P * blk bytes each; its own, as several may be in flight); the
+     * sum of counts_me elements of dt lands in recv; with `gather` set
+     * (iallreducev) the owned block is then all-gathered into gather
+     * (counts copied).  pending 0: complete, `status` is the result. */
+    int pending;
+    void *handle;
+    unsigned char *stage;
+    size_t stage_bytes, blk, counts_me;
+    void *recv, *gather;
+    size_t *counts;
+    zero_dtype dt;
+    struct host_req *next;
 } host_req;
 
 static host_comm *H(zero_comm *m) { return (host_comm *)m; }
@@ -155,6 +173,33 @@ static size_t max_count(const zero_comm *m, const size_t *counts) {
     return mx;
 }
 
+/* Sum the P received copies of this rank's block (rv: rank r's at r * blk)
+ * into recv, as the MPI ring sums block `me`: rank me+1's part, then me+2,
+ * ..., me. */
+static zero_status sum_received(zero_comm *m, const unsigned char *rv, size_t blk, void *recv, size_t n,
+                                zero_dtype dt) {
+    const int P = m->size, me = m->rank;
+    if (!n) return ZERO_OK;
+    const unsigned char *first = rv + (size_t)((me + 1) % P) * blk;
+    zero_status s = zero__comm_sum3(recv, first, rv + (size_t)((me + 2) % P) * blk, n, dt);
+    for (int k = 3; k <= P && s == ZERO_OK; k++) s = zero__comm_sum3(recv, recv, rv + (size_t)((me + k) % P) * blk, n, dt);
+    if (s != ZERO_OK) return zero__error(m->engine, s, "comm host: sums of dtype %d are not supported", dt);
+    return ZERO_OK;
+}
+
+/* Pad the blocks of `send` (counts[b] elements each) to blk bytes each into
+ * st[0 .. P*blk): the layout the host's alltoall / allreduce_sum gets. */
+static void pad_blocks(zero_comm *m, unsigned char *st, const void *send, const size_t *counts, size_t es, size_t blk) {
+    const unsigned char *src = send;
+    size_t o = 0;
+    for (int b = 0; b < m->size; b++) {
+        const size_t nb = counts[b] * es;
+        if (nb) memcpy(st + (size_t)b * blk, src + o * es, nb);
+        if (nb < blk) memset(st + (size_t)b * blk + nb, 0, blk - nb); /* never summed into a result; defined bytes */
+        o += counts[b];
+    }
+}
+
 /* Reduce-scatter of `send` (blocks of counts[b]) into recv = this rank's
  * block, the sum over ranks (see the top comment for the order). */
 static zero_status do_reduce_scatter(zero_comm *m, const void *send, void *recv, const size_t *counts,
@@ -172,27 +217,12 @@ static zero_status do_reduce_scatter(zero_comm *m, const void *send, void *recv,
     const int a2a = c->hc.alltoall != NULL;
     unsigned char *st = scratch(m, blk * (size_t)P * (a2a ? 2 : 1));
     if (!st) return oom(m, blk * (size_t)P * (a2a ? 2 : 1));
-    const unsigned char *src = send;
-    size_t o = 0;
-    for (int b = 0; b < P; b++) {
-        const size_t nb = counts[b] * es;
-        if (nb) memcpy(st + (size_t)b * blk, src + o * es, nb);
-        if (nb < blk) memset(st + (size_t)b * blk + nb, 0, blk - nb); /* never summed into a result; defined bytes */
-        o += counts[b];
-    }
+    pad_blocks(m, st, send, counts, es, blk);
     zero_status s;
     if (a2a) {
         unsigned char *rv = st + (size_t)P * blk;
         s = cb_status(m, c->hc.alltoall(c->hc.user, st, rv, blk), "alltoall");
-        if (s != ZERO_OK || !counts[me]) return s;
-        /* block `me` as the MPI ring sums it: rank me+1's part, then me+2, ..., me */
-        const unsigned char *first = rv + (size_t)((me + 1) % P) * blk;
-        s = zero__comm_sum3(recv, first, rv + (size_t)((me + 2) % P) * blk, counts[me], dt);
-        for (int k = 3; k <= P && s == ZERO_OK; k++)
-            s = zero__comm_sum3(recv, recv, rv + (size_t)((me + k) % P) * blk, counts[me], dt);
-        if (s != ZERO_OK)
-            return zero__error(m->engine, s, "comm host: sums of dtype %d are not supported", dt);
-        return ZERO_OK;
+        return s == ZERO_OK ? sum_received(m, rv, blk, recv, counts[me], dt) : s;
     }
     s = cb_status(m, c->hc.allreduce_sum(c->hc.user, st, mx * (size_t)P, dt), "allreduce_sum");
     if (s == ZERO_OK && mine) memcpy(recv, st + (size_t)me * blk, mine);
@@ -227,6 +257,85 @@ static zero_status do_allgatherv(zero_comm *m, const void *send, void *recv, con
         off += counts[b];
     }
     return ZERO_OK;
+}
+
+/* ---- started exchanges (alltoall_start / alltoall_finish) ---- */
+
+static int has_async(const host_comm *c) { return c->hc.alltoall && c->hc.alltoall_start && c->hc.alltoall_finish; }
+
+static void release_stage(zero_comm *m, host_req *r) {
+    if (r->stage) zero__engine_note_scratch(m->engine, ZERO_TIER_HOST, -(int64_t)r->stage_bytes);
+    free(r->stage);
+    free(r->counts);
+    r->stage = NULL;
+    r->counts = NULL;
+}
+
+/* Start the reduce-scatter of `send` into recv (this rank's block) as one
+ * host exchange; *out is the pending request, appended to the in-flight
+ * list.  gather != NULL (iallreducev): completion then all-gathers the
+ * owned block into gather.  Family lock held; P > 1, some count > 0. */
+static zero_status start_reduce_scatter(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                                        zero_dtype dt, void *gather, host_req **out) {
+    host_comm *c = H(m);
+    const int P = m->size;
+    const size_t es = zero__dtype_size(dt), blk = max_count(m, counts) * es;
+    host_req *r = calloc(1, sizeof *r);
+    if (!r) return oom(m, sizeof *r);
+    r->base.comm = m;
+    r->pending = 1;
+    r->blk = blk;
+    r->counts_me = counts[m->rank];
+    r->recv = recv;
+    r->dt = dt;
+    r->stage_bytes = 2 * (size_t)P * blk;
+    r->stage = malloc(r->stage_bytes);
+    if (gather) {
+        r->gather = gather;
+        r->counts = malloc((size_t)P * sizeof *r->counts);
+        if (r->counts) memcpy(r->counts, counts, (size_t)P * sizeof *r->counts);
+    }
+    if (!r->stage || (gather && !r->counts)) {
+        free(r->stage), free(r->counts), free(r);
+        return oom(m, 2 * (size_t)P * blk);
+    }
+    /* staging of exchanges in flight is communication scratch too (ZERO_MEM_OTHER) */
+    zero__engine_note_scratch(m->engine, ZERO_TIER_HOST, (int64_t)r->stage_bytes);
+    pad_blocks(m, r->stage, send, counts, es, blk);
+    zero_status s = cb_status(
+        m, c->hc.alltoall_start(c->hc.user, r->stage, r->stage + (size_t)P * blk, blk, &r->handle), "alltoall_start");
+    if (s != ZERO_OK) {
+        release_stage(m, r);
+        free(r);
+        return s;
+    }
+    host_req **tail = &c->inflight;
+    while (*tail) tail = &(*tail)->next;
+    *tail = r;
+    *out = r;
+    return ZERO_OK;
+}
+
+/* Finish the oldest started exchange: the host's finish, the sums, the
+ * gather; it leaves the in-flight list complete, with its status.  Family
+ * lock held. */
+static void finish_oldest(zero_comm *m) {
+    host_comm *c = H(m);
+    host_req *r = c->inflight;
+    c->inflight = r->next;
+    r->next = NULL;
+    zero_status s = cb_status(m, c->hc.alltoall_finish(c->hc.user, r->handle), "alltoall_finish");
+    if (s == ZERO_OK) s = sum_received(m, r->stage + (size_t)m->size * r->blk, r->blk, r->recv, r->counts_me, r->dt);
+    if (s == ZERO_OK && r->gather) s = do_allgatherv(m, r->recv, r->gather, r->counts, r->dt);
+    r->status = s;
+    r->pending = 0;
+    release_stage(m, r);
+}
+
+/* Complete r: every exchange started before it first (the host finishes
+ * them in start order).  Family lock held. */
+static void complete(zero_comm *m, host_req *r) {
+    while (r->pending && H(m)->inflight) finish_oldest(m);
 }
 
 /* ---- the ops ---- */
@@ -285,6 +394,13 @@ static zero_status host_ireduce_scatterv(zero_comm *m, const void *send, void *r
     if (total && (!send || (counts[m->rank] && !recv))) return ZERO_ERR_INVALID_ARGUMENT;
     count(m, &m->counters.reduce_scatter_calls, &m->counters.bytes_reduced, total * zero__dtype_size(dt));
     lock(m);
+    if (has_async(H(m)) && m->size > 1 && total) {
+        host_req *r = NULL;
+        s = start_reduce_scatter(m, send, recv, counts, dt, NULL, &r);
+        unlock(m);
+        if (s == ZERO_OK) *req = &r->base;
+        return s;
+    }
     s = do_reduce_scatter(m, send, recv, counts, dt);
     unlock(m);
     return make_req(m, s, req);
@@ -324,6 +440,13 @@ static zero_status host_iallreducev(zero_comm *m, void *buf, const size_t *count
     if (P == 1 || !total) return make_req(m, ZERO_OK, req);
     unsigned char *mine = (unsigned char *)buf + off_me * es;
     lock(m);
+    if (has_async(H(m))) {
+        host_req *r = NULL;
+        s = start_reduce_scatter(m, buf, mine, counts, dt, buf, &r);
+        unlock(m);
+        if (s == ZERO_OK) *req = &r->base;
+        return s;
+    }
     if (H(m)->hc.alltoall) {
         s = do_reduce_scatter(m, buf, mine, counts, dt);
         if (s == ZERO_OK) s = do_allgatherv(m, mine, buf, counts, dt);
@@ -352,13 +475,43 @@ static zero_status host_iallreducev(zero_comm *m, void *buf, const size_t *count
 }
 
 static zero_status host_wait(zero_comm_req *req) {
-    zero_status st = ((host_req *)req)->status;
+    host_req *r = (host_req *)req;
+    if (r->pending) {
+        lock(req->comm);
+        complete(req->comm, r);
+        unlock(req->comm);
+    }
+    zero_status st = r->status;
     free(req);
     return st;
 }
 
+/* A started exchange is done when it is the oldest and the host's test
+ * says so (without alltoall_test: not before its wait). */
 static zero_status host_test(zero_comm_req *req, int *done) {
+    host_req *r = (host_req *)req;
+    zero_comm *m = req->comm;
     *done = 1;
+    if (r->pending) {
+        host_comm *c = H(m);
+        int d = 0;
+        lock(m);
+        if (c->inflight == r && c->hc.alltoall_test) {
+            zero_status s = cb_status(m, c->hc.alltoall_test(c->hc.user, r->handle, &d), "alltoall_test");
+            if (s != ZERO_OK) {
+                complete(m, r); /* finish it (exactly once) and report the test's failure */
+                r->status = s;
+                d = 1;
+            } else if (d) {
+                complete(m, r);
+            }
+        }
+        unlock(m);
+        if (!d) {
+            *done = 0;
+            return ZERO_OK;
+        }
+    }
     return host_wait(req);
 }
 
@@ -469,6 +622,14 @@ static zero_status copy_host(const zero_host_comm *user, zero_host_comm *hc, cha
                                "are required)", what, missing);
         return ZERO_ERR_INVALID_ARGUMENT;
     }
+    const int starts = hc->alltoall_start != NULL, finishes = hc->alltoall_finish != NULL;
+    if (starts != finishes || (starts && !hc->alltoall) || (hc->alltoall_test && !starts)) {
+        snprintf(err, err_len,
+                 "%s: zero_host_comm.alltoall_start and alltoall_finish come together, with alltoall (and "
+                 "alltoall_test only with them)",
+                 what);
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
     return ZERO_OK;
 }
 
@@ -571,6 +732,10 @@ static void host_free(zero_comm *m) {
     host_comm *c = H(m);
     host_family *fam = c->fam;
     pthread_mutex_lock(&fam->lock);
+    if (c->inflight) { /* a bug of the caller's (comm_backend.h): finish them so the host's handles end */
+        zero__log(m->engine, ZERO_LOG_WARN, "comm host (%s): freed with started exchanges not waited for", c->name);
+        while (c->inflight) finish_oldest(m);
+    }
     if (c->sub && c->release) c->release(c->release_user, c->sub);
     const int last = --fam->refs == 0;
     pthread_mutex_unlock(&fam->lock);
@@ -624,7 +789,8 @@ zero_status zero__comm_host_create(const void *handle, struct zero_engine *engin
     fam->refs = 1;
     *out = &c->base;
     zero__log(engine, ZERO_LOG_DEBUG, "comm: host communicator '%s', rank %d of %d, %s sums%s", c->name,
-              (int)hc.rank, (int)hc.size, hc.alltoall ? "ring-order (alltoall)" : "host all-reduce",
+              (int)hc.rank, (int)hc.size,
+              hc.alltoall_start ? "ring-order (started alltoall)" : hc.alltoall ? "ring-order (alltoall)" : "host all-reduce",
               hc.split ? ", split" : "");
     return ZERO_OK;
 }

@@ -10,7 +10,7 @@ _Static_assert(ZERO_PLUGIN_ABI_MAJOR == 1, "plugin ABI major");
 
 #if defined(__x86_64__) && defined(__LP64__)
 /* zero_host_comm */
-_Static_assert(sizeof(zero_host_comm) == 88, "sizeof(zero_host_comm)");
+_Static_assert(sizeof(zero_host_comm) == 112, "sizeof(zero_host_comm)");
 _Static_assert(offsetof(zero_host_comm, struct_size) == 0, "offsetof(zero_host_comm, struct_size)");
 _Static_assert(offsetof(zero_host_comm, reserved0) == 4, "offsetof(zero_host_comm, reserved0)");
 _Static_assert(offsetof(zero_host_comm, rank) == 8, "offsetof(zero_host_comm, rank)");
@@ -24,6 +24,9 @@ _Static_assert(offsetof(zero_host_comm, barrier) == 56, "offsetof(zero_host_comm
 _Static_assert(offsetof(zero_host_comm, alltoall) == 64, "offsetof(zero_host_comm, alltoall)");
 _Static_assert(offsetof(zero_host_comm, split) == 72, "offsetof(zero_host_comm, split)");
 _Static_assert(offsetof(zero_host_comm, release) == 80, "offsetof(zero_host_comm, release)");
+_Static_assert(offsetof(zero_host_comm, alltoall_start) == 88, "offsetof(zero_host_comm, alltoall_start)");
+_Static_assert(offsetof(zero_host_comm, alltoall_finish) == 96, "offsetof(zero_host_comm, alltoall_finish)");
+_Static_assert(offsetof(zero_host_comm, alltoall_test) == 104, "offsetof(zero_host_comm, alltoall_test)");
 
 /* zero_engine_options */
 _Static_assert(sizeof(zero_engine_options) == 80, "sizeof(zero_engine_options)");

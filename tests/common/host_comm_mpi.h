@@ -6,7 +6,9 @@
  * zero_engine_options.comm; it borrows `comm` (the caller keeps it alive).
  * Flags: HCM_ALLTOALL gives the optional alltoall callback, HCM_SPLIT the
  * split/release pair (sub-communicators are MPI_Comm_split of comm, freed
- * at release; h->released counts them).  h->fail_after = k > 0 makes the
+ * at release; h->released counts them), HCM_ASYNC (with HCM_ALLTOALL) the
+ * started alltoall (MPI_Ialltoall; finish = MPI_Wait, test = MPI_Test; h->started
+ * counts the exchanges, h->open those not finished yet).  h->fail_after = k > 0 makes the
  * k-th callback from then on fail with ZERO_ERR_IO (the error path).
  * Not thread-safe by itself: libzero never calls two callbacks at once. */
 #ifndef ZERO_TESTS_HOST_COMM_MPI_H
@@ -16,7 +18,7 @@
 
 #include "zero.h"
 
-enum { HCM_ALLTOALL = 1, HCM_SPLIT = 2 };
+enum { HCM_ALLTOALL = 1, HCM_SPLIT = 2, HCM_ASYNC = 4 };
 
 typedef struct hcm {
     zero_host_comm hc;
@@ -25,6 +27,7 @@ typedef struct hcm {
     long calls;      /* callbacks made */
     long fail_after; /* > 0: the fail_after-th callback from now fails */
     int released;    /* split communicators handed back (counted on the root hcm) */
+    long started, open, tested_done; /* HCM_ASYNC: exchanges started, not yet finished, found done by a test */
     struct hcm *root;
 } hcm;
 
@@ -77,6 +80,37 @@ static zero_status hcm_alltoall(void *user, const void *send, void *recv, size_t
                ? ZERO_OK
                : ZERO_ERR_COMM;
 }
+static zero_status hcm_alltoall_start(void *user, const void *send, void *recv, size_t bytes, void **handle) {
+    hcm *h = user;
+    *handle = NULL;
+    if (hcm_fail(h)) return ZERO_ERR_IO;
+    MPI_Request *q = malloc(sizeof *q);
+    if (!q) return ZERO_ERR_OUT_OF_MEMORY;
+    if (MPI_Ialltoall(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, h->comm, q) != MPI_SUCCESS) {
+        free(q);
+        return ZERO_ERR_COMM;
+    }
+    h->started++, h->open++;
+    *handle = q;
+    return ZERO_OK;
+}
+static zero_status hcm_alltoall_finish(void *user, void *handle) {
+    hcm *h = user;
+    MPI_Request *q = handle;
+    int rc = MPI_Wait(q, MPI_STATUS_IGNORE);
+    free(q);
+    h->open--;
+    if (hcm_fail(h)) return ZERO_ERR_IO;
+    return rc == MPI_SUCCESS ? ZERO_OK : ZERO_ERR_COMM;
+}
+static zero_status hcm_alltoall_test(void *user, void *handle, int *done) {
+    hcm *h = user;
+    int flag = 0;
+    if (MPI_Test((MPI_Request *)handle, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return ZERO_ERR_COMM;
+    *done = flag;
+    h->tested_done += flag != 0;
+    return ZERO_OK;
+}
 static void hcm_make(hcm *h, MPI_Comm comm, int flags);
 static zero_status hcm_split(void *user, int color, int key, zero_host_comm **out) {
     hcm *h = user;
@@ -119,7 +153,13 @@ static void hcm_make(hcm *h, MPI_Comm comm, int flags) {
     h->hc.allgather = hcm_allgather;
     h->hc.broadcast = hcm_broadcast;
     h->hc.barrier = hcm_barrier;
+    h->started = h->open = h->tested_done = 0;
     if (flags & HCM_ALLTOALL) h->hc.alltoall = hcm_alltoall;
+    if ((flags & HCM_ALLTOALL) && (flags & HCM_ASYNC)) {
+        h->hc.alltoall_start = hcm_alltoall_start;
+        h->hc.alltoall_finish = hcm_alltoall_finish;
+        h->hc.alltoall_test = hcm_alltoall_test;
+    }
     if (flags & HCM_SPLIT) {
         h->hc.split = hcm_split;
         h->hc.release = hcm_release;

@@ -6,6 +6,10 @@
  *    MPI ring's order), and bitwise like stage 0 on the host communicator
  *    wherever the MPI backend itself is (gas 4: the window sums; gas 1
  *    within 1e-6, as tests/stages/test_equivalence.c);
+ *  - with the started alltoall (alltoall_start/finish/test: MPI_Ialltoall)
+ *    every plugin trains bitwise like the blocking alltoall, every started
+ *    exchange is finished (none open at the end), and with overlap_comm
+ *    exchanges are in flight while backward goes on;
  *  - hooks fired from two threads in a shuffled order: bitwise the same;
  *  - without alltoall (sums by the host's MPI_Allreduce of padded blocks)
  *    every plugin agrees with MPI within 1e-6;
@@ -76,8 +80,9 @@ int main(int argc, char **argv) {
     MPI_Comm dup;
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     hcm_make(&H, dup, HCM_ALLTOALL | HCM_SPLIT);
-    hcm plain;
+    hcm plain, async;
     hcm_make(&plain, dup, 0); /* the required callbacks only */
+    hcm_make(&async, dup, HCM_ALLTOALL | HCM_ASYNC | HCM_SPLIT);
     char label[160];
 
     const char *plugins[] = {"stage0", "stage1", "stage2", "stage3", "offload"};
@@ -109,6 +114,19 @@ int main(int argc, char **argv) {
                     host_expect_bitwise(&host[p], &host[0], label, 52);
                 else
                     host_expect_close(&host[p], &host[0], label, 1e-6, 52);
+            }
+            /* the started alltoall: the same bits, every exchange finished */
+            {
+                host_run_out o;
+                const long started0 = async.started;
+                run_on(&async.hc, &c, &o);
+                snprintf(label, sizeof label, "%s gas=%d host comm (started alltoall) == blocking alltoall", plugins[p],
+                         gas);
+                if (ran(&o, label)) host_expect_bitwise(&o, &host[p], label, 52);
+                CHECK(async.open == 0, "%s gas=%d: %ld started exchanges never finished", plugins[p], gas, async.open);
+                CHECK(world_ == 1 || strcmp(plugins[p], "stage3") == 0 || async.started > started0,
+                      "%s gas=%d: no exchange was started (%ld)", plugins[p], gas, async.started - started0);
+                host_run_free(&o);
             }
             /* the required callbacks only: the host's sums */
             host_run_out o;
@@ -142,6 +160,24 @@ int main(int argc, char **argv) {
         host_run_free(&b);
     }
 
+    /* the same with the started alltoall and hooks from two threads */
+    {
+        host_run_cfg c = cfg_for("stage2", steps, 4), t = c;
+        t.order = HOST_ORDER_SHUFFLED;
+        t.threads = 2;
+        host_run_out a, b;
+        run_on(&async.hc, &c, &a);
+        run_on(&async.hc, &t, &b);
+        if (ran(&a, "stage2 started alltoall") && ran(&b, "stage2 started alltoall, 2 hook threads"))
+            host_expect_bitwise(&b, &a, "stage2 started alltoall: shuffled hooks from 2 threads", 52);
+        CHECK(async.open == 0, "2 hook threads: %ld started exchanges never finished", async.open);
+        if (rank_ == 0)
+            printf("N=%d  started alltoall: %ld exchanges, %ld found done by a test before their wait\n", world_,
+                   async.started, async.tested_done);
+        host_run_free(&a);
+        host_run_free(&b);
+    }
+
     /* a callback fails mid-training: ZERO_ERR_COMM with the callback's name,
      * every rank (one rank: libzero calls no callback at all) */
     if (world_ > 1) {
@@ -167,6 +203,10 @@ int main(int argc, char **argv) {
     bad = H.hc;
     bad.barrier = NULL;
     refused(ZERO_COMM_HOST, &bad, ZERO_ERR_INVALID_ARGUMENT, "zero_host_comm.barrier is NULL", "missing barrier");
+    bad = async.hc;
+    bad.alltoall_finish = NULL;
+    refused(ZERO_COMM_HOST, &bad, ZERO_ERR_INVALID_ARGUMENT, "alltoall_start and alltoall_finish come together",
+            "start without finish");
     bad = H.hc;
     bad.rank = bad.size;
     refused(ZERO_COMM_HOST, &bad, ZERO_ERR_INVALID_ARGUMENT, "need 0 <= rank < size", "rank out of range");
