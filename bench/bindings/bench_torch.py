@@ -8,7 +8,7 @@ add_ the gradient, drop .grad, zero_on_grad_ready) with the part of it spent
 inside libzero, and zero_step's own phases from zero_step_timing.
 
   mode: ddp-adamw | ddp-zero-redundancy | zero-stage1 | zero-stage2 | zero-offload | zero-stage2-views |
-        zero-stage2-host (stage 2 over the torch.distributed gloo group, ABI 1.5 ZERO_COMM_HOST; started
+        zero-stage2-host[-blocking] (stage 2 over the torch.distributed gloo group, ABI 1.5 ZERO_COMM_HOST; started
         without mpirun by run-bench.sh)
   mpirun -np 2 python3 bench_torch.py zero-stage2 --width 1024 --layers 4 --steps 30 --warmup 5
 """
@@ -77,7 +77,7 @@ def main():
     else:
         import zero.torch as zt
         stage = {"zero-stage1": 1, "zero-stage2": 2, "zero-offload": 2, "zero-stage2-views": 2,
-                 "zero-stage2-host": 2}[a.mode]
+                 "zero-stage2-host": 2, "zero-stage2-host-blocking": 2}[a.mode]
         cfg = {"train_micro_batch_size_per_gpu": a.mb,
                "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": list(betas), "eps": eps,
                                                          "weight_decay": wd}},
@@ -85,9 +85,13 @@ def main():
         if a.mode == "zero-offload":
             cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
         # zero-stage2-views: the model's tensors are views of libzero's own copy (param_storage="libzero")
-        engine, _, _, _ = zt.initialize(model, cfg,
+        host = a.mode.startswith("zero-stage2-host")
+        import zero
+        # zero-stage2-host-blocking: the same group without the started all-to-all (each reduction blocks its hook)
+        comm = zero.TorchHostComm(started=False) if a.mode == "zero-stage2-host-blocking" else "auto"
+        engine, _, _, _ = zt.initialize(model, cfg, comm=comm,
                                         param_storage="libzero" if a.mode == "zero-stage2-views" else "host")
-        if (engine.z._hostcomm is not None) != (a.mode == "zero-stage2-host"):
+        if (engine.z._hostcomm is not None) != host:
             raise SystemExit("%s: libzero's communicator is %s" % (a.mode, "the torch group" if
                                                                    engine.z._hostcomm else "MPI"))
         grad_ready = engine._grad_ready

@@ -12,6 +12,10 @@ one at a time, in the same order on every rank, and always with host memory
     and copied back (NCCL takes CUDA tensors only).
 Each callback is a Python function: expect a few tens of microseconds of
 overhead per collective on top of the transport (docs/bindings.md).
+Gradient reductions use the started all-to-all (alltoall_start/finish/test,
+torch's async_op=True): libzero starts each bucket's exchange in the
+gradient hook and finishes it at the step, so backward goes on while the
+process group moves the bytes.
 
 The object owns the ctypes struct and the CFUNCTYPE callbacks; keep it
 alive as long as the engine (zero.Engine holds it).  Exceptions never cross
@@ -40,11 +44,16 @@ class HostCommC(ctypes.Structure):
 SPLIT_FN = ctypes.CFUNCTYPE(_c_st, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
                             ctypes.POINTER(ctypes.POINTER(HostCommC)))
 RELEASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(HostCommC))
+START_FN = ctypes.CFUNCTYPE(_c_st, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                            ctypes.POINTER(ctypes.c_void_p))
+FINISH_FN = ctypes.CFUNCTYPE(_c_st, ctypes.c_void_p, ctypes.c_void_p)
+TEST_FN = ctypes.CFUNCTYPE(_c_st, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
 HostCommC._fields_ = [("struct_size", ctypes.c_uint32), ("reserved0", ctypes.c_uint32), ("rank", ctypes.c_int32),
                       ("size", ctypes.c_int32), ("user", ctypes.c_void_p), ("name", ctypes.c_char_p),
                       ("allreduce_sum", ALLREDUCE_FN), ("allgather", ALLGATHER_FN), ("broadcast", BROADCAST_FN),
                       ("barrier", BARRIER_FN), ("alltoall", ALLTOALL_FN), ("split", SPLIT_FN),
-                      ("release", RELEASE_FN)]
+                      ("release", RELEASE_FN), ("alltoall_start", START_FN), ("alltoall_finish", FINISH_FN),
+                      ("alltoall_test", TEST_FN)]
 
 
 def group_ranks(group):
@@ -63,7 +72,9 @@ class TorchHostComm:
     """zero_host_comm over a torch.distributed group (None: the default group).
     `.address` is what zero_engine_options.comm takes (ZERO_COMM_HOST)."""
 
-    def __init__(self, group=None):
+    def __init__(self, group=None, started=True):
+        """started=False: no alltoall_start/finish (every reduction blocks its
+        gradient hook, as before 1.5's started exchanges)."""
         import torch
         import torch.distributed as dist
         if not (dist.is_available() and dist.is_initialized()):
@@ -79,6 +90,8 @@ class TorchHostComm:
         self.last_error = ""
         self.calls = 0
         self._subs = {}  # address of a split's struct -> its TorchHostComm (alive until release)
+        self._works = {}  # started all-to-alls: handle -> (work, host out, device out)
+        self._next_handle = 1
         self._types = {0: torch.float32, 1: torch.bfloat16, 2: torch.float16, DTYPE_F64: torch.float64,
                        DTYPE_I64: torch.int64, DTYPE_U64: torch.int64,  # wrapping sums: same bits
                        DTYPE_U8: torch.uint8}
@@ -86,7 +99,8 @@ class TorchHostComm:
         # the callbacks: kept referenced here, or ctypes would free them under libzero
         self._cbs = (ALLREDUCE_FN(self._allreduce_sum), ALLGATHER_FN(self._allgather),
                      BROADCAST_FN(self._broadcast), BARRIER_FN(self._barrier), ALLTOALL_FN(self._alltoall),
-                     SPLIT_FN(self._split), RELEASE_FN(self._release))
+                     SPLIT_FN(self._split), RELEASE_FN(self._release), START_FN(self._alltoall_start),
+                     FINISH_FN(self._alltoall_finish), TEST_FN(self._alltoall_test))
         s = HostCommC()
         s.struct_size = ctypes.sizeof(HostCommC)
         s.rank, s.size, s.user, s.name = self.rank, self.size, None, self._name
@@ -95,6 +109,8 @@ class TorchHostComm:
         # must create together: only possible when this group is the world
         if self.size == dist.get_world_size():
             s.split, s.release = self._cbs[5], self._cbs[6]
+        if started:
+            s.alltoall_start, s.alltoall_finish, s.alltoall_test = self._cbs[7:10]
         self.struct = s
 
     @property
@@ -185,6 +201,32 @@ class TorchHostComm:
             self._dist.all_to_all_single(dev_out, src, group=self.group)
             self._back(out, dev_out)
         return self._guard("all_to_all_single", run)
+
+    def _alltoall_start(self, user, send, recv, nbytes, handle):
+        def run():
+            torch = self._torch
+            out = self._view(recv, nbytes * self.size, torch.uint8)
+            src = self._dev(self._view(send, nbytes * self.size, torch.uint8))
+            dev_out = self._dev(out)  # gloo: `out` itself (libzero keeps both buffers until the finish)
+            work = self._dist.all_to_all_single(dev_out, src, group=self.group, async_op=True)
+            h = self._next_handle
+            self._next_handle += 1
+            self._works[h] = (work, out, dev_out, src)
+            handle[0] = h
+        return self._guard("all_to_all_single (started)", run)
+
+    def _alltoall_finish(self, user, handle):
+        def run():
+            work, out, dev_out, _ = self._works.pop(int(handle))
+            work.wait()
+            self._back(out, dev_out)
+        return self._guard("all_to_all_single (finish)", run)
+
+    def _alltoall_test(self, user, handle, done):
+        def run():
+            work = self._works[int(handle)][0]
+            done[0] = 1 if work.is_completed() else 0
+        return self._guard("all_to_all_single (test)", run)
 
     def _split(self, user, color, key, out):
         def run():
