@@ -17,6 +17,7 @@
  *                                  --bucket 1048576 --label zero-stage2]
  */
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +209,18 @@ int main(int argc, char **argv) {
     MPI_Allreduce(&loss, &mean_loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     mean_loss /= world;
 
+    /* FNV-1a over the bytes of every trained parameter, layer by layer: equal
+     * hashes = bitwise equal models (tests/peers: stages 0/1/2 agree) */
+    uint64_t fnv = 1469598103934665603ull;
+    for (int l = 0; l < L; l++) {
+        zero_param *h[2] = {pw[l], pb[l]};
+        void *p[2];
+        Z(zero_gather(e, h, 2, p));
+        const size_t nb[2] = {(size_t)W * (size_t)W * sizeof(float), (size_t)W * sizeof(float)};
+        for (int k = 0; k < 2; k++)
+            for (size_t i = 0; i < nb[k]; i++) fnv = (fnv ^ ((const unsigned char *)p[k])[i]) * 1099511628211ull;
+        Z(zero_release(e, h, 2));
+    }
     zero_step_timing t = ZERO_STEP_TIMING_INIT;
     zero_comm_stats c = ZERO_COMM_STATS_INIT;
     zero_memory_stats m = ZERO_MEMORY_STATS_INIT;
@@ -225,9 +238,9 @@ int main(int argc, char **argv) {
     if (rank == 0) {
         const double k = 1e3 / n;
         printf("{\"mode\": \"%s\", \"world\": %d, \"params\": %zu, \"steps\": %d, \"warmup\": %d, \"step_ms\": %.4f,"
-               " \"step_ms_p10\": %.4f,"
+               " \"step_ms_p10\": %.4f, \"params_fnv1a\": \"%016llx\","
                " \"final_loss\": %.8f, \"peak_rss_mib\": [",
-               o.label ? o.label : "zero-c", world, peers_param_count(W, L), o.steps, o.warmup, slowest * 1e3, slowest_p10 * 1e3,
+               o.label ? o.label : "zero-c", world, peers_param_count(W, L), o.steps, o.warmup, slowest * 1e3, slowest_p10 * 1e3, (unsigned long long)fnv,
                mean_loss);
         for (int i = 0; i < world; i++) printf("%s%.1f", i ? ", " : "", all[4 * i]);
         printf("], \"zero_bytes\": [");
