@@ -79,21 +79,23 @@ uint32_t zero__bucket_plan_tail(const zero_layout *L, const uint64_t *offsets, u
  * param above a weight that fills a bucket on its own) is not reduced
  * alone; the next param's extent joins it when that extent fits a bucket by
  * itself (<= B; never split for it).  Such a bucket holds up to B + slack
- * elements.  slack = min(B/16, cap - B), 0 when B >= cap, where cap is the
- * mode's memory bound on a bucket: flat/8 (the bound of SCATTER slots and
- * 16-bit staging), or the largest param extent in SCATTER when larger (the
- * slot floor), so staging stays within its documented bounds.  Why: every
- * bucket is one collective with N-1 dependent ring hops, and in SCATTER a
- * 4-byte-per-element slot of the two-slot pool; a 1024-element bias in its
- * own bucket made each layer two buckets, both slots busy, and backward
- * waited for the previous layer's reduction before every layer.  The sums
+ * elements.  SCATTER mode only (stage 2, 3, offload): slack = min(B/16,
+ * cap - B), 0 when B >= cap, where cap = max(flat/8, largest param extent)
+ * is the bound on a SCATTER slot, so staging stays within its documented
+ * bounds; the in-place modes keep slack 0 (stage 1 measured no gain from
+ * fewer buckets, bench/peers/README.md).  Why: in SCATTER every bucket takes
+ * one slot of the two-slot pool until its reduction completes; a
+ * 1024-element bias in its own bucket made each layer two buckets, both
+ * slots busy, and backward waited for the previous layer's whole reduction
+ * before every layer (zero_grad_buffer had no free slot).  The sums
  * do not change: each element is summed by its owner in the same ring order
  * whatever the bucket boundaries (header comment).  offsets[i]: param i's
  * flat offset.  Pure; bucket_plan.c and plan_buckets.c use the same rule. */
 static inline uint64_t zero__bucket_plan_slack(const zero_layout *L, const uint64_t *offsets, uint64_t B,
                                                int scatter) {
+    if (!scatter) return 0;
     uint64_t cap = L->flat_numel / 8;
-    for (uint32_t g = 0; scatter && g < L->ngroups; g++) {
+    for (uint32_t g = 0; g < L->ngroups; g++) {
         const zero_layout_group *lg = &L->groups[g];
         for (uint32_t j = 0; j < lg->nparams; j++) {
             const uint64_t lo = j == 0 ? lg->flat_begin : offsets[L->param_order[lg->first_param + j]];

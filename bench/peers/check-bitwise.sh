@@ -2,8 +2,9 @@
 # ctest peers_bitwise_np<N>: the bench/peers C host trained with stage 0, 1,
 # 2 and 3 on N ranks ends at bitwise the same parameters (the host's
 # params_fnv1a, a hash over every parameter byte), with reduce_bucket_size
-# equal to one weight (W x W: each bias is a small bucket that takes the
-# weight below it, core/bucket_plan.h, issue 18) and with one large bucket.
+# equal to one weight (W x W: in stage 2/3 each bias is a small bucket that
+# takes the weight below it, core/bucket_plan.h, issue 18) and with one
+# large bucket.
 # Usage: check-bitwise.sh HOST MPIEXEC N
 set -euo pipefail
 HOST=$1 MPIEXEC=$2 NP=$3
