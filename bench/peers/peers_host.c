@@ -14,7 +14,7 @@
  *
  *   bench_peers_host --write-data FILE [--width 1024 --layers 8 --mb 16 --pool 8]
  *   mpirun -np N bench_peers_host --data FILE --stage 2 [--steps 30 --warmup 5 --mb 16 --overlap 1
- *                                  --bucket 1048576 --label zero-stage2]
+ *                                  --bucket 1048576 --round-robin 0 --label zero-stage2]
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -30,7 +30,7 @@
 
 typedef struct opts {
     const char *data, *write_data, *label;
-    int width, layers, mb, pool, stage, steps, warmup, overlap;
+    int width, layers, mb, pool, stage, steps, warmup, overlap, round_robin;
     long long bucket;
 } opts;
 
@@ -66,7 +66,7 @@ static void die(const char *what, zero_engine *e, zero_status s) {
     } while (0)
 
 static int parse(int argc, char **argv, opts *o) {
-    *o = (opts){NULL, NULL, NULL, 1024, 8, 16, 8, 2, 30, 5, 1, 1048576};
+    *o = (opts){NULL, NULL, NULL, 1024, 8, 16, 8, 2, 30, 5, 1, 0, 1048576};
     for (int i = 1; i < argc; i += 2) { /* --flag value pairs */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return -1;
@@ -81,6 +81,7 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--steps")) o->steps = atoi(v);
         else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
         else if (!strcmp(a, "--overlap")) o->overlap = atoi(v);
+        else if (!strcmp(a, "--round-robin")) o->round_robin = atoi(v);
         else if (!strcmp(a, "--bucket")) o->bucket = atoll(v);
         else return -1;
     }
@@ -118,8 +119,8 @@ int main(int argc, char **argv) {
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4, \"betas\": [0.9, 0.999], \"eps\": 1e-8,"
              " \"weight_decay\": 0.01}},"
              " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": %s, \"contiguous_gradients\": true,"
-             " \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": %lld}}",
-             mb, o.stage, o.overlap ? "true" : "false", o.bucket, o.bucket);
+             " \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": %lld, \"round_robin_gradients\": %s}}",
+             mb, o.stage, o.overlap ? "true" : "false", o.bucket, o.bucket, o.round_robin ? "true" : "false");
     MPI_Comm comm = MPI_COMM_WORLD;
     zero_engine_options eo = ZERO_ENGINE_OPTIONS_INIT;
     eo.config_json = json;
