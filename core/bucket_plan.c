@@ -79,7 +79,7 @@ uint32_t zero__bucket_plan_tail(const zero_layout *L, const uint64_t *offsets, u
  * open bucket [cur_lo, cur_hi) until the next extent does not fit.  tail:
  * params [0, tail) open a bucket of their own (zero__bucket_plan_tail). */
 static zero_status build_group(zero__bucket_plan *p, uint32_t *cap, const zero_layout *L, zero__bplan_param *pm,
-                               uint32_t g, uint64_t B, int scatter, uint32_t tail) {
+                               uint32_t g, uint64_t B, uint64_t slack, int scatter, uint32_t tail) {
     const zero_layout_group *lg = &L->groups[g];
     if (lg->nparams == 0 || lg->numel == 0) return ZERO_OK;
     uint64_t cur_hi = lg->flat_begin + lg->numel, cur_lo = cur_hi;
@@ -91,7 +91,9 @@ static zero_status build_group(zero__bucket_plan *p, uint32_t *cap, const zero_l
         extent(L, pm, g, j, &lo, &hi);
         uint64_t top = cur_lo; /* == hi: extents tile the group */
         (void)hi;
-        if (cur_parts > 0 && (cur_hi - lo > B || j + 1 == tail)) { /* does not fit (or the tail starts): close */
+        /* does not fit (unless a small open bucket takes it: slack) or the tail starts: close */
+        if (cur_parts > 0 &&
+            ((cur_hi - lo > B && !zero__bucket_plan_merges(cur_hi - cur_lo, top - lo, B, slack)) || j + 1 == tail)) {
             if ((s = push(p, cap, cur_lo, cur_hi, g, cur_parts)) != ZERO_OK) return s;
             cur_hi = cur_lo;
             cur_parts = 0;
@@ -130,6 +132,7 @@ zero_status zero__bucket_plan_build(zero__bucket_plan *out, const zero_layout *L
     if (!offsets) return ZERO_ERR_OUT_OF_MEMORY;
     for (uint32_t i = 0; i < L->nparams; i++) offsets[i] = pm[i].offset;
     const uint32_t last = zero__bucket_plan_last_group(L);
+    const uint64_t slack = zero__bucket_plan_slack(L, offsets, out->bucket_numel, scatter);
     /* Param groups in order; the layout groups of one param group (its
      * stripes with round_robin_gradients: consecutive, same id) from the
      * top down, so that launch order stays reverse flat order inside a
@@ -139,7 +142,7 @@ zero_status zero__bucket_plan_build(zero__bucket_plan *out, const zero_layout *L
         for (g1 = g0 + 1; g1 < L->ngroups && L->groups[g1].group_id == L->groups[g0].group_id;) g1++;
         for (uint32_t g = g1; g-- > g0;) {
             const uint32_t tail = g == last ? zero__bucket_plan_tail(L, offsets, g, out->bucket_numel) : 0;
-            zero_status s = build_group(out, &cap, L, pm, g, out->bucket_numel, scatter, tail);
+            zero_status s = build_group(out, &cap, L, pm, g, out->bucket_numel, slack, scatter, tail);
             if (s != ZERO_OK) {
                 free(offsets);
                 zero__bucket_plan_free(out);

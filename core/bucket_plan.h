@@ -74,6 +74,46 @@ void zero__bucket_plan_free(zero__bucket_plan *p);
 uint32_t zero__bucket_plan_last_group(const zero_layout *L);
 uint32_t zero__bucket_plan_tail(const zero_layout *L, const uint64_t *offsets, uint32_t g, uint64_t B);
 
+/* (issue 18) Small buckets join the next param.  A bucket that would be
+ * closed holding at most `slack` elements (a bias, a norm's scale: the
+ * param above a weight that fills a bucket on its own) is not reduced
+ * alone; the next param's extent joins it when that extent fits a bucket by
+ * itself (<= B; never split for it).  Such a bucket holds up to B + slack
+ * elements.  SCATTER mode only (stage 2, 3, offload): slack = min(B/16,
+ * cap - B), 0 when B >= cap, where cap = max(flat/8, largest param extent)
+ * is the bound on a SCATTER slot, so staging stays within its documented
+ * bounds; the in-place modes keep slack 0 (stage 1 measured no gain from
+ * fewer buckets, bench/peers/README.md).  Why: in SCATTER every bucket takes
+ * one slot of the two-slot pool until its reduction completes; a
+ * 1024-element bias in its own bucket made each layer two buckets, both
+ * slots busy, and backward waited for the previous layer's whole reduction
+ * before every layer (zero_grad_buffer had no free slot).  The sums
+ * do not change: each element is summed by its owner in the same ring order
+ * whatever the bucket boundaries (header comment).  offsets[i]: param i's
+ * flat offset.  Pure; bucket_plan.c and plan_buckets.c use the same rule. */
+static inline uint64_t zero__bucket_plan_slack(const zero_layout *L, const uint64_t *offsets, uint64_t B,
+                                               int scatter) {
+    if (!scatter) return 0;
+    uint64_t cap = L->flat_numel / 8;
+    for (uint32_t g = 0; g < L->ngroups; g++) {
+        const zero_layout_group *lg = &L->groups[g];
+        for (uint32_t j = 0; j < lg->nparams; j++) {
+            const uint64_t lo = j == 0 ? lg->flat_begin : offsets[L->param_order[lg->first_param + j]];
+            const uint64_t hi = j + 1 < lg->nparams ? offsets[L->param_order[lg->first_param + j + 1]]
+                                                    : lg->flat_begin + lg->numel;
+            if (hi - lo > cap) cap = hi - lo;
+        }
+    }
+    const uint64_t s = B / 16;
+    return cap > B ? (cap - B < s ? cap - B : s) : 0;
+}
+
+/* May the open bucket of open_n elements take the next extent of ext_n
+ * elements although together they exceed B?  (zero__bucket_plan_slack) */
+static inline int zero__bucket_plan_merges(uint64_t open_n, uint64_t ext_n, uint64_t B, uint64_t slack) {
+    return open_n > 0 && open_n <= slack && ext_n <= B;
+}
+
 /* Rank r's block of bucket bk: [*lo, *lo + *n) in flat space (n may be 0;
  * then *lo is the start of r's share) and where it lands in r's partition
  * buffer (*part_pos). */

@@ -89,6 +89,7 @@ static int build(const zero_layout *L, const uint64_t *off, const zero_bucket_sp
                  uint32_t *nb) {
     uint32_t cap = 0;
     const uint32_t last = zero__bucket_plan_last_group(L);
+    const uint64_t slack = zero__bucket_plan_slack(L, off, B, spec->mode == ZERO_BUCKETS_SCATTER);
     /* bucket_plan.c's order: param groups in order, the layout groups (stripes) of one from the top down */
     for (uint32_t g0 = 0, g1; g0 < L->ngroups; g0 = g1) {
         for (g1 = g0 + 1; g1 < L->ngroups && L->groups[g1].group_id == L->groups[g0].group_id;) g1++;
@@ -100,7 +101,9 @@ static int build(const zero_layout *L, const uint64_t *off, const zero_bucket_sp
             uint32_t parts = 0;
             for (uint32_t j = lg->nparams; j-- > 0;) {
                 uint64_t lo = extent_lo(L, off, g, j), top = cur_lo;
-                if (parts > 0 && (cur_hi - lo > B || j + 1 == tail)) {
+                if (parts > 0 &&
+                    ((cur_hi - lo > B && !zero__bucket_plan_merges(cur_hi - cur_lo, top - lo, B, slack)) ||
+                     j + 1 == tail)) {
                     if (push(out, nb, &cap, cur_hi - cur_lo)) return -1;
                     cur_hi = cur_lo;
                     parts = 0;

@@ -8,14 +8,16 @@
  * the layer's input gradient, so the reduction overlaps the rest of
  * backward), zero_step per micro-batch.  Prints one JSON line (rank 0): the
  * slowest rank's median step time after the warm-up, the final loss, each
- * rank's peak RSS and libzero-accounted bytes, bytes communicated per step
+ * rank's peak RSS and libzero-accounted bytes, bytes communicated per step,
+ * CPU milliseconds per step (every thread of the process)
  * and the mean wall_clock_breakdown phases (zero_step_timing_get).
  *
  *   bench_peers_host --write-data FILE [--width 1024 --layers 8 --mb 16 --pool 8]
  *   mpirun -np N bench_peers_host --data FILE --stage 2 [--steps 30 --warmup 5 --mb 16 --overlap 1
- *                                  --bucket 1048576 --label zero-stage2]
+ *                                  --bucket 1048576 --round-robin 0 --label zero-stage2]
  */
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +30,7 @@
 
 typedef struct opts {
     const char *data, *write_data, *label;
-    int width, layers, mb, pool, stage, steps, warmup, overlap;
+    int width, layers, mb, pool, stage, steps, warmup, overlap, round_robin;
     long long bucket;
 } opts;
 
@@ -36,6 +38,16 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU seconds of this process, every thread (host, BLAS, libzero's progress
+ * thread): on an oversubscribed node the step time is roughly the ranks'
+ * summed CPU time over the cores, so this shows work that waiting burns. */
+static double cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+           1e-6 * ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec);
 }
 
 static int cmp_d(const void *a, const void *b) {
@@ -54,7 +66,7 @@ static void die(const char *what, zero_engine *e, zero_status s) {
     } while (0)
 
 static int parse(int argc, char **argv, opts *o) {
-    *o = (opts){NULL, NULL, NULL, 1024, 8, 16, 8, 2, 30, 5, 1, 1048576};
+    *o = (opts){NULL, NULL, NULL, 1024, 8, 16, 8, 2, 30, 5, 1, 0, 1048576};
     for (int i = 1; i < argc; i += 2) { /* --flag value pairs */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return -1;
@@ -69,6 +81,7 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--steps")) o->steps = atoi(v);
         else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
         else if (!strcmp(a, "--overlap")) o->overlap = atoi(v);
+        else if (!strcmp(a, "--round-robin")) o->round_robin = atoi(v);
         else if (!strcmp(a, "--bucket")) o->bucket = atoll(v);
         else return -1;
     }
@@ -106,8 +119,8 @@ int main(int argc, char **argv) {
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4, \"betas\": [0.9, 0.999], \"eps\": 1e-8,"
              " \"weight_decay\": 0.01}},"
              " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": %s, \"contiguous_gradients\": true,"
-             " \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": %lld}}",
-             mb, o.stage, o.overlap ? "true" : "false", o.bucket, o.bucket);
+             " \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": %lld, \"round_robin_gradients\": %s}}",
+             mb, o.stage, o.overlap ? "true" : "false", o.bucket, o.bucket, o.round_robin ? "true" : "false");
     MPI_Comm comm = MPI_COMM_WORLD;
     zero_engine_options eo = ZERO_ENGINE_OPTIONS_INIT;
     eo.config_json = json;
@@ -143,10 +156,12 @@ int main(int argc, char **argv) {
     double loss = 0.0;
     zero_step_timing t_warm = ZERO_STEP_TIMING_INIT;
     zero_comm_stats c_warm = ZERO_COMM_STATS_INIT;
+    double cpu_warm = 0.0;
     for (int s = 0; s < o.steps; s++) {
         if (s == o.warmup) {
             Z(zero_step_timing_get(e, ZERO_TIMING_TOTAL, &t_warm));
             Z(zero_comm_stats_get(e, &c_warm));
+            cpu_warm = cpu_s();
         }
         const size_t row0 = (size_t)(s % d.pool) * (size_t)d.rows + (size_t)rank * (size_t)mb;
         memcpy(a, d.x + row0 * W, act * sizeof(float));
@@ -183,12 +198,30 @@ int main(int argc, char **argv) {
         times[s] = now_s() - t0;
     }
     const int n = o.steps - o.warmup;
+    const double cpu_ms = (cpu_s() - cpu_warm) * 1e3 / n; /* per step, this rank */
     qsort(times + o.warmup, (size_t)n, sizeof(double), cmp_d);
-    double med = times[o.warmup + n / 2], slowest = 0.0, mean_loss = 0.0;
+    /* p10: the fast end of this rank's steps, what a step costs when no
+     * other job took the cores (on a shared machine the median moves with
+     * the load; compare both) */
+    double med = times[o.warmup + n / 2], p10 = times[o.warmup + n / 10], slowest = 0.0, slowest_p10 = 0.0,
+           mean_loss = 0.0;
     MPI_Allreduce(&med, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&p10, &slowest_p10, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(&loss, &mean_loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     mean_loss /= world;
 
+    /* FNV-1a over the bytes of every trained parameter, layer by layer: equal
+     * hashes = bitwise equal models (tests/peers: stages 0/1/2 agree) */
+    uint64_t fnv = 1469598103934665603ull;
+    for (int l = 0; l < L; l++) {
+        zero_param *h[2] = {pw[l], pb[l]};
+        void *p[2];
+        Z(zero_gather(e, h, 2, p));
+        const size_t nb[2] = {(size_t)W * (size_t)W * sizeof(float), (size_t)W * sizeof(float)};
+        for (int k = 0; k < 2; k++)
+            for (size_t i = 0; i < nb[k]; i++) fnv = (fnv ^ ((const unsigned char *)p[k])[i]) * 1099511628211ull;
+        Z(zero_release(e, h, 2));
+    }
     zero_step_timing t = ZERO_STEP_TIMING_INIT;
     zero_comm_stats c = ZERO_COMM_STATS_INIT;
     zero_memory_stats m = ZERO_MEMORY_STATS_INIT;
@@ -197,22 +230,26 @@ int main(int argc, char **argv) {
     Z(zero_memory_stats_get(e, &m));
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    /* per rank: peak RSS MiB, libzero peak bytes (all tiers), bytes communicated per step */
-    double mine[3] = {(double)ru.ru_maxrss / 1024.0, (double)(m.peak_total[0] + m.peak_total[1]),
-                      (double)(c.bytes_reduced + c.bytes_gathered - c_warm.bytes_reduced - c_warm.bytes_gathered) / n};
-    double *all = malloc((size_t)world * 3 * sizeof(double));
-    MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    /* per rank: peak RSS MiB, libzero peak bytes (all tiers), bytes communicated per step, CPU ms per step */
+    double mine[4] = {(double)ru.ru_maxrss / 1024.0, (double)(m.peak_total[0] + m.peak_total[1]),
+                      (double)(c.bytes_reduced + c.bytes_gathered - c_warm.bytes_reduced - c_warm.bytes_gathered) / n,
+                      cpu_ms};
+    double *all = malloc((size_t)world * 4 * sizeof(double));
+    MPI_Gather(mine, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (rank == 0) {
         const double k = 1e3 / n;
         printf("{\"mode\": \"%s\", \"world\": %d, \"params\": %zu, \"steps\": %d, \"warmup\": %d, \"step_ms\": %.4f,"
+               " \"step_ms_p10\": %.4f, \"params_fnv1a\": \"%016llx\","
                " \"final_loss\": %.8f, \"peak_rss_mib\": [",
-               o.label ? o.label : "zero-c", world, peers_param_count(W, L), o.steps, o.warmup, slowest * 1e3,
+               o.label ? o.label : "zero-c", world, peers_param_count(W, L), o.steps, o.warmup, slowest * 1e3, slowest_p10 * 1e3, (unsigned long long)fnv,
                mean_loss);
-        for (int i = 0; i < world; i++) printf("%s%.1f", i ? ", " : "", all[3 * i]);
+        for (int i = 0; i < world; i++) printf("%s%.1f", i ? ", " : "", all[4 * i]);
         printf("], \"zero_bytes\": [");
-        for (int i = 0; i < world; i++) printf("%s%.0f", i ? ", " : "", all[3 * i + 1]);
+        for (int i = 0; i < world; i++) printf("%s%.0f", i ? ", " : "", all[4 * i + 1]);
         printf("], \"comm_bytes_per_step\": [");
-        for (int i = 0; i < world; i++) printf("%s%.0f", i ? ", " : "", all[3 * i + 2]);
+        for (int i = 0; i < world; i++) printf("%s%.0f", i ? ", " : "", all[4 * i + 2]);
+        printf("], \"cpu_ms_per_step\": [");
+        for (int i = 0; i < world; i++) printf("%s%.2f", i ? ", " : "", all[4 * i + 3]);
         printf("], \"breakdown_ms\": {\"zero_step\": %.4f, \"exposed_comm\": %.4f, \"reduce\": %.4f, \"norm\": %.4f,"
                " \"optimizer\": %.4f, \"gather\": %.4f, \"copy\": %.4f, \"hooks\": %.4f}}\n",
                (t.step_seconds - t_warm.step_seconds) * k, (t.exposed_comm_seconds - t_warm.exposed_comm_seconds) * k,

@@ -29,7 +29,7 @@
 typedef struct model {
     const char *name;
     uint32_t n;
-    zero__layout_input p[12];
+    zero__layout_input p[20];
 } model;
 
 static const model MODELS[] = {
@@ -41,7 +41,48 @@ static const model MODELS[] = {
     {"primes", 9, {{97, 0}, {89, 0}, {83, 0}, {79, 0}, {73, 0}, {71, 0}, {67, 0}, {61, 0}, {59, 0}}},
     {"single", 1, {{1000, 0}}},
     {"one element", 1, {{1, 0}}},
+    /* 10 x (Linear weight + bias): a weight fills a bucket of 1000 alone */
+    {"linear layers", 20, {{1000, 0}, {10, 0}, {1000, 0}, {10, 0}, {1000, 0}, {10, 0}, {1000, 0}, {10, 0},
+                           {1000, 0}, {10, 0}, {1000, 0}, {10, 0}, {1000, 0}, {10, 0}, {1000, 0}, {10, 0},
+                           {1000, 0}, {10, 0}, {1000, 0}, {10, 0}}},
 };
+
+/* (issue 18) The small-bucket rule on "linear layers", N = 2, buckets of
+ * 1000: in SCATTER each bias joins the weight below it (slack min(1000/16,
+ * flat/8 - 1000) = 62), so 9 buckets of 1010 plus the tail's two (layer
+ * 0's bias, then its weight alone: zero__bucket_plan_tail) instead of 20;
+ * the in-place modes keep the old plan (slack 0, 20 buckets). */
+static void check_small_buckets_merge(void) {
+    const model *m = &MODELS[sizeof MODELS / sizeof MODELS[0] - 1];
+    for (int scatter = 0; scatter <= 1; ++scatter) {
+        zero__layout L;
+        CHECK_EQ_INT(zero__layout_build(&L, m->p, m->n, 2, 0, 1), 0);
+        const zero_layout *l = &L.view;
+        zero__bplan_param pm[20];
+        uint64_t offs[20];
+        memset(pm, 0, sizeof pm);
+        for (uint32_t i = 0; i < m->n; ++i) {
+            pm[i].offset = offs[i] = L.param_offset[i];
+            pm[i].numel = m->p[i].numel;
+            pm[i].group = 0;
+        }
+        const uint64_t B = zero__bucket_plan_size(l, pm, 1000, scatter, 0, 0);
+        CHECK_EQ_INT(B, 1000);
+        CHECK_EQ_INT(zero__bucket_plan_slack(l, offs, B, scatter), scatter ? 62 : 0);
+        zero__bucket_plan plan;
+        CHECK_EQ_INT(zero__bucket_plan_build(&plan, l, pm, B, scatter), ZERO_OK);
+        CHECK_EQ_INT(plan.nb, scatter ? 11 : 20);
+        if (scatter) {
+            for (uint32_t k = 0; k + 2 < plan.nb; ++k) CHECK_EQ_INT(plan.b[k].hi - plan.b[k].lo, 1010);
+            CHECK_EQ_INT(plan.b[9].hi - plan.b[9].lo, 10);
+            CHECK_EQ_INT(plan.b[10].hi - plan.b[10].lo, 1000);
+        }
+        zero__bucket_plan_free(&plan);
+        /* a request of flat/8 or more leaves no slack: B is the cap */
+        CHECK_EQ_INT(zero__bucket_plan_slack(l, offs, zero__bucket_plan_size(l, pm, 5000, scatter, 0, 0), scatter), 0);
+        zero__layout_free(&L);
+    }
+}
 
 static uint64_t oracle_owner(const zero_layout *l, uint64_t x, uint64_t *part_pos) {
     for (uint32_t g = 0; g < l->ngroups; ++g) {
@@ -123,6 +164,13 @@ static int check_one(const model *m, uint32_t N, uint64_t align, uint64_t req, i
         PROP(B == (want < flat ? want : flat) || (flat == 0 && B == 1), "in-place bucket %llu", (unsigned long long)B);
     }
 
+    uint64_t *offs = malloc((m->n ? m->n : 1) * sizeof *offs);
+    for (uint32_t i = 0; i < m->n; ++i) offs[i] = pm[i].offset;
+    const uint64_t slack = zero__bucket_plan_slack(l, offs, B, scatter);
+    free(offs);
+    /* the slack keeps every bucket within the mode's memory bound */
+    PROP(slack <= B / 16 && (slack == 0 || (scatter && B + slack <= (largest > flat / 8 ? largest : flat / 8))),
+         "slack %llu for B %llu", (unsigned long long)slack, (unsigned long long)B);
     zero__bucket_plan plan;
     PROP(zero__bucket_plan_build(&plan, l, pm, B, scatter) == ZERO_OK, "plan build failed");
     if (!ok) {
@@ -136,8 +184,9 @@ static int check_one(const model *m, uint32_t N, uint64_t align, uint64_t req, i
         const zero__bplan_bucket *bk = &plan.b[k];
         const zero_layout_group *grp = &l->groups[bk->group];
         PROP(bk->lo < bk->hi, "bucket %u empty", k);
-        PROP(bk->hi - bk->lo <= B, "bucket %u has %llu > %llu elements", k, (unsigned long long)(bk->hi - bk->lo),
-             (unsigned long long)B);
+        /* B, or B + slack when a small bucket took the next param (issue 18) */
+        PROP(bk->hi - bk->lo <= B + slack, "bucket %u has %llu > %llu + %llu elements", k,
+             (unsigned long long)(bk->hi - bk->lo), (unsigned long long)B, (unsigned long long)slack);
         PROP(bk->lo >= grp->flat_begin && bk->hi <= grp->flat_begin + grp->numel, "bucket %u crosses its group", k);
         if (striped) { /* the point of round-robin: a bucket is a whole stripe, every rank an equal block */
             PROP(bk->lo == grp->flat_begin && bk->hi == grp->flat_begin + grp->numel,
@@ -259,6 +308,7 @@ int main(void) {
     static const uint32_t extra_n[] = {48, 64, 100};
     static const uint64_t aligns[] = {1, 4, 16};
     int bad = 0;
+    check_small_buckets_merge();
     for (size_t mi = 0; mi < sizeof MODELS / sizeof MODELS[0]; ++mi) {
         for (uint32_t ni = 1; ni <= 33 + 3; ++ni) {
             const uint32_t N = ni <= 33 ? ni : extra_n[ni - 34];
