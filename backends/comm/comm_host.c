@@ -56,6 +56,14 @@ typedef struct host_comm {
     unsigned char *scratch;     /* staging, under fam->lock */
     size_t scratch_cap;
     struct host_req *inflight;  /* started exchanges, oldest first (under fam->lock) */
+    /* Stagings of finished exchanges, kept for the next ones (under
+     * fam->lock): a bucket's exchange every step would otherwise allocate
+     * and fault in twice the bucket's bytes each time. */
+    struct host_spare {
+        unsigned char *p;
+        size_t cap;
+    } spare[4];
+    int nspare;
 } host_comm;
 
 typedef struct host_req {
@@ -263,9 +271,38 @@ static zero_status do_allgatherv(zero_comm *m, const void *send, void *recv, con
 
 static int has_async(const host_comm *c) { return c->hc.alltoall && c->hc.alltoall_start && c->hc.alltoall_finish; }
 
+/* A staging of at least `bytes` (its size in *cap): a kept one that fits,
+ * else a new one, accounted as ZERO_MEM_OTHER while it lives.  Family lock
+ * held. */
+static unsigned char *stage_get(zero_comm *m, size_t bytes, size_t *cap) {
+    host_comm *c = H(m);
+    for (int i = 0; i < c->nspare; i++)
+        if (c->spare[i].cap >= bytes) {
+            unsigned char *p = c->spare[i].p;
+            *cap = c->spare[i].cap;
+            c->spare[i] = c->spare[--c->nspare];
+            return p;
+        }
+    unsigned char *p = malloc(bytes);
+    if (p) zero__engine_note_scratch(m->engine, ZERO_TIER_HOST, (int64_t)bytes);
+    *cap = bytes;
+    return p;
+}
+
+/* Keep a staging for the next exchange, or free it when enough are kept. */
+static void stage_put(zero_comm *m, unsigned char *p, size_t cap) {
+    host_comm *c = H(m);
+    if (!p) return;
+    if (c->nspare < (int)(sizeof c->spare / sizeof c->spare[0])) {
+        c->spare[c->nspare++] = (struct host_spare){p, cap};
+        return;
+    }
+    zero__engine_note_scratch(m->engine, ZERO_TIER_HOST, -(int64_t)cap);
+    free(p);
+}
+
 static void release_stage(zero_comm *m, host_req *r) {
-    if (r->stage) zero__engine_note_scratch(m->engine, ZERO_TIER_HOST, -(int64_t)r->stage_bytes);
-    free(r->stage);
+    stage_put(m, r->stage, r->stage_bytes);
     free(r->counts);
     r->stage = NULL;
     r->counts = NULL;
@@ -288,19 +325,17 @@ static zero_status start_reduce_scatter(zero_comm *m, const void *send, void *re
     r->counts_me = counts[m->rank];
     r->recv = recv;
     r->dt = dt;
-    r->stage_bytes = 2 * (size_t)P * blk;
-    r->stage = malloc(r->stage_bytes);
+    r->stage = stage_get(m, 2 * (size_t)P * blk, &r->stage_bytes);
     if (gather) {
         r->gather = gather;
         r->counts = malloc((size_t)P * sizeof *r->counts);
         if (r->counts) memcpy(r->counts, counts, (size_t)P * sizeof *r->counts);
     }
     if (!r->stage || (gather && !r->counts)) {
-        free(r->stage), free(r->counts), free(r);
+        release_stage(m, r);
+        free(r);
         return oom(m, 2 * (size_t)P * blk);
     }
-    /* staging of exchanges in flight is communication scratch too (ZERO_MEM_OTHER) */
-    zero__engine_note_scratch(m->engine, ZERO_TIER_HOST, (int64_t)r->stage_bytes);
     pad_blocks(m, r->stage, send, counts, es, blk);
     zero_status s = cb_status(
         m, c->hc.alltoall_start(c->hc.user, r->stage, r->stage + (size_t)P * blk, blk, &r->handle), "alltoall_start");
@@ -746,6 +781,10 @@ static void host_free(zero_comm *m) {
     pthread_mutex_destroy(&c->cnt_lock);
     if (c->scratch_cap) zero__engine_note_scratch(m->engine, ZERO_TIER_HOST, -(int64_t)c->scratch_cap);
     free(c->scratch);
+    for (int i = 0; i < c->nspare; i++) {
+        zero__engine_note_scratch(m->engine, ZERO_TIER_HOST, -(int64_t)c->spare[i].cap);
+        free(c->spare[i].p);
+    }
     free(c);
 }
 
