@@ -19,6 +19,7 @@
 
 #include "device.h"
 #include "log.h"
+#include "shared_blocks.h"
 
 #define ZERO_MEM_ALIGN 64
 
@@ -29,6 +30,7 @@ typedef struct mem_entry {
     zero_mem_tag tag;
     int on_dev; /* came from the device backend (device memory or pinned host) */
     size_t mapped; /* > 0: an anonymous mapping of this many bytes (large host blocks) */
+    int shared;    /* the mapping is a shared block (shared_blocks.h) */
 } mem_entry;
 
 struct zero__mem {
@@ -131,7 +133,9 @@ static int from_device(const zero__mem *m, zero_mem_tier tier) {
 #define ZERO_MEM_MAP_MIN ((size_t)1 << 20)
 
 static void block_free(zero__mem *m, const mem_entry *e) {
-    if (e->mapped)
+    if (e->shared)
+        zero__shared_block_free(e->ptr);
+    else if (e->mapped)
         munmap(e->ptr, e->mapped);
     else if (e->on_dev)
         m->dev->ops->free(m->dev, e->ptr);
@@ -144,6 +148,7 @@ void *zero__mem_alloc(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, size_t
     int on_dev = from_device(m, tier);
     void *p = NULL;
     size_t mapped = 0;
+    int shared = 0;
     if (on_dev) {
         /* zero-filled by the backend; 256-byte aligned (>= ZERO_MEM_ALIGN) */
         if (!(p = m->dev->ops->alloc(m->dev, tier, bytes ? bytes : 1))) return NULL;
@@ -157,6 +162,13 @@ void *zero__mem_alloc(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, size_t
         const long pg = sysconf(_SC_PAGESIZE);
         const size_t page = pg > 0 ? (size_t)pg : 4096;
         const size_t len = (rounded + page - 1) / page * page;
+        /* once a communicator shares this node with its peers, large blocks
+         * are shared ones they can read directly (issue 18) */
+        if ((p = zero__shared_block_alloc(len)) != NULL) {
+            mapped = len;
+            shared = 1;
+            goto record;
+        }
         void *q = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (q != MAP_FAILED) { /* zero-filled and page-aligned by the kernel */
             p = q;
@@ -169,7 +181,7 @@ void *zero__mem_alloc(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, size_t
     memset(p, 0, rounded);
 
 record:;
-    mem_entry e = {p, bytes, tier, tag, on_dev, mapped};
+    mem_entry e = {p, bytes, tier, tag, on_dev, mapped, shared};
     pthread_mutex_lock(&m->lock);
     if (table_reserve(m) != 0) {
         pthread_mutex_unlock(&m->lock);

@@ -164,6 +164,7 @@ static zero_status block_failed(zm_comm *c) {
 #define ZM_BOUNCE_MAX (64u * 1024u)
 
 static const zero__comm_ops mpi_ops;
+static void zm_free(zero_comm *m);
 
 static zm_comm *comm_new(MPI_Comm comm, zm_engine *pe, struct zero_engine *engine) {
     zm_comm *c = calloc(1, sizeof *c);
@@ -241,6 +242,15 @@ zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *eng
     }
     c->is_world = 1;
     c->owns_mpi = owns;
+    /* collective, like the dup above: shared-memory collectives when every
+     * rank is on this node (comm_mpi_shm.c) */
+    zero_status sst = zero__zm_shm_setup(c);
+    if (sst != ZERO_OK) {
+        snprintf(err, err_len, "comm: setting up the shared-memory collectives failed (an MPI call over the "
+                               "new communicator returned an error)");
+        zm_free(&c->base);
+        return sst;
+    }
     zero__log(engine, ZERO_LOG_DEBUG, "comm: MPI world rank %d of %d, thread level %d, progress thread %s%s",
               c->base.rank, c->base.size, level, pe->has_thread ? "on" : "off",
               owns ? ", MPI initialised by libzero" : "");
@@ -261,6 +271,11 @@ static zero_status adopt_split(zm_comm *c, MPI_Comm sub, zero_comm **out) {
         MPI_Comm_free(&sub);
         zero__zm_engine_release(c->pe);
         return ZERO_ERR_OUT_OF_MEMORY;
+    }
+    zero_status st = zero__zm_shm_setup(s); /* collective over sub */
+    if (st != ZERO_OK) {
+        zm_free(&s->base);
+        return st;
     }
     *out = &s->base;
     return ZERO_OK;
@@ -294,6 +309,7 @@ static void zm_free(zero_comm *m) {
         zero__log(m->engine, ZERO_LOG_WARN, "comm: MPI was finalized before libzero's communicator was freed");
         pthread_mutex_lock(&pe->lock);
         zero__zm_abandon_locked(pe, c);
+        zero__zm_shm_free(c);
         pthread_mutex_unlock(&pe->lock);
         pthread_mutex_destroy(&c->stat_lock);
         free(c);
@@ -318,6 +334,7 @@ static void zm_free(zero_comm *m) {
     if (c->is_world && pe->refs > 1)
         zero__log(m->engine, ZERO_LOG_WARN, "comm: world freed while %d sub-communicator(s) are alive", pe->refs - 1);
     MPI_Comm_free(&c->comm);
+    zero__zm_shm_free(c);
     pthread_mutex_unlock(&pe->lock);
     int owns = c->owns_mpi;
     pthread_mutex_destroy(&c->stat_lock);

@@ -25,6 +25,8 @@
 #define ZM_CACHE_SLOTS 8
 
 typedef struct zm_op zm_op;
+typedef struct zm_shm zm_shm;           /* comm_mpi_shm.c: a communicator's shared control area */
+typedef struct zm_shm_maps zm_shm_maps; /* comm_mpi_shm.c: the world's mappings of peers' blocks */
 
 /* Progress machinery of one world, shared by its sub-communicators. */
 typedef struct zm_engine {
@@ -65,6 +67,7 @@ typedef struct zm_engine {
     atomic_int failed;
     zero_status fail_status;
     char fail_why[640];
+    zm_shm_maps *shm_maps;     /* peers' shared blocks mapped here (comm_mpi_shm.c; under lock) */
 } zm_engine;
 
 typedef struct zm_comm {
@@ -80,6 +83,7 @@ typedef struct zm_comm {
     pthread_mutex_t stat_lock; /* counters, inflight, busy_t0 */
     int inflight;
     double busy_t0;
+    zm_shm *shm;               /* NULL: no shared-memory collectives on this communicator */
 } zm_comm;
 
 enum { ZM_OP_NATIVE = 0, ZM_OP_RS_RING = 1, ZM_OP_AG_RING = 2, ZM_OP_AG_DIRECT = 3 };
@@ -108,6 +112,18 @@ typedef struct zm_ring {
     int rhead, rcount, shead, scount, window;
 } zm_ring;
 
+/* An op's shared-memory state (comm_mpi_shm.c).  seq 0: the op takes the
+ * transport path from its start (native ops, communicators without a
+ * shared control area). */
+typedef struct zm_shm_op {
+    uint64_t seq;        /* the op's number on its communicator (1, 2, ...) */
+    int state;           /* ZM_SHM_* (comm_mpi_shm.c); ZM_SHM_OFF: the ring/direct path runs it */
+    int kind;            /* what every rank posts: reduce-scatter, all-gather, all-reduce */
+    const char **peer;   /* n bases, peer[q] + displ[b] * esz = rank q's block b (peer[r]: ours) */
+    size_t pos;          /* SUM: elements of our block done; GATHER: ranks copied */
+    int blocked_on;      /* the rank the last advance waited for (timeout texts); -1 none */
+} zm_shm_op;
+
 struct zm_op {
     zero_comm_req base;
     zm_op *prev, *next;
@@ -130,6 +146,7 @@ struct zm_op {
     size_t scratch_bytes;  /* size of the block held (a cached block may exceed the need) */
     size_t scratch_need;   /* bytes the reduce-scatter phase needs (0: none); taken at the op's first
                               advance within the world's budget, released when that phase ends */
+    zm_shm_op shm;
 };
 
 static inline zm_comm *ZM(zero_comm *m) { return (zm_comm *)m; }
@@ -196,6 +213,35 @@ int zero__zm_scratch_acquire_locked(zm_engine *pe, zm_op *op);
 void zero__zm_scratch_release_locked(zm_engine *pe, zm_op *op);
 zero_status zero__zm_wait(zero_comm_req *req);
 zero_status zero__zm_test(zero_comm_req *req, int *done);
+
+/* ---- comm_mpi_shm.c: shared-memory collectives (issue 18) ----
+ * Collective over c (at communicator creation): when every rank of c runs
+ * on this node and each can map the others' memory, give c a shared
+ * control area (c->shm) and enable shared blocks (shared_blocks.h).
+ * Anything short of that leaves c->shm NULL and c on its transport path;
+ * only an MPI failure is an error.  ZERO_COMM_SHM=0 keeps it off. */
+zero_status zero__zm_shm_setup(zm_comm *c);
+/* How many of m's collectives ran in shared memory / took the transport
+ * path after the ranks' agreement (0, 0 without a control area).  Tests
+ * and logs.  Thread-safe. */
+void zero__zm_shm_counts(zero_comm *m, uint64_t *in_shm, uint64_t *on_transport);
+/* Release c's control area (not collective: peers keep their mappings). */
+void zero__zm_shm_free(zm_comm *c);
+/* Unmap the world's mappings of peers' blocks (engine teardown). */
+void zero__zm_shm_maps_free(zm_engine *pe);
+/* At submit (pe->lock held): number op on c if c shares memory and op is a
+ * ring/direct collective; its first advances then run through
+ * zero__zm_shm_advance_locked. */
+void zero__zm_shm_number_locked(zm_comm *c, zm_op *op);
+/* Advance op's shared-memory protocol (pe->lock held).  Returns 1 if it
+ * moved; sets op->done when the op completed in shared memory, or
+ * op->shm.state = ZM_SHM_OFF when the ranks agreed on the transport path
+ * (some rank's buffer is private), which the caller then runs. */
+int zero__zm_shm_advance_locked(zm_op *op);
+/* 1 while op is still in its shared-memory protocol. */
+int zero__zm_shm_active(const zm_op *op);
+/* Timeout text for an op in its shared-memory protocol. */
+void zero__zm_shm_describe_locked(const zm_op *op, char *buf, size_t len);
 
 /* ---- comm_mpi_ring.c (issuing functions are thread-safe; _locked ones need pe->lock) ---- */
 /* Advance one op (pe->lock held); sets op->done.  Returns 1 if it moved. */

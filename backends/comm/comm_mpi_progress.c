@@ -188,6 +188,7 @@ void zero__zm_engine_release(zm_engine *pe) {
     }
     pthread_cond_destroy(&pe->wake);
     pthread_mutex_destroy(&pe->lock);
+    zero__zm_shm_maps_free(pe);
     free(pe);
 }
 

@@ -374,6 +374,12 @@ static int native_advance(zm_op *op) {
 
 int zero__zm_op_advance_locked(zm_op *op) {
     if (op->done) return 0;
+    if (zero__zm_shm_active(op)) {
+        /* shared memory first (comm_mpi_shm.c); the ranks may agree on the
+         * transport path instead, which then starts at once */
+        int moved = zero__zm_shm_advance_locked(op);
+        if (op->done || zero__zm_shm_active(op)) return moved;
+    }
     if (op->kind == ZM_OP_NATIVE) return native_advance(op);
     if (op->kind == ZM_OP_AG_DIRECT) return direct_advance(op);
     return ring_advance(op);
@@ -386,6 +392,7 @@ void zero__zm_op_free_locked(zm_engine *pe, zm_op *op) {
     free(op->req_peer);
     free(op->req_idx);
     free(op->icounts);
+    free((void *)op->shm.peer);
     free(op);
 }
 
@@ -401,6 +408,10 @@ static const char *kind_name(const zm_op *op) {
 
 void zero__zm_op_describe_locked(const zm_op *op, char *buf, size_t len) {
     const zm_ring *g = &op->ring;
+    if (zero__zm_shm_active(op)) {
+        zero__zm_shm_describe_locked(op, buf, len);
+        return;
+    }
     int n = snprintf(buf, len, "%s of %zu bytes on %d ranks", kind_name(op), op->bytes, op->base.comm->size);
     if (n < 0 || (size_t)n >= len) return;
     if (op->kind == ZM_OP_RS_RING || op->kind == ZM_OP_AG_RING) {
@@ -458,6 +469,7 @@ static zero_status submit(zm_comm *c, zm_op *op, zero_comm_req **req) {
     zm_engine *pe = c->pe;
     pthread_mutex_lock(&pe->lock);
     if (op->kind != ZM_OP_NATIVE) op->ring.tag = (int)(c->seq++ % (uint32_t)c->tag_mod);
+    zero__zm_shm_number_locked(c, op);
     zero__zm_submit_locked(pe, op);
     pthread_mutex_unlock(&pe->lock);
     *req = &op->base;

@@ -12,8 +12,29 @@
 #include "comm.h"
 #include "comm_mpi_internal.h" /* test_overlap peeks at an op's completion flag */
 #include "optim_math.h"        /* the 16-bit conversions the ring's 16-bit sums use */
+#include "shared_blocks.h"     /* BUFFERS=shared: the buffers peers read in place (issue 18) */
 
 static int R, N;
+
+/* ZERO_TEST_BUFFERS (an argument BUFFERS=...): "private" (default, malloc:
+ * the ring/direct transport path), "shared" (every buffer a shared block:
+ * the shared-memory collectives, comm_mpi_shm.c), "mixed" (rank 1 private,
+ * the others shared: every rank must agree on the transport path). */
+static int g_buffers;
+static int g_shm_on; /* not turned off by ZERO_COMM_SHM=0 */
+
+static void *tbuf(size_t bytes) {
+    if (g_buffers == 1 || (g_buffers == 2 && R != 1)) {
+        size_t len = (bytes + 4095) / 4096 * 4096;
+        void *p = zero__shared_block_alloc(len ? len : 4096);
+        if (g_shm_on) CHECK(p != NULL, "shared block of %zu bytes", len);
+        if (p) return p;
+    }
+    return malloc(bytes);
+}
+static void tfree(void *p) {
+    if (!zero__shared_block_free(p)) free(p);
+}
 
 /* rank r's contribution at global index i */
 static double val(int r, size_t i) { return (double)((r + 1) * 3 + (int)(i % 97)) - 40.0; }
@@ -86,9 +107,9 @@ static void test_reduce_scatter(zero_comm *w, zero_dtype dt, size_t base, int pa
         if (b < r) off += counts[b];
         total += counts[b];
     }
-    char *send = malloc(total * esz + 1);
+    char *send = tbuf(total * esz + 1);
     fill(send, dt, r, 0, total);
-    char *recv = inplace ? send + off * esz : malloc(counts[r] * esz + 1);
+    char *recv = inplace ? send + off * esz : tbuf(counts[r] * esz + 1);
     zero_comm_req *req = NULL;
     zero_status st = zero__ireduce_scatterv(w, send, recv, counts, dt, &req);
     CHECK(st == ZERO_OK, "ireduce_scatterv status %d", st);
@@ -97,14 +118,14 @@ static void test_reduce_scatter(zero_comm *w, zero_dtype dt, size_t base, int pa
           pattern, inplace);
     if (!inplace) {
         /* the send buffer is untouched */
-        char *ref = malloc(total * esz + 1);
+        char *ref = tbuf(total * esz + 1);
         fill(ref, dt, r, 0, total);
         CHECK(memcmp(ref, send, total * esz) == 0, "send buffer modified");
-        free(ref);
-        free(recv);
+        tfree(ref);
+        tfree(recv);
     }
-    free(send);
-    free(counts);
+    tfree(send);
+    tfree(counts);
 }
 
 static void test_allgather(zero_comm *w, zero_dtype dt, size_t base, int pattern, int inplace) {
@@ -115,15 +136,15 @@ static void test_allgather(zero_comm *w, zero_dtype dt, size_t base, int pattern
         if (b < r) off += counts[b];
         total += counts[b];
     }
-    char *recv = malloc(total * esz + 1);
+    char *recv = tbuf(total * esz + 1);
     memset(recv, 0xab, total * esz);
-    char *send = inplace ? recv + off * esz : malloc(counts[r] * esz + 1);
+    char *send = inplace ? recv + off * esz : tbuf(counts[r] * esz + 1);
     fill(send, dt, r, off, counts[r]);
     zero_comm_req *req = NULL;
     zero_status st = zero__iallgatherv(w, send, recv, counts, dt, &req);
     CHECK(st == ZERO_OK, "iallgatherv status %d", st);
     if (st == ZERO_OK) CHECK_EQ_INT(zero__comm_wait(req), ZERO_OK);
-    char *ref = malloc(total * esz + 1);
+    char *ref = tbuf(total * esz + 1);
     size_t o = 0;
     for (int b = 0; b < n; ++b) {
         fill(ref + o * esz, dt, b, o, counts[b]);
@@ -131,10 +152,10 @@ static void test_allgather(zero_comm *w, zero_dtype dt, size_t base, int pattern
     }
     CHECK(memcmp(ref, recv, total * esz) == 0, "allgather dt=%d base=%zu pattern=%d inplace=%d", dt, base, pattern,
           inplace);
-    free(ref);
-    if (!inplace) free(send);
-    free(recv);
-    free(counts);
+    tfree(ref);
+    if (!inplace) tfree(send);
+    tfree(recv);
+    tfree(counts);
 }
 
 /* (issue 24) Groups on MPI batch nothing: collectives issued inside one
@@ -171,8 +192,8 @@ static void test_sum16(zero_comm *w, zero_dtype dt, size_t base, int pattern) {
         displ[b] = total;
         total += counts[b];
     }
-    uint16_t *x = malloc((total ? total : 1) * 2), *y = malloc((total ? total : 1) * 2),
-             *want = malloc((total ? total : 1) * 2), *out = malloc((counts[R] ? counts[R] : 1) * 2);
+    uint16_t *x = tbuf((total ? total : 1) * 2), *y = tbuf((total ? total : 1) * 2),
+             *want = tbuf((total ? total : 1) * 2), *out = tbuf((counts[R] ? counts[R] : 1) * 2);
     for (size_t i = 0; i < total; ++i) x[i] = in16(dt, R, i);
     for (int b = 0; b < N; ++b)
         for (size_t i = displ[b]; i < displ[b] + counts[b]; ++i) {
@@ -199,12 +220,12 @@ static void test_sum16(zero_comm *w, zero_dtype dt, size_t base, int pattern) {
     zero__comm_counters_get(w, &c1);
     CHECK(c1.bytes_reduced - c0.bytes_reduced == 3 * total * 2, "16-bit bytes on the wire: %llu for %zu elements",
           (unsigned long long)(c1.bytes_reduced - c0.bytes_reduced), total);
-    free(x);
-    free(y);
-    free(want);
-    free(out);
-    free(counts);
-    free(displ);
+    tfree(x);
+    tfree(y);
+    tfree(want);
+    tfree(out);
+    tfree(counts);
+    tfree(displ);
 }
 
 static void test_blocking(zero_comm *w) {
@@ -276,18 +297,18 @@ static void test_concurrent(zero_comm *w) {
         /* contributions are functions of the WORLD rank, so expectations are
          * computed over the members */
         if (kind[i] == 1) {
-            bufs[i] = malloc(cnts[i][cr] * 4 + 4);
-            outs[i] = malloc(total * 4 + 4);
+            bufs[i] = tbuf(cnts[i][cr] * 4 + 4);
+            outs[i] = tbuf(total * 4 + 4);
             fill(bufs[i], ZERO_DTYPE_F32, r, off, cnts[i][cr]);
             CHECK_EQ_INT(zero__iallgatherv(c, bufs[i], outs[i], cnts[i], ZERO_DTYPE_F32, &req[i]), ZERO_OK);
         } else if (kind[i] == 3) {
-            bufs[i] = malloc(total * 4 + 4);
+            bufs[i] = tbuf(total * 4 + 4);
             outs[i] = NULL;
             fill(bufs[i], ZERO_DTYPE_F32, r, 0, total);
             CHECK_EQ_INT(zero__iallreduce(c, bufs[i], total, ZERO_DTYPE_F32, ZERO_OP_SUM, &req[i]), ZERO_OK);
         } else {
-            bufs[i] = malloc(total * 4 + 4);
-            outs[i] = malloc(cnts[i][cr] * 4 + 4);
+            bufs[i] = tbuf(total * 4 + 4);
+            outs[i] = tbuf(cnts[i][cr] * 4 + 4);
             fill(bufs[i], ZERO_DTYPE_F32, r, 0, total);
             CHECK_EQ_INT(zero__ireduce_scatterv(c, bufs[i], outs[i], cnts[i], ZERO_DTYPE_F32, &req[i]), ZERO_OK);
         }
@@ -323,13 +344,13 @@ static void test_concurrent(zero_comm *w) {
         int ok = 1;
         if (kind[i] == 1) {
             size_t o = 0;
-            float *ref = malloc(total * 4 + 4);
+            float *ref = tbuf(total * 4 + 4);
             for (int b = 0; b < cn; ++b) {
                 fill(ref + o, ZERO_DTYPE_F32, on_sub[i] ? members[b] : b, o, cnts[i][b]);
                 o += cnts[i][b];
             }
             ok = memcmp(ref, outs[i], total * 4) == 0;
-            free(ref);
+            tfree(ref);
         } else {
             const float *got = kind[i] == 3 ? (const float *)bufs[i] + 0 : outs[i];
             size_t lo = kind[i] == 3 ? 0 : off, len = kind[i] == 3 ? total : cnts[i][cr];
@@ -340,9 +361,9 @@ static void test_concurrent(zero_comm *w) {
             }
         }
         CHECK(ok, "concurrent op %d (kind %d, sub %d) wrong", i, kind[i], on_sub[i]);
-        free(bufs[i]);
-        free(outs[i]);
-        free(cnts[i]);
+        tfree(bufs[i]);
+        tfree(outs[i]);
+        tfree(cnts[i]);
     }
     zero__comm_counters ct;
     zero__comm_counters_get(sub, &ct);
@@ -365,7 +386,7 @@ static void test_concurrent(zero_comm *w) {
 static void test_repeatable(zero_comm *w) {
     int n = zero__comm_size(w), r = zero__comm_rank(w);
     size_t per = 50000, total = per * (size_t)n;
-    float *send = malloc(total * 4), *a = malloc(per * 4), *b = malloc(per * 4);
+    float *send = tbuf(total * 4), *a = tbuf(per * 4), *b = tbuf(per * 4);
     uint32_t s = 12345u + 7919u * (uint32_t)r;
     for (size_t i = 0; i < total; ++i) {
         s = s * 1664525u + 1013904223u;
@@ -395,11 +416,11 @@ static void test_repeatable(zero_comm *w) {
         if (e > maxerr) maxerr = e;
     }
     CHECK(maxerr < 1e-5 * n, "reduce-scatter off the fp64 reference by %g", maxerr);
-    free(ref);
-    free(send);
-    free(a);
-    free(b);
-    free(counts);
+    tfree(ref);
+    tfree(send);
+    tfree(a);
+    tfree(b);
+    tfree(counts);
 }
 
 /* Sum allreduce: exact on integers, bitwise identical on every rank for
@@ -409,13 +430,13 @@ static void test_allreduce_identical(zero_comm *w) {
     size_t sizes[] = {0, 1, 3, 1000, 300001};
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
         size_t cnt = sizes[si];
-        double *d = malloc(cnt * 8 + 8);
+        double *d = tbuf(cnt * 8 + 8);
         fill(d, ZERO_DTYPE_F64, r, 0, cnt);
         zero_comm_req *q;
         CHECK_EQ_INT(zero__iallreduce(w, d, cnt, ZERO_DTYPE_F64, ZERO_OP_SUM, &q), ZERO_OK);
         CHECK_EQ_INT(zero__comm_wait(q), ZERO_OK);
         CHECK(sum_matches(d, ZERO_DTYPE_F64, 0, cnt), "iallreduce f64 count %zu", cnt);
-        float *f = malloc(cnt * 4 + 4);
+        float *f = tbuf(cnt * 4 + 4);
         uint32_t s = 777u + 31u * (uint32_t)r;
         for (size_t i = 0; i < cnt; ++i) {
             s = s * 1664525u + 1013904223u;
@@ -427,8 +448,8 @@ static void test_allreduce_identical(zero_comm *w) {
         for (size_t i = 0; i < cnt * 4; ++i) h = (h ^ ((const uint8_t *)f)[i]) * 1099511628211ull;
         CHECK_EQ_INT(zero__allgather_bytes(w, &h, all, sizeof h), ZERO_OK);
         for (int b = 0; b < n && b < 64; ++b) CHECK(all[b] == h, "iallreduce result differs on rank %d (count %zu)", b, cnt);
-        free(f);
-        free(d);
+        tfree(f);
+        tfree(d);
     }
     int64_t mx = r;
     zero_comm_req *q;
@@ -443,7 +464,7 @@ static void test_allreduce_identical(zero_comm *w) {
 static void test_overlap(zero_comm *w) {
     int n = zero__comm_size(w), r = zero__comm_rank(w);
     size_t per = 1u << 18, total = per * (size_t)n; /* 1 MB per rank: many chunks and steps */
-    float *send = malloc(total * 4), *out = malloc(per * 4);
+    float *send = tbuf(total * 4), *out = tbuf(per * 4);
     fill(send, ZERO_DTYPE_F32, r, 0, total);
     size_t *counts = make_counts(n, per, 0);
     CHECK_EQ_INT(zero__barrier(w), ZERO_OK);
@@ -472,9 +493,9 @@ static void test_overlap(zero_comm *w) {
     CHECK(done, "test() after completion");
     if (!done) CHECK_EQ_INT(zero__comm_wait(q), ZERO_OK);
     CHECK(sum_matches(out, ZERO_DTYPE_F32, per * (size_t)r, per), "overlap result");
-    free(send);
-    free(out);
-    free(counts);
+    tfree(send);
+    tfree(out);
+    tfree(counts);
 }
 
 /* Two host threads issue and wait collectives at the same time, each on its
@@ -491,7 +512,7 @@ static void *thread_body(void *p) {
     int n = zero__comm_size(a->c), r = zero__comm_rank(a->c);
     size_t per = 20000 + 17 * (size_t)a->kind, total = per * (size_t)n;
     size_t *counts = make_counts(n, per, 0);
-    float *send = malloc(total * 4), *out = malloc(total * 4);
+    float *send = tbuf(total * 4), *out = tbuf(total * 4);
     a->ok = 1;
     for (int it = 0; it < 15 && a->ok; ++it) {
         zero_comm_req *q = NULL;
@@ -514,9 +535,9 @@ static void *thread_body(void *p) {
             }
         }
     }
-    free(send);
-    free(out);
-    free(counts);
+    tfree(send);
+    tfree(out);
+    tfree(counts);
     return NULL;
 }
 
@@ -545,7 +566,7 @@ static void test_cross_order(zero_comm *w) {
     CHECK_EQ_INT(zero__comm_split(w, 0, r, &sub), ZERO_OK);
     if (!sub) return;
     size_t per = 100000, total = per * (size_t)n;
-    float *send = malloc(total * 4), *out = malloc(per * 4);
+    float *send = tbuf(total * 4), *out = tbuf(per * 4);
     fill(send, ZERO_DTYPE_F32, r, 0, total);
     size_t *counts = make_counts(n, per, 0);
     zero_comm_req *q = NULL;
@@ -557,9 +578,9 @@ static void test_cross_order(zero_comm *w) {
     if (r != 0) CHECK_EQ_INT(zero__ireduce_scatterv(sub, send, out, counts, ZERO_DTYPE_F32, &q), ZERO_OK);
     CHECK_EQ_INT(zero__comm_wait(q), ZERO_OK);
     CHECK(sum_matches(out, ZERO_DTYPE_F32, per * (size_t)r, per), "cross-order reduce-scatter");
-    free(send);
-    free(out);
-    free(counts);
+    tfree(send);
+    tfree(out);
+    tfree(counts);
     zero__comm_free(sub);
 }
 
@@ -578,6 +599,29 @@ static void test_error_path(zero_comm *w) {
     float x = 1.0f;
     CHECK_EQ_INT(zero__allreduce(w, &x, 1, ZERO_DTYPE_F32, ZERO_OP_SUM), ZERO_OK);
     CHECK(x == 2.0f, "allreduce after an error: %g", x);
+}
+
+/* (BUFFERS=mixed) Ranks that disagree on a collective's size, with shared
+ * buffers on every rank: each sees the mismatch in the others' posts and
+ * fails the op with ZERO_ERR_COMM (no rank reads a wrong-sized block), and
+ * the communicator goes on working. */
+static void test_mismatch(zero_comm *w) {
+    const int saved = g_buffers;
+    g_buffers = 1;
+    size_t per = (size_t)(R == 0 ? 1000 : 1200), total = per * (size_t)N;
+    size_t *counts = make_counts(N, per, 0);
+    float *send = tbuf(total * 4), *out = tbuf(per * 4);
+    fill(send, ZERO_DTYPE_F32, R, 0, total);
+    zero_comm_req *q = NULL;
+    CHECK_EQ_INT(zero__ireduce_scatterv(w, send, out, counts, ZERO_DTYPE_F32, &q), ZERO_OK);
+    CHECK_EQ_INT(zero__comm_wait(q), ZERO_ERR_COMM);
+    tfree(send);
+    tfree(out);
+    tfree(counts);
+    g_buffers = saved;
+    float x = 1.0f;
+    CHECK_EQ_INT(zero__allreduce(w, &x, 1, ZERO_DTYPE_F32, ZERO_OP_SUM), ZERO_OK);
+    CHECK(x == (float)N, "allreduce after a mismatch: %g", x);
 }
 
 int main(int argc, char **argv) {
@@ -612,6 +656,9 @@ int main(int argc, char **argv) {
     CHECK(strcmp(w->ops->name, "mpi") == 0, "backend %s", w->ops->name);
     R = zero__comm_rank(w);
     N = zero__comm_size(w);
+    const char *bufs = getenv("ZERO_TEST_BUFFERS");
+    g_shm_on = !(getenv("ZERO_COMM_SHM") && strcmp(getenv("ZERO_COMM_SHM"), "0") == 0);
+    g_buffers = bufs && strcmp(bufs, "shared") == 0 ? 1 : bufs && strcmp(bufs, "mixed") == 0 ? 2 : 0;
     if (strcmp(mode, "host-finalize-first") == 0) {
         /* a host that finalises MPI before destroying libzero: the free must
          * neither crash nor call MPI */
@@ -649,6 +696,20 @@ int main(int argc, char **argv) {
     test_cross_order(w);
     test_groups(w);
     if (N == 2 && strcmp(mode, "auto") == 0) test_error_path(w);
+
+    if (g_buffers == 2 && N > 1 && g_shm_on) test_mismatch(w);
+    /* which path the collectives took: shared buffers on one node run in
+     * shared memory, a private buffer on any rank sends everyone to the
+     * transport path */
+    uint64_t in_shm = 0, on_transport = 0;
+    zero__zm_shm_counts(w, &in_shm, &on_transport);
+    if (N > 1 && g_buffers == 1 && g_shm_on)
+        CHECK(in_shm > 40 && on_transport < in_shm, "shared buffers: %llu collectives in shared memory, %llu not",
+              (unsigned long long)in_shm, (unsigned long long)on_transport);
+    else if (N > 1)
+        CHECK(in_shm == 0 && (!g_shm_on || on_transport > 40),
+              "private buffers: %llu collectives in shared memory, %llu on the transport", (unsigned long long)in_shm,
+              (unsigned long long)on_transport);
 
     zero__comm_counters ct;
     zero__comm_counters_get(w, &ct);
