@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "comm_mpi_internal.h"
+#include "optim.h" /* zero__optim_set_node_ranks */
 #include "comm_wait.h"
 #include "log.h"
 
@@ -242,8 +243,17 @@ zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *eng
     }
     c->is_world = 1;
     c->owns_mpi = owns;
-    /* collective, like the dup above: shared-memory collectives when every
-     * rank is on this node (comm_mpi_shm.c) */
+    /* collective, like the dup above: the ranks sharing this node size the
+     * CPU kernels' thread team (core/optim/optim_threads.c) ... */
+    MPI_Comm node;
+    if (MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        int local = 1;
+        MPI_Comm_size(node, &local);
+        MPI_Comm_free(&node);
+        zero__optim_set_node_ranks(local);
+    }
+    /* ... and shared-memory collectives run when every rank is on this node
+     * (comm_mpi_shm.c) */
     zero_status sst = zero__zm_shm_setup(c);
     if (sst != ZERO_OK) {
         snprintf(err, err_len, "comm: setting up the shared-memory collectives failed (an MPI call over the "

@@ -64,6 +64,13 @@ void zero__convert(void *dst, zero_dtype dst_dt, const void *src, zero_dtype src
 /* dst[i] += (float)src[i].  Unknown dtype: nothing is written. */
 void zero__add_into(float *dst, const void *src, zero_dtype src_dt, size_t n);
 
+/* Threads the CPU kernels use (optim_threads.c): OMP_NUM_THREADS when the
+ * user set it, else the CPUs this process may use divided by the ranks on
+ * its node (zero__optim_set_node_ranks; one per CPU until a communicator
+ * says).  Thread-safe; process-wide (the last communicator made sets it). */
+int zero__optim_threads(void);
+void zero__optim_set_node_ranks(int ranks);
+
 /* Elements per tile of the step kernels (bounds per-thread temporaries). */
 #define ZERO_OPTIM_TILE 2048
 #define ZERO_SUMSQ_BLOCK 1024

@@ -88,7 +88,7 @@ zero__simd zero__simd_active(void) {
 
 static void run_kernel(zero__step_kernel kern, const zero__step_args *a, size_t n) {
 #if defined(ZERO_HAVE_OPENMP)
-    int want = omp_get_max_threads(); /* honours OMP_NUM_THREADS */
+    int want = zero__optim_threads(); /* OMP_NUM_THREADS, else CPUs per rank on this node */
     size_t cap = n / PAR_MIN_PER_THREAD;
     if (cap < (size_t)want) want = (int)(cap > 0 ? cap : 1);
     if (want > 1 && !omp_in_parallel()) {

@@ -59,11 +59,14 @@ double zero__sumsq_f32(const float *x, size_t n) {
     size_t nblocks = (n + ZERO_SUMSQ_BLOCK - 1) / ZERO_SUMSQ_BLOCK;
     zero__sumsq_tree tree = {{0}, {0}};
     double part[SUMSQ_BATCH];
+#if defined(ZERO_HAVE_OPENMP)
+    const int team = zero__optim_threads(); /* see optim_threads.c */
+#endif
     for (size_t b0 = 0; b0 < nblocks; b0 += SUMSQ_BATCH) {
         long nb = (long)(nblocks - b0 < SUMSQ_BATCH ? nblocks - b0 : SUMSQ_BATCH);
 #if defined(ZERO_HAVE_OPENMP)
         /* only worth a thread team for large arrays (see optim_dispatch.c) */
-#pragma omp parallel for schedule(static) if (n >= ((size_t)1 << 18))
+#pragma omp parallel for schedule(static) if (n >= ((size_t)1 << 18)) num_threads(team)
 #endif
         for (long b = 0; b < nb; ++b) {
             size_t lo = (b0 + (size_t)b) * ZERO_SUMSQ_BLOCK;
