@@ -131,6 +131,7 @@ static int from_device(const zero__mem *m, zero_mem_tier tier) {
  * longer follows the accounting (a stage-3 gather pool that is released
  * and refilled left ~10 MB resident at 5M params: docs/memory.md). */
 #define ZERO_MEM_MAP_MIN ((size_t)1 << 20)
+#define ZERO_MEM_SHARE_MIN ((size_t)64 << 10)
 
 static void block_free(zero__mem *m, const mem_entry *e) {
     if (e->shared)
@@ -158,17 +159,19 @@ void *zero__mem_alloc(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, size_t
      * gets a real, unique block so it can be tracked and freed. */
     if (bytes > SIZE_MAX - ZERO_MEM_ALIGN) return NULL;
     size_t rounded = bytes == 0 ? ZERO_MEM_ALIGN : (bytes + ZERO_MEM_ALIGN - 1) & ~(size_t)(ZERO_MEM_ALIGN - 1);
+    const long pg = sysconf(_SC_PAGESIZE);
+    const size_t page = pg > 0 ? (size_t)pg : 4096;
+    const size_t len = (rounded + page - 1) / page * page;
+    /* once a communicator shares this node with its peers, blocks a
+     * collective may read are shared ones the peers read directly (issue
+     * 18); from 64 KiB, so that a small model's buckets take that path too
+     * (an op runs in shared memory only if every rank's buffer is shared) */
+    if (rounded >= ZERO_MEM_SHARE_MIN && (p = zero__shared_block_alloc(len)) != NULL) {
+        mapped = len;
+        shared = 1;
+        goto record;
+    }
     if (rounded >= ZERO_MEM_MAP_MIN) {
-        const long pg = sysconf(_SC_PAGESIZE);
-        const size_t page = pg > 0 ? (size_t)pg : 4096;
-        const size_t len = (rounded + page - 1) / page * page;
-        /* once a communicator shares this node with its peers, large blocks
-         * are shared ones they can read directly (issue 18) */
-        if ((p = zero__shared_block_alloc(len)) != NULL) {
-            mapped = len;
-            shared = 1;
-            goto record;
-        }
         void *q = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (q != MAP_FAILED) { /* zero-filled and page-aligned by the kernel */
             p = q;

@@ -6,8 +6,7 @@
  * that the buffers must be mappable by the peers, so once a communicator has
  * found that all its ranks share this node and can map each other's memory
  * it enables shared blocks, and from then on the accountant (memory.c) makes
- * every large host block (>= 1 MiB, the ones that were private anonymous
- * mappings) a MAP_SHARED mapping of a memfd.  Peers open it through
+ * every host block of 64 KiB or more a MAP_SHARED mapping of a memfd.  Peers open it through
  * /proc/<pid>/fd/<fd> (the same ptrace-read permission Open MPI's
  * single-copy transport needs) and map it read-only.
  *

@@ -23,6 +23,13 @@ DeepSpeed's default buffer sizes and checks, on the maximum over ranks:
     (it is host + device here; only its device tier counts, as above).
   * every plugin ends with the same parameters (digest within 1e-4 rel.).
 
+The runs take the MPI transport path (ZERO_COMM_SHM=0): with the shared-
+memory collectives (docs/comm.md) each rank maps the blocks of its peers it
+reads, and VmRSS counts those shared pages in every rank that touched them
+although the node holds them once, so per-process resident growth would no
+longer say what each stage adds; the ring's temporaries, which the scratch
+check orders, exist only on the transport path.
+
 Sizes: 5k, 300k, 5M at N = 1, 2, 4 and 50M at N = 1 (2 steps each), which
 keeps the sweep at about two minutes on CI's two cores.
 Usage: memory_sweep.py HOST_BINARY OUT_DIR
@@ -45,7 +52,8 @@ RSS_TOL_REL = 0.03
 def run(host, plugin, numel, np_, out_dir):
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_), "--mca", "btl", "self,vader",
            host, plugin, str(numel), str(STEPS)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, ZERO_COMM_SHM="0")  # see the docstring
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     log = os.path.join(out_dir, f"{plugin}-{numel}-np{np_}.log")
     with open(log, "w") as f:
         f.write(p.stdout + p.stderr)
