@@ -354,7 +354,6 @@ static int post(zm_op *op, zm_shm *sh) {
                 return 0;
             }
     zm_shm_slot *d = &sh->mine->slot[s % ZM_SHM_SLOTS];
-    const zm_ring *g = &op->ring;
     zero__shared_ref ref;
     const size_t total = op->bytes;
     d->kind = op->shm.kind;
@@ -370,7 +369,6 @@ static int post(zm_op *op, zm_shm *sh) {
         d->fd = -1;
         d->ino = d->offset = d->length = 0;
     }
-    (void)g;
     zero__jitter(ZERO_JITTER_RING_POST);
     atomic_store_explicit(&d->seq, s, memory_order_release);
     op->shm.state = ZM_SHM_DECIDE;
