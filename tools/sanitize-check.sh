@@ -130,6 +130,7 @@ if [ "$mode" = asan ]; then
         ci+='|install\.|plan_paper|plan_measured_np[234]|stages_equivalence_np4|stage3_equiv_np4'
         ci+='|offload_equivalence_np4|offload_precision_np4|comm_mpi_small_chunks_np4|comm_ring_order_np12|multihost'
         ci+='|stages_host_comm_np5|comm_host_np5' # (1.5) np1/np3 run: five instrumented ranks crowd the timing tests
+        ci+='|comm_mpi_shared_np[59]' # (1.5.1) the shared-memory collectives: np2/np3 and the variants run
         EXCLUDE="^($ci)${EXCLUDE:+|$EXCLUDE}"
     fi
     excl="^loader\.|^fuzz_${EXCLUDE:+|$EXCLUDE}"
@@ -152,7 +153,7 @@ else
     tsan_excl=()
     demo_plugins=${TSAN_DEMO_PLUGINS:-stage2 stage3}
     if [ "${TSAN_SET:-full}" = ci ]; then
-        tsan_excl=(-E "^(comm_mpi_np4|comm_mpi_small_chunks_np4|comm_mpi_host_(single|multiple)_np4|comm_ring_order_np12|stages_[a-z_]+_np4|stages_host_comm_np5|stage3_equiv_np4|offload_equivalence_np4|offload_block_final_np4)\$${EXCLUDE:+|$EXCLUDE}")
+        tsan_excl=(-E "^(comm_mpi_np4|comm_mpi_small_chunks_np4|comm_mpi_host_(single|multiple)_np4|comm_mpi_shared_np[59]|comm_ring_order_np12|stages_[a-z_]+_np4|stages_host_comm_np5|stage3_equiv_np4|offload_equivalence_np4|offload_block_final_np4)\$${EXCLUDE:+|$EXCLUDE}")
         demo_plugins=${TSAN_DEMO_PLUGINS:-stage3}
     elif [ -n "${EXCLUDE:-}" ]; then
         tsan_excl=(-E "$EXCLUDE")
