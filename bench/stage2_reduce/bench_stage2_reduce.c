@@ -29,6 +29,11 @@
  * engine's wait for it, zero_comm_stats.exposed_comm_seconds, since the
  * boundary also runs the optimizer and the all-gather) under both.
  *
+ * Since 1.5.1 the reductions run in shared memory when all ranks share a
+ * node (docs/comm.md); two more engines, made with ZERO_COMM_SHM=0, time
+ * the contiguous stage-2 and stage-1 reductions over MPI's transport (the
+ * ring), so one run gives both paths.
+ *
  * Each repetition runs all of them once (interleaved, so load changes on a
  * shared machine hit all alike); each time is the slowest rank's (MPI_MAX
  * after a barrier); printed: medians and the median of per-repetition
@@ -69,10 +74,11 @@ static double cpu_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-enum { NV = 4 };
+enum { NV = 6 };
 typedef struct variant {
     const char *label, *plugin;
     int round_robin, stage1;
+    int transport; /* made with ZERO_COMM_SHM=0: the ring over MPI's transport, not shared memory */
     zero_engine *e;
     zero_param **h;
     double *t, *ratio, *wall; /* wall: stage 1's whole boundary step (reduction, AdamW, all-gather) */
@@ -96,10 +102,13 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     const size_t total = (size_t)(mparams * 1e6), per = total / (size_t)nparams;
 
-    variant v[NV] = {{"stage2 reduction, contiguous partitions ", "stage2", 0, 0, 0, 0, 0, 0, 0, 0},
-                     {"stage2 reduction, round_robin_gradients ", "stage2", 1, 0, 0, 0, 0, 0, 0, 0},
-                     {"stage1 window reduction, contiguous     ", "stage1", 0, 1, 0, 0, 0, 0, 0, 0},
-                     {"stage1 window reduction, round_robin    ", "stage1", 1, 1, 0, 0, 0, 0, 0, 0}};
+    variant v[NV] = {{"stage2 reduction, contiguous partitions ", "stage2", 0, 0, 0, 0, 0, 0, 0, 0, 0},
+                     {"stage2 reduction, round_robin_gradients ", "stage2", 1, 0, 0, 0, 0, 0, 0, 0, 0},
+                     {"stage1 window reduction, contiguous     ", "stage1", 0, 1, 0, 0, 0, 0, 0, 0, 0},
+                     {"stage1 window reduction, round_robin    ", "stage1", 1, 1, 0, 0, 0, 0, 0, 0, 0},
+                     /* 1.5.1: the same with the shared-memory collectives off (docs/comm.md) */
+                     {"stage2 reduction, contiguous, transport ", "stage2", 0, 0, 1, 0, 0, 0, 0, 0, 0},
+                     {"stage1 window reduction, contig., transp.", "stage1", 0, 1, 1, 0, 0, 0, 0, 0, 0}};
     for (int k = 0; k < NV; k++) {
         char json[512];
         snprintf(json, sizeof json,
@@ -109,7 +118,9 @@ int main(int argc, char **argv) {
                  v[k].stage1 ? 1 : window_start ? 2 : 1000000, v[k].stage1 ? 1 : 2, v[k].stage1 ? "false" : "true",
                  v[k].round_robin ? "true" : "false");
         v[k].h = calloc((size_t)nparams, sizeof *v[k].h);
+        if (v[k].transport) setenv("ZERO_COMM_SHM", "0", 1); /* read when the engine's communicator is made */
         v[k].e = bench_engine_flat(json, v[k].plugin, nparams, per, "p", v[k].h);
+        if (v[k].transport) unsetenv("ZERO_COMM_SHM");
         v[k].t = calloc((size_t)reps, sizeof(double));
         v[k].ratio = calloc((size_t)reps, sizeof(double));
         v[k].wall = calloc((size_t)reps, sizeof(double));
