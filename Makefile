@@ -40,7 +40,7 @@ build: configure
 # the bindings...).  Each pass prints its own summary; either failing fails
 # the target, after both ran.  CTEST_PAR_TESTS= (empty) runs one pass.
 CTEST_PAR_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-CTEST_PAR_TESTS ?= ^(determinism_|fuzz_|plan_measured_np|plan_paper_tables$$|bucket_plan$$|memory_stage_sweep$$|memory_stage3_(offload|nvme_param)_sweep$$|precision_stage_trajectories$$|contrib\.|stage3_offload_ckpt$$|buckets_demo_memory_order$$|offload_demo$$|pipeline_demo_matches_stage0$$)
+CTEST_PAR_TESTS ?= ^(determinism_|fuzz_|plan_measured_np|plan_paper_tables$$|bucket_plan$$|memory_stage_sweep$$|memory_stage3_(offload|nvme_param)_sweep$$|precision_stage_trajectories$$|contrib\.|stage3_offload_ckpt$$|buckets_demo_memory_order$$|offload_demo$$|pipeline_demo_matches_stage0$$|demo_stages_agree$$|demo_precision_curve$$|stage3_demo_peak_np4$$|stage3_nvme_param_errors$$|config_hf_examples$$)
 CTEST_ARGS = --output-on-failure --timeout $(CTEST_TIMEOUT)
 test: build
 ifeq ($(strip $(CTEST_PAR_TESTS)),)

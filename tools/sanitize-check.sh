@@ -127,8 +127,12 @@ if [ "$mode" = asan ]; then
     # runs at np3 (stages_equivalence, stage3_equiv, stages_checkpoint,
     # offload_checkpoint, device_dispatch, peers_bitwise: nothing in the
     # comm backend, the bucket engine or the plugins special-cases two
-    # ranks, and np3 adds the uneven partitions) and ckpt_tool (a 64 MiB
-    # fixture).  The zero-demo-driven tests that stay (contrib.*,
+    # ranks, and np3 adds the uneven partitions), the stage-3 offload
+    # memory sweeps (memory_stage3_offload_sweep, memory_stage3_nvme_param_
+    # sweep: the accountant's figures over model depths, on the offload
+    # paths that stage3_offload_ckpt and stage3_nvme_param_errors run here
+    # -- optimizer in host memory and NVMe, the shard in host memory and
+    # NVMe, saved, resumed, resharded) and ckpt_tool (a 64 MiB fixture).  The zero-demo-driven tests that stay (contrib.*,
     # stage3_offload_ckpt, stage3_nvme_param_errors, config_hf_examples,
     # trace_valid) train on one file of the demo's corpus
     # (tests/CMakeLists.txt: the validation pass over the full one took
@@ -145,6 +149,7 @@ if [ "$mode" = asan ]; then
         ci+='|stages_host_comm_np5|comm_host_np5' # (1.5) np1/np3 run: five instrumented ranks crowd the timing tests
         ci+='|stages_equivalence_np2|stage3_equiv_np2|stages_checkpoint_np2|offload_checkpoint_np2|device_dispatch_np2'
         ci+='|peers_bitwise_np2' # np3 runs each
+        ci+='|memory_stage3_offload_sweep|memory_stage3_nvme_param_sweep'
         EXCLUDE="^($ci)${EXCLUDE:+|$EXCLUDE}"
     fi
     excl="^loader\.|^fuzz_${EXCLUDE:+|$EXCLUDE}"
