@@ -6,7 +6,7 @@
 #   tools/sanitize-check.sh [asan|tsan] [extra ctest arguments...]
 #
 #   asan (default): AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer,
-#        Debug build in build-asan/, every test except the `bench` and `gpu`
+#        Debug build at -O1 in build-asan/, every test except the `bench` and `gpu`
 #        labels.
 #   tsan: ThreadSanitizer, build-tsan/, the tests that run threads: the comm
 #        progress thread (comm_mpi_*), hooks from several threads into the
