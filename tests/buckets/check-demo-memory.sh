@@ -15,7 +15,7 @@ for np in "$@"; do
   for s in stage0 stage1 stage2; do
     rm -f "$OUT/$s-np$np.json"
     mpirun --allow-run-as-root --oversubscribe -np "$np" --mca btl self,vader \
-      "$DEMO" --config "$ROOT/examples/configs/$s.json" --steps "$STEPS" --quiet \
+      "$DEMO" ${DEMO_DATA:+--data "$DEMO_DATA"} --config "$ROOT/examples/configs/$s.json" --steps "$STEPS" --quiet \
       --summary "$OUT/$s-np$np.json" >"$OUT/$s-np$np.log" 2>&1 \
       || { echo "check-demo-memory: $s on $np ranks failed:"; cat "$OUT/$s-np$np.log"; exit 1; }
   done

@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 run() { # name config
   rm -f "$OUT/$1.json"
   ZERO_LOG_LEVEL=info "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$NP" --mca btl self,vader \
-    "$DEMO" --config "$2" --steps 3 --quiet --summary "$OUT/$1.json" >"$OUT/$1.log" 2>&1 \
+    "$DEMO" ${DEMO_DATA:+--data "$DEMO_DATA"} --config "$2" --steps 3 --quiet --summary "$OUT/$1.json" >"$OUT/$1.log" 2>&1 \
     || { echo "check-hf-configs: $1 failed:"; cat "$OUT/$1.log"; exit 1; }
 }
 run zero3 "$ROOT/examples/configs/hf_zero3.json"

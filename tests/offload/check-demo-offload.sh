@@ -13,7 +13,7 @@ run() { # run NAME CONFIG [extra args]
   local name="$1" cfg="$2"; shift 2
   rm -f "$OUT/$name.json"
   mpirun --allow-run-as-root --oversubscribe -np "$NP" --mca btl self,vader \
-    "$DEMO" --config "$cfg" --steps "$STEPS" --quiet --summary "$OUT/$name.json" "$@" >"$OUT/$name.log" 2>&1 \
+    "$DEMO" ${DEMO_DATA:+--data "$DEMO_DATA"} --config "$cfg" --steps "$STEPS" --quiet --summary "$OUT/$name.json" "$@" >"$OUT/$name.log" 2>&1 \
     || { echo "check-demo-offload: run $name failed:"; cat "$OUT/$name.log"; exit 1; }
 }
 run stage2 "$ROOT/examples/configs/stage2.json"

@@ -30,7 +30,7 @@ PY
 fails=0
 expect() { # name np config expected-text... (the run must fail and print every text)
   local name="$1" np="$2" cfg="$3"; shift 3
-  "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" --mca btl self,vader "$DEMO" --config "$OUT/$cfg.json" \
+  "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" --mca btl self,vader "$DEMO" ${DEMO_DATA:+--data "$DEMO_DATA"} --config "$OUT/$cfg.json" \
     --steps 2 --quiet >"$OUT/$name.log" 2>&1
   local rc=$?
   [ $rc -ne 0 ] || { echo "FAIL $name: exit 0, expected a failure"; fails=1; return; }

@@ -32,7 +32,7 @@ write("plain")
 PY
 run() { # np name config [args]
   local np="$1" name="$2" cfg="$3"; shift 3
-  "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" --mca btl self,vader "$DEMO" --config "$OUT/$cfg.json" \
+  "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" --mca btl self,vader "$DEMO" ${DEMO_DATA:+--data "$DEMO_DATA"} --config "$OUT/$cfg.json" \
     --quiet --summary "$OUT/$name.json" "$@" >"$OUT/$name.log" 2>&1 || { echo "run $name failed:"; cat "$OUT/$name.log"; exit 1; }
 }
 run 2 straight nvme --steps 4

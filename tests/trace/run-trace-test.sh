@@ -11,7 +11,7 @@
 set -euo pipefail
 DEMO=$1 MPI=$2 SRC=$3 OUT=$4
 rm -rf "$OUT" && mkdir -p "$OUT"
-run() { local np=$1; shift; "$MPI" --allow-run-as-root --oversubscribe -np "$np" --mca btl self,vader "$DEMO" --quiet "$@" >"$OUT/last.log" 2>&1 || { cat "$OUT/last.log"; exit 1; }; }
+run() { local np=$1; shift; "$MPI" --allow-run-as-root --oversubscribe -np "$np" --mca btl self,vader "$DEMO" ${DEMO_DATA:+--data "$DEMO_DATA"} --quiet "$@" >"$OUT/last.log" 2>&1 || { cat "$OUT/last.log"; exit 1; }; }
 CHECK="python3 $SRC/tests/trace/check_trace.py"
 
 ZERO_TRACE="$OUT/s2" run 3 --config "$SRC/examples/configs/stage2.json" --steps 3
