@@ -21,6 +21,8 @@
 #include "comm.h"
 #include "comm_internal.h"
 #include "comm_wait.h"
+#include "comm_mpi_internal.h" /* the world's failure text (absent_peer_shm) */
+#include "shared_blocks.h"
 
 static int R, N;
 
@@ -137,6 +139,38 @@ static void absent_peer_ring(zero_comm *w) {
     /* buf and counts are leaked on purpose: the abandoned op may still own them */
 }
 
+/* (1.5.1) The same in shared memory (comm_mpi_shm.c): the buffers are
+ * shared blocks, so the op waits in the shared-memory protocol for the
+ * absent rank to post its buffer; the wait gives up the same way and the
+ * world's failure text says what it waited for and names the rank. */
+static void absent_peer_shm(zero_comm *w) {
+    zero__comm_set_timeout(w, 1.0);
+    const int absent = N - 1;
+    const char *off = getenv("ZERO_COMM_SHM");
+    if (R == absent || (off && !strcmp(off, "0"))) return; /* ZERO_COMM_SHM=0: no shared memory to test */
+    size_t *counts = malloc((size_t)N * sizeof *counts);
+    for (int r = 0; r < N; ++r) counts[r] = 5000;
+    const size_t bytes = (5000 * (size_t)N * sizeof(float) + 4095) / 4096 * 4096;
+    float *buf = zero__shared_block_alloc(bytes);
+    CHECK(buf != NULL, "rank %d: no shared block (shared memory should be on: all ranks on one node)", R);
+    if (!buf) return;
+    zero_comm_req *q = NULL;
+    double t0 = zero__comm_now();
+    zero_status s = zero__ireduce_scatterv(w, buf, buf + 5000 * (size_t)R, counts, ZERO_DTYPE_F32, &q);
+    CHECK(s == ZERO_OK, "issue");
+    if (s == ZERO_OK) s = zero__comm_wait(q);
+    CHECK(s == ZERO_ERR_TIMEOUT && zero__comm_now() - t0 < 2.5, "rank %d: shared-memory wait gave %s after %.2f s", R,
+          zero_status_string(s), zero__comm_now() - t0);
+    zm_engine *pe = ZM(w)->pe;
+    char why[sizeof pe->fail_why], want[64];
+    pthread_mutex_lock(&pe->lock);
+    snprintf(why, sizeof why, "%s", pe->fail_why);
+    pthread_mutex_unlock(&pe->lock);
+    snprintf(want, sizeof want, "waiting for rank %d to post its buffer", absent);
+    CHECK(strstr(why, "shared-memory reduce-scatter") && strstr(why, want), "rank %d: failure text: %s", R, why);
+    /* buf and counts are leaked on purpose, as in the ring case */
+}
+
 int main(int argc, char **argv) {
     int provided = 0;
     const int thread = argc < 2 || strcmp(argv[1], "nothread") != 0;
@@ -146,7 +180,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &R);
     MPI_Comm_size(MPI_COMM_WORLD, &N);
     resolve_order();
-    for (int ring = 0; ring < 2; ++ring) {
+    for (int ring = 0; ring < 3; ++ring) { /* 0: blocking, 1: ring, 2: shared memory */
         zero_comm *w = NULL;
         char err[256];
         MPI_Comm world = MPI_COMM_WORLD;
@@ -154,7 +188,8 @@ int main(int argc, char **argv) {
         CHECK(s == ZERO_OK, "create: %s", err);
         if (!w) break;
         if (!ring) progress_is_not_cut(w);
-        if (ring) absent_peer_ring(w);
+        if (ring == 2) absent_peer_shm(w);
+        else if (ring) absent_peer_ring(w);
         else absent_peer(w);
         double t0 = zero__comm_now();
         if (R != N - 1) zero__comm_world_free(w); /* must not wait for the absent rank */
