@@ -133,6 +133,13 @@ static int from_device(const zero__mem *m, zero_mem_tier tier) {
 #define ZERO_MEM_MAP_MIN ((size_t)1 << 20)
 #define ZERO_MEM_SHARE_MIN ((size_t)64 << 10)
 
+/* Whole pages: what a mapping of `bytes` takes. */
+static size_t page_round(size_t bytes) {
+    const long pg = sysconf(_SC_PAGESIZE);
+    const size_t page = pg > 0 ? (size_t)pg : 4096;
+    return (bytes + page - 1) / page * page;
+}
+
 static void block_free(zero__mem *m, const mem_entry *e) {
     if (e->shared)
         zero__shared_block_free(e->ptr);
@@ -159,9 +166,7 @@ void *zero__mem_alloc(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, size_t
      * gets a real, unique block so it can be tracked and freed. */
     if (bytes > SIZE_MAX - ZERO_MEM_ALIGN) return NULL;
     size_t rounded = bytes == 0 ? ZERO_MEM_ALIGN : (bytes + ZERO_MEM_ALIGN - 1) & ~(size_t)(ZERO_MEM_ALIGN - 1);
-    const long pg = sysconf(_SC_PAGESIZE);
-    const size_t page = pg > 0 ? (size_t)pg : 4096;
-    const size_t len = (rounded + page - 1) / page * page;
+    const size_t len = rounded >= ZERO_MEM_SHARE_MIN ? page_round(rounded) : 0; /* mappings only */
     /* once a communicator shares this node with its peers, blocks a
      * collective may read are shared ones the peers read directly (issue
      * 18); from 64 KiB, so that a small model's buckets take that path too

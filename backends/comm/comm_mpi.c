@@ -167,6 +167,15 @@ static zero_status block_failed(zm_comm *c) {
 static const zero__comm_ops mpi_ops;
 static void zm_free(zero_comm *m);
 
+int zero__zm_node_ranks(MPI_Comm comm) {
+    MPI_Comm node;
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return -1;
+    int n = -1;
+    MPI_Comm_size(node, &n);
+    MPI_Comm_free(&node);
+    return n;
+}
+
 static zm_comm *comm_new(MPI_Comm comm, zm_engine *pe, struct zero_engine *engine) {
     zm_comm *c = calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -245,16 +254,11 @@ zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *eng
     c->owns_mpi = owns;
     /* collective, like the dup above: the ranks sharing this node size the
      * CPU kernels' thread team (core/optim/optim_threads.c) ... */
-    MPI_Comm node;
-    if (MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-        int local = 1;
-        MPI_Comm_size(node, &local);
-        MPI_Comm_free(&node);
-        zero__optim_set_node_ranks(local);
-    }
+    const int local = zero__zm_node_ranks(dup);
+    if (local > 0) zero__optim_set_node_ranks(local);
     /* ... and shared-memory collectives run when every rank is on this node
      * (comm_mpi_shm.c) */
-    zero_status sst = zero__zm_shm_setup(c);
+    zero_status sst = zero__zm_shm_setup(c, local);
     if (sst != ZERO_OK) {
         snprintf(err, err_len, "comm: setting up the shared-memory collectives failed (an MPI call over the "
                                "new communicator returned an error)");
@@ -282,7 +286,7 @@ static zero_status adopt_split(zm_comm *c, MPI_Comm sub, zero_comm **out) {
         zero__zm_engine_release(c->pe);
         return ZERO_ERR_OUT_OF_MEMORY;
     }
-    zero_status st = zero__zm_shm_setup(s); /* collective over sub */
+    zero_status st = zero__zm_shm_setup(s, -1); /* collective over sub */
     if (st != ZERO_OK) {
         zm_free(&s->base);
         return st;

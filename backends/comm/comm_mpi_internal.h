@@ -164,6 +164,9 @@ zero_status zero__zm_error_text(int rc, const char *what, char *buf, size_t len)
 /* MPI datatype for dt: for_sum selects the arithmetic type; BF16/F16 map to
  * MPI_UINT16_T for data movement and to MPI_DATATYPE_NULL for sums. */
 MPI_Datatype zero__zm_datatype(zero_dtype dt, int for_sum);
+/* Collective over comm: how many of its ranks share this node
+ * (MPI_COMM_TYPE_SHARED); -1 if MPI failed. */
+int zero__zm_node_ranks(MPI_Comm comm);
 /* Counters: a collective starts / ends on m (busy time bookkeeping). */
 void zero__zm_busy_begin(zm_comm *c);
 void zero__zm_busy_end(zm_comm *c);
@@ -219,8 +222,10 @@ zero_status zero__zm_test(zero_comm_req *req, int *done);
  * on this node and each can map the others' memory, give c a shared
  * control area (c->shm) and enable shared blocks (shared_blocks.h).
  * Anything short of that leaves c->shm NULL and c on its transport path;
- * only an MPI failure is an error.  ZERO_COMM_SHM=0 keeps it off. */
-zero_status zero__zm_shm_setup(zm_comm *c);
+ * only an MPI failure is an error.  ZERO_COMM_SHM=0 keeps it off.
+ * node_ranks: zero__zm_node_ranks(c->comm) when the caller has it, else -1
+ * (it is then found out, collectively). */
+zero_status zero__zm_shm_setup(zm_comm *c, int node_ranks);
 /* How many of m's collectives ran in shared memory / took the transport
  * path after the ranks' agreement (0, 0 without a control area).  Tests
  * and logs.  Thread-safe. */

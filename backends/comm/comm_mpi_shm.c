@@ -107,7 +107,9 @@ struct zm_shm_maps {
     uint64_t tick;
 };
 
-static const zm_shm_ctl *map_ctl(int32_t pid, int32_t fd, uint64_t ino, size_t len) {
+/* Map another process's memfd (a control area or a shared block) read-only,
+ * checking that the fd still names the announced file; NULL if not. */
+static const void *map_peer(int32_t pid, int32_t fd, uint64_t ino, size_t len) {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, (int)fd);
     int f = open(path, O_RDONLY | O_CLOEXEC);
@@ -132,18 +134,15 @@ static void shm_release(zm_shm *sh) {
     free(sh);
 }
 
-zero_status zero__zm_shm_setup(zm_comm *c) {
+zero_status zero__zm_shm_setup(zm_comm *c, int node_ranks) {
     const char *env = getenv("ZERO_COMM_SHM");
     const int n = c->base.size, r = c->base.rank;
     if (n < 2 || (env && strcmp(env, "0") == 0)) return ZERO_OK;
     /* every rank must share this node */
-    MPI_Comm node;
-    int rc = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    if (rc != MPI_SUCCESS) return zero__error(c->base.engine, ZERO_ERR_COMM, "comm: MPI_Comm_split_type failed");
-    int node_n = 0;
-    MPI_Comm_size(node, &node_n);
-    MPI_Comm_free(&node);
-    if (node_n != n) return ZERO_OK; /* ranks on several nodes: the transport path */
+    if (node_ranks < 0 && (node_ranks = zero__zm_node_ranks(c->comm)) < 0)
+        return zero__error(c->base.engine, ZERO_ERR_COMM, "comm: MPI_Comm_split_type failed");
+    if (node_ranks != n) return ZERO_OK; /* ranks on several nodes: the transport path */
+    int rc;
 
     zm_shm *sh = calloc(1, sizeof *sh);
     int64_t info[4] = {0, -1, 0, 0}; /* pid, fd, inode, ok */
@@ -180,7 +179,7 @@ zero_status zero__zm_shm_setup(zm_comm *c) {
             sh->peer[q] = sh->mine;
             continue;
         }
-        sh->peer[q] = map_ctl((int32_t)all[4 * q], (int32_t)all[4 * q + 1], (uint64_t)all[4 * q + 2],
+        sh->peer[q] = map_peer((int32_t)all[4 * q], (int32_t)all[4 * q + 1], (uint64_t)all[4 * q + 2],
                               sizeof(zm_shm_ctl));
         if (!sh->peer[q]) ok = 0;
     }
@@ -276,7 +275,7 @@ static const char *peer_block(zm_engine *pe, const zm_shm_slot *d) {
             ms->m[victim] = ms->m[--ms->n];
         }
     }
-    const void *p = map_ctl(d->pid, d->fd, d->ino, d->length);
+    const void *p = map_peer(d->pid, d->fd, d->ino, d->length);
     if (!p) return NULL;
     ms->m[ms->n++] = (zm_shm_map){d->pid, d->fd, d->ino, p, d->length, ms->tick};
     return p;
@@ -298,7 +297,7 @@ static const char *own_base(const zm_op *op) {
 }
 
 void zero__zm_shm_number_locked(zm_comm *c, zm_op *op) {
-    if (!c->shm || op->kind == ZM_OP_NATIVE || op->ring.n < 2) return;
+    if (!c->shm || op->kind == ZM_OP_NATIVE) return; /* (a control area means >= 2 ranks) */
     op->shm.seq = ++c->shm->seq;
     op->shm.state = ZM_SHM_POST;
     op->shm.kind = op_kind(op);

@@ -121,54 +121,41 @@ static void absent_peer(zero_comm *w) {
     free(counts);
 }
 
-/* A ring operation in flight whose predecessor never joins: the wait names it. */
-static void absent_peer_ring(zero_comm *w) {
-    zero__comm_set_timeout(w, 1.0);
-    const int absent = N - 1;
-    if (R == absent) return;
-    size_t *counts = malloc((size_t)N * sizeof *counts);
-    for (int r = 0; r < N; ++r) counts[r] = 5000;
-    float *buf = calloc(5000 * (size_t)N, sizeof *buf);
-    zero_comm_req *q = NULL;
-    double t0 = zero__comm_now();
-    zero_status s = zero__ireduce_scatterv(w, buf, buf + 5000 * (size_t)R, counts, ZERO_DTYPE_F32, &q);
-    CHECK(s == ZERO_OK, "issue");
-    if (s == ZERO_OK) s = zero__comm_wait(q);
-    CHECK(s == ZERO_ERR_TIMEOUT && zero__comm_now() - t0 < 2.5, "rank %d: ring wait gave %s after %.2f s", R,
-          zero_status_string(s), zero__comm_now() - t0);
-    /* buf and counts are leaked on purpose: the abandoned op may still own them */
-}
-
-/* (1.5.1) The same in shared memory (comm_mpi_shm.c): the buffers are
- * shared blocks, so the op waits in the shared-memory protocol for the
- * absent rank to post its buffer; the wait gives up the same way and the
- * world's failure text says what it waited for and names the rank. */
-static void absent_peer_shm(zero_comm *w) {
+/* A reduce-scatter in flight that one rank never joins, on the ring
+ * (`shared` 0: private buffers) or (1.5.1, `shared` 1) in shared memory
+ * (comm_mpi_shm.c: the buffers are shared blocks, so the op waits in the
+ * shared-memory protocol for the absent rank to post its buffer).  Either
+ * wait gives up within the limit; in shared memory the world's failure text
+ * also says what it waited for and names the rank. */
+static void absent_peer_reduce(zero_comm *w, int shared) {
     zero__comm_set_timeout(w, 1.0);
     const int absent = N - 1;
     const char *off = getenv("ZERO_COMM_SHM");
-    if (R == absent || (off && !strcmp(off, "0"))) return; /* ZERO_COMM_SHM=0: no shared memory to test */
+    if (R == absent || (shared && off && !strcmp(off, "0"))) return; /* ZERO_COMM_SHM=0: no shared memory to test */
     size_t *counts = malloc((size_t)N * sizeof *counts);
     for (int r = 0; r < N; ++r) counts[r] = 5000;
-    const size_t bytes = (5000 * (size_t)N * sizeof(float) + 4095) / 4096 * 4096;
-    float *buf = zero__shared_block_alloc(bytes);
-    CHECK(buf != NULL, "rank %d: no shared block (shared memory should be on: all ranks on one node)", R);
+    const size_t bytes = 5000 * (size_t)N * sizeof(float);
+    float *buf = shared ? zero__shared_block_alloc((bytes + 4095) / 4096 * 4096) : calloc(1, bytes);
+    CHECK(buf != NULL, "rank %d: no %s buffer (shared memory should be on: all ranks on one node)", R,
+          shared ? "shared" : "ring");
     if (!buf) return;
     zero_comm_req *q = NULL;
     double t0 = zero__comm_now();
     zero_status s = zero__ireduce_scatterv(w, buf, buf + 5000 * (size_t)R, counts, ZERO_DTYPE_F32, &q);
     CHECK(s == ZERO_OK, "issue");
     if (s == ZERO_OK) s = zero__comm_wait(q);
-    CHECK(s == ZERO_ERR_TIMEOUT && zero__comm_now() - t0 < 2.5, "rank %d: shared-memory wait gave %s after %.2f s", R,
-          zero_status_string(s), zero__comm_now() - t0);
-    zm_engine *pe = ZM(w)->pe;
-    char why[sizeof pe->fail_why], want[64];
-    pthread_mutex_lock(&pe->lock);
-    snprintf(why, sizeof why, "%s", pe->fail_why);
-    pthread_mutex_unlock(&pe->lock);
-    snprintf(want, sizeof want, "waiting for rank %d to post its buffer", absent);
-    CHECK(strstr(why, "shared-memory reduce-scatter") && strstr(why, want), "rank %d: failure text: %s", R, why);
-    /* buf and counts are leaked on purpose, as in the ring case */
+    CHECK(s == ZERO_ERR_TIMEOUT && zero__comm_now() - t0 < 2.5, "rank %d: %s wait gave %s after %.2f s", R,
+          shared ? "shared-memory" : "ring", zero_status_string(s), zero__comm_now() - t0);
+    if (shared) {
+        zm_engine *pe = ZM(w)->pe;
+        char why[sizeof pe->fail_why], want[64];
+        pthread_mutex_lock(&pe->lock);
+        snprintf(why, sizeof why, "%s", pe->fail_why);
+        pthread_mutex_unlock(&pe->lock);
+        snprintf(want, sizeof want, "waiting for rank %d to post its buffer", absent);
+        CHECK(strstr(why, "shared-memory reduce-scatter") && strstr(why, want), "rank %d: failure text: %s", R, why);
+    }
+    /* buf and counts are leaked on purpose: the abandoned op may still own them */
 }
 
 int main(int argc, char **argv) {
@@ -188,8 +175,7 @@ int main(int argc, char **argv) {
         CHECK(s == ZERO_OK, "create: %s", err);
         if (!w) break;
         if (!ring) progress_is_not_cut(w);
-        if (ring == 2) absent_peer_shm(w);
-        else if (ring) absent_peer_ring(w);
+        if (ring) absent_peer_reduce(w, ring == 2);
         else absent_peer(w);
         double t0 = zero__comm_now();
         if (R != N - 1) zero__comm_world_free(w); /* must not wait for the absent rank */
