@@ -4,10 +4,13 @@
  * The parsed json_t stays alive inside zero__config because plugins look up
  * their own keys by path for the whole life of the engine. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config_internal.h"
 
@@ -51,39 +54,85 @@ static void set_defaults(zero_run_config *rc) {
     rc->pipeline_stages = 1;
 }
 
-/* Read a whole file.  NULL with errno set on failure; caller frees. */
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
+/* The largest config file read (docs/config.md): a DeepSpeed config is a
+ * few KiB; the cap keeps a wrong path (/dev/zero, a log file) from eating
+ * memory without bound. */
+#define ZERO__CONFIG_MAX_BYTES ((size_t)64 << 20)
+
+/* Read a whole config file into a NUL-less buffer (caller frees).  Only a
+ * regular file is read: the open is non-blocking so that a FIFO without a
+ * writer cannot hang engine creation, and fstat after the open (not stat
+ * before it) judges the file actually opened.  On failure: NULL, the
+ * message in ctx and *st the status (ZERO_ERR_IO for what the system
+ * refused, ZERO_ERR_CONFIG for a file that is not an acceptable config). */
+static char *read_file(zero__cfg_ctx *ctx, const char *path, size_t *len, zero_status *st) {
+    struct stat sb;
     char *buf = NULL;
-    size_t cap = 0, n = 0;
-    if (!f) return NULL;
+    size_t n = 0;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    *st = ZERO_ERR_IO;
+    if (fd < 0) {
+        zero__cfg_fail(ctx, "config file %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &sb) != 0) {
+        zero__cfg_fail(ctx, "config file %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        *st = ZERO_ERR_CONFIG;
+        zero__cfg_fail(ctx, "config file %s: is %s, expected a regular file", path,
+                       S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                       : S_ISCHR(sb.st_mode) ? "a character device" : S_ISBLK(sb.st_mode) ? "a block device"
+                       : S_ISSOCK(sb.st_mode) ? "a socket" : "not a regular file");
+        goto fail;
+    }
+    if ((uint64_t)sb.st_size > ZERO__CONFIG_MAX_BYTES) goto too_big;
+    /* st_size + 1: reading 0 bytes at the end needs no second buffer; the
+     * loop still grows it (up to one byte beyond the cap) for a file that
+     * grew after fstat, or one whose size st_size does not tell (/proc) */
+    size_t cap = (size_t)sb.st_size + 1 > 4096 ? (size_t)sb.st_size + 1 : 4096;
+    buf = malloc(cap);
+    if (!buf) {
+        *st = ZERO_ERR_OUT_OF_MEMORY;
+        zero__cfg_fail(ctx, "config file %s: out of memory", path);
+        goto fail;
+    }
     for (;;) {
-        if (n + 4096 > cap) {
-            size_t ncap = cap ? cap * 2 : 65536;
+        if (n == cap) {
+            if (cap > ZERO__CONFIG_MAX_BYTES) goto too_big;
+            size_t ncap = cap * 2 > ZERO__CONFIG_MAX_BYTES + 1 ? ZERO__CONFIG_MAX_BYTES + 1 : cap * 2;
             char *nb = realloc(buf, ncap);
             if (!nb) {
-                free(buf);
-                fclose(f);
-                errno = ENOMEM;
-                return NULL;
+                *st = ZERO_ERR_OUT_OF_MEMORY;
+                zero__cfg_fail(ctx, "config file %s: out of memory", path);
+                goto fail;
             }
             buf = nb;
             cap = ncap;
         }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            zero__cfg_fail(ctx, "config file %s: %s", path, strerror(errno));
+            goto fail;
+        }
         if (got == 0) break;
+        n += (size_t)got;
+        if (n > ZERO__CONFIG_MAX_BYTES) goto too_big;
     }
-    if (ferror(f)) {
-        int e = errno ? errno : EIO;
-        free(buf);
-        fclose(f);
-        errno = e;
-        return NULL;
-    }
-    fclose(f);
+    close(fd);
     *len = n;
+    *st = ZERO_OK;
     return buf;
+too_big:
+    *st = ZERO_ERR_CONFIG;
+    zero__cfg_fail(ctx, "config file %s: larger than %zu MiB, expected a DeepSpeed JSON config (a few KiB)", path,
+                   ZERO__CONFIG_MAX_BYTES >> 20);
+fail:
+    free(buf);
+    close(fd);
+    return NULL;
 }
 
 /* Duplicate keys are refused like DeepSpeed does (its JSON loader raises on
@@ -96,11 +145,9 @@ static zero_status load_json(zero__cfg_ctx *ctx, const char *text, const char *p
         *out = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
     } else if (path) {
         size_t len = 0;
-        char *buf = read_file(path, &len);
-        if (!buf) {
-            zero__cfg_fail(ctx, "config file %s: %s", path, strerror(errno));
-            return ZERO_ERR_IO;
-        }
+        zero_status st;
+        char *buf = read_file(ctx, path, &len, &st);
+        if (!buf) return st;
         *out = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
         free(buf);
     } else {
@@ -180,7 +227,7 @@ zero_status zero__config_parse(const char *text, const char *path, int world, ze
         zero__cfg_parse_optimizer(&ctx, c->root, &c->run) < 0 ||
         zero__cfg_parse_scheduler(&ctx, c->root, &c->scheduler) < 0 ||
         zero__cfg_parse_zero(&ctx, c->root, &c->run, &plugin_key, c) < 0 ||
-        zero__cfg_parse_pipeline(&ctx, c->root, &c->run) < 0) {
+        zero__cfg_parse_pipeline(&ctx, c->root, &c->run) < 0 || zero__cfg_check_schedule(&ctx, c) < 0) {
         zero__config_free(c);
         return ZERO_ERR_CONFIG;
     }

@@ -61,6 +61,25 @@ int zero__config_string(const zero__config *c, const char *path, const char **ou
  * through the path functions ("scheduler.params.warmup_num_steps"). */
 const char *zero__config_scheduler(const zero__config *c);
 
+/* Schedules (config_sched.c, DeepSpeed's lr_schedules.py): the lr and the
+ * betas optimizer step t (1-based) runs with, from the scheduler section
+ * and optimizer.params (no scheduler: optimizer.params.lr and betas).  A
+ * config that parsed yields, for every t >= 1, an lr in [0, FLT_MAX] and
+ * betas in [0, 1) (the parser proves it, or refuses naming the key).  Pure;
+ * thread-safe. */
+double zero__config_sched_lr(const zero__config *c, uint64_t t);
+void zero__config_sched_betas(const zero__config *c, uint64_t t, double *beta1, double *beta2);
+
+/* Name of an optimizer kind as the config spells it ("AdamW", "Adam" for
+ * the L2 variant, "SGD", "Lion", "Adagrad", "Lamb"), "unknown" otherwise:
+ * for messages, which print names rather than enum numbers. */
+const char *zero__config_optim_name(zero_optim_kind k);
+
+/* (issue 31) zero_optimization.find_unused_parameters: 1 when gradients
+ * missing on some ranks count as zero (torch DDP's find_unused_parameters),
+ * 0 (default) when zero_step refuses them.  Pure. */
+int zero__config_find_unused(const zero__config *c);
+
 /* --- convenience lookups with defaults --- */
 /* Ownership, lifetime, threads: zero__config_parse returns a config the
  * caller owns (free with zero__config_free); everything it hands out

@@ -59,7 +59,16 @@ void zero__cfg_describe(const json_t *v, char *out, size_t n);
  * `what` describes the range for the message ("an integer 0..3"). */
 int zero__cfg_int(zero__cfg_ctx *ctx, const json_t *obj, const char *section, const char *key,
                   int64_t lo, int64_t hi, const char *what, int64_t *out);
-/* Number (integer or real) with lo <= v (lo < v when lo_open) and v <= hi. */
+/* FLT_MAX: hyper-parameters reach the optimizer kernels as fp32
+ * (zero_optim_scalars), so a number the config gives for them must fit one.
+ * As zero__cfg_num's hi it also makes the message say so. */
+#define ZERO__CFG_FLT_MAX 3.40282346638528859811704183484516925e+38
+/* FLT_MIN, the smallest normal fp32 value: the least eps (a denormal may be
+ * flushed to zero by the SIMD kernels, and Adam's 0 / (0 + eps) is NaN). */
+#define ZERO__CFG_FLT_MIN 1.17549435082228750796873653722224568e-38
+
+/* Number (integer or real) with lo <= v (lo < v when lo_open) and v <= hi;
+ * never NaN or Inf. */
 int zero__cfg_num(zero__cfg_ctx *ctx, const json_t *obj, const char *section, const char *key,
                   double lo, int lo_open, double hi, const char *what, double *out);
 /* true/false (0 and 1 are accepted too, as DeepSpeed's pydantic does). */
@@ -101,6 +110,11 @@ int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config
 int zero__cfg_parse_pipeline(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc);
 int zero__cfg_parse_optimizer(zero__cfg_ctx *ctx, const json_t *root, zero_run_config *rc);
 int zero__cfg_parse_scheduler(zero__cfg_ctx *ctx, const json_t *root, const char **canonical);
+
+/* After every section parsed (config_sched.c): the schedule's lr over its
+ * whole domain, and that lr times weight_decay, fit a 32-bit float;
+ * OneCycle's momentum stays below 1.  0, or -1 naming the key. */
+int zero__cfg_check_schedule(zero__cfg_ctx *ctx, const zero__config *c);
 
 /* Batch sizes (config_batch.c): given which of train/micro/gas were set
  * (value <= 0 = not set), derive the rest for `world` ranks exactly as

@@ -30,6 +30,18 @@ static const optim_type optim_types[] = {
 };
 #define N_OPTIM_TYPES (sizeof optim_types / sizeof optim_types[0])
 
+const char *zero__config_optim_name(zero_optim_kind k) {
+    switch (k) {
+    case ZERO_OPTIM_ADAMW: return "AdamW";
+    case ZERO_OPTIM_ADAM: return "Adam (adam_w_mode false, L2 decay)";
+    case ZERO_OPTIM_SGD: return "SGD";
+    case ZERO_OPTIM_LION: return "Lion";
+    case ZERO_OPTIM_ADAGRAD: return "Adagrad";
+    case ZERO_OPTIM_LAMB: return "Lamb";
+    }
+    return "unknown";
+}
+
 /* DeepSpeed optimizers that libzero refuses: their point is compressed
  * communication (or muP scaling), which a plain fp32 Adam would silently
  * replace by a different algorithm. */
@@ -92,6 +104,12 @@ static int parse_betas(zero__cfg_ctx *ctx, const json_t *params, zero_run_config
     b0 = json_number_value(json_array_get(b, 0));
     b1 = json_number_value(json_array_get(b, 1));
     if (!(b0 >= 0.0 && b0 < 1.0 && b1 >= 0.0 && b1 < 1.0)) goto bad;
+    if ((float)b0 >= 1.0f || (float)b1 >= 1.0f) { /* the kernels run with fp32 betas */
+        zero__cfg_describe(b, val, sizeof val);
+        return zero__cfg_fail(ctx, OP ".betas: got %s, expected two numbers in [0, 1) as 32-bit floats: %.17g "
+                                      "rounds to 1 in fp32, where the moment never forgets",
+                              val, (float)b0 >= 1.0f ? b0 : b1);
+    }
     rc->beta1 = b0;
     rc->beta2 = b1;
     return 0;
@@ -125,9 +143,9 @@ static int parse_groups(zero__cfg_ctx *ctx, const json_t *opt) {
             return zero__cfg_fail(ctx, "%s: got %s, expected an object", path, val);
         }
         zero__cfg_check_keys(ctx, item, path, group_keys);
-        if (zero__cfg_num(ctx, item, path, "lr", 0.0, 0, HUGE_VAL, "a number >= 0", &d) < 0 ||
-            zero__cfg_num(ctx, item, path, "lr_scale", 0.0, 0, HUGE_VAL, "a number >= 0", &d) < 0 ||
-            zero__cfg_num(ctx, item, path, "weight_decay", 0.0, 0, HUGE_VAL, "a number >= 0", &d) < 0)
+        if (zero__cfg_num(ctx, item, path, "lr", 0.0, 0, ZERO__CFG_FLT_MAX, "a number >= 0", &d) < 0 ||
+            zero__cfg_num(ctx, item, path, "lr_scale", 0.0, 0, ZERO__CFG_FLT_MAX, "a number >= 0", &d) < 0 ||
+            zero__cfg_num(ctx, item, path, "weight_decay", 0.0, 0, ZERO__CFG_FLT_MAX, "a number >= 0", &d) < 0)
             return -1;
     }
     return 0;
@@ -187,13 +205,16 @@ int zero__cfg_parse_optimizer(zero__cfg_ctx *ctx, const json_t *root, zero_run_c
     if (zero__cfg_obj(ctx, opt, "optimizer", "params", &params) < 0) return -1;
     if (params) {
         check_params(ctx, params, t);
-        if (zero__cfg_num(ctx, params, OP, "lr", 0.0, 0, HUGE_VAL, "a number >= 0", &rc->lr) < 0 ||
-            zero__cfg_num(ctx, params, OP, "weight_decay", 0.0, 0, HUGE_VAL, "a number >= 0", &rc->weight_decay) < 0)
+        if (zero__cfg_num(ctx, params, OP, "lr", 0.0, 0, ZERO__CFG_FLT_MAX, "a number >= 0", &rc->lr) < 0 ||
+            zero__cfg_num(ctx, params, OP, "weight_decay", 0.0, 0, ZERO__CFG_FLT_MAX, "a number >= 0",
+                          &rc->weight_decay) < 0)
             return -1;
         if (t->bit & (T_ADAM | T_ADAMW | T_LION | T_LAMB))
             if (parse_betas(ctx, params, rc) < 0) return -1;
         if (t->bit & (T_ADAM | T_ADAMW | T_ADAGRAD | T_LAMB))
-            if (zero__cfg_num(ctx, params, OP, "eps", 0.0, 1, HUGE_VAL, "a number > 0", &rc->eps) < 0) return -1;
+            if (zero__cfg_num(ctx, params, OP, "eps", ZERO__CFG_FLT_MIN, 0, ZERO__CFG_FLT_MAX,
+                              "a number > 0 that is a normal 32-bit float (>= 1.17549e-38)", &rc->eps) < 0)
+                return -1;
         if (t->bit & (T_ADAM | T_ADAMW | T_LAMB)) {
             if (zero__cfg_bool(ctx, params, OP, "bias_correction", &rc->bias_correction) < 0) return -1;
             flag = 0;
@@ -214,7 +235,8 @@ int zero__cfg_parse_optimizer(zero__cfg_ctx *ctx, const json_t *root, zero_run_c
             if (flag) zero__cfg_warn(ctx, OP ".torch_adam: ignored, libzero always uses its own Adam kernel");
         }
         if (t->bit == T_SGD) {
-            if (zero__cfg_num(ctx, params, OP, "momentum", 0.0, 0, HUGE_VAL, "a number >= 0", &rc->momentum) < 0 ||
+            /* above 1 the momentum buffer grows geometrically to Inf */
+            if (zero__cfg_num(ctx, params, OP, "momentum", 0.0, 0, 1.0, "a number >= 0 and <= 1", &rc->momentum) < 0 ||
                 zero__cfg_bool(ctx, params, OP, "nesterov", &rc->nesterov) < 0)
                 return -1;
             d = 0;
@@ -225,10 +247,15 @@ int zero__cfg_parse_optimizer(zero__cfg_ctx *ctx, const json_t *root, zero_run_c
                                               "torch.optim.SGD requires)");
         }
         if (t->bit == T_LAMB) {
-            if (zero__cfg_num(ctx, params, OP, "max_coeff", 0.0, 1, HUGE_VAL, "a number > 0", &d) < 0 ||
-                zero__cfg_num(ctx, params, OP, "min_coeff", 0.0, 1, HUGE_VAL, "a number > 0", &d) < 0 ||
+            double hi = 10.0, lo = 0.01; /* FusedLamb's defaults */
+            if (zero__cfg_num(ctx, params, OP, "max_coeff", 0.0, 1, ZERO__CFG_FLT_MAX, "a number > 0", &hi) < 0 ||
+                zero__cfg_num(ctx, params, OP, "min_coeff", 0.0, 1, ZERO__CFG_FLT_MAX, "a number > 0", &lo) < 0 ||
                 zero__cfg_num(ctx, params, OP, "max_grad_norm", 0.0, 0, HUGE_VAL, "a number >= 0", &d) < 0)
                 return -1;
+            if (lo > hi)
+                return zero__cfg_fail(ctx, OP ".min_coeff: got %g with max_coeff %g, expected min_coeff <= max_coeff "
+                                              "(the trust ratio is clamped to [min_coeff, max_coeff])",
+                                      lo, hi);
         }
         if (t->bit == T_ADAGRAD) {
             d = 0;
@@ -245,7 +272,9 @@ int zero__cfg_parse_optimizer(zero__cfg_ctx *ctx, const json_t *root, zero_run_c
 
 /* ---- scheduler ----------------------------------------------------------- */
 
-enum { P_NUM, P_INT, P_ITER, P_BOOL, P_WARMUP_TYPE };
+/* P_POS: an integer the schedule divides by (>= 1); P_MOM: a momentum,
+ * used as an fp32 beta1 (in [0, 1) there). */
+enum { P_NUM, P_INT, P_POS, P_ITER, P_BOOL, P_WARMUP_TYPE, P_MOM };
 typedef struct sched_param {
     const char *name;
     int kind;
@@ -272,18 +301,18 @@ static const sched_param warmup_cosine_lr[] = {{"total_num_steps", P_INT, 1},   
 static const sched_param one_cycle[] = {{"cycle_min_lr", P_NUM, 1},
                                         {"cycle_max_lr", P_NUM, 1},
                                         {"decay_lr_rate", P_NUM, 0},
-                                        {"cycle_first_step_size", P_INT, 0},
+                                        {"cycle_first_step_size", P_POS, 0},
                                         {"cycle_second_step_size", P_INT, 0},
                                         {"cycle_first_stair_count", P_INT, 0},
                                         {"cycle_second_stair_count", P_INT, 0},
                                         {"decay_step_size", P_INT, 0},
                                         {"cycle_momentum", P_BOOL, 0},
-                                        {"cycle_min_mom", P_NUM, 0},
-                                        {"cycle_max_mom", P_NUM, 0},
+                                        {"cycle_min_mom", P_MOM, 0},
+                                        {"cycle_max_mom", P_MOM, 0},
                                         {"decay_mom_rate", P_NUM, 0},
                                         {"last_batch_iteration", P_ITER, 0},
                                         {NULL, 0, 0}};
-static const sched_param lr_range_test[] = {{"lr_range_test_min_lr", P_NUM, 0},     {"lr_range_test_step_size", P_INT, 0},
+static const sched_param lr_range_test[] = {{"lr_range_test_min_lr", P_NUM, 0},     {"lr_range_test_step_size", P_POS, 0},
                                             {"lr_range_test_step_rate", P_NUM, 0},  {"lr_range_test_staircase", P_BOOL, 0},
                                             {"last_batch_iteration", P_ITER, 0},    {NULL, 0, 0}};
 
@@ -306,8 +335,20 @@ static int check_sched_param(zero__cfg_ctx *ctx, const json_t *params, const sch
     const char *s;
     int r = 0;
     switch (p->kind) {
-    case P_NUM: r = zero__cfg_num(ctx, params, SP, p->name, 0.0, 0, HUGE_VAL, "a number >= 0", &d); break;
+    case P_NUM: r = zero__cfg_num(ctx, params, SP, p->name, 0.0, 0, ZERO__CFG_FLT_MAX, "a number >= 0", &d); break;
     case P_INT: r = zero__cfg_int(ctx, params, SP, p->name, 0, INT64_MAX, "an integer >= 0", &i); break;
+    case P_POS:
+        r = zero__cfg_int(ctx, params, SP, p->name, 1, INT64_MAX, "an integer >= 1 (the schedule divides by it)", &i);
+        break;
+    case P_MOM:
+        r = zero__cfg_num(ctx, params, SP, p->name, 0.0, 0, 1.0, "a number in [0, 1) (it becomes beta1)", &d);
+        if (r == 1 && (float)d >= 1.0f) {
+            char val[96];
+            zero__cfg_describe(v, val, sizeof val);
+            return zero__cfg_fail(ctx, SP ".%s: got %s, expected a number in [0, 1) (it becomes beta1)%s", p->name,
+                                  val, d < 1.0 ? ": it rounds to 1 as the kernels' 32-bit float" : "");
+        }
+        break;
     case P_ITER: r = zero__cfg_int(ctx, params, SP, p->name, -1, INT64_MAX, "an integer >= -1", &i); break;
     case P_BOOL: r = zero__cfg_bool(ctx, params, SP, p->name, &b); break;
     case P_WARMUP_TYPE:
@@ -322,7 +363,9 @@ static int check_sched_param(zero__cfg_ctx *ctx, const json_t *params, const sch
     if (r < 0) return -1;
     if (r == 0 && p->required)
         return zero__cfg_fail(ctx, SP ".%s: missing, expected %s for scheduler type %s", p->name,
-                              p->kind == P_NUM ? "a number >= 0" : "an integer >= 0", t->name);
+                              p->kind == P_NUM ? "a number >= 0" : p->kind == P_POS ? "an integer >= 1"
+                                                                                   : "an integer >= 0",
+                              t->name);
     return 0;
 }
 

@@ -89,7 +89,9 @@ int zero__cfg_parse_top(zero__cfg_ctx *ctx, const json_t *root, int world, zero_
     if (zero__cfg_num(ctx, root, "", "gradient_clipping", 0.0, 0, HUGE_VAL, "a number >= 0 (0 = off)",
                       &rc->gradient_clipping) < 0 ||
         zero__cfg_bool(ctx, root, "", "prescale_gradients", &rc->prescale_gradients) < 0 ||
-        zero__cfg_num(ctx, root, "", "gradient_predivide_factor", 0.0, 1, HUGE_VAL, "a number > 0",
+        /* the gradients are scaled by 1/f and f/world in fp32 */
+        zero__cfg_num(ctx, root, "", "gradient_predivide_factor", ZERO__CFG_FLT_MIN, 0, 1.0 / ZERO__CFG_FLT_MIN,
+                      "a number > 0 whose reciprocal is a normal 32-bit float (1.17549e-38 .. 8.50706e+37)",
                       &rc->gradient_predivide_factor) < 0 ||
         zero__cfg_bool(ctx, root, "", "wall_clock_breakdown", &rc->wall_clock_breakdown) < 0)
         return -1;
@@ -147,7 +149,7 @@ int zero__cfg_parse_precision(zero__cfg_ctx *ctx, const json_t *root, zero_run_c
     /* The fp16 values are checked even when fp16 is off: a typo there is
      * still a typo, and DeepSpeed reads them unconditionally as well. */
     if (zero__cfg_bool(ctx, fp16, "fp16", "enabled", &fp16_on) < 0 ||
-        zero__cfg_num(ctx, fp16, "fp16", "loss_scale", 0.0, 0, HUGE_VAL, "a number >= 0 (0 = dynamic)",
+        zero__cfg_num(ctx, fp16, "fp16", "loss_scale", 0.0, 0, ZERO__CFG_FLT_MAX, "a number >= 0 (0 = dynamic)",
                       &rc->fp16_loss_scale) < 0)
         return -1;
     /* 2^127 is far beyond any useful scale yet still a finite float. */
@@ -163,8 +165,18 @@ int zero__cfg_parse_precision(zero__cfg_ctx *ctx, const json_t *root, zero_run_c
     if (zero__cfg_bool(ctx, fp16, "fp16", "consecutive_hysteresis", &rc->fp16_consecutive_hysteresis) < 0)
         return -1;
     d = 0;
-    if (zero__cfg_num(ctx, fp16, "fp16", "min_loss_scale", 0.0, 1, HUGE_VAL, "a number > 0", &d) < 0) return -1;
+    if (zero__cfg_num(ctx, fp16, "fp16", "min_loss_scale", 0.0, 1, ZERO__CFG_FLT_MAX, "a number > 0", &d) < 0)
+        return -1;
     if (d > 0) rc->fp16_min_loss_scale = d;
+    /* the gradients are unscaled by 1/scale in fp32: it must stay finite */
+    if (rc->fp16_loss_scale > 0 && rc->fp16_loss_scale < ZERO__CFG_FLT_MIN)
+        return zero__cfg_fail(ctx, "fp16.loss_scale: got %g, expected 0 (dynamic) or at least %g (1/scale must "
+                                   "be a finite 32-bit float)",
+                              rc->fp16_loss_scale, ZERO__CFG_FLT_MIN);
+    if (rc->fp16_min_loss_scale < ZERO__CFG_FLT_MIN)
+        return zero__cfg_fail(ctx, "fp16.min_loss_scale: got %g, expected at least %g (1/scale must be a finite "
+                                   "32-bit float)",
+                              rc->fp16_min_loss_scale, ZERO__CFG_FLT_MIN);
 
     if (zero__cfg_bool(ctx, bf16, bf16_name, "enabled", &bf16_on) < 0) return -1;
     if (fp16_on && bf16_on)
@@ -206,6 +218,7 @@ static const zero__cfg_key zero_keys[] = {
     {"grad_hooks", ZERO__KEY_USED, NULL, NULL},
     {"cpu_offload", ZERO__KEY_USED, NULL, NULL},
     {"ignore_unused_parameters", ZERO__KEY_USED, NULL, NULL},
+    {"find_unused_parameters", ZERO__KEY_USED, NULL, NULL}, /* libzero (issue 31): zero__config_find_unused */
     {"load_from_fp32_weights", ZERO__KEY_IGNORED, "true", NOT_IMPL},
     {"elastic_checkpoint", ZERO__KEY_IGNORED, "false", NOT_IMPL},
     {"stage3_gather_16bit_weights_on_model_save", ZERO__KEY_IGNORED, "false", NOT_IMPL},
@@ -479,6 +492,10 @@ int zero__cfg_parse_zero(zero__cfg_ctx *ctx, const json_t *root, zero_run_config
     have_strict = zo && json_object_get(zo, "strict_grads") && !json_is_null(json_object_get(zo, "strict_grads"));
     if (zero__cfg_bool(ctx, zo, SZ, "ignore_unused_parameters", &ignore_unused) < 0) return -1;
     if (!ignore_unused && !have_strict) rc->strict_grads = 1;
+    /* (issue 31) read at zero_step only when a gradient is missing
+     * (zero__config_find_unused); checked here so that a typo is refused */
+    b = 0;
+    if (zero__cfg_bool(ctx, zo, SZ, "find_unused_parameters", &b) < 0) return -1;
 
     /* "auto" (the Hugging Face placeholder) for the three sizes the HF
      * Trainer derives from the model's hidden size: resolved from the
@@ -568,4 +585,14 @@ int zero__cfg_parse_pipeline(zero__cfg_ctx *ctx, const json_t *root, zero_run_co
                               "for no memory gain; use stage 1 (plugin \"stage1-pp\")",
                               rc->stage, (int)stages, rc->stage);
     return 0;
+}
+
+/* (issue 31) zero_optimization.find_unused_parameters (libzero, default
+ * false): gradients missing on some ranks count as zero instead of failing
+ * zero_step.  Validated at parse (zero__cfg_parse_zero); read from the tree
+ * because only zero_step's slow path (a gradient missing somewhere) asks. */
+int zero__config_find_unused(const zero__config *c) {
+    const json_t *zo = c ? json_object_get(c->root, SZ) : NULL;
+    const json_t *v = json_is_object(zo) ? json_object_get(zo, "find_unused_parameters") : NULL;
+    return json_is_true(v) || (json_is_integer(v) && json_integer_value(v) == 1);
 }

@@ -111,6 +111,16 @@ int zero__cfg_num(zero__cfg_ctx *ctx, const json_t *obj, const char *section, co
     if (!v) return 0;
     if (!json_is_number(v)) return bad(ctx, v, section, key, what);
     d = json_number_value(v);
+    if (isfinite(d) && d > hi && hi == ZERO__CFG_FLT_MAX) {
+        /* 1e39 is a fine double, but the optimizer computes in fp32 where
+         * it is Inf: say why a large finite number is refused */
+        char path[256], val[96];
+        zero__cfg_join(path, sizeof path, section, key);
+        zero__cfg_describe(v, val, sizeof val);
+        return zero__cfg_fail(ctx, "%s: got %s, expected %s and at most %g (the largest 32-bit float: the "
+                                   "optimizer computes in fp32, where this value would be Inf)",
+                              path, val, what, ZERO__CFG_FLT_MAX);
+    }
     if (!isfinite(d) || d < lo || (lo_open && d == lo) || d > hi) return bad(ctx, v, section, key, what);
     *out = d;
     return 1;

@@ -154,6 +154,11 @@ static inline zero_core *zero__core_of(struct zero_engine *e) { return (zero_cor
 const zero__group_hp *zero__group_hp_of(const struct zero_engine *e, int32_t group_id);
 /* (1.1) Resolve group_id's hyper-parameters for optimizer step t (hparams.c). */
 void zero__hp_resolve(const struct zero_engine *e, int32_t group_id, uint64_t t, zero__hp *out);
+/* Before optimizer step t moves anything (zero_step, at a boundary): every
+ * group's resolved lr, weight decay (and lr * decay), betas and eps are
+ * finite and in fp32 range, or ZERO_ERR_STATE naming the group, the value
+ * and where it came from (hparams.c).  The same on every rank. */
+zero_status zero__hp_check_step(struct zero_engine *e, uint64_t t);
 /* (1.3) Expert groups at zero_params_done, before the layout is built
  * (experts.c): agree the group table and the param list over every rank,
  * refuse a tensor registered in two groups, split one communicator per

@@ -2,6 +2,8 @@
  * against the config, the scheduler and zero_set_group, for every optimizer
  * pass (services.c optim_step, partition_lamb.c) and zero_step_result.lr. */
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +46,104 @@ void zero__hp_resolve(const struct zero_engine *e, int32_t group_id, uint64_t t,
     }
 }
 
+/* ---- the step's values, checked before any weight moves ---------------- */
+
+/* fp32 limits (the kernels' scalars are floats: zero_optim_scalars). */
+#define HP_FLT_MAX 3.40282346638528859811704183484516925e+38
+#define HP_FLT_MIN 1.17549435082228750796873653722224568e-38
+
+static int uses_betas(zero_optim_kind k) {
+    return k == ZERO_OPTIM_ADAMW || k == ZERO_OPTIM_ADAM || k == ZERO_OPTIM_LION || k == ZERO_OPTIM_LAMB;
+}
+static int uses_eps(zero_optim_kind k) {
+    return k == ZERO_OPTIM_ADAMW || k == ZERO_OPTIM_ADAM || k == ZERO_OPTIM_ADAGRAD || k == ZERO_OPTIM_LAMB;
+}
+
+/* Which zero_set_hparams override (the group's own, else ALL_GROUPS) set
+ * field `off` of group_id, or NULL: the resolution's order, read back. */
+static const zero__hp_override *override_of(const struct zero_engine *e, int32_t group_id, size_t off) {
+    const zero__hp_override *hit = NULL;
+    for (uint32_t i = 0; i < e->nhp_over; i++) {
+        const zero__hp_override *o = &e->hp_over[i];
+        if (*(const double *)((const char *)o + off) < 0) continue;
+        if (o->group == group_id) return o;
+        if (o->group == ZERO_ALL_GROUPS) hit = o;
+    }
+    return hit;
+}
+
+/* Where group_id's lr for step t came from, for the message. */
+static void lr_source(const struct zero_engine *e, int32_t group_id, uint64_t t, char *out, size_t n) {
+    if (override_of(e, group_id, offsetof(zero__hp_override, lr))) {
+        snprintf(out, n, "set by zero_set_hparams");
+        return;
+    }
+    const zero__group_hp *hp = zero__group_hp_of(e, group_id);
+    const double sched = zero__schedule_lr(e, t);
+    /* e->lr is the schedule's value for the next step unless zero_load
+     * restored it from a checkpoint */
+    const int restored = !(e->lr == sched || (isnan(e->lr) && isnan(sched)));
+    const char *sch = zero__config_scheduler(e->cfg);
+    char base[160];
+    if (restored)
+        snprintf(base, sizeof base, "the lr %g restored by zero_load from a checkpoint", e->lr);
+    else if (sch)
+        snprintf(base, sizeof base, "scheduler %s's lr %g for step %llu", sch, e->lr, (unsigned long long)t);
+    else
+        snprintf(base, sizeof base, "optimizer.params.lr %g", e->lr);
+    if (hp && hp->lr_scale != 1.0)
+        snprintf(out, n, "%s times zero_set_group's lr_scale %g", base, hp->lr_scale);
+    else
+        snprintf(out, n, "%s", base);
+}
+
+zero_status zero__hp_check_step(struct zero_engine *e, uint64_t t) {
+    const zero_layout *l = &e->layout.view;
+    const zero_optim_kind k = e->rc->optim;
+    for (uint32_t g = 0; g < (l->ngroups ? l->ngroups : 1); g++) {
+        const int32_t gid = l->ngroups ? l->groups[g].group_id : 0;
+        zero__hp hp;
+        zero__hp_resolve(e, gid, t, &hp);
+        const char *field = NULL, *want = NULL;
+        double v = 0;
+        char src[320] = "";
+        if (!(hp.lr >= 0 && hp.lr <= HP_FLT_MAX)) {
+            field = "lr", v = hp.lr, want = "a number in [0, 3.40282e+38] (a finite 32-bit float)";
+            lr_source(e, gid, t, src, sizeof src);
+        } else if (!(hp.weight_decay >= 0 && hp.weight_decay <= HP_FLT_MAX &&
+                     (double)(float)hp.lr * (double)(float)hp.weight_decay <= HP_FLT_MAX)) {
+            field = "weight_decay", v = hp.weight_decay;
+            want = "a number >= 0 whose product with the lr is a finite 32-bit float";
+            const zero__group_hp *ghp = zero__group_hp_of(e, gid);
+            snprintf(src, sizeof src, "%s, lr %g",
+                     override_of(e, gid, offsetof(zero__hp_override, weight_decay)) ? "set by zero_set_hparams"
+                     : ghp && ghp->weight_decay >= 0                                 ? "set by zero_set_group"
+                                                                                      : "optimizer.params.weight_decay",
+                     hp.lr);
+        } else if (uses_betas(k) && !(hp.beta1 >= 0 && (float)hp.beta1 < 1.0f && hp.beta2 >= 0 &&
+                                      (float)hp.beta2 < 1.0f)) {
+            const int one = !(hp.beta1 >= 0 && (float)hp.beta1 < 1.0f);
+            field = one ? "beta1" : "beta2", v = one ? hp.beta1 : hp.beta2;
+            want = "a number in [0, 1) as a 32-bit float";
+            snprintf(src, sizeof src, "%s",
+                     override_of(e, gid, one ? offsetof(zero__hp_override, beta1) : offsetof(zero__hp_override, beta2))
+                         ? "set by zero_set_hparams"
+                         : "optimizer.params.betas or scheduler OneCycle's momentum");
+        } else if (uses_eps(k) && !(hp.eps >= HP_FLT_MIN && hp.eps <= HP_FLT_MAX)) {
+            field = "eps", v = hp.eps, want = "a number in [1.17549e-38, 3.40282e+38] (a normal 32-bit float)";
+            snprintf(src, sizeof src, "%s",
+                     override_of(e, gid, offsetof(zero__hp_override, eps)) ? "set by zero_set_hparams"
+                                                                           : "optimizer.params.eps");
+        }
+        if (field)
+            return zero__error(e, ZERO_ERR_STATE,
+                               "zero_step: optimizer step %llu of param group %d (%s) would run with %s = %g (%s), "
+                               "expected %s; the step was not taken and no weight changed",
+                               (unsigned long long)t, (int)gid, zero__config_optim_name(k), field, v, src, want);
+    }
+    return ZERO_OK;
+}
+
 static int sentinel(double v) { return v == ZERO_HPARAM_KEEP || v == ZERO_HPARAM_DEFAULT; }
 
 /* Apply one field of a request to a stored override (-1: none). */
@@ -65,22 +165,26 @@ zero_status zero_set_hparams(zero_engine *e, const zero_hparams *h) {
     struct {
         const char *name;
         double v;
-        double lo, hi; /* valid: lo <= v < hi */
-        int open_lo;   /* lo excluded */
-    } f[5] = {{"lr", r.lr, 0, HUGE_VAL, 0},
-              {"weight_decay", r.weight_decay, 0, HUGE_VAL, 0},
-              {"beta1", r.beta1, 0, 1, 0},
-              {"beta2", r.beta2, 0, 1, 0},
-              {"eps", r.eps, 0, HUGE_VAL, 1}};
+        double lo, hi; /* valid: lo <= v <= hi (betas: below 1 as a float) */
+    } f[5] = {{"lr", r.lr, 0, HP_FLT_MAX},
+              {"weight_decay", r.weight_decay, 0, HP_FLT_MAX},
+              {"beta1", r.beta1, 0, 1},
+              {"beta2", r.beta2, 0, 1},
+              {"eps", r.eps, HP_FLT_MIN, HP_FLT_MAX}};
+    /* the bounds are the fp32 kernels' (zero_optim_scalars): a beta that
+     * rounds to 1 in fp32, or an lr above FLT_MAX, is Inf / NaN there */
     for (int k = 0; k < 5; k++) {
         double v = f[k].v;
         if (sentinel(v)) continue;
-        if (!(v >= f[k].lo) || !(v < f[k].hi) || (f[k].open_lo && v == f[k].lo) || !isfinite(v))
+        const int beta = k == 2 || k == 3;
+        if (!(v >= f[k].lo) || !(beta ? (float)v < 1.0f : v <= f[k].hi) || !isfinite(v))
             return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
                                "zero_set_hparams: %s = %g is invalid (expected %s, or ZERO_HPARAM_KEEP / "
                                "ZERO_HPARAM_DEFAULT)",
                                f[k].name, v,
-                               k == 2 || k == 3 ? "a number in [0, 1)" : k == 4 ? "a number > 0" : "a number >= 0");
+                               beta     ? "a number in [0, 1) as a 32-bit float"
+                               : k == 4 ? "a number in [1.17549e-38, 3.40282e+38] (a normal 32-bit float)"
+                                        : "a number in [0, 3.40282e+38] (a finite 32-bit float)");
     }
     zero__hp_override *o = NULL;
     for (uint32_t i = 0; i < e->nhp_over; i++)

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,16 @@ static int fault_enospc(int rank) {
     if (!f || strncmp(f, "enospc:", 7)) return 0;
     if (!fault_rank_matches(strchr(f, '@'), rank)) return 0;
     return ++count == atoi(f + 7);
+}
+
+/* ENOSPC for the small file `name` (manifest.json, latest)?  Written by
+ * global rank 0 (or a tool) only, so "@R" matches rank 0. */
+static int fault_enospc_file(const char *name) {
+    const char *f = getenv("ZERO_CKPT_FAULT");
+    if (!f || strncmp(f, "enospc:", 7)) return 0;
+    const char *at = strchr(f, '@');
+    size_t n = at ? (size_t)(at - (f + 7)) : strlen(f + 7);
+    return fault_rank_matches(at, 0) && n == strlen(name) && !strncmp(f + 7, name, n);
 }
 
 void zero__ck_fault_point(const char *point, int rank) {
@@ -47,6 +58,13 @@ void zero__ck_fault_point(const char *point, int rank) {
 }
 
 /* ---------------------------------------------------------------- write */
+int zero__ck_open_new(const char *path) {
+    /* whatever holds the name (a leftover of a killed process with our pid,
+     * or a planted link) goes as a name: unlink never follows a link */
+    if (unlink(path) != 0 && errno != ENOENT) return -1;
+    return open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+}
+
 static int put(int fd, const void *p, size_t n) {
     const char *c = p;
     while (n) {
@@ -78,7 +96,7 @@ int zero__ck_write_blob(const char *dir, const char *file, const void *buf, uint
         uint64_t lo = k * chunk_bytes, n = bytes - lo < chunk_bytes ? bytes - lo : chunk_bytes;
         c[k] = zero__crc32c(0, (const char *)buf + lo, (size_t)n);
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    int fd = zero__ck_open_new(tmp);
     if (fd < 0) {
         snprintf(err, errn, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
         free(c);
@@ -139,7 +157,7 @@ zero__ck_blob_writer *zero__ck_blob_begin(const char *dir, const char *file, uin
     w->fault = fault_enospc(0); /* the tools write as one process */
     w->nchunks = (uint32_t)((bytes + chunk_bytes - 1) / chunk_bytes);
     w->crc = calloc(w->nchunks ? w->nchunks : 1, sizeof *w->crc);
-    w->fd = w->crc ? open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666) : -1;
+    w->fd = w->crc ? zero__ck_open_new(w->tmp) : -1;
     unsigned char hdr[ZERO__CK_HEADER];
     memcpy(hdr, ZERO__CK_MAGIC, 8);
     for (int i = 0; i < 8; i++) hdr[8 + i] = (unsigned char)(bytes >> (8 * i));
@@ -376,12 +394,16 @@ int zero__ck_write_atomic(const char *dir, const char *name, const char *text, s
     char path[4352], tmp[4400];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    int fd = zero__ck_open_new(tmp);
     if (fd < 0) {
         snprintf(err, errn, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
         return -1;
     }
     int ok = put(fd, text, len) == 0, e = ok ? 0 : errno;
+    if (ok && fault_enospc_file(name)) {
+        (void)put(fd, text, len / 2);
+        ok = 0, e = ENOSPC;
+    }
     if (ok && fsync(fd) != 0) ok = 0, e = errno;
     if (close(fd) != 0 && ok) ok = 0, e = errno;
     if (ok && rename(tmp, path) != 0) ok = 0, e = errno;
@@ -407,16 +429,82 @@ int zero__ck_mkdirs(const char *dir) {
     return 0;
 }
 
+/* The directory is opened with O_NOFOLLOW and emptied through its fd
+ * (unlinkat), so neither `dir` nor anything in it is followed: a link
+ * inside goes as a link, and a link put in place of `dir` after the lstat
+ * fails the open (ELOOP) instead of emptying its target. */
 int zero__ck_remove_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return errno == ENOENT ? 0 : -1;
+    struct stat sb;
+    if (lstat(dir, &sb) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(sb.st_mode)) return unlink(dir); /* a link or file at the name: the name goes, never a target */
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -1;
+    }
+    int kept = 0, e = 0;
     struct dirent *de;
-    char path[4352];
     while ((de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        unlink(path);
+        struct stat eb;
+        if (fstatat(fd, de->d_name, &eb, AT_SYMLINK_NOFOLLOW) != 0) continue; /* gone meanwhile */
+        if (S_ISDIR(eb.st_mode)) { /* a checkpoint has no subdirectories: not ours, left alone */
+            kept = 1, e = ENOTEMPTY;
+            continue;
+        }
+        if (unlinkat(fd, de->d_name, 0) != 0 && errno != ENOENT) kept = 1, e = errno;
     }
     closedir(d);
+    if (kept) return errno = e, -1;
     return rmdir(dir);
+}
+
+int zero__ck_is_link(const char *path) {
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode);
+}
+
+/* Nearest existing ancestor of path (path itself if it exists), resolved,
+ * into out; shown: out followed by the part of path that does not exist. */
+static int resolve_existing(const char *path, char *out, size_t n, char *shown, size_t sn) {
+    char p[4096], r[PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
+    const char *rest = ""; /* of path, beyond p */
+    struct stat sb;
+    while (stat(p, &sb) != 0) {
+        if (errno != ENOENT && errno != ENOTDIR) return -1;
+        char *slash = strrchr(p, '/');
+        while (slash && slash > p && slash[1] == 0) { /* "a/b/" */
+            *slash = 0;
+            slash = strrchr(p, '/');
+        }
+        if (!slash) {
+            rest = path;
+            snprintf(p, sizeof p, ".");
+            break;
+        }
+        if (slash == p) p[1] = 0; /* "/x" -> "/" */
+        else *slash = 0;
+        rest = path + strlen(p); /* p is a prefix of path */
+    }
+    if (!realpath(p, r)) return -1;
+    snprintf(out, n, "%s", r);
+    while (*rest == '/') rest++;
+    snprintf(shown, sn, "%s%s%s", r, *rest && strcmp(r, "/") ? "/" : "", rest);
+    return 0;
+}
+
+int zero__ck_path_within(const char *path, const char *dir, char *shown, size_t n) {
+    struct stat d, a;
+    char r[PATH_MAX];
+    if (stat(dir, &d) != 0 || resolve_existing(path, r, sizeof r, shown, n) != 0) return -1;
+    for (;;) { /* r and each of its ancestors against dir, by device and inode (bind mounts too) */
+        if (stat(r, &a) == 0 && a.st_dev == d.st_dev && a.st_ino == d.st_ino) return 1;
+        char *slash = strrchr(r, '/');
+        if (!slash || !strcmp(r, "/")) return 0;
+        if (slash == r) r[1] = 0;
+        else *slash = 0;
+    }
 }

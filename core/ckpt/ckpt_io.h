@@ -14,10 +14,18 @@
  *   ZERO_CKPT_FAULT=enospc:N[@R]  the N-th blob written by this process
  *       (rank R only, if given) fails with ENOSPC after half its payload
  *       (streamed blobs count too, as rank 0: the piece crossing the half);
+ *   ZERO_CKPT_FAULT=enospc:NAME[@0]  the small file NAME (manifest.json,
+ *       latest) written by zero__ck_write_atomic fails with ENOSPC after
+ *       half its bytes;
  *   ZERO_CKPT_FAULT=pause:POINT[@R]  at save point POINT (before_shards,
  *       between_shards, before_manifest, before_latest) rank R writes its
  *       pid to $ZERO_CKPT_FAULT_MARKER and sleeps up to 120 s, so that a
  *       test can kill -9 it there.
+ * Symbolic links: nothing here deletes or overwrites through one.  Temp
+ * files are created O_EXCL | O_NOFOLLOW (a link at the temp name is
+ * removed as a link first), renames replace a name, never a link's target,
+ * and zero__ck_remove_dir walks by directory fd (docs/checkpoints.md,
+ * "Symbolic links").
  * Threads: the reader structure is not shared; everything else is
  * reentrant. */
 #ifndef ZERO_CKPT_IO_H
@@ -68,9 +76,22 @@ int zero__ck_write_atomic(const char *dir, const char *name, const char *text, s
 int zero__ck_fsync_dir(const char *dir);
 /* mkdir -p (0777 & umask). */
 int zero__ck_mkdirs(const char *dir);
-/* Remove a checkpoint directory: its plain files, then itself.  Never
- * follows into subdirectories (a checkpoint has none). */
+/* Remove a checkpoint directory: its files, then itself; 0 also when it
+ * does not exist.  Follows no link: a link (or file) at `dir` is removed as
+ * a name, never its target; the directory is opened O_NOFOLLOW and emptied
+ * with unlinkat (links inside go as links).  A subdirectory (a checkpoint
+ * has none) is left alone: -1 with ENOTEMPTY. */
 int zero__ck_remove_dir(const char *dir);
+/* 1 if path is a symbolic link (lstat), else 0. */
+int zero__ck_is_link(const char *path);
+/* Create path for writing, new: a link or leftover at the name is removed
+ * first (as a name), then O_CREAT | O_EXCL | O_NOFOLLOW.  An fd, or -1. */
+int zero__ck_open_new(const char *path);
+/* Does path (followed through links as an open or mkdir would: its nearest
+ * existing ancestor, resolved) lie in dir or is it dir?  Compared by device
+ * and inode, so links and bind mounts do not hide it.  1 yes, 0 no, -1 on
+ * an error (errno); shown: path resolved, for messages. */
+int zero__ck_path_within(const char *path, const char *dir, char *shown, size_t n);
 
 /* Fault hooks (see above). */
 void zero__ck_fault_point(const char *point, int rank);

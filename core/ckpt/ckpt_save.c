@@ -13,8 +13,12 @@
  *      directory to <root>/<tag> (an atomic exchange when the tag exists),
  *      then points <root>/latest at it (temp, fsync, rename, fsync dir),
  *      then prunes to keep_last;
- *   5. every rank returns rank 0's outcome.
- * A kill at any point leaves <root>/latest naming a complete checkpoint. */
+ *   5. every rank returns rank 0's outcome; on failure (a full disk under
+ *      manifest.json too) rank 0 removes the staging directory.
+ * A kill at any point leaves <root>/latest naming a complete checkpoint.
+ * Links: <root>/<tag> that is a symbolic link or a file is refused in step
+ * 2; a link at <tag>.partial is removed as a link; keep_last skips links;
+ * nothing is removed through a link (zero__ck_remove_dir). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -175,13 +179,26 @@ static json_t *build_manifest(struct zero_engine *e, const char *tag, const char
     return m;
 }
 
+/* May root/tag be replaced?  Absent or a real directory: yes; a link (to a
+ * directory or not) or a file: no -- refused before anything is written. */
+static int replaceable(const char *root, const char *tag) {
+    char path[4352];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", root, tag);
+    return lstat(path, &sb) != 0 || S_ISDIR(sb.st_mode);
+}
+
 /* Move staging into place as root/tag: an atomic exchange when the tag
  * already exists (the old one is then removed), else a rename. */
 static int publish(const char *root, const char *staging, const char *tag, char *err, size_t errn) {
     char final[4352];
     snprintf(final, sizeof final, "%s/%s", root, tag);
     struct stat sb;
-    if (stat(final, &sb) == 0) {
+    if (lstat(final, &sb) == 0 && !S_ISDIR(sb.st_mode)) { /* appeared since step 2's check */
+        snprintf(err, errn, "zero_save: %s is not a directory (a symbolic link or a file); not replaced", final);
+        return -1;
+    }
+    if (lstat(final, &sb) == 0) {
 #ifdef RENAME_EXCHANGE
         if (renameat2(AT_FDCWD, staging, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
             zero__ck_remove_dir(staging); /* now the old checkpoint of that tag */
@@ -223,6 +240,11 @@ static void prune(struct zero_engine *e, const char *root, const char *current, 
         char path[4600], *text = NULL;
         size_t len = 0;
         if (de->d_name[0] == '.' || strlen(de->d_name) >= 256) continue;
+        snprintf(path, sizeof path, "%s/%s", root, de->d_name);
+        if (zero__ck_is_link(path)) { /* not a directory libzero wrote: neither it nor its target is pruned */
+            zero__log(e, ZERO_LOG_WARN, "checkpoint: keep_last: %s is a symbolic link, not pruned (not counted)", path);
+            continue;
+        }
         snprintf(path, sizeof path, "%s/%s/manifest.json", root, de->d_name);
         if (zero__ck_slurp(path, 64u << 20, &text, &len) != 0) continue;
         json_t *j = json_loadb(text, len, 0, NULL);
@@ -314,14 +336,23 @@ zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char 
     if (grank == 0) {
         if (zero__ck_mkdirs(root) != 0)
             s = zero__error(e, ZERO_ERR_IO, "zero_save: cannot create %s: %s", root, strerror(errno));
-        else if (zero__ck_remove_dir(ss.dir) != 0 && errno != ENOENT)
+        else if (!replaceable(root, tag))
+            s = zero__error(e, ZERO_ERR_IO,
+                            "zero_save: %s/%s is a symbolic link or a file, not a checkpoint directory; libzero "
+                            "replaces only directories, never through a link (remove it or save under another "
+                            "tag); nothing written",
+                            root, tag);
+        else if (zero__ck_remove_dir(ss.dir) != 0) /* a leftover, or a link at its name (the link goes) */
             s = zero__error(e, ZERO_ERR_IO, "zero_save: cannot clear %s: %s", ss.dir, strerror(errno));
         else if (mkdir(ss.dir, 0777) != 0)
             s = zero__error(e, ZERO_ERR_IO, "zero_save: cannot create %s: %s", ss.dir, strerror(errno));
     }
     s = zero__ck_agree(e, s, "zero_save");
     if (s != ZERO_OK) return s;
-    if (grank != 0) zero__ck_mkdirs(ss.dir); /* node-local directories; shared: already there */
+    if (grank != 0) { /* node-local directories; shared: already there */
+        if (zero__ck_is_link(ss.dir)) unlink(ss.dir); /* a node-local link at libzero's name: the link goes */
+        zero__ck_mkdirs(ss.dir);
+    }
     zero__ck_fault_point("before_shards", grank);
     ss.files = json_array();
     ss.kind = ZERO__CK_OPAQUE;
@@ -351,6 +382,9 @@ zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char 
     if (s == ZERO_OK && grank == 0) s = finish_on_root(e, root, ss.dir, tag, keep, all, each, n);
     free(all);
     s = zero__ck_agree(e, s, "zero_save");
+    /* a failed save leaves no staging directory (ENOSPC on the manifest
+     * included); after publish it is gone already */
+    if (s != ZERO_OK && grank == 0) zero__ck_remove_dir(ss.dir);
     if (s == ZERO_OK) zero__log(e, ZERO_LOG_INFO, "checkpoint %s/%s saved", root, tag);
     return s;
 }

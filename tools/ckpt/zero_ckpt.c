@@ -19,13 +19,18 @@
  * the model.  convert streams too: per output blob, pieces of 256 Ki
  * elements read through the verifying reader (ckpt_source.h, the same
  * mapping a resharding zero_load uses) and appended with their chunk
- * checksums (zero__ck_blob_begin/put/end).  Exit status 0 on success, 1 on
+ * checksums (zero__ck_blob_begin/put/end).  An output inside the
+ * checkpoint being read (or, for consolidate, the same file as one of its
+ * files) is refused, naming both paths; nothing is written through a link.
+ * Exit status 0 on success, 1 on
  * a damaged checkpoint, 2 on usage or I/O errors and refused conversions. */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt_engine.h"
@@ -173,9 +178,64 @@ static int cmd_verify(const zero__ck_manifest *m, const char *dir) {
     return 0;
 }
 
+/* ------------------------------------------------------------ outputs */
+
+/* An output written inside the checkpoint being read would replace or add
+ * to what is read (a shard overwritten mid-read, a stray file or directory
+ * in it): refused before anything is written, naming both paths.  `where`
+ * is followed as the writer follows it (mkdir -p, or the directory a file
+ * is renamed into).  1: refused (message printed). */
+static int refuse_inside(const char *cmd, const char *out, const char *where, const char *dir) {
+    char shown[8192], rdir[PATH_MAX];
+    int in = zero__ck_path_within(where, dir, shown, sizeof shown);
+    if (in < 0) {
+        fprintf(stderr, "zero-ckpt %s: cannot resolve %s: %s\n", cmd, where, strerror(errno));
+        return 1;
+    }
+    if (!in) return 0;
+    if (!realpath(dir, rdir)) snprintf(rdir, sizeof rdir, "%s", dir);
+    fprintf(stderr,
+            "zero-ckpt %s: the output %s (in %s) is inside the checkpoint being read, %s (%s); nothing written, "
+            "write it elsewhere\n",
+            cmd, out, shown, dir, rdir);
+    return 1;
+}
+
+/* An existing output that is (a link to, or a hard link of) a file of the
+ * checkpoint -- a shard, manifest.json, the root's latest.  1: refused. */
+static int refuse_same_file(const char *cmd, const char *out, const zero__ck_manifest *m, const char *dir,
+                            const char *arg) {
+    struct stat o, f;
+    if (stat(out, &o) != 0) return 0; /* does not exist yet */
+    char path[8192];
+    for (uint32_t i = 0; i <= m->nfiles + 1; i++) {
+        if (i < m->nfiles) snprintf(path, sizeof path, "%s/%s", dir, m->files[i].file);
+        else if (i == m->nfiles) snprintf(path, sizeof path, "%s/manifest.json", dir);
+        else snprintf(path, sizeof path, "%s/latest", arg);
+        if (stat(path, &f) == 0 && f.st_dev == o.st_dev && f.st_ino == o.st_ino) {
+            fprintf(stderr, "zero-ckpt %s: the output %s is the same file as %s of the checkpoint being read; "
+                            "nothing written, write it elsewhere\n",
+                    cmd, out, path);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* safetensors: u64 LE header length, JSON header (padded with spaces to a
- * multiple of 8), then the tensors' bytes in header order. */
-static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const char *out) {
+ * multiple of 8), then the tensors' bytes in header order.  arg: the path
+ * given (DIR or its root), for the output checks. */
+static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const char *arg, const char *out) {
+    char parent[4096];
+    const char *slash = strrchr(out, '/');
+    if (slash == out) snprintf(parent, sizeof parent, "/");
+    else if (slash) snprintf(parent, sizeof parent, "%.*s", (int)(slash - out), out);
+    else snprintf(parent, sizeof parent, ".");
+    if (!slash ? !out[0] : !slash[1]) {
+        fprintf(stderr, "zero-ckpt consolidate: the output '%s' names no file\n", out);
+        return 2;
+    }
+    if (refuse_inside("consolidate", out, parent, dir) || refuse_same_file("consolidate", out, m, dir, arg)) return 2;
     uint64_t largest = 0, off = 0;
     json_t *h = json_object();
     json_t *meta = json_object();
@@ -207,7 +267,9 @@ static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const ch
     json_decref(h);
     char tmp[4400];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
-    FILE *f = hs ? fopen(tmp, "wb") : NULL;
+    int fd = hs ? zero__ck_open_new(tmp) : -1; /* never through a link at the temp name */
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f && fd >= 0) close(fd), unlink(tmp);
     float *buf = malloc(largest ? largest * 4 : 4);
     zero__ck_reader *r = zero__ck_reader_open(dir, m);
     if (!f || !buf || !r) {
@@ -383,6 +445,7 @@ __attribute__((format(printf, 1, 2))) static int conv_refuse(const char *fmt, ..
 
 static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *dst, long long ranks,
                        const char *plugin) {
+    if (refuse_inside("convert", dst, dst, src)) return 2;
     const conv_target *t = NULL;
     if (!plugin) plugin = m->plugin;
     for (size_t i = 0; i < sizeof TARGETS / sizeof TARGETS[0]; i++)
@@ -449,7 +512,8 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
     char staging[4400], final[4400];
     snprintf(staging, sizeof staging, "%s/%s.partial", dst, m->tag);
     snprintf(final, sizeof final, "%s/%s", dst, m->tag);
-    if (access(final, F_OK) == 0) {
+    struct stat fsb;
+    if (lstat(final, &fsb) == 0) { /* a link there too: nothing is written through it */
         for (int S = 0; S < P; S++) zero__layout_free(&lay[S]);
         free(lay);
         return conv_refuse("%s already exists; convert into an empty or new root", final);
@@ -627,7 +691,7 @@ int main(int argc, char **argv) {
     int rc;
     if (!strcmp(argv[1], "info")) rc = cmd_info(m, dir, argc > 3 && !strcmp(argv[3], "--json"));
     else if (!strcmp(argv[1], "verify")) rc = cmd_verify(m, dir);
-    else if (!strcmp(argv[1], "consolidate") && argc == 4) rc = cmd_consolidate(m, dir, argv[3]);
+    else if (!strcmp(argv[1], "consolidate") && argc == 4) rc = cmd_consolidate(m, dir, argv[2], argv[3]);
     else if (!strcmp(argv[1], "convert")) rc = cmd_convert(m, dir, argv[3], ranks, plugin);
     else rc = usage();
     zero__ck_manifest_free(m);
