@@ -14,6 +14,7 @@
 #include "loss_scaler.h"
 #include "optim.h"
 #include "params.h"
+#include "partition_step.h"
 #include "trace.h"
 #include "trace_engine.h"
 
@@ -724,74 +725,258 @@ static zero_status on_slice_ready_impl(zero_engine *e, zero_param *p, uint32_t l
     return zero_on_grad_ready(e, p, stream); /* the last slice: the whole param is final */
 }
 
-/* Params whose gradient never arrived: warn (naming them) and deliver a zero
- * gradient, like DeepSpeed's ignore_unused_parameters; with strict_grads the
- * step fails on every rank instead (agreed so no rank is left in a
- * collective alone). */
-static zero_status settle_missing(zero_engine *e) {
+/* ------------------------------------------------------------------------ */
+/* (issue 31) Missing gradients, agreed across ranks (docs/reliability.md).
+ *
+ * zero_step first delivers every gradient this rank did not report as zeros,
+ * BEFORE any agreement: with overlap_comm a rank holding all its gradients
+ * has issued every bucket collective by now, so one still missing some must
+ * issue them too before the next collective on the communicator, or the two
+ * call collectives in different orders (erroneous MPI: MPI_ERR_TRUNCATE with
+ * Open MPI's libnbc, a hang or garbage with NCCL).  Then ONE all-reduce (MAX
+ * of the local missing count, over every pipeline stage) settles the common
+ * case: nothing missing anywhere.  Otherwise the data-parallel group sums a
+ * per-param "missing here" flag (how many ranks lack each param) and every
+ * rank reaches the same verdict:
+ *  - missing on every rank (an unused parameter): zeros and a warning, as
+ *    DeepSpeed's ignore_unused_parameters; an error with strict_grads;
+ *  - missing on some ranks only: an error (DDP's rule: the mean would
+ *    silently count zeros for the ranks without it), unless
+ *    zero_optimization.find_unused_parameters allows it (zeros, a warning);
+ *  - no gradient at all (zero_step without a backward, or a second
+ *    zero_step): an error, or with find_unused_parameters a skipped step.
+ * A refused or skipped micro-step drops the accumulation window through the
+ * plugin's overflow path (drop_window): no weight moves, every collective is
+ * matched, and the engine goes on with the next micro-batch. */
+
+enum { MG_PROCEED = 0, MG_SKIP = 1, MG_REFUSE = 2 };
+enum { MG_NAMED = 4 }; /* inconsistent params named in a message, with their ranks */
+
+/* Deliver zeros for every param not reported in this micro-step; a stacked
+ * param with some slices counts as reported (its other slices are zero).
+ * Returns how many params this rank lacks; *err gets the first delivery
+ * failure (the agreement still runs, so no rank is left alone in it). */
+static uint32_t deliver_missing(zero_engine *e, zero_status *err) {
     uint32_t missing = 0;
-    for (uint32_t i = 0; i < e->nparams; i++)
-        if (!atomic_load(&e->params[i]->ready)) missing++;
-    if (e->rc->strict_grads) {
-        uint64_t any = missing;
-        char names[512] = "";
-        size_t off = 0;
-        for (uint32_t i = 0; i < e->nparams && off < sizeof names - 1; i++)
-            if (!atomic_load(&e->params[i]->ready))
-                off += snprintf(names + off, sizeof names - off, "%s%s", off ? ", " : "", e->params[i]->name);
-        /* (stages) Deliver the missing gradients as zeros before failing:
-         * with overlap_comm the bucket engine issues each bucket's
-         * collective as soon as the bucket (and every earlier one) is
-         * complete, so a rank that stopped short would leave the other
-         * ranks waiting for collectives it never issues (a hang at the
-         * next collective or in zero_engine_destroy).  The step is still
-         * refused.  (qa) This happens BEFORE the agreement below: a rank
-         * with every gradient has issued all its bucket collectives by now,
-         * so one still missing some must issue them before the allreduce
-         * too, or the two ranks call collectives on the same communicator
-         * in different orders (erroneous MPI: MPI_ERR_TRUNCATE with Open
-         * MPI's libnbc, a hang or garbage with NCCL). */
-        for (uint32_t i = 0; i < e->nparams; i++) {
-            struct zero_param *p = e->params[i];
-            if (atomic_load(&p->ready)) continue;
-            p->info.grad_is_zero = 1;
-            e->plugin.table->on_grad_ready(e->pstate, &p->info, NULL);
-            p->info.grad_is_zero = 0;
-        }
-        /* Over every pipeline stage too: a refusal must reach ranks that are
-         * about to meet this one in a world-wide collective. */
-        zero_status s = zero__allreduce(e->global, &any, 1, ZERO_DTYPE_U64, ZERO_OP_MAX);
-        if (s != ZERO_OK) return s;
-        if (any) {
-            e->micro_step = 0;
-            reset_ready(e);
-            return zero__error(e, ZERO_ERR_STATE,
-                               "zero_step: gradients never arrived for %u param(s) on this rank (%s) or on another "
-                               "rank, and zero_optimization.strict_grads is set",
-                               missing, missing ? names : "none here");
-        }
-        return ZERO_OK;
-    }
-    if (!missing) return ZERO_OK;
+    *err = ZERO_OK;
     for (uint32_t i = 0; i < e->nparams; i++) {
         struct zero_param *p = e->params[i];
         if (atomic_load(&p->ready)) continue;
         unsigned got = p->stack_layers ? atomic_load(&p->slices_ready) : 0;
+        zero_status s;
         if (got) { /* (1.1) a stack with some slices: the others were never added, i.e. zero */
             zero__log(e, ZERO_LOG_WARN, "stacked param '%s': %u of %u slices reported in micro-step %u; the other "
                       "slices count as zero", p->name, got, p->stack_layers, e->micro_step);
             atomic_store(&p->ready, 1);
-            zero_status s = e->plugin.table->on_grad_ready(e->pstate, &p->info, NULL);
-            if (s != ZERO_OK) return s;
-            continue;
+            s = e->plugin.table->on_grad_ready(e->pstate, &p->info, NULL);
+        } else {
+            missing++;
+            p->info.grad_is_zero = 1;
+            s = e->plugin.table->on_grad_ready(e->pstate, &p->info, NULL);
+            p->info.grad_is_zero = 0;
         }
-        zero__log(e, ZERO_LOG_WARN, "gradient of '%s' never arrived in micro-step %u; treating it as zero", p->name,
-                  e->micro_step);
-        p->info.grad_is_zero = 1;
-        atomic_store(&p->ready, 1);
-        zero_status s = e->plugin.table->on_grad_ready(e->pstate, &p->info, NULL);
-        p->info.grad_is_zero = 0;
-        if (s != ZERO_OK) return s;
+        if (s != ZERO_OK && *err == ZERO_OK) *err = s;
+    }
+    return missing;
+}
+
+/* ", 'name' on k of W ranks (ranks a..b)" for the first MG_NAMED params
+ * missing on some ranks only: one MIN all-reduce of {first rank, -last
+ * rank} per named param over the data-parallel group. */
+static zero_status name_partial(zero_engine *e, const uint64_t *cnt, char *out, size_t len) {
+    int64_t v[2 * MG_NAMED];
+    uint32_t idx[MG_NAMED], k = 0;
+    const uint64_t w = (uint64_t)e->world_size;
+    for (uint32_t i = 0; i < e->nparams && k < MG_NAMED; i++)
+        if (cnt[i] && cnt[i] < w) idx[k++] = i;
+    for (uint32_t j = 0; j < k; j++) {
+        const int lacks = !atomic_load(&e->params[idx[j]]->ready);
+        v[2 * j] = lacks ? e->rank : INT64_MAX;
+        v[2 * j + 1] = lacks ? -(int64_t)e->rank : INT64_MAX;
+    }
+    zero_status s = zero__allreduce(e->world, v, 2 * (size_t)k, ZERO_DTYPE_I64, ZERO_OP_MIN);
+    if (s != ZERO_OK) return s;
+    size_t off = 0;
+    for (uint32_t j = 0; j < k && off < len; j++) {
+        const int64_t lo = v[2 * j], hi = -v[2 * j + 1];
+        const uint64_t c = cnt[idx[j]];
+        off += (size_t)snprintf(out + off, len - off, "%s'%s' missing on %llu of %d ranks (rank%s %lld", j ? "; " : "",
+                                e->params[idx[j]]->name, (unsigned long long)c, e->world_size, c > 1 ? "s" : "",
+                                (long long)lo);
+        if (off < len && c > 1)
+            off += (size_t)snprintf(out + off, len - off, "%s%lld", c == (uint64_t)(hi - lo + 1) ? ".." : ", ..., ",
+                                    (long long)hi);
+        if (off < len) off += (size_t)snprintf(out + off, len - off, ")");
+    }
+    return ZERO_OK;
+}
+
+/* "'a', 'b', ... (n params)" of the params for which pick(cnt) holds. */
+static void list_params(const zero_engine *e, const uint64_t *cnt, uint64_t want, char *out, size_t len) {
+    size_t off = 0;
+    uint32_t n = 0;
+    out[0] = '\0';
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        if (cnt[i] != want) continue;
+        if (++n <= MG_NAMED && off < len)
+            off += (size_t)snprintf(out + off, len - off, "%s'%s'", n > 1 ? ", " : "", e->params[i]->name);
+    }
+    if (n > MG_NAMED && off < len) snprintf(out + off, len - off, " and %u more", n - MG_NAMED);
+}
+
+/* The slow path: how many ranks lack each param, and the verdict (the same
+ * on every rank of the data-parallel group); the reason goes to why. */
+static zero_status judge_missing(zero_engine *e, int *verdict, char *why, size_t len) {
+    const uint32_t n = e->nparams;
+    uint64_t *cnt = calloc(n ? n : 1, sizeof *cnt);
+    if (!cnt) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_step: out of memory");
+    for (uint32_t i = 0; i < n; i++) cnt[i] = !atomic_load(&e->params[i]->ready);
+    zero_status s = zero__allreduce(e->world, cnt, n, ZERO_DTYPE_U64, ZERO_OP_SUM);
+    uint32_t n_all = 0, n_some = 0;
+    const uint64_t w = (uint64_t)e->world_size;
+    for (uint32_t i = 0; s == ZERO_OK && i < n; i++) {
+        if (cnt[i] == w) n_all++;
+        else if (cnt[i]) n_some++;
+    }
+    int find_unused = zero__config_find_unused(e->cfg), strict = e->rc->strict_grads;
+    const unsigned long long step = (unsigned long long)e->global_step + 1;
+    char names[600] = "";
+    if (s != ZERO_OK) {
+        /* a failed agreement is already the engine's error */
+    } else if (n_all == n) {
+        *verdict = find_unused && !strict ? MG_SKIP : MG_REFUSE;
+        snprintf(why, len, "zero_step without any gradient: no rank reported a gradient in micro-step %u of step %llu "
+                 "(a zero_step without a backward, or a second zero_step after the last one); no weight moved%s",
+                 e->micro_step, step,
+                 *verdict == MG_SKIP ? " (step skipped: zero_optimization.find_unused_parameters is set)"
+                 : strict ? " (zero_optimization.strict_grads is set)"
+                          : "; with zero_optimization.find_unused_parameters it is a skipped step");
+    } else if (n_some && (!find_unused || strict)) {
+        *verdict = MG_REFUSE;
+        s = name_partial(e, cnt, names, sizeof names);
+        snprintf(why, len, "zero_step: gradients arrived on some ranks and not on others in micro-step %u of step "
+                 "%llu: %s%s; no weight moved and this accumulation window is dropped (%s)", e->micro_step, step,
+                 names, n_some > MG_NAMED ? " (and more)" : "",
+                 strict ? "zero_optimization.strict_grads is set"
+                        : "report every parameter on every rank, or set zero_optimization.find_unused_parameters "
+                          "to count a missing gradient as zero, as torch DDP's find_unused_parameters does");
+    } else if (strict) {
+        *verdict = MG_REFUSE;
+        list_params(e, cnt, w, names, sizeof names);
+        snprintf(why, len, "zero_step: gradients never arrived for %u param(s) on any rank (%s) in micro-step %u of "
+                 "step %llu, and zero_optimization.strict_grads is set; no weight moved", n_all, names,
+                 e->micro_step, step);
+    } else {
+        /* allowed: zeros were delivered; say so (every rank alike) */
+        if (n_some && (s = name_partial(e, cnt, names, sizeof names)) == ZERO_OK)
+            zero__log(e, ZERO_LOG_WARN, "gradients missing on some ranks in micro-step %u of step %llu count as zero "
+                      "(zero_optimization.find_unused_parameters): %s%s", e->micro_step, step, names,
+                      n_some > MG_NAMED ? " (and more)" : "");
+        for (uint32_t i = 0; i < n; i++)
+            if (cnt[i] == w)
+                zero__log(e, ZERO_LOG_WARN, "gradient of '%s' never arrived in micro-step %u (on any rank); "
+                          "treating it as zero", e->params[i]->name, e->micro_step);
+    }
+    free(cnt);
+    return s;
+}
+
+static zero_status settle_missing(zero_engine *e, int *verdict, char *why, size_t len) {
+    *verdict = MG_PROCEED;
+    zero_status local = ZERO_OK;
+    const uint32_t missing = deliver_missing(e, &local);
+    /* bit 63: a rank failed delivering (every rank stops, none hangs) */
+    uint64_t any = (uint64_t)missing | (local != ZERO_OK ? (uint64_t)1 << 63 : 0);
+    /* over every pipeline stage too: a refusal must reach ranks that are
+     * about to meet this one in a world-wide collective */
+    zero_status s = zero__allreduce(e->global, &any, 1, ZERO_DTYPE_U64, ZERO_OP_MAX);
+    if (s != ZERO_OK) return s;
+    if (any >> 63) {
+        e->micro_step = 0;
+        reset_ready(e);
+        return local != ZERO_OK ? local
+                                : zero__error(e, ZERO_ERR_STATE, "zero_step: another rank failed to deliver a "
+                                              "missing gradient; this micro-step is abandoned");
+    }
+    if (!any) return ZERO_OK;
+    if ((s = judge_missing(e, verdict, why, len)) != ZERO_OK) return s;
+    if (e->global != e->world) { /* a pipeline: every stage takes the strictest stage's verdict */
+        uint64_t v = (uint64_t)*verdict;
+        if ((s = zero__allreduce(e->global, &v, 1, ZERO_DTYPE_U64, ZERO_OP_MAX)) != ZERO_OK) return s;
+        if ((int)v != *verdict && !why[0])
+            snprintf(why, len, "zero_step: another pipeline stage refused this micro-step's gradients (see its "
+                     "ranks' errors); no weight moved");
+        *verdict = (int)v;
+    }
+    return ZERO_OK;
+}
+
+/* The context of the plugin's step for this micro-step. */
+static void step_ctx(const zero_engine *e, const zero_step_args *args, zero_step_ctx *ctx) {
+    const uint32_t gas = (uint32_t)e->rc->grad_accum_steps;
+    memset(ctx, 0, sizeof *ctx);
+    ctx->struct_size = sizeof *ctx;
+    ctx->boundary = (e->micro_step + 1 >= gas);
+    ctx->micro_step = e->micro_step;
+    ctx->grad_accum = gas;
+    ctx->global_step = e->global_step;
+    ctx->loss_scale = e->scaler.scale;
+    ctx->grad_clip = e->rc->gradient_clipping;
+    /* fp32 gradients (an fp32 model, or fp32 accumulation of a 16-bit one)
+     * hold the SUM over the data-parallel ranks and the window's
+     * micro-steps; 16-bit ones already hold the mean over the ranks (the
+     * bucket engine scales by 1/world around its fp32 reduction, see
+     * buckets.c), so only the micro-steps remain to divide by. */
+    ctx->grad_divisor = (double)gas * (e->rc->grad_accum_dtype == ZERO_DTYPE_F32 ? (double)e->world_size : 1.0);
+    ctx->stream = args && args->struct_size >= offsetof(zero_step_args, stream) + sizeof(void *) ? args->stream : NULL;
+}
+
+/* Drop the accumulation window without moving a weight: the plugin's step
+ * at a boundary (every service sees micro_step = gas - 1, so the bucket
+ * sets reduce what they hold, in bucket order, on every rank) with the
+ * grad_norm service reading it as an overflow: each plugin then clears its
+ * gradients as after an fp16 overflow.  Neither the loss scaler nor the
+ * step counters move.  Every rank calls this (the verdict was agreed). */
+static zero_status drop_window(zero_engine *e, const zero_step_args *args) {
+    e->micro_step = (uint32_t)e->rc->grad_accum_steps - 1;
+    zero_step_ctx ctx;
+    step_ctx(e, args, &ctx);
+    zero_step_report rep = {sizeof rep, 0, -1.0};
+    zero_status s = e->dev ? device_order(e, 1, ctx.stream) : ZERO_OK;
+    zero__ps_step_begin(e, 1);
+    if (s == ZERO_OK) s = e->plugin.table->step(e->pstate, &ctx, &rep);
+    const int norm_ran = zero__ps_step_end();
+    e->micro_step = 0;
+    reset_ready(e);
+    if (s == ZERO_OK && e->dev) s = device_order(e, 0, ctx.stream);
+    if (s != ZERO_OK) return s;
+    if (!norm_ran || !rep.overflow)
+        return zero__error(e, ZERO_ERR_STATE, "zero_step: plugin '%s' stepped without the core's grad_norm service, "
+                           "so the refused micro-step's window could not be dropped: its weights may have moved",
+                           e->plugin.table->name ? e->plugin.table->name : "?");
+    return ZERO_OK;
+}
+
+/* A micro-step the ranks refused (MG_REFUSE: ZERO_ERR_STATE) or skip
+ * (MG_SKIP: ZERO_OK, taken = 0): the window is dropped on every rank. */
+static zero_status refuse_micro_step(zero_engine *e, const zero_step_args *args, zero_step_result *result,
+                                     int verdict, const char *why) {
+    zero_status s = drop_window(e, args);
+    if (s != ZERO_OK) return zero__error_context(e, s, "%s", why);
+    if (verdict == MG_REFUSE) return zero__error(e, ZERO_ERR_STATE, "%s", why);
+    zero__log(e, ZERO_LOG_WARN, "%s", why);
+    if (result) {
+        zero_step_result r = ZERO_STEP_RESULT_INIT;
+        r.boundary = 1; /* the window ended: dropped */
+        r.taken = 0;
+        r.overflow = 0;
+        r.global_step = e->global_step;
+        r.grad_norm = -1.0;
+        r.loss_scale = e->scaler.scale;
+        r.lr = e->lr;
+        size_t n = result->struct_size < sizeof r ? result->struct_size : sizeof r;
+        r.struct_size = result->struct_size;
+        memcpy(result, &r, n);
     }
     return ZERO_OK;
 }
@@ -802,24 +987,14 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
     ZERO_TRACE_SCOPE("zero_step", "step", "step", e->global_step + 1, "micro_step", e->micro_step);
     if (result && result->struct_size < sizeof(uint32_t) * 4)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_step: result.struct_size too small");
-    zero_status s = settle_missing(e);
+    int verdict = MG_PROCEED;
+    char why[1536] = "";
+    zero_status s = settle_missing(e, &verdict, why, sizeof why);
     if (s != ZERO_OK) return s;
+    if (verdict != MG_PROCEED) return refuse_micro_step(e, args, result, verdict, why);
 
-    uint32_t gas = (uint32_t)e->rc->grad_accum_steps;
-    zero_step_ctx ctx = {sizeof ctx, 0, 0, 0, 0, 0, 0, 0, NULL};
-    ctx.boundary = (e->micro_step + 1 >= gas);
-    ctx.micro_step = e->micro_step;
-    ctx.grad_accum = gas;
-    ctx.global_step = e->global_step;
-    ctx.loss_scale = e->scaler.scale;
-    ctx.grad_clip = e->rc->gradient_clipping;
-    /* fp32 gradients (an fp32 model, or fp32 accumulation of a 16-bit one)
-     * hold the SUM over the data-parallel ranks and the window's
-     * micro-steps; 16-bit ones already hold the mean over the ranks (the
-     * bucket engine scales by 1/world around its fp32 reduction, see
-     * buckets.c), so only the micro-steps remain to divide by. */
-    ctx.grad_divisor = (double)gas * (e->rc->grad_accum_dtype == ZERO_DTYPE_F32 ? (double)e->world_size : 1.0);
-    ctx.stream = args && args->struct_size >= offsetof(zero_step_args, stream) + sizeof(void *) ? args->stream : NULL;
+    zero_step_ctx ctx;
+    step_ctx(e, args, &ctx);
     zero_step_report rep = {sizeof rep, 0, -1.0};
     zero__hp hp0; /* group 0's hyper-parameters for this step (zero_step_result.lr) */
     zero__hp_resolve(e, 0, e->global_step + 1, &hp0);
@@ -830,7 +1005,9 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
      * (gradient kernels after the last zero_on_grad_ready, reads of the old
      * weights), or the optimizer races them. */
     if (e->dev && (s = device_order(e, 1, ctx.stream)) != ZERO_OK) return s;
+    zero__ps_step_begin(e, 0);
     s = e->plugin.table->step(e->pstate, &ctx, &rep);
+    zero__ps_step_end();
     reset_ready(e);
     /* (1.1) host-owned params get the new values before zero_step returns */
     if (s == ZERO_OK && ctx.boundary && !rep.overflow) s = host_owned_writeback(e, "zero_step");
@@ -848,7 +1025,13 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
         if (e->scaler.dynamic || rep.overflow) ZERO_TRACE_INSTANT("loss_scale", "fp16", "scale", e->scaler.scale, "overflow", rep.overflow);
         if (rep.overflow) {
             e->skipped_steps++;
-            zero__log(e, ZERO_LOG_INFO, "overflow: step skipped, loss scale now %g", e->scaler.scale);
+            /* (issue 31) which rank(s) found the Inf/NaN, the same text on
+             * every rank; a warning where no loss scaler absorbs it, and the
+             * engine's last-error text (read by zero.torch) */
+            const char *where = zero__ps_nonfinite_text();
+            zero__log(e, e->scaler.dynamic ? ZERO_LOG_INFO : ZERO_LOG_WARN, "overflow: step skipped%s%s%s, loss scale "
+                      "now %g", where[0] ? " (" : "", where, where[0] ? ")" : "", e->scaler.scale);
+            if (where[0]) zero__error(e, ZERO_OK, "step %llu skipped: %s", (unsigned long long)e->global_step + 1, where);
         } else {
             e->global_step++;
             taken = 1;
@@ -873,8 +1056,9 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
     }
     if (at_min)
         return zero__error(e, ZERO_ERR_LOSS_SCALE,
-                           "fp16 overflow with the loss scale already at min_loss_scale (%g): training diverged",
-                           e->rc->fp16_min_loss_scale);
+                           "fp16 overflow with the loss scale already at min_loss_scale (%g): training diverged%s%s%s",
+                           e->rc->fp16_min_loss_scale, zero__ps_nonfinite_text()[0] ? " (" : "",
+                           zero__ps_nonfinite_text(), zero__ps_nonfinite_text()[0] ? ")" : "");
     return ZERO_OK;
 }
 

@@ -15,6 +15,7 @@
  * comm layer's deterministic all-reduce.  Thread-safety: call from the
  * engine's step thread only (the plugin's step). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,119 @@ static zero_status check_ps(struct zero_engine *e, const zero_part_step *ps, con
     return ZERO_OK;
 }
 
+/* (issue 31) The step thread's state around one plugin step (partition_step.h):
+ * thread-local because the services reach the engine only through
+ * zero_core, and grad_norm runs on the engine's step thread by contract. */
+static _Thread_local const struct zero_engine *step_drop; /* read this engine's norm as an overflow */
+static _Thread_local int step_norm_ran;
+static _Thread_local char step_nonfinite[600];
+
+void zero__ps_step_begin(const struct zero_engine *e, int drop) {
+    step_drop = drop ? e : NULL;
+    step_norm_ran = 0;
+    step_nonfinite[0] = '\0';
+}
+
+int zero__ps_step_end(void) {
+    const int ran = step_norm_ran;
+    step_drop = NULL;
+    step_norm_ran = 0;
+    return ran;
+}
+
+const char *zero__ps_nonfinite_text(void) { return step_nonfinite; }
+
+/* Index of the first Inf/NaN among n host values of dtype dt at g, or n:
+ * an all-ones exponent, for fp32, bf16 and fp16 alike. */
+static size_t first_nonfinite(const void *g, zero_dtype dt, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (dt == ZERO_DTYPE_F32) {
+            uint32_t b;
+            memcpy(&b, (const char *)g + 4 * i, 4);
+            if ((b & 0x7f800000u) == 0x7f800000u) return i;
+        } else {
+            uint16_t h;
+            const uint16_t m = dt == ZERO_DTYPE_BF16 ? 0x7f80u : 0x7c00u;
+            memcpy(&h, (const char *)g + 2 * i, 2);
+            if ((h & m) == m) return i;
+        }
+    }
+    return n;
+}
+
+/* The param that holds flat element x, or nparams (padding). */
+static uint32_t param_at(const struct zero_engine *e, uint64_t x) {
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        const zero_param_info *p = &e->params[i]->info;
+        if (x >= p->flat_offset && x < p->flat_offset + p->numel) return i;
+    }
+    return e->nparams;
+}
+
+/* Where this rank's first non-finite gradient value is, as {param + 1,
+ * element} ({0, 0}: none here): piece k of the norm pass was flagged; its
+ * values are scanned when the host can read them (else the element is
+ * UINT64_MAX and the param the first one of the piece).  Overflow path
+ * only. */
+static void locate_nonfinite(const struct zero_engine *e, const zero__norm_piece *pcs, const uint64_t *flat_lo,
+                             const int *flags, size_t npc, uint64_t where[2]) {
+    where[0] = where[1] = 0;
+    for (size_t k = 0; k < npc; k++) {
+        if (!flags[k]) continue;
+        uint64_t x = flat_lo[k], elem = UINT64_MAX;
+        const int host = !zero__dev_is_device(e->dev, pcs[k].x);
+        if (host) {
+            const size_t i = first_nonfinite(pcs[k].x, pcs[k].dt, pcs[k].n);
+            if (i < pcs[k].n) x += i;
+        }
+        const uint32_t p = param_at(e, x);
+        if (host && p < e->nparams) elem = x - e->params[p]->info.flat_offset;
+        where[0] = p < e->nparams ? (uint64_t)p + 1 : UINT64_MAX;
+        where[1] = elem;
+        return;
+    }
+}
+
+/* Every rank learns which rank(s) found a non-finite gradient, and where
+ * (issue 31: the skip used to be agreed without saying who).  One small
+ * all-gather, on the overflow path only; the text goes to step_nonfinite,
+ * the same on every rank. */
+static zero_status name_nonfinite(struct zero_engine *e, zero_comm *comm, const uint64_t mine[2]) {
+    const int n = zero__comm_size(comm);
+    uint64_t *all = malloc((size_t)(n > 0 ? n : 1) * 2 * sizeof *all);
+    if (!all) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "grad_norm: out of memory");
+    zero_status st = zero__allgather_bytes(comm, mine, all, 2 * sizeof *all);
+    if (st != ZERO_OK) {
+        free(all);
+        return st;
+    }
+    size_t off = (size_t)snprintf(step_nonfinite, sizeof step_nonfinite, "non-finite gradient (Inf/NaN) found on");
+    int listed = 0, found = 0;
+    for (int r = 0; r < n; r++) {
+        const uint64_t p = all[2 * r], elem = all[2 * r + 1];
+        if (!p) continue;
+        found++;
+        if (listed == 4 || off >= sizeof step_nonfinite - 1) continue;
+        listed++;
+        const char *name = p != UINT64_MAX && p - 1 < e->nparams ? e->params[p - 1]->name : "padding";
+        off += (size_t)snprintf(step_nonfinite + off, sizeof step_nonfinite - off, "%s rank %d (param '%s'", listed > 1 ? "," : "",
+                                r, name);
+        if (off < sizeof step_nonfinite && elem != UINT64_MAX)
+            off += (size_t)snprintf(step_nonfinite + off, sizeof step_nonfinite - off, ", element %llu",
+                                    (unsigned long long)elem);
+        if (off < sizeof step_nonfinite) off += (size_t)snprintf(step_nonfinite + off, sizeof step_nonfinite - off, ")");
+    }
+    if (found > listed && off < sizeof step_nonfinite)
+        off += (size_t)snprintf(step_nonfinite + off, sizeof step_nonfinite - off, " and %d more rank(s)", found - listed);
+    if (!found && off < sizeof step_nonfinite) /* a norm that overflowed fp64 without an Inf/NaN element */
+        snprintf(step_nonfinite + off, sizeof step_nonfinite - off, " no rank: the sum of squares overflowed");
+    else if (off < sizeof step_nonfinite)
+        snprintf(step_nonfinite + off, sizeof step_nonfinite - off,
+                 " (the rank that checks that part of the reduced gradient)");
+    free(all);
+    return ZERO_OK;
+}
+
 static zero_status grad_norm_impl(zero_core *c, const zero_part_step *ps, const zero_step_ctx *ctx,
                                  zero_grad_norm *out) {
     struct zero_engine *e = zero__engine_of(c);
@@ -75,6 +189,7 @@ static zero_status grad_norm_impl(zero_core *c, const zero_part_step *ps, const 
      * before (same bits). */
     size_t npc = 0, cap = 0;
     zero__norm_piece *pcs = NULL;
+    uint64_t *pflat = NULL; /* each piece's first flat element, to name a non-finite value's param */
     for (uint32_t i = 0; i < ps->nranges; i++) {
         const zero_owned_range *r = &ps->ranges[i];
         /* replicated: this rank's layout shares of the range, in flat order */
@@ -90,13 +205,17 @@ static zero_status grad_norm_impl(zero_core *c, const zero_part_step *ps, const 
             const char *g = (const char *)ps->grad + at * es;
             size_t n = (size_t)(pieces[k].flat_hi - pieces[k].flat_lo);
             if (npc == cap) {
-                zero__norm_piece *np = realloc(pcs, (cap = cap ? 2 * cap : 16) * sizeof *np);
-                if (!np) {
-                    free(pcs), free(own);
+                cap = cap ? 2 * cap : 16;
+                zero__norm_piece *np = realloc(pcs, cap * sizeof *np);
+                if (np) pcs = np;
+                uint64_t *nf = np ? realloc(pflat, cap * sizeof *nf) : NULL;
+                if (nf) pflat = nf;
+                if (!np || !nf) {
+                    free(pcs), free(pflat), free(own);
                     return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "grad_norm: out of memory");
                 }
-                pcs = np;
             }
+            pflat[npc] = pieces[k].flat_lo;
             pcs[npc++] = (zero__norm_piece){g, gdt, n};
         }
     }
@@ -104,7 +223,7 @@ static zero_status grad_norm_impl(zero_core *c, const zero_part_step *ps, const 
     double *sums = malloc((npc ? npc : 1) * sizeof *sums);
     int *flags = malloc((npc ? npc : 1) * sizeof *flags);
     if (!sums || !flags) {
-        free(pcs), free(sums), free(flags);
+        free(pcs), free(pflat), free(sums), free(flags);
         return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "grad_norm: out of memory");
     }
     st = zero__dev_norm_pieces(e->dev, pcs, npc, sums, flags);
@@ -121,12 +240,23 @@ static zero_status grad_norm_impl(zero_core *c, const zero_part_step *ps, const 
             if (flags[i]) agg[1] = 1.0;
         }
     }
-    free(pcs), free(sums), free(flags);
+    /* (issue 31) where this rank's first Inf/NaN is: only when it has one */
+    uint64_t where[2] = {0, 0};
+    if (st == ZERO_OK && agg[1] > 0) locate_nonfinite(e, pcs, pflat, flags, npc, where);
+    free(pcs), free(pflat), free(sums), free(flags);
+    /* (issue 31) zero_step dropping a window it refused: an overflow on
+     * every rank (each asks for it: the verdict was agreed before) */
+    const int drop = step_drop == e;
+    step_norm_ran = 1;
+    if (drop) agg[1] = 1.0;
     zero_comm *comm = ps->norm_comm ? ps->norm_comm : (e->global ? e->global : e->world);
     if ((st = zero__allreduce(comm, agg, 2, ZERO_DTYPE_F64, ZERO_OP_SUM)) != ZERO_OK) return st;
     memset(out, 0, sizeof *out);
     out->struct_size = sizeof *out;
     if (agg[1] > 0 || !isfinite(agg[0])) {
+        /* every rank takes this branch (the verdict is the all-reduce's), so
+         * naming the ranks is one more collective on the overflow path only */
+        if (!drop && (st = name_nonfinite(e, comm, where)) != ZERO_OK) return st;
         out->overflow = 1;
         out->norm = -1.0;
         out->clip_coef = 1.0;

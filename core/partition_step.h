@@ -25,4 +25,21 @@ struct zero_engine;
  * dtype (a 1.0 caller's gradient is always in it). */
 zero_dtype zero__ps_grad_dtype(const zero_part_step *ps);
 zero_status zero__lamb_part_step(struct zero_engine *e, const zero_part_step *ps, float grad_mul);
+
+/* (issue 31) Around the plugin's step, on the engine's step thread (the
+ * thread grad_norm runs on, per its contract):
+ *  - zero__ps_step_begin(e, drop): drop = 1 asks the grad_norm service to
+ *    read this step as an overflow whatever the gradients hold, so that
+ *    the plugin drops the accumulation window through its ordinary
+ *    overflow path (every plugin clears its gradients after it) and moves
+ *    no weight; zero_step uses it to refuse or skip a micro-step whose
+ *    gradients the ranks did not agree on (core/api.c, settle_missing).
+ *  - zero__ps_step_end(): 1 if grad_norm ran during the step (so a drop
+ *    request was honoured), 0 if the plugin never called it.
+ *  - zero__ps_nonfinite_text(): after a step that found a non-finite
+ *    gradient, which rank(s) found it and in which param ("" otherwise);
+ *    the same text on every rank (agreed in the overflow's path only). */
+void zero__ps_step_begin(const struct zero_engine *e, int drop);
+int zero__ps_step_end(void);
+const char *zero__ps_nonfinite_text(void);
 #endif
