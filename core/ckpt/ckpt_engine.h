@@ -9,6 +9,8 @@
  * Threads: engine step thread only, like zero_save / zero_load. */
 #ifndef ZERO_CKPT_ENGINE_H
 #define ZERO_CKPT_ENGINE_H
+#include <stddef.h>
+
 #include <jansson.h>
 
 #include "ckpt_source.h"
@@ -41,16 +43,25 @@ typedef struct zero__ck_load {
     int has_hp;
 } zero__ck_load;
 
-/* The core's own blob "core" on every rank: its step state, compared with
- * the manifest's on load (ranks that disagree are an error, not a silent
- * mix). */
+/* The core's own blob "core" on every rank: its step state, checksummed
+ * like every blob.  On load (and by zero-ckpt verify) every field is
+ * compared with the manifest's (zero__ck_core_check, ckpt_validate.h), so
+ * that what the load restores from the manifest -- steps, lr, every loss
+ * scaler field, the zero_set_hparams settings -- is what the ranks saved:
+ * ranks that disagree, or a manifest changed after the save, are an error,
+ * never a silent mix.  Version 1 (libzero <= 1.5.1) ends before hp_digest. */
 typedef struct zero__core_blob {
     uint64_t magic, version, global_step, skipped_steps;
     uint32_t micro_step, world;
     double lr;
     zero__scaler scaler;
+    /* version 2 */
+    uint32_t hp_digest; /* zero__ck_hparams_digest of the manifest (global rank 0's settings) */
+    uint32_t reserved;  /* 0 */
 } zero__core_blob;
 #define ZERO__CORE_BLOB_MAGIC 0x7a65726f636b7074ULL /* "zerockpt" */
+#define ZERO__CORE_BLOB_VERSION 2
+#define ZERO__CORE_BLOB_V1_BYTES offsetof(zero__core_blob, hp_digest)
 
 /* zero_save_ex / zero_load bodies (collective over every rank of the job). */
 zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char *tag, uint32_t keep_last);

@@ -7,9 +7,13 @@
  *   - the model must match: every registered parameter's name, element
  *     count, dtype and group in order (the first mismatch is named), the
  *     model dtype and the optimizer's state count;
+ *   - the checkpoint is valid as a whole before anything is restored
+ *     (ckpt_validate.h, what zero-ckpt verify checks: the manifest's own
+ *     checksum, offsets against the layout rules, every rank's files, and
+ *     each rank's core blob agreeing with the manifest's steps, lr, loss
+ *     scaler and hparams);
  *   - native load (same plugin, world size, pipeline split and layout):
- *     the plugin reads its own blobs; each rank's core blob must agree with
- *     the manifest's step state;
+ *     the plugin reads its own blobs;
  *   - otherwise a resharding load: the saver and this plugin must both
  *     declare ZERO_PLUGIN_CAP_RESHARD, the save must sit at an accumulation
  *     boundary (no gradient in flight) and the pipeline split must be the
@@ -23,6 +27,7 @@
 
 #include "ckpt_engine.h"
 #include "ckpt_hparams.h"
+#include "ckpt_validate.h"
 #include "engine.h"
 #include "optim.h"
 
@@ -97,8 +102,8 @@ static zero_status check_model(struct zero_engine *e, const zero__ck_manifest *m
     const uint32_t ns = zero__optim_state_count(e->rc->optim, e->rc->momentum);
     if (m->optim != e->rc->optim || m->nstate != ns)
         return zero__error(e, ZERO_ERR_MISMATCH,
-                           "checkpoint %s: optimizer %d with %u state arrays, this run's optimizer %d has %u", dir,
-                           m->optim, m->nstate, e->rc->optim, ns);
+                           "checkpoint %s: optimizer %s with %u state arrays, this run's optimizer %s has %u", dir,
+                           zero__ck_optim_name(m->optim), m->nstate, zero__ck_optim_name(e->rc->optim), ns);
     uint32_t j = 0;
     for (uint32_t i = 0; i < m->nparams; i++) {
         const zero__ck_param *p = &m->params[i];
@@ -148,19 +153,18 @@ static int same_layout(struct zero_engine *e, const zero__ck_manifest *m) {
     return 1;
 }
 
-static zero_status check_core_blob(struct zero_engine *e, zero__ck_load *ld) {
-    zero__core_blob c;
-    zero_status s = e->svc.ckpt_read(zero__core_of(e), ld->dir, "core", &c, sizeof c);
-    if (s != ZERO_OK) return s;
-    const zero__ck_state *m = &ld->m->st;
-    if (c.magic != ZERO__CORE_BLOB_MAGIC || c.version != 1)
-        return zero__error(e, ZERO_ERR_IO, "checkpoint %s: this rank's core blob is not a libzero core blob", ld->dir);
-    if (c.global_step != m->global_step || c.micro_step != m->micro_step || c.skipped_steps != m->skipped_steps)
-        return zero__error(e, ZERO_ERR_MISMATCH,
-                           "checkpoint %s: this rank's core blob is at global step %llu micro-step %u, the manifest "
-                           "at %llu / %u (ranks saved different steps)",
-                           ld->dir, (unsigned long long)c.global_step, c.micro_step,
-                           (unsigned long long)m->global_step, m->micro_step);
+/* The whole checkpoint (ckpt_validate.h: what zero-ckpt verify checks
+ * too) and this rank's core blob against the manifest, before anything is
+ * restored from it.  A resharding rank reads the saver's rank (rank mod the
+ * saver's world size) of its pipeline stage. */
+static zero_status check_whole(struct zero_engine *e, zero__ck_load *ld) {
+    char err[1024];
+    if (zero__ck_manifest_validate(ld->m, err, sizeof err) != 0)
+        return zero__error(e, ZERO_ERR_IO, "checkpoint %s: %s", ld->dir, err);
+    const char *note = zero__ck_legacy_note(ld->m);
+    if (note && zero__comm_rank(e->global) == 0) zero__log(e, ZERO_LOG_WARN, "checkpoint %s: %s", ld->dir, note);
+    if (zero__ck_core_verify(ld->r, ld->m, e->rank % ld->m->world, e->pp_stage, err, sizeof err) != 0)
+        return zero__error(e, ZERO_ERR_IO, "checkpoint %s: %s", ld->dir, err);
     return ZERO_OK;
 }
 
@@ -174,7 +178,7 @@ static zero_status prepare(struct zero_engine *e, zero__ck_load *ld, const char 
         return zero__error(e, ZERO_ERR_IO, "checkpoint %s: %s", ld->dir, err);
     ld->r = zero__ck_reader_open(ld->dir, ld->m);
     if (!ld->r) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory");
-    return ZERO_OK;
+    return check_whole(e, ld);
 }
 
 static zero_status allow_reshard(struct zero_engine *e, zero__ck_load *ld) {
@@ -234,7 +238,7 @@ zero_status zero__ckpt_load(struct zero_engine *e, const char *path) {
         ld.reshard = need > 0;
         if (s == ZERO_OK) {
             e->ck_load = &ld;
-            s = ld.reshard ? allow_reshard(e, &ld) : check_core_blob(e, &ld);
+            s = ld.reshard ? allow_reshard(e, &ld) : ZERO_OK;
             e->ck_load = NULL;
         }
         s = zero__ck_agree(e, s, "zero_load");

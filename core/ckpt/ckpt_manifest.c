@@ -3,6 +3,8 @@
  * as "manifest: <field>: <what>". */
 #include "ckpt_manifest.h"
 
+#include "crc32c.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,48 @@ const char *zero__ck_dtype_name(zero_dtype dt) {
     case ZERO_DTYPE_F16: return "fp16";
     default: return "?";
     }
+}
+
+const char *zero__ck_optim_name(int32_t optim) {
+    static const char *const names[] = {"AdamW", "Adam", "SGD", "Lion", "Adagrad", "LAMB"};
+    return optim >= 0 && optim < (int32_t)(sizeof names / sizeof names[0]) ? names[optim] : "?";
+}
+
+/* The canonical form is independent of key order and whitespace, and a
+ * parsed number dumps as it was written (jansson: %.17g round-trips a
+ * double), so the saver's document and the loader's parse of it agree. */
+static int canonical_crc(json_t *v, uint32_t *out) {
+    char *s = json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!s) return -1;
+    *out = zero__crc32c(0, s, strlen(s));
+    free(s);
+    return 0;
+}
+
+int zero__ck_manifest_crc(json_t *root, uint32_t *out) {
+    json_t *c = json_copy(root); /* shallow: only the top-level key goes */
+    if (!c) return -1;
+    json_object_del(c, ZERO__CK_SUM_KEY);
+    int rc = canonical_crc(c, out);
+    json_decref(c);
+    return rc;
+}
+
+int zero__ck_manifest_seal(json_t *root) {
+    uint32_t crc;
+    char hex[9];
+    if (zero__ck_manifest_crc(root, &crc)) return -1;
+    snprintf(hex, sizeof hex, "%08x", crc);
+    return json_object_set_new(root, ZERO__CK_SUM_KEY, json_string(hex));
+}
+
+uint32_t zero__ck_hparams_digest(json_t *root) {
+    json_t *hp = json_object_get(json_object_get(root, "state"), "hparams");
+    json_t *v = hp ? json_incref(hp) : json_null();
+    uint32_t crc = 0;
+    if (canonical_crc(v, &crc)) crc = 0xffffffffu; /* out of memory: never a stored digest's match by accident */
+    json_decref(v);
+    return crc;
 }
 
 size_t zero__ck_dtype_size(zero_dtype dt) {
@@ -219,15 +263,40 @@ static int parse_file(pctx *c, const zero__ck_manifest *m, json_t *o, size_t i, 
     return 0;
 }
 
+/* The manifest's own checksum, before any field is believed. */
+static int check_sum(pctx *c, const zero__ck_manifest *m, json_t *root) {
+    json_t *v = json_object_get(root, ZERO__CK_SUM_KEY);
+    if (m->version == ZERO__CK_VERSION_LEGACY)
+        return v ? fail(c, "%s: present in a version-%d manifest (libzero 1.5.1 and older wrote none): the version "
+                           "field was changed",
+                        ZERO__CK_SUM_KEY, m->version)
+                 : 0;
+    uint32_t want = 0, got;
+    const char *h = json_string_value(v);
+    if (!h || strlen(h) != 8) return fail(c, "%s: missing or not 8 hex digits", ZERO__CK_SUM_KEY);
+    for (int d = 0; d < 8; d++) {
+        int x = hexval(h[d]);
+        if (x < 0) return fail(c, "%s: not lowercase hex", ZERO__CK_SUM_KEY);
+        want = want << 4 | (uint32_t)x;
+    }
+    if (zero__ck_manifest_crc(root, &got)) return fail(c, "out of memory");
+    if (got != want)
+        return fail(c, "%s: recorded %08x, the content's checksum is %08x: manifest.json was changed or damaged "
+                       "after it was written",
+                    ZERO__CK_SUM_KEY, want, got);
+    return 0;
+}
+
 static int parse(pctx *c, zero__ck_manifest *m, json_t *root) {
     if (!json_is_object(root)) return fail(c, "not a JSON object");
     json_t *fmt = json_object_get(root, "format");
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), ZERO__CK_FORMAT))
         return fail(c, "format: not a libzero checkpoint manifest");
     if (get_i32(c, root, "", "version", 0, 1 << 30, &m->version)) return -1;
-    if (m->version != ZERO__CK_VERSION)
-        return fail(c, "version: the manifest is format version %d, this library reads version %d", m->version,
-                    ZERO__CK_VERSION);
+    if (m->version != ZERO__CK_VERSION && m->version != ZERO__CK_VERSION_LEGACY)
+        return fail(c, "version: the manifest is format version %d, this library reads versions %d and %d",
+                    m->version, ZERO__CK_VERSION_LEGACY, ZERO__CK_VERSION);
+    if (check_sum(c, m, root)) return -1;
     uint64_t u = 0;
     if (get_str(c, root, "", "tag", &m->tag) || get_str(c, root, "", "plugin", &m->plugin) ||
         get_str(c, root, "", "library_version", &m->library_version) ||

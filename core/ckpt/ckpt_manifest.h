@@ -17,7 +17,15 @@
 #include "zero_plugin.h"
 
 #define ZERO__CK_FORMAT "libzero-checkpoint"
-#define ZERO__CK_VERSION 1               /* the manifest format this library writes and reads */
+/* The manifest format this library writes.  Version 2 (libzero 1.6)
+ * carries its own checksum ZERO__CK_SUM_KEY and core blobs of version 2;
+ * version 1 (libzero 1.2 to 1.5.1) has neither and is still read, with a
+ * warning naming what could not be checked (zero__ck_manifest_validate). */
+#define ZERO__CK_VERSION 2
+#define ZERO__CK_VERSION_LEGACY 1
+/* CRC-32C (8 lowercase hex digits) of the manifest's canonical form: the
+ * document without this key, json_dumps(JSON_SORT_KEYS | JSON_COMPACT). */
+#define ZERO__CK_SUM_KEY "manifest_crc32c"
 #define ZERO__CK_CHUNK ((uint64_t)1 << 20) /* bytes per checksummed chunk */
 #define ZERO__CK_HEADER 16               /* blob header: "ZEROCKB1" + payload bytes (u64 LE) */
 #define ZERO__CK_MAGIC "ZEROCKB1"
@@ -76,7 +84,7 @@ typedef struct zero__ck_state {
 } zero__ck_state;
 
 typedef struct zero__ck_manifest {
-    int32_t version;
+    int32_t version; /* ZERO__CK_VERSION, or ZERO__CK_VERSION_LEGACY: no checksum of its own */
     char *tag, *plugin, *library_version;
     int32_t abi_version;
     int32_t stage, world, pp_stages, reshardable;
@@ -92,12 +100,28 @@ typedef struct zero__ck_manifest {
     json_t *root; /* the parsed document (config, scheduler: shown by zero-ckpt info) */
 } zero__ck_manifest;
 
-/* Parse manifest text (len bytes, not necessarily NUL-terminated).  On
- * error returns NULL with a message naming the field in err. */
+/* Parse manifest text (len bytes, not necessarily NUL-terminated): the
+ * syntax, types and ranges of every field, and for version 2 the manifest's
+ * own checksum (before anything else is read: a damaged manifest is named
+ * as such).  What the fields mean together (offsets against the layout,
+ * completeness, core blobs) is zero__ck_manifest_validate's (ckpt_validate.h).
+ * On error returns NULL with a message naming the field in err. */
 zero__ck_manifest *zero__ck_manifest_parse(const char *text, size_t len, char *err, size_t errn);
 void zero__ck_manifest_free(zero__ck_manifest *m);
 
+/* The checksum of a manifest document (ZERO__CK_SUM_KEY ignored): 0, or -1
+ * when the document cannot be serialised (out of memory). */
+int zero__ck_manifest_crc(json_t *root, uint32_t *out);
+/* Set ZERO__CK_SUM_KEY of a document about to be written (zero_save,
+ * zero-ckpt convert): 0, or -1 out of memory. */
+int zero__ck_manifest_seal(json_t *root);
+/* CRC-32C of the canonical form of root's "state.hparams" ("null" when
+ * absent): what a version-2 core blob records of them. */
+uint32_t zero__ck_hparams_digest(json_t *root);
+
 const char *zero__ck_dtype_name(zero_dtype dt);
+/* "AdamW", "Adam", "SGD", "Lion", "Adagrad", "LAMB"; "?" for others. */
+const char *zero__ck_optim_name(int32_t optim);
 size_t zero__ck_dtype_size(zero_dtype dt); /* model dtypes; 0 for others */
 /* "params", "master", "state<k>"; "opaque". */
 const char *zero__ck_kind_name(int32_t kind, char *buf, size_t n);

@@ -176,6 +176,11 @@ static json_t *build_manifest(struct zero_engine *e, const char *tag, const char
     json_object_set_new(m, "layouts", layouts);
     json_object_set_new(m, "params", params);
     json_object_set_new(m, "files", files);
+    if (zero__ck_manifest_seal(m) != 0) { /* last: over everything above */
+        snprintf(err, errn, "zero_save: out of memory sealing the manifest");
+        json_decref(m);
+        return NULL;
+    }
     return m;
 }
 
@@ -282,6 +287,32 @@ static void prune(struct zero_engine *e, const char *root, const char *current, 
     free(c);
 }
 
+/* The core blob (ckpt_engine.h), version 2: with the digest of global
+ * rank 0's zero_set_hparams settings, which the manifest records
+ * (broadcast: a rank's own settings may differ; the load adopts rank 0's).
+ * Collective. */
+static zero_status write_core_blob(struct zero_engine *e, const char *dir) {
+    json_t *hp = json_object(), *st = json_object();
+    json_object_set_new(st, "hparams", zero__ck_hparams_json(e));
+    json_object_set_new(hp, "state", st);
+    double d = (double)zero__ck_hparams_digest(hp);
+    json_decref(hp);
+    zero_status s = zero__broadcast(e->global, &d, 1, ZERO_DTYPE_F64, 0);
+    if (s != ZERO_OK) return s;
+    zero__core_blob c;
+    memset(&c, 0, sizeof c);
+    c.magic = ZERO__CORE_BLOB_MAGIC;
+    c.version = ZERO__CORE_BLOB_VERSION;
+    c.global_step = e->global_step;
+    c.skipped_steps = e->skipped_steps;
+    c.micro_step = e->micro_step;
+    c.world = (uint32_t)e->world_size;
+    c.lr = e->lr;
+    c.scaler = e->scaler;
+    c.hp_digest = (uint32_t)d;
+    return e->svc.ckpt_write(zero__core_of(e), dir, "core", &c, sizeof c);
+}
+
 /* Steps 4-5 on global rank 0. */
 static zero_status finish_on_root(struct zero_engine *e, const char *root, const char *staging, const char *tag,
                                   uint32_t keep, const char *all, size_t each, int n) {
@@ -357,9 +388,7 @@ zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char 
     ss.files = json_array();
     ss.kind = ZERO__CK_OPAQUE;
     e->ck_save = &ss;
-    zero__core_blob c = {ZERO__CORE_BLOB_MAGIC, 1, e->global_step, e->skipped_steps, e->micro_step,
-                         (uint32_t)e->world_size, e->lr, e->scaler};
-    s = e->svc.ckpt_write(zero__core_of(e), ss.dir, "core", &c, sizeof c);
+    s = write_core_blob(e, ss.dir);
     if (s == ZERO_OK) s = e->plugin.table->save(e->pstate, ss.dir);
     e->ck_save = NULL;
     /* 3. the outcome, agreed */

@@ -4,7 +4,10 @@
  * accepts.
  *
  *   zero-ckpt info DIR [--json]      what a checkpoint holds
- *   zero-ckpt verify DIR             every chunk of every file against its CRC-32C
+ *   zero-ckpt verify DIR             what zero_load checks (ckpt_validate.h: the manifest's
+ *                                    checksum, offsets, completeness, every core blob
+ *                                    against the manifest), then every chunk of every
+ *                                    file against its CRC-32C
  *   zero-ckpt consolidate DIR OUT    full fp32 parameters as one safetensors file
  *   zero-ckpt convert SRC DST --ranks M [--plugin T]
  *                                    reshard offline: DST holds the checkpoint as
@@ -35,6 +38,7 @@
 
 #include "ckpt_engine.h"
 #include "ckpt_source.h"
+#include "ckpt_validate.h"
 #include "config.h"
 #include "layout.h"
 #include "zero.h"
@@ -109,6 +113,8 @@ static int cmd_info(const zero__ck_manifest *m, const char *dir, int as_json) {
         json_object_set_new(o, "skipped_steps", json_integer((json_int_t)m->st.skipped_steps));
         json_object_set_new(o, "lr", json_real(m->st.lr));
         json_object_set_new(o, "loss_scale", json_real(m->st.ls_scale));
+        json_object_set_new(o, "optimizer", json_string(zero__ck_optim_name(m->optim)));
+        json_object_set_new(o, "manifest_version", json_integer(m->version));
         json_object_set_new(o, "reshardable", json_boolean(m->reshardable));
         json_object_set_new(o, "params", json_integer(m->nparams));
         json_object_set_new(o, "numel", json_integer((json_int_t)numel));
@@ -142,9 +148,9 @@ static int cmd_info(const zero__ck_manifest *m, const char *dir, int as_json) {
     printf("step         global %llu, micro %u, skipped %llu; next lr %g; loss scale %g\n",
            (unsigned long long)m->st.global_step, m->st.micro_step, (unsigned long long)m->st.skipped_steps, m->st.lr,
            m->st.ls_scale);
-    printf("model        %u parameters, %llu elements (%s), largest %llu; optimizer %d with %u state arrays\n",
+    printf("model        %u parameters, %llu elements (%s), largest %llu; optimizer %s with %u state arrays\n",
            m->nparams, (unsigned long long)numel, zero__ck_dtype_name(m->model_dtype), (unsigned long long)largest,
-           m->optim, m->nstate);
+           zero__ck_optim_name(m->optim), m->nstate);
     printf("files        %u, %.1f MiB; %s\n", m->nfiles, (double)bytes / 1048576.0,
            m->reshardable ? (m->pp_stages > 1 ? "reshardable (loads at another data-parallel size, same pipeline split)"
                                              : "reshardable (loads at any world size into stage0/1/2/3/offload)")
@@ -152,9 +158,20 @@ static int cmd_info(const zero__ck_manifest *m, const char *dir, int as_json) {
     return 0;
 }
 
+/* Exactly what zero_load checks before it restores anything (the manifest
+ * as a whole and every rank's core blob, ckpt_validate.h), plus every
+ * chunk of every file; a version-1 manifest is verified with a warning
+ * saying what it cannot show. */
 static int cmd_verify(const zero__ck_manifest *m, const char *dir) {
+    char err[2048];
+    if (zero__ck_manifest_validate(m, err, sizeof err)) {
+        printf("BAD  %s\n%s: the manifest does not describe a valid checkpoint\n", err, dir);
+        return 1;
+    }
+    const char *note = zero__ck_legacy_note(m);
+    if (note) printf("WARNING  %s\n", note);
     zero__ck_reader *r = zero__ck_reader_open(dir, m);
-    char *buf = malloc((size_t)m->chunk_bytes), err[2048];
+    char *buf = malloc((size_t)m->chunk_bytes);
     int bad = 0;
     for (uint32_t i = 0; r && buf && i < m->nfiles; i++) {
         const zero__ck_file *f = &m->files[i];
@@ -165,6 +182,10 @@ static int cmd_verify(const zero__ck_manifest *m, const char *dir) {
                 bad++;
                 break;
             }
+        }
+        if (!bad && !strcmp(f->blob, "core") && zero__ck_core_verify(r, m, f->rank, f->pp_stage, err, sizeof err)) {
+            printf("BAD  %s\n", err);
+            bad++;
         }
     }
     uint64_t total = zero__ck_reader_bytes(r);
@@ -542,17 +563,7 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
         x.new_off = lay[S].param_offset;
         /* the core's step state, as every rank saves it */
         zero__core_blob c;
-        memset(&c, 0, sizeof c);
-        c.magic = ZERO__CORE_BLOB_MAGIC;
-        c.version = 1;
-        c.global_step = m->st.global_step;
-        c.skipped_steps = m->st.skipped_steps;
-        c.micro_step = m->st.micro_step;
-        c.world = (uint32_t)ranks;
-        c.lr = m->st.lr;
-        c.scaler = (zero__scaler){m->st.ls_dynamic,       m->st.ls_scale,          m->st.ls_min_scale,
-                                  m->st.ls_window,        m->st.ls_delayed_shift,  m->st.ls_cur_hysteresis,
-                                  m->st.ls_consecutive,   m->st.ls_cur_iter,       m->st.ls_last_overflow_iter};
+        zero__ck_core_fill(&c, m, (uint32_t)ranks);
         char file[300];
         conv_file_name(&x, "core", r, file, sizeof file);
         uint32_t *crc = NULL, nc = 0;
@@ -630,11 +641,13 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
         }
         json_object_set_new(doc, "layouts", los);
         json_object_set(doc, "files", x.files);
+        json_object_set_new(doc, "version", json_integer(ZERO__CK_VERSION)); /* its core blobs are version 2 */
+        if (zero__ck_manifest_seal(doc) != 0) rc = 2;
         char *text = json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
         json_decref(doc);
         /* what we wrote must parse as what zero_load reads */
         zero__ck_manifest *check = text ? zero__ck_manifest_parse(text, strlen(text), err, sizeof err) : NULL;
-        if (!check) rc = 2;
+        if (!check || zero__ck_manifest_validate(check, err, sizeof err)) rc = 2; /* and validates as zero_load does */
         zero__ck_manifest_free(check);
         if (!rc && (zero__ck_fsync_dir(staging) != 0 ||
                     zero__ck_write_atomic(staging, "manifest.json", text, strlen(text), err, sizeof err)))
