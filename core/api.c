@@ -999,6 +999,9 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
     zero__hp hp0; /* group 0's hyper-parameters for this step (zero_step_result.lr) */
     zero__hp_resolve(e, 0, e->global_step + 1, &hp0);
     double lr_used = hp0.lr;
+    /* a non-finite or out-of-range lr / decay / beta / eps is refused here,
+     * before the plugin's step moves any weight (every rank alike) */
+    if (ctx.boundary && (s = zero__hp_check_step(e, e->global_step + 1)) != ZERO_OK) return s;
 
     /* The step writes parameters and reads gradients on the device's stream:
      * it must come after everything the host queued on its stream so far
