@@ -7,6 +7,7 @@
 
 #include "device.h"
 #include "engine.h"
+#include "engine_agree.h"
 #include "comm_wait.h"
 #include "ckpt/ckpt_engine.h"
 #include "comm_stats.h"
@@ -121,11 +122,20 @@ static zero_status device_world(struct zero_engine *e, const zero_engine_options
  * dtypes), and create its state.  At zero_engine_create, or at
  * zero_params_done for "stage": "auto".  On failure the engine's last error
  * says why; a loaded plugin is unloaded by zero_engine_destroy. */
-static zero_status bind_plugin(zero_engine *e, const char *plugin) {
+/* Load `plugin` ("auto": nothing yet) and agree with every rank on it and
+ * on the config (engine_agree.c) before any plugin code runs: a plugin's
+ * create or params_done may communicate, and ranks with different plugins
+ * would wait in collectives that never match.  Every rank joins the
+ * agreement, also one whose load failed, so that all of them fail. */
+static zero_status load_agreed(zero_engine *e, const char *plugin) {
     char msg[8192] = ""; /* loader messages list every path searched */
+    zero_status s = strcmp(plugin, "auto") ? zero__plugin_load(plugin, &e->plugin, msg, sizeof msg) : ZERO_OK;
+    return zero__engine_agree(e, plugin, s, msg);
+}
+
+static zero_status bind_plugin(zero_engine *e, const char *plugin) {
     zero_status s;
-    s = zero__plugin_load(plugin, &e->plugin, msg, sizeof msg);
-    if (s != ZERO_OK) return zero__error(e, s, "%s", msg);
+    if (!e->plugin.table && (s = load_agreed(e, plugin)) != ZERO_OK) return s;
     if (e->rc->pipeline_stages > 1 && !(e->plugin.table->caps & ZERO_PLUGIN_CAP_PIPELINE))
         return zero__error(e, ZERO_ERR_CONFIG,
                            "plugin '%s' cannot run with pipeline parallelism (pipeline.stages = %d): "
@@ -266,6 +276,7 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     if (!plugin || !plugin[0]) plugin = getenv("ZERO_PLUGIN");
     if (!plugin || !plugin[0]) plugin = zero__config_plugin(e->cfg);
     e->auto_pick = strcmp(plugin, "auto") == 0;
+    if ((s = load_agreed(e, plugin)) != ZERO_OK) return fail_create(e, s, err, err_len);
     if (e->auto_pick && e->rc->pipeline_stages > 1)
         return fail_create(e,
                            zero__error(e, ZERO_ERR_CONFIG,
@@ -466,6 +477,26 @@ static zero_status expert_support(zero_engine *e) {
                        (int)expert->group_id, (int)expert->expert_color, t->name ? t->name : "?", why);
 }
 
+/* The plugin contract (abi/zero_plugin.h), checked once after params_done:
+ * a plugin keeps a persistent full tensor of every param (info.data) unless
+ * it partitions parameters AND gathers them (stage 3: gather_impl checks
+ * what its gather returns instead).  A NULL here would otherwise reach the
+ * host through zero_gather or zero_param_storage. */
+static zero_status check_data_set(zero_engine *e) {
+    const zero_plugin_table_v1 *t = e->plugin.table;
+    if ((t->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS) && t->gather) return ZERO_OK;
+    for (uint32_t i = 0; i < e->nparams; i++)
+        if (!e->params[i]->info.data)
+            return zero__error(e, ZERO_ERR_PLUGIN_SYMBOL,
+                               "zero_params_done: plugin '%s' broke its contract: its params_done returned OK but "
+                               "left param '%s' without storage (zero_param_info.data is NULL; a plugin %s must set "
+                               "it for every param)",
+                               t->name ? t->name : "?", e->params[i]->name,
+                               t->gather ? "that does not declare ZERO_PLUGIN_CAP_PARTITIONS_PARAMS"
+                                         : "without a gather function");
+    return ZERO_OK;
+}
+
 zero_status zero_params_done(zero_engine *e) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     if (e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_params_done called twice");
@@ -520,6 +551,7 @@ zero_status zero_params_done(zero_engine *e) {
     /* The host's initial buffers are not referenced after this call. */
     for (uint32_t i = 0; i < e->nparams; i++) e->params[i]->info.init_data = NULL;
     if (s != ZERO_OK && !e->last_error[0]) zero__error(e, s, "plugin params_done failed");
+    if (s == ZERO_OK) s = check_data_set(e);
     if (s == ZERO_OK) s = host_owned_writeback(e, "zero_params_done");
     if (s == ZERO_OK && e->dev && e->any_host_owned) s = device_order(e, 0, NULL);
     return s;
@@ -559,6 +591,12 @@ static zero_status gather_impl(zero_engine *e, zero_param *const *params, size_t
         for (size_t i = 0; i < n; i++) infos[i] = &params[i]->info;
         zero_status s = e->plugin.table->gather(e->pstate, infos, n, ptrs);
         free(infos);
+        for (size_t i = 0; s == ZERO_OK && i < n; i++) /* never hand the host a NULL as a parameter */
+            if (!ptrs[i])
+                s = zero__error(e, ZERO_ERR_PLUGIN_SYMBOL,
+                                "zero_gather: plugin '%s' broke its contract: its gather returned OK but no "
+                                "pointer for param '%s' (position %zu of %zu)",
+                                e->plugin.table->name ? e->plugin.table->name : "?", params[i]->name, i, n);
         /* the host's compute stream must see the gathered parameters (a
          * plugin that completes its gathers says so: no wait on libzero's
          * stream, whose queued reductions would hold the host's compute) */

@@ -6,8 +6,13 @@
  * symbols.  Every failure path dlclose()s, so a refused plugin leaves
  * nothing behind and the process can load another one. */
 #include "loader.h"
+#include "crc32c.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -124,9 +129,36 @@ static int is_path(const char *s) {
     return strchr(s, '/') != NULL || (n >= 3 && strcmp(s + n - 3, ".so") == 0);
 }
 
-static int file_exists(const char *path) {
+/* What stat() says a path is, in words, or NULL for a regular file. */
+static const char *not_regular(const struct stat *st) {
+    if (S_ISREG(st->st_mode)) return NULL;
+    if (S_ISFIFO(st->st_mode)) return "a FIFO";
+    if (S_ISDIR(st->st_mode)) return "a directory";
+    if (S_ISCHR(st->st_mode)) return "a character device";
+    if (S_ISBLK(st->st_mode)) return "a block device";
+    if (S_ISSOCK(st->st_mode)) return "a socket";
+    return "not a regular file";
+}
+
+/* A plugin must be a regular file (symlinks to one are fine): dlopen of a
+ * FIFO blocks until a writer appears -- forever, in zero_engine_create --
+ * and a device or directory gives a confusing dlerror.  1: a regular file;
+ * 0: nothing there (errno ENOENT/ENOTDIR); -1: something else, err says
+ * what (ZERO_ERR_PLUGIN_NOT_FOUND).  A file swapped between this stat and
+ * the dlopen is not caught: this guards against mistakes, not an attacker
+ * who can write the plugin directory. */
+static int regular_file(const char *path, char *err, size_t len) {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR) return 0;
+        set_err(err, len, "plugin %s could not be loaded: stat: %s", path, strerror(errno));
+        return -1;
+    }
+    const char *what = not_regular(&st);
+    if (!what) return 1;
+    set_err(err, len, "plugin %s is %s, not a regular file: a plugin must be a shared library "
+                      "(libzero-plugin-<name>.so)", path, what);
+    return -1;
 }
 
 /* Validate the table of an opened library; on error fills err and returns
@@ -179,6 +211,16 @@ static zero_status check_table(const zero_plugin_table_v1 *t, const char *path, 
 
 /* dlopen + dlsym + checks for one concrete file. */
 static zero_status open_file(const char *path, zero__plugin *out, char *err, size_t len) {
+    /* A bare "x.so" is dlopen's to search (LD_LIBRARY_PATH, the cache):
+     * only a path with a '/' names one file that stat can check. */
+    if (strchr(path, '/')) {
+        const int reg = regular_file(path, err, len);
+        if (reg < 0) return ZERO_ERR_PLUGIN_NOT_FOUND;
+        if (reg == 0) {
+            set_err(err, len, "plugin %s could not be loaded: %s", path, strerror(errno));
+            return ZERO_ERR_PLUGIN_NOT_FOUND;
+        }
+    }
     dlerror(); /* clear */
     void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!dl) {
@@ -245,7 +287,10 @@ zero_status zero__plugin_load(const char *name_or_path, zero__plugin *out, char 
     for (char **d = dirs; *d; ++d) {
         int n = snprintf(path, sizeof path, "%s/libzero-plugin-%s.so", *d, name_or_path);
         if (n < 0 || (size_t)n >= sizeof path) continue;
-        if (file_exists(path)) {
+        /* Anything there counts as found: a FIFO or directory in the first
+         * directory is refused by name, not skipped for a later copy. */
+        struct stat st;
+        if (stat(path, &st) == 0) {
             found = 1;
             s = open_file(path, out, err, err_len);
             break;
@@ -266,4 +311,86 @@ void zero__plugin_unload(zero__plugin *p) {
     if (!p) return;
     if (p->dl) dlclose(p->dl);
     memset(p, 0, sizeof *p);
+}
+
+/* ---- build identity (engine_agree.c: ranks must run the same plugin) ---- */
+
+typedef struct bid_find {
+    uintptr_t addr;           /* an address inside the object wanted */
+    const unsigned char *id;  /* its build-id bytes, or NULL */
+    size_t n;
+} bid_find;
+
+/* The GNU build-id note in one PT_NOTE segment, or NULL. */
+static const unsigned char *note_build_id(const unsigned char *p, const unsigned char *end, size_t align,
+                                          size_t *n) {
+    while ((size_t)(end - p) >= sizeof(ElfW(Nhdr))) {
+        const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)(const void *)p;
+        const size_t name = (nh->n_namesz + align - 1) & ~(align - 1);
+        const size_t desc = (nh->n_descsz + align - 1) & ~(align - 1);
+        const unsigned char *nm = p + sizeof *nh;
+        if ((size_t)(end - nm) < name + nh->n_descsz) return NULL;
+        if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(nm, "GNU", 4) == 0) {
+            *n = nh->n_descsz;
+            return nm + name;
+        }
+        if ((size_t)(end - nm) < name + desc) return NULL;
+        p = nm + name + desc;
+    }
+    return NULL;
+}
+
+/* dl_iterate_phdr callback: stop at the object whose PT_LOAD holds f->addr. */
+static int find_build_id(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    bid_find *f = data;
+    int holds = 0;
+    for (int i = 0; i < info->dlpi_phnum && !holds; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        const uintptr_t lo = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
+        holds = ph->p_type == PT_LOAD && f->addr >= lo && f->addr - lo < ph->p_memsz;
+    }
+    if (!holds) return 0;
+    for (int i = 0; i < info->dlpi_phnum && !f->id; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_NOTE) continue;
+        const unsigned char *p = (const unsigned char *)((uintptr_t)info->dlpi_addr + ph->p_vaddr);
+        f->id = note_build_id(p, p + ph->p_memsz, ph->p_align == 8 ? 8 : 4, &f->n);
+    }
+    return 1;
+}
+
+/* CRC-32C of a whole regular file; 0 if it cannot be read. */
+static int file_crc(const char *path, uint32_t *crc) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return 0;
+    struct stat st;
+    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    unsigned char buf[65536];
+    uint32_t c = 0;
+    for (ssize_t r; ok && (r = read(fd, buf, sizeof buf)) != 0;) {
+        if (r < 0) {
+            if (errno != EINTR) ok = 0;
+            continue;
+        }
+        c = zero__crc32c(c, buf, (size_t)r);
+    }
+    close(fd);
+    *crc = c;
+    return ok;
+}
+
+void zero__plugin_build_id(const zero__plugin *p, char *out, size_t n) {
+    if (!out || !n) return;
+    out[0] = '\0';
+    if (!p || !p->table) return;
+    bid_find f = {(uintptr_t)(const void *)p->table, NULL, 0};
+    dl_iterate_phdr(find_build_id, &f);
+    if (f.id && f.n) {
+        size_t used = 0;
+        for (size_t i = 0; i < f.n && used + 3 <= n; i++) used += (size_t)snprintf(out + used, n - used, "%02x", f.id[i]);
+        return;
+    }
+    uint32_t crc = 0;
+    if (file_crc(p->path, &crc)) snprintf(out, n, "crc32c:%08x", crc);
 }

@@ -19,6 +19,13 @@ typedef struct zero__plugin {
 zero_status zero__plugin_load(const char *name_or_path, zero__plugin *out, char *err, size_t err_len);
 void zero__plugin_unload(zero__plugin *p);
 
+/* The build identity of a loaded plugin into out (n bytes): the hex of its
+ * ELF NT_GNU_BUILD_ID note (found with dl_iterate_phdr in the mapped
+ * object), or "crc32c:<8 hex>" of its file when it has no such note, or ""
+ * when neither can be read.  Two ranks that print the same identity run the
+ * same code.  Thread-safe. */
+void zero__plugin_build_id(const zero__plugin *p, char *out, size_t n);
+
 /* Directories searched for plugins, in order, as a NULL-terminated array of
  * malloc'd strings (free with zero__plugin_dirs_free).  Used by zero-info. */
 char **zero__plugin_dirs(void);

@@ -2,7 +2,9 @@
  * plugins that are missing, built for another ABI, or fail in create gives
  * the documented status and message, leaves nothing loaded, and a good
  * plugin whose optional functions are NULL still trains afterwards (the
- * core's defaults for gather/release/save are used).
+ * core's defaults for gather/release/save are used); a plugin path that is
+ * not a regular file (FIFO, directory, device) is refused at once by name;
+ * a plugin that breaks the data-pointer contract gets a named error.
  * argv[1]: directory of the test plugins. */
 #define ZERO_STR_(x) #x
 #define ZERO_STR(x) ZERO_STR_(x)
@@ -10,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "loader_paths.h"
@@ -127,6 +132,91 @@ static void test_good_plugin_trains(void) {
     CHECK(!still_loaded(plugin_path("good")), "destroy unloads the plugin");
 }
 
+/* Seconds since an arbitrary start (CLOCK_MONOTONIC). */
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A plugin path that is not a regular file is refused by name, at once:
+ * dlopen of a FIFO would block until a writer comes (forever).  The ctest
+ * TIMEOUT turns a block into a failure; the elapsed time is checked too. */
+static void test_not_regular_files(void) {
+    char dir[] = "/tmp/zero-loader-fifo-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char fifo[256], sub[256];
+    snprintf(fifo, sizeof fifo, "%s/libzero-plugin-fifo.so", dir);
+    snprintf(sub, sizeof sub, "%s/libzero-plugin-dir.so", dir);
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+    CHECK(mkdir(sub, 0700) == 0, "mkdir %s", sub);
+    const double t0 = now_s();
+    expect_create_fails(fifo, ZERO_ERR_PLUGIN_NOT_FOUND, "is a FIFO, not a regular file");
+    expect_create_fails(fifo, ZERO_ERR_PLUGIN_NOT_FOUND, fifo);
+    expect_create_fails(sub, ZERO_ERR_PLUGIN_NOT_FOUND, "is a directory, not a regular file");
+    expect_create_fails("/dev/null", ZERO_ERR_PLUGIN_NOT_FOUND, "/dev/null is a character device");
+    /* found by name on the search path: refused, not skipped for a later copy */
+    char env[4096];
+    snprintf(env, sizeof env, "%s:%s", dir, g_dir);
+    setenv("ZERO_PLUGIN_PATH", env, 1);
+    expect_create_fails("fifo", ZERO_ERR_PLUGIN_NOT_FOUND, fifo);
+    setenv("ZERO_PLUGIN_PATH", g_dir, 1);
+    const double dt = now_s() - t0;
+    CHECK(dt < 5.0, "refusing non-regular plugin files took %.2f s", dt);
+    unlink(fifo);
+    rmdir(sub);
+    rmdir(dir);
+}
+
+/* The plugin contract, checked by the core: a plugin that leaves a param
+ * without storage (params_done) or hands out NULL from gather gets a named
+ * error; the host never receives a NULL parameter pointer. */
+static void contract_run(const char *variant, int fail_at_params_done) {
+    zero_engine *e = NULL;
+    char err[4096] = "";
+    log_capture cap = {0};
+    zero_status s = create(plugin_path(variant), &e, err, sizeof err, &cap);
+    CHECK(s == ZERO_OK, "create %s: %s", variant, err);
+    if (s != ZERO_OK) return;
+    float a[3] = {1, 2, 3}, b[5] = {1, 2, 3, 4, 5};
+    zero_param_desc d = ZERO_PARAM_DESC_INIT;
+    zero_param *pa = NULL, *pb = NULL;
+    d.name = "contract.a";
+    d.data = a;
+    d.numel = 3;
+    CHECK_EQ_INT(zero_register_param(e, &d, &pa), ZERO_OK);
+    d.name = "contract.b";
+    d.data = b;
+    d.numel = 5;
+    CHECK_EQ_INT(zero_register_param(e, &d, &pb), ZERO_OK);
+    s = zero_params_done(e);
+    if (fail_at_params_done) {
+        CHECK(s == ZERO_ERR_PLUGIN_SYMBOL, "%s: params_done gave %s: %s", variant, zero_status_string(s),
+              zero_last_error(e));
+        CHECK_STR_CONTAINS(zero_last_error(e), "plugin 'loader-null-data' broke its contract");
+        CHECK_STR_CONTAINS(zero_last_error(e), "param 'contract.b'");
+        void *w = (void *)1;
+        zero_param_storage(e, pb, &w);
+        CHECK(w == NULL || w == (void *)1, "no NULL storage handed out as valid");
+    } else {
+        CHECK(s == ZERO_OK, "%s: params_done (data NULL is allowed with a gather): %s", variant, zero_last_error(e));
+        zero_param *ps[2] = {pa, pb};
+        void *w[2] = {NULL, NULL};
+        s = zero_gather(e, ps, 2, w);
+        CHECK(s == ZERO_ERR_PLUGIN_SYMBOL, "%s: gather gave %s: %s", variant, zero_status_string(s),
+              zero_last_error(e));
+        CHECK_STR_CONTAINS(zero_last_error(e), "plugin 'loader-null-gather' broke its contract");
+        CHECK_STR_CONTAINS(zero_last_error(e), "param 'contract.b'");
+        CHECK(s != ZERO_OK || w[1] != NULL, "a NULL pointer with ZERO_OK");
+    }
+    zero_engine_destroy(e);
+}
+
+static void test_contract(void) {
+    contract_run("null-data", 1);
+    contract_run("null-gather", 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s <test plugin dir>\n", argv[0]);
@@ -139,5 +229,7 @@ int main(int argc, char **argv) {
     test_good_plugin_trains();
     test_refusals(); /* the process is still usable after a full engine life */
     test_good_plugin_trains();
+    test_not_regular_files();
+    test_contract();
     return check_finish();
 }

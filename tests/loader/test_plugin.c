@@ -42,13 +42,34 @@ static zero_status p_params_done(void *st) {
         zero_param_info *p = svc->param(svc->core, i);
         if (p->dtype != ZERO_DTYPE_F32)
             return svc->error(svc->core, ZERO_ERR_UNSUPPORTED, "loader-good handles fp32 only");
-        p->data = svc->mem_alloc(svc->core, ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, p->numel * sizeof(float));
         s->grads[i] = svc->mem_alloc(svc->core, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, p->numel * sizeof(float));
-        if (!p->data || !s->grads[i]) return ZERO_ERR_OUT_OF_MEMORY;
+        if (!s->grads[i]) return ZERO_ERR_OUT_OF_MEMORY;
+#if defined(VARIANT_NULL_DATA) || defined(VARIANT_NULL_GATHER)
+        /* NULL_DATA: the contract broken (no storage, no partitioning);
+         * NULL_GATHER: a "stage 3" plugin may leave data NULL, but then its
+         * gather must return real pointers, which it does not */
+        if (i + 1 == s->n) continue; /* the last param only: the core must name it */
+#endif
+        p->data = svc->mem_alloc(svc->core, ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, p->numel * sizeof(float));
+        if (!p->data) return ZERO_ERR_OUT_OF_MEMORY;
         memcpy(p->data, p->init_data, p->numel * sizeof(float));
     }
     return ZERO_OK;
 }
+
+#ifdef VARIANT_NULL_GATHER
+/* Hands out each param's data pointer: NULL for the last one. */
+static zero_status p_gather(void *st, zero_param_info *const *params, size_t n, void **ptrs) {
+    (void)st;
+    for (size_t i = 0; i < n; ++i) ptrs[i] = params[i]->data;
+    return ZERO_OK;
+}
+#define GATHER_FN p_gather
+#define VARIANT_CAPS ZERO_PLUGIN_CAP_PARTITIONS_PARAMS
+#else
+#define GATHER_FN NULL
+#define VARIANT_CAPS 0
+#endif
 
 static zero_status p_grad_buffer(void *st, zero_param_info *p, void **buf) {
     state *s = st;
@@ -135,13 +156,13 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
     .struct_size = VARIANT_SIZE,
     .abi_major = VARIANT_MAJOR,
     .abi_minor = VARIANT_MINOR,
-    .caps = 0,
+    .caps = VARIANT_CAPS,
     .name = VARIANT_NAME,
     .description = "loader test plugin: plain SGD on one rank, optional functions left NULL",
     .create = p_create,
     .register_param = NULL,
     .params_done = p_params_done,
-    .gather = NULL,
+    .gather = GATHER_FN,
     .release = NULL,
     .grad_buffer = p_grad_buffer,
     .on_grad_ready = p_on_grad_ready,

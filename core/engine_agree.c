@@ -1,0 +1,260 @@
+/* Ranks agree at engine creation (engine_agree.h, issue 31).
+ *
+ * Why here and why first: a plugin's params_done may split communicators
+ * (stage 3's MPI_Comm_split) and every plugin issues its own collectives in
+ * its own order.  Ranks that loaded different plugins (a node with another
+ * ZERO_PLUGIN, another build, another install) or parsed different configs
+ * then wait in collectives that never match -- past any timeout, since
+ * MPI_Comm_split has none -- or, worse, match by accident and train on
+ * wrong values.  So, before the plugin's create, every rank publishes one
+ * fixed-size record (plugin name, build id, plugin ABI, libzero version,
+ * config digest, its load outcome) and the job checks they are equal.
+ *
+ * Cost when they agree: one allreduce of two 64-bit words (MAX of the
+ * record hash and of its complement = max and min at once).  Only when they
+ * differ: an allgather of the records, so that every rank names every side,
+ * and for a config difference two broadcasts of the canonical config text
+ * from one rank of each side, so that every rank names the first differing
+ * key and both values.  All of it on e->global, bounded by the comm timeout. */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "engine_agree.h"
+
+#define REC_NAME 64
+#define REC_BUILD 72
+#define REC_WHY 320
+#define TEXT_CAP ((uint64_t)1 << 20) /* a config longer than this is compared by digest only */
+#define MAX_SIDES 4                   /* sides named in one message; more are counted */
+
+typedef struct agree_rec {
+    int32_t status;             /* this rank's plugin load status */
+    uint32_t abi_major, abi_minor; /* the plugin table's ABI (0.0: none loaded) */
+    uint32_t core_abi;          /* zero_abi_version() of this libzero */
+    uint64_t cfg_digest;        /* FNV-1a 64 of zero__config_canonical */
+    char plugin[REC_NAME];      /* the table's name; the requested name when none is loaded */
+    char build[REC_BUILD];      /* zero__plugin_build_id */
+    char core[32];              /* libzero's version string */
+    char why[REC_WHY];          /* the load failure, cut */
+} agree_rec;
+
+#ifndef ZERO_VERSION_STRING
+#define ZERO_VERSION_STRING "unknown"
+#endif
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static void make_record(const zero_engine *e, const char *requested, zero_status load_status, const char *load_msg,
+                        const char *canon, agree_rec *r) {
+    memset(r, 0, sizeof *r); /* the hash covers every byte, padding included */
+    const zero_plugin_table_v1 *t = e->plugin.table;
+    r->status = load_status;
+    r->core_abi = zero_abi_version();
+    r->cfg_digest = canon ? fnv(0xcbf29ce484222325ULL, canon, strlen(canon)) : 0;
+    snprintf(r->plugin, sizeof r->plugin, "%s", t && t->name ? t->name : requested ? requested : "");
+    if (t) {
+        r->abi_major = t->abi_major;
+        r->abi_minor = t->abi_minor;
+        zero__plugin_build_id(&e->plugin, r->build, sizeof r->build);
+    }
+    snprintf(r->core, sizeof r->core, "%s", ZERO_VERSION_STRING);
+    if (load_status != ZERO_OK) snprintf(r->why, sizeof r->why, "%s", load_msg ? load_msg : "");
+}
+
+/* ---- naming the sides ---- */
+
+typedef int (*same_fn)(const agree_rec *a, const agree_rec *b);
+
+static int same_plugin(const agree_rec *a, const agree_rec *b) {
+    return !strcmp(a->plugin, b->plugin) && !strcmp(a->build, b->build) && a->abi_major == b->abi_major &&
+           a->abi_minor == b->abi_minor && a->core_abi == b->core_abi && !strcmp(a->core, b->core);
+}
+static int same_config(const agree_rec *a, const agree_rec *b) { return a->cfg_digest == b->cfg_digest; }
+
+/* "rank 3" / "ranks 0-1,4" for the ranks whose record is like recs[first]
+ * by `same`, into out (cut with "..." when long). */
+static void side_ranks(const agree_rec *recs, int n, int first, same_fn same, char *out, size_t len) {
+    int count = 0;
+    for (int r = first; r < n; r++) count += same(&recs[r], &recs[first]);
+    size_t used = (size_t)snprintf(out, len, "rank%s ", count > 1 ? "s" : "");
+    int sep = 0;
+    for (int r = first; r < n && used + 8 < len; r++) {
+        if (!same(&recs[r], &recs[first]) || (r > first && same(&recs[r - 1], &recs[first]))) continue;
+        int end = r;
+        while (end + 1 < n && same(&recs[end + 1], &recs[first])) end++;
+        used += (size_t)snprintf(out + used, len - used, end > r ? "%s%d-%d" : "%s%d", sep ? "," : "", r, end);
+        sep = 1;
+    }
+    if (used + 8 >= len && len > 4) snprintf(out + len - 4, 4, "...");
+}
+
+/* The first rank of each side, in rank order: up to `max`; returns how
+ * many sides there are. */
+static int sides(const agree_rec *recs, int n, same_fn same, int *firsts, int max) {
+    int k = 0;
+    for (int r = 0; r < n; r++) {
+        int seen = 0;
+        for (int q = 0; q < r && !seen; q++) seen = same(&recs[q], &recs[r]);
+        if (seen) continue;
+        if (k < max) firsts[k] = r;
+        k++;
+    }
+    return k;
+}
+
+static void appendf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void appendf(char *buf, size_t len, const char *fmt, ...) {
+    size_t used = strnlen(buf, len);
+    if (used + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, len - used, fmt, ap);
+    va_end(ap);
+}
+
+static int same_core(const agree_rec *a, const agree_rec *b) {
+    return a->core_abi == b->core_abi && !strcmp(a->core, b->core);
+}
+
+/* "ranks 0-1 load plugin 'stage2' (build 1a2b..., plugin ABI 1.5), ranks
+ * 2-3 load plugin 'stage3' (...)"; libzero's version too when it differs. */
+static void plugin_sides(const agree_rec *recs, int n, char *msg, size_t len) {
+    int first[MAX_SIDES];
+    const int k = sides(recs, n, same_plugin, first, MAX_SIDES);
+    const int cores = sides(recs, n, same_core, NULL, 0); /* counts only */
+    appendf(msg, len, "ranks loaded different plugins: ");
+    for (int i = 0; i < k && i < MAX_SIDES; i++) {
+        const agree_rec *r = &recs[first[i]];
+        char who[160], core[96] = "";
+        side_ranks(recs, n, first[i], same_plugin, who, sizeof who);
+        if (cores > 1)
+            snprintf(core, sizeof core, ", libzero %s ABI %u.%u", r->core, r->core_abi / 10000, r->core_abi % 10000);
+        const int one = !strncmp(who, "rank ", 5);
+        appendf(msg, len, "%s%s %s plugin '%s' (build %s, plugin ABI %u.%u%s)", i ? ", " : "", who,
+                one ? "loads" : "load", r->plugin,
+                r->build[0] ? r->build : "unknown", r->abi_major, r->abi_minor, core);
+    }
+    if (k > MAX_SIDES) appendf(msg, len, " and %d more variant(s)", k - MAX_SIDES);
+    appendf(msg, len, "; every rank must load the same plugin build");
+}
+
+/* ---- the config's first difference ---- */
+
+/* Rank root's canonical text to every rank (*out malloc'd, NULL when the
+ * root had none or it was too long).  Collective. */
+static zero_status bcast_text(zero_comm *g, int root, const char *mine, char **out) {
+    *out = NULL;
+    uint64_t len = mine && zero__comm_rank(g) == root ? strlen(mine) : 0;
+    if (len > TEXT_CAP) len = 0;
+    zero_status s = zero__broadcast(g, &len, 1, ZERO_DTYPE_U64, root);
+    if (s != ZERO_OK || len == 0) return s;
+    /* Without memory for the text this rank cannot join the broadcast: the
+     * others then time out, as on any allocation failure mid-collective. */
+    char *buf = calloc(len + 1, 1);
+    if (!buf) return ZERO_ERR_OUT_OF_MEMORY;
+    if (zero__comm_rank(g) == root) memcpy(buf, mine, len);
+    s = zero__broadcast(g, buf, len, ZERO_DTYPE_U8, root);
+    *out = buf;
+    return s;
+}
+
+/* "ranks were given different configs: 'optimizer.params.lr' is 0.001 on
+ * ranks 0-1 but 0.002 on ranks 2-3" (or the digests when the texts could
+ * not be compared).  Collective: every rank takes this path together. */
+static zero_status config_sides(zero_comm *g, const agree_rec *recs, int n, const char *canon,
+                                char *msg, size_t len) {
+    int first[2];
+    const int k = sides(recs, n, same_config, first, 2);
+    char *ta = NULL, *tb = NULL;
+    zero_status s = bcast_text(g, first[0], canon, &ta);
+    if (s == ZERO_OK) s = bcast_text(g, first[1], canon, &tb);
+    char who_a[160], who_b[160], path[512] = "", va[160] = "", vb[160] = "";
+    side_ranks(recs, n, first[0], same_config, who_a, sizeof who_a);
+    side_ranks(recs, n, first[1], same_config, who_b, sizeof who_b);
+    if (s == ZERO_OK && zero__config_first_diff(ta, tb, path, sizeof path, va, vb, sizeof va))
+        appendf(msg, len, "ranks were given different configs: '%s' is %s on %s but %s on %s", path, va, who_a, vb,
+                who_b);
+    else
+        appendf(msg, len, "ranks were given different configs: digest %016llx on %s, %016llx on %s",
+                (unsigned long long)recs[first[0]].cfg_digest, who_a, (unsigned long long)recs[first[1]].cfg_digest,
+                who_b);
+    if (k > 2) appendf(msg, len, " (and %d more variant(s))", k - 2);
+    appendf(msg, len, "; every rank must be given the same config (nvme_path, trace and zero_optimization.plugin "
+                      "excepted)");
+    free(ta);
+    free(tb);
+    return s;
+}
+
+/* ---- the agreement ---- */
+
+static zero_status comm_failed(zero_engine *e, zero_status s) {
+    const char *what = "agreeing with the other ranks on the plugin and the config at zero_engine_create";
+    return e->last_error[0] ? zero__error_context(e, s, "%s", what) : zero__error(e, s, "%s failed", what);
+}
+
+/* The records differ: say how, on every rank alike (they all hold the same
+ * records).  The caller returned already when this rank failed to load. */
+static zero_status explain(zero_engine *e, zero_comm *g, const agree_rec *recs, int n, const char *canon) {
+    for (int r = 0; r < n; r++)
+        if (recs[r].status != ZERO_OK)
+            return zero__error(e, (zero_status)recs[r].status, "rank %d could not load plugin '%s': %s", r,
+                               recs[r].plugin, recs[r].why);
+    char *msg = calloc(4096, 1);
+    if (!msg) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory naming a disagreement between ranks");
+    int first[2];
+    zero_status s = ZERO_OK;
+    if (sides(recs, n, same_plugin, first, 2) > 1) plugin_sides(recs, n, msg, 4096);
+    if (sides(recs, n, same_config, first, 2) > 1) {
+        if (msg[0]) appendf(msg, 4096, "; and ");
+        s = config_sides(g, recs, n, canon, msg, 4096);
+    }
+    s = s == ZERO_OK || !msg[0] ? zero__error(e, ZERO_ERR_MISMATCH, "%s", msg[0] ? msg : "ranks disagree")
+                                : zero__error(e, ZERO_ERR_MISMATCH, "%s (naming the key failed: %s)", msg,
+                                              zero_status_string(s));
+    free(msg);
+    return s;
+}
+
+zero_status zero__engine_agree(zero_engine *e, const char *requested, zero_status load_status, const char *load_msg) {
+    zero_comm *g = e->global ? e->global : e->world;
+    const int n = zero__comm_size(g);
+    const zero_status local = load_status != ZERO_OK
+                                  ? zero__error(e, load_status, "%s", load_msg ? load_msg : "plugin failed to load")
+                                  : ZERO_OK;
+    if (n <= 1) return local;
+    char *canon = zero__config_canonical(e->cfg);
+    agree_rec *mine = malloc(sizeof *mine);
+    if (!mine) {
+        free(canon);
+        return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory agreeing on the plugin and config");
+    }
+    make_record(e, requested, load_status, load_msg, canon, mine);
+    const uint64_t h = fnv(0xcbf29ce484222325ULL, mine, sizeof *mine);
+    uint64_t v[2] = {h, ~h}; /* MAX of both: the largest and (complemented) the smallest hash */
+    zero_status s = zero__allreduce(g, v, 2, ZERO_DTYPE_U64, ZERO_OP_MAX);
+    agree_rec *all = NULL;
+    if (s != ZERO_OK) s = local != ZERO_OK ? local : comm_failed(e, s);
+    else if (v[0] == h && ~v[1] == h) s = local;
+    else if (!(all = malloc((size_t)n * sizeof *all)))
+        s = zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory naming a disagreement between ranks");
+    else if ((s = zero__allgather_bytes(g, mine, all, sizeof *mine)) != ZERO_OK)
+        s = local != ZERO_OK ? local : comm_failed(e, s);
+    else if (local != ZERO_OK) s = local; /* the loader's own, first-hand message */
+    else s = explain(e, g, all, n, canon);
+    if (s == ZERO_OK && zero__comm_rank(g) == 0)
+        zero__log(e, ZERO_LOG_DEBUG, "ranks agree: plugin '%s' build %s, config digest %016llx", mine->plugin,
+                  mine->build[0] ? mine->build : "-", (unsigned long long)mine->cfg_digest);
+    free(all);
+    free(mine);
+    free(canon);
+    return s;
+}

@@ -1,0 +1,40 @@
+/* Ranks agree at engine creation (issue 31): on the plugin (name, build id,
+ * plugin ABI), libzero's version and the config, before any plugin code can
+ * issue a collective or split a communicator.  engine_agree.c; the config's
+ * canonical form and its first difference are config_canon.c's. */
+#ifndef ZERO_CORE_ENGINE_AGREE_H
+#define ZERO_CORE_ENGINE_AGREE_H
+#include <stddef.h>
+#include "config.h"
+#include "zero_plugin.h"
+
+struct zero_engine;
+
+/* Collective over the engine's global communicator (every rank of the job,
+ * pipeline stages included), bounded by the comm timeout.  Call once the
+ * config is parsed and the plugin `requested` (as resolved: option,
+ * $ZERO_PLUGIN or config) was loaded into e->plugin, with load_status and
+ * load_msg the loader's outcome; for "auto" with no plugin loaded yet pass
+ * ZERO_OK and NULL (zero_params_done agrees again on the one picked).
+ * Returns ZERO_OK when every rank loaded the same plugin build under the same
+ * ABI and parsed the same config; else, on every rank: the load failure of
+ * the first rank that failed (its own message on that rank), or
+ * ZERO_ERR_MISMATCH naming both sides (ranks, plugin names and builds, or
+ * the first differing config key and both values); or the comm layer's
+ * error (ZERO_ERR_TIMEOUT when a rank never arrives).  Engine thread only. */
+zero_status zero__engine_agree(struct zero_engine *e, const char *requested, zero_status load_status,
+                               const char *load_msg);
+
+/* The parsed config as canonical JSON text (sorted keys, compact, reals
+ * with 17 digits), without the keys that may differ between nodes (the
+ * nvme_path keys, trace, zero_optimization.plugin: see config_canon.c).
+ * malloc'd (free()); NULL when out of memory.  Pure. */
+char *zero__config_canonical(const zero__config *c);
+
+/* The first difference between two canonical texts, keys in sorted order,
+ * depth first: 1 with its dotted path ("optimizer.params.lr", arrays as
+ * "[i]") and both values as compact JSON (or "absent") in path/va/vb;
+ * 0 when equal or either text is not JSON.  Pure. */
+int zero__config_first_diff(const char *a, const char *b, char *path, size_t plen, char *va, char *vb,
+                            size_t vlen);
+#endif
