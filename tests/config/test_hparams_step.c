@@ -15,10 +15,15 @@
  *  - an lr of NaN restored as a checkpoint would (white box: e->lr): the
  *    same, naming zero_load; once the lr is sane, zero_step called again
  *    (no new backward: the refused window's gradients were kept) trains.
+ * And zero_engine_create with config_path /dev/zero or a FIFO returns
+ * ZERO_ERR_CONFIG naming it, without blocking.
  * stage0, one process (ZERO_COMM_SELF), host-owned weights read directly. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "engine.h"
@@ -160,7 +165,36 @@ static void test_restored_lr(void) {
     zero_engine_destroy(r.e);
 }
 
+/* The engine reads config_path through the same bounded reader: a FIFO
+ * with no writer and /dev/zero fail zero_engine_create at once (the ctest's
+ * TIMEOUT catches a hang), naming the path. */
+static void test_engine_config_path(void) {
+    char fifo[] = "/tmp/zero-hp-fifo-XXXXXX";
+    int fd = mkstemp(fifo);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd < 0) return;
+    close(fd);
+    unlink(fifo);
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo");
+    const char *paths[] = {"/dev/zero", fifo};
+    for (int k = 0; k < 2; k++) {
+        zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
+        o.config_path = paths[k];
+        o.comm_kind = ZERO_COMM_SELF;
+        o.plugin = "stage0";
+        char err[512] = "";
+        zero_engine *e = NULL;
+        zero_status s = zero_engine_create(&o, &e, err, sizeof err);
+        CHECK(s == ZERO_ERR_CONFIG && e == NULL, "config_path %s: status %d (%s)", paths[k], s, err);
+        CHECK(strstr(err, paths[k]) && strstr(err, "expected a regular file"), "config_path %s: \"%s\"", paths[k],
+              err);
+        zero_engine_destroy(e);
+    }
+    unlink(fifo);
+}
+
 int main(void) {
+    test_engine_config_path();
     test_set_hparams();
     test_group_values();
     test_restored_lr();
