@@ -159,7 +159,8 @@ static zero_status name_nonfinite(struct zero_engine *e, zero_comm *comm, const 
         snprintf(step_nonfinite + off, sizeof step_nonfinite - off, " no rank: the sum of squares overflowed");
     else if (off < sizeof step_nonfinite)
         snprintf(step_nonfinite + off, sizeof step_nonfinite - off,
-                 " (the rank that checks that part of the reduced gradient)");
+                 " (each rank checks its own part of the reduced gradient: the value may come from any "
+                 "rank's backward)");
     free(all);
     return ZERO_OK;
 }
