@@ -61,11 +61,13 @@ static int tool(const char *args, char *out, size_t n) {
 /* Rank 0: the manifest of ROOT's latest with "reshardable": 1 -> 0. */
 static void set_unreshardable(const char *root) {
     if (rank_ == 0) {
-        char ck[1024], man[1100], cmd[2400];
+        char ck[1024], man[1100], cmd[4000];
         th_ckpt_latest(root, ck, sizeof ck);
         snprintf(man, sizeof man, "%s/manifest.json", ck);
-        snprintf(cmd, sizeof cmd, "sed -i 's/\"reshardable\": 1,/\"reshardable\": 0,/' '%s' && grep -q '\"reshardable\": 0,' '%s'",
-                 man, man);
+        snprintf(cmd, sizeof cmd,
+                 "sed -i 's/\"reshardable\": 1,/\"reshardable\": 0,/' '%s' && grep -q '\"reshardable\": 0,' '%s' && "
+                 "\"$CKPT_RESEAL\" '%s'", /* its own checksum, after the deliberate edit */
+                 man, man, man);
         CHECK(system(cmd) == 0, "could not edit %s", man);
     }
     MPI_Barrier(MPI_COMM_WORLD);

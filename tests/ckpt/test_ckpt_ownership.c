@@ -166,12 +166,13 @@ static void convert_case(const char *root) {
     int rc = tool(args);
     CHECK(rc == 0, "zero-ckpt %s: exit %d", args, rc);
     if (rank_ == 0) { /* the converted copy must load natively: refuse resharding */
-        char ck[1024], cmd[2400];
+        char ck[1024], cmd[4000];
         th_ckpt_latest(dst, ck, sizeof ck);
         snprintf(cmd, sizeof cmd,
                  "sed -i 's/\"reshardable\": 1,/\"reshardable\": 0,/' '%s/manifest.json' && "
-                 "grep -q '\"reshardable\": 0,' '%s/manifest.json'",
-                 ck, ck);
+                 "grep -q '\"reshardable\": 0,' '%s/manifest.json' && "
+                 "\"$CKPT_RESEAL\" '%s/manifest.json'", /* its own checksum, after the deliberate edit */
+                 ck, ck, ck);
         CHECK(system(cmd) == 0, "could not edit the converted manifest");
     }
     MPI_Barrier(MPI_COMM_WORLD);

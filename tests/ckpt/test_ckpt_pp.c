@@ -304,8 +304,9 @@ int main(int argc, char **argv) {
         char cmd[3000];
         th_remove_dir(conv);
         snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s' --ranks 3 && '%s' verify '%s' && "
-                 "sed -i 's/\"reshardable\": 1,/\"reshardable\": 0,/' '%s'/step-2/manifest.json",
-                 argv[2], root, conv, argv[2], conv, conv);
+                 "sed -i 's/\"reshardable\": 1,/\"reshardable\": 0,/' '%s'/step-2/manifest.json && "
+                 "\"$CKPT_RESEAL\" '%s'/step-2/manifest.json", /* its own checksum, after the deliberate edit */
+                 argv[2], root, conv, argv[2], conv, conv, conv);
         CHECK(system(cmd) == 0, "%s", cmd);
         snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s-bad' --ranks 3 --plugin stage2 2>&1 | "
                  "grep -q \"plugin 'stage2' cannot run with pipeline parallelism\"", argv[2], root, root);

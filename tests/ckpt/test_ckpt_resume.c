@@ -194,7 +194,7 @@ static void damage_cases(const char *root) {
         FILE *g = fopen(man, "wb");
         char line[4096];
         while (f && g && fgets(line, sizeof line, f)) {
-            char *v = strstr(line, "\"version\": 1,");
+            char *v = strstr(line, "\"version\": 2,"); /* the format this library writes */
             if (v) fputs(" \"version\": 7,\n", g);
             else fputs(line, g);
         }

@@ -18,6 +18,7 @@
 #include "check.h"
 #include "ckpt_io.h"
 #include "ckpt_manifest.h"
+#include "ckpt_validate.h"
 #include "crc32c.h"
 
 static const char *GOOD =
@@ -124,6 +125,45 @@ static void streamed_writer(void) {
     zero__ck_remove_dir(dir);
 }
 
+/* (issue 31) A format-2 manifest with its checksum parses; one changed
+ * number after sealing is refused naming the checksum; a format-1
+ * manifest that carries a checksum (its version changed) is refused. */
+static void sealed_manifest(void) {
+    char text[4096], err[512] = "";
+    snprintf(text, sizeof text, "%s", GOOD);
+    static const char *const subst[][2] = {{"\"version\": 1", "\"version\": 2"}, {"FILE", "p.rank1.bin"},
+                                           {"BYTES", "128"}, {"CRC", "00000000"}, {"HI", "64"}};
+    for (size_t k = 0; k < sizeof subst / sizeof *subst; k++) {
+        char *at = strstr(text, subst[k][0]);
+        const size_t from = strlen(subst[k][0]), to = strlen(subst[k][1]);
+        memmove(at + to, at + from, strlen(at + from) + 1);
+        memcpy(at, subst[k][1], to);
+    }
+    json_t *root = json_loads(text, 0, NULL);
+    CHECK(root && zero__ck_manifest_seal(root) == 0, "seal");
+    char *sealed = json_dumps(root, JSON_INDENT(2)); /* another key order and layout: the same canonical form */
+    zero__ck_manifest *m = zero__ck_manifest_parse(sealed, strlen(sealed), err, sizeof err);
+    CHECK(m != NULL && m->version == 2, "a sealed manifest refused: %s", err);
+    /* not a whole checkpoint: one shard holds [32, 64) of w's [0, 40), nobody has a core blob */
+    CHECK(m && zero__ck_manifest_validate(m, err, sizeof err) != 0 && strstr(err, "manifest: files: no params shard"),
+          "an incomplete manifest validated: '%s'", err);
+    zero__ck_manifest_free(m);
+    char *lr = strstr(sealed, "0.10000");
+    CHECK(lr != NULL, "lr in %s", sealed);
+    if (lr) lr[2] = '2'; /* 0.1 -> 0.2 */
+    m = zero__ck_manifest_parse(sealed, strlen(sealed), err, sizeof err);
+    CHECK(m == NULL && strstr(err, "manifest_crc32c: recorded"), "a changed lr accepted: '%s'", err);
+    zero__ck_manifest_free(m);
+    json_object_set_new(root, "version", json_integer(1));
+    free(sealed);
+    sealed = json_dumps(root, 0);
+    m = zero__ck_manifest_parse(sealed, strlen(sealed), err, sizeof err);
+    CHECK(m == NULL && strstr(err, "version-1 manifest"), "format 1 with a checksum accepted: '%s'", err);
+    zero__ck_manifest_free(m);
+    free(sealed);
+    json_decref(root);
+}
+
 int main(void) {
     streamed_writer();
     const char *s = "123456789";
@@ -141,7 +181,10 @@ int main(void) {
     try_parse("p.rank1.bin", "132", "00000000", "64", "\"version\": 1", "are not 132 bytes");
     try_parse("p.rank1.bin", "128", "0000000000000000", "64", "\"version\": 1", "expected 1 checksums");
     try_parse("../p.rank1.bin", "128", "00000000", "64", "\"version\": 1", "not a plain file name");
-    try_parse("p.rank1.bin", "128", "00000000", "64", "\"version\": 2", "format version 2");
+    try_parse("p.rank1.bin", "128", "00000000", "64", "\"version\": 3", "format version 3");
+    /* (issue 31) format 2 carries its own checksum: without it, refused */
+    try_parse("p.rank1.bin", "128", "00000000", "64", "\"version\": 2", "manifest_crc32c: missing");
+    sealed_manifest();
     try_parse("p.rank1.bin", "-5", "00000000", "64", "\"version\": 1", "bytes");
     /* chunk_bytes is the size of the reader's one-chunk buffer: bounded
      * (tests/fuzz found a manifest making the reader allocate 1 TiB) */
