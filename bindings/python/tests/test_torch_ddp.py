@@ -246,7 +246,9 @@ def errors():
             check(False, "%s NaN gradient: no exception" % dt)
         except zt.NonFiniteGradientError as ex:
             check(isinstance(ex, zero.ZeroError) and ex.status_name == "ZERO_ERR_LOSS_SCALE"
-                  and ex.message.startswith("rank %d: non-finite gradient" % RANK) and ex.result.overflow,
+                  and ex.message.startswith("rank %d: non-finite gradient" % RANK) and ex.result.overflow
+                  # libzero's own text: which rank found it, in which param (issue 31)
+                  and "non-finite gradient (Inf/NaN) found on rank" in ex.message and "(param '" in ex.message,
                   "%s NaN gradient: %r" % (dt, ex.message))
         check(torch.equal(model.w.detach(), w0), "%s: the NaN step was skipped" % dt)
         e.backward(e(torch.ones(8, dtype=dt)))  # training goes on after the exception

@@ -485,11 +485,14 @@ class ZeroEngine:
         self.last_result = r
         # without a dynamic loss scaler (fp32, bf16) an overflow is a non-finite gradient nothing absorbs
         if r.overflow and self.raise_on_nonfinite and self.dtype != torch.float16:
+            # libzero's text names the rank(s) that found it and the param, the same on every rank
+            where = self.z.last_error()
+            where = where[where.find("non-finite"):] if "non-finite" in where else ""
             raise NonFiniteGradientError(
                 14, "rank %d: non-finite gradient (Inf/NaN) at global step %d (%s model, no loss scaling): libzero "
-                "skipped the optimizer step (grad_norm %g); pass raise_on_nonfinite=False to get "
+                "skipped the optimizer step (grad_norm %g)%s; pass raise_on_nonfinite=False to get "
                 "step().overflow instead" % (self.z.rank, r.global_step + 1, str(self.dtype).replace("torch.", ""),
-                                             r.grad_norm), "zero_step", result=r)
+                                             r.grad_norm, ": " + where if where else ""), "zero_step", result=r)
         return r
 
     def zero_grad(self):
