@@ -20,7 +20,11 @@
  *  4. one bit flipped at the start, middle and end of every blob file's
  *     payload and in its header: both refuse;
  *  5. before and after all of it, the unmodified checkpoint verifies and
- *     loads.
+ *     loads;
+ *  6. the same checkpoint as libzero 1.5.1 wrote it (manifest format 1
+ *     without a checksum of its own, core blobs of version 1): it verifies
+ *     and loads, each with a warning naming what could not be checked; its
+ *     lr changed by 0.1 is still refused by both (the core blob cross-check).
  * Fields not used by any load (tag, library version, plugin, config,
  * scheduler, shapes, recorded group sizes) are counted in pass 2, not
  * asserted: pass 1 shows that the checksum covers them.
@@ -168,6 +172,110 @@ static int role(const char *path) {
     for (size_t k = 0; k < sizeof load / sizeof *load; k++)
         if (!strcmp(g, load[k])) return LOAD;
     return UNUSED;
+}
+
+static int both_refuse(const char *what, int want_verify, int *nmsg);
+
+/* ---- rank 0: the checkpoint as libzero 1.5.1 wrote it ---- */
+static uint32_t crc32c(const unsigned char *p, size_t n) { /* bitwise, independent of the library */
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+    }
+    return c ^ 0xFFFFFFFFu;
+}
+
+/* Core blobs cut to version 1 (104 bytes, version field 1), the manifest
+ * without its checksum at format 1; lr_delta added to state.lr. */
+static void downgrade(double lr_delta) {
+    json_t *d = json_deep_copy(doc_), *fs = json_object_get(d, "files");
+    json_object_del(d, "manifest_crc32c");
+    json_object_set_new(d, "version", json_integer(1));
+    json_t *st = json_object_get(d, "state");
+    json_object_set_new(st, "lr", json_real(json_real_value(json_object_get(st, "lr")) + lr_delta));
+    for (size_t i = 0; i < json_array_size(fs); i++) {
+        json_t *f = json_array_get(fs, i);
+        if (strcmp(json_string_value(json_object_get(f, "blob")), "core")) continue;
+        char path[1600];
+        snprintf(path, sizeof path, "%s/%s", ck_, json_string_value(json_object_get(f, "file")));
+        unsigned char b[16 + 112];
+        FILE *fp = fopen(path, "rb");
+        size_t n = fp ? fread(b, 1, sizeof b, fp) : 0;
+        if (fp) fclose(fp);
+        CHECK(n == sizeof b, "%s: %zu bytes, want a version-2 core blob of 128", path, n);
+        b[16 + 8] = 1; /* version (u64 LE after the magic) */
+        for (int k = 0; k < 8; k++) b[8 + k] = (unsigned char)(k ? 0 : 104); /* payload bytes in the header */
+        fp = fopen(path, "wb");
+        CHECK(fp && fwrite(b, 1, 16 + 104, fp) == 16 + 104, "write %s", path);
+        if (fp) fclose(fp);
+        char hex[9];
+        snprintf(hex, sizeof hex, "%08x", crc32c(b + 16, 104));
+        json_object_set_new(f, "bytes", json_integer(104));
+        json_object_set_new(f, "crc32c", json_string(hex));
+    }
+    char *t = json_dumps(d, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    put(man_, t);
+    free(t);
+    json_decref(d);
+}
+
+/* Collective: 6. */
+static void legacy_checkpoint(void) {
+    char path[2][1600];
+    if (rank_ == 0) { /* keep the version-2 core blobs to restore them */
+        for (int r = 0; r < 2; r++) {
+            snprintf(path[r], sizeof path[r], "%s/core.rank%d.bin", ck_, r);
+            char cmd[8000];
+            snprintf(cmd, sizeof cmd, "cp '%s' '%s.v2'", path[r], path[r]);
+            CHECK(system(cmd) == 0, "%s", cmd);
+        }
+        downgrade(0);
+        char cmd[4000];
+        snprintf(cmd, sizeof cmd, "'%s' verify '%s' > '%s' 2>&1", tool_, ck_, out_);
+        int st = system(cmd);
+        char *o = slurp(out_);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0 && o && strstr(o, "WARNING") && strstr(o, "1.5.1") &&
+                  strstr(o, "OK"),
+              "a 1.5.1 checkpoint: zero-ckpt verify exit %d: %.600s", WIFEXITED(st) ? WEXITSTATUS(st) : -1, o ? o : "");
+        if (o) printf("1.5.1 checkpoint, zero-ckpt verify: %.200s...\n", o);
+        free(o);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    host_run_cfg r = cfg();
+    r.ckpt_dir = root_;
+    r.resume_from = SAVE_AT;
+    r.steps = SAVE_AT + 1;
+    host_run_out o;
+    host_run(&r, &o);
+    CHECK(o.status == ZERO_OK, "a 1.5.1 checkpoint: rank %d: %s", rank_, o.error);
+    if (rank_ == 0) {
+        CHECK(o.warnings > 0 && strstr(o.first_warning, "1.5.1"), "a 1.5.1 checkpoint loaded without a warning: '%s'",
+              o.first_warning);
+        printf("1.5.1 checkpoint, zero_load warns: %.200s...\n", o.first_warning);
+    }
+    host_run_free(&o);
+    MPI_Barrier(MPI_COMM_WORLD);
+    int nmsg = 0;
+    if (rank_ == 0) { /* the lr changed: no checksum, but the core blobs disagree */
+        for (int k = 0; k < 2; k++) {
+            char cmd[8000];
+            snprintf(cmd, sizeof cmd, "cp '%s.v2' '%s'", path[k], path[k]);
+            CHECK(system(cmd) == 0, "%s", cmd);
+        }
+        downgrade(0.1);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    both_refuse("1.5.1 checkpoint, state.lr + 0.1", 1, &nmsg);
+    if (rank_ == 0) { /* back to the checkpoint as saved */
+        for (int k = 0; k < 2; k++) {
+            char cmd[8000];
+            snprintf(cmd, sizeof cmd, "mv '%s.v2' '%s'", path[k], path[k]);
+            CHECK(system(cmd) == 0, "%s", cmd);
+        }
+        put(man_, orig_);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
 }
 
 /* ---- the two readers ---- */
@@ -408,6 +516,8 @@ int main(int argc, char **argv) {
     issue_case("a file record of rank 1 deleted", drop_file_entry);
     if (rank_ == 0) printf("pass 4: bits flipped in every blob\n");
     blob_pass();
+    if (rank_ == 0) printf("a checkpoint as libzero 1.5.1 wrote it\n");
+    legacy_checkpoint();
     /* everything undone: the checkpoint is whole again */
     if (rank_ == 0) verify_accepts("the restored checkpoint");
     MPI_Barrier(MPI_COMM_WORLD);
