@@ -17,7 +17,18 @@
  * reads every kind of every small layout through zero__ck_read_elems (in
  * fp32 and bf16) and zero__ck_read_mapped, as consolidate and a resharding
  * load do.  A failed read must leave an error message; a broken contract
- * aborts (libFuzzer keeps the input). */
+ * aborts (libFuzzer keeps the input).
+ *
+ * (issue 31) The whole-checkpoint validator too (zero__ck_manifest_validate,
+ * what zero_load and zero-ckpt verify both run before restoring anything):
+ * with pool bit 2 the harness recomputes the manifest's own checksum
+ * before parsing (zero__ck_manifest_seal), so that mutated format-2
+ * manifests reach the validator instead of stopping at the checksum.  A
+ * validated manifest must keep the validator's promises (checked here
+ * independently: parameters aligned, in order, disjoint and inside their
+ * layout; every rank x stage with one core blob of the version's size; no
+ * file name twice), and every core blob is read and compared
+ * (zero__ck_core_verify): a refusal must leave a message. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +37,7 @@
 
 #include "ckpt_io.h"
 #include "ckpt_source.h"
+#include "ckpt_validate.h"
 #include "crc32c.h"
 
 #define REQUIRE(c, ...)                                                                  \
@@ -91,6 +103,40 @@ static void check_manifest(const zero__ck_manifest *m) {
                 "file %u: ranges hold %llu elements (mod 2^64) of %zu bytes, the file %llu bytes", i,
                 (unsigned long long)total, zero__ck_dtype_size(f->dtype), (unsigned long long)f->bytes);
     }
+}
+
+/* The validator's promises, checked the slow, obvious way. */
+static void check_validated(const zero__ck_manifest *m) {
+    for (uint32_t i = 0; i < m->nparams; i++) {
+        const zero__ck_param *p = &m->params[i];
+        const zero__ck_layout *L = zero__ck_layout_of(m, p->pp_stage);
+        REQUIRE(L && L->align && p->flat_offset % L->align == 0, "param %u unaligned", i);
+        for (uint32_t j = 0; j < m->nparams; j++) {
+            const zero__ck_param *q = &m->params[j];
+            if (j == i || q->pp_stage != p->pp_stage || !p->numel || !q->numel) continue;
+            REQUIRE(p->flat_offset + p->numel <= q->flat_offset || q->flat_offset + q->numel <= p->flat_offset,
+                    "params %u and %u overlap", i, j);
+            if (j > i && q->group == p->group) REQUIRE(q->flat_offset > p->flat_offset, "params %u, %u out of order", i, j);
+        }
+    }
+    const uint64_t core = m->version == ZERO__CK_VERSION ? sizeof(zero__core_blob) : ZERO__CORE_BLOB_V1_BYTES;
+    for (int pp = 0; pp < m->pp_stages && pp < 64; pp++)
+        for (int r = 0; r < m->world && r < 64; r++) {
+            const zero__ck_file *f = zero__ck_find(m, "core", r, pp);
+            REQUIRE(f && f->bytes == core, "rank %d stage %d: core blob", r, pp);
+        }
+    for (uint32_t i = 0; i < m->nfiles && i < 256; i++)
+        for (uint32_t j = i + 1; j < m->nfiles && j < 256; j++)
+            REQUIRE(strcmp(m->files[i].file, m->files[j].file), "file %s twice", m->files[i].file);
+}
+
+/* Bit 2 of the pool's first byte: the manifest's checksum recomputed. */
+static char *resealed(const uint8_t *data, size_t tlen) {
+    json_t *root = json_loadb((const char *)data, tlen, JSON_REJECT_DUPLICATES, NULL);
+    char *text = NULL;
+    if (json_is_object(root) && zero__ck_manifest_seal(root) == 0) text = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return text;
 }
 
 typedef struct pool {
@@ -186,17 +232,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const size_t tlen = nul ? (size_t)(nul - data) : size;
     char err[1024];
     memset(err, 'x', sizeof err);
-    zero__ck_manifest *m = zero__ck_manifest_parse((const char *)data, tlen, err, sizeof err);
+    pool q = {nul ? nul + 1 : NULL, nul ? size - tlen - 1 : 0, 0};
+    const uint8_t mode = take(&q);
+    char *sealed = (mode & 4) ? resealed(data, tlen) : NULL;
+    zero__ck_manifest *m = sealed ? zero__ck_manifest_parse(sealed, strlen(sealed), err, sizeof err)
+                                  : zero__ck_manifest_parse((const char *)data, tlen, err, sizeof err);
+    free(sealed);
     if (!m) {
         REQUIRE(memchr(err, 0, sizeof err) && err[0], "refused without a message");
         return 0;
     }
     check_manifest(m);
-    pool q = {nul ? nul + 1 : NULL, nul ? size - tlen - 1 : 0, 0};
-    const uint8_t mode = take(&q);
+    memset(err, 'x', sizeof err);
+    const int valid = zero__ck_manifest_validate(m, err, sizeof err) == 0;
+    if (valid) check_validated(m);
+    else REQUIRE(memchr(err, 0, sizeof err) && err[0], "validate refused without a message");
     write_files(m, &q, mode & 1, !(mode & 2));
     zero__ck_reader *r = zero__ck_reader_open(dir, m);
     if (r) {
+        for (uint32_t i = 0; valid && i < m->nfiles && i < MAX_FILES; i++)
+            if (!strcmp(m->files[i].blob, "core")) {
+                err[0] = 0;
+                if (zero__ck_core_verify(r, m, m->files[i].rank, m->files[i].pp_stage, err, sizeof err) != 0)
+                    REQUIRE(err[0], "core_verify refused without a message");
+            }
         read_files(r, m, &q);
         read_elements(r, m);
         zero__ck_reader_close(r);
