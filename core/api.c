@@ -250,7 +250,10 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
 
     s = zero__config_parse(opts.config_json, opts.config_json ? NULL : opts.config_path, e->world_size, &e->cfg,
                            config_warn, e, msg, sizeof msg);
-    if (s != ZERO_OK) return fail_create(e, zero__error(e, s, "%s", msg), err, err_len);
+    /* A config that fails on some ranks only (a file missing on one node):
+     * they still join the agreement, so the others fail at once naming
+     * them instead of waiting out the comm timeout. */
+    if (s != ZERO_OK) return fail_create(e, zero__engine_agree_failure(e, s, "parse its config", msg), err, err_len);
     e->rc = zero__config_run(e->cfg);
     if ((s = zero__trace_engine_start(e)) != ZERO_OK) return fail_create(e, s, err, err_len);
     set_comm_timeout(e);

@@ -39,7 +39,8 @@ typedef struct agree_rec {
     char plugin[REC_NAME];      /* the table's name; the requested name when none is loaded */
     char build[REC_BUILD];      /* zero__plugin_build_id */
     char core[32];              /* libzero's version string */
-    char why[REC_WHY];          /* the load failure, cut */
+    char what[48];              /* what failed: "load plugin 'x'", "parse its config" */
+    char why[REC_WHY];          /* the failure's message, cut */
 } agree_rec;
 
 #ifndef ZERO_VERSION_STRING
@@ -66,7 +67,10 @@ static void make_record(const zero_engine *e, const char *requested, zero_status
         zero__plugin_build_id(&e->plugin, r->build, sizeof r->build);
     }
     snprintf(r->core, sizeof r->core, "%s", ZERO_VERSION_STRING);
-    if (load_status != ZERO_OK) snprintf(r->why, sizeof r->why, "%s", load_msg ? load_msg : "");
+    if (load_status != ZERO_OK) {
+        snprintf(r->what, sizeof r->what, "load plugin '%.32s'", requested ? requested : "?");
+        snprintf(r->why, sizeof r->why, "%s", load_msg ? load_msg : "");
+    }
 }
 
 /* ---- naming the sides ---- */
@@ -206,8 +210,8 @@ static zero_status comm_failed(zero_engine *e, zero_status s) {
 static zero_status explain(zero_engine *e, zero_comm *g, const agree_rec *recs, int n, const char *canon) {
     for (int r = 0; r < n; r++)
         if (recs[r].status != ZERO_OK)
-            return zero__error(e, (zero_status)recs[r].status, "rank %d could not load plugin '%s': %s", r,
-                               recs[r].plugin, recs[r].why);
+            return zero__error(e, (zero_status)recs[r].status, "rank %d could not %s: %s", r, recs[r].what,
+                               recs[r].why);
     char *msg = calloc(4096, 1);
     if (!msg) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory naming a disagreement between ranks");
     int first[2];
@@ -224,13 +228,39 @@ static zero_status explain(zero_engine *e, zero_comm *g, const agree_rec *recs, 
     return s;
 }
 
-zero_status zero__engine_agree(zero_engine *e, const char *requested, zero_status load_status, const char *load_msg) {
+/* One agreement round over `mine`; `local`/`local_msg`: this rank's own
+ * failure (its first-hand message wins on this rank, set last so that no
+ * comm error text overwrites it). */
+static zero_status agree(zero_engine *e, agree_rec *mine, const char *canon, zero_status local, const char *local_msg) {
     zero_comm *g = e->global ? e->global : e->world;
     const int n = zero__comm_size(g);
-    const zero_status local = load_status != ZERO_OK
-                                  ? zero__error(e, load_status, "%s", load_msg ? load_msg : "plugin failed to load")
-                                  : ZERO_OK;
-    if (n <= 1) return local;
+    const uint64_t h = fnv(0xcbf29ce484222325ULL, mine, sizeof *mine);
+    uint64_t v[2] = {h, ~h}; /* MAX of both: the largest and (complemented) the smallest hash */
+    zero_status s = n > 1 ? zero__allreduce(g, v, 2, ZERO_DTYPE_U64, ZERO_OP_MAX) : ZERO_OK;
+    agree_rec *all = NULL;
+    if (local != ZERO_OK) {
+        /* still join the gather the others start when they see the failure */
+        if (s == ZERO_OK && !(v[0] == h && ~v[1] == h) && (all = malloc((size_t)n * sizeof *all)))
+            zero__allgather_bytes(g, mine, all, sizeof *mine);
+        s = zero__error(e, local, "%s", local_msg && local_msg[0] ? local_msg : zero_status_string(local));
+    } else if (s != ZERO_OK) {
+        s = comm_failed(e, s);
+    } else if (!(v[0] == h && ~v[1] == h)) {
+        if (!(all = malloc((size_t)n * sizeof *all)))
+            s = zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory naming a disagreement between ranks");
+        else if ((s = zero__allgather_bytes(g, mine, all, sizeof *mine)) != ZERO_OK)
+            s = comm_failed(e, s);
+        else
+            s = explain(e, g, all, n, canon);
+    }
+    free(all);
+    return s;
+}
+
+zero_status zero__engine_agree(zero_engine *e, const char *requested, zero_status load_status, const char *load_msg) {
+    zero_comm *g = e->global ? e->global : e->world;
+    if (zero__comm_size(g) <= 1)
+        return load_status == ZERO_OK ? ZERO_OK : zero__error(e, load_status, "%s", load_msg ? load_msg : "");
     char *canon = zero__config_canonical(e->cfg);
     agree_rec *mine = malloc(sizeof *mine);
     if (!mine) {
@@ -238,23 +268,24 @@ zero_status zero__engine_agree(zero_engine *e, const char *requested, zero_statu
         return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory agreeing on the plugin and config");
     }
     make_record(e, requested, load_status, load_msg, canon, mine);
-    const uint64_t h = fnv(0xcbf29ce484222325ULL, mine, sizeof *mine);
-    uint64_t v[2] = {h, ~h}; /* MAX of both: the largest and (complemented) the smallest hash */
-    zero_status s = zero__allreduce(g, v, 2, ZERO_DTYPE_U64, ZERO_OP_MAX);
-    agree_rec *all = NULL;
-    if (s != ZERO_OK) s = local != ZERO_OK ? local : comm_failed(e, s);
-    else if (v[0] == h && ~v[1] == h) s = local;
-    else if (!(all = malloc((size_t)n * sizeof *all)))
-        s = zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory naming a disagreement between ranks");
-    else if ((s = zero__allgather_bytes(g, mine, all, sizeof *mine)) != ZERO_OK)
-        s = local != ZERO_OK ? local : comm_failed(e, s);
-    else if (local != ZERO_OK) s = local; /* the loader's own, first-hand message */
-    else s = explain(e, g, all, n, canon);
+    zero_status s = agree(e, mine, canon, load_status, load_msg);
     if (s == ZERO_OK && zero__comm_rank(g) == 0)
         zero__log(e, ZERO_LOG_DEBUG, "ranks agree: plugin '%s' build %s, config digest %016llx", mine->plugin,
                   mine->build[0] ? mine->build : "-", (unsigned long long)mine->cfg_digest);
-    free(all);
     free(mine);
     free(canon);
+    return s;
+}
+
+zero_status zero__engine_agree_failure(zero_engine *e, zero_status status, const char *what, const char *msg) {
+    agree_rec *mine = calloc(1, sizeof *mine);
+    if (!mine) return zero__error(e, status, "%s", msg ? msg : "");
+    mine->status = status;
+    mine->core_abi = zero_abi_version();
+    snprintf(mine->what, sizeof mine->what, "%s", what);
+    snprintf(mine->core, sizeof mine->core, "%s", ZERO_VERSION_STRING);
+    snprintf(mine->why, sizeof mine->why, "%s", msg ? msg : "");
+    zero_status s = agree(e, mine, NULL, status, msg);
+    free(mine);
     return s;
 }

@@ -25,6 +25,14 @@ struct zero_engine;
 zero_status zero__engine_agree(struct zero_engine *e, const char *requested, zero_status load_status,
                                const char *load_msg);
 
+/* This rank failed before it could agree (`what` failed: "parse its
+ * config"; msg its message): publish the failure in the same agreement the
+ * other ranks run in zero__engine_agree, so that they fail at once naming
+ * this rank instead of waiting for the comm timeout.  Returns `status` with
+ * msg as this rank's error.  Collective, like zero__engine_agree. */
+zero_status zero__engine_agree_failure(struct zero_engine *e, zero_status status, const char *what,
+                                       const char *msg);
+
 /* The parsed config as canonical JSON text (sorted keys, compact, reals
  * with 17 digits), without the keys that may differ between nodes (the
  * nvme_path keys, trace, zero_optimization.plugin: see config_canon.c).

@@ -11,7 +11,9 @@
  * If the engine is created anyway (no agreement), the rank goes on to
  * zero_params_done and a step, where mismatched plugins wait in
  * collectives that never match: the ctest TIMEOUT turns that into a failure.
- * --want OK is the control: equal plugins and configs train. */
+ * --want OK is the control: equal plugins and configs train.  --lr is
+ * pasted into the JSON as is, so "--lr oops" makes that rank's config fail
+ * to parse (the other ranks must not wait for it). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,7 @@ static zero_status status_named(const char *name) {
     } T[] = {{"OK", ZERO_OK},
              {"MISMATCH", ZERO_ERR_MISMATCH},
              {"PLUGIN_NOT_FOUND", ZERO_ERR_PLUGIN_NOT_FOUND},
+             {"CONFIG", ZERO_ERR_CONFIG},
              {"TIMEOUT", ZERO_ERR_TIMEOUT}};
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
         if (!strcmp(name, T[i].name)) return T[i].s;
