@@ -51,7 +51,7 @@
  * >= 1) and lr_range_test_step_size >= 1.  So every value is finite and
  * >= 0 once the parameters are (the parser's readers) and sup fits a
  * 32-bit float (checked here), as does sup * weight_decay, the decoupled
- * decay's product.  OneCycle's momentum stays in [cycle_min_mom,
+ * decay's product (and sup * max_coeff, Lamb's largest step factor).  OneCycle's momentum stays in [cycle_min_mom,
  * cycle_max_mom] within [0, 1) over the cycle; its decay after the cycle
  * grows without bound, so it reaches 1 at some step whenever it is on:
  * refused. */
@@ -247,6 +247,14 @@ int zero__cfg_check_schedule(zero__cfg_ctx *ctx, const zero__config *c) {
                                    "(%g%s%s) overflows a 32-bit float; expected a smaller value",
                               rc->weight_decay, sup, c->scheduler ? ", scheduler " : "",
                               c->scheduler ? c->scheduler : "");
+    /* Lamb steps by lr * trust ratio, the ratio clamped to at most max_coeff */
+    double max_coeff = 10.0;
+    if (rc->optim == ZERO_OPTIM_LAMB && zero__config_double(c, "optimizer.params.max_coeff", &max_coeff) >= 0 &&
+        sup * max_coeff > ZERO__CFG_FLT_MAX)
+        return zero__cfg_fail(ctx, "optimizer.params.max_coeff: got %g, which times the largest lr of the run (%g) "
+                                   "overflows a 32-bit float (Lamb steps by lr * trust ratio); expected a smaller "
+                                   "value",
+                              max_coeff, sup);
     const char *type = zero__config_scheduler(c);
     if (type && strcasecmp(type, "OneCycle") == 0 && cycles_momentum(c)) {
         double rate = param(c, "decay_mom_rate", 0.0), decay_ss = param(c, "decay_step_size", 0);

@@ -107,8 +107,14 @@ zero_status zero__hp_check_step(struct zero_engine *e, uint64_t t) {
         const char *field = NULL, *want = NULL;
         double v = 0;
         char src[320] = "";
+        double max_coeff = 10.0; /* Lamb steps by lr * trust ratio <= max_coeff (partition_lamb.c) */
+        if (k == ZERO_OPTIM_LAMB) zero__config_double(e->cfg, "optimizer.params.max_coeff", &max_coeff);
         if (!(hp.lr >= 0 && hp.lr <= HP_FLT_MAX)) {
             field = "lr", v = hp.lr, want = "a number in [0, 3.40282e+38] (a finite 32-bit float)";
+            lr_source(e, gid, t, src, sizeof src);
+        } else if (k == ZERO_OPTIM_LAMB && !(hp.lr * max_coeff <= HP_FLT_MAX)) {
+            field = "lr", v = hp.lr, want = "an lr whose product with optimizer.params.max_coeff is a finite 32-bit "
+                                            "float (Lamb steps by lr * trust ratio)";
             lr_source(e, gid, t, src, sizeof src);
         } else if (!(hp.weight_decay >= 0 && hp.weight_decay <= HP_FLT_MAX &&
                      (double)(float)hp.lr * (double)(float)hp.weight_decay <= HP_FLT_MAX)) {

@@ -61,6 +61,8 @@ static void test_refused(void) {
          "optimizer.params.momentum: got 1.5, expected a number >= 0 and <= 1", NULL},
         {"{\"optimizer\":{\"type\":\"Lamb\",\"params\":{\"min_coeff\":5,\"max_coeff\":1}}}",
          "optimizer.params.min_coeff: got 5 with max_coeff 1", NULL},
+        {"{\"optimizer\":{\"type\":\"Lamb\",\"params\":{\"lr\":1e37,\"max_coeff\":100}}}",
+         "optimizer.params.max_coeff: got 100", "Lamb steps by lr * trust ratio"},
         {"{\"optimizer\":{\"type\":\"Adam\",\"param_groups\":[{\"lr_scale\":1e39}]}}",
          "optimizer.param_groups[0].lr_scale: got 1e39", "at most 3.40282e+38"},
         {"{\"gradient_predivide_factor\":1e-39}", "gradient_predivide_factor: got 1e-39", "reciprocal"},

@@ -71,6 +71,9 @@ static void check_step(const zero__config *c, const zero_run_config *rc, uint64_
     const double decay = (double)(float)lr * (double)(float)rc->weight_decay;
     REQUIRE(decay <= FLT_MAX, "step %llu: lr %g * weight_decay %g = %g", (unsigned long long)t, lr,
             rc->weight_decay, decay);
+    double max_coeff = 10.0; /* Lamb steps by lr * trust ratio <= max_coeff */
+    if (rc->optim == ZERO_OPTIM_LAMB && zero__config_double(c, "optimizer.params.max_coeff", &max_coeff) >= 0)
+        REQUIRE(lr * max_coeff <= FLT_MAX, "step %llu: lr %g * max_coeff %g", (unsigned long long)t, lr, max_coeff);
     double b1, b2;
     zero__config_sched_betas(c, t, &b1, &b2);
     if (rc->optim != ZERO_OPTIM_SGD && rc->optim != ZERO_OPTIM_ADAGRAD)
