@@ -8,8 +8,9 @@
  *    the loss scale or the predivide factor vanish: each ZERO_ERR_CONFIG
  *    with the key path first;
  *  - a sweep of accepted schedules (every type, warm-up kind, edge
- *    parameter and resume point) over steps 1..2500 and far ones up to
- *    2^64 - 1: lr finite, >= 0 and a finite fp32, betas in [0, 1) as fp32;
+ *    parameter and resume point) over steps 1..1100, the branch points
+ *    beyond and far ones up to 2^64 - 1: lr finite, >= 0 and a finite
+ *    fp32, lr * weight_decay finite in fp32, betas in [0, 1) as fp32;
  *  - config files that are not regular files (/dev/zero, a FIFO with no
  *    writer, a directory, /dev/null) or larger than the 64 MiB cap return
  *    ZERO_ERR_CONFIG naming the path, promptly (the ctest has a TIMEOUT; a
@@ -150,12 +151,13 @@ static void sweep(const char *json) {
     CHECK(s == ZERO_OK, "sweep config %s refused: %s", json, ERR);
     if (s != ZERO_OK) return;
     const zero_run_config *rc = zero__config_run(c);
-    static const uint64_t far[] = {3999, 4000, 4001, 4002, 10000,         100000,          1000000,        1000000000ull,
+    /* past 1100: the branch points of the counts below (1000, 2000, 4000) */
+    static const uint64_t far[] = {1999, 2000, 2001, 2002, 2003, 3999, 4000, 4001, 4002, 4003, 10000,         100000,          1000000,        1000000000ull,
                                    4294967296ull, 9007199254740992ull, 9223372036854775808ull,
                                    UINT64_MAX - 1, UINT64_MAX};
     int bad = 0;
-    for (size_t k = 0; k < 2500 + sizeof far / sizeof far[0] && bad < 3; k++) {
-        const uint64_t t = k < 2500 ? k + 1 : far[k - 2500];
+    for (size_t k = 0; k < 1100 + sizeof far / sizeof far[0] && bad < 3; k++) {
+        const uint64_t t = k < 1100 ? k + 1 : far[k - 1100];
         const double lr = zero__config_sched_lr(c, t);
         double b1, b2;
         zero__config_sched_betas(c, t, &b1, &b2);
