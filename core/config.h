@@ -14,7 +14,11 @@ typedef void (*zero__config_warn_fn)(void *user, const char *msg);
  * On success *out is set and ZERO_OK returned; unknown keys produce one
  * warning each through warn (may be NULL).  On error, err receives a message
  * naming the key, the value and what was expected (ZERO_ERR_CONFIG), or the
- * file problem (ZERO_ERR_IO).  Neither text nor path: all defaults. */
+ * file problem (ZERO_ERR_IO; a path that is not a regular file, or one over
+ * 64 MiB, is ZERO_ERR_CONFIG naming it, without blocking on a FIFO).
+ * Accepted numbers are finite and fit the fp32 kernels, and so is the
+ * schedule at every step (config_sched.c).  Neither text nor path: all
+ * defaults. */
 zero_status zero__config_parse(const char *text, const char *path, int world, zero__config **out,
                                zero__config_warn_fn warn, void *warn_user, char *err, size_t err_len);
 void zero__config_free(zero__config *c);
