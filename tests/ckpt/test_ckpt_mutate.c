@@ -16,7 +16,8 @@
  *     refuses: they are compared with the run's model);
  *  3. the issue's cases, resealed: a flat_offset + 1, the offsets of two
  *     parameters swapped, lr 0.00135 -> 0.10135-like (+0.1), a file record
- *     deleted from the manifest: both refuse;
+ *     deleted from the manifest: both refuse; for the offsets and the
+ *     record, `zero-ckpt consolidate` too (exit 1, nothing written);
  *  4. one bit flipped at the start, middle and end of every blob file's
  *     payload and in its header: both refuse;
  *  5. before and after all of it, the unmodified checkpoint verifies and
@@ -38,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "../common/host_util.h"
 #include "../common/mpi_check.h"
@@ -382,7 +384,7 @@ static void manifest_pass(int resealed) {
 }
 
 /* Pass 3: the issue's cases, resealed.  edit() changes doc (rank 0). */
-static void issue_case(const char *what, void (*edit)(json_t *)) {
+static void issue_case(const char *what, void (*edit)(json_t *), int layout) {
     int nmsg = 0;
     if (rank_ == 0) {
         json_t *d = json_deep_copy(doc_);
@@ -395,6 +397,17 @@ static void issue_case(const char *what, void (*edit)(json_t *)) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
     both_refuse(what, 1, &nmsg);
+    if (rank_ == 0 && layout) { /* consolidate reads parameters at the manifest's offsets: refused too */
+        char cmd[8000], st[1400];
+        snprintf(st, sizeof st, "%s.safetensors", out_);
+        remove(st);
+        snprintf(cmd, sizeof cmd, "'%s' consolidate '%s' '%s' > '%s' 2>&1", tool_, ck_, st, out_);
+        int rc = system(cmd);
+        char *o = slurp(out_);
+        CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 1 && access(st, F_OK) != 0 && o && strstr(o, "manifest"),
+              "%s: zero-ckpt consolidate exit %d: %.300s", what, WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, o ? o : "");
+        free(o);
+    }
     if (rank_ == 0) put(man_, orig_);
     MPI_Barrier(MPI_COMM_WORLD);
 }
@@ -509,11 +522,11 @@ int main(int argc, char **argv) {
     if (rank_ == 0) printf("pass 2: every field a load uses changed, checksum recomputed\n");
     manifest_pass(1);
     if (rank_ == 0) printf("pass 3: the issue's cases, checksum recomputed\n");
-    issue_case("params[2].flat_offset + 1", offset_plus_one);
-    issue_case("two parameters' flat_offsets swapped", swap_offsets);
-    issue_case("state.lr + 0.1", lr_plus);
-    issue_case("state.hparams[0].lr + 0.1", hparams_lr_plus);
-    issue_case("a file record of rank 1 deleted", drop_file_entry);
+    issue_case("params[2].flat_offset + 1", offset_plus_one, 1);
+    issue_case("two parameters' flat_offsets swapped", swap_offsets, 1);
+    issue_case("state.lr + 0.1", lr_plus, 0);
+    issue_case("state.hparams[0].lr + 0.1", hparams_lr_plus, 0);
+    issue_case("a file record of rank 1 deleted", drop_file_entry, 1);
     if (rank_ == 0) printf("pass 4: bits flipped in every blob\n");
     blob_pass();
     if (rank_ == 0) printf("a checkpoint as libzero 1.5.1 wrote it\n");

@@ -702,6 +702,15 @@ int main(int argc, char **argv) {
     zero__ck_manifest *m = open_ckpt(argv[2], dir, sizeof dir);
     if (!m) return 1;
     int rc;
+    /* consolidate and convert read parameters at the manifest's offsets:
+     * only from a checkpoint that is valid as a whole (what verify checks) */
+    char verr[2048];
+    if ((!strcmp(argv[1], "consolidate") || !strcmp(argv[1], "convert")) &&
+        zero__ck_manifest_validate(m, verr, sizeof verr) != 0) {
+        fprintf(stderr, "zero-ckpt %s: %s: %s\n", argv[1], dir, verr);
+        zero__ck_manifest_free(m);
+        return 1;
+    }
     if (!strcmp(argv[1], "info")) rc = cmd_info(m, dir, argc > 3 && !strcmp(argv[3], "--json"));
     else if (!strcmp(argv[1], "verify")) rc = cmd_verify(m, dir);
     else if (!strcmp(argv[1], "consolidate") && argc == 4) rc = cmd_consolidate(m, dir, argv[2], argv[3]);
