@@ -17,7 +17,7 @@
 #include "zero_plugin.h"
 
 #define ZERO__CK_FORMAT "libzero-checkpoint"
-/* The manifest format this library writes.  Version 2 (libzero 1.6)
+/* The manifest format this library writes.  Version 2 (issue 31)
  * carries its own checksum ZERO__CK_SUM_KEY and core blobs of version 2;
  * version 1 (libzero 1.2 to 1.5.1) has neither and is still read, with a
  * warning naming what could not be checked (zero__ck_manifest_validate). */

@@ -284,7 +284,7 @@ int zero__ck_manifest_validate(const zero__ck_manifest *m, char *err, size_t err
 
 const char *zero__ck_legacy_note(const zero__ck_manifest *m) {
     if (m->version != ZERO__CK_VERSION_LEGACY) return NULL;
-    return "written by libzero 1.5.1 or older (manifest format 1): the manifest has no checksum of its own and its "
+    return "manifest format 1 (the libzero 1.5.1 release and older): the manifest has no checksum of its own and its "
            "core blobs no digest of the zero_set_hparams settings, so a change to fields the load does not "
            "cross-check (hparams, config, names) cannot be detected; steps, lr, loss scaler, offsets, layout and "
            "files were checked";

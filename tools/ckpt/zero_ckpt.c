@@ -145,6 +145,10 @@ static int cmd_info(const zero__ck_manifest *m, const char *dir, int as_json) {
     printf("written by   libzero %s (ABI %d.%d), plugin %s (stage %d), %d ranks x %d pipeline stages\n",
            m->library_version, m->abi_version / 10000, m->abi_version % 10000, m->plugin, m->stage, m->world,
            m->pp_stages);
+    printf("format       %d%s\n", m->version,
+           m->version == ZERO__CK_VERSION_LEGACY
+               ? " (libzero 1.5.1 or older: the manifest has no checksum of its own; verify says what it cannot check)"
+               : ", the manifest's own CRC-32C verified");
     printf("step         global %llu, micro %u, skipped %llu; next lr %g; loss scale %g\n",
            (unsigned long long)m->st.global_step, m->st.micro_step, (unsigned long long)m->st.skipped_steps, m->st.lr,
            m->st.ls_scale);
