@@ -1030,7 +1030,12 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_step: result.struct_size too small");
     int verdict = MG_PROCEED;
     char why[1536] = "";
+    /* timed with the reduction (zero_step_timing.reduce_seconds): part of
+     * settling the micro-step's gradients, and a collective that waits for
+     * the slowest rank as a flush would */
+    zero__span sp = zero__phase_begin(e);
     zero_status s = settle_missing(e, &verdict, why, sizeof why);
+    zero__phase_end(e, sp, ZERO__PH_REDUCE);
     if (s != ZERO_OK) return s;
     if (verdict != MG_PROCEED) return refuse_micro_step(e, args, result, verdict, why);
 
