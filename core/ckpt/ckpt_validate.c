@@ -140,39 +140,37 @@ static int check_offsets(const zero__ck_manifest *m, const zero__ck_layout *L, c
 }
 
 /* ---- files ---- */
-static const zero__ck_manifest *g_m; /* qsort context (validation is not shared between threads) */
+/* qsort over pointers to the records: no context, so any thread may validate */
 static int cmp_file(const void *x, const void *y) {
-    const zero__ck_file *a = &g_m->files[*(const uint32_t *)x], *b = &g_m->files[*(const uint32_t *)y];
+    const zero__ck_file *a = *(const zero__ck_file *const *)x, *b = *(const zero__ck_file *const *)y;
     if (a->pp_stage != b->pp_stage) return a->pp_stage < b->pp_stage ? -1 : 1;
     if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
     return strcmp(a->blob, b->blob);
 }
 static int cmp_name(const void *x, const void *y) {
-    return strcmp(g_m->files[*(const uint32_t *)x].file, g_m->files[*(const uint32_t *)y].file);
+    return strcmp((*(const zero__ck_file *const *)x)->file, (*(const zero__ck_file *const *)y)->file);
 }
 
-static int check_file_set(const zero__ck_manifest *m, uint32_t *ix, char *err, size_t errn) {
+static int check_file_set(const zero__ck_manifest *m, const zero__ck_file **ix, char *err, size_t errn) {
     const uint64_t core_bytes =
         m->version == ZERO__CK_VERSION_LEGACY ? ZERO__CORE_BLOB_V1_BYTES : sizeof(zero__core_blob);
-    for (uint32_t i = 0; i < m->nfiles; i++) ix[i] = i;
-    g_m = m;
+    for (uint32_t i = 0; i < m->nfiles; i++) ix[i] = &m->files[i];
     qsort(ix, m->nfiles, sizeof *ix, cmp_name);
     for (uint32_t i = 1; i < m->nfiles; i++)
-        if (!strcmp(m->files[ix[i]].file, m->files[ix[i - 1]].file))
-            return fail(err, errn, "files: '%s' listed twice", m->files[ix[i]].file);
+        if (!strcmp(ix[i]->file, ix[i - 1]->file)) return fail(err, errn, "files: '%s' listed twice", ix[i]->file);
     qsort(ix, m->nfiles, sizeof *ix, cmp_file);
     /* runs of (pp_stage, rank), blobs sorted: each compared with its stage's rank 0 */
     uint32_t at = 0, ref = 0, nref = 0;
     for (int pp = 0; pp < m->pp_stages; pp++)
         for (int r = 0; r < m->world; r++) {
             uint32_t b = at;
-            while (at < m->nfiles && m->files[ix[at]].pp_stage == pp && m->files[ix[at]].rank == r) at++;
+            while (at < m->nfiles && ix[at]->pp_stage == pp && ix[at]->rank == r) at++;
             const uint32_t n = at - b;
             if (r == 0) ref = b, nref = n;
             int has_core = 0;
             for (uint32_t k = 0; k < n; k++) {
-                const zero__ck_file *f = &m->files[ix[b + k]];
-                if (k && !strcmp(f->blob, m->files[ix[b + k - 1]].blob))
+                const zero__ck_file *f = ix[b + k];
+                if (k && !strcmp(f->blob, ix[b + k - 1]->blob))
                     return fail(err, errn, "files: blob '%s' of rank %d pipeline stage %d listed twice", f->blob, r,
                                 pp);
                 if (!strcmp(f->blob, "core")) {
@@ -185,7 +183,7 @@ static int check_file_set(const zero__ck_manifest *m, uint32_t *ix, char *err, s
                     return fail(err, errn, "files: %s holds optimizer state %d of %u", f->file,
                                 f->kind - ZERO__CK_STATE0, m->nstate);
                 if (r == 0) continue;
-                const zero__ck_file *g = k < nref ? &m->files[ix[ref + k]] : NULL;
+                const zero__ck_file *g = k < nref ? ix[ref + k] : NULL;
                 if (!g || strcmp(g->blob, f->blob) || g->kind != f->kind || (f->kind != ZERO__CK_OPAQUE && g->dtype != f->dtype))
                     return fail(err, errn,
                                 "files: rank %d pipeline stage %d has blob '%s' where rank 0 has '%s' (an entry "
@@ -267,7 +265,7 @@ int zero__ck_manifest_validate(const zero__ck_manifest *m, char *err, size_t err
     if (m->chunk_bytes & (m->chunk_bytes - 1)) /* every writer uses ZERO__CK_CHUNK */
         return fail(err, errn, "chunk_bytes: %llu is not a power of two", (ull)m->chunk_bytes);
     if (check_state(m, err, errn) || check_layouts(m, err, errn)) return -1;
-    const size_t n = m->nparams > m->nfiles ? m->nparams : m->nfiles;
+    const size_t n = m->nparams;
     pkey *k = calloc(n ? n : 1, sizeof *k);
     uint32_t *order = calloc(n ? n : 1, sizeof *order);
     int rc = k && order ? 0 : fail(err, errn, "out of memory");
@@ -276,7 +274,9 @@ int zero__ck_manifest_validate(const zero__ck_manifest *m, char *err, size_t err
         rc = check_offsets(m, zero__ck_layout_of(m, pp), order, np, err, errn);
         if (rc == 0) rc = check_ranges(m, pp, order, np, err, errn);
     }
-    if (rc == 0) rc = check_file_set(m, order, err, errn);
+    const zero__ck_file **fx = rc == 0 ? calloc(m->nfiles ? m->nfiles : 1, sizeof *fx) : NULL;
+    if (rc == 0) rc = fx ? check_file_set(m, fx, err, errn) : fail(err, errn, "out of memory");
+    free(fx);
     free(k);
     free(order);
     return rc;
