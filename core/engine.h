@@ -95,6 +95,9 @@ struct zero_engine {
     uint64_t skipped_steps;
     double lr;                   /* scheduled lr for the next optimizer step (group 0, before lr_scale) */
     zero__scaler scaler;         /* fp16 loss scale (1 and static otherwise) */
+    /* (issue 31) this window's missing gradients on this rank, agreed at the
+     * boundary (api.c); NULL until one is missing.  Step thread only. */
+    struct zero__grad_window *gwin;
 
     /* stats */
     atomic_uint_fast64_t reduction_passes;
@@ -150,6 +153,9 @@ struct zero_engine {
 static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }
 static inline zero_core *zero__core_of(struct zero_engine *e) { return (zero_core *)e; }
 
+/* (issue 31) Free e->gwin (api.c; NULL-safe). */
+typedef struct zero__grad_window zero__grad_window;
+void zero__grad_window_free(struct zero_engine *e);
 /* Hyper-parameter overrides of a param group (zero_set_group) or NULL (hparams.c). */
 const zero__group_hp *zero__group_hp_of(const struct zero_engine *e, int32_t group_id);
 /* (1.1) Resolve group_id's hyper-parameters for optimizer step t (hparams.c). */

@@ -6,7 +6,8 @@
  *    weight moves (bytes compared), the window is dropped, and training
  *    goes on bitwise as if the refused micro-steps had never happened;
  *  - zero_step with no gradient at all, and zero_step called twice:
- *    ZERO_ERR_STATE on every rank, no weight moves, training goes on;
+ *    ZERO_ERR_STATE on every rank at the window's boundary (the verdicts
+ *    are agreed there), no weight moves, training goes on;
  *  - zero_optimization.find_unused_parameters: the missing gradient counts
  *    as zero on every rank (bitwise the run that reports zeros), a step
  *    without gradients is skipped (ZERO_OK, taken = 0, no weight moves);
@@ -154,6 +155,23 @@ static void finish(run *r) {
     r->e = NULL;
 }
 
+/* A zero_step without any gradient: agreed at the window's boundary, so
+ * with gas > 1 the call itself returns ZERO_OK (boundary 0) and the window
+ * ends, seeds `seed`.., at the next boundary; returns that boundary's
+ * status. */
+static zero_status empty_window(run *r, int seed, zero_step_result *res) {
+    zero_status s = step(r, res);
+    if (r->gas == 1) return s;
+    CHECK(s == ZERO_OK && res->boundary == 0, "%s gas %d: an empty micro-step inside the window: %s (%s)", r->plugin,
+          r->gas, zero_status_string(s), zero_last_error(r->e));
+    for (int m = 1; m < r->gas; m++) {
+        backward(r, seed + m, -1, -1, -1);
+        s = step(r, res);
+        if (m < r->gas - 1) CHECK_EQ_INT(s, ZERO_OK);
+    }
+    return s;
+}
+
 /* The default: refusals, and the run goes on as if they never happened. */
 static void refusals(const char *plugin, int gas, const float *ref) {
     run r;
@@ -171,17 +189,18 @@ static void refusals(const char *plugin, int gas, const float *ref) {
     snprintf(want, sizeof want, "'beta' missing on %d of %d ranks (rank%s %s)", world_ - 1, world_,
              world_ > 2 ? "s" : "", world_ > 2 ? "1..2" : "1");
     expect_refused(&r, step(&r, &res), "beta missing on some ranks", want, before);
-    /* no gradient at all: at the window's start, and (gas 2) in its middle */
-    expect_refused(&r, step(&r, &res), "zero_step without gradients", "zero_step without any gradient", before);
-    if (gas > 1) {
+    /* no gradient at all in the window's first micro-step */
+    expect_refused(&r, empty_window(&r, 70, &res), "zero_step without gradients",
+                   "no rank reported a gradient in micro-step 0", before);
+    if (gas > 1) { /* ... and in its last one: a second zero_step */
         backward(&r, 97, -1, -1, -1);
         CHECK_EQ_INT(step(&r, &res), ZERO_OK);
-        expect_refused(&r, step(&r, &res), "a second zero_step mid-window", "without any gradient", before);
+        expect_refused(&r, step(&r, &res), "a second zero_step mid-window", "in micro-step 1", before);
     }
     window(&r, 1);
     /* zero_step twice after a boundary */
     float *mid = snap(&r);
-    expect_refused(&r, step(&r, &res), "zero_step twice", "a second zero_step", mid);
+    expect_refused(&r, empty_window(&r, 80, &res), "zero_step twice", "a second zero_step", mid);
     window(&r, 2);
     same_params(&r, ref, "after the refused micro-steps");
     free(before);
@@ -195,12 +214,13 @@ static void allowed(const char *plugin, int gas, int zeros_instead, float **out)
     run r;
     if (!start(&r, plugin, gas, 1)) return;
     window(&r, 0);
-    /* a step without gradients at a window boundary: skipped, nothing moves */
+    /* a window with an empty micro-step: skipped, nothing moves */
     float *before = snap(&r);
     zero_step_result res;
-    zero_status s = step(&r, &res);
-    CHECK(s == ZERO_OK && res.taken == 0 && res.overflow == 0, "%s gas %d, find_unused: step without gradients: "
-          "%s taken %u (%s)", plugin, gas, zero_status_string(s), res.taken, zero_last_error(r.e));
+    zero_status s = empty_window(&r, 30, &res);
+    CHECK(s == ZERO_OK && res.boundary == 1 && res.taken == 0 && res.overflow == 0, "%s gas %d, find_unused: a "
+          "window with an empty micro-step: %s boundary %u taken %u (%s)", plugin, gas, zero_status_string(s),
+          res.boundary, res.taken, zero_last_error(r.e));
     float *after = snap(&r);
     CHECK(memcmp(before, after, total_ * sizeof *after) == 0, "%s gas %d: a skipped step moved a weight", plugin,
           gas);
