@@ -124,43 +124,54 @@ static void locate_nonfinite(const struct zero_engine *e, const zero__norm_piece
     }
 }
 
+/* What each rank tells the others about its first non-finite value: the
+ * param's NAME travels (a pipeline's stages hold different params, so an
+ * index means nothing to another stage). */
+typedef struct nf_record {
+    uint64_t found;   /* 0: none on this rank */
+    uint64_t element; /* in the param, UINT64_MAX: unknown (device memory) */
+    char name[48];    /* cut to fit */
+} nf_record;
+
 /* Every rank learns which rank(s) found a non-finite gradient, and where
  * (issue 31: the skip used to be agreed without saying who).  One small
  * all-gather, on the overflow path only; the text goes to step_nonfinite,
  * the same on every rank. */
 static zero_status name_nonfinite(struct zero_engine *e, zero_comm *comm, const uint64_t mine[2]) {
     const int n = zero__comm_size(comm);
-    uint64_t *all = malloc((size_t)(n > 0 ? n : 1) * 2 * sizeof *all);
+    nf_record me, *all = malloc((size_t)(n > 0 ? n : 1) * sizeof *all);
     if (!all) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "grad_norm: out of memory");
-    zero_status st = zero__allgather_bytes(comm, mine, all, 2 * sizeof *all);
+    memset(&me, 0, sizeof me);
+    me.found = mine[0] != 0;
+    me.element = mine[1];
+    snprintf(me.name, sizeof me.name, "%s",
+             mine[0] && mine[0] != UINT64_MAX && mine[0] - 1 < e->nparams ? e->params[mine[0] - 1]->name : "padding");
+    zero_status st = zero__allgather_bytes(comm, &me, all, sizeof me);
     if (st != ZERO_OK) {
         free(all);
         return st;
     }
-    size_t off = (size_t)snprintf(step_nonfinite, sizeof step_nonfinite, "non-finite gradient (Inf/NaN) found on");
+    char *t = step_nonfinite;
+    const size_t cap = sizeof step_nonfinite;
+    size_t off = (size_t)snprintf(t, cap, "non-finite gradient (Inf/NaN) found on");
     int listed = 0, found = 0;
     for (int r = 0; r < n; r++) {
-        const uint64_t p = all[2 * r], elem = all[2 * r + 1];
-        if (!p) continue;
+        if (!all[r].found) continue;
         found++;
-        if (listed == 4 || off >= sizeof step_nonfinite - 1) continue;
+        if (listed == 4 || off >= cap - 1) continue;
         listed++;
-        const char *name = p != UINT64_MAX && p - 1 < e->nparams ? e->params[p - 1]->name : "padding";
-        off += (size_t)snprintf(step_nonfinite + off, sizeof step_nonfinite - off, "%s rank %d (param '%s'", listed > 1 ? "," : "",
-                                r, name);
-        if (off < sizeof step_nonfinite && elem != UINT64_MAX)
-            off += (size_t)snprintf(step_nonfinite + off, sizeof step_nonfinite - off, ", element %llu",
-                                    (unsigned long long)elem);
-        if (off < sizeof step_nonfinite) off += (size_t)snprintf(step_nonfinite + off, sizeof step_nonfinite - off, ")");
+        all[r].name[sizeof all[r].name - 1] = '\0';
+        off += (size_t)snprintf(t + off, cap - off, "%s rank %d (param '%s'", listed > 1 ? "," : "", r, all[r].name);
+        if (off < cap && all[r].element != UINT64_MAX)
+            off += (size_t)snprintf(t + off, cap - off, ", element %llu", (unsigned long long)all[r].element);
+        if (off < cap) off += (size_t)snprintf(t + off, cap - off, ")");
     }
-    if (found > listed && off < sizeof step_nonfinite)
-        off += (size_t)snprintf(step_nonfinite + off, sizeof step_nonfinite - off, " and %d more rank(s)", found - listed);
-    if (!found && off < sizeof step_nonfinite) /* a norm that overflowed fp64 without an Inf/NaN element */
-        snprintf(step_nonfinite + off, sizeof step_nonfinite - off, " no rank: the sum of squares overflowed");
-    else if (off < sizeof step_nonfinite)
-        snprintf(step_nonfinite + off, sizeof step_nonfinite - off,
-                 " (each rank checks its own part of the reduced gradient: the value may come from any "
-                 "rank's backward)");
+    if (found > listed && off < cap) off += (size_t)snprintf(t + off, cap - off, " and %d more rank(s)", found - listed);
+    if (!found && off < cap) /* a norm that overflowed fp64 without an Inf/NaN element */
+        snprintf(t + off, cap - off, " no rank: the sum of squares overflowed");
+    else if (off < cap)
+        snprintf(t + off, cap - off, " (each rank checks its own part of the reduced gradient: the value may come from "
+                 "any rank's backward)");
     free(all);
     return ZERO_OK;
 }
