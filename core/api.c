@@ -886,6 +886,9 @@ static zero_status deliver_missing(zero_engine *e) {
                 w->miss[2 * i + 1] = (int64_t)(((uint64_t)w->miss[2 * i + 1] + micro_sig(e->micro_step)) & MG_SIG_MASK);
             }
             missing++;
+            /* delivered now: a zero_step retried without a new backward
+             * (after a refused hyper-parameter) must not deliver it twice */
+            atomic_store(&p->ready, 1);
             p->info.grad_is_zero = 1;
             s = e->plugin.table->on_grad_ready(e->pstate, &p->info, NULL);
             p->info.grad_is_zero = 0;
