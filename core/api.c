@@ -1033,8 +1033,8 @@ static zero_status settle_missing(zero_engine *e, int *verdict, char *why, size_
     if (s == ZERO_OK && any && e->global != e->world) { /* a pipeline: every stage takes the strictest verdict */
         uint64_t v = (uint64_t)*verdict;
         if ((s = zero__allreduce(e->global, &v, 1, ZERO_DTYPE_U64, ZERO_OP_MAX)) == ZERO_OK && (int)v != *verdict)
-            snprintf(why, len, "zero_step: another pipeline stage refused its window's gradients (see its ranks' "
-                     "errors); no weight moved");
+            snprintf(why, len, "zero_step: another pipeline stage %s its window (see its ranks' messages); no "
+                     "weight moved", v == MG_REFUSE ? "refused" : "skipped");
         *verdict = (int)v;
     }
     if (e->gwin) gwin_clear(e->gwin); /* the window is settled, whatever the verdict */
