@@ -1,12 +1,12 @@
 /* The config in canonical form for the ranks' agreement at engine creation
- * (engine_agree.h), and the first difference between two such forms, so
+ * (engine_agree.c; declared in config_canon.h), and the first difference between two such forms, so
  * that a mismatch names a key and both values rather than two digests. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config_internal.h"
-#include "engine_agree.h"
+#include "config_canon.h"
 
 /* Keys left out of the agreement, and why:
  *  - the two nvme_path keys: node-local scratch directories; nodes may

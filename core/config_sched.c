@@ -103,7 +103,7 @@ static int cycles_momentum(const zero__config *c) {
 }
 
 double zero__config_sched_lr(const zero__config *c, uint64_t t) {
-    const char *type = zero__config_scheduler(c);
+    const char *type = (c ? c->scheduler : NULL);
     double base = c->run.lr;
     if (!type) return base;
     /* the scheduler's last_batch_iteration while step t runs (see above);
@@ -167,7 +167,7 @@ double zero__config_sched_lr(const zero__config *c, uint64_t t) {
 
 void zero__config_sched_betas(const zero__config *c, uint64_t t, double *beta1, double *beta2) {
     const zero_run_config *rc = &c->run;
-    const char *type = zero__config_scheduler(c);
+    const char *type = (c ? c->scheduler : NULL);
     *beta1 = rc->beta1;
     *beta2 = rc->beta2;
     if (!type || strcasecmp(type, "OneCycle") != 0 || !cycles_momentum(c)) return; /* no betas cycled */
@@ -206,7 +206,7 @@ static int lr_fits(zero__cfg_ctx *ctx, const char *key, double key_value, double
 /* Largest lr of the schedule over its whole domain (see the proof above),
  * or -1 with ctx's error set when it does not fit a 32-bit float. */
 static double schedule_sup(zero__cfg_ctx *ctx, const zero__config *c) {
-    const char *type = zero__config_scheduler(c);
+    const char *type = (c ? c->scheduler : NULL);
     const double base = c->run.lr;
     if (!type) return base;
     const double start = param(c, "last_batch_iteration", -1);
@@ -255,7 +255,7 @@ int zero__cfg_check_schedule(zero__cfg_ctx *ctx, const zero__config *c) {
                                    "overflows a 32-bit float (Lamb steps by lr * trust ratio); expected a smaller "
                                    "value",
                               max_coeff, sup);
-    const char *type = zero__config_scheduler(c);
+    const char *type = (c ? c->scheduler : NULL);
     if (type && strcasecmp(type, "OneCycle") == 0 && cycles_momentum(c)) {
         double rate = param(c, "decay_mom_rate", 0.0), decay_ss = param(c, "decay_step_size", 0);
         double hi = param(c, "cycle_max_mom", 0.9);

@@ -1,11 +1,12 @@
 /* Ranks agree at engine creation (issue 31): on the plugin (name, build id,
  * plugin ABI), libzero's version and the config, before any plugin code can
  * issue a collective or split a communicator.  engine_agree.c; the config's
- * canonical form and its first difference are config_canon.c's. */
+ * canonical form and its first difference are config_canon.h's. */
 #ifndef ZERO_CORE_ENGINE_AGREE_H
 #define ZERO_CORE_ENGINE_AGREE_H
 #include <stddef.h>
 #include "config.h"
+#include "config_canon.h"
 #include "zero_plugin.h"
 
 struct zero_engine;
@@ -33,16 +34,4 @@ zero_status zero__engine_agree(struct zero_engine *e, const char *requested, zer
 zero_status zero__engine_agree_failure(struct zero_engine *e, zero_status status, const char *what,
                                        const char *msg);
 
-/* The parsed config as canonical JSON text (sorted keys, compact, reals
- * with 17 digits), without the keys that may differ between nodes (the
- * nvme_path keys, trace, zero_optimization.plugin: see config_canon.c).
- * malloc'd (free()); NULL when out of memory.  Pure. */
-char *zero__config_canonical(const zero__config *c);
-
-/* The first difference between two canonical texts, keys in sorted order,
- * depth first: 1 with its dotted path ("optimizer.params.lr", arrays as
- * "[i]") and both values as compact JSON (or "absent") in path/va/vb;
- * 0 when equal or either text is not JSON.  Pure. */
-int zero__config_first_diff(const char *a, const char *b, char *path, size_t plen, char *va, char *vb,
-                            size_t vlen);
 #endif
