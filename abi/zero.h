@@ -526,9 +526,17 @@ typedef struct zero_step_result {
 /* Once per micro-batch, after every gradient is ready.  At the accumulation
  * boundary (gradient_accumulation_steps) libzero finishes the reduction,
  * clips, checks overflow, steps the optimizer and refreshes parameters.
- * A param whose gradient never arrived counts as zero with a warning naming
- * it (or ZERO_ERR_STATE with zero_optimization.strict_grads).  Collective.
- * `args` may be NULL. */
+ * Missing gradients are agreed over the ranks at the window's boundary
+ * (1.5.2): a param reported on some ranks and not on others, or a window
+ * micro-step in which no rank reported any gradient (a second zero_step
+ * without a backward), is ZERO_ERR_STATE on every rank naming the param and
+ * the ranks; no weight moves and the window is dropped.  With
+ * zero_optimization.find_unused_parameters such params count as zero on
+ * every rank (an empty window is a skipped step, taken = 0).  A param
+ * missing on every rank counts as zero with a warning naming it (or
+ * ZERO_ERR_STATE with zero_optimization.strict_grads).  A non-finite lr,
+ * weight decay, beta or eps for the step is ZERO_ERR_STATE before any
+ * weight moves.  Collective.  `args` may be NULL. */
 ZERO_API zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_result *result);
 
 /* Loss scale to apply to the current micro-batch's loss (1 unless fp16). */
