@@ -153,9 +153,8 @@ struct zero_engine {
 static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }
 static inline zero_core *zero__core_of(struct zero_engine *e) { return (zero_core *)e; }
 
-/* (issue 31) Free e->gwin (api.c; NULL-safe). */
+/* (issue 31) This rank's missing gradients in the window: grad_window.c. */
 typedef struct zero__grad_window zero__grad_window;
-void zero__grad_window_free(struct zero_engine *e);
 /* Hyper-parameter overrides of a param group (zero_set_group) or NULL (hparams.c). */
 const zero__group_hp *zero__group_hp_of(const struct zero_engine *e, int32_t group_id);
 /* (1.1) Resolve group_id's hyper-parameters for optimizer step t (hparams.c). */

@@ -1,0 +1,30 @@
+/* Missing gradients, agreed across ranks (issue 31; grad_window.c,
+ * docs/reliability.md): what each rank was not given in an accumulation
+ * window, and the verdict every rank reaches at the window's boundary. */
+#ifndef ZERO_CORE_GRAD_WINDOW_H
+#define ZERO_CORE_GRAD_WINDOW_H
+#include <stddef.h>
+
+#include "zero.h"
+
+struct zero_engine;
+
+/* The verdict of a window: train on (zeros delivered where allowed), skip
+ * the step (ZERO_OK, taken = 0) or refuse it (ZERO_ERR_STATE); the same on
+ * every rank. */
+enum { MG_PROCEED = 0, MG_SKIP = 1, MG_REFUSE = 2 };
+
+/* Called by zero_step once per micro-step, after the host's hooks and
+ * before the plugin's step, on the engine thread.  Delivers every gradient
+ * this rank was not given as zeros to the plugin (so every bucket
+ * collective is issued on every rank, in order) and records it in e->gwin;
+ * at the window's boundary agrees the window over the ranks (collective:
+ * one small all-reduce when nothing is missing anywhere) and sets *verdict
+ * (and, unless MG_PROCEED, the reason in why[len], the same text on every
+ * rank).  Returns the first failure (delivery or agreement); the caller
+ * then ends the micro-step. */
+zero_status zero__grads_settle(struct zero_engine *e, int *verdict, char *why, size_t len);
+
+/* Free e->gwin (NULL-safe); zero_engine_destroy. */
+void zero__grad_window_free(struct zero_engine *e);
+#endif
