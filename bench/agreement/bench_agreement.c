@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_engine.h"
 #include "bench_timing.h"
 #include "comm.h"
 #include "zero.h"
@@ -40,61 +41,19 @@ static void usage(void) {
     MPI_Abort(MPI_COMM_WORLD, 2);
 }
 
-static double slowest(double v) {
-    double w = 0;
-    MPI_Allreduce(&v, &w, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return w;
-}
-
-static void die(const char *what, zero_engine *e, zero_status s) {
-    fprintf(stderr, "%s: %s %s\n", what, zero_status_string(s), e ? zero_last_error(e) : "");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-/* An engine over MPI_COMM_WORLD with np fp32 params of per elements. */
-static zero_engine *make_engine(const char *json, const char *plugin, int np, size_t per, zero_param **h) {
-    MPI_Comm comm = MPI_COMM_WORLD;
-    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
-    o.config_json = json;
-    o.plugin = plugin;
-    o.comm_kind = ZERO_COMM_MPI;
-    o.comm = &comm;
-    zero_engine *e = NULL;
-    char err[512];
-    zero_status s = zero_engine_create(&o, &e, err, sizeof err);
-    if (s != ZERO_OK) {
-        fprintf(stderr, "engine: %s\n", err);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    float *init = calloc(per, sizeof(float));
-    for (int i = 0; i < np && init; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "w%d", i);
-        zero_param_desc d = ZERO_PARAM_DESC_INIT;
-        d.name = name;
-        d.data = init;
-        d.numel = per;
-        if ((s = zero_register_param(e, &d, &h[i])) != ZERO_OK) die("register", e, s);
-    }
-    if (!init) die("out of memory", e, ZERO_ERR_OUT_OF_MEMORY);
-    if ((s = zero_params_done(e)) != ZERO_OK) die("params_done", e, s);
-    free(init);
-    return e;
-}
-
 /* One training step: every param's gradient written and reported. */
 static void train_step(zero_engine *e, zero_param **h, int np, size_t per, float v) {
     for (int i = 0; i < np; i++) {
         void *g = NULL;
         zero_status s = zero_grad_buffer(e, h[i], &g);
-        if (s != ZERO_OK) die("grad_buffer", e, s);
+        if (s != ZERO_OK) bench_die("grad_buffer", e, s);
         float *gf = g;
         for (size_t k = 0; k < per; k++) gf[k] = v;
-        if ((s = zero_on_grad_ready(e, h[i], NULL)) != ZERO_OK) die("on_grad_ready", e, s);
+        if ((s = zero_on_grad_ready(e, h[i], NULL)) != ZERO_OK) bench_die("on_grad_ready", e, s);
     }
     zero_step_result r = ZERO_STEP_RESULT_INIT;
     zero_status s = zero_step(e, NULL, &r);
-    if (s != ZERO_OK || !r.taken) die("zero_step (a step every gradient reported must be taken)", e, s);
+    if (s != ZERO_OK || !r.taken) bench_die("zero_step (a step every gradient reported must be taken)", e, s);
 }
 
 int main(int argc, char **argv) {
@@ -121,8 +80,8 @@ int main(int argc, char **argv) {
     zero_param **h[NPLUG];
     for (int p = 0; p < NPLUG; p++) {
         h[p] = calloc((size_t)nparams, sizeof *h[p]);
-        if (!h[p]) die("out of memory", NULL, ZERO_ERR_OUT_OF_MEMORY);
-        eng[p] = make_engine(json, plugins[p], nparams, per, h[p]);
+        if (!h[p]) bench_die("out of memory", NULL, ZERO_ERR_OUT_OF_MEMORY);
+        eng[p] = bench_engine_flat(json, plugins[p], nparams, per, "w", h[p]);
         for (int w = 0; w < 5; w++) train_step(eng[p], h[p], nparams, per, 1e-3f); /* warm-up */
     }
     MPI_Comm comm;
@@ -145,23 +104,23 @@ int main(int argc, char **argv) {
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = bench_now_s();
             for (int s = 0; s < steps; s++) train_step(eng[p], h[p], nparams, per, 1e-3f * (float)(s % 7 + 1));
-            t_step[p][r] = slowest((bench_now_s() - t0) / steps);
+            t_step[p][r] = bench_slowest((bench_now_s() - t0) / steps);
         }
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = bench_now_s();
         for (int s = 0; s < steps; s++) {
             uint64_t any = 0; /* what grad_window.c sends: the local missing count */
             zero_status st = zero__allreduce(zc, &any, 1, ZERO_DTYPE_U64, ZERO_OP_MAX);
-            if (st != ZERO_OK) die("zero__allreduce", NULL, st);
+            if (st != ZERO_OK) bench_die("zero__allreduce", NULL, st);
         }
-        t_ar[r] = slowest((bench_now_s() - t0) / steps);
+        t_ar[r] = bench_slowest((bench_now_s() - t0) / steps);
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = bench_now_s();
         for (int s = 0; s < steps; s++) {
             uint64_t mine = 0, all = 0;
             MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_MAX, comm);
         }
-        t_mpi[r] = slowest((bench_now_s() - t0) / steps);
+        t_mpi[r] = bench_slowest((bench_now_s() - t0) / steps);
         for (int p = 0; p < NPLUG; p++) ratio[p][r] = t_ar[r] / t_step[p][r];
     }
     if (rank == 0) {
