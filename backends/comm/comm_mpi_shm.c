@@ -518,7 +518,7 @@ static int finish(zm_op *op, zm_shm *sh) {
     return 1;
 }
 
-int zero__zm_shm_advance_locked(zm_op *op) {
+static int shm_advance(zm_op *op) {
     zm_shm *sh = ZM(op->base.comm)->shm;
     int moved = 0, step = 1;
     while (step && !op->done && op->shm.state != ZM_SHM_OFF) {
@@ -543,6 +543,30 @@ int zero__zm_shm_advance_locked(zm_op *op) {
         }
         moved |= step;
     }
+    return moved;
+}
+
+/* Let MPI progress while op waits on a peer's flag.  Every wait here (POST,
+ * DECIDE, an all-reduce's GATHER, WAIT) is on shared memory and makes no MPI
+ * call, but a peer may still be inside an earlier transport-path op that
+ * needs our MPI engine to move even though that op completed here: Open MPI
+ * has no asynchronous progress, so what it still owes the peer (the FIN of a
+ * single-copy RGET we completed, a control fragment it had to queue) leaves
+ * only inside some MPI call of ours.  Without this, the peer never finishes
+ * that op, never posts the next one, and we wait for its post forever:
+ * comm_mpi_small_chunks_np4 hung so, the last rank in a direct all-gather,
+ * the others in the next op's DECIDE (tests/comm: comm_mpi_progress_stress_np4).
+ * An MPI_Iprobe that cannot match drives the progress engine once: the tag
+ * is tag_mod, which no ring/direct op uses (their tags are seq % tag_mod,
+ * and tag_mod <= MPI_TAG_UB, or 32767, which every MPI allows). */
+static void mpi_poke(zm_comm *c) {
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, c->tag_mod, c->comm, &flag, MPI_STATUS_IGNORE);
+}
+
+int zero__zm_shm_advance_locked(zm_op *op) {
+    const int moved = shm_advance(op);
+    if (!moved && !op->done && op->shm.state != ZM_SHM_OFF) mpi_poke(ZM(op->base.comm));
     return moved;
 }
 

@@ -627,6 +627,25 @@ static void test_mismatch(zero_comm *w) {
     CHECK(x == (float)N, "allreduce after a mismatch: %g", x);
 }
 
+/* ZERO_TEST_PROGRESS_STRESS=n: the all-gather pair that hung
+ * comm_mpi_small_chunks_np4, n times.  The last rank owns the big block
+ * (pattern 5), so it sends hundreds of chunk-sized pieces to every peer;
+ * a peer that has completed its side goes straight on to the next op,
+ * whose shared-memory agreement waits for the last rank.  That used to
+ * make no MPI call, so what Open MPI still owed the last rank from
+ * this peer (an RGET's FIN, a queued fragment; no asynchronous progress)
+ * never left, the last rank never finished, and both waited for each other
+ * (a ZERO_COMM_TIMEOUT names a direct all-gather on the last rank and
+ * "waiting for rank N-1 to post its buffer" on the others). */
+static void stress_progress(zero_comm *w, int iters) {
+    for (int i = 0; i < iters && check_failures_ == 0; ++i) {
+        test_allgather(w, ZERO_DTYPE_F64, 70013, 5, 0);
+        test_allgather(w, ZERO_DTYPE_F64, 70013, 5, 1);
+    }
+    float x = 1.0f; /* everyone is still in step */
+    CHECK_EQ_INT(zero__allreduce(w, &x, 1, ZERO_DTYPE_F32, ZERO_OP_SUM), ZERO_OK);
+}
+
 int main(int argc, char **argv) {
     /* argv[1] == "host-multiple" / "host-single": the host initialises MPI
      * itself and passes its communicator; otherwise libzero initialises MPI
@@ -662,6 +681,13 @@ int main(int argc, char **argv) {
     const char *bufs = getenv("ZERO_TEST_BUFFERS");
     g_shm_on = !(getenv("ZERO_COMM_SHM") && strcmp(getenv("ZERO_COMM_SHM"), "0") == 0);
     g_buffers = bufs && strcmp(bufs, "shared") == 0 ? 1 : bufs && strcmp(bufs, "mixed") == 0 ? 2 : 0;
+    const char *stress = getenv("ZERO_TEST_PROGRESS_STRESS");
+    if (stress && atoi(stress) > 0) {
+        stress_progress(w, atoi(stress));
+        zero__comm_world_free(w);
+        if (host_inits) MPI_Finalize();
+        return check_finish();
+    }
     if (strcmp(mode, "host-finalize-first") == 0) {
         /* a host that finalises MPI before destroying libzero: the free must
          * neither crash nor call MPI */
