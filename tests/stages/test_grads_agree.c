@@ -133,7 +133,7 @@ static void window(run *r, int w) {
     }
 }
 
-/* The ranks that leave a param out: rank 1 of 2, ranks 1..2 of 3; with a
+/* The ranks that leave a param out: every rank but 0 (rank 1 of 2, ranks 1..8 of 9); with a
  * pipeline, DP rank 1.. of stage 1. */
 static int lacks(void) { return pp_ ? stage_ == 1 && dp_rank_ >= 1 : rank_ >= 1; }
 
@@ -192,9 +192,9 @@ static void refusals(const char *plugin, int gas, const float *ref) {
         CHECK_EQ_INT(step(&r, &res), ZERO_OK);
     }
     backward(&r, 98, lacks() ? 1 : -1, -1, -1);
-    char want[128];
-    snprintf(want, sizeof want, "'beta' missing on %d of %d ranks (rank%s %s)", dp_ - 1, dp_, dp_ > 2 ? "s" : "",
-             dp_ > 2 ? "1..2" : "1");
+    char want[128], span[32];
+    snprintf(span, sizeof span, dp_ > 2 ? "1..%d" : "1", dp_ - 1); /* ranks 1..dp-1 leave it out */
+    snprintf(want, sizeof want, "'beta' missing on %d of %d ranks (rank%s %s)", dp_ - 1, dp_, dp_ > 2 ? "s" : "", span);
     if (pp_ && stage_ == 0) snprintf(want, sizeof want, "another pipeline stage refused");
     expect_refused(&r, step(&r, &res), "beta missing on some ranks", want, before);
     /* no gradient at all in the window's first micro-step */
