@@ -177,7 +177,7 @@ else
     tsan_excl=()
     demo_plugins=${TSAN_DEMO_PLUGINS:-stage2 stage3}
     if [ "${TSAN_SET:-full}" = ci ]; then
-        tsan_excl=(-E "^(comm_mpi_np4|comm_mpi_small_chunks_np4|comm_mpi_host_(single|multiple)_np4|comm_mpi_shared_np[59]|comm_ring_order_np12|stages_[a-z_]+_np4|stages_host_comm_np5|stage3_equiv_np4|offload_equivalence_np4|offload_block_final_np4)\$${EXCLUDE:+|$EXCLUDE}")
+        tsan_excl=(-E "^(comm_mpi_np4|comm_mpi_small_chunks_np4|comm_mpi_progress_stress_np4|stages_[a-z_]+_np9|comm_mpi_host_(single|multiple)_np4|comm_mpi_shared_np[59]|comm_ring_order_np12|stages_[a-z_]+_np4|stages_host_comm_np5|stage3_equiv_np4|offload_equivalence_np4|offload_block_final_np4)\$${EXCLUDE:+|$EXCLUDE}")
         demo_plugins=${TSAN_DEMO_PLUGINS:-stage3}
     elif [ -n "${EXCLUDE:-}" ]; then
         tsan_excl=(-E "$EXCLUDE")
