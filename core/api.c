@@ -770,8 +770,8 @@ static zero_status on_slice_ready_impl(zero_engine *e, zero_param *p, uint32_t l
 
 /* Deliver what is missing; at the boundary, agree on the window
  * (grad_window.c).  A failure ends the micro-step on this rank. */
-static zero_status settle_missing(zero_engine *e, int *verdict, char *why, size_t len) {
-    zero_status s = zero__grads_settle(e, verdict, why, len);
+static zero_status settle_missing(zero_engine *e, int hp_refused, int *verdict, char *why, size_t len) {
+    zero_status s = zero__grads_settle(e, hp_refused, verdict, why, len);
     if (s != ZERO_OK) {
         e->micro_step = 0;
         reset_ready(e);
@@ -860,10 +860,22 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
     /* timed with the reduction (zero_step_timing.reduce_seconds): part of
      * settling the micro-step's gradients, and a collective that waits for
      * the slowest rank as a flush would */
+    /* a non-finite or out-of-range lr / decay / beta / eps is refused
+     * before the plugin's step moves any weight; the refusal is agreed with
+     * the missing gradients (one all-reduce), so that no rank enters the
+     * step's collectives while another returned */
+    const int boundary = e->micro_step + 1 >= (uint32_t)e->rc->grad_accum_steps;
+    const zero_status hp = boundary ? zero__hp_check_step(e, e->global_step + 1) : ZERO_OK;
     zero__span sp = zero__phase_begin(e);
-    zero_status s = settle_missing(e, &verdict, why, sizeof why);
+    zero_status s = settle_missing(e, hp != ZERO_OK, &verdict, why, sizeof why);
     zero__phase_end(e, sp, ZERO__PH_REDUCE);
     if (s != ZERO_OK) return s;
+    if (verdict == MG_HOLD)
+        return hp != ZERO_OK ? hp /* this rank's own message, from zero__hp_check_step */
+                             : zero__error(e, ZERO_ERR_STATE, "zero_step: another rank refused the hyper-parameters of "
+                                           "step %llu (a non-finite or out-of-range lr, weight decay, beta or eps: see "
+                                           "its message); no weight moved, the window is kept for a retry",
+                                           (unsigned long long)e->global_step + 1);
     if (verdict != MG_PROCEED) return refuse_micro_step(e, args, result, verdict, why);
 
     zero_step_ctx ctx;
@@ -872,9 +884,6 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
     zero__hp hp0; /* group 0's hyper-parameters for this step (zero_step_result.lr) */
     zero__hp_resolve(e, 0, e->global_step + 1, &hp0);
     double lr_used = hp0.lr;
-    /* a non-finite or out-of-range lr / decay / beta / eps is refused here,
-     * before the plugin's step moves any weight (every rank alike) */
-    if (ctx.boundary && (s = zero__hp_check_step(e, e->global_step + 1)) != ZERO_OK) return s;
 
     /* The step writes parameters and reads gradients on the device's stream:
      * it must come after everything the host queued on its stream so far

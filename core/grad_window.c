@@ -252,19 +252,29 @@ static zero_status judge_window(zero_engine *e, int *verdict, char *why, size_t 
     return s;
 }
 
-zero_status zero__grads_settle(zero_engine *e, int *verdict, char *why, size_t len) {
+zero_status zero__grads_settle(zero_engine *e, int hp_refused, int *verdict, char *why, size_t len) {
     *verdict = MG_PROCEED;
     zero_status local = deliver_missing(e);
     if (e->micro_step + 1 < (uint32_t)e->rc->grad_accum_steps) return local; /* agreed at the boundary */
-    /* bit 63: a rank failed delivering (every rank stops, none hangs) */
-    uint64_t any = (e->gwin ? e->gwin->total : 0) | (local != ZERO_OK ? (uint64_t)1 << 63 : 0);
+    /* bit 63: a rank failed delivering (every rank stops, none hangs);
+     * bit 62: a rank refused the step's hyper-parameters (hparams.c), which
+     * the others must hear of before they enter the plugin's collectives */
+    const uint64_t FAILED = (uint64_t)1 << 63, HP = (uint64_t)1 << 62;
+    uint64_t any = (e->gwin ? e->gwin->total : 0) | (local != ZERO_OK ? FAILED : 0) | (hp_refused ? HP : 0);
     /* over every pipeline stage too: a refusal must reach ranks that are
      * about to meet this one in a world-wide collective */
     zero_status s = zero__allreduce(e->global, &any, 1, ZERO_DTYPE_U64, ZERO_OP_MAX);
-    if (s == ZERO_OK && any >> 63)
+    if (s == ZERO_OK && any & FAILED)
         s = local != ZERO_OK ? local
                              : zero__error(e, ZERO_ERR_STATE, "zero_step: another rank failed to deliver a missing "
                                            "gradient; this micro-step is abandoned");
+    if (s == ZERO_OK && any & HP) {
+        /* the window is kept as it is (its missing-gradient record too):
+         * the host fixes the value and calls zero_step again */
+        *verdict = MG_HOLD;
+        return ZERO_OK;
+    }
+    any &= ~(FAILED | HP);
     if (s == ZERO_OK && any) s = judge_window(e, verdict, why, len);
     if (s == ZERO_OK && any && e->global != e->world) { /* a pipeline: every stage takes the strictest verdict */
         uint64_t v = (uint64_t)*verdict;
