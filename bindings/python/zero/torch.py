@@ -51,10 +51,12 @@ What happens underneath:
     else the default group), gloo or NCCL, whose collectives libzero calls
     back through ctypes (ABI 1.5 ZERO_COMM_HOST, zero/_hostcomm.py).
 """
+import collections
 import contextlib
 import ctypes
 import json
 import os
+import warnings
 
 import torch
 import torch.utils.dlpack
@@ -187,21 +189,152 @@ def _dlpack_tensor(address, numel, dtype, device):
     return t
 
 
-class _Optimizer:
-    """What initialize returns as the optimizer: param_groups whose "lr" (and
-    "weight_decay", "betas", "eps") a host or a torch lr scheduler may change;
-    the engine hands changes to libzero (zero_set_hparams) at the next step."""
+_ADAM_FAMILY = ("adam", "adamw", "lamb", "lion")   # optimizer types that have betas (OneCycleLR cycles beta1)
+_ADAM_DEFAULTS = {"betas": (0.9, 0.999), "eps": 1e-8}
+_warned = set()
 
-    def __init__(self, groups, defaults):
+
+def _warn_once(key, msg):
+    """A porting note printed once per process (the rank is in msg)."""
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(msg, UserWarning, stacklevel=4)
+
+
+def _same(a, b):
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b)
+                and all(_same(x, y) for x, y in zip(a, b)))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return float(a) == float(b)
+
+
+def _translate_optimizer(opt, cfg):
+    """A torch optimizer passed to initialize, as libzero's: returns (the
+    config's "optimizer" section, param groups for libzero).  Refuses with
+    ValueError what libzero would run differently: an optimizer type it does
+    not translate, options libzero does not implement (amsgrad, maximize,
+    dampening), options that differ between groups but are one setting in
+    libzero (momentum, nesterov), an optimizer that has already stepped (its
+    state would be lost), and a config whose own "optimizer" section says
+    something else (which one wins would be a guess).  Per-group lr, betas,
+    eps and weight_decay become libzero param groups (zero_set_hparams).
+    foreach / fused / capturable / differentiable only choose torch's
+    implementation: ignored."""
+    kinds = {torch.optim.Adam: "Adam", torch.optim.AdamW: "AdamW", torch.optim.SGD: "SGD"}
+    kind = kinds.get(type(opt))
+    if kind is None:
+        raise ValueError("zero.torch.initialize(optimizer=%s): zero.torch translates torch.optim.Adam, AdamW and "
+                         "SGD only (libzero runs the optimizer itself); for another one name libzero's optimizer "
+                         "in the config's \"optimizer\" section (docs/config.md) and leave optimizer= out"
+                         % type(opt).__name__)
+    if any(len(s) for s in opt.state.values()):
+        raise ValueError("zero.torch.initialize(optimizer=%s): the optimizer has already stepped; libzero starts "
+                         "its own optimizer state, so that state would be lost: pass a fresh optimizer" % kind)
+    pgs = opt.param_groups
+    for i, g in enumerate(pgs):
+        for key, ok in (("amsgrad", False), ("maximize", False)):
+            if g.get(key, ok) != ok:
+                raise ValueError("zero.torch.initialize(optimizer=%s): param_groups[%d] has %s=%r, which libzero "
+                                 "does not implement" % (kind, i, key, g[key]))
+        if kind == "SGD" and g.get("dampening", 0) != 0:
+            raise ValueError("zero.torch.initialize(optimizer=SGD): param_groups[%d] has dampening=%r; libzero's "
+                             "SGD has no dampening" % (i, g["dampening"]))
+    fixed = ("momentum", "nesterov") if kind == "SGD" else ()
+    for key in fixed:
+        vals = {pg[key] for pg in pgs}
+        if len(vals) > 1:
+            raise ValueError("zero.torch.initialize(optimizer=SGD): the param groups have different %s (%s); "
+                             "libzero has one %s for every group" % (key, sorted(vals), key))
+    g0 = pgs[0]
+    params = {"lr": g0["lr"], "weight_decay": g0["weight_decay"]}
+    hp = ("lr", "weight_decay")
+    if kind == "SGD":
+        params.update(momentum=g0["momentum"], nesterov=bool(g0["nesterov"]))
+    else:
+        params.update(betas=list(g0["betas"]), eps=g0["eps"])
+        hp += ("betas", "eps")
+        if kind == "Adam":  # torch's Adam adds the decay to the gradient (L2): libzero's Adam without adam_w_mode
+            params["adam_w_mode"] = False
+    mine = {"type": kind, "params": params}
+    theirs = cfg.get("optimizer")
+    if theirs is not None:
+        tp = dict(theirs.get("params") or {})
+        diff = []
+        if str(theirs.get("type", "")).lower() != kind.lower():
+            diff.append("type %r vs torch's %s" % (theirs.get("type"), kind))
+        for k, v in tp.items():
+            if k in params and not _same(v, params[k]):
+                diff.append("params.%s %r vs torch's %r" % (k, v, params[k]))
+        if kind == "Adam" and "adam_w_mode" not in tp and any(pg["weight_decay"] for pg in pgs):
+            diff.append("params.adam_w_mode (default true: decoupled decay) vs torch Adam's L2 decay")
+        if tp.get("bias_correction", True) is not True:
+            diff.append("params.bias_correction %r vs torch's true" % tp["bias_correction"])
+        if theirs.get("param_groups") is not None:
+            diff.append("param_groups (the torch optimizer's param_groups are the groups)")
+        if diff:
+            raise ValueError("zero.torch.initialize: both the config's \"optimizer\" section and optimizer=%s name "
+                             "the optimizer and they disagree (%s); remove one, or make them say the same"
+                             % (kind, "; ".join(diff)))
+        tp.update(params)
+        mine = dict(theirs, type=kind, params=tp)
+    groups = [dict({k: (tuple(g[k]) if k == "betas" else g[k]) for k in hp}, params=list(g["params"]))
+              for g in pgs]
+    return mine, groups
+
+
+class _Optimizer(torch.optim.Optimizer):
+    """What initialize returns as the optimizer: a torch.optim.Optimizer (so
+    torch's lr schedulers take it) whose param_groups' "lr" (and
+    "weight_decay", "betas", "eps") a host or a scheduler may change; the
+    engine hands changes to libzero (zero_set_hparams) at the next step.
+    step() is engine.step() (libzero's zero_step), so a scheduler counts it.
+    libzero owns the optimizer state: `state` stays empty, and the groups are
+    fixed at initialize (add_param_group is refused)."""
+
+    def __init__(self, groups, defaults, engine=None, fixed=None):
+        # Not torch's __init__: it would re-check the groups (libzero already
+        # registered them, tied weights once) and wrap step for its profiler.
         self.param_groups = groups
         self.defaults = defaults
+        self.state = collections.defaultdict(dict)
+        for hooks in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks",
+                      "_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks",
+                      "_optimizer_load_state_dict_pre_hooks", "_optimizer_load_state_dict_post_hooks"):
+            setattr(self, hooks, collections.OrderedDict())  # torch >= 2 reads these
+        self._engine = engine
+        self._fixed = dict(fixed or {})  # settings libzero cannot change after initialize (SGD momentum)
         self._pushed = [dict() for _ in groups]
+
+    def step(self, closure=None):
+        """engine.step(): zero_step (once per micro-batch)."""
+        if closure is not None:
+            raise ValueError("zero.torch: optimizer.step(closure) is not supported; call engine.backward(loss) "
+                             "and then engine.step() (or optimizer.step())")
+        if self._engine is None:
+            raise ValueError("zero.torch: this optimizer has no engine")
+        return self._engine._step()
 
     def zero_grad(self, set_to_none=True):
         """Gradients live in libzero: nothing to clear."""
 
+    def add_param_group(self, param_group):
+        raise ValueError("zero.torch: libzero's parameter groups are fixed at initialize; pass every group "
+                         "there (model_parameters=, or the torch optimizer's param_groups)")
+
     def state_dict(self):
         return {"param_groups": [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]}
+
+    def load_state_dict(self, state_dict):
+        """Takes state_dict()'s hyper-parameters (libzero's own state comes
+        with engine.load)."""
+        saved = state_dict["param_groups"]
+        if len(saved) != len(self.param_groups):
+            raise ValueError("zero.torch: the state dict has %d param groups, this optimizer %d"
+                             % (len(saved), len(self.param_groups)))
+        for g, s in zip(self.param_groups, saved):
+            g.update({k: v for k, v in s.items() if k != "params"})
 
     def _adopt(self, saved):
         """After zero_load: libzero now uses the checkpoint's settings
@@ -228,6 +361,11 @@ class _Optimizer:
 
     def _sync(self, engine):
         for i, g in enumerate(self.param_groups):
+            for k, v in self._fixed.items():  # e.g. OneCycleLR cycling SGD's momentum: libzero would not follow
+                if k in g and g[k] != v:
+                    raise ValueError("zero.torch: param_groups[%d][%r] changed from %r to %r, but libzero's %s is "
+                                     "fixed at initialize (a OneCycleLR/CyclicLR on SGD: pass cycle_momentum=False)"
+                                     % (i, k, v, g[k], k))
             want = {k: g[k] for k in ("lr", "weight_decay", "eps") if k in g}
             if "betas" in g:
                 want["betas"] = tuple(g["betas"])
@@ -245,10 +383,16 @@ class ZeroEngine:
     DLPACK_ON_CPU = False
 
     def __init__(self, model, config, plugin=None, model_parameters=None, process_group=None, log=None,
-                 param_storage="host", device=None, raise_on_nonfinite=True, comm="auto"):
+                 param_storage="host", device=None, raise_on_nonfinite=True, comm="auto", optimizer=None):
         if param_storage not in ("host", "libzero"):
             raise ValueError("param_storage must be 'host' or 'libzero'")
         cfg = _load_config(config)
+        torch_groups = None
+        if optimizer is not None:  # checked before anything is built: a refusal leaves the model untouched
+            if model_parameters is not None:
+                raise ValueError("zero.torch.initialize: pass the parameter groups either as model_parameters= or "
+                                 "through optimizer=, not both (the torch optimizer's param_groups are the groups)")
+            cfg["optimizer"], torch_groups = _translate_optimizer(optimizer, cfg)
         self.module = model
         self.config = cfg
         self.raise_on_nonfinite = bool(raise_on_nonfinite)
@@ -273,24 +417,37 @@ class ZeroEngine:
         # own copy (zero_param_storage): no second copy, no copy per step
         self._views = param_storage == "libzero" and not self._partitioned
 
-        # parameter groups (deepspeed.initialize's model_parameters)
-        if model_parameters is None:
+        # parameter groups (deepspeed.initialize's model_parameters, or the torch optimizer's)
+        if torch_groups is not None:
+            groups = torch_groups
+        elif model_parameters is None:
             groups = [{"params": [p for p in model.parameters() if p.requires_grad]}]
         else:
             mp = list(model_parameters)
             groups = [dict(g) for g in mp] if mp and isinstance(mp[0], dict) else [{"params": mp}]
         names = {id(p): n for n, p in model.named_parameters()}
-        oparams = (cfg.get("optimizer") or {}).get("params") or {}
+        osec = cfg.get("optimizer") or {}
+        oparams = osec.get("params") or {}
+        otype = str(osec.get("type", "adam")).lower()  # no section: libzero runs DeepSpeed's default Adam
         defaults = {"lr": oparams.get("lr", 1e-3), "weight_decay": oparams.get("weight_decay", 0.0)}
-        if "betas" in oparams:
-            defaults["betas"] = tuple(oparams["betas"])
-        if "eps" in oparams:
-            defaults["eps"] = oparams["eps"]
+        fixed = {}
+        if otype in _ADAM_FAMILY:
+            # always present, at libzero's own defaults: torch's OneCycleLR (cycle_momentum)
+            # looks for "betas" in defaults and cycles beta1, which reaches libzero
+            defaults["betas"] = tuple(oparams.get("betas", _ADAM_DEFAULTS["betas"]))
+            if otype != "lion":
+                defaults["eps"] = oparams.get("eps", _ADAM_DEFAULTS["eps"])
+        elif otype == "sgd":
+            # libzero's SGD momentum is set at initialize only: a scheduler that cycles it is refused at step
+            fixed = {"momentum": oparams.get("momentum", 0.0), "nesterov": bool(oparams.get("nesterov", False))}
+            defaults.update(fixed)
+        if otype == "adamw" and "weight_decay" not in oparams:
+            self._wd_note = True
         for i, g in enumerate(groups):
             g["params"] = list(g["params"])
             for k, v in defaults.items():
                 g.setdefault(k, v)
-        self.optimizer = _Optimizer(groups, defaults)
+        self.optimizer = _Optimizer(groups, defaults, engine=self, fixed=fixed)
 
         self._params = []       # torch parameters, registration order
         self._zp = {}           # id(param) -> zero.Param
@@ -333,8 +490,12 @@ class ZeroEngine:
                 p.data = self._empty(p.dtype)
             self._install_module_hooks(model)
         # libzero starts from the config's values: push only what a group sets differently
-        self.optimizer._pushed = [{k: (tuple(v) if k == "betas" else v) for k, v in defaults.items()}
-                                  for _ in groups]
+        self.optimizer._pushed = [{k: (tuple(v) if k == "betas" else v) for k, v in defaults.items()
+                                   if k not in fixed} for _ in groups]
+        if getattr(self, "_wd_note", False) and self.z.rank == 0:
+            _warn_once("adamw_wd", "zero.torch: the config's optimizer AdamW has no \"weight_decay\": libzero uses "
+                       "DeepSpeed's default 0 (torch.optim.AdamW's is 0.01); set optimizer.params.weight_decay "
+                       "to say which you mean")
         self.optimizer._sync(self.z)
         self.last_result = None
         self.micro_steps = 0
@@ -472,7 +633,11 @@ class ZeroEngine:
     def step(self):
         """zero_step: once per micro-batch; at the accumulation boundary libzero
         reduces, clips, steps and writes the new parameters.  Returns the
-        zero.StepResult (also in .last_result)."""
+        zero.StepResult (also in .last_result).  The same as optimizer.step()
+        (through it, so that a torch lr scheduler counts the step)."""
+        return self.optimizer.step()
+
+    def _step(self):
         self.optimizer._sync(self.z)
         try:
             r = self.z.step(stream=self._stream())
@@ -613,8 +778,18 @@ def _tensors(obj):
             yield from _tensors(o)
 
 
-def initialize(model, config, *, plugin=None, model_parameters=None, process_group=None, log=None,
-               param_storage="host", device=None, raise_on_nonfinite=True, comm="auto", **_ignored):
+_DS_ONLY = {"training_data": "build your own DataLoader (zero.torch returns None in its place)",
+            "lr_scheduler": "build the scheduler on the optimizer initialize returns, e.g. "
+                            "torch.optim.lr_scheduler.StepLR(optimizer, ...), or use the config's \"scheduler\"",
+            "collate_fn": "it goes with training_data, which zero.torch does not take",
+            "mpu": "libzero has no model-parallel unit; pass process_group= for a data-parallel group",
+            "args": "pass the config as config=", "config_params": "pass the config as config=",
+            "dist_init_required": "zero.torch uses mpirun's world or an initialised torch.distributed",
+            "distributed_port": "zero.torch uses mpirun's world or an initialised torch.distributed"}
+
+
+def initialize(model, config, *, optimizer=None, plugin=None, model_parameters=None, process_group=None, log=None,
+               param_storage="host", device=None, raise_on_nonfinite=True, comm="auto", **unsupported):
     """Like deepspeed.initialize: returns (engine, optimizer, None, None).
 
     model: a torch.nn.Module on the CPU (converted to fp16/bf16 when the
@@ -643,8 +818,24 @@ def initialize(model, config, *, plugin=None, model_parameters=None, process_gro
     torch.distributed group.  Every rank must build the model with the
     same initial values (seed it).  A job started without mpirun whose
     WORLD_SIZE > 1 but torch.distributed is not initialised is refused
-    with ZeroError (each process would train alone)."""
+    with ZeroError (each process would train alone).
+
+    optimizer: a torch.optim.Adam, AdamW or SGD (momentum, nesterov) built
+    on the model's parameters: translated into libzero's optimizer, its
+    param_groups (lr, betas, eps, weight_decay each) becoming libzero's
+    param groups.  What libzero would run differently is refused with
+    ValueError naming the reason (another optimizer type, amsgrad, maximize,
+    dampening, momentum differing between groups, an optimizer that has
+    already stepped); foreach / fused / capturable only pick torch's
+    implementation and are ignored.  A config that has its own "optimizer"
+    section must say the same (else ValueError: which one wins would be a
+    guess).  DeepSpeed's other initialize arguments (training_data,
+    lr_scheduler, mpu, ...) are refused with TypeError saying what to do
+    instead, never ignored."""
+    if unsupported:
+        raise TypeError("zero.torch.initialize does not take %s" % "; ".join(
+            "%s= (%s)" % (k, _DS_ONLY.get(k, "unknown argument")) for k in sorted(unsupported)))
     e = ZeroEngine(model, config, plugin=plugin, model_parameters=model_parameters, process_group=process_group,
                    log=log, param_storage=param_storage, device=device, raise_on_nonfinite=raise_on_nonfinite,
-                   comm=comm)
+                   comm=comm, optimizer=optimizer)
     return e, e.optimizer, None, None
