@@ -29,6 +29,16 @@ function(zero_add_plugin)
   install(TARGETS ${_t} LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}/zero/plugins")
 endfunction()
 
+# zero_install_executable(target): installs a command-line tool or demo into
+# bindir with a RUNPATH to the installed libdir, relative to $ORIGIN, so that
+# PREFIX/bin/<tool> finds libzero.so.1 with no LD_LIBRARY_PATH wherever the
+# prefix is moved (CMake's default install drops the build tree's RPATH).
+function(zero_install_executable target)
+  file(RELATIVE_PATH _rel "${CMAKE_INSTALL_FULL_BINDIR}" "${CMAKE_INSTALL_FULL_LIBDIR}")
+  set_property(TARGET ${target} APPEND PROPERTY INSTALL_RPATH "$ORIGIN/${_rel}")
+  install(TARGETS ${target} RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
+endfunction()
+
 # zero_add_test(NAME n COMMAND ... [TIMEOUT s] [LABELS ...])
 function(zero_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "COMMAND;LABELS" ${ARGN})

@@ -9,7 +9,9 @@
 #     the installed library, loads the template by name through
 #     ZERO_PLUGIN_PATH and trains;
 #  4. the same host with the installed stage0 (found next to the installed
-#     libzero.so, no ZERO_PLUGIN_PATH) ends with bitwise the same parameters.
+#     libzero.so, no ZERO_PLUGIN_PATH) ends with bitwise the same parameters;
+#  5. every installed executable carries an $ORIGIN-relative RUNPATH and runs
+#     from PREFIX/bin with an empty LD_LIBRARY_PATH.
 # Usage: run_install_test.sh <build dir> <source dir> <work dir>
 set -euo pipefail
 build=$1 src=$2 work=$3
@@ -77,4 +79,48 @@ if [[ $have_stage0 == 1 ]]; then
     { say "template-dp and stage0 trained to different parameters"; exit 1; }
   say "template-dp matches the installed stage0 bitwise"
 fi
+# 5. Installed tools find libzero.so.1 through their RUNPATH alone.
+bin=$prefix/bin
+tools=()
+while IFS= read -r t; do
+  [[ $(head -c4 "$t" | od -An -c | tr -d ' ') == '177ELF' ]] && tools+=("$t")
+done < <(find "$bin" -maxdepth 1 -type f -perm -u+x | sort)
+[[ ${#tools[@]} -gt 0 ]] || { say "no executables installed in $bin"; exit 1; }
+for t in "${tools[@]}"; do
+  rp=$(readelf -d "$t" | grep -E 'R(UN)?PATH' || true)
+  # shellcheck disable=SC2016 # a literal $ORIGIN
+  grep -q 'RUNPATH.*\$ORIGIN/' <<<"$rp" || { say "$t has no \$ORIGIN RUNPATH: ${rp:-none}"; exit 1; }
+  # What the dynamic loader resolves, without running the tool (like ldd).
+  deps=$(env LD_LIBRARY_PATH= LD_TRACE_LOADED_OBJECTS=1 "$t" 2>&1 || true)
+  if grep -q 'not found' <<<"$deps"; then say "$t: unresolved libraries:"; echo "$deps"; exit 1; fi
+  got=$(awk '$1 == "libzero.so.1" && $2 == "=>" {print $3}' <<<"$deps")
+  if [[ -n "$got" && $(realpath "$got") != $(realpath "$libdir/libzero.so.1") ]]; then
+    say "$t loads $got, not the installed libzero:"; echo "$deps"; exit 1
+  fi
+done
+clean=(env -u ZERO_PLUGIN_PATH LD_LIBRARY_PATH=)
+run_tool() { # run_tool LOG EXPECTED_RC CMD...: the tool must start (never rc 127) and exit as expected
+  local log=$work/$1 want=$2; shift 2
+  local rc=0
+  "${clean[@]}" "$@" >"$log" 2>&1 || rc=$?
+  [[ $rc == "$want" ]] || { say "$* exited $rc (expected $want):"; cat "$log"; exit 1; }
+}
+run_tool zero-info.log 0 "$bin/zero-info"
+if [[ $have_stage0 == 1 ]]; then
+  grep -q "$libdir/zero/plugins/libzero-plugin-stage0.so" "$work/zero-info.log" ||
+    { say "installed zero-info does not list the installed stage0:"; cat "$work/zero-info.log"; exit 1; }
+fi
+run_tool zero-ckpt.log 2 "$bin/zero-ckpt"
+grep -q '^usage: zero-ckpt' "$work/zero-ckpt.log" || { say "zero-ckpt printed no usage"; exit 1; }
+if [[ -x $bin/zero-estimate && $have_stage0 == 1 ]]; then
+  run_tool zero-estimate.log 0 "$bin/zero-estimate" --params 1e6 --ranks 1,2 --plugins stage0,stage2
+fi
+for demo in zero-demo zero-pipeline-demo; do
+  [[ -x $bin/$demo ]] && run_tool "$demo-help.log" 0 "$bin/$demo" --help
+done
+if [[ -x $bin/zero-demo && $have_stage0 == 1 ]] && command -v mpirun >/dev/null; then
+  run_tool zero-demo.log 0 mpirun --allow-run-as-root --oversubscribe -np 2 --mca btl self,vader \
+    -x LD_LIBRARY_PATH "$bin/zero-demo" --config "$src/examples/configs/stage0.json" --steps 3 --quiet
+fi
+say "installed tools run from $bin with an empty LD_LIBRARY_PATH: $(basename -a "${tools[@]}" | tr '\n' ' ')"
 say "OK"
