@@ -143,17 +143,49 @@ int demo_train_config_load(const char *path, int world, demo_train_config *c, ch
         snprintf(err, err_len, "config %s: top level is not a JSON object", path);
         goto fail;
     }
-    long long micro = 0, gas = 1, train = 0, spp = 10;
-    int has_micro = 0, has_train = 0;
+    /* DeepSpeed's (and libzero's, core/config_batch.c) batch arithmetic,
+     * train_batch_size = micro * gas * world: whichever of the three is
+     * missing is derived from the others, so {"train_batch_size": 64,
+     * "train_micro_batch_size_per_gpu": 8} at N = 4 runs 2 accumulation
+     * steps.  The library resolves the same keys for the engine, and the
+     * training loop checks every zero_step's `boundary` against `gas`, so
+     * the two cannot silently disagree.  With no batch key the demo's own
+     * micro-batch of 16 applies (the library's default is 1 sample). */
+    long long micro = 0, gas = 0, train = 0, spp = 10;
+    int has_micro = 0, has_gas = 0, has_train = 0;
     if ((has_micro = get_int(c->root, "train_micro_batch_size_per_gpu", &micro, err, err_len)) < 0 ||
-        get_int(c->root, "gradient_accumulation_steps", &gas, err, err_len) < 0 ||
+        (has_gas = get_int(c->root, "gradient_accumulation_steps", &gas, err, err_len)) < 0 ||
         (has_train = get_int(c->root, "train_batch_size", &train, err, err_len)) < 0 ||
         get_int(c->root, "steps_per_print", &spp, err, err_len) < 0)
         goto fail;
-    if (gas < 1 || gas > 1000000) {
+    if (has_gas && (gas < 1 || gas > 1000000)) {
         snprintf(err, err_len, "config key 'gradient_accumulation_steps' must be >= 1 (got %lld)", gas);
         goto fail;
     }
+    if (has_micro && (micro < 1 || micro > 1000000)) {
+        snprintf(err, err_len, "config key 'train_micro_batch_size_per_gpu' must be >= 1 (got %lld)", micro);
+        goto fail;
+    }
+    if (has_train && train < 1) {
+        snprintf(err, err_len, "config key 'train_batch_size' must be >= 1 (got %lld)", train);
+        goto fail;
+    }
+    if (has_train && has_micro && !has_gas) {
+        if (train % (micro * world)) {
+            snprintf(err, err_len,
+                     "config key 'train_batch_size' (%lld) is not divisible by "
+                     "train_micro_batch_size_per_gpu * world size (%lld * %d), so "
+                     "gradient_accumulation_steps cannot be derived", train, micro, world);
+            goto fail;
+        }
+        gas = train / (micro * world);
+        has_gas = 1;
+        if (gas > 1000000) {
+            snprintf(err, err_len, "derived gradient_accumulation_steps %lld is too large", gas);
+            goto fail;
+        }
+    }
+    if (!has_gas) gas = 1;
     if (!has_micro && has_train) {
         if (train % (gas * world)) {
             snprintf(err, err_len,
@@ -162,12 +194,12 @@ int demo_train_config_load(const char *path, int world, demo_train_config *c, ch
             goto fail;
         }
         micro = train / (gas * world);
+        if (micro > 1000000) {
+            snprintf(err, err_len, "derived train_micro_batch_size_per_gpu %lld is too large", micro);
+            goto fail;
+        }
     } else if (!has_micro) {
         micro = 16;
-    }
-    if (micro < 1 || micro > 1000000) {
-        snprintf(err, err_len, "config key 'train_micro_batch_size_per_gpu' must be >= 1 (got %lld)", micro);
-        goto fail;
     }
     if (has_train && has_micro && train != micro * gas * world) {
         snprintf(err, err_len,
