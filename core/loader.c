@@ -8,6 +8,7 @@
 #include "loader.h"
 #include "crc32c.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -122,6 +123,56 @@ void zero__plugin_dirs_free(char **dirs) {
     if (!dirs) return;
     for (char **d = dirs; *d; ++d) free(*d);
     free(dirs);
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+char **zero__plugin_dir_names(const char *dir) {
+    static const char prefix[] = "libzero-plugin-", suffix[] = ".so";
+    const size_t lp = sizeof prefix - 1, ls = sizeof suffix - 1;
+    DIR *d = dir ? opendir(dir) : NULL;
+    if (!d) return NULL;
+    char **v = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d))) {
+        size_t l = strlen(ent->d_name);
+        if (l <= lp + ls || strncmp(ent->d_name, prefix, lp) != 0 || strcmp(ent->d_name + l - ls, suffix) != 0)
+            continue;
+        /* push_dir also drops duplicates; one directory has none, but it
+         * keeps the array NULL-terminated after every entry. */
+        if (push_dir(&v, &n, &cap, ent->d_name + lp, l - lp - ls) != 0) break;
+    }
+    closedir(d);
+    if (!v) { /* an empty directory: an empty list, not "cannot open" */
+        v = calloc(1, sizeof *v);
+        if (!v) return NULL;
+    }
+    qsort(v, n, sizeof *v, cmp_name);
+    return v;
+}
+
+/* Append the plugins on the search path, once each (sorted per directory,
+ * in search order), so a misspelt name shows what exists.  At most
+ * MAX_LISTED names: a crowded ZERO_PLUGIN_PATH directory must not push the
+ * searched paths that follow out of the caller's buffer. */
+#define MAX_LISTED 32
+static void append_available(char *err, size_t len, char **dirs) {
+    char **seen = NULL;
+    size_t nseen = 0, capseen = 0;
+    for (char **d = dirs; *d; ++d) {
+        char **names = zero__plugin_dir_names(*d);
+        if (!names) continue;
+        for (char **nm = names; *nm; ++nm) {
+            size_t before = nseen;
+            if (push_dir(&seen, &nseen, &capseen, *nm, strlen(*nm)) != 0) break;
+            if (nseen != before && nseen <= MAX_LISTED) appendf(err, len, "%s%s", nseen == 1 ? "" : ", ", *nm);
+        }
+        zero__plugin_dirs_free(names);
+    }
+    if (nseen == 0) appendf(err, len, "(none)");
+    else if (nseen > MAX_LISTED) appendf(err, len, " and %zu more", nseen - MAX_LISTED);
+    zero__plugin_dirs_free(seen);
 }
 
 static int is_path(const char *s) {
@@ -297,7 +348,9 @@ zero_status zero__plugin_load(const char *name_or_path, zero__plugin *out, char 
         }
     }
     if (!found) {
-        set_err(err, err_len, "plugin \"%s\" not found; searched:", name_or_path);
+        set_err(err, err_len, "plugin \"%s\" not found; available: ", name_or_path);
+        append_available(err, err_len, dirs);
+        appendf(err, err_len, "; searched:");
         for (char **d = dirs; *d; ++d)
             appendf(err, err_len, " %s/libzero-plugin-%s.so%s", *d, name_or_path, d[1] ? "," : "");
         appendf(err, err_len, " (set ZERO_PLUGIN_PATH to a colon-separated list of directories, "

@@ -13,7 +13,8 @@ typedef struct zero__plugin {
 /* Resolve `name_or_path`: contains '/' or ends in ".so" -> loaded as given;
  * otherwise libzero-plugin-<name>.so searched on $ZERO_PLUGIN_PATH
  * (colon-separated), then the install plugin dir, then the build tree.
- * Errors (message in err): ZERO_ERR_PLUGIN_NOT_FOUND listing every path tried,
+ * Errors (message in err): ZERO_ERR_PLUGIN_NOT_FOUND listing the plugins that
+ * exist on the search path and every path tried,
  * ZERO_ERR_PLUGIN_SYMBOL, ZERO_ERR_PLUGIN_ABI naming both versions. On error
  * nothing stays loaded. */
 zero_status zero__plugin_load(const char *name_or_path, zero__plugin *out, char *err, size_t err_len);
@@ -30,4 +31,10 @@ void zero__plugin_build_id(const zero__plugin *p, char *out, size_t n);
  * malloc'd strings (free with zero__plugin_dirs_free).  Used by zero-info. */
 char **zero__plugin_dirs(void);
 void zero__plugin_dirs_free(char **dirs);
+
+/* The plugin names (libzero-plugin-<name>.so, without prefix and suffix) in
+ * one directory, sorted, as a NULL-terminated array freed with
+ * zero__plugin_dirs_free; NULL when the directory cannot be opened.  The
+ * files are not loaded.  Used by zero-info and the not-found message. */
+char **zero__plugin_dir_names(const char *dir);
 #endif

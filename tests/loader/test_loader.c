@@ -92,6 +92,30 @@ static void test_not_found(void) {
     snprintf(want, sizeof want, "%s/libzero-plugin-no-such-strategy.so", ZERO_BUILD_PLUGIN_DIR);
     CHECK_STR_CONTAINS(g_err, want);
     CHECK_STR_CONTAINS(g_err, "ZERO_PLUGIN_PATH");
+    /* The plugins that do exist are named (a misspelling is obvious), each
+     * once although g_dir is on the path twice, before the paths tried. */
+    CHECK_STR_CONTAINS(g_err, "not found; available: ");
+    CHECK_STR_CONTAINS(g_err, "loader-good, ");
+    CHECK_STR_CONTAINS(g_err, "loader-wrong-major");
+    const char *avail = strstr(g_err, "available: "), *searched = strstr(g_err, "; searched:");
+    CHECK(avail && searched && avail < searched, "available listed before searched: %s", g_err);
+    const char *first = strstr(g_err, "loader-good,");
+    CHECK(first && !strstr(first + 1, "loader-good,"), "loader-good listed once: %s", g_err);
+
+    /* No plugin anywhere: said so. */
+    setenv("ZERO_PLUGIN_PATH", "/nonexistent-zero-dir", 1);
+    char **dirs = zero__plugin_dirs();
+    int any = 0;
+    for (char **d = dirs; d && *d; ++d) {
+        char **names = zero__plugin_dir_names(*d);
+        any |= names && names[0];
+        zero__plugin_dirs_free(names);
+    }
+    zero__plugin_dirs_free(dirs);
+    s = zero__plugin_load("no-such-strategy", &p, g_err, sizeof g_err_buf);
+    CHECK_EQ_INT(s, ZERO_ERR_PLUGIN_NOT_FOUND);
+    if (!any) CHECK_STR_CONTAINS(g_err, "available: (none); searched:");
+    CHECK(zero__plugin_dir_names("/nonexistent-zero-dir") == NULL, "a missing dir lists as NULL");
 
     /* A path that does not exist: dlopen's own text is passed on. */
     s = zero__plugin_load("/nonexistent-zero-dir/libzero-plugin-x.so", &p, g_err, sizeof g_err_buf);

@@ -4,7 +4,6 @@
  * plugin found on it with its file, name, ABI version and description;
  * plugins the loader would refuse are listed with the loader's reason.
  * Exit status: 0, or 1 with --strict when some plugin file is refused. */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +17,6 @@
 #define PREFIX "libzero-plugin-"
 #define SUFFIX ".so"
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* Plugin names already printed: an earlier directory shadows a later one,
  * exactly as the loader's first-match rule does. */
@@ -50,36 +48,20 @@ static void caps_text(uint32_t caps, char *buf, size_t len) {
 
 /* List one directory; returns the number of refused plugin files. */
 static int list_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) {
+    /* The loader's own listing: the not-found message names the same plugins. */
+    char **names = zero__plugin_dir_names(dir);
+    if (!names) {
         printf("  %s  (not present)\n", dir);
         return 0;
     }
     printf("  %s\n", dir);
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *ent;
-    while ((ent = readdir(d))) {
-        size_t l = strlen(ent->d_name);
-        if (l <= strlen(PREFIX) + strlen(SUFFIX) || strncmp(ent->d_name, PREFIX, strlen(PREFIX)) != 0 ||
-            strcmp(ent->d_name + l - strlen(SUFFIX), SUFFIX) != 0)
-            continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            char **nn = realloc(names, cap * sizeof *nn);
-            if (!nn) break;
-            names = nn;
-        }
-        names[n++] = strdup(ent->d_name);
-    }
-    closedir(d);
-    qsort(names, n, sizeof *names, cmp_str);
+    size_t n = 0;
+    while (names[n]) ++n;
     int refused = 0;
     for (size_t i = 0; i < n; ++i) {
-        char path[4096], name[256], err[4096] = "";
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        size_t l = strlen(names[i]) - strlen(PREFIX) - strlen(SUFFIX);
-        snprintf(name, sizeof name, "%.*s", (int)l, names[i] + strlen(PREFIX));
+        char path[4096], err[4096] = "";
+        const char *name = names[i];
+        snprintf(path, sizeof path, "%s/" PREFIX "%s" SUFFIX, dir, name);
         const char *winner = seen_in(name);
         zero__plugin p;
         zero_status s = zero__plugin_load(path, &p, err, sizeof err);
@@ -101,10 +83,9 @@ static int list_dir(const char *dir) {
             printf("    %-14s %s\n", "", err);
         }
         if (!winner) remember(name, path);
-        free(names[i]);
     }
     if (n == 0) printf("    (no plugins)\n");
-    free(names);
+    zero__plugin_dirs_free(names);
     return refused;
 }
 
