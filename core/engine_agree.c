@@ -114,15 +114,6 @@ static int sides(const agree_rec *recs, int n, same_fn same, int *firsts, int ma
     return k;
 }
 
-static void appendf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void appendf(char *buf, size_t len, const char *fmt, ...) {
-    size_t used = strnlen(buf, len);
-    if (used + 1 >= len) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + used, len - used, fmt, ap);
-    va_end(ap);
-}
 
 static int same_core(const agree_rec *a, const agree_rec *b) {
     return a->core_abi == b->core_abi && !strcmp(a->core, b->core);
@@ -134,7 +125,7 @@ static void plugin_sides(const agree_rec *recs, int n, char *msg, size_t len) {
     int first[MAX_SIDES];
     const int k = sides(recs, n, same_plugin, first, MAX_SIDES);
     const int cores = sides(recs, n, same_core, NULL, 0); /* counts only */
-    appendf(msg, len, "ranks loaded different plugins: ");
+    zero__appendf(msg, len, "ranks loaded different plugins: ");
     for (int i = 0; i < k && i < MAX_SIDES; i++) {
         const agree_rec *r = &recs[first[i]];
         char who[160], core[96] = "";
@@ -142,12 +133,12 @@ static void plugin_sides(const agree_rec *recs, int n, char *msg, size_t len) {
         if (cores > 1)
             snprintf(core, sizeof core, ", libzero %s ABI %u.%u", r->core, r->core_abi / 10000, r->core_abi % 10000);
         const int one = !strncmp(who, "rank ", 5);
-        appendf(msg, len, "%s%s %s plugin '%s' (build %s, plugin ABI %u.%u%s)", i ? ", " : "", who,
+        zero__appendf(msg, len, "%s%s %s plugin '%s' (build %s, plugin ABI %u.%u%s)", i ? ", " : "", who,
                 one ? "loads" : "load", r->plugin,
                 r->build[0] ? r->build : "unknown", r->abi_major, r->abi_minor, core);
     }
-    if (k > MAX_SIDES) appendf(msg, len, " and %d more variant(s)", k - MAX_SIDES);
-    appendf(msg, len, "; every rank must load the same plugin build");
+    if (k > MAX_SIDES) zero__appendf(msg, len, " and %d more variant(s)", k - MAX_SIDES);
+    zero__appendf(msg, len, "; every rank must load the same plugin build");
 }
 
 /* ---- the config's first difference ---- */
@@ -184,14 +175,14 @@ static zero_status config_sides(zero_comm *g, const agree_rec *recs, int n, cons
     side_ranks(recs, n, first[0], same_config, who_a, sizeof who_a);
     side_ranks(recs, n, first[1], same_config, who_b, sizeof who_b);
     if (s == ZERO_OK && zero__config_first_diff(ta, tb, path, sizeof path, va, vb, sizeof va))
-        appendf(msg, len, "ranks were given different configs: '%s' is %s on %s but %s on %s", path, va, who_a, vb,
+        zero__appendf(msg, len, "ranks were given different configs: '%s' is %s on %s but %s on %s", path, va, who_a, vb,
                 who_b);
     else
-        appendf(msg, len, "ranks were given different configs: digest %016llx on %s, %016llx on %s",
+        zero__appendf(msg, len, "ranks were given different configs: digest %016llx on %s, %016llx on %s",
                 (unsigned long long)recs[first[0]].cfg_digest, who_a, (unsigned long long)recs[first[1]].cfg_digest,
                 who_b);
-    if (k > 2) appendf(msg, len, " (and %d more variant(s))", k - 2);
-    appendf(msg, len, "; every rank must be given the same config (nvme_path, trace and zero_optimization.plugin "
+    if (k > 2) zero__appendf(msg, len, " (and %d more variant(s))", k - 2);
+    zero__appendf(msg, len, "; every rank must be given the same config (nvme_path, trace and zero_optimization.plugin "
                       "excepted)");
     free(ta);
     free(tb);
@@ -218,7 +209,7 @@ static zero_status explain(zero_engine *e, zero_comm *g, const agree_rec *recs, 
     zero_status s = ZERO_OK;
     if (sides(recs, n, same_plugin, first, 2) > 1) plugin_sides(recs, n, msg, 4096);
     if (sides(recs, n, same_config, first, 2) > 1) {
-        if (msg[0]) appendf(msg, 4096, "; and ");
+        if (msg[0]) zero__appendf(msg, 4096, "; and ");
         s = config_sides(g, recs, n, canon, msg, 4096);
     }
     s = s == ZERO_OK || !msg[0] ? zero__error(e, ZERO_ERR_MISMATCH, "%s", msg[0] ? msg : "ranks disagree")

@@ -7,6 +7,7 @@
  * nothing behind and the process can load another one. */
 #include "loader.h"
 #include "crc32c.h"
+#include "log.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -31,17 +32,6 @@
 /* A 1.0 table ends with `destroy`: anything shorter predates the ABI. */
 #define TABLE_V1_0_SIZE (offsetof(zero_plugin_table_v1, destroy) + sizeof(void (*)(void *)))
 
-/* Append to a bounded message buffer; truncation is acceptable, overflow is not. */
-static void appendf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void appendf(char *buf, size_t len, const char *fmt, ...) {
-    if (!buf || len == 0) return;
-    size_t used = strnlen(buf, len);
-    if (used + 1 >= len) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + used, len - used, fmt, ap);
-    va_end(ap);
-}
 
 static void set_err(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void set_err(char *err, size_t len, const char *fmt, ...) {
@@ -166,12 +156,12 @@ static void append_available(char *err, size_t len, char **dirs) {
         for (char **nm = names; *nm; ++nm) {
             size_t before = nseen;
             if (push_dir(&seen, &nseen, &capseen, *nm, strlen(*nm)) != 0) break;
-            if (nseen != before && nseen <= MAX_LISTED) appendf(err, len, "%s%s", nseen == 1 ? "" : ", ", *nm);
+            if (nseen != before && nseen <= MAX_LISTED) zero__appendf(err, len, "%s%s", nseen == 1 ? "" : ", ", *nm);
         }
         zero__plugin_dirs_free(names);
     }
-    if (nseen == 0) appendf(err, len, "(none)");
-    else if (nseen > MAX_LISTED) appendf(err, len, " and %zu more", nseen - MAX_LISTED);
+    if (nseen == 0) zero__appendf(err, len, "(none)");
+    else if (nseen > MAX_LISTED) zero__appendf(err, len, " and %zu more", nseen - MAX_LISTED);
     zero__plugin_dirs_free(seen);
 }
 
@@ -254,7 +244,7 @@ static zero_status check_table(const zero_plugin_table_v1 *t, const char *path, 
     if (nmissing) {
         set_err(err, len, "plugin \"%s\" (%s) lacks required function%s:", t->name, label,
                 nmissing > 1 ? "s" : "");
-        for (int i = 0; i < nmissing; ++i) appendf(err, len, "%s %s", i ? "," : "", missing[i]);
+        for (int i = 0; i < nmissing; ++i) zero__appendf(err, len, "%s %s", i ? "," : "", missing[i]);
         return ZERO_ERR_PLUGIN_SYMBOL;
     }
     return ZERO_OK;
@@ -350,10 +340,10 @@ zero_status zero__plugin_load(const char *name_or_path, zero__plugin *out, char 
     if (!found) {
         set_err(err, err_len, "plugin \"%s\" not found; available: ", name_or_path);
         append_available(err, err_len, dirs);
-        appendf(err, err_len, "; searched:");
+        zero__appendf(err, err_len, "; searched:");
         for (char **d = dirs; *d; ++d)
-            appendf(err, err_len, " %s/libzero-plugin-%s.so%s", *d, name_or_path, d[1] ? "," : "");
-        appendf(err, err_len, " (set ZERO_PLUGIN_PATH to a colon-separated list of directories, "
+            zero__appendf(err, err_len, " %s/libzero-plugin-%s.so%s", *d, name_or_path, d[1] ? "," : "");
+        zero__appendf(err, err_len, " (set ZERO_PLUGIN_PATH to a colon-separated list of directories, "
                               "or give the plugin's path)");
     }
     zero__plugin_dirs_free(dirs);

@@ -162,3 +162,13 @@ zero_status zero__error_context(struct zero_engine *e, zero_status s, const char
     }
     return zero__error(e, s, "%s: %s", ctx, body);
 }
+
+void zero__appendf(char *buf, size_t len, const char *fmt, ...) {
+    if (!buf || len == 0) return;
+    size_t used = strnlen(buf, len);
+    if (used + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, len - used, fmt, ap);
+    va_end(ap);
+}

@@ -2,6 +2,7 @@
 #ifndef ZERO_CORE_LOG_H
 #define ZERO_CORE_LOG_H
 #include <stdarg.h>
+#include <stddef.h>
 #include "zero.h"
 
 struct zero_engine;
@@ -31,4 +32,9 @@ zero_status zero__verror(struct zero_engine *e, zero_status s, const char *fmt, 
  * wait belonged to).  Returns s; e may be NULL (then nothing happens). */
 zero_status zero__error_context(struct zero_engine *e, zero_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Append printf-style text to the NUL-terminated message in buf (len
+ * bytes): cut at the end, never past it.  buf may be NULL or len 0 (then
+ * nothing).  Pure; the caller owns buf. */
+void zero__appendf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 #endif
