@@ -134,63 +134,105 @@ EOF
 fi
 
 # --- 3. The demo on the device, every plugin vs stage0 ----------------------
+# Each case: the CPU engine's stage0 at the same rank count is the reference;
+# every plugin on the device must reach the same bits.  Rank counts: 1, one
+# per GPU when several exist, and 2 and 4 ranks sharing GPU 0 through the MPI
+# communicator behind libzero's staging layer (--comm mpi, tag "npNs": NCCL
+# refuses two ranks on one GPU), where stage 1/2/3 and offload really
+# partition device memory.  Configs: fp32 and bf16 x gradient accumulation 1
+# and 2 (clipping, WarmupLR), and stage 3 with offload_param and
+# offload_optimizer (cpu, bf16).  Cases run 4 at a time (independent mpiruns).
 if want demo; then
   demo="$build/examples/demo/zero-demo"
   mpiexec=$(command -v mpirun || command -v mpiexec || true)
   if [ $build_ok != 1 ] || [ ! -x "$demo" ]; then
     record demo all skipped "no demo binary ($demo)"
-  elif ! "$demo" --help 2>&1 | grep -q -- '--device'; then
-    record demo all skipped "the demo has no --device option"
+  elif [ -z "$mpiexec" ]; then
+    record demo all skipped "no mpirun/mpiexec"
+  elif ! "$demo" --help 2>&1 | grep -q -- '--comm'; then
+    record demo all skipped "the demo has no --comm option"
   else
-    rank_counts="1"
-    [ "$ngpu" -gt 1 ] && rank_counts="1 $ngpu"
-    run_demo() { # NP DEVICE PLUGIN CONFIG LOG SUMMARY
-      local cfg=()
-      [ "$4" != default ] && cfg=(--config "$here/examples/configs/$4.json")
-      if [ -n "$mpiexec" ]; then
-        timeout 300 "$mpiexec" --allow-run-as-root --oversubscribe -np "$1" --mca btl self,vader \
-          "$demo" --device "$2" --plugin "$3" "${cfg[@]}" --steps 20 --quiet --summary "$6" >"$5" 2>&1
-      else
-        timeout 300 "$demo" --device "$2" --plugin "$3" "${cfg[@]}" --steps 20 --quiet --summary "$6" >"$5" 2>&1
-      fi
+    cfgdir="$out/configs"
+    mkdir -p "$cfgdir"
+    python3 - "$here/examples/configs" "$cfgdir" <<'EOF'
+import json, sys
+src, dst = sys.argv[1:3]
+base = json.load(open(src + "/fp32.json"))
+for name, bf16, gas in (("fp32g1", False, 1), ("fp32g2", False, 2), ("bf16g1", True, 1), ("bf16g2", True, 2)):
+    c = json.loads(json.dumps(base))
+    c["gradient_accumulation_steps"] = gas
+    if bf16:
+        c["bf16"] = {"enabled": True}
+    json.dump(c, open(f"{dst}/{name}.json", "w"), indent=1)
+c = json.load(open(src + "/stage3.json"))
+c["bf16"] = {"enabled": True}
+c["zero_optimization"]["offload_param"] = {"device": "cpu", "pin_memory": True}
+c["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+json.dump(c, open(f"{dst}/bf16g2-offp.json", "w"), indent=1)
+EOF
+    # one case per line: TAG NP COMM CONFIG PLUGIN (cpu-stage0: the reference)
+    cases="$out/demo-cases.txt"
+    : >"$cases"
+    add_cases() { # NP COMM CONFIG PLUGINS...
+      local np=$1 comm=$2 cfg=$3 tag
+      shift 3
+      tag="np$np$([ "$comm" = mpi ] && echo s)-$cfg"
+      echo "$tag $np $comm $cfg cpu-stage0" >>"$cases"
+      for p in "$@"; do echo "$tag $np $comm $cfg $p" >>"$cases"; done
     }
-    compare() { # REF.json GOT.json -> "equal ..." / "DIFFERENT ..."
-      python3 - "$1" "$2" <<'EOF'
+    for cfg in fp32g1 fp32g2 bf16g1 bf16g2; do
+      add_cases 1 auto "$cfg" stage0 stage1 stage2 stage3 offload
+      [ "$ngpu" -gt 1 ] && add_cases "$ngpu" auto "$cfg" stage0 stage1 stage2 stage3 offload
+      add_cases 2 mpi "$cfg" stage0 stage1 stage2 stage3 offload
+      add_cases 4 mpi "$cfg" stage0 stage1 stage2 stage3 offload
+    done
+    add_cases 1 auto bf16g2-offp stage3
+    add_cases 2 mpi bf16g2-offp stage3
+    add_cases 4 mpi bf16g2-offp stage3
+    run_case() { # TAG NP COMM CONFIG PLUGIN: writes $out/demo-TAG-PLUGIN.{log,json,rc}
+      local tag=$1 np=$2 comm=$3 cfg=$4 plugin=$5 dev=cuda base t0 rc
+      base="$out/demo-$tag-$plugin"
+      if [ "$plugin" = cpu-stage0 ]; then dev=cpu plugin=stage0; fi
+      t0=$(date +%s)
+      timeout 300 "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" --mca btl self,vader --bind-to none \
+        "$demo" --device "$dev" --comm "$comm" --plugin "$plugin" --config "$cfgdir/$cfg.json" \
+        --steps 20 --quiet --summary "$base.json" >"$base.log" 2>&1
+      rc=$?
+      echo "$rc $(($(date +%s) - t0))" >"$base.rc"
+    }
+    export -f run_case
+    why_failed() { # LOG: its first line that explains itself, else its last two
+      grep -m1 -iE 'error|fail|unable|abort|differ|refus' "$1" | grep -v -- '----' | cut -c1-300 | grep . ||
+        tail -n 2 "$1" | tr '\n' ' ' | cut -c1-300
+    }
+    export out mpiexec demo cfgdir
+    # the references first (each device case reads its own), then the device cases
+    grep ' cpu-stage0$' "$cases" | xargs -P 4 -L 1 bash -c 'run_case "$@"' _
+    grep -v ' cpu-stage0$' "$cases" | xargs -P 4 -L 1 bash -c 'run_case "$@"' _
+    while read -r tag np comm cfg plugin; do
+      [ "$plugin" = cpu-stage0 ] && continue
+      ref="$out/demo-$tag-cpu-stage0"
+      got="$out/demo-$tag-$plugin"
+      read -r rc secs <"$got.rc"
+      if [ "$(cut -d' ' -f1 "$ref.rc")" != 0 ]; then
+        record demo "$tag-$plugin" FAILED "the CPU reference failed: $(why_failed "$ref.log")"
+      elif [ "$rc" != 0 ]; then
+        record demo "$tag-$plugin" FAILED "exit $rc: $(why_failed "$got.log")"
+      else
+        verdict=$(python3 - "$ref.json" "$got.json" <<'EOF'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 ka, kb = a.get("digest"), b.get("digest")
 la, lb = a.get("final_loss"), b.get("final_loss")
 print(("equal" if ka == kb else "DIFFERENT") + f" digest sum {kb.get('sum')!r} vs {ka.get('sum')!r}; loss {lb} vs {la}")
 EOF
-    }
-    # fp32 runs gradient_accumulation_steps 2 with clipping (bf16.json without bf16): the
-    # case that still differs from the CPU in the last bits (docs/gpu.md, Status)
-    for cfgname in default bf16 fp32; do
-      for np in $rank_counts; do
-        tag="np$np-$cfgname"
-        # The CPU engine's stage0 is the reference: the GPU kernels and the
-        # NCCL reductions must reach the same bits.
-        ref="$out/demo-$tag-cpu-stage0.json"
-        if ! run_demo "$np" cpu stage0 "$cfgname" "$out/demo-$tag-cpu-stage0.log" "$ref"; then
-          record demo "$tag-cpu-stage0" FAILED "the CPU reference run failed: $(tail -n 2 "$out/demo-$tag-cpu-stage0.log" | tr '\n' ' ')"
-          continue
-        fi
-        for plugin in stage0 stage1 stage2 stage3 offload; do
-          log="$out/demo-$tag-$plugin.log"
-          sum="$out/demo-$tag-$plugin.json"
-          t=$(now)
-          if ! run_demo "$np" cuda "$plugin" "$cfgname" "$log" "$sum"; then
-            record demo "$tag-$plugin" FAILED "exit $?: $(grep -m1 -iE 'error|failed' "$log" | cut -c1-300)"
-            continue
-          fi
-          verdict=$(compare "$ref" "$sum")
-          case "$verdict" in
-            equal*) record demo "$tag-$plugin" ok "$(($(now) - t)) s; = CPU stage0 bitwise; $verdict" ;;
-            *) record demo "$tag-$plugin" FAILED "vs CPU stage0: $verdict" ;;
-          esac
-        done
-      done
-    done
+)
+        case "$verdict" in
+          equal*) record demo "$tag-$plugin" ok "$secs s; = CPU stage0 bitwise; $verdict" ;;
+          *) record demo "$tag-$plugin" FAILED "vs CPU stage0: $verdict" ;;
+        esac
+      fi
+    done <"$cases"
   fi
 fi
 
@@ -213,19 +255,34 @@ if want bench; then
     fi
   done
   [ $found = 1 ] || record bench all skipped "no bench_gpu_* programs in $build/bench"
+  # libzero's fused AdamW against torch.optim.AdamW(fused=True) on the same shapes (issue 35)
+  if [ -x "$build/bench/gpu/bench_gpu_kernels" ] && python3 -c "import torch" >/dev/null 2>&1; then
+    if timeout 300 python3 "$here/bench/gpu/bench_torch_adamw.py" "$build/bench/gpu/bench_gpu_kernels" \
+         >"$out/bench_torch_adamw.log" 2>&1; then
+      record bench bench_torch_adamw ok "$(grep -E '^(RESULT|NOTE|SKIPPED)' "$out/bench_torch_adamw.log" | tr '\n' ';' | cut -c1-900)"
+    else
+      record bench bench_torch_adamw FAILED "exit $?: $(tail -n 2 "$out/bench_torch_adamw.log" | tr '\n' ' ')"
+    fi
+  else
+    record bench bench_torch_adamw skipped "no bench_gpu_kernels or no python3 with torch"
+  fi
   # Issue 18's overlap goal (exposed communication <= 10 % of the overlap-off
   # figure) needs a core per rank plus one for each progress thread, which
-  # the 2-core CI machines do not have and these machines do: the CPU engine's
-  # bench_overlap at N = 2 with 1 and 2 compute threads per rank.
+  # the 2-core CI machines do not have and these machines do: bench_overlap at
+  # N = 2 with 1 and 2 compute threads per rank, on the CPU engine and on
+  # CUDA engines sharing GPU 0 (MPI behind libzero's staging layer).
   ovl="$build/bench/overlap/bench_overlap"
   if [ -x "$ovl" ] && command -v mpirun >/dev/null 2>&1 && [ "$(nproc)" -ge 6 ]; then
-    for t in 1 2; do
-      if ZERO_PLUGIN_PATH="$build/plugins" timeout 300 mpirun --allow-run-as-root -np 2 --mca btl self,vader \
-           -x ZERO_PLUGIN_PATH "$ovl" --reps 7 --compute-threads "$t" >"$out/bench_overlap_t$t.log" 2>&1; then
-        record bench "bench_overlap_cpu_t$t" ok "$(grep -E '^N=|=>' "$out/bench_overlap_t$t.log" | tr '\n' ';' | cut -c1-900)"
-      else
-        record bench "bench_overlap_cpu_t$t" FAILED "exit $?: $(tail -n 2 "$out/bench_overlap_t$t.log" | tr '\n' ' ')"
-      fi
+    for dev in cpu cuda; do
+      for t in 1 2; do
+        log="$out/bench_overlap_${dev}_t$t.log"
+        if ZERO_PLUGIN_PATH="$build/plugins" timeout 300 mpirun --allow-run-as-root -np 2 --mca btl self,vader \
+             -x ZERO_PLUGIN_PATH "$ovl" --reps 7 --compute-threads "$t" --device "$dev" >"$log" 2>&1; then
+          record bench "bench_overlap_${dev}_t$t" ok "$(grep -E 'engine, N=|=>' "$log" | tr '\n' ';' | cut -c1-900)"
+        else
+          record bench "bench_overlap_${dev}_t$t" FAILED "exit $?: $(tail -n 2 "$log" | tr '\n' ' ')"
+        fi
+      done
     done
   fi
 fi

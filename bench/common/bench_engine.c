@@ -16,14 +16,18 @@ void bench_die(const char *what, zero_engine *e, zero_status s) {
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-zero_engine *bench_engine_flat(const char *json, const char *plugin, int nparams, size_t per, const char *prefix,
-                               zero_param **h) {
+static zero_engine *flat(const char *json, const char *plugin, int nparams, size_t per, const char *prefix,
+                        zero_param **h, float **host_grads) {
     MPI_Comm comm = MPI_COMM_WORLD;
     zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
     o.config_json = json;
     o.plugin = plugin;
     o.comm_kind = ZERO_COMM_MPI;
     o.comm = &comm;
+    if (host_grads) {
+        o.device_kind = ZERO_DEVICE_CUDA;
+        o.device_index = ZERO_DEVICE_INDEX_AUTO;
+    }
     zero_engine *e = NULL;
     char err[512];
     zero_status s = zero_engine_create(&o, &e, err, sizeof err);
@@ -39,9 +43,20 @@ zero_engine *bench_engine_flat(const char *json, const char *plugin, int nparams
         d.name = name;
         d.data = init;
         d.numel = per;
+        if (host_grads) d.grad = host_grads[i];
         if ((s = zero_register_param(e, &d, &h[i])) != ZERO_OK) bench_die("register", e, s);
     }
     if ((s = zero_params_done(e)) != ZERO_OK) bench_die("params_done", e, s);
     free(init);
     return e;
+}
+
+zero_engine *bench_engine_flat(const char *json, const char *plugin, int nparams, size_t per, const char *prefix,
+                               zero_param **h) {
+    return flat(json, plugin, nparams, per, prefix, h, NULL);
+}
+
+zero_engine *bench_engine_flat_cuda(const char *json, const char *plugin, int nparams, size_t per,
+                                    const char *prefix, zero_param **h, float **host_grads) {
+    return flat(json, plugin, nparams, per, prefix, h, host_grads);
 }

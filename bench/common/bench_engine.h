@@ -17,4 +17,13 @@ void bench_die(const char *what, zero_engine *e, zero_status s);
  * aborts the job.  The caller destroys the engine.  Collective. */
 zero_engine *bench_engine_flat(const char *json, const char *plugin, int nparams, size_t per, const char *prefix,
                                zero_param **h);
+/* The same on a CUDA engine (device_kind CUDA, device local rank % GPUs)
+ * over MPI_COMM_WORLD behind libzero's staging layer, so that several ranks
+ * may share one GPU.  Param i is registered with host_grads[i] (per floats
+ * of host memory the caller owns and keeps until the engine is destroyed)
+ * as its gradient buffer: the host writes gradients on the CPU and libzero
+ * copies them to the device at zero_on_grad_ready.  A library without CUDA
+ * or a machine without a GPU aborts the job with libzero's message. */
+zero_engine *bench_engine_flat_cuda(const char *json, const char *plugin, int nparams, size_t per,
+                                    const char *prefix, zero_param **h, float **host_grads);
 #endif

@@ -2,7 +2,7 @@
  * overlap_comm off and on, through libzero's public ABI.
  *
  *   mpirun -np 2 bench_overlap [--layers 16] [--mparams 8] [--layer-us 2000] [--bucket 1000000] [--reps 7]
- *                              [--compute-threads 1]
+ *                              [--compute-threads 1] [--device cpu|cuda]
  *
  * A simulated backward walks `layers` layers (one fp32 param each, mparams
  * million elements in all) from the last to the first: per layer
@@ -31,7 +31,13 @@
  * figure but is in the step time).  All engines live at once and every
  * repetition runs each once (interleaved, so load changes on a shared
  * machine hit all alike).  Figures: medians over repetitions of the
- * slowest rank. */
+ * slowest rank.
+ *
+ * --device cuda: the same on CUDA engines (libzero's buffers, reductions
+ * and optimizer on the GPU, local rank % GPUs) over MPI behind libzero's
+ * staging layer, so the ranks may share one GPU; the host writes each
+ * layer's gradient into a host buffer registered as the param's `grad`,
+ * which libzero copies to the device at zero_on_grad_ready. */
 #include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -51,6 +57,7 @@ typedef struct cfg {
     int overlap, round_robin;
     zero_engine *e;
     zero_param **h;
+    float **host_grads; /* --device cuda: one host gradient buffer per layer */
     double *t_step, *t_exposed, *t_bwd, *t_cpu;
 } cfg;
 
@@ -93,7 +100,7 @@ static double host_threads_cpu(int T) {
     return s;
 }
 
-static void setup(cfg *c, int layers, size_t per, long long bucket) {
+static void setup(cfg *c, int layers, size_t per, long long bucket, int cuda) {
     char json[512];
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
@@ -103,7 +110,13 @@ static void setup(cfg *c, int layers, size_t per, long long bucket) {
              strcmp(c->plugin, "stage2") == 0 ? 1000000 : 1, c->overlap ? "true" : "false", bucket,
              c->round_robin ? "true" : "false");
     c->h = calloc((size_t)layers, sizeof *c->h);
-    c->e = bench_engine_flat(json, c->plugin, layers, per, "layer", c->h);
+    if (!cuda) {
+        c->e = bench_engine_flat(json, c->plugin, layers, per, "layer", c->h);
+        return;
+    }
+    c->host_grads = calloc((size_t)layers, sizeof *c->host_grads);
+    for (int l = 0; l < layers; l++) c->host_grads[l] = calloc(per ? per : 1, sizeof(float));
+    c->e = bench_engine_flat_cuda(json, c->plugin, layers, per, "layer", c->h, c->host_grads);
 }
 
 /* One micro-step; returns this rank's (backward, step, exposed, libzero CPU) seconds. */
@@ -137,7 +150,7 @@ static void run_once(cfg *c, int layers, size_t per, double layer_us, int T, dou
 }
 
 int main(int argc, char **argv) {
-    int provided = 0, reps = 7, layers = 16, T = 1;
+    int provided = 0, reps = 7, layers = 16, T = 1, cuda = 0;
     double mparams = 8, layer_us = 2000;
     long long bucket = 1000000; /* elements; DeepSpeed's 5e8 would make one bucket of this model */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -148,6 +161,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--layer-us")) layer_us = atof(argv[++i]);
         else if (!strcmp(argv[i], "--bucket")) bucket = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--compute-threads")) T = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--device")) cuda = !strcmp(argv[++i], "cuda");
     }
     if (reps < 1) reps = 1;
     if (reps > 64) reps = 64;
@@ -169,7 +183,7 @@ int main(int argc, char **argv) {
         cs[k].plugin = k < 4 ? "stage0" : "stage2";
         cs[k].round_robin = (k / 2) % 2;
         cs[k].overlap = k % 2;
-        setup(&cs[k], layers, per, bucket);
+        setup(&cs[k], layers, per, bucket, cuda);
         cs[k].t_bwd = calloc((size_t)reps, sizeof(double));
         cs[k].t_step = calloc((size_t)reps, sizeof(double));
         cs[k].t_exposed = calloc((size_t)reps, sizeof(double));
@@ -191,9 +205,9 @@ int main(int argc, char **argv) {
                 ratio[p][it] = cs[2 * p + 1].t_exposed[it] / (cs[2 * p].t_exposed[it] > 0 ? cs[2 * p].t_exposed[it] : 1e-12);
     }
     if (rank == 0)
-        printf("N=%d, %d layers x %zu floats (%.1f MB of gradients), %.0f us of compute per layer on %d thread%s "
+        printf("%s engine, N=%d, %d layers x %zu floats (%.1f MB of gradients), %.0f us of compute per layer on %d thread%s "
                "(%.1f ms of backward compute), reduce_bucket_size %lld, reps=%d\n",
-               world, layers, per, (double)per * layers * 4 / 1048576.0, layer_us, T, T > 1 ? "s" : "",
+               cuda ? "CUDA (MPI staged)" : "CPU", world, layers, per, (double)per * layers * 4 / 1048576.0, layer_us, T, T > 1 ? "s" : "",
                layer_us * layers / 1e3, bucket, reps);
     double step_med[NCFG];
     for (int k = 0; k < NCFG; k++) {
@@ -228,6 +242,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < NCFG; k++) {
         zero_engine_destroy(cs[k].e);
         free(cs[k].h);
+        for (int l = 0; cs[k].host_grads && l < layers; l++) free(cs[k].host_grads[l]);
+        free(cs[k].host_grads);
         free(cs[k].t_bwd);
         free(cs[k].t_step);
         free(cs[k].t_exposed);

@@ -10,7 +10,8 @@
 
 static void usage(void) {
     printf("usage: zero-demo [--config FILE] [--plugin NAME] [--steps N] [--seed S]\n"
-           "                 [--summary FILE] [--data PATH] [--device cpu|cuda] [--quiet]\n"
+           "                 [--summary FILE] [--data PATH] [--device cpu|cuda] [--comm auto|mpi]\n"
+           "                 [--quiet]\n"
            "                 [--save-dir DIR [--save-every K] [--keep-last K]] [--resume DIR]\n"
            "Trains a character-level MLP language model with libzero (run under mpirun).\n"
            "  --config FILE   DeepSpeed JSON config (batch, optimizer, scheduler, zero_optimization)\n"
@@ -22,6 +23,8 @@ static void usage(void) {
            "  --device D      cpu (default) or cuda: libzero keeps parameters, gradients and optimizer\n"
            "                  state on the GPU (local rank %% GPUs), reduces over NCCL and steps with the\n"
            "                  CUDA kernels; the model's own math stays on the CPU and copies in and out\n"
+           "  --comm C        with --device cuda: auto (default; NCCL, one rank per GPU) or mpi (MPI\n"
+           "                  behind libzero's staging layer: several ranks may share one GPU)\n"
            "  --quiet         no per-step lines\n"
            "  --save-dir DIR  save checkpoints under DIR (DIR/step-N, DIR/latest); at the end, and\n"
            "  --save-every K  after every K-th step\n"
@@ -56,7 +59,7 @@ int demo_options_parse(int argc, char **argv, demo_options *o, int print, char *
             continue;
         }
         static const char *const with_value[] = {"--config", "--plugin", "--steps", "--seed",
-                                                 "--summary", "--data", "--device", "--save-dir",
+                                                 "--summary", "--data", "--device", "--comm", "--save-dir",
                                                  "--save-every", "--keep-last", "--resume"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; ++k) known |= !strcmp(a, with_value[k]);
@@ -90,6 +93,13 @@ int demo_options_parse(int argc, char **argv, demo_options *o, int print, char *
                 return -1;
             }
             o->device_cuda = !strcmp(v, "cuda");
+        }
+        else if (!strcmp(a, "--comm")) {
+            if (strcmp(v, "auto") && strcmp(v, "mpi")) {
+                snprintf(err, err_len, "--comm: '%s' is neither auto nor mpi", v);
+                return -1;
+            }
+            o->comm_mpi = !strcmp(v, "mpi");
         }
         else if (!strcmp(a, "--seed")) {
             if (parse_u64(v, &o->seed)) {

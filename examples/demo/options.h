@@ -19,6 +19,7 @@ typedef struct demo_options {
     const char *data_path;    /* --data PATH file or directory */
     int quiet;                /* --quiet: no per-step lines */
     int device_cuda;          /* --device cuda: libzero keeps params, grads and optimizer state on the GPU */
+    int comm_mpi;             /* --comm mpi: with --device cuda, MPI behind the staging layer instead of NCCL */
     const char *save_dir;     /* --save-dir DIR: checkpoint root (zero_save_ex; DIR/latest names the newest) */
     long save_every;          /* --save-every K: save after every K-th step (and the last); 0: only the last */
     long keep_last;           /* --keep-last K: keep only the newest K checkpoints (0: all) */

@@ -15,11 +15,15 @@ zero_engine *demo_engine_create(const demo_options *opt, MPI_Comm *comm, int ran
     eo.comm = comm;
     if (opt->device_cuda) {
         /* On the GPU: one per local rank, NCCL over MPI_COMM_WORLD (the
-         * demo's communicator is a duplicate of it). */
+         * demo's communicator is a duplicate of it); or, with --comm mpi,
+         * the demo's MPI communicator behind libzero's staging layer, which
+         * lets several ranks share one GPU (NCCL refuses that). */
         eo.device_kind = ZERO_DEVICE_CUDA;
         eo.device_index = ZERO_DEVICE_INDEX_AUTO;
-        eo.comm_kind = ZERO_COMM_AUTO;
-        eo.comm = NULL;
+        if (!opt->comm_mpi) {
+            eo.comm_kind = ZERO_COMM_AUTO;
+            eo.comm = NULL;
+        }
     }
     eo.plugin = opt->plugin;
     zero_engine *e = NULL;

@@ -507,8 +507,9 @@ def gpu_or_skip():
     local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", RANK))
     DEVICE = "cuda:%d" % (local % torch.cuda.device_count())  # every model of this rank lives there
     torch.cuda.set_device(DEVICE)
-    if torch.cuda.device_count() < WORLD:
+    if torch.cuda.device_count() < WORLD and not TORCH_LAUNCH:
         COMM = "mpi"  # NCCL refuses two ranks on one GPU: device buffers staged through host memory
+    # (launched torchrun-style, libzero trains over the gloo group, its device buffers staged likewise)
     if RANK == 0:
         print("GPU run: %d rank(s) on %d GPU(s) (%s), libzero comm %s"
               % (WORLD, torch.cuda.device_count(), torch.cuda.get_device_name(0), COMM))
