@@ -266,6 +266,27 @@ if want bench; then
   else
     record bench bench_torch_adamw skipped "no bench_gpu_kernels or no python3 with torch"
   fi
+  # zero.torch training a GPT-2-shaped model (stage 0..3, offload and their
+  # param_storage="libzero" variants) against plain torch AdamW: step time and
+  # peak device memory, 1 rank and 2 ranks sharing GPU 0 (issue 35)
+  gpt2="$here/bench/gpu/bench_torch_gpt2.py"
+  if [ -x "$build/examples/demo/zero-demo" ] && python3 -c "import torch" >/dev/null 2>&1; then
+    for np in 1 2; do
+      log="$out/bench_torch_gpt2_np$np.log"
+      # shellcheck disable=SC2086
+      if PYTHONPATH="$here/bindings/python" ZERO_LIBRARY="$build/core/libzero.so.1" ZERO_PLUGIN_PATH="$build/plugins" \
+         PYTHONUNBUFFERED=1 timeout 240 mpirun --allow-run-as-root --oversubscribe -np "$np" --mca btl self,vader \
+           --bind-to none -x PYTHONPATH -x ZERO_LIBRARY -x ZERO_PLUGIN_PATH -x PYTHONUNBUFFERED \
+           python3 "$gpt2" ${GPU_CHECK_GPT2_ARGS:---stages torch,stage0,stage1,stage2,stage3,offload,stage1z,stage2z} \
+           --json "$out/bench_torch_gpt2_np$np.json" >"$log" 2>&1; then
+        record bench "bench_torch_gpt2_np$np" ok "$(grep -E '^(RESULT|GOAL|SKIPPED)' "$log" | tr '\n' ';' | cut -c1-1200)"
+      else
+        record bench "bench_torch_gpt2_np$np" FAILED "exit $?: $(tail -n 3 "$log" | tr '\n' ' ' | cut -c1-400)"
+      fi
+    done
+  else
+    record bench bench_torch_gpt2 skipped "no build or no python3 with torch"
+  fi
   # Issue 18's overlap goal (exposed communication <= 10 % of the overlap-off
   # figure) needs a core per rank plus one for each progress thread, which
   # the 2-core CI machines do not have and these machines do: bench_overlap at
