@@ -7,16 +7,23 @@
 #   2. runs `ctest -L gpu` (kernels vs the CPU kernels bitwise, the device
 #      backend, NCCL, every stage plugin on device memory, zero.torch on CUDA
 #      tensors vs DDP when python3 on PATH has torch),
-#   3. runs the demo with --device cuda for every plugin on 1 rank (and on
-#      one rank per GPU when several exist), fp32 and bf16, and compares each
-#      with the CPU engine's stage0 (bitwise),
-#   4. runs the GPU benches (ratios against the memory/NCCL bound),
+#   3. runs the demo with --device cuda for every plugin (stage0..3, offload,
+#      stage 3 offloading params and optimizer) on 1 rank, one rank per GPU
+#      when several exist, and 2 and 4 ranks sharing GPU 0 (MPI behind
+#      libzero's staging layer), fp32 and bf16 x gradient accumulation 1 and
+#      2, and compares each with the CPU engine's stage0 at the same rank
+#      count (bitwise),
+#   4. runs the GPU benches (ratios against the memory/NCCL bound), libzero's
+#      fused AdamW against torch's, a zero.torch GPT-2-shaped step per stage
+#      against torch AdamW (1 and 2 ranks), and bench_overlap at N = 2 on the
+#      CPU and CUDA engines (on >= 6 cores),
 # and writes OUTDIR/summary.json and OUTDIR/summary.txt (a readable table),
 # plus one log per part.  OUTDIR defaults to gpu-check-<date>.
 #
 # Without a GPU (nvidia-smi lists none, or no nvcc) every part is reported
 # "skipped" with the reason and the script exits 0, so CI can run it.  With a
-# GPU it exits 1 when any part failed.  Budget: under 10 minutes on one H100.
+# GPU it exits 1 when any part failed.  Budget: under 10 minutes on one GPU
+# (one H200, 2026-11-27: 220 s for build, demo and bench, 73 checks).
 #
 # Environment: GPU_CHECK_BUILD (build dir), GPU_CHECK_ARCHS (CMake CUDA
 # architectures, default "native"), GPU_CHECK_JOBS, NCCL_ROOT (passed to cmake),
