@@ -821,6 +821,13 @@ static zero_status advance(zero_buckets *b) {
     return s;
 }
 
+/* Param `index`'s name for messages (the host's name, not the index). */
+static const char *param_name(const zero_buckets *b, uint32_t index) {
+    const zero_engine *e = b->e;
+    return e && e->params && index < e->nparams && e->params[index] && e->params[index]->name ? e->params[index]->name
+                                                                                               : "?";
+}
+
 /* (1.3) A param of a group this set does not reduce (another
  * communicator's: an expert group, or the dense groups). */
 static zero_status foreign(zero_buckets *b, uint32_t index) {
@@ -848,7 +855,10 @@ static zero_status slot_locked(zero_buckets *b, uint32_t index, void **slot) {
     zb_bucket *bk = &b->b[p->first_bucket];
     if (bk->launched)
         return zero__error(b->e, ZERO_ERR_STATE,
-                           "bucket engine: gradient slot of param %u requested after its bucket was reduced", index);
+                           "gradient slot of '%s' (param %u) requested after its bucket was reduced: its gradient was "
+                           "already reported ready in this micro-step (backward run twice, or zero_grad_buffer after "
+                           "zero_on_grad_ready, without zero_step in between)",
+                           param_name(b, index), index);
     if (bk->slot < 0) {
         zero_status s = acquire_slot(b, p->first_bucket);
         if (s != ZERO_OK) return s;
@@ -893,8 +903,9 @@ zero_status zero__buckets_ready(zero_buckets *b, uint32_t index, const void *src
             /* the core rejects real duplicates first: this is a micro-step
              * abandoned on an error (e.g. strict_grads) without a flush */
             s = zero__error(b->e, ZERO_ERR_STATE,
-                            "bucket engine: param %u reported ready twice; the previous micro-step ended in an "
-                            "error (e.g. strict_grads) and its reductions were never finished", index);
+                            "'%s' (param %u) reported ready twice; the previous micro-step ended in an error (e.g. "
+                            "strict_grads) and its reductions were never finished",
+                            param_name(b, index), index);
             goto out;
         }
         ZERO_TRACE_BUCKET_FILL(&b->b[k].tr, k, b->b[k].pending == b->b[k].nparts);
