@@ -70,7 +70,10 @@ typedef struct zero__s3_pool {
     uint64_t persistent;   /* bytes of persistent-param buffers */
     uint64_t limit;        /* stage3_max_live_parameters in bytes, capped by what stage 3 saves over stage 2
                               ((flat - part) model-dtype elements; docs/memory.md) */
-    int warned_over;
+    uint64_t user_limit;   /* stage3_max_live_parameters in bytes when the config sets it, else UINT64_MAX:
+                              only exceeding this warns; exceeding the implicit cap is a DEBUG note (issue 34) */
+    int warned_over;       /* the user's limit: warned once */
+    int noted_cap;         /* the implicit cap: noted once at DEBUG */
 } zero__s3_pool;
 
 /* A phase's recorded gather order, kept while another phase runs.  More
@@ -151,7 +154,9 @@ typedef struct zero__s3 {
  * first frees cached ones to stay under the max_live limit.  If it still
  * does not fit: with `demand` 0 (prefetch) return NULL; with `demand` 1 (the
  * host is waiting) evict kept (released-but-reusable) buffers and, as a
- * last resort, exceed the limit with one warning. */
+ * last resort, exceed the limit: one warning when that passes a
+ * stage3_max_live_parameters the config set, one DEBUG note when it passes
+ * only the implicit cap (what partitioning saves). */
 void *zero__s3_pool_get(zero__s3 *s, size_t bytes, int demand, size_t *cap_out);
 /* Would zero__s3_pool_get(s, bytes, 0, ...) succeed?  (Same rule, no
  * side effect: lets a gather skip the agreement when prefetch cannot
@@ -207,6 +212,9 @@ zero_status zero__s3_agree(zero__s3 *s, const char *where);
  * param is still held. */
 zero_status zero__s3_set_phase(void *state, const char *phase);
 const char *zero__s3_phase_name(const zero__s3 *s);
+/* 1 in the "train" phase: only there does a changed gather order warn
+ * (stage3_gather.c); elsewhere it is a DEBUG line. */
+int zero__s3_order_matters(const zero__s3 *s);
 void zero__s3_phases_free(zero__s3 *s);
 
 /* ---- step (stage3_step.c) ---------------------------------------------- */

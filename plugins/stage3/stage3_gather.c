@@ -18,6 +18,7 @@
  *      host computes.
  * Each param's all-gather has per-rank counts = its intersection with each
  * rank's share, so the pieces land concatenated as the full tensor. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +27,24 @@
 
 /* ---- agreement ----------------------------------------------------------- */
 
-enum { A_START = 0, A_END, A_HASH, A_LIVE, A_IDX0, A_NIDX = 6, A_NV = A_IDX0 + A_NIDX };
+enum { A_START = 0, A_END, A_HASH, A_LIVE, A_CALL, A_IDX0, A_NIDX = 6, A_NV = A_IDX0 + A_NIDX };
+
+/* A_END and A_CALL carry the rank in their low bits: the MAX all-reduce
+ * then gives the largest value and the highest rank holding it, the MIN
+ * (the negated half) the smallest and the lowest rank holding it, so a
+ * message can name two ranks that differ. */
+#define RANK_BITS 20
+#define RANK_MASK ((INT64_C(1) << RANK_BITS) - 1)
+static int64_t with_rank(int64_t v, int rank) { return v * (RANK_MASK + 1) + (rank & RANK_MASK); }
+
+/* The call an agreement runs in (A_CALL), and its name. */
+static int64_t call_code(const char *where) {
+    return !strcmp(where, "zero_gather") ? 1 : !strcmp(where, "zero_step") ? 2 : !strcmp(where, "zero_set_phase") ? 3 : 0;
+}
+static const char *call_name(int64_t code) {
+    static const char *const n[4] = {"another call", "zero_gather", "zero_step", "zero_set_phase"};
+    return code >= 0 && code < 4 ? n[code] : n[0];
+}
 
 /* Wait for the agreement's request.  The comm backend bounds every wait
  * (ZERO_COMM_TIMEOUT / comm_timeout, of which ZERO_STAGE3_TIMEOUT_S is now
@@ -50,14 +68,51 @@ static const char *pname(zero__s3 *s, int64_t idx) {
     return s->params[idx].info->name;
 }
 
+/* Ranks that gathered different NUMBERS of params (the same params as far
+ * as compared): name both counts and ranks, what each rank was doing, and
+ * the likely cause.  A rank that ran one micro-step fewer (an uneven data
+ * split, a rank that left its loop early) gathers what comes after its
+ * loop (a final gather of everything, a phase change, zero_step) while
+ * the others are still in the loop's gathers, and that is what this
+ * looks like from inside the agreement. */
+static zero_status count_mismatch(zero__s3 *s, const char *where, const int64_t *v, size_t first_extra) {
+#define HI(k) (v[(k)])
+#define LO(k) (-v[A_NV + (k)])
+    const zero__s3_trace *rec = &s->record;
+    const long long nhi = (long long)(HI(A_END) >> RANK_BITS), nlo = (long long)(LO(A_END) >> RANK_BITS);
+    const int rhi = (int)(HI(A_END) & RANK_MASK), rlo = (int)(LO(A_END) & RANK_MASK);
+    const int64_t chi = HI(A_CALL) >> RANK_BITS, clo = LO(A_CALL) >> RANK_BITS;
+    char calls[160] = "";
+    if (chi != clo)
+        snprintf(calls, sizeof calls, "; rank %d is in %s while rank %d is in %s", (int)(HI(A_CALL) & RANK_MASK),
+                 call_name(chi), (int)(LO(A_CALL) & RANK_MASK), call_name(clo));
+    char extra[192] = "";
+    if (first_extra != (size_t)-1)
+        snprintf(extra, sizeof extra, " (the same params up to position %zu, where rank %d gathers '%s' and rank %d "
+                 "nothing)", first_extra, rhi, pname(s, HI(A_IDX0 + (first_extra - s->verified))), rlo);
+    return s->svc->error(
+        s->c, ZERO_ERR_MISMATCH,
+        "%s: ranks gathered different numbers of params in micro-step %llu: rank %d has gathered %lld so far, rank %d "
+        "%lld%s "
+        "(this rank %zu, the last '%s'%s). Most likely the ranks ran different numbers of micro-steps (a rank with "
+        "fewer batches, or one that left its training loop early, is already past its last zero_step): every rank "
+        "must run the same number of micro-steps (one zero_step each) per optimizer step, with the same gathers "
+        "in each",
+        where, (unsigned long long)s->micro_steps, rhi, nhi, rlo, nlo, extra, rec->len,
+        pname(s, rec->len ? (int64_t)rec->idx[rec->len - 1] : -1), calls);
+#undef HI
+#undef LO
+}
+
 zero_status zero__s3_agree(zero__s3 *s, const char *where) {
     if (s->nranks <= 1) return ZERO_OK;
     const zero__s3_trace *rec = &s->record;
     int64_t v[2 * A_NV];
     v[A_START] = (int64_t)s->verified;
-    v[A_END] = (int64_t)rec->len;
+    v[A_END] = with_rank((int64_t)rec->len, s->rank);
     v[A_HASH] = (int64_t)(s->req_hash >> 1);
     v[A_LIVE] = (int64_t)(s->live_hash >> 1);
+    v[A_CALL] = with_rank(call_code(where), s->rank);
     for (size_t i = 0; i < A_NIDX; i++)
         v[A_IDX0 + i] = s->verified + i < rec->len ? (int64_t)rec->idx[s->verified + i] : -1;
     for (size_t i = 0; i < A_NV; i++) v[A_NV + i] = -v[i];
@@ -72,6 +127,8 @@ zero_status zero__s3_agree(zero__s3 *s, const char *where) {
     for (size_t i = 0; i < A_NIDX; i++)
         if (HI(A_IDX0 + i) != LO(A_IDX0 + i)) {
             size_t at = s->verified + i;
+            /* some rank has nothing at this position: its list is shorter */
+            if (LO(A_IDX0 + i) < 0) return count_mismatch(s, where, v, at);
             return s->svc->error(s->c, ZERO_ERR_MISMATCH,
                                  "%s: ranks gather different params at gather position %zu of micro-step %llu: "
                                  "'%s' on some ranks and '%s' on others (this rank: '%s'); every rank must gather "
@@ -79,12 +136,8 @@ zero_status zero__s3_agree(zero__s3 *s, const char *where) {
                                  where, at, ms, pname(s, LO(A_IDX0 + i)), pname(s, HI(A_IDX0 + i)),
                                  pname(s, at < rec->len ? (int64_t)rec->idx[at] : -1));
         }
-    if (HI(A_END) != LO(A_END) || HI(A_START) != LO(A_START))
-        return s->svc->error(s->c, ZERO_ERR_MISMATCH,
-                             "%s: ranks gathered different numbers of params in micro-step %llu (%lld to %lld; this "
-                             "rank %zu, the last '%s'): every rank must gather the same params in the same order",
-                             where, ms, (long long)LO(A_END), (long long)HI(A_END), rec->len,
-                             pname(s, rec->len ? (int64_t)rec->idx[rec->len - 1] : -1));
+    if ((HI(A_END) >> RANK_BITS) != (LO(A_END) >> RANK_BITS) || HI(A_START) != LO(A_START))
+        return count_mismatch(s, where, v, (size_t)-1);
     if (HI(A_HASH) != LO(A_HASH))
         return s->svc->error(s->c, ZERO_ERR_MISMATCH,
                              "%s: ranks gather different params somewhere in gather positions %zu..%zu of "
@@ -221,7 +274,7 @@ static void unmark_prefetched(zero__s3 *s, zero__s3_param *p) {
 static zero_status diverge(zero__s3 *s, uint32_t got) {
     const zero__s3_trace *t = &s->trace;
     const char *expected = s->pos < t->len ? s->params[t->idx[s->pos]].info->name : "(end of the recorded order)";
-    if (!s->warned_divergence) {
+    if (!s->warned_divergence && zero__s3_order_matters(s)) {
         s->warned_divergence = 1;
         s->svc->log(s->c, ZERO_LOG_WARN,
                     "stage3: gather order differs from the recorded one at position %zu of micro-step %llu "
@@ -229,8 +282,9 @@ static zero_status diverge(zero__s3 *s, uint32_t got) {
                     "(warned once)",
                     s->pos, (unsigned long long)s->micro_steps, expected, s->params[got].info->name);
     } else {
-        s->svc->log(s->c, ZERO_LOG_DEBUG, "stage3: gather order differs again at position %zu ('%s' vs '%s')", s->pos,
-                    expected, s->params[got].info->name);
+        s->svc->log(s->c, ZERO_LOG_DEBUG, "stage3: gather order differs%s at position %zu of phase '%s' ('%s' vs '%s')",
+                    s->warned_divergence ? " again" : "", s->pos, zero__s3_phase_name(s), expected,
+                    s->params[got].info->name);
     }
     s->on_track = 0;
     zero_status first = ZERO_OK;
@@ -309,6 +363,14 @@ zero_status zero__s3_gather(void *state, zero_param_info *const *params, size_t 
     return st;
 }
 
+/* Is a change of gather order worth a warning?  In the "train" phase (the
+ * default) the order is normally the same every micro-step, and a change
+ * costs the prefetch of the rest of the step.  Other phases (eval,
+ * generate, a host's gather of everything for a checkpoint) have orders
+ * that legitimately vary (a generated sequence's length, a partial pass):
+ * there it is only a DEBUG line.  (Issue 34 item 7.) */
+int zero__s3_order_matters(const zero__s3 *s) { return strcmp(zero__s3_phase_name(s), "train") == 0; }
+
 /* Keep a released param if the recorded order uses it again within
  * stage3_max_reuse_distance elements (e.g. the last layer: forward, then
  * backward at once).  Only on track: otherwise the future is unknown. */
@@ -362,13 +424,16 @@ zero_status zero__s3_settle(zero__s3 *s) {
      * entered and left again: nothing was learnt). */
     int matched = s->on_track && s->trace.valid && s->pos == s->trace.len;
     if (!matched && s->pos > 0) {
-        if (s->on_track && s->trace.valid && !s->warned_divergence) {
+        if (s->on_track && s->trace.valid && !s->warned_divergence && zero__s3_order_matters(s)) {
             s->warned_divergence = 1;
             s->svc->log(s->c, ZERO_LOG_WARN,
                         "stage3: micro-step %llu gathered %zu params in phase '%s', its recorded order has %zu: "
                         "re-recording (warned once; a host that evaluates or generates between training steps "
                         "names that phase with zero_set_phase)",
                         (unsigned long long)s->micro_steps, s->pos, zero__s3_phase_name(s), s->trace.len);
+        } else if (s->on_track && s->trace.valid) {
+            s->svc->log(s->c, ZERO_LOG_DEBUG, "stage3: %zu params gathered in phase '%s', its recorded order has %zu: "
+                        "re-recording", s->pos, zero__s3_phase_name(s), s->trace.len);
         }
         zero__s3_trace_swap(&s->trace, &s->record);
         if (zero__s3_trace_finish(&s->trace, s) != 0)

@@ -136,6 +136,15 @@ static zero_status s3_params_done(void *state) {
     s->persist_below = nonneg(rc->stage3_param_persistence_threshold);
     s->max_reuse = nonneg(rc->stage3_max_reuse_distance);
     s->pool.limit = nonneg(rc->stage3_max_live_parameters) * s->esize;
+    /* Did the user set the limit?  (The typed config has DeepSpeed's
+     * default, 1e9, either way; the lookups see the JSON as written.)  Only
+     * a limit the user set is warned about; the cap below is implicit. */
+    {
+        int64_t v = 0;
+        const int set = svc->cfg_int(s->c, "zero_optimization.stage3_max_live_parameters", &v) != 0 ||
+                        svc->cfg_int(s->c, "zero_optimization.max_live_parameters", &v) != 0;
+        s->pool.user_limit = set ? s->pool.limit : UINT64_MAX;
+    }
     /* The gather budget never exceeds what partitioning the parameters
      * saves: stage 2 holds flat model-dtype elements, stage 3 part of them
      * plus its gather buffers, with the same buckets and partitions
@@ -203,18 +212,28 @@ static zero_status s3_params_done(void *state) {
     uint32_t largest = 0;
     for (uint32_t i = 1; i < s->nparams; i++)
         if (s->params[i].info->numel > s->params[largest].info->numel) largest = i;
-    if (s->nranks > 1 && s->nparams && s->params[largest].info->numel * s->esize > s->pool.limit)
-        svc->log(s->c, ZERO_LOG_WARN,
-                 "stage3: the gather budget (stage3_max_live_parameters capped at what partitioning saves: %llu "
-                 "elements) is smaller than param '%s' (%llu elements): its gathers will exceed the limit",
-                 (unsigned long long)(s->pool.limit / s->esize), s->params[largest].info->name,
-                 (unsigned long long)s->params[largest].info->numel);
-    if (s->pool.persistent > s->pool.limit)
-        svc->log(s->c, ZERO_LOG_WARN,
-                 "stage3: params below stage3_param_persistence_threshold (%llu) take %llu bytes, more than "
-                 "stage3_max_live_parameters allows (%llu bytes)",
-                 (unsigned long long)s->persist_below, (unsigned long long)s->pool.persistent,
-                 (unsigned long long)s->pool.limit);
+    /* A param larger than the budget: warned (once, in elements; the pool
+     * then does not warn again) when it is larger than the limit the user
+     * set; a DEBUG note when only the implicit cap (what partitioning saves)
+     * is smaller, as on any small model at default keys.  (Persistent
+     * params never exceed the budget: setup_param admits them within it.) */
+    if (s->nranks > 1 && s->nparams && s->params[largest].info->numel * s->esize > s->pool.limit) {
+        const unsigned long long big = (unsigned long long)s->params[largest].info->numel;
+        if (big * s->esize > s->pool.user_limit) {
+            s->pool.warned_over = 1;
+            svc->log(s->c, ZERO_LOG_WARN,
+                     "stage3: stage3_max_live_parameters (%llu elements) is smaller than param '%s' (%llu "
+                     "elements): its gathers will exceed the limit (warned once)",
+                     (unsigned long long)(s->pool.user_limit / s->esize), s->params[largest].info->name, big);
+        } else {
+            s->pool.noted_cap = 1;
+            svc->log(s->c, ZERO_LOG_DEBUG,
+                     "stage3: the implicit gather cap (what partitioning saves over stage 2: %llu elements) is "
+                     "smaller than param '%s' (%llu elements): stage 3 holds more than stage 2 while it is "
+                     "gathered (noted once)",
+                     (unsigned long long)(s->pool.limit / s->esize), s->params[largest].info->name, big);
+        }
+    }
 
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;

@@ -60,6 +60,35 @@ static size_t best_fit(const zero__s3_pool *pl, size_t bytes) {
     return best;
 }
 
+/* A demand gather goes beyond the budget.  The budget is the smaller of
+ * stage3_max_live_parameters and what partitioning saves over stage 2
+ * (stage3_plugin.c).  Only a limit the user set warns, in its own unit
+ * (elements), once; passing the implicit cap alone (a small model, whose
+ * largest tensors are a large part of it, under default keys) is expected
+ * and costs at most what stage 2 would hold: a DEBUG note, once. */
+static void over_limit(zero__s3 *s, size_t bytes) {
+    zero__s3_pool *pl = &s->pool;
+    const uint64_t live = pl->allocated + pl->persistent, es = s->esize ? s->esize : 1;
+    if (live + bytes > pl->user_limit) {
+        if (pl->warned_over) return;
+        pl->warned_over = 1;
+        s->svc->log(s->c, ZERO_LOG_WARN,
+                    "stage3: the host holds more gathered parameters than stage3_max_live_parameters allows "
+                    "(%llu elements live + %llu requested > %llu): exceeding the limit (warned once)",
+                    (unsigned long long)(live / es), (unsigned long long)(bytes / es),
+                    (unsigned long long)(pl->user_limit / es));
+    } else if (!pl->noted_cap) {
+        pl->noted_cap = 1;
+        s->svc->log(s->c, ZERO_LOG_DEBUG,
+                    "stage3: gathered parameters exceed the implicit gather cap (what partitioning saves over "
+                    "stage 2: %llu elements; %llu live + %llu requested), so stage 3 holds more than stage 2 "
+                    "while they are gathered: expected when a model's largest tensors are a large part of it "
+                    "(noted once)",
+                    (unsigned long long)(pl->limit / es), (unsigned long long)(live / es),
+                    (unsigned long long)(bytes / es));
+    }
+}
+
 int zero__s3_pool_could_get(const zero__s3 *s, size_t bytes) {
     const zero__s3_pool *pl = &s->pool;
     return best_fit(pl, bytes) != (size_t)-1 || pl->allocated - pl->cached + pl->persistent + bytes <= pl->limit;
@@ -83,13 +112,7 @@ void *zero__s3_pool_get(zero__s3 *s, size_t bytes, int demand, size_t *cap_out) 
         if (!demand) return NULL;
         while (!fits(pl, bytes) && evict_kept(s)) {
         }
-        if (!fits(pl, bytes) && !pl->warned_over) {
-            pl->warned_over = 1;
-            s->svc->log(s->c, ZERO_LOG_WARN,
-                        "stage3: the host holds more gathered parameters than stage3_max_live_parameters "
-                        "(%llu bytes live + %zu requested > %llu); exceeding the limit (warned once)",
-                        (unsigned long long)(pl->allocated + pl->persistent), bytes, (unsigned long long)pl->limit);
-        }
+        if (!fits(pl, bytes)) over_limit(s, bytes);
     }
     void *b = s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GATHER, bytes ? bytes : 1);
     if (!b) return NULL;

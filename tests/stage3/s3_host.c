@@ -31,6 +31,7 @@ s3_cfg s3_default_cfg(void) {
     c.perturb_step = -1;
     c.diverge_rank = -1;
     c.diverge_micro = 1;
+    c.short_rank = -1;
     return c;
 }
 
@@ -305,7 +306,8 @@ void s3_run(const s3_cfg *c, s3_out *out) {
      * and save in the middle of an accumulation window. */
     const uint64_t gas = (uint64_t)c->gas;
     uint64_t gm = c->first_micro > 0 ? (uint64_t)c->first_micro : (uint64_t)c->first_step * gas;
-    const uint64_t gm_end = (uint64_t)(c->first_step + c->steps) * gas;
+    uint64_t gm_end = (uint64_t)(c->first_step + c->steps) * gas;
+    if (c->short_rank >= 0 && c->short_rank == zero_rank(r.e) && gm_end > gm) gm_end--; /* one micro-step fewer */
     for (uint64_t done = 1; gm < gm_end && out->status == ZERO_OK; gm++, done++) {
         int step = (int)(gm / gas), m = (int)(gm % gas);
         micro_step(&r, gm, step, m);

@@ -46,6 +46,8 @@ typedef struct s3_cfg {
     int save_after_micro;    /* > 0: zero_save after this many micro-steps of the run (may be inside a window) */
     int first_micro;         /* > 0: the run starts at this global micro-step (overrides first_step * gas) and
                                 trains up to the end of step first_step + steps - 1 as usual */
+    /* (appended for uneven micro-steps, issue 34) */
+    int short_rank;          /* >= 0: this rank stops one micro-step before the others (an uneven data split) */
 } s3_cfg;
 
 s3_cfg s3_default_cfg(void);

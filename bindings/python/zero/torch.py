@@ -499,6 +499,7 @@ class ZeroEngine:
         self.optimizer._sync(self.z)
         self.last_result = None
         self.micro_steps = 0
+        self._phase = "train"  # stage 3's gather-order phase (zero_set_phase), kept by train()/eval()
 
     # ------------------------------------------------------------------ memory
     def _stream(self):
@@ -666,7 +667,8 @@ class ZeroEngine:
     def train(self, mode=True):
         self.module.train(mode)
         if "zero_set_phase" not in L.lib().zero_missing:  # a 1.0 libzero has no phases
-            self.z.set_phase("train" if mode else "eval")
+            self._phase = "train" if mode else "eval"
+            self.z.set_phase(self._phase)
         return self
 
     def eval(self):
@@ -674,16 +676,35 @@ class ZeroEngine:
 
     @contextlib.contextmanager
     def gathered_parameters(self):
-        """Full values of every parameter inside the block (stage 3 gathers;
-        other stages: the model's own tensors)."""
+        """Full values of every parameter inside the block (stage 3 gathers,
+        in a phase of its own, "gathered_parameters", so the training order
+        stage 3 prefetches by is kept; other stages: the model's own
+        tensors).  Collective: every rank enters the block."""
         if not self._partitioned:
             yield self._params
             return
-        self._fetch(self._params)
+        # Its own stage-3 phase (collective, like the gather): gathering every
+        # parameter at once is not the training order, which stage 3 records
+        # for prefetching and warns about when it changes; between steps, as
+        # eval and generate passes have theirs (issue 34).
+        phased = "zero_set_phase" not in L.lib().zero_missing
+        if phased:
+            self.z.set_phase("gathered_parameters")
         try:
-            yield self._params
-        finally:
-            self._drop(self._params)
+            self._fetch(self._params)
+            try:
+                yield self._params
+            finally:
+                self._drop(self._params)
+        except BaseException:
+            if phased:  # back to the phase, without hiding the error that ended the block
+                try:
+                    self.z.set_phase(self._phase)
+                except ZeroError:
+                    pass
+            raise
+        if phased:
+            self.z.set_phase(self._phase)
 
     def save(self, directory):
         self.z.save(directory)
