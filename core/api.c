@@ -676,7 +676,17 @@ static zero_status grad_buffer_impl(zero_engine *e, zero_param *p, void **buf) {
         *buf = p->info.host_grad;
         return ZERO_OK;
     }
-    return e->plugin.table->grad_buffer(e->pstate, &p->info, buf);
+    s = e->plugin.table->grad_buffer(e->pstate, &p->info, buf);
+    /* (issue 35) A device allocation's zero-fill is queued on libzero's
+     * stream, not waited for; the host may write this buffer from any
+     * stream, so a pending fill (a buffer fresh from an allocation: the
+     * first micro-step, a grown bucket slot, contiguous_gradients false's
+     * temporaries) is waited for here, once for all fills queued so far.
+     * Nothing pending: no wait. */
+    if (s == ZERO_OK && e->dev && (s = zero__dev_fill_wait(e->dev)) != ZERO_OK)
+        return zero__error(e, s, "zero_grad_buffer(%s): waiting for the zero-fill of new device memory: %s", p->name,
+                           zero__dev_error(e->dev));
+    return s;
 }
 
 static zero_status on_grad_ready_impl(zero_engine *e, zero_param *p, void *stream) {

@@ -43,7 +43,25 @@
  * One mutex guards everything mutable; comm calls are made under it so the
  * issue order seen by the communicator equals bucket order even with several
  * host threads.  Waiting under the mutex only blocks other hook threads,
- * which could not make progress anyway (they need a slot or a launch). */
+ * which could not make progress anyway (they need a slot or a launch).
+ *
+ * (issue 35) Ordered completion, on a CUDA engine with overlap_comm off
+ * whose collectives run on the device's own stream (NCCL on libzero's
+ * stream: zero__comm_ordered_on): a bucket is completed right after its
+ * launch, as before, but without a host wait.  Its post-processing is
+ * queued on the same stream behind the collective, its request is kept as
+ * the set's `tail` (the previous tail is dropped: a later request of the
+ * same communicator completes after it), and the flush waits once, for the
+ * tail.  A released slot goes back to the host through fence_order (the
+ * host's compute stream waits for its clear on the GPU) instead of a host
+ * wait for the clear, so backward never blocks on a reduction: the GPU
+ * serialises each reduction with the compute stream, which is what
+ * overlap_comm false means in DeepSpeed too.  The collectives are issued in
+ * the same order on the same buffers and their results are added by the
+ * same kernels in the same order: the bits do not change.  Elsewhere (CPU
+ * engines, MPI or staged communicators, overlap_comm on, on_block_final)
+ * nothing changes; ZERO_BUCKET_HOST_WAIT=1 turns it off (the host then
+ * waits per bucket as before: before/after measurements). */
 #include "buckets.h"
 #include "bucket_plan.h"
 
@@ -136,6 +154,9 @@ struct zero_buckets {
     double exposed_total;
     double flush_wait;   /* (1.3) last flush: waits for reductions launched before it */
     uint32_t flush_first; /* (1.3) during a flush: first bucket it launched (0 otherwise) */
+    int ordered;          /* (issue 35) ordered completion (see the top of the file) */
+    zero_comm_req *tail;  /* ordered: the newest request completed in stream order, waited for at the flush */
+    uint32_t tail_bucket; /* its bucket (nb: an all-gather of the flush) */
 };
 
 static double now_s(void) {
@@ -261,6 +282,21 @@ static void wire_setup(zero_buckets *b) {
     b->wpost = (float)f;
 }
 
+/* (issue 35) Does this set complete its buckets in stream order (see the
+ * top of the file)?  Only where every condition holds: a device with
+ * fences and fence_order, a communicator whose collectives run on that
+ * device's stream in issue order (NCCL on libzero's stream), overlap_comm
+ * off, no on_block_final (offload reads the final blocks on the host as
+ * they complete), something to exchange, and ZERO_BUCKET_HOST_WAIT not set. */
+static int ordered_completion(const zero_buckets *b) {
+    zero__device *d = b->e->dev;
+    if (!d || b->spec.overlap || b->spec.on_block_final || !needs_comm(b)) return 0;
+    if (!zero__dev_has_fences(d) || !d->ops->fence_order) return 0;
+    const char *env = getenv("ZERO_BUCKET_HOST_WAIT");
+    if (env && env[0] && strcmp(env, "0") != 0) return 0;
+    return zero__comm_ordered_on(b->comm, d->ops->stream(d));
+}
+
 static zero_status make_slot(zero_buckets *b, uint32_t i, uint64_t n);
 zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zero_buckets **out) {
     struct zero_engine *e = zero__engine_of(c);
@@ -350,6 +386,10 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
     for (uint32_t k = 0; k < b->nb; k++)
         if (b->b[k].hi - b->b[k].lo > b->slot_cap) b->slot_cap = b->b[k].hi - b->b[k].lo;
     b->stage_budget = staging_budget(b);
+    b->ordered = ordered_completion(b);
+    if (b->ordered)
+        zero__log(e, ZERO_LOG_DEBUG, "bucket engine: overlap_comm off on the device's stream: %u buckets complete in "
+                  "stream order, one host wait per flush", b->nb);
     /* SCATTER with something to exchange: the double buffer is allocated
      * now, at its final size (the largest bucket), instead of when timing
      * asks for it, so that staging memory is a function of the model and
@@ -495,6 +535,36 @@ static zero_status land_wire16(zero_buckets *b, const zb_bucket *bk) {
     }
 }
 
+/* (issue 35) Ordered completion: req's collective is done for everything
+ * queued after it on the device's stream; keep it as the tail (the one the
+ * flush waits for) and drop the previous tail, which completes before it.
+ * Called with mu held. */
+static zero_status retire(zero_buckets *b, zero_comm_req *req, uint32_t k) {
+    zero_comm_req *old = b->tail;
+    b->tail = req;
+    b->tail_bucket = k;
+    return old ? zero__comm_drop(old) : ZERO_OK;
+}
+
+/* (issue 35) The one host wait of an ordered set: for the tail, which
+ * completes after every collective retired before it.  Timed like the
+ * waits of complete_oldest (exposed; flush_wait when its bucket was
+ * launched during backward).  Called with mu held. */
+static zero_status settle_tail(zero_buckets *b) {
+    zero_comm_req *t = b->tail;
+    if (!t) return ZERO_OK;
+    b->tail = NULL;
+    double t0 = now_s();
+    zero_status s = zero__comm_wait(t);
+    double waited = now_s() - t0;
+    b->exposed += waited;
+    if (b->tail_bucket < b->flush_first) b->flush_wait += waited;
+    if (s == ZERO_ERR_TIMEOUT)
+        zero__error_context(b->e, s, "bucket engine: the reductions up to bucket %u of %u (completed in stream "
+                            "order, waited for once) did not finish", b->tail_bucket, b->nb);
+    return s;
+}
+
 static zero_status complete_oldest(zero_buckets *b) {
     zero__jitter(ZERO_JITTER_COMPLETE);
     uint32_t k = b->fifo[b->fifo_head];
@@ -504,7 +574,11 @@ static zero_status complete_oldest(zero_buckets *b) {
     ZERO_TRACE_BUCKET_COMPLETE(&bk->tr, k);
     zero_status s = bk->reaped;
     bk->reaped = ZERO_OK;
-    if (bk->req) {
+    if (bk->req && b->ordered) {
+        /* no host wait: what follows is queued behind the collective */
+        s = retire(b, bk->req, k);
+        bk->req = NULL;
+    } else if (bk->req) {
         double t0 = now_s();
         s = zero__comm_wait(bk->req);
         double waited = now_s() - t0;
@@ -578,10 +652,27 @@ static zero_status take_slot(zero_buckets *b, uint32_t i, uint32_t k, int fresh)
     if (sl->fence) { /* the clear queued at its release */
         void *f = sl->fence;
         sl->fence = NULL;
-        zero_status s = dev_check(b, zero__dev_fence_wait(b->e->dev, f), "waiting for a slot's clear");
+        /* ordered completion (issue 35): the host's compute stream waits for
+         * the clear on the GPU (the host goes on); otherwise the host waits,
+         * so that it may write the slot from any stream */
+        zero_status s = b->ordered ? dev_check(b, zero__dev_fence_order(b->e->dev, f, NULL), "ordering a slot's clear")
+                                   : dev_check(b, zero__dev_fence_wait(b->e->dev, f), "waiting for a slot's clear");
         if (s != ZERO_OK) return s;
     }
     /* clear [0, n) except the part already known to be zero */
+    if (b->ordered && (zlo > 0 || zhi < n)) {
+        /* (issue 35) queued on the device's stream, and the host's compute
+         * stream waits for it there, as for the fenced clear above (e.g. a
+         * bucket longer than the one the slot held last: its tail) */
+        zero_status s = dev_check(b, zero__dev_clear_async(b->e->dev, sl->buf, (size_t)zlo * b->es), "clearing a slot");
+        if (s == ZERO_OK)
+            s = dev_check(b, zero__dev_clear_async(b->e->dev, elem(sl->buf, zhi, b->es), (size_t)(n - zhi) * b->es),
+                          "clearing a slot");
+        void *f = NULL;
+        if (s == ZERO_OK) s = dev_check(b, zero__dev_fence(b->e->dev, &f), "fencing a slot");
+        if (s == ZERO_OK) s = dev_check(b, zero__dev_fence_order(b->e->dev, f, NULL), "ordering a slot's clear");
+        return s;
+    }
     zero_status s = dev_check(b, zero__dev_memset(b->e->dev, sl->buf, 0, (size_t)zlo * b->es), "clearing a slot");
     if (s == ZERO_OK)
         s = dev_check(b, zero__dev_memset(b->e->dev, elem(sl->buf, zhi, b->es), 0, (size_t)(n - zhi) * b->es),
@@ -785,7 +876,9 @@ out:
 /* Launch every complete bucket that is next in order.  Without overlap,
  * in-place modes leave everything to flush; SCATTER still reduces as
  * buckets fill (synchronously) so its staging stays bounded: that is
- * DeepSpeed's overlap_comm=false behaviour too.  Called with mu held. */
+ * DeepSpeed's overlap_comm=false behaviour too.  ("Synchronously" is in
+ * stream order under ordered completion: the host does not wait, the GPU
+ * does, see the top of the file.)  Called with mu held. */
 /* With on_block_final, complete (in FIFO order, never waiting) the oldest
  * in-flight buckets whose collectives have already finished, so the plugin
  * hears about their blocks during backward; otherwise in-place modes would
@@ -934,6 +1027,11 @@ static zero_status gather_rounded_blocks(zero_buckets *b) {
         if (s == ZERO_OK) issued++;
     }
     for (uint32_t i = 0; i < issued; i++) { /* every issued request is waited, even after an error */
+        if (b->ordered) { /* (issue 35) the flush waits once, for the last (settle_tail) */
+            zero_status w = retire(b, rq[i], b->nb);
+            if (s == ZERO_OK) s = w;
+            continue;
+        }
         zero_status w = zero__comm_wait(rq[i]);
         if (s == ZERO_OK && w == ZERO_ERR_TIMEOUT)
             zero__error_context(b->e, w, "bucket engine: all-gather of rounded 16-bit blocks (bucket %u of %u)", i,
@@ -961,9 +1059,13 @@ zero_status zero__buckets_flush(zero_buckets *b) {
             zero_status w = complete_oldest(b);
             if (s == ZERO_OK) s = w;
         }
-        b->flush_first = 0;
         if (s == ZERO_OK && b->mixed && b->spec.mode == ZERO_BUCKETS_ALLREDUCE && needs_comm(b))
             s = gather_rounded_blocks(b);
+        { /* ordered completion: the flush's one host wait, for all of the above */
+            zero_status w = settle_tail(b);
+            if (s == ZERO_OK) s = w;
+        }
+        b->flush_first = 0;
         b->passes++;
         atomic_fetch_add(&b->e->reduction_passes, 1);
     }
@@ -991,6 +1093,7 @@ void zero__buckets_destroy(zero_buckets *b) {
     /* never free a buffer a collective may still write into */
     b->spec.on_block_final = NULL; /* draining for teardown is not a result */
     while (b->fifo_len) complete_oldest(b);
+    settle_tail(b); /* ordered completion: the last collective must be done too */
     for (uint32_t i = 0; i < b->nslots; i++) {
         zero__dev_fence_wait(b->e->dev, b->slots[i].fence); /* the clear must be done before the memory goes */
         if ((void *)b->slots[i].f32 != b->slots[i].buf) zero__mem_free(b->e->mem, b->slots[i].f32);

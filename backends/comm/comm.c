@@ -165,6 +165,20 @@ zero_status zero__comm_test(zero_comm_req *req, int *done) {
     if (*done && !tr.backend_emits) zero__trace_op_finished(&tr);
     return s;
 }
+int zero__comm_ordered_on(zero_comm *m, void *stream) {
+    return m && m->ops->ordered_on && m->ops->drop && m->ops->ordered_on(m, stream);
+}
+zero_status zero__comm_drop(zero_comm_req *req) {
+    if (!req || !req->comm) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!req->comm->ops->drop) return zero__comm_wait(req);
+    if (!ZERO__TRACE_ON()) return req->comm->ops->drop(req);
+    /* the op's span ends here, where libzero stops tracking it (its
+     * completion is ordered on the device, not observed by the host) */
+    zero__trace_op tr = zero__trace_op_snapshot(&req->trace); /* drop frees req */
+    zero_status s = req->comm->ops->drop(req);
+    if (!tr.backend_emits) zero__trace_op_finished(&tr);
+    return s;
+}
 void zero__comm_set_timeout(zero_comm *m, double seconds) {
     if (m && m->ops->set_timeout) m->ops->set_timeout(m, seconds);
 }

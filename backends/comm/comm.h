@@ -47,6 +47,11 @@ zero_status zero__iallgatherv(zero_comm *m, const void *send, void *recv, const 
 zero_status zero__iallreducev(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req);
 zero_status zero__comm_wait(zero_comm_req *req);
 zero_status zero__comm_test(zero_comm_req *req, int *done);
+/* (issue 35) See ordered_on / drop in comm_backend.h.  zero__comm_ordered_on
+ * is 0 for a NULL m or a backend without the ops; zero__comm_drop on such a
+ * backend waits for the request (always safe). */
+int zero__comm_ordered_on(zero_comm *m, void *stream);
+zero_status zero__comm_drop(zero_comm_req *req);
 zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each);
 /* (issue 21) See the ops above.  zero__comm_split_node: with the environment
  * variable ZERO_RANKS_PER_NODE=k (k >= 1) the "nodes" are k consecutive

@@ -21,6 +21,7 @@ typedef struct zero__comm_counters {
     uint64_t allreduce_calls, reduce_scatter_calls, allgather_calls, broadcast_calls, other_calls;
     uint64_t bytes_reduced, bytes_gathered;
     double busy_seconds; /* wall time with >= 1 collective in flight */
+    uint64_t host_waits; /* (issue 35) times a caller blocked for device work (NCCL: event/stream waits) */
 } zero__comm_counters;
 
 typedef struct zero__comm_ops {
@@ -71,6 +72,18 @@ typedef struct zero__comm_ops {
      * self): nothing to batch, the calls are no-ops. */
     zero_status (*group_start)(zero_comm *m);
     zero_status (*group_end)(zero_comm *m);
+    /* appended (issue 35), both optional and used together.
+     * ordered_on: 1 when m's device collectives are queued on `stream` (a
+     * cudaStream_t, or whatever the engine's device calls its stream) in
+     * issue order, so that device work queued on `stream` after a
+     * collective runs after it, and a request completes only after every
+     * request issued before it on m; 0 otherwise (NULL: never).
+     * drop: end a request without waiting for it, which is allowed only
+     * when ordered_on held when it was issued: its result is then known to
+     * be ready to everything later on the stream and to whoever waits for
+     * a later request of m (NULL: the caller waits instead). */
+    int (*ordered_on)(zero_comm *m, void *stream);
+    zero_status (*drop)(zero_comm_req *req);
 } zero__comm_ops;
 
 /* Common header of every communicator; backends embed it first. */

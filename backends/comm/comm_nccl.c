@@ -129,23 +129,48 @@ static int is_device_ptr(const void *p) {
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-static void *scratch(nccl_comm *c, size_t bytes) {
-    if (bytes <= c->scratch_bytes) return c->scratch;
-    /* device staging is communication scratch: ZERO_MEM_OTHER, device tier */
+static zero_status sync_stream(nccl_comm *c);
+
+/* Device staging of at least `bytes` for host buffers (lock held, the
+ * calling thread's group paused: every caller is about to queue work on
+ * c->stream and wait for it).  Grown on demand; ZERO_MEM_OTHER, device tier.
+ *
+ * The old buffer is freed only once c->stream is known to be past its last
+ * use (issue 35): every use is queued on c->stream (copies in and out, the
+ * collective), and a user that failed between queuing and its own final
+ * wait may have left work there that still reads or writes it.  cudaFree
+ * happens to synchronise the device today, but that is an implementation
+ * property (and would not hold for a stream-ordered pool), not an ordering
+ * this code owns; so wait for the stream first, through sync_stream, which
+ * polls like every other wait here (a dead peer aborts the communicator
+ * instead of hanging in the CUDA runtime).  Growing is rare (the largest
+ * host-buffer collective so far), and on the success path every user has
+ * already waited for the stream, so this wait finds it idle.  If the wait
+ * fails the old buffer is kept (freed at n_free, after the stream is
+ * synchronised) and the call fails with the wait's error. */
+static zero_status scratch(nccl_comm *c, size_t bytes, void **out) {
+    *out = NULL;
+    if (bytes <= c->scratch_bytes) {
+        *out = c->scratch;
+        return ZERO_OK;
+    }
     if (c->scratch) {
+        zero_status st = sync_stream(c);
+        if (st != ZERO_OK) return st;
         cudaFree(c->scratch);
         zero__engine_note_scratch(c->base.engine, ZERO_TIER_DEVICE, -(int64_t)c->scratch_bytes);
     }
     c->scratch = NULL;
     c->scratch_bytes = 0;
-    if (cudaMalloc(&c->scratch, bytes) != cudaSuccess) {
-        (void)cudaGetLastError();
+    cudaError_t e = cudaMalloc(&c->scratch, bytes);
+    if (e != cudaSuccess) {
         c->scratch = NULL;
-        return NULL;
+        return cuda_fail(c, "cudaMalloc (NCCL staging)", e);
     }
     c->scratch_bytes = bytes;
     zero__engine_note_scratch(c->base.engine, ZERO_TIER_DEVICE, (int64_t)bytes);
-    return c->scratch;
+    *out = c->scratch;
+    return ZERO_OK;
 }
 
 static double now_s(void) {
@@ -182,6 +207,7 @@ static zero_status poll_event(nccl_comm *c, cudaEvent_t ev, int locked);
 static zero_status sync_stream(nccl_comm *c) {
     cudaError_t e = cudaEventRecord(c->sync_ev, c->stream);
     if (e != cudaSuccess) return cuda_fail(c, "cudaEventRecord", e);
+    c->base.counters.host_waits++;
     return poll_event(c, c->sync_ev, 1);
 }
 
@@ -445,7 +471,8 @@ static zero_status staged(nccl_comm *c, void *buf, size_t bytes, size_t count, n
 static zero_status staged_body(nccl_comm *c, void *buf, void *d, int host, size_t bytes, size_t count,
                                ncclDataType_t t, issue_fn fn, const void *arg, const char *what) {
     if (host) {
-        if (!(d = scratch(c, bytes ? bytes : 1))) return cuda_fail(c, "cudaMalloc (NCCL staging)", cudaErrorMemoryAllocation);
+        zero_status st = scratch(c, bytes ? bytes : 1, &d);
+        if (st != ZERO_OK) return st;
         cudaError_t e = cudaMemcpyAsync(d, buf, bytes, cudaMemcpyHostToDevice, c->stream);
         if (e != cudaSuccess) return cuda_fail(c, "cudaMemcpyAsync", e);
     }
@@ -517,7 +544,11 @@ static zero_status n_allgather_bytes(zero_comm *m, const void *send, void *recv,
     if (st == ZERO_OK) st = group_pause(c, &paused);
     int dev = is_device_ptr(send) && is_device_ptr(recv);
     unsigned char *d = recv;
-    if (!dev && !(d = scratch(c, total ? total : 1))) st = cuda_fail(c, "cudaMalloc (NCCL staging)", cudaErrorMemoryAllocation);
+    if (st == ZERO_OK && !dev) {
+        void *sp = NULL;
+        st = scratch(c, total ? total : 1, &sp);
+        d = sp;
+    }
     cudaError_t e = cudaSuccess;
     if (st == ZERO_OK)
         e = cudaMemcpyAsync(d + (size_t)m->rank * bytes_each, send, bytes_each, cudaMemcpyDefault, c->stream);
@@ -646,8 +677,10 @@ static zero_status staged_v(nccl_comm *c, int gather, const void *send, void *re
     size_t off_r = 0;
     for (int b = 0; b < r; ++b) off_r += counts[b];
     size_t own = counts[r] * es;
-    char *d = scratch(c, total * es + own + 1);
-    if (!d) return cuda_fail(c, "cudaMalloc (NCCL staging)", cudaErrorMemoryAllocation);
+    void *sp = NULL;
+    zero_status sst = scratch(c, total * es + own + 1, &sp);
+    if (sst != ZERO_OK) return sst;
+    char *d = sp;
     cudaError_t e;
     ncclResult_t res;
     if (!gather) {
@@ -847,6 +880,7 @@ static zero_status n_wait(zero_comm_req *r) {
         st = poll_event(c, q->done, 0);
         pthread_mutex_lock(&c->lock);
         c->base.counters.busy_seconds += now_s() - t0;
+        c->base.counters.host_waits++;
         pthread_mutex_unlock(&c->lock);
         if (st == ZERO_OK)
             event_put(c, q->done); /* complete: reusable (a failed wait's may still be pending) */
@@ -855,6 +889,37 @@ static zero_status n_wait(zero_comm_req *r) {
     }
     free(q);
     return st;
+}
+
+/* ---- stream-ordered completion (issue 35) ------------------------------- */
+
+/* Collectives on a device buffer are queued on c->stream in issue order,
+ * and each request's event is recorded behind its collective there: later
+ * work on that stream runs after it, and a later request's event completes
+ * after every earlier one.  Host-buffer collectives complete before they
+ * return (their requests have no event).  An aborted communicator answers 0
+ * so that its callers wait and see the error. */
+static int n_ordered_on(zero_comm *m, void *stream) {
+    nccl_comm *c = (nccl_comm *)m;
+    pthread_mutex_lock(&c->lock);
+    int r = stream && (cudaStream_t)stream == c->stream && !c->aborted;
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}
+
+/* End a request without waiting (see comm_backend.h's drop): launch it if it
+ * is still inside the calling thread's open group (as a wait would), then
+ * return its event to the pool.  Recording a pooled event again while its
+ * previous record is still pending is allowed (the new record replaces the
+ * old one) and nobody else waits for this request. */
+static zero_status n_drop(zero_comm_req *r) {
+    nccl_req *q = (nccl_req *)r;
+    nccl_comm *c = (nccl_comm *)r->comm;
+    zero_status st = undefer(c, q);
+    if (st != ZERO_OK) return st;
+    if (q->done) event_put(c, q->done);
+    free(q);
+    return ZERO_OK;
 }
 
 /* ---- group_start / group_end (services comm_group_start/end, 1.5) -------- */
@@ -912,5 +977,7 @@ static const zero__comm_ops nccl_ops = {
     .set_timeout = n_set_timeout,
     .group_start = n_group_start,
     .group_end = n_group_end,
+    .ordered_on = n_ordered_on,
+    .drop = n_drop,
 };
 #endif /* ZERO_HAVE_NCCL */

@@ -44,7 +44,9 @@ static size_t es_of(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4u : 2u; }
 
 /* A device copy of n bytes of host memory `src` (NULL on failure). */
 static void *stage_in(zero__device *d, const void *src, size_t bytes) {
-    void *t = d->ops->alloc(d, ZERO_TIER_DEVICE, bytes ? bytes : 1);
+    /* the copy overwrites the whole block at once: no zero-fill (issue 35) */
+    void *t = d->ops->alloc_nofill ? d->ops->alloc_nofill(d, ZERO_TIER_DEVICE, bytes ? bytes : 1)
+                                   : d->ops->alloc(d, ZERO_TIER_DEVICE, bytes ? bytes : 1);
     if (t && bytes && d->ops->copy(d, t, src, bytes) != ZERO_OK) {
         d->ops->free(d, t);
         t = NULL;
@@ -87,6 +89,17 @@ zero_status zero__dev_fence(zero__device *d, void **fence) {
 zero_status zero__dev_fence_wait(zero__device *d, void *fence) {
     return fence && d ? d->ops->fence_wait(d, fence) : ZERO_OK;
 }
+
+zero_status zero__dev_fence_order(zero__device *d, void *fence, void *consumer) {
+    if (!fence || !d) return ZERO_OK;
+    return d->ops->fence_order ? d->ops->fence_order(d, fence, consumer) : d->ops->fence_wait(d, fence);
+}
+
+zero_status zero__dev_fill_wait(zero__device *d) {
+    return d && d->ops->fill_wait ? d->ops->fill_wait(d) : ZERO_OK;
+}
+
+uint64_t zero__dev_host_waits(zero__device *d) { return d && d->ops->host_waits ? d->ops->host_waits(d) : 0; }
 
 zero_status zero__dev_convert(zero__device *d, void *dst, zero_dtype ddt, const void *src, zero_dtype sdt,
                               size_t n) {

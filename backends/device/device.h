@@ -42,7 +42,12 @@ typedef struct zero__norm_piece {
 typedef struct zero__device_ops {
     const char *name; /* "cuda", "stub" */
     /* Zero-filled block; tier DEVICE is device memory, HOST is pinned host
-     * memory (CPU-dereferenceable).  NULL when out of memory. */
+     * memory (CPU-dereferenceable).  NULL when out of memory.  A device
+     * with fill_wait (below) may leave the zero-fill of a device block
+     * queued on its stream: every later op of this device sees the zeros
+     * (stream order), and so does a stream ordered after the device's
+     * (order_before); code that hands the block to the host's own kernels
+     * on any stream calls zero__dev_fill_wait first. */
     void *(*alloc)(zero__device *d, zero_mem_tier tier, size_t bytes);
     void (*free)(zero__device *d, void *p);
     /* Is p device memory the host cannot dereference?  (Pinned host memory
@@ -94,6 +99,19 @@ typedef struct zero__device_ops {
      * to wait twice per owned range). */
     zero_status (*norm_pieces)(zero__device *d, const struct zero__norm_piece *p, size_t k, double *sums,
                                int *flags);
+    /* ---- appended (issue 35); all optional ----
+     * fill_wait: block until every zero-fill alloc has queued so far is
+     * done (NULL: alloc fills before it returns).  alloc_nofill: like alloc
+     * for a block the caller overwrites whole before anything reads it (no
+     * fill; NULL: alloc).  fence_order: `consumer` (NULL = the host's
+     * compute stream) waits for `fence` without a host wait, and the fence
+     * is freed (NULL: fence_wait, which blocks the host).  host_waits: how
+     * often the host has blocked on this device so far (diagnostics and
+     * bench/gpu; NULL: not counted). */
+    zero_status (*fill_wait)(zero__device *d);
+    void *(*alloc_nofill)(zero__device *d, zero_mem_tier tier, size_t bytes);
+    zero_status (*fence_order)(zero__device *d, void *fence, void *consumer);
+    uint64_t (*host_waits)(zero__device *d);
 } zero__device_ops;
 
 /* Common header; implementations embed it first. */
@@ -144,6 +162,17 @@ zero_status zero__dev_fence(zero__device *d, void **fence);
 int zero__dev_has_fences(zero__device *d);
 /* Block until the device's stream has passed `fence` and free it (NULL: no-op). */
 zero_status zero__dev_fence_wait(zero__device *d, void *fence);
+/* (issue 35) `consumer` (NULL = the host's compute stream) waits for the
+ * fence on the device, no host wait, and the fence is freed; a device
+ * without fence_order blocks the host instead (fence_wait).  NULL fence: no-op. */
+zero_status zero__dev_fence_order(zero__device *d, void *fence, void *consumer);
+/* (issue 35) Every zero-fill of a device allocation queued so far is done
+ * (host wait only when one is pending; no-op for NULL or a device that
+ * fills synchronously).  Before device memory fresh from an allocation is
+ * handed to code outside libzero (zero_grad_buffer). */
+zero_status zero__dev_fill_wait(zero__device *d);
+/* (issue 35) Host waits counted by d so far (0: NULL or not counted). */
+uint64_t zero__dev_host_waits(zero__device *d);
 zero_status zero__dev_convert(zero__device *d, void *dst, zero_dtype dst_dt, const void *src, zero_dtype src_dt,
                               size_t n);
 /* dst (dst_dt) = round(dst + src) formed in fp32; dst_dt F32 is zero__add_into. */

@@ -21,10 +21,25 @@
  *    the stub's memset_async is deferred like work on a stream (it runs at
  *    the next device op or fence wait, never earlier), so a slot handed out
  *    before its clear was fenced, or a clear that hits live data, shows up
- *    as a bitwise difference.
+ *    as a bitwise difference;
+ *  - (issue 35) allocation does not wait for the zero-fill: the stub hands
+ *    out a block full of garbage and queues its zero-fill on the same
+ *    "stream" (fill_wait runs the queue up to the newest fill), so a user
+ *    that reads a block before the fill ran, or a copy into a block whose
+ *    fill runs after it, changes the bits; stage_in's temporaries come
+ *    without a fill (alloc_nofill) and are garbage until overwritten;
+ *  - (issue 35) ordered completion of the bucket engine (white box,
+ *    check_ordered_buckets): with overlap_comm off on a communicator whose
+ *    collectives run in stream order (a mock whose collectives are queued
+ *    on the stub's stream and run, over MPI, when the stream catches up),
+ *    backward makes no host wait and a flush exactly one, however many
+ *    buckets there are, and the sums are bitwise those of the same set with
+ *    a host wait per bucket (ZERO_BUCKET_HOST_WAIT=1), whose waits grow
+ *    with the bucket count.
  * And: a device_kind CUDA engine on a machine without a usable GPU fails at
  * create with ZERO_ERR_DEVICE and the driver's reason (CPU-only builds:
  * ZERO_ERR_UNSUPPORTED), never a crash. */
+#include <malloc.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -33,7 +48,9 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "bucket_fixture.h"
 #include "check.h"
+#include "comm.h"
 #include "device.h"
 #include "exact_data.h"
 #include "zero.h"
@@ -46,64 +63,120 @@ static void *fake(void *p) { return (void *)((uintptr_t)p | TAG); }
 static int tagged(const void *p) { return ((uintptr_t)p & TAG) != 0; }
 
 enum { OP_ALLOC, OP_HOSTALLOC, OP_COPY, OP_MEMSET, OP_OPTIM, OP_SUMSQ, OP_NONFINITE, OP_CONVERT, OP_ADD, OP_SCALE,
-       OP_AFTER, OP_BEFORE, OP_MEMSET_ASYNC, OP_FENCE_WAIT, OP_NORM_PIECES, OP_N };
+       OP_AFTER, OP_BEFORE, OP_MEMSET_ASYNC, OP_FENCE_WAIT, OP_NORM_PIECES, OP_FILL_WAIT, OP_FENCE_ORDER, OP_NOFILL,
+       OP_HOSTWAIT, OP_N };
 static atomic_long g_ops[OP_N];
 static atomic_long g_live; /* device blocks not yet freed */
+/* a host wait: the host blocks until the stub's stream has caught up */
+static void host_wait(void) { atomic_fetch_add(&g_ops[OP_HOSTWAIT], 1); }
 
 typedef struct stub {
     zero__device base;
 } stub;
 
-static void *st_alloc(zero__device *d, zero_mem_tier tier, size_t bytes) {
-    (void)d;
+/* The stub's "stream": async memsets (slot clears), the zero-fills of new
+ * blocks and (check_ordered_buckets) collectives wait here, in issue order,
+ * until a device op (stream order), a wait or a full queue runs them. */
+typedef struct pending_item {
+    void *p; /* memset: tagged pointer */
+    int v;
+    size_t n;
+    int fill;                /* the zero-fill of an allocation */
+    void (*fn)(void *arg);   /* a queued collective (fn(arg) runs it, frees arg) */
+    void *arg;
+} pending_item;
+enum { NPENDING = 256 };
+static pending_item g_pending[NPENDING];
+static int g_npending;
+static pthread_mutex_t g_pending_mu = PTHREAD_MUTEX_INITIALIZER;
+static void run_items(const pending_item *it, int k) {
+    for (int i = 0; i < k; i++) {
+        if (it[i].fn)
+            it[i].fn(it[i].arg);
+        else
+            memset(real(it[i].p), it[i].v, it[i].n);
+    }
+}
+/* Run the first k queued items (k < 0: all).  Taken off the queue under the
+ * lock, run outside it (a collective blocks in MPI). */
+static void run_first(int k) {
+    pending_item it[NPENDING];
+    pthread_mutex_lock(&g_pending_mu);
+    if (k < 0 || k > g_npending) k = g_npending;
+    memcpy(it, g_pending, (size_t)k * sizeof *it);
+    memmove(g_pending, g_pending + k, (size_t)(g_npending - k) * sizeof *it);
+    g_npending -= k;
+    pthread_mutex_unlock(&g_pending_mu);
+    run_items(it, k);
+}
+static void run_pending(void) { run_first(-1); }
+static void enqueue(pending_item item) {
+    for (;;) {
+        pthread_mutex_lock(&g_pending_mu);
+        if (g_npending < NPENDING) {
+            g_pending[g_npending++] = item;
+            pthread_mutex_unlock(&g_pending_mu);
+            return;
+        }
+        pthread_mutex_unlock(&g_pending_mu);
+        run_pending(); /* a full queue: the stream has caught up */
+    }
+}
+
+static void *st_alloc_common(zero_mem_tier tier, size_t bytes, int fill) {
     size_t r = (bytes + 255) & ~(size_t)255;
-    void *p = aligned_alloc(256, r ? r : 256);
+    if (!r) r = 256;
+    void *p = aligned_alloc(256, r);
     if (!p) return NULL;
-    memset(p, 0, r ? r : 256);
-    if (tier == ZERO_TIER_HOST) { /* "pinned": host-dereferenceable */
+    if (tier == ZERO_TIER_HOST) { /* "pinned": host-dereferenceable, zeroed at once */
+        memset(p, 0, r);
         atomic_fetch_add(&g_ops[OP_HOSTALLOC], 1);
         return p;
     }
+    /* (issue 35) device memory comes back dirty; its zero-fill is queued on
+     * the stream like the CUDA backend's cudaMemsetAsync */
+    memset(p, 0xA5, r);
     atomic_fetch_add(&g_ops[OP_ALLOC], 1);
     atomic_fetch_add(&g_live, 1);
+    if (fill) enqueue((pending_item){fake(p), 0, r, 1, NULL, NULL});
     return fake(p);
+}
+static void *st_alloc(zero__device *d, zero_mem_tier tier, size_t bytes) {
+    (void)d;
+    return st_alloc_common(tier, bytes, 1);
+}
+static void *st_alloc_nofill(zero__device *d, zero_mem_tier tier, size_t bytes) {
+    (void)d;
+    atomic_fetch_add(&g_ops[OP_NOFILL], 1);
+    return st_alloc_common(tier, bytes, 0);
 }
 static void st_free(zero__device *d, void *p) {
     (void)d;
-    if (tagged(p)) atomic_fetch_sub(&g_live, 1);
+    if (tagged(p)) {
+        atomic_fetch_sub(&g_live, 1);
+        /* queued clears and fills of this block are dead: drop them (a CUDA
+         * arena block stays mapped, this one goes back to malloc) */
+        const char *lo = real(p), *hi = lo + malloc_usable_size(real(p));
+        pthread_mutex_lock(&g_pending_mu);
+        int k = 0;
+        for (int i = 0; i < g_npending; i++) {
+            const char *q = g_pending[i].fn ? NULL : (const char *)real(g_pending[i].p);
+            if (!q || q < lo || q >= hi) g_pending[k++] = g_pending[i];
+        }
+        g_npending = k;
+        pthread_mutex_unlock(&g_pending_mu);
+    }
     free(real(p));
 }
 static int st_is_device(zero__device *d, const void *p) {
     (void)d;
     return tagged(p);
 }
-/* The stub's "stream": async memsets wait here until the next device op
- * (stream order) or a fence wait runs them. */
-typedef struct pending_set {
-    void *p;
-    int v;
-    size_t n;
-} pending_set;
-static pending_set g_pending[64];
-static int g_npending;
-static pthread_mutex_t g_pending_mu = PTHREAD_MUTEX_INITIALIZER;
-static void run_pending(void) {
-    pthread_mutex_lock(&g_pending_mu);
-    for (int i = 0; i < g_npending; i++) memset(real(g_pending[i].p), g_pending[i].v, g_pending[i].n);
-    g_npending = 0;
-    pthread_mutex_unlock(&g_pending_mu);
-}
 static zero_status st_memset_async(zero__device *d, void *p, int v, size_t n) {
     (void)d;
     if (!tagged(p)) return ZERO_ERR_INVALID_ARGUMENT;
     atomic_fetch_add(&g_ops[OP_MEMSET_ASYNC], 1);
-    pthread_mutex_lock(&g_pending_mu);
-    if (g_npending == 64) { /* a full queue: the stream has caught up */
-        for (int i = 0; i < g_npending; i++) memset(real(g_pending[i].p), g_pending[i].v, g_pending[i].n);
-        g_npending = 0;
-    }
-    g_pending[g_npending++] = (pending_set){p, v, n};
-    pthread_mutex_unlock(&g_pending_mu);
+    enqueue((pending_item){p, v, n, 0, NULL, NULL});
     return ZERO_OK;
 }
 static zero_status st_fence(zero__device *d, void **fence) {
@@ -114,13 +187,45 @@ static zero_status st_fence(zero__device *d, void **fence) {
 static zero_status st_fence_wait(zero__device *d, void *fence) {
     (void)d;
     atomic_fetch_add(&g_ops[OP_FENCE_WAIT], 1);
+    host_wait();
     run_pending();
     free(fence);
     return ZERO_OK;
 }
+/* The host's compute stream waits for the fence: in this test the host's
+ * "kernels" are the direct writes that follow, so the stream catches up
+ * first (no host wait is counted: on a GPU the host goes on). */
+static zero_status st_fence_order(zero__device *d, void *fence, void *consumer) {
+    (void)d, (void)consumer;
+    atomic_fetch_add(&g_ops[OP_FENCE_ORDER], 1);
+    run_pending();
+    free(fence);
+    return ZERO_OK;
+}
+/* Every fill queued so far, and what the stream holds before the newest
+ * one (a CUDA event waits for all earlier work on its stream), not what
+ * came after it: a slot clear queued after the last fill stays pending. */
+static zero_status st_fill_wait(zero__device *d) {
+    (void)d;
+    pthread_mutex_lock(&g_pending_mu);
+    int last = -1;
+    for (int i = 0; i < g_npending; i++)
+        if (g_pending[i].fill) last = i;
+    pthread_mutex_unlock(&g_pending_mu);
+    if (last < 0) return ZERO_OK; /* nothing pending: no wait */
+    atomic_fetch_add(&g_ops[OP_FILL_WAIT], 1);
+    host_wait();
+    run_first(last + 1);
+    return ZERO_OK;
+}
+static uint64_t st_host_waits(zero__device *d) {
+    (void)d;
+    return (uint64_t)atomic_load(&g_ops[OP_HOSTWAIT]);
+}
 static zero_status st_copy(zero__device *d, void *dst, const void *src, size_t n) {
     (void)d;
     run_pending();
+    host_wait();
     atomic_fetch_add(&g_ops[OP_COPY], 1);
     memmove(real(dst), real(src), n);
     return ZERO_OK;
@@ -128,6 +233,7 @@ static zero_status st_copy(zero__device *d, void *dst, const void *src, size_t n
 static zero_status st_memset(zero__device *d, void *p, int v, size_t n) {
     (void)d;
     run_pending();
+    host_wait();
     if (!tagged(p)) return ZERO_ERR_INVALID_ARGUMENT; /* the core must only send device memory here */
     atomic_fetch_add(&g_ops[OP_MEMSET], 1);
     memset(real(p), v, n);
@@ -158,6 +264,7 @@ static zero_status st_sumsq(zero__device *d, const void *x, zero_dtype dt, size_
     (void)d;
     run_pending();
     NEED_DEV(x);
+    host_wait();
     atomic_fetch_add(&g_ops[OP_SUMSQ], 1);
     return zero__dev_sumsq(NULL, real(x), dt, n, out);
 }
@@ -165,6 +272,7 @@ static zero_status st_nonfinite(zero__device *d, const void *x, zero_dtype dt, s
     (void)d;
     run_pending();
     NEED_DEV(x);
+    host_wait();
     atomic_fetch_add(&g_ops[OP_NONFINITE], 1);
     return zero__dev_nonfinite(NULL, real(x), dt, n, out);
 }
@@ -174,6 +282,7 @@ static zero_status st_nonfinite(zero__device *d, const void *x, zero_dtype dt, s
 static zero_status st_norm_pieces(zero__device *d, const zero__norm_piece *p, size_t k, double *sums, int *flags) {
     (void)d;
     run_pending();
+    host_wait();
     for (size_t i = 0; i < k; i++) {
         if (p[i].n) NEED_DEV(p[i].x);
         zero_status st = zero__dev_sumsq(NULL, p[i].n ? real(p[i].x) : p[i].x, p[i].dt, p[i].n, &sums[i]);
@@ -218,6 +327,7 @@ static zero_status st_before(zero__device *d, void *s) {
 }
 static zero_status st_sync(zero__device *d) {
     (void)d;
+    host_wait();
     run_pending();
     return ZERO_OK;
 }
@@ -234,7 +344,8 @@ static void st_close(zero__device *d) { free(d); }
 static const zero__device_ops stub_ops = {"stub", st_alloc, st_free, st_is_device, st_copy, st_memset, st_optim,
                                           st_sumsq, st_nonfinite, st_convert, st_add, st_scale, st_after, st_before,
                                           st_sync, st_stream, st_error, st_close, st_memset_async, st_fence,
-                                          st_fence_wait, NULL, st_norm_pieces};
+                                          st_fence_wait, NULL, st_norm_pieces, st_fill_wait, st_alloc_nofill,
+                                          st_fence_order, st_host_waits};
 
 static zero_status stub_open(int ordinal, void *stream, zero__device **out, char *err, size_t len) {
     (void)stream, (void)err, (void)len;
@@ -261,6 +372,8 @@ typedef struct run_opts {
     int offload;     /* offload_optimizer cpu, pin_memory */
     int bf16;        /* bf16 model: 16-bit params and gradients, fp32 master (the bucket engine's mixed path) */
     int ckpt;        /* save mid-window, resume in a new engine (device buffers through ckpt_write/read) */
+    int no_overlap;  /* overlap_comm false (issue 35: the host waits per bucket are gone on a stream-ordered comm;
+                        here, MPI behind the staging layer, they stay) */
 } run_opts;
 
 
@@ -272,10 +385,11 @@ static zero_engine *open_engine(const run_opts *ro, zero_param **h, size_t *tota
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
              " \"gradient_clipping\": 1.0, \"bf16\": {\"enabled\": %s},%s"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.1}},"
-             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 400, \"overlap_comm\": true%s}}",
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 400, \"overlap_comm\": %s%s}}",
              GAS, ro->bf16 ? "true" : "false",
              /* bf16 gradients: this test checks the bucket engine's 16-bit staging on the device */
              ro->bf16 ? " \"data_types\": {\"grad_accum_dtype\": \"bf16\"}," : "", ro->stage,
+             ro->no_overlap ? "false" : "true",
              ro->offload ? ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}" : "");
     MPI_Comm mc = MPI_COMM_WORLD;
     zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
@@ -476,6 +590,287 @@ static void check_equal(const run_opts *ro) {
     free(b);
 }
 
+/* ------------------------------------------ ordered completion (issue 35) */
+
+/* A communicator whose collectives behave like NCCL's on libzero's stream:
+ * each is queued on the stub's stream and runs (a blocking MPI collective
+ * over the real memory) when the stream catches up, i.e. at the next device
+ * op or wait, in issue order, at the same point of the op sequence on every
+ * rank.  ordered_on: yes; drop: forget the request; wait: the stream
+ * catches up (a host wait, counted).  fp32 sums only (what these sets send). */
+typedef struct mock_comm {
+    zero_comm base;
+    MPI_Comm mc;
+} mock_comm;
+typedef struct mock_coll {
+    MPI_Comm mc;
+    int kind; /* 0 reduce-scatter, 1 all-reduce, 2 all-gather */
+    const void *send;
+    void *recv;
+    int world, rank;
+    size_t es;
+    size_t counts[]; /* world */
+} mock_coll;
+static atomic_long g_mock_waits;
+
+static void mock_run(void *arg) {
+    mock_coll *c = arg;
+    size_t total = 0, off = 0;
+    for (int r = 0; r < c->world; r++) {
+        if (r < c->rank) off += c->counts[r];
+        total += c->counts[r];
+    }
+    if (c->kind == 2) {
+        int *rc = malloc((size_t)c->world * sizeof *rc), *dis = malloc((size_t)c->world * sizeof *dis);
+        size_t o = 0;
+        for (int r = 0; r < c->world; r++) rc[r] = (int)(c->counts[r] * c->es), dis[r] = (int)o, o += c->counts[r] * c->es;
+        char *mine = malloc(c->counts[c->rank] * c->es + 1);
+        memcpy(mine, real(c->send), c->counts[c->rank] * c->es);
+        MPI_Allgatherv(mine, rc[c->rank], MPI_BYTE, real(c->recv), rc, dis, MPI_BYTE, c->mc);
+        free(mine), free(rc), free(dis);
+    } else {
+        float *tmp = malloc(total * sizeof(float) + sizeof(float));
+        memcpy(tmp, real(c->send), total * sizeof(float));
+        MPI_Allreduce(MPI_IN_PLACE, tmp, (int)total, MPI_FLOAT, MPI_SUM, c->mc);
+        if (c->kind == 1)
+            memcpy(real(c->recv), tmp, total * sizeof(float));
+        else
+            memcpy(real(c->recv), tmp + off, c->counts[c->rank] * sizeof(float));
+        free(tmp);
+    }
+    free(c);
+}
+
+static zero_status mock_queue(zero_comm *m, int kind, const void *send, void *recv, const size_t *counts,
+                              zero_dtype dt, zero_comm_req **req) {
+    if (kind != 2 && dt != ZERO_DTYPE_F32) return ZERO_ERR_UNSUPPORTED;
+    if (!tagged(send) || !tagged(recv)) return ZERO_ERR_INVALID_ARGUMENT; /* device buffers only, as NCCL's path */
+    mock_coll *c = malloc(sizeof *c + (size_t)m->size * sizeof(size_t));
+    zero_comm_req *q = calloc(1, sizeof *q);
+    if (!c || !q) {
+        free(c), free(q);
+        return ZERO_ERR_OUT_OF_MEMORY;
+    }
+    *c = (mock_coll){((mock_comm *)m)->mc, kind, send, recv, m->size, m->rank, zero__dtype_size(dt)};
+    memcpy(c->counts, counts, (size_t)m->size * sizeof(size_t));
+    q->comm = m;
+    enqueue((pending_item){NULL, 0, 0, 0, mock_run, c});
+    *req = q;
+    return ZERO_OK;
+}
+static zero_status mock_rs(zero_comm *m, const void *send, void *recv, const size_t *counts, zero_dtype dt,
+                           zero_comm_req **req) {
+    return mock_queue(m, 0, send, recv, counts, dt, req);
+}
+static zero_status mock_arv(zero_comm *m, void *buf, const size_t *counts, zero_dtype dt, zero_comm_req **req) {
+    return mock_queue(m, 1, buf, buf, counts, dt, req);
+}
+static zero_status mock_ag(zero_comm *m, const void *send, void *recv, const size_t *counts, zero_dtype dt,
+                           zero_comm_req **req) {
+    return mock_queue(m, 2, send, recv, counts, dt, req);
+}
+static zero_status mock_wait(zero_comm_req *r) {
+    atomic_fetch_add(&g_mock_waits, 1);
+    host_wait();
+    run_pending();
+    free(r);
+    return ZERO_OK;
+}
+static zero_status mock_test(zero_comm_req *r, int *done) {
+    run_pending();
+    free(r);
+    *done = 1;
+    return ZERO_OK;
+}
+static zero_status mock_drop(zero_comm_req *r) {
+    free(r);
+    return ZERO_OK;
+}
+static int mock_ordered_on(zero_comm *m, void *stream) {
+    (void)m, (void)stream;
+    return 1;
+}
+static void mock_free(zero_comm *m) {
+    MPI_Comm_free(&((mock_comm *)m)->mc);
+    free(m);
+}
+static const zero__comm_ops mock_ops = {
+    .name = "ordered-mock",
+    .free = mock_free,
+    .ireduce_scatterv = mock_rs,
+    .iallgatherv = mock_ag,
+    .iallreducev = mock_arv,
+    .wait = mock_wait,
+    .test = mock_test,
+    .ordered_on = mock_ordered_on,
+    .drop = mock_drop,
+};
+
+/* One bucket set over the mock with overlap_comm off: four reducing
+ * micro-steps, gradients written into the slots the engine hands out (in
+ * backward order, as a host's kernels would), then the sums (SCATTER: the
+ * partition; ALLREDUCE: flat) copied out.  host_waits_env: set
+ * ZERO_BUCKET_HOST_WAIT=1 for the create (the engine then waits per
+ * bucket).  waits[0]/[1]: host waits during the last micro-step's backward
+ * / its flush (the slot pool grows during the first ones: each growth
+ * waits for the clear of the slot it replaces and for the new one's fill).
+ * NULL on failure (checked). */
+static char *ordered_run(zero_engine *e, int np, const size_t *psize, zero_bucket_mode mode, int bf16,
+                         uint64_t bucket, int host_waits_env, long waits[2], uint32_t *nb, size_t *bytes) {
+    zero__device *dev = e->dev;
+    const zero_layout *L = &e->layout.view;
+    const size_t es = bf16 ? 2 : 4;
+    const size_t nflat = (size_t)L->flat_numel, npart = (size_t)L->part_numel;
+    void *flat = dev->ops->alloc(dev, ZERO_TIER_DEVICE, nflat * es), *part = dev->ops->alloc(dev, ZERO_TIER_DEVICE, npart * es);
+    zero_comm *mock = calloc(1, sizeof(mock_comm));
+    mock->ops = &mock_ops;
+    mock->rank = rank_;
+    mock->size = world_;
+    mock->engine = e;
+    MPI_Comm_dup(MPI_COMM_WORLD, &((mock_comm *)mock)->mc);
+    zero_bucket_spec spec = bucket_fixture_spec(mode, bucket, 0, flat, part);
+    spec.comm = mock;
+    spec.reduce_every_micro_step = 1; /* the engine stays at micro-step 0 of its window */
+    spec.grad_dtype = bf16 ? ZERO_DTYPE_BF16 : ZERO_DTYPE_F32;
+    if (host_waits_env) setenv("ZERO_BUCKET_HOST_WAIT", "1", 1);
+    zero_buckets *b = NULL;
+    zero_status s = zero__buckets_create(zero__core_of(e), &spec, &b);
+    unsetenv("ZERO_BUCKET_HOST_WAIT");
+    CHECK(s == ZERO_OK, "ordered buckets: create: %s", zero_last_error(e));
+    char *out = NULL;
+    *nb = b ? zero__buckets_count(b) : 0;
+    for (int micro = 0; micro < 4 && s == ZERO_OK; micro++) {
+        long w0 = atomic_load(&g_ops[OP_HOSTWAIT]);
+        for (int p = np - 1; p >= 0 && s == ZERO_OK; --p) {
+            void *slot = NULL;
+            const uint32_t idx = (uint32_t)p; /* registration order */
+            if ((s = zero__buckets_grad_slot(b, idx, &slot)) != ZERO_OK) break;
+            if ((s = zero__dev_fill_wait(dev)) != ZERO_OK) break; /* as zero_grad_buffer does */
+            for (size_t i = 0; i < psize[p]; i++) { /* the host's backward kernel */
+                const float g = exact_grad(rank_, micro, p, i);
+                if (bf16)
+                    ((uint16_t *)real(slot))[i] = th_to_bf16(th_from_bf16(((uint16_t *)real(slot))[i]) + g);
+                else
+                    ((float *)real(slot))[i] += g;
+            }
+            s = zero__buckets_ready(b, idx, NULL, spec.grad_dtype);
+        }
+        long w1 = atomic_load(&g_ops[OP_HOSTWAIT]);
+        if (s == ZERO_OK) s = zero__buckets_flush(b);
+        long w2 = atomic_load(&g_ops[OP_HOSTWAIT]);
+        waits[0] = w1 - w0, waits[1] = w2 - w1;
+        CHECK(s == ZERO_OK, "ordered buckets: micro-step %d: %s", micro, zero_last_error(e));
+    }
+    if (s == ZERO_OK) {
+        const size_t n = mode == ZERO_BUCKETS_SCATTER ? npart : nflat;
+        *bytes = n * es;
+        out = malloc(*bytes);
+        dev->ops->sync(dev); /* the stream catches up: what is left of it is slot clears */
+        memcpy(out, real(mode == ZERO_BUCKETS_SCATTER ? part : flat), *bytes);
+    }
+    zero__buckets_destroy(b);
+    zero__comm_free(mock);
+    dev->ops->free(dev, flat);
+    dev->ops->free(dev, part);
+    return out;
+}
+
+/* A stub-device engine (stage0: the core's layout) with np params of the
+ * given sizes, params done; NULL on failure (checked). */
+static zero_engine *open_plain(int np, const size_t *psize, int bf16) {
+    char json[256];
+    snprintf(json, sizeof json,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": %s},"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}",
+             bf16 ? "true" : "false");
+    MPI_Comm mc = MPI_COMM_WORLD;
+    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
+    o.config_json = json;
+    o.plugin = "stage0";
+    o.comm_kind = ZERO_COMM_MPI;
+    o.comm = &mc;
+    o.device_kind = ZERO_DEVICE_CUDA;
+    zero_engine *e = NULL;
+    char err[512] = "";
+    zero_status s = zero_engine_create(&o, &e, err, sizeof err);
+    CHECK(s == ZERO_OK, "ordered buckets: create: %s", err);
+    if (s != ZERO_OK) return NULL;
+    for (int p = 0; p < np && s == ZERO_OK; p++) {
+        char name[16];
+        snprintf(name, sizeof name, "q%d", p);
+        zero_param_desc d = ZERO_PARAM_DESC_INIT;
+        d.name = name;
+        static const float zeros[128];
+        d.data = zeros; /* host memory: staged in at params_done */
+        d.numel = psize[p];
+        d.dtype = bf16 ? ZERO_DTYPE_BF16 : ZERO_DTYPE_F32;
+        d.group = p % 5 == 4 ? 1 : 0; /* two groups, as the model above */
+        zero_param *h = NULL;
+        s = zero_register_param(e, &d, &h);
+    }
+    if (s == ZERO_OK) s = zero_params_done(e);
+    CHECK(s == ZERO_OK, "ordered buckets: params: %s", zero_last_error(e));
+    if (s != ZERO_OK) {
+        zero_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+static void check_ordered_buckets(void) {
+    static const struct {
+        zero_bucket_mode mode;
+        int bf16;
+        const char *name;
+    } modes[] = {{ZERO_BUCKETS_SCATTER, 0, "SCATTER fp32 (stage 2)"},
+                 {ZERO_BUCKETS_SCATTER, 1, "SCATTER bf16 (stage 2)"},
+                 {ZERO_BUCKETS_ALLREDUCE, 0, "ALLREDUCE fp32 (stage 0/1)"},
+                 {ZERO_BUCKETS_ALLREDUCE, 1, "ALLREDUCE bf16 (stage 0/1)"}};
+    /* 24 params of 33..79 elements: SCATTER buckets hold whole params, so
+     * its bucket count moves with the bucket size only for many params */
+    enum { NQ = 24 };
+    size_t qsize[NQ];
+    for (int p = 0; p < NQ; p++) qsize[p] = 33 + (size_t)(p * 17) % 47;
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        zero_engine *e = open_plain(NQ, qsize, modes[m].bf16);
+        if (!e) return;
+        /* big buckets (few) and small ones (many) */
+        long ord_waits[2][2] = {{0}}, old_waits[2][2] = {{0}};
+        uint32_t nbk[2] = {0};
+        const uint64_t bucket[2] = {400, 48};
+        for (int k = 0; k < 2; k++) {
+            uint32_t nb0 = 0, nb1 = 0;
+            size_t n0 = 0, n1 = 0;
+            char *a = ordered_run(e, NQ, qsize, modes[m].mode, modes[m].bf16, bucket[k], 1, old_waits[k], &nb0, &n0);
+            char *b = ordered_run(e, NQ, qsize, modes[m].mode, modes[m].bf16, bucket[k], 0, ord_waits[k], &nb1, &n1);
+            nbk[k] = nb1;
+            CHECK(a && b && n0 == n1 && nb0 == nb1 && memcmp(a, b, n0) == 0,
+                  "%s, %u buckets: stream-ordered completion changed the sums", modes[m].name, nb1);
+            free(a), free(b);
+        }
+        if (world_ > 1) {
+            CHECK(nbk[1] > nbk[0], "%s: %u and %u buckets: the bucket sizes did not change the count", modes[m].name,
+                  nbk[0], nbk[1]);
+            for (int k = 0; k < 2; k++) {
+                CHECK(ord_waits[k][0] == 0 && ord_waits[k][1] == 1,
+                      "%s, %u buckets, overlap_comm off, stream-ordered: %ld host waits in backward and %ld in the "
+                      "flush (expected 0 and 1)",
+                      modes[m].name, nbk[k], ord_waits[k][0], ord_waits[k][1]);
+                CHECK(old_waits[k][0] + old_waits[k][1] >= (long)nbk[k],
+                      "%s, %u buckets, ZERO_BUCKET_HOST_WAIT=1: only %ld host waits (expected one per bucket)",
+                      modes[m].name, nbk[k], old_waits[k][0] + old_waits[k][1]);
+            }
+            if (rank_ == 0)
+                printf("ordered completion, %s, overlap_comm off: host waits per micro-step (backward + flush) "
+                       "%ld + %ld with %u buckets, %ld + %ld with %u (ZERO_BUCKET_HOST_WAIT=1: %ld + %ld, %ld + %ld); "
+                       "sums bitwise equal\n",
+                       modes[m].name, ord_waits[0][0], ord_waits[0][1], nbk[0], ord_waits[1][0], ord_waits[1][1],
+                       nbk[1], old_waits[0][0], old_waits[0][1], old_waits[1][0], old_waits[1][1]);
+        }
+        zero_engine_destroy(e);
+    }
+}
+
 /* Default factory: a real CUDA engine on this machine. */
 static void check_no_gpu_fails_cleanly(void) {
     zero__device_set_factory(NULL);
@@ -510,14 +905,16 @@ int main(int argc, char **argv) {
     check_no_gpu_fails_cleanly();
     zero__device_set_factory(stub_open);
     static const run_opts runs[] = {
-        {"stage0", 0, 1, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0, 0},
-        {"stage3", 3, 1, 0, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0, 0}, {"stage3", 3, 1, 1, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 0, 0}, {"offload", 2, 1, 1, 1, 0, 0}, {"stage0", 0, 1, 0, 0, 1, 0},
-        {"stage1", 1, 1, 0, 0, 1, 0}, {"stage2", 2, 1, 0, 0, 1, 0}, {"stage3", 3, 1, 1, 0, 1, 0},
-        {"offload", 2, 1, 0, 1, 1, 0}, {"stage0", 0, 1, 0, 0, 0, 1}, {"stage1", 1, 1, 0, 0, 0, 1},
-        {"stage2", 2, 1, 0, 0, 1, 1}, {"stage3", 3, 1, 0, 0, 0, 1}, {"offload", 2, 1, 0, 1, 0, 1},
+        {"stage0", 0, 1, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0, 0, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 0, 0, 0}, {"offload", 2, 1, 1, 1, 0, 0, 0}, {"stage0", 0, 1, 0, 0, 1, 0, 0},
+        {"stage1", 1, 1, 0, 0, 1, 0, 0}, {"stage2", 2, 1, 0, 0, 1, 0, 0}, {"stage3", 3, 1, 1, 0, 1, 0, 0},
+        {"offload", 2, 1, 0, 1, 1, 0, 0}, {"stage0", 0, 1, 0, 0, 0, 1, 0}, {"stage1", 1, 1, 0, 0, 0, 1, 0},
+        {"stage2", 2, 1, 0, 0, 1, 1, 0}, {"stage3", 3, 1, 0, 0, 0, 1, 0}, {"offload", 2, 1, 0, 1, 0, 1, 0},
+        {"stage0", 0, 1, 0, 0, 0, 0, 1}, {"stage2", 2, 1, 0, 0, 0, 0, 1}, {"stage2", 2, 1, 0, 0, 1, 0, 1},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) check_equal(&runs[i]);
+    check_ordered_buckets();
     zero__device_set_factory(NULL);
     int rc = check_finish();
     MPI_Finalize();

@@ -205,6 +205,60 @@ static void group_suite(zero_comm *m) {
     TCHECK(zero__comm_group_end(m) == ZERO_ERR_INVALID_ARGUMENT, "unmatched group_end accepted");
 }
 
+/* (issue 35) Stream-ordered completion and the staging buffer.
+ *  - ordered_on: yes for the communicator's own stream, no for another;
+ *    drop ends a request without a host wait, and waiting for a later
+ *    request of the communicator covers the dropped one (its sums are in
+ *    place), counted as one host wait;
+ *  - the device staging of host buffers grows while device collectives are
+ *    queued ahead of it: the old buffer is freed after the stream passed its
+ *    last use (scratch() waits for the stream first), results exact. */
+static void ordered_suite(zero_comm *m) {
+    const int W = m->size;
+    CUDA_OK(cudaSetDevice(zero__comm_nccl_device(m)));
+    cudaStream_t other;
+    CUDA_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    TCHECK(zero__comm_ordered_on(m, zero__comm_nccl_stream(m)) == 1, "ordered_on(own stream) is not 1");
+    TCHECK(zero__comm_ordered_on(m, other) == 0, "ordered_on(another stream) is not 0");
+    enum { N = 1 << 20 };
+    float *h = malloc((size_t)N * 4);
+    for (int i = 0; i < N; i++) h[i] = (float)(i % 13);
+    float *a = dev_floats(h, N), *b = dev_floats(h, N);
+    zero__comm_counters c0, c1;
+    zero__comm_counters_get(m, &c0);
+    zero_comm_req *qa = NULL, *qb = NULL;
+    TCHECK(zero__iallreduce(m, a, N, ZERO_DTYPE_F32, ZERO_OP_SUM, &qa) == ZERO_OK && qa, "iallreduce a");
+    TCHECK(zero__iallreduce(m, b, N, ZERO_DTYPE_F32, ZERO_OP_SUM, &qb) == ZERO_OK && qb, "iallreduce b");
+    TCHECK(qa && zero__comm_drop(qa) == ZERO_OK, "drop a");
+    TCHECK(qb && zero__comm_wait(qb) == ZERO_OK, "wait b");
+    /* nothing else is queued: b's completion means a's too, no device sync */
+    TCHECK(cudaStreamQuery((cudaStream_t)zero__comm_nccl_stream(m)) == cudaSuccess,
+           "after waiting for b the stream is still busy (a dropped request outlived a later one)");
+    zero__comm_counters_get(m, &c1);
+    TCHECK(c1.host_waits - c0.host_waits == 1, "drop + wait counted %llu host waits, expected 1",
+           (unsigned long long)(c1.host_waits - c0.host_waits));
+    float *got = malloc((size_t)N * 4);
+    int bad = 0;
+    gpu_download(got, a, (size_t)N * 4);
+    for (int i = 0; i < N; i++) bad += got[i] != (float)(i % 13) * (float)W;
+    gpu_download(got, b, (size_t)N * 4);
+    for (int i = 0; i < N; i++) bad += got[i] != (float)(i % 13) * (float)W;
+    TCHECK(bad == 0, "dropped request then a waited one: %d wrong sums", bad);
+    /* staging growth behind queued device work: 4 KiB, 1 MiB, 4 MiB host buffers */
+    static const size_t hn[3] = {1024, 256 * 1024, 1024 * 1024};
+    for (int k = 0; k < 3; k++) {
+        TCHECK(zero__iallreduce(m, a, N, ZERO_DTYPE_F32, ZERO_OP_SUM, &qa) == ZERO_OK && qa, "iallreduce ahead");
+        for (size_t i = 0; i < hn[k]; i++) h[i] = (float)((i + (size_t)k) % 7);
+        TCHECK(m->ops->allreduce(m, h, hn[k], ZERO_DTYPE_F32, ZERO_OP_SUM) == ZERO_OK, "host allreduce %zu", hn[k]);
+        bad = 0;
+        for (size_t i = 0; i < hn[k]; i++) bad += h[i] != (float)((i + (size_t)k) % 7) * (float)W;
+        TCHECK(bad == 0, "host allreduce of %zu floats while growing the staging: %d wrong", hn[k], bad);
+        TCHECK(qa && zero__comm_wait(qa) == ZERO_OK, "wait ahead");
+    }
+    cudaFree(a), cudaFree(b), free(h), free(got);
+    CUDA_OK(cudaStreamDestroy(other));
+}
+
 /* (issue 24) A collective that never finishes -- here: the communicator's
  * stream held by a kernel that waits for the host, as a dead peer would
  * hold it -- is not waited for forever: the wait gives ZERO_ERR_TIMEOUT
@@ -269,6 +323,8 @@ static void body(zero_comm *m, int from_mpi) {
     suite(m);
     fprintf(stderr, "suite passed its checks; groups next\n");
     group_suite(m);
+    fprintf(stderr, "groups passed; stream-ordered completion and staging growth next\n");
+    ordered_suite(m);
     if (from_mpi && m->size == 1) abort_suite(m); /* the threads mode's host destroys its own ncclComm_t after */
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,14 @@ struct zero_cuda_device {
     cudaStream_t compute; /* borrowed */
     cudaStream_t comm;    /* ours */
     cudaEvent_t order_ev; /* reused: cudaStreamWaitEvent captures the record current at the call */
+    /* (issue 35) Zero-fills are queued on the comm stream without a host
+     * wait; fill_ev is recorded (under lock) right after each, so it always
+     * marks the latest one, and `fills` counts them.  fills_done: the
+     * highest count zero_cuda_fill_wait has seen completed. */
+    cudaEvent_t fill_ev;
+    uint64_t fills, fills_done;
+    int sync_alloc; /* ZERO_CUDA_ALLOC_SYNC=1: wait for every fill (the behaviour before issue 35) */
+    atomic_ullong host_waits;
     size_t grow;
     pthread_mutex_t lock;
     zero_cuda_arena *arena[ZERO_NTIERS];
@@ -116,9 +125,14 @@ zero_status zero_cuda_device_open(const zero_cuda_device_options *o, zero_cuda_d
         copy_msg(err, err_len, "cudaStreamCreateWithFlags", e);
         goto fail;
     }
-    if ((e = cudaEventCreateWithFlags(&d->order_ev, cudaEventDisableTiming)) != cudaSuccess) {
+    if ((e = cudaEventCreateWithFlags(&d->order_ev, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&d->fill_ev, cudaEventDisableTiming)) != cudaSuccess) {
         copy_msg(err, err_len, "cudaEventCreateWithFlags", e);
         goto fail;
+    }
+    {
+        const char *sync = getenv("ZERO_CUDA_ALLOC_SYNC");
+        d->sync_alloc = sync && sync[0] && strcmp(sync, "0") != 0;
     }
     for (int t = 0; t < ZERO_NTIERS; ++t) {
         if (!(d->arena[t] = zero_cuda_arena_create(ARENA_ALIGN))) {
@@ -156,12 +170,21 @@ void zero_cuda_device_close(zero_cuda_device *d) {
         zero_cuda_arena_destroy(d->arena[t]);
     }
     if (d->order_ev) cudaEventDestroy(d->order_ev);
+    if (d->fill_ev) cudaEventDestroy(d->fill_ev);
     if (d->comm) cudaStreamDestroy(d->comm);
     pthread_mutex_destroy(&d->lock);
     free(d);
 }
 
+void zero_cuda_note_host_wait(zero_cuda_device *d) {
+    if (d) atomic_fetch_add_explicit(&d->host_waits, 1, memory_order_relaxed);
+}
+
 void *zero_cuda_alloc(zero_cuda_device *d, zero_mem_tier tier, size_t bytes) {
+    return zero_cuda_alloc_ex(d, tier, bytes, 0);
+}
+
+void *zero_cuda_alloc_ex(zero_cuda_device *d, zero_mem_tier tier, size_t bytes, unsigned flags) {
     if (!d || tier < 0 || tier >= ZERO_NTIERS) return NULL;
     cudaSetDevice(d->ordinal);
     pthread_mutex_lock(&d->lock);
@@ -174,20 +197,58 @@ void *zero_cuda_alloc(zero_cuda_device *d, zero_mem_tier tier, size_t bytes) {
     size_t n = p ? zero_cuda_arena_block_size(d->arena[tier], p) : 0;
     pthread_mutex_unlock(&d->lock);
     if (!p) return NULL;
+    if (flags & ZERO_CUDA_ALLOC_NOFILL) return p;
     if (tier == ZERO_TIER_HOST) {
         memset(p, 0, n);
         return p;
     }
-    /* Zero on the comm stream, then wait: allocation is rare (params_done)
-     * and callers expect the block to be ready when this returns. */
+    /* Zero on the comm stream, in stream order behind whatever used this
+     * arena block before (its earlier users queued there too), and do not
+     * wait (issue 35): a synchronisation here also waited for every
+     * collective queued on the stream, once per allocation.  fill_ev marks
+     * the latest fill for zero_cuda_fill_wait; memset and record happen
+     * under the lock so that the event's record is always the newest
+     * fill's.  ZERO_CUDA_ALLOC_SYNC=1 keeps the old wait. */
+    pthread_mutex_lock(&d->lock);
     cudaError_t e = cudaMemsetAsync(p, 0, n, d->comm);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(d->comm);
+    if (e == cudaSuccess && !d->sync_alloc) e = cudaEventRecord(d->fill_ev, d->comm);
+    if (e == cudaSuccess && !d->sync_alloc) d->fills++;
+    pthread_mutex_unlock(&d->lock);
+    if (e == cudaSuccess && d->sync_alloc) {
+        e = cudaStreamSynchronize(d->comm);
+        zero_cuda_note_host_wait(d);
+    }
     if (e != cudaSuccess) {
         set_err(d, "cudaMemsetAsync: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
         zero_cuda_free(d, p);
         return NULL;
     }
     return p;
+}
+
+zero_status zero_cuda_fill_wait(zero_cuda_device *d) {
+    if (!d) return ZERO_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->lock);
+    const uint64_t want = d->fills;
+    const int pending = want > d->fills_done;
+    pthread_mutex_unlock(&d->lock);
+    if (!pending) return ZERO_OK;
+    cudaSetDevice(d->ordinal);
+    /* The event holds the record of fill `want` or of a later one (another
+     * thread may have allocated since): either way every fill up to `want`
+     * is done when it completes. */
+    cudaError_t e = cudaEventSynchronize(d->fill_ev);
+    zero_cuda_note_host_wait(d);
+    if (e != cudaSuccess) {
+        set_err(d, "cudaEventSynchronize (zero-fill) on device %d: %s", d->ordinal, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return ZERO_ERR_DEVICE;
+    }
+    pthread_mutex_lock(&d->lock);
+    if (d->fills_done < want) d->fills_done = want;
+    pthread_mutex_unlock(&d->lock);
+    return ZERO_OK;
 }
 
 zero_status zero_cuda_free(zero_cuda_device *d, void *p) {
@@ -220,6 +281,7 @@ zero_status zero_cuda_copy(zero_cuda_device *d, void *dst, const void *src, size
     cudaSetDevice(d->ordinal);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->comm);
     if (e == cudaSuccess) e = cudaStreamSynchronize(d->comm);
+    zero_cuda_note_host_wait(d);
     return cuda_status(d, "cudaMemcpyAsync", e);
 }
 
@@ -258,6 +320,7 @@ zero_status zero_cuda_order_before(zero_cuda_device *d, void *consumer) {
 zero_status zero_cuda_comm_sync(zero_cuda_device *d) {
     if (!d) return ZERO_ERR_INVALID_ARGUMENT;
     cudaSetDevice(d->ordinal);
+    zero_cuda_note_host_wait(d);
     return cuda_status(d, "cudaStreamSynchronize", cudaStreamSynchronize(d->comm));
 }
 
@@ -273,7 +336,9 @@ void zero_cuda_device_stats_get(zero_cuda_device *d, zero_cuda_device_stats *out
         out->peak_used[t] = s.peak_used;
         out->largest_free[t] = s.largest_free;
     }
+    out->fills_async = d->fills;
     pthread_mutex_unlock(&d->lock);
+    out->host_waits = atomic_load_explicit(&d->host_waits, memory_order_relaxed);
 }
 
 int zero_cuda_device_ordinal(const zero_cuda_device *d) { return d ? d->ordinal : -1; }

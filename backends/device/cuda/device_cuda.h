@@ -54,8 +54,27 @@ void zero_cuda_device_close(zero_cuda_device *d);
 /* Zero-filled block of `bytes` from the tier's arena: ZERO_TIER_DEVICE is
  * device memory, ZERO_TIER_HOST pinned host memory.  256-byte aligned.
  * NULL when out of memory (see zero_cuda_device_error).  The block belongs
- * to d until zero_cuda_free or close. */
+ * to d until zero_cuda_free or close.
+ *
+ * The zero-fill of a device block is queued on the comm stream and the
+ * call returns without waiting for it (issue 35; it used to synchronise the
+ * comm stream on every allocation, which also waited for every collective
+ * queued there).  Work queued on the comm stream afterwards (libzero's
+ * kernels, NCCL on that stream, zero_cuda_copy, the fences) sees the zeros
+ * by stream order; another stream sees them after zero_cuda_order_before
+ * (event, no host wait); code that may touch the block from any stream
+ * calls zero_cuda_fill_wait first.  Host-tier blocks are zeroed on the host
+ * before the call returns.  ZERO_CUDA_ALLOC_SYNC=1 in the environment when
+ * the device is opened restores the old wait per allocation (for before /
+ * after measurements, bench/gpu/bench_gpu_waits). */
 void *zero_cuda_alloc(zero_cuda_device *d, zero_mem_tier tier, size_t bytes);
+/* flags for zero_cuda_alloc_ex */
+enum { ZERO_CUDA_ALLOC_NOFILL = 1 }; /* the caller overwrites the whole block before reading it: no fill */
+void *zero_cuda_alloc_ex(zero_cuda_device *d, zero_mem_tier tier, size_t bytes, unsigned flags);
+/* Block the host until every zero-fill queued by zero_cuda_alloc so far is
+ * done (an event recorded after the latest fill: later work on the comm
+ * stream is not waited for).  Returns at once when none is pending. */
+zero_status zero_cuda_fill_wait(zero_cuda_device *d);
 /* Return a block from either tier; NULL and foreign pointers are ignored
  * (returns ZERO_ERR_INVALID_ARGUMENT for a foreign one). */
 zero_status zero_cuda_free(zero_cuda_device *d, void *p);
@@ -92,8 +111,18 @@ typedef struct zero_cuda_device_stats {
     size_t used[ZERO_NTIERS];
     size_t peak_used[ZERO_NTIERS];
     size_t largest_free[ZERO_NTIERS];
+    /* (issue 35) times the host blocked on the comm stream through this
+     * device: stream synchronisations, synchronous copies, fence and fill
+     * waits (device_cuda_ops.c counts its own through
+     * zero_cuda_note_host_wait) */
+    uint64_t host_waits;
+    uint64_t fills_async; /* zero-fills queued without a host wait */
 } zero_cuda_device_stats;
 void zero_cuda_device_stats_get(zero_cuda_device *d, zero_cuda_device_stats *out);
+
+/* Count one host wait on d's streams (for waits the caller makes itself,
+ * e.g. cudaEventSynchronize of a fence).  Thread-safe. */
+void zero_cuda_note_host_wait(zero_cuda_device *d);
 
 /* Text of the last failure on d (empty if none).  Owned by d; may be
  * overwritten by a failure on another thread. */

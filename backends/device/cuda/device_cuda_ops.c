@@ -51,6 +51,15 @@ static zero_status launched(zero__device *d, zero_status s, const char *what) {
 }
 
 static void *cd_alloc(zero__device *d, zero_mem_tier tier, size_t bytes) { return zero_cuda_alloc(CD(d), tier, bytes); }
+static void *cd_alloc_nofill(zero__device *d, zero_mem_tier tier, size_t bytes) {
+    return zero_cuda_alloc_ex(CD(d), tier, bytes, ZERO_CUDA_ALLOC_NOFILL);
+}
+static zero_status cd_fill_wait(zero__device *d) { return zero_cuda_fill_wait(CD(d)); }
+static uint64_t cd_host_waits(zero__device *d) {
+    zero_cuda_device_stats st;
+    zero_cuda_device_stats_get(CD(d), &st);
+    return st.host_waits;
+}
 static void cd_free(zero__device *d, void *p) { zero_cuda_free(CD(d), p); }
 
 /* Device (or managed) memory: what a host thread cannot dereference safely.
@@ -75,6 +84,7 @@ static zero_status cd_memset(zero__device *d, void *p, int v, size_t bytes) {
     /* Wait: a cleared gradient slot or accumulator is handed to the host,
      * whose backward kernels write into it on a stream of its own. */
     if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)stream_of(d));
+    zero_cuda_note_host_wait(CD(d));
     if (e != cudaSuccess) {
         snprintf(((cuda_dev *)d)->err, sizeof ((cuda_dev *)d)->err, "cudaMemsetAsync: %s", cudaGetErrorString(e));
         (void)cudaGetLastError();
@@ -115,8 +125,21 @@ static zero_status cd_fence(zero__device *d, void **fence) {
 static zero_status cd_fence_wait(zero__device *d, void *fence) {
     current(d);
     cudaError_t e = cudaEventSynchronize((cudaEvent_t)fence);
+    zero_cuda_note_host_wait(CD(d));
     cudaEventDestroy((cudaEvent_t)fence);
     return e == cudaSuccess ? ZERO_OK : cd_fail(d, "cudaEventSynchronize (fence)", e);
+}
+
+/* (issue 35) The consumer stream waits for the marker on the GPU; the host
+ * goes on.  Destroying a recorded event whose work is still pending is
+ * allowed: CUDA releases it once the work completes, and the wait already
+ * captured it. */
+static zero_status cd_fence_order(zero__device *d, void *fence, void *consumer) {
+    current(d);
+    cudaStream_t s = consumer ? (cudaStream_t)consumer : (cudaStream_t)zero_cuda_compute_stream(CD(d));
+    cudaError_t e = cudaStreamWaitEvent(s, (cudaEvent_t)fence, 0);
+    cudaEventDestroy((cudaEvent_t)fence);
+    return e == cudaSuccess ? ZERO_OK : cd_fail(d, "cudaStreamWaitEvent (fence)", e);
 }
 
 static zero_status cd_optim_step(zero__device *d, zero_optim_kind k, const zero_optim_scalars *s, float *master,
@@ -254,6 +277,10 @@ static const zero__device_ops cuda_ops = {
     .error = cd_error,
     .close = cd_close,
     .free_bytes = cd_free_bytes,
+    .fill_wait = cd_fill_wait,
+    .alloc_nofill = cd_alloc_nofill,
+    .fence_order = cd_fence_order,
+    .host_waits = cd_host_waits,
 };
 
 zero_status zero__device_cuda_open(int ordinal, void *compute_stream, zero__device **out, char *err, size_t err_len) {
