@@ -15,6 +15,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin
   abigail-tools binutils
   python3
+  python3-venv python3-wheel  # `python3 -m venv` + `pip install ./bindings/python` (bindings.pip_wheel_np2)
   iproute2                # ip netns / veth: tests/multihost
   python3-torch
   chromium fonts-dejavu-core  # tests/report: the demo report opened by a real headless browser

@@ -16,4 +16,10 @@ from .engine import Engine, Param, StepResult, ZeroError, abi_version, status_st
 
 __all__ = ["Engine", "TorchHostComm", "Param", "StepResult", "ZeroError", "abi_version", "status_string", "version", "view",
            "ALL_GROUPS", "PARAM_HOST_OWNED", "STATUS_NAMES"]
-__version__ = "1.1.0"
+try:  # written by setup.py (pip install) and make install: libzero's version
+    from ._version import version as __version__
+except ImportError:  # the source tree: the loaded library's version, on first use
+    def __getattr__(name):
+        if name == "__version__":
+            return version()
+        raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -1,10 +1,14 @@
 """ctypes declarations of abi/zero.h (ABI 1.1) and the library loader.
 
 libzero.so.1 is found through, in order:
-  1. $ZERO_LIBRARY (a path to the .so),
-  2. the dynamic loader's usual search (LD_LIBRARY_PATH, the ld.so cache,
+  1. $ZERO_LIBRARY (a path to the .so): only that;
+  2. the copy bundled in the package by `pip install ./bindings/python`
+     (zero/_native/lib/libzero.so.1, its plugins in zero/_native/lib/zero/plugins):
+     only that, unless ZERO_USE_SYSTEM_LIBRARY=1 asks for an installed libzero;
+  3. the dynamic loader's usual search (LD_LIBRARY_PATH, the ld.so cache,
      standard directories) for "libzero.so.1",
-  3. pkg-config: ``pkg-config --variable=libdir zero`` + "/libzero.so.1".
+  4. pkg-config: ``pkg-config --variable=libdir zero`` + "/libzero.so.1",
+  5. the library next to a package installed by `make install`.
 """
 import ctypes
 import os
@@ -154,10 +158,28 @@ def require(name, what):
                       % (what, need, name, v // 10000, v % 10000))
 
 
+NATIVE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native")
+
+
+def bundled_library():
+    """Path of the libzero.so.1 bundled in the package (pip install), or None."""
+    path = os.path.join(NATIVE_DIR, "lib", "libzero.so.1")
+    return path if os.path.isfile(path) else None
+
+
+def _use_system():
+    return os.environ.get("ZERO_USE_SYSTEM_LIBRARY", "").strip().lower() in ("1", "on", "yes", "true")
+
+
 def _candidates():
     env = os.environ.get("ZERO_LIBRARY")
     if env:
         yield env, "ZERO_LIBRARY"
+        return
+    bundled = bundled_library()
+    if bundled and not _use_system():
+        # the bundled copy or nothing: never a system libzero of another version behind the user's back
+        yield bundled, "bundled with the package; ZERO_USE_SYSTEM_LIBRARY=1 uses an installed libzero instead"
         return
     yield "libzero.so.1", "the dynamic loader's search"
     pc = shutil.which("pkg-config")
@@ -203,8 +225,8 @@ def lib():
         except OSError as ex:
             tried.append("%s (%s): %s" % (path, how, ex))
     raise OSError("libzero.so.1 not found; tried: " + "; ".join(tried) +
-                  ". Set ZERO_LIBRARY to the library's path, add its directory to LD_LIBRARY_PATH, or install "
-                  "libzero so that pkg-config finds zero.pc")
+                  ". `pip install ./bindings/python` bundles it; else set ZERO_LIBRARY to the library's path, add "
+                  "its directory to LD_LIBRARY_PATH, or install libzero so that pkg-config finds zero.pc")
 
 
 # ---------------------------------------------------------------- MPI
