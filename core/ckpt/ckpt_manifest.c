@@ -153,7 +153,7 @@ static int get_u64(pctx *c, json_t *o, const char *where, const char *key, uint6
     return 0;
 }
 static int get_i32(pctx *c, json_t *o, const char *where, const char *key, int32_t lo, int32_t hi, int32_t *out) {
-    uint64_t u;
+    uint64_t u = 0; /* set by get_u64 on success; gcc -O2 cannot see that */
     json_t *v = json_object_get(o, key);
     if (json_is_integer(v) && json_integer_value(v) < 0 && lo < 0) {
         json_int_t x = json_integer_value(v);
