@@ -4,14 +4,44 @@
  * copy, host -> device at completion).  See zero__comm_devstage_create in
  * device.h for when the engine uses it.
  *
- * It is the correct-but-slow path (two PCIe copies per collective, no
- * overlap of the copies): NCCL is what a GPU run should use.  It exists so
- * that device_kind CUDA works with the host's MPI communicator (no
- * CUDA-aware MPI needed), with ZERO_COMM_SELF, and so that the device
- * routing of the whole engine can be tested with a stub device on MPI.
+ * It is the correct-but-slow path (two PCIe copies per collective, each
+ * waited for by the calling thread, no overlap of the copies with each
+ * other): NCCL is what a GPU run should use.  It exists so that device_kind
+ * CUDA works with the host's MPI communicator (no CUDA-aware MPI needed),
+ * with ZERO_COMM_SELF, and so that the device routing of the whole engine
+ * can be tested with a stub device on MPI.
  *
- * Thread-safety: as the inner communicator (this layer keeps no shared
- * state; each request owns its staging buffer). */
+ * Staging buffers (issue 35).  They come from a pool that a communicator
+ * shares with every communicator split from it (one pool per world: they
+ * belong to the same engine and device, their collectives rarely peak at
+ * the same time, and one bound then caps the cached memory of all of them
+ * instead of one per split).  A buffer is taken at issue and given back at
+ * completion by whichever thread completes the request (wait or test: the
+ * caller, a hook thread, the bucket engine's); the next collective reuses
+ * it.  Blocks of DS_PIN_MIN bytes or more are pinned host memory from the
+ * device (ops->alloc_nofill / ops->alloc, tier HOST), so the copies DMA at
+ * full speed instead of going through the driver's pageable bounce buffer,
+ * and no step faults in fresh pages; smaller ones, and any block whose
+ * pinned allocation fails, come from malloc (pooled all the same).  Bound: at
+ * most DS_POOL_SLOTS free buffers are cached, and the pool (buffers held by
+ * collectives in flight plus cached ones) never exceeds the most that
+ * collectives have held at once; what does not fit is freed at once.  A
+ * communicator's free gives the cached buffers back; the pool itself goes
+ * with the last communicator that shares it.
+ *
+ * Accounting: staging buffers are communication scratch, zero_memory_stats
+ * ZERO_MEM_OTHER, host tier (docs/memory.md), counted from allocation to
+ * free, the cached free ones included (like the MPI ring scratch cache):
+ * they are memory libzero holds, pinned at that.  Results are bitwise those
+ * of fresh buffers: every byte of a staging buffer that is read was written
+ * by the same collective first (buffers come back dirty, never cleared).
+ *
+ * Thread-safety: as the inner communicator for the collectives; the pool
+ * has its own mutex, so requests may be issued and completed on any
+ * threads.  Ownership: the communicator owns its inner communicator and a
+ * reference to the pool; a request owns its staging buffer until it
+ * completes (wait, or test saying done). */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,16 +49,190 @@
 #include "device.h"
 #include "memory.h"
 
+/* ---------------------------------------------------------------- pool */
+
+/* DS_POOL_SLOTS: free buffers cached at most (stage 3 keeps many gathers in
+ * flight; the byte bound is the pool's real limit).  DS_PIN_MIN: smaller
+ * blocks come from malloc: below it a copy costs about the same from
+ * pageable memory, and the first pinned block makes the CUDA device reserve
+ * a whole region of pinned memory (its host arena grows by 64 MiB), which a
+ * small model's collectives do not need.  DS_ROUND: capacities in 4 KiB
+ * steps, so that near sizes share buffers. */
+#define DS_POOL_SLOTS 32
+#define DS_PIN_MIN ((size_t)64 << 10)
+#define DS_ROUND ((size_t)4 << 10)
+
+typedef struct ds_buf {
+    struct ds_buf *next; /* in the cache (ascending capacity) */
+    char *p;
+    size_t cap;
+    int pinned; /* from the device (give back with ops->free), else malloc */
+} ds_buf;
+
+typedef struct ds_pool {
+    pthread_mutex_t mu;
+    int refs; /* communicators sharing the pool */
+    zero__device *dev;
+    struct zero_engine *engine; /* for zero__engine_note_scratch (may be NULL) */
+    ds_buf *cache;               /* free buffers, ascending capacity */
+    int ncached;
+    size_t cached, held; /* bytes cached / held by collectives in flight */
+    size_t high;         /* the most `held` has been: the pool's byte bound */
+} ds_pool;
+
+static void buf_destroy(ds_pool *pool, ds_buf *b) {
+    if (b->pinned)
+        pool->dev->ops->free(pool->dev, b->p);
+    else
+        free(b->p);
+    zero__engine_note_scratch(pool->engine, ZERO_TIER_HOST, -(int64_t)b->cap);
+    free(b);
+}
+
+static void destroy_list(ds_pool *pool, ds_buf *b) {
+    while (b) {
+        ds_buf *next = b->next;
+        buf_destroy(pool, b);
+        b = next;
+    }
+}
+
+/* A buffer of at least `bytes` (dirty: the caller writes before it reads),
+ * or NULL when out of memory. */
+static ds_buf *pool_get(ds_pool *pool, size_t bytes) {
+    if (!bytes) bytes = 1;
+    const size_t cap = (bytes + DS_ROUND - 1) / DS_ROUND * DS_ROUND;
+    ds_buf *evicted = NULL, *b = NULL;
+    pthread_mutex_lock(&pool->mu);
+    /* best fit: the smallest cached buffer that holds `bytes` */
+    for (ds_buf **pp = &pool->cache; *pp; pp = &(*pp)->next)
+        if ((*pp)->cap >= bytes) {
+            b = *pp;
+            *pp = b->next;
+            pool->ncached--;
+            pool->cached -= b->cap;
+            break;
+        }
+    if (!b) {
+        /* a new buffer: the pool may grow to the new most held at once, no
+         * further; cached buffers (all too small for this one) beyond that
+         * go, the largest first (the cache is ascending: drop its tail) */
+        const size_t high = pool->held + cap > pool->high ? pool->held + cap : pool->high;
+        while (pool->cache && pool->cached + pool->held + cap > high) {
+            ds_buf **pp = &pool->cache;
+            while ((*pp)->next) pp = &(*pp)->next;
+            ds_buf *last = *pp;
+            *pp = NULL;
+            pool->ncached--;
+            pool->cached -= last->cap;
+            last->next = evicted;
+            evicted = last;
+        }
+    }
+    const size_t got = b ? b->cap : cap;
+    pool->held += got;
+    if (pool->held > pool->high) pool->high = pool->held;
+    pthread_mutex_unlock(&pool->mu);
+    destroy_list(pool, evicted); /* device and malloc calls outside the lock */
+    if (b) return b;
+
+    if (!(b = calloc(1, sizeof *b))) goto oom;
+    b->cap = cap;
+    zero__device *d = pool->dev;
+    if (cap >= DS_PIN_MIN) {
+        /* pinned host memory; no zero-fill: the bytes are written first */
+        b->p = d->ops->alloc_nofill ? d->ops->alloc_nofill(d, ZERO_TIER_HOST, cap)
+                                    : d->ops->alloc(d, ZERO_TIER_HOST, cap);
+        b->pinned = b->p != NULL;
+    }
+    if (!b->p && !(b->p = malloc(cap))) goto oom; /* no pinned memory: pageable */
+    zero__engine_note_scratch(pool->engine, ZERO_TIER_HOST, (int64_t)cap);
+    return b;
+oom:
+    free(b);
+    pthread_mutex_lock(&pool->mu);
+    pool->held -= cap;
+    pthread_mutex_unlock(&pool->mu);
+    return NULL;
+}
+
+/* The collective that used b is done: cache b, or free it when the cache
+ * is full (then the smallest buffer goes: the larger ones serve more). */
+static void pool_put(ds_pool *pool, ds_buf *b) {
+    if (!b) return;
+    pthread_mutex_lock(&pool->mu);
+    pool->held -= b->cap;
+    ds_buf **pp = &pool->cache;
+    while (*pp && (*pp)->cap < b->cap) pp = &(*pp)->next;
+    b->next = *pp;
+    *pp = b;
+    pool->ncached++;
+    pool->cached += b->cap;
+    ds_buf *evicted = NULL;
+    if (pool->ncached > DS_POOL_SLOTS) {
+        evicted = pool->cache;
+        pool->cache = evicted->next;
+        evicted->next = NULL;
+        pool->ncached--;
+        pool->cached -= evicted->cap;
+    }
+    pthread_mutex_unlock(&pool->mu);
+    destroy_list(pool, evicted);
+}
+
+/* Free every cached buffer (buffers in flight come back later). */
+static void pool_trim(ds_pool *pool) {
+    pthread_mutex_lock(&pool->mu);
+    ds_buf *all = pool->cache;
+    pool->cache = NULL;
+    pool->ncached = 0;
+    pool->cached = 0;
+    pthread_mutex_unlock(&pool->mu);
+    destroy_list(pool, all);
+}
+
+static ds_pool *pool_new(zero__device *dev, struct zero_engine *engine) {
+    ds_pool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    if (pthread_mutex_init(&p->mu, NULL) != 0) {
+        free(p);
+        return NULL;
+    }
+    p->refs = 1;
+    p->dev = dev;
+    p->engine = engine;
+    return p;
+}
+
+static void pool_ref(ds_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    p->refs++;
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void pool_unref(ds_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    const int last = --p->refs == 0;
+    pthread_mutex_unlock(&p->mu);
+    if (!last) return;
+    pool_trim(p); /* every request completed before its communicator was freed */
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/* ------------------------------------------------------ the communicator */
+
 typedef struct devstage {
     zero_comm base;
     zero_comm *inner; /* owned */
     zero__device *dev;
+    ds_pool *pool; /* shared with the communicators split from this one (a reference) */
 } devstage;
 
 typedef struct ds_req {
     zero_comm_req hdr;
     zero_comm_req *inner;
-    void *host;         /* staging buffer (owned) or NULL: inner ran on the caller's buffers */
+    ds_buf *host;       /* staging buffer (owned until completion) or NULL: inner ran on the caller's buffers */
     void *dst;          /* where the result goes at completion */
     const void *result; /* inside host */
     size_t bytes;
@@ -36,46 +240,36 @@ typedef struct ds_req {
 
 #define DS(m) ((devstage *)(m))
 
-/* Staging buffers are communication scratch: accounted in zero_memory_stats
- * under ZERO_MEM_OTHER, host tier (docs/memory.md).  A 16-byte header keeps
- * the size for the release (and malloc's alignment for the data). */
-#define DS_HDR 16
-static void *stage_alloc(zero_comm *m, size_t bytes) {
-    char *p = malloc(DS_HDR + (bytes ? bytes : 1));
-    if (!p) return NULL;
-    memcpy(p, &bytes, sizeof bytes);
-    zero__engine_note_scratch(m->engine, ZERO_TIER_HOST, (int64_t)bytes);
-    return p + DS_HDR;
-}
-static void stage_free(zero_comm *m, void *h) {
-    if (!h) return;
-    char *p = (char *)h - DS_HDR;
-    size_t bytes;
-    memcpy(&bytes, p, sizeof bytes);
-    zero__engine_note_scratch(m->engine, ZERO_TIER_HOST, -(int64_t)bytes);
-    free(p);
-}
+static ds_buf *stage_get(zero_comm *m, size_t bytes) { return pool_get(DS(m)->pool, bytes); }
+static void stage_put(zero_comm *m, ds_buf *b) { pool_put(DS(m)->pool, b); }
 
 static const zero__comm_ops devstage_ops;
 
 static int on_dev(zero_comm *m, const void *p) { return zero__dev_is_device(DS(m)->dev, p); }
 
-static zero_status wrap(zero_comm *inner, zero__device *dev, zero_comm **out) {
+static zero_status wrap(zero_comm *inner, zero__device *dev, ds_pool *pool, zero_comm **out) {
     devstage *w = calloc(1, sizeof *w);
     if (!w) return ZERO_ERR_OUT_OF_MEMORY;
+    if (pool) {
+        pool_ref(pool);
+    } else if (!(pool = pool_new(dev, inner->engine))) {
+        free(w);
+        return ZERO_ERR_OUT_OF_MEMORY;
+    }
     w->base.ops = &devstage_ops;
     w->base.rank = inner->rank;
     w->base.size = inner->size;
     w->base.engine = inner->engine;
     w->inner = inner;
     w->dev = dev;
+    w->pool = pool;
     *out = &w->base;
     return ZERO_OK;
 }
 
 zero_status zero__comm_devstage_create(zero_comm *inner, zero__device *dev, zero_comm **out) {
     if (!inner || !dev || !out) return ZERO_ERR_INVALID_ARGUMENT;
-    return wrap(inner, dev, out);
+    return wrap(inner, dev, NULL, out);
 }
 
 static zero_status ds_split(zero_comm *m, int color, int key, zero_comm **out) {
@@ -83,12 +277,17 @@ static zero_status ds_split(zero_comm *m, int color, int key, zero_comm **out) {
     *out = NULL;
     zero_status s = zero__comm_split(DS(m)->inner, color, key, &child);
     if (s != ZERO_OK || !child) return s;
-    if ((s = wrap(child, DS(m)->dev, out)) != ZERO_OK) zero__comm_free(child);
+    if ((s = wrap(child, DS(m)->dev, DS(m)->pool, out)) != ZERO_OK) zero__comm_free(child);
     return s;
 }
 
+/* Every request of m has completed (the contract of comm free).  Its
+ * cached buffers go now even while splits share the pool: they are cheap
+ * to take again, and nothing is left behind the world's free. */
 static void ds_free(zero_comm *m) {
     zero__comm_free(DS(m)->inner);
+    pool_trim(DS(m)->pool);
+    pool_unref(DS(m)->pool);
     free(m);
 }
 
@@ -103,13 +302,14 @@ static zero_status call_broadcast(zero_comm *i, void *b, size_t n, zero_dtype dt
 static zero_status staged_inplace(zero_comm *m, void *buf, size_t count, zero_dtype dt, int arg, inplace_fn f) {
     if (!on_dev(m, buf)) return f(DS(m)->inner, buf, count, dt, arg);
     size_t bytes = count * zero__dtype_size(dt);
-    void *h = stage_alloc(m, bytes ? bytes : 1);
-    if (!h) return ZERO_ERR_OUT_OF_MEMORY;
+    ds_buf *b = stage_get(m, bytes);
+    if (!b) return ZERO_ERR_OUT_OF_MEMORY;
+    void *h = b->p;
     zero__device *d = DS(m)->dev;
     zero_status s = d->ops->copy(d, h, buf, bytes);
     if (s == ZERO_OK) s = f(DS(m)->inner, h, count, dt, arg);
     if (s == ZERO_OK) s = d->ops->copy(d, buf, h, bytes);
-    stage_free(m, h);
+    stage_put(m, b);
     return s;
 }
 
@@ -121,19 +321,19 @@ static zero_status ds_broadcast(zero_comm *m, void *buf, size_t count, zero_dtyp
 }
 static zero_status ds_barrier(zero_comm *m) { return zero__barrier(DS(m)->inner); }
 
-/* The inner collective was issued with status `s`: on failure free the
- * staging buffer and pass the error on, else wrap the inner request so
+/* The inner collective was issued with status `s`: on failure give the
+ * staging buffer back and pass the error on, else wrap the inner request so
  * that its completion delivers `bytes` of `result` (inside host) to dst. */
-static zero_status issued(zero_comm *m, zero_status s, zero_comm_req *inner, void *host, void *dst,
+static zero_status issued(zero_comm *m, zero_status s, zero_comm_req *inner, ds_buf *host, void *dst,
                           const void *result, size_t bytes, zero_comm_req **out) {
     if (s != ZERO_OK) {
-        stage_free(m, host);
+        stage_put(m, host);
         return s;
     }
     ds_req *r = calloc(1, sizeof *r);
     if (!r) {
         if (inner) zero__comm_wait(inner);
-        stage_free(m, host);
+        stage_put(m, host);
         return ZERO_ERR_OUT_OF_MEMORY;
     }
     r->hdr.comm = m;
@@ -155,12 +355,13 @@ static zero_status ds_iallreduce(zero_comm *m, void *buf, size_t count, zero_dty
         return issued(m, s, in, NULL, NULL, NULL, 0, req);
     }
     size_t bytes = count * zero__dtype_size(dt);
-    void *h = stage_alloc(m, bytes ? bytes : 1);
-    if (!h) return ZERO_ERR_OUT_OF_MEMORY;
+    ds_buf *b = stage_get(m, bytes);
+    if (!b) return ZERO_ERR_OUT_OF_MEMORY;
+    void *h = b->p;
     zero__device *d = DS(m)->dev;
     s = d->ops->copy(d, h, buf, bytes);
     if (s == ZERO_OK) s = zero__iallreduce(DS(m)->inner, h, count, dt, op, &in);
-    return issued(m, s, in, h, buf, h, bytes, req);
+    return issued(m, s, in, b, buf, h, bytes, req);
 }
 
 /* Byte sizes of a v-collective's blocks: all of them, those before this
@@ -188,12 +389,13 @@ static zero_status ds_ireduce_scatterv(zero_comm *m, const void *send, void *rec
         return issued(m, s, in, NULL, NULL, NULL, 0, req);
     }
     const vbytes v = vbytes_of(m, counts, dt);
-    char *h = stage_alloc(m, v.total ? v.total : 1);
-    if (!h) return ZERO_ERR_OUT_OF_MEMORY;
+    ds_buf *b = stage_get(m, v.total);
+    if (!b) return ZERO_ERR_OUT_OF_MEMORY;
+    char *h = b->p;
     s = zero__dev_copy(DS(m)->dev, h, send, v.total);
     /* in place on the host copy: this rank's block receives the sum */
     if (s == ZERO_OK) s = zero__ireduce_scatterv(DS(m)->inner, h, h + v.off, counts, dt, &in);
-    return issued(m, s, in, h, recv, h + v.off, v.own, req);
+    return issued(m, s, in, b, recv, h + v.off, v.own, req);
 }
 
 /* The inner backend's block-ordered allreduce, on a host copy when buf is
@@ -207,11 +409,12 @@ static zero_status ds_iallreducev(zero_comm *m, void *buf, const size_t *counts,
         return issued(m, s, in, NULL, NULL, NULL, 0, req);
     }
     const vbytes v = vbytes_of(m, counts, dt);
-    void *h = stage_alloc(m, v.total ? v.total : 1);
-    if (!h) return ZERO_ERR_OUT_OF_MEMORY;
+    ds_buf *b = stage_get(m, v.total);
+    if (!b) return ZERO_ERR_OUT_OF_MEMORY;
+    void *h = b->p;
     s = zero__dev_copy(DS(m)->dev, h, buf, v.total);
     if (s == ZERO_OK) s = zero__iallreducev(DS(m)->inner, h, counts, dt, &in);
-    return issued(m, s, in, h, buf, h, v.total, req);
+    return issued(m, s, in, b, buf, h, v.total, req);
 }
 
 static zero_status ds_iallgatherv(zero_comm *m, const void *send, void *recv, const size_t *counts, zero_dtype dt,
@@ -223,17 +426,19 @@ static zero_status ds_iallgatherv(zero_comm *m, const void *send, void *recv, co
         return issued(m, s, in, NULL, NULL, NULL, 0, req);
     }
     const vbytes v = vbytes_of(m, counts, dt);
-    char *h = stage_alloc(m, v.total ? v.total : 1);
-    if (!h) return ZERO_ERR_OUT_OF_MEMORY;
+    ds_buf *b = stage_get(m, v.total);
+    if (!b) return ZERO_ERR_OUT_OF_MEMORY;
+    char *h = b->p;
     s = zero__dev_copy(DS(m)->dev, h + v.off, send, v.own);
     if (s == ZERO_OK) s = zero__iallgatherv(DS(m)->inner, h + v.off, h, counts, dt, &in);
-    return issued(m, s, in, h, recv, h, v.total, req);
+    return issued(m, s, in, b, recv, h, v.total, req);
 }
 
-/* The inner request is done: deliver the staged result and free. */
+/* The inner request is done: deliver the staged result, give the staging
+ * buffer back to the pool (any thread may complete a request) and free. */
 static zero_status finish(ds_req *r, zero_status s) {
     if (s == ZERO_OK && r->host && r->bytes) s = zero__dev_copy(DS(r->hdr.comm)->dev, r->dst, r->result, r->bytes);
-    stage_free(r->hdr.comm, r->host);
+    stage_put(r->hdr.comm, r->host);
     free(r);
     return s;
 }
@@ -256,12 +461,13 @@ static zero_status ds_test(zero_comm_req *req, int *done) {
 static zero_status ds_allgather_bytes(zero_comm *m, const void *send, void *recv, size_t bytes_each) {
     if (!on_dev(m, send) && !on_dev(m, recv)) return zero__allgather_bytes(DS(m)->inner, send, recv, bytes_each);
     size_t total = bytes_each * (size_t)m->size;
-    char *h = stage_alloc(m, total + bytes_each + 1); /* recv, then a separate send block (no aliasing) */
-    if (!h) return ZERO_ERR_OUT_OF_MEMORY;
+    ds_buf *b = stage_get(m, total + bytes_each + 1); /* recv, then a separate send block (no aliasing) */
+    if (!b) return ZERO_ERR_OUT_OF_MEMORY;
+    char *h = b->p;
     zero_status s = zero__dev_copy(DS(m)->dev, h + total, send, bytes_each);
     if (s == ZERO_OK) s = zero__allgather_bytes(DS(m)->inner, h + total, h, bytes_each);
     if (s == ZERO_OK) s = zero__dev_copy(DS(m)->dev, recv, h, total);
-    stage_free(m, h);
+    stage_put(m, b);
     return s;
 }
 
