@@ -28,7 +28,9 @@
 # Environment: GPU_CHECK_BUILD (build dir), GPU_CHECK_ARCHS (CMake CUDA
 # architectures, default "native"), GPU_CHECK_JOBS, NCCL_ROOT (passed to cmake),
 # GPU_CHECK_CMAKE_FLAGS (extra cmake flags), GPU_CHECK_PARTS (default
-# "build,ctest,demo,bench": a subset skips the rest).
+# "build,ctest,demo,bench": a subset skips the rest), GPU_CHECK_CTEST_ARGS
+# (extra ctest arguments, e.g. "-E bindings"), GPU_CHECK_GPT2_ARGS (flags of
+# bench_torch_gpt2.py).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -117,7 +119,8 @@ fi
 # --- 2. ctest -L gpu --------------------------------------------------------
 if want ctest; then
   if [ $build_ok = 1 ]; then
-    (cd "$build" && ctest -L gpu --output-on-failure --timeout 400 --output-junit "$out/ctest-gpu.xml") \
+    # shellcheck disable=SC2086
+    (cd "$build" && ctest -L gpu ${GPU_CHECK_CTEST_ARGS:-} --output-on-failure --timeout 400 --output-junit "$out/ctest-gpu.xml") \
       >"$out/ctest-gpu.log" 2>&1
     python3 - "$out/ctest-gpu.xml" >>"$results" <<'EOF' || record ctest junit FAILED "no JUnit output (see ctest-gpu.log)"
 import sys, xml.etree.ElementTree as ET
