@@ -5,8 +5,9 @@
  *      allocation of --alloc-kb KiB, --allocs in a row on an idle stream,
  *      and one allocation behind a --spin-us kernel queued on libzero's
  *      stream; "before" is ZERO_CUDA_ALLOC_SYNC=1 (a zero-fill plus a
- *      stream synchronisation per allocation), "after" the default (the
- *      fill is queued, nothing waits).
+ *      stream synchronisation per allocation; the default again, see
+ *      backends/device/cuda/device_cuda.h), "after" ZERO_CUDA_ALLOC_SYNC=0
+ *      (the fill is queued, nothing waits).
  *   2. a stage-2 step through the public ABI on a CUDA engine (comm AUTO:
  *      NCCL under mpirun), --params fp32 params of --numel elements, a
  *      synthetic backward (a --layer-us kernel per param on the host's
@@ -79,7 +80,7 @@ static long long cycles(double us) { return (long long)(us * cycles_per_us); }
 static void alloc_part(void) {
     const size_t bytes = (size_t)A.alloc_kb << 10;
     for (int before = 1; before >= 0; before--) {
-        set_env("ZERO_CUDA_ALLOC_SYNC", before);
+        setenv("ZERO_CUDA_ALLOC_SYNC", before ? "1" : "0", 1); /* 1 is the default */
         zero_cuda_device_options o = ZERO_CUDA_DEVICE_OPTIONS_INIT;
         o.ordinal = -1; /* local rank % GPUs */
         o.device_arena_bytes = bytes * (size_t)(A.allocs + 2) + ((size_t)1 << 20); /* no growth while timing */
@@ -128,7 +129,7 @@ static void alloc_part(void) {
         if (rank == 0)
             printf("RESULT alloc %s: %.2f us per %d KiB allocation (%d in a row), %.1f us for one behind a %.0f us "
                    "kernel on libzero's stream (median of %d), %.2f host waits per allocation\n",
-                   before ? "before (ZERO_CUDA_ALLOC_SYNC=1)" : "after", row_max * 1e6, A.alloc_kb, A.allocs,
+                   before ? "before (ZERO_CUDA_ALLOC_SYNC=1)" : "after (ZERO_CUDA_ALLOC_SYNC=0)", row_max * 1e6, A.alloc_kb, A.allocs,
                    behind_max * 1e6, A.spin_us, R, (double)(s1.host_waits - s0.host_waits) / A.allocs);
         free(blk);
         zero_cuda_device_close(d);
@@ -158,7 +159,7 @@ static void step_variant(const variant *v, cudaStream_t compute, float *host_ini
              A.bucket, v->overlap ? "true" : "false");
     /* read when the device is opened (create) and when the bucket sets are
      * made (params_done) */
-    set_env("ZERO_CUDA_ALLOC_SYNC", v->before);
+    setenv("ZERO_CUDA_ALLOC_SYNC", v->before ? "1" : "0", 1); /* 1 is the default */
     set_env("ZERO_BUCKET_HOST_WAIT", v->before);
     zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
     o.config_json = json;
