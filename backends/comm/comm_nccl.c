@@ -717,8 +717,16 @@ static zero_status v_collective(zero_comm *m, int gather, const void *send, void
         if (st == ZERO_OK)
             st = res == ncclSuccess ? make_req(c, 1, req) : nccl_fail(c, gather ? "all-gather" : "reduce-scatter", res);
     } else {
+        /* Staged operands are ordered after the parent's stream too (issue
+         * 35): the device side of a staged collective (stage 3's gather
+         * buffer when offload_param keeps the shard in pinned host memory)
+         * was allocated, zero-filled and released on the parent's stream,
+         * and without this wait a sub-communicator's copy into it could run
+         * before the queued fill (which then zeroed the gathered weights) or
+         * before the host's kernels still reading its previous contents. */
         int paused = 0;
-        st = group_pause(c, &paused);
+        st = wait_after(c);
+        if (st == ZERO_OK) st = group_pause(c, &paused);
         if (st == ZERO_OK) st = staged_v(c, gather, send, recv, counts, t, es, total);
         group_resume(paused);
         if (st == ZERO_OK) st = make_req(c, 0, req);
