@@ -134,8 +134,10 @@ zero_status zero_cuda_device_open(const zero_cuda_device_options *o, zero_cuda_d
         /* Synchronous fills are the default again: with fills left queued,
          * one H200 run (2026-11-27) ended stage 3 + offload_param +
          * offload_optimizer at N = 1 (NCCL) away from the CPU engine while
-         * every other case stayed bitwise; the unordered user is not found
-         * yet.  ZERO_CUDA_ALLOC_SYNC=0 opts into the queued fills. */
+         * every other case stayed bitwise.  The unordered user was the NCCL
+         * backend's host-operand gather on a split (fixed, device_nccl_order);
+         * the default flips once a GPU run confirms.  ZERO_CUDA_ALLOC_SYNC=0
+         * opts into the queued fills. */
         const char *sync = getenv("ZERO_CUDA_ALLOC_SYNC");
         d->sync_alloc = !(sync && strcmp(sync, "0") == 0);
     }
