@@ -169,8 +169,8 @@ static void part_a(void) {
     size_t cr[8], cg[8], total_r = 0, total_g = 0;
     for (int r = 0; r < world_; r++) total_r += cr[r] = 30001 + 7 * (size_t)r;
     for (int r = 0; r < world_; r++) total_g += cg[r] = 20011 + 13 * (size_t)r;
-    size_t off_r = 0, off_g = 0;
-    for (int r = 0; r < rank_; r++) off_r += cr[r], off_g += cg[r];
+    size_t off_g = 0; /* this rank's block of the all-gather */
+    for (int r = 0; r < rank_; r++) off_g += cg[r];
     const size_t bb = 70000; /* allgather_bytes block */
     long allocs_after_first = 0;
     for (int round = 0; round < ROUNDS; round++) {
