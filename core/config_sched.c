@@ -239,9 +239,10 @@ int zero__cfg_check_schedule(zero__cfg_ctx *ctx, const zero__config *c) {
     const zero_run_config *rc = &c->run;
     double sup = schedule_sup(ctx, c);
     if (sup < 0) return -1;
-    /* The decoupled decay multiplies the weights by 1 - lr * weight_decay
-     * in fp32: the product of the two fp32 values (exact in double) must be
-     * finite there too. */
+    /* The decoupled decay multiplies the weights by 1 - lr * weight_decay,
+     * computed in double and rounded to fp32 (zero__optim_scalars): the
+     * product of the two fp32 values (exact in double) must be finite in
+     * fp32 too. */
     if ((double)(float)sup * (double)(float)rc->weight_decay > ZERO__CFG_FLT_MAX)
         return zero__cfg_fail(ctx, "optimizer.params.weight_decay: got %g, which times the largest lr of the run "
                                    "(%g%s%s) overflows a 32-bit float; expected a smaller value",

@@ -25,13 +25,23 @@
 #endif
 
 /* Scalars of one step for one param group, precomputed once per step
- * (zero__optim_scalars).  Read-only inside the kernels. */
+ * (zero__optim_scalars).  Read-only inside the kernels.  The derived ones
+ * are computed from the configured hyper-parameters in double, as torch
+ * computes them in Python floats, and rounded once to fp32 (torch rounds
+ * a Python-float scalar to the tensor's dtype when it applies it): an fp32
+ * 1.0f - 0.999f is 9.99987e-4, 1.3e-5 away from 1e-3, which moved AdamW
+ * runs ~1e-5 (relative) away from torch's (issue 34). */
 typedef struct zero_optim_scalars {
     float lr;
     float beta1, beta2, eps;
     float weight_decay;
-    float bc1;          /* 1 / (1 - beta1^t), or 1 without bias correction */
-    float bc2_sqrt;     /* 1 / sqrt(1 - beta2^t), or 1 without bias correction */
+    float one_minus_beta1; /* 1 - beta1 */
+    float one_minus_beta2; /* 1 - beta2 */
+    float decay;           /* 1 - lr*wd: AdamW's and Lion's decoupled decay */
+    float step_size;       /* Adam/AdamW: lr / (1 - beta1^t), or lr without bias correction */
+    float bc2_root;        /* Adam/AdamW: sqrt(1 - beta2^t) (divides sqrt(v)), or 1 */
+    float bc1;          /* LAMB: 1 / (1 - beta1^t), or 1 without bias correction */
+    float bc2_sqrt;     /* LAMB: 1 / sqrt(1 - beta2^t), or 1 without bias correction */
     float momentum;     /* SGD */
     int nesterov;
     int first_step;     /* SGD momentum buffer initialisation (t == 1) */
@@ -42,19 +52,28 @@ typedef struct zero_optim_scalars {
  * Each updates *p and its state in place.                                   */
 /* ------------------------------------------------------------------------ */
 
-/* AdamW, decoupled weight decay (torch.optim.AdamW, DeepSpeed FusedAdam with
- * adam_w_mode=True):
- *   p = p * (1 - lr*wd)
- *   m = beta1*m + (1-beta1)*g
- *   v = beta2*v + (1-beta2)*(g*g)
- *   p = p - (lr*(m*bc1)) / (sqrt(v)*bc2_sqrt + eps)
- * eps is added after the bias-corrected sqrt(v), as torch and DeepSpeed do. */
+/* AdamW, decoupled weight decay (torch.optim.AdamW; DeepSpeed FusedAdam with
+ * adam_w_mode=True), in torch's order of operations (torch 1.13's
+ * _single_tensor_adamw on fp32 tensors, scalars as zero_optim_scalars says):
+ *   p = p * decay                           decay = 1 - lr*wd
+ *   m = beta1*m + (1-beta1)*g               exp_avg.mul_(beta1).add_(g, alpha=1-beta1)
+ *   v = beta2*v + ((1-beta2)*g)*g           exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1-beta2)
+ *   p = p - (step_size*m) / (sqrt(v)/bc2_root + eps)
+ *                                           param.addcdiv_(exp_avg, denom, value=-step_size)
+ * eps is added after the bias-corrected sqrt(v), as torch and DeepSpeed do.
+ * torch's CPU kernels fuse the two moment updates into FMAs (vfmadd); these
+ * are separate roundings (the exactness contract above), so an element can
+ * differ from torch's by an ulp of m or v, never by a rounded scalar.
+ * (torch >= 2.0 writes the first moment as exp_avg.lerp_(g, 1-beta1), i.e.
+ * m + (1-beta1)*(g - m): the same value rounded differently; the tests
+ * compare with the installed torch 1.13, bindings/python/tests/
+ * test_torch_adamw.py.) */
 ZERO_HD void zero_adamw_update(const zero_optim_scalars *s, float g, float *p, float *m, float *v) {
-    float pp = *p * (1.0f - s->lr * s->weight_decay);
-    float mm = s->beta1 * *m + (1.0f - s->beta1) * g;
-    float vv = s->beta2 * *v + (1.0f - s->beta2) * (g * g);
-    float denom = sqrtf(vv) * s->bc2_sqrt + s->eps;
-    *p = pp - (s->lr * (mm * s->bc1)) / denom;
+    float pp = *p * s->decay;
+    float mm = s->beta1 * *m + s->one_minus_beta1 * g;
+    float vv = s->beta2 * *v + (s->one_minus_beta2 * g) * g;
+    float denom = sqrtf(vv) / s->bc2_root + s->eps;
+    *p = pp - (s->step_size * mm) / denom;
     *m = mm;
     *v = vv;
 }
@@ -66,10 +85,10 @@ ZERO_HD void zero_adamw_update(const zero_optim_scalars *s, float g, float *p, f
 ZERO_HD void zero_adam_update(const zero_optim_scalars *s, float g, float *p, float *m, float *v) {
     float pp = *p;
     if (s->weight_decay != 0.0f) g = g + s->weight_decay * pp;
-    float mm = s->beta1 * *m + (1.0f - s->beta1) * g;
-    float vv = s->beta2 * *v + (1.0f - s->beta2) * (g * g);
-    float denom = sqrtf(vv) * s->bc2_sqrt + s->eps;
-    *p = pp - (s->lr * (mm * s->bc1)) / denom;
+    float mm = s->beta1 * *m + s->one_minus_beta1 * g;
+    float vv = s->beta2 * *v + (s->one_minus_beta2 * g) * g;
+    float denom = sqrtf(vv) / s->bc2_root + s->eps;
+    *p = pp - (s->step_size * mm) / denom;
     *m = mm;
     *v = vv;
 }
@@ -93,16 +112,16 @@ ZERO_HD void zero_sgd_update(const zero_optim_scalars *s, float g, float *p, flo
 }
 
 /* Lion (Chen et al. 2023; lion-pytorch, DeepSpeed FusedLion):
- *   p = p * (1 - lr*wd)
+ *   p = p * decay             decay = 1 - lr*wd
  *   c = beta1*m + (1-beta1)*g
  *   p = p - lr*sign(c)        (sign(0) = 0)
  *   m = beta2*m + (1-beta2)*g */
 ZERO_HD void zero_lion_update(const zero_optim_scalars *s, float g, float *p, float *m) {
-    float pp = *p * (1.0f - s->lr * s->weight_decay);
-    float c = s->beta1 * *m + (1.0f - s->beta1) * g;
+    float pp = *p * s->decay;
+    float c = s->beta1 * *m + s->one_minus_beta1 * g;
     float sgn = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
     *p = pp - s->lr * sgn;
-    *m = s->beta2 * *m + (1.0f - s->beta2) * g;
+    *m = s->beta2 * *m + s->one_minus_beta2 * g;
 }
 
 /* Adagrad as torch.optim.Adagrad (lr_decay 0, initial_accumulator_value 0):

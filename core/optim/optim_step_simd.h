@@ -26,12 +26,11 @@
 ZS_INLINE size_t adam_loop(const zero__step_args *a, size_t lo, size_t hi, int adamw, int l2, int out_kind) {
     const zero_optim_scalars *s = &a->s;
     const ZS_V gm = ZS_SET1(a->grad_mul);
-    const ZS_V decay = ZS_SET1(1.0f - s->lr * s->weight_decay);
+    const ZS_V decay = ZS_SET1(s->decay);
     const ZS_V wd = ZS_SET1(s->weight_decay);
-    const ZS_V b1 = ZS_SET1(s->beta1), omb1 = ZS_SET1(1.0f - s->beta1);
-    const ZS_V b2 = ZS_SET1(s->beta2), omb2 = ZS_SET1(1.0f - s->beta2);
-    const ZS_V eps = ZS_SET1(s->eps), lr = ZS_SET1(s->lr);
-    const ZS_V bc1 = ZS_SET1(s->bc1), bc2s = ZS_SET1(s->bc2_sqrt);
+    const ZS_V b1 = ZS_SET1(s->beta1), omb1 = ZS_SET1(s->one_minus_beta1);
+    const ZS_V b2 = ZS_SET1(s->beta2), omb2 = ZS_SET1(s->one_minus_beta2);
+    const ZS_V eps = ZS_SET1(s->eps), step = ZS_SET1(s->step_size), bc2r = ZS_SET1(s->bc2_root);
     float *restrict pp = a->master, *restrict mp = a->state0, *restrict vp = a->state1;
     const float *restrict gp = a->grad;
     size_t i = lo;
@@ -41,9 +40,9 @@ ZS_INLINE size_t adam_loop(const zero__step_args *a, size_t lo, size_t hi, int a
         if (l2) g = ZS_ADD(g, ZS_MUL(wd, p));
         if (adamw) p = ZS_MUL(p, decay);
         ZS_V m = ZS_ADD(ZS_MUL(b1, ZS_LOAD(mp + i)), ZS_MUL(omb1, g));
-        ZS_V v = ZS_ADD(ZS_MUL(b2, ZS_LOAD(vp + i)), ZS_MUL(omb2, ZS_MUL(g, g)));
-        ZS_V denom = ZS_ADD(ZS_MUL(ZS_SQRT(v), bc2s), eps);
-        p = ZS_SUB(p, ZS_DIV(ZS_MUL(lr, ZS_MUL(m, bc1)), denom));
+        ZS_V v = ZS_ADD(ZS_MUL(b2, ZS_LOAD(vp + i)), ZS_MUL(ZS_MUL(omb2, g), g));
+        ZS_V denom = ZS_ADD(ZS_DIV(ZS_SQRT(v), bc2r), eps);
+        p = ZS_SUB(p, ZS_DIV(ZS_MUL(step, m), denom));
         ZS_STORE(pp + i, p);
         ZS_STORE(mp + i, m);
         ZS_STORE(vp + i, v);

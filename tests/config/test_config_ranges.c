@@ -90,7 +90,7 @@ static void test_refused(void) {
         {"{\"optimizer\":{\"type\":\"AdamW\",\"params\":{\"lr\":1e30}},"
          "\"scheduler\":{\"type\":\"WarmupCosineLR\",\"params\":{\"total_num_steps\":100,\"cos_min_ratio\":1e20}}}",
          "scheduler.params.cos_min_ratio: got 1e+20", NULL},
-        /* lr * weight_decay: 1 - lr * wd is computed in fp32 */
+        /* lr * weight_decay: 1 - lr * wd reaches the kernels in fp32 */
         {ADAM("\"lr\":1e30,\"weight_decay\":1e30"), "optimizer.params.weight_decay: got 1e+30",
          "overflows a 32-bit float"},
         {"{\"optimizer\":{\"type\":\"AdamW\",\"params\":{\"weight_decay\":1e30}},"
