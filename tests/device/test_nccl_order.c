@@ -190,6 +190,7 @@ int main(void) {
             for (int grouped = 0; grouped < 2; grouped++) check_case(kind, host_src, grouped);
     grp->ops->free(grp);
     world->ops->free(world);
+    ncclCommDestroy(nc); /* the host's communicator: borrowed by libzero, destroyed by its owner */
     cudaStreamDestroy(comp);
     cudaStreamDestroy(lib);
     CHECK(fake_cuda_pending() == 0, "%zu stream items never ran", fake_cuda_pending());
