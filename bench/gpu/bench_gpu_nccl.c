@@ -26,20 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_gpu_check.h"
 #include "bench_timing.h"
 #include "comm.h"
 #include "comm_nccl.h"
 
 enum { REPS = 11 };
-
-#define CK(call)                                                                                     \
-    do {                                                                                             \
-        cudaError_t e_ = (call);                                                                     \
-        if (e_ != cudaSuccess) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                            \
-        }                                                                                            \
-    } while (0)
 
 /* The synthetic backward layer: spins `cycles` clock ticks (one block, so
  * the reductions' kernels find free SMs, as a real backward leaves some). */

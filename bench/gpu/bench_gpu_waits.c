@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_gpu_check.h"
 #include "bench_timing.h"
 #include "comm.h"
 #include "device.h"
@@ -47,15 +48,6 @@
 #include "zero.h"
 
 void zero_bench_spin(long long cycles, void *stream); /* bench_gpu_spin.cu */
-
-#define CK(call)                                                                                     \
-    do {                                                                                             \
-        cudaError_t e_ = (call);                                                                     \
-        if (e_ != cudaSuccess) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                            \
-        }                                                                                            \
-    } while (0)
 
 static int rank, world;
 static double cycles_per_us = 1000.0;
