@@ -709,6 +709,13 @@ typedef struct zero_plugin_table_v1 {
  *   ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = { ... };  */
 #define ZERO_PLUGIN_SYMBOL_V1 "zero_plugin_v1"
 
+/* The current table types under version-free names: code that should follow
+ * the newest ABI it is compiled against (the plugin kit, in-tree plugins)
+ * names these; code that must stay on one released layout names the _vN. */
+typedef zero_services_v1 zero_services;
+typedef zero_plugin_table_v1 zero_plugin_table;
+typedef zero_plan_services_v1 zero_plan_services;
+
 #ifdef __cplusplus
 }
 #endif

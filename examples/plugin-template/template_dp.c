@@ -23,7 +23,7 @@
 #include "zero_plugin.h"
 
 typedef struct tdp {
-    const zero_services_v1 *svc; /* the core's services, valid until destroy */
+    const zero_services *svc; /* the core's services, valid until destroy */
     zero_core *c;
     uint64_t flat;               /* elements in the flat space (all groups, padded) */
     float *params;               /* flat: permanent storage of every param (they ARE the fp32 master) */
@@ -36,7 +36,7 @@ typedef struct tdp {
 /* create: allocate plugin state and keep `svc`.  Parameters are not known
  * yet; only the config is.  Check here what this strategy cannot do, so the
  * host fails at zero_engine_create with a clear message. */
-static zero_status tdp_create(const zero_services_v1 *svc, void **state) {
+static zero_status tdp_create(const zero_services *svc, void **state) {
     const zero_run_config *rc = svc->config(svc->core);
     if (rc->model_dtype != ZERO_DTYPE_F32)
         return svc->error(svc->core, ZERO_ERR_UNSUPPORTED,
@@ -58,7 +58,7 @@ static float *alloc_f32(tdp *s, zero_mem_tag tag, uint64_t n) {
  * param's `data` at its permanent storage, then set up the buckets. */
 static zero_status tdp_params_done(void *state) {
     tdp *s = state;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const uint32_t np = svc->nparams(s->c);
     for (uint32_t i = 0; i < np; ++i) {
         const zero_param_info *p = svc->param(s->c, i);
@@ -116,7 +116,7 @@ static zero_status tdp_on_grad_ready(void *state, zero_param_info *p, void *stre
  * global norm, clip and step the optimizer over the whole flat space. */
 static zero_status tdp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     tdp *s = state;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     zero_status st = svc->buckets_flush(s->buckets);
     if (st != ZERO_OK || !ctx->boundary) return st;
 
@@ -191,7 +191,7 @@ static void tdp_destroy(void *state) {
  * allocating it, so that zero_plan, zero-estimate and "stage": "auto" can
  * plan this strategy like the built-in ones.  Keep it next to params_done
  * and change both together. */
-static zero_status tdp_plan(const zero_plan_services_v1 *ps) {
+static zero_status tdp_plan(const zero_plan_services *ps) {
     zero_core *c = ps->core;
     const zero_run_config *rc = ps->config(c);
     if (rc->model_dtype != ZERO_DTYPE_F32)
@@ -213,8 +213,8 @@ static zero_status tdp_plan(const zero_plan_services_v1 *ps) {
 /* The one exported symbol.  Functions left NULL get the core's default:
  * register_param (accept), gather/release (return p->data / nothing),
  * sync (nothing to drain). */
-ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
-    .struct_size = sizeof(zero_plugin_table_v1),
+ZERO_PLUGIN_EXPORT const zero_plugin_table zero_plugin_v1 = {
+    .struct_size = sizeof(zero_plugin_table),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
     .caps = ZERO_PLUGIN_CAP_PIPELINE, /* reduces once per window: safe with pipeline parallelism */

@@ -48,7 +48,7 @@ typedef struct mics_param {
 } mics_param;
 
 typedef struct mics {
-    const zero_services_v1 *svc;
+    const zero_services *svc;
     zero_core *c;
     const zero_run_config *rc;
     int rank, nranks;

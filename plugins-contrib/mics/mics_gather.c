@@ -8,7 +8,7 @@
 #define WHO "mics"
 
 zero_status mics_place_params(mics *s) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     for (uint32_t i = 0; i < s->nparams; i++) {
         const mics_param *mp = &s->params[i];
         const char *init = mp->info->init_data;
@@ -59,7 +59,7 @@ static zero_status agree(mics *s, zero_param_info *const *params, size_t n) {
  * pieces of the world shares it holds (ranks m, m+S, ...), in that order;
  * they are then put in flat order into the full tensor. */
 static zero_status gather_one(mics *s, mics_param *mp) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const size_t es = s->esize;
     const size_t bytes = (size_t)mp->info->numel * es;
     mp->buf = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GATHER, bytes ? bytes : 1);

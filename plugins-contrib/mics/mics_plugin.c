@@ -18,7 +18,7 @@ static zero_dtype grad_dtype_of(const zero_run_config *rc) {
                : rc->model_dtype;
 }
 
-static zero_status mics_create(const zero_services_v1 *svc, void **state) {
+static zero_status mics_create(const zero_services *svc, void **state) {
     zero_core *c = svc->core;
     const zero_run_config *rc = svc->config(c);
     if (!ZERO_SERVICES_HAS(svc, ckpt_agree))
@@ -63,7 +63,7 @@ static void *alloc_n(mics *s, zero_mem_tag tag, uint64_t n, size_t es) {
 
 /* Where each param's elements live (mics_param), from the layout. */
 static zero_status map_params(mics *s) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const int N = s->nranks;
     s->nparams = svc->nparams(s->c);
     s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
@@ -101,7 +101,7 @@ static zero_status map_params(mics *s) {
 /* The shard's ranges in packed numbering (block k = world share of rank
  * shard_index + k*S) and this rank's own world-share ranges. */
 static zero_status map_ranges(mics *s) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const zero_layout *L = svc->layout(s->c);
     const uint32_t ng = L->ngroups ? L->ngroups : 1;
     s->ranges = calloc((size_t)s->R * ng, sizeof *s->ranges);
@@ -121,7 +121,7 @@ static zero_status map_ranges(mics *s) {
 
 static zero_status mics_params_done(void *state) {
     mics *s = state;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const zero_layout *L = svc->layout(s->c);
     zero_comm *world = svc->comm_world(s->c);
     /* shard group: consecutive ranks (DeepSpeed's layout); replication group: same shard index */
@@ -200,7 +200,7 @@ static zero_status mics_on_grad_ready(void *state, zero_param_info *p, void *str
 /* Checkpoint: every rank writes its shard (replicas write equal blobs) and
  * its window's gradient accumulator; same world size and shard size only. */
 static zero_status ckpt(mics *s, const char *dir, int write) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     typedef struct blob {
         const char *name;
         void *buf;
@@ -235,7 +235,7 @@ static zero_status mics_load(void *state, const char *dir) {
 static void mics_destroy(void *state) {
     mics *s = state;
     if (!s) return;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     if (s->b) svc->buckets_destroy(s->b);
     if (s->params) {
         mics_drop_gathered(s);
@@ -262,8 +262,8 @@ static void mics_destroy(void *state) {
     free(s);
 }
 
-ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
-    .struct_size = sizeof(zero_plugin_table_v1),
+ZERO_PLUGIN_EXPORT const zero_plugin_table zero_plugin_v1 = {
+    .struct_size = sizeof(zero_plugin_table),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
     .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES,

@@ -38,7 +38,7 @@ static zero_status norm_of_shares(mics *s, const zero_step_ctx *ctx, zero_grad_n
 /* The shard's gradient: the world shares of this replication group,
  * all-gathered in rank order (block k = rank shard_index + k*S). */
 static zero_status gather_grad(mics *s) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     if (s->R == 1) {
         svc->mem_copy(s->c, s->grad, s->acc, (size_t)s->part * s->gesize);
         return ZERO_OK;
@@ -56,7 +56,7 @@ static zero_status gather_grad(mics *s) {
 
 zero_status mics_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     mics *s = state;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     zero_status st = svc->buckets_flush(s->b);
     if (st != ZERO_OK || !ctx->boundary) return st;
     mics_drop_gathered(s); /* gathered tensors are stale after the step (valid until the next zero_step) */

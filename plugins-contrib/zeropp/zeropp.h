@@ -51,7 +51,7 @@ typedef struct zpp_counts {
 } zpp_counts;
 
 typedef struct zpp {
-    const zero_services_v1 *svc;
+    const zero_services *svc;
     zero_core *c;
     const zero_run_config *rc;
     int rank, nranks;

@@ -44,7 +44,7 @@ static zero_status agree(zpp *s, zero_comm *comm, zero_param_info *const *params
 /* World gather from the primary shares: world share j's piece of the param
  * is its j-th block, so the all-gather lands in flat order. */
 static zero_status gather_world(zpp *s, zpp_param *mp) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const size_t es = s->esize, mine = mp->counts[s->rank];
     if (mine)
         svc->mem_copy(s->c, (char *)mp->buf + mp->off_me * es,
@@ -62,7 +62,7 @@ static zero_status gather_world(zpp *s, zpp_param *mp) {
 /* hpZ group gather from the secondary chunks (the values the world gather
  * produced, so every gather of a window sees the same tensor). */
 static zero_status gather_group(zpp *s, zpp_param *mp) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const size_t es = s->esize;
     char *mine = (char *)mp->buf + mp->hoff_me * es;
     if (mp->hcounts[s->hrank]) svc->mem_copy(s->c, mine, mp->sec, mp->hcounts[s->hrank] * es);

@@ -9,7 +9,7 @@
 #define WHO "zeropp"
 
 zero_status zpp_grads_setup(zpp *s) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const zero_layout *L = svc->layout(s->c);
     const zero_run_config *rc = s->rc;
     if (s->qg) {
@@ -95,7 +95,7 @@ zero_status zpp_on_grad_ready(void *state, zero_param_info *p, void *stream) {
 /* qgZ: the micro-step's gradient, group by group, reduce-scattered
  * quantized into this rank's share and added into the window's sum. */
 static zero_status reduce_quantized(zpp *s) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const zero_layout *L = svc->layout(s->c);
     size_t *counts = malloc((size_t)s->nranks * sizeof *counts);
     if (!counts) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
@@ -120,7 +120,7 @@ static zero_status reduce_quantized(zpp *s) {
 
 zero_status zpp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     zpp *s = state;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     zero_status st = s->gflat ? reduce_quantized(s) : svc->buckets_flush(s->b);
     if (st != ZERO_OK || !ctx->boundary) return st;
     zpp_drop_gathered(s);        /* gathered tensors are stale after the step */

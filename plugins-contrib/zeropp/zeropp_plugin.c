@@ -18,14 +18,14 @@ static zero_dtype grad_dtype_of(const zero_run_config *rc) {
 }
 
 /* A boolean key: absent = 0. */
-static int flag(const zero_services_v1 *svc, const char *key, int *out, zero_status *st) {
+static int flag(const zero_services *svc, const char *key, int *out, zero_status *st) {
     *out = 0;
     int got = svc->cfg_bool(svc->core, key, out);
     if (got < 0) *st = svc->error(svc->core, ZERO_ERR_CONFIG, "%s: expected true or false", key);
     return got >= 0;
 }
 
-static zero_status zpp_create(const zero_services_v1 *svc, void **state) {
+static zero_status zpp_create(const zero_services *svc, void **state) {
     zero_core *c = svc->core;
     const zero_run_config *rc = svc->config(c);
     if (!ZERO_SERVICES_HAS(svc, comm_counters))
@@ -81,7 +81,7 @@ static void *alloc_n(zpp *s, zero_mem_tag tag, uint64_t n, size_t es) {
 
 /* hpZ: the node (services comm_split_node), then groups of P inside it. */
 static zero_status setup_hpz(zpp *s) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     zero_status st = svc->comm_split_node(svc->comm_world(s->c), &s->node);
     if (st != ZERO_OK) return st;
     const int ns = svc->comm_size(s->node), nr = svc->comm_rank(s->node);
@@ -96,7 +96,7 @@ static zero_status setup_hpz(zpp *s) {
 }
 
 static zero_status map_params(zpp *s) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const int N = s->nranks;
     s->nparams = svc->nparams(s->c);
     s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
@@ -140,7 +140,7 @@ static zero_status map_params(zpp *s) {
 
 static zero_status zpp_params_done(void *state) {
     zpp *s = state;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const zero_layout *L = svc->layout(s->c);
     zero_status st = svc->comm_split(svc->comm_world(s->c), 0, s->rank, &s->gcomm);
     if (st == ZERO_OK && s->P > 1) st = setup_hpz(s);
@@ -170,7 +170,7 @@ static zero_status zpp_params_done(void *state) {
  * accumulator; the secondary partition is derived data, rebuilt by the
  * first gather after the load.  Same world size only. */
 static zero_status ckpt(zpp *s, const char *dir, int write) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     typedef struct blob {
         const char *name;
         void *buf;
@@ -213,7 +213,7 @@ static void log_counts(zpp *s) {
 static void zpp_destroy(void *state) {
     zpp *s = state;
     if (!s) return;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     log_counts(s);
     zpp_grads_free(s);
     if (s->params) {
@@ -240,8 +240,8 @@ static void zpp_destroy(void *state) {
     free(s);
 }
 
-ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
-    .struct_size = sizeof(zero_plugin_table_v1),
+ZERO_PLUGIN_EXPORT const zero_plugin_table zero_plugin_v1 = {
+    .struct_size = sizeof(zero_plugin_table),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
     .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES,

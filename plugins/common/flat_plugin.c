@@ -5,7 +5,7 @@
 
 typedef struct flat_plugin {
     zero__flat_state f;
-    const zero_services_v1 *svc;
+    const zero_services *svc;
     const zero__flat_plugin_spec *spec;
     zero_bucket_mode mode; /* what runs: spec->mode, or SCATTER when reducing every micro-step */
     int micro;      /* an in-place spec reducing every micro-step (zero__reduce_every_micro_step) */
@@ -22,7 +22,7 @@ typedef struct flat_plugin {
     uint32_t nmine;
 } flat_plugin;
 
-zero_status zero__flat_plugin_create(const zero_services_v1 *svc, const zero__flat_plugin_spec *spec, void **state) {
+zero_status zero__flat_plugin_create(const zero_services *svc, const zero__flat_plugin_spec *spec, void **state) {
     flat_plugin *s = calloc(1, sizeof *s);
     if (!s) return ZERO_ERR_OUT_OF_MEMORY;
     s->svc = svc;
@@ -42,7 +42,7 @@ static const char *grads_blob(const flat_plugin *s) { return s->micro ? "part" :
 
 zero_status zero__flat_plugin_params_done(void *state) {
     flat_plugin *s = state;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const zero_layout *L = svc->layout(svc->core);
     const zero_run_config *rc = svc->config(svc->core);
     s->micro = runs_micro(s->spec, rc);
@@ -105,7 +105,7 @@ zero_status zero__flat_plugin_on_grad_ready(void *state, zero_param_info *p, voi
  * (bytes: every rank then holds bitwise the sums the partitioned stages
  * step), and the accumulator cleared for the next window. */
 static zero_status gather_acc(flat_plugin *s) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const size_t ges = s->f.gesize;
     for (uint32_t i = 0; i < s->nmine; i++) {
         const zero_owned_range *o = &s->mine[i];
@@ -150,7 +150,7 @@ void zero__flat_plugin_destroy(void *state) {
     free(s);
 }
 
-zero_status zero__flat_plugin_plan(const zero_plan_services_v1 *ps, const zero__flat_plugin_spec *spec) {
+zero_status zero__flat_plugin_plan(const zero_plan_services *ps, const zero__flat_plugin_spec *spec) {
     const zero_run_config *rc = ps->config(ps->core);
     const zero_layout *L = ps->layout(ps->core);
     const int micro = runs_micro(spec, rc);

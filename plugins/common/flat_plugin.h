@@ -22,7 +22,7 @@ typedef struct zero__flat_plugin_spec {
     int replicated;         /* every rank steps everything (stage 0) */
 } zero__flat_plugin_spec;
 
-zero_status zero__flat_plugin_create(const zero_services_v1 *svc, const zero__flat_plugin_spec *spec, void **state);
+zero_status zero__flat_plugin_create(const zero_services *svc, const zero__flat_plugin_spec *spec, void **state);
 zero_status zero__flat_plugin_params_done(void *state);
 zero_status zero__flat_plugin_grad_buffer(void *state, zero_param_info *p, void **buf);
 zero_status zero__flat_plugin_on_grad_ready(void *state, zero_param_info *p, void *stream);
@@ -39,4 +39,4 @@ void zero__flat_plugin_destroy(void *state);
 /* The table's plan entry (ABI 1.2) for `spec`: what params_done and the
  * bucket engine will allocate (zero__flat_plan), plus the per-param
  * gradient temporaries when they are used. */
-zero_status zero__flat_plugin_plan(const zero_plan_services_v1 *ps, const zero__flat_plugin_spec *spec);
+zero_status zero__flat_plugin_plan(const zero_plan_services *ps, const zero__flat_plugin_spec *spec);

@@ -8,7 +8,7 @@ static void *alloc_n(const zero__flat_state *f, zero_mem_tag tag, uint64_t numel
     return f->svc->mem_alloc(f->c, ZERO_TIER_DEVICE, tag, (size_t)numel * esize);
 }
 
-zero_status zero__flat_init(zero__flat_state *f, const zero_services_v1 *svc, int replicated, uint64_t grad_numel,
+zero_status zero__flat_init(zero__flat_state *f, const zero_services *svc, int replicated, uint64_t grad_numel,
                             zero_index_kind grad_index, const char *who) {
     f->svc = svc;
     f->c = svc->core;
@@ -85,7 +85,7 @@ zero_bucket_spec zero__flat_bucket_spec(const zero__flat_state *f, zero_bucket_m
 
 /* ---- bucket sets per partition communicator (1.3) ----------------------- */
 
-zero_status zero__bsets_create(zero__bsets *s, const zero_services_v1 *svc, const zero_bucket_spec *spec) {
+zero_status zero__bsets_create(zero__bsets *s, const zero_services *svc, const zero_bucket_spec *spec) {
     s->svc = svc;
     s->n = 0;
     s->of_param = NULL;
@@ -172,7 +172,7 @@ zero_part_step zero__flat_part_step(const zero__flat_state *f) {
 }
 
 zero_status zero__flat_boundary(zero__flat_state *f, const zero_step_ctx *ctx, zero_step_report *rep) {
-    const zero_services_v1 *svc = f->svc;
+    const zero_services *svc = f->svc;
     zero_part_step ps = zero__flat_part_step(f);
     zero_status st = svc->boundary_step(f->c, &ps, ctx, rep);
     svc->mem_set(f->c, f->grads, 0, f->grad_bytes); /* the next window starts from zero, overflow or not */
@@ -187,7 +187,7 @@ zero_status zero__flat_ckpt(zero__flat_state *f, const char *dir, const char *pr
 
 zero_status zero__flat_ckpt_buf(zero__flat_state *f, const char *dir, const char *prefix, const char *grads_blob,
                                 void *grads, size_t grad_bytes, int write) {
-    const zero_services_v1 *svc = f->svc;
+    const zero_services *svc = f->svc;
     zero_part_step ps = zero__flat_part_step(f);
     zero_status st = svc->ckpt_shard(f->c, dir, prefix, &ps, f->params, write);
     char name[160];
@@ -214,7 +214,7 @@ zero_status zero__flat_load_buf(zero__flat_state *f, const char *dir, const char
     return f->svc->allgather_shares(f->c, f->gather_comm, f->params, f->dtype);
 }
 
-zero_status zero__grad_tmp(const zero_services_v1 *svc, zero_param_info *p, size_t esize, void **tmp, void **buf,
+zero_status zero__grad_tmp(const zero_services *svc, zero_param_info *p, size_t esize, void **tmp, void **buf,
                            const char *who) {
     if (!*tmp) {
         *tmp = svc->mem_alloc(svc->core, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, (size_t)p->numel * esize);
@@ -226,7 +226,7 @@ zero_status zero__grad_tmp(const zero_services_v1 *svc, zero_param_info *p, size
     return ZERO_OK;
 }
 
-zero_status zero__grad_ready(const zero_services_v1 *svc, zero_buckets *b, zero_param_info *p, void **tmp) {
+zero_status zero__grad_ready(const zero_services *svc, zero_buckets *b, zero_param_info *p, void **tmp) {
     void *t = tmp ? *tmp : NULL;
     if (t) { /* contiguous_gradients off: the temporary goes into the slot and is freed */
         *tmp = NULL;
@@ -238,7 +238,7 @@ zero_status zero__grad_ready(const zero_services_v1 *svc, zero_buckets *b, zero_
     return svc->buckets_ready(b, p->index, src, p->dtype);
 }
 
-void zero__grad_tmps_free(const zero_services_v1 *svc) {
+void zero__grad_tmps_free(const zero_services *svc) {
     const uint32_t np = svc->layout(svc->core) ? svc->nparams(svc->core) : 0;
     for (uint32_t i = 0; i < np; i++) {
         zero_param_info *p = svc->param(svc->core, i);
@@ -253,7 +253,7 @@ void zero__grad_tmps_free(const zero_services_v1 *svc) {
 
 static size_t dtype_bytes(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4 : 2; }
 
-zero_bucket_spec zero__plan_bucket_spec(const zero_plan_services_v1 *ps, zero_bucket_mode mode) {
+zero_bucket_spec zero__plan_bucket_spec(const zero_plan_services *ps, zero_bucket_mode mode) {
     const zero_run_config *rc = ps->config(ps->core);
     zero_bucket_spec spec = {0};
     spec.struct_size = sizeof spec;
@@ -265,7 +265,7 @@ zero_bucket_spec zero__plan_bucket_spec(const zero_plan_services_v1 *ps, zero_bu
     return spec;
 }
 
-void zero__flat_plan(const zero_plan_services_v1 *ps, int replicated, uint64_t grad_numel, zero_bucket_mode mode) {
+void zero__flat_plan(const zero_plan_services *ps, int replicated, uint64_t grad_numel, zero_bucket_mode mode) {
     zero_core *c = ps->core;
     const zero_run_config *rc = ps->config(c);
     const zero_layout *L = ps->layout(c);
@@ -279,7 +279,7 @@ void zero__flat_plan(const zero_plan_services_v1 *ps, int replicated, uint64_t g
     ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, ps->buckets_bytes(c, &spec));
 }
 
-void zero__grad_tmp_plan(const zero_plan_services_v1 *ps) {
+void zero__grad_tmp_plan(const zero_plan_services *ps) {
     zero_core *c = ps->core;
     uint64_t largest = 0;
     for (uint32_t i = 0, n = ps->nparams(c); i < n; i++)

@@ -54,7 +54,7 @@ static inline int zero__reduce_every_micro_step(const zero_run_config *rc) {
 }
 
 typedef struct zero__flat_state {
-    const zero_services_v1 *svc;
+    const zero_services *svc;
     zero_core *c;
     const zero_layout *L;
     zero_dtype dtype;         /* model dtype of params and gradients */
@@ -88,7 +88,7 @@ typedef struct zero__flat_state {
  * `who` names the plugin in errors.  Requires the services up to
  * ckpt_agree (else ZERO_ERR_UNSUPPORTED).  On error the state holds what
  * was allocated: zero__flat_free it. */
-zero_status zero__flat_init(zero__flat_state *f, const zero_services_v1 *svc, int replicated, uint64_t grad_numel,
+zero_status zero__flat_init(zero__flat_state *f, const zero_services *svc, int replicated, uint64_t grad_numel,
                             zero_index_kind grad_index, const char *who);
 /* The bucket engine over f's gradient buffer, sized and overlapped as the
  * config says (reduce_bucket_size, overlap_comm), over comm (NULL: world).
@@ -116,12 +116,12 @@ zero_bucket_spec zero__flat_bucket_spec(const zero__flat_state *f, zero_bucket_m
  * params_done, destroy at destroy.  zero__bsets_of is thread-safe (reads
  * only); the others run on the step thread. */
 typedef struct zero__bsets {
-    const zero_services_v1 *svc;
+    const zero_services *svc;
     zero_buckets **b;   /* n bucket sets; b[0] is the dense groups' */
     uint32_t n;
     uint32_t *of_param; /* bucket set of each param (NULL when n == 1) */
 } zero__bsets;
-zero_status zero__bsets_create(zero__bsets *s, const zero_services_v1 *svc, const zero_bucket_spec *spec);
+zero_status zero__bsets_create(zero__bsets *s, const zero_services *svc, const zero_bucket_spec *spec);
 /* The bucket set that reduces param `index`. */
 static inline zero_buckets *zero__bsets_of(const zero__bsets *s, uint32_t index) {
     return s->of_param ? s->b[s->of_param[index]] : s->b[0];
@@ -166,17 +166,17 @@ zero_status zero__flat_load_buf(zero__flat_state *f, const char *dir, const char
  * *tmp (allocated on first use, device tier, GRADS-tagged, p->numel
  * elements of esize bytes), handed to the bucket engine and freed by
  * zero__grad_ready.  `who` names the plugin in the out-of-memory error. */
-zero_status zero__grad_tmp(const zero_services_v1 *svc, zero_param_info *p, size_t esize, void **tmp, void **buf,
+zero_status zero__grad_tmp(const zero_services *svc, zero_param_info *p, size_t esize, void **tmp, void **buf,
                            const char *who);
 /* on_grad_ready: p's gradient is final.  With a temporary (*tmp non-NULL,
  * tmp may be NULL) it goes into p's bucket slot and is freed (*tmp = NULL);
  * else the host-owned gradient, if any, is added into the slot.  A
  * gradient the core marked missing (grad_is_zero) counts as zero. */
-zero_status zero__grad_ready(const zero_services_v1 *svc, zero_buckets *b, zero_param_info *p, void **tmp);
+zero_status zero__grad_ready(const zero_services *svc, zero_buckets *b, zero_param_info *p, void **tmp);
 /* At destroy, for a plugin that keeps the temporaries in p->plugin_data:
  * free those of params never reported ready (none after params_done is
  * NULL-safe: params_done sets every plugin_data to NULL first). */
-void zero__grad_tmps_free(const zero_services_v1 *svc);
+void zero__grad_tmps_free(const zero_services *svc);
 #endif
 
 /* ---- planning (ABI 1.2: the table's optional `plan` entry) ---------------
@@ -186,12 +186,12 @@ void zero__grad_tmps_free(const zero_services_v1 *svc);
  * the gradient buffer (grad_numel elements of the grad dtype) and the
  * bucket engine's staging for `mode` (ps->buckets_bytes), all device tier.
  * Pure; thread-safe. */
-void zero__flat_plan(const zero_plan_services_v1 *ps, int replicated, uint64_t grad_numel, zero_bucket_mode mode);
+void zero__flat_plan(const zero_plan_services *ps, int replicated, uint64_t grad_numel, zero_bucket_mode mode);
 /* contiguous_gradients off (or fp32 accumulation of a 16-bit model): the
  * per-param temporaries zero__grad_tmp allocates, for a host that hands in
  * one gradient at a time: the largest param's, model dtype, GRADS. */
-void zero__grad_tmp_plan(const zero_plan_services_v1 *ps);
+void zero__grad_tmp_plan(const zero_plan_services *ps);
 /* The bucket spec a plugin's plan passes to ps->buckets_bytes: mode,
  * reduce_bucket_size, overlap_comm and the grad dtype as the plugin would
  * build them. */
-zero_bucket_spec zero__plan_bucket_spec(const zero_plan_services_v1 *ps, zero_bucket_mode mode);
+zero_bucket_spec zero__plan_bucket_spec(const zero_plan_services *ps, zero_bucket_mode mode);

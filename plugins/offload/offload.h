@@ -33,7 +33,7 @@
 #include "../common/plugin_glue.h"
 
 typedef struct offload {
-    const zero_services_v1 *svc;
+    const zero_services *svc;
     zero_core *c;
     const zero_layout *L;
     zero_comm *world;

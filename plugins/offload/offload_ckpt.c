@@ -13,7 +13,7 @@
 #include "offload.h"
 
 static zero_status blobs(offload *s, const char *dir, int write) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     zero_part_step ps = zero__of_part_step(s);
     zero_status st = svc->ckpt_shard(s->c, dir, "offload", &ps, NULL, write);
     /* ckpt_write/read stage a device buffer through host memory themselves */

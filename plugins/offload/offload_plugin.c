@@ -31,7 +31,7 @@ double zero__of_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static zero_status of_create(const zero_services_v1 *svc, void **state) {
+static zero_status of_create(const zero_services *svc, void **state) {
     offload *s = calloc(1, sizeof *s);
     if (!s) return ZERO_ERR_OUT_OF_MEMORY;
     s->svc = svc;
@@ -46,7 +46,7 @@ static void *alloc_n(offload *s, zero_mem_tier tier, zero_mem_tag tag, uint64_t 
 
 /* Which partitioning to run, from the config (see the file comment). */
 static void choose_partitioning(offload *s, const zero_run_config *rc) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     /* stage-1 partitioning with gradient accumulation reduces every
      * micro-step like stage 2 (bitwise stage 2's sums: plugin_glue.h,
      * zero__reduce_every_micro_step) unless reduce_once_per_window */
@@ -80,7 +80,7 @@ static void choose_partitioning(offload *s, const zero_run_config *rc) {
 
 static zero_status of_params_done(void *state) {
     offload *s = state;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     if (!ZERO_SERVICES_HAS(svc, ckpt_agree))
         return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "offload: the core lacks the partition step services");
     s->L = svc->layout(s->c);
@@ -164,7 +164,7 @@ static zero_status of_step(void *state, const zero_step_ctx *ctx, zero_step_repo
 static void of_destroy(void *state) {
     offload *s = state;
     if (!s) return;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     if (s->steps)
         svc->log(s->c, ZERO_LOG_INFO,
                  "offload: %llu steps, %llu with the gradient copied to host bucket by bucket (%.1f%% of it "
@@ -190,7 +190,7 @@ static void of_destroy(void *state) {
  * in the device tier; fp32 master, host gradient and optimizer states of
  * the partition in the host tier; the bucket staging; per-param gradient
  * temporaries when contiguous gradients are off. */
-static zero_status of_plan(const zero_plan_services_v1 *ps) {
+static zero_status of_plan(const zero_plan_services *ps) {
     zero_core *c = ps->core;
     const zero_run_config *rc = ps->config(c);
     const zero_layout *L = ps->layout(c);
@@ -211,8 +211,8 @@ static zero_status of_plan(const zero_plan_services_v1 *ps) {
     return ZERO_OK;
 }
 
-ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
-    .struct_size = sizeof(zero_plugin_table_v1),
+ZERO_PLUGIN_EXPORT const zero_plugin_table zero_plugin_v1 = {
+    .struct_size = sizeof(zero_plugin_table),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
     .caps = ZERO_PLUGIN_CAP_OFFLOAD | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD |

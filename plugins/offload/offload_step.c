@@ -66,7 +66,7 @@ zero_part_step zero__of_part_step(const offload *s) {
 }
 
 zero_status zero__of_boundary(offload *s, const zero_step_ctx *ctx, zero_step_report *rep) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     double t0 = zero__of_now();
     grads_to_host(s);
     double t1 = zero__of_now();

@@ -31,14 +31,14 @@ static const zero__flat_plugin_spec s0_spec = {
     .name = "stage0", .grads_blob = "grads", .mode = ZERO_BUCKETS_ALLREDUCE, .replicated = 1};
 
 /* ABI 1.2: what this strategy would allocate, without allocating it. */
-static zero_status s0_plan(const zero_plan_services_v1 *ps) { return zero__flat_plugin_plan(ps, &s0_spec); }
+static zero_status s0_plan(const zero_plan_services *ps) { return zero__flat_plugin_plan(ps, &s0_spec); }
 
-static zero_status s0_create(const zero_services_v1 *svc, void **state) {
+static zero_status s0_create(const zero_services *svc, void **state) {
     return zero__flat_plugin_create(svc, &s0_spec, state);
 }
 
-ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
-    .struct_size = sizeof(zero_plugin_table_v1),
+ZERO_PLUGIN_EXPORT const zero_plugin_table zero_plugin_v1 = {
+    .struct_size = sizeof(zero_plugin_table),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
     .caps = ZERO_PLUGIN_CAP_PIPELINE | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD, /* reduces only at the boundary */

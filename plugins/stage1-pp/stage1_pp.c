@@ -56,7 +56,7 @@ typedef struct stage1pp {
     zero__flat_state f;       /* this stage's params (flat), master (fp32: == params), states (part_numel
                                  each), gradient (flat_numel: window sum; owned ranges reduced at the
                                  boundary); norm over comm_global, all-gather over the DP group */
-    const zero_services_v1 *svc;
+    const zero_services *svc;
     zero_core *c;
     zero_comm *dp;            /* this stage's data-parallel group (svc->comm_world) */
     zero_comm *global;        /* every rank of every stage (svc->comm_global) */
@@ -65,7 +65,7 @@ typedef struct stage1pp {
                                  temporaries (p->plugin_data), widened into the fp32 window sum when ready */
 } stage1pp;
 
-static zero_status pp_create(const zero_services_v1 *svc, void **state) {
+static zero_status pp_create(const zero_services *svc, void **state) {
     *state = NULL;
     if (!ZERO_SERVICES_HAS(svc, ckpt_agree))
         return svc->error(svc->core, ZERO_ERR_UNSUPPORTED,
@@ -98,7 +98,7 @@ static zero_status pp_register(void *state, zero_param_info *p) {
 
 static zero_status pp_params_done(void *state) {
     stage1pp *s = state;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     /* the reduced gradient sits at the owned ranges of the flat buffer; the
      * norm spans the whole world (norm_comm NULL: comm_global, every stage
      * and partition), the all-gather this stage's DP group (comm_world) */
@@ -135,7 +135,7 @@ static zero_status pp_on_grad_ready(void *state, zero_param_info *p, void *strea
 
 static zero_status pp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     stage1pp *s = state;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     /* Off the boundary this only resets the buckets' bookkeeping: the
      * gradients stay in s->f.grads, summed locally. */
     zero_status st = svc->buckets_flush(s->b);
@@ -166,7 +166,7 @@ static zero_status pp_save(void *state, const char *dir) {
 
 static zero_status pp_load(void *state, const char *dir) {
     stage1pp *s = state;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     zero_status st = zero__flat_ckpt(&s->f, dir, "stage1-pp", "grads", 0);
     /* Agree over the whole job first: a shard missing on one rank fails the
      * load everywhere instead of leaving its DP group in the all-gather. */
@@ -189,7 +189,7 @@ static void pp_destroy(void *state) {
  * stage only for 16-bit gradients; per-param temporaries when the host's
  * dtype differs from the accumulation dtype.  Planned over the data-parallel
  * group: the world_size planned is the stage's DP size. */
-static zero_status pp_plan(const zero_plan_services_v1 *ps) {
+static zero_status pp_plan(const zero_plan_services *ps) {
     const zero_run_config *rc = ps->config(ps->core);
     const zero_layout *L = ps->layout(ps->core);
     if (zero__reduce_every_micro_step(rc)) /* as pp_params_done: a partition accumulator and staging */
@@ -200,8 +200,8 @@ static zero_status pp_plan(const zero_plan_services_v1 *ps) {
     return ZERO_OK;
 }
 
-ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
-    .struct_size = sizeof(zero_plugin_table_v1),
+ZERO_PLUGIN_EXPORT const zero_plugin_table zero_plugin_v1 = {
+    .struct_size = sizeof(zero_plugin_table),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
     .caps = ZERO_PLUGIN_CAP_PIPELINE | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD,

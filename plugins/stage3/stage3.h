@@ -86,7 +86,7 @@ typedef struct zero__s3_phase {
 } zero__s3_phase;
 
 typedef struct zero__s3 {
-    const zero_services_v1 *svc;
+    const zero_services *svc;
     zero_core *c;
     const zero_run_config *rc;
     const zero_layout *L;
@@ -227,7 +227,7 @@ zero_part_step zero__s3_part_step(const zero__s3 *s);
 /* ---- plan (stage3_plan.c) ---------------------------------------------- */
 /* The table's plan entry (ABI 1.2): model state, persistent buffers, the
  * gather pool replayed for the canonical host, bucket staging. */
-zero_status zero__s3_plan(const zero_plan_services_v1 *ps);
+zero_status zero__s3_plan(const zero_plan_services *ps);
 
 #define ZERO__S3_FNV_OFFSET 1469598103934665603ull
 

@@ -40,7 +40,7 @@ struct zero__s3_nvme {
 
 zero__s3_nvme *zero__s3_nvme_open(zero__s3 *s, const char *key, const char *dir, uint64_t ntiles, uint32_t narr,
                                   size_t tile_bytes) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     zero__s3_nvme *f = calloc(1, sizeof *f);
     if (!f) {
         svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");

@@ -35,7 +35,7 @@ static double now_s(void) {
 static int streq(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }
 
 zero_status zero__s3_off_configure(zero__s3 *s) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const zero_run_config *rc = s->rc;
     const char *od = NULL, *pd = NULL;
     if (svc->cfg_string(s->c, "zero_optimization.offload_optimizer.device", &od) != 1) od = NULL;
@@ -102,7 +102,7 @@ static char *stage_at(const zero__s3 *s, int set, uint64_t t0) {
  * the params' initial values (zeros where none, and in the padding) into
  * dst, then written to the shard file. */
 static zero_status init_nvme_tile(zero__s3 *s, uint64_t t0, size_t n, char *dst) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     memset(dst, 0, n * s->esize);
     for (uint32_t i = 0; i < s->nparams; i++) {
         const zero__s3_param *p = &s->params[i];
@@ -160,7 +160,7 @@ static void set_views(zero__s3_off *o, int set, uint32_t nstate) {
 }
 
 zero_status zero__s3_off_init(zero__s3 *s) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     zero__s3_off *o = s->off;
     const uint64_t part = s->L->part_numel;
     uint64_t tile = s->rc->sub_group_size > 0 ? (uint64_t)s->rc->sub_group_size : part;
@@ -299,7 +299,7 @@ static void run_job(void *p) {
 
 /* The CPU optimizer over tile k: every owned range's piece inside it. */
 static zero_status compute_tile(zero__s3 *s, uint64_t k, float grad_mul) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     zero__s3_off *o = s->off;
     const int set = (int)(k & 1), set3 = set3_of(k);
     uint64_t t0, t1;
@@ -336,7 +336,7 @@ static zero_status compute_tile(zero__s3 *s, uint64_t k, float grad_mul) {
 }
 
 zero_status zero__s3_off_step(zero__s3 *s, const zero_step_ctx *ctx, zero_step_report *rep) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     zero__s3_off *o = s->off;
     zero_part_step ps = zero__s3_part_step(s);
     zero_grad_norm gn;
@@ -442,7 +442,7 @@ zero_status zero__s3_off_master_to_shard(zero__s3 *s) {
 }
 
 zero_status zero__s3_off_blobs(zero__s3 *s, const char *dir, int write) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     zero__s3_off *o = s->off;
     const uint64_t part = s->L->part_numel;
     /* The ckpt services take whole arrays: the NVMe tiles are materialized

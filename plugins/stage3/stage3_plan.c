@@ -207,7 +207,7 @@ static void settle(sp *s) { /* zero__s3_settle: every micro-step follows the tra
 }
 
 /* Peak bytes of gather buffers (persistent + pool) for the canonical host. */
-static uint64_t gather_peak(const zero_plan_services_v1 *ps, size_t esize, int off_param) {
+static uint64_t gather_peak(const zero_plan_services *ps, size_t esize, int off_param) {
     zero_core *c = ps->core;
     const zero_run_config *rc = ps->config(c);
     sp s = {0};
@@ -287,7 +287,7 @@ out:
 }
 
 /* stage3_offload.c zero__s3_off_configure, without an engine. */
-static void plan_offload(const zero_plan_services_v1 *ps, int *opt, int *param, int *param_nvme) {
+static void plan_offload(const zero_plan_services *ps, int *opt, int *param, int *param_nvme) {
     const zero_run_config *rc = ps->config(ps->core);
     const char *od = NULL, *pd = NULL;
     *opt = *param = *param_nvme = 0;
@@ -300,7 +300,7 @@ static void plan_offload(const zero_plan_services_v1 *ps, int *opt, int *param, 
     if (want || *param) *opt = od && strcmp(od, "nvme") == 0 ? ZERO__S3_OFF_NVME : ZERO__S3_OFF_CPU;
 }
 
-zero_status zero__s3_plan(const zero_plan_services_v1 *ps) {
+zero_status zero__s3_plan(const zero_plan_services *ps) {
     zero_core *c = ps->core;
     const zero_run_config *rc = ps->config(c);
     const uint64_t part = ps->layout(c)->part_numel;

@@ -21,7 +21,7 @@
 #include "stage3.h"
 #include "stage3_offload.h"
 
-static zero_status s3_create(const zero_services_v1 *svc, void **state) {
+static zero_status s3_create(const zero_services *svc, void **state) {
     zero__s3 *s = calloc(1, sizeof *s);
     if (!s) return ZERO_ERR_OUT_OF_MEMORY;
     s->svc = svc;
@@ -54,7 +54,7 @@ static uint64_t nonneg(int64_t v) { return v > 0 ? (uint64_t)v : 0; }
  * values of the piece into the shard (the master is widened from the whole
  * shard afterwards). */
 static zero_status setup_param(zero__s3 *s, uint32_t i) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     zero__s3_param *p = &s->params[i];
     zero_param_info *info = svc->param(s->c, i);
     p->info = info;
@@ -115,7 +115,7 @@ static zero_status setup_param(zero__s3 *s, uint32_t i) {
 
 static zero_status s3_params_done(void *state) {
     zero__s3 *s = state;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const zero_run_config *rc = s->rc;
     if (!ZERO_SERVICES_HAS(svc, ckpt_agree)) /* a core older than this plugin's header */
         return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage3: the core lacks the partition step services");
@@ -284,7 +284,7 @@ static zero_status s3_sync(void *state) {
  * save/load (as the NVMe optimizer tiles are).  fp32 with a host master and
  * no blob: the shard is the master, copied back after a load. */
 static zero_status nvme_params_blob(zero__s3 *s, const char *dir, int write) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const size_t bytes = (size_t)s->L->part_numel * s->esize;
     const int blob = s->dtype != ZERO_DTYPE_F32 || s->off_opt == ZERO__S3_OFF_NVME;
     if (!blob) return write ? ZERO_OK : zero__s3_off_master_to_shard(s);
@@ -310,7 +310,7 @@ static zero_status nvme_params_blob(zero__s3 *s, const char *dir, int write) {
 }
 
 static zero_status s3_blobs(zero__s3 *s, const char *dir, int write) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     const size_t bytes = (size_t)s->L->part_numel * s->esize;
     zero_part_step ps = zero__s3_part_step(s);
     /* params NULL: the shard is partition-indexed (ckpt_shard's params blob is
@@ -361,7 +361,7 @@ static zero_status s3_load(void *state, const char *dir) {
 static void s3_destroy(void *state) {
     zero__s3 *s = state;
     if (!s) return;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     if (s->params) zero__s3_wait_all(s);
     if (s->n_gathers)
         svc->log(s->c, ZERO_LOG_INFO,
@@ -395,8 +395,8 @@ static void s3_destroy(void *state) {
     free(s);
 }
 
-ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = {
-    .struct_size = sizeof(zero_plugin_table_v1),
+ZERO_PLUGIN_EXPORT const zero_plugin_table zero_plugin_v1 = {
+    .struct_size = sizeof(zero_plugin_table),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
     /* GATHER_COMPLETE: zero__s3_gather waits for every all-gather it hands

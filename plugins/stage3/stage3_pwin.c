@@ -45,7 +45,7 @@ static uint64_t piece_off(const zero__s3 *s, const zero__s3_param *p) { return p
 static size_t piece_len(const zero__s3 *s, const zero__s3_param *p) { return p->counts[s->rank] * s->esize; }
 
 zero_status zero__s3_pwin_init(zero__s3 *s) {
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     zero__s3_off *o = s->off;
     int64_t count = 5, size = 0;
     if (svc->cfg_int(s->c, "zero_optimization.offload_param.buffer_count", &count) != 1) count = 5;

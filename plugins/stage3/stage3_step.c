@@ -37,7 +37,7 @@ zero_part_step zero__s3_part_step(const zero__s3 *s) {
 
 zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     zero__s3 *s = state;
-    const zero_services_v1 *svc = s->svc;
+    const zero_services *svc = s->svc;
     /* Verify the gathers no earlier agreement covered (always: the
      * collective sequence must not depend on local state), then settle. */
     zero_status ag = zero__s3_agree(s, "zero_step");
