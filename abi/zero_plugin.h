@@ -3,15 +3,20 @@
  * core offers it.
  *
  * A plugin is a shared library `libzero-plugin-<name>.so` that exports one
- * symbol, `zero_plugin_v1`, a const zero_plugin_table_v1.  It includes only
- * abi/ headers.  Everything else in it is hidden.
+ * symbol, a const table: `zero_plugin_v2` (a zero_plugin_table_v2, this
+ * header's revision) or, for plugins built against the 1.0-1.5 headers,
+ * `zero_plugin_v1`.  It includes only installed headers (abi/ and the
+ * plugin kit, zero_kit.h).  Everything else in it is hidden.
  *
- * Evolution (the NCCL net-plugin / sqlite3_vfs rule): a released table type
- * is never edited.  A future ABI 2 adds `zero_plugin_table_v2` and the symbol
- * `zero_plugin_v2`; the core keeps loading v1 plugins as long as it can.
- * Within major 1, the services table grows append-only: a plugin built
- * against minor m may use only the services whose offset is below
- * `services->struct_size`, and the ZERO_SERVICES_HAS() macro checks that.
+ * Evolution (the NCCL net-plugin rule, ncclNet_vN): a released table type is
+ * never edited.  A change to the services, to the plugin table or to a
+ * struct the plugin passes to a service makes a new revision N+1: new
+ * types zero_services_vN+1 / zero_plugin_table_vN+1 and the symbol
+ * zero_plugin_vN+1.  The core loads the newest revision a plugin exports and
+ * adapts older ones once, at load, in one file (core/plugin_abi.c): an old
+ * plugin gets the table of its own revision, complete, and nothing else in
+ * the core or in a plugin checks versions.  Revision 1 (1.0-1.5) grew by
+ * appending behind struct_size; it is kept, frozen, at the end of this file.
  *
  * Threading: the core calls a plugin's functions on one engine from one
  * thread at a time, except on_grad_ready and grad_buffer, which may run
@@ -29,7 +34,7 @@ extern "C" {
 #endif
 
 #define ZERO_PLUGIN_ABI_MAJOR 1
-#define ZERO_PLUGIN_ABI_MINOR 5
+#define ZERO_PLUGIN_ABI_MINOR 6
 
 #if defined(__GNUC__)
 #define ZERO_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -341,8 +346,418 @@ typedef struct zero_quant_spec {
 #define ZERO_QUANT_SPEC_INIT { sizeof(zero_quant_spec), 8, 0, 0, NULL }
 
 /* ------------------------------------------------------------------------ */
-/* Services: what the core offers a plugin.  Owned by the core; valid from   */
-/* create() until destroy() returns.                                         */
+/* Services, revision 2 (plugin ABI 1.6): what the core offers a plugin,     */
+/* laid out by topic.  The core owns the table and everything it returns     */
+/* unless an entry says otherwise; the table is valid from create() until    */
+/* destroy() returns, and so is svc->core.  Frozen: a later change is a new  */
+/* revision (zero_services_v3), adapted by the core at load; a plugin never  */
+/* checks struct_size (the core gives a table of the revision the plugin     */
+/* exports, complete).                                                       */
+/*                                                                           */
+/* Threads, unless an entry says otherwise: "any" = any thread, also         */
+/* concurrently; "step" = the thread inside the plugin's create,             */
+/* params_done, step, save, load, sync or destroy (one at a time per         */
+/* engine).  Collectives must be issued in the same order on every rank of  */
+/* the communicator.                                                         */
+/* ------------------------------------------------------------------------ */
+typedef struct zero_services_v2 {
+    uint32_t struct_size; /* sizeof(zero_services_v2) */
+    uint32_t abi_version; /* ZERO_ABI_VERSION of the core */
+    zero_core *core;      /* pass back to the zero_core* entries */
+
+    /* ---- 1. log and errors ------------------------------------------- */
+    /* A line in the engine's log (ZERO_LOG_LEVEL filters).  Any thread. */
+    void (*log)(zero_core *c, zero_log_level lvl, const char *fmt, ...) ZERO_PRINTF(3, 4);
+    /* Set the engine's last-error text (zero_last_error); returns `s`, for
+     * `return svc->error(c, ZERO_ERR_..., "...")`.  Any thread. */
+    zero_status (*error)(zero_core *c, zero_status s, const char *fmt, ...) ZERO_PRINTF(3, 4);
+
+    /* ---- 2. configuration -------------------------------------------- */
+    /* The parsed run configuration: owned by the core, read-only, valid
+     * for the engine's life.  Any thread. */
+    const zero_run_config *(*config)(zero_core *c);
+    /* Lookup by dotted key path ("zero_optimization.my_plugin_key"): 1 and
+     * *out filled if present with that type, 0 if absent, -1 if of another
+     * type.  Strings are owned by the core, valid for the engine's life.
+     * Any thread. */
+    int (*cfg_int)(zero_core *c, const char *path, int64_t *out);
+    int (*cfg_double)(zero_core *c, const char *path, double *out);
+    int (*cfg_bool)(zero_core *c, const char *path, int *out);
+    int (*cfg_string)(zero_core *c, const char *path, const char **out);
+
+    /* ---- 3. parameters and layout ------------------------------------ */
+    /* Registered params, in registration order.  param(i) is owned by the
+     * core, valid for the engine's life; the plugin sets its data pointer
+     * (params_done) and may keep its own pointer in plugin_data.  NULL for
+     * i out of range.  Any thread; a param's fields only from the thread
+     * the host calls for that param. */
+    uint32_t (*nparams)(zero_core *c);
+    zero_param_info *(*param)(zero_core *c, uint32_t index);
+    /* The flat layout (groups, rank partitions): NULL before params_done,
+     * then owned by the core and fixed for the engine's life.  Any thread. */
+    const zero_layout *(*layout)(zero_core *c);
+    /* Pieces of [flat_lo, flat_hi) owned by `rank` (at most one per group
+     * the range touches) into out[0..cap); returns how many.  Any thread. */
+    uint32_t (*owned_ranges)(zero_core *c, uint32_t rank, uint64_t flat_lo, uint64_t flat_hi,
+                             zero_owned_range *out, uint32_t cap);
+    /* Is the current micro-step the last of its accumulation window?  Step
+     * thread, or a hook thread between zero_step calls. */
+    int (*micro_is_boundary)(zero_core *c);
+    /* Place every param into `flat` (flat_numel elements of dt, plugin
+     * owned): copy its initial values (host or device memory) to its flat
+     * offset and set p->data there.  Every param must be registered in dt
+     * (else ZERO_ERR_UNSUPPORTED naming it and `who`).  Step thread
+     * (params_done). */
+    zero_status (*params_place)(zero_core *c, void *flat, zero_dtype dt, const char *who);
+
+    /* ---- 4. memory --------------------------------------------------- */
+    /* Accounted (zero_memory_stats, by tier and tag), 64-byte aligned,
+     * zero-filled; NULL when out of memory (last error set).  The plugin
+     * owns the block until mem_free (NULL: no-op); free every block before
+     * destroy returns.  ZERO_TIER_DEVICE blocks on a CUDA engine are device
+     * memory: clear and copy them only with mem_set / mem_copy.  Any
+     * thread. */
+    void *(*mem_alloc)(zero_core *c, zero_mem_tier tier, zero_mem_tag tag, size_t bytes);
+    void (*mem_free)(zero_core *c, void *p);
+    /* dst[0..bytes) = (unsigned char)value, host or device memory, ordered
+     * with the core's other device work; ZERO_ERR_DEVICE if the device
+     * failed.  Any thread. */
+    zero_status (*mem_set)(zero_core *c, void *dst, int value, size_t bytes);
+    /* Copy in any direction (host/device); a device failure is logged and
+     * set as the last error.  Any thread. */
+    void (*mem_copy)(zero_core *c, void *dst, const void *src, size_t bytes);
+
+    /* ---- 5. communicators -------------------------------------------- */
+    /* comm_world: this rank's data-parallel group (with pipeline.stages > 1
+     * the ranks holding the same pipeline stage); comm_global: every rank
+     * of the job (the norm and overflow of a pipelined model); group_comm:
+     * the communicator layout group g is partitioned over (comm_world for a
+     * dense group, the expert-data-parallel group of an expert group; NULL
+     * for g out of range).  All three are owned by the core, valid until
+     * destroy: never free them.  Any thread. */
+    zero_comm *(*comm_world)(zero_core *c);
+    zero_comm *(*comm_global)(zero_core *c);
+    zero_comm *(*group_comm)(zero_core *c, uint32_t g);
+    int (*comm_rank)(const zero_comm *m);
+    int (*comm_size)(const zero_comm *m);
+    /* New communicators, owned by the plugin (comm_free before destroy),
+     * counted in the engine's zero_comm_stats.  comm_split: MPI_Comm_split
+     * semantics.  comm_split_node: the ranks of m on this rank's node, in
+     * m's order (ZERO_RANKS_PER_NODE=k: "nodes" of k consecutive ranks, to
+     * simulate several nodes on one machine).  Collective over m; step
+     * thread. */
+    zero_status (*comm_split)(zero_comm *m, int color, int key, zero_comm **out);
+    zero_status (*comm_split_node)(zero_comm *m, zero_comm **out);
+    void (*comm_free)(zero_comm *m);
+    /* What has crossed m so far (calls, payload bytes), as zero_comm_stats
+     * reports it; out->struct_size set by the caller.  Any thread. */
+    zero_status (*comm_counters)(zero_comm *m, zero_comm_stats *out);
+
+    /* ---- 6. collectives ---------------------------------------------- */
+    /* Blocking: return when the result is in place.  Non-blocking (i*):
+     * *req is owned by the caller until wait frees it (or test reports it
+     * done and frees it); the buffers stay owned by the caller and must not
+     * be touched until then.  Any thread, one collective order per
+     * communicator on every rank. */
+    zero_status (*allreduce)(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op);
+    zero_status (*broadcast)(zero_comm *m, void *buf, size_t count, zero_dtype dt, int root);
+    zero_status (*barrier)(zero_comm *m);
+    zero_status (*iallreduce)(zero_comm *m, void *buf, size_t count, zero_dtype dt, zero_reduce_op op,
+                              zero_comm_req **req);
+    /* send holds sum(counts) elements, rank r's block at offset sum(counts[<r]);
+     * recv receives this rank's reduced block (counts[rank] elements). */
+    zero_status (*ireduce_scatterv)(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                                    zero_dtype dt, zero_comm_req **req);
+    /* recv receives all blocks concatenated; send may alias recv's own block. */
+    zero_status (*iallgatherv)(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                               zero_dtype dt, zero_comm_req **req);
+    zero_status (*wait)(zero_comm_req *req);            /* frees req */
+    zero_status (*test)(zero_comm_req *req, int *done); /* frees req when done */
+    /* Batch the non-blocking collectives this thread issues on m until the
+     * matching comm_group_end into one launch (NCCL: one group; MPI and
+     * single-process: no-ops).  Groups nest; every start needs its end
+     * from the same thread, also after an error.  Not collective itself. */
+    zero_status (*comm_group_start)(zero_comm *m);
+    zero_status (*comm_group_end)(zero_comm *m);
+    /* Quantized, blocking, host memory only (ZERO_ERR_UNSUPPORTED for
+     * device buffers), bitwise repeatable; q borrowed for the call.
+     * allgather_quantized: in place, recv holds sum(counts) elements of dt
+     * (F32, BF16, F16), this rank's block at offset sum(counts[<rank]); on
+     * return every block (this rank's too) holds the dequantized values.
+     * reduce_scatter_quantized: send holds block r for rank r; recv
+     * (counts[rank] elements, not overlapping send) receives the fp32 sum,
+     * in rank order, of the dequantized blocks (q->error_feedback: see
+     * zero_quant_spec).  Collective. */
+    zero_status (*allgather_quantized)(zero_comm *m, void *recv, const size_t *counts, zero_dtype dt,
+                                       const zero_quant_spec *q);
+    zero_status (*reduce_scatter_quantized)(zero_comm *m, const void *send, void *recv, const size_t *counts,
+                                            zero_dtype dt, const zero_quant_spec *q);
+
+    /* ---- 7. gradient buckets ----------------------------------------- */
+    /* A bucket set: gradients stream into fixed-size buckets as hooks fire
+     * and full buckets are reduced (allreduce, or reduce-scatter to the
+     * owners) while backward goes on.  spec is copied; its buffers stay
+     * owned by the plugin and must outlive the set.  Create and destroy on
+     * the step thread (params_done / destroy); grad_slot and ready from
+     * any hook thread, concurrently for different params; flush on the
+     * step thread, after every ready of the micro-step. */
+    zero_status (*buckets_create)(zero_core *c, const zero_bucket_spec *spec, zero_buckets **out);
+    /* Where param `index` adds its gradient this micro-step (grad_dtype);
+     * owned by the set, valid until the param's buckets_ready. */
+    zero_status (*buckets_grad_slot)(zero_buckets *b, uint32_t index, void **slot);
+    /* Param `index` is final; a non-NULL src (a host-owned gradient of dtype
+     * dt, borrowed for the call) is added into the slot first. */
+    zero_status (*buckets_ready)(zero_buckets *b, uint32_t index, const void *src, zero_dtype dt);
+    /* End of micro-step: launch what is left, wait for everything, reset. */
+    zero_status (*buckets_flush)(zero_buckets *b);
+    void (*buckets_destroy)(zero_buckets *b);
+
+    /* ---- 8. parameter gather ----------------------------------------- */
+    /* All-gather, in place, every layout group's equal rank shares of a
+     * flat buffer (rank r's share of group g at groups[g].flat_begin + r *
+     * part_numel) over comm (NULL = comm_world; expert groups over their
+     * own communicator).  Every issued request is waited, also after an
+     * error.  Collective; step thread. */
+    zero_status (*allgather_shares)(zero_core *c, zero_comm *comm, void *flat, zero_dtype dt);
+
+    /* ---- 9. optimizer and kernels ------------------------------------ */
+    /* fp32 arrays of optimizer state per element.  Any thread. */
+    uint32_t (*optim_state_count)(zero_core *c);
+    /* One fused pass over r (borrowed): grad *= grad_mul, update master and
+     * states for the global step about to be taken (per-group lr / betas /
+     * decay), round out to param_out.  Refuses Lamb (use part_step).  Step
+     * thread or the plugin's own worker threads on disjoint ranges. */
+    zero_status (*optim_step)(zero_core *c, const zero_opt_range *r);
+    /* fp64 sum of squares / any Inf or NaN, host or device memory (a
+     * device failure reads as NaN / 1: the step is skipped).  Any thread. */
+    double (*sumsq)(zero_core *c, const void *x, zero_dtype dt, size_t n);
+    int (*nonfinite)(zero_core *c, const void *x, zero_dtype dt, size_t n);
+    /* dst = src converted (RNE, NaN stays NaN); dst += src.  Any thread. */
+    void (*convert)(zero_core *c, void *dst, zero_dtype dst_dt, const void *src, zero_dtype src_dt, size_t n);
+    void (*add_into)(zero_core *c, float *dst, const void *src, zero_dtype src_dt, size_t n);
+    /* The partitioned step every strategy shares (ps borrowed for the
+     * call; collective over ps->norm_comm or comm_global; step thread,
+     * between buckets_flush and the parameter all-gather).  grad_norm: the
+     * global norm and overflow in one fp64 all-reduce, *out filled from ctx
+     * (grad_divisor, loss_scale, grad_clip).  part_step: the fused
+     * optimizer pass over every range (Lamb: one more all-reduce for its
+     * trust ratios).  boundary_step: both, and the report (overflow ->
+     * rep->overflow = 1, grad_norm -1, no update).  master_init: widen the
+     * owned shares of `params` into ps->master when it is a separate fp32
+     * array (no-op when ps->master == params); local. */
+    zero_status (*grad_norm)(zero_core *c, const zero_part_step *ps, const struct zero_step_ctx *ctx,
+                             zero_grad_norm *out);
+    zero_status (*part_step)(zero_core *c, const zero_part_step *ps, float grad_mul);
+    zero_status (*boundary_step)(zero_core *c, const zero_part_step *ps, const struct zero_step_ctx *ctx,
+                                 struct zero_step_report *rep);
+    zero_status (*master_init)(zero_core *c, const zero_part_step *ps, const void *params);
+
+    /* ---- 10. checkpoints --------------------------------------------- */
+    /* Inside the plugin's save / load only (step thread).  ckpt_write /
+     * ckpt_read: one named blob per rank, atomic (temp file, fsync,
+     * rename), host or device buffer (borrowed).  ckpt_shard: this rank's
+     * shard of a partitioned optimizer as blobs "<prefix>.params" (owned
+     * shares of params, skipped when NULL), ".master" (when separate) and
+     * ".state<k>", each the concatenation of ps's ranges; with a
+     * resharding load it fills them from whichever saved files hold them.
+     * ckpt_agree: agree over comm (NULL = comm_world) on a load's local
+     * status, so that a missing shard fails every rank instead of hanging
+     * the others (collective).  ckpt_reshard: nonzero inside a load of a
+     * checkpoint written by another world size, plugin or layout (then
+     * ckpt_read of the plugin's own blobs fails; derive what you keep
+     * besides from the shards and clear gradient accumulators). */
+    zero_status (*ckpt_write)(zero_core *c, const char *dir, const char *name, const void *buf, size_t bytes);
+    zero_status (*ckpt_read)(zero_core *c, const char *dir, const char *name, void *buf, size_t bytes);
+    zero_status (*ckpt_shard)(zero_core *c, const char *dir, const char *prefix, const zero_part_step *ps,
+                              void *params, int write);
+    zero_status (*ckpt_agree)(zero_core *c, zero_comm *comm, zero_status local, const char *dir, const char *who);
+    int (*ckpt_reshard)(zero_core *c);
+
+    /* ---- 11. trace --------------------------------------------------- */
+    /* The engine's timeline (ZERO_TRACE / config "trace", docs/trace.md).
+     * trace_clock: monotonic nanoseconds while tracing is on, else 0 (so a
+     * disabled trace costs one call).  trace_span: a complete event
+     * [t0, t1) on the calling thread's track, category "plugin", with one
+     * optional numeric argument (key NULL: none); no-op when t0 is 0.  name
+     * and key are copied (interned for the process's life): pass short,
+     * fixed names, not per-call text.  Any thread. */
+    uint64_t (*trace_clock)(zero_core *c);
+    void (*trace_span)(zero_core *c, const char *name, uint64_t t0, uint64_t t1, const char *key, double value);
+} zero_services_v2;
+
+
+/* ------------------------------------------------------------------------ */
+/* Planning (1.2): what a plugin's optional `plan` entry receives.  No      */
+/* engine exists: `core` is a planning context, valid for the call only;    */
+/* pass it back to these functions and never to zero_services_v1's.         */
+/* ------------------------------------------------------------------------ */
+typedef struct zero_plan_services_v1 {
+    uint32_t struct_size;
+    uint32_t abi_version;
+    zero_core *core;
+    const zero_run_config *(*config)(zero_core *c);   /* as the engine would resolve it */
+    int (*cfg_int)(zero_core *c, const char *path, int64_t *out);       /* as zero_services_v1 */
+    int (*cfg_double)(zero_core *c, const char *path, double *out);
+    int (*cfg_bool)(zero_core *c, const char *path, int *out);
+    int (*cfg_string)(zero_core *c, const char *path, const char **out);
+    uint32_t (*nparams)(zero_core *c);
+    /* numel, dtype (the model dtype), group, index and flat_offset are set;
+     * no data pointers */
+    const zero_param_info *(*param)(zero_core *c, uint32_t index);
+    const zero_layout *(*layout)(zero_core *c);       /* rank 0's; partitions are equal on every rank */
+    uint32_t (*optim_state_count)(zero_core *c);
+    /* The plugin will hold `bytes` in (tier, tag) at its peak: call once per
+     * allocation (or once per category with the sum). */
+    void (*add)(zero_core *c, zero_mem_tier tier, zero_mem_tag tag, uint64_t bytes);
+    /* Peak bytes (device tier, ZERO_MEM_BUCKETS) of the staging pool that
+     * buckets_create(spec) would allocate, for hooks in bucket order.
+     * Records nothing: pass it to add().  spec->flat / partition may be NULL. */
+    uint64_t (*buckets_bytes)(zero_core *c, const zero_bucket_spec *spec);
+    zero_status (*error)(zero_core *c, zero_status s, const char *fmt, ...) ZERO_PRINTF(3, 4);
+} zero_plan_services_v1;
+
+/* ------------------------------------------------------------------------ */
+/* The plugin table                                                          */
+/* ------------------------------------------------------------------------ */
+/* What zero_step tells the plugin. */
+typedef struct zero_step_ctx {
+    uint32_t struct_size;
+    int32_t boundary;      /* this micro-step ends the accumulation window */
+    uint32_t micro_step;   /* 0 .. grad_accum-1 */
+    uint32_t grad_accum;
+    uint64_t global_step;  /* optimizer steps taken before this one */
+    double loss_scale;     /* gradients carry this factor */
+    double grad_clip;      /* 0 = off */
+    double grad_divisor;   /* summed gradient / grad_divisor = mean gradient (world * gas) */
+    void *stream;
+} zero_step_ctx;
+
+/* What the plugin reports back from step (at a boundary). */
+typedef struct zero_step_report {
+    uint32_t struct_size;
+    int32_t overflow;      /* Inf/NaN found on any rank (step skipped) */
+    double grad_norm;      /* global norm of the mean, unscaled gradient, pre-clip */
+} zero_step_report;
+
+/* Capabilities. */
+enum {
+    ZERO_PLUGIN_CAP_PARTITIONS_PARAMS = 1u << 0, /* stage 3: gather/release do real work */
+    ZERO_PLUGIN_CAP_PIPELINE = 1u << 1,          /* safe with pipeline parallelism */
+    ZERO_PLUGIN_CAP_OFFLOAD = 1u << 2,
+    /* (1.1) honours zero_run_config.grad_accum_dtype / comm_dtype; without it
+     * the core resolves both to the model dtype for this plugin */
+    ZERO_PLUGIN_CAP_GRAD_DTYPES = 1u << 3,
+    /* (1.2) its model state is saved entirely through ckpt_shard (plus
+     * opaque blobs that are derived data or gradients), and its load
+     * handles ckpt_reshard: checkpoints move between world sizes and
+     * plugins that both declare it */
+    ZERO_PLUGIN_CAP_RESHARD = 1u << 4,
+    /* (1.3) supports expert groups (zero_group_desc.expert_color): one
+     * bucket set per partition communicator (svc->group_comm), gradients
+     * and shares of a group only over its own communicator.  The core
+     * refuses expert groups with a plugin that lacks it. */
+    ZERO_PLUGIN_CAP_EXPERT_GROUPS = 1u << 5,
+    /* (1.4) gather returns with the gathered values complete in memory (it
+     * waited for its collectives and queued no device work that the host
+     * must wait for), so on a CUDA engine zero_gather need not order the
+     * host's stream after libzero's -- which would also make the host's
+     * compute wait for every reduction queued there.  Without it the core
+     * orders the host's stream after libzero's stream at each gather. */
+    ZERO_PLUGIN_CAP_GATHER_COMPLETE = 1u << 6
+};
+
+/* ------------------------------------------------------------------------ */
+/* The plugin table, revision 2 (plugin ABI 1.6).  Frozen like the          */
+/* services: a later change is zero_plugin_table_v3 / zero_plugin_v3.  The   */
+/* first six fields are those of every revision (the loader reads them       */
+/* before it knows which revision it holds).                                 */
+/*                                                                           */
+/* The core calls one engine's entries from one thread at a time, except     */
+/* grad_buffer and on_grad_ready, which may run concurrently for different   */
+/* params (the host may call from several threads).                          */
+/* ------------------------------------------------------------------------ */
+typedef struct zero_plugin_table_v2 {
+    uint32_t struct_size; /* sizeof(zero_plugin_table_v2) */
+    uint32_t abi_major;   /* ZERO_PLUGIN_ABI_MAJOR the plugin was built with */
+    uint32_t abi_minor;   /* ZERO_PLUGIN_ABI_MINOR: 6 or later */
+    uint32_t caps;        /* ZERO_PLUGIN_CAP_* */
+    const char *name;     /* what the host selects it by; static storage */
+    const char *description;
+
+    /* ---- lifecycle --------------------------------------------------- */
+    /* Required.  Allocate the plugin's state; keep svc (valid until
+     * destroy returns).  On error free everything (destroy is not called). */
+    zero_status (*create)(const zero_services_v2 *svc, void **state);
+    /* Required.  Free everything the plugin allocated (mem_free, comm_free,
+     * buckets_destroy); the core calls sync first when given. */
+    void (*destroy)(void *state);
+    /* Optional: drain asynchronous work (before step, save and destroy). */
+    zero_status (*sync)(void *state);
+
+    /* ---- parameters -------------------------------------------------- */
+    /* Optional: inspect or veto a registration (the core recorded it). */
+    zero_status (*register_param)(void *state, zero_param_info *p);
+    /* Required.  The layout is final: allocate storage, copy init_data,
+     * set p->data for every param (params_place does it for flat layouts). */
+    zero_status (*params_done)(void *state);
+    /* Optional: zero_set_phase(phase) (1..63 characters, checked by the
+     * core).  NULL: phases change nothing for this plugin. */
+    zero_status (*set_phase)(void *state, const char *phase);
+
+    /* ---- gather (stage 3) -------------------------------------------- */
+    /* Optional (NULL: ptrs[i] = params[i]->data).  See zero_gather /
+     * zero_release in zero.h; params and ptrs are borrowed for the call. */
+    zero_status (*gather)(void *state, zero_param_info *const *params, size_t n, void **ptrs);
+    zero_status (*release)(void *state, zero_param_info *const *params, size_t n);
+
+    /* ---- gradients (hook threads) ------------------------------------ */
+    /* Required: where to add p's gradient this micro-step. */
+    zero_status (*grad_buffer)(void *state, zero_param_info *p, void **buf);
+    /* Required: p's gradient is final (host_grad, if any, holds it). */
+    zero_status (*on_grad_ready)(void *state, zero_param_info *p, void *stream);
+
+    /* ---- step -------------------------------------------------------- */
+    /* Required: end of micro-step; at a boundary reduce, step and refresh
+     * the parameters (ctx and rep are the core's, valid for the call). */
+    zero_status (*step)(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
+
+    /* ---- checkpoints ------------------------------------------------- */
+    /* Optional: this rank's shard, through the checkpoint services. */
+    zero_status (*save)(void *state, const char *dir);
+    zero_status (*load)(void *state, const char *dir);
+
+    /* ---- planning ---------------------------------------------------- */
+    /* Optional: record through ps->add every byte this plugin would
+     * allocate per rank for the model ps describes (zero_plan,
+     * tools/zero-estimate, "stage": "auto").  No engine or state exists.
+     * NULL: the plugin cannot be planned. */
+    zero_status (*plan)(const zero_plan_services_v1 *ps);
+} zero_plugin_table_v2;
+
+/* The symbol a revision-2 plugin exports (and nothing else):
+ *   ZERO_PLUGIN_EXPORT const zero_plugin_table_v2 zero_plugin_v2 = { ... };
+ * or, following the newest revision of the headers it is built with:
+ *   ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = { ... };  */
+#define ZERO_PLUGIN_SYMBOL_V2 "zero_plugin_v2"
+
+/* The newest revision under version-free names: code that follows the
+ * newest ABI it is compiled against (the plugin kit, in-tree plugins) names
+ * these; code that must stay on one released layout names the _vN. */
+typedef zero_services_v2 zero_services;
+typedef zero_plugin_table_v2 zero_plugin_table;
+typedef zero_plan_services_v1 zero_plan_services;
+#define ZERO_PLUGIN_TABLE zero_plugin_v2
+#define ZERO_PLUGIN_SYMBOL ZERO_PLUGIN_SYMBOL_V2
+
+/* ======================================================================== */
+/* Revision 1 (plugin ABI 1.0-1.5), frozen.  Plugins built against the 1.0  */
+/* to 1.5 headers export zero_plugin_v1 and receive this table; the core    */
+/* adapts both at load (core/plugin_abi.c).  New plugins use revision 2.    */
+/* The entries mean what their namesakes in zero_services_v2 mean.          */
+/* ======================================================================== */
+/* ------------------------------------------------------------------------ */
+/* Services, revision 1 (release order; appended in 1.0..1.5).  Owned by   */
+/* the core; valid from create() until destroy() returns.                    */
 /* ------------------------------------------------------------------------ */
 typedef struct zero_services_v1 {
     uint32_t struct_size;
@@ -581,86 +996,6 @@ typedef struct zero_services_v1 {
 #define ZERO_SERVICES_HAS(svc, f) \
     ((svc)->struct_size >= offsetof(zero_services_v1, f) + sizeof((svc)->f))
 
-/* ------------------------------------------------------------------------ */
-/* Planning (1.2): what a plugin's optional `plan` entry receives.  No      */
-/* engine exists: `core` is a planning context, valid for the call only;    */
-/* pass it back to these functions and never to zero_services_v1's.         */
-/* ------------------------------------------------------------------------ */
-typedef struct zero_plan_services_v1 {
-    uint32_t struct_size;
-    uint32_t abi_version;
-    zero_core *core;
-    const zero_run_config *(*config)(zero_core *c);   /* as the engine would resolve it */
-    int (*cfg_int)(zero_core *c, const char *path, int64_t *out);       /* as zero_services_v1 */
-    int (*cfg_double)(zero_core *c, const char *path, double *out);
-    int (*cfg_bool)(zero_core *c, const char *path, int *out);
-    int (*cfg_string)(zero_core *c, const char *path, const char **out);
-    uint32_t (*nparams)(zero_core *c);
-    /* numel, dtype (the model dtype), group, index and flat_offset are set;
-     * no data pointers */
-    const zero_param_info *(*param)(zero_core *c, uint32_t index);
-    const zero_layout *(*layout)(zero_core *c);       /* rank 0's; partitions are equal on every rank */
-    uint32_t (*optim_state_count)(zero_core *c);
-    /* The plugin will hold `bytes` in (tier, tag) at its peak: call once per
-     * allocation (or once per category with the sum). */
-    void (*add)(zero_core *c, zero_mem_tier tier, zero_mem_tag tag, uint64_t bytes);
-    /* Peak bytes (device tier, ZERO_MEM_BUCKETS) of the staging pool that
-     * buckets_create(spec) would allocate, for hooks in bucket order.
-     * Records nothing: pass it to add().  spec->flat / partition may be NULL. */
-    uint64_t (*buckets_bytes)(zero_core *c, const zero_bucket_spec *spec);
-    zero_status (*error)(zero_core *c, zero_status s, const char *fmt, ...) ZERO_PRINTF(3, 4);
-} zero_plan_services_v1;
-
-/* ------------------------------------------------------------------------ */
-/* The plugin table                                                          */
-/* ------------------------------------------------------------------------ */
-/* What zero_step tells the plugin. */
-typedef struct zero_step_ctx {
-    uint32_t struct_size;
-    int32_t boundary;      /* this micro-step ends the accumulation window */
-    uint32_t micro_step;   /* 0 .. grad_accum-1 */
-    uint32_t grad_accum;
-    uint64_t global_step;  /* optimizer steps taken before this one */
-    double loss_scale;     /* gradients carry this factor */
-    double grad_clip;      /* 0 = off */
-    double grad_divisor;   /* summed gradient / grad_divisor = mean gradient (world * gas) */
-    void *stream;
-} zero_step_ctx;
-
-/* What the plugin reports back from step (at a boundary). */
-typedef struct zero_step_report {
-    uint32_t struct_size;
-    int32_t overflow;      /* Inf/NaN found on any rank (step skipped) */
-    double grad_norm;      /* global norm of the mean, unscaled gradient, pre-clip */
-} zero_step_report;
-
-/* Capabilities. */
-enum {
-    ZERO_PLUGIN_CAP_PARTITIONS_PARAMS = 1u << 0, /* stage 3: gather/release do real work */
-    ZERO_PLUGIN_CAP_PIPELINE = 1u << 1,          /* safe with pipeline parallelism */
-    ZERO_PLUGIN_CAP_OFFLOAD = 1u << 2,
-    /* (1.1) honours zero_run_config.grad_accum_dtype / comm_dtype; without it
-     * the core resolves both to the model dtype for this plugin */
-    ZERO_PLUGIN_CAP_GRAD_DTYPES = 1u << 3,
-    /* (1.2) its model state is saved entirely through ckpt_shard (plus
-     * opaque blobs that are derived data or gradients), and its load
-     * handles ckpt_reshard: checkpoints move between world sizes and
-     * plugins that both declare it */
-    ZERO_PLUGIN_CAP_RESHARD = 1u << 4,
-    /* (1.3) supports expert groups (zero_group_desc.expert_color): one
-     * bucket set per partition communicator (svc->group_comm), gradients
-     * and shares of a group only over its own communicator.  The core
-     * refuses expert groups with a plugin that lacks it. */
-    ZERO_PLUGIN_CAP_EXPERT_GROUPS = 1u << 5,
-    /* (1.4) gather returns with the gathered values complete in memory (it
-     * waited for its collectives and queued no device work that the host
-     * must wait for), so on a CUDA engine zero_gather need not order the
-     * host's stream after libzero's -- which would also make the host's
-     * compute wait for every reduction queued there.  Without it the core
-     * orders the host's stream after libzero's stream at each gather. */
-    ZERO_PLUGIN_CAP_GATHER_COMPLETE = 1u << 6
-};
-
 typedef struct zero_plugin_table_v1 {
     uint32_t struct_size;  /* sizeof(zero_plugin_table_v1) */
     uint32_t abi_major;    /* ZERO_PLUGIN_ABI_MAJOR the plugin was built with */
@@ -708,13 +1043,6 @@ typedef struct zero_plugin_table_v1 {
 /* The symbol a plugin exports:
  *   ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v1 = { ... };  */
 #define ZERO_PLUGIN_SYMBOL_V1 "zero_plugin_v1"
-
-/* The current table types under version-free names: code that should follow
- * the newest ABI it is compiled against (the plugin kit, in-tree plugins)
- * names these; code that must stay on one released layout names the _vN. */
-typedef zero_services_v1 zero_services;
-typedef zero_plugin_table_v1 zero_plugin_table;
-typedef zero_plan_services_v1 zero_plan_services;
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,7 @@ function(zero_add_subdirs dir)
 endfunction()
 
 # zero_add_plugin(NAME name SOURCES ...): builds libzero-plugin-<name>.so into
-# ${ZERO_PLUGIN_BUILD_DIR}, exporting only the zero_plugin_v1 table, and
+# ${ZERO_PLUGIN_BUILD_DIR}, exporting only its table (zero_plugin_v2), and
 # installs it.  A plugin sees only abi/ (like a third-party plugin would).
 function(zero_add_plugin)
   cmake_parse_arguments(P "" "NAME" "SOURCES;LIBS" ${ARGN})
@@ -21,7 +21,8 @@ function(zero_add_plugin)
   set_target_properties(${_t} PROPERTIES
     PREFIX "lib" OUTPUT_NAME "zero-plugin-${P_NAME}"
     LIBRARY_OUTPUT_DIRECTORY "${ZERO_PLUGIN_BUILD_DIR}"
-    C_VISIBILITY_PRESET hidden)
+    C_VISIBILITY_PRESET hidden
+    LINK_DEPENDS "${ZERO_SOURCE_DIR}/cmake/plugin.map")
   target_include_directories(${_t} PRIVATE "${ZERO_SOURCE_DIR}/abi")
   target_link_libraries(${_t} PRIVATE zero_warnings m ${P_LIBS})
   target_link_options(${_t} PRIVATE

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_mem.h"
+#include "plugin_abi.h"
 #include "device.h"
 #include "engine.h"
 #include "engine_agree.h"
@@ -157,7 +159,7 @@ static zero_status bind_plugin(zero_engine *e, const char *plugin) {
         zero__config_set_grad_dtypes(e->cfg, e->rc->model_dtype, e->rc->model_dtype);
     }
     zero__services_init(e);
-    s = e->plugin.table->create(&e->svc, &e->pstate);
+    s = zero__plugin_create(e, &e->pstate);
     if (s != ZERO_OK) {
         if (!e->last_error[0]) zero__error(e, s, "plugin '%s' failed to initialise", e->plugin.table->name);
         e->pstate = NULL;
@@ -442,7 +444,7 @@ static zero_status host_owned_writeback(zero_engine *e, const char *when) {
             break;
         }
         size_t es = p->info.dtype == ZERO_DTYPE_F32 ? 4 : 2;
-        e->svc.mem_copy(zero__core_of(e), p->host_data, p->info.data, (size_t)p->info.numel * es);
+        zero__engine_copy(zero__core_of(e), p->host_data, p->info.data, (size_t)p->info.numel * es);
     }
     zero__phase_end(e, sp, ZERO__PH_COPY);
     return s;
@@ -468,7 +470,7 @@ static zero_status expert_support(zero_engine *e) {
                            "each parameter's trust ratio over every rank, which would mix different experts; use "
                            "Adam, AdamW, SGD, Lion or Adagrad",
                            (int)expert->group_id);
-    const zero_plugin_table_v1 *t = e->plugin.table;
+    const zero_plugin_table_v2 *t = e->plugin.table;
     if (t->caps & ZERO_PLUGIN_CAP_EXPERT_GROUPS) return ZERO_OK;
     const char *why = (t->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS)
                           ? "stage 3 would have to gather each expert's shards over its expert-data-parallel group "
@@ -488,7 +490,7 @@ static zero_status expert_support(zero_engine *e) {
  * what its gather returns instead).  A NULL here would otherwise reach the
  * host through zero_gather or zero_param_storage. */
 static zero_status check_data_set(zero_engine *e) {
-    const zero_plugin_table_v1 *t = e->plugin.table;
+    const zero_plugin_table_v2 *t = e->plugin.table;
     if ((t->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS) && t->gather) return ZERO_OK;
     for (uint32_t i = 0; i < e->nparams; i++)
         if (!e->params[i]->info.data)
@@ -644,10 +646,10 @@ zero_status zero_set_phase(zero_engine *e, const char *phase) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     if (!phase || !phase[0] || strlen(phase) > 63)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_set_phase: the phase name must be 1..63 characters");
-    const zero_plugin_table_v1 *t = e->plugin.table;
+    const zero_plugin_table_v2 *t = e->plugin.table;
     if (!t) return ZERO_OK; /* "stage": "auto" before zero_params_done: no plugin yet, no gathers to order */
     /* A 1.0 plugin's table ends at destroy: never read past its size. */
-    if (t->struct_size < offsetof(zero_plugin_table_v1, set_phase) + sizeof t->set_phase || !t->set_phase)
+    if (!t->set_phase)
         return ZERO_OK;
     return t->set_phase(e->pstate, phase);
 }

@@ -166,7 +166,7 @@ static double now_s(void) {
 }
 
 static int is_reducing(const zero_buckets *b) {
-    return b->spec.reduce_every_micro_step || b->e->svc.micro_is_boundary((zero_core *)b->e);
+    return b->spec.reduce_every_micro_step || zero__micro_is_boundary(b->e);
 }
 
 /* Does this bucket set exchange anything?  World 1 has nothing to reduce:
@@ -302,8 +302,7 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
     struct zero_engine *e = zero__engine_of(c);
     if (!out) return ZERO_ERR_INVALID_ARGUMENT;
     *out = NULL;
-    if (!spec || spec->struct_size < offsetof(zero_bucket_spec, reduce_every_micro_step) + sizeof(int32_t))
-        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "buckets_create: spec missing or struct_size too small");
+    if (!spec) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "buckets_create: spec missing");
     if (!e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "buckets_create before params_done");
     if (spec->mode < ZERO_BUCKETS_ALLREDUCE || spec->mode > ZERO_BUCKETS_SCATTER)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "buckets_create: unknown mode %d", (int)spec->mode);
@@ -315,11 +314,6 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
     if (!b) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "buckets_create: out of memory");
     b->e = e;
     b->spec = *spec;
-    /* a plugin built before on_block_final existed has no such fields */
-    if (spec->struct_size < offsetof(zero_bucket_spec, on_block_final_user) + sizeof(void *)) {
-        b->spec.on_block_final = NULL;
-        b->spec.on_block_final_user = NULL;
-    }
     /* staging slots cannot carry a sum across micro-steps: SCATTER reduces
      * every micro-step whatever the spec says */
     if (spec->mode == ZERO_BUCKETS_SCATTER) b->spec.reduce_every_micro_step = 1;
@@ -332,10 +326,7 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
     pthread_mutex_init(&b->mu, NULL);
     zero_status s = ZERO_OK;
     {
-        zero_dtype gdt = spec->struct_size >= offsetof(zero_bucket_spec, grad_dtype) + sizeof(zero_dtype)
-                             ? spec->grad_dtype
-                             : ZERO_DTYPE_F32;
-        b->spec.grad_dtype = gdt;
+        const zero_dtype gdt = spec->grad_dtype;
         if (gdt != ZERO_DTYPE_F32 && gdt != ZERO_DTYPE_BF16 && gdt != ZERO_DTYPE_F16) {
             s = zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "buckets_create: unknown grad_dtype %d", (int)gdt);
             goto fail;

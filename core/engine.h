@@ -73,7 +73,8 @@ struct zero_engine {
     /* plugin */
     zero__plugin plugin;
     void *pstate;
-    zero_services_v1 svc;
+    zero_services_v2 svc;        /* what a revision-2 plugin sees (services.c) */
+    zero_services_v1 svc_v1;     /* what a revision-1 plugin sees (plugin_abi.c) */
     int auto_pick;               /* "stage": "auto": no plugin until zero_params_done picks one (plan_auto.c) */
 
     /* params */
@@ -152,6 +153,10 @@ struct zero_engine {
 
 static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }
 static inline zero_core *zero__core_of(struct zero_engine *e) { return (zero_core *)e; }
+/* Is the current micro-step the last of its accumulation window? */
+static inline int zero__micro_is_boundary(const struct zero_engine *e) {
+    return e->micro_step + 1 >= (uint32_t)e->rc->grad_accum_steps;
+}
 
 /* (issue 31) This rank's missing gradients in the window: grad_window.c. */
 typedef struct zero__grad_window zero__grad_window;

@@ -1,4 +1,5 @@
-/* Plugin loader (core/loader.h).
+/* Plugin loader (core/loader.h): finds and opens the library; which table
+ * revision it exports is plugin_abi.c's business.
  *
  * RTLD_NOW so that an unresolved symbol fails here, with dlerror's text,
  * instead of at the first call deep inside a training step; RTLD_LOCAL so
@@ -29,8 +30,6 @@
 #define ZERO_BUILD_PLUGIN_DIR "plugins"
 #endif
 
-/* A 1.0 table ends with `destroy`: anything shorter predates the ABI. */
-#define TABLE_V1_0_SIZE (offsetof(zero_plugin_table_v1, destroy) + sizeof(void (*)(void *)))
 
 
 static void set_err(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -202,54 +201,6 @@ static int regular_file(const char *path, char *err, size_t len) {
     return -1;
 }
 
-/* Validate the table of an opened library; on error fills err and returns
- * the status (the caller closes the library). */
-static zero_status check_table(const zero_plugin_table_v1 *t, const char *path, char *err, size_t len) {
-    const char *label = path;
-    if (t->abi_major != ZERO_PLUGIN_ABI_MAJOR) {
-        set_err(err, len,
-                "plugin %s was built for libzero plugin ABI %u.%u, this library implements %d.%d; "
-                "rebuild the plugin against this libzero's headers",
-                label, t->abi_major, t->abi_minor, ZERO_PLUGIN_ABI_MAJOR, ZERO_PLUGIN_ABI_MINOR);
-        return ZERO_ERR_PLUGIN_ABI;
-    }
-    if (t->abi_minor > ZERO_PLUGIN_ABI_MINOR) {
-        /* A newer minor may rely on services this core does not have. */
-        set_err(err, len,
-                "plugin %s was built for libzero plugin ABI %u.%u, newer than the %d.%d this library "
-                "implements; upgrade libzero or rebuild the plugin against these headers",
-                label, t->abi_major, t->abi_minor, ZERO_PLUGIN_ABI_MAJOR, ZERO_PLUGIN_ABI_MINOR);
-        return ZERO_ERR_PLUGIN_ABI;
-    }
-    if (t->struct_size < TABLE_V1_0_SIZE || t->struct_size > sizeof(zero_plugin_table_v1)) {
-        set_err(err, len,
-                "plugin %s has a table of %u bytes, but plugin ABI %u.%u tables are %zu..%zu bytes "
-                "(corrupt table, or struct_size not set to sizeof(zero_plugin_table_v1))",
-                label, t->struct_size, t->abi_major, t->abi_minor, (size_t)TABLE_V1_0_SIZE,
-                sizeof(zero_plugin_table_v1));
-        return ZERO_ERR_PLUGIN_ABI;
-    }
-    if (!t->name || !t->name[0]) {
-        set_err(err, len, "plugin %s: its table has no name", label);
-        return ZERO_ERR_PLUGIN_SYMBOL;
-    }
-    const char *missing[6];
-    int nmissing = 0;
-    if (!t->create) missing[nmissing++] = "create";
-    if (!t->params_done) missing[nmissing++] = "params_done";
-    if (!t->grad_buffer) missing[nmissing++] = "grad_buffer";
-    if (!t->on_grad_ready) missing[nmissing++] = "on_grad_ready";
-    if (!t->step) missing[nmissing++] = "step";
-    if (!t->destroy) missing[nmissing++] = "destroy";
-    if (nmissing) {
-        set_err(err, len, "plugin \"%s\" (%s) lacks required function%s:", t->name, label,
-                nmissing > 1 ? "s" : "");
-        for (int i = 0; i < nmissing; ++i) zero__appendf(err, len, "%s %s", i ? "," : "", missing[i]);
-        return ZERO_ERR_PLUGIN_SYMBOL;
-    }
-    return ZERO_OK;
-}
-
 /* dlopen + dlsym + checks for one concrete file. */
 static zero_status open_file(const char *path, zero__plugin *out, char *err, size_t len) {
     /* A bare "x.so" is dlopen's to search (LD_LIBRARY_PATH, the cache):
@@ -269,35 +220,13 @@ static zero_status open_file(const char *path, zero__plugin *out, char *err, siz
         set_err(err, len, "plugin %s could not be loaded: %s", path, why ? why : "unknown dlopen error");
         return ZERO_ERR_PLUGIN_NOT_FOUND;
     }
-    dlerror();
-    const zero_plugin_table_v1 *t = (const zero_plugin_table_v1 *)dlsym(dl, ZERO_PLUGIN_SYMBOL_V1);
-    if (!t) {
-        /* Copy now: the dlsym below overwrites dlerror's buffer. */
-        char why[512];
-        const char *dl_why = dlerror();
-        snprintf(why, sizeof why, "%s", dl_why ? dl_why : "symbol is NULL");
-        /* A future ABI-2 plugin exports only zero_plugin_v2: say so rather
-         * than "symbol not found", since the fix is different. */
-        if (dlsym(dl, "zero_plugin_v2")) {
-            set_err(err, len,
-                    "plugin %s was built for libzero plugin ABI 2 (exports zero_plugin_v2 only), "
-                    "this library implements %d.%d",
-                    path, ZERO_PLUGIN_ABI_MAJOR, ZERO_PLUGIN_ABI_MINOR);
-            dlclose(dl);
-            return ZERO_ERR_PLUGIN_ABI;
-        }
-        set_err(err, len, "%s is not a libzero plugin: it does not export the symbol %s (%s)", path,
-                ZERO_PLUGIN_SYMBOL_V1, why);
-        dlclose(dl);
-        return ZERO_ERR_PLUGIN_SYMBOL;
-    }
-    zero_status s = check_table(t, path, err, len);
+    /* Which table revision, checked and adapted to the current one. */
+    zero_status s = zero__plugin_adopt(dl, path, out, err, len);
     if (s != ZERO_OK) {
         dlclose(dl);
         return s;
     }
     out->dl = dl;
-    out->table = t;
     snprintf(out->path, sizeof out->path, "%s", path);
     return ZERO_OK;
 }
@@ -352,6 +281,7 @@ zero_status zero__plugin_load(const char *name_or_path, zero__plugin *out, char 
 
 void zero__plugin_unload(zero__plugin *p) {
     if (!p) return;
+    zero__plugin_adopt_free(p);
     if (p->dl) dlclose(p->dl);
     memset(p, 0, sizeof *p);
 }
@@ -426,8 +356,8 @@ static int file_crc(const char *path, uint32_t *crc) {
 void zero__plugin_build_id(const zero__plugin *p, char *out, size_t n) {
     if (!out || !n) return;
     out[0] = '\0';
-    if (!p || !p->table) return;
-    bid_find f = {(uintptr_t)(const void *)p->table, NULL, 0};
+    if (!p || !p->symbol) return;
+    bid_find f = {(uintptr_t)p->symbol, NULL, 0};
     dl_iterate_phdr(find_build_id, &f);
     if (f.id && f.n) {
         size_t used = 0;

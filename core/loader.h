@@ -2,13 +2,8 @@
 #ifndef ZERO_CORE_LOADER_H
 #define ZERO_CORE_LOADER_H
 #include <stddef.h>
-#include "zero_plugin.h"
+#include "plugin_abi.h" /* zero__plugin: the table in its current revision */
 
-typedef struct zero__plugin {
-    void *dl;                           /* dlopen handle */
-    const zero_plugin_table_v1 *table;
-    char path[4096];                    /* file actually loaded */
-} zero__plugin;
 
 /* Resolve `name_or_path`: contains '/' or ends in ".so" -> loaded as given;
  * otherwise libzero-plugin-<name>.so searched on $ZERO_PLUGIN_PATH

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_mem.h"
+#include "ckpt/ckpt_blob.h"
 #include "engine.h"
 #include "optim.h"
 #include "partition_step.h"
@@ -34,7 +36,7 @@ zero_status zero__svc_params_place(zero_core *c, void *flat, zero_dtype dt, cons
     for (uint32_t i = 0; i < e->nparams; i++) {
         zero_param_info *p = &e->params[i]->info;
         char *dst = (char *)flat + (size_t)p->flat_offset * es;
-        if (p->init_data) e->svc.mem_copy(c, dst, p->init_data, (size_t)p->numel * es);
+        if (p->init_data) zero__engine_copy(c, dst, p->init_data, (size_t)p->numel * es);
         p->data = dst;
     }
     return ZERO_OK; /* a failed device copy is reported by mem_copy itself (error log, last error) */
@@ -45,13 +47,12 @@ static size_t at(const zero_owned_range *r, zero_index_kind k) {
 }
 
 zero_status zero__svc_master_init(zero_core *c, const zero_part_step *ps, const void *params) {
-    struct zero_engine *e = zero__engine_of(c);
     if (!ps || (const void *)ps->master == params) return ZERO_OK;
     const size_t es = zero__dtype_size(ps->dtype);
     for (uint32_t i = 0; i < ps->nranges; i++) {
         const zero_owned_range *r = &ps->ranges[i];
-        e->svc.convert(c, ps->master + at(r, ps->master_index), ZERO_DTYPE_F32,
-                       (const char *)params + (size_t)r->flat_lo * es, ps->dtype, (size_t)(r->flat_hi - r->flat_lo));
+        zero__engine_convert(c, ps->master + at(r, ps->master_index), ZERO_DTYPE_F32,
+                             (const char *)params + (size_t)r->flat_lo * es, ps->dtype, (size_t)(r->flat_hi - r->flat_lo));
     }
     return ZERO_OK;
 }
@@ -74,7 +75,7 @@ static zero_status shard_blob(struct zero_engine *e, const char *dir, const char
     size_t off = 0;
     zero__ck_load *ld = e->ck_load;
     const int reshard = !write && ld && ld->reshard;
-    if (!write && !reshard) st = e->svc.ckpt_read(c, dir, name, buf, total * es);
+    if (!write && !reshard) st = zero__ckpt_blob_read(c, dir, name, buf, total * es);
     for (uint32_t i = 0; st == ZERO_OK && i < ps->nranges; i++) {
         const zero_owned_range *r = &ps->ranges[i];
         size_t n = (size_t)(r->flat_hi - r->flat_lo) * es;
@@ -84,9 +85,9 @@ static zero_status shard_blob(struct zero_engine *e, const char *dir, const char
                                             buf + off, dt, err, sizeof err))
             st = zero__error(e, ZERO_ERR_IO, "%s", err);
         else if (write)
-            e->svc.mem_copy(c, buf + off, arr, n);
+            zero__engine_copy(c, buf + off, arr, n);
         else
-            e->svc.mem_copy(c, arr, buf + off, n);
+            zero__engine_copy(c, arr, buf + off, n);
         off += n;
     }
     if (write && st == ZERO_OK) {
@@ -96,7 +97,7 @@ static zero_status shard_blob(struct zero_engine *e, const char *dir, const char
             e->ck_save->ranges = ps->ranges;
             e->ck_save->nranges = ps->nranges;
         }
-        st = e->svc.ckpt_write(c, dir, name, buf, total * es);
+        st = zero__ckpt_blob_write(c, dir, name, buf, total * es);
         if (e->ck_save) e->ck_save->kind = ZERO__CK_OPAQUE;
     }
     free(buf);

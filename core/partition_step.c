@@ -24,6 +24,7 @@
 #include "memory.h"
 #include "optim.h"
 #include "partition_step.h"
+#include "optim_range.h"
 #include "trace.h"
 
 static size_t dtype_size(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4u : 2u; }
@@ -33,15 +34,11 @@ static size_t index_of(const zero_owned_range *r, zero_index_kind kind) {
     return kind == ZERO_INDEX_PART ? (size_t)r->part_lo : (size_t)r->flat_lo;
 }
 
-zero_dtype zero__ps_grad_dtype(const zero_part_step *ps) {
-    return ps->struct_size >= offsetof(zero_part_step, grad_dtype) + sizeof ps->grad_dtype ? ps->grad_dtype
-                                                                                          : ps->dtype;
-}
+zero_dtype zero__ps_grad_dtype(const zero_part_step *ps) { return ps->grad_dtype; }
 
 static zero_status check_ps(struct zero_engine *e, const zero_part_step *ps, const char *fn) {
-    if (!ps || ps->struct_size < offsetof(zero_part_step, reserved0) || (ps->nranges && !ps->ranges))
-        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: zero_part_step missing, too small or without ranges",
-                           fn);
+    if (!ps || (ps->nranges && !ps->ranges))
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: zero_part_step missing or without ranges", fn);
     if (ps->dtype != ZERO_DTYPE_F32 && ps->dtype != ZERO_DTYPE_BF16 && ps->dtype != ZERO_DTYPE_F16)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: unknown model dtype %d", fn, (int)ps->dtype);
     const zero_dtype gdt = zero__ps_grad_dtype(ps);
@@ -369,7 +366,7 @@ static zero_status part_step_impl(zero_core *c, const zero_part_step *ps, float 
                 r.grad_mul = 1.0f;
             }
             ZERO_TRACE_SCOPE("optim.range", "optim", "elements", hi - lo, "flat_lo", lo);
-            st = e->svc.optim_step(c, &r);
+            st = zero__optim_range_step(c, &r);
         }
     }
     zero__mem_free(e->mem, tile);

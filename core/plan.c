@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plugin_abi.h"
 #include "layout.h"
 #include "optim.h"
 #include "plan.h"
@@ -49,7 +50,10 @@ static void ps_add(zero_core *c, zero_mem_tier t, zero_mem_tag g, uint64_t bytes
     if (t < 0 || t >= ZERO_NTIERS || g < 0 || g >= ZERO_MEM_NTAGS) return;
     P(c)->acc.bytes[t][g] += bytes;
 }
-static uint64_t ps_buckets_bytes(zero_core *c, const zero_bucket_spec *spec) {
+static uint64_t ps_buckets_bytes(zero_core *c, const zero_bucket_spec *plugin_spec) {
+    zero_bucket_spec full; /* a plugin of any revision: older layouts get their defaults */
+    if (zero__adopt_bucket_spec(plugin_spec, &full) != 0) return 0;
+    const zero_bucket_spec *spec = &full;
     /* The bucket set's reductions also bring the MPI ring scratch, which the
      * engine accounts as ZERO_MEM_OTHER on the host tier (docs/memory.md):
      * planned here, one reduction's set, for every plugin that plans buckets. */
@@ -79,8 +83,8 @@ static void copy_err(char *err, size_t len, const char *fmt, ...) {
     va_end(ap);
 }
 
-int zero__plan_supported(const zero_plugin_table_v1 *t) {
-    return t && t->struct_size >= offsetof(zero_plugin_table_v1, plan) + sizeof t->plan && t->plan;
+int zero__plan_supported(const zero_plugin_table_v2 *t) {
+    return t && t->plan;
 }
 
 uint64_t *zero__plan_split_count(uint64_t total, uint32_t *n) {
@@ -95,11 +99,11 @@ uint64_t *zero__plan_split_count(uint64_t total, uint32_t *n) {
     return v;
 }
 
-zero_status zero__plan_table(const zero_plugin_table_v1 *table, const zero__config *cfg, uint32_t world,
+zero_status zero__plan_table(const zero_plugin_table_v2 *table, const zero__config *cfg, uint32_t world,
                              const uint64_t *numels, const int32_t *groups, uint32_t nparams, zero_memory_plan *out,
                              char *err, size_t err_len) {
     if (!zero__plan_supported(table)) {
-        copy_err(err, err_len, "plugin '%s' has no plan function (zero_plugin_table_v1.plan, ABI 1.2)",
+        copy_err(err, err_len, "plugin '%s' has no plan function (the table's plan entry, ABI 1.2)",
                  table && table->name ? table->name : "?");
         return ZERO_ERR_UNSUPPORTED;
     }

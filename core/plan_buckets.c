@@ -182,9 +182,7 @@ uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_of
                                   const zero_bucket_spec *spec, int striped, zero_dtype comm_dtype) {
     (void)param_numel;
     if (!L || !spec || L->world <= 1 || L->flat_numel == 0) return 0; /* world 1 stages nothing */
-    const zero_dtype gdt = spec->struct_size >= offsetof(zero_bucket_spec, grad_dtype) + sizeof(zero_dtype)
-                               ? spec->grad_dtype
-                               : ZERO_DTYPE_F32;
+    const zero_dtype gdt = spec->grad_dtype; /* complete: plugin_abi.c adopted it */
     const int mixed = gdt != ZERO_DTYPE_F32, wire16 = wire16_of(gdt, comm_dtype);
     if (spec->mode != ZERO_BUCKETS_SCATTER && !mixed && !wire16) return 0; /* fp32 in-place modes allocate nothing */
     const uint64_t es = mixed ? 2 : 4;
@@ -265,9 +263,7 @@ uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *par
                                        uint32_t nparams, const zero_bucket_spec *spec, int striped,
                                        zero_dtype comm_dtype) {
     if (!L || !spec || L->world <= 1 || L->flat_numel == 0) return 0; /* world 1: no ring, no scratch */
-    const zero_dtype gdt = spec->struct_size >= offsetof(zero_bucket_spec, grad_dtype) + sizeof(zero_dtype)
-                               ? spec->grad_dtype
-                               : ZERO_DTYPE_F32;
+    const zero_dtype gdt = spec->grad_dtype; /* complete: plugin_abi.c adopted it */
     const int mixed = gdt != ZERO_DTYPE_F32, scatter = spec->mode == ZERO_BUCKETS_SCATTER;
     const int wire16 = wire16_of(gdt, comm_dtype);
     /* bucket reductions run in fp32, or in the 16-bit wire dtype (buckets.c launch) */

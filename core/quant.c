@@ -15,7 +15,7 @@
 #define ZERO_QUANT_DEFAULT_BLOCK 256
 
 int zero__quant_resolve(const zero_quant_spec *q, int *bits, size_t *block) {
-    if (!q || q->struct_size < offsetof(zero_quant_spec, block) + sizeof q->block) return -1;
+    if (!q) return -1;
     if (q->bits != 8 && q->bits != 4) return -1;
     *bits = q->bits;
     *block = q->block ? q->block : ZERO_QUANT_DEFAULT_BLOCK;
@@ -210,9 +210,7 @@ zero_status zero__reduce_scatter_quantized(zero_comm *m, const void *send, void 
         st = zero__error(m->engine, ZERO_ERR_OUT_OF_MEMORY, "reduce_scatter_quantized: out of memory");
         goto out;
     }
-    float *ef = q->struct_size >= offsetof(zero_quant_spec, error_feedback) + sizeof q->error_feedback
-                    ? q->error_feedback
-                    : NULL;
+    float *ef = q->error_feedback;
     size_t at = 0;
     for (int r = 0; r < n; r++) {
         if (ef) { /* x = send + carried error; quantize x; carry x - dq(q(x)) */

@@ -401,3 +401,30 @@ int zero__trace_stop(char *err, size_t err_len) {
     pthread_mutex_unlock(&mu);
     return rc;
 }
+
+/* Interned names: a list that lives as long as the process (records keep
+ * the pointers until the trace is written), one copy per distinct text. */
+typedef struct interned {
+    struct interned *next;
+    char text[];
+} interned;
+static interned *interned_head;
+static pthread_mutex_t intern_mu = PTHREAD_MUTEX_INITIALIZER;
+
+const char *zero__trace_intern(const char *s) {
+    if (!s) return NULL;
+    pthread_mutex_lock(&intern_mu);
+    interned *it = interned_head;
+    while (it && strcmp(it->text, s) != 0) it = it->next;
+    if (!it) {
+        size_t n = strlen(s) + 1;
+        it = malloc(sizeof *it + n);
+        if (it) {
+            memcpy(it->text, s, n);
+            it->next = interned_head;
+            interned_head = it;
+        }
+    }
+    pthread_mutex_unlock(&intern_mu);
+    return it ? it->text : NULL;
+}

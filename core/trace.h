@@ -65,6 +65,10 @@ void zero__trace_thread_name(const char *name);
 enum { ZERO__LANE_NONE = 0, ZERO__LANE_COMM = 1, ZERO__LANE_BUCKET = 2 };
 void zero__trace_complete(const char *name, const char *cat, uint64_t t0, uint64_t t1, int lane_kind, int lane,
                           const char *k1, double v1, const char *k2, double v2);
+/* A copy of s that lives as long as the process, one per distinct text
+ * (for names that come from a plugin, which may be unloaded before the
+ * trace is written); NULL when out of memory.  Thread-safe. */
+const char *zero__trace_intern(const char *s);
 /* An instant event on the calling thread. */
 void zero__trace_instant(const char *name, const char *cat, const char *k1, double v1, const char *k2, double v2);
 /* Lanes: take the lowest free lane of a kind (always succeeds; past the

@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt_blob.h"
 #include "ckpt_engine.h"
 #include "ckpt_hparams.h"
 #include "config_internal.h"
@@ -310,7 +311,7 @@ static zero_status write_core_blob(struct zero_engine *e, const char *dir) {
     c.lr = e->lr;
     c.scaler = e->scaler;
     c.hp_digest = (uint32_t)d;
-    return e->svc.ckpt_write(zero__core_of(e), dir, "core", &c, sizeof c);
+    return zero__ckpt_blob_write(zero__core_of(e), dir, "core", &c, sizeof c);
 }
 
 /* Steps 4-5 on global rank 0. */

@@ -12,7 +12,7 @@
  *  - include only the installed libzero headers (zero.h, zero_plugin.h);
  *  - allocate through svc->mem_alloc so memory shows in zero_memory_stats;
  *  - report errors with svc->error(...) so the host sees a clear message;
- *  - export exactly one symbol, the table `zero_plugin_v1` (everything else
+ *  - export exactly one symbol, the table `zero_plugin_v2` (everything else
  *    is static / hidden).
  * fp32 parameters only, to keep the template short. */
 #include <math.h>
@@ -213,7 +213,7 @@ static zero_status tdp_plan(const zero_plan_services *ps) {
 /* The one exported symbol.  Functions left NULL get the core's default:
  * register_param (accept), gather/release (return p->data / nothing),
  * sync (nothing to drain). */
-ZERO_PLUGIN_EXPORT const zero_plugin_table zero_plugin_v1 = {
+ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .struct_size = sizeof(zero_plugin_table),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,

@@ -240,7 +240,7 @@ static void zpp_destroy(void *state) {
     free(s);
 }
 
-ZERO_PLUGIN_EXPORT const zero_plugin_table zero_plugin_v1 = {
+ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .struct_size = sizeof(zero_plugin_table),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,

@@ -200,7 +200,7 @@ static zero_status pp_plan(const zero_plan_services *ps) {
     return ZERO_OK;
 }
 
-ZERO_PLUGIN_EXPORT const zero_plugin_table zero_plugin_v1 = {
+ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .struct_size = sizeof(zero_plugin_table),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,

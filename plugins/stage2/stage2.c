@@ -37,7 +37,7 @@ static zero_status s2_create(const zero_services *svc, void **state) {
     return zero__flat_plugin_create(svc, &s2_spec, state);
 }
 
-ZERO_PLUGIN_EXPORT const zero_plugin_table zero_plugin_v1 = {
+ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .struct_size = sizeof(zero_plugin_table),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,

@@ -331,6 +331,132 @@ _Static_assert(offsetof(zero_quant_spec, block) == 8, "offsetof(zero_quant_spec,
 _Static_assert(offsetof(zero_quant_spec, reserved0) == 12, "offsetof(zero_quant_spec, reserved0)");
 _Static_assert(offsetof(zero_quant_spec, error_feedback) == 16, "offsetof(zero_quant_spec, error_feedback)");
 
+/* zero_services_v2 */
+_Static_assert(sizeof(zero_services_v2) == 504, "sizeof(zero_services_v2)");
+_Static_assert(offsetof(zero_services_v2, struct_size) == 0, "offsetof(zero_services_v2, struct_size)");
+_Static_assert(offsetof(zero_services_v2, abi_version) == 4, "offsetof(zero_services_v2, abi_version)");
+_Static_assert(offsetof(zero_services_v2, core) == 8, "offsetof(zero_services_v2, core)");
+_Static_assert(offsetof(zero_services_v2, log) == 16, "offsetof(zero_services_v2, log)");
+_Static_assert(offsetof(zero_services_v2, error) == 24, "offsetof(zero_services_v2, error)");
+_Static_assert(offsetof(zero_services_v2, config) == 32, "offsetof(zero_services_v2, config)");
+_Static_assert(offsetof(zero_services_v2, cfg_int) == 40, "offsetof(zero_services_v2, cfg_int)");
+_Static_assert(offsetof(zero_services_v2, cfg_double) == 48, "offsetof(zero_services_v2, cfg_double)");
+_Static_assert(offsetof(zero_services_v2, cfg_bool) == 56, "offsetof(zero_services_v2, cfg_bool)");
+_Static_assert(offsetof(zero_services_v2, cfg_string) == 64, "offsetof(zero_services_v2, cfg_string)");
+_Static_assert(offsetof(zero_services_v2, nparams) == 72, "offsetof(zero_services_v2, nparams)");
+_Static_assert(offsetof(zero_services_v2, param) == 80, "offsetof(zero_services_v2, param)");
+_Static_assert(offsetof(zero_services_v2, layout) == 88, "offsetof(zero_services_v2, layout)");
+_Static_assert(offsetof(zero_services_v2, owned_ranges) == 96, "offsetof(zero_services_v2, owned_ranges)");
+_Static_assert(offsetof(zero_services_v2, micro_is_boundary) == 104, "offsetof(zero_services_v2, micro_is_boundary)");
+_Static_assert(offsetof(zero_services_v2, params_place) == 112, "offsetof(zero_services_v2, params_place)");
+_Static_assert(offsetof(zero_services_v2, mem_alloc) == 120, "offsetof(zero_services_v2, mem_alloc)");
+_Static_assert(offsetof(zero_services_v2, mem_free) == 128, "offsetof(zero_services_v2, mem_free)");
+_Static_assert(offsetof(zero_services_v2, mem_set) == 136, "offsetof(zero_services_v2, mem_set)");
+_Static_assert(offsetof(zero_services_v2, mem_copy) == 144, "offsetof(zero_services_v2, mem_copy)");
+_Static_assert(offsetof(zero_services_v2, comm_world) == 152, "offsetof(zero_services_v2, comm_world)");
+_Static_assert(offsetof(zero_services_v2, comm_global) == 160, "offsetof(zero_services_v2, comm_global)");
+_Static_assert(offsetof(zero_services_v2, group_comm) == 168, "offsetof(zero_services_v2, group_comm)");
+_Static_assert(offsetof(zero_services_v2, comm_rank) == 176, "offsetof(zero_services_v2, comm_rank)");
+_Static_assert(offsetof(zero_services_v2, comm_size) == 184, "offsetof(zero_services_v2, comm_size)");
+_Static_assert(offsetof(zero_services_v2, comm_split) == 192, "offsetof(zero_services_v2, comm_split)");
+_Static_assert(offsetof(zero_services_v2, comm_split_node) == 200, "offsetof(zero_services_v2, comm_split_node)");
+_Static_assert(offsetof(zero_services_v2, comm_free) == 208, "offsetof(zero_services_v2, comm_free)");
+_Static_assert(offsetof(zero_services_v2, comm_counters) == 216, "offsetof(zero_services_v2, comm_counters)");
+_Static_assert(offsetof(zero_services_v2, allreduce) == 224, "offsetof(zero_services_v2, allreduce)");
+_Static_assert(offsetof(zero_services_v2, broadcast) == 232, "offsetof(zero_services_v2, broadcast)");
+_Static_assert(offsetof(zero_services_v2, barrier) == 240, "offsetof(zero_services_v2, barrier)");
+_Static_assert(offsetof(zero_services_v2, iallreduce) == 248, "offsetof(zero_services_v2, iallreduce)");
+_Static_assert(offsetof(zero_services_v2, ireduce_scatterv) == 256, "offsetof(zero_services_v2, ireduce_scatterv)");
+_Static_assert(offsetof(zero_services_v2, iallgatherv) == 264, "offsetof(zero_services_v2, iallgatherv)");
+_Static_assert(offsetof(zero_services_v2, wait) == 272, "offsetof(zero_services_v2, wait)");
+_Static_assert(offsetof(zero_services_v2, test) == 280, "offsetof(zero_services_v2, test)");
+_Static_assert(offsetof(zero_services_v2, comm_group_start) == 288, "offsetof(zero_services_v2, comm_group_start)");
+_Static_assert(offsetof(zero_services_v2, comm_group_end) == 296, "offsetof(zero_services_v2, comm_group_end)");
+_Static_assert(offsetof(zero_services_v2, allgather_quantized) == 304, "offsetof(zero_services_v2, allgather_quantized)");
+_Static_assert(offsetof(zero_services_v2, reduce_scatter_quantized) == 312, "offsetof(zero_services_v2, reduce_scatter_quantized)");
+_Static_assert(offsetof(zero_services_v2, buckets_create) == 320, "offsetof(zero_services_v2, buckets_create)");
+_Static_assert(offsetof(zero_services_v2, buckets_grad_slot) == 328, "offsetof(zero_services_v2, buckets_grad_slot)");
+_Static_assert(offsetof(zero_services_v2, buckets_ready) == 336, "offsetof(zero_services_v2, buckets_ready)");
+_Static_assert(offsetof(zero_services_v2, buckets_flush) == 344, "offsetof(zero_services_v2, buckets_flush)");
+_Static_assert(offsetof(zero_services_v2, buckets_destroy) == 352, "offsetof(zero_services_v2, buckets_destroy)");
+_Static_assert(offsetof(zero_services_v2, allgather_shares) == 360, "offsetof(zero_services_v2, allgather_shares)");
+_Static_assert(offsetof(zero_services_v2, optim_state_count) == 368, "offsetof(zero_services_v2, optim_state_count)");
+_Static_assert(offsetof(zero_services_v2, optim_step) == 376, "offsetof(zero_services_v2, optim_step)");
+_Static_assert(offsetof(zero_services_v2, sumsq) == 384, "offsetof(zero_services_v2, sumsq)");
+_Static_assert(offsetof(zero_services_v2, nonfinite) == 392, "offsetof(zero_services_v2, nonfinite)");
+_Static_assert(offsetof(zero_services_v2, convert) == 400, "offsetof(zero_services_v2, convert)");
+_Static_assert(offsetof(zero_services_v2, add_into) == 408, "offsetof(zero_services_v2, add_into)");
+_Static_assert(offsetof(zero_services_v2, grad_norm) == 416, "offsetof(zero_services_v2, grad_norm)");
+_Static_assert(offsetof(zero_services_v2, part_step) == 424, "offsetof(zero_services_v2, part_step)");
+_Static_assert(offsetof(zero_services_v2, boundary_step) == 432, "offsetof(zero_services_v2, boundary_step)");
+_Static_assert(offsetof(zero_services_v2, master_init) == 440, "offsetof(zero_services_v2, master_init)");
+_Static_assert(offsetof(zero_services_v2, ckpt_write) == 448, "offsetof(zero_services_v2, ckpt_write)");
+_Static_assert(offsetof(zero_services_v2, ckpt_read) == 456, "offsetof(zero_services_v2, ckpt_read)");
+_Static_assert(offsetof(zero_services_v2, ckpt_shard) == 464, "offsetof(zero_services_v2, ckpt_shard)");
+_Static_assert(offsetof(zero_services_v2, ckpt_agree) == 472, "offsetof(zero_services_v2, ckpt_agree)");
+_Static_assert(offsetof(zero_services_v2, ckpt_reshard) == 480, "offsetof(zero_services_v2, ckpt_reshard)");
+_Static_assert(offsetof(zero_services_v2, trace_clock) == 488, "offsetof(zero_services_v2, trace_clock)");
+_Static_assert(offsetof(zero_services_v2, trace_span) == 496, "offsetof(zero_services_v2, trace_span)");
+
+/* zero_plan_services_v1 */
+_Static_assert(sizeof(zero_plan_services_v1) == 112, "sizeof(zero_plan_services_v1)");
+_Static_assert(offsetof(zero_plan_services_v1, struct_size) == 0, "offsetof(zero_plan_services_v1, struct_size)");
+_Static_assert(offsetof(zero_plan_services_v1, abi_version) == 4, "offsetof(zero_plan_services_v1, abi_version)");
+_Static_assert(offsetof(zero_plan_services_v1, core) == 8, "offsetof(zero_plan_services_v1, core)");
+_Static_assert(offsetof(zero_plan_services_v1, config) == 16, "offsetof(zero_plan_services_v1, config)");
+_Static_assert(offsetof(zero_plan_services_v1, cfg_int) == 24, "offsetof(zero_plan_services_v1, cfg_int)");
+_Static_assert(offsetof(zero_plan_services_v1, cfg_double) == 32, "offsetof(zero_plan_services_v1, cfg_double)");
+_Static_assert(offsetof(zero_plan_services_v1, cfg_bool) == 40, "offsetof(zero_plan_services_v1, cfg_bool)");
+_Static_assert(offsetof(zero_plan_services_v1, cfg_string) == 48, "offsetof(zero_plan_services_v1, cfg_string)");
+_Static_assert(offsetof(zero_plan_services_v1, nparams) == 56, "offsetof(zero_plan_services_v1, nparams)");
+_Static_assert(offsetof(zero_plan_services_v1, param) == 64, "offsetof(zero_plan_services_v1, param)");
+_Static_assert(offsetof(zero_plan_services_v1, layout) == 72, "offsetof(zero_plan_services_v1, layout)");
+_Static_assert(offsetof(zero_plan_services_v1, optim_state_count) == 80, "offsetof(zero_plan_services_v1, optim_state_count)");
+_Static_assert(offsetof(zero_plan_services_v1, add) == 88, "offsetof(zero_plan_services_v1, add)");
+_Static_assert(offsetof(zero_plan_services_v1, buckets_bytes) == 96, "offsetof(zero_plan_services_v1, buckets_bytes)");
+_Static_assert(offsetof(zero_plan_services_v1, error) == 104, "offsetof(zero_plan_services_v1, error)");
+
+/* zero_step_ctx */
+_Static_assert(sizeof(zero_step_ctx) == 56, "sizeof(zero_step_ctx)");
+_Static_assert(offsetof(zero_step_ctx, struct_size) == 0, "offsetof(zero_step_ctx, struct_size)");
+_Static_assert(offsetof(zero_step_ctx, boundary) == 4, "offsetof(zero_step_ctx, boundary)");
+_Static_assert(offsetof(zero_step_ctx, micro_step) == 8, "offsetof(zero_step_ctx, micro_step)");
+_Static_assert(offsetof(zero_step_ctx, grad_accum) == 12, "offsetof(zero_step_ctx, grad_accum)");
+_Static_assert(offsetof(zero_step_ctx, global_step) == 16, "offsetof(zero_step_ctx, global_step)");
+_Static_assert(offsetof(zero_step_ctx, loss_scale) == 24, "offsetof(zero_step_ctx, loss_scale)");
+_Static_assert(offsetof(zero_step_ctx, grad_clip) == 32, "offsetof(zero_step_ctx, grad_clip)");
+_Static_assert(offsetof(zero_step_ctx, grad_divisor) == 40, "offsetof(zero_step_ctx, grad_divisor)");
+_Static_assert(offsetof(zero_step_ctx, stream) == 48, "offsetof(zero_step_ctx, stream)");
+
+/* zero_step_report */
+_Static_assert(sizeof(zero_step_report) == 16, "sizeof(zero_step_report)");
+_Static_assert(offsetof(zero_step_report, struct_size) == 0, "offsetof(zero_step_report, struct_size)");
+_Static_assert(offsetof(zero_step_report, overflow) == 4, "offsetof(zero_step_report, overflow)");
+_Static_assert(offsetof(zero_step_report, grad_norm) == 8, "offsetof(zero_step_report, grad_norm)");
+
+/* zero_plugin_table_v2 */
+_Static_assert(sizeof(zero_plugin_table_v2) == 144, "sizeof(zero_plugin_table_v2)");
+_Static_assert(offsetof(zero_plugin_table_v2, struct_size) == 0, "offsetof(zero_plugin_table_v2, struct_size)");
+_Static_assert(offsetof(zero_plugin_table_v2, abi_major) == 4, "offsetof(zero_plugin_table_v2, abi_major)");
+_Static_assert(offsetof(zero_plugin_table_v2, abi_minor) == 8, "offsetof(zero_plugin_table_v2, abi_minor)");
+_Static_assert(offsetof(zero_plugin_table_v2, caps) == 12, "offsetof(zero_plugin_table_v2, caps)");
+_Static_assert(offsetof(zero_plugin_table_v2, name) == 16, "offsetof(zero_plugin_table_v2, name)");
+_Static_assert(offsetof(zero_plugin_table_v2, description) == 24, "offsetof(zero_plugin_table_v2, description)");
+_Static_assert(offsetof(zero_plugin_table_v2, create) == 32, "offsetof(zero_plugin_table_v2, create)");
+_Static_assert(offsetof(zero_plugin_table_v2, destroy) == 40, "offsetof(zero_plugin_table_v2, destroy)");
+_Static_assert(offsetof(zero_plugin_table_v2, sync) == 48, "offsetof(zero_plugin_table_v2, sync)");
+_Static_assert(offsetof(zero_plugin_table_v2, register_param) == 56, "offsetof(zero_plugin_table_v2, register_param)");
+_Static_assert(offsetof(zero_plugin_table_v2, params_done) == 64, "offsetof(zero_plugin_table_v2, params_done)");
+_Static_assert(offsetof(zero_plugin_table_v2, set_phase) == 72, "offsetof(zero_plugin_table_v2, set_phase)");
+_Static_assert(offsetof(zero_plugin_table_v2, gather) == 80, "offsetof(zero_plugin_table_v2, gather)");
+_Static_assert(offsetof(zero_plugin_table_v2, release) == 88, "offsetof(zero_plugin_table_v2, release)");
+_Static_assert(offsetof(zero_plugin_table_v2, grad_buffer) == 96, "offsetof(zero_plugin_table_v2, grad_buffer)");
+_Static_assert(offsetof(zero_plugin_table_v2, on_grad_ready) == 104, "offsetof(zero_plugin_table_v2, on_grad_ready)");
+_Static_assert(offsetof(zero_plugin_table_v2, step) == 112, "offsetof(zero_plugin_table_v2, step)");
+_Static_assert(offsetof(zero_plugin_table_v2, save) == 120, "offsetof(zero_plugin_table_v2, save)");
+_Static_assert(offsetof(zero_plugin_table_v2, load) == 128, "offsetof(zero_plugin_table_v2, load)");
+_Static_assert(offsetof(zero_plugin_table_v2, plan) == 136, "offsetof(zero_plugin_table_v2, plan)");
+
 /* zero_services_v1 */
 _Static_assert(sizeof(zero_services_v1) == 488, "sizeof(zero_services_v1)");
 _Static_assert(offsetof(zero_services_v1, struct_size) == 0, "offsetof(zero_services_v1, struct_size)");

@@ -18,7 +18,7 @@
 
 #include "check.h"
 #include "loader_paths.h"
-#include "zero.h"
+#include "zero_plugin.h" /* ZERO_PLUGIN_ABI_MINOR */
 
 static const char *g_dir;
 static const char *CONFIG =
@@ -65,7 +65,7 @@ static void expect_create_fails(const char *plugin, zero_status want, const char
 }
 
 static void test_refusals(void) {
-    expect_create_fails(plugin_path("wrong-major"), ZERO_ERR_PLUGIN_ABI, "this library implements 1." ZERO_STR(ZERO_ABI_VERSION_MINOR));
+    expect_create_fails(plugin_path("wrong-major"), ZERO_ERR_PLUGIN_ABI, "this library implements 1." ZERO_STR(ZERO_PLUGIN_ABI_MINOR));
     expect_create_fails(plugin_path("no-step"), ZERO_ERR_PLUGIN_SYMBOL, "step");
     expect_create_fails("loader-no-such-plugin", ZERO_ERR_PLUGIN_NOT_FOUND, "libzero-plugin-loader-no-such-plugin.so");
     expect_create_fails(plugin_path("fail-create"), ZERO_ERR_PLUGIN_INIT, "refuses to start (on purpose)");
