@@ -73,8 +73,7 @@ struct zero_engine {
     /* plugin */
     zero__plugin plugin;
     void *pstate;
-    zero_services_v2 svc;        /* what a revision-2 plugin sees (services.c) */
-    zero_services_v1 svc_v1;     /* what a revision-1 plugin sees (plugin_abi.c) */
+    zero_services_v2 svc;        /* what plugins see (services.c); a revision-1 plugin gets plugin.services_v1 */
     int auto_pick;               /* "stage": "auto": no plugin until zero_params_done picks one (plan_auto.c) */
 
     /* params */

@@ -247,10 +247,10 @@ static void services_v1(const zero_services_v2 *s, zero_services_v1 *o) {
 }
 
 zero_status zero__plugin_create(struct zero_engine *e, void **state) {
-    const zero__plugin *p = &e->plugin;
+    zero__plugin *p = &e->plugin;
     if (p->v1) {
-        services_v1(&e->svc, &e->svc_v1);
-        return p->v1->create(&e->svc_v1, state);
+        services_v1(&e->svc, &p->services_v1);
+        return p->v1->create(&p->services_v1, state);
     }
     return p->table->create(&e->svc, state);
 }

@@ -26,6 +26,7 @@ typedef struct zero__plugin {
     const zero_plugin_table_v1 *v1;    /* a revision-1 plugin's own table, else NULL */
     const void *symbol;                /* the exported table inside the library (build id) */
     int revision;                      /* 1 or 2 */
+    zero_services_v1 services_v1;      /* a revision-1 plugin's services, filled by zero__plugin_create */
     char path[4096];                   /* file actually loaded */
 } zero__plugin;
 
@@ -42,7 +43,7 @@ zero_status zero__plugin_adopt(void *dl, const char *path, zero__plugin *out, ch
 void zero__plugin_adopt_free(zero__plugin *p);
 
 /* Call the plugin's create with the services table of its revision: e->svc
- * (revision 2), or e->svc_v1, filled here from e->svc.  Engine thread, once
+ * (revision 2), or e->plugin.services_v1, filled here from e->svc.  Engine thread, once
  * per engine, after zero__services_init. */
 zero_status zero__plugin_create(struct zero_engine *e, void **state);
 
