@@ -253,7 +253,7 @@ zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *eng
     c->is_world = 1;
     c->owns_mpi = owns;
     /* collective, like the dup above: the ranks sharing this node size the
-     * CPU kernels' thread team (core/optim/optim_threads.c) ... */
+     * CPU kernels' thread team (kernels/cpu/optim_threads.c) ... */
     const int local = zero__zm_node_ranks(dup);
     if (local > 0) zero__optim_set_node_ranks(local);
     /* ... and shared-memory collectives run when every rank is on this node
