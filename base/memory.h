@@ -1,8 +1,8 @@
 /* Accounted memory: every allocation is tagged (zero_mem_tag) and tiered
  * (zero_mem_tier); current and peak bytes are tracked per tag and tier.
  * Thread-safe (one mutex per accountant). */
-#ifndef ZERO_CORE_MEMORY_H
-#define ZERO_CORE_MEMORY_H
+#ifndef ZERO_BASE_MEMORY_H
+#define ZERO_BASE_MEMORY_H
 #include <stddef.h>
 #include <stdint.h>
 #include "zero.h"

@@ -289,9 +289,10 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--src", required=True, help="source tree root")
     ap.add_argument("--lib", required=True, help="libzero_static.a (objects of the library)")
-    ap.add_argument("--plugin-objs", action="append", default=[], metavar="DIR|GLOB",
+    ap.add_argument("--plugin-objs", action="extend", nargs="+", default=[], metavar="DIR|GLOB",
                     help="object files of the plugins: folders or globs (e.g. "
-                         "BUILD/plugins/*/CMakeFiles/*.dir), one link unit per <target>.dir; repeatable")
+                         "BUILD/plugins/*/CMakeFiles/*.dir), one link unit per <target>.dir; several may follow, "
+                         "and the option may repeat")
     ap.add_argument("--known", help="known loops: one line a loop, glob patterns of its units")
     ap.add_argument("--nm", default="nm", help="the nm to run (default: nm on PATH)")
     ap.add_argument("--all", action="store_true", help="also list the known loops found")
