@@ -99,7 +99,7 @@ function(zero_cuda_attach)
     add_library(zero_cuda_objs OBJECT ${ZERO_CUDA_SOURCES})
     target_include_directories(zero_cuda_objs PUBLIC
       "${CMAKE_SOURCE_DIR}/backends/device/cuda" "${CMAKE_SOURCE_DIR}/kernels/cuda")
-    # Same include dirs and definitions as the core objects (abi/, core/optim/
+    # Same include dirs and definitions as the core objects (abi/, kernels/cpu/
     # for optim_math.h); ZERO_HAVE_CUDA comes from zero_objs below.
     target_link_libraries(zero_cuda_objs PUBLIC zero_objs)
     # cudart_static: libzero.so then needs only the driver (libcuda.so.1,

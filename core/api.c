@@ -185,6 +185,16 @@ static void set_comm_timeout(zero_engine *e) {
     zero__log(e, ZERO_LOG_DEBUG, "comm timeout %g s (%s)%s", t, src, t > 0 ? "" : ": waits are unbounded");
 }
 
+/* The accountant's device allocator (base/memory.h): the engine's device. */
+static void *device_alloc(void *ctx, zero_mem_tier tier, size_t bytes) {
+    zero__device *d = ctx;
+    return d->ops->alloc(d, tier, bytes);
+}
+static void device_free(void *ctx, void *p) {
+    zero__device *d = ctx;
+    d->ops->free(d, p);
+}
+
 zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine **out, char *err,
                                size_t err_len) {
     if (out) *out = NULL;
@@ -208,8 +218,7 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     pthread_mutex_init(&e->err_lock, NULL);
     pthread_mutex_init(&e->sub_lock, NULL);
     e->rank = -1;
-    e->log_fn = opts.log_fn;
-    e->log_user = opts.log_user;
+    zero__engine_init_head(e, opts.log_fn, opts.log_user);
     e->mem = zero__mem_create();
     if (!e->mem) return fail_create(e, zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory"), err, err_len);
 
@@ -229,7 +238,8 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
             if (opts.device_index >= 0) snprintf(idx, sizeof idx, "%d", (int)opts.device_index);
             return fail_create(e, zero__error(e, s, "device_kind CUDA (device_index %s): %s", idx, msg), err, err_len);
         }
-        zero__mem_set_device(e->mem, e->dev);
+        const zero__mem_backing backing = {e->dev, device_alloc, device_free, &e->dev->pin_host};
+        zero__mem_set_backing(e->mem, &backing);
         s = device_world(e, &opts, msg, sizeof msg);
     } else {
         s = zero__comm_world_create(opts.comm_kind, opts.comm, e, &e->world, msg, sizeof msg);

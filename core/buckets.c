@@ -90,7 +90,7 @@ typedef struct zb_bucket {
     zero_comm_req *req;
     int direct;          /* this micro-step's block is reduce-scattered straight into the partition */
     zero_status reaped;  /* status of a request completed by reap_done (req already freed) */
-    zero__trace_bucket tr; /* (trace) fill and in-flight spans (core/trace.h) */
+    zero__trace_bucket tr; /* (trace) fill and in-flight spans (base/trace.h) */
 } zb_bucket;
 
 typedef zero__bplan_param zb_param; /* offset, numel, group; first_bucket, nbuckets (bucket_plan.h) */

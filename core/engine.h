@@ -10,6 +10,7 @@
 #include "loader.h"
 #include "log.h"
 #include "memory.h"
+#include "owner.h"
 #include "comm.h"
 #include "loss_scaler.h"
 #include "step_timing.h"
@@ -52,13 +53,15 @@ typedef struct zero__hp {
 } zero__hp;
 
 struct zero_engine {
+    /* What base/ reads of the engine (log callback, rank, error text,
+     * accountant): first, so that a lower floor handed a zero_engine* reads
+     * it without knowing the rest (base/owner.h; set by zero_engine_create). */
+    zero__owner head;
     /* configuration and plumbing */
     zero__config *cfg;
     const zero_run_config *rc;
     zero_comm *world;
     zero__mem *mem;
-    zero_log_fn log_fn;
-    void *log_user;
     int rank, world_size;
     char last_error[8192];   /* long enough for a not-found message listing every search path */
     pthread_mutex_t err_lock;
@@ -144,11 +147,21 @@ struct zero_engine {
      * thread only (written), any thread (read: plain 64-bit loads). */
     uint64_t max_group_size;
     uint64_t step_fp32_peak_bytes, step_tile_max_numel, step_untiled_numel;
-    /* (trace) this engine holds a reference on the process's tracer (core/trace.h) */
+    /* (trace) this engine holds a reference on the process's tracer (base/trace.h) */
     int tracing;
     /* (1.3) where the time of each step goes (step_timing.h) */
     zero__timing timing;
 };
+_Static_assert(offsetof(struct zero_engine, head) == 0, "base/owner.h: the head comes first");
+_Static_assert(sizeof(((struct zero_engine *)0)->last_error) <= 8192, "base/log.c copies at most 8192 bytes");
+/* Point e's head at e's own fields (zero_engine_create, and tests that
+ * make an engine by hand). */
+static inline void zero__engine_init_head(struct zero_engine *e, zero_log_fn log_fn, void *log_user) {
+    e->head = (zero__owner){.log_fn = log_fn, .log_user = log_user, .rank = &e->rank,
+                            .world_size = &e->world_size, .pp_stage = &e->pp_stage, .pp_stages = &e->pp_stages,
+                            .last_error = e->last_error, .last_error_len = sizeof e->last_error,
+                            .err_lock = &e->err_lock, .mem = &e->mem};
+}
 
 static inline struct zero_engine *zero__engine_of(zero_core *c) { return (struct zero_engine *)c; }
 static inline zero_core *zero__core_of(struct zero_engine *e) { return (zero_core *)e; }

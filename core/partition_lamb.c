@@ -27,7 +27,8 @@
 #include "device.h"
 #include "engine.h"
 #include "optim.h"
-#include "partition_step.h"
+#include "part_step_args.h"
+#include "partition_lamb.h"
 
 enum { LAMB_TILE = 1024 };
 

@@ -25,6 +25,8 @@
 #include "optim.h"
 #include "partition_step.h"
 #include "optim_range.h"
+#include "partition_lamb.h"
+#include "part_step_args.h"
 #include "trace.h"
 
 static size_t dtype_size(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4u : 2u; }
@@ -33,8 +35,6 @@ static size_t dtype_size(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4u : 2u;
 static size_t index_of(const zero_owned_range *r, zero_index_kind kind) {
     return kind == ZERO_INDEX_PART ? (size_t)r->part_lo : (size_t)r->flat_lo;
 }
-
-zero_dtype zero__ps_grad_dtype(const zero_part_step *ps) { return ps->grad_dtype; }
 
 static zero_status check_ps(struct zero_engine *e, const zero_part_step *ps, const char *fn) {
     if (!ps || (ps->nranges && !ps->ranges))

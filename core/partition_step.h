@@ -18,13 +18,7 @@ zero_status zero__svc_ckpt_shard(zero_core *c, const char *dir, const char *pref
                                  void *params, int write);
 zero_status zero__svc_ckpt_agree(zero_core *c, zero_comm *comm, zero_status local, const char *dir,
                                  const char *who);
-/* LAMB's two passes with per-parameter trust ratios across partitions
- * (partition_lamb.c); collective over the engine's data-parallel group. */
 struct zero_engine;
-/* The dtype of ps->grad: ps->grad_dtype from a 1.1 caller, else the model
- * dtype (a 1.0 caller's gradient is always in it). */
-zero_dtype zero__ps_grad_dtype(const zero_part_step *ps);
-zero_status zero__lamb_part_step(struct zero_engine *e, const zero_part_step *ps, float grad_mul);
 
 /* (issue 31) Around the plugin's step, on the engine's step thread (the
  * thread grad_norm runs on, per its contract):

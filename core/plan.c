@@ -14,7 +14,8 @@
 #include "layout.h"
 #include "optim.h"
 #include "plan.h"
-#include "plan_auto.h"
+#include "plan_buckets.h"
+#include "plan_candidates.h"
 
 /* Must equal core/api.c's ENGINE_ALIGN_ELEMS: the plan's layout is the engine's. */
 #define PLAN_ALIGN_ELEMS 16

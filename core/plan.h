@@ -27,26 +27,7 @@ zero_status zero__plan_table(const zero_plugin_table_v2 *table, const zero__conf
 /* Does this table have a plan entry a 1.2 core may call? */
 int zero__plan_supported(const zero_plugin_table_v2 *table);
 
-/* Peak staging bytes of a bucket set (plan_buckets.c): the bucket engine's
- * sizing (buckets.c: effective_bucket, build_group, staging_budget) and its
- * slot pool (acquire_slot) replayed for hooks in bucket order.  Kept in
- * step with buckets.c by tests/plan (plan == measured peak).  striped: the
- * layout has interleaved ownership (round_robin_gradients; bucket_plan.h).
- * comm_dtype: the run's communication_data_type (a 16-bit one with fp32
- * gradients adds the 16-bit wire arrays, buckets.c wire_setup). */
-uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
-                                  const zero_bucket_spec *spec, int striped, zero_dtype comm_dtype);
-
-/* The MPI backend's ring scratch (ZERO_MEM_OTHER, host tier) for the
- * reductions of this bucket set, the maximum over ranks: the largest single
- * bucket reduction's temporaries (comm_mpi_ring.c rs_setup), which the
- * progress engine's scratch budget makes the peak however many reductions
- * overlap (issue 14; docs/planner.md); 2-byte elements over a 16-bit wire
- * (comm_dtype with fp32 gradients).  An upper bound for a rank whose blocks
- * are smaller.  0 at world 1. */
-uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
-                                       uint32_t nparams, const zero_bucket_spec *spec, int striped,
-                                       zero_dtype comm_dtype);
+/* Bucket staging and ring scratch bytes: plan_buckets.h. */
 
 /* Bare-count expansion (zero_plan_request.total_params): tensors of at most
  * ZERO_PLAN_TENSOR_NUMEL elements.  Returns a malloc'd array (*n entries)

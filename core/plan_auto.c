@@ -10,21 +10,7 @@
 #include "log.h"
 #include "plan.h"
 #include "plan_auto.h"
-
-static const struct {
-    const char *plugin;
-    int stage;         /* zero_optimization.stage the plugin runs under (offload: stage-2 partitioning) */
-    int offload;       /* stage3 with offload_optimizer and offload_param on the CPU (issue 20) */
-    const char *label; /* how messages name the candidate */
-} candidates[] = {{"stage0", 0, 0, "stage0"}, {"stage1", 1, 0, "stage1"},   {"stage2", 2, 0, "stage2"},
-                  {"stage3", 3, 0, "stage3"}, {"offload", 2, 0, "offload"}, {"stage3", 3, 1, "stage3+offload"}};
-enum { NCAND = sizeof candidates / sizeof candidates[0] };
-
-int zero__auto_stage_of(const char *plugin) {
-    for (int c = 0; plugin && c < NCAND; c++)
-        if (strcmp(plugin, candidates[c].plugin) == 0) return candidates[c].stage;
-    return -1;
-}
+#include "plan_candidates.h"
 
 /* MemAvailable from /proc/meminfo, else free pages; 0 if neither is known. */
 static uint64_t host_available(void) {
@@ -90,30 +76,30 @@ zero_status zero__auto_pick(struct zero_engine *e, char *name, size_t len) {
      * the stage3+offload candidate's alone */
     const char *opt0 = zero__config_offload_device(e->cfg, 0);
     if (opt0 && strcmp(opt0, "nvme") == 0) opt0 = "cpu";
-    uint64_t dev[NCAND];
+    uint64_t dev[ZERO__AUTO_NCAND];
     int chosen = -1, runner = -1, smallest = -1;
     char err[1024] = "";
-    for (int c = 0; c < NCAND; c++) {
+    for (int c = 0; c < ZERO__AUTO_NCAND; c++) {
         zero__plugin pl;
         memset(&pl, 0, sizeof pl);
-        if (zero__plugin_load(candidates[c].plugin, &pl, err, sizeof err) != ZERO_OK) {
-            zero__log(e, ZERO_LOG_DEBUG, "stage auto: %s not planned: %s", candidates[c].label, err);
+        if (zero__plugin_load(zero__auto_candidates[c].plugin, &pl, err, sizeof err) != ZERO_OK) {
+            zero__log(e, ZERO_LOG_DEBUG, "stage auto: %s not planned: %s", zero__auto_candidates[c].label, err);
             continue;
         }
-        zero__config_set_stage(e->cfg, candidates[c].stage); /* its overlap_comm default, offload's partitioning */
+        zero__config_set_stage(e->cfg, zero__auto_candidates[c].stage); /* its overlap_comm default, offload's partitioning */
         /* offload only where the candidate says so: stage3 plain and stage3+offload are two candidates */
-        zero__config_set_offload(e->cfg, candidates[c].offload ? "cpu" : opt0, candidates[c].offload ? "cpu" : NULL);
+        zero__config_set_offload(e->cfg, zero__auto_candidates[c].offload ? "cpu" : opt0, zero__auto_candidates[c].offload ? "cpu" : NULL);
         zero_memory_plan p = ZERO_MEMORY_PLAN_INIT;
         zero_status ps = zero__plan_table(pl.table, e->cfg, (uint32_t)e->world_size, numel, group, e->nparams, &p,
                                           err, sizeof err);
         zero__plugin_unload(&pl);
         if (ps != ZERO_OK) {
-            zero__log(e, ZERO_LOG_DEBUG, "stage auto: %s not planned: %s", candidates[c].label, err);
+            zero__log(e, ZERO_LOG_DEBUG, "stage auto: %s not planned: %s", zero__auto_candidates[c].label, err);
             continue;
         }
         dev[c] = p.total[ZERO_TIER_DEVICE];
         zero__log(e, ZERO_LOG_DEBUG, "stage auto: %s plans %llu device bytes + %llu host bytes per rank",
-                  candidates[c].label, (unsigned long long)dev[c], (unsigned long long)p.total[ZERO_TIER_HOST]);
+                  zero__auto_candidates[c].label, (unsigned long long)dev[c], (unsigned long long)p.total[ZERO_TIER_HOST]);
         if (smallest < 0 || dev[c] < dev[smallest]) smallest = c;
         if (dev[c] <= budget) {
             if (chosen < 0) chosen = c;
@@ -135,19 +121,19 @@ zero_status zero__auto_pick(struct zero_engine *e, char *name, size_t len) {
                            "stage auto: no plugin fits the budget of %llu bytes (%s) per rank, from %s, on %d "
                            "rank(s); the smallest budget that fits is %llu bytes (%s), with %s",
                            (unsigned long long)budget, bb, from, e->world_size, (unsigned long long)dev[smallest], cb,
-                           candidates[smallest].label);
+                           zero__auto_candidates[smallest].label);
     }
-    zero__config_set_stage(e->cfg, candidates[chosen].stage);
-    zero__config_set_offload(e->cfg, candidates[chosen].offload ? "cpu" : opt0, candidates[chosen].offload ? "cpu" : NULL);
+    zero__config_set_stage(e->cfg, zero__auto_candidates[chosen].stage);
+    zero__config_set_offload(e->cfg, zero__auto_candidates[chosen].offload ? "cpu" : opt0, zero__auto_candidates[chosen].offload ? "cpu" : NULL);
     fmt_bytes(dev[chosen], cb, sizeof cb);
     char runner_txt[160] = "none (nothing else fits)";
     if (runner >= 0) {
         fmt_bytes(dev[runner], rb, sizeof rb);
-        snprintf(runner_txt, sizeof runner_txt, "%s (%s)", candidates[runner].label, rb);
+        snprintf(runner_txt, sizeof runner_txt, "%s (%s)", zero__auto_candidates[runner].label, rb);
     }
     zero__log(e, ZERO_LOG_INFO,
               "stage auto: %s, planned %s of device memory per rank within a budget of %s (%s); runner-up %s",
-              candidates[chosen].label, cb, bb, from, runner_txt);
-    snprintf(name, len, "%s", candidates[chosen].plugin);
+              zero__auto_candidates[chosen].label, cb, bb, from, runner_txt);
+    snprintf(name, len, "%s", zero__auto_candidates[chosen].plugin);
     return ZERO_OK;
 }

@@ -24,8 +24,5 @@ struct zero_engine;
  * ZERO_ERR_OUT_OF_MEMORY, the engine's last error naming the smallest
  * budget that would fit and with which plugin. */
 zero_status zero__auto_pick(struct zero_engine *e, char *name, size_t len);
-/* The zero_optimization.stage a candidate runs under when auto picks it
- * (offload: 2), or -1 for a plugin auto never picks.  zero_plan uses it so
- * that planning a candidate of an "auto" config plans what auto would run. */
-int zero__auto_stage_of(const char *plugin);
+/* The candidates and zero__auto_stage_of: plan_candidates.h. */
 #endif

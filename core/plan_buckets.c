@@ -26,7 +26,7 @@
 
 #include "bucket_plan.h"
 #include "layout.h"
-#include "plan.h"
+#include "plan_buckets.h"
 
 typedef struct sim {
     uint64_t *cap;      /* slot capacities (elements) */

@@ -38,14 +38,6 @@ int zero__comm_mpi_initialized(void) {
     return inited && !finalized;
 }
 
-zero_status zero__zm_error_text(int rc, const char *what, char *buf, size_t len) {
-    char text[MPI_MAX_ERROR_STRING];
-    int n = 0;
-    if (MPI_Error_string(rc, text, &n) != MPI_SUCCESS) snprintf(text, sizeof text, "MPI error code %d", rc);
-    snprintf(buf, len, "comm: %s failed: %s", what, text);
-    return ZERO_ERR_COMM;
-}
-
 /* An MPI call failed.  The communicator stays usable (an error MPI
  * reports, like a truncated receive, is local to the call: tested in
  * tests/comm); only a timeout fails the world.  `locked` is unused here and
@@ -58,31 +50,6 @@ static zero_status mpi_fail_l(zero_comm *m, int rc, const char *what, int locked
 }
 
 static zero_status mpi_fail(zero_comm *m, int rc, const char *what) { return mpi_fail_l(m, rc, what, 0); }
-
-MPI_Datatype zero__zm_datatype(zero_dtype dt, int for_sum) {
-    switch (dt) {
-    case ZERO_DTYPE_F32: return MPI_FLOAT;
-    case ZERO_DTYPE_F64: return MPI_DOUBLE;
-    case ZERO_DTYPE_I64: return MPI_INT64_T;
-    case ZERO_DTYPE_U64: return MPI_UINT64_T;
-    case ZERO_DTYPE_U8: return MPI_UINT8_T;
-    case ZERO_DTYPE_BF16:
-    case ZERO_DTYPE_F16: return for_sum ? MPI_DATATYPE_NULL : MPI_UINT16_T;
-    default: return MPI_DATATYPE_NULL;
-    }
-}
-
-void zero__zm_busy_begin(zm_comm *c) {
-    pthread_mutex_lock(&c->stat_lock);
-    if (c->inflight++ == 0) c->busy_t0 = zero__comm_now();
-    pthread_mutex_unlock(&c->stat_lock);
-}
-
-void zero__zm_busy_end(zm_comm *c) {
-    pthread_mutex_lock(&c->stat_lock);
-    if (--c->inflight == 0) c->base.counters.busy_seconds += zero__comm_now() - c->busy_t0;
-    pthread_mutex_unlock(&c->stat_lock);
-}
 
 static void count_call(zm_comm *c, uint64_t *calls, uint64_t *bytes, uint64_t n) {
     pthread_mutex_lock(&c->stat_lock);
@@ -164,17 +131,14 @@ static zero_status block_failed(zm_comm *c) {
  * engine's own heap blocks and are used directly (docs/reliability.md). */
 #define ZM_BOUNCE_MAX (64u * 1024u)
 
+/* What the progress engine calls back for the ops it drives (ring and
+ * shared-memory schedules, above it): handed over at world creation so
+ * that comm_mpi_progress.c depends on neither (tools/check-loops.py). */
+static const zm_op_hooks op_hooks = {zero__zm_op_advance_locked, zero__zm_op_describe_locked,
+                                     zero__zm_op_free_locked, zero__zm_shm_maps_free};
+
 static const zero__comm_ops mpi_ops;
 static void zm_free(zero_comm *m);
-
-int zero__zm_node_ranks(MPI_Comm comm) {
-    MPI_Comm node;
-    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return -1;
-    int n = -1;
-    MPI_Comm_size(node, &n);
-    MPI_Comm_free(&node);
-    return n;
-}
 
 static zm_comm *comm_new(MPI_Comm comm, zm_engine *pe, struct zero_engine *engine) {
     zm_comm *c = calloc(1, sizeof *c);
@@ -234,7 +198,7 @@ zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *eng
     /* Our own duplicate: our traffic never matches the host's messages, and
      * its error handler is ours (return codes, never abort). */
     rc = MPI_Comm_dup(base, &dup);
-    zm_engine *pe = rc == MPI_SUCCESS ? zero__zm_engine_create(level, engine) : NULL;
+    zm_engine *pe = rc == MPI_SUCCESS ? zero__zm_engine_create(level, engine, &op_hooks) : NULL;
     zm_comm *c = pe ? comm_new(dup, pe, engine) : NULL;
     if (!c) {
         if (rc != MPI_SUCCESS)
@@ -253,7 +217,7 @@ zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *eng
     c->is_world = 1;
     c->owns_mpi = owns;
     /* collective, like the dup above: the ranks sharing this node size the
-     * CPU kernels' thread team (core/optim/optim_threads.c) ... */
+     * CPU kernels' thread team (kernels/cpu/optim_threads.c) ... */
     const int local = zero__zm_node_ranks(dup);
     if (local > 0) zero__optim_set_node_ranks(local);
     /* ... and shared-memory collectives run when every rank is on this node

@@ -27,9 +27,21 @@
 typedef struct zm_op zm_op;
 typedef struct zm_shm zm_shm;           /* comm_mpi_shm.c: a communicator's shared control area */
 typedef struct zm_shm_maps zm_shm_maps; /* comm_mpi_shm.c: the world's mappings of peers' blocks */
+typedef struct zm_engine zm_engine;
+
+/* What the progress engine (comm_mpi_progress.c) calls for the ops it
+ * drives: the schedules above it (comm_mpi_ring.c, comm_mpi_shm.c), handed
+ * over at world creation (comm_mpi.c) so that the engine depends on
+ * neither.  All need pe->lock held. */
+typedef struct zm_op_hooks {
+    int (*advance)(zm_op *op);                                /* zero__zm_op_advance_locked */
+    void (*describe)(const zm_op *op, char *buf, size_t len); /* zero__zm_op_describe_locked */
+    void (*free)(zm_engine *pe, zm_op *op);                   /* zero__zm_op_free_locked */
+    void (*maps_free)(zm_engine *pe);                         /* zero__zm_shm_maps_free */
+} zm_op_hooks;
 
 /* Progress machinery of one world, shared by its sub-communicators. */
-typedef struct zm_engine {
+struct zm_engine {
     pthread_mutex_t lock;
     pthread_cond_t wake;       /* the progress thread sleeps here when it has nothing to drive */
     pthread_t thread;
@@ -68,7 +80,8 @@ typedef struct zm_engine {
     zero_status fail_status;
     char fail_why[640];
     zm_shm_maps *shm_maps;     /* peers' shared blocks mapped here (comm_mpi_shm.c; under lock) */
-} zm_engine;
+    const zm_op_hooks *hooks;  /* the schedules' entry points (zero__zm_engine_create) */
+};
 
 typedef struct zm_comm {
     zero_comm base;
@@ -158,7 +171,7 @@ static inline zm_comm *ZM(zero_comm *m) { return (zm_comm *)m; }
  * buffers belong to the op that took them until it is freed, then to the
  * world's cache, which frees them with the world. */
 
-/* ---- comm_mpi.c (thread-safe) ---- */
+/* ---- comm_mpi_util.c (thread-safe) ---- */
 /* Format "what: MPI error text" into op->err / a buffer; returns ZERO_ERR_COMM. */
 zero_status zero__zm_error_text(int rc, const char *what, char *buf, size_t len);
 /* MPI datatype for dt: for_sum selects the arithmetic type; BF16/F16 map to
@@ -172,7 +185,7 @@ void zero__zm_busy_begin(zm_comm *c);
 void zero__zm_busy_end(zm_comm *c);
 
 /* ---- comm_mpi_progress.c (all "_locked" functions need pe->lock held) ---- */
-zm_engine *zero__zm_engine_create(int thread_level, struct zero_engine *engine);
+zm_engine *zero__zm_engine_create(int thread_level, struct zero_engine *engine, const zm_op_hooks *hooks);
 /* Drop a reference; the last one stops the thread and frees everything. */
 void zero__zm_engine_release(zm_engine *pe);
 /* Append op to the in-flight list, advance it once, wake the thread. */

@@ -62,7 +62,7 @@ int zero__zm_advance_all_locked(zm_engine *pe) {
     zm_op *op = pe->head;
     while (op) {
         zm_op *next = op->next;
-        moved |= zero__zm_op_advance_locked(op);
+        moved |= pe->hooks->advance(op);
         if (op->done) {
             zero__trace_op_done(&op->base.trace);
             list_remove(pe, op);
@@ -131,7 +131,7 @@ static void *progress_main(void *arg) {
     return NULL;
 }
 
-zm_engine *zero__zm_engine_create(int thread_level, struct zero_engine *engine) {
+zm_engine *zero__zm_engine_create(int thread_level, struct zero_engine *engine, const zm_op_hooks *hooks) {
     zm_engine *pe = calloc(1, sizeof *pe);
     if (!pe) return NULL;
     pthread_mutex_init(&pe->lock, NULL);
@@ -142,6 +142,7 @@ zm_engine *zero__zm_engine_create(int thread_level, struct zero_engine *engine) 
     pthread_condattr_destroy(&ca);
     pe->refs = 1;
     pe->engine = engine;
+    pe->hooks = hooks;
     pe->thread_level = thread_level;
     pe->poll_us = (unsigned)env_long("ZERO_COMM_POLL_US", 100, 1, 100000);
     pe->chunk_bytes = (size_t)env_long("ZERO_COMM_CHUNK_KB", 512, 4, 1L << 20) * 1024u;
@@ -188,7 +189,7 @@ void zero__zm_engine_release(zm_engine *pe) {
     }
     pthread_cond_destroy(&pe->wake);
     pthread_mutex_destroy(&pe->lock);
-    zero__zm_shm_maps_free(pe);
+    pe->hooks->maps_free(pe);
     free(pe);
 }
 
@@ -211,7 +212,7 @@ void zero__zm_submit_locked(zm_engine *pe, zm_op *op) {
     c->ops_in_list++;
     /* Start it now in the caller's thread: the first messages go out without
      * waiting for the progress thread to wake up. */
-    zero__zm_op_advance_locked(op);
+    pe->hooks->advance(op);
     if (op->done) {
         zero__trace_op_done(&op->base.trace);
         list_remove(pe, op);
@@ -373,7 +374,7 @@ static zero_status finish(zm_engine *pe, zm_op *op) {
     if (st != ZERO_OK) zero__error(c->base.engine, st, "%s", op->err);
     c->outstanding--;
     zero__trace_op_finished(&op->base.trace);
-    zero__zm_op_free_locked(pe, op);
+    pe->hooks->free(pe, op);
     return st;
 }
 
@@ -406,7 +407,7 @@ static zero_status orphan_locked(zm_engine *pe, zm_op *op) {
 
 static void timeout_why(zm_engine *pe, const zm_op *op, const zero__waiter *w, char *buf, size_t len) {
     char what[256];
-    zero__zm_op_describe_locked(op, what, sizeof what);
+    pe->hooks->describe(op, what, sizeof what);
     snprintf(buf, len,
              "comm: timed out waiting for a %.250s: no progress for %.1f s (ZERO_COMM_TIMEOUT / comm_timeout = %g s); a "
              "peer stopped, died or never issued the same collective",

@@ -5,7 +5,7 @@
  * sum, and it synchronises N-1 times per block.  perf over 4 ranks of the
  * peers bench put those copies at 17 % and the scheduling of the ring's
  * waits at 15 % of all CPU time.  When the buffers themselves are shared
- * blocks (core/shared_blocks.h: the accountant's large host blocks once a
+ * blocks (base/shared_blocks.h: the accountant's large host blocks once a
  * communicator enabled them), a rank can instead read its peers' blocks
  * where they lie: a reduce-scatter sums its own block straight from the N
  * buffers (no copy), an all-gather copies each peer's block once.

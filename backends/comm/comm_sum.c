@@ -3,7 +3,7 @@
  * 16-bit sums (issue 14, communication_data_type): each addition widens both
  * operands to fp32, adds once and rounds to nearest even, with the
  * conversions of the shared per-element header (optim_math.h, through
- * core/optim's vectorized zero__convert), so a ring hop rounds exactly once
+ * kernels/cpu's vectorized zero__convert), so a ring hop rounds exactly once
  * and every host path that sums 16-bit values gets the same bits. */
 #include <stdint.h>
 #include <time.h>
@@ -22,7 +22,7 @@ int zero__comm_dtype_summable(zero_dtype dt) {
            dt == ZERO_DTYPE_U8 || dt == ZERO_DTYPE_BF16 || dt == ZERO_DTYPE_F16;
 }
 
-/* 16-bit sums in fp32 tiles: the vectorized conversions of core/optim
+/* 16-bit sums in fp32 tiles: the vectorized conversions of kernels/cpu
  * (zero__convert, bit-exact RNE in every SIMD variant, F16C where present)
  * around one fp32 add per element.  Same bits as a scalar
  * round(widen(a) + widen(b)); several times faster than it for fp16. */

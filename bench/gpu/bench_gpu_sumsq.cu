@@ -1,7 +1,7 @@
 /* bench_gpu_sumsq: what the bitwise order of libzero's GPU sum of squares
  * costs, and which way of computing that same order is fastest (issue 35).
  *
- * The order (core/optim/optim.h, zero__sumsq_f32): blocks of
+ * The order (kernels/cpu/optim.h, zero__sumsq_f32): blocks of
  * ZERO_CUDA_SUMSQ_BLOCK elements, each summed in 32 fp64 lanes (element k in
  * lane k % 32, in order) folded by zero_sumsq_fold, the block sums combined
  * by a tree of fan-in 64 (groups summed left to right, level by level).

@@ -4,7 +4,7 @@
  *   - by a C compiler under tests/cuda_shim/cuda_shim.h, which defines
  *     __global__, threadIdx, blockIdx, blockDim and gridDim and runs a grid
  *     as nested loops, so the CPU tests check these exact bodies against the
- *     CPU kernels (core/optim) on random inputs.
+ *     CPU kernels (kernels/cpu) on random inputs.
  *
  * Rules that keep the shim valid: a kernel may use only the grid/block
  * indices, no warp intrinsics, no atomics whose result is read back, and
@@ -14,7 +14,7 @@
  * ZERO_CUDA_PHASE { ... } blocks separated by ZERO_CUDA_BARRIER; such a
  * kernel is launched with ZERO_CUDA_LAUNCH_BLOCKS and its statements outside
  * phases must be the same for every thread of a block (the shim runs them
- * once per block).  No return/break/continue at a phase's top level.  Per-element math comes from core/optim/optim_math.h,
+ * once per block).  No return/break/continue at a phase's top level.  Per-element math comes from kernels/cpu/optim_math.h,
  * the header the CPU kernels use; with nvcc --fmad=false (set in
  * cmake/ZeroCuda.cmake) a GPU step is bitwise equal to the CPU step.
  *
@@ -68,7 +68,7 @@
 #define ZERO_CUDA_MAX_ARG_BYTES 4096
 #endif
 #define ZERO_CUDA_MT_CHUNK 8192        /* elements one block of the optimizer kernel covers */
-/* Must equal ZERO_SUMSQ_BLOCK and ZERO_SUMSQ_FANIN (core/optim/optim.h): the
+/* Must equal ZERO_SUMSQ_BLOCK and ZERO_SUMSQ_FANIN (kernels/cpu/optim.h): the
  * GPU sum of squares reproduces the CPU summation order (checked by the shim
  * test). */
 #define ZERO_CUDA_SUMSQ_BLOCK 1024
@@ -142,7 +142,7 @@ ZERO_HD int zero_cuda_nonfinite_at(const void *p, int32_t dt, uint64_t i) {
     return (((const uint32_t *)p)[i] & 0x7f800000u) == 0x7f800000u;
 }
 
-/* One element of one optimizer step: exactly what core/optim's scalar
+/* One element of one optimizer step: exactly what kernels/cpu's scalar
  * kernel does per element (g = grad * grad_mul, update, copy-out). */
 ZERO_HD void zero_cuda_optim_elem(const zero_optim_scalars *s, int32_t kind, float g, float *master,
                                   float *state0, float *state1, uint64_t i) {
@@ -244,7 +244,7 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_optim(zero_cuda_mt_args a) {
     }
 }
 
-/* ---- sum of squares (order: core/optim/optim.h, zero__sumsq_f32) ------ */
+/* ---- sum of squares (order: kernels/cpu/optim.h, zero__sumsq_f32) ------ */
 
 /* fp16 -> fp32 for the sum of squares: the hardware conversion on the GPU
  * (one instruction; exact, like zero_f16_to_f32, for every non-NaN input; a

@@ -6,7 +6,7 @@
  * global state.  Built only with ZERO_HAVE_CUDA.
  *
  * The bodies live in zero_cuda_kernel_bodies.h (shared with the CPU launch
- * shim tests); the per-element math in core/optim/optim_math.h (shared with
+ * shim tests); the per-element math in kernels/cpu/optim_math.h (shared with
  * the CPU kernels).  Compiled with --fmad=false, so a step gives the same
  * bits as zero__optim_step on the CPU. */
 #ifndef ZERO_CUDA_KERNELS_H

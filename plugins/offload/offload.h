@@ -104,6 +104,7 @@ zero_status zero__of_boundary(offload *s, const zero_step_ctx *ctx, zero_step_re
  * collective (agreed status, then the all-gather).  Step thread only. */
 zero_status zero__of_save(void *state, const char *dir);
 zero_status zero__of_load(void *state, const char *dir);
-/* Monotonic seconds.  Thread-safe. */
+/* Monotonic seconds (offload_step.c, where the step times its copies).
+ * Thread-safe. */
 double zero__of_now(void);
 #endif

@@ -20,16 +20,9 @@
  * the buffers in their tiers and moves the gradient between them. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../common/plugin_glue.h"
 #include "offload.h"
-
-double zero__of_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static zero_status of_create(const zero_services *svc, void **state) {
     offload *s = calloc(1, sizeof *s);

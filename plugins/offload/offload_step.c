@@ -19,8 +19,15 @@
  *     (offload_tiers.c) and the owned shares are all-gathered in place
  *     (svc->allgather_shares). */
 #include <string.h>
+#include <time.h>
 
 #include "offload.h"
+
+double zero__of_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 void zero__of_block_final(void *user, const zero_owned_range *block) {
     offload *s = user;

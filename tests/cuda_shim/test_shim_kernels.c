@@ -1,5 +1,5 @@
 /* The CUDA kernels, compiled for the host under the launch shim, against
- * the CPU kernels of core/optim on random inputs.  The comparison is
+ * the CPU kernels of kernels/cpu on random inputs.  The comparison is
  * bitwise: both sides run optim_math.h's per-element sequence without FMA
  * contraction, and the GPU sum of squares reproduces the CPU's order.
  * Covers the launchers too (multi-tensor planning across launches, grid

@@ -1,4 +1,4 @@
-/* The fuzz targets link core/optim/optim_convert.c (the checkpoint reader
+/* The fuzz targets link kernels/cpu/optim_convert.c (the checkpoint reader
  * converts dtypes with it) without the optimizer's dispatch unit, which
  * pulls in logging, OpenMP and every step kernel.  The conversions are
  * bitwise the same in every variant (tests/optim checks that), so the

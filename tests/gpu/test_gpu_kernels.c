@@ -1,4 +1,4 @@
-/* The CUDA kernels on a real GPU against the CPU kernels (core/optim),
+/* The CUDA kernels on a real GPU against the CPU kernels (kernels/cpu),
  * bitwise: the same check as the shim test, but through nvcc's code. */
 #include <math.h>
 

@@ -6,7 +6,7 @@
  *   stage 1/2: reduce-scatter the gradient to owners (equal and unequal
  *     partitions), each rank steps its own partition, all-gather the new
  *     bf16 parameters;
- * and the CPU reference (core/optim) on the exact gradient sum.  Gradients
+ * and the CPU reference (kernels/cpu) on the exact gradient sum.  Gradients
  * are multiples of 1/64, so every sum is exact in any reduction order and
  * all three must agree bitwise on every rank.
  *   test_gpu_stage_equivalence mpi      under mpirun (np 1: NCCL world size 1)

@@ -1,4 +1,4 @@
-/* core/log.c: ZERO_LOG_LEVEL threshold (this test runs with
+/* base/log.c: ZERO_LOG_LEVEL threshold (this test runs with
  * ZERO_LOG_LEVEL=info), the "[zero rank R] LEVEL: " stderr prefix, the
  * host callback, and the per-engine last error "rank R: msg" (also from
  * several threads at once, and for messages longer than any fixed buffer). */
@@ -39,6 +39,7 @@ int main(void) {
 
     struct zero_engine *e = calloc(1, sizeof *e);
     pthread_mutex_init(&e->err_lock, NULL);
+    zero__engine_init_head(e, NULL, NULL);
     e->rank = 3;
 
     /* stderr: the prefix carries rank and level; debug is below the threshold. */
@@ -70,8 +71,8 @@ int main(void) {
 
     /* Host callback replaces stderr and gets the rank. */
     captured cap = {0};
-    e->log_fn = capture;
-    e->log_user = &cap;
+    e->head.log_fn = capture;
+    e->head.log_user = &cap;
     zero__log(e, ZERO_LOG_ERROR, "to the host %s", "callback");
     zero__log(e, ZERO_LOG_DEBUG, "filtered");
     CHECK_EQ_INT(cap.n, 1);
@@ -95,7 +96,7 @@ int main(void) {
     CHECK(strncmp(e->last_error, "rank 3: xxxx", 12) == 0, "long message prefix");
 
     /* Concurrent errors: no torn text (each is a complete message). */
-    e->log_fn = NULL;
+    e->head.log_fn = NULL;
     pthread_t t[4];
     for (int i = 0; i < 4; ++i) pthread_create(&t[i], NULL, hammer, e);
     for (int i = 0; i < 4; ++i) pthread_join(t[i], NULL);

@@ -1,4 +1,4 @@
-/* The CPU kernels' thread team (core/optim/optim_threads.c, issue 18):
+/* The CPU kernels' thread team (kernels/cpu/optim_threads.c, issue 18):
  * CPUs per rank on this node unless OMP_NUM_THREADS says otherwise, and
  * results that do not depend on the team (the step is elementwise, the
  * sum of squares has a fixed block tree). */

@@ -2,7 +2,7 @@
  * abi/zero.h only (like a real trainer): it registers its params in the
  * model dtype (fp32, bf16 or fp16), keeps its activations and gradient math
  * in fp32 and converts at the boundaries (RNE, with the per-element
- * conversions of core/optim/optim_math.h), multiplies its loss by
+ * conversions of kernels/cpu/optim_math.h), multiplies its loss by
  * zero_loss_scale() and records every zero_step result.
  *
  * Model: PREC_NPARAMS params of awkward sizes (they straddle rank

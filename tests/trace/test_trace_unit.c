@@ -1,4 +1,4 @@
-/* The tracer on its own (core/trace.c): several threads emitting nested
+/* The tracer on its own (base/trace.c): several threads emitting nested
  * scopes, lane spans and instants into small rings.  Checks the exact
  * arithmetic of wrapping (what is kept, what is counted as dropped), that
  * nothing is recorded while off, that lanes are handed out lowest-free and

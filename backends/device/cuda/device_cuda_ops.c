@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
+#include "device_ops.h"
 #include "device_cuda.h"
 #include "zero_cuda_kernels.h"
 

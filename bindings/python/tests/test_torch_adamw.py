@@ -14,7 +14,7 @@ bound is the split's own effect on torch).  Both distances are printed.
 
 libzero computes AdamW's scalars as torch does (1 - beta1, 1 - beta2,
 1 - lr*wd, lr / (1 - beta1^t), sqrt(1 - beta2^t) in double, each rounded once
-to fp32) and the per-element update in torch's order (core/optim/optim_math.h).
+to fp32) and the per-element update in torch's order (kernels/cpu/optim_math.h).
 Measured: every stage 8.5e-8 (whole model) from torch at N = 1, 9.6e-8 at
 N = 2 (DDP 9.1e-8), 1.2e-7 at N = 3 (DDP 1.2e-7); with 1 - beta2 in fp32
 (9.99987e-4, libzero before issue 34 item 5) 2.7e-6, 2.8e-6 and 2.8e-6.

@@ -17,8 +17,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "device.h"
 #include "log.h"
+#include "owner.h"
 #include "shared_blocks.h"
 
 #define ZERO_MEM_ALIGN 64
@@ -42,7 +42,7 @@ struct zero__mem {
     uint64_t peak[ZERO_NTIERS][ZERO_MEM_NTAGS];
     uint64_t current_total[ZERO_NTIERS];
     uint64_t peak_total[ZERO_NTIERS];
-    zero__device *dev; /* NULL: both tiers are plain host memory */
+    zero__mem_backing dev; /* alloc NULL: both tiers are plain host memory */
 };
 
 /* Fibonacci hashing of the pointer; low bits of aligned pointers are zero. */
@@ -113,15 +113,24 @@ static int tier_tag_ok(zero_mem_tier tier, zero_mem_tag tag) {
     return tier >= 0 && tier < ZERO_NTIERS && tag >= 0 && tag < ZERO_MEM_NTAGS;
 }
 
-void zero__mem_set_device(zero__mem *m, zero__device *d) {
-    if (m) m->dev = d;
+void zero__mem_set_backing(zero__mem *m, const zero__mem_backing *b) {
+    if (!m) return;
+    if (b && b->alloc)
+        m->dev = *b;
+    else
+        memset(&m->dev, 0, sizeof m->dev);
+}
+
+void zero__engine_note_scratch(struct zero_engine *e, zero_mem_tier tier, int64_t delta) {
+    const zero__owner *o = zero__owner_of(e);
+    if (o && o->mem && *o->mem) zero__mem_note(*o->mem, tier, ZERO_MEM_OTHER, delta);
 }
 
 /* Where a block of `tier` comes from: the device backend for the device
  * tier (cudaMalloc'd arenas) and, when the device pins host memory, for the
  * host tier too; otherwise aligned_alloc. */
 static int from_device(const zero__mem *m, zero_mem_tier tier) {
-    return m->dev && (tier == ZERO_TIER_DEVICE || m->dev->pin_host);
+    return m->dev.alloc && (tier == ZERO_TIER_DEVICE || (m->dev.pin_host && *m->dev.pin_host));
 }
 
 /* Host blocks of at least this size are anonymous mappings rather than
@@ -146,7 +155,7 @@ static void block_free(zero__mem *m, const mem_entry *e) {
     else if (e->mapped)
         munmap(e->ptr, e->mapped);
     else if (e->on_dev)
-        m->dev->ops->free(m->dev, e->ptr);
+        m->dev.free(m->dev.ctx, e->ptr);
     else
         free(e->ptr);
 }
@@ -159,7 +168,7 @@ void *zero__mem_alloc(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, size_t
     int shared = 0;
     if (on_dev) {
         /* zero-filled by the backend; 256-byte aligned (>= ZERO_MEM_ALIGN) */
-        if (!(p = m->dev->ops->alloc(m->dev, tier, bytes ? bytes : 1))) return NULL;
+        if (!(p = m->dev.alloc(m->dev.ctx, tier, bytes ? bytes : 1))) return NULL;
         goto record;
     }
     /* aligned_alloc wants a multiple of the alignment; a 0-byte request still

@@ -16,8 +16,8 @@
  * the host's to write, in the parent or a child).
  *
  * Thread-safe: one mutex guards the registry.  Process-wide. */
-#ifndef ZERO_CORE_SHARED_BLOCKS_H
-#define ZERO_CORE_SHARED_BLOCKS_H
+#ifndef ZERO_BASE_SHARED_BLOCKS_H
+#define ZERO_BASE_SHARED_BLOCKS_H
 #include <stddef.h>
 #include <stdint.h>
 

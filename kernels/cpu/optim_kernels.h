@@ -2,8 +2,8 @@
  * its kernel variants (scalar here, hand-vectorized ones in optim_simd_*.c).
  * Every variant computes exactly the per-element sequence of optim_math.h,
  * so the variants agree bitwise (see the exactness note there). */
-#ifndef ZERO_CORE_OPTIM_KERNELS_H
-#define ZERO_CORE_OPTIM_KERNELS_H
+#ifndef ZERO_KERNELS_OPTIM_KERNELS_H
+#define ZERO_KERNELS_OPTIM_KERNELS_H
 #include "optim.h"
 
 /* Everything one step needs; built once per zero__optim_step call and only

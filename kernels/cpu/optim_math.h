@@ -216,7 +216,7 @@ ZERO_HD float zero_f16_to_f32(uint16_t h) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Sum of squares: the lanes of one block (core/optim/optim.h has the whole
+/* Sum of squares: the lanes of one block (kernels/cpu/optim.h has the whole
  * order).  Element k of a block goes to fp64 lane k % ZERO_SUMSQ_LANES
  * (acc += x*x, no FMA); the lanes are folded by a fixed pairwise tree:
  * adjacent pairs, then adjacent pairs of those, down to one value.  32 lanes:

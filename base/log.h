@@ -1,6 +1,6 @@
 /* Internal logging and per-engine error text.  Thread-safe. */
-#ifndef ZERO_CORE_LOG_H
-#define ZERO_CORE_LOG_H
+#ifndef ZERO_BASE_LOG_H
+#define ZERO_BASE_LOG_H
 #include <stdarg.h>
 #include <stddef.h>
 #include "zero.h"

@@ -1,8 +1,8 @@
 /* Accounted memory: every allocation is tagged (zero_mem_tag) and tiered
  * (zero_mem_tier); current and peak bytes are tracked per tag and tier.
  * Thread-safe (one mutex per accountant). */
-#ifndef ZERO_CORE_MEMORY_H
-#define ZERO_CORE_MEMORY_H
+#ifndef ZERO_BASE_MEMORY_H
+#define ZERO_BASE_MEMORY_H
 #include <stddef.h>
 #include <stdint.h>
 #include "zero.h"
@@ -31,16 +31,23 @@ void zero__mem_stats(const zero__mem *m, zero_memory_stats *out); /* honours out
 void zero__mem_note(zero__mem *m, zero_mem_tier tier, zero_mem_tag tag, int64_t delta);
 
 /* (gpu-wiring) Route allocations through a device backend from now on:
- * ZERO_TIER_DEVICE blocks come from d (device memory), and ZERO_TIER_HOST
- * blocks too when d->pin_host (pinned host memory).  Set once, before the
- * first allocation; d must outlive the accountant (zero__mem_destroy frees
- * leftover device blocks through d).  NULL = plain host memory. */
-struct zero__device;
+ * ZERO_TIER_DEVICE blocks come from b->alloc (device memory), and
+ * ZERO_TIER_HOST blocks too when *b->pin_host (pinned host memory).  The
+ * core passes its device's allocator here (base/ never sees the device
+ * backend: issue 32).  Set once, before the first allocation; b->ctx must
+ * outlive the accountant (zero__mem_destroy frees leftover device blocks
+ * through b->free).  NULL or b->alloc NULL = plain host memory. */
+typedef struct zero__mem_backing {
+    void *ctx;
+    void *(*alloc)(void *ctx, zero_mem_tier tier, size_t bytes); /* zero-filled, >= 64-byte aligned */
+    void (*free)(void *ctx, void *p);
+    const int *pin_host; /* the device's flag, read at each allocation (NULL: 0) */
+} zero__mem_backing;
+void zero__mem_set_backing(zero__mem *m, const zero__mem_backing *b);
 /* Communication scratch of the engine's backends (ring temporaries, device
- * staging): zero__mem_note(e->mem, tier, ZERO_MEM_OTHER, delta).  NULL
- * engine (a communicator made without one) or no accountant: no-op
- * (engine_scratch.c). */
+ * staging): zero__mem_note(<e's accountant>, tier, ZERO_MEM_OTHER, delta),
+ * read from the engine's head (base/owner.h).  NULL engine (a communicator
+ * made without one) or no accountant: no-op. */
 struct zero_engine;
 void zero__engine_note_scratch(struct zero_engine *e, zero_mem_tier tier, int64_t delta);
-void zero__mem_set_device(zero__mem *m, struct zero__device *d);
 #endif

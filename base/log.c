@@ -1,4 +1,5 @@
-/* Logging and per-engine last-error text (core/log.h).
+/* Logging and per-engine last-error text (base/log.h).  It reads only the
+ * engine's head (base/owner.h), never the rest of the engine.
  *
  * Every line carries the rank because libzero always runs as N cooperating
  * processes whose stderr is usually interleaved by mpirun; a line without a
@@ -14,7 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "engine.h"
+#include "owner.h"
 
 static zero_log_level g_threshold = ZERO_LOG_WARN;
 static pthread_once_t g_threshold_once = PTHREAD_ONCE_INIT;
@@ -75,15 +76,21 @@ static char *format_msg(char *stack, size_t stack_len, const char *fmt, va_list 
 /* The rank a reader needs to find the process: with a pipeline e->rank is
  * the data-parallel rank, shared by every stage, so show the global one
  * (stage * dp_size + dp_rank, see core/api.c pipeline_split). */
+static int field(const int *p, int dflt) { return p ? *p : dflt; }
+static int dp_rank(const zero__owner *o) { return o ? field(o->rank, -1) : -1; }
+static int pp_stage(const zero__owner *o) { return field(o->pp_stage, 0); }
+static int pp_stages(const zero__owner *o) { return field(o->pp_stages, 1); }
 static int global_rank(const struct zero_engine *e) {
-    if (!e) return -1;
-    return e->pp_stages > 1 ? e->pp_stage * e->world_size + e->rank : e->rank;
+    const zero__owner *o = zero__owner_of(e);
+    if (!o) return -1;
+    return pp_stages(o) > 1 ? pp_stage(o) * field(o->world_size, 1) + dp_rank(o) : dp_rank(o);
 }
 
 static void emit(const struct zero_engine *e, zero_log_level lvl, const char *msg) {
     int rank = global_rank(e);
-    if (e && e->log_fn) {
-        e->log_fn(e->log_user, lvl, rank, msg);
+    const zero__owner *o = zero__owner_of(e);
+    if (o && o->log_fn) {
+        o->log_fn(o->log_user, lvl, rank, msg);
         return;
     }
     /* One fprintf per line: stdio locks the stream per call, so lines from
@@ -119,14 +126,15 @@ void zero__log(const struct zero_engine *e, zero_log_level lvl, const char *fmt,
 zero_status zero__verror(struct zero_engine *e, zero_status s, const char *fmt, va_list ap) {
     char stack[1024];
     char *msg = format_msg(stack, sizeof stack, fmt, ap);
-    if (e) {
-        pthread_mutex_lock(&e->err_lock);
-        if (e->pp_stages > 1)
-            snprintf(e->last_error, sizeof e->last_error, "rank %d (pipeline stage %d, data-parallel rank %d): %s",
-                     global_rank(e), e->pp_stage, e->rank, msg);
+    const zero__owner *o = zero__owner_of(e);
+    if (o && o->last_error) {
+        pthread_mutex_lock(o->err_lock);
+        if (pp_stages(o) > 1)
+            snprintf(o->last_error, o->last_error_len, "rank %d (pipeline stage %d, data-parallel rank %d): %s",
+                     global_rank(e), pp_stage(o), dp_rank(o), msg);
         else
-            snprintf(e->last_error, sizeof e->last_error, "rank %d: %s", e->rank, msg);
-        pthread_mutex_unlock(&e->err_lock);
+            snprintf(o->last_error, o->last_error_len, "rank %d: %s", dp_rank(o), msg);
+        pthread_mutex_unlock(o->err_lock);
     }
     /* Debug only: the host receives the status and decides whether to print
      * it; logging every error at warn would double every message. */
@@ -145,15 +153,16 @@ zero_status zero__error(struct zero_engine *e, zero_status s, const char *fmt, .
 }
 
 zero_status zero__error_context(struct zero_engine *e, zero_status s, const char *fmt, ...) {
-    if (!e) return s;
-    char ctx[512], prev[sizeof e->last_error];
+    const zero__owner *o = zero__owner_of(e);
+    if (!o || !o->last_error) return s;
+    char ctx[512], prev[8192];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(ctx, sizeof ctx, fmt, ap);
     va_end(ap);
-    pthread_mutex_lock(&e->err_lock);
-    snprintf(prev, sizeof prev, "%s", e->last_error);
-    pthread_mutex_unlock(&e->err_lock);
+    pthread_mutex_lock(o->err_lock);
+    snprintf(prev, sizeof prev, "%s", o->last_error);
+    pthread_mutex_unlock(o->err_lock);
     /* skip "rank R: " or "rank R (pipeline stage ...): " */
     const char *body = prev;
     if (strncmp(prev, "rank ", 5) == 0) {

@@ -24,8 +24,8 @@
  * Names, categories and argument keys must be string literals (or live as
  * long as the process): records keep the pointers.  Thread-safe: rings are
  * per thread; lanes and the thread list take one mutex. */
-#ifndef ZERO_CORE_TRACE_H
-#define ZERO_CORE_TRACE_H
+#ifndef ZERO_BASE_TRACE_H
+#define ZERO_BASE_TRACE_H
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -14,8 +14,8 @@
  *
  * Off, a call costs one relaxed atomic load.  Thread-safe; may be called
  * with locks held (a sleep under a lock is part of the perturbation). */
-#ifndef ZERO_CORE_JITTER_H
-#define ZERO_CORE_JITTER_H
+#ifndef ZERO_BASE_JITTER_H
+#define ZERO_BASE_JITTER_H
 
 /* Hand-off points, for the statistics only (which sites were perturbed). */
 typedef enum zero__jitter_site {

@@ -4,32 +4,13 @@
  * sumsq's order of summation depends on n only (see optim_kernels.h for
  * the per-block order).  Threads compute block sums into a small array and
  * one thread adds them in block order, so the result is bitwise identical
- * for any OMP_NUM_THREADS and any SIMD variant. */
+ * for any OMP_NUM_THREADS and any SIMD variant.  This file dispatches; the
+ * variants are optim_reduce_scalar.c and optim_reduce_x86.c (which ends in
+ * the scalar file's tail), as the step kernels are laid out. */
 #include <stdint.h>
 #include <string.h>
 
 #include "optim_kernels.h"
-
-double zero__sumsq_finish(double *acc, const float *tail, size_t n) {
-    for (size_t j = 0; j < n; ++j) acc[j] += (double)tail[j] * (double)tail[j];
-    return zero_sumsq_fold(acc);
-}
-
-double zero__sumsq_block_scalar(const float *x, size_t n) {
-    double acc[ZERO_SUMSQ_LANES] = {0};
-    size_t i = 0;
-    for (; i + ZERO_SUMSQ_LANES <= n; i += ZERO_SUMSQ_LANES)
-        for (size_t j = 0; j < ZERO_SUMSQ_LANES; ++j) acc[j] += (double)x[i + j] * (double)x[i + j];
-    return zero__sumsq_finish(acc, x + i, n - i);
-}
-
-int zero__nonfinite_scalar(const float *x, size_t n) {
-    const uint32_t *u = (const uint32_t *)x;
-    uint32_t bad = 0;
-    /* an exponent field of all ones is Inf or NaN; OR-reduce, no early exit */
-    for (size_t i = 0; i < n; ++i) bad |= (uint32_t)((u[i] & 0x7f800000u) == 0x7f800000u);
-    return bad != 0;
-}
 
 typedef double (*block_fn)(const float *, size_t);
 typedef int (*nonfinite_fn)(const float *, size_t);

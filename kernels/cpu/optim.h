@@ -1,7 +1,7 @@
 /* CPU optimizer and elementwise kernels (internal).  Stateless, thread-safe;
  * large ranges are processed in tiles so fp32 temporaries stay bounded. */
-#ifndef ZERO_CORE_OPTIM_H
-#define ZERO_CORE_OPTIM_H
+#ifndef ZERO_KERNELS_OPTIM_H
+#define ZERO_KERNELS_OPTIM_H
 #include <stddef.h>
 #include "zero_plugin.h"
 #include "optim_math.h"
