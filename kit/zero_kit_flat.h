@@ -6,8 +6,8 @@
  *  - zero_kit_flat: a flat-layout plugin's model state and the steps on it
  *    (allocate and place, bucket engine over its gradient, boundary step,
  *    checkpoint, plan), for a strategy that keeps the full flat parameters
- *    and decides itself how its gradient is reduced (stage1-pp before it
- *    became a preset, offload's cousins, a new strategy);
+ *    and decides itself how its gradient is reduced and when it steps
+ *    (examples/plugin-template is one);
  *  - zero_kit_dp: a whole strategy from a spec (zero_kit_dp_spec): the
  *    table entries of stage0, stage1, stage2 and stage1-pp, which are
  *    presets of it.  A plugin that is a preset is a spec, a create and a
