@@ -32,7 +32,8 @@ def main():
         for q, inc in re.findall(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', text, re.M):
             ok = inc in STD if q == "<" else inc in ("zero.h", "zero_plugin.h") or inc in own
             if not ok:
-                bad.append(f"kit/{f} includes {q}{inc}: the kit includes only abi/ and its own headers")
+                close = ">" if q == "<" else '"'
+                bad.append(f"kit/{f} includes {q}{inc}{close}: the kit includes only abi/ and its own headers")
     out = subprocess.run([a.nm, "-A", a.lib], capture_output=True, text=True, check=True).stdout
     defined, undefined = set(), set()
     for line in out.splitlines():
