@@ -178,6 +178,8 @@ typedef struct zero_kit_pmap {
  * ZERO_ERR_UNSUPPORTED naming the param and `who`.  On error m holds what
  * was allocated: zero_kit_pmap_free it.  Step thread. */
 zero_status zero_kit_pmap_init(zero_kit_pmap *m, const zero_services *svc, uint32_t world, const char *who);
+/* Param i's `world` entries of each array (borrowed from m).  Pure;
+ * hook-safe once zero_kit_pmap_init has returned. */
 static inline const uint64_t *zero_kit_pmap_off(const zero_kit_pmap *m, uint32_t i) {
     return m->off + (size_t)i * m->world;
 }
