@@ -13,8 +13,10 @@ import re
 import subprocess
 import sys
 
-STD = {"stddef.h", "stdint.h", "stdio.h", "stdlib.h", "string.h", "math.h", "limits.h", "stdbool.h",
-       "stdatomic.h", "errno.h", "time.h", "pthread.h", "assert.h"}
+# C11 and the POSIX threads / time headers a plugin may use on its own
+STD = {"assert.h", "errno.h", "float.h", "inttypes.h", "limits.h", "math.h", "stdalign.h", "stdarg.h",
+       "stdatomic.h", "stdbool.h", "stddef.h", "stdint.h", "stdio.h", "stdlib.h", "string.h", "threads.h",
+       "time.h", "pthread.h", "sched.h", "unistd.h"}
 
 
 def main():
