@@ -13,7 +13,9 @@ endfunction()
 
 # zero_add_plugin(NAME name SOURCES ...): builds libzero-plugin-<name>.so into
 # ${ZERO_PLUGIN_BUILD_DIR}, exporting only its table (zero_plugin_v2), and
-# installs it.  A plugin sees only abi/ (like a third-party plugin would).
+# installs it.  A plugin sees only abi/ and the plugin kit (kit/, linked in
+# statically as zero::kit), like a third-party plugin built on the
+# installed kit would.
 function(zero_add_plugin)
   cmake_parse_arguments(P "" "NAME" "SOURCES;LIBS" ${ARGN})
   set(_t zero-plugin-${P_NAME})
@@ -24,7 +26,7 @@ function(zero_add_plugin)
     C_VISIBILITY_PRESET hidden
     LINK_DEPENDS "${ZERO_SOURCE_DIR}/cmake/plugin.map")
   target_include_directories(${_t} PRIVATE "${ZERO_SOURCE_DIR}/abi")
-  target_link_libraries(${_t} PRIVATE zero_warnings m ${P_LIBS})
+  target_link_libraries(${_t} PRIVATE zero_kit zero_warnings m ${P_LIBS})
   target_link_options(${_t} PRIVATE
     "-Wl,--version-script=${ZERO_SOURCE_DIR}/cmake/plugin.map" "-Wl,--no-undefined")
   install(TARGETS ${_t} LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}/zero/plugins")

@@ -5,9 +5,11 @@
  * zero_optimization.mics_shard_size consecutive ranks and replicated over
  * the N / S groups.  Parameter all-gathers span S ranks, not N.
  *
- * Built the way a third party builds a plugin: it includes only the
- * installed libzero headers and reaches the core only through the services
- * table (README.md in this folder).
+ * Built the way a third party builds a plugin: on the installed plugin kit
+ * (zero_kit.h, libzero_kit.a: create, accounted allocation, the parameter
+ * map, gradient hand-in, bucket spec, checkpoint blobs) and the installed
+ * ABI headers only, reaching the core only through the services table
+ * (README.md in this folder).
  *
  * Ownership in terms of the core's world layout (rank j owns the equal
  * share j of every layout group): the member with shard index i = rank % S
@@ -31,15 +33,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "zero_plugin.h"
+#include "zero_kit.h"
 
 /* One param: where its elements live.  piece j (j < N) is the part of the
  * param in world share j: `len[j]` elements starting `off[j]` elements into
- * the param, at `part_lo[j]` in share j's partition numbering.  Owned by the
- * plugin, from params_done to destroy. */
+ * the param, at `part_lo[j]` in share j's partition numbering (borrowed
+ * from the plugin's zero_kit_pmap).  Owned by the plugin, from params_done
+ * to destroy. */
 typedef struct mics_param {
     zero_param_info *info;
-    uint64_t *off, *len, *part_lo; /* N entries each */
+    const uint64_t *off;           /* N entries each, into mics.pmap */
+    const size_t *len;
+    const uint64_t *part_lo;
     size_t *counts;                /* S entries: elements each shard-group member contributes to a gather */
     void *buf;                     /* full tensor between gather and release, or NULL */
     void *recv;                    /* gather staging (member-major order), freed with buf */
@@ -74,6 +79,7 @@ typedef struct mics {
     int contiguous;
     mics_param *params;
     uint32_t nparams;
+    zero_kit_pmap pmap;            /* every param's piece in every world share (the kit's) */
 } mics;
 
 /* mics_gather.c */

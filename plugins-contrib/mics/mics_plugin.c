@@ -8,28 +8,13 @@
 
 #define WHO "mics"
 
-static size_t dtype_bytes(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4 : 2; }
-
-/* The gradient accumulation dtype the core resolved for us (we declare
- * ZERO_PLUGIN_CAP_GRAD_DTYPES); a 1.0 core has no such field. */
-static zero_dtype grad_dtype_of(const zero_run_config *rc) {
-    return rc->struct_size >= offsetof(zero_run_config, grad_accum_dtype) + sizeof rc->grad_accum_dtype
-               ? rc->grad_accum_dtype
-               : rc->model_dtype;
-}
-
 static zero_status mics_create(const zero_services *svc, void **state) {
     zero_core *c = svc->core;
     const zero_run_config *rc = svc->config(c);
-    if (!ZERO_SERVICES_HAS(svc, ckpt_agree))
-        return svc->error(c, ZERO_ERR_UNSUPPORTED, WHO ": the core lacks the partitioned-step services (libzero >= 1.0 "
-                                                   "with grad_norm/part_step)");
     if (rc->optim == ZERO_OPTIM_LAMB)
         return svc->error(c, ZERO_ERR_UNSUPPORTED,
                           WHO ": optimizer Lamb is not supported (its trust ratios are completed over the world, "
                               "where MiCS replicates every shard N/S times)");
-    if (rc->pipeline_stages > 1)
-        return svc->error(c, ZERO_ERR_UNSUPPORTED, WHO ": pipeline parallelism is not supported");
     const int n = svc->comm_size(svc->comm_world(c));
     int64_t S = -1;
     int got = svc->cfg_int(c, "zero_optimization.mics_shard_size", &S);
@@ -39,8 +24,10 @@ static zero_status mics_create(const zero_services *svc, void **state) {
         return svc->error(c, ZERO_ERR_CONFIG,
                           "zero_optimization.mics_shard_size: got %lld, expected a divisor of the world size %d",
                           (long long)S, n);
-    mics *s = calloc(1, sizeof *s);
-    if (!s) return svc->error(c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
+    void *mem;
+    zero_status st = zero_kit_create(svc, sizeof(mics), ZERO_KIT_REFUSE_PIPELINE, WHO, &mem);
+    if (st != ZERO_OK) return st;
+    mics *s = mem;
     s->svc = svc;
     s->c = c;
     s->rc = rc;
@@ -50,50 +37,36 @@ static zero_status mics_create(const zero_services *svc, void **state) {
     s->R = n / (int)S;
     s->shard_index = s->rank % s->S;
     s->dtype = rc->model_dtype;
-    s->esize = dtype_bytes(s->dtype);
-    s->gdtype = grad_dtype_of(rc);
-    s->gesize = dtype_bytes(s->gdtype);
+    s->esize = zero_kit_dtype_size(s->dtype);
+    s->gdtype = zero_kit_grad_dtype(rc);
+    s->gesize = zero_kit_dtype_size(s->gdtype);
     *state = s;
     return ZERO_OK;
 }
 
 static void *alloc_n(mics *s, zero_mem_tag tag, uint64_t n, size_t es) {
-    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)(n ? n : 1) * es);
+    return zero_kit_alloc_n(s->svc, ZERO_TIER_DEVICE, tag, n, es);
 }
 
-/* Where each param's elements live (mics_param), from the layout. */
+/* Where each param's elements live (mics_param): the kit's map of the
+ * world layout, and what each shard-group member holds of it. */
 static zero_status map_params(mics *s) {
     const zero_services *svc = s->svc;
-    const int N = s->nranks;
-    s->nparams = svc->nparams(s->c);
+    zero_status st = zero_kit_pmap_init(&s->pmap, svc, (uint32_t)s->nranks, WHO);
+    if (st != ZERO_OK) return st;
+    s->nparams = s->pmap.nparams;
     s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
     if (!s->params) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
     for (uint32_t i = 0; i < s->nparams; i++) {
         mics_param *mp = &s->params[i];
-        zero_param_info *p = svc->param(s->c, i);
-        mp->info = p;
-        p->plugin_data = mp;
-        if (p->dtype != s->dtype)
-            return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
-                              WHO ": param '%s' has dtype %d, the model dtype is %d (register every param in the "
-                                  "model dtype)",
-                              p->name, (int)p->dtype, (int)s->dtype);
-        mp->off = calloc((size_t)N, sizeof *mp->off);
-        mp->len = calloc((size_t)N, sizeof *mp->len);
-        mp->part_lo = calloc((size_t)N, sizeof *mp->part_lo);
-        mp->counts = calloc((size_t)s->S, sizeof *mp->counts);
-        if (!mp->off || !mp->len || !mp->part_lo || !mp->counts)
+        mp->info = svc->param(s->c, i);
+        mp->info->plugin_data = mp;
+        mp->off = zero_kit_pmap_off(&s->pmap, i);
+        mp->len = zero_kit_pmap_count(&s->pmap, i);
+        mp->part_lo = zero_kit_pmap_part_lo(&s->pmap, i);
+        if (!(mp->counts = calloc((size_t)s->S, sizeof *mp->counts)))
             return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
-        for (int j = 0; j < N; j++) {
-            zero_owned_range o;
-            /* a param lies in one layout group: at most one piece per rank */
-            if (p->numel && svc->owned_ranges(s->c, (uint32_t)j, p->flat_offset, p->flat_offset + p->numel, &o, 1)) {
-                mp->off[j] = o.flat_lo - p->flat_offset;
-                mp->len[j] = o.flat_hi - o.flat_lo;
-                mp->part_lo[j] = o.part_lo;
-            }
-            mp->counts[j % s->S] += (size_t)mp->len[j];
-        }
+        for (int j = 0; j < s->nranks; j++) mp->counts[j % s->S] += mp->len[j];
     }
     return ZERO_OK;
 }
@@ -150,17 +123,7 @@ static zero_status mics_params_done(void *state) {
      * every micro-step (stage 2's sums, hence stage0's bits). */
     const zero_run_config *rc = s->rc;
     s->contiguous = s->gdtype == s->dtype && rc->contiguous_gradients;
-    zero_bucket_spec spec;
-    memset(&spec, 0, sizeof spec);
-    spec.struct_size = sizeof spec;
-    spec.mode = ZERO_BUCKETS_SCATTER;
-    spec.comm = NULL;
-    spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
-    spec.overlap = rc->overlap_comm;
-    spec.contiguous = s->contiguous;
-    spec.partition = s->acc;
-    spec.reduce_every_micro_step = 1;
-    spec.grad_dtype = s->gdtype;
+    zero_bucket_spec spec = zero_kit_bucket_spec(svc, ZERO_BUCKETS_SCATTER, NULL, s->contiguous, s->acc);
     svc->log(s->c, ZERO_LOG_INFO, WHO ": shard size %d, %d replica group(s); shard %llu elements per rank", s->S,
              s->R, (unsigned long long)s->shard_numel);
     return svc->buckets_create(s->c, &spec, &s->b);
@@ -172,62 +135,29 @@ static zero_status mics_params_done(void *state) {
 static zero_status mics_grad_buffer(void *state, zero_param_info *p, void **buf) {
     mics *s = state;
     if (s->contiguous) return s->svc->buckets_grad_slot(s->b, p->index, buf);
-    mics_param *mp = p->plugin_data;
-    if (!mp->grad_tmp) {
-        mp->grad_tmp = s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, (size_t)p->numel * s->esize);
-        if (!mp->grad_tmp)
-            return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": no memory for the gradient of '%s'", p->name);
-    }
-    *buf = mp->grad_tmp;
-    return ZERO_OK;
+    return zero_kit_grad_tmp(s->svc, p, s->esize, &((mics_param *)p->plugin_data)->grad_tmp, buf, WHO);
 }
 
 static zero_status mics_on_grad_ready(void *state, zero_param_info *p, void *stream) {
     mics *s = state;
     (void)stream;
-    mics_param *mp = p->plugin_data;
-    if (mp->grad_tmp) {
-        void *t = mp->grad_tmp;
-        mp->grad_tmp = NULL;
-        zero_status st = s->svc->buckets_ready(s->b, p->index, p->grad_is_zero ? NULL : t, p->dtype);
-        s->svc->mem_free(s->c, t);
-        return st;
-    }
-    const void *src = (p->host_grad && !p->grad_is_zero) ? p->host_grad : NULL;
-    return s->svc->buckets_ready(s->b, p->index, src, p->dtype);
+    return zero_kit_grad_ready(s->svc, s->b, p, &((mics_param *)p->plugin_data)->grad_tmp);
 }
 
 /* Checkpoint: every rank writes its shard (replicas write equal blobs) and
  * its window's gradient accumulator; same world size and shard size only. */
 static zero_status ckpt(mics *s, const char *dir, int write) {
-    const zero_services *svc = s->svc;
-    typedef struct blob {
-        const char *name;
-        void *buf;
-        size_t bytes;
-    } blob;
-    blob blobs[8];
-    int nb = 0;
-    blobs[nb++] = (blob){"mics.params", s->pshard, (size_t)s->shard_numel * s->esize};
-    if ((void *)s->master != s->pshard)
-        blobs[nb++] = (blob){"mics.master", s->master, (size_t)s->shard_numel * sizeof(float)};
-    static const char *const state_names[4] = {"mics.state0", "mics.state1", "mics.state2", "mics.state3"};
-    for (uint32_t k = 0; k < s->nstate; k++)
-        blobs[nb++] = (blob){state_names[k], s->state[k], (size_t)s->shard_numel * sizeof(float)};
-    blobs[nb++] = (blob){"mics.acc", s->acc, (size_t)s->part * s->gesize};
-    zero_status st = ZERO_OK;
-    for (int i = 0; i < nb && st == ZERO_OK; i++)
-        st = write ? svc->ckpt_write(s->c, dir, blobs[i].name, blobs[i].buf, blobs[i].bytes)
-                   : svc->ckpt_read(s->c, dir, blobs[i].name, blobs[i].buf, blobs[i].bytes);
-    return st;
+    zero_kit_blob b[7];
+    uint32_t n = zero_kit_state_blobs(b, s->pshard, s->esize, s->master, s->state, s->nstate, s->shard_numel);
+    b[n++] = (zero_kit_blob){"acc", s->acc, (size_t)s->part * s->gesize};
+    return zero_kit_blobs_io(s->svc, dir, WHO, b, n, write);
 }
 
 static zero_status mics_save(void *state, const char *dir) { return ckpt(state, dir, 1); }
 
 static zero_status mics_load(void *state, const char *dir) {
     mics *s = state;
-    zero_status st = ckpt(s, dir, 0);
-    st = s->svc->ckpt_agree(s->c, NULL, st, dir, WHO);
+    zero_status st = zero_kit_blobs_agree(s->svc, NULL, ckpt(s, dir, 0), dir, WHO);
     if (st == ZERO_OK) mics_drop_gathered(s);
     return st;
 }
@@ -242,14 +172,12 @@ static void mics_destroy(void *state) {
         for (uint32_t i = 0; i < s->nparams; i++) {
             mics_param *mp = &s->params[i];
             svc->mem_free(s->c, mp->grad_tmp);
-            free(mp->off);
-            free(mp->len);
-            free(mp->part_lo);
             free(mp->counts);
             if (mp->info) mp->info->plugin_data = NULL;
         }
         free(s->params);
     }
+    zero_kit_pmap_free(&s->pmap);
     for (uint32_t k = 0; k < 4; k++) svc->mem_free(s->c, s->state[k]);
     if ((void *)s->master != s->pshard) svc->mem_free(s->c, s->master);
     svc->mem_free(s->c, s->pshard);

@@ -19,8 +19,10 @@
  *    bucket engine reduce-scatters exact sums (stage 3's, bitwise stage0).
  * The fp32 master is never quantized: only what crosses the wire is.
  *
- * Built the way a third party builds a plugin: installed headers, services
- * table only.  Threading: the engine's step thread runs everything except
+ * Built the way a third party builds a plugin: the installed plugin kit
+ * (zero_kit.h, libzero_kit.a: create, accounted allocation, the parameter
+ * map, gradient hand-in, bucket spec, checkpoint blobs) and ABI headers,
+ * services table only.  Threading: the engine's step thread runs everything except
  * grad_buffer / on_grad_ready (concurrent for different params; they touch
  * only that param's slice or temporary, and the thread-safe bucket engine). */
 #ifndef ZERO_CONTRIB_ZEROPP_H
@@ -28,12 +30,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "zero_plugin.h"
+#include "zero_kit.h"
 
 typedef struct zpp_param {
     zero_param_info *info;
-    size_t *counts;                /* N entries: elements of this param in world share j */
-    uint64_t *part_lo;             /* N entries: where those start in share j's numbering */
+    const size_t *counts;          /* N entries: elements of this param in world share j (zpp.pmap's) */
+    const uint64_t *part_lo;       /* N entries: where those start in share j's numbering (zpp.pmap's) */
     size_t off_me;                 /* this rank's piece: offset in the param */
     size_t *hcounts;               /* P entries: the param's secondary chunks (hpZ) */
     size_t hoff_me;
@@ -81,6 +83,7 @@ typedef struct zpp {
     float *ef;                     /* qgZ error feedback: what quantization lost, carried (flat fp32), or NULL */
     zpp_param *params;
     uint32_t nparams;
+    zero_kit_pmap pmap;            /* every param's piece in every world share (the kit's) */
     zpp_counts counts;
 } zpp;
 

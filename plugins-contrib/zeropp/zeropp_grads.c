@@ -32,16 +32,7 @@ zero_status zpp_grads_setup(zpp *s) {
         return ZERO_OK;
     }
     s->contiguous = s->gdtype == s->dtype && rc->contiguous_gradients;
-    zero_bucket_spec spec;
-    memset(&spec, 0, sizeof spec);
-    spec.struct_size = sizeof spec;
-    spec.mode = ZERO_BUCKETS_SCATTER;
-    spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
-    spec.overlap = rc->overlap_comm;
-    spec.contiguous = s->contiguous;
-    spec.partition = s->acc;
-    spec.reduce_every_micro_step = 1;
-    spec.grad_dtype = s->gdtype;
+    zero_bucket_spec spec = zero_kit_bucket_spec(svc, ZERO_BUCKETS_SCATTER, NULL, s->contiguous, s->acc);
     return svc->buckets_create(s->c, &spec, &s->b);
 }
 
@@ -63,28 +54,19 @@ zero_status zpp_grad_buffer(void *state, zero_param_info *p, void **buf) {
         }
         return s->svc->buckets_grad_slot(s->b, p->index, buf);
     }
-    zpp_param *mp = p->plugin_data;
-    if (!mp->grad_tmp) {
-        mp->grad_tmp = s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, (size_t)p->numel * s->esize);
-        if (!mp->grad_tmp)
-            return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": no memory for the gradient of '%s'", p->name);
-    }
-    *buf = mp->grad_tmp;
-    return ZERO_OK;
+    return zero_kit_grad_tmp(s->svc, p, s->esize, &((zpp_param *)p->plugin_data)->grad_tmp, buf, WHO);
 }
 
 zero_status zpp_on_grad_ready(void *state, zero_param_info *p, void *stream) {
     zpp *s = state;
     (void)stream;
     zpp_param *mp = p->plugin_data;
+    if (!s->gflat) return zero_kit_grad_ready(s->svc, s->b, p, &mp->grad_tmp); /* the exact path */
+    /* qgZ: into the micro-step's full fp32 gradient */
     const void *src = mp->grad_tmp ? mp->grad_tmp : (p->host_grad && !p->grad_is_zero) ? p->host_grad : NULL;
     if (p->grad_is_zero) src = NULL;
     zero_status st = ZERO_OK;
-    if (s->gflat) {
-        if (src) s->svc->add_into(s->c, s->gflat + p->flat_offset, src, p->dtype, (size_t)p->numel);
-    } else {
-        st = s->svc->buckets_ready(s->b, p->index, src, p->dtype);
-    }
+    if (src) s->svc->add_into(s->c, s->gflat + p->flat_offset, src, p->dtype, (size_t)p->numel);
     if (mp->grad_tmp) {
         s->svc->mem_free(s->c, mp->grad_tmp);
         mp->grad_tmp = NULL;

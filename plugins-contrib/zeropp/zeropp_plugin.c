@@ -9,14 +9,6 @@
 #define WHO "zeropp"
 #define ZO "zero_optimization."
 
-static size_t dtype_bytes(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4 : 2; }
-
-static zero_dtype grad_dtype_of(const zero_run_config *rc) {
-    return rc->struct_size >= offsetof(zero_run_config, grad_accum_dtype) + sizeof rc->grad_accum_dtype
-               ? rc->grad_accum_dtype
-               : rc->model_dtype;
-}
-
 /* A boolean key: absent = 0. */
 static int flag(const zero_services *svc, const char *key, int *out, zero_status *st) {
     *out = 0;
@@ -28,14 +20,6 @@ static int flag(const zero_services *svc, const char *key, int *out, zero_status
 static zero_status zpp_create(const zero_services *svc, void **state) {
     zero_core *c = svc->core;
     const zero_run_config *rc = svc->config(c);
-    if (!ZERO_SERVICES_HAS(svc, comm_counters))
-        return svc->error(c, ZERO_ERR_UNSUPPORTED,
-                          WHO ": the core lacks the ABI 1.3 services (quantized collectives, node groups); "
-                              "libzero >= 1.3 is needed");
-    if (rc->optim == ZERO_OPTIM_LAMB)
-        return svc->error(c, ZERO_ERR_UNSUPPORTED, WHO ": optimizer Lamb is not supported");
-    if (rc->pipeline_stages > 1)
-        return svc->error(c, ZERO_ERR_UNSUPPORTED, WHO ": pipeline parallelism is not supported");
     zero_status st = ZERO_OK;
     int qw, qg;
     if (!flag(svc, ZO "zero_quantized_weights", &qw, &st) || !flag(svc, ZO "zero_quantized_gradients", &qg, &st))
@@ -53,8 +37,10 @@ static zero_status zpp_create(const zero_services *svc, void **state) {
         return svc->error(c, ZERO_ERR_CONFIG, ZO "zero_quantized_weights_block: expected an integer 1..65536");
     if (svc->cfg_int(c, ZO "zero_quantized_gradients_block", &gblock) < 0 || gblock < 1 || gblock > 65536)
         return svc->error(c, ZERO_ERR_CONFIG, ZO "zero_quantized_gradients_block: expected an integer 1..65536");
-    zpp *s = calloc(1, sizeof *s);
-    if (!s) return svc->error(c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
+    void *mem;
+    if ((st = zero_kit_create(svc, sizeof(zpp), ZERO_KIT_REFUSE_LAMB | ZERO_KIT_REFUSE_PIPELINE, WHO, &mem)) != ZERO_OK)
+        return st;
+    zpp *s = mem;
     s->svc = svc;
     s->c = c;
     s->rc = rc;
@@ -68,15 +54,15 @@ static zero_status zpp_create(const zero_services *svc, void **state) {
     s->qg_ef = ef;
     s->P = (int)P;
     s->dtype = rc->model_dtype;
-    s->esize = dtype_bytes(s->dtype);
-    s->gdtype = grad_dtype_of(rc);
-    s->gesize = dtype_bytes(s->gdtype);
+    s->esize = zero_kit_dtype_size(s->dtype);
+    s->gdtype = zero_kit_grad_dtype(rc);
+    s->gesize = zero_kit_dtype_size(s->gdtype);
     *state = s;
     return ZERO_OK;
 }
 
 static void *alloc_n(zpp *s, zero_mem_tag tag, uint64_t n, size_t es) {
-    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, (size_t)(n ? n : 1) * es);
+    return zero_kit_alloc_n(s->svc, ZERO_TIER_DEVICE, tag, n, es);
 }
 
 /* hpZ: the node (services comm_split_node), then groups of P inside it. */
@@ -95,10 +81,13 @@ static zero_status setup_hpz(zpp *s) {
     return ZERO_OK;
 }
 
+/* Where each param's elements live: the kit's map of the world layout,
+ * and the hpZ secondary chunks. */
 static zero_status map_params(zpp *s) {
     const zero_services *svc = s->svc;
-    const int N = s->nranks;
-    s->nparams = svc->nparams(s->c);
+    zero_status st = zero_kit_pmap_init(&s->pmap, svc, (uint32_t)s->nranks, WHO);
+    if (st != ZERO_OK) return st;
+    s->nparams = s->pmap.nparams;
     s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
     if (!s->params) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
     for (uint32_t i = 0; i < s->nparams; i++) {
@@ -106,21 +95,11 @@ static zero_status map_params(zpp *s) {
         zero_param_info *p = svc->param(s->c, i);
         mp->info = p;
         p->plugin_data = mp;
-        if (p->dtype != s->dtype)
-            return svc->error(s->c, ZERO_ERR_UNSUPPORTED, WHO ": param '%s' is not in the model dtype", p->name);
-        mp->counts = calloc((size_t)N, sizeof *mp->counts);
-        mp->part_lo = calloc((size_t)N, sizeof *mp->part_lo);
-        mp->hcounts = calloc((size_t)s->P, sizeof *mp->hcounts);
-        if (!mp->counts || !mp->part_lo || !mp->hcounts)
+        mp->counts = zero_kit_pmap_count(&s->pmap, i);
+        mp->part_lo = zero_kit_pmap_part_lo(&s->pmap, i);
+        mp->off_me = (size_t)zero_kit_pmap_off(&s->pmap, i)[s->rank];
+        if (!(mp->hcounts = calloc((size_t)s->P, sizeof *mp->hcounts)))
             return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
-        for (int j = 0; j < N; j++) {
-            zero_owned_range o;
-            if (p->numel && svc->owned_ranges(s->c, (uint32_t)j, p->flat_offset, p->flat_offset + p->numel, &o, 1)) {
-                mp->counts[j] = (size_t)(o.flat_hi - o.flat_lo);
-                mp->part_lo[j] = o.part_lo;
-                if (j == s->rank) mp->off_me = (size_t)(o.flat_lo - p->flat_offset);
-            }
-        }
         /* hpZ secondary chunks: P near-equal contiguous pieces */
         size_t at = 0;
         for (int h = 0; h < s->P; h++) {
@@ -170,31 +149,17 @@ static zero_status zpp_params_done(void *state) {
  * accumulator; the secondary partition is derived data, rebuilt by the
  * first gather after the load.  Same world size only. */
 static zero_status ckpt(zpp *s, const char *dir, int write) {
-    const zero_services *svc = s->svc;
-    typedef struct blob {
-        const char *name;
-        void *buf;
-        size_t bytes;
-    } blob;
-    blob blobs[8];
-    int nb = 0;
-    blobs[nb++] = (blob){"zeropp.params", s->pshard, (size_t)s->part * s->esize};
-    if ((void *)s->master != s->pshard) blobs[nb++] = (blob){"zeropp.master", s->master, (size_t)s->part * 4};
-    static const char *const names[4] = {"zeropp.state0", "zeropp.state1", "zeropp.state2", "zeropp.state3"};
-    for (uint32_t k = 0; k < s->nstate; k++) blobs[nb++] = (blob){names[k], s->state[k], (size_t)s->part * 4};
-    blobs[nb++] = (blob){"zeropp.acc", s->acc, (size_t)s->part * s->gesize};
-    zero_status st = ZERO_OK;
-    for (int i = 0; i < nb && st == ZERO_OK; i++)
-        st = write ? svc->ckpt_write(s->c, dir, blobs[i].name, blobs[i].buf, blobs[i].bytes)
-                   : svc->ckpt_read(s->c, dir, blobs[i].name, blobs[i].buf, blobs[i].bytes);
-    return st;
+    zero_kit_blob b[7];
+    uint32_t n = zero_kit_state_blobs(b, s->pshard, s->esize, s->master, s->state, s->nstate, s->part);
+    b[n++] = (zero_kit_blob){"acc", s->acc, (size_t)s->part * s->gesize};
+    return zero_kit_blobs_io(s->svc, dir, WHO, b, n, write);
 }
 
 static zero_status zpp_save(void *state, const char *dir) { return ckpt(state, dir, 1); }
 
 static zero_status zpp_load(void *state, const char *dir) {
     zpp *s = state;
-    zero_status st = s->svc->ckpt_agree(s->c, NULL, ckpt(s, dir, 0), dir, WHO);
+    zero_status st = zero_kit_blobs_agree(s->svc, NULL, ckpt(s, dir, 0), dir, WHO);
     zpp_drop_gathered(s);
     zpp_invalidate_secondary(s);
     return st;
@@ -222,13 +187,12 @@ static void zpp_destroy(void *state) {
             zpp_param *mp = &s->params[i];
             svc->mem_free(s->c, mp->grad_tmp);
             svc->mem_free(s->c, mp->sec);
-            free(mp->counts);
-            free(mp->part_lo);
             free(mp->hcounts);
             if (mp->info) mp->info->plugin_data = NULL;
         }
         free(s->params);
     }
+    zero_kit_pmap_free(&s->pmap);
     for (uint32_t k = 0; k < 4; k++) svc->mem_free(s->c, s->state[k]);
     if ((void *)s->master != s->pshard) svc->mem_free(s->c, s->master);
     svc->mem_free(s->c, s->pshard);

@@ -25,12 +25,12 @@
  * Threading: as every plugin (abi/zero_plugin.h): grad_buffer/on_grad_ready
  * may run concurrently for distinct params and touch only that param's
  * plugin_data and the thread-safe bucket engine; everything else runs on the
- * step thread.  Includes only abi/ headers (and plugins/common/plugin_glue.h,
- * which includes only abi/ too), like any third-party plugin. */
+ * step thread.  Built on the plugin kit (kit/zero_kit.h: gradient hand-in,
+ * bucket specs and sets, planning), which includes only abi/ headers, like
+ * any third-party plugin built on the installed kit. */
 #ifndef ZERO_PLUGIN_OFFLOAD_H
 #define ZERO_PLUGIN_OFFLOAD_H
-#include "zero_plugin.h"
-#include "../common/plugin_glue.h"
+#include "zero_kit.h"
 
 typedef struct offload {
     const zero_services *svc;
@@ -48,7 +48,7 @@ typedef struct offload {
     /* device tier */
     void *params;       /* flat_numel, model dtype: permanent full storage */
     void *dgrad;        /* gdtype; stage 1: flat_numel window sum; stage 2: part_numel accumulator */
-    zero__bsets bs;     /* bucket sets: one per partition communicator (1.3 expert groups) */
+    zero_kit_bsets bs;     /* bucket sets: one per partition communicator (1.3 expert groups) */
 
     /* host tier */
     float *master;      /* part_numel fp32 master of the owned partition */

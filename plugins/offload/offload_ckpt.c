@@ -19,7 +19,7 @@ static zero_status blobs(offload *s, const char *dir, int write) {
     /* ckpt_write/read stage a device buffer through host memory themselves */
     const size_t bytes = zero__of_dgrad_bytes(s);
     /* resharding: at a boundary, no gradient in flight; the saver's is not ours */
-    if (st == ZERO_OK && !write && ZERO_SERVICES_HAS(svc, ckpt_reshard) && svc->ckpt_reshard(s->c))
+    if (st == ZERO_OK && !write && svc->ckpt_reshard(s->c))
         return svc->mem_set(s->c, s->dgrad, 0, bytes);
     if (st == ZERO_OK)
         st = write ? svc->ckpt_write(s->c, dir, "offload.grads", s->dgrad, bytes)

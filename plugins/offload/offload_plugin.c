@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/plugin_glue.h"
 #include "offload.h"
 
 static zero_status of_create(const zero_services *svc, void **state) {
@@ -42,8 +41,8 @@ static void choose_partitioning(offload *s, const zero_run_config *rc) {
     const zero_services *svc = s->svc;
     /* stage-1 partitioning with gradient accumulation reduces every
      * micro-step like stage 2 (bitwise stage 2's sums: plugin_glue.h,
-     * zero__reduce_every_micro_step) unless reduce_once_per_window */
-    s->part_stage = rc->stage == 1 && !zero__reduce_every_micro_step(rc) ? 1 : 2;
+     * zero_kit_reduce_every_micro_step) unless reduce_once_per_window */
+    s->part_stage = rc->stage == 1 && !zero_kit_reduce_every_micro_step(rc) ? 1 : 2;
     if (rc->stage == 1 && s->part_stage == 2)
         svc->log(s->c, ZERO_LOG_DEBUG,
                  "offload: zero_optimization.stage 1 with gradient_accumulation_steps %lld: gradients are reduced "
@@ -74,15 +73,13 @@ static void choose_partitioning(offload *s, const zero_run_config *rc) {
 static zero_status of_params_done(void *state) {
     offload *s = state;
     const zero_services *svc = s->svc;
-    if (!ZERO_SERVICES_HAS(svc, ckpt_agree))
-        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "offload: the core lacks the partition step services");
     s->L = svc->layout(s->c);
     s->world = svc->comm_world(s->c);
     const zero_run_config *rc = svc->config(s->c);
     s->dtype = rc->model_dtype;
-    s->esize = s->dtype == ZERO_DTYPE_F32 ? 4 : 2;
-    s->gdtype = zero__grad_dtype_of(rc);
-    s->gesize = s->gdtype == ZERO_DTYPE_F32 ? 4 : 2;
+    s->esize = zero_kit_dtype_size(s->dtype);
+    s->gdtype = zero_kit_grad_dtype(rc);
+    s->gesize = zero_kit_dtype_size(s->gdtype);
     const uint32_t np = svc->nparams(s->c);
     choose_partitioning(s, rc);
     const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
@@ -112,43 +109,33 @@ static zero_status of_params_done(void *state) {
     /* fp32 accumulation of a 16-bit model: the slots are fp32, the host
      * writes model-dtype temporaries widened in at on_grad_ready */
     s->contiguous = s->gdtype != s->dtype ? 0 : s->part_stage == 1 ? 1 : rc->contiguous_gradients;
-    zero_bucket_spec spec = {0};
-    spec.struct_size = sizeof spec;
-    spec.bucket_numel = rc->reduce_bucket_size > 0 ? (uint64_t)rc->reduce_bucket_size : 0;
-    spec.overlap = rc->overlap_comm;
-    spec.contiguous = s->contiguous;
-    spec.grad_dtype = s->gdtype;
+    /* stage 1: the flat window sum, reduced once per window; stage 2: the
+     * partition accumulator, reduced every micro-step (the staging cannot
+     * hold a window's sum) */
+    zero_bucket_spec spec = zero_kit_bucket_spec(
+        svc, s->part_stage == 1 ? ZERO_BUCKETS_SCATTER_INPLACE : ZERO_BUCKETS_SCATTER, NULL, s->contiguous, s->dgrad);
     spec.on_block_final = zero__of_block_final; /* gradient to host as buckets complete */
     spec.on_block_final_user = s;
-    if (s->part_stage == 1) {
-        spec.mode = ZERO_BUCKETS_SCATTER_INPLACE;
-        spec.flat = s->dgrad;
-        spec.reduce_every_micro_step = 0; /* accumulate locally, reduce once per window */
-    } else {
-        spec.mode = ZERO_BUCKETS_SCATTER;
-        spec.partition = s->dgrad;
-        spec.reduce_every_micro_step = 1; /* the staging cannot hold a window's sum */
-    }
-    return zero__bsets_create(&s->bs, svc, &spec); /* (1.3) one set per partition communicator */
+    return zero_kit_bsets_create(&s->bs, svc, &spec); /* (1.3) one set per partition communicator */
 }
 
 /* Thread-safe for distinct params: each touches only its own plugin_data. */
 static zero_status of_grad_buffer(void *state, zero_param_info *p, void **buf) {
     offload *s = state;
-    if (s->contiguous) return s->svc->buckets_grad_slot(zero__bsets_of(&s->bs, p->index), p->index, buf);
-    return zero__grad_tmp(s->svc, p, s->esize, &p->plugin_data, buf, "offload");
+    if (s->contiguous) return s->svc->buckets_grad_slot(zero_kit_bsets_of(&s->bs, p->index), p->index, buf);
+    return zero_kit_grad_tmp(s->svc, p, s->esize, &p->plugin_data, buf, "offload");
 }
 
 static zero_status of_on_grad_ready(void *state, zero_param_info *p, void *stream) {
     offload *s = state;
     (void)stream;
-    return zero__grad_ready(s->svc, zero__bsets_of(&s->bs, p->index), p, &p->plugin_data);
+    return zero_kit_grad_ready(s->svc, zero_kit_bsets_of(&s->bs, p->index), p, &p->plugin_data);
 }
 
 static zero_status of_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     offload *s = state;
     s->in_flush = 1; /* on_block_final calls from here on are not during backward */
-    zero_status st = zero__bsets_flush(&s->bs); /* reduces what is left of this micro-step */
+    zero_status st = zero_kit_bsets_flush(&s->bs); /* reduces what is left of this micro-step */
     s->in_flush = 0;
     if (st != ZERO_OK || !ctx->boundary) return st;
     return zero__of_boundary(s, ctx, rep);
@@ -167,8 +154,8 @@ static void of_destroy(void *state) {
                  s->copied_numel ? 100.0 * (double)s->backward_numel / (double)s->copied_numel : 0.0,
                  1e3 * s->t_d2h_early / (double)s->steps, 1e3 * s->t_d2h / (double)s->steps,
                  1e3 * s->t_cpu_step / (double)s->steps, 1e3 * s->t_h2d_gather / (double)s->steps);
-    zero__bsets_destroy(&s->bs);
-    zero__grad_tmps_free(svc); /* temporaries of params never reported ready */
+    zero_kit_bsets_destroy(&s->bs);
+    zero_kit_grad_tmps_free(svc); /* temporaries of params never reported ready */
     for (uint32_t k = 0; k < 4; k++) svc->mem_free(s->c, s->state[k]);
     svc->mem_free(s->c, s->hgrad);
     svc->mem_free(s->c, s->master);
@@ -187,9 +174,9 @@ static zero_status of_plan(const zero_plan_services *ps) {
     zero_core *c = ps->core;
     const zero_run_config *rc = ps->config(c);
     const zero_layout *L = ps->layout(c);
-    const int part_stage = rc->stage == 1 && !zero__reduce_every_micro_step(rc) ? 1 : 2; /* choose_partitioning */
-    const zero_dtype gdt = zero__grad_dtype_of(rc);
-    const uint64_t es = rc->model_dtype == ZERO_DTYPE_F32 ? 4 : 2, ges = gdt == ZERO_DTYPE_F32 ? 4 : 2;
+    const int part_stage = rc->stage == 1 && !zero_kit_reduce_every_micro_step(rc) ? 1 : 2; /* choose_partitioning */
+    const zero_dtype gdt = zero_kit_grad_dtype(rc);
+    const uint64_t es = zero_kit_dtype_size(rc->model_dtype), ges = zero_kit_dtype_size(gdt);
     const uint64_t flat = L->flat_numel, part = L->part_numel;
     ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, flat * es);
     ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, (part_stage == 1 ? flat : part) * ges);
@@ -197,10 +184,10 @@ static zero_status of_plan(const zero_plan_services *ps) {
     ps->add(c, ZERO_TIER_HOST, ZERO_MEM_GRADS, part * ges);
     ps->add(c, ZERO_TIER_HOST, ZERO_MEM_OPTIM, (uint64_t)ps->optim_state_count(c) * part * sizeof(float));
     zero_bucket_spec spec =
-        zero__plan_bucket_spec(ps, part_stage == 1 ? ZERO_BUCKETS_SCATTER_INPLACE : ZERO_BUCKETS_SCATTER);
+        zero_kit_plan_bucket_spec(ps, part_stage == 1 ? ZERO_BUCKETS_SCATTER_INPLACE : ZERO_BUCKETS_SCATTER);
     ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, ps->buckets_bytes(c, &spec));
     const int contiguous = gdt != rc->model_dtype ? 0 : part_stage == 1 ? 1 : rc->contiguous_gradients;
-    if (!contiguous) zero__grad_tmp_plan(ps);
+    if (!contiguous) zero_kit_grad_tmp_plan(ps);
     return ZERO_OK;
 }
 

@@ -7,7 +7,7 @@
  * reduce_once_per_window off) every micro-step is instead reduce-scattered
  * into a partition accumulator exactly as stage 2 does, and at the boundary
  * the accumulated partitions are all-gathered into the flat gradient
- * (flat_plugin.c): bitwise stage 2's window sums.  During the boundary micro-step's backward the gradient
+ * (kit/kit_dp.c): bitwise stage 2's window sums.  During the boundary micro-step's backward the gradient
  * buckets are all-reduced (sums formed in fp32 by the bucket engine,
  * overlapping the host's backward when overlap_comm is on); at the boundary
  * every rank steps everything with identical inputs, so the replicas stay
@@ -19,22 +19,23 @@
  * into the params.  The norm, clip and step are the core's boundary_step
  * service; this file is glue.
  *
- * Includes only abi/ headers (and plugins/common/flat_plugin.h, which
- * includes only abi/ too), like any third-party plugin. */
-#include "../common/flat_plugin.h"
+ * A preset of the plugin kit's flat data-parallel engine (kit/zero_kit.h,
+ * zero_kit_dp_*), which includes only abi/ headers, like any third-party
+ * plugin built on the installed kit. */
+#include "zero_kit.h"
 
 /* Replicated: every rank holds the same all-reduced sum (reduced during the
  * boundary micro-step's backward) and steps everything, so there is nothing
  * to all-gather; the checkpoint keeps the window's local gradient sum so a
  * save in the middle of an accumulation window resumes exactly. */
-static const zero__flat_plugin_spec s0_spec = {
+static const zero_kit_dp_spec s0_spec = {
     .name = "stage0", .grads_blob = "grads", .mode = ZERO_BUCKETS_ALLREDUCE, .replicated = 1};
 
 /* ABI 1.2: what this strategy would allocate, without allocating it. */
-static zero_status s0_plan(const zero_plan_services *ps) { return zero__flat_plugin_plan(ps, &s0_spec); }
+static zero_status s0_plan(const zero_plan_services *ps) { return zero_kit_dp_plan(ps, &s0_spec); }
 
 static zero_status s0_create(const zero_services *svc, void **state) {
-    return zero__flat_plugin_create(svc, &s0_spec, state);
+    return zero_kit_dp_create(svc, &s0_spec, state);
 }
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
@@ -45,12 +46,12 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .name = "stage0",
     .description = "plain data parallelism: full gradients all-reduced, every rank steps everything",
     .create = s0_create,
-    .params_done = zero__flat_plugin_params_done,
-    .grad_buffer = zero__flat_plugin_grad_buffer,
-    .on_grad_ready = zero__flat_plugin_on_grad_ready,
-    .step = zero__flat_plugin_step,
-    .save = zero__flat_plugin_save,
-    .load = zero__flat_plugin_load,
-    .destroy = zero__flat_plugin_destroy,
+    .params_done = zero_kit_dp_params_done,
+    .grad_buffer = zero_kit_dp_grad_buffer,
+    .on_grad_ready = zero_kit_dp_on_grad_ready,
+    .step = zero_kit_dp_step,
+    .save = zero_kit_dp_save,
+    .load = zero_kit_dp_load,
+    .destroy = zero_kit_dp_destroy,
     .plan = s0_plan,
 };

@@ -19,24 +19,25 @@
  * Adam), and the optimizer pass rounds the new weights into the params.
  * Norm, clip, step and the all-gather are the core's services (glue here).
  *
- * Includes only abi/ headers (and plugins/common/flat_plugin.h, which
- * includes only abi/ too), like any third-party plugin. */
-#include "../common/flat_plugin.h"
+ * A preset of the plugin kit's flat data-parallel engine (kit/zero_kit.h,
+ * zero_kit_dp_*), which includes only abi/ headers, like any third-party
+ * plugin built on the installed kit. */
+#include "zero_kit.h"
 
 /* Accumulate locally in the flat buffer, reduce-scatter in place once per
  * window; the checkpoint keeps the window's local gradient sum (the full
  * flat buffer: it is reduced only at the boundary).  With
  * gradient_accumulation_steps > 1 (no pipeline, reduce_once_per_window off)
- * flat_plugin.c runs stage 2's SCATTER path instead ("stage1.part"): the
+ * the kit's engine runs stage 2's SCATTER path instead ("stage1.part"): the
  * same window sums as stage 2, bit for bit. */
-static const zero__flat_plugin_spec s1_spec = {
+static const zero_kit_dp_spec s1_spec = {
     .name = "stage1", .grads_blob = "grads", .mode = ZERO_BUCKETS_SCATTER_INPLACE, .replicated = 0};
 
 /* ABI 1.2: what this strategy would allocate, without allocating it. */
-static zero_status s1_plan(const zero_plan_services *ps) { return zero__flat_plugin_plan(ps, &s1_spec); }
+static zero_status s1_plan(const zero_plan_services *ps) { return zero_kit_dp_plan(ps, &s1_spec); }
 
 static zero_status s1_create(const zero_services *svc, void **state) {
-    return zero__flat_plugin_create(svc, &s1_spec, state);
+    return zero_kit_dp_create(svc, &s1_spec, state);
 }
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
@@ -48,12 +49,12 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .description = "ZeRO-1: optimizer states partitioned; gradients reduce-scattered at the boundary, "
                    "updated params all-gathered",
     .create = s1_create,
-    .params_done = zero__flat_plugin_params_done,
-    .grad_buffer = zero__flat_plugin_grad_buffer,
-    .on_grad_ready = zero__flat_plugin_on_grad_ready,
-    .step = zero__flat_plugin_step,
-    .save = zero__flat_plugin_save,
-    .load = zero__flat_plugin_load,
-    .destroy = zero__flat_plugin_destroy,
+    .params_done = zero_kit_dp_params_done,
+    .grad_buffer = zero_kit_dp_grad_buffer,
+    .on_grad_ready = zero_kit_dp_on_grad_ready,
+    .step = zero_kit_dp_step,
+    .save = zero_kit_dp_save,
+    .load = zero_kit_dp_load,
+    .destroy = zero_kit_dp_destroy,
     .plan = s1_plan,
 };

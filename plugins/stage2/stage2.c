@@ -20,21 +20,22 @@
  * (2 + (2+12)/N Psi with Adam); the optimizer rounds the new weights into the
  * params.  Norm, clip, step and all-gather are the core's services.
  *
- * Includes only abi/ headers (and plugins/common/flat_plugin.h, which
- * includes only abi/ too), like any third-party plugin. */
-#include "../common/flat_plugin.h"
+ * A preset of the plugin kit's flat data-parallel engine (kit/zero_kit.h,
+ * zero_kit_dp_*), which includes only abi/ headers, like any third-party
+ * plugin built on the installed kit. */
+#include "zero_kit.h"
 
 /* Reduce-scattered every micro-step into the partition accumulator
  * ("stage2.part" in a checkpoint); contiguous_gradients off hands the host a
  * per-param temporary instead of the staging slot. */
-static const zero__flat_plugin_spec s2_spec = {
+static const zero_kit_dp_spec s2_spec = {
     .name = "stage2", .grads_blob = "part", .mode = ZERO_BUCKETS_SCATTER, .replicated = 0};
 
 /* ABI 1.2: what this strategy would allocate, without allocating it. */
-static zero_status s2_plan(const zero_plan_services *ps) { return zero__flat_plugin_plan(ps, &s2_spec); }
+static zero_status s2_plan(const zero_plan_services *ps) { return zero_kit_dp_plan(ps, &s2_spec); }
 
 static zero_status s2_create(const zero_services *svc, void **state) {
-    return zero__flat_plugin_create(svc, &s2_spec, state);
+    return zero_kit_dp_create(svc, &s2_spec, state);
 }
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
@@ -45,12 +46,12 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .name = "stage2",
     .description = "ZeRO-2: optimizer states and gradients partitioned; buckets reduce-scattered during backward",
     .create = s2_create,
-    .params_done = zero__flat_plugin_params_done,
-    .grad_buffer = zero__flat_plugin_grad_buffer,
-    .on_grad_ready = zero__flat_plugin_on_grad_ready,
-    .step = zero__flat_plugin_step,
-    .save = zero__flat_plugin_save,
-    .load = zero__flat_plugin_load,
-    .destroy = zero__flat_plugin_destroy,
+    .params_done = zero_kit_dp_params_done,
+    .grad_buffer = zero_kit_dp_grad_buffer,
+    .on_grad_ready = zero_kit_dp_on_grad_ready,
+    .step = zero_kit_dp_step,
+    .save = zero_kit_dp_save,
+    .load = zero_kit_dp_load,
+    .destroy = zero_kit_dp_destroy,
     .plan = s2_plan,
 };

@@ -336,7 +336,7 @@ static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const ch
 
 /* ------------------------------------------------------------ convert */
 
-/* The flat-layout plugins (plugins/common/flat_plugin.c): what each writes
+/* The flat-layout plugins (the plugin kit's flat engine, kit/kit_dp.c): what each writes
  * per rank, in this order -- core, <name>.params, <name>.master (16-bit
  * models), <name>.state<k>, <name>.<grads> (opaque: the window's gradient,
  * zero at a boundary; part_numel or flat_numel elements of the gradient

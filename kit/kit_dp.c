@@ -1,16 +1,18 @@
-/* See flat_plugin.h. */
+/* The flat data-parallel engine of the plugin kit: whole strategies from a
+ * zero_kit_dp_spec (zero_kit_flat.h).  stage0, stage1, stage2 and stage1-pp
+ * are presets of it. */
 #include <stdlib.h>
 
-#include "flat_plugin.h"
+#include "zero_kit.h"
 
-typedef struct flat_plugin {
-    zero__flat_state f;
+typedef struct kit_dp {
+    zero_kit_flat f;
     const zero_services *svc;
-    const zero__flat_plugin_spec *spec;
+    const zero_kit_dp_spec *spec;
     zero_bucket_mode mode; /* what runs: spec->mode, or SCATTER when reducing every micro-step */
-    int micro;      /* an in-place spec reducing every micro-step (zero__reduce_every_micro_step) */
+    int micro;      /* an in-place spec reducing every micro-step (zero_kit_reduce_every_micro_step) */
     int contiguous; /* grad_buffer hands out the bucket slot (always, in the in-place modes) */
-    zero__bsets bs; /* one bucket set per partition communicator (expert groups: 1.3) */
+    zero_kit_bsets bs; /* one bucket set per partition communicator (expert groups: 1.3) */
     /* A replicated spec (stage 0) reducing every micro-step: the window's
      * sum is this rank's partition accumulator `acc` (part_numel, grad
      * dtype, GRADS), exactly stage 2's; at the boundary its blocks go to
@@ -20,10 +22,10 @@ typedef struct flat_plugin {
     size_t acc_bytes;
     zero_owned_range *mine;
     uint32_t nmine;
-} flat_plugin;
+} kit_dp;
 
-zero_status zero__flat_plugin_create(const zero_services *svc, const zero__flat_plugin_spec *spec, void **state) {
-    flat_plugin *s = calloc(1, sizeof *s);
+zero_status zero_kit_dp_create(const zero_services *svc, const zero_kit_dp_spec *spec, void **state) {
+    kit_dp *s = calloc(1, sizeof *s);
     if (!s) return ZERO_ERR_OUT_OF_MEMORY;
     s->svc = svc;
     s->spec = spec;
@@ -32,16 +34,35 @@ zero_status zero__flat_plugin_create(const zero_services *svc, const zero__flat_
 }
 
 /* The reduction that runs for spec under rc (params_done and plan agree). */
-static int runs_micro(const zero__flat_plugin_spec *spec, const zero_run_config *rc) {
-    return spec->mode != ZERO_BUCKETS_SCATTER && zero__reduce_every_micro_step(rc);
+static int runs_micro(const zero_kit_dp_spec *spec, const zero_run_config *rc) {
+    return spec->mode != ZERO_BUCKETS_SCATTER && zero_kit_reduce_every_micro_step(rc);
 }
 
 /* The checkpoint name of the window's gradient: the spec's for the flat
- * window sum, "part" (stage 2's) for a partition accumulator. */
-static const char *grads_blob(const flat_plugin *s) { return s->micro ? "part" : s->spec->grads_blob; }
+ * window sum; for a partition accumulator the spec's micro_blob, by default
+ * "part" (stage 2's). */
+static const char *grads_blob(const kit_dp *s) {
+    if (!s->micro) return s->spec->grads_blob;
+    return s->spec->micro_blob ? s->spec->micro_blob : "part";
+}
 
-zero_status zero__flat_plugin_params_done(void *state) {
-    flat_plugin *s = state;
+/* Where a load agrees on its outcome (zero_kit_dp_spec.agree_global). */
+static zero_comm *agree_comm(const kit_dp *s) {
+    return s->spec->agree_global ? s->svc->comm_global(s->svc->core) : NULL;
+}
+
+zero_status zero_kit_dp_register_param(void *state, zero_param_info *p) {
+    kit_dp *s = state;
+    const zero_dtype dt = s->svc->config(s->svc->core)->model_dtype;
+    if (p->dtype != dt)
+        return s->svc->error(s->svc->core, ZERO_ERR_UNSUPPORTED,
+                             "%s: param '%s' has dtype %d, but the model dtype (bf16.enabled / fp16.enabled) is %d",
+                             s->spec->name, p->name, (int)p->dtype, (int)dt);
+    return ZERO_OK;
+}
+
+zero_status zero_kit_dp_params_done(void *state) {
+    kit_dp *s = state;
     const zero_services *svc = s->svc;
     const zero_layout *L = svc->layout(svc->core);
     const zero_run_config *rc = svc->config(svc->core);
@@ -52,7 +73,7 @@ zero_status zero__flat_plugin_params_done(void *state) {
     /* staged: the gradient is this rank's partition accumulator (stage 0:
      * beside the flat gradient it steps); in place: the full flat window
      * sum, reduced at its owned ranges (or everywhere) */
-    zero_status st = zero__flat_init(&s->f, svc, s->spec->replicated, part_grads ? L->part_numel : L->flat_numel,
+    zero_status st = zero_kit_flat_init(&s->f, svc, s->spec->replicated, part_grads ? L->part_numel : L->flat_numel,
                                      part_grads ? ZERO_INDEX_PART : ZERO_INDEX_FLAT, s->spec->name);
     if (st != ZERO_OK) return st;
     void *dst = s->f.grads;
@@ -84,27 +105,27 @@ zero_status zero__flat_plugin_params_done(void *state) {
         const uint32_t np = svc->nparams(svc->core);
         for (uint32_t i = 0; i < np; i++) svc->param(svc->core, i)->plugin_data = NULL;
     }
-    zero_bucket_spec spec = zero__flat_bucket_spec(&s->f, s->mode, NULL, s->contiguous, dst);
-    return zero__bsets_create(&s->bs, svc, &spec);
+    zero_bucket_spec spec = zero_kit_flat_bucket_spec(&s->f, s->mode, NULL, s->contiguous, dst);
+    return zero_kit_bsets_create(&s->bs, svc, &spec);
 }
 
-zero_status zero__flat_plugin_grad_buffer(void *state, zero_param_info *p, void **buf) {
-    flat_plugin *s = state;
-    if (s->contiguous) return s->svc->buckets_grad_slot(zero__bsets_of(&s->bs, p->index), p->index, buf);
-    return zero__grad_tmp(s->svc, p, s->f.esize, &p->plugin_data, buf, s->spec->name);
+zero_status zero_kit_dp_grad_buffer(void *state, zero_param_info *p, void **buf) {
+    kit_dp *s = state;
+    if (s->contiguous) return s->svc->buckets_grad_slot(zero_kit_bsets_of(&s->bs, p->index), p->index, buf);
+    return zero_kit_grad_tmp(s->svc, p, s->f.esize, &p->plugin_data, buf, s->spec->name);
 }
 
-zero_status zero__flat_plugin_on_grad_ready(void *state, zero_param_info *p, void *stream) {
-    flat_plugin *s = state;
+zero_status zero_kit_dp_on_grad_ready(void *state, zero_param_info *p, void *stream) {
+    kit_dp *s = state;
     (void)stream;
-    return zero__grad_ready(s->svc, zero__bsets_of(&s->bs, p->index), p, s->contiguous ? NULL : &p->plugin_data);
+    return zero_kit_grad_ready(s->svc, zero_kit_bsets_of(&s->bs, p->index), p, s->contiguous ? NULL : &p->plugin_data);
 }
 
 /* Stage 0 reducing every micro-step, at the boundary: the partition
  * accumulator's blocks into their places of the flat gradient, all-gathered
  * (bytes: every rank then holds bitwise the sums the partitioned stages
  * step), and the accumulator cleared for the next window. */
-static zero_status gather_acc(flat_plugin *s) {
+static zero_status gather_acc(kit_dp *s) {
     const zero_services *svc = s->svc;
     const size_t ges = s->f.gesize;
     for (uint32_t i = 0; i < s->nmine; i++) {
@@ -117,51 +138,51 @@ static zero_status gather_acc(flat_plugin *s) {
     return st != ZERO_OK ? st : z;
 }
 
-zero_status zero__flat_plugin_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
-    flat_plugin *s = state;
-    zero_status st = zero__bsets_flush(&s->bs); /* every micro-step: also resets the ready counts */
+zero_status zero_kit_dp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
+    kit_dp *s = state;
+    zero_status st = zero_kit_bsets_flush(&s->bs); /* every micro-step: also resets the ready counts */
     if (st != ZERO_OK || !ctx->boundary) return st;
     if (s->acc && (st = gather_acc(s)) != ZERO_OK) return st;
-    return zero__flat_boundary(&s->f, ctx, rep);
+    return zero_kit_flat_boundary(&s->f, ctx, rep);
 }
 
 /* The window's state is the partition accumulator when stage 0 keeps one
  * (its flat gradient is only filled at the boundary), else f's gradient. */
-zero_status zero__flat_plugin_save(void *state, const char *dir) {
-    flat_plugin *s = state;
-    if (s->acc) return zero__flat_ckpt_buf(&s->f, dir, s->spec->name, grads_blob(s), s->acc, s->acc_bytes, 1);
-    return zero__flat_ckpt(&s->f, dir, s->spec->name, grads_blob(s), 1);
+zero_status zero_kit_dp_save(void *state, const char *dir) {
+    kit_dp *s = state;
+    if (s->acc) return zero_kit_flat_ckpt_buf(&s->f, dir, s->spec->name, grads_blob(s), s->acc, s->acc_bytes, 1);
+    return zero_kit_flat_ckpt(&s->f, dir, s->spec->name, grads_blob(s), 1);
 }
 
-zero_status zero__flat_plugin_load(void *state, const char *dir) {
-    flat_plugin *s = state;
-    if (s->acc) return zero__flat_load_buf(&s->f, dir, s->spec->name, grads_blob(s), s->acc, s->acc_bytes);
-    return zero__flat_load(&s->f, dir, s->spec->name, grads_blob(s));
+zero_status zero_kit_dp_load(void *state, const char *dir) {
+    kit_dp *s = state;
+    if (s->acc) return zero_kit_flat_load_buf(&s->f, dir, s->spec->name, grads_blob(s), s->acc, s->acc_bytes, agree_comm(s));
+    return zero_kit_flat_load(&s->f, dir, s->spec->name, grads_blob(s), agree_comm(s));
 }
 
-void zero__flat_plugin_destroy(void *state) {
-    flat_plugin *s = state;
+void zero_kit_dp_destroy(void *state) {
+    kit_dp *s = state;
     if (!s) return;
-    zero__bsets_destroy(&s->bs);
-    if (!s->contiguous) zero__grad_tmps_free(s->svc); /* temporaries of params never reported ready */
+    zero_kit_bsets_destroy(&s->bs);
+    if (!s->contiguous) zero_kit_grad_tmps_free(s->svc); /* temporaries of params never reported ready */
     if (s->acc) s->svc->mem_free(s->svc->core, s->acc);
     free(s->mine);
-    zero__flat_free(&s->f);
+    zero_kit_flat_free(&s->f);
     free(s);
 }
 
-zero_status zero__flat_plugin_plan(const zero_plan_services *ps, const zero__flat_plugin_spec *spec) {
+zero_status zero_kit_dp_plan(const zero_plan_services *ps, const zero_kit_dp_spec *spec) {
     const zero_run_config *rc = ps->config(ps->core);
     const zero_layout *L = ps->layout(ps->core);
     const int micro = runs_micro(spec, rc);
     const zero_bucket_mode mode = micro ? ZERO_BUCKETS_SCATTER : spec->mode;
     const int staged = mode == ZERO_BUCKETS_SCATTER;
-    const zero_dtype gdt = zero__grad_dtype_of(rc);
-    zero__flat_plan(ps, spec->replicated, staged && !spec->replicated ? L->part_numel : L->flat_numel, mode);
+    const zero_dtype gdt = zero_kit_grad_dtype(rc);
+    zero_kit_flat_plan(ps, spec->replicated, staged && !spec->replicated ? L->part_numel : L->flat_numel, mode);
     if (staged && spec->replicated) /* stage 0's partition accumulator beside its flat gradient */
         ps->add(ps->core, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, L->part_numel * (gdt == ZERO_DTYPE_F32 ? 4 : 2));
     /* as params_done decides contiguous */
     const int contiguous = gdt != rc->model_dtype ? 0 : staged ? rc->contiguous_gradients : 1;
-    if (!contiguous) zero__grad_tmp_plan(ps);
+    if (!contiguous) zero_kit_grad_tmp_plan(ps);
     return ZERO_OK;
 }
