@@ -42,8 +42,11 @@ Two checks, both on every edge:
 
 --floor-report prints, per pair of folders (from -> to, different folders),
 how many include lines and how many (unit, symbol) uses go that way, marks
-the upward ones, and totals them (before/after numbers of issue 32 come from
-it); it does not change the exit status.
+the upward ones, and totals them; it does not change the exit status.  The
+script reads any tree, so the numbers of an older commit come from running
+it on that commit's sources and build (issue 32: at b8e68df, 65 edges up a
+floor -- backends -> core 21 includes + 42 symbol uses, kernels/cuda ->
+core/optim 2 includes; after the floors, 0).
 
 Why: loops between files make every change ripple both ways and keep files
 from being read, tested or replaced one at a time; a call up a floor is the

@@ -1,7 +1,10 @@
 /* MPI backend: communicator setup (duplicate of the host's communicator or
  * of MPI_COMM_WORLD, MPI initialised only if the host has not), split, free,
  * blocking collectives and counters.  The nonblocking collectives live in
- * comm_mpi_ring.c and the progress engine in comm_mpi_progress.c.
+ * comm_mpi_ring.c (shared-memory ones in comm_mpi_shm.c), the progress
+ * engine in comm_mpi_progress.c and the helpers they all use in
+ * comm_mpi_util.c; this file sits on top of them and hands the engine the
+ * schedules' entry points (op_hooks).
  *
  * Blocking collectives run as their nonblocking MPI twins, completed here
  * by a bounded, backing-off poll (comm_wait.h): Open MPI's own blocking
