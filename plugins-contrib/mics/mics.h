@@ -23,6 +23,10 @@
  *    group plus all-reduce across groups (README), but in stage0's
  *    summation order.
  *
+ * Gathers: the plugin kit's gather engine (zero_kit_gather.h) with MiCS's
+ * shard-group all-gather as the fetch, so MiCS gets stage 3's recorded
+ * order, prefetch, reuse distance, persistence and budget.
+ *
  * Threading: everything runs on the engine's step thread (gather, release,
  * step, save, load, destroy) except grad_buffer / on_grad_ready, which use
  * only the thread-safe bucket engine and per-param temporaries. */
@@ -31,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zero_kit_gather.h"
 #include "zero_plugin.h"
 
 /* One param: where its elements live.  piece j (j < N) is the part of the
@@ -41,9 +46,8 @@ typedef struct mics_param {
     zero_param_info *info;
     uint64_t *off, *len, *part_lo; /* N entries each */
     size_t *counts;                /* S entries: elements each shard-group member contributes to a gather */
-    void *buf;                     /* full tensor between gather and release, or NULL */
-    void *recv;                    /* gather staging (member-major order), freed with buf */
-    int holds;                     /* host gathers not yet released */
+    void *recv;                    /* staging of an in-flight fetch (member-major order): allocated by the
+                                      fetch, freed when it lands (the full tensor is the gather engine's) */
     void *grad_tmp;                /* per-param gradient temporary (non-contiguous gradients) */
 } mics_param;
 
@@ -74,13 +78,18 @@ typedef struct mics {
     int contiguous;
     mics_param *params;
     uint32_t nparams;
+    zero_kit_gather *gather;       /* the kit's gather engine over shard_comm (mics_gather.c): recorded order,
+                                      prefetch, reuse distance, persistence, pool and budget */
 } mics;
 
 /* mics_gather.c */
+zero_status mics_place_params(mics *s);
+/* Create s->gather (params_done, after the shard holds the initial values):
+ * the hierarchical all-gather inside the shard group as its fetch. */
+zero_status mics_gather_setup(mics *s);
 zero_status mics_gather(void *state, zero_param_info *const *params, size_t n, void **ptrs);
 zero_status mics_release(void *state, zero_param_info *const *params, size_t n);
-void mics_drop_gathered(mics *s);
-zero_status mics_place_params(mics *s);
+zero_status mics_set_phase(void *state, const char *phase);
 
 /* mics_step.c */
 zero_status mics_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
