@@ -86,8 +86,10 @@ zero_status mics_gather_setup(mics *s) {
     spec.comm = s->shard_comm; /* the ranks that gather together agree */
     spec.group_comm = s->shard_comm;
     spec.gathers_world = s->S > 1;
-    /* budget: at most what sharding saves over holding every full tensor */
-    spec.cap_bytes = (L->flat_numel - s->shard_numel) * (uint64_t)s->esize;
+    /* budget: stage 3's at this world size (what partitioning over every
+     * rank saves), so MiCS gathers as stage 3 would; its larger shard is
+     * the memory it trades for the shorter all-gathers */
+    spec.cap_bytes = (L->flat_numel - L->part_numel) * (uint64_t)s->esize;
     spec.ops.fetch = fetch;
     spec.ops.landed = landed;
     spec.ctx = s;
