@@ -25,6 +25,10 @@
  *    group plus all-reduce across groups (README), but in stage0's
  *    summation order.
  *
+ * Gathers: the plugin kit's gather engine (zero_kit_gather.h) with MiCS's
+ * shard-group all-gather as the fetch, so MiCS gets stage 3's recorded
+ * order, prefetch, reuse distance, persistence and budget.
+ *
  * Threading: everything runs on the engine's step thread (gather, release,
  * step, save, load, destroy) except grad_buffer / on_grad_ready, which use
  * only the thread-safe bucket engine and per-param temporaries. */
@@ -33,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "zero_kit.h"
+#include "zero_kit.h" /* the glue and the gather engine (zero_kit_gather.h) */
 
 /* One param: where its elements live.  piece j (j < N) is the part of the
  * param in world share j: `len[j]` elements starting `off[j]` elements into
@@ -46,9 +50,8 @@ typedef struct mics_param {
     const size_t *len;
     const uint64_t *part_lo;
     size_t *counts;                /* S entries: elements each shard-group member contributes to a gather */
-    void *buf;                     /* full tensor between gather and release, or NULL */
-    void *recv;                    /* gather staging (member-major order), freed with buf */
-    int holds;                     /* host gathers not yet released */
+    void *recv;                    /* staging of an in-flight fetch (member-major order): allocated by the
+                                      fetch, freed when it lands (the full tensor is the gather engine's) */
     void *grad_tmp;                /* per-param gradient temporary (non-contiguous gradients) */
 } mics_param;
 
@@ -80,13 +83,18 @@ typedef struct mics {
     mics_param *params;
     uint32_t nparams;
     zero_kit_pmap pmap;            /* every param's piece in every world share (the kit's) */
+    zero_kit_gather *gather;       /* the kit's gather engine over shard_comm (mics_gather.c): recorded order,
+                                      prefetch, reuse distance, persistence, pool and budget */
 } mics;
 
 /* mics_gather.c */
+zero_status mics_place_params(mics *s);
+/* Create s->gather (params_done, after the shard holds the initial values):
+ * the hierarchical all-gather inside the shard group as its fetch. */
+zero_status mics_gather_setup(mics *s);
 zero_status mics_gather(void *state, zero_param_info *const *params, size_t n, void **ptrs);
 zero_status mics_release(void *state, zero_param_info *const *params, size_t n);
-void mics_drop_gathered(mics *s);
-zero_status mics_place_params(mics *s);
+zero_status mics_set_phase(void *state, const char *phase);
 
 /* mics_step.c */
 zero_status mics_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep);

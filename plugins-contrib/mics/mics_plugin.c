@@ -116,6 +116,7 @@ static zero_status mics_params_done(void *state) {
                           (unsigned long long)s->shard_numel);
     if ((st = map_params(s)) != ZERO_OK || (st = map_ranges(s)) != ZERO_OK) return st;
     if ((st = mics_place_params(s)) != ZERO_OK) return st;
+    if ((st = mics_gather_setup(s)) != ZERO_OK) return st; /* persistent params start from the initial values */
     if ((void *)s->master != s->pshard) /* 16-bit model: the master is the shard widened (exact) */
         svc->convert(s->c, s->master, ZERO_DTYPE_F32, s->pshard, s->dtype, (size_t)s->shard_numel);
 
@@ -157,8 +158,9 @@ static zero_status mics_save(void *state, const char *dir) { return ckpt(state, 
 
 static zero_status mics_load(void *state, const char *dir) {
     mics *s = state;
-    zero_status st = zero_kit_blobs_agree(s->svc, NULL, ckpt(s, dir, 0), dir, WHO);
-    if (st == ZERO_OK) mics_drop_gathered(s);
+    zero_status st = zero_kit_gather_drop_all(s->gather); /* gathered values are about to be stale */
+    st = zero_kit_blobs_agree(s->svc, NULL, st == ZERO_OK ? ckpt(s, dir, 0) : st, dir, WHO);
+    zero_kit_gather_mark_stale(s->gather);
     return st;
 }
 
@@ -166,9 +168,9 @@ static void mics_destroy(void *state) {
     mics *s = state;
     if (!s) return;
     const zero_services *svc = s->svc;
+    zero_kit_gather_destroy(s->gather); /* waits for its all-gathers, logs how gathers were served */
     if (s->b) svc->buckets_destroy(s->b);
     if (s->params) {
-        mics_drop_gathered(s);
         for (uint32_t i = 0; i < s->nparams; i++) {
             mics_param *mp = &s->params[i];
             svc->mem_free(s->c, mp->grad_tmp);
@@ -210,6 +212,6 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .load = mics_load,
     .sync = NULL,
     .destroy = mics_destroy,
-    .set_phase = NULL,
+    .set_phase = mics_set_phase,
     .plan = NULL,
 };

@@ -57,9 +57,15 @@ static zero_status gather_grad(mics *s) {
 zero_status mics_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     mics *s = state;
     const zero_services *svc = s->svc;
-    zero_status st = svc->buckets_flush(s->b);
-    if (st != ZERO_OK || !ctx->boundary) return st;
-    mics_drop_gathered(s); /* gathered tensors are stale after the step (valid until the next zero_step) */
+    /* the gather engine: verify the micro-step's gathers (collective, on
+     * every rank), then drop what was gathered (valid until zero_step) */
+    zero_status ag = zero_kit_gather_agree(s->gather, "zero_step");
+    zero_status st = zero_kit_gather_end_micro_step(s->gather);
+    if (ag != ZERO_OK) return ag;
+    zero_status fl = svc->buckets_flush(s->b); /* collective: flush even after a local gather error */
+    if (st == ZERO_OK) st = fl;
+    if (st != ZERO_OK) return st;
+    if (!ctx->boundary) return zero_kit_gather_prefetch_ahead(s->gather); /* the next micro-step's first params */
     zero_grad_norm gn;
     st = norm_of_shares(s, ctx, &gn);
     if (st == ZERO_OK) {
@@ -72,5 +78,8 @@ zero_status mics_step(void *state, const zero_step_ctx *ctx, zero_step_report *r
     }
     /* the next window starts from zero, overflow or not */
     zero_status z = svc->mem_set(s->c, s->acc, 0, (size_t)s->part * s->gesize);
-    return st != ZERO_OK ? st : z;
+    if (st == ZERO_OK) st = z;
+    if (st != ZERO_OK) return st;
+    if (!rep->overflow) zero_kit_gather_mark_stale(s->gather); /* persistent params: refetched at their next use */
+    return zero_kit_gather_prefetch_ahead(s->gather);
 }

@@ -19,6 +19,10 @@
  *    bucket engine reduce-scatters exact sums (stage 3's, bitwise stage0).
  * The fp32 master is never quantized: only what crosses the wire is.
  *
+ * Gathers: the plugin kit's gather engine (zero_kit_gather.h) with the
+ * world / hpZ-group all-gather as its fetch, so ZeRO++ gets stage 3's
+ * recorded order, prefetch, reuse distance, persistence and budget.
+ *
  * Built the way a third party builds a plugin: the installed plugin kit
  * (zero_kit.h, libzero_kit.a: create, accounted allocation, the parameter
  * map, gradient hand-in, bucket spec, checkpoint blobs) and ABI headers,
@@ -30,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "zero_kit.h"
+#include "zero_kit.h" /* the glue and the gather engine (zero_kit_gather.h) */
 
 typedef struct zpp_param {
     zero_param_info *info;
@@ -40,9 +44,9 @@ typedef struct zpp_param {
     size_t *hcounts;               /* P entries: the param's secondary chunks (hpZ) */
     size_t hoff_me;
     void *sec;                     /* hpZ: this rank's secondary chunk (hcounts[hrank] elements) */
-    int sec_valid;                 /* sec holds the current values (set by the first gather after a step) */
-    void *buf;                     /* full tensor between gather and release, or NULL */
-    int holds;
+    int sec_valid;                 /* sec holds (or, once the world fetch in flight lands, will hold) the
+                                      current values: set by the first fetch after a step */
+    int keep_sec;                  /* a world fetch is in flight: copy this rank's chunk into sec when it lands */
     void *grad_tmp;                /* per-param gradient temporary (model dtype) */
 } zpp_param;
 
@@ -85,13 +89,20 @@ typedef struct zpp {
     uint32_t nparams;
     zero_kit_pmap pmap;            /* every param's piece in every world share (the kit's) */
     zpp_counts counts;
+    zero_kit_gather *gather;       /* the kit's gather engine (zeropp_gather.c): recorded order, prefetch,
+                                      reuse distance, persistence, pool and budget */
 } zpp;
 
 /* zeropp_gather.c */
+/* Create s->gather (params_done, after the share holds the initial values):
+ * world (exact or qwZ) / hpZ-group all-gathers as its fetch. */
+zero_status zpp_gather_setup(zpp *s);
 zero_status zpp_gather(void *state, zero_param_info *const *params, size_t n, void **ptrs);
 zero_status zpp_release(void *state, zero_param_info *const *params, size_t n);
-void zpp_drop_gathered(zpp *s);
-void zpp_invalidate_secondary(zpp *s);
+zero_status zpp_set_phase(void *state, const char *phase);
+/* The parameters changed (step, load): gathered tensors and secondary
+ * chunks are stale; the next fetch of each param spans the world again. */
+void zpp_params_changed(zpp *s);
 
 /* zeropp_grads.c */
 zero_status zpp_grads_setup(zpp *s);

@@ -103,10 +103,15 @@ static zero_status reduce_quantized(zpp *s) {
 zero_status zpp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     zpp *s = state;
     const zero_services *svc = s->svc;
-    zero_status st = s->gflat ? reduce_quantized(s) : svc->buckets_flush(s->b);
-    if (st != ZERO_OK || !ctx->boundary) return st;
-    zpp_drop_gathered(s);        /* gathered tensors are stale after the step */
-    zpp_invalidate_secondary(s); /* so is every secondary chunk: next gathers span the world again */
+    /* the gather engine: verify the micro-step's gathers (collective, on
+     * every rank), then drop what was gathered (valid until zero_step) */
+    zero_status ag = zero_kit_gather_agree(s->gather, "zero_step");
+    zero_status st = zero_kit_gather_end_micro_step(s->gather);
+    if (ag != ZERO_OK) return ag;
+    zero_status red = s->gflat ? reduce_quantized(s) : svc->buckets_flush(s->b); /* collective either way */
+    if (st == ZERO_OK) st = red;
+    if (st != ZERO_OK) return st;
+    if (!ctx->boundary) return zero_kit_gather_prefetch_ahead(s->gather); /* the next micro-step's first params */
     zero_part_step ps;
     memset(&ps, 0, sizeof ps);
     ps.struct_size = sizeof ps;
@@ -123,5 +128,8 @@ zero_status zpp_step(void *state, const zero_step_ctx *ctx, zero_step_report *re
     ps.param_out_index = ZERO_INDEX_PART;
     st = svc->boundary_step(s->c, &ps, ctx, rep);
     zero_status z = svc->mem_set(s->c, s->acc, 0, (size_t)s->part * s->gesize);
-    return st != ZERO_OK ? st : z;
+    if (st == ZERO_OK) st = z;
+    if (st != ZERO_OK) return st;
+    if (!rep->overflow) zpp_params_changed(s); /* gathered tensors and secondary chunks are stale */
+    return zero_kit_gather_prefetch_ahead(s->gather);
 }

@@ -137,6 +137,7 @@ static zero_status zpp_params_done(void *state) {
     if (!ok) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": cannot allocate the share");
     s->nmine = L->flat_numel ? svc->owned_ranges(s->c, (uint32_t)s->rank, 0, L->flat_numel, s->mine, ng) : 0;
     if ((st = map_params(s)) != ZERO_OK) return st;
+    if ((st = zpp_gather_setup(s)) != ZERO_OK) return st; /* persistent params start from the initial values */
     if ((void *)s->master != s->pshard)
         svc->convert(s->c, s->master, ZERO_DTYPE_F32, s->pshard, s->dtype, (size_t)s->part);
     svc->log(s->c, ZERO_LOG_INFO, WHO ": qwZ %s (block %u), qgZ %s (int%d, block %u), hpZ %s (secondary group of %d)",
@@ -159,9 +160,9 @@ static zero_status zpp_save(void *state, const char *dir) { return ckpt(state, d
 
 static zero_status zpp_load(void *state, const char *dir) {
     zpp *s = state;
-    zero_status st = zero_kit_blobs_agree(s->svc, NULL, ckpt(s, dir, 0), dir, WHO);
-    zpp_drop_gathered(s);
-    zpp_invalidate_secondary(s);
+    zero_status st = zero_kit_gather_drop_all(s->gather); /* gathered values are about to be stale */
+    st = zero_kit_blobs_agree(s->svc, NULL, st == ZERO_OK ? ckpt(s, dir, 0) : st, dir, WHO);
+    zpp_params_changed(s);
     return st;
 }
 
@@ -179,10 +180,10 @@ static void zpp_destroy(void *state) {
     zpp *s = state;
     if (!s) return;
     const zero_services *svc = s->svc;
+    zero_kit_gather_destroy(s->gather); /* waits for its all-gathers, logs how gathers were served */
     log_counts(s);
     zpp_grads_free(s);
     if (s->params) {
-        zpp_drop_gathered(s);
         for (uint32_t i = 0; i < s->nparams; i++) {
             zpp_param *mp = &s->params[i];
             svc->mem_free(s->c, mp->grad_tmp);
@@ -225,6 +226,6 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .load = zpp_load,
     .sync = NULL,
     .destroy = zpp_destroy,
-    .set_phase = NULL,
+    .set_phase = zpp_set_phase,
     .plan = NULL,
 };

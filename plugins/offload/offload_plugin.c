@@ -40,7 +40,7 @@ static void *alloc_n(offload *s, zero_mem_tier tier, zero_mem_tag tag, uint64_t 
 static void choose_partitioning(offload *s, const zero_run_config *rc) {
     const zero_services *svc = s->svc;
     /* stage-1 partitioning with gradient accumulation reduces every
-     * micro-step like stage 2 (bitwise stage 2's sums: plugin_glue.h,
+     * micro-step like stage 2 (bitwise stage 2's sums: zero_kit_glue.h,
      * zero_kit_reduce_every_micro_step) unless reduce_once_per_window */
     s->part_stage = rc->stage == 1 && !zero_kit_reduce_every_micro_step(rc) ? 1 : 2;
     if (rc->stage == 1 && s->part_stage == 2)

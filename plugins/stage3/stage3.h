@@ -4,7 +4,10 @@
  * model dtype), its fp32 master (mixed precision only; for fp32 the shard is
  * its own master), its optimizer-state share and its gradient partition.
  * Full tensors exist only between zero_gather and zero_release, in buffers
- * from a pool bounded by stage3_max_live_parameters.
+ * from a pool bounded by stage3_max_live_parameters: the plugin kit's gather
+ * engine (kit/zero_kit_gather.h) owns them, with the recorded per-phase
+ * order, prefetch, reuse distance and persistence; this plugin gives it the
+ * fetch (an all-gather of each rank's piece over gcomm, stage3_gather.c).
  *
  * Everything here runs on the host's single "engine" thread (gather,
  * release, step, save/load, destroy), except grad_buffer/on_grad_ready,
@@ -28,62 +31,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zero_kit_gather.h"
 #include "zero_plugin.h"
 
 /* Per-param state, hung off zero_param_info.plugin_data.  Owned by the
- * plugin; lives from params_done to destroy. */
+ * plugin; lives from params_done to destroy.  (Its gather buffer and
+ * request are the gather engine's.) */
 typedef struct zero__s3_param {
     zero_param_info *info;
     size_t *counts;        /* world entries: elements of this param each rank owns (all-gather blocks) */
     uint64_t part_lo;      /* where this rank's piece starts in the shard (valid if counts[rank] > 0) */
     uint64_t piece_off;    /* ... and where it starts in the param (elements), for the NVMe shard's init */
-    void *buf;             /* full-tensor gather buffer, or NULL (released) */
-    size_t buf_cap;        /* bytes of buf */
-    zero_comm_req *req;    /* in-flight all-gather into buf, or NULL */
-    int fresh;             /* buf holds (or will hold once req completes) the current values */
-    int holds;             /* host gathers not yet released */
-    int persistent;        /* numel < stage3_param_persistence_threshold: buf is permanent */
-    int alias;             /* world 1: buf points into the shard (which IS the full tensor); nothing allocated,
-                              never stale, never freed (docs/memory.md) */
-    int prefetched;        /* issued by prefetch and not yet consumed by a host gather */
-    size_t last_pos;       /* trace position of the latest host gather of this param */
     void *grad_tmp;        /* contiguous_gradients off: per-param gradient temporary */
 } zero__s3_param;
-
-/* A gather order: param indices in request order, with what prefetch and
- * the reuse-distance rule need precomputed. */
-typedef struct zero__s3_trace {
-    uint32_t *idx;
-    size_t len, cap;
-    int64_t *next;         /* next position of the same param, -1 if none (built by finish) */
-    uint64_t *prefix;      /* prefix[k] = numel of idx[0..k) (len + 1 entries) */
-    int valid;             /* finished and usable for prefetch */
-} zero__s3_trace;
-
-/* Free gather buffers kept for reuse. */
-typedef struct zero__s3_pool {
-    void **bufs;
-    size_t *caps;
-    size_t n, cap;
-    uint64_t allocated;    /* bytes of non-persistent gather buffers (in use + cached) */
-    uint64_t cached;       /* bytes of those that sit in the cache */
-    uint64_t persistent;   /* bytes of persistent-param buffers */
-    uint64_t limit;        /* stage3_max_live_parameters in bytes, capped by what stage 3 saves over stage 2
-                              ((flat - part) model-dtype elements; docs/memory.md) */
-    uint64_t user_limit;   /* stage3_max_live_parameters in bytes when the config sets it, else UINT64_MAX:
-                              only exceeding this warns; exceeding the implicit cap is a DEBUG note (issue 34) */
-    int warned_over;       /* the user's limit: warned once */
-    int noted_cap;         /* the implicit cap: noted once at DEBUG */
-} zero__s3_pool;
-
-/* A phase's recorded gather order, kept while another phase runs.  More
- * distinct phases than this is misuse (a new name per batch?). */
-#define ZERO__S3_MAX_PHASES 64
-/* (see above) */
-typedef struct zero__s3_phase {
-    char name[64];
-    zero__s3_trace trace;  /* empty for the active phase: its order is zero__s3.trace */
-} zero__s3_phase;
 
 typedef struct zero__s3 {
     const zero_services *svc;
@@ -114,31 +74,11 @@ typedef struct zero__s3 {
 
     zero__s3_param *params;
     uint32_t nparams;
-    zero__s3_pool pool;
+    zero_kit_gather *gather; /* the kit's gather engine over gcomm (stage3_gather.c): order, prefetch, reuse,
+                                persistence, pool and budget */
+    int poison;            /* Debug builds / ZERO_DEBUG_POISON: released gather buffers are filled with NaN */
 
-    /* gather order bookkeeping for the current micro-step */
-    zero__s3_trace trace;  /* the recorded order prefetch follows */
-    zero__s3_trace record; /* what this micro-step actually gathered */
-    size_t pos;            /* params gathered so far this micro-step */
-    size_t verified;       /* record[0..verified) is proved identical on every rank */
-    uint64_t req_hash;     /* FNV-1a over record[0..pos) */
-    int on_track;          /* trace valid and every request so far matched it */
-    int warned_divergence;
-    uint64_t prefetch_outstanding; /* elements prefetched, not yet consumed */
-    uint64_t live_hash;    /* sum over params holding a non-persistent buffer (agreement) */
-    zero__s3_phase *phases; /* every phase named so far; [0] is "train" (stage3_phase.c) */
-    uint32_t nphases, cur_phase;
-
-    /* knobs */
-    uint64_t prefetch_numel, max_reuse, persist_below;
-    uint64_t largest_bytes; /* the largest param's full tensor, bytes (persistence leaves room for it) */
-    int poison;
-    uint64_t micro_steps;  /* micro-steps done (for messages) */
-    /* how host gathers were served (logged at INFO on destroy) */
-    uint64_t n_gathers, n_prefetched, n_resident, n_demand;
-    uint64_t n_agreements; /* order agreements (all-reduces) made, zero_step's included */
-
-    /* offload (stage3_offload.h): zero_optimization.stage 3 with
+    /* offload (stage3_tiers.h): zero_optimization.stage 3 with
      * offload_optimizer / offload_param */
     int off_opt;           /* ZERO__S3_OFF_NONE / _CPU / _NVME: where master and states live */
     int off_param;         /* the owned shard lives in the host tier (or, with off_param_nvme, a file) */
@@ -148,88 +88,47 @@ typedef struct zero__s3 {
     struct zero__s3_off *off; /* the tiled step's buffers, worker, NVMe file; NULL without offload */
 } zero__s3;
 
-/* ---- pool (stage3_pool.c) ---------------------------------------------- */
-/* Take a buffer of at least `bytes` for a non-persistent param.  Cached
- * buffers are reused (best fit, at most twice the size); a new allocation
- * first frees cached ones to stay under the max_live limit.  If it still
- * does not fit: with `demand` 0 (prefetch) return NULL; with `demand` 1 (the
- * host is waiting) evict kept (released-but-reusable) buffers and, as a
- * last resort, exceed the limit: one warning when that passes a
- * stage3_max_live_parameters the config set, one DEBUG note when it passes
- * only the implicit cap (what partitioning saves). */
-void *zero__s3_pool_get(zero__s3 *s, size_t bytes, int demand, size_t *cap_out);
-/* Would zero__s3_pool_get(s, bytes, 0, ...) succeed?  (Same rule, no
- * side effect: lets a gather skip the agreement when prefetch cannot
- * proceed anyway.) */
-int zero__s3_pool_could_get(const zero__s3 *s, size_t bytes);
-/* Return a buffer to the cache (poisoned first when poisoning is on). */
-void zero__s3_pool_put(zero__s3 *s, void *buf, size_t cap);
-/* Free every cached buffer. */
-void zero__s3_pool_drain(zero__s3 *s);
-/* Fill `bytes` of a model-dtype buffer with NaN. */
-void zero__s3_poison(zero__s3 *s, void *buf, size_t bytes);
-
-/* ---- trace (stage3_trace.c) -------------------------------------------- */
-int zero__s3_trace_push(zero__s3_trace *t, uint32_t idx);
-/* Build next[] and prefix[] and mark valid; returns 0 or -1 (no memory). */
-int zero__s3_trace_finish(zero__s3_trace *t, const zero__s3 *s);
-void zero__s3_trace_clear(zero__s3_trace *t); /* len = 0, invalid; keeps memory */
-void zero__s3_trace_free(zero__s3_trace *t);
-void zero__s3_trace_swap(zero__s3_trace *a, zero__s3_trace *b);
-
 /* ---- gathers (stage3_gather.c) ----------------------------------------- */
+/* Create s->gather over every param (params_done, after the shard holds
+ * the initial values and s->params their counts): stage 3's config keys,
+ * the budget capped by what partitioning saves over stage 2, world 1's
+ * aliases of the shard, the all-gather fetch. */
+zero_status zero__s3_gather_setup(zero__s3 *s);
+/* The table's gather / release / set_phase / sync, on the engine. */
 zero_status zero__s3_gather(void *state, zero_param_info *const *params, size_t n, void **ptrs);
 zero_status zero__s3_release(void *state, zero_param_info *const *params, size_t n);
-/* Complete every in-flight all-gather (collectives already issued on all
- * ranks).  Returns the first error. */
-zero_status zero__s3_wait_all(zero__s3 *s);
-/* End of micro-step: wait, drop every non-persistent buffer (host-held ones
- * too: pointers are valid only until zero_step), settle the trace. */
-zero_status zero__s3_end_micro_step(zero__s3 *s);
-/* The same without counting a micro-step (a phase change). */
-zero_status zero__s3_settle(zero__s3 *s);
-/* Start prefetching the first entries of the recorded order for the next
- * micro-step (end of zero_step: every rank has just agreed and settled, so
- * the state that drives issue decisions is identical).  No-op off track. */
-zero_status zero__s3_prefetch_ahead(zero__s3 *s);
-/* Parameters changed (step taken, checkpoint loaded): persistent buffers
- * must be refreshed before their next use. */
-void zero__s3_mark_stale(zero__s3 *s);
-/* Give a non-persistent param's buffer back to the pool. */
-void zero__s3_drop_buffer(zero__s3 *s, zero__s3_param *p);
-
-/* Cross-rank agreement on everything gathered this micro-step that is not
- * yet verified, and on the live buffer set (one small I64 MAX all-reduce,
- * the same shape wherever it is called, so that agreements from different
- * call sites on diverging ranks still pair up and report).  `where` names
- * the entry point in messages.  ZERO_ERR_MISMATCH names the params. */
-zero_status zero__s3_agree(zero__s3 *s, const char *where);
-
-/* ---- phases (stage3_phase.c) ------------------------------------------ */
-/* The plugin table's set_phase: verify and settle the phase being left
- * (collective: one agreement), park its order, make `phase`'s order (empty
- * the first time) the one gathers follow.  ZERO_ERR_STATE while a gathered
- * param is still held. */
 zero_status zero__s3_set_phase(void *state, const char *phase);
-const char *zero__s3_phase_name(const zero__s3 *s);
-/* 1 in the "train" phase: only there does a changed gather order warn
- * (stage3_gather.c); elsewhere it is a DEBUG line. */
-int zero__s3_order_matters(const zero__s3 *s);
-void zero__s3_phases_free(zero__s3 *s);
 
 /* ---- step (stage3_step.c) ---------------------------------------------- */
 zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
 /* What the core's boundary_step and ckpt_shard services need: the owned
  * ranges of the partition-indexed shard, master, states and gradient
- * partition.  Pure; borrows s (the result points into it). */
-zero_part_step zero__s3_part_step(const zero__s3 *s);
+ * partition.  fp32: the shard is the master, updated in place; mixed
+ * precision: the new weights are rounded into the model-dtype shard.  Pure;
+ * borrows s (the result points into it).  Inline here, not in a unit: the
+ * step, the offload step and the checkpoint all use it. */
+static inline zero_part_step zero__s3_part_step(const zero__s3 *s) {
+    zero_part_step ps = {0};
+    ps.struct_size = sizeof ps;
+    ps.nranges = s->nowned;
+    ps.ranges = s->owned;
+    ps.norm_comm = s->world;
+    ps.dtype = s->dtype;
+    ps.grad = s->grads;
+    ps.grad_dtype = s->gdtype;
+    ps.grad_index = ZERO_INDEX_PART;
+    ps.master = s->master;
+    ps.master_index = ZERO_INDEX_PART;
+    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
+    ps.param_out = s->dtype == ZERO_DTYPE_F32 ? NULL : s->shard;
+    ps.param_out_index = ZERO_INDEX_PART;
+    return ps;
+}
 
 /* ---- plan (stage3_plan.c) ---------------------------------------------- */
 /* The table's plan entry (ABI 1.2): model state, persistent buffers, the
  * gather pool replayed for the canonical host, bucket staging. */
 zero_status zero__s3_plan(const zero_plan_services *ps);
-
-#define ZERO__S3_FNV_OFFSET 1469598103934665603ull
 
 static inline size_t zero__s3_dtype_size(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4 : 2; }
 #endif

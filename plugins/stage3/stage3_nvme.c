@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "stage3_offload.h"
+#include "stage3_tiers.h"
 
 /* glibc's POSIX AIO runs the requests of one file descriptor one after the
  * other (one helper thread per descriptor), so every array of a tile, read

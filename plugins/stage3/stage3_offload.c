@@ -1,5 +1,5 @@
 /* stage3 with offload: the configuration, the tier-aware initialisation and
- * the tiled, pipelined CPU optimizer step (see stage3_offload.h for what
+ * the tiled, pipelined CPU optimizer step (see stage3_tiers.h for what
  * lives in which tier).
  *
  * The step (zero__s3_off_step), after the gradient partition's norm (the
@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "stage3_offload.h"
+#include "stage3_tiers.h"
 
 static double now_s(void) {
     struct timespec ts;

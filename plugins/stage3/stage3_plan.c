@@ -7,8 +7,9 @@
  * gather reuses (best fit within 2x), what prefetch fetches ahead
  * (stage3_prefetch_bucket_size, refilled below half), what a release keeps
  * for reuse (stage3_max_reuse_distance) and the max_live limit; no closed
- * formula gives it.  The replay below mirrors stage3_gather.c and
- * stage3_pool.c decision for decision (without memory or communication);
+ * formula gives it.  The replay below mirrors the kit's gather engine
+ * (kit/gather_engine.c, kit/gather_pool.c) decision for decision (without
+ * memory or communication);
  * tests/plan checks it against the accountant's measured peak.
  *
  * Canonical host (docs/planner.md): every micro-step gathers each param
@@ -21,9 +22,9 @@
 #include <string.h>
 
 #include "stage3.h"
-#include "stage3_offload.h"
+#include "stage3_tiers.h"
 
-#define PLAN_PREFETCH_WALK 1024 /* stage3_gather.c PREFETCH_WALK */
+#define PLAN_PREFETCH_WALK 1024 /* kit/gather_engine.c PREFETCH_WALK */
 #define PLAN_MICRO_STEPS 8      /* the pool only grows; a few windows reach its steady state */
 
 typedef struct sp_param {
@@ -49,7 +50,7 @@ typedef struct sp {
     uint64_t outstanding, prefetch_numel, max_reuse;
 } sp;
 
-static void put(sp *s, size_t cap) { /* zero__s3_pool_put */
+static void put(sp *s, size_t cap) { /* zero_kit__pool_put */
     if (s->ncache == s->cache_cap) {
         size_t nc = s->cache_cap ? s->cache_cap * 2 : 16;
         size_t *v = realloc(s->cache, nc * sizeof *v);
@@ -79,7 +80,7 @@ static int free_largest(sp *s) {
     return 1;
 }
 
-static void drop(sp *s, sp_param *p) { /* zero__s3_drop_buffer */
+static void drop(sp *s, sp_param *p) { /* zero_kit__drop_buffer */
     if (!p->has_buf || p->persistent) return;
     put(s, p->cap);
     p->has_buf = 0;
@@ -113,7 +114,7 @@ static int could_get(const sp *s, size_t b) {
     return best_fit(s, b) != (size_t)-1 || s->allocated - s->cached + s->persistent + b <= s->limit;
 }
 
-/* zero__s3_pool_get: the capacity taken, or 0 when a prefetch must stop. */
+/* zero_kit__pool_get: the capacity taken, or 0 when a prefetch must stop. */
 static size_t get(sp *s, size_t b, int demand) {
     size_t best = best_fit(s, b);
     if (best != (size_t)-1) {
@@ -195,7 +196,7 @@ static void release(sp *s, uint32_t i) {
     drop(s, p);
 }
 
-static void settle(sp *s) { /* zero__s3_settle: every micro-step follows the trace once it exists */
+static void settle(sp *s) { /* the engine's settle: every micro-step follows the trace once it exists */
     for (uint32_t i = 0; i < s->n; i++) {
         s->p[i].holds = 0;
         s->p[i].prefetched = 0;
@@ -256,7 +257,7 @@ static uint64_t gather_peak(const zero_plan_services *ps, size_t esize, int off_
         s.trace[i] = i;
         s.trace[s.len - 1 - i] = i;
     }
-    /* stage3_trace.c trace_finish: each position's next use of its param
+    /* kit/gather_order.c trace_finish: each position's next use of its param
      * (the backward half mirrors the forward one) */
     for (size_t k = 0; k < s.len; k++) {
         s.next[k] = k < s.n ? (int64_t)(s.len - 1 - k) : -1;
@@ -274,7 +275,7 @@ static uint64_t gather_peak(const zero_plan_services *ps, size_t esize, int off_
         if ((m + 1) % gas == 0) /* boundary step: persistent buffers go stale */
             for (uint32_t i = 0; i < s.n; i++)
                 if (s.p[i].persistent) s.p[i].fresh = 0;
-        prefetch(&s); /* zero__s3_prefetch_ahead */
+        prefetch(&s); /* zero_kit_gather_prefetch_ahead */
     }
     peak = s.peak;
 out:
@@ -310,7 +311,7 @@ zero_status zero__s3_plan(const zero_plan_services *ps) {
                                : rc->model_dtype;
     /* alloc_tagged records at least one byte per block */
     const uint64_t one = part ? 0 : 1;
-    /* s3_params_done's tiers (stage3_offload.h): offload puts master,
+    /* s3_params_done's tiers (stage3_tiers.h): offload puts master,
      * states and gradients (offload_param: the shard too) in the host tier */
     int opt, oparam, pnvme;
     plan_offload(ps, &opt, &oparam, &pnvme);

@@ -10,16 +10,17 @@
  * params_done (allocation, init copy) and the optimizer call (param_out).
  *
  * This file: the plugin table, lifecycle, gradients and checkpoints.
- * Gathers are in stage3_gather.c, the step in stage3_step.c.
- * Includes only abi/ headers (and plugins/common/plugin_glue.h, which
- * includes only abi/ too), like any third-party plugin. */
+ * Gathers are the kit's gather engine with stage 3's fetch
+ * (stage3_gather.c), the step is in stage3_step.c.  Includes only abi/ and
+ * kit/ headers (and plugins/common/plugin_glue.h, which includes only abi/
+ * too), like any third-party plugin. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/plugin_glue.h"
+#include "zero_kit.h"
 #include "stage3.h"
-#include "stage3_offload.h"
+#include "stage3_tiers.h"
 
 static zero_status s3_create(const zero_services *svc, void **state) {
     zero__s3 *s = calloc(1, sizeof *s);
@@ -34,13 +35,8 @@ static zero_status s3_create(const zero_services *svc, void **state) {
 #endif
     const char *env = getenv("ZERO_DEBUG_POISON");
     if (env && *env) s->poison = env[0] != '0';
-    s->req_hash = ZERO__S3_FNV_OFFSET;
     *state = s;
     return ZERO_OK;
-}
-
-static void *alloc_tagged(zero__s3 *s, zero_mem_tag tag, size_t bytes) {
-    return s->svc->mem_alloc(s->c, ZERO_TIER_DEVICE, tag, bytes ? bytes : 1);
 }
 
 /* Model state in its tier: the host tier for what offload moves there. */
@@ -81,35 +77,7 @@ static zero_status setup_param(zero__s3 *s, uint32_t i) {
         if (!info->init_data) continue; /* zero-filled already */
         svc->mem_copy(s->c, (char *)s->shard + (size_t)o.part_lo * s->esize, src, n * s->esize);
     }
-    /* World 1: this rank's shard is the whole model in flat order, so the
-     * "gathered" tensor is the shard itself: no buffer, no copy, no
-     * all-gather, and stage 3 holds exactly what stage 2 does. */
-    if (s->nranks == 1 && !s->off_param) { /* (offload_param: the shard is host memory; gather a device copy) */
-        p->buf = info->numel ? (char *)s->shard + (size_t)p->part_lo * s->esize : s->shard;
-        p->buf_cap = (size_t)info->numel * s->esize;
-        p->persistent = 1;
-        p->alias = 1;
-        p->fresh = 1;
-        return ZERO_OK;
-    }
-    /* Small params stay gathered for good: their first copy comes straight
-     * from the host's values, later ones from an all-gather after a step.
-     * Persistent buffers come out of the gather budget (pool.limit) and
-     * leave room for demand gathers of two of the largest params (a layer's
-     * weight and whatever the host holds with it), in registration
-     * order (the same choice on every rank), so that persistence never
-     * makes stage 3 hold more than stage 2. */
-    size_t pbytes = (size_t)info->numel * s->esize;
-    if (info->numel < s->persist_below && s->pool.persistent + pbytes + 2 * s->largest_bytes <= s->pool.limit) {
-        size_t bytes = pbytes;
-        p->buf = alloc_tagged(s, ZERO_MEM_GATHER, bytes);
-        if (!p->buf) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");
-        p->buf_cap = bytes;
-        p->persistent = 1;
-        s->pool.persistent += bytes;
-        if (info->init_data) svc->mem_copy(s->c, p->buf, info->init_data, bytes);
-        p->fresh = 1;
-    }
+    /* (the gather engine decides persistence and world 1's aliases: stage3_gather.c) */
     return ZERO_OK;
 }
 
@@ -117,8 +85,6 @@ static zero_status s3_params_done(void *state) {
     zero__s3 *s = state;
     const zero_services *svc = s->svc;
     const zero_run_config *rc = s->rc;
-    if (!ZERO_SERVICES_HAS(svc, ckpt_agree)) /* a core older than this plugin's header */
-        return svc->error(s->c, ZERO_ERR_UNSUPPORTED, "stage3: the core lacks the partition step services");
     s->L = svc->layout(s->c);
     s->world = svc->comm_world(s->c);
     zero_status cs = svc->comm_split(s->world, 0, (int)s->L->rank, &s->gcomm);
@@ -127,44 +93,11 @@ static zero_status s3_params_done(void *state) {
     s->nranks = (int)s->L->world;
     s->dtype = rc->model_dtype;
     s->esize = zero__s3_dtype_size(s->dtype);
-    s->gdtype = zero__grad_dtype_of(rc);
+    s->gdtype = zero_kit_grad_dtype(rc);
     s->gesize = zero__s3_dtype_size(s->gdtype);
     s->nparams = svc->nparams(s->c);
     zero_status os = zero__s3_off_configure(s);
     if (os != ZERO_OK) return os;
-    s->prefetch_numel = nonneg(rc->stage3_prefetch_bucket_size);
-    s->persist_below = nonneg(rc->stage3_param_persistence_threshold);
-    s->max_reuse = nonneg(rc->stage3_max_reuse_distance);
-    s->pool.limit = nonneg(rc->stage3_max_live_parameters) * s->esize;
-    /* Did the user set the limit?  (The typed config has DeepSpeed's
-     * default, 1e9, either way; the lookups see the JSON as written.)  Only
-     * a limit the user set is warned about; the cap below is implicit. */
-    {
-        int64_t v = 0;
-        const int set = svc->cfg_int(s->c, "zero_optimization.stage3_max_live_parameters", &v) != 0 ||
-                        svc->cfg_int(s->c, "zero_optimization.max_live_parameters", &v) != 0;
-        s->pool.user_limit = set ? s->pool.limit : UINT64_MAX;
-    }
-    /* The gather budget never exceeds what partitioning the parameters
-     * saves: stage 2 holds flat model-dtype elements, stage 3 part of them
-     * plus its gather buffers, with the same buckets and partitions
-     * otherwise.  So live + cached + persistent + prefetched gather bytes <=
-     * (flat - part) * esize keeps stage 3 at or under stage 2 whenever the
-     * host holds no more at once than fits (a demand gather beyond it goes
-     * ahead and warns once).  World 1 needs no gather memory at all (alias). */
-    {
-        /* (offload_param: the device holds no shard at all, so everything
-         * gathered is within what stage 2 holds) */
-        const uint64_t saved =
-            (s->L->flat_numel - (s->off_param ? 0 : s->L->part_numel)) * (uint64_t)s->esize;
-        if (s->pool.limit > saved) s->pool.limit = saved;
-        if (s->prefetch_numel * s->esize > s->pool.limit) s->prefetch_numel = s->pool.limit / s->esize;
-        s->largest_bytes = 0;
-        for (uint32_t i = 0; i < s->nparams; i++) {
-            const zero_param_info *pi = svc->param(s->c, i);
-            if ((uint64_t)pi->numel * s->esize > s->largest_bytes) s->largest_bytes = (uint64_t)pi->numel * s->esize;
-        }
-    }
     /* fp32 accumulation of a 16-bit model: fp32 slots, so the host writes
      * model-dtype temporaries that on_grad_ready widens into them */
     s->contiguous = s->gdtype == s->dtype && rc->contiguous_gradients;
@@ -184,13 +117,7 @@ static zero_status s3_params_done(void *state) {
     uint32_t ng = s->L->ngroups;
     s->owned = calloc(ng ? ng : 1, sizeof *s->owned);
     s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
-    /* phase 0 is "train", the phase every engine starts in (zero_set_phase) */
-    s->phases = calloc(ZERO__S3_MAX_PHASES, sizeof *s->phases);
-    if (s->phases) {
-        strcpy(s->phases[0].name, "train");
-        s->nphases = 1;
-    }
-    int ok = (s->shard || s->off_param_nvme) && (s->master || nvme) && s->grads && s->nstate <= 4 && s->owned && s->params && s->phases;
+    int ok = (s->shard || s->off_param_nvme) && (s->master || nvme) && s->grads && s->nstate <= 4 && s->owned && s->params;
     for (uint32_t k = 0; ok && !nvme && k < s->nstate; k++)
         ok = (s->state[k] = alloc_state(s, hopt, ZERO_MEM_OPTIM, part * sizeof(float))) != NULL;
     if (!ok)
@@ -201,6 +128,10 @@ static zero_status s3_params_done(void *state) {
         zero_status st = setup_param(s, i);
         if (st != ZERO_OK) return st;
     }
+    /* the gather engine: persistent buffers (from the initial values) and
+     * world 1's aliases of the shard */
+    zero_status gs = zero__s3_gather_setup(s);
+    if (gs != ZERO_OK) return gs;
     /* mixed precision: the fp32 master is the exact widening of the shard
      * (padding included: zeros either way) */
     if (s->off) {
@@ -208,31 +139,6 @@ static zero_status s3_params_done(void *state) {
         if (is != ZERO_OK) return is;
     } else if ((void *)s->master != s->shard) {
         svc->convert(s->c, s->master, ZERO_DTYPE_F32, s->shard, s->dtype, part);
-    }
-    uint32_t largest = 0;
-    for (uint32_t i = 1; i < s->nparams; i++)
-        if (s->params[i].info->numel > s->params[largest].info->numel) largest = i;
-    /* A param larger than the budget: warned (once, in elements; the pool
-     * then does not warn again) when it is larger than the limit the user
-     * set; a DEBUG note when only the implicit cap (what partitioning saves)
-     * is smaller, as on any small model at default keys.  (Persistent
-     * params never exceed the budget: setup_param admits them within it.) */
-    if (s->nranks > 1 && s->nparams && s->params[largest].info->numel * s->esize > s->pool.limit) {
-        const unsigned long long big = (unsigned long long)s->params[largest].info->numel;
-        if (big * s->esize > s->pool.user_limit) {
-            s->pool.warned_over = 1;
-            svc->log(s->c, ZERO_LOG_WARN,
-                     "stage3: stage3_max_live_parameters (%llu elements) is smaller than param '%s' (%llu "
-                     "elements): its gathers will exceed the limit (warned once)",
-                     (unsigned long long)(s->pool.user_limit / s->esize), s->params[largest].info->name, big);
-        } else {
-            s->pool.noted_cap = 1;
-            svc->log(s->c, ZERO_LOG_DEBUG,
-                     "stage3: the implicit gather cap (what partitioning saves over stage 2: %llu elements) is "
-                     "smaller than param '%s' (%llu elements): stage 3 holds more than stage 2 while it is "
-                     "gathered (noted once)",
-                     (unsigned long long)(s->pool.limit / s->esize), s->params[largest].info->name, big);
-        }
     }
 
     zero_bucket_spec spec = {0};
@@ -252,19 +158,19 @@ static zero_status s3_grad_buffer(void *state, zero_param_info *p, void **buf) {
     zero__s3 *s = state;
     if (s->contiguous) return s->svc->buckets_grad_slot(s->b, p->index, buf);
     zero__s3_param *sp = p->plugin_data;
-    return zero__grad_tmp(s->svc, p, s->esize, &sp->grad_tmp, buf, "stage3");
+    return zero_kit_grad_tmp(s->svc, p, s->esize, &sp->grad_tmp, buf, "stage3");
 }
 
 static zero_status s3_on_grad_ready(void *state, zero_param_info *p, void *stream) {
     zero__s3 *s = state;
     (void)stream;
     zero__s3_param *sp = p->plugin_data;
-    return zero__grad_ready(s->svc, s->b, p, &sp->grad_tmp);
+    return zero_kit_grad_ready(s->svc, s->b, p, &sp->grad_tmp);
 }
 
 static zero_status s3_sync(void *state) {
     zero__s3 *s = state;
-    return s->params ? zero__s3_wait_all(s) : ZERO_OK;
+    return s->gather ? zero_kit_gather_wait_all(s->gather) : ZERO_OK;
 }
 
 /* Checkpoint: this rank's shard, master (mixed precision), optimizer
@@ -318,7 +224,7 @@ static zero_status s3_blobs(zero__s3 *s, const char *dir, int write) {
     zero_status st = s->off_opt == ZERO__S3_OFF_NVME ? zero__s3_off_blobs(s, dir, write)
                                                      : svc->ckpt_shard(s->c, dir, "stage3", &ps, NULL, write);
     const size_t gbytes = (size_t)s->L->part_numel * s->gesize;
-    if (st == ZERO_OK && !write && ZERO_SERVICES_HAS(svc, ckpt_reshard) && svc->ckpt_reshard(s->c)) {
+    if (st == ZERO_OK && !write && svc->ckpt_reshard(s->c)) {
         /* another world size / plugin wrote it (at a boundary): the 16-bit
          * shard is the master rounded, as after every step; no gradient */
         if (s->off) {
@@ -343,15 +249,9 @@ static zero_status s3_save(void *state, const char *dir) { return s3_blobs(state
 
 static zero_status s3_load(void *state, const char *dir) {
     zero__s3 *s = state;
-    zero_status st = zero__s3_wait_all(s);
-    for (uint32_t i = 0; i < s->nparams; i++) { /* gathered values are about to be stale */
-        s->params[i].holds = 0;
-        s->params[i].prefetched = 0;
-        zero__s3_drop_buffer(s, &s->params[i]);
-    }
-    s->prefetch_outstanding = 0;
+    zero_status st = zero_kit_gather_drop_all(s->gather); /* gathered values are about to be stale */
     if (st == ZERO_OK) st = s3_blobs(s, dir, 0);
-    zero__s3_mark_stale(s);
+    zero_kit_gather_mark_stale(s->gather);
     /* Agree on the read status: a shard missing on one rank must fail the
      * load on every rank now, not leave the others waiting in the next
      * gather's agreement until its timeout. */
@@ -362,29 +262,15 @@ static void s3_destroy(void *state) {
     zero__s3 *s = state;
     if (!s) return;
     const zero_services *svc = s->svc;
-    if (s->params) zero__s3_wait_all(s);
-    if (s->n_gathers)
-        svc->log(s->c, ZERO_LOG_INFO,
-                 "stage3: %llu param gathers: %llu prefetched, %llu already resident (kept/persistent), %llu on "
-                 "demand; %llu order agreements over %llu micro-steps",
-                 (unsigned long long)s->n_gathers, (unsigned long long)s->n_prefetched,
-                 (unsigned long long)s->n_resident, (unsigned long long)s->n_demand,
-                 (unsigned long long)s->n_agreements, (unsigned long long)s->micro_steps);
+    zero_kit_gather_destroy(s->gather); /* waits for its all-gathers, logs how gathers were served */
     if (s->b) svc->buckets_destroy(s->b);
     if (s->gcomm) svc->comm_free(s->gcomm);
     for (uint32_t i = 0; s->params && i < s->nparams; i++) {
         zero__s3_param *p = &s->params[i];
-        if (p->buf && !p->alias) svc->mem_free(s->c, p->buf);
         if (p->grad_tmp) svc->mem_free(s->c, p->grad_tmp);
         free(p->counts);
         if (p->info) p->info->plugin_data = NULL;
     }
-    zero__s3_pool_drain(s);
-    free(s->pool.bufs);
-    free(s->pool.caps);
-    zero__s3_trace_free(&s->trace);
-    zero__s3_trace_free(&s->record);
-    zero__s3_phases_free(s);
     zero__s3_off_free(s);
     for (uint32_t k = 0; k < 4; k++) svc->mem_free(s->c, s->state[k]);
     if (s->master && (void *)s->master != s->shard) svc->mem_free(s->c, s->master);

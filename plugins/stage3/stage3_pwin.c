@@ -22,12 +22,14 @@
  * tile), so read-aheads are dropped before it (zero__s3_pwin_reset), as
  * before a checkpoint load rewrites the file.
  *
- * Everything here runs on the engine thread (gather, step, load). */
+ * Everything here runs on the engine thread (gather, step, load).  The
+ * all-gathers' requests are the gather engine's (kit/zero_kit_gather.h):
+ * this file tests and waits for them only through it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "stage3_offload.h"
+#include "stage3_tiers.h"
 
 enum { SLOT_FREE = 0, SLOT_READING, SLOT_READY, SLOT_SENDING };
 
@@ -36,7 +38,8 @@ struct zero__s3_pslot {
     char *base;            /* raw aligned up to ZERO__S3_NVME_ALIGN */
     int state;
     zero__s3_param *owner;
-    zero_comm_req *req;    /* SENDING: the all-gather that reads the slot */
+    const zero_comm_req *req; /* SENDING: the all-gather that reads the slot (the gather engine's request for
+                                 owner: compared with zero_kit_gather_pending, never waited on here) */
     zero__s3_nvme_rd rd;
     uint64_t seq;          /* when it was filled (eviction order) */
 };
@@ -87,23 +90,26 @@ static zero_status read_failed(zero__s3 *s, const zero__s3_param *p) {
                          s->param_nvme_path, p->info->name, zero__s3_nvme_error(s->off->pfile));
 }
 
-/* Is slot q free to take?  A SENDING slot is, once its request was waited
- * for (whoever waited cleared p->req or issued a new one). */
-static int is_free(const struct zero__s3_pslot *q) {
-    return q->state == SLOT_FREE || (q->state == SLOT_SENDING && q->owner->req != q->req);
+/* The gather engine's in-flight request for q's owner. */
+static const zero_comm_req *pending(const zero__s3 *s, const struct zero__s3_pslot *q) {
+    return zero_kit_gather_pending(s->gather, q->owner->info->index);
 }
 
-/* A sending slot whose all-gather has finished (tested, not waited: the
- * request is freed by the test, so p->req is cleared here; a failed test
+/* Is slot q free to take?  A SENDING slot is, once its request was waited
+ * for (the engine no longer has it in flight, or has issued a new one). */
+static int is_free(const zero__s3 *s, const struct zero__s3_pslot *q) {
+    return q->state == SLOT_FREE || (q->state == SLOT_SENDING && pending(s, q) != q->req);
+}
+
+/* A sending slot whose all-gather has finished (tested through the
+ * engine, not waited: a finished request leaves the engine; a failed test
  * is kept and reported by the next read, as the world is unusable anyway). */
 static int finished(zero__s3 *s, struct zero__s3_pslot *q) {
-    if (q->state != SLOT_SENDING || q->owner->req != q->req) return is_free(q);
+    if (q->state != SLOT_SENDING || pending(s, q) != q->req) return is_free(s, q);
     int done = 0;
-    zero_status st = s->svc->test(q->req, &done);
+    zero_status st = zero_kit_gather_complete(s->gather, q->owner->info->index, 0, &done);
     if (st != ZERO_OK && s->off->send_err == ZERO_OK) s->off->send_err = st;
-    if (!done && st == ZERO_OK) return 0;
-    q->owner->req = NULL;
-    return 1;
+    return done || st != ZERO_OK;
 }
 
 /* A slot to fill now: a free one (or one whose send has finished), else the
@@ -115,7 +121,7 @@ static struct zero__s3_pslot *take(zero__s3 *s, int demand) {
     struct zero__s3_pslot *oldest = NULL, *newest_ra = NULL;
     for (uint32_t k = 0; k < o->npslots; k++) {
         struct zero__s3_pslot *q = &o->pslots[k];
-        if (is_free(q) || (!demand && finished(s, q))) {
+        if (is_free(s, q) || (!demand && finished(s, q))) {
             q->state = SLOT_FREE;
             return q;
         }
@@ -124,8 +130,8 @@ static struct zero__s3_pslot *take(zero__s3 *s, int demand) {
     }
     if (!demand) return NULL;
     if (oldest) {
-        s->svc->wait(oldest->owner->req); /* an error resurfaces where that param is waited for: none is lost */
-        oldest->owner->req = NULL;
+        int done = 0; /* (a failed request is the world's failure: the next collective reports it) */
+        zero_kit_gather_complete(s->gather, oldest->owner->info->index, 1, &done);
         oldest->state = SLOT_FREE;
         return oldest;
     }
@@ -176,23 +182,26 @@ const void *zero__s3_pwin_piece(zero__s3 *s, zero__s3_param *p, int *slot) {
     return q->base + piece_off(s, p) % ZERO__S3_NVME_ALIGN;
 }
 
-void zero__s3_pwin_sent(zero__s3 *s, int slot, zero__s3_param *p) {
+void zero__s3_pwin_sent(zero__s3 *s, int slot, zero__s3_param *p, const zero_comm_req *req) {
     if (slot < 0) return;
     struct zero__s3_pslot *q = &s->off->pslots[slot];
     q->owner = p;
-    q->req = p->req;
-    q->state = p->req ? SLOT_SENDING : SLOT_FREE;
+    q->req = req;
+    q->state = req ? SLOT_SENDING : SLOT_FREE;
 }
 
 void zero__s3_pwin_readahead(zero__s3 *s) {
     zero__s3_off *o = s->off;
-    const zero__s3_trace *t = &s->trace;
-    if (!o || !o->pfile || !s->on_track || !t->valid) return;
+    if (!o || !o->pfile) return;
     /* look as far ahead as there are slots (and a little more: pieces of
-     * resident params need none) */
-    for (size_t k = s->pos, w = 0; k < t->len && w < 4 * (size_t)o->npslots; k++, w++) {
-        zero__s3_param *p = &s->params[t->idx[k]];
-        if ((p->buf && p->fresh) || !piece_len(s, p) || find(s, p)) continue;
+     * resident params need none) along the engine's recorded order */
+    uint32_t next[4 * 64];
+    const size_t look = 4 * (size_t)o->npslots < sizeof next / sizeof next[0] ? 4 * (size_t)o->npslots
+                                                                              : sizeof next / sizeof next[0];
+    const size_t n = zero_kit_gather_upcoming(s->gather, next, look);
+    for (size_t k = 0; k < n; k++) {
+        zero__s3_param *p = &s->params[next[k]];
+        if (!piece_len(s, p) || find(s, p)) continue;
         struct zero__s3_pslot *q = take(s, 0);
         if (!q) return;
         if (zero__s3_nvme_read_start(o->pfile, piece_off(s, p), piece_len(s, p), q->base, &q->rd) != 0) return;
@@ -207,9 +216,9 @@ void zero__s3_pwin_reset(zero__s3 *s) {
     for (uint32_t k = 0; o && k < o->npslots; k++) {
         struct zero__s3_pslot *q = &o->pslots[k];
         if (q->state == SLOT_READING) zero__s3_nvme_read_finish(o->pfile, &q->rd);
-        if (q->state == SLOT_SENDING && q->owner->req == q->req) {
-            s->svc->wait(q->req);
-            q->owner->req = NULL;
+        if (q->state == SLOT_SENDING && pending(s, q) == q->req) {
+            int done = 0;
+            zero_kit_gather_complete(s->gather, q->owner->info->index, 1, &done);
         }
         q->state = SLOT_FREE;
         q->owner = NULL;

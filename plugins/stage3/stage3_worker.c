@@ -11,7 +11,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "stage3_offload.h"
+#include "stage3_tiers.h"
 
 struct zero__s3_worker {
     pthread_t th;

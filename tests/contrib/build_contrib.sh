@@ -19,7 +19,7 @@ cmake -S "$src/plugins-contrib" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" -
       -DZERO_CONTRIB_WERROR=ON -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >"$work/configure.log"
 cmake --build "$work/build" -j2 >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 cc=$(cat "$work/build/compile_commands.json")
-for d in abi core plugins backends; do
+for d in abi core kit plugins backends; do
   if grep -q -- "-I$src/$d\b\|-isystem $src/$d\b" <<<"$cc"; then say "compiled against the source tree's $d/"; exit 1; fi
 done
 grep -q -- "$prefix/include" <<<"$cc" || { say "not compiled against $prefix/include"; exit 1; }

@@ -1,7 +1,10 @@
-/* stage3 with offload (ZeRO-3 + ZeRO-Offload / ZeRO-Infinity): internals
- * shared by stage3_offload.c (tiers, the tiled step), stage3_nvme.c (the
- * NVMe tile file) and stage3_worker.c (the pipeline's second thread).
- * Plugin-internal; includes only abi/ headers through stage3.h.
+/* stage3 with offload (ZeRO-3 + ZeRO-Offload / ZeRO-Infinity): the
+ * contract between stage3_offload.c (tiers, the tiled step), stage3_nvme.c
+ * (the NVMe tile file), stage3_worker.c (the pipeline's second thread) and
+ * stage3_pwin.c (the NVMe parameter window).  A header with no unit of its
+ * own, so that those files depend on each other one way only (offload uses
+ * nvme, worker and pwin; pwin uses nvme; none uses offload).
+ * Plugin-internal; includes only abi/ and kit/ headers through stage3.h.
  *
  * What lives where (docs/memory.md, "stage3 with offload"):
  *   offload_optimizer.device "cpu":  fp32 master, optimizer states and the
@@ -21,8 +24,8 @@
  * Threading: everything runs on the engine's step thread, except the jobs
  * handed to the worker (zero__s3_worker_run), which touch only the tile
  * buffers the step thread does not use until zero__s3_worker_wait. */
-#ifndef ZERO_PLUGIN_STAGE3_OFFLOAD_H
-#define ZERO_PLUGIN_STAGE3_OFFLOAD_H
+#ifndef ZERO_PLUGIN_STAGE3_TIERS_H
+#define ZERO_PLUGIN_STAGE3_TIERS_H
 #include <aio.h>
 
 #include "stage3.h"
@@ -168,9 +171,10 @@ zero_status zero__s3_pwin_init(zero__s3 *s);
  * from a read-ahead slot, else read now.  *slot is what zero__s3_pwin_sent
  * needs.  NULL with the engine's error set (ZERO_ERR_IO) on a failed read. */
 const void *zero__s3_pwin_piece(zero__s3 *s, zero__s3_param *p, int *slot);
-/* The all-gather of p was issued (p->req; NULL if it failed): the slot
- * stays busy until that request has been waited for. */
-void zero__s3_pwin_sent(zero__s3 *s, int slot, zero__s3_param *p);
+/* The all-gather of p was issued (`req`, the gather engine's request for
+ * p; NULL if it failed): the slot stays busy until the engine no longer
+ * has that request in flight (zero_kit_gather_pending). */
+void zero__s3_pwin_sent(zero__s3 *s, int slot, zero__s3_param *p, const zero_comm_req *req);
 /* Start asynchronous reads of the next pieces of the recorded order into
  * free slots (no-op without offload_param nvme or off the order). */
 void zero__s3_pwin_readahead(zero__s3 *s);
