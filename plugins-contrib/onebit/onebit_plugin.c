@@ -37,6 +37,7 @@ typedef struct onebit {
     onebit_car car;
     float *probe;        /* 4 x 16 floats: per-group betas (see group_betas) */
     uint64_t compressed_steps;
+    int exact;           /* ZERO_ONEBIT_EXACT=1: exact momentum average (measurement only) */
 } onebit;
 
 static zero_status ob_create(const zero_services *svc, void **state) {
@@ -65,6 +66,8 @@ static zero_status ob_create(const zero_services *svc, void **state) {
     s->freeze_step = 100000; /* DeepSpeed's default */
     int64_t fs;
     if (svc->cfg_int(c, "optimizer.params.freeze_step", &fs) == 1) s->freeze_step = fs;
+    const char *ex = getenv("ZERO_ONEBIT_EXACT");
+    s->exact = ex && ex[0] == '1';
     return ZERO_OK;
 }
 
@@ -200,7 +203,13 @@ static zero_status frozen_boundary(onebit *s, const zero_step_ctx *ctx, zero_ste
         const float omb1 = 1.0f - b1;
         for (uint64_t i = G->flat_begin; i < G->flat_begin + G->numel; i++) m[i] = b1 * m[i] + omb1 * (g[i] * gm);
     }
-    if ((st = onebit_car_run(&s->car, m)) != ZERO_OK) return st;
+    if (s->exact) { /* ZERO_ONEBIT_EXACT=1: the momentum averaged exactly (what the compression costs) */
+        if ((st = svc->allreduce(world, m, (size_t)P, ZERO_DTYPE_F32, ZERO_OP_SUM)) != ZERO_OK) return st;
+        const float inv = 1.0f / (float)n;
+        for (uint64_t i = 0; i < P; i++) m[i] *= inv;
+    } else if ((st = onebit_car_run(&s->car, m)) != ZERO_OK) {
+        return st;
+    }
     for (uint32_t k = 0; k < L->ngroups; k++) {
         const zero_layout_group *G = &L->groups[k];
         float b1, b2;
