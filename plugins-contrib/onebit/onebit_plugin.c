@@ -15,8 +15,8 @@
  * given the states (m / b1, v_frozen / b2) and a zero gradient, so that its
  * moments come out as (m, v_frozen).
  *
- * Host memory, fp32 models, no pipeline, no expert groups; checkpoints are
- * not implemented (zero_save fails naming the plugin). */
+ * Host memory, fp32 models, no pipeline, no expert groups; checkpoints
+ * resume bitwise at the same world size (no resharding). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,6 +255,50 @@ static zero_status ob_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     return ZERO_OK;
 }
 
+/* Checkpoint: the flat state through the core's sharded blobs (params,
+ * master, m, v) and the window's gradient, plus this plugin's own per-rank
+ * blobs -- the phase, the frozen variance and both error-feedback buffers
+ * -- so that a job resumed at the same world size continues bitwise
+ * (DeepSpeed instead resets the errors on load).  No resharding: the error
+ * buffers belong to this world size's chunks. */
+static uint32_t own_blobs(onebit *s, zero_kit_blob *b, int64_t *phase) {
+    const uint64_t P = s->f.L->flat_numel;
+    b[0] = (zero_kit_blob){"phase", phase, sizeof *phase};
+    b[1] = (zero_kit_blob){"vfrozen", s->vfrozen, (size_t)(P ? P : 1) * sizeof(float)};
+    b[2] = (zero_kit_blob){"werr", s->car.werr, (size_t)s->car.padded * sizeof(float)};
+    b[3] = (zero_kit_blob){"serr", s->car.serr, (size_t)s->car.chunk * sizeof(float)};
+    return 4;
+}
+
+static zero_status ob_save(void *state, const char *dir) {
+    onebit *s = state;
+    zero_status st = zero_kit_flat_ckpt(&s->f, dir, WHO, "grads", 1);
+    if (st != ZERO_OK) return st;
+    int64_t phase = s->frozen;
+    zero_kit_blob b[4];
+    const uint32_t nb = own_blobs(s, b, &phase);
+    return zero_kit_blobs_io(s->svc, dir, WHO, b, nb, 1);
+}
+
+static zero_status ob_load(void *state, const char *dir) {
+    onebit *s = state;
+    const zero_services *svc = s->svc;
+    if (svc->ckpt_reshard(s->c))
+        return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
+                          WHO ": the checkpoint in %s was written by another world size or plugin; onebit resumes "
+                              "only its own checkpoints at the same world size",
+                          dir);
+    zero_status st = zero_kit_flat_load(&s->f, dir, WHO, "grads", NULL);
+    if (st != ZERO_OK) return st;
+    int64_t phase = 0;
+    zero_kit_blob b[4];
+    const uint32_t nb = own_blobs(s, b, &phase);
+    st = zero_kit_blobs_io(svc, dir, WHO, b, nb, 0);
+    if ((st = zero_kit_blobs_agree(svc, NULL, st, dir, WHO)) != ZERO_OK) return st;
+    s->frozen = phase != 0;
+    return ZERO_OK;
+}
+
 static void ob_destroy(void *state) {
     onebit *s = state;
     if (!s) return;
@@ -283,5 +327,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .grad_buffer = ob_grad_buffer,
     .on_grad_ready = ob_on_grad_ready,
     .step = ob_step,
+    .save = ob_save,
+    .load = ob_load,
     .destroy = ob_destroy,
 };

@@ -17,7 +17,10 @@ weight decay 0.01).
      wire (zero_comm_stats, reduced + gathered, every communicator) at
      most --max-bytes of stage0's;
   d. refusals: OneBitAdam with stage 2; the onebit plugin with AdamW, with
-     bf16; ZeroOneAdam.
+     bf16; ZeroOneAdam;
+  e. a checkpoint saved after step 4 of 8 (freeze_step 3: compressed phase,
+     error buffers non-zero) and resumed by a new job at N = 3 ends with the
+     uninterrupted run's bits.
 Usage: contrib_onebit.py --demo PATH --mpirun PATH --plugin-dir DIR --out DIR
 Standard library only.
 """
@@ -58,7 +61,7 @@ def adam_cfg():
     return c
 
 
-def run(a, tag, cfg, n, steps, plugin=None, expect_fail=False):
+def run(a, tag, cfg, n, steps, plugin=None, expect_fail=False, extra=()):
     summ = os.path.join(a.out, tag + ".summary.json")
     log = os.path.join(a.out, tag + ".log")
     cpath = os.path.join(a.out, tag + ".json")
@@ -67,7 +70,7 @@ def run(a, tag, cfg, n, steps, plugin=None, expect_fail=False):
         os.remove(summ)
     cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n), "--mca", "btl", "self,vader",
            a.demo, "--config", cpath] + (["--plugin", plugin] if plugin else []) + \
-          ["--steps", str(steps), "--quiet", "--summary", summ] + (["--data", a.data] if a.data else [])
+          ["--steps", str(steps), "--quiet", "--summary", summ] + (["--data", a.data] if a.data else []) + list(extra)
     env = dict(os.environ)
     env["ZERO_PLUGIN_PATH"] = a.plugin_dir + (":" + env["ZERO_PLUGIN_PATH"] if env.get("ZERO_PLUGIN_PATH") else "")
     env["ZERO_LOG_LEVEL"] = "info"
@@ -158,6 +161,17 @@ def main():
         if not ok:
             sys.stdout.write(text[-1500:])
             fails.append(f"d {tag}: exit {rc}, expected message {want!r}")
+    # e. checkpoint in the compressed phase, resumed bitwise
+    ck = os.path.join(a.out, "ckpt")
+    if os.path.isdir(ck):
+        import shutil
+        shutil.rmtree(ck)
+    run(a, "resume-a", onebit_cfg(3), 3, 4, extra=["--save-dir", ck, "--save-every", "4"])
+    res = run(a, "resume-b", onebit_cfg(3), 3, 8, extra=["--resume", ck])
+    whole = run(a, "resume-whole", onebit_cfg(3), 3, 8)
+    print(f"  e. N=3 save at step 4 + resume: {res['digest']['bits']}  uninterrupted: {whole['digest']['bits']}")
+    if res["digest"]["bits"] != whole["digest"]["bits"]:
+        fails.append(f"e: resume {res['digest']['bits']} != uninterrupted {whole['digest']['bits']}")
     for f in fails:
         print("FAIL:", f)
     print("contrib-onebit:", "PASS" if not fails else f"FAIL ({len(fails)})")
