@@ -15,7 +15,7 @@
  * given the states (m / b1, v_frozen / b2) and a zero gradient, so that its
  * moments come out as (m, v_frozen).
  *
- * Host memory, fp32 models, no pipeline, no expert groups; checkpoints
+ * Host memory, fp32 and bf16 models, no pipeline, no expert groups; checkpoints
  * resume bitwise at the same world size (no resharding). */
 #include <math.h>
 #include <stdlib.h>
@@ -38,6 +38,9 @@ typedef struct onebit {
     float *probe;        /* 4 x 16 floats: per-group betas (see group_betas) */
     uint64_t compressed_steps;
     int exact;           /* ZERO_ONEBIT_EXACT=1: exact momentum average (measurement only) */
+    int contiguous;      /* the host writes into f.grads itself (fp32 model); else per-param bf16
+                            temporaries (p->plugin_data), widened into f.grads when ready */
+    int tmps;            /* plugin_data holds those temporaries (cleared at params_done) */
 } onebit;
 
 static zero_status ob_create(const zero_services *svc, void **state) {
@@ -49,10 +52,14 @@ static zero_status ob_create(const zero_services *svc, void **state) {
                           WHO ": optimizer.type is %s%s%s, expected \"OneBitAdam\": this plugin is 1-bit Adam "
                               "(run other optimizers with stage0..3)",
                           type ? "\"" : "", type ? type : "absent", type ? "\"" : "");
-    if (rc->model_dtype != ZERO_DTYPE_F32)
+    if (rc->model_dtype == ZERO_DTYPE_F16)
         return svc->error(c, ZERO_ERR_UNSUPPORTED,
-                          WHO ": the model dtype is %s (bf16 / fp16 enabled); 1-bit Adam here runs fp32 models only",
-                          rc->model_dtype == ZERO_DTYPE_BF16 ? "bf16" : "fp16");
+                          WHO ": the model dtype is fp16 (fp16.enabled); 1-bit Adam here runs fp32 and bf16 models "
+                              "(fp16's loss scaling is not implemented for the compressed phase)");
+    if (zero_kit_grad_dtype(rc) != ZERO_DTYPE_F32)
+        return svc->error(c, ZERO_ERR_UNSUPPORTED,
+                          WHO ": data_types.grad_accum_dtype is not fp32; 1-bit Adam here accumulates gradients in "
+                              "fp32");
     if (!(rc->beta1 > 0.0) || !(rc->beta2 > 0.0))
         return svc->error(c, ZERO_ERR_CONFIG,
                           WHO ": optimizer.params.betas [%g, %g]: 1-bit Adam needs both betas > 0 (the frozen "
@@ -110,7 +117,15 @@ static zero_status ob_params_done(void *state) {
                           svc->optim_state_count(s->c));
     st = zero_kit_flat_init(&s->f, svc, 1, L->flat_numel, ZERO_INDEX_FLAT, WHO);
     if (st != ZERO_OK) return st;
-    zero_bucket_spec spec = zero_kit_flat_bucket_spec(&s->f, ZERO_BUCKETS_ALLREDUCE, NULL, 1, s->f.grads);
+    /* as stage0 decides (kit_dp.c): a bf16 model's fp32 gradient slots are
+     * filled from per-param bf16 temporaries */
+    s->contiguous = s->f.gdtype == s->f.dtype;
+    if (!s->contiguous) {
+        for (uint32_t i = 0; i < svc->nparams(s->c); i++) svc->param(s->c, i)->plugin_data = NULL;
+        s->tmps = 1;
+    }
+    zero_bucket_spec spec =
+        zero_kit_flat_bucket_spec(&s->f, ZERO_BUCKETS_ALLREDUCE, NULL, s->contiguous, s->f.grads);
     if ((st = zero_kit_bsets_create(&s->bs, svc, &spec)) != ZERO_OK) return st;
     s->vfrozen = zero_kit_alloc_n(svc, ZERO_TIER_DEVICE, ZERO_MEM_OPTIM, L->flat_numel, sizeof(float));
     s->probe = zero_kit_alloc_n(svc, ZERO_TIER_DEVICE, ZERO_MEM_OTHER, 64, sizeof(float));
@@ -127,6 +142,7 @@ static zero_status ob_params_done(void *state) {
 
 static zero_status ob_grad_buffer(void *state, zero_param_info *p, void **buf) {
     onebit *s = state;
+    if (!s->contiguous) return zero_kit_grad_tmp(s->svc, p, s->f.esize, &p->plugin_data, buf, WHO);
     if (!s->frozen) return s->svc->buckets_grad_slot(zero_kit_bsets_of(&s->bs, p->index), p->index, buf);
     *buf = (float *)s->f.grads + p->flat_offset; /* compressed phase: the local gradient, never reduced */
     return ZERO_OK;
@@ -135,9 +151,18 @@ static zero_status ob_grad_buffer(void *state, zero_param_info *p, void **buf) {
 static zero_status ob_on_grad_ready(void *state, zero_param_info *p, void *stream) {
     onebit *s = state;
     (void)stream;
-    if (!s->frozen) return zero_kit_grad_ready(s->svc, zero_kit_bsets_of(&s->bs, p->index), p, NULL);
-    if (p->host_grad && !p->grad_is_zero)
-        s->svc->add_into(s->c, (float *)s->f.grads + p->flat_offset, p->host_grad, ZERO_DTYPE_F32, p->numel);
+    if (!s->frozen)
+        return zero_kit_grad_ready(s->svc, zero_kit_bsets_of(&s->bs, p->index), p,
+                                   s->contiguous ? NULL : &p->plugin_data);
+    /* compressed phase: added into the local gradient (model dtype widened) */
+    float *dst = (float *)s->f.grads + p->flat_offset;
+    if (!s->contiguous && p->plugin_data) {
+        if (!p->grad_is_zero) s->svc->add_into(s->c, dst, p->plugin_data, s->f.dtype, p->numel);
+        s->svc->mem_free(s->c, p->plugin_data);
+        p->plugin_data = NULL;
+    } else if (p->host_grad && !p->grad_is_zero) {
+        s->svc->add_into(s->c, dst, p->host_grad, s->f.dtype, p->numel);
+    }
     return ZERO_OK;
 }
 
@@ -230,6 +255,10 @@ static zero_status frozen_boundary(onebit *s, const zero_step_ctx *ctx, zero_ste
         r.grad = g + lo;
         r.grad_mul = 0.0f; /* the moments come out as (m, v_frozen) */
         r.grad_dtype = ZERO_DTYPE_F32;
+        if ((void *)s->f.master != s->f.params) { /* bf16: the new weights rounded into the params */
+            r.param_out = (char *)s->f.params + (size_t)lo * s->f.esize;
+            r.param_out_dtype = s->f.dtype;
+        }
         if (hi > lo && (st = svc->optim_step(s->c, &r)) != ZERO_OK) return st;
     }
     s->compressed_steps++;
@@ -308,6 +337,7 @@ static void ob_destroy(void *state) {
                     (unsigned long long)s->car.bytes);
     onebit_car_free(&s->car);
     zero_kit_bsets_destroy(&s->bs);
+    if (s->tmps) zero_kit_grad_tmps_free(s->svc); /* temporaries never reported ready */
     if (s->vfrozen) s->svc->mem_free(s->c, s->vfrozen);
     if (s->probe) s->svc->mem_free(s->c, s->probe);
     zero_kit_flat_free(&s->f);
@@ -318,7 +348,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .struct_size = sizeof(zero_plugin_table),
     .abi_major = ZERO_PLUGIN_ABI_MAJOR,
     .abi_minor = ZERO_PLUGIN_ABI_MINOR,
-    .caps = 0,
+    .caps = ZERO_PLUGIN_CAP_GRAD_DTYPES, /* fp32 gradients of a bf16 model, as stage0 */
     .name = "onebit",
     .description = "1-bit Adam (DeepSpeed OneBitAdam): Adam warm-up, then the momentum all-reduced as signs + "
                    "scales with error feedback",

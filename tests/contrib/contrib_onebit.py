@@ -6,18 +6,19 @@ correction, so the reference is "type": "AdamW" with "bias_correction":
 false and the same hyper-parameters (WarmupLR schedule, clipping 1.0,
 weight decay 0.01).
   a. freeze_step >= the run's steps (warm-up only): bitwise stage0's
-     parameters at N = 2 and 3;
+     parameters at N = 2 and 3 (fp32) and N = 2 (bf16);
   b. --steps 40 with freeze_step 20: after the freeze, the mean |loss -
      Adam's loss| over the compressed steps within --tol-mean nats and every
      step within --tol-max nats, at N = 2, 3 and 5 (measured: mean 0.09 /
      0.05 / 0.04, max 0.38 / 0.20 / 0.12; with the momentum averaged
      exactly instead, ZERO_ONEBIT_EXACT=1: mean 0.05 / 0.04 / 0.07 -- most
-     of the distance is the frozen variance, not the compression);
+     of the distance is the frozen variance, not the compression); bf16 at
+     N = 3 with the same tolerances;
   c. freeze_step 0 (every step compressed), N = 4: rank 0's bytes on the
      wire (zero_comm_stats, reduced + gathered, every communicator) at
      most --max-bytes of stage0's;
   d. refusals: OneBitAdam with stage 2; the onebit plugin with AdamW, with
-     bf16; ZeroOneAdam;
+     fp16; ZeroOneAdam;
   e. a checkpoint saved after step 4 of 8 (freeze_step 3: compressed phase,
      error buffers non-zero) and resumed by a new job at N = 3 ends with the
      uninterrupted run's bits.
@@ -114,6 +115,16 @@ def main():
         if not same:
             fails.append(f"a N={n}: warm-up is not bitwise stage0")
 
+    # a'. bf16: warm-up bitwise stage0 too
+    bf = {"bf16": {"enabled": True}}
+    ref = run(a, "adam-bf16-n2", dict(adam_cfg(), **bf), 2, 6, plugin="stage0")
+    ob = run(a, "warm-bf16-n2", onebit_cfg(1000, **bf), 2, 6)
+    same = ob["digest"]["bits"] == ref["digest"]["bits"]
+    print(f"  a. N=2 bf16 freeze_step 1000, 6 steps: onebit {ob['digest']['bits']} stage0 {ref['digest']['bits']}"
+          f" {'bitwise' if same else 'DIFFER'}")
+    if not same:
+        fails.append("a bf16 N=2: warm-up is not bitwise stage0")
+
     # b. loss curve after freeze within tolerance of Adam's
     for n in (2, 3, 5):
         ref = run(a, f"adam-curve-n{n}", adam_cfg(), n, a.steps, plugin="stage0")
@@ -130,6 +141,14 @@ def main():
                          f"(tol {a.tol_mean} / {a.tol_max})")
         if d[:a.freeze] != [0.0] * a.freeze:
             fails.append(f"b N={n}: the warm-up losses differ from Adam's")
+    # b'. bf16 at N=3
+    ref = run(a, "adam-curve-bf16-n3", dict(adam_cfg(), **bf), 3, a.steps, plugin="stage0")
+    ob = run(a, "onebit-curve-bf16-n3", onebit_cfg(a.freeze, **bf), 3, a.steps)
+    post = [abs(x - y) for x, y in zip(ob["losses"], ref["losses"])][a.freeze:]
+    worst, mean = max(post), sum(post) / len(post)
+    print(f"  b. N=3 bf16 freeze_step {a.freeze}: after the freeze |loss - adam| mean {mean:.4f} max {worst:.4f}")
+    if mean > a.tol_mean or worst > a.tol_max:
+        fails.append(f"b bf16 N=3: loss mean {mean:.4f} / max {worst:.4f} nats from Adam's")
 
     # c. bytes on the wire, every step compressed
     steps = 6
@@ -146,14 +165,14 @@ def main():
     c2 = onebit_cfg(10)
     del c2["zero_optimization"]["plugin"]
     c2["zero_optimization"]["stage"] = 2
-    bf = onebit_cfg(10, bf16={"enabled": True})
+    f16 = onebit_cfg(10, fp16={"enabled": True})
     zo = adam_cfg()
     zo["optimizer"] = {"type": "ZeroOneAdam", "params": {"lr": 1e-3}}
     aw = adam_cfg()
     for tag, cfg, plugin, want in [
             ("refuse-stage2", c2, None, 'optimizer.type: OneBitAdam runs only with the plugin "onebit"'),
             ("refuse-adamw", aw, "onebit", 'onebit: optimizer.type is "AdamW", expected "OneBitAdam"'),
-            ("refuse-bf16", bf, None, "onebit: the model dtype is bf16"),
+            ("refuse-fp16", f16, None, "onebit: the model dtype is fp16"),
             ("refuse-zeroone", zo, None, "ZeroOneAdam is not implemented by libzero")]:
         rc, text = run(a, tag, cfg, 2, 1, plugin=plugin, expect_fail=True)
         ok = rc != 0 and want in text
