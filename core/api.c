@@ -292,6 +292,16 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     if (!plugin || !plugin[0]) plugin = getenv("ZERO_PLUGIN");
     if (!plugin || !plugin[0]) plugin = zero__config_plugin(e->cfg);
     e->auto_pick = strcmp(plugin, "auto") == 0;
+    const char *needs = zero__config_optim_plugin(e->cfg);
+    if (needs && strcmp(plugin, needs) != 0)
+        return fail_create(e,
+                           zero__error(e, ZERO_ERR_CONFIG,
+                                       "optimizer.type: OneBitAdam runs only with the plugin \"%s\" "
+                                       "(plugins-contrib/onebit; select it with \"zero_optimization\": {\"plugin\": "
+                                       "\"%s\"} or ZERO_PLUGIN=%s): plugin \"%s\" would run plain Adam without the "
+                                       "1-bit compressed momentum",
+                                       needs, needs, needs, plugin),
+                           err, err_len);
     if ((s = load_agreed(e, plugin)) != ZERO_OK) return fail_create(e, s, err, err_len);
     if (e->auto_pick && e->rc->pipeline_stages > 1)
         return fail_create(e,

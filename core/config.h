@@ -54,6 +54,10 @@ void zero__config_resolve_auto(zero__config *c, uint64_t largest_numel, char *no
  * stage/offload ("stage0".."stage3", "offload", "stage1-pp" when a pipeline
  * section asks for >1 stage with stage 1), or "auto" for "stage": "auto".  Static or config-owned string. */
 const char *zero__config_plugin(const zero__config *c);
+/* The plugin the configured optimizer needs, or NULL when any plugin runs
+ * it: "onebit" for optimizer.type OneBitAdam (its compressed momentum
+ * all-reduce is the plugin; any other plugin would run plain Adam). */
+const char *zero__config_optim_plugin(const zero__config *c);
 
 /* Lookups by dotted path: 1 found, 0 absent, -1 wrong type. */
 int zero__config_int(const zero__config *c, const char *path, int64_t *out);

@@ -11,7 +11,7 @@
 
 #include "config_internal.h"
 
-enum { T_ADAM = 1, T_ADAMW = 2, T_SGD = 4, T_LION = 8, T_ADAGRAD = 16, T_LAMB = 32, T_ALL = 63 };
+enum { T_ADAM = 1, T_ADAMW = 2, T_SGD = 4, T_LION = 8, T_ADAGRAD = 16, T_LAMB = 32, T_ONEBIT = 64, T_ALL = 127 };
 
 typedef struct optim_type {
     const char *name; /* canonical spelling */
@@ -27,6 +27,12 @@ static const optim_type optim_types[] = {
     {"Lion", T_LION, ZERO_OPTIM_LION, 1e-3, 0.9, 0.999, 0.0},   /* FusedLion */
     {"Adagrad", T_ADAGRAD, ZERO_OPTIM_ADAGRAD, 1e-2, 0.0, 0.0, 1e-10},
     {"Lamb", T_LAMB, ZERO_OPTIM_LAMB, 1e-3, 0.9, 0.999, 1e-8},  /* FusedLamb */
+    /* deepspeed/runtime/fp16/onebit/adam.py: Adam without bias correction,
+     * weight decay added to the update (decoupled: p -= lr * (m / (sqrt(v)
+     * + eps) + wd * p)), the momentum all-reduced 1-bit compressed after
+     * freeze_step.  Only the contrib plugin "onebit" runs it
+     * (zero__config_optim_plugin); the Adam part is the core's AdamW. */
+    {"OneBitAdam", T_ONEBIT, ZERO_OPTIM_ADAMW, 1e-3, 0.9, 0.999, 1e-8},
 };
 #define N_OPTIM_TYPES (sizeof optim_types / sizeof optim_types[0])
 
@@ -44,9 +50,9 @@ const char *zero__config_optim_name(zero_optim_kind k) {
 
 /* DeepSpeed optimizers that libzero refuses: their point is compressed
  * communication (or muP scaling), which a plain fp32 Adam would silently
- * replace by a different algorithm. */
-static const char *const refused_types[] = {"OneBitAdam", "ZeroOneAdam", "OneBitLamb", "MuAdam", "MuAdamW",
-                                            "MuSGD"};
+ * replace by a different algorithm.  (OneBitAdam is implemented, by the
+ * contrib plugin "onebit" only.) */
+static const char *const refused_types[] = {"ZeroOneAdam", "OneBitLamb", "MuAdam", "MuAdamW", "MuSGD"};
 
 typedef struct param_key {
     const char *name;
@@ -56,11 +62,11 @@ typedef struct param_key {
 static const param_key param_keys[] = {
     {"lr", T_ALL},
     {"weight_decay", T_ALL},
-    {"betas", T_ADAM | T_ADAMW | T_LION | T_LAMB},
-    {"eps", T_ADAM | T_ADAMW | T_ADAGRAD | T_LAMB},
+    {"betas", T_ADAM | T_ADAMW | T_LION | T_LAMB | T_ONEBIT},
+    {"eps", T_ADAM | T_ADAMW | T_ADAGRAD | T_LAMB | T_ONEBIT},
     {"adam_w_mode", T_ADAM | T_ADAMW},
-    {"bias_correction", T_ADAM | T_ADAMW | T_LAMB},
-    {"amsgrad", T_ADAM | T_ADAMW | T_LAMB},
+    {"bias_correction", T_ADAM | T_ADAMW | T_LAMB | T_ONEBIT},
+    {"amsgrad", T_ADAM | T_ADAMW | T_LAMB | T_ONEBIT},
     {"torch_adam", T_ADAM | T_ADAMW},
     {"momentum", T_SGD},
     {"nesterov", T_SGD},
@@ -70,6 +76,9 @@ static const param_key param_keys[] = {
     {"max_grad_norm", T_LAMB},
     {"lr_decay", T_ADAGRAD},
     {"initial_accumulator_value", T_ADAGRAD},
+    {"freeze_step", T_ONEBIT},       /* read by the plugin (cfg_int) */
+    {"cuda_aware", T_ONEBIT},        /* DeepSpeed's transport choices: libzero's comm layer decides */
+    {"comm_backend_name", T_ONEBIT},
     {NULL, 0}};
 
 #define OP "optimizer.params"
@@ -186,21 +195,24 @@ int zero__cfg_parse_optimizer(zero__cfg_ctx *ctx, const json_t *root, zero_run_c
 
     tv = json_object_get(opt, "type");
     if (!tv || json_is_null(tv))
-        return zero__cfg_fail(ctx, "optimizer.type: missing, expected one of Adam, AdamW, SGD, Lion, Adagrad, Lamb");
+        return zero__cfg_fail(ctx, "optimizer.type: missing, expected one of Adam, AdamW, SGD, Lion, Adagrad, Lamb, "
+                                   "OneBitAdam");
     if (zero__cfg_str(ctx, opt, "optimizer", "type", &type) < 0) return -1;
     for (i = 0; i < sizeof refused_types / sizeof refused_types[0]; ++i)
         if (strcasecmp(type, refused_types[i]) == 0)
             return zero__cfg_fail(ctx, "optimizer.type: got \"%s\", expected one of Adam, AdamW, SGD, Lion, Adagrad, "
-                                       "Lamb: %s is not implemented by libzero (1-bit / 0/1 compressed-communication "
-                                       "and muP optimizers are out of scope)",
+                                       "Lamb, OneBitAdam: %s is not implemented by libzero (of the compressed-"
+                                       "communication optimizers only OneBitAdam is, by the plugin \"onebit\"; "
+                                       "0/1 Adam, 1-bit LAMB and the muP optimizers are out of scope)",
                                   type, refused_types[i]);
     for (i = 0; i < N_OPTIM_TYPES; ++i)
         if (strcasecmp(type, optim_types[i].name) == 0) t = &optim_types[i];
     if (!t)
         return zero__cfg_fail(ctx, "optimizer.type: got \"%s\", expected one of Adam, AdamW, SGD, Lion, Adagrad, "
-                                   "Lamb (case-insensitive)",
+                                   "Lamb, OneBitAdam (case-insensitive)",
                               type);
     set_type_defaults(rc, t);
+    if (t->bit == T_ONEBIT) rc->bias_correction = 0; /* OnebitAdam's update never bias-corrects */
 
     if (zero__cfg_obj(ctx, opt, "optimizer", "params", &params) < 0) return -1;
     if (params) {
@@ -209,9 +221,9 @@ int zero__cfg_parse_optimizer(zero__cfg_ctx *ctx, const json_t *root, zero_run_c
             zero__cfg_num(ctx, params, OP, "weight_decay", 0.0, 0, ZERO__CFG_FLT_MAX, "a number >= 0",
                           &rc->weight_decay) < 0)
             return -1;
-        if (t->bit & (T_ADAM | T_ADAMW | T_LION | T_LAMB))
+        if (t->bit & (T_ADAM | T_ADAMW | T_LION | T_LAMB | T_ONEBIT))
             if (parse_betas(ctx, params, rc) < 0) return -1;
-        if (t->bit & (T_ADAM | T_ADAMW | T_ADAGRAD | T_LAMB))
+        if (t->bit & (T_ADAM | T_ADAMW | T_ADAGRAD | T_LAMB | T_ONEBIT))
             if (zero__cfg_num(ctx, params, OP, "eps", ZERO__CFG_FLT_MIN, 0, ZERO__CFG_FLT_MAX,
                               "a number > 0 that is a normal 32-bit float (>= 1.17549e-38)", &rc->eps) < 0)
                 return -1;
@@ -222,6 +234,24 @@ int zero__cfg_parse_optimizer(zero__cfg_ctx *ctx, const json_t *root, zero_run_c
             if (flag)
                 return zero__cfg_fail(ctx, OP ".amsgrad: got true, expected false: AMSGrad is not implemented "
                                               "by libzero");
+        }
+        if (t->bit == T_ONEBIT) {
+            int64_t fs = 0;
+            const char *name = NULL;
+            flag = 0;
+            if (zero__cfg_bool(ctx, params, OP, "bias_correction", &flag) < 0) return -1;
+            if (flag)
+                zero__cfg_warn(ctx, OP ".bias_correction: true has no effect with type OneBitAdam (as in "
+                                      "DeepSpeed, whose OnebitAdam never bias-corrects)");
+            flag = 0;
+            if (zero__cfg_bool(ctx, params, OP, "amsgrad", &flag) < 0) return -1;
+            if (flag)
+                return zero__cfg_fail(ctx, OP ".amsgrad: got true, expected false: 1-bit Adam has no AMSGrad "
+                                              "variant");
+            if (zero__cfg_int(ctx, params, OP, "freeze_step", 0, INT64_MAX, "an integer >= 0", &fs) < 0 ||
+                zero__cfg_bool(ctx, params, OP, "cuda_aware", &flag) < 0 ||
+                zero__cfg_str(ctx, params, OP, "comm_backend_name", &name) < 0)
+                return -1;
         }
         if (t->bit & (T_ADAM | T_ADAMW)) {
             flag = 1;
@@ -268,6 +298,12 @@ int zero__cfg_parse_optimizer(zero__cfg_ctx *ctx, const json_t *root, zero_run_c
         }
     }
     return parse_groups(ctx, opt);
+}
+
+const char *zero__config_optim_plugin(const zero__config *c) {
+    const json_t *opt = c && c->root ? json_object_get(c->root, "optimizer") : NULL;
+    const json_t *tv = opt ? json_object_get(opt, "type") : NULL;
+    return json_is_string(tv) && strcasecmp(json_string_value(tv), "OneBitAdam") == 0 ? "onebit" : NULL;
 }
 
 /* ---- scheduler ----------------------------------------------------------- */

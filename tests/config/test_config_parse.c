@@ -278,7 +278,9 @@ static void test_bad_table(void) {
         {"{\"optimizer\":{\"type\":\"Adam\",\"params\":{\"amsgrad\":true}}}", "optimizer.params.amsgrad: got true, expected false"},
         {"{\"optimizer\":{\"type\":\"SGD\",\"params\":{\"momentum\":-0.9}}}", "optimizer.params.momentum: got -0.9, expected a number >= 0"},
         {"{\"optimizer\":{\"type\":\"SGD\",\"params\":{\"nesterov\":true}}}", "optimizer.params.nesterov: got true with momentum 0"},
-        {"{\"optimizer\":{\"type\":\"OneBitAdam\",\"params\":{\"lr\":1e-3}}}", "optimizer.type: got \"OneBitAdam\", expected one of Adam, AdamW, SGD, Lion, Adagrad, Lamb: OneBitAdam is not implemented by libzero"},
+        {"{\"optimizer\":{\"type\":\"ZeroOneAdam\",\"params\":{\"lr\":1e-3}}}", "optimizer.type: got \"ZeroOneAdam\", expected one of Adam, AdamW, SGD, Lion, Adagrad, Lamb, OneBitAdam: ZeroOneAdam is not implemented by libzero"},
+        {"{\"optimizer\":{\"type\":\"OneBitAdam\",\"params\":{\"amsgrad\":true}}}", "optimizer.params.amsgrad: got true, expected false: 1-bit Adam"},
+        {"{\"optimizer\":{\"type\":\"OneBitAdam\",\"params\":{\"freeze_step\":-1}}}", "optimizer.params.freeze_step: got -1, expected an integer >= 0"},
         {"{\"optimizer\":{\"type\":\"zerooneadam\"}}", "optimizer.type: got \"zerooneadam\""},
         {"{\"optimizer\":{\"type\":\"ONEBITLAMB\"}}", "optimizer.type: got \"ONEBITLAMB\""},
         {"{\"optimizer\":{\"type\":\"Adadelta\"}}", "optimizer.type: got \"Adadelta\", expected one of Adam, AdamW, SGD, Lion, Adagrad, Lamb"},
@@ -520,6 +522,20 @@ static void test_values(void) {
         CHECK_EQ_INT(rc->optim, ZERO_OPTIM_ADAMW);
         CHECK_EQ_INT(rc->bias_correction, 0);
     }
+    /* OneBitAdam: DeepSpeed's OnebitAdam update is AdamW without bias
+     * correction; freeze_step stays readable for the onebit plugin, which
+     * is the only plugin that runs it (zero__config_optim_plugin) */
+    WITH("{\"optimizer\":{\"type\":\"OnebitAdam\",\"params\":{\"lr\":3e-5,\"freeze_step\":400,\"weight_decay\":0.01,"
+         "\"cuda_aware\":false,\"comm_backend_name\":\"nccl\"}}}", 1) {
+        int64_t fs = 0;
+        CHECK_EQ_INT(rc->optim, ZERO_OPTIM_ADAMW);
+        CHECK_EQ_INT(rc->bias_correction, 0);
+        CHECK_NEAR(rc->lr, 3e-5, 0);
+        CHECK_EQ_INT(zero__config_int(c, "optimizer.params.freeze_step", &fs), 1);
+        CHECK_EQ_INT(fs, 400);
+        CHECK_STR_CONTAINS(zero__config_optim_plugin(c), "onebit");
+    }
+    WITH("{\"optimizer\":{\"type\":\"Adam\"}}", 1) CHECK(zero__config_optim_plugin(c) == NULL, "Adam needs no plugin");
     WITH("{\"optimizer\":{\"type\":\"sgd\",\"params\":{\"lr\":0.1,\"momentum\":0.9,\"nesterov\":true,\"weight_decay\":1e-4}}}", 1) {
         CHECK_EQ_INT(rc->optim, ZERO_OPTIM_SGD);
         CHECK_NEAR(rc->lr, 0.1, 0);
