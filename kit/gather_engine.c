@@ -74,20 +74,15 @@ static int prefetch_wanted(const zero_kit_gather *g) {
     return 0;
 }
 
-/* Batch the fetches issued between these two calls (services 1.5,
- * comm_group_start/end): on NCCL one launch for the whole prefetch window
- * instead of one per parameter; on MPI nothing changes.  A core older than
- * 1.5 has no groups: each fetch then launches alone.  The end is called on
- * every path, after errors too, and its error kept only when nothing
- * failed before. */
+/* Batch the fetches issued between these two calls (comm_group_start/end):
+ * on NCCL one launch for the whole prefetch window instead of one per
+ * parameter; on MPI nothing changes.  The end is called on every path,
+ * after errors too, and its error kept only when nothing failed before. */
 static zero_status group_open(zero_kit_gather *g) {
-    return g->spec.group_comm && ZERO_SERVICES_HAS(g->svc, comm_group_end) ? g->svc->comm_group_start(g->spec.group_comm)
-                                                                           : ZERO_OK;
+    return g->spec.group_comm ? g->svc->comm_group_start(g->spec.group_comm) : ZERO_OK;
 }
 static zero_status group_close(zero_kit_gather *g, zero_status st) {
-    zero_status e = g->spec.group_comm && ZERO_SERVICES_HAS(g->svc, comm_group_end)
-                        ? g->svc->comm_group_end(g->spec.group_comm)
-                        : ZERO_OK;
+    zero_status e = g->spec.group_comm ? g->svc->comm_group_end(g->spec.group_comm) : ZERO_OK;
     return st != ZERO_OK ? st : e;
 }
 

@@ -34,8 +34,8 @@ Two checks, both on every edge:
      own, such as engine.h, are contracts and add no loop edge -- or a
      symbol use) fails, with the edges that close it, unless each member
      matches one line of the --known file (glob patterns on the unit's path
-     without extension).  CI passes a known file that holds only loops being
-     untied on another branch.
+     without extension).  CI passes none: no loop is allowed (the option
+     remains for a branch that unties one loop at a time).
 
     check-loops.py --src DIR --lib libzero_static.a [--plugin-objs DIR|GLOB ...]
                    [--known FILE] [--nm NM] [--all] [--floor-report]
