@@ -496,12 +496,13 @@ zero_status zero_kit_gather_create(const zero_services *svc, const zero_kit_gath
     if (!spec || spec->struct_size < sizeof *spec || !spec->comm || !spec->ops.fetch)
         return svc->error(svc->core, ZERO_ERR_INVALID_ARGUMENT,
                           "zero_kit_gather_create: the spec needs struct_size, comm and ops.fetch");
+    const char *who = spec->who ? spec->who : "gather";
     zero_kit_gather *g = calloc(1, sizeof *g);
-    if (!g) return svc->error(svc->core, ZERO_ERR_OUT_OF_MEMORY, "%s: out of memory", spec->who);
+    if (!g) return svc->error(svc->core, ZERO_ERR_OUT_OF_MEMORY, "%s: out of memory", who);
     g->svc = svc;
     g->c = svc->core;
     g->spec = *spec;
-    if (!g->spec.who) g->spec.who = "gather";
+    g->spec.who = who;
     g->esize = dtype_size(spec->dtype);
     g->rank = svc->comm_rank(spec->comm);
     g->nranks = svc->comm_size(spec->comm);
@@ -518,7 +519,7 @@ zero_status zero_kit_gather_create(const zero_services *svc, const zero_kit_gath
     g->phases = calloc(ZERO_KIT__MAX_PHASES, sizeof *g->phases);
     if (!g->params || !g->phases) {
         zero_kit_gather_destroy(g);
-        return svc->error(svc->core, ZERO_ERR_OUT_OF_MEMORY, "%s: out of memory", spec->who);
+        return svc->error(svc->core, ZERO_ERR_OUT_OF_MEMORY, "%s: out of memory", who);
     }
     strcpy(g->phases[0].name, "train");
     g->nphases = 1;

@@ -82,7 +82,9 @@ typedef struct zero_kit_gather_ops {
     /* Optional.  `idx`'s buffer is about to go back to the pool (released
      * and not kept, evicted, or dropped at the end of a micro-step): the
      * release / write-back point for a strategy that keeps a copy of what
-     * it gathered (nothing in-tree writes gathered tensors back). */
+     * it gathered (nothing in-tree writes gathered tensors back).  Not
+     * called for persistent or alias params, nor for the buffers
+     * zero_kit_gather_destroy frees. */
     void (*dropped)(void *ctx, uint32_t idx, void *buf);
     /* Optional.  Called after every host gather's fetches were issued (and
      * after zero_kit_gather_prefetch_ahead): a strategy that stages the
@@ -100,7 +102,8 @@ typedef struct zero_kit_gather_ops {
  * zero_kit_gather_spec_from_config, then set comm, ops, ctx and the cap. */
 typedef struct zero_kit_gather_spec {
     size_t struct_size;          /* sizeof(zero_kit_gather_spec) */
-    const char *who;             /* message prefix ("stage3", "mics"); borrowed, must outlive the engine */
+    const char *who;             /* message prefix ("stage3", "mics"; NULL: "gather"); borrowed, must
+                                    outlive the engine */
     zero_comm *comm;             /* agreements: the ranks that must gather in lockstep; borrowed.  A
                                     communicator of the strategy's own (a duplicate of the world, say):
                                     the host may fire grad hooks (bucket collectives on the world) from
