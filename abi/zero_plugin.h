@@ -748,6 +748,12 @@ typedef zero_plugin_table_v2 zero_plugin_table;
 typedef zero_plan_services_v1 zero_plan_services;
 #define ZERO_PLUGIN_TABLE zero_plugin_v2
 #define ZERO_PLUGIN_SYMBOL ZERO_PLUGIN_SYMBOL_V2
+/* The fields every table starts with, for the headers in use:
+ *   ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
+ *       ZERO_PLUGIN_TABLE_HEAD, .caps = ..., .name = "mine", .create = ..., ... };
+ * (designated initializers: C99, or C++20). */
+#define ZERO_PLUGIN_TABLE_HEAD \
+    .struct_size = sizeof(zero_plugin_table), .abi_major = ZERO_PLUGIN_ABI_MAJOR, .abi_minor = ZERO_PLUGIN_ABI_MINOR
 
 /* ======================================================================== */
 /* Revision 1 (plugin ABI 1.0-1.5), frozen.  Plugins built against the 1.0  */

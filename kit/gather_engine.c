@@ -313,6 +313,20 @@ zero_status zero_kit_gather_prefetch_ahead(zero_kit_gather *g) {
     return st;
 }
 
+zero_status zero_kit_gather_step_begin(zero_kit_gather *g, int boundary, zero_status (*reduce)(void *user),
+                                       void *user, int *go_on) {
+    *go_on = 0;
+    zero_status ag = zero_kit_gather_agree(g, "zero_step");
+    zero_status st = zero_kit_gather_end_micro_step(g);
+    if (ag != ZERO_OK) return ag; /* every rank fails here: nobody enters the reduction alone */
+    zero_status red = reduce(user); /* collective: even after a local settling error */
+    if (st == ZERO_OK) st = red;
+    if (st != ZERO_OK) return st;
+    if (!boundary) return zero_kit_gather_prefetch_ahead(g); /* params unchanged: fetch the first ones now */
+    *go_on = 1;
+    return ZERO_OK;
+}
+
 void zero_kit_gather_mark_stale(zero_kit_gather *g) {
     for (uint32_t i = 0; i < g->nparams; i++)
         if (g->params[i].persistent && !g->params[i].alias) g->params[i].fresh = 0;

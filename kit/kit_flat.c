@@ -15,10 +15,7 @@ zero_status zero_kit_flat_init(zero_kit_flat *f, const zero_services *svc, int r
     f->svc = svc;
     f->c = svc->core;
     f->L = svc->layout(f->c);
-    f->dtype = svc->config(f->c)->model_dtype;
-    f->esize = zero_kit_dtype_size(f->dtype);
-    f->gdtype = zero_kit_grad_dtype(svc->config(f->c));
-    f->gesize = zero_kit_dtype_size(f->gdtype);
+    zero_kit_dtypes(svc->config(f->c), &f->dtype, &f->esize, &f->gdtype, &f->gesize);
     f->replicated = replicated;
     f->grad_index = grad_index;
     f->grad_bytes = (size_t)grad_numel * f->gesize;

@@ -52,8 +52,7 @@ zero_status zero_kit_bsets_create(zero_kit_bsets *s, const zero_services *svc, c
     s->n = 0;
     s->of_param = NULL;
     const zero_layout *L = svc->layout(svc->core);
-    const int experts = L->struct_size >= offsetof(zero_layout, group_world) + sizeof L->group_world &&
-                        L->group_world != NULL;
+    const int experts = L->group_world != NULL;
     const uint32_t ng = L->ngroups, cap = experts ? ng + 1 : 1;
     s->b = calloc(cap, sizeof *s->b);
     if (!s->b) return svc->error(svc->core, ZERO_ERR_OUT_OF_MEMORY, "bucket sets: out of memory");
@@ -162,6 +161,22 @@ zero_status zero_kit_pmap_init(zero_kit_pmap *m, const zero_services *svc, uint3
         }
     }
     return ZERO_OK;
+}
+
+zero_status zero_kit_pmap_params(zero_kit_pmap *m, const zero_services *svc, uint32_t world, size_t elem,
+                                 void **per_param, uint32_t *nparams, const char *who) {
+    *per_param = NULL;
+    zero_status st = zero_kit_pmap_init(m, svc, world, who);
+    *nparams = m->nparams;
+    if (st != ZERO_OK) return st;
+    *per_param = calloc(m->nparams ? m->nparams : 1, elem);
+    return *per_param ? ZERO_OK : svc->error(svc->core, ZERO_ERR_OUT_OF_MEMORY, "%s: out of memory", who);
+}
+
+void zero_kit_shard_free(const zero_services *svc, float *const state[4], float *master, void *shard) {
+    for (uint32_t k = 0; k < 4; k++) svc->mem_free(svc->core, state[k]);
+    if ((void *)master != shard) svc->mem_free(svc->core, master);
+    svc->mem_free(svc->core, shard);
 }
 
 void zero_kit_pmap_free(zero_kit_pmap *m) {

@@ -167,6 +167,17 @@ zero_status zero_kit_dp_step(void *state, const zero_step_ctx *ctx, zero_step_re
 zero_status zero_kit_dp_save(void *state, const char *dir);
 zero_status zero_kit_dp_load(void *state, const char *dir);
 void zero_kit_dp_destroy(void *state);
+/* The engine's entries of a plugin table, for a preset:
+ *   ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
+ *       ZERO_PLUGIN_TABLE_HEAD, .caps = ..., .name = ..., .create = my_create,
+ *       ZERO_KIT_DP_ENTRIES, .plan = my_plan};
+ * (create and plan bind the preset's spec; register_param is left to the
+ * preset: zero_kit_dp_register_param refuses params not in the model dtype
+ * at registration instead of at params_done). */
+#define ZERO_KIT_DP_ENTRIES                                                                                    \
+    .params_done = zero_kit_dp_params_done, .grad_buffer = zero_kit_dp_grad_buffer,                           \
+    .on_grad_ready = zero_kit_dp_on_grad_ready, .step = zero_kit_dp_step, .save = zero_kit_dp_save,            \
+    .load = zero_kit_dp_load, .destroy = zero_kit_dp_destroy
 /* The table's plan entry (ABI 1.2) for `spec`: what params_done and the
  * bucket engine will allocate, plus the per-param gradient temporaries when
  * they are used.  A preset's plan is

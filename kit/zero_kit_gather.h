@@ -190,6 +190,16 @@ void zero_kit_gather_mark_stale(zero_kit_gather *g);
  * micro-step.  Call only where every rank has just agreed and settled (the
  * end of zero_step), since it issues fetches without a new agreement. */
 zero_status zero_kit_gather_prefetch_ahead(zero_kit_gather *g);
+/* The start of a gathering strategy's zero_step, in the order every rank
+ * must keep: zero_kit_gather_agree(g, "zero_step") (collective), then
+ * zero_kit_gather_end_micro_step, then reduce(user) -- the strategy's
+ * gradient reduction (buckets_flush, or its own), collective, so it runs
+ * also after a local settling error -- and, between boundaries
+ * (boundary 0), zero_kit_gather_prefetch_ahead.  Returns the first error;
+ * *go_on = 1 when the caller continues with the boundary's norm, step and
+ * re-gather (boundary and no error), else 0.  Step thread. */
+zero_status zero_kit_gather_step_begin(zero_kit_gather *g, int boundary, zero_status (*reduce)(void *user),
+                                       void *user, int *go_on);
 /* Wait for every in-flight fetch (issued on every rank already); returns
  * the first error.  The table's sync.  Local. */
 zero_status zero_kit_gather_wait_all(zero_kit_gather *g);

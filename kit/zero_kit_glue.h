@@ -46,12 +46,19 @@ static inline size_t zero_kit_dtype_size(zero_dtype dt) { return dt == ZERO_DTYP
 
 /* The dtype a plugin keeps gradients in: zero_run_config.grad_accum_dtype
  * as the core resolved it for this plugin (a plugin using it declares
- * ZERO_PLUGIN_CAP_GRAD_DTYPES), or the model dtype where the config
- * predates the field. */
-static inline zero_dtype zero_kit_grad_dtype(const zero_run_config *rc) {
-    return rc->struct_size >= offsetof(zero_run_config, grad_accum_dtype) + sizeof rc->grad_accum_dtype
-               ? rc->grad_accum_dtype
-               : rc->model_dtype;
+ * ZERO_PLUGIN_CAP_GRAD_DTYPES; otherwise the core resolves it to the model
+ * dtype).  A plugin runs only on a core at least as new as its headers, so
+ * the field is always there. */
+static inline zero_dtype zero_kit_grad_dtype(const zero_run_config *rc) { return rc->grad_accum_dtype; }
+
+/* The model and gradient dtypes of rc and their element sizes, into the
+ * four fields every strategy keeps.  Pure. */
+static inline void zero_kit_dtypes(const zero_run_config *rc, zero_dtype *dtype, size_t *esize, zero_dtype *gdtype,
+                                   size_t *gesize) {
+    *dtype = rc->model_dtype;
+    *esize = zero_kit_dtype_size(*dtype);
+    *gdtype = zero_kit_grad_dtype(rc);
+    *gesize = zero_kit_dtype_size(*gdtype);
 }
 
 /* Does a plugin that would sum the micro-steps of a window locally and
@@ -68,10 +75,7 @@ static inline zero_dtype zero_kit_grad_dtype(const zero_run_config *rc) {
  * is why stage1-pp exists).  Gradient accumulation 1: no difference, the
  * window is one micro-step, and nothing changes. */
 static inline int zero_kit_reduce_every_micro_step(const zero_run_config *rc) {
-    const int once = rc->struct_size >= offsetof(zero_run_config, reduce_once_per_window) +
-                                            sizeof rc->reduce_once_per_window &&
-                     rc->reduce_once_per_window;
-    return rc->grad_accum_steps > 1 && rc->pipeline_stages <= 1 && !once;
+    return rc->grad_accum_steps > 1 && rc->pipeline_stages <= 1 && !rc->reduce_once_per_window;
 }
 
 /* ---- create and memory --------------------------------------------------- */
@@ -178,6 +182,13 @@ typedef struct zero_kit_pmap {
  * ZERO_ERR_UNSUPPORTED naming the param and `who`.  On error m holds what
  * was allocated: zero_kit_pmap_free it.  Step thread. */
 zero_status zero_kit_pmap_init(zero_kit_pmap *m, const zero_services *svc, uint32_t world, const char *who);
+/* zero_kit_pmap_init, and a zeroed array of one `elem`-byte record per
+ * param for the strategy's own bookkeeping into *per_param (malloc'd,
+ * owned by the caller: free() it, after zero_kit_pmap_free or before) and
+ * its length into *nparams.  On error both hold what was allocated.  Step
+ * thread. */
+zero_status zero_kit_pmap_params(zero_kit_pmap *m, const zero_services *svc, uint32_t world, size_t elem,
+                                 void **per_param, uint32_t *nparams, const char *who);
 /* Param i's `world` entries of each array (borrowed from m).  Pure;
  * hook-safe once zero_kit_pmap_init has returned. */
 static inline const uint64_t *zero_kit_pmap_off(const zero_kit_pmap *m, uint32_t i) {
@@ -192,6 +203,14 @@ static inline const uint64_t *zero_kit_pmap_part_lo(const zero_kit_pmap *m, uint
 /* Frees the arrays (NULL-safe, idempotent).  Any thread, once nothing
  * reads the map. */
 void zero_kit_pmap_free(zero_kit_pmap *m);
+
+/* ---- a partitioned optimizer's shard ------------------------------------ */
+
+/* Free what a strategy allocated with mem_alloc for its shard: the
+ * optimizer states state[0..3], the fp32 master (when it is not the
+ * model-dtype shard itself, as with fp32 models) and the model-dtype
+ * shard; NULL entries are skipped.  Step thread (destroy). */
+void zero_kit_shard_free(const zero_services *svc, float *const state[4], float *master, void *shard);
 
 /* ---- checkpoint blobs --------------------------------------------------- */
 

@@ -91,8 +91,7 @@ static zero_status tdp_plan(const zero_plan_services *ps) {
 }
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
-    .struct_size = sizeof(zero_plugin_table), .abi_major = ZERO_PLUGIN_ABI_MAJOR,
-    .abi_minor = ZERO_PLUGIN_ABI_MINOR, .caps = ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD,
+    ZERO_PLUGIN_TABLE_HEAD, .caps = ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD,
     .name = "template-dp", .description = "partitioned data parallelism on the libzero plugin kit (template)",
     .create = tdp_create, .params_done = tdp_params_done, .grad_buffer = tdp_grad_buffer,
     .on_grad_ready = tdp_on_grad_ready, .step = tdp_step, .save = tdp_save, .load = tdp_load,

@@ -36,27 +36,18 @@ static zero_status mics_create(const zero_services *svc, void **state) {
     s->S = (int)S;
     s->R = n / (int)S;
     s->shard_index = s->rank % s->S;
-    s->dtype = rc->model_dtype;
-    s->esize = zero_kit_dtype_size(s->dtype);
-    s->gdtype = zero_kit_grad_dtype(rc);
-    s->gesize = zero_kit_dtype_size(s->gdtype);
+    zero_kit_dtypes(rc, &s->dtype, &s->esize, &s->gdtype, &s->gesize);
     *state = s;
     return ZERO_OK;
-}
-
-static void *alloc_n(mics *s, zero_mem_tag tag, uint64_t n, size_t es) {
-    return zero_kit_alloc_n(s->svc, ZERO_TIER_DEVICE, tag, n, es);
 }
 
 /* Where each param's elements live (mics_param): the kit's map of the
  * world layout, and what each shard-group member holds of it. */
 static zero_status map_params(mics *s) {
     const zero_services *svc = s->svc;
-    zero_status st = zero_kit_pmap_init(&s->pmap, svc, (uint32_t)s->nranks, WHO);
+    zero_status st = zero_kit_pmap_params(&s->pmap, svc, (uint32_t)s->nranks, sizeof *s->params,
+                                          (void **)&s->params, &s->nparams, WHO);
     if (st != ZERO_OK) return st;
-    s->nparams = s->pmap.nparams;
-    s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
-    if (!s->params) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
     for (uint32_t i = 0; i < s->nparams; i++) {
         mics_param *mp = &s->params[i];
         mp->info = svc->param(s->c, i);
@@ -103,14 +94,17 @@ static zero_status mics_params_done(void *state) {
     if (st != ZERO_OK) return st;
     s->part = L->part_numel;
     s->shard_numel = (uint64_t)s->R * s->part;
-    s->pshard = alloc_n(s, ZERO_MEM_PARAMS, s->shard_numel, s->esize);
-    s->master = s->dtype == ZERO_DTYPE_F32 ? s->pshard : alloc_n(s, ZERO_MEM_MASTER, s->shard_numel, sizeof(float));
-    s->grad = alloc_n(s, ZERO_MEM_GRADS, s->shard_numel, s->gesize);
-    s->acc = alloc_n(s, ZERO_MEM_GRADS, s->part, s->gesize);
+    s->pshard = zero_kit_alloc_n(s->svc, ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, s->shard_numel, s->esize);
+    s->master = s->dtype == ZERO_DTYPE_F32
+                    ? s->pshard
+                    : zero_kit_alloc_n(s->svc, ZERO_TIER_DEVICE, ZERO_MEM_MASTER, s->shard_numel, sizeof(float));
+    s->grad = zero_kit_alloc_n(s->svc, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, s->shard_numel, s->gesize);
+    s->acc = zero_kit_alloc_n(s->svc, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, s->part, s->gesize);
     s->nstate = svc->optim_state_count(s->c);
     int ok = s->pshard && s->master && s->grad && s->acc && s->nstate <= 4;
     for (uint32_t k = 0; ok && k < s->nstate; k++)
-        ok = (s->state[k] = alloc_n(s, ZERO_MEM_OPTIM, s->shard_numel, sizeof(float))) != NULL;
+        ok = (s->state[k] =
+                  zero_kit_alloc_n(s->svc, ZERO_TIER_DEVICE, ZERO_MEM_OPTIM, s->shard_numel, sizeof(float))) != NULL;
     if (!ok)
         return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": cannot allocate the shard (%llu elements)",
                           (unsigned long long)s->shard_numel);
@@ -180,9 +174,7 @@ static void mics_destroy(void *state) {
         free(s->params);
     }
     zero_kit_pmap_free(&s->pmap);
-    for (uint32_t k = 0; k < 4; k++) svc->mem_free(s->c, s->state[k]);
-    if ((void *)s->master != s->pshard) svc->mem_free(s->c, s->master);
-    svc->mem_free(s->c, s->pshard);
+    zero_kit_shard_free(svc, s->state, s->master, s->pshard);
     svc->mem_free(s->c, s->grad);
     svc->mem_free(s->c, s->acc);
     free(s->ranges);
@@ -193,9 +185,7 @@ static void mics_destroy(void *state) {
 }
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
-    .struct_size = sizeof(zero_plugin_table),
-    .abi_major = ZERO_PLUGIN_ABI_MAJOR,
-    .abi_minor = ZERO_PLUGIN_ABI_MINOR,
+    ZERO_PLUGIN_TABLE_HEAD,
     .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES,
     .name = "mics",
     .description = "MiCS: model states partitioned over shard groups of mics_shard_size ranks, replicated across "

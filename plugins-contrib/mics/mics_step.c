@@ -54,18 +54,19 @@ static zero_status gather_grad(mics *s) {
     return st == ZERO_OK ? svc->wait(req) : st;
 }
 
+static zero_status flush(void *state) {
+    mics *s = state;
+    return s->svc->buckets_flush(s->b);
+}
+
 zero_status mics_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     mics *s = state;
     const zero_services *svc = s->svc;
     /* the gather engine: verify the micro-step's gathers (collective, on
-     * every rank), then drop what was gathered (valid until zero_step) */
-    zero_status ag = zero_kit_gather_agree(s->gather, "zero_step");
-    zero_status st = zero_kit_gather_end_micro_step(s->gather);
-    if (ag != ZERO_OK) return ag;
-    zero_status fl = svc->buckets_flush(s->b); /* collective: flush even after a local gather error */
-    if (st == ZERO_OK) st = fl;
-    if (st != ZERO_OK) return st;
-    if (!ctx->boundary) return zero_kit_gather_prefetch_ahead(s->gather); /* the next micro-step's first params */
+     * every rank), drop what was gathered (valid until zero_step), flush */
+    int go_on;
+    zero_status st = zero_kit_gather_step_begin(s->gather, ctx->boundary, flush, s, &go_on);
+    if (!go_on) return st;
     zero_grad_norm gn;
     st = norm_of_shares(s, ctx, &gn);
     if (st == ZERO_OK) {

@@ -345,9 +345,7 @@ static void ob_destroy(void *state) {
 }
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
-    .struct_size = sizeof(zero_plugin_table),
-    .abi_major = ZERO_PLUGIN_ABI_MAJOR,
-    .abi_minor = ZERO_PLUGIN_ABI_MINOR,
+    ZERO_PLUGIN_TABLE_HEAD,
     .caps = ZERO_PLUGIN_CAP_GRAD_DTYPES, /* fp32 gradients of a bf16 model, as stage0 */
     .name = "onebit",
     .description = "1-bit Adam (DeepSpeed OneBitAdam): Adam warm-up, then the momentum all-reduced as signs + "

@@ -100,18 +100,20 @@ static zero_status reduce_quantized(zpp *s) {
     return st != ZERO_OK ? st : z;
 }
 
+/* The gradient reduction: qgZ's quantized one, or the bucket engine's. */
+static zero_status reduce(void *state) {
+    zpp *s = state;
+    return s->gflat ? reduce_quantized(s) : s->svc->buckets_flush(s->b);
+}
+
 zero_status zpp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     zpp *s = state;
     const zero_services *svc = s->svc;
     /* the gather engine: verify the micro-step's gathers (collective, on
-     * every rank), then drop what was gathered (valid until zero_step) */
-    zero_status ag = zero_kit_gather_agree(s->gather, "zero_step");
-    zero_status st = zero_kit_gather_end_micro_step(s->gather);
-    if (ag != ZERO_OK) return ag;
-    zero_status red = s->gflat ? reduce_quantized(s) : svc->buckets_flush(s->b); /* collective either way */
-    if (st == ZERO_OK) st = red;
-    if (st != ZERO_OK) return st;
-    if (!ctx->boundary) return zero_kit_gather_prefetch_ahead(s->gather); /* the next micro-step's first params */
+     * every rank), drop what was gathered (valid until zero_step), reduce */
+    int go_on;
+    zero_status st = zero_kit_gather_step_begin(s->gather, ctx->boundary, reduce, s, &go_on);
+    if (!go_on) return st;
     zero_part_step ps;
     memset(&ps, 0, sizeof ps);
     ps.struct_size = sizeof ps;

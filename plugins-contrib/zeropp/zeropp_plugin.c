@@ -53,16 +53,9 @@ static zero_status zpp_create(const zero_services *svc, void **state) {
     s->qg_block = (uint32_t)gblock;
     s->qg_ef = ef;
     s->P = (int)P;
-    s->dtype = rc->model_dtype;
-    s->esize = zero_kit_dtype_size(s->dtype);
-    s->gdtype = zero_kit_grad_dtype(rc);
-    s->gesize = zero_kit_dtype_size(s->gdtype);
+    zero_kit_dtypes(rc, &s->dtype, &s->esize, &s->gdtype, &s->gesize);
     *state = s;
     return ZERO_OK;
-}
-
-static void *alloc_n(zpp *s, zero_mem_tag tag, uint64_t n, size_t es) {
-    return zero_kit_alloc_n(s->svc, ZERO_TIER_DEVICE, tag, n, es);
 }
 
 /* hpZ: the node (services comm_split_node), then groups of P inside it. */
@@ -85,11 +78,9 @@ static zero_status setup_hpz(zpp *s) {
  * and the hpZ secondary chunks. */
 static zero_status map_params(zpp *s) {
     const zero_services *svc = s->svc;
-    zero_status st = zero_kit_pmap_init(&s->pmap, svc, (uint32_t)s->nranks, WHO);
+    zero_status st = zero_kit_pmap_params(&s->pmap, svc, (uint32_t)s->nranks, sizeof *s->params,
+                                          (void **)&s->params, &s->nparams, WHO);
     if (st != ZERO_OK) return st;
-    s->nparams = s->pmap.nparams;
-    s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
-    if (!s->params) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
     for (uint32_t i = 0; i < s->nparams; i++) {
         zpp_param *mp = &s->params[i];
         zero_param_info *p = svc->param(s->c, i);
@@ -107,7 +98,8 @@ static zero_status map_params(zpp *s) {
             if (h == s->hrank) mp->hoff_me = at;
             at += mp->hcounts[h];
         }
-        if (s->P > 1 && !(mp->sec = alloc_n(s, ZERO_MEM_PARAMS, mp->hcounts[s->hrank], s->esize)))
+        if (s->P > 1 &&
+            !(mp->sec = zero_kit_alloc_n(s->svc, ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, mp->hcounts[s->hrank], s->esize)))
             return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": no memory for the secondary partition");
         /* the share's initial values */
         if (p->init_data && mp->counts[s->rank])
@@ -125,15 +117,17 @@ static zero_status zpp_params_done(void *state) {
     if (st == ZERO_OK && s->P > 1) st = setup_hpz(s);
     if (st != ZERO_OK) return st;
     s->part = L->part_numel;
-    s->pshard = alloc_n(s, ZERO_MEM_PARAMS, s->part, s->esize);
-    s->master = s->dtype == ZERO_DTYPE_F32 ? s->pshard : alloc_n(s, ZERO_MEM_MASTER, s->part, sizeof(float));
-    s->acc = alloc_n(s, ZERO_MEM_GRADS, s->part, s->gesize);
+    s->pshard = zero_kit_alloc_n(s->svc, ZERO_TIER_DEVICE, ZERO_MEM_PARAMS, s->part, s->esize);
+    s->master = s->dtype == ZERO_DTYPE_F32
+                    ? s->pshard
+                    : zero_kit_alloc_n(s->svc, ZERO_TIER_DEVICE, ZERO_MEM_MASTER, s->part, sizeof(float));
+    s->acc = zero_kit_alloc_n(s->svc, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, s->part, s->gesize);
     s->nstate = svc->optim_state_count(s->c);
     const uint32_t ng = L->ngroups ? L->ngroups : 1;
     s->mine = calloc(ng, sizeof *s->mine);
     int ok = s->pshard && s->master && s->acc && s->mine && s->nstate <= 4;
     for (uint32_t k = 0; ok && k < s->nstate; k++)
-        ok = (s->state[k] = alloc_n(s, ZERO_MEM_OPTIM, s->part, sizeof(float))) != NULL;
+        ok = (s->state[k] = zero_kit_alloc_n(s->svc, ZERO_TIER_DEVICE, ZERO_MEM_OPTIM, s->part, sizeof(float))) != NULL;
     if (!ok) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": cannot allocate the share");
     s->nmine = L->flat_numel ? svc->owned_ranges(s->c, (uint32_t)s->rank, 0, L->flat_numel, s->mine, ng) : 0;
     if ((st = map_params(s)) != ZERO_OK) return st;
@@ -194,9 +188,7 @@ static void zpp_destroy(void *state) {
         free(s->params);
     }
     zero_kit_pmap_free(&s->pmap);
-    for (uint32_t k = 0; k < 4; k++) svc->mem_free(s->c, s->state[k]);
-    if ((void *)s->master != s->pshard) svc->mem_free(s->c, s->master);
-    svc->mem_free(s->c, s->pshard);
+    zero_kit_shard_free(svc, s->state, s->master, s->pshard);
     svc->mem_free(s->c, s->acc);
     free(s->mine);
     if (s->hcomm) svc->comm_free(s->hcomm);
@@ -206,9 +198,7 @@ static void zpp_destroy(void *state) {
 }
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
-    .struct_size = sizeof(zero_plugin_table),
-    .abi_major = ZERO_PLUGIN_ABI_MAJOR,
-    .abi_minor = ZERO_PLUGIN_ABI_MINOR,
+    ZERO_PLUGIN_TABLE_HEAD,
     .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES,
     .name = "zeropp",
     .description = "ZeRO++: stage 3 with quantized weight gathers (qwZ), quantized gradient reduce-scatter (qgZ) "

@@ -76,10 +76,7 @@ static zero_status of_params_done(void *state) {
     s->L = svc->layout(s->c);
     s->world = svc->comm_world(s->c);
     const zero_run_config *rc = svc->config(s->c);
-    s->dtype = rc->model_dtype;
-    s->esize = zero_kit_dtype_size(s->dtype);
-    s->gdtype = zero_kit_grad_dtype(rc);
-    s->gesize = zero_kit_dtype_size(s->gdtype);
+    zero_kit_dtypes(rc, &s->dtype, &s->esize, &s->gdtype, &s->gesize);
     const uint32_t np = svc->nparams(s->c);
     choose_partitioning(s, rc);
     const uint64_t flat = s->L->flat_numel, part = s->L->part_numel;
@@ -192,9 +189,7 @@ static zero_status of_plan(const zero_plan_services *ps) {
 }
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
-    .struct_size = sizeof(zero_plugin_table),
-    .abi_major = ZERO_PLUGIN_ABI_MAJOR,
-    .abi_minor = ZERO_PLUGIN_ABI_MINOR,
+    ZERO_PLUGIN_TABLE_HEAD,
     .caps = ZERO_PLUGIN_CAP_OFFLOAD | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD |
             ZERO_PLUGIN_CAP_EXPERT_GROUPS,
     .name = "offload",

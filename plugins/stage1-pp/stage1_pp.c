@@ -88,9 +88,7 @@ static zero_status pp_create(const zero_services *svc, void **state) {
 static zero_status pp_plan(const zero_plan_services *ps) { return zero_kit_dp_plan(ps, &pp_spec); }
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
-    .struct_size = sizeof(zero_plugin_table),
-    .abi_major = ZERO_PLUGIN_ABI_MAJOR,
-    .abi_minor = ZERO_PLUGIN_ABI_MINOR,
+    ZERO_PLUGIN_TABLE_HEAD,
     .caps = ZERO_PLUGIN_CAP_PIPELINE | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD,
     .name = "stage1-pp",
     .description = "ZeRO-1 inside pipeline parallelism: optimizer states partitioned over the stage's "
@@ -98,12 +96,6 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
                    "reduce-scatter pass at the boundary; clip norm and overflow agreed over the whole world",
     .create = pp_create,
     .register_param = zero_kit_dp_register_param,
-    .params_done = zero_kit_dp_params_done,
-    .grad_buffer = zero_kit_dp_grad_buffer,
-    .on_grad_ready = zero_kit_dp_on_grad_ready,
-    .step = zero_kit_dp_step,
-    .save = zero_kit_dp_save,
-    .load = zero_kit_dp_load,
-    .destroy = zero_kit_dp_destroy,
+    ZERO_KIT_DP_ENTRIES,
     .plan = pp_plan,
 };

@@ -39,19 +39,11 @@ static zero_status s2_create(const zero_services *svc, void **state) {
 }
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
-    .struct_size = sizeof(zero_plugin_table),
-    .abi_major = ZERO_PLUGIN_ABI_MAJOR,
-    .abi_minor = ZERO_PLUGIN_ABI_MINOR,
+    ZERO_PLUGIN_TABLE_HEAD,
     .caps = ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD | ZERO_PLUGIN_CAP_EXPERT_GROUPS,
     .name = "stage2",
     .description = "ZeRO-2: optimizer states and gradients partitioned; buckets reduce-scattered during backward",
     .create = s2_create,
-    .params_done = zero_kit_dp_params_done,
-    .grad_buffer = zero_kit_dp_grad_buffer,
-    .on_grad_ready = zero_kit_dp_on_grad_ready,
-    .step = zero_kit_dp_step,
-    .save = zero_kit_dp_save,
-    .load = zero_kit_dp_load,
-    .destroy = zero_kit_dp_destroy,
+    ZERO_KIT_DP_ENTRIES,
     .plan = s2_plan,
 };

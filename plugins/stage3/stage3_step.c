@@ -16,18 +16,20 @@
 #include "stage3.h"
 #include "stage3_tiers.h"
 
+static zero_status flush(void *state) {
+    zero__s3 *s = state;
+    return s->svc->buckets_flush(s->b);
+}
+
 zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {
     zero__s3 *s = state;
     const zero_services *svc = s->svc;
     /* Verify the gathers no earlier agreement covered (always: the
-     * collective sequence must not depend on local state), then settle. */
-    zero_status ag = zero_kit_gather_agree(s->gather, "zero_step");
-    zero_status st = zero_kit_gather_end_micro_step(s->gather);
-    if (ag != ZERO_OK) return ag; /* every rank fails here: nobody enters the flush alone */
-    zero_status fl = svc->buckets_flush(s->b); /* collective: flush even after a local gather error */
-    if (st == ZERO_OK) st = fl;
-    if (st != ZERO_OK) return st;
-    if (!ctx->boundary) return zero_kit_gather_prefetch_ahead(s->gather); /* params unchanged: fetch the first layers now */
+     * collective sequence must not depend on local state), settle, flush;
+     * between boundaries prefetch the first layers. */
+    int go_on;
+    zero_status st = zero_kit_gather_step_begin(s->gather, ctx->boundary, flush, s, &go_on);
+    if (!go_on) return st;
     const size_t gbytes = (size_t)s->L->part_numel * s->gesize;
     /* The core's shared step: norm over the partition (all-reduced in fp64
      * with the overflow flag), DeepSpeed's clip coefficient, and the fused
