@@ -263,6 +263,7 @@ static void s3_destroy(void *state) {
     if (!s) return;
     const zero_services *svc = s->svc;
     zero_kit_gather_destroy(s->gather); /* waits for its all-gathers, logs how gathers were served */
+    s->gather = NULL;                   /* the NVMe window (zero__s3_off_free) must not ask it any more */
     if (s->b) svc->buckets_destroy(s->b);
     if (s->gcomm) svc->comm_free(s->gcomm);
     for (uint32_t i = 0; s->params && i < s->nparams; i++) {

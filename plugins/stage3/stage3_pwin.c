@@ -90,9 +90,10 @@ static zero_status read_failed(zero__s3 *s, const zero__s3_param *p) {
                          s->param_nvme_path, p->info->name, zero__s3_nvme_error(s->off->pfile));
 }
 
-/* The gather engine's in-flight request for q's owner. */
+/* The gather engine's in-flight request for q's owner (none once the
+ * engine is destroyed: it waited for every request first). */
 static const zero_comm_req *pending(const zero__s3 *s, const struct zero__s3_pslot *q) {
-    return zero_kit_gather_pending(s->gather, q->owner->info->index);
+    return s->gather ? zero_kit_gather_pending(s->gather, q->owner->info->index) : NULL;
 }
 
 /* Is slot q free to take?  A SENDING slot is, once its request was waited
@@ -216,7 +217,7 @@ void zero__s3_pwin_reset(zero__s3 *s) {
     for (uint32_t k = 0; o && k < o->npslots; k++) {
         struct zero__s3_pslot *q = &o->pslots[k];
         if (q->state == SLOT_READING) zero__s3_nvme_read_finish(o->pfile, &q->rd);
-        if (q->state == SLOT_SENDING && pending(s, q) == q->req) {
+        if (q->state == SLOT_SENDING && s->gather && pending(s, q) == q->req) {
             int done = 0;
             zero_kit_gather_complete(s->gather, q->owner->info->index, 1, &done);
         }

@@ -15,7 +15,11 @@ rm -rf "$work"
 mkdir -p "$work"
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
+# ZERO_OUTSIDE_CFLAGS / _LDFLAGS: the libzero build's own C and module link
+# flags (tests/contrib/CMakeLists.txt), so that a sanitizer build's
+# instrumented libzero_kit.a links into plugins built the same way.
 cmake -S "$src/plugins-contrib" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_C_FLAGS="${ZERO_OUTSIDE_CFLAGS:-}" -DCMAKE_MODULE_LINKER_FLAGS="${ZERO_OUTSIDE_LDFLAGS:-}" \
       -DZERO_CONTRIB_WERROR=ON -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >"$work/configure.log"
 cmake --build "$work/build" -j2 >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 cc=$(cat "$work/build/compile_commands.json")
