@@ -1,6 +1,7 @@
 /* The glue of the plugin kit (zero_kit_glue.h). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "zero_kit.h"
 
@@ -171,6 +172,27 @@ zero_status zero_kit_pmap_params(zero_kit_pmap *m, const zero_services *svc, uin
     if (st != ZERO_OK) return st;
     *per_param = calloc(m->nparams ? m->nparams : 1, elem);
     return *per_param ? ZERO_OK : svc->error(svc->core, ZERO_ERR_OUT_OF_MEMORY, "%s: out of memory", who);
+}
+
+zero_part_step zero_kit_shard_part_step(const zero_owned_range *ranges, uint32_t nranges, zero_comm *norm_comm,
+                                        zero_dtype dtype, const void *grad, zero_dtype gdtype, float *master,
+                                        float *const state[4], uint32_t nstate, void *param_out) {
+    zero_part_step ps;
+    memset(&ps, 0, sizeof ps);
+    ps.struct_size = sizeof ps;
+    ps.nranges = nranges;
+    ps.ranges = ranges;
+    ps.norm_comm = norm_comm;
+    ps.dtype = dtype;
+    ps.grad = grad;
+    ps.grad_dtype = gdtype;
+    ps.grad_index = ZERO_INDEX_PART;
+    ps.master = master;
+    ps.master_index = ZERO_INDEX_PART;
+    for (uint32_t k = 0; k < nstate && k < 4; k++) ps.state[k] = state[k];
+    ps.param_out = param_out;
+    ps.param_out_index = ZERO_INDEX_PART;
+    return ps;
 }
 
 void zero_kit_shard_free(const zero_services *svc, float *const state[4], float *master, void *shard) {

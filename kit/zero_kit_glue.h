@@ -206,6 +206,14 @@ void zero_kit_pmap_free(zero_kit_pmap *m);
 
 /* ---- a partitioned optimizer's shard ------------------------------------ */
 
+/* The zero_part_step of a partition-indexed shard, for the step services:
+ * gradient, master, states and copy-out all indexed by partition offset
+ * (ZERO_INDEX_PART).  param_out: the model-dtype shard the new weights are
+ * rounded into (16-bit models), or NULL when the master is the shard.
+ * norm_comm NULL: comm_global.  Pure: the result borrows every pointer. */
+zero_part_step zero_kit_shard_part_step(const zero_owned_range *ranges, uint32_t nranges, zero_comm *norm_comm,
+                                        zero_dtype dtype, const void *grad, zero_dtype gdtype, float *master,
+                                        float *const state[4], uint32_t nstate, void *param_out);
 /* Free what a strategy allocated with mem_alloc for its shard: the
  * optimizer states state[0..3], the fp32 master (when it is not the
  * model-dtype shard itself, as with fp32 models) and the model-dtype

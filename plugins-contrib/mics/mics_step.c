@@ -4,23 +4,8 @@
 #include "mics.h"
 
 zero_part_step mics_part_step(const mics *s) {
-    const int mixed = (void *)s->master != s->pshard;
-    zero_part_step ps;
-    memset(&ps, 0, sizeof ps);
-    ps.struct_size = sizeof ps;
-    ps.nranges = s->nranges;
-    ps.ranges = s->ranges;
-    ps.norm_comm = NULL;
-    ps.dtype = s->dtype;
-    ps.grad = s->grad;
-    ps.grad_dtype = s->gdtype;
-    ps.grad_index = ZERO_INDEX_PART;
-    ps.master = s->master;
-    ps.master_index = ZERO_INDEX_PART;
-    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
-    ps.param_out = mixed ? s->pshard : NULL;
-    ps.param_out_index = ZERO_INDEX_PART;
-    return ps;
+    return zero_kit_shard_part_step(s->ranges, s->nranges, NULL, s->dtype, s->grad, s->gdtype, s->master, s->state,
+                                    s->nstate, (void *)s->master != s->pshard ? s->pshard : NULL);
 }
 
 /* The norm exactly as stage 2 computes it: each rank's own world share of

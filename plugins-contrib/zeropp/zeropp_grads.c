@@ -114,20 +114,9 @@ zero_status zpp_step(void *state, const zero_step_ctx *ctx, zero_step_report *re
     int go_on;
     zero_status st = zero_kit_gather_step_begin(s->gather, ctx->boundary, reduce, s, &go_on);
     if (!go_on) return st;
-    zero_part_step ps;
-    memset(&ps, 0, sizeof ps);
-    ps.struct_size = sizeof ps;
-    ps.nranges = s->nmine;
-    ps.ranges = s->mine;
-    ps.dtype = s->dtype;
-    ps.grad = s->acc;
-    ps.grad_dtype = s->gdtype;
-    ps.grad_index = ZERO_INDEX_PART;
-    ps.master = s->master;
-    ps.master_index = ZERO_INDEX_PART;
-    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
-    ps.param_out = (void *)s->master != s->pshard ? s->pshard : NULL;
-    ps.param_out_index = ZERO_INDEX_PART;
+    zero_part_step ps = zero_kit_shard_part_step(s->mine, s->nmine, NULL, s->dtype, s->acc, s->gdtype, s->master,
+                                                 s->state, s->nstate,
+                                                 (void *)s->master != s->pshard ? s->pshard : NULL);
     st = svc->boundary_step(s->c, &ps, ctx, rep);
     zero_status z = svc->mem_set(s->c, s->acc, 0, (size_t)s->part * s->gesize);
     if (st == ZERO_OK) st = z;

@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "zero_kit_gather.h"
+#include "zero_kit.h" /* the gather engine, the shard step (zero_kit_shard_part_step) */
 #include "zero_plugin.h"
 
 /* Per-param state, hung off zero_param_info.plugin_data.  Owned by the
@@ -108,21 +108,8 @@ zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_repor
  * borrows s (the result points into it).  Inline here, not in a unit: the
  * step, the offload step and the checkpoint all use it. */
 static inline zero_part_step zero__s3_part_step(const zero__s3 *s) {
-    zero_part_step ps = {0};
-    ps.struct_size = sizeof ps;
-    ps.nranges = s->nowned;
-    ps.ranges = s->owned;
-    ps.norm_comm = s->world;
-    ps.dtype = s->dtype;
-    ps.grad = s->grads;
-    ps.grad_dtype = s->gdtype;
-    ps.grad_index = ZERO_INDEX_PART;
-    ps.master = s->master;
-    ps.master_index = ZERO_INDEX_PART;
-    for (uint32_t k = 0; k < s->nstate; k++) ps.state[k] = s->state[k];
-    ps.param_out = s->dtype == ZERO_DTYPE_F32 ? NULL : s->shard;
-    ps.param_out_index = ZERO_INDEX_PART;
-    return ps;
+    return zero_kit_shard_part_step(s->owned, s->nowned, s->world, s->dtype, s->grads, s->gdtype, s->master,
+                                    s->state, s->nstate, s->dtype == ZERO_DTYPE_F32 ? NULL : s->shard);
 }
 
 /* ---- plan (stage3_plan.c) ---------------------------------------------- */
