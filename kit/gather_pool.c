@@ -80,14 +80,16 @@ void zero_kit__drop_buffer(zero_kit_gather *g, zero_kit__gp *p) {
 }
 
 /* Released-but-kept buffers (reuse distance) are evictable when the host
- * needs room; in-flight or held ones are not.  Param order keeps the choice
- * identical on every rank. */
+ * needs room; in-flight or held ones are not.  The evicted buffer goes to
+ * the pool, where the caller's next best_fit can take it as it is (same
+ * size: no free and fresh allocation, whose first touch page-faults every
+ * page of a shared block again).  Param order keeps the choice identical
+ * on every rank. */
 static int evict_kept(zero_kit_gather *g) {
     for (uint32_t i = 0; i < g->nparams; i++) {
         zero_kit__gp *p = &g->params[i];
         if (p->buf && !p->persistent && !p->holds && !p->prefetched && !p->req) {
             zero_kit__drop_buffer(g, p);
-            free_largest_cached(g);
             return 1;
         }
     }
@@ -141,25 +143,29 @@ int zero_kit__pool_could_get(const zero_kit_gather *g, size_t bytes) {
     return best_fit(pl, bytes) != (size_t)-1 || pl->allocated - pl->cached + pl->persistent + bytes <= pl->limit;
 }
 
+/* Reuse before allocating: a cached buffer that fits, then room made by
+ * freeing cached buffers that do not fit, then (demand only) kept buffers
+ * evicted into the pool, each retried against best_fit first. */
 void *zero_kit__pool_get(zero_kit_gather *g, size_t bytes, int demand, size_t *cap_out) {
     zero_kit__pool *pl = &g->pool;
-    size_t best = best_fit(pl, bytes);
-    if (best != (size_t)-1) {
-        void *b = pl->bufs[best];
-        pl->cached -= pl->caps[best];
-        *cap_out = pl->caps[best];
-        pl->bufs[best] = pl->bufs[pl->n - 1];
-        pl->caps[best] = pl->caps[pl->n - 1];
-        pl->n--;
-        return b;
-    }
-    while (!fits(pl, bytes) && free_largest_cached(g)) {
-    }
-    if (!fits(pl, bytes)) {
-        if (!demand) return NULL;
-        while (!fits(pl, bytes) && evict_kept(g)) {
+    for (;;) {
+        size_t best = best_fit(pl, bytes);
+        if (best != (size_t)-1) {
+            void *b = pl->bufs[best];
+            pl->cached -= pl->caps[best];
+            *cap_out = pl->caps[best];
+            pl->bufs[best] = pl->bufs[pl->n - 1];
+            pl->caps[best] = pl->caps[pl->n - 1];
+            pl->n--;
+            return b;
         }
-        if (!fits(pl, bytes)) over_limit(g, bytes);
+        if (fits(pl, bytes)) break;
+        if (free_largest_cached(g)) continue;
+        if (!demand) return NULL;
+        if (!evict_kept(g)) {
+            over_limit(g, bytes);
+            break;
+        }
     }
     void *b = g->svc->mem_alloc(g->c, ZERO_TIER_DEVICE, ZERO_MEM_GATHER, bytes ? bytes : 1);
     if (!b) return NULL;
