@@ -28,12 +28,12 @@ static size_t dtype_size(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4 : 2; }
 /* Make sure a fetch of p into a buffer is issued (or done).  ZERO_OK, or
  * ZERO_ERR_OUT_OF_MEMORY when no buffer fits (`demand` 0: a prefetch that
  * must stop; the caller turns that into a non-error). */
-static zero_status issue(zero_kit_gather *g, zero_kit__gp *p, int demand) {
+static zero_status issue(zero_kit_gather *g, zero_kit__gp *p, int demand, size_t horizon) {
     if (p->buf && p->fresh) return ZERO_OK;
     size_t bytes = (size_t)p->info->numel * g->esize;
     if (!p->buf) {
         size_t cap = 0;
-        void *b = zero_kit__pool_get(g, bytes, demand, &cap);
+        void *b = zero_kit__pool_get(g, bytes, demand, horizon, &cap);
         if (!b)
             return demand ? g->svc->error(g->c, ZERO_ERR_OUT_OF_MEMORY,
                                           "%s: no memory for the gather buffer of '%s' (%zu bytes)", g->spec.who,
@@ -69,7 +69,7 @@ static int prefetch_wanted(const zero_kit_gather *g) {
         const zero_kit__gp *p = &g->params[t->idx[k]];
         if (p->buf && p->fresh) continue;
         if (g->prefetch_outstanding + p->info->numel > g->prefetch_numel) return 0;
-        return p->buf || zero_kit__pool_could_get(g, (size_t)p->info->numel * g->esize);
+        return p->buf || zero_kit__pool_could_get(g, (size_t)p->info->numel * g->esize, k);
     }
     return 0;
 }
@@ -94,7 +94,7 @@ static zero_status prefetch_walk(zero_kit_gather *g) {
         if (p->buf && p->fresh) continue;
         uint64_t numel = p->info->numel;
         if (g->prefetch_outstanding + numel > g->prefetch_numel) break;
-        zero_status st = issue(g, p, 0);
+        zero_status st = issue(g, p, 0, k);
         if (st == ZERO_ERR_OUT_OF_MEMORY) break; /* the budget is reached: try again at the next gather */
         if (st != ZERO_OK) return st;
         p->prefetched = 1;
@@ -198,11 +198,15 @@ zero_status zero_kit_gather_get(zero_kit_gather *g, zero_param_info *const *para
     if (need && (st = zero_kit__agree(g, "zero_gather")) != ZERO_OK) return st;
     /* Hold first: a later on-demand issue in this call may evict kept
      * buffers, and must not evict one the host is about to receive. */
-    for (size_t i = 0; i < n; i++) g->params[params[i]->index].holds++;
+    for (size_t i = 0; i < n; i++) {
+        zero_kit__gp *p = &g->params[params[i]->index];
+        p->holds++;
+        p->kept = 0; /* in use again: no longer evictable */
+    }
     /* the on-demand fetches and the prefetch behind them: one launch */
     if (need) st = group_open(g);
     int grouped = need && st == ZERO_OK;
-    for (size_t i = 0; i < n && st == ZERO_OK; i++) st = issue(g, &g->params[params[i]->index], 1);
+    for (size_t i = 0; i < n && st == ZERO_OK; i++) st = issue(g, &g->params[params[i]->index], 1, 0);
     if (st == ZERO_OK && g->on_track && g->prefetch_numel) st = prefetch(g);
     if (grouped) st = group_close(g, st);
     if (st == ZERO_OK) after_issue(g); /* e.g. the next pieces of an NVMe window, while the host computes */
@@ -236,7 +240,7 @@ zero_status zero_kit_gather_release(zero_kit_gather *g, zero_param_info *const *
             return g->svc->error(g->c, ZERO_ERR_STATE, "zero_release('%s') without a matching zero_gather",
                                  p->info->name);
         if (--p->holds > 0 || p->persistent) continue;
-        if (keep_for_reuse(g, p)) continue;
+        if (keep_for_reuse(g, p) && zero_kit__keep(g, p) == 0) continue;
         zero_kit__drop_buffer(g, p);
     }
     return ZERO_OK;
@@ -260,6 +264,8 @@ zero_status zero_kit_gather_drop_all(zero_kit_gather *g) {
         zero_kit__drop_buffer(g, p);
     }
     g->prefetch_outstanding = 0;
+    for (size_t k = 0; k < g->n_kept; k++) g->params[g->kept[k]].listed = 0;
+    g->n_kept = 0;
     return st;
 }
 
@@ -569,6 +575,7 @@ void zero_kit_gather_destroy(zero_kit_gather *g) {
         if (p->buf && !p->alias) g->svc->mem_free(g->c, p->buf);
     }
     zero_kit__pool_drain(g);
+    free(g->kept);
     zero_kit__trace_free(&g->trace);
     zero_kit__trace_free(&g->record);
     zero_kit__phases_free(g);

@@ -27,6 +27,8 @@ typedef struct zero_kit__gp {
     int alias;             /* buf is the strategy's memory (ops.alias): never fetched, stale or freed */
     int prefetched;        /* issued by prefetch and not yet consumed by a host gather */
     size_t last_pos;       /* trace position of the latest host gather of this param */
+    int kept;              /* released but kept for reuse: evictable */
+    int listed;            /* in g->kept (entries go stale when kept ends; victim() prunes) */
 } zero_kit__gp;
 
 /* A gather order: param indices in request order, with what prefetch and
@@ -78,6 +80,8 @@ struct zero_kit_gather {
     int on_track;           /* trace valid and every request so far matched it */
     int warned_divergence;
     uint64_t prefetch_outstanding; /* elements prefetched, not yet consumed */
+    uint32_t *kept;         /* params with kept set (and possibly stale entries: kept 0), any order */
+    size_t n_kept, kept_cap;
     uint64_t live_hash;     /* sum over params holding a non-persistent buffer (agreement) */
     zero_kit__phase *phases; /* every phase named so far; [0] is "train" */
     uint32_t nphases, cur_phase;
@@ -109,12 +113,18 @@ void zero_kit__phases_free(zero_kit_gather *g);
 /* ---- gather_pool.c ------------------------------------------------------- */
 /* Take a buffer of at least `bytes` for a non-persistent param (best fit
  * within 2x from the cache; a new allocation first frees cached ones to
- * stay in the budget).  If it still does not fit: `demand` 0 (prefetch)
- * gives NULL; `demand` 1 evicts kept buffers and, last, exceeds the budget
+ * stay in the budget, then evicts kept buffers whose next use in the
+ * recorded order comes after trace position `horizon`, the farthest
+ * first).  If it still does not fit: `demand` 0 (prefetch) gives NULL;
+ * `demand` 1 (horizon ignored: any kept buffer goes) exceeds the budget
  * (warned once past a user limit, noted once past the implicit cap). */
-void *zero_kit__pool_get(zero_kit_gather *g, size_t bytes, int demand, size_t *cap_out);
-/* Would zero_kit__pool_get(g, bytes, 0, ...) succeed?  No side effect. */
-int zero_kit__pool_could_get(const zero_kit_gather *g, size_t bytes);
+void *zero_kit__pool_get(zero_kit_gather *g, size_t bytes, int demand, size_t horizon, size_t *cap_out);
+/* Would zero_kit__pool_get(g, bytes, 0, horizon, ...) succeed?  No side
+ * effect. */
+int zero_kit__pool_could_get(const zero_kit_gather *g, size_t bytes, size_t horizon);
+/* Keep p's released buffer for reuse (evictable by pool_get); 0, or -1
+ * when the list cannot grow (the caller drops the buffer instead). */
+int zero_kit__keep(zero_kit_gather *g, zero_kit__gp *p);
 void zero_kit__pool_put(zero_kit_gather *g, void *buf, size_t cap);
 void zero_kit__pool_drain(zero_kit_gather *g);
 /* Wait for p's in-flight fetch (landed runs); the request's or landed's

