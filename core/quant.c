@@ -11,6 +11,7 @@
 #include "log.h"
 #include "memory.h"
 #include "optim.h"
+#include "quant_math.h"
 
 #define ZERO_QUANT_DEFAULT_BLOCK 256
 
@@ -22,13 +23,9 @@ int zero__quant_resolve(const zero_quant_spec *q, int *bits, size_t *block) {
     return 0;
 }
 
-static size_t nblocks(size_t n, size_t block) { return (n + block - 1) / block; }
+static size_t nblocks(size_t n, size_t block) { return zero_quant_nblocks(n, block); }
 
-size_t zero__quant_bytes(size_t n, int bits, size_t block) {
-    size_t data = bits == 8 ? n : (n + 1) / 2;
-    size_t b = nblocks(n, block) * sizeof(float) + data;
-    return (b + 3) & ~(size_t)3;
-}
+size_t zero__quant_bytes(size_t n, int bits, size_t block) { return zero_quant_total_bytes(n, bits, block); }
 
 /* src[lo, lo + k) as fp32 into out (k <= 256): one conversion call per block. */
 static const float *load_block(const void *src, zero_dtype dt, size_t lo, size_t k, float *out) {
@@ -37,13 +34,13 @@ static const float *load_block(const void *src, zero_dtype dt, size_t lo, size_t
     return out;
 }
 
+/* The per-block math is quant_math.h's, the one the CUDA kernels run. */
 void zero__quantize(void *dst, const void *src, zero_dtype dt, size_t n, int bits, size_t block) {
     const size_t nb = nblocks(n, block);
     float *scales = dst;
     uint8_t *data = (uint8_t *)dst + nb * sizeof(float);
-    const float qmax = bits == 8 ? 127.0f : 7.0f;
     float tmp[256];
-    memset(data, 0, bits == 8 ? n : (n + 1) / 2);
+    memset(data, 0, zero_quant_data_bytes(n, bits));
     for (size_t b = 0; b < nb; b++) {
         const size_t lo = b * block, hi = lo + block < n ? lo + block : n;
         float maxabs = 0.0f;
@@ -51,25 +48,20 @@ void zero__quantize(void *dst, const void *src, zero_dtype dt, size_t n, int bit
         for (size_t s = lo; s < hi; s += 256) { /* pass 1: the block's max|x| */
             const size_t k = hi - s < 256 ? hi - s : 256;
             const float *x = load_block(src, dt, s, k, tmp);
-            for (size_t i = 0; i < k; i++) {
-                if (!isfinite(x[i])) finite = 0;
-                else if (fabsf(x[i]) > maxabs) maxabs = fabsf(x[i]);
-            }
+            for (size_t i = 0; i < k; i++) maxabs = zero_quant_max_step(maxabs, x[i], &finite);
         }
-        scales[b] = finite ? maxabs / qmax : NAN;
-        const float inv = finite && maxabs > 0.0f ? qmax / maxabs : 0.0f;
+        scales[b] = zero_quant_scale(maxabs, finite, bits);
+        const float inv = zero_quant_inv(maxabs, finite, bits);
         for (size_t s = lo; s < hi && finite; s += 256) { /* pass 2: the values (all 0 for a non-finite block) */
             const size_t k = hi - s < 256 ? hi - s : 256;
             const float *x = load_block(src, dt, s, k, tmp);
             for (size_t i = 0; i < k; i++) {
-                long q = lrintf(x[i] * inv);
-                if (q > (long)qmax) q = (long)qmax;
-                if (q < -(long)qmax) q = -(long)qmax;
+                const int q = zero_quant_code(x[i], inv, bits);
                 const size_t e = s + i;
                 if (bits == 8) {
                     data[e] = (uint8_t)(int8_t)q;
                 } else {
-                    const uint8_t nib = (uint8_t)(q & 0xF);
+                    const uint8_t nib = zero_quant_nibble(q);
                     data[e / 2] |= (uint8_t)(e % 2 ? nib << 4 : nib);
                 }
             }
@@ -78,14 +70,7 @@ void zero__quantize(void *dst, const void *src, zero_dtype dt, size_t n, int bit
 }
 
 static float value_at(const float *scales, const uint8_t *data, size_t i, int bits, size_t block) {
-    int q;
-    if (bits == 8) {
-        q = (int8_t)data[i];
-    } else {
-        int nib = (data[i / 2] >> (i % 2 ? 4 : 0)) & 0xF;
-        q = nib >= 8 ? nib - 16 : nib;
-    }
-    return (float)q * scales[i / block];
+    return zero_quant_value_at(scales, data, i, bits, block);
 }
 
 void zero__dequantize(void *dst, zero_dtype dt, const void *src, size_t n, int bits, size_t block) {
