@@ -19,7 +19,11 @@
  *    device scratch was returned (no live blocks afterwards);
  *  - mixed host/device operands are refused (ZERO_ERR_INVALID_ARGUMENT);
  *  - a device without the quantization ops refuses device buffers
- *    (ZERO_ERR_UNSUPPORTED, naming the device), as 1.6.0 did. */
+ *    (ZERO_ERR_UNSUPPORTED, naming the device), as 1.6.0 did.
+ * With `--zeropp PATH` (ctest contrib.zeropp_device_np*, after the contrib
+ * plugins are built): the ZeRO++ plugin at PATH with qwZ and qgZ (with and
+ * without error feedback), stage 3, AdamW, trains on the stub device to the
+ * CPU engine's parameters, bitwise, and its quantization ran on the device. */
 #include "cuda_shim.h"
 
 #include <mpi.h>
@@ -50,15 +54,22 @@ static int g_with_quant = 1; /* the factory's next device has the quantization o
         if ((p) && !tagged(p)) return ZERO_ERR_INVALID_ARGUMENT; \
     } while (0)
 
-static void *st_alloc(zero__device *d, zero_mem_tier tier, size_t bytes) {
-    (void)d;
+static void *alloc_common(zero_mem_tier tier, size_t bytes, int fill) {
     size_t r = (bytes + 255) & ~(size_t)255;
     void *p = aligned_alloc(256, r ? r : 256);
     if (!p) return NULL;
-    memset(p, tier == ZERO_TIER_HOST ? 0 : 0xA5, r ? r : 256); /* device memory comes back dirty */
+    memset(p, fill ? 0 : 0xA5, r ? r : 256); /* alloc_nofill: dirty, as the contract allows */
     if (tier == ZERO_TIER_HOST) return p;
     atomic_fetch_add(&g_live, 1);
     return fake(p);
+}
+static void *st_alloc(zero__device *d, zero_mem_tier tier, size_t bytes) {
+    (void)d;
+    return alloc_common(tier, bytes, 1);
+}
+static void *st_alloc_nofill(zero__device *d, zero_mem_tier tier, size_t bytes) {
+    (void)d;
+    return alloc_common(tier, bytes, 0);
 }
 static void st_free(zero__device *d, void *p) {
     (void)d;
@@ -83,8 +94,16 @@ static zero_status st_memset(zero__device *d, void *p, int v, size_t n) {
 static zero_status st_optim(zero__device *d, zero_optim_kind k, const zero_optim_scalars *s, float *master,
                             float *const state[4], const void *grad, zero_dtype gdt, float gm, void *out,
                             zero_dtype odt, size_t n) {
-    (void)d, (void)k, (void)s, (void)master, (void)state, (void)grad, (void)gdt, (void)gm, (void)out, (void)odt, (void)n;
-    return ZERO_ERR_UNSUPPORTED; /* no step in this test */
+    (void)d;
+    NEED_DEV(master);
+    NEED_DEV(grad);
+    NEED_DEV(out);
+    float *st[4] = {0};
+    for (int j = 0; j < 4; j++) {
+        NEED_DEV(state[j]);
+        st[j] = state[j] ? real(state[j]) : NULL;
+    }
+    return zero__dev_optim_step(NULL, k, s, real(master), st, real(grad), gdt, gm, out ? real(out) : NULL, odt, n);
 }
 static zero_status st_sumsq(zero__device *d, const void *x, zero_dtype dt, size_t n, double *out) {
     (void)d;
@@ -170,7 +189,7 @@ static zero__device_ops stub_ops = {
     .memset = st_memset, .optim_step = st_optim, .sumsq = st_sumsq, .nonfinite = st_nonfinite,
     .convert = st_convert, .add_into = st_add, .scale = st_scale, .order_after = st_noop,
     .order_before = st_noop, .sync = st_sync, .stream = st_stream, .error = st_error, .close = st_close,
-    .quantize = st_quantize, .dequantize = st_dequantize, .dequantize_add = st_dequantize_add,
+    .alloc_nofill = st_alloc_nofill, .quantize = st_quantize, .dequantize = st_dequantize, .dequantize_add = st_dequantize_add,
     .quant_residual = st_residual,
 };
 static zero__device_ops stub_ops_noquant; /* stub_ops without the quantization ops */
@@ -269,6 +288,112 @@ static void check_reduce_scatter(zero_comm *m, const size_t *counts, zero_dtype 
     free(h), free(rh), free(x), free(efh);
 }
 
+/* ---- the ZeRO++ plugin end to end (argv: --zeropp PATH) ----------------
+ * qwZ + qgZ (+ error feedback), stage 3 over the quantized services: the
+ * stub-device engine trains to the CPU engine's parameters, bitwise. */
+enum { NP = 5, STEPS = 4 };
+static const size_t psizes[NP] = {7, 300, 1000, 33, 517};
+
+static float grad_of(int rank, int step, int p, size_t i) {
+    return (float)(0.01 * sin(0.13 * (double)i + 0.7 * p + 1.1 * step + 0.37 * rank) * (1 + p % 3));
+}
+
+/* Train; all params concatenated (fp32, host), or NULL (checked). */
+static float *train_zeropp(const char *plugin, int device, const char *extra) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.1}},"
+             " \"zero_optimization\": {\"stage\": 3, \"reduce_bucket_size\": 400,"
+             " \"zero_quantized_weights\": true, \"zero_quantized_gradients\": true%s}}",
+             extra);
+    MPI_Comm mc = MPI_COMM_WORLD;
+    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
+    o.config_json = json;
+    o.plugin = plugin;
+    o.comm_kind = ZERO_COMM_MPI;
+    o.comm = &mc;
+    o.device_kind = device ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU;
+    zero_engine *e = NULL;
+    char err[512] = "";
+    zero_status s = zero_engine_create(&o, &e, err, sizeof err);
+    CHECK(s == ZERO_OK, "zeropp dev=%d: create: %s", device, err);
+    if (s != ZERO_OK) return NULL;
+    zero_param *h[NP];
+    float *inits[NP] = {0}; /* read at zero_params_done */
+    size_t total = 0;
+    for (int p = 0; p < NP && s == ZERO_OK; ++p) {
+        float *init = inits[p] = malloc(psizes[p] * 4);
+        for (size_t i = 0; i < psizes[p]; ++i) init[i] = (float)(0.1 * cos(0.3 * (double)i + p));
+        zero_param_desc d = ZERO_PARAM_DESC_INIT;
+        char name[16];
+        snprintf(name, sizeof name, "p%d", p);
+        d.name = name;
+        d.data = init;
+        d.numel = psizes[p];
+        d.dtype = ZERO_DTYPE_F32;
+        s = zero_register_param(e, &d, &h[p]);
+        total += psizes[p];
+    }
+    if (s == ZERO_OK) s = zero_params_done(e);
+    for (int p = 0; p < NP; ++p) free(inits[p]);
+    for (int step = 0; step < STEPS && s == ZERO_OK; ++step) {
+        void *ptrs[NP];
+        if ((s = zero_gather(e, h, NP, ptrs)) != ZERO_OK) break;
+        for (int p = 0; p < NP; p++)
+            CHECK(tagged(ptrs[p]) == (device != 0), "zeropp: gathered p%d in the wrong memory", p);
+        zero_release(e, h, NP);
+        for (int p = NP - 1; p >= 0 && s == ZERO_OK; --p) {
+            void *buf = NULL;
+            if ((s = zero_grad_buffer(e, h[p], &buf)) != ZERO_OK) break;
+            float *g = real(buf); /* what the host's backward kernel would write */
+            for (size_t i = 0; i < psizes[p]; ++i) g[i] += grad_of(rank_, step, p, i);
+            s = zero_on_grad_ready(e, h[p], NULL);
+        }
+        zero_step_result r = ZERO_STEP_RESULT_INIT;
+        if (s == ZERO_OK) s = zero_step(e, NULL, &r);
+    }
+    CHECK(s == ZERO_OK, "zeropp dev=%d: training: %s", device, zero_last_error(e));
+    float *out = NULL;
+    if (s == ZERO_OK) {
+        void *ptrs[NP];
+        out = malloc(total * 4);
+        s = zero_gather(e, h, NP, ptrs);
+        CHECK(s == ZERO_OK, "zeropp dev=%d: final gather: %s", device, zero_last_error(e));
+        for (int p = 0, off = 0; p < NP && s == ZERO_OK; off += (int)psizes[p], ++p)
+            memcpy(out + off, real(ptrs[p]), psizes[p] * 4);
+        if (s == ZERO_OK) zero_release(e, h, NP);
+    }
+    zero_engine_destroy(e);
+    if (s != ZERO_OK) free(out);
+    return s == ZERO_OK ? out : NULL;
+}
+
+static void check_zeropp(const char *plugin, const char *extra) {
+    const size_t total = 7 + 300 + 1000 + 33 + 517;
+    const long ops0 = atomic_load(&g_quant_ops);
+    float *a = train_zeropp(plugin, 0, extra);
+    CHECK(atomic_load(&g_quant_ops) == ops0, "zeropp on the CPU engine ran device kernels");
+    float *b = train_zeropp(plugin, 1, extra);
+    CHECK(atomic_load(&g_quant_ops) > ops0, "zeropp on the stub device ran no device quantization");
+    if (a && b) {
+        size_t bad = 0;
+        for (size_t i = 0; i < total; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+        CHECK(bad == 0, "zeropp%s: %zu of %zu params differ between the stub device and the CPU engine", extra, bad,
+              total);
+        size_t moved = 0, nan = 0, first = total;
+        for (int p = 0, off = 0; p < NP; off += (int)psizes[p], ++p)
+            for (size_t i = 0; i < psizes[p]; ++i) {
+                moved += a[off + i] != (float)(0.1 * cos(0.3 * (double)i + p));
+                nan += a[off + i] != a[off + i];
+                if (first == total && memcmp(&a[off + i], &b[off + i], 4)) first = off + i;
+            }
+        CHECK(moved > total / 2 && nan == 0, "zeropp: training moved %zu of %zu params, %zu NaN", moved, total, nan);
+        if (first < total) fprintf(stderr, "first difference at %zu: %.9g vs %.9g\n", first, a[first], b[first]);
+    }
+    free(a), free(b);
+}
+
 static zero_engine *open_engine(void) {
     MPI_Comm mc = MPI_COMM_WORLD;
     zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
@@ -292,6 +417,15 @@ int main(int argc, char **argv) {
     stub_ops_noquant.quantize = NULL, stub_ops_noquant.dequantize = NULL;
     stub_ops_noquant.dequantize_add = NULL, stub_ops_noquant.quant_residual = NULL;
     zero__device_set_factory(stub_open);
+    if (argc == 3 && strcmp(argv[1], "--zeropp") == 0) {
+        check_zeropp(argv[2], "");
+        check_zeropp(argv[2], ", \"zero_quantized_gradients_error_feedback\": true");
+        int bad = check_finish(), any = 0;
+        MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (rank_ == 0) printf("zeropp on the stub device: N=%d, %s\n", world_, any ? "FAILED" : "bitwise equal to the CPU engine");
+        MPI_Finalize();
+        return bad;
+    }
 
     zero_engine *e = open_engine();
     if (e) {
