@@ -479,8 +479,12 @@ typedef struct zero_services_v2 {
      * from the same thread, also after an error.  Not collective itself. */
     zero_status (*comm_group_start)(zero_comm *m);
     zero_status (*comm_group_end)(zero_comm *m);
-    /* Quantized, blocking, host memory only (ZERO_ERR_UNSUPPORTED for
-     * device buffers), bitwise repeatable; q borrowed for the call.
+    /* Quantized, blocking, bitwise repeatable; q borrowed for the call.
+     * Host memory, or device memory of the engine's device (issue 33:
+     * quantized there by the CUDA kernels, bitwise the host result; a
+     * library before it, or a device without the kernels, answers
+     * ZERO_ERR_UNSUPPORTED); every non-empty operand on the same side
+     * (ZERO_ERR_INVALID_ARGUMENT otherwise).
      * allgather_quantized: in place, recv holds sum(counts) elements of dt
      * (F32, BF16, F16), this rank's block at offset sum(counts[<rank]); on
      * return every block (this rank's too) holds the dequantized values.
@@ -962,7 +966,7 @@ typedef struct zero_services_v1 {
      * and on return every block -- this rank's own too -- holds the
      * dequantized values, so every rank holds the same tensor.  Collective;
      * counted in the communicator's all-gather bytes at the quantized size.
-     * Host memory only (ZERO_ERR_UNSUPPORTED for device buffers). */
+     * Host or device memory (see the 1.3 entry above: issue 33). */
     zero_status (*allgather_quantized)(zero_comm *m, void *recv, const size_t *counts, zero_dtype dt,
                                        const zero_quant_spec *q);
     /* Quantized reduce-scatter, blocking: send holds sum(counts) elements of
@@ -971,7 +975,7 @@ typedef struct zero_services_v1 {
      * the fp32 sum, in rank order 0..size-1, of the dequantized blocks, so
      * results are bitwise repeatable.  recv must not overlap send.
      * Collective; counted as a reduce-scatter of the quantized bytes.  Host
-     * memory only. */
+     * or device memory (see the 1.3 entry above: issue 33). */
     zero_status (*reduce_scatter_quantized)(zero_comm *m, const void *send, void *recv, const size_t *counts,
                                             zero_dtype dt, const zero_quant_spec *q);
     /* What has crossed communicator m so far (calls, payload bytes), as

@@ -11,8 +11,21 @@
  * block with an Inf or NaN gets a NaN scale: every value of it dequantizes
  * to NaN, so overflow detection still sees it.
  *
- * Host memory only (the CPU kernels); a device buffer is refused with
- * ZERO_ERR_UNSUPPORTED.  Thread-safe (no shared state). */
+ * The per-block math is kernels/cpu/quant_math.h, shared with the CUDA
+ * kernels (kernels/cuda/zero_cuda_quant_bodies.h).  The functions below are
+ * the host path (host memory).  The collectives also take device memory of
+ * the engine's device (issue 33): quantize, dequantize and sum run there
+ * (device.h's zero__dev_quantize..., the device's stream), the byte
+ * collective runs on device buffers (NCCL: all-gather, and an all-to-all of
+ * grouped ncclSend/ncclRecv; MPI or self: through the staging layer), and
+ * the results are bitwise the host path's.  All non-empty operands must be
+ * on one side (ZERO_ERR_INVALID_ARGUMENT); a device without the kernels
+ * refuses device buffers with ZERO_ERR_UNSUPPORTED.  Verified without a GPU:
+ * the kernel bodies under the CPU shim (tests/cuda_shim/test_shim_quant.c)
+ * and the device path on a stub device over MPI (tests/device/
+ * test_quant_device.c, N = 1, 3, 5, 6); on a GPU by tests/gpu/
+ * test_gpu_quant.c (ctest label gpu, run by tools/gpu-check.sh).
+ * Thread-safe (no shared state). */
 #ifndef ZERO_CORE_QUANT_H
 #define ZERO_CORE_QUANT_H
 #include <stddef.h>

@@ -4,7 +4,8 @@
 #
 #   1. builds libzero with CUDA and NCCL (build dir $GPU_CHECK_BUILD, default
 #      build-gpu; SASS for this machine's GPU only, so the build is quick),
-#   2. runs `ctest -L gpu` (kernels vs the CPU kernels bitwise, the device
+#   2. runs `ctest -L gpu` (kernels vs the CPU kernels bitwise, quantization
+#      for qwZ/qgZ vs the host path bitwise (gpu_quant), the device
 #      backend, NCCL, every stage plugin on device memory, zero.torch on CUDA
 #      tensors vs DDP when python3 on PATH has torch),
 #   3. runs the demo with --device cuda for every plugin (stage0..3, offload,

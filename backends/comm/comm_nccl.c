@@ -753,6 +753,62 @@ static zero_status n_iallgatherv(zero_comm *m, const void *send, void *recv, con
     return v_collective(m, 1, send, recv, counts, dt, req);
 }
 
+/* (issue 33) Blocking all-to-all of bytes (comm_backend.h), for the
+ * quantized reduce-scatter on device memory: one ncclSend and one ncclRecv
+ * per peer with a block, in one NCCL group, on c->stream after the parent's
+ * work (wait_after), then a wait for the stream.  Host buffers are staged
+ * through the device scratch: the send extent in, the receive extent out. */
+static size_t a2a_extent(int W, const size_t *counts, const size_t *displs) {
+    size_t e = 0;
+    for (int r = 0; r < W; ++r)
+        if (counts[r] && displs[r] + counts[r] > e) e = displs[r] + counts[r];
+    return e;
+}
+static zero_status n_alltoallv_bytes(zero_comm *m, const void *send, const size_t *sc, const size_t *sd, void *recv,
+                                     const size_t *rc, const size_t *rd) {
+    nccl_comm *c = (nccl_comm *)m;
+    const int W = m->size;
+    const size_t se = a2a_extent(W, sc, sd), re = a2a_extent(W, rc, rd);
+    const int dev = is_device_ptr(send) && is_device_ptr(recv);
+    size_t sent = 0;
+    for (int r = 0; r < W; ++r) sent += sc[r];
+    lock(c);
+    const double t0 = now_s();
+    int paused = 0;
+    zero_status st = wait_after(c);
+    if (st == ZERO_OK) st = group_pause(c, &paused);
+    const char *ds = send;
+    char *dr = recv;
+    cudaError_t e = cudaSuccess;
+    if (st == ZERO_OK && !dev) {
+        void *sp = NULL;
+        st = scratch(c, se + re + 1, &sp);
+        ds = sp;
+        dr = (char *)sp + se;
+        if (st == ZERO_OK && se && (e = cudaMemcpyAsync((void *)ds, send, se, cudaMemcpyDefault, c->stream)) != cudaSuccess)
+            st = cuda_fail(c, "cudaMemcpyAsync", e);
+    }
+    if (st == ZERO_OK) {
+        ncclResult_t r = ncclGroupStart();
+        for (int p = 0; p < W && r == ncclSuccess; ++p) {
+            if (sc[p]) r = ncclSend(ds + sd[p], sc[p], ncclUint8, p, c->nc, c->stream);
+            if (r == ncclSuccess && rc[p]) r = ncclRecv(dr + rd[p], rc[p], ncclUint8, p, c->nc, c->stream);
+        }
+        ncclResult_t r2 = ncclGroupEnd();
+        if (r == ncclSuccess) r = r2;
+        if (r != ncclSuccess) st = nccl_fail(c, "all-to-all (ncclSend/ncclRecv)", r);
+    }
+    if (st == ZERO_OK && !dev && re && (e = cudaMemcpyAsync(recv, dr, re, cudaMemcpyDefault, c->stream)) != cudaSuccess)
+        st = cuda_fail(c, "cudaMemcpyAsync", e);
+    if (st == ZERO_OK) st = sync_stream(c);
+    group_resume(paused);
+    c->base.counters.reduce_scatter_calls++;
+    c->base.counters.bytes_reduced += sent;
+    c->base.counters.busy_seconds += now_s() - t0;
+    unlock(c);
+    return st;
+}
+
 static void n_set_timeout(zero_comm *m, double seconds) {
     nccl_comm *c = (nccl_comm *)m;
     pthread_mutex_lock(&c->lock);
@@ -983,6 +1039,7 @@ static const zero__comm_ops nccl_ops = {
     .test = n_test,
     .allgather_bytes = n_allgather_bytes,
     .set_timeout = n_set_timeout,
+    .alltoallv_bytes = n_alltoallv_bytes,
     .group_start = n_group_start,
     .group_end = n_group_end,
     .ordered_on = n_ordered_on,

@@ -471,6 +471,33 @@ static zero_status ds_allgather_bytes(zero_comm *m, const void *send, void *recv
     return s;
 }
 
+/* (issue 33) The quantized reduce-scatter's all-to-all on device buffers:
+ * the send extent (the furthest byte any rank is sent) comes to the host
+ * in one copy, the inner all-to-all runs there, and the receive extent goes
+ * back in one copy.  Host buffers pass straight through. */
+static size_t extent(const zero_comm *m, const size_t *counts, const size_t *displs) {
+    size_t e = 0;
+    for (int r = 0; r < m->size; ++r)
+        if (counts[r] && displs[r] + counts[r] > e) e = displs[r] + counts[r];
+    return e;
+}
+static zero_status ds_alltoallv_bytes(zero_comm *m, const void *send, const size_t *scounts, const size_t *sdispls,
+                                      void *recv, const size_t *rcounts, const size_t *rdispls) {
+    if (!on_dev(m, send) && !on_dev(m, recv))
+        return zero__alltoallv_bytes(DS(m)->inner, send, scounts, sdispls, recv, rcounts, rdispls);
+    const size_t se = extent(m, scounts, sdispls), re = extent(m, rcounts, rdispls);
+    ds_buf *b = stage_get(m, se + re + 1); /* send extent, then the receive extent (no aliasing) */
+    if (!b) return ZERO_ERR_OUT_OF_MEMORY;
+    char *h = b->p;
+    zero_status s = ZERO_OK;
+    if (se) s = on_dev(m, send) ? zero__dev_copy(DS(m)->dev, h, send, se) : (memcpy(h, send, se), ZERO_OK);
+    if (s == ZERO_OK) s = zero__alltoallv_bytes(DS(m)->inner, h, scounts, sdispls, h + se, rcounts, rdispls);
+    if (s == ZERO_OK && re)
+        s = on_dev(m, recv) ? zero__dev_copy(DS(m)->dev, recv, h + se, re) : (memcpy(recv, h + se, re), ZERO_OK);
+    stage_put(m, b);
+    return s;
+}
+
 static void ds_counters_get(zero_comm *m, zero__comm_counters *out) { zero__comm_counters_get(DS(m)->inner, out); }
 static void ds_set_timeout(zero_comm *m, double seconds) { zero__comm_set_timeout(DS(m)->inner, seconds); }
 
@@ -490,4 +517,5 @@ static const zero__comm_ops devstage_ops = {
     .counters_get = ds_counters_get,
     .iallreducev = ds_iallreducev,
     .set_timeout = ds_set_timeout,
+    .alltoallv_bytes = ds_alltoallv_bytes,
 };

@@ -286,3 +286,37 @@ zero_status zero__dev_norm_pieces(zero__device *d, const zero__norm_piece *p, si
     }
     return ZERO_OK;
 }
+
+/* ---- block quantization (issue 33) ---- */
+
+int zero__dev_has_quant(zero__device *d) {
+    return d && d->ops->quantize && d->ops->dequantize && d->ops->dequantize_add && d->ops->quant_residual;
+}
+
+/* Both operands device memory of d (an empty run may pass anything). */
+static zero_status quant_operands(zero__device *d, size_t n, const void *a, const void *b) {
+    if (!zero__dev_has_quant(d)) return ZERO_ERR_UNSUPPORTED;
+    if (n && (!zero__dev_is_device(d, a) || !zero__dev_is_device(d, b))) return ZERO_ERR_INVALID_ARGUMENT;
+    return ZERO_OK;
+}
+
+zero_status zero__dev_quantize(zero__device *d, void *q, const void *src, zero_dtype dt, size_t n, int bits,
+                               size_t block) {
+    zero_status st = quant_operands(d, n, q, src);
+    return st != ZERO_OK || !n ? st : d->ops->quantize(d, q, src, dt, n, bits, block);
+}
+zero_status zero__dev_dequantize(zero__device *d, void *dst, zero_dtype dt, const void *q, size_t n, int bits,
+                                 size_t block) {
+    zero_status st = quant_operands(d, n, dst, q);
+    return st != ZERO_OK || !n ? st : d->ops->dequantize(d, dst, dt, q, n, bits, block);
+}
+zero_status zero__dev_dequantize_add(zero__device *d, float *acc, const void *q, size_t n, int bits, size_t block) {
+    zero_status st = quant_operands(d, n, acc, q);
+    return st != ZERO_OK || !n ? st : d->ops->dequantize_add(d, acc, q, n, bits, block);
+}
+zero_status zero__dev_quant_residual(zero__device *d, float *ef, const float *x, const void *q, size_t n, int bits,
+                                     size_t block) {
+    zero_status st = quant_operands(d, n, ef, q);
+    if (st == ZERO_OK && n && !zero__dev_is_device(d, x)) st = ZERO_ERR_INVALID_ARGUMENT;
+    return st != ZERO_OK || !n ? st : d->ops->quant_residual(d, ef, x, q, n, bits, block);
+}

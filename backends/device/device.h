@@ -101,6 +101,19 @@ zero_status zero__dev_norm_pieces(zero__device *d, const zero__norm_piece *p, si
 zero_status zero__dev_optim_step(zero__device *d, zero_optim_kind k, const zero_optim_scalars *s, float *master,
                                  float *const state[4], const void *grad, zero_dtype grad_dt, float grad_mul,
                                  void *out, zero_dtype out_dt, size_t n);
+/* (issue 33) Block quantization on d (device pointers only, queued on d's
+ * stream; device_ops.h has the ops, core/quant.h the format).  has_quant:
+ * d has all four kernels (0 for NULL).  Without them, or for a host
+ * pointer, the helpers return ZERO_ERR_UNSUPPORTED / ZERO_ERR_INVALID_ARGUMENT
+ * and do nothing: the host path is core/quant.c's own. */
+int zero__dev_has_quant(zero__device *d);
+zero_status zero__dev_quantize(zero__device *d, void *q, const void *src, zero_dtype dt, size_t n, int bits,
+                               size_t block);
+zero_status zero__dev_dequantize(zero__device *d, void *dst, zero_dtype dt, const void *q, size_t n, int bits,
+                                 size_t block);
+zero_status zero__dev_dequantize_add(zero__device *d, float *acc, const void *q, size_t n, int bits, size_t block);
+zero_status zero__dev_quant_residual(zero__device *d, float *ef, const float *x, const void *q, size_t n, int bits,
+                                     size_t block);
 /* d's last error text ("" when d is NULL). */
 const char *zero__dev_error(zero__device *d);
 

@@ -95,6 +95,24 @@ typedef struct zero__device_ops {
     void *(*alloc_nofill)(zero__device *d, zero_mem_tier tier, size_t bytes);
     zero_status (*fence_order)(zero__device *d, void *fence, void *consumer);
     uint64_t (*host_waits)(zero__device *d);
+    /* ---- appended (issue 33: ZeRO++ qwZ / qgZ on the device); all
+     * optional (NULL: the quantized collectives refuse device buffers with
+     * ZERO_ERR_UNSUPPORTED).  Device pointers only, queued on the device's
+     * stream (no host wait).  Format and results: core/quant.h, bitwise
+     * those of the host path (kernels/cpu/quant_math.h).  `q` is the
+     * quantized form of a run of n: zero_quant_total_bytes(n, bits, block)
+     * bytes, 4-byte aligned.
+     * quantize: q = the quantization of src[0..n) (dt F32/BF16/F16).
+     * dequantize: dst[0..n) in dt = the dequantized values of q.
+     * dequantize_add: acc[i] += dequantized value i (fp32).
+     * quant_residual: ef[i] = x[i] - dequantized value i (error feedback). */
+    zero_status (*quantize)(zero__device *d, void *q, const void *src, zero_dtype dt, size_t n, int bits,
+                            size_t block);
+    zero_status (*dequantize)(zero__device *d, void *dst, zero_dtype dt, const void *q, size_t n, int bits,
+                              size_t block);
+    zero_status (*dequantize_add)(zero__device *d, float *acc, const void *q, size_t n, int bits, size_t block);
+    zero_status (*quant_residual)(zero__device *d, float *ef, const float *x, const void *q, size_t n, int bits,
+                                  size_t block);
 } zero__device_ops;
 
 /* Common header; implementations embed it first. */

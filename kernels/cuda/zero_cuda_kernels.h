@@ -57,6 +57,26 @@ zero_status zero_cuda_scale(float *x, float a, uint64_t n, void *stream);
 zero_status zero_cuda_clip_mul(const double *sumsq_dev, double inv, double clip, float *grad_mul_dev,
                                double *norm_out_dev, void *stream);
 
+/* ---- block quantization (ZeRO++ qwZ / qgZ; format in core/quant.h, math
+ * in kernels/cpu/quant_math.h, so the bytes and values equal the host
+ * path's: zero__quantize, zero__dequantize, zero__dequantize_add).  dt is
+ * F32, BF16 or F16; bits 8 or 4; block >= 1 (else ZERO_ERR_INVALID_ARGUMENT,
+ * nothing launched).  All pointers are device memory; the quantized form
+ * `dst`/`src` holds zero_quant_total_bytes(n, bits, block) bytes and is
+ * 4-byte aligned (its fp32 scales come first). */
+/* dst = quantized src[0..n): scales and data written, padding untouched. */
+zero_status zero_cuda_quantize(void *dst, const void *src, zero_dtype dt, uint64_t n, int bits, uint64_t block,
+                               void *stream);
+/* dst[0..n) in dt = dequantized src. */
+zero_status zero_cuda_dequantize(void *dst, zero_dtype dt, const void *src, uint64_t n, int bits, uint64_t block,
+                                 void *stream);
+/* acc[i] += dequantized value i (fp32). */
+zero_status zero_cuda_dequantize_add(float *acc, const void *src, uint64_t n, int bits, uint64_t block, void *stream);
+/* ef[i] = x[i] - dequantized value i (error feedback's residual; x is what
+ * src quantized, in fp32). */
+zero_status zero_cuda_quant_residual(float *ef, const float *x, const void *src, uint64_t n, int bits, uint64_t block,
+                                     void *stream);
+
 #ifdef __cplusplus
 }
 #endif

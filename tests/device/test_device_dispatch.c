@@ -345,7 +345,7 @@ static const zero__device_ops stub_ops = {"stub", st_alloc, st_free, st_is_devic
                                           st_sumsq, st_nonfinite, st_convert, st_add, st_scale, st_after, st_before,
                                           st_sync, st_stream, st_error, st_close, st_memset_async, st_fence,
                                           st_fence_wait, NULL, st_norm_pieces, st_fill_wait, st_alloc_nofill,
-                                          st_fence_order, st_host_waits};
+                                          st_fence_order, st_host_waits, NULL, NULL, NULL, NULL};
 
 static zero_status stub_open(int ordinal, void *stream, zero__device **out, char *err, size_t len) {
     (void)stream, (void)err, (void)len;

@@ -14,7 +14,8 @@
  * wait for `lib` before each collective, since its buffers are produced,
  * filled and released there.
  *
- * Checked, for each collective of the split, with device and with host
+ * Checked, for each collective of the split (all-gather, reduce-scatter,
+ * and the all-to-all of bytes of issue 33), with device and with host
  * (pinned) operands, alone and inside a comm group (as stage 3 issues its
  * gathers):
  *  - fill: the destination is a fresh block whose zero-fill is queued on
@@ -99,25 +100,27 @@ static void lib_after_comp(void) {
     cudaEventDestroy(ev);
 }
 
-/* One collective of the split: kind 0 all-gather, 1 reduce-scatter; the
- * source in host memory (staged) or device memory (produced on lib). */
+/* One collective of the split: kind 0 all-gather, 1 reduce-scatter, 2 the
+ * blocking all-to-all of bytes (issue 33: the quantized reduce-scatter's);
+ * the source in host memory (staged) or device memory (produced on lib). */
 static zero_status run(int kind, const void *send, void *recv, int grouped) {
-    const size_t counts[1] = {N};
+    const size_t counts[1] = {N}, bytes[1] = {2 * N}, displs[1] = {0};
     zero_comm_req *req = NULL;
     zero_status st = grouped ? grp->ops->group_start(grp) : ZERO_OK;
     if (st == ZERO_OK)
-        st = kind == 0 ? grp->ops->iallgatherv(grp, send, recv, counts, ZERO_DTYPE_BF16, &req)
-                       : grp->ops->ireduce_scatterv(grp, send, recv, counts, ZERO_DTYPE_BF16, &req);
+        st = kind == 0   ? grp->ops->iallgatherv(grp, send, recv, counts, ZERO_DTYPE_BF16, &req)
+             : kind == 1 ? grp->ops->ireduce_scatterv(grp, send, recv, counts, ZERO_DTYPE_BF16, &req)
+                         : grp->ops->alltoallv_bytes(grp, send, bytes, displs, recv, bytes, displs);
     if (grouped) {
         zero_status e = grp->ops->group_end(grp);
         if (st == ZERO_OK) st = e;
     }
-    if (st == ZERO_OK) st = grp->ops->wait(req); /* stage 3 waits for the params it hands out */
+    if (st == ZERO_OK && req) st = grp->ops->wait(req); /* stage 3 waits for the params it hands out */
     return st;
 }
 
 static void check_case(int kind, int host_src, int grouped) {
-    const char *what = kind == 0 ? "all-gather" : "reduce-scatter";
+    const char *what = kind == 0 ? "all-gather" : kind == 1 ? "reduce-scatter" : "all-to-all";
     const char *src = host_src ? "host (pinned) source, staged" : "device source";
     const char *grp_s = grouped ? ", in a comm group" : "";
     static uint16_t host[N], want[N];
@@ -185,7 +188,7 @@ int main(void) {
     CHECK(st == ZERO_OK && grp, "split: %s", g_err);
     if (st != ZERO_OK || !grp) return check_finish();
     CHECK(zero__comm_nccl_stream(grp) != lib, "the split runs on libzero's stream: this test needs its own");
-    for (int kind = 0; kind < 2; kind++)
+    for (int kind = 0; kind < 3; kind++)
         for (int host_src = 0; host_src < 2; host_src++)
             for (int grouped = 0; grouped < 2; grouped++) check_case(kind, host_src, grouped);
     grp->ops->free(grp);
@@ -195,7 +198,7 @@ int main(void) {
     cudaStreamDestroy(lib);
     CHECK(fake_cuda_pending() == 0, "%zu stream items never ran", fake_cuda_pending());
     int rc = check_finish();
-    if (!rc) printf("NCCL split: all-gather and reduce-scatter, device and staged host operands, alone and grouped: "
+    if (!rc) printf("NCCL split: all-gather, reduce-scatter and all-to-all, device and staged host operands, alone and grouped: "
                     "ordered after libzero's stream (fresh blocks' fills, released buffers' readers)\n");
     return rc;
 }

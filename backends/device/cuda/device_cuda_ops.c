@@ -230,6 +230,27 @@ static zero_status cd_scale(zero__device *d, float *x, float a, size_t n) {
     return launched(d, zero_cuda_scale(x, a, n, stream_of(d)), "scale");
 }
 
+/* Block quantization (issue 33): the kernels of zero_cuda_quant_bodies.h. */
+static zero_status cd_quantize(zero__device *d, void *q, const void *src, zero_dtype dt, size_t n, int bits,
+                               size_t block) {
+    current(d);
+    return launched(d, zero_cuda_quantize(q, src, dt, n, bits, block, stream_of(d)), "quantize");
+}
+static zero_status cd_dequantize(zero__device *d, void *dst, zero_dtype dt, const void *q, size_t n, int bits,
+                                 size_t block) {
+    current(d);
+    return launched(d, zero_cuda_dequantize(dst, dt, q, n, bits, block, stream_of(d)), "dequantize");
+}
+static zero_status cd_dequantize_add(zero__device *d, float *acc, const void *q, size_t n, int bits, size_t block) {
+    current(d);
+    return launched(d, zero_cuda_dequantize_add(acc, q, n, bits, block, stream_of(d)), "dequantize_add");
+}
+static zero_status cd_quant_residual(zero__device *d, float *ef, const float *x, const void *q, size_t n, int bits,
+                                     size_t block) {
+    current(d);
+    return launched(d, zero_cuda_quant_residual(ef, x, q, n, bits, block, stream_of(d)), "quant_residual");
+}
+
 static zero_status cd_order_after(zero__device *d, void *producer) { return zero_cuda_order_after(CD(d), producer); }
 static zero_status cd_order_before(zero__device *d, void *consumer) { return zero_cuda_order_before(CD(d), consumer); }
 static zero_status cd_sync(zero__device *d) { return zero_cuda_comm_sync(CD(d)); }
@@ -281,6 +302,10 @@ static const zero__device_ops cuda_ops = {
     .alloc_nofill = cd_alloc_nofill,
     .fence_order = cd_fence_order,
     .host_waits = cd_host_waits,
+    .quantize = cd_quantize,
+    .dequantize = cd_dequantize,
+    .dequantize_add = cd_dequantize_add,
+    .quant_residual = cd_quant_residual,
 };
 
 zero_status zero__device_cuda_open(int ordinal, void *compute_stream, zero__device **out, char *err, size_t err_len) {

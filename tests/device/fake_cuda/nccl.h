@@ -41,6 +41,9 @@ ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c, cudaStream_t s);
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t c, cudaStream_t s);
+/* One rank: a send is held until the matching receive, which copies it. */
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s);
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s);
 
 /* Test helper: a one-rank communicator on device 0. */
 ncclComm_t fake_nccl_comm_new(void);
