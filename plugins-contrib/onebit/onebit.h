@@ -12,6 +12,12 @@
  * 256 bytes of signs + 4 bytes of scale: 1.016 bits per element. */
 #define ONEBIT_BLOCK 2048u
 
+/* Buckets of the count sketch that estimates the norm of the mean
+ * gradient after the freeze (onebit_plugin.c, sketch): 4 KB on the wire per step,
+ * a relative error of about sqrt(2 / ONEBIT_SKETCH) = 4% on the squared
+ * norm. */
+#define ONEBIT_SKETCH 1024u
+
 /* The compressed all-reduce (DeepSpeed's compressed_allreduce, on the
  * host): the flat space [0, numel) padded to `padded`, a multiple of
  * n * ONEBIT_BLOCK, cut into n equal chunks; rank j is the "server" of

@@ -47,18 +47,18 @@ BASE = {
 HP = {"lr": 0.001, "betas": [0.9, 0.99], "eps": 1e-8, "weight_decay": 0.01}
 
 
-def onebit_cfg(freeze, **extra):
+def onebit_cfg(freeze, hp=None, **extra):
     c = json.loads(json.dumps(BASE))
-    c["optimizer"] = {"type": "OneBitAdam", "params": dict(HP, freeze_step=freeze, cuda_aware=False,
+    c["optimizer"] = {"type": "OneBitAdam", "params": dict(hp or HP, freeze_step=freeze, cuda_aware=False,
                                                            comm_backend_name="mpi")}
     c["zero_optimization"]["plugin"] = "onebit"
     c.update(extra)
     return c
 
 
-def adam_cfg():
+def adam_cfg(hp=None):
     c = json.loads(json.dumps(BASE))
-    c["optimizer"] = {"type": "AdamW", "params": dict(HP, bias_correction=False)}
+    c["optimizer"] = {"type": "AdamW", "params": dict(hp or HP, bias_correction=False)}
     return c
 
 
