@@ -16,7 +16,7 @@
  * moments come out as (m, v_frozen).
  *
  * Host memory, fp32 and bf16 models, no pipeline, no expert groups; checkpoints
- * resume bitwise at the same world size (no resharding). */
+ * resume bitwise at the same world size and reshard to others (ob_load). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +33,8 @@ typedef struct onebit {
     zero_kit_bsets bs;   /* warm-up: stage 0's all-reducing buckets over f.grads */
     int64_t freeze_step; /* optimizer.params.freeze_step (DeepSpeed's default 100000) */
     int frozen;          /* the current window runs compressed */
+    int pending;         /* resharded load: the phase is decided at the first boundary (the step is not known
+                            inside load); that window's gradients are all-reduced, as in the warm-up */
     float *vfrozen;      /* the variance frozen at the switch (flat) */
     onebit_car car;
     float *probe;        /* 4 x 16 floats: per-group betas (see group_betas) */
@@ -219,8 +221,10 @@ static void sketch(const float *g, uint64_t P, uint64_t step, float *sk) {
     for (uint32_t b = 0; b < ONEBIT_SKETCH; b++) sk[b] = (float)acc[b];
 }
 
-/* A boundary of the compressed phase. */
-static zero_status frozen_boundary(onebit *s, const zero_step_ctx *ctx, zero_step_report *rep) {
+/* A boundary of the compressed phase.  reduced: f.grads holds the sum over
+ * the ranks already (the first window after a resharded load, see
+ * ob_step): the same momentum on every rank, nothing to compress. */
+static zero_status frozen_boundary(onebit *s, const zero_step_ctx *ctx, zero_step_report *rep, int reduced) {
     const zero_services *svc = s->svc;
     const zero_layout *L = s->f.L;
     const uint64_t P = L->flat_numel;
@@ -241,7 +245,9 @@ static zero_status frozen_boundary(onebit *s, const zero_step_ctx *ctx, zero_ste
     red[0] = svc->nonfinite(s->c, g, ZERO_DTYPE_F32, (size_t)P) || !isfinite(ss) ? 1.0f : 0.0f;
     zero_status st = svc->allreduce(world, red, 1 + ONEBIT_SKETCH, ZERO_DTYPE_F32, ZERO_OP_SUM);
     if (st != ZERO_OK) return st;
-    const double to_mean = (double)n / (ctx->grad_divisor * (ctx->loss_scale > 0 ? ctx->loss_scale : 1.0));
+    /* local gradient sum -> mean gradient, as if all-reduced (x n / n: the
+     * divisor counts every rank's micro-batches) */
+    const double to_mean = (reduced ? 1.0 : (double)n) / (ctx->grad_divisor * (ctx->loss_scale > 0 ? ctx->loss_scale : 1.0));
     double est = 0;
     for (uint32_t b = 0; b < ONEBIT_SKETCH; b++) est += (double)red[1 + b] * red[1 + b];
     if (red[0] > 0 || !isfinite(est)) {
@@ -250,9 +256,9 @@ static zero_status frozen_boundary(onebit *s, const zero_step_ctx *ctx, zero_ste
         return svc->mem_set(s->c, g, 0, s->f.grad_bytes);
     }
     rep->overflow = 0;
-    /* the summed gradient over n ranks is n times the mean; one rank has
-     * its exact norm */
-    rep->grad_norm = (n > 1 ? sqrt(est) : sqrt(ss)) / n * to_mean;
+    /* the summed gradient over n ranks is n times the mean; one rank (or
+     * an already reduced gradient) has its exact norm */
+    rep->grad_norm = reduced ? sqrt(ss) * to_mean : (n > 1 ? sqrt(est) : sqrt(ss)) / n * to_mean;
     double mul = to_mean;
     if (ctx->grad_clip > 0 && rep->grad_norm > ctx->grad_clip) mul *= ctx->grad_clip / (rep->grad_norm + 1e-6);
     const float gm = (float)mul;
@@ -263,7 +269,8 @@ static zero_status frozen_boundary(onebit *s, const zero_step_ctx *ctx, zero_ste
         const float omb1 = 1.0f - b1;
         for (uint64_t i = G->flat_begin; i < G->flat_begin + G->numel; i++) m[i] = b1 * m[i] + omb1 * (g[i] * gm);
     }
-    if (s->exact) { /* ZERO_ONEBIT_EXACT=1: the momentum averaged exactly (what the compression costs) */
+    if (reduced) { /* every rank holds the same momentum already */
+    } else if (s->exact) { /* ZERO_ONEBIT_EXACT=1: the momentum averaged exactly (what the compression costs) */
         if ((st = svc->allreduce(world, m, (size_t)P, ZERO_DTYPE_F32, ZERO_OP_SUM)) != ZERO_OK) return st;
         const float inv = 1.0f / (float)n;
         for (uint64_t i = 0; i < P; i++) m[i] *= inv;
@@ -296,6 +303,11 @@ static zero_status frozen_boundary(onebit *s, const zero_step_ctx *ctx, zero_ste
         }
         if (hi > lo && (st = svc->optim_step(s->c, &r)) != ZERO_OK) return st;
     }
+    /* the optimizer state keeps the frozen variance itself, not the
+     * kernel's rounding of it: a checkpoint then carries it in state1, the
+     * core's sharded blob, which survives resharding (the plugin's own
+     * blobs do not) */
+    memcpy(v, s->vfrozen, (size_t)P * sizeof(float));
     s->compressed_steps++;
     return svc->mem_set(s->c, g, 0, s->f.grad_bytes);
 }
@@ -304,8 +316,21 @@ static zero_status ob_step(void *state, const zero_step_ctx *ctx, zero_step_repo
     onebit *s = state;
     const zero_services *svc = s->svc;
     zero_status st;
-    if (s->frozen) return ctx->boundary ? frozen_boundary(s, ctx, rep) : ZERO_OK;
+    if (s->frozen) return ctx->boundary ? frozen_boundary(s, ctx, rep, 0) : ZERO_OK;
     if ((st = zero_kit_bsets_flush(&s->bs)) != ZERO_OK || !ctx->boundary) return st;
+    if (s->pending) { /* the first boundary after a resharded load */
+        s->pending = 0;
+        if ((int64_t)ctx->global_step >= s->freeze_step) {
+            /* the saver had frozen the variance already: it is state1 (see
+             * frozen_boundary); this window's all-reduced gradient feeds the
+             * momentum exactly, the later ones are compressed */
+            memcpy(s->vfrozen, s->f.state[1], (size_t)s->f.L->flat_numel * sizeof(float));
+            s->frozen = 1;
+            svc->log(s->c, ZERO_LOG_INFO, WHO ": step %llu: resumed in the compressed phase (frozen variance from "
+                     "the checkpoint's optimizer state)", (unsigned long long)ctx->global_step + 1);
+            return frozen_boundary(s, ctx, rep, 1);
+        }
+    }
     if ((st = zero_kit_flat_boundary(&s->f, ctx, rep)) != ZERO_OK) return st;
     if (!rep->overflow && (int64_t)ctx->global_step + 1 >= s->freeze_step) {
         /* DeepSpeed: after the step where step >= freeze_step the variance is
@@ -320,18 +345,24 @@ static zero_status ob_step(void *state, const zero_step_ctx *ctx, zero_step_repo
 }
 
 /* Checkpoint: the flat state through the core's sharded blobs (params,
- * master, m, v) and the window's gradient, plus this plugin's own per-rank
- * blobs -- the phase, the frozen variance and both error-feedback buffers
- * -- so that a job resumed at the same world size continues bitwise
- * (DeepSpeed instead resets the errors on load).  No resharding: the error
- * buffers belong to this world size's chunks. */
+ * master, m, v -- v is the frozen variance once frozen, see
+ * frozen_boundary) and the window's gradient, plus this plugin's own
+ * per-rank blobs -- the phase and both error-feedback buffers -- so that a
+ * job resumed at the same world size continues bitwise (DeepSpeed instead
+ * resets the errors on load).
+ * Resharding (another world size or plugin, ZERO_PLUGIN_CAP_RESHARD): the
+ * core's blobs are resharded, the plugin's own are not readable (the
+ * contract of ckpt_reshard).  The phase then follows from the step at the
+ * first boundary (pending); the error buffers start from zero, with a
+ * note: each is the residue of this world size's compression -- worker w's
+ * of its own momentum, server j's of chunk j of N -- and is at most one
+ * step's compression error, which error feedback re-absorbs within a few
+ * steps (DeepSpeed resets them on every load). */
 static uint32_t own_blobs(onebit *s, zero_kit_blob *b, int64_t *phase) {
-    const uint64_t P = s->f.L->flat_numel;
     b[0] = (zero_kit_blob){"phase", phase, sizeof *phase};
-    b[1] = (zero_kit_blob){"vfrozen", s->vfrozen, (size_t)(P ? P : 1) * sizeof(float)};
-    b[2] = (zero_kit_blob){"werr", s->car.werr, (size_t)s->car.padded * sizeof(float)};
-    b[3] = (zero_kit_blob){"serr", s->car.serr, (size_t)s->car.chunk * sizeof(float)};
-    return 4;
+    b[1] = (zero_kit_blob){"werr", s->car.werr, (size_t)s->car.padded * sizeof(float)};
+    b[2] = (zero_kit_blob){"serr", s->car.serr, (size_t)s->car.chunk * sizeof(float)};
+    return 3;
 }
 
 static zero_status ob_save(void *state, const char *dir) {
@@ -339,7 +370,7 @@ static zero_status ob_save(void *state, const char *dir) {
     zero_status st = zero_kit_flat_ckpt(&s->f, dir, WHO, "grads", 1);
     if (st != ZERO_OK) return st;
     int64_t phase = s->frozen;
-    zero_kit_blob b[4];
+    zero_kit_blob b[3];
     const uint32_t nb = own_blobs(s, b, &phase);
     return zero_kit_blobs_io(s->svc, dir, WHO, b, nb, 1);
 }
@@ -347,19 +378,27 @@ static zero_status ob_save(void *state, const char *dir) {
 static zero_status ob_load(void *state, const char *dir) {
     onebit *s = state;
     const zero_services *svc = s->svc;
-    if (svc->ckpt_reshard(s->c))
-        return svc->error(s->c, ZERO_ERR_UNSUPPORTED,
-                          WHO ": the checkpoint in %s was written by another world size or plugin; onebit resumes "
-                              "only its own checkpoints at the same world size",
-                          dir);
     zero_status st = zero_kit_flat_load(&s->f, dir, WHO, "grads", NULL);
     if (st != ZERO_OK) return st;
+    onebit_car_reset(&s->car);
+    if (svc->ckpt_reshard(s->c)) {
+        s->frozen = 0;
+        s->pending = 1;
+        if (svc->comm_rank(svc->comm_world(s->c)) == 0)
+            svc->log(s->c, ZERO_LOG_INFO,
+                     WHO ": resharded load of %s: the worker and server error-feedback buffers start from zero "
+                         "(they belong to the saver's ranks and chunks); the phase follows from the step",
+                     dir);
+        return ZERO_OK;
+    }
     int64_t phase = 0;
-    zero_kit_blob b[4];
+    zero_kit_blob b[3];
     const uint32_t nb = own_blobs(s, b, &phase);
     st = zero_kit_blobs_io(svc, dir, WHO, b, nb, 0);
     if ((st = zero_kit_blobs_agree(svc, NULL, st, dir, WHO)) != ZERO_OK) return st;
     s->frozen = phase != 0;
+    s->pending = 0;
+    if (s->frozen) memcpy(s->vfrozen, s->f.state[1], (size_t)s->f.L->flat_numel * sizeof(float));
     return ZERO_OK;
 }
 
@@ -382,7 +421,8 @@ static void ob_destroy(void *state) {
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     ZERO_PLUGIN_TABLE_HEAD,
-    .caps = ZERO_PLUGIN_CAP_GRAD_DTYPES, /* fp32 gradients of a bf16 model, as stage0 */
+    .caps = ZERO_PLUGIN_CAP_GRAD_DTYPES /* fp32 gradients of a bf16 model, as stage0 */
+            | ZERO_PLUGIN_CAP_RESHARD, /* model state in the core's sharded blobs (see ob_save) */
     .name = "onebit",
     .description = "1-bit Adam (DeepSpeed OneBitAdam): Adam warm-up, then the momentum all-reduced as signs + "
                    "scales with error feedback",
