@@ -54,6 +54,13 @@ typedef struct onebit_car {
  * Step thread (params_done). */
 zero_status onebit_car_init(onebit_car *c, const zero_services *svc, zero_comm *world, uint64_t numel,
                             const char *who);
+/* Sets n, numel, padded, chunk, nblk and msg for n ranks (nothing else).
+ * Pure. */
+void onebit_car_geometry(onebit_car *c, int n, uint64_t numel);
+/* Plan (ABI 1.2) of what onebit_car_init allocates for n ranks, through
+ * ps->add: the error buffers (host, OPTIM) and the messages (host, OTHER).
+ * Pure apart from ps->add. */
+void onebit_car_plan(const zero_plan_services *ps, int n, uint64_t numel);
 /* Frees everything (NULL-safe, idempotent).  Step thread (destroy). */
 void onebit_car_free(onebit_car *c);
 /* m[0..numel): this rank's momentum in, the compressed average of every

@@ -46,28 +46,36 @@ typedef struct onebit {
     int tmps;            /* plugin_data holds those temporaries (cleared at params_done) */
 } onebit;
 
+/* What create and plan refuse alike (error is svc->error or ps->error). */
+typedef zero_status (*ob_error_fn)(zero_core *c, zero_status s, const char *fmt, ...);
+static zero_status check_config(zero_core *c, const zero_run_config *rc, const char *type, ob_error_fn error) {
+    if (!type || strcasecmp(type, "OneBitAdam") != 0)
+        return error(c, ZERO_ERR_CONFIG,
+                     WHO ": optimizer.type is %s%s%s, expected \"OneBitAdam\": this plugin is 1-bit Adam "
+                         "(run other optimizers with stage0..3)",
+                     type ? "\"" : "", type ? type : "absent", type ? "\"" : "");
+    if (rc->model_dtype == ZERO_DTYPE_F16)
+        return error(c, ZERO_ERR_UNSUPPORTED,
+                     WHO ": the model dtype is fp16 (fp16.enabled); 1-bit Adam here runs fp32 and bf16 models "
+                         "(fp16's loss scaling is not implemented for the compressed phase)");
+    if (zero_kit_grad_dtype(rc) != ZERO_DTYPE_F32)
+        return error(c, ZERO_ERR_UNSUPPORTED,
+                     WHO ": data_types.grad_accum_dtype is not fp32; 1-bit Adam here accumulates gradients in fp32");
+    if (!(rc->beta1 > 0.0) || !(rc->beta2 > 0.0))
+        return error(c, ZERO_ERR_CONFIG,
+                     WHO ": optimizer.params.betas [%g, %g]: 1-bit Adam needs both betas > 0 (the frozen "
+                         "update runs the kernel on m / beta1, v / beta2)",
+                     rc->beta1, rc->beta2);
+    return ZERO_OK;
+}
+
 static zero_status ob_create(const zero_services *svc, void **state) {
     zero_core *c = svc->core;
     const zero_run_config *rc = svc->config(c);
     const char *type = NULL;
-    if (svc->cfg_string(c, "optimizer.type", &type) != 1 || strcasecmp(type, "OneBitAdam") != 0)
-        return svc->error(c, ZERO_ERR_CONFIG,
-                          WHO ": optimizer.type is %s%s%s, expected \"OneBitAdam\": this plugin is 1-bit Adam "
-                              "(run other optimizers with stage0..3)",
-                          type ? "\"" : "", type ? type : "absent", type ? "\"" : "");
-    if (rc->model_dtype == ZERO_DTYPE_F16)
-        return svc->error(c, ZERO_ERR_UNSUPPORTED,
-                          WHO ": the model dtype is fp16 (fp16.enabled); 1-bit Adam here runs fp32 and bf16 models "
-                              "(fp16's loss scaling is not implemented for the compressed phase)");
-    if (zero_kit_grad_dtype(rc) != ZERO_DTYPE_F32)
-        return svc->error(c, ZERO_ERR_UNSUPPORTED,
-                          WHO ": data_types.grad_accum_dtype is not fp32; 1-bit Adam here accumulates gradients in "
-                              "fp32");
-    if (!(rc->beta1 > 0.0) || !(rc->beta2 > 0.0))
-        return svc->error(c, ZERO_ERR_CONFIG,
-                          WHO ": optimizer.params.betas [%g, %g]: 1-bit Adam needs both betas > 0 (the frozen "
-                              "update runs the kernel on m / beta1, v / beta2)",
-                          rc->beta1, rc->beta2);
+    if (svc->cfg_string(c, "optimizer.type", &type) != 1) type = NULL;
+    zero_status cs = check_config(c, rc, type, svc->error);
+    if (cs != ZERO_OK) return cs;
     zero_status st = zero_kit_create(svc, sizeof(onebit), ZERO_KIT_REFUSE_PIPELINE, WHO, state);
     if (st != ZERO_OK) return st;
     onebit *s = *state;
@@ -419,6 +427,34 @@ static void ob_destroy(void *state) {
     free(s);
 }
 
+/* ABI 1.2: what params_done allocates, without allocating (zero_plan,
+ * zero-estimate): stage 0's flat state and buckets (zero_kit_flat_plan),
+ * the per-param gradient temporaries of a bf16 model, the frozen variance
+ * (a third flat fp32 optimizer array), the betas probe and the sketch, and
+ * the compression's error-feedback buffers and sign/scale messages
+ * (onebit_car_plan; host tier).  A pipeline is refused as create does. */
+static zero_status ob_plan(const zero_plan_services *ps) {
+    zero_core *c = ps->core;
+    const zero_run_config *rc = ps->config(c);
+    const zero_layout *L = ps->layout(c);
+    const char *type = NULL;
+    if (ps->cfg_string(c, "optimizer.type", &type) != 1) type = NULL;
+    zero_status st = check_config(c, rc, type, ps->error);
+    if (st != ZERO_OK) return st;
+    if (rc->pipeline_stages > 1)
+        return ps->error(c, ZERO_ERR_UNSUPPORTED, WHO ": pipeline parallelism is not supported");
+    if (ps->optim_state_count(c) != 2)
+        return ps->error(c, ZERO_ERR_INTERNAL, WHO ": expected Adam's two optimizer states, the plan has %u",
+                         ps->optim_state_count(c));
+    const uint64_t P = L->flat_numel;
+    zero_kit_flat_plan(ps, 1, P, ZERO_BUCKETS_ALLREDUCE);
+    if (zero_kit_grad_dtype(rc) != rc->model_dtype) zero_kit_grad_tmp_plan(ps);
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_OPTIM, P * sizeof(float));
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_OTHER, (64 + 1 + ONEBIT_SKETCH) * sizeof(float));
+    onebit_car_plan(ps, (int)L->world, P);
+    return ZERO_OK;
+}
+
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     ZERO_PLUGIN_TABLE_HEAD,
     .caps = ZERO_PLUGIN_CAP_GRAD_DTYPES /* fp32 gradients of a bf16 model, as stage0 */
@@ -434,4 +470,5 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .save = ob_save,
     .load = ob_load,
     .destroy = ob_destroy,
+    .plan = ob_plan,
 };
