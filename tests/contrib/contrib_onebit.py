@@ -17,7 +17,8 @@ weight decay 0.01).
      wire (zero_comm_stats, reduced + gathered, every communicator) at
      most --max-bytes of stage0's;
   d. refusals: OneBitAdam with stage 2; the onebit plugin with AdamW, with
-     fp16; ZeroOneAdam;
+     fp16; ZeroOneAdam and OneBitLamb, each with its reason and OneBitAdam
+     named as the alternative;
   e. a checkpoint saved after step 4 of 8 (freeze_step 3: compressed phase,
      error buffers non-zero) and resumed by a new job at N = 3 ends with the
      uninterrupted run's bits;
@@ -177,12 +178,20 @@ def main():
     f16 = onebit_cfg(10, fp16={"enabled": True})
     zo = adam_cfg()
     zo["optimizer"] = {"type": "ZeroOneAdam", "params": {"lr": 1e-3}}
+    ol = adam_cfg()
+    ol["optimizer"] = {"type": "OneBitLamb", "params": {"lr": 1e-3, "freeze_step": 10}}
     aw = adam_cfg()
     for tag, cfg, plugin, want in [
             ("refuse-stage2", c2, None, 'optimizer.type: OneBitAdam runs only with the plugin "onebit"'),
             ("refuse-adamw", aw, "onebit", 'onebit: optimizer.type is "AdamW", expected "OneBitAdam"'),
             ("refuse-fp16", f16, None, "onebit: the model dtype is fp16"),
-            ("refuse-zeroone", zo, None, "ZeroOneAdam is not implemented by libzero")]:
+            ("refuse-zeroone", zo, None, 'ZeroOneAdam is not implemented by libzero (0/1 Adam (Lu et al. 2022) '
+             'needs local steps'),
+            ("refuse-zeroone-alt", zo, None, 'run "OneBitAdam" with the plugin "onebit"'),
+            ("refuse-lamb", ol, None, 'OneBitLamb is not implemented by libzero (1-bit LAMB (Li et al. 2021) '
+             "needs LAMB's per-layer trust ratios frozen"),
+            ("refuse-lamb-alt", ol, None, 'run "OneBitAdam" with the plugin "onebit" for compressed communication, '
+             'or "Lamb" uncompressed')]:
         rc, text = run(a, tag, cfg, 2, 1, plugin=plugin, expect_fail=True)
         ok = rc != 0 and want in text
         print(f"  d. {tag}: exit {rc}, message {'found' if want in text else 'MISSING'}")
