@@ -10,13 +10,16 @@ top of DeepSpeed's recommended 15-25% warm-up: without bias correction the
 variance has reached 1 - 0.98^75 = 78% of its level when it is frozen (at
 60 steps, 70%, and the compressed run drifted 0.06 nats ahead of Adam's).
 
-The demo's per-step loss is that of 8 x N 8-character contexts: a few
-tokens, so two runs whose parameters differ slightly differ by up to 0.4
-nats on single steps (stage0 with the momentum averaged exactly, only the
-variance frozen, does too).  The curve is therefore compared as the mean
-loss of consecutive 30-step blocks after the warm-up (7 blocks): every
-block within --tol nats of Adam's.  The per-step figures are printed too.
-The warm-up steps must equal Adam's bitwise.
+The demo's per-step loss is that of 8 x N contexts, a few tokens: once the
+variance is frozen the parameters follow another path than Adam's, and
+single steps differ by up to 0.2-0.4 nats (mean ~0.05) -- as much with the
+momentum averaged exactly (ZERO_ONEBIT_EXACT=1, only the variance frozen),
+so that is the algorithm, not the compression (Adam with lr x1.02 stays
+within 0.016 of Adam per step).  The curve is therefore compared as the
+mean loss of consecutive 30-step blocks after the warm-up (7 blocks):
+every block within --tol nats of Adam's (measured 0.046 at N=4, 0.033 at
+N=3).  The per-step figures are printed too.  The warm-up steps must equal
+Adam's bitwise.
 Usage: contrib_onebit_curve.py --demo PATH --mpirun PATH --plugin-dir DIR --out DIR
 Standard library only.
 """
