@@ -38,7 +38,7 @@ typedef struct onebit {
     float *vfrozen;      /* the variance frozen at the switch (flat) */
     onebit_car car;
     float *probe;        /* 4 x 16 floats: per-group betas (see group_betas) */
-    float *sk;           /* 1 + ONEBIT_SKETCH floats: the overflow flag and the gradient's count sketch */
+    float *sk;           /* 2 + ONEBIT_SKETCH floats: overflow flag, squared local norm, count sketch */
     uint64_t compressed_steps;
     int exact;           /* ZERO_ONEBIT_EXACT=1: exact momentum average (measurement only) */
     int contiguous;      /* the host writes into f.grads itself (fp32 model); else per-param bf16
@@ -140,7 +140,7 @@ static zero_status ob_params_done(void *state) {
     if ((st = zero_kit_bsets_create(&s->bs, svc, &spec)) != ZERO_OK) return st;
     s->vfrozen = zero_kit_alloc_n(svc, ZERO_TIER_DEVICE, ZERO_MEM_OPTIM, L->flat_numel, sizeof(float));
     s->probe = zero_kit_alloc_n(svc, ZERO_TIER_DEVICE, ZERO_MEM_OTHER, 64, sizeof(float));
-    s->sk = zero_kit_alloc_n(svc, ZERO_TIER_DEVICE, ZERO_MEM_OTHER, 1 + ONEBIT_SKETCH, sizeof(float));
+    s->sk = zero_kit_alloc_n(svc, ZERO_TIER_DEVICE, ZERO_MEM_OTHER, 2 + ONEBIT_SKETCH, sizeof(float));
     if (!s->vfrozen || !s->probe || !s->sk)
         return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": cannot allocate the frozen variance");
     if ((st = onebit_car_init(&s->car, svc, svc->comm_world(s->c), L->flat_numel, WHO)) != ZERO_OK) return st;
@@ -246,18 +246,24 @@ static zero_status frozen_boundary(onebit *s, const zero_step_ctx *ctx, zero_ste
      * own norm instead (DeepSpeed's OnebitAdam after the freeze) clips
      * harder than Adam does -- a local gradient carries the sampling noise
      * the mean averages out -- and on zero-demo (norms ~2, clip 1) trained
-     * 0.08 nats behind Adam over 240 compressed steps at N = 4. */
+     * 0.08 nats behind Adam over 240 compressed steps at N = 4.  Without
+     * clipping nothing depends on the norm: no sketch is made or sent, and
+     * the reported norm is the root mean square of the ranks' local norms
+     * (an over-estimate: each carries its own sampling noise). */
     float *red = s->sk;
     const double ss = svc->sumsq(s->c, g, ZERO_DTYPE_F32, (size_t)P);
-    sketch(g, P, ctx->global_step, red + 1);
+    const int sketched = ctx->grad_clip > 0 && n > 1 && !reduced;
     red[0] = svc->nonfinite(s->c, g, ZERO_DTYPE_F32, (size_t)P) || !isfinite(ss) ? 1.0f : 0.0f;
-    zero_status st = svc->allreduce(world, red, 1 + ONEBIT_SKETCH, ZERO_DTYPE_F32, ZERO_OP_SUM);
+    red[1] = isfinite(ss) ? (float)ss : 0.0f;
+    if (sketched) sketch(g, P, ctx->global_step, red + 2);
+    zero_status st = svc->allreduce(world, red, sketched ? 2 + ONEBIT_SKETCH : 2, ZERO_DTYPE_F32, ZERO_OP_SUM);
     if (st != ZERO_OK) return st;
     /* local gradient sum -> mean gradient, as if all-reduced (x n / n: the
      * divisor counts every rank's micro-batches) */
-    const double to_mean = (reduced ? 1.0 : (double)n) / (ctx->grad_divisor * (ctx->loss_scale > 0 ? ctx->loss_scale : 1.0));
+    const double ls = ctx->loss_scale > 0 ? ctx->loss_scale : 1.0;
+    const double to_mean = (reduced ? 1.0 : (double)n) / (ctx->grad_divisor * ls);
     double est = 0;
-    for (uint32_t b = 0; b < ONEBIT_SKETCH; b++) est += (double)red[1 + b] * red[1 + b];
+    for (uint32_t b = 0; sketched && b < ONEBIT_SKETCH; b++) est += (double)red[2 + b] * red[2 + b];
     if (red[0] > 0 || !isfinite(est)) {
         rep->overflow = 1;
         rep->grad_norm = -1;
@@ -266,7 +272,9 @@ static zero_status frozen_boundary(onebit *s, const zero_step_ctx *ctx, zero_ste
     rep->overflow = 0;
     /* the summed gradient over n ranks is n times the mean; one rank (or
      * an already reduced gradient) has its exact norm */
-    rep->grad_norm = reduced ? sqrt(ss) * to_mean : (n > 1 ? sqrt(est) : sqrt(ss)) / n * to_mean;
+    rep->grad_norm = reduced    ? sqrt(ss) * to_mean
+                     : sketched ? sqrt(est) / n * to_mean
+                                : sqrt((double)red[1] / n) * to_mean;
     double mul = to_mean;
     if (ctx->grad_clip > 0 && rep->grad_norm > ctx->grad_clip) mul *= ctx->grad_clip / (rep->grad_norm + 1e-6);
     const float gm = (float)mul;
@@ -450,7 +458,7 @@ static zero_status ob_plan(const zero_plan_services *ps) {
     zero_kit_flat_plan(ps, 1, P, ZERO_BUCKETS_ALLREDUCE);
     if (zero_kit_grad_dtype(rc) != rc->model_dtype) zero_kit_grad_tmp_plan(ps);
     ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_OPTIM, P * sizeof(float));
-    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_OTHER, (64 + 1 + ONEBIT_SKETCH) * sizeof(float));
+    ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_OTHER, (64 + 2 + ONEBIT_SKETCH) * sizeof(float));
     onebit_car_plan(ps, (int)L->world, P);
     return ZERO_OK;
 }
