@@ -52,7 +52,24 @@ const char *zero__config_optim_name(zero_optim_kind k) {
  * communication (or muP scaling), which a plain fp32 Adam would silently
  * replace by a different algorithm.  (OneBitAdam is implemented, by the
  * contrib plugin "onebit" only.) */
-static const char *const refused_types[] = {"ZeroOneAdam", "OneBitLamb", "MuAdam", "MuAdamW", "MuSGD"};
+typedef struct refused_type {
+    const char *name;
+    const char *why; /* what is missing and what to run instead */
+} refused_type;
+static const refused_type refused_types[] = {
+    {"ZeroOneAdam",
+     "0/1 Adam (Lu et al. 2022) needs local steps -- parameters that differ between ranks until a compressed "
+     "sync -- and a variance refreshed on an exponentially spaced schedule, which the plugin \"onebit\" does not "
+     "do; run \"OneBitAdam\" with the plugin \"onebit\" (1-bit compressed momentum after a full-precision "
+     "warm-up, one compressed all-reduce per step)"},
+    {"OneBitLamb",
+     "1-bit LAMB (Li et al. 2021) needs LAMB's per-layer trust ratios frozen at the end of the warm-up and "
+     "rescaled from the fresh variance after it, which the plugin \"onebit\" does not do; run \"OneBitAdam\" "
+     "with the plugin \"onebit\" for compressed communication, or \"Lamb\" uncompressed"},
+    {"MuAdam", "the muP optimizers are out of scope"},
+    {"MuAdamW", "the muP optimizers are out of scope"},
+    {"MuSGD", "the muP optimizers are out of scope"},
+};
 
 typedef struct param_key {
     const char *name;
@@ -199,12 +216,10 @@ int zero__cfg_parse_optimizer(zero__cfg_ctx *ctx, const json_t *root, zero_run_c
                                    "OneBitAdam");
     if (zero__cfg_str(ctx, opt, "optimizer", "type", &type) < 0) return -1;
     for (i = 0; i < sizeof refused_types / sizeof refused_types[0]; ++i)
-        if (strcasecmp(type, refused_types[i]) == 0)
+        if (strcasecmp(type, refused_types[i].name) == 0)
             return zero__cfg_fail(ctx, "optimizer.type: got \"%s\", expected one of Adam, AdamW, SGD, Lion, Adagrad, "
-                                       "Lamb, OneBitAdam: %s is not implemented by libzero (of the compressed-"
-                                       "communication optimizers only OneBitAdam is, by the plugin \"onebit\"; "
-                                       "0/1 Adam, 1-bit LAMB and the muP optimizers are out of scope)",
-                                  type, refused_types[i]);
+                                       "Lamb, OneBitAdam: %s is not implemented by libzero (%s)",
+                                  type, refused_types[i].name, refused_types[i].why);
     for (i = 0; i < N_OPTIM_TYPES; ++i)
         if (strcasecmp(type, optim_types[i].name) == 0) t = &optim_types[i];
     if (!t)

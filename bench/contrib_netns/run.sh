@@ -24,6 +24,10 @@
 # Usage: bench/contrib_netns/run.sh [build dir] [contrib plugin dir] [steps] [repeats] [rate]
 #   contrib plugin dir: where libzero-plugin-{zeropp,mics}.so are
 #   (default: <build>/tests/contrib/work/build, made by `ctest -R contrib.build`)
+# SUITE=onebit (environment) compares stage0 (AdamW, bias_correction false)
+# with 1-bit Adam (plugins-contrib/onebit, freeze_step 0: every step
+# compressed) instead, on the demo's stage0 settings with stage3.json's
+# optimizer and schedule; the default suite is the one above, unchanged.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -33,11 +37,19 @@ steps=${3:-10}
 reps=${4:-3}
 rate=${5:-1gbit}
 demo=$build/examples/demo/zero-demo
+suite=${SUITE:-zero}
+case $suite in
+  zero) cfgs="stage3 zeropp mics" ;;
+  onebit) cfgs="stage0 onebit" ;;
+  *) echo "contrib-netns: SUITE=$suite: expected zero or onebit" >&2; exit 1 ;;
+esac
 skip() { echo "contrib-netns: SKIPPED: $*"; exit 0; }
 die() { echo "contrib-netns: $*" >&2; exit 1; }
 [[ -x $demo ]] || die "no $demo (build first)"
-[[ -f $pdir/libzero-plugin-zeropp.so && -f $pdir/libzero-plugin-mics.so ]] ||
-  die "no contrib plugins in $pdir (run: cd $build && ctest -R contrib.build)"
+for c in $cfgs; do
+  [[ $c == stage* || -f $pdir/libzero-plugin-$c.so ]] ||
+    die "no libzero-plugin-$c.so in $pdir (run: cd $build && ctest -R contrib.build)"
+done
 [[ $(id -u) == 0 ]] || skip "needs root for ip netns / tc"
 command -v ip >/dev/null && command -v tc >/dev/null || skip "ip or tc missing (iproute2)"
 
@@ -81,6 +93,13 @@ def put(name, **kw):
 put("stage3")
 put("zeropp", zero_quantized_weights=True, zero_quantized_gradients=True, zero_hpz_partition_size=2)
 put("mics", mics_shard_size=2)
+# SUITE=onebit: stage 0 (buckets as the demo's stage0 config), AdamW without bias correction (what
+# OnebitAdam's update is) vs OneBitAdam compressed from the first step
+s0 = {"stage": 0, "reduce_bucket_size": 50000, "overlap_comm": True, "contiguous_gradients": True}
+for name, opt in (("stage0", dict(type="AdamW", params=dict(base["optimizer"]["params"], bias_correction=False))),
+                  ("onebit", dict(type="OneBitAdam", params=dict(base["optimizer"]["params"], freeze_step=0)))):
+    c = json.loads(json.dumps(base)); c["zero_optimization"] = dict(s0); c["optimizer"] = opt
+    json.dump(c, open(f"{sys.argv[2]}/{name}.json", "w"), indent=1)
 PY
 
 run_one() { # config rep
@@ -93,25 +112,30 @@ run_one() { # config rep
     --summary "$work/$cfg.$r.json" >"$work/$cfg.$r.log" 2>&1
 }
 
-echo "contrib-netns: 2 hosts (namespaces) x 2 ranks, link $rate (tc tbf), $steps steps x $reps repeats, demo stage3 config"
+echo "contrib-netns: 2 hosts (namespaces) x 2 ranks, link $rate (tc tbf), $steps steps x $reps repeats, suite $suite ($cfgs)"
 for r in $(seq 1 "$reps"); do
-  for cfg in stage3 zeropp mics; do
+  for cfg in $cfgs; do
     if ! run_one "$cfg" "$r"; then
       tail -20 "$work/$cfg.$r.log"
       die "run $cfg #$r failed"
     fi
   done
 done
-python3 - "$work" "$reps" <<'PY'
+python3 - "$work" "$reps" $cfgs <<'PY'
 import json, statistics, sys
-work, reps = sys.argv[1], int(sys.argv[2])
+work, reps, cfgs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+base = cfgs[0]
 med = {}
-for cfg in ("stage3", "zeropp", "mics"):
+for cfg in cfgs:
     t = [json.load(open(f"{work}/{cfg}.{r}.json"))["mean_step_time_ms"] for r in range(1, reps + 1)]
     s = json.load(open(f"{work}/{cfg}.1.json"))
     med[cfg] = statistics.median(t)
     print(f"  {cfg:<7} median step {med[cfg]:8.1f} ms  (runs: {', '.join('%.1f' % x for x in t)})  "
           f"rank-0 bytes gathered {s['comm']['bytes_gathered']}, reduced {s['comm']['bytes_reduced']}")
-for cfg in ("zeropp", "mics"):
-    print(f"  {cfg} / stage3 step time: {med[cfg] / med['stage3']:.2f}")
+B = lambda s: s["comm"]["bytes_gathered"] + s["comm"]["bytes_reduced"]
+for cfg in cfgs[1:]:
+    print(f"  {cfg} / {base} step time: {med[cfg] / med[base]:.2f}")
+    if base == "stage0":  # SUITE=onebit: the goal is <= 0.1x stage0's bytes
+        ratio = B(json.load(open(f"{work}/{cfg}.1.json"))) / B(json.load(open(f"{work}/{base}.1.json")))
+        print(f"  {cfg} / {base} rank-0 bytes: {ratio:.4f}")
 PY

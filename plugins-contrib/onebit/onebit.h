@@ -12,6 +12,12 @@
  * 256 bytes of signs + 4 bytes of scale: 1.016 bits per element. */
 #define ONEBIT_BLOCK 2048u
 
+/* Buckets of the count sketch that estimates the norm of the mean
+ * gradient after the freeze (onebit_plugin.c, sketch): 4 KB on the wire per step,
+ * a relative error of about sqrt(2 / ONEBIT_SKETCH) = 4% on the squared
+ * norm. */
+#define ONEBIT_SKETCH 1024u
+
 /* The compressed all-reduce (DeepSpeed's compressed_allreduce, on the
  * host): the flat space [0, numel) padded to `padded`, a multiple of
  * n * ONEBIT_BLOCK, cut into n equal chunks; rank j is the "server" of
@@ -48,6 +54,13 @@ typedef struct onebit_car {
  * Step thread (params_done). */
 zero_status onebit_car_init(onebit_car *c, const zero_services *svc, zero_comm *world, uint64_t numel,
                             const char *who);
+/* Sets n, numel, padded, chunk, nblk and msg for n ranks (nothing else).
+ * Pure. */
+void onebit_car_geometry(onebit_car *c, int n, uint64_t numel);
+/* Plan (ABI 1.2) of what onebit_car_init allocates for n ranks, through
+ * ps->add: the error buffers (host, OPTIM) and the messages (host, OTHER).
+ * Pure apart from ps->add. */
+void onebit_car_plan(const zero_plan_services *ps, int n, uint64_t numel);
 /* Frees everything (NULL-safe, idempotent).  Step thread (destroy). */
 void onebit_car_free(onebit_car *c);
 /* m[0..numel): this rank's momentum in, the compressed average of every

@@ -25,18 +25,31 @@
 
 static uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
 
+void onebit_car_geometry(onebit_car *c, int n, uint64_t numel) {
+    c->n = n;
+    c->numel = numel;
+    c->padded = round_up(numel ? numel : 1, (uint64_t)n * ONEBIT_BLOCK);
+    c->chunk = c->padded / (uint64_t)n;
+    c->nblk = c->chunk / ONEBIT_BLOCK;
+    c->msg = (size_t)c->nblk * sizeof(float) + (size_t)(c->chunk / 8);
+}
+
+void onebit_car_plan(const zero_plan_services *ps, int n, uint64_t numel) {
+    onebit_car g;
+    onebit_car_geometry(&g, n, numel);
+    /* as onebit_car_init allocates: the two error buffers, then the n-message
+     * buffers (worker messages, inbox, gathered) and the pair buffer */
+    ps->add(ps->core, ZERO_TIER_HOST, ZERO_MEM_OPTIM, (g.padded + g.chunk) * sizeof(float));
+    ps->add(ps->core, ZERO_TIER_HOST, ZERO_MEM_OTHER, (3 * (uint64_t)n + 2) * g.msg);
+}
+
 zero_status onebit_car_init(onebit_car *c, const zero_services *svc, zero_comm *world, uint64_t numel,
                             const char *who) {
     zero_core *core = svc->core;
     c->svc = svc;
     c->world = world;
-    c->n = svc->comm_size(world);
+    onebit_car_geometry(c, svc->comm_size(world), numel);
     c->rank = svc->comm_rank(world);
-    c->numel = numel;
-    c->padded = round_up(numel ? numel : 1, (uint64_t)c->n * ONEBIT_BLOCK);
-    c->chunk = c->padded / (uint64_t)c->n;
-    c->nblk = c->chunk / ONEBIT_BLOCK;
-    c->msg = (size_t)c->nblk * sizeof(float) + (size_t)(c->chunk / 8);
     c->werr = zero_kit_alloc_n(svc, ZERO_TIER_HOST, ZERO_MEM_OPTIM, c->padded, sizeof(float));
     c->serr = zero_kit_alloc_n(svc, ZERO_TIER_HOST, ZERO_MEM_OPTIM, c->chunk, sizeof(float));
     c->wmsg = zero_kit_alloc_n(svc, ZERO_TIER_HOST, ZERO_MEM_OTHER, (uint64_t)c->n * c->msg, 1);
