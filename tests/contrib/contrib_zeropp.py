@@ -100,29 +100,38 @@ def stage3_node_out(s3, nodes):
 
 def check_worlds(a, base, fails, QG):
     """Hierarchical qgZ (node reduce-scatter in fp32, quantized all-to-all across nodes) at each
-    N:k of --qgz-worlds (k = 0: no ZERO_RANKS_PER_NODE, one node from MPI shared memory): loss within
-    --tol of stage3 at every step, two runs with the same bits, bytes leaving a node <= 0.3x of
-    stage 3's minimum; one node: the reduction is exact (stage 3's bits, nothing crosses)."""
+    N:k of --qgz-worlds (k = 0: no ZERO_RANKS_PER_NODE, one node from MPI shared memory), int8:
+    with error feedback, the loss within --tol of stage3 at every one of --steps steps and two runs
+    with the same bits; without (the default), within --tol over the first --tol-steps steps (it
+    drifts further later: printed); bytes leaving a node <= 0.3x of stage 3's minimum; one node: the
+    reduction is exact (stage 3's bits, nothing crosses)."""
+    EF = {QG: True, "zero_quantized_gradients_error_feedback": True}
     for w in a.qgz_worlds.split(","):
         n, k = (int(x) for x in w.split(":"))
         tag = f"n{n}k{k}"
         s3 = run(a, f"{tag}-stage3", base, "stage3", np=n, rpn=k)
-        q1 = run(a, f"{tag}-qgz", variant(base, **{QG: True}), "zeropp", np=n, rpn=k)
-        q2 = run(a, f"{tag}-qgz-again", variant(base, **{QG: True}), "zeropp", np=n, rpn=k)
-        if not q1["qgz"]:
+        q1 = run(a, f"{tag}-qgz-ef", variant(base, **EF), "zeropp", np=n, rpn=k)
+        q2 = run(a, f"{tag}-qgz-ef-again", variant(base, **EF), "zeropp", np=n, rpn=k)
+        q0 = run(a, f"{tag}-qgz", variant(base, **{QG: True}), "zeropp", np=n, rpn=k)
+        if not q1["qgz"] or not q0["qgz"]:
             fails.append(f"{tag}: no qgZ exchange line from zeropp at destroy")
             continue
         d = [abs(x - y) for x, y in zip(q1["losses"], s3["losses"])]
-        worst = max(d)
+        d0 = [abs(x - y) for x, y in zip(q0["losses"], s3["losses"])]
+        worst, worst0, early0 = max(d), max(d0), max(d0[:a.tol_steps])
         x = q1["qgz"]
         nodes = x["nodes"]
-        print(f"  N={n} {x['nodes']} node(s) of {x['k']}: qgZ {x['mode']} max |loss - stage3| {worst:.4f} nats "
-              f"(step {d.index(worst) + 1} of {len(d)}), bits {q1['digest']['bits']} / again "
-              f"{q2['digest']['bits']} (stage3 {s3['digest']['bits']})")
-        if x["mode"] != "hierarchical":
+        print(f"  N={n} {x['nodes']} node(s) of {x['k']}: qgZ {x['mode']} max |loss - stage3| over {len(d)} steps: "
+              f"{worst:.4f} nats with error feedback (step {d.index(worst) + 1}), {worst0:.4f} without "
+              f"(step {d0.index(worst0) + 1}; {early0:.4f} over the first {a.tol_steps}); bits "
+              f"{q1['digest']['bits']} / again {q2['digest']['bits']} (stage3 {s3['digest']['bits']})")
+        if x["mode"] != "hierarchical" or q0["qgz"]["mode"] != "hierarchical":
             fails.append(f"{tag}: qgZ ran the {x['mode']} exchange, expected hierarchical")
         if len(d) != a.steps or worst > a.tol:
             fails.append(f"{tag}: loss {worst:.4f} nats from stage3's at step {d.index(worst) + 1} (tol {a.tol})")
+        if len(d0) != a.steps or early0 > a.tol:
+            fails.append(f"{tag}: without error feedback, loss {early0:.4f} nats from stage3's in the first "
+                         f"{a.tol_steps} steps (tol {a.tol})")
         if q1["digest"]["bits"] != q2["digest"]["bits"]:
             fails.append(f"{tag}: two runs differ: {q1['digest']['bits']} != {q2['digest']['bits']}")
         if x["reductions"] != a.steps * base["gradient_accumulation_steps"]:
@@ -155,6 +164,8 @@ def main():
                    help="zero-demo --data (default: the demo's corpus); CMake passes one 35 KB file: the final "
                         "validation pass over 5%% of the corpus dominates a short run (10x under ASan)")
     p.add_argument("--bytes-steps", type=int, default=6, help="steps of the communication runs")
+    p.add_argument("--tol-steps", type=int, default=20,
+                   help="--qgz-worlds: steps over which qgZ without error feedback must stay within --tol")
     p.add_argument("--qgz-worlds", default="",
                    help="N:k,...: check only hierarchical qgZ at these world sizes and ranks per node (k = 0: "
                         "one node from MPI shared memory)")
@@ -232,6 +243,28 @@ def main():
             fails.append(f"hpZ: world {wb} + group {hb} bytes != the plain run's {pwb} (calls {wc}+{hc} vs {pwc})")
         if wb > 0.30 * pwb or hb == 0:
             fails.append(f"hpZ: the world still carries {wb / pwb:.2f} of the gathered bytes")
+
+    # hpZ with gradient accumulation 1 and P = the ranks of a node: per step (the difference between
+    # runs of n and 2n steps, so the final evaluation's gathers cancel) each param crosses the world
+    # once, in its first gather (the forward's); every gather of the backward all-gathers inside the node
+    one = variant(flat)
+    one["gradient_accumulation_steps"] = 1
+    n1 = a.bytes_steps
+    runs = [run(a, f"bytes-{t}-gas1-{n}", c, "zeropp", steps=n)
+            for t, c in (("plain", one), ("hpz", variant(one, **{HPZ: 2}))) for n in (n1, 2 * n1)]
+    ga = [r["gathers"] for r in runs]
+    psi_b = runs[0]["model"]["num_params"] * 4  # fp32 model: every parameter's bytes once
+    if not all(ga):
+        fails.append("no 'parameter gathers' line from zeropp at destroy (gas 1)")
+    else:
+        d = lambda i, j: ga[i + 1][j] - ga[i][j]  # per n1 steps: run 2n minus run n
+        pc, pb, wc, wb, hc, hb = d(0, 0), d(0, 1), d(2, 0), d(2, 1), d(2, 2), d(2, 3)
+        print(f"  hpZ, gas 1, per step (rank 0): world {wc / n1:.1f} calls {wb / n1:.0f} bytes, node {hc / n1:.1f} "
+              f"calls {hb / n1:.0f} bytes; without hpZ: world {pc / n1:.1f} calls {pb / n1:.0f} bytes")
+        if wc + hc != pc or wb + hb != pb or wb != n1 * psi_b or hb == 0:
+            fails.append(f"hpZ gas 1: per {n1} steps world {wc} calls {wb} bytes, node {hc} calls {hb} bytes, "
+                         f"without hpZ {pc} calls {pb} bytes: expected the world to carry each parameter once "
+                         f"per step ({psi_b} bytes), the node every later gather")
 
     # checkpoint with all three on: saved half way, resumed by a new job == uninterrupted
     allk = variant(base, **{QW: True, QG: True, HPZ: 2})
