@@ -93,7 +93,7 @@ typedef struct zpp {
                                       quantizes, zpp_qgz_ef_numel), or NULL */
     zero_comm *xcomm;              /* qgZ: the cross-node communicator (hierarchical: one rank per node, same
                                       node-local rank) or a duplicate of the world (flat); gradients only */
-    int qk, qm;                    /* qgZ: ranks per node, nodes */
+    int qk, qm;                    /* qgZ: ranks of this rank's node (1 if unknown), nodes (0: unequal) */
     int *qperm;                    /* qgZ hierarchical: N entries, the world rank of node-local rank l and cross
                                       rank x at l*qm + x (the order of the node reduce-scatter's blocks) */
     float *gnode;                  /* qgZ hierarchical: the node's sum of this rank's slice (qm shares) */

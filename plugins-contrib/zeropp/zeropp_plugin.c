@@ -170,9 +170,11 @@ static void log_counts(zpp *s) {
     if (s->gcomm) s->svc->comm_counters(s->gcomm, &g);
     if (s->hcomm) s->svc->comm_counters(s->hcomm, &h);
     s->svc->log(s->c, ZERO_LOG_INFO,
-                WHO ": rank %d parameter gathers: world %llu calls %llu bytes, hpZ group %llu calls %llu bytes", s->rank,
-                (unsigned long long)g.allgather_calls, (unsigned long long)g.bytes_gathered,
-                (unsigned long long)h.allgather_calls, (unsigned long long)h.bytes_gathered);
+                WHO ": rank %d parameter gathers: world %llu calls %llu bytes, hpZ group %llu calls %llu bytes; "
+                    "order agreements (the gather engine's, over the world) %llu calls %llu bytes",
+                s->rank, (unsigned long long)g.allgather_calls, (unsigned long long)g.bytes_gathered,
+                (unsigned long long)h.allgather_calls, (unsigned long long)h.bytes_gathered,
+                (unsigned long long)g.allreduce_calls, (unsigned long long)g.bytes_reduced);
 }
 
 static void zpp_destroy(void *state) {

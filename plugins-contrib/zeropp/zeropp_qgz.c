@@ -68,8 +68,17 @@ zero_status zpp_qgz_setup(zpp *s, uint64_t maxpart) {
     const zero_services *svc = s->svc;
     zero_comm *w = svc->comm_world(s->c);
     zero_status st = ZERO_OK;
-    if (!s->node && (st = svc->comm_split_node(w, &s->node)) != ZERO_OK) return st;
-    s->qk = svc->comm_size(s->node);
+    if (!s->node && (st = svc->comm_split_node(w, &s->node)) != ZERO_OK) {
+        /* a backend that cannot tell nodes apart (a host communicator
+         * without ZERO_RANKS_PER_NODE) refuses alike on every rank, before
+         * any collective: keep the flat exchange, which needs no nodes */
+        if (st != ZERO_ERR_UNSUPPORTED) return st;
+        svc->log(s->c, ZERO_LOG_WARN,
+                 WHO ": qgZ: this communicator cannot find node boundaries (set ZERO_RANKS_PER_NODE for the "
+                     "hierarchical exchange): using the flat all-to-all over the world");
+        s->qg_hier = 0;
+    }
+    s->qk = s->node ? svc->comm_size(s->node) : 1; /* unknown nodes: count every other rank as remote */
     /* every node the same size?  (min and max over the world) */
     int64_t mm[2] = {s->qk, -(int64_t)s->qk};
     if ((st = svc->allreduce(w, mm, 2, ZERO_DTYPE_I64, ZERO_OP_MIN)) != ZERO_OK) return st;
@@ -86,7 +95,7 @@ zero_status zpp_qgz_setup(zpp *s, uint64_t maxpart) {
      * way gradients alone cross it, so its counters are the exchange's */
     const int color = s->qg_hier ? svc->comm_rank(s->node) : 0;
     if ((st = svc->comm_split(w, color, s->rank, &s->xcomm)) != ZERO_OK) return st;
-    s->qm = s->nranks / s->qk;
+    s->qm = equal ? s->nranks / s->qk : 0; /* 0: nodes of unequal sizes (flat exchange) */
     if (s->qg_hier) {
         if ((st = build_perm(s)) != ZERO_OK) return st;
         s->gnode = zero_kit_alloc_n(svc, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, (size_t)(maxpart ? maxpart : 1) * s->qm,
