@@ -14,17 +14,22 @@ accumulation 2, warmup) plus the ZeRO++ keys, --steps steps:
      final validation/digest gathers included; stage3_param_persistence_
      threshold 0 so both gather every param each time): with no switch on,
      zeropp gathers exactly stage3's bytes; qwZ gathers >= 3.8x fewer (int8
-     + one fp32 scale per 256 elements: 3.94x on fp32 weights); qgZ moves
-     >= 3.3x fewer reduction bytes (int8, scale per 64: 3.76x); hpZ: the
-     world gathers + the node-group gathers are the bytes of the plain run,
-     and the world carries at most 30% of them (with accumulation 2, one
-     gather of each param in four crosses the world: the forward of the
-     window's first micro-batch);
+     + one fp32 scale per 256 elements: 3.94x on fp32 weights); flat qgZ
+     moves >= 3.3x fewer reduction bytes (int8, scale per 64: 3.76x);
+     hierarchical qgZ (the default) sends out of each node <= 0.3x of what
+     any fp32 reduce-scatter over the world must, and less than flat qgZ;
+     hpZ: the world gathers + the node-group gathers are the bytes of the
+     plain run, and the world carries at most 30% of them (with
+     accumulation 2, one gather of each param in four crosses the world:
+     the forward of the window's first micro-batch); with accumulation 1
+     the world carries each parameter exactly once per step and the
+     backward's gathers stay in the node;
   4. the "all" run names no plugin: stage 3 + the ZeRO++ keys select zeropp;
   5. a checkpoint (all three on) saved half way and resumed by a new job
      ends with the uninterrupted run's bits;
   6. a zero_hpz_partition_size that does not divide the node fails naming
      the key.
+With --qgz-worlds N:k,... only hierarchical qgZ at those world sizes (check_worlds).
 Usage: contrib_zeropp.py --demo PATH --mpirun PATH --plugin-dir DIR --config stage3.json --out DIR
 Standard library only.
 """
