@@ -234,6 +234,7 @@ static const zero__cfg_key zero_keys[] = {
     {"zero_quantized_gradients_block", ZERO__KEY_USED, NULL, NULL},          /* libzero (zeropp) */
     {"zero_quantized_weights_block", ZERO__KEY_USED, NULL, NULL},            /* libzero (zeropp) */
     {"zero_quantized_gradients_error_feedback", ZERO__KEY_USED, NULL, NULL}, /* libzero (zeropp) */
+    {"zero_quantized_gradients_hierarchical", ZERO__KEY_USED, NULL, NULL},   /* libzero (zeropp) */
     /* read by the contrib plugin "mics" (plugins-contrib/mics); see parse_mics */
     {"mics_shard_size", ZERO__KEY_USED, NULL, NULL},
     {"mics_hierarchical_params_gather", ZERO__KEY_IGNORED, "false", NOT_IMPL},

@@ -12,11 +12,15 @@
  *    group of P ranks of its node, services comm_split_node), and every
  *    later gather until the next step (backward, later micro-batches)
  *    all-gathers inside that group only;
- *  - qgZ  (zero_optimization.zero_quantized_gradients): the gradient
- *    reduce-scatter sends int8 (or int4: zero_quantized_gradients_bits)
- *    blocks in one all-to-all (services reduce_scatter_quantized) and sums
- *    the dequantized blocks in fp32 in rank order; without it the core's
- *    bucket engine reduce-scatters exact sums (stage 3's, bitwise stage0).
+ *  - qgZ  (zero_optimization.zero_quantized_gradients): hierarchical, as
+ *    in the paper (zeropp_qgz.c): a full-precision reduce-scatter inside
+ *    the node, then int8 (or int4: zero_quantized_gradients_bits) blocks
+ *    in an all-to-all across nodes among the ranks of the same node-local
+ *    rank (services reduce_scatter_quantized), the dequantized partial sums
+ *    added in fp32 in rank order; zero_quantized_gradients_hierarchical
+ *    false: one flat quantized all-to-all over the world.  Without qgZ the
+ *    core's bucket engine reduce-scatters exact sums (stage 3's, bitwise
+ *    stage0).
  * The fp32 master is never quantized: only what crosses the wire is.
  *
  * Gathers: the plugin kit's gather engine (zero_kit_gather.h) with the
@@ -64,8 +68,9 @@ typedef struct zpp {
     int qw, qg, qg_bits, P;        /* switches: qwZ, qgZ (bits), hpZ secondary group size (1 = off) */
     uint32_t qw_block, qg_block;   /* elements per quantization scale */
     int qg_ef;                     /* qgZ error feedback (zero_quantized_gradients_error_feedback, default off) */
+    int qg_hier;                   /* qgZ: two-level exchange (zero_quantized_gradients_hierarchical, default on) */
     zero_comm *gcomm;              /* private duplicate of the world: parameter all-gathers */
-    zero_comm *node;               /* hpZ: this rank's node */
+    zero_comm *node;               /* hpZ and qgZ: this rank's node */
     zero_comm *hcomm;              /* hpZ: the P ranks of the secondary partition (inside node) */
     int hrank;
     zero_dtype dtype, gdtype;
@@ -84,7 +89,15 @@ typedef struct zpp {
     /* qgZ path: the micro-step's full gradient (fp32, flat) and a share temp */
     float *gflat;
     float *gpart;
-    float *ef;                     /* qgZ error feedback: what quantization lost, carried (flat fp32), or NULL */
+    float *ef;                     /* qgZ error feedback: what quantization lost, carried (fp32: what this rank
+                                      quantizes, zpp_qgz_ef_numel), or NULL */
+    zero_comm *xcomm;              /* qgZ: the cross-node communicator (hierarchical: one rank per node, same
+                                      node-local rank) or a duplicate of the world (flat); gradients only */
+    int qk, qm;                    /* qgZ: ranks of this rank's node (1 if unknown), nodes (0: unequal) */
+    int *qperm;                    /* qgZ hierarchical: N entries, the world rank of node-local rank l and cross
+                                      rank x at l*qm + x (the order of the node reduce-scatter's blocks) */
+    float *gnode;                  /* qgZ hierarchical: the node's sum of this rank's slice (qm shares) */
+    uint64_t qg_reductions;        /* qgZ exchanges done (one per micro-step) */
     zpp_param *params;
     uint32_t nparams;
     zero_kit_pmap pmap;            /* every param's piece in every world share (the kit's) */
@@ -110,5 +123,18 @@ zero_status zpp_grad_buffer(void *state, zero_param_info *p, void **buf);
 zero_status zpp_on_grad_ready(void *state, zero_param_info *p, void *stream);
 zero_status zpp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
 void zpp_grads_free(zpp *s);
+
+/* zeropp_qgz.c: qgZ's exchange.  setup: the node (unless hpZ made it) and
+ * cross-node communicators, the block order, the node slice buffer (maxpart:
+ * the largest group share); collective over the world, params_done.
+ * reduce: the micro-step's flat gradient (s->gflat, cleared after) into
+ * this rank's share of s->acc (added).  ef_numel: the elements of the
+ * error-feedback buffer.  log: this rank's exchange bytes (at destroy).
+ * free: what setup made, except s->node.  Engine step thread. */
+zero_status zpp_qgz_setup(zpp *s, uint64_t maxpart);
+zero_status zpp_qgz_reduce(zpp *s);
+size_t zpp_qgz_ef_numel(const zpp *s, uint64_t flat_numel, uint64_t part_numel);
+void zpp_qgz_log(zpp *s);
+void zpp_qgz_free(zpp *s);
 
 #endif

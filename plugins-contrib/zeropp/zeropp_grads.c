@@ -20,12 +20,15 @@ zero_status zpp_grads_setup(zpp *s) {
         uint64_t maxpart = 0;
         for (uint32_t g = 0; g < L->ngroups; g++)
             if (L->groups[g].part_numel > maxpart) maxpart = L->groups[g].part_numel;
+        zero_status st = zpp_qgz_setup(s, maxpart);
+        if (st != ZERO_OK) return st;
         /* qgZ trades memory for simplicity: one full fp32 gradient of the
          * micro-step (stage 1's gradient memory), reduced at its end */
+        const size_t efn = zpp_qgz_ef_numel(s, L->flat_numel, L->part_numel);
         s->gflat = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, (size_t)(L->flat_numel ? L->flat_numel : 1) * 4);
         s->gpart = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, (size_t)(maxpart ? maxpart : 1) * 4);
         if (s->qg_ef)
-            s->ef = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, (size_t)(L->flat_numel ? L->flat_numel : 1) * 4);
+            s->ef = svc->mem_alloc(s->c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, (efn ? efn : 1) * 4);
         if (!s->gflat || !s->gpart || (s->qg_ef && !s->ef))
             return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": no memory for the qgZ gradient buffer");
         s->contiguous = s->dtype == ZERO_DTYPE_F32;
@@ -43,6 +46,7 @@ void zpp_grads_free(zpp *s) {
     s->svc->mem_free(s->c, s->gpart);
     s->svc->mem_free(s->c, s->ef);
     s->gflat = s->gpart = s->ef = NULL;
+    zpp_qgz_free(s);
 }
 
 zero_status zpp_grad_buffer(void *state, zero_param_info *p, void **buf) {
@@ -74,36 +78,10 @@ zero_status zpp_on_grad_ready(void *state, zero_param_info *p, void *stream) {
     return st;
 }
 
-/* qgZ: the micro-step's gradient, group by group, reduce-scattered
- * quantized into this rank's share and added into the window's sum. */
-static zero_status reduce_quantized(zpp *s) {
-    const zero_services *svc = s->svc;
-    const zero_layout *L = svc->layout(s->c);
-    size_t *counts = malloc((size_t)s->nranks * sizeof *counts);
-    if (!counts) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": out of memory");
-    zero_quant_spec q = ZERO_QUANT_SPEC_INIT;
-    q.bits = s->qg_bits;
-    q.block = s->qg_block;
-    zero_status st = ZERO_OK;
-    for (uint32_t g = 0; g < L->ngroups && st == ZERO_OK; g++) {
-        const zero_layout_group *lg = &L->groups[g];
-        if (!lg->numel) continue;
-        for (int r = 0; r < s->nranks; r++) counts[r] = (size_t)lg->part_numel;
-        q.error_feedback = s->ef ? s->ef + lg->flat_begin : NULL;
-        st = svc->reduce_scatter_quantized(svc->comm_world(s->c), s->gflat + lg->flat_begin, s->gpart, counts,
-                                           ZERO_DTYPE_F32, &q);
-        if (st == ZERO_OK)
-            svc->add_into(s->c, (float *)s->acc + lg->part_offset, s->gpart, ZERO_DTYPE_F32, (size_t)lg->part_numel);
-    }
-    free(counts);
-    zero_status z = svc->mem_set(s->c, s->gflat, 0, (size_t)L->flat_numel * 4);
-    return st != ZERO_OK ? st : z;
-}
-
 /* The gradient reduction: qgZ's quantized one, or the bucket engine's. */
 static zero_status reduce(void *state) {
     zpp *s = state;
-    return s->gflat ? reduce_quantized(s) : s->svc->buckets_flush(s->b);
+    return s->gflat ? zpp_qgz_reduce(s) : s->svc->buckets_flush(s->b);
 }
 
 zero_status zpp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {

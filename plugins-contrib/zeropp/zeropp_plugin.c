@@ -25,9 +25,11 @@ static zero_status zpp_create(const zero_services *svc, void **state) {
     if (!flag(svc, ZO "zero_quantized_weights", &qw, &st) || !flag(svc, ZO "zero_quantized_gradients", &qg, &st))
         return st;
     int64_t P = 1, bits = 8;
-    int ef = 0;
+    int ef = 0, hier = 1;
     if (svc->cfg_bool(c, ZO "zero_quantized_gradients_error_feedback", &ef) < 0)
         return svc->error(c, ZERO_ERR_CONFIG, ZO "zero_quantized_gradients_error_feedback: expected true or false");
+    if (svc->cfg_bool(c, ZO "zero_quantized_gradients_hierarchical", &hier) < 0)
+        return svc->error(c, ZERO_ERR_CONFIG, ZO "zero_quantized_gradients_hierarchical: expected true or false");
     if (svc->cfg_int(c, ZO "zero_hpz_partition_size", &P) < 0 || P < 1)
         return svc->error(c, ZERO_ERR_CONFIG, ZO "zero_hpz_partition_size: expected an integer >= 1");
     if (svc->cfg_int(c, ZO "zero_quantized_gradients_bits", &bits) < 0 || (bits != 8 && bits != 4))
@@ -52,6 +54,7 @@ static zero_status zpp_create(const zero_services *svc, void **state) {
     s->qw_block = (uint32_t)wblock;
     s->qg_block = (uint32_t)gblock;
     s->qg_ef = ef;
+    s->qg_hier = hier;
     s->P = (int)P;
     zero_kit_dtypes(rc, &s->dtype, &s->esize, &s->gdtype, &s->gesize);
     *state = s;
@@ -134,10 +137,12 @@ static zero_status zpp_params_done(void *state) {
     if ((st = zpp_gather_setup(s)) != ZERO_OK) return st; /* persistent params start from the initial values */
     if ((void *)s->master != s->pshard)
         svc->convert(s->c, s->master, ZERO_DTYPE_F32, s->pshard, s->dtype, (size_t)s->part);
-    svc->log(s->c, ZERO_LOG_INFO, WHO ": qwZ %s (block %u), qgZ %s (int%d, block %u), hpZ %s (secondary group of %d)",
-             s->qw ? "on" : "off", s->qw_block, s->qg ? "on" : "off", s->qg_bits, s->qg_block, s->P > 1 ? "on" : "off",
-             s->P);
-    return zpp_grads_setup(s);
+    if ((st = zpp_grads_setup(s)) != ZERO_OK) return st;
+    svc->log(s->c, ZERO_LOG_INFO,
+             WHO ": qwZ %s (block %u), qgZ %s (int%d, block %u, %s), hpZ %s (secondary group of %d)", s->qw ? "on" : "off",
+             s->qw_block, s->qg ? "on" : "off", s->qg_bits, s->qg_block,
+             !s->qg ? "-" : s->qg_hier ? "hierarchical" : "flat", s->P > 1 ? "on" : "off", s->P);
+    return ZERO_OK;
 }
 
 /* Checkpoint: the share (as stage 3 keeps it) and the window's gradient
@@ -165,9 +170,11 @@ static void log_counts(zpp *s) {
     if (s->gcomm) s->svc->comm_counters(s->gcomm, &g);
     if (s->hcomm) s->svc->comm_counters(s->hcomm, &h);
     s->svc->log(s->c, ZERO_LOG_INFO,
-                WHO ": rank %d parameter gathers: world %llu calls %llu bytes, hpZ group %llu calls %llu bytes", s->rank,
-                (unsigned long long)g.allgather_calls, (unsigned long long)g.bytes_gathered,
-                (unsigned long long)h.allgather_calls, (unsigned long long)h.bytes_gathered);
+                WHO ": rank %d parameter gathers: world %llu calls %llu bytes, hpZ group %llu calls %llu bytes; "
+                    "order agreements (the gather engine's, over the world) %llu calls %llu bytes",
+                s->rank, (unsigned long long)g.allgather_calls, (unsigned long long)g.bytes_gathered,
+                (unsigned long long)h.allgather_calls, (unsigned long long)h.bytes_gathered,
+                (unsigned long long)g.allreduce_calls, (unsigned long long)g.bytes_reduced);
 }
 
 static void zpp_destroy(void *state) {
@@ -176,6 +183,7 @@ static void zpp_destroy(void *state) {
     const zero_services *svc = s->svc;
     zero_kit_gather_destroy(s->gather); /* waits for its all-gathers, logs how gathers were served */
     log_counts(s);
+    zpp_qgz_log(s);
     zpp_grads_free(s);
     if (s->params) {
         for (uint32_t i = 0; i < s->nparams; i++) {
