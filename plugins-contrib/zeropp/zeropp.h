@@ -111,4 +111,12 @@ zero_status zpp_on_grad_ready(void *state, zero_param_info *p, void *stream);
 zero_status zpp_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
 void zpp_grads_free(zpp *s);
 
+/* zeropp_ckpt.c: the table's save / load (resharding: another world size or
+ * plugin; error feedback reset, secondary partition rebuilt) */
+zero_status zpp_save(void *state, const char *dir);
+zero_status zpp_load(void *state, const char *dir);
+
+/* zeropp_plan.c: the table's plan entry (formulas there and in README.md) */
+zero_status zpp_plan(const zero_plan_services *ps);
+
 #endif
