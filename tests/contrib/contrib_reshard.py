@@ -15,7 +15,8 @@ after the last step (demo summary digest.bits):
      re-packed (mics.shape), the resumed run equals stage0's at N=4;
   3. the same in bf16 (N=4 S=2 -> N=6 S=3);
   4. ZeRO++ with hpZ only (exact; zero_hpz_partition_size 2, two simulated
-     nodes per ZERO_RANKS_PER_NODE) resumed at M = 2, 3 (hpZ 3), 6: equals
+     nodes per ZERO_RANKS_PER_NODE) resumed at M = 2, 3 (hpZ 3), 6, by
+     stage3 at M = 2, and a stage3 checkpoint by ZeRO++ at M = 3: equals
      stage0's resumed run at M;
   5. ZeRO++ with qwZ, qgZ (error feedback on) and hpZ: resumed by a new job
      at N=4 it ends with the uninterrupted run's bits (error feedback
@@ -149,6 +150,11 @@ def main():
                   a.steps, ["--resume", ckz])
         resharded(f"zeropp hpZ x4 -> zeropp hpZ{hp} x{m}", got)
         same(f"zeropp hpZ x4 -> zeropp hpZ{hp} x{m}", got, refs[m])
+    got = run(a, "zeropp-hpz-n4-to-stage3-2", 2, plain, "stage3", a.steps, ["--resume", ckz])
+    same("zeropp hpZ x4 -> stage3 x2", got, refs[2])
+    got = run(a, "stage3-n4-to-zeropp-3", 3, config(a, "zeropp-hpz3", zero_hpz_partition_size=3), "zeropp", a.steps,
+              ["--resume", ck3])
+    same("stage3 x4 -> zeropp hpZ3 x3", got, refs[3])
 
     # 5: ZeRO++ lossy, with error feedback
     allz = dict(zero_quantized_weights=True, zero_quantized_gradients=True, zero_hpz_partition_size=2,
