@@ -21,8 +21,10 @@ after the last step (demo summary digest.bits):
   5. ZeRO++ with qwZ, qgZ (error feedback on) and hpZ: resumed by a new job
      at N=4 it ends with the uninterrupted run's bits (error feedback
      saved); resumed at N=6 it logs that the error feedback restarts from
-     zero and its final loss is within 0.02 nats of stage0's resumed run.
-Usage: contrib_reshard.py --demo PATH --mpirun PATH --plugin-dir DIR --out DIR
+     zero and its final loss is within 0.02 nats of stage0's resumed run;
+  6. with --ckpt-tool: `zero-ckpt consolidate` of the MiCS and the exact
+     ZeRO++ checkpoints gives the bytes of stage0's.
+Usage: contrib_reshard.py --demo PATH --mpirun PATH --plugin-dir DIR --out DIR [--ckpt-tool PATH]
 Standard library only.
 """
 import argparse
@@ -94,6 +96,7 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--data", default="", help="zero-demo --data (default: the demo's corpus)")
+    p.add_argument("--ckpt-tool", default="", help="zero-ckpt, for the consolidation check")
     a = p.parse_args()
     a.half = max(1, a.steps // 2)
     os.makedirs(a.out, exist_ok=True)
@@ -174,6 +177,22 @@ def main():
           f"{refs[6]['final_loss']:.5f} (|d| {d:.5f}, limit 0.02)")
     if d > 0.02:
         fails.append(f"zeropp all+ef x4 -> x6: final loss differs from stage0's by {d:.5f} > 0.02")
+
+    # 6: the tool reads them like any reshardable checkpoint
+    if a.ckpt_tool:
+        outs = {}
+        for tag, ck in (("stage0", ck0), ("mics", ckm), ("zeropp", ckz)):
+            out = os.path.join(a.out, f"consolidated-{tag}.safetensors")
+            rc = subprocess.call([a.ckpt_tool, "consolidate", ck, out], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.STDOUT, timeout=120)
+            outs[tag] = open(out, "rb").read() if rc == 0 and os.path.exists(out) else None
+            if outs[tag] is None:
+                fails.append(f"zero-ckpt consolidate {ck} failed (exit {rc})")
+        for tag in ("mics", "zeropp"):
+            ok = outs[tag] is not None and outs[tag] == outs["stage0"]
+            print(f"  {'zero-ckpt consolidate ' + tag + ' x4 == stage0 x4':<52} {'same bytes' if ok else 'DIFFERENT'}")
+            if not ok:
+                fails.append(f"zero-ckpt consolidate: {tag}'s checkpoint differs from stage0's")
 
     for f in fails:
         print("FAIL:", f)
