@@ -56,7 +56,6 @@ static zero_status issue(zero_kit_gather *g, zero_kit__gp *p, int demand, size_t
 /* Prefetch the trace entries after the current position, in order, while
  * they fit both budgets.  Stops at the first that does not fit, so the
  * issue order is the trace order on every rank. */
-#define PREFETCH_WALK 1024 /* trace entries looked at per call: bounds the cost on long traces */
 
 /* Would prefetch issue anything now?  Mirrors prefetch()'s first decision
  * (budget and pool limit) so that a call with nothing to fetch needs no
@@ -65,7 +64,7 @@ static zero_status issue(zero_kit_gather *g, zero_kit__gp *p, int demand, size_t
 static int prefetch_wanted(const zero_kit_gather *g) {
     const zero_kit__trace *t = &g->trace;
     if (!g->on_track || !g->prefetch_numel || g->prefetch_outstanding * 2 > g->prefetch_numel) return 0;
-    for (size_t k = g->pos, w = 0; k < t->len && w < PREFETCH_WALK; k++, w++) {
+    for (size_t k = g->pos, w = 0; k < t->len && w < ZERO_KIT__PREFETCH_WALK; k++, w++) {
         const zero_kit__gp *p = &g->params[t->idx[k]];
         if (p->buf && p->fresh) continue;
         if (g->prefetch_outstanding + p->info->numel > g->prefetch_numel) return 0;
@@ -89,7 +88,7 @@ static zero_status group_close(zero_kit_gather *g, zero_status st) {
 static zero_status prefetch_walk(zero_kit_gather *g) {
     const zero_kit__trace *t = &g->trace;
     size_t walked = 0;
-    for (size_t k = g->pos; k < t->len && walked < PREFETCH_WALK; k++, walked++) {
+    for (size_t k = g->pos; k < t->len && walked < ZERO_KIT__PREFETCH_WALK; k++, walked++) {
         zero_kit__gp *p = &g->params[t->idx[k]];
         if (p->buf && p->fresh) continue;
         uint64_t numel = p->info->numel;

@@ -6,6 +6,8 @@
  *   gather_agree.c   the order agreement            (uses nothing)
  *   gather_engine.c  gather/release/settle/prefetch/phases/create
  *                                                   (uses the three above)
+ *   gather_plan.c    the pool's peak, replayed for a plan (uses nothing:
+ *                    only ZERO_KIT__PREFETCH_WALK)
  * Threads: the engine thread only (zero_kit_gather.h). */
 #ifndef ZERO_KIT_GATHER_INTERNAL_H
 #define ZERO_KIT_GATHER_INTERNAL_H
@@ -13,6 +15,10 @@
 #include <stdint.h>
 
 #include "zero_kit_gather.h"
+
+/* Trace entries prefetch looks at per call: bounds the cost on long
+ * traces (gather_engine.c; gather_plan.c replays the same walk). */
+#define ZERO_KIT__PREFETCH_WALK 1024
 
 /* Per-param state.  Owned by the engine, create to destroy. */
 typedef struct zero_kit__gp {

@@ -234,6 +234,23 @@ typedef struct zero_kit_gather_stats {
 } zero_kit_gather_stats;
 void zero_kit_gather_get_stats(const zero_kit_gather *g, zero_kit_gather_stats *out);
 
+/* ---- planning (the plugin table's plan entry) --------------------------- */
+
+/* Peak ZERO_MEM_GATHER bytes (device tier) of an engine created with the
+ * run's stage3_* keys (as zero_kit_gather_spec_from_config reads them) and
+ * cap_bytes (the spec's cap; UINT64_MAX: none), full tensors of `esize`
+ * bytes per element, for the canonical host of docs/planner.md: each
+ * micro-step gathers every param alone in registration order and releases
+ * it, then the same in reverse order, then zero_step.  It replays the
+ * engine's own decisions (persistence, best-fit pool, prefetch, reuse
+ * distance, eviction) without allocating.  `staging` nonzero: each fetch
+ * also allocates numel * esize ZERO_MEM_GATHER bytes of its own from its
+ * issue until it lands (MiCS's member-major receive buffer).  A strategy
+ * whose engine aliases every param (ops.alias: world 1 for stage 3) has
+ * no gather buffers and does not call this.  Records nothing: pass the
+ * result to ps->add.  Pure; thread-safe. */
+uint64_t zero_kit_gather_plan_peak(const zero_plan_services *ps, size_t esize, uint64_t cap_bytes, int staging);
+
 #ifdef __cplusplus
 }
 #endif

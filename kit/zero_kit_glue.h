@@ -249,6 +249,39 @@ zero_status zero_kit_blobs_io(const zero_services *svc, const char *dir, const c
 zero_status zero_kit_blobs_agree(const zero_services *svc, zero_comm *comm, zero_status local, const char *dir,
                                  const char *who);
 
+/* ---- a shard checkpoint that reshards ------------------------------------ */
+
+/* A partition-indexed shard (what zero_kit_shard_part_step steps): its
+ * flat ranges (part_lo indexing the arrays below; any order), the
+ * model-dtype shard, the fp32 master (== params for fp32 models), the
+ * optimizer states, all `numel` elements, and the window's gradient
+ * accumulator (acc_bytes bytes, or NULL).  Borrowed. */
+typedef struct zero_kit_shard_ckpt_spec {
+    const zero_owned_range *ranges;
+    uint32_t nranges;
+    zero_dtype dtype;
+    void *params;
+    float *master;
+    float *const *state;
+    uint32_t nstate;
+    uint64_t numel;
+    void *acc;
+    size_t acc_bytes;
+} zero_kit_shard_ckpt_spec;
+/* Write (write = 1) or read the shard as "<prefix>.master" and
+ * "<prefix>.state<k>" through svc->ckpt_shard (each blob's flat ranges in
+ * the manifest: so the checkpoint reshards), plus "<prefix>.params" (16-bit
+ * shard) and "<prefix>.acc", which only a native load reads.  A resharding
+ * load (svc->ckpt_reshard: another world size, plugin or layout wrote it,
+ * always at an accumulation boundary) fills master and states from the
+ * saver's files, rounds the master into a 16-bit shard, zeroes acc and
+ * sets *resharded = 1: the caller then resets or derives whatever else it
+ * keeps (its own blobs cannot be read).  A strategy using this declares
+ * ZERO_PLUGIN_CAP_RESHARD.  Local: follow a read with
+ * zero_kit_blobs_agree.  Step thread (save / load). */
+zero_status zero_kit_shard_ckpt(const zero_services *svc, const char *dir, const char *prefix,
+                                const zero_kit_shard_ckpt_spec *sc, int write, int *resharded);
+
 /* ---- planning (the table's optional `plan` entry) ------------------------ */
 
 /* The bucket spec a plan passes to ps->buckets_bytes: mode,

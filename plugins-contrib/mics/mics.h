@@ -100,4 +100,12 @@ zero_status mics_set_phase(void *state, const char *phase);
 zero_status mics_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
 zero_part_step mics_part_step(const mics *s);
 
+/* mics_ckpt.c: the table's save / load (resharding: another world size,
+ * plugin or shard size) */
+zero_status mics_save(void *state, const char *dir);
+zero_status mics_load(void *state, const char *dir);
+
+/* mics_plan.c: the table's plan entry (formulas there and in README.md) */
+zero_status mics_plan(const zero_plan_services *ps);
+
 #endif

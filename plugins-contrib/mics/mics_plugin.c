@@ -1,5 +1,6 @@
-/* mics: the plugin table, setup and teardown, gradient hand-in, checkpoints.
- * See mics.h for the partitioning and README.md for what it trades. */
+/* mics: the plugin table, setup and teardown, gradient hand-in (checkpoints:
+ * mics_ckpt.c; plan: mics_plan.c).  See mics.h for the partitioning and
+ * README.md for what it trades. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,25 +140,6 @@ static zero_status mics_on_grad_ready(void *state, zero_param_info *p, void *str
     return zero_kit_grad_ready(s->svc, s->b, p, &((mics_param *)p->plugin_data)->grad_tmp);
 }
 
-/* Checkpoint: every rank writes its shard (replicas write equal blobs) and
- * its window's gradient accumulator; same world size and shard size only. */
-static zero_status ckpt(mics *s, const char *dir, int write) {
-    zero_kit_blob b[7];
-    uint32_t n = zero_kit_state_blobs(b, s->pshard, s->esize, s->master, s->state, s->nstate, s->shard_numel);
-    b[n++] = (zero_kit_blob){"acc", s->acc, (size_t)s->part * s->gesize};
-    return zero_kit_blobs_io(s->svc, dir, WHO, b, n, write);
-}
-
-static zero_status mics_save(void *state, const char *dir) { return ckpt(state, dir, 1); }
-
-static zero_status mics_load(void *state, const char *dir) {
-    mics *s = state;
-    zero_status st = zero_kit_gather_drop_all(s->gather); /* gathered values are about to be stale */
-    st = zero_kit_blobs_agree(s->svc, NULL, st == ZERO_OK ? ckpt(s, dir, 0) : st, dir, WHO);
-    zero_kit_gather_mark_stale(s->gather);
-    return st;
-}
-
 static void mics_destroy(void *state) {
     mics *s = state;
     if (!s) return;
@@ -186,7 +168,7 @@ static void mics_destroy(void *state) {
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     ZERO_PLUGIN_TABLE_HEAD,
-    .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES,
+    .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD,
     .name = "mics",
     .description = "MiCS: model states partitioned over shard groups of mics_shard_size ranks, replicated across "
                    "groups (contrib, built against the installed libzero)",
@@ -203,5 +185,5 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .sync = NULL,
     .destroy = mics_destroy,
     .set_phase = mics_set_phase,
-    .plan = NULL,
+    .plan = mics_plan,
 };

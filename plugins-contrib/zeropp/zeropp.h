@@ -137,4 +137,12 @@ size_t zpp_qgz_ef_numel(const zpp *s, uint64_t flat_numel, uint64_t part_numel);
 void zpp_qgz_log(zpp *s);
 void zpp_qgz_free(zpp *s);
 
+/* zeropp_ckpt.c: the table's save / load (resharding: another world size or
+ * plugin; error feedback reset, secondary partition rebuilt) */
+zero_status zpp_save(void *state, const char *dir);
+zero_status zpp_load(void *state, const char *dir);
+
+/* zeropp_plan.c: the table's plan entry (formulas there and in README.md) */
+zero_status zpp_plan(const zero_plan_services *ps);
+
 #endif

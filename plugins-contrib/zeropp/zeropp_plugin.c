@@ -1,4 +1,5 @@
-/* zeropp: the plugin table, configuration, setup and teardown, checkpoints.
+/* zeropp: the plugin table, configuration, setup and teardown (checkpoints:
+ * zeropp_ckpt.c; plan: zeropp_plan.c).
  * See zeropp.h for the strategy and README.md for what it trades. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,26 +146,6 @@ static zero_status zpp_params_done(void *state) {
     return ZERO_OK;
 }
 
-/* Checkpoint: the share (as stage 3 keeps it) and the window's gradient
- * accumulator; the secondary partition is derived data, rebuilt by the
- * first gather after the load.  Same world size only. */
-static zero_status ckpt(zpp *s, const char *dir, int write) {
-    zero_kit_blob b[7];
-    uint32_t n = zero_kit_state_blobs(b, s->pshard, s->esize, s->master, s->state, s->nstate, s->part);
-    b[n++] = (zero_kit_blob){"acc", s->acc, (size_t)s->part * s->gesize};
-    return zero_kit_blobs_io(s->svc, dir, WHO, b, n, write);
-}
-
-static zero_status zpp_save(void *state, const char *dir) { return ckpt(state, dir, 1); }
-
-static zero_status zpp_load(void *state, const char *dir) {
-    zpp *s = state;
-    zero_status st = zero_kit_gather_drop_all(s->gather); /* gathered values are about to be stale */
-    st = zero_kit_blobs_agree(s->svc, NULL, st == ZERO_OK ? ckpt(s, dir, 0) : st, dir, WHO);
-    zpp_params_changed(s);
-    return st;
-}
-
 static void log_counts(zpp *s) {
     zero_comm_stats g = {sizeof g, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0}, h = g;
     if (s->gcomm) s->svc->comm_counters(s->gcomm, &g);
@@ -207,7 +188,7 @@ static void zpp_destroy(void *state) {
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     ZERO_PLUGIN_TABLE_HEAD,
-    .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES,
+    .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD,
     .name = "zeropp",
     .description = "ZeRO++: stage 3 with quantized weight gathers (qwZ), quantized gradient reduce-scatter (qgZ) "
                    "and an intra-node secondary parameter partition (hpZ) (contrib, built against the installed "
@@ -225,5 +206,5 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .sync = NULL,
     .destroy = zpp_destroy,
     .set_phase = zpp_set_phase,
-    .plan = NULL,
+    .plan = zpp_plan,
 };

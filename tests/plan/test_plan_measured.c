@@ -10,7 +10,13 @@
  * it, then walks backward in reverse order: gather, add a gradient into
  * zero_grad_buffer, zero_on_grad_ready, release.  Gradients are a small
  * deterministic pattern; what is checked is memory, not numbers.
- * Run under mpirun with N = 1..4 (one process per rank). */
+ * Run under mpirun with N = 1..4 (one process per rank).
+ *
+ * `test_plan_measured --contrib` checks the outside plugins instead (MiCS
+ * and ZeRO++ from plugins-contrib, found on ZERO_PLUGIN_PATH) the same
+ * way: each shard size that divides N (1, 2, 3, N), fp32 and bf16; ZeRO++
+ * with no switch, each switch alone, qgZ with error feedback, all three,
+ * all three in bf16. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,11 +37,14 @@ static int round_robin_;
 /* communication_data_type bf16 with the default fp32 accumulation (issue
  * 14): the buckets carry 16-bit wire arrays and the ring scratch halves */
 static int wire16_;
+/* --contrib: what the outside plugins add to stage 3's keys, and bf16 */
+static const char *contrib_zo_;
+static int bf16_;
 
 static const char *config_for(const char *plugin, uint64_t scale) {
     /* the demo's configs (examples/configs); stage3's pool settings scale
      * with the model, as a user would scale them */
-    static char buf[1024], s3[512];
+    static char buf[2048], s3[512];
     const char *zo;
     snprintf(s3, sizeof s3,
              "\"stage\": 3, \"reduce_bucket_size\": %llu, \"overlap_comm\": true, \"contiguous_gradients\": true, "
@@ -43,8 +52,13 @@ static const char *config_for(const char *plugin, uint64_t scale) {
              "\"stage3_max_live_parameters\": %llu",
              50000ull * scale, 1000ull * scale, 70000ull * scale, 150000ull * scale);
     static char s3off[1024];
+    static char s3c[1024];
     if (!strcmp(plugin, "stage3"))
         zo = s3;
+    else if (contrib_zo_) { /* mics, zeropp: stage 3's keys and theirs */
+        snprintf(s3c, sizeof s3c, "%s, %s", s3, contrib_zo_);
+        zo = s3c;
+    }
     else if (!strncmp(plugin, "stage3-", 7)) { /* issue 20: stage 3 with offload (tiles of 30000 elements) */
         snprintf(s3off, sizeof s3off, "%s, \"sub_group_size\": 30000, \"offload_optimizer\": %s%s", s3,
                  !strcmp(plugin, "stage3-nvme") ? "{\"device\": \"nvme\", \"nvme_path\": \"" : "{\"device\": \"cpu\"}",
@@ -61,8 +75,8 @@ static const char *config_for(const char *plugin, uint64_t scale) {
     snprintf(buf, sizeof buf,
              "{\"train_micro_batch_size_per_gpu\": 8, \"gradient_accumulation_steps\": 2, \"gradient_clipping\": 1.0, "
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, \"weight_decay\": 0.01}}, "
-             "%s\"zero_optimization\": {%s%s}}",
-             wire16_ ? "\"communication_data_type\": \"bf16\", " : "", zo,
+             "%s%s\"zero_optimization\": {%s%s}}",
+             wire16_ ? "\"communication_data_type\": \"bf16\", " : "", bf16_ ? "\"bf16\": {\"enabled\": true}, " : "", zo,
              round_robin_ ? ", \"round_robin_gradients\": true" : "");
     return buf;
 }
@@ -97,6 +111,7 @@ static int run_one(const char *plugin, uint64_t scale, int rank, int world) {
     if (s != ZERO_OK) return 1;
     zero_param *p[7];
     float *inits[7];
+    uint16_t *inits16[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     for (int i = 0; i < 7; i++) { /* read at zero_params_done: kept until then */
         float *init = inits[i] = calloc(numel[i], sizeof *init);
         for (uint64_t k = 0; k < numel[i]; k++) init[k] = 0.01f * (float)((k * 7 + (uint64_t)i) % 13) - 0.06f;
@@ -106,11 +121,22 @@ static int run_one(const char *plugin, uint64_t scale, int rank, int world) {
         d.name = name;
         d.data = init;
         d.numel = numel[i];
+        uint16_t *b16 = NULL;
+        if (bf16_) { /* the model in bf16 (the top half of each fp32 value) */
+            b16 = calloc(numel[i] ? numel[i] : 1, sizeof *b16);
+            for (uint64_t k = 0; b16 && k < numel[i]; k++) {
+                uint32_t u;
+                memcpy(&u, &init[k], 4);
+                b16[k] = (uint16_t)(u >> 16);
+            }
+            d.data = inits16[i] = b16;
+            d.dtype = ZERO_DTYPE_BF16;
+        }
         s = zero_register_param(e, &d, &p[i]);
         CHECK(s == ZERO_OK, "register: %s", zero_last_error(e));
     }
     s = zero_params_done(e);
-    for (int i = 0; i < 7; i++) free(inits[i]);
+    for (int i = 0; i < 7; i++) free(inits[i]), free(inits16[i]);
     CHECK(s == ZERO_OK, "params_done: %s", zero_last_error(e));
     for (int m = 0; s == ZERO_OK && m < 6; m++) {
         void *w;
@@ -121,8 +147,10 @@ static int run_one(const char *plugin, uint64_t scale, int rank, int world) {
             void *g;
             if ((s = zero_gather(e, &p[i], 1, &w)) != ZERO_OK) break;
             if ((s = zero_grad_buffer(e, p[i], &g)) != ZERO_OK) break;
-            float *gf = g;
-            for (uint64_t k = 0; k < numel[i]; k += 97) gf[k] += 1e-3f * (float)(rank + 1);
+            if (bf16_) /* bf16 buffers: small values written, not added (memory is what is checked) */
+                for (uint64_t k = 0; k < numel[i]; k += 97) ((uint16_t *)g)[k] = (uint16_t)(0x3a80 + rank);
+            else
+                for (uint64_t k = 0; k < numel[i]; k += 97) ((float *)g)[k] += 1e-3f * (float)(rank + 1);
             if ((s = zero_on_grad_ready(e, p[i], NULL)) != ZERO_OK) break;
             s = zero_release(e, &p[i], 1);
         }
@@ -142,17 +170,62 @@ static int run_one(const char *plugin, uint64_t scale, int rank, int world) {
              * is its upper bound (docs/planner.md); every other category
              * is exact */
             int ok = g == ZERO_MEM_OTHER ? got >= want : diff <= 0.01 * want || (want == 0 && got == 0);
-            CHECK(ok, "%s N=%d x%llu rank %d tier %d %s: plan %.0f measured %.0f", plugin, world,
+            CHECK(ok, "%s %s%s N=%d x%llu rank %d tier %d %s: plan %.0f measured %.0f", plugin,
+                  contrib_zo_ ? contrib_zo_ : "", bf16_ ? " bf16" : "", world,
                   (unsigned long long)scale, rank, t, zero_mem_tag_name(g), got, want);
             bad |= !ok;
         }
     if (rank == 0)
-        printf("%-8s%s N=%d x%-3llu device plan %12llu measured %12llu | host plan %12llu measured %12llu %s\n", plugin,
-               round_robin_ ? " rr" : wire16_ ? " w16" : "", world, (unsigned long long)scale, (unsigned long long)plan.total[0],
+        printf("%-8s%s%s%s N=%d x%-3llu device plan %12llu measured %12llu | host plan %12llu measured %12llu %s\n", plugin,
+               round_robin_ ? " rr" : wire16_ ? " w16" : "", bf16_ ? " bf16 " : " ", contrib_zo_ ? contrib_zo_ : "", world, (unsigned long long)scale, (unsigned long long)plan.total[0],
                (unsigned long long)ms.peak_total[0], (unsigned long long)plan.total[1],
                (unsigned long long)ms.peak_total[1], bad ? "MISMATCH" : "ok");
     zero_engine_destroy(e);
     return bad;
+}
+
+/* --contrib: MiCS at every shard size that divides N (1, 2, 3, N) and
+ * ZeRO++'s switches, fp32 and bf16, on the demo's tensors (x1) and, for one
+ * configuration each, 100x larger. */
+static void run_contrib(int rank, int world) {
+    static char shard[4][64];
+    int sizes[4] = {1, 2, 3, world}, ns = 0;
+    for (int k = 0; k < 4; k++) {
+        int dup = 0;
+        for (int q = 0; q < k; q++) dup |= sizes[q] == sizes[k];
+        if (dup || world % sizes[k] != 0) continue;
+        snprintf(shard[ns++], sizeof shard[0], "\"mics_shard_size\": %d", sizes[k]);
+    }
+    for (int k = 0; k < ns; k++)
+        for (bf16_ = 0; bf16_ <= 1; bf16_++) {
+            contrib_zo_ = shard[k];
+            run_one("mics", 1, rank, world);
+            if (k == ns - 1 && !bf16_) run_one("mics", 100, rank, world);
+        }
+    static char hpz[64];
+    snprintf(hpz, sizeof hpz, "\"zero_hpz_partition_size\": %d", world % 2 == 0 ? 2 : world);
+    static char all[256];
+    snprintf(all, sizeof all, "\"zero_quantized_weights\": true, \"zero_quantized_gradients\": true, %s", hpz);
+    const char *zpp[] = {"\"zero_quantized_weights\": false",
+                         "\"zero_quantized_weights\": true",
+                         "\"zero_quantized_gradients\": true",
+                         "\"zero_quantized_gradients\": true, \"zero_quantized_gradients_error_feedback\": true, "
+                         "\"zero_quantized_gradients_bits\": 4",
+                         hpz,
+                         all};
+    bf16_ = 0;
+    for (size_t k = 0; k < sizeof zpp / sizeof *zpp; k++) {
+        contrib_zo_ = zpp[k];
+        run_one("zeropp", 1, rank, world);
+    }
+    contrib_zo_ = all;
+    run_one("zeropp", 100, rank, world);
+    bf16_ = 1;
+    run_one("zeropp", 1, rank, world);
+    contrib_zo_ = hpz;
+    run_one("zeropp", 1, rank, world);
+    bf16_ = 0;
+    contrib_zo_ = NULL;
 }
 
 int main(int argc, char **argv) {
@@ -163,6 +236,13 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     static const char *plugins[] = {"stage0",         "stage1", "stage2", "stage3", "offload", "stage1-pp",
                                     "stage3-offload", "stage3-offload-param", "stage3-nvme"};
+    if (argc > 1 && !strcmp(argv[1], "--contrib")) {
+        run_contrib(rank, world);
+        int rc = check_finish(), any = 0;
+        MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Finalize();
+        return any;
+    }
     const char *tmp = getenv("TMPDIR");
     snprintf(nvme_dir, sizeof nvme_dir, "%s", tmp && *tmp ? tmp : "/tmp");
     const uint64_t scales[] = {1, 100};
