@@ -21,6 +21,17 @@
 # absolute times.  Skips (exit 0, says why) where namespaces, veth or tc
 # are not permitted.  Cleans up its namespaces on exit.
 #
+# The model (issue 33: one where bytes count): HOST=peers (the default
+# where bench_peers_host was built, i.e. with OpenBLAS) trains bench/peers'
+# C host, LAYERS x Linear(WIDTH) (default 20 x 1024^2 + bias = 21.0 M fp32
+# parameters), per-layer zero_gather/zero_release, one BLAS thread per
+# rank, gradient accumulation 1, DeepSpeed's default stage 3 keys plus the
+# strategy's own; it reports the slowest rank's median step after one
+# warm-up step, and rank 0 (in host A) reads host A's veth counters
+# (PEERS_LINK_IF) at the warm-up and at the end: the bytes that crossed
+# the link per step, both ways, MPI's TCP framing included.  HOST=demo is
+# the demo's 0.19 M-parameter model as before (no link counter).
+#
 # Usage: bench/contrib_netns/run.sh [build dir] [contrib plugin dir] [steps] [repeats] [rate]
 #   contrib plugin dir: where libzero-plugin-{zeropp,mics}.so are
 #   (default: <build>/tests/contrib/work/build, made by `ctest -R contrib.build`)
@@ -37,7 +48,10 @@ steps=${3:-10}
 reps=${4:-3}
 rate=${5:-1gbit}
 demo=$build/examples/demo/zero-demo
+peers=$build/bench/peers/bench_peers_host
 suite=${SUITE:-zero}
+if [[ -z ${HOST:-} ]]; then HOST=demo; [[ $suite == zero && -x $peers ]] && HOST=peers; fi
+LAYERS=${LAYERS:-20} WIDTH=${WIDTH:-1024}
 case $suite in
   zero) cfgs="stage3 zeropp mics" ;;
   onebit) cfgs="stage0 onebit" ;;
@@ -102,8 +116,32 @@ for name, opt in (("stage0", dict(type="AdamW", params=dict(base["optimizer"]["p
     json.dump(c, open(f"{sys.argv[2]}/{name}.json", "w"), indent=1)
 PY
 
+# the peers host's strategy keys per config (added to its zero_optimization)
+peers_zo() {
+  case $1 in
+    zeropp) echo '"zero_quantized_weights": true, "zero_quantized_gradients": true, "zero_hpz_partition_size": 2' ;;
+    mics) echo '"mics_shard_size": 2' ;;
+    *) echo '' ;;
+  esac
+}
+if [[ $HOST == peers ]]; then
+  OPENBLAS_NUM_THREADS=1 "$peers" --write-data "$work/peers.bin" --width "$WIDTH" --layers "$LAYERS" --mb 16 ||
+    die "bench_peers_host --write-data failed"
+fi
+
 run_one() { # config rep
   local cfg=$1 r=$2 plugin=$1
+  if [[ $HOST == peers ]]; then
+    timeout 900 ip netns exec "$A" mpirun --allow-run-as-root --oversubscribe -np 4 --hostfile "$work/hosts" \
+      --mca plm_rsh_agent "$work/ssh_ns.sh" --mca btl self,tcp --mca btl_tcp_if_include 10.21.0.0/24 \
+      --mca oob_tcp_if_include 10.21.0.0/24 \
+      -x ZERO_PLUGIN_PATH="$pdir:$build/plugins" -x ZERO_RANKS_PER_NODE=2 -x ZERO_COMM_SHM=0 \
+      -x OPENBLAS_NUM_THREADS=1 -x OMP_NUM_THREADS=1 -x PEERS_LINK_IF="${tag}x" -x ZERO_LOG_LEVEL=info \
+      "$peers" --data "$work/peers.bin" --stage 3 --plugin "$plugin" --zo "$(peers_zo "$cfg")" --mb 16 \
+      --steps $((steps + 1)) --warmup 1 --label "$cfg" >"$work/$cfg.$r.log" 2>&1 || return 1
+    grep '^{' "$work/$cfg.$r.log" >"$work/$cfg.$r.json"
+    return
+  fi
   timeout 300 ip netns exec "$A" mpirun --allow-run-as-root --oversubscribe -np 4 --hostfile "$work/hosts" \
     --mca plm_rsh_agent "$work/ssh_ns.sh" --mca btl self,tcp --mca btl_tcp_if_include 10.21.0.0/24 \
     --mca oob_tcp_if_include 10.21.0.0/24 \
@@ -112,7 +150,8 @@ run_one() { # config rep
     --summary "$work/$cfg.$r.json" >"$work/$cfg.$r.log" 2>&1
 }
 
-echo "contrib-netns: 2 hosts (namespaces) x 2 ranks, link $rate (tc tbf), $steps steps x $reps repeats, suite $suite ($cfgs)"
+echo "contrib-netns: 2 hosts (namespaces) x 2 ranks, link $rate (tc tbf), $steps steps x $reps repeats, suite $suite ($cfgs)," \
+     "model: $([[ $HOST == peers ]] && echo "$LAYERS x Linear($WIDTH) C host" || echo "the demo's")"
 for r in $(seq 1 "$reps"); do
   for cfg in $cfgs; do
     if ! run_one "$cfg" "$r"; then
@@ -121,6 +160,29 @@ for r in $(seq 1 "$reps"); do
     fi
   done
 done
+if [[ $HOST == peers ]]; then
+  python3 - "$work" "$reps" $cfgs <<'PY'
+import json, re, statistics as S, sys
+work, reps, cfgs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+rows = {c: [json.load(open(f"{work}/{c}.{r}.json")) for r in range(1, reps + 1)] for c in cfgs}
+base = cfgs[0]
+med = {c: S.median(x["step_ms"] for x in rows[c]) for c in cfgs}
+link = {c: S.median(x["link_bytes_per_step"] for x in rows[c]) for c in cfgs}
+print(f"  model: {rows[base][0]['params'] / 1e6:.1f} M params; per step: slowest rank's median step after one"
+      " warm-up step; link bytes = host A's veth, both ways")
+for c in cfgs:
+    print(f"  {c:<7} step {med[c]:9.1f} ms (runs: {', '.join('%.1f' % x['step_ms'] for x in rows[c])})  "
+          f"link {link[c] / 2**20:8.2f} MiB/step  rank-0 libzero bytes/step {rows[c][0]['comm_bytes_per_step'][0] / 2**20:.2f} MiB"
+          f"  final loss {rows[c][0]['final_loss']:.5f}")
+for c in cfgs[1:]:
+    print(f"  {c} / {base}: step time {med[c] / med[base]:.2f}x, link bytes {link[c] / link[base]:.3f}x")
+for c in cfgs:  # the strategies' own counters (rank 0's INFO lines at destroy)
+    for l in open(f"{work}/{c}.1.log"):
+        if re.search(r"param gathers|node|cross", l) and "INFO" in l and "rank 0]" in l:
+            print(f"    [{c}] {l.strip()[:220]}")
+PY
+  exit 0
+fi
 python3 - "$work" "$reps" $cfgs <<'PY'
 import json, statistics, sys
 work, reps, cfgs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]

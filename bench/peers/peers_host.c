@@ -15,6 +15,10 @@
  *   bench_peers_host --write-data FILE [--width 1024 --layers 8 --mb 16 --pool 8]
  *   mpirun -np N bench_peers_host --data FILE --stage 2 [--steps 30 --warmup 5 --mb 16 --overlap 1
  *                                  --bucket 1048576 --round-robin 0 --label zero-stage2]
+ *                                 [--plugin NAME] [--zo '"key": value, ...']
+ * --plugin loads a strategy by name or path (an outside plugin: zeropp,
+ * mics; bench/contrib_netns), --zo adds keys to zero_optimization (e.g.
+ * ZeRO++'s switches, mics_shard_size).
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -29,7 +33,7 @@
 #include "zero.h"
 
 typedef struct opts {
-    const char *data, *write_data, *label;
+    const char *data, *write_data, *label, *plugin, *zo;
     int width, layers, mb, pool, stage, steps, warmup, overlap, round_robin;
     long long bucket;
 } opts;
@@ -38,6 +42,25 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Bytes both ways through network interface `ifname` so far (its sysfs
+ * counters, as the process's network namespace sees them), or -1 when it
+ * cannot be read.  bench/contrib_netns names the veth end of host A in
+ * PEERS_LINK_IF, so rank 0 (in host A) measures what crossed the link. */
+static double link_bytes(const char *ifname) {
+    double sum = 0.0;
+    for (int k = 0; k < 2; k++) {
+        char path[256];
+        snprintf(path, sizeof path, "/sys/class/net/%s/statistics/%s_bytes", ifname, k ? "rx" : "tx");
+        FILE *f = fopen(path, "r");
+        unsigned long long v = 0;
+        int ok = f && fscanf(f, "%llu", &v) == 1;
+        if (f) fclose(f);
+        if (!ok) return -1.0;
+        sum += (double)v;
+    }
+    return sum;
 }
 
 /* CPU seconds of this process, every thread (host, BLAS, libzero's progress
@@ -66,13 +89,15 @@ static void die(const char *what, zero_engine *e, zero_status s) {
     } while (0)
 
 static int parse(int argc, char **argv, opts *o) {
-    *o = (opts){NULL, NULL, NULL, 1024, 8, 16, 8, 2, 30, 5, 1, 0, 1048576};
+    *o = (opts){NULL, NULL, NULL, NULL, "", 1024, 8, 16, 8, 2, 30, 5, 1, 0, 1048576};
     for (int i = 1; i < argc; i += 2) { /* --flag value pairs */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return -1;
         if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--write-data")) o->write_data = v;
         else if (!strcmp(a, "--label")) o->label = v;
+        else if (!strcmp(a, "--plugin")) o->plugin = v;
+        else if (!strcmp(a, "--zo")) o->zo = v;
         else if (!strcmp(a, "--width")) o->width = atoi(v);
         else if (!strcmp(a, "--layers")) o->layers = atoi(v);
         else if (!strcmp(a, "--mb")) o->mb = atoi(v);
@@ -113,17 +138,19 @@ int main(int argc, char **argv) {
     }
     const int W = d.width, L = d.layers, mb = o.mb;
 
-    char json[768];
+    char json[2048];
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": 1, \"steps_per_print\": 1000000,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4, \"betas\": [0.9, 0.999], \"eps\": 1e-8,"
              " \"weight_decay\": 0.01}},"
              " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": %s, \"contiguous_gradients\": true,"
-             " \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": %lld, \"round_robin_gradients\": %s}}",
-             mb, o.stage, o.overlap ? "true" : "false", o.bucket, o.bucket, o.round_robin ? "true" : "false");
+             " \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": %lld, \"round_robin_gradients\": %s%s%s}}",
+             mb, o.stage, o.overlap ? "true" : "false", o.bucket, o.bucket, o.round_robin ? "true" : "false",
+             *o.zo ? ", " : "", o.zo);
     MPI_Comm comm = MPI_COMM_WORLD;
     zero_engine_options eo = ZERO_ENGINE_OPTIONS_INIT;
     eo.config_json = json;
+    eo.plugin = o.plugin;
     eo.comm_kind = ZERO_COMM_MPI;
     eo.comm = &comm;
     zero_engine *e = NULL;
@@ -156,12 +183,14 @@ int main(int argc, char **argv) {
     double loss = 0.0;
     zero_step_timing t_warm = ZERO_STEP_TIMING_INIT;
     zero_comm_stats c_warm = ZERO_COMM_STATS_INIT;
-    double cpu_warm = 0.0;
+    double cpu_warm = 0.0, link_warm = -1.0;
+    const char *link_if = getenv("PEERS_LINK_IF");
     for (int s = 0; s < o.steps; s++) {
         if (s == o.warmup) {
             Z(zero_step_timing_get(e, ZERO_TIMING_TOTAL, &t_warm));
             Z(zero_comm_stats_get(e, &c_warm));
             cpu_warm = cpu_s();
+            if (link_if && rank == 0) link_warm = link_bytes(link_if);
         }
         const size_t row0 = (size_t)(s % d.pool) * (size_t)d.rows + (size_t)rank * (size_t)mb;
         memcpy(a, d.x + row0 * W, act * sizeof(float));
@@ -234,14 +263,17 @@ int main(int argc, char **argv) {
     double mine[4] = {(double)ru.ru_maxrss / 1024.0, (double)(m.peak_total[0] + m.peak_total[1]),
                       (double)(c.bytes_reduced + c.bytes_gathered - c_warm.bytes_reduced - c_warm.bytes_gathered) / n,
                       cpu_ms};
+    /* rank 0 only: bytes through the named link per measured step (-1: none) */
+    const double link_end = link_if && rank == 0 && link_warm >= 0.0 ? link_bytes(link_if) : -1.0;
+    const double link_per_step = link_end >= 0.0 ? (link_end - link_warm) / n : -1.0;
     double *all = malloc((size_t)world * 4 * sizeof(double));
     MPI_Gather(mine, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (rank == 0) {
         const double k = 1e3 / n;
         printf("{\"mode\": \"%s\", \"world\": %d, \"params\": %zu, \"steps\": %d, \"warmup\": %d, \"step_ms\": %.4f,"
-               " \"step_ms_p10\": %.4f, \"params_fnv1a\": \"%016llx\","
+               " \"step_ms_p10\": %.4f, \"params_fnv1a\": \"%016llx\", \"link_bytes_per_step\": %.0f,"
                " \"final_loss\": %.8f, \"peak_rss_mib\": [",
-               o.label ? o.label : "zero-c", world, peers_param_count(W, L), o.steps, o.warmup, slowest * 1e3, slowest_p10 * 1e3, (unsigned long long)fnv,
+               o.label ? o.label : "zero-c", world, peers_param_count(W, L), o.steps, o.warmup, slowest * 1e3, slowest_p10 * 1e3, (unsigned long long)fnv, link_per_step,
                mean_loss);
         for (int i = 0; i < world; i++) printf("%s%.1f", i ? ", " : "", all[4 * i]);
         printf("], \"zero_bytes\": [");
