@@ -29,7 +29,7 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ZERO_PLUGIN_PATH="$BUILD/plugins
 MPI=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS
      -x ZERO_PLUGIN_PATH -x ZERO_LOG_LEVEL)
 echo "bench/stage3 (C host): ${LAYERS} x Linear(${WIDTH}) fp32, micro-batch $MB/rank, AdamW, $STEPS steps" \
-     "(first $WARMUP dropped), $REPS rounds, N in {$NPS}, $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+     "(first $WARMUP dropped), $REPS rounds, N in {$NPS}, $(nproc --all) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 : >"$OUT/all.jsonl"
 for r in $(seq 1 "$REPS"); do
   for np in $NPS; do
