@@ -281,6 +281,19 @@ static zero_status ds_split(zero_comm *m, int color, int key, zero_comm **out) {
     return s;
 }
 
+/* The node of m (zero__comm_split_node on the inner communicator: MPI's
+ * shared-memory split, or the inner backend's refusal), wrapped like a
+ * split, so that a device engine finds the same nodes as a host engine on
+ * the same communicator (ZERO_RANKS_PER_NODE is handled before the ops). */
+static zero_status ds_split_node(zero_comm *m, zero_comm **out) {
+    zero_comm *child = NULL;
+    *out = NULL;
+    zero_status s = zero__comm_split_node(DS(m)->inner, &child);
+    if (s != ZERO_OK || !child) return s;
+    if ((s = wrap(child, DS(m)->dev, DS(m)->pool, out)) != ZERO_OK) zero__comm_free(child);
+    return s;
+}
+
 /* Every request of m has completed (the contract of comm free).  Its
  * cached buffers go now even while splits share the pool: they are cheap
  * to take again, and nothing is left behind the world's free. */
@@ -504,6 +517,7 @@ static void ds_set_timeout(zero_comm *m, double seconds) { zero__comm_set_timeou
 static const zero__comm_ops devstage_ops = {
     .name = "devstage",
     .split = ds_split,
+    .split_node = ds_split_node,
     .free = ds_free,
     .allreduce = ds_allreduce,
     .broadcast = ds_broadcast,

@@ -96,7 +96,7 @@ typedef struct zpp {
     int qk, qm;                    /* qgZ: ranks of this rank's node (1 if unknown), nodes (0: unequal) */
     int *qperm;                    /* qgZ hierarchical: N entries, the world rank of node-local rank l and cross
                                       rank x at l*qm + x (the order of the node reduce-scatter's blocks) */
-    float *gnode;                  /* qgZ hierarchical: the node's sum of this rank's slice (qm shares) */
+    float *gnode;                  /* qgZ hierarchical, qk > 1: the node's sum of this rank's slice (qm shares) */
     uint64_t qg_reductions;        /* qgZ exchanges done (one per micro-step) */
     zpp_param *params;
     uint32_t nparams;
@@ -125,8 +125,9 @@ zero_status zpp_step(void *state, const zero_step_ctx *ctx, zero_step_report *re
 void zpp_grads_free(zpp *s);
 
 /* zeropp_qgz.c: qgZ's exchange.  setup: the node (unless hpZ made it) and
- * cross-node communicators, the block order, the node slice buffer (maxpart:
- * the largest group share); collective over the world, params_done.
+ * cross-node communicators, the block order, the node slice buffer (M
+ * shares of maxpart, the largest group share; hierarchical with k > 1
+ * only); collective over the world, params_done.
  * reduce: the micro-step's flat gradient (s->gflat, cleared after) into
  * this rank's share of s->acc (added).  ef_numel: the elements of the
  * error-feedback buffer.  log: this rank's exchange bytes (at destroy).

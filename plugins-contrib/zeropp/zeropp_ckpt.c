@@ -8,7 +8,14 @@
  *   - "zeropp.params" (16-bit share) and "zeropp.acc" (the window's
  *     gradient accumulator), the share's own state between boundaries;
  *   - "zeropp.ef" (qgZ error feedback on): this rank's residuals, what the
- *     quantization of its micro-step gradients lost, flat fp32.
+ *     quantization of its micro-step gradients lost: zpp_qgz_ef_numel
+ *     fp32 elements, in the exchange's own layout (hierarchical: per
+ *     layout group, the M node partial sums of this rank's node slice, in
+ *     cross-rank order; flat: the whole flat gradient), and "zeropp.efgrid"
+ *     (four int64: hierarchical, ranks per node k, nodes M, elements), the
+ *     exchange they belong to.  A native load under another exchange (the
+ *     same world in other nodes, or hierarchical switched) restarts them
+ *     from zero with the note below, as a resharding load does.
  * On a resharding load (always at a boundary) the 16-bit share is the
  * master rounded and the accumulator zero, as after every step; the error
  * feedback residuals are reset to zero with a logged note: each belongs
@@ -42,17 +49,26 @@ static zero_status ckpt(zpp *s, const char *dir, int write) {
     int resharded = 0;
     zero_status st = zero_kit_shard_ckpt(svc, dir, WHO, &sc, write, &resharded);
     if (st != ZERO_OK || !s->ef) return st;
-    const size_t ef_bytes = (size_t)(svc->layout(s->c)->flat_numel ? svc->layout(s->c)->flat_numel : 1) * 4;
-    if (resharded) {
+    const zero_layout *L = svc->layout(s->c);
+    const size_t efn = zpp_qgz_ef_numel(s, L->flat_numel, L->part_numel);
+    const size_t ef_bytes = (efn ? efn : 1) * 4; /* as allocated (zpp_grads_setup) */
+    int64_t grid[4] = {s->qg_hier, s->qk, s->qm, (int64_t)efn}, saved[4] = {0, 0, 0, 0};
+    const char *why = resharded ? "is resharded" : NULL;
+    if (!write && !why) {
+        zero_kit_blob g = {"efgrid", saved, sizeof saved};
+        if ((st = zero_kit_blobs_io(svc, dir, WHO, &g, 1, 0)) != ZERO_OK) return st;
+        if (memcmp(saved, grid, sizeof grid) != 0) why = "was saved under another qgZ exchange (nodes or hierarchical)";
+    }
+    if (why) {
         if (s->rank == 0)
             svc->log(s->c, ZERO_LOG_INFO,
-                     WHO ": checkpoint %s is resharded: qgZ error feedback residuals start from zero (they are "
-                         "per-rank, under the saver's layout)",
-                     dir);
+                     WHO ": checkpoint %s %s: qgZ error feedback residuals start from zero (they are per-rank, "
+                         "under the saver's layout and nodes)",
+                     dir, why);
         return svc->mem_set(s->c, s->ef, 0, ef_bytes);
     }
-    zero_kit_blob b = {"ef", s->ef, ef_bytes};
-    return zero_kit_blobs_io(svc, dir, WHO, &b, 1, write);
+    zero_kit_blob b[2] = {{"ef", s->ef, ef_bytes}, {"efgrid", grid, sizeof grid}};
+    return zero_kit_blobs_io(svc, dir, WHO, b, write ? 2 : 1, write);
 }
 
 zero_status zpp_save(void *state, const char *dir) { return ckpt(state, dir, 1); }

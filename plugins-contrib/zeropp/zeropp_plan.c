@@ -15,11 +15,16 @@
  *   OPTIM    K·part·4
  *   GRADS    part·g                     the window's accumulator
  *            qgZ: + 4Ψ_flat             the micro-step's full fp32 gradient
- *                 + 4Ψ_flat             error feedback, when on
+ *                 + 4·E                 error feedback, when on: E =
+ *                                       zpp_qgz_ef_numel, M·part (the M node
+ *                                       partial sums this rank quantizes,
+ *                                       hierarchical) or Ψ_flat (flat)
  *            + largest·b                per-param temporaries (qgZ with a
  *                                       16-bit model; else contiguous_gradients
  *                                       off or fp32 accumulation of 16 bits)
  *   BUCKETS  qgZ: 4·max_g part_g        the share of one layout group
+ *                 + 4·M·max_g part_g    hierarchical with k > 1: the node's
+ *                                       slice of one group (≈ 4Ψ/k)
  *            else the core's SCATTER bucket set (ps->buckets_bytes; it
  *            plans the ring scratch, OTHER host, too)
  *   GATHER   the kit's gather engine replayed for the canonical host
@@ -28,11 +33,24 @@
  *   (host)   each q(n) = ⌈n/block⌉·4 + n (int8; ⌈n/2⌉ int4), rounded up
  *            to 4 bytes:
  *            qwZ: max_p Σ_j q(piece of p in share j) for one gather;
- *            qgZ: max_g (2N·q(part_g) + 4·part_g) for one reduce-scatter;
+ *            qgZ: max_g (2R·q(part_g) + 4·part_g (+ 4·part_g with error
+ *            feedback)) for one reduce-scatter over R ranks: R = M
+ *            (hierarchical; none when M = 1, one node: no quantized
+ *            step) or N (flat);
  *            the sum of both when both are on (a gather may run while a
  *            bucket reduces: an upper bound, as for the ring scratch).
+ * Nodes (qgZ): the plan has no communicator.  It takes nodes of
+ * k = ZERO_RANKS_PER_NODE consecutive ranks when that is set (as
+ * comm_split_node does), else one node of all N ranks (MPI's shared-memory
+ * split on one machine); M = N/k nodes.  k not dividing N (unequal nodes)
+ * or zero_quantized_gradients_hierarchical false: the flat exchange.  A
+ * job across machines without ZERO_RANKS_PER_NODE is planned as one node:
+ * its node slice and error feedback are then planned M times too small,
+ * its cross-node scratch too (set the variable to plan it).
  * Every plugin allocation is at least one element (zero_kit_alloc_n);
  * so is every term above.  Pure; thread-safe. */
+#include <stdlib.h>
+
 #include "zeropp.h"
 
 #define WHO "zeropp"
@@ -72,6 +90,24 @@ static uint64_t qw_scratch(const zero_plan_services *ps, uint64_t block) {
         if (sum > most) most = sum;
     }
     return most;
+}
+
+/* qgZ's nodes as the plan sees them (the comment above): k ranks per
+ * node, M nodes, and whether the exchange is hierarchical. */
+static zero_status plan_nodes(const zero_plan_services *ps, uint64_t N, int *hier, uint64_t *k, uint64_t *M) {
+    *k = N;
+    const char *env = getenv("ZERO_RANKS_PER_NODE");
+    if (env && *env) {
+        char *end = NULL;
+        const long v = strtol(env, &end, 10);
+        if (*end || v < 1)
+            return ps->error(ps->core, ZERO_ERR_CONFIG, "ZERO_RANKS_PER_NODE: got '%s', expected a positive integer",
+                             env);
+        if ((uint64_t)v < N) *k = (uint64_t)v;
+    }
+    if (!*k || N % *k != 0) *hier = 0; /* unequal nodes: the flat exchange (zpp_qgz_setup) */
+    *M = *k ? N / *k : 1;
+    return ZERO_OK;
 }
 
 static zero_status cfg_int(const zero_plan_services *ps, const char *key, int64_t *v, int64_t lo, int64_t hi,
@@ -119,17 +155,28 @@ zero_status zpp_plan(const zero_plan_services *ps) {
     ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, at_least_1(part) * ges);
     uint64_t scratch = qw ? qw_scratch(ps, (uint64_t)wblock) : 0;
     if (qg) {
+        int hier = 1;
+        uint64_t k = 1, M = 1;
+        if (ps->cfg_bool(c, ZO "zero_quantized_gradients_hierarchical", &hier) < 0)
+            return ps->error(c, ZERO_ERR_CONFIG, ZO "zero_quantized_gradients_hierarchical: expected true or false");
+        if ((st = plan_nodes(ps, L->world, &hier, &k, &M)) != ZERO_OK) return st;
+        /* the quantized reduce-scatter's ranks: the cross-node communicator
+         * (hierarchical; one node: no quantized step) or the world */
+        const uint64_t R = hier ? (M > 1 ? M : 0) : L->world;
         uint64_t maxpart = 0, most = 0;
         for (uint32_t g = 0; g < L->ngroups; g++) {
             const uint64_t pg = L->groups[g].part_numel;
             if (pg > maxpart) maxpart = pg;
-            if (!L->groups[g].numel) continue;
-            const uint64_t q = 2 * (uint64_t)L->world * qbytes(pg, bits, (uint64_t)gblock) + 4 * pg;
+            if (!L->groups[g].numel || !R) continue;
+            const uint64_t q = 2 * R * qbytes(pg, bits, (uint64_t)gblock) + 4 * pg * (ef ? 2 : 1);
             if (q > most) most = q;
         }
         scratch += most;
-        ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, at_least_1(flat) * 4 * (ef ? 2 : 1));
+        const uint64_t efn = hier ? M * part : flat; /* zpp_qgz_ef_numel */
+        ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, at_least_1(flat) * 4);
+        if (ef) ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, at_least_1(efn) * 4);
         ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, at_least_1(maxpart) * 4);
+        if (hier && k > 1) ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, at_least_1(maxpart) * M * 4);
         if (dt != ZERO_DTYPE_F32) zero_kit_grad_tmp_plan(ps);
     } else {
         const int contiguous = gdt == dt && rc->contiguous_gradients;

@@ -98,6 +98,8 @@ zero_status zpp_qgz_setup(zpp *s, uint64_t maxpart) {
     s->qm = equal ? s->nranks / s->qk : 0; /* 0: nodes of unequal sizes (flat exchange) */
     if (s->qg_hier) {
         if ((st = build_perm(s)) != ZERO_OK) return st;
+    }
+    if (s->qg_hier && s->qk > 1) { /* k = 1: no node reduce, no slice */
         s->gnode = zero_kit_alloc_n(svc, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, (size_t)(maxpart ? maxpart : 1) * s->qm,
                                     sizeof(float));
         if (!s->gnode) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, WHO ": no memory for the qgZ node slice");

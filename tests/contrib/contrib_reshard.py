@@ -22,6 +22,8 @@ after the last step (demo summary digest.bits):
      at N=4 it ends with the uninterrupted run's bits (error feedback
      saved); resumed at N=6 it logs that the error feedback restarts from
      zero and its final loss is within 0.02 nats of stage0's resumed run;
+     resumed at N=4 in one node of 4 (saved in nodes of 2: another qgZ
+     exchange) it logs the same reset, naming the other exchange;
   6. with --ckpt-tool: `zero-ckpt consolidate` of the MiCS and the exact
      ZeRO++ checkpoints gives the bytes of stage0's.
 Usage: contrib_reshard.py --demo PATH --mpirun PATH --plugin-dir DIR --out DIR [--ckpt-tool PATH]
@@ -55,7 +57,7 @@ def config(a, tag, bf16=False, **zo):
     return path
 
 
-def run(a, tag, np_, cfg, plugin, steps, extra=()):
+def run(a, tag, np_, cfg, plugin, steps, extra=(), ranks_per_node=None):
     summ = os.path.join(a.out, tag + ".summary.json")
     log = os.path.join(a.out, tag + ".log")
     if os.path.exists(summ):
@@ -65,7 +67,7 @@ def run(a, tag, np_, cfg, plugin, steps, extra=()):
     cmd += (["--data", a.data] if a.data else []) + list(extra)
     env = dict(os.environ)
     env["ZERO_PLUGIN_PATH"] = a.plugin_dir + (":" + env["ZERO_PLUGIN_PATH"] if env.get("ZERO_PLUGIN_PATH") else "")
-    env["ZERO_RANKS_PER_NODE"] = "2" if np_ % 2 == 0 else str(np_)
+    env["ZERO_RANKS_PER_NODE"] = str(ranks_per_node) if ranks_per_node else "2" if np_ % 2 == 0 else str(np_)
     env["ZERO_LOG_LEVEL"] = "info"
     with open(log, "w") as lf:
         rc = subprocess.call(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, timeout=300)
@@ -173,6 +175,12 @@ def main():
     if note not in got["log"]:
         fails.append(f"zeropp all+ef x4 -> x6: no {note!r} line in the log")
     d = abs(got["final_loss"] - refs[6]["final_loss"])
+    # the same world in one node of 4: another qgZ exchange, its residuals reset (logged), the run goes on
+    other = run(a, "zeropp-all-native-1node", 4, zcfg, "zeropp", a.steps, ["--resume", ckl], ranks_per_node=4)
+    if note not in other["log"] or "another qgZ exchange" not in other["log"]:
+        fails.append(f"zeropp all+ef x4 (nodes of 2) -> x4 (one node): no {note!r} line naming the other exchange")
+    print(f"  {'zeropp all+ef x4 -> x4 in one node (ef reset)':<52} final loss {other['final_loss']:.5f} vs "
+          f"uninterrupted {whole['final_loss']:.5f}")
     print(f"  {'zeropp all+ef x4 -> x6 (lossy)':<52} final loss {got['final_loss']:.5f} vs stage0 "
           f"{refs[6]['final_loss']:.5f} (|d| {d:.5f}, limit 0.02)")
     if d > 0.02:
