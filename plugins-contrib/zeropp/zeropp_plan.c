@@ -121,7 +121,7 @@ zero_status zpp_plan(const zero_plan_services *ps) {
     zero_core *c = ps->core;
     const zero_run_config *rc = ps->config(c);
     const zero_layout *L = ps->layout(c);
-    int qw = 0, qg = 0, ef = 0;
+    int qw = 0, qg = 0, ef = 1; /* zeropp_plugin.c: error feedback on by default */
     int64_t P = 1, bits = 8, wblock = 256, gblock = 64;
     if (ps->cfg_bool(c, ZO "zero_quantized_weights", &qw) < 0 || ps->cfg_bool(c, ZO "zero_quantized_gradients", &qg) < 0 ||
         ps->cfg_bool(c, ZO "zero_quantized_gradients_error_feedback", &ef) < 0)

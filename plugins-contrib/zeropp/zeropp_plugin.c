@@ -26,7 +26,7 @@ static zero_status zpp_create(const zero_services *svc, void **state) {
     if (!flag(svc, ZO "zero_quantized_weights", &qw, &st) || !flag(svc, ZO "zero_quantized_gradients", &qg, &st))
         return st;
     int64_t P = 1, bits = 8;
-    int ef = 0, hier = 1;
+    int ef = 1, hier = 1; /* error feedback on by default: README "Loss" (0.02 nats over 100 steps) */
     if (svc->cfg_bool(c, ZO "zero_quantized_gradients_error_feedback", &ef) < 0)
         return svc->error(c, ZERO_ERR_CONFIG, ZO "zero_quantized_gradients_error_feedback: expected true or false");
     if (svc->cfg_bool(c, ZO "zero_quantized_gradients_hierarchical", &hier) < 0)

@@ -418,8 +418,8 @@ int main(int argc, char **argv) {
     stub_ops_noquant.dequantize_add = NULL, stub_ops_noquant.quant_residual = NULL;
     zero__device_set_factory(stub_open);
     if (argc == 3 && strcmp(argv[1], "--zeropp") == 0) {
-        check_zeropp(argv[2], "");
-        check_zeropp(argv[2], ", \"zero_quantized_gradients_error_feedback\": true");
+        check_zeropp(argv[2], ", \"zero_quantized_gradients_error_feedback\": false");
+        check_zeropp(argv[2], ""); /* the default: error feedback on */
         int bad = check_finish(), any = 0;
         MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (rank_ == 0) printf("zeropp on the stub device: N=%d, %s\n", world_, any ? "FAILED" : "bitwise equal to the CPU engine");
