@@ -163,6 +163,10 @@ typedef struct zero_param_info {
     uint64_t flat_offset;    /* element offset in the global flat space (set by the layout) */
     void *data;              /* set by the plugin: persistent full tensor, or NULL (stage 3) */
     void *plugin_data;       /* free for the plugin */
+    /* ---- appended in 1.7 (the core's struct: always present for a plugin
+     * the loader accepts) ---- */
+    uint32_t stack_layers;   /* zero_register_stacked's layers (slices of numel / stack_layers), else 0 */
+    uint32_t reserved0;
 } zero_param_info;
 
 /* A param group's slice of the global flat space.  Groups are laid end to

@@ -840,6 +840,7 @@ zero_status zero_register_stacked(zero_engine *e, const zero_param_desc *desc, u
     p->slice_seen = seen;
     p->slice_numel = desc->numel / layers;
     p->stack_layers = layers;
+    p->info.stack_layers = layers;
     *out = p;
     return ZERO_OK;
 }

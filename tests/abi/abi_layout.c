@@ -216,7 +216,8 @@ _Static_assert(offsetof(zero_run_config, reduce_once_per_window) == 264, "offset
 _Static_assert(offsetof(zero_run_config, reserved3) == 268, "offsetof(zero_run_config, reserved3)");
 
 /* zero_param_info */
-_Static_assert(sizeof(zero_param_info) == 80, "sizeof(zero_param_info)");
+_Static_assert(sizeof(zero_param_info) == 88, "sizeof(zero_param_info)"); /* 1.7: + stack_layers */
+_Static_assert(offsetof(zero_param_info, stack_layers) == 80, "offsetof(zero_param_info, stack_layers)");
 _Static_assert(offsetof(zero_param_info, struct_size) == 0, "offsetof(zero_param_info, struct_size)");
 _Static_assert(offsetof(zero_param_info, index) == 4, "offsetof(zero_param_info, index)");
 _Static_assert(offsetof(zero_param_info, name) == 8, "offsetof(zero_param_info, name)");

@@ -29,11 +29,9 @@
 #include "check.h"
 #include "host_util.h"
 
-enum { L = 7, D = 24, DOUT = 3, MB = 2 };
-/* stage3's own slice gather (plugin table revision 3) bounds the peak */
-#ifndef CHECK_SLICE_MEMORY
-#define CHECK_SLICE_MEMORY 0
-#endif
+/* D = 128: the weight stack (114688 elements) is over the default
+ * stage3_param_persistence_threshold (1e5), so stage 3 gathers it */
+enum { L = 7, D = 128, DOUT = 3, MB = 2 };
 
 static int rank_, world_ = 1;
 
@@ -64,16 +62,19 @@ static void log_cb(void *user, zero_log_level lvl, int rank, const char *msg) {
         }                                                                                            \
     } while (0)
 
-/* slices: 1 gathers slices, 0 whole stacks.  Returns through *o. */
-static void run(const char *plugin, int slices, int steps, out *o) {
+/* slices: 1 gathers slices, 0 whole stacks; max_live > 0 sets
+ * stage3_max_live_parameters (elements), else default keys.  Returns
+ * through *o. */
+static void run(const char *plugin, int slices, int steps, long long max_live, out *o) {
     memset(o, 0, sizeof *o);
     int stage = plugin[5] - '0';
-    char json[512];
+    char json[512], extra[96] = "";
+    if (max_live > 0) snprintf(extra, sizeof extra, ", \"stage3_max_live_parameters\": %lld", max_live);
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": 2,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, \"weight_decay\": 0.01}},"
-             " \"zero_optimization\": {\"stage\": %d}}",
-             MB, stage);
+             " \"zero_optimization\": {\"stage\": %d%s}}",
+             MB, stage, extra);
     zero_engine *e = NULL;
     zero_status st = th_engine_create(json, plugin, 0, log_cb, o, &e, o->error, sizeof o->error);
     if (st != ZERO_OK) {
@@ -195,7 +196,17 @@ static void run(const char *plugin, int slices, int steps, out *o) {
         TRY(zero_set_phase(e, "final"), "zero_set_phase"); /* another order: not the training one */
         zero_param *all[3] = {W, B, V};
         size_t numel[3] = {L * D * D, L * D, DOUT * D};
-        TRY(th_gather_all_f32(e, all, 3, numel, o->p), "final gather");
+        if (!slices) TRY(th_gather_all_f32(e, all, 3, numel, o->p), "final gather");
+        for (uint32_t l = 0; slices && l < L; l++) { /* the slice host reads its result by slices too */
+            zero_param *wb[2] = {W, B};
+            uint32_t ll[2] = {l, l};
+            void *ptr[2];
+            TRY(zero_gather_slices(e, wb, ll, 2, ptr), "final zero_gather_slices");
+            memcpy(o->p + (size_t)l * D * D, ptr[0], D * D * sizeof(float));
+            memcpy(o->p + (size_t)L * D * D + (size_t)l * D, ptr[1], D * sizeof(float));
+            TRY(zero_release_slices(e, wb, ll, 2), "final zero_release_slices");
+        }
+        if (slices) TRY(th_gather_all_f32(e, &V, 1, &numel[2], o->p + L * D * D + L * D), "final gather(V)");
     }
 done:
     zero_engine_destroy(e);
@@ -212,8 +223,8 @@ int main(int argc, char **argv) {
     static out ref, a, b;
     const char *plugins[] = {"stage0", "stage1", "stage2", "stage3"};
     for (int pi = 0; pi < 4; pi++) {
-        run(plugins[pi], 0, steps, &a);
-        run(plugins[pi], 1, steps, &b);
+        run(plugins[pi], 0, steps, -1, &a);
+        run(plugins[pi], 1, steps, -1, &b);
         CHECK(a.status == ZERO_OK, "%s whole: %s (%s)", plugins[pi], zero_status_string(a.status), a.error);
         CHECK(b.status == ZERO_OK, "%s slices: %s (%s)", plugins[pi], zero_status_string(b.status), b.error);
         if (a.status != ZERO_OK || b.status != ZERO_OK) break;
@@ -228,16 +239,29 @@ int main(int argc, char **argv) {
                    "loss %.5f\n",
                    plugins[pi], world_, rel, (unsigned long long)a.gather_peak, (unsigned long long)b.gather_peak,
                    b.loss);
-        if (pi == 3 && world_ > 1 && CHECK_SLICE_MEMORY) {
-            const uint64_t slice = (D * D + D) * sizeof(float), head = DOUT * D * sizeof(float);
-            const uint64_t stack = L * slice;
-            CHECK(b.gather_peak <= 3 * slice + head, "stage3 slices: gather peak %llu B > 3 slices + head %llu B",
-                  (unsigned long long)b.gather_peak, (unsigned long long)(3 * slice + head));
-            CHECK(b.gather_peak * 2 < stack, "stage3 slices: gather peak %llu B not well under one stack %llu B",
-                  (unsigned long long)b.gather_peak, (unsigned long long)stack);
-            CHECK(a.gather_peak >= stack, "stage3 whole: gather peak %llu B under the stacks %llu B (vacuous test)",
-                  (unsigned long long)a.gather_peak, (unsigned long long)stack);
-        }
+    }
+    /* Stage 3 under a budget of 3 weight slices: the slice host stays in it
+     * (bitwise like the default-key run), the whole host cannot. */
+    if (world_ > 1) {
+        const long long max_live = 3LL * D * D;
+        const uint64_t stack = (uint64_t)L * D * D * sizeof(float);
+        run("stage3", 1, steps, max_live, &b);
+        run("stage3", 0, steps, max_live, &a);
+        CHECK(b.status == ZERO_OK && a.status == ZERO_OK, "stage3 under max_live: %s / %s", b.error, a.error);
+        CHECK(memcmp(b.p, ref.p, sizeof b.p) == 0 || rel_l2(b.p, ref.p, n) <= 1e-6, "stage3 under max_live: values");
+        CHECK(b.gather_peak <= (uint64_t)max_live * sizeof(float),
+              "stage3 slices: gather peak %llu B > stage3_max_live_parameters %llu B", (unsigned long long)b.gather_peak,
+              (unsigned long long)max_live * sizeof(float));
+        CHECK(b.gather_peak * 2 < stack, "stage3 slices: gather peak %llu B not well under one stack %llu B",
+              (unsigned long long)b.gather_peak, (unsigned long long)stack);
+        CHECK(!b.warnings, "stage3 slices under max_live: %d WARN lines", b.warnings);
+        CHECK(a.gather_peak >= stack, "stage3 whole: gather peak %llu B under the stack %llu B (vacuous test)",
+              (unsigned long long)a.gather_peak, (unsigned long long)stack);
+        if (rank_ == 0)
+            printf("stage3 N=%d, stage3_max_live_parameters %lld: gather peak slices %llu B, whole %llu B (stack %llu "
+                   "B)\n",
+                   world_, max_live, (unsigned long long)b.gather_peak, (unsigned long long)a.gather_peak,
+                   (unsigned long long)stack);
     }
     int rc = check_finish();
     MPI_Finalize();
