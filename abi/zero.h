@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define ZERO_ABI_VERSION_MAJOR 1
-#define ZERO_ABI_VERSION_MINOR 5
+#define ZERO_ABI_VERSION_MINOR 6
 /* Encoded as major * 10000 + minor. */
 #define ZERO_ABI_VERSION (ZERO_ABI_VERSION_MAJOR * 10000 + ZERO_ABI_VERSION_MINOR)
 
@@ -358,7 +358,8 @@ ZERO_API zero_status zero_register_param(zero_engine *e, const zero_param_desc *
  * finishes.  `desc` describes the whole stack (numel = layers * slice numel,
  * so numel must be a multiple of `layers`, else ZERO_ERR_INVALID_ARGUMENT);
  * every other rule of zero_register_param applies (one handle, one name, one
- * checkpoint entry, stage 3 gathers the whole stack).  Not thread-safe. */
+ * checkpoint entry; zero_gather gathers the whole stack, and (1.6)
+ * zero_gather_slices one layer's slice of it).  Not thread-safe. */
 ZERO_API zero_status zero_register_stacked(zero_engine *e, const zero_param_desc *desc, uint32_t layers,
                                            zero_param **out);
 /* (1.1) Where to ADD slice `layer`'s gradient: the slice's numel / layers
@@ -463,6 +464,33 @@ ZERO_API zero_status zero_set_hparams(zero_engine *e, const zero_hparams *h);
 ZERO_API zero_status zero_gather(zero_engine *e, zero_param *const *params, size_t n, void **ptrs);
 /* End the use of params gathered by zero_gather. No-op below stage 3. */
 ZERO_API zero_status zero_release(zero_engine *e, zero_param *const *params, size_t n);
+
+/* (1.6) zero_gather for slices of stacked tensors (zero_register_stacked):
+ * ptrs[i] receives slice layers[i] of params[i] -- numel / layers
+ * contiguous elements of its dtype, the same values zero_gather(params[i])
+ * would show at offset layers[i] * (numel / layers) -- so a host that runs
+ * layer by layer holds one layer's weights at a time instead of the whole
+ * stack.  Stage 3 gathers only the slice (an all-gather of each rank's part
+ * of the slice's range), with the recorded order, prefetch, reuse distance
+ * and budget of whole params; below stage 3 (and with any plugin that has
+ * no slice gather) the pointer is into the full tensor, so the same host
+ * code runs on every stage.  Ownership: ptrs[i] is libzero's, read-only to
+ * the host, valid until the matching zero_release_slices and in any case
+ * until the next zero_step.  The same (param, layer) may be gathered again
+ * (each gather is released once); a slice and its whole param may be held
+ * at once (two copies in stage 3).  Collective in stage 3 like zero_gather:
+ * every rank gathers the same slices in the same order.  A param not
+ * registered with zero_register_stacked, a layer >= its layers or a NULL
+ * array is ZERO_ERR_INVALID_ARGUMENT (nothing is gathered then).  params,
+ * layers and ptrs are borrowed for the call.  Not thread-safe (the engine
+ * thread, like zero_gather). */
+ZERO_API zero_status zero_gather_slices(zero_engine *e, zero_param *const *params, const uint32_t *layers, size_t n,
+                                        void **ptrs);
+/* (1.6) End the use of slices gathered by zero_gather_slices (the same
+ * params and layers; any grouping).  Never communicates.  No-op below
+ * stage 3; ZERO_ERR_STATE for a slice that is not held. */
+ZERO_API zero_status zero_release_slices(zero_engine *e, zero_param *const *params, const uint32_t *layers,
+                                         size_t n);
 
 /* (1.1) Name the phase the following gathers belong to: "train" (the
  * phase an engine starts in), "eval", "generate", any name up to 63

@@ -3,9 +3,9 @@
  * core offers it.
  *
  * A plugin is a shared library `libzero-plugin-<name>.so` that exports one
- * symbol, a const table: `zero_plugin_v2` (a zero_plugin_table_v2, this
- * header's revision) or, for plugins built against the 1.0-1.5 headers,
- * `zero_plugin_v1`.  It includes only installed headers (abi/ and the
+ * symbol, a const table: `zero_plugin_v3` (a zero_plugin_table_v3, this
+ * header's revision), or, for plugins built against older headers,
+ * `zero_plugin_v2` (1.6) or `zero_plugin_v1` (1.0-1.5).  It includes only installed headers (abi/ and the
  * plugin kit, zero_kit.h).  Everything else in it is hidden.
  *
  * Evolution (the NCCL net-plugin rule, ncclNet_vN): a released table type is
@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 #define ZERO_PLUGIN_ABI_MAJOR 1
-#define ZERO_PLUGIN_ABI_MINOR 6
+#define ZERO_PLUGIN_ABI_MINOR 7
 
 #if defined(__GNUC__)
 #define ZERO_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -163,6 +163,10 @@ typedef struct zero_param_info {
     uint64_t flat_offset;    /* element offset in the global flat space (set by the layout) */
     void *data;              /* set by the plugin: persistent full tensor, or NULL (stage 3) */
     void *plugin_data;       /* free for the plugin */
+    /* ---- appended in 1.7 (the core's struct: always present for a plugin
+     * the loader accepts) ---- */
+    uint32_t stack_layers;   /* zero_register_stacked's layers (slices of numel / stack_layers), else 0 */
+    uint32_t reserved0;
 } zero_param_info;
 
 /* A param group's slice of the global flat space.  Groups are laid end to
@@ -670,6 +674,14 @@ enum {
     ZERO_PLUGIN_CAP_GATHER_COMPLETE = 1u << 6
 };
 
+/* (1.7) One slice of a stacked param (zero_register_stacked): elements
+ * [layer * numel / layers, (layer + 1) * numel / layers) of param. */
+typedef struct zero_slice_ref {
+    zero_param_info *param; /* the whole stacked param (the core's; borrowed) */
+    uint32_t layer;         /* which slice: < layers */
+    uint32_t layers;        /* how many slices the stack has (>= 1) */
+} zero_slice_ref;
+
 /* ------------------------------------------------------------------------ */
 /* The plugin table, revision 2 (plugin ABI 1.6).  Frozen like the          */
 /* services: a later change is zero_plugin_table_v3 / zero_plugin_v3.  The   */
@@ -738,6 +750,87 @@ typedef struct zero_plugin_table_v2 {
     zero_status (*plan)(const zero_plan_services_v1 *ps);
 } zero_plugin_table_v2;
 
+/* ------------------------------------------------------------------------ */
+/* The plugin table, revision 3 (plugin ABI 1.7): revision 2 plus the       */
+/* slice gathers.  Frozen like the others: a later change is                */
+/* zero_plugin_table_v4 / zero_plugin_v4.  It receives the services of      */
+/* revision 2 (unchanged).  The first six fields are those of every         */
+/* revision (the loader reads them before it knows which it holds).         */
+/* ------------------------------------------------------------------------ */
+typedef struct zero_plugin_table_v3 {
+    uint32_t struct_size; /* sizeof(zero_plugin_table_v3) */
+    uint32_t abi_major;   /* ZERO_PLUGIN_ABI_MAJOR the plugin was built with */
+    uint32_t abi_minor;   /* ZERO_PLUGIN_ABI_MINOR: 7 or later */
+    uint32_t caps;        /* ZERO_PLUGIN_CAP_* */
+    const char *name;     /* what the host selects it by; static storage */
+    const char *description;
+
+    /* ---- lifecycle --------------------------------------------------- */
+    /* Required.  Allocate the plugin's state; keep svc (valid until
+     * destroy returns).  On error free everything (destroy is not called). */
+    zero_status (*create)(const zero_services_v2 *svc, void **state);
+    /* Required.  Free everything the plugin allocated (mem_free, comm_free,
+     * buckets_destroy); the core calls sync first when given. */
+    void (*destroy)(void *state);
+    /* Optional: drain asynchronous work (before step, save and destroy). */
+    zero_status (*sync)(void *state);
+
+    /* ---- parameters -------------------------------------------------- */
+    /* Optional: inspect or veto a registration (the core recorded it). */
+    zero_status (*register_param)(void *state, zero_param_info *p);
+    /* Required.  The layout is final: allocate storage, copy init_data,
+     * set p->data for every param (params_place does it for flat layouts). */
+    zero_status (*params_done)(void *state);
+    /* Optional: zero_set_phase(phase) (1..63 characters, checked by the
+     * core).  NULL: phases change nothing for this plugin. */
+    zero_status (*set_phase)(void *state, const char *phase);
+
+    /* ---- gather (stage 3) -------------------------------------------- */
+    /* Optional (NULL: ptrs[i] = params[i]->data).  See zero_gather /
+     * zero_release in zero.h; params and ptrs are borrowed for the call. */
+    zero_status (*gather)(void *state, zero_param_info *const *params, size_t n, void **ptrs);
+    zero_status (*release)(void *state, zero_param_info *const *params, size_t n);
+
+    /* ---- gradients (hook threads) ------------------------------------ */
+    /* Required: where to add p's gradient this micro-step. */
+    zero_status (*grad_buffer)(void *state, zero_param_info *p, void **buf);
+    /* Required: p's gradient is final (host_grad, if any, holds it). */
+    zero_status (*on_grad_ready)(void *state, zero_param_info *p, void *stream);
+
+    /* ---- step -------------------------------------------------------- */
+    /* Required: end of micro-step; at a boundary reduce, step and refresh
+     * the parameters (ctx and rep are the core's, valid for the call). */
+    zero_status (*step)(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
+
+    /* ---- checkpoints ------------------------------------------------- */
+    /* Optional: this rank's shard, through the checkpoint services. */
+    zero_status (*save)(void *state, const char *dir);
+    zero_status (*load)(void *state, const char *dir);
+
+    /* ---- planning ---------------------------------------------------- */
+    /* Optional: record through ps->add every byte this plugin would
+     * allocate per rank for the model ps describes (zero_plan,
+     * tools/zero-estimate, "stage": "auto").  No engine or state exists.
+     * NULL: the plugin cannot be planned. */
+    zero_status (*plan)(const zero_plan_services_v1 *ps);
+
+    /* ---- slices of stacked params (1.7, host ABI 1.6) ------------------ */
+    /* Optional, both or neither (NULL: the core serves zero_gather_slices
+     * from gather of the whole param plus the slice's offset).  See
+     * zero_gather_slices / zero_release_slices in zero.h: ptrs[i] is slice
+     * refs[i].layer's refs[i].param->numel / refs[i].layers elements,
+     * plugin-owned, valid until the matching release_slices and at most
+     * until step.  The core has checked that every ref names a stacked
+     * param and a layer in range.  refs and ptrs are borrowed for the call.
+     * Engine thread, like gather. */
+    zero_status (*gather_slices)(void *state, const zero_slice_ref *refs, size_t n, void **ptrs);
+    zero_status (*release_slices)(void *state, const zero_slice_ref *refs, size_t n);
+} zero_plugin_table_v3;
+
+/* The symbol a revision-3 plugin exports (and nothing else). */
+#define ZERO_PLUGIN_SYMBOL_V3 "zero_plugin_v3"
+
+
 /* The symbol a revision-2 plugin exports (and nothing else):
  *   ZERO_PLUGIN_EXPORT const zero_plugin_table_v2 zero_plugin_v2 = { ... };
  * or, following the newest revision of the headers it is built with:
@@ -748,10 +841,10 @@ typedef struct zero_plugin_table_v2 {
  * newest ABI it is compiled against (the plugin kit, in-tree plugins) names
  * these; code that must stay on one released layout names the _vN. */
 typedef zero_services_v2 zero_services;
-typedef zero_plugin_table_v2 zero_plugin_table;
+typedef zero_plugin_table_v3 zero_plugin_table;
 typedef zero_plan_services_v1 zero_plan_services;
-#define ZERO_PLUGIN_TABLE zero_plugin_v2
-#define ZERO_PLUGIN_SYMBOL ZERO_PLUGIN_SYMBOL_V2
+#define ZERO_PLUGIN_TABLE zero_plugin_v3
+#define ZERO_PLUGIN_SYMBOL ZERO_PLUGIN_SYMBOL_V3
 /* The fields every table starts with, for the headers in use:
  *   ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
  *       ZERO_PLUGIN_TABLE_HEAD, .caps = ..., .name = "mine", .create = ..., ... };

@@ -490,7 +490,7 @@ static zero_status expert_support(zero_engine *e) {
                            "each parameter's trust ratio over every rank, which would mix different experts; use "
                            "Adam, AdamW, SGD, Lion or Adagrad",
                            (int)expert->group_id);
-    const zero_plugin_table_v2 *t = e->plugin.table;
+    const zero_plugin_table *t = e->plugin.table;
     if (t->caps & ZERO_PLUGIN_CAP_EXPERT_GROUPS) return ZERO_OK;
     const char *why = (t->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS)
                           ? "stage 3 would have to gather each expert's shards over its expert-data-parallel group "
@@ -510,7 +510,7 @@ static zero_status expert_support(zero_engine *e) {
  * what its gather returns instead).  A NULL here would otherwise reach the
  * host through zero_gather or zero_param_storage. */
 static zero_status check_data_set(zero_engine *e) {
-    const zero_plugin_table_v2 *t = e->plugin.table;
+    const zero_plugin_table *t = e->plugin.table;
     if ((t->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS) && t->gather) return ZERO_OK;
     for (uint32_t i = 0; i < e->nparams; i++)
         if (!e->params[i]->info.data)
@@ -662,11 +662,90 @@ static zero_status release_impl(zero_engine *e, zero_param *const *params, size_
     return s;
 }
 
+/* (1.6) Slices of stacked params.  The arguments are checked in full
+ * before anything is gathered.  A plugin without a slice gather (every
+ * stage below 3, and older plugins) serves them from its gather of the
+ * whole param: the host code is the same on every stage. */
+static zero_status check_slices(zero_engine *e, zero_param *const *params, const uint32_t *layers, size_t n,
+                                const char *fn) {
+    if ((!params || !layers) && n) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: NULL array", fn);
+    for (size_t i = 0; i < n; i++) {
+        zero_status s = check_param(e, params[i], fn);
+        if (s != ZERO_OK) return s;
+        if (!params[i]->stack_layers)
+            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                               "%s: param '%s' was not registered with zero_register_stacked", fn, params[i]->name);
+        if (layers[i] >= params[i]->stack_layers)
+            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s(%s): layer %u out of range (the stack has %u)",
+                               fn, params[i]->name, layers[i], params[i]->stack_layers);
+    }
+    return ZERO_OK;
+}
+
+static zero_status gather_slices_impl(zero_engine *e, zero_param *const *params, const uint32_t *layers, size_t n,
+                                      void **ptrs) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!ptrs && n) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_gather_slices: NULL array");
+    zero_status s = check_slices(e, params, layers, n, "zero_gather_slices");
+    if (s != ZERO_OK || !n) return s;
+    const zero_plugin_table *t = e->plugin.table;
+    if (t->gather_slices) {
+        zero_slice_ref *refs = calloc(n, sizeof *refs);
+        if (!refs) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            refs[i].param = &params[i]->info;
+            refs[i].layer = layers[i];
+            refs[i].layers = params[i]->stack_layers;
+        }
+        ZERO_TRACE_GATHER(n, (double)params[0]->info.index);
+        s = t->gather_slices(e->pstate, refs, n, ptrs);
+        free(refs);
+        for (size_t i = 0; s == ZERO_OK && i < n; i++)
+            if (!ptrs[i])
+                s = zero__error(e, ZERO_ERR_PLUGIN_SYMBOL,
+                                "zero_gather_slices: plugin '%s' broke its contract: its gather_slices returned OK "
+                                "but no pointer for slice %u of '%s'",
+                                t->name ? t->name : "?", layers[i], params[i]->name);
+        if (s != ZERO_OK || !e->dev || (t->caps & ZERO_PLUGIN_CAP_GATHER_COMPLETE)) return s;
+        return gathered_order(e);
+    }
+    s = gather_impl(e, params, n, ptrs);
+    for (size_t i = 0; s == ZERO_OK && i < n; i++) {
+        const size_t es = params[i]->info.dtype == ZERO_DTYPE_F32 ? 4 : 2;
+        ptrs[i] = (char *)ptrs[i] + (size_t)layers[i] * params[i]->slice_numel * es;
+    }
+    return s;
+}
+
+static zero_status release_slices_impl(zero_engine *e, zero_param *const *params, const uint32_t *layers,
+                                       size_t n) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    zero_status s = check_slices(e, params, layers, n, "zero_release_slices");
+    if (s != ZERO_OK || !n) return s;
+    const zero_plugin_table *t = e->plugin.table;
+    if (!t->release_slices) return release_impl(e, params, n);
+    ZERO_TRACE_SCOPE("zero_release_slices", "stage3", "params", n, "first_param", (double)params[0]->info.index);
+    if (e->dev && (t->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS)) { /* as release_impl: readers before reuse */
+        s = device_order(e, 1, NULL);
+        if (s != ZERO_OK) return s;
+    }
+    zero_slice_ref *refs = calloc(n, sizeof *refs);
+    if (!refs) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        refs[i].param = &params[i]->info;
+        refs[i].layer = layers[i];
+        refs[i].layers = params[i]->stack_layers;
+    }
+    s = t->release_slices(e->pstate, refs, n);
+    free(refs);
+    return s;
+}
+
 zero_status zero_set_phase(zero_engine *e, const char *phase) {
     if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
     if (!phase || !phase[0] || strlen(phase) > 63)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_set_phase: the phase name must be 1..63 characters");
-    const zero_plugin_table_v2 *t = e->plugin.table;
+    const zero_plugin_table *t = e->plugin.table;
     if (!t) return ZERO_OK; /* "stage": "auto" before zero_params_done: no plugin yet, no gathers to order */
     /* A 1.0 plugin's table ends at destroy: never read past its size. */
     if (!t->set_phase)
@@ -761,6 +840,7 @@ zero_status zero_register_stacked(zero_engine *e, const zero_param_desc *desc, u
     p->slice_seen = seen;
     p->slice_numel = desc->numel / layers;
     p->stack_layers = layers;
+    p->info.stack_layers = layers;
     *out = p;
     return ZERO_OK;
 }
@@ -987,6 +1067,21 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
 zero_status zero_gather(zero_engine *e, zero_param *const *params, size_t n, void **ptrs) {
     zero__span sp = zero__outside_begin();
     zero_status s = gather_impl(e, params, n, ptrs);
+    zero__outside_end(e, sp, ZERO__OUT_FETCH);
+    return s;
+}
+
+zero_status zero_gather_slices(zero_engine *e, zero_param *const *params, const uint32_t *layers, size_t n,
+                               void **ptrs) {
+    zero__span sp = zero__outside_begin();
+    zero_status s = gather_slices_impl(e, params, layers, n, ptrs);
+    zero__outside_end(e, sp, ZERO__OUT_FETCH);
+    return s;
+}
+
+zero_status zero_release_slices(zero_engine *e, zero_param *const *params, const uint32_t *layers, size_t n) {
+    zero__span sp = zero__outside_begin();
+    zero_status s = release_slices_impl(e, params, layers, n);
     zero__outside_end(e, sp, ZERO__OUT_FETCH);
     return s;
 }

@@ -56,7 +56,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 static void make_record(const zero_engine *e, const char *requested, zero_status load_status, const char *load_msg,
                         const char *canon, agree_rec *r) {
     memset(r, 0, sizeof *r); /* the hash covers every byte, padding included */
-    const zero_plugin_table_v2 *t = e->plugin.table;
+    const zero_plugin_table *t = e->plugin.table;
     r->status = load_status;
     r->core_abi = zero_abi_version();
     r->cfg_digest = canon ? fnv(0xcbf29ce484222325ULL, canon, strlen(canon)) : 0;

@@ -84,7 +84,7 @@ static void copy_err(char *err, size_t len, const char *fmt, ...) {
     va_end(ap);
 }
 
-int zero__plan_supported(const zero_plugin_table_v2 *t) {
+int zero__plan_supported(const zero_plugin_table *t) {
     return t && t->plan;
 }
 
@@ -100,7 +100,7 @@ uint64_t *zero__plan_split_count(uint64_t total, uint32_t *n) {
     return v;
 }
 
-zero_status zero__plan_table(const zero_plugin_table_v2 *table, const zero__config *cfg, uint32_t world,
+zero_status zero__plan_table(const zero_plugin_table *table, const zero__config *cfg, uint32_t world,
                              const uint64_t *numels, const int32_t *groups, uint32_t nparams, zero_memory_plan *out,
                              char *err, size_t err_len) {
     if (!zero__plan_supported(table)) {

@@ -20,12 +20,12 @@
  * (groups may be NULL) over `world` ranks under config `cfg` (borrowed; its
  * grad dtypes must already be resolved for this plugin).  Fills *out
  * (struct_size honoured, plugin name set).  Errors go to err. */
-zero_status zero__plan_table(const zero_plugin_table_v2 *table, const zero__config *cfg, uint32_t world,
+zero_status zero__plan_table(const zero_plugin_table *table, const zero__config *cfg, uint32_t world,
                              const uint64_t *numels, const int32_t *groups, uint32_t nparams, zero_memory_plan *out,
                              char *err, size_t err_len);
 
 /* Does this table have a plan entry a 1.2 core may call? */
-int zero__plan_supported(const zero_plugin_table_v2 *table);
+int zero__plan_supported(const zero_plugin_table *table);
 
 /* Bucket staging and ring scratch bytes: plan_buckets.h. */
 

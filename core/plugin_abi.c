@@ -20,8 +20,9 @@
 /* A revision-1 table of 1.0 ends with `destroy`: anything shorter predates
  * the ABI. */
 #define TABLE_V1_0_SIZE (offsetof(zero_plugin_table_v1, destroy) + sizeof(void (*)(void *)))
-/* The first minor of revision 2. */
+/* The first minors of revisions 2 and 3. */
 #define REV2_FIRST_MINOR 6u
+#define REV3_FIRST_MINOR 7u
 
 static void set_err(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void set_err(char *err, size_t len, const char *fmt, ...) {
@@ -49,15 +50,15 @@ static zero_status check_common(const zero_plugin_table_v1 *t, int rev, const ch
                 path, t->abi_major, t->abi_minor, ZERO_PLUGIN_ABI_MAJOR, ZERO_PLUGIN_ABI_MINOR);
         return ZERO_ERR_PLUGIN_ABI;
     }
-    const size_t lo = rev == 1 ? TABLE_V1_0_SIZE : sizeof(zero_plugin_table_v2);
-    const size_t hi = rev == 1 ? sizeof(zero_plugin_table_v1) : sizeof(zero_plugin_table_v2);
-    if (t->struct_size < lo || t->struct_size > hi || (rev == 2 && t->abi_minor < REV2_FIRST_MINOR)) {
+    const size_t lo = rev == 1 ? TABLE_V1_0_SIZE : rev == 2 ? sizeof(zero_plugin_table_v2) : sizeof(zero_plugin_table_v3);
+    const size_t hi = rev == 1 ? sizeof(zero_plugin_table_v1) : lo;
+    const unsigned first = rev == 1 ? 0u : rev == 2 ? REV2_FIRST_MINOR : REV3_FIRST_MINOR;
+    if (t->struct_size < lo || t->struct_size > hi || t->abi_minor < first) {
         set_err(err, len,
                 "plugin %s has a table of %u bytes (zero_plugin_v%d, built for ABI %u.%u), but revision-%d "
                 "tables are %zu..%zu bytes from ABI 1.%u on (corrupt table, or struct_size not set to "
                 "sizeof(zero_plugin_table_v%d))",
-                path, t->struct_size, rev, t->abi_major, t->abi_minor, rev, lo, hi,
-                rev == 1 ? 0u : REV2_FIRST_MINOR, rev);
+                path, t->struct_size, rev, t->abi_major, t->abi_minor, rev, lo, hi, first, rev);
         return ZERO_ERR_PLUGIN_ABI;
     }
     if (!t->name || !t->name[0]) {
@@ -68,7 +69,7 @@ static zero_status check_common(const zero_plugin_table_v1 *t, int rev, const ch
 }
 
 /* Required entries, named in one message. */
-static zero_status check_required(const zero_plugin_table_v2 *t, int has_create, const char *path, char *err,
+static zero_status check_required(const zero_plugin_table_v3 *t, int has_create, const char *path, char *err,
                                   size_t len) {
     const char *missing[6];
     int n = 0;
@@ -87,7 +88,7 @@ static zero_status check_required(const zero_plugin_table_v2 *t, int has_create,
 /* Revision 1 -> the current table.  `create` stays NULL: its services
  * differ, so zero__plugin_create calls the revision-1 entry itself.
  * set_phase (1.1) and plan (1.2) only where the table's size covers them. */
-static void from_v1(const zero_plugin_table_v1 *t, zero_plugin_table_v2 *o) {
+static void from_v1(const zero_plugin_table_v1 *t, zero_plugin_table_v3 *o) {
     memset(o, 0, sizeof *o);
     o->struct_size = sizeof *o;
     o->abi_major = t->abi_major;
@@ -110,10 +111,23 @@ static void from_v1(const zero_plugin_table_v1 *t, zero_plugin_table_v2 *o) {
     if (t->struct_size >= offsetof(zero_plugin_table_v1, plan) + sizeof t->plan) o->plan = t->plan;
 }
 
+/* Revision 2 -> the current table: the same entries, no slice gathers
+ * (the core serves zero_gather_slices through gather).  Revision 3 only
+ * appended to revision 2's layout, and create takes the same services. */
+static void from_v2(const zero_plugin_table_v2 *t, zero_plugin_table_v3 *o) {
+    memset(o, 0, sizeof *o);
+    memcpy(o, t, sizeof *t);
+    o->struct_size = sizeof *o;
+}
+
 zero_status zero__plugin_adopt(void *dl, const char *path, zero__plugin *out, char *err, size_t len) {
     dlerror(); /* clear */
-    const void *sym = dlsym(dl, ZERO_PLUGIN_SYMBOL_V2);
-    int rev = 2;
+    const void *sym = dlsym(dl, ZERO_PLUGIN_SYMBOL_V3);
+    int rev = 3;
+    if (!sym) {
+        sym = dlsym(dl, ZERO_PLUGIN_SYMBOL_V2);
+        rev = 2;
+    }
     if (!sym) {
         sym = dlsym(dl, ZERO_PLUGIN_SYMBOL_V1);
         rev = 1;
@@ -125,19 +139,19 @@ zero_status zero__plugin_adopt(void *dl, const char *path, zero__plugin *out, ch
         snprintf(why, sizeof why, "%s", dl_why ? dl_why : "symbol is NULL");
         /* A revision this library does not know yet: say so rather than "not
          * a plugin", since the fix is different. */
-        for (int r = 3; r <= 9; r++) {
+        for (int r = 4; r <= 9; r++) {
             char name[32];
             snprintf(name, sizeof name, "zero_plugin_v%d", r);
             if (dlsym(dl, name)) {
                 set_err(err, len,
                         "plugin %s was built for a newer libzero plugin ABI (exports %s only); this library "
-                        "implements %d.%d (tables zero_plugin_v1 and zero_plugin_v2): upgrade libzero",
+                        "implements %d.%d (tables zero_plugin_v1 to zero_plugin_v3): upgrade libzero",
                         path, name, ZERO_PLUGIN_ABI_MAJOR, ZERO_PLUGIN_ABI_MINOR);
                 return ZERO_ERR_PLUGIN_ABI;
             }
         }
-        set_err(err, len, "%s is not a libzero plugin: it exports neither %s nor %s (%s)", path,
-                ZERO_PLUGIN_SYMBOL_V2, ZERO_PLUGIN_SYMBOL_V1, why);
+        set_err(err, len, "%s is not a libzero plugin: it exports none of %s, %s, %s (%s)", path,
+                ZERO_PLUGIN_SYMBOL_V3, ZERO_PLUGIN_SYMBOL_V2, ZERO_PLUGIN_SYMBOL_V1, why);
         return ZERO_ERR_PLUGIN_SYMBOL;
     }
     /* Both revisions start with the same six fields. */
@@ -147,20 +161,29 @@ zero_status zero__plugin_adopt(void *dl, const char *path, zero__plugin *out, ch
     out->revision = rev;
     out->v1 = NULL;
     out->adapted = NULL;
-    if (rev == 2) {
-        const zero_plugin_table_v2 *t = sym;
+    if (rev == 3) {
+        const zero_plugin_table_v3 *t = sym;
         if ((s = check_required(t, t->create != NULL, path, err, len)) != ZERO_OK) return s;
         out->table = t;
         return ZERO_OK;
     }
-    const zero_plugin_table_v1 *t1 = sym;
-    zero_plugin_table_v2 *a = malloc(sizeof *a);
+    zero_plugin_table_v3 *a = malloc(sizeof *a);
     if (!a) {
         set_err(err, len, "plugin %s: out of memory adapting its table", path);
         return ZERO_ERR_OUT_OF_MEMORY;
     }
-    from_v1(t1, a);
-    if ((s = check_required(a, t1->create != NULL, path, err, len)) != ZERO_OK) {
+    const zero_plugin_table_v1 *t1 = NULL;
+    int has_create;
+    if (rev == 2) {
+        const zero_plugin_table_v2 *t2 = sym;
+        from_v2(t2, a);
+        has_create = t2->create != NULL;
+    } else {
+        t1 = sym;
+        from_v1(t1, a);
+        has_create = t1->create != NULL;
+    }
+    if ((s = check_required(a, has_create, path, err, len)) != ZERO_OK) {
         free(a);
         return s;
     }

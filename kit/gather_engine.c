@@ -30,7 +30,7 @@ static size_t dtype_size(zero_dtype dt) { return dt == ZERO_DTYPE_F32 ? 4 : 2; }
  * must stop; the caller turns that into a non-error). */
 static zero_status issue(zero_kit_gather *g, zero_kit__gp *p, int demand, size_t horizon) {
     if (p->buf && p->fresh) return ZERO_OK;
-    size_t bytes = (size_t)p->info->numel * g->esize;
+    size_t bytes = (size_t)p->numel * g->esize;
     if (!p->buf) {
         size_t cap = 0;
         void *b = zero_kit__pool_get(g, bytes, demand, horizon, &cap);
@@ -41,10 +41,10 @@ static zero_status issue(zero_kit_gather *g, zero_kit__gp *p, int demand, size_t
                           : ZERO_ERR_OUT_OF_MEMORY;
         p->buf = b;
         p->buf_cap = cap;
-        g->live_hash += zero_kit__live_term(p->info->index);
+        g->live_hash += zero_kit__live_term(p->unit);
     }
     zero_comm_req *req = NULL;
-    zero_status st = g->spec.ops.fetch(g->spec.ctx, p->info->index, p->buf, &req);
+    zero_status st = g->spec.ops.fetch(g->spec.ctx, p->unit, p->buf, &req);
     if (st != ZERO_OK) return st;
     p->req = req;
     p->landing = 1;
@@ -67,8 +67,8 @@ static int prefetch_wanted(const zero_kit_gather *g) {
     for (size_t k = g->pos, w = 0; k < t->len && w < ZERO_KIT__PREFETCH_WALK; k++, w++) {
         const zero_kit__gp *p = &g->params[t->idx[k]];
         if (p->buf && p->fresh) continue;
-        if (g->prefetch_outstanding + p->info->numel > g->prefetch_numel) return 0;
-        return p->buf || zero_kit__pool_could_get(g, (size_t)p->info->numel * g->esize, k);
+        if (g->prefetch_outstanding + p->numel > g->prefetch_numel) return 0;
+        return p->buf || zero_kit__pool_could_get(g, (size_t)p->numel * g->esize, k);
     }
     return 0;
 }
@@ -91,7 +91,7 @@ static zero_status prefetch_walk(zero_kit_gather *g) {
     for (size_t k = g->pos; k < t->len && walked < ZERO_KIT__PREFETCH_WALK; k++, walked++) {
         zero_kit__gp *p = &g->params[t->idx[k]];
         if (p->buf && p->fresh) continue;
-        uint64_t numel = p->info->numel;
+        uint64_t numel = p->numel;
         if (g->prefetch_outstanding + numel > g->prefetch_numel) break;
         zero_status st = issue(g, p, 0, k);
         if (st == ZERO_ERR_OUT_OF_MEMORY) break; /* the budget is reached: try again at the next gather */
@@ -112,7 +112,7 @@ static zero_status prefetch(zero_kit_gather *g) {
 static void unmark_prefetched(zero_kit_gather *g, zero_kit__gp *p) {
     if (!p->prefetched) return;
     p->prefetched = 0;
-    g->prefetch_outstanding -= p->info->numel;
+    g->prefetch_outstanding -= p->numel;
 }
 
 static void after_issue(zero_kit_gather *g) {
@@ -160,13 +160,13 @@ static zero_status diverge(zero_kit_gather *g, uint32_t got) {
 
 /* ---- the host's calls ---------------------------------------------------- */
 
-zero_status zero_kit_gather_get(zero_kit_gather *g, zero_param_info *const *params, size_t n, void **ptrs) {
+static zero_status get_units(zero_kit_gather *g, const uint32_t *units, size_t n, void **ptrs) {
     if (!n) return ZERO_OK;
     zero_status st = ZERO_OK;
     /* Local bookkeeping first (no communication): record, follow the trace.
      * Leaving the trace only completes prefetches every rank issued. */
     for (size_t i = 0; i < n; i++) {
-        uint32_t idx = params[i]->index;
+        uint32_t idx = units[i];
         if (zero_kit__trace_push(&g->record, idx) != 0)
             return g->svc->error(g->c, ZERO_ERR_OUT_OF_MEMORY, "%s: out of memory recording the gather order",
                                  g->spec.who);
@@ -181,7 +181,7 @@ zero_status zero_kit_gather_get(zero_kit_gather *g, zero_param_info *const *para
     /* Consume prefetches first, so that the budget they free is available
      * to this call's own prefetch decision. */
     for (size_t i = 0; i < n; i++) {
-        zero_kit__gp *p = &g->params[params[i]->index];
+        zero_kit__gp *p = &g->params[units[i]];
         g->n_gathers++;
         if (p->prefetched) g->n_prefetched++;
         else if (p->buf && p->fresh) g->n_resident++;
@@ -191,32 +191,32 @@ zero_status zero_kit_gather_get(zero_kit_gather *g, zero_param_info *const *para
     /* Agree before any collective; a call that needs none defers it. */
     int need = prefetch_wanted(g);
     for (size_t i = 0; i < n && !need; i++) {
-        const zero_kit__gp *p = &g->params[params[i]->index];
+        const zero_kit__gp *p = &g->params[units[i]];
         need = !(p->buf && p->fresh);
     }
     if (need && (st = zero_kit__agree(g, "zero_gather")) != ZERO_OK) return st;
     /* Hold first: a later on-demand issue in this call may evict kept
      * buffers, and must not evict one the host is about to receive. */
     for (size_t i = 0; i < n; i++) {
-        zero_kit__gp *p = &g->params[params[i]->index];
+        zero_kit__gp *p = &g->params[units[i]];
         p->holds++;
         p->kept = 0; /* in use again: no longer evictable */
     }
     /* the on-demand fetches and the prefetch behind them: one launch */
     if (need) st = group_open(g);
     int grouped = need && st == ZERO_OK;
-    for (size_t i = 0; i < n && st == ZERO_OK; i++) st = issue(g, &g->params[params[i]->index], 1, 0);
+    for (size_t i = 0; i < n && st == ZERO_OK; i++) st = issue(g, &g->params[units[i]], 1, 0);
     if (st == ZERO_OK && g->on_track && g->prefetch_numel) st = prefetch(g);
     if (grouped) st = group_close(g, st);
     if (st == ZERO_OK) after_issue(g); /* e.g. the next pieces of an NVMe window, while the host computes */
     for (size_t i = 0; i < n; i++) {
-        zero_kit__gp *p = &g->params[params[i]->index];
+        zero_kit__gp *p = &g->params[units[i]];
         zero_status w = zero_kit__finish_fetch(g, p);
         if (st == ZERO_OK) st = w;
         ptrs[i] = p->buf;
     }
     if (st != ZERO_OK)
-        for (size_t i = 0; i < n; i++) g->params[params[i]->index].holds--;
+        for (size_t i = 0; i < n; i++) g->params[units[i]].holds--;
     return st;
 }
 
@@ -232,17 +232,108 @@ static int keep_for_reuse(const zero_kit_gather *g, const zero_kit__gp *p) {
     return between <= g->max_reuse;
 }
 
-zero_status zero_kit_gather_release(zero_kit_gather *g, zero_param_info *const *params, size_t n) {
+static zero_status release_units(zero_kit_gather *g, const uint32_t *units, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        zero_kit__gp *p = &g->params[params[i]->index];
+        zero_kit__gp *p = &g->params[units[i]];
         if (p->holds <= 0)
-            return g->svc->error(g->c, ZERO_ERR_STATE, "zero_release('%s') without a matching zero_gather",
-                                 p->info->name);
+            return p->layer == UINT32_MAX
+                       ? g->svc->error(g->c, ZERO_ERR_STATE, "zero_release('%s') without a matching zero_gather",
+                                       p->info->name)
+                       : g->svc->error(g->c, ZERO_ERR_STATE,
+                                       "zero_release_slices('%s', layer %u) without a matching zero_gather_slices",
+                                       p->info->name, p->layer);
         if (--p->holds > 0 || p->persistent) continue;
         if (keep_for_reuse(g, p) && zero_kit__keep(g, p) == 0) continue;
         zero_kit__drop_buffer(g, p);
     }
     return ZERO_OK;
+}
+
+/* The host's units: a whole param is its own unit; a slice is its slice
+ * unit, or -- when the stack is persistent or an alias (gathered for good)
+ * -- the whole param's unit with the slice's offset.  units[] is the
+ * caller's (n entries); off[] gets the element offset to add (or NULL). */
+static zero_status slice_units(zero_kit_gather *g, const zero_slice_ref *refs, size_t n, uint32_t *units,
+                               uint64_t *off) {
+    for (size_t i = 0; i < n; i++) {
+        const zero_param_info *info = refs[i].param;
+        uint32_t base = info->index < g->nwhole ? g->slice_base[info->index] : UINT32_MAX;
+        if (base == UINT32_MAX || refs[i].layer >= info->stack_layers)
+            return g->svc->error(g->c, ZERO_ERR_INVALID_ARGUMENT, "%s: '%s' has no slice %u", g->spec.who,
+                                 info->name, refs[i].layer);
+        const zero_kit__gp *whole = &g->params[info->index];
+        const zero_kit__gp *p = &g->params[base + refs[i].layer];
+        const int via_whole = whole->persistent || whole->alias;
+        units[i] = via_whole ? info->index : p->unit;
+        if (off) off[i] = via_whole ? p->offset : 0;
+    }
+    return ZERO_OK;
+}
+
+static zero_status with_units(zero_kit_gather *g, size_t n, uint32_t **units, uint64_t **off) {
+    *units = malloc(n * sizeof **units);
+    if (off) *off = malloc(n * sizeof **off);
+    if (*units && (!off || *off)) return ZERO_OK;
+    free(*units);
+    if (off) free(*off);
+    return g->svc->error(g->c, ZERO_ERR_OUT_OF_MEMORY, "%s: out of memory", g->spec.who);
+}
+
+zero_status zero_kit_gather_get(zero_kit_gather *g, zero_param_info *const *params, size_t n, void **ptrs) {
+    if (!n) return ZERO_OK;
+    uint32_t *units;
+    zero_status st = with_units(g, n, &units, NULL);
+    if (st != ZERO_OK) return st;
+    for (size_t i = 0; i < n; i++) units[i] = params[i]->index;
+    st = get_units(g, units, n, ptrs);
+    free(units);
+    return st;
+}
+
+zero_status zero_kit_gather_release(zero_kit_gather *g, zero_param_info *const *params, size_t n) {
+    if (!n) return ZERO_OK;
+    uint32_t *units;
+    zero_status st = with_units(g, n, &units, NULL);
+    if (st != ZERO_OK) return st;
+    for (size_t i = 0; i < n; i++) units[i] = params[i]->index;
+    st = release_units(g, units, n);
+    free(units);
+    return st;
+}
+
+zero_status zero_kit_gather_get_slices(zero_kit_gather *g, const zero_slice_ref *refs, size_t n, void **ptrs) {
+    if (!n) return ZERO_OK;
+    uint32_t *units;
+    uint64_t *off;
+    zero_status st = with_units(g, n, &units, &off);
+    if (st != ZERO_OK) return st;
+    st = slice_units(g, refs, n, units, off);
+    if (st == ZERO_OK) st = get_units(g, units, n, ptrs);
+    for (size_t i = 0; st == ZERO_OK && i < n; i++) ptrs[i] = (char *)ptrs[i] + (size_t)off[i] * g->esize;
+    free(units);
+    free(off);
+    return st;
+}
+
+zero_status zero_kit_gather_release_slices(zero_kit_gather *g, const zero_slice_ref *refs, size_t n) {
+    if (!n) return ZERO_OK;
+    uint32_t *units;
+    zero_status st = with_units(g, n, &units, NULL);
+    if (st != ZERO_OK) return st;
+    st = slice_units(g, refs, n, units, NULL);
+    if (st == ZERO_OK) st = release_units(g, units, n);
+    free(units);
+    return st;
+}
+
+int zero_kit_gather_unit(const zero_kit_gather *g, uint32_t unit, uint32_t *param, uint32_t *layer,
+                         uint64_t *offset, uint64_t *numel) {
+    const zero_kit__gp *p = &g->params[unit];
+    if (param) *param = p->info->index;
+    if (layer) *layer = p->layer;
+    if (offset) *offset = p->offset;
+    if (numel) *numel = p->numel;
+    return p->layer != UINT32_MAX;
 }
 
 zero_status zero_kit_gather_wait_all(zero_kit_gather *g) {
@@ -382,6 +473,7 @@ size_t zero_kit_gather_upcoming(const zero_kit_gather *g, uint32_t *idx, size_t 
     for (size_t k = g->pos, w = 0; k < t->len && w < max && n < max; k++, w++) {
         const zero_kit__gp *p = &g->params[t->idx[k]];
         if (p->buf && p->fresh) continue;
+        if (t->idx[k] >= g->nwhole) continue; /* slices: fetched from the shard (no window) */
         idx[n++] = t->idx[k];
     }
     return n;
@@ -458,10 +550,16 @@ void zero_kit_gather_spec_from_config(const zero_services *svc, zero_dtype dtype
  * exceed the budget: they are admitted within it.) */
 static void note_largest(zero_kit_gather *g) {
     uint32_t largest = 0;
-    for (uint32_t i = 1; i < g->nparams; i++)
-        if (g->params[i].info->numel > g->params[largest].info->numel) largest = i;
-    if (!g->spec.gathers_world || !g->nparams || g->params[largest].info->numel * g->esize <= g->pool.limit) return;
-    const unsigned long long big = (unsigned long long)g->params[largest].info->numel;
+    /* a stacked param counts by its slice: a host that stacks gathers layer
+     * by layer (one that gathers the whole stack over the limit is warned by
+     * the pool when it does) */
+#define UNIT_NUMEL(i) (g->params[i].info->stack_layers ? g->params[i].numel / g->params[i].info->stack_layers \
+                                                       : g->params[i].numel)
+    for (uint32_t i = 1; i < g->nwhole; i++)
+        if (UNIT_NUMEL(i) > UNIT_NUMEL(largest)) largest = i;
+    if (!g->spec.gathers_world || !g->nwhole || UNIT_NUMEL(largest) * g->esize <= g->pool.limit) return;
+    const unsigned long long big = (unsigned long long)UNIT_NUMEL(largest);
+#undef UNIT_NUMEL
     if (big * g->esize > g->pool.user_limit) {
         g->pool.warned_over = 1;
         g->svc->log(g->c, ZERO_LOG_WARN,
@@ -532,8 +630,18 @@ zero_status zero_kit_gather_create(const zero_services *svc, const zero_kit_gath
     g->pool.limit = spec->limit_bytes < spec->cap_bytes ? spec->limit_bytes : spec->cap_bytes;
     g->pool.user_limit = spec->user_limit_bytes;
     if (g->prefetch_numel * g->esize > g->pool.limit) g->prefetch_numel = g->pool.limit / g->esize;
-    g->nparams = svc->nparams(g->c);
-    g->params = calloc(g->nparams ? g->nparams : 1, sizeof *g->params);
+    g->nwhole = svc->nparams(g->c);
+    g->slice_base = malloc((g->nwhole ? g->nwhole : 1) * sizeof *g->slice_base);
+    uint64_t nunits = g->nwhole;
+    for (uint32_t i = 0; g->slice_base && i < g->nwhole; i++) {
+        const zero_param_info *info = svc->param(g->c, i);
+        g->slice_base[i] = info->stack_layers ? (uint32_t)nunits : UINT32_MAX;
+        nunits += info->stack_layers;
+    }
+    if (nunits > UINT32_MAX - 1) nunits = 0; /* cannot happen with real models; fails below */
+    g->nparams = (uint32_t)nunits;
+    g->params = g->slice_base && nunits ? calloc(nunits, sizeof *g->params) : NULL;
+    if (!g->nwhole && g->slice_base) g->params = calloc(1, sizeof *g->params);
     /* phase 0 is "train", the phase every engine starts in */
     g->phases = calloc(ZERO_KIT__MAX_PHASES, sizeof *g->phases);
     if (!g->params || !g->phases) {
@@ -542,12 +650,24 @@ zero_status zero_kit_gather_create(const zero_services *svc, const zero_kit_gath
     }
     strcpy(g->phases[0].name, "train");
     g->nphases = 1;
-    for (uint32_t i = 0; i < g->nparams; i++) {
-        g->params[i].info = svc->param(g->c, i);
-        const uint64_t b = g->params[i].info->numel * (uint64_t)g->esize;
+    for (uint32_t i = 0; i < g->nwhole; i++) {
+        zero_kit__gp *p = &g->params[i];
+        p->info = svc->param(g->c, i);
+        p->numel = p->info->numel;
+        p->unit = i;
+        p->layer = UINT32_MAX;
+        const uint64_t b = p->numel * (uint64_t)g->esize;
         if (b > g->largest_bytes) g->largest_bytes = b;
+        for (uint32_t l = 0; l < p->info->stack_layers; l++) { /* the slices: never persistent */
+            zero_kit__gp *q = &g->params[g->slice_base[i] + l];
+            q->info = p->info;
+            q->numel = p->info->numel / p->info->stack_layers;
+            q->offset = (uint64_t)l * q->numel;
+            q->unit = g->slice_base[i] + l;
+            q->layer = l;
+        }
     }
-    for (uint32_t i = 0; i < g->nparams; i++) {
+    for (uint32_t i = 0; i < g->nwhole; i++) {
         zero_status st = setup_param(g, i);
         if (st != ZERO_OK) {
             zero_kit_gather_destroy(g);
@@ -579,5 +699,6 @@ void zero_kit_gather_destroy(zero_kit_gather *g) {
     zero_kit__trace_free(&g->record);
     zero_kit__phases_free(g);
     free(g->params);
+    free(g->slice_base);
     free(g);
 }

@@ -21,8 +21,15 @@
 #define ZERO_KIT__PREFETCH_WALK 1024
 
 /* Per-param state.  Owned by the engine, create to destroy. */
+/* A unit is what one fetch assembles: a whole param (units 0..nwhole, the
+ * param's index) or (1.7) one slice of a stacked param (units nwhole..,
+ * stack_layers per stacked param, in registration order). */
 typedef struct zero_kit__gp {
-    const zero_param_info *info;
+    const zero_param_info *info; /* the param (a slice's stacked param) */
+    uint64_t numel;        /* elements of the unit: info->numel, or a slice's */
+    uint64_t offset;       /* where the unit starts in the param (elements): 0, or layer * numel */
+    uint32_t unit;         /* its index in g->params */
+    uint32_t layer;        /* a slice's layer; UINT32_MAX for a whole param */
     void *buf;             /* full-tensor buffer, or NULL (released) */
     size_t buf_cap;        /* bytes of buf */
     zero_comm_req *req;    /* in-flight fetch into buf, or NULL */
@@ -74,8 +81,10 @@ struct zero_kit_gather {
     zero_kit_gather_spec spec;
     int rank, nranks;      /* in spec.comm */
     size_t esize;
-    zero_kit__gp *params;
-    uint32_t nparams;
+    zero_kit__gp *params;  /* every unit */
+    uint32_t nparams;      /* units: whole params, then slices */
+    uint32_t nwhole;       /* registered params (svc->nparams) */
+    uint32_t *slice_base;  /* per param: its first slice unit, or UINT32_MAX when not stacked */
     zero_kit__pool pool;
 
     zero_kit__trace trace;  /* the recorded order prefetch follows */

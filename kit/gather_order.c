@@ -40,7 +40,7 @@ int zero_kit__trace_finish(zero_kit__trace *t, const zero_kit__gp *params, uint3
         last[t->idx[k]] = (int64_t)k;
     }
     t->prefix[0] = 0;
-    for (size_t k = 0; k < t->len; k++) t->prefix[k + 1] = t->prefix[k] + params[t->idx[k]].info->numel;
+    for (size_t k = 0; k < t->len; k++) t->prefix[k + 1] = t->prefix[k] + params[t->idx[k]].numel;
     free(last);
     t->valid = 1;
     return 0;

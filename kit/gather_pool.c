@@ -61,7 +61,7 @@ zero_status zero_kit__finish_fetch(zero_kit_gather *g, zero_kit__gp *p) {
     if (p->landing) {
         p->landing = 0;
         if (g->spec.ops.landed) {
-            zero_status l = g->spec.ops.landed(g->spec.ctx, p->info->index, p->buf, st);
+            zero_status l = g->spec.ops.landed(g->spec.ctx, p->unit, p->buf, st);
             if (st == ZERO_OK) st = l;
         }
     }
@@ -72,9 +72,9 @@ void zero_kit__drop_buffer(zero_kit_gather *g, zero_kit__gp *p) {
     if (!p->buf || p->persistent) return;
     zero_kit__finish_fetch(g, p); /* never hand back memory a collective still writes */
     p->kept = 0;
-    if (g->spec.ops.dropped) g->spec.ops.dropped(g->spec.ctx, p->info->index, p->buf);
+    if (g->spec.ops.dropped) g->spec.ops.dropped(g->spec.ctx, p->unit, p->buf);
     zero_kit__pool_put(g, p->buf, p->buf_cap);
-    g->live_hash -= zero_kit__live_term(p->info->index);
+    g->live_hash -= zero_kit__live_term(p->unit);
     p->buf = NULL;
     p->buf_cap = 0;
     p->fresh = 0;
@@ -105,7 +105,7 @@ int zero_kit__keep(zero_kit_gather *g, zero_kit__gp *p) {
         g->kept = nk;
         g->kept_cap = nc;
     }
-    g->kept[g->n_kept++] = p->info->index;
+    g->kept[g->n_kept++] = p->unit;
     p->kept = p->listed = 1;
     return 0;
 }

@@ -59,6 +59,9 @@ extern "C" {
 typedef struct zero_kit_gather zero_kit_gather;
 
 /* How the strategy assembles full tensors.  `ctx` is the spec's ctx. */
+/* Every op's `idx` is a unit: a param's index (< svc->nparams), or (1.7)
+ * one slice of a stacked param, a unit past them -- only for a strategy
+ * that calls zero_kit_gather_get_slices; zero_kit_gather_unit says which. */
 typedef struct zero_kit_gather_ops {
     /* Required.  Start assembling param `idx`'s full tensor (numel elements
      * of the spec's dtype) into `buf`, a buffer the engine owns (device
@@ -163,6 +166,23 @@ zero_status zero_kit_gather_get(zero_kit_gather *g, zero_param_info *const *para
  * persistent or reused within the reuse distance, else returns it to the
  * pool.  Never communicates.  ZERO_ERR_STATE without a matching gather. */
 zero_status zero_kit_gather_release(zero_kit_gather *g, zero_param_info *const *params, size_t n);
+/* (1.7) The table's gather_slices / release_slices: slices of stacked
+ * params (zero_param_info.stack_layers) as units of their own -- a stacked
+ * param with L layers has L slice units next to its whole-param unit,
+ * recorded in the same per-phase order, prefetched, kept by reuse
+ * distance, pooled and budgeted like params (never persistent).  A stack
+ * that is persistent or an alias serves its slices from its full tensor
+ * instead (no fetch).  ptrs[i]: the slice's numel / layers elements,
+ * engine-owned, valid like zero_kit_gather_get's.  A ref to a non-stacked
+ * param or a layer out of range is ZERO_ERR_INVALID_ARGUMENT. */
+zero_status zero_kit_gather_get_slices(zero_kit_gather *g, const zero_slice_ref *refs, size_t n, void **ptrs);
+zero_status zero_kit_gather_release_slices(zero_kit_gather *g, const zero_slice_ref *refs, size_t n);
+/* (1.7) What unit `unit` (the idx every op receives) is: returns 0 for a
+ * whole param (*param = unit, *layer = UINT32_MAX, *offset 0, *numel the
+ * param's), 1 for a slice (its param, layer, offset in the param and numel,
+ * all in elements).  Any out pointer may be NULL.  Pure. */
+int zero_kit_gather_unit(const zero_kit_gather *g, uint32_t unit, uint32_t *param, uint32_t *layer,
+                         uint64_t *offset, uint64_t *numel);
 /* The table's set_phase: verify what the phase being left gathered (one
  * agreement: collective), settle, park its order and follow `phase`'s
  * (recorded afresh the first time).  ZERO_ERR_STATE while a param is held;

@@ -28,7 +28,7 @@ ADAPTER = {"core/plugin_abi.c", "core/plugin_abi.h"}
 FILLS_TABLE = {"core/services.c"}
 
 SVC_CALL = re.compile(r"\b(?:e|b->e|eng|engine)->svc\.\w+\s*\(|\bsvc_v1\.\w+\s*\(")
-REVISION = re.compile(r"\bZERO_SERVICES_HAS\b|\bzero_services_v1\b|\bzero_plugin_table_v1\b")
+REVISION = re.compile(r"\bZERO_SERVICES_HAS\b|\bzero_services_v1\b|\bzero_plugin_table_v[12]\b")
 STRUCT_SIZE = re.compile(r"\b(spec|ps|r|q|t|table)->struct_size\b")
 
 

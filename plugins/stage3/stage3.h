@@ -45,6 +45,11 @@ typedef struct zero__s3_param {
     void *grad_tmp;        /* contiguous_gradients off: per-param gradient temporary */
 } zero__s3_param;
 
+typedef struct zero__s3_slice {
+    size_t *counts;        /* world entries, NULL until the slice's first fetch */
+    uint64_t part_lo;      /* this rank's piece in the shard (valid if counts[rank] > 0) */
+} zero__s3_slice;
+
 typedef struct zero__s3 {
     const zero_services *svc;
     zero_core *c;
@@ -77,6 +82,11 @@ typedef struct zero__s3 {
     zero_kit_gather *gather; /* the kit's gather engine over gcomm (stage3_gather.c): order, prefetch, reuse,
                                 persistence, pool and budget */
     int poison;            /* Debug builds / ZERO_DEBUG_POISON: released gather buffers are filled with NaN */
+    /* (1.7) slices of stacked params, by gather unit - nparams (stage3_gather.c): each rank's
+     * piece of the slice (all-gather counts) and where this rank's starts in the shard; made at
+     * the slice's first fetch, freed by zero__s3_gather_free */
+    zero__s3_slice *slices;
+    uint32_t nslices;
 
     /* offload (stage3_tiers.h): zero_optimization.stage 3 with
      * offload_optimizer / offload_param */
@@ -98,6 +108,13 @@ zero_status zero__s3_gather_setup(zero__s3 *s);
 zero_status zero__s3_gather(void *state, zero_param_info *const *params, size_t n, void **ptrs);
 zero_status zero__s3_release(void *state, zero_param_info *const *params, size_t n);
 zero_status zero__s3_set_phase(void *state, const char *phase);
+/* (1.7) The table's gather_slices / release_slices: slice units of the
+ * engine, fetched as all-gathers of each rank's part of the slice's flat
+ * range (offload_param nvme: through the whole param's gather). */
+zero_status zero__s3_gather_slices(void *state, const zero_slice_ref *refs, size_t n, void **ptrs);
+zero_status zero__s3_release_slices(void *state, const zero_slice_ref *refs, size_t n);
+/* Free what the slice fetches made (destroy, after the engine's). */
+void zero__s3_gather_free(zero__s3 *s);
 
 /* ---- step (stage3_step.c) ---------------------------------------------- */
 zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep);

@@ -11,12 +11,47 @@
  * param's full tensor is its place in the shard (an alias).
  * Engine thread only (stage3.h). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "stage3.h"
 #include "stage3_tiers.h"
 
+/* A slice unit's all-gather: each rank's intersection with the slice's
+ * flat range [flat_offset + offset, + numel), in rank order (the pieces
+ * land concatenated as the slice).  Counts made at the first fetch. */
+static zero_status fetch_slice(zero__s3 *s, uint32_t idx, void *buf, zero_comm_req **req) {
+    uint32_t param, layer;
+    uint64_t offset, numel;
+    zero_kit_gather_unit(s->gather, idx, &param, &layer, &offset, &numel);
+    const uint32_t k = idx - s->nparams;
+    if (k >= s->nslices) {
+        zero__s3_slice *a = realloc(s->slices, (size_t)(k + 1) * sizeof *a);
+        if (!a) return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");
+        memset(a + s->nslices, 0, (size_t)(k + 1 - s->nslices) * sizeof *a);
+        s->slices = a;
+        s->nslices = k + 1;
+    }
+    zero__s3_slice *sl = &s->slices[k];
+    if (!sl->counts) {
+        if (!(sl->counts = calloc((size_t)s->nranks, sizeof *sl->counts)))
+            return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");
+        const uint64_t lo = s->params[param].info->flat_offset + offset, hi = lo + numel;
+        for (int r = 0; r < s->nranks; r++) {
+            zero_owned_range o;
+            if (!numel || s->svc->owned_ranges(s->c, (uint32_t)r, lo, hi, &o, 1) == 0) continue;
+            sl->counts[r] = (size_t)(o.flat_hi - o.flat_lo);
+            if (r == s->rank) sl->part_lo = o.part_lo;
+        }
+    }
+    const char *send = (const char *)s->shard + (size_t)sl->part_lo * s->esize;
+    zero_status st = s->svc->iallgatherv(s->gcomm, send, buf, sl->counts, s->dtype, req);
+    if (st != ZERO_OK) *req = NULL;
+    return st;
+}
+
 static zero_status fetch(void *ctx, uint32_t idx, void *buf, zero_comm_req **req) {
     zero__s3 *s = ctx;
+    if (idx >= s->nparams) return fetch_slice(s, idx, buf, req); /* never with offload_param nvme */
     zero__s3_param *p = &s->params[idx];
     const char *send = (const char *)s->shard + (size_t)p->part_lo * s->esize;
     int slot = -1;
@@ -83,4 +118,47 @@ zero_status zero__s3_set_phase(void *state, const char *phase) {
     zero__s3 *s = state;
     if (!s->gather) return s->svc->error(s->c, ZERO_ERR_STATE, "zero_set_phase before zero_params_done");
     return zero_kit_gather_set_phase(s->gather, phase);
+}
+
+/* offload_param nvme reads whole params' pieces through its window: slices
+ * there are served from the whole param's gather (the core's fallback,
+ * done here since the table entry exists). */
+static zero_status whole_of(zero__s3 *s, const zero_slice_ref *refs, size_t n, zero_param_info ***out) {
+    *out = malloc(n * sizeof **out);
+    if (!*out) return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");
+    for (size_t i = 0; i < n; i++) (*out)[i] = refs[i].param;
+    return ZERO_OK;
+}
+
+zero_status zero__s3_gather_slices(void *state, const zero_slice_ref *refs, size_t n, void **ptrs) {
+    zero__s3 *s = state;
+    if (!n) return ZERO_OK;
+    if ((!s->shard && !s->off_param_nvme && s->L->part_numel) || !s->gather)
+        return s->svc->error(s->c, ZERO_ERR_STATE, "stage3: zero_gather_slices before the model state exists");
+    if (!s->off_param_nvme) return zero_kit_gather_get_slices(s->gather, refs, n, ptrs);
+    zero_param_info **whole;
+    zero_status st = whole_of(s, refs, n, &whole);
+    if (st == ZERO_OK) st = zero_kit_gather_get(s->gather, whole, n, ptrs);
+    for (size_t i = 0; st == ZERO_OK && i < n; i++)
+        ptrs[i] = (char *)ptrs[i] + (size_t)refs[i].layer * (refs[i].param->numel / refs[i].layers) * s->esize;
+    free(whole);
+    return st;
+}
+
+zero_status zero__s3_release_slices(void *state, const zero_slice_ref *refs, size_t n) {
+    zero__s3 *s = state;
+    if (!n) return ZERO_OK;
+    if (!s->off_param_nvme) return zero_kit_gather_release_slices(s->gather, refs, n);
+    zero_param_info **whole;
+    zero_status st = whole_of(s, refs, n, &whole);
+    if (st == ZERO_OK) st = zero_kit_gather_release(s->gather, whole, n);
+    free(whole);
+    return st;
+}
+
+void zero__s3_gather_free(zero__s3 *s) {
+    for (uint32_t k = 0; k < s->nslices; k++) free(s->slices[k].counts);
+    free(s->slices);
+    s->slices = NULL;
+    s->nslices = 0;
 }

@@ -264,6 +264,7 @@ static void s3_destroy(void *state) {
     const zero_services *svc = s->svc;
     zero_kit_gather_destroy(s->gather); /* waits for its all-gathers, logs how gathers were served */
     s->gather = NULL;                   /* the NVMe window (zero__s3_off_free) must not ask it any more */
+    zero__s3_gather_free(s);
     if (s->b) svc->buckets_destroy(s->b);
     if (s->gcomm) svc->comm_free(s->gcomm);
     for (uint32_t i = 0; s->params && i < s->nparams; i++) {
@@ -295,6 +296,8 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .params_done = s3_params_done,
     .gather = zero__s3_gather,
     .release = zero__s3_release,
+    .gather_slices = zero__s3_gather_slices,
+    .release_slices = zero__s3_release_slices,
     .grad_buffer = s3_grad_buffer,
     .on_grad_ready = s3_on_grad_ready,
     .step = zero__s3_step,

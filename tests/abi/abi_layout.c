@@ -216,7 +216,8 @@ _Static_assert(offsetof(zero_run_config, reduce_once_per_window) == 264, "offset
 _Static_assert(offsetof(zero_run_config, reserved3) == 268, "offsetof(zero_run_config, reserved3)");
 
 /* zero_param_info */
-_Static_assert(sizeof(zero_param_info) == 80, "sizeof(zero_param_info)");
+_Static_assert(sizeof(zero_param_info) == 88, "sizeof(zero_param_info)"); /* 1.7: + stack_layers */
+_Static_assert(offsetof(zero_param_info, stack_layers) == 80, "offsetof(zero_param_info, stack_layers)");
 _Static_assert(offsetof(zero_param_info, struct_size) == 0, "offsetof(zero_param_info, struct_size)");
 _Static_assert(offsetof(zero_param_info, index) == 4, "offsetof(zero_param_info, index)");
 _Static_assert(offsetof(zero_param_info, name) == 8, "offsetof(zero_param_info, name)");
@@ -456,6 +457,36 @@ _Static_assert(offsetof(zero_plugin_table_v2, step) == 112, "offsetof(zero_plugi
 _Static_assert(offsetof(zero_plugin_table_v2, save) == 120, "offsetof(zero_plugin_table_v2, save)");
 _Static_assert(offsetof(zero_plugin_table_v2, load) == 128, "offsetof(zero_plugin_table_v2, load)");
 _Static_assert(offsetof(zero_plugin_table_v2, plan) == 136, "offsetof(zero_plugin_table_v2, plan)");
+
+/* zero_plugin_table_v3 */
+_Static_assert(sizeof(zero_plugin_table_v3) == 160, "sizeof(zero_plugin_table_v3)");
+_Static_assert(offsetof(zero_plugin_table_v3, struct_size) == 0, "offsetof(zero_plugin_table_v3, struct_size)");
+_Static_assert(offsetof(zero_plugin_table_v3, abi_major) == 4, "offsetof(zero_plugin_table_v3, abi_major)");
+_Static_assert(offsetof(zero_plugin_table_v3, abi_minor) == 8, "offsetof(zero_plugin_table_v3, abi_minor)");
+_Static_assert(offsetof(zero_plugin_table_v3, caps) == 12, "offsetof(zero_plugin_table_v3, caps)");
+_Static_assert(offsetof(zero_plugin_table_v3, name) == 16, "offsetof(zero_plugin_table_v3, name)");
+_Static_assert(offsetof(zero_plugin_table_v3, description) == 24, "offsetof(zero_plugin_table_v3, description)");
+_Static_assert(offsetof(zero_plugin_table_v3, create) == 32, "offsetof(zero_plugin_table_v3, create)");
+_Static_assert(offsetof(zero_plugin_table_v3, destroy) == 40, "offsetof(zero_plugin_table_v3, destroy)");
+_Static_assert(offsetof(zero_plugin_table_v3, sync) == 48, "offsetof(zero_plugin_table_v3, sync)");
+_Static_assert(offsetof(zero_plugin_table_v3, register_param) == 56, "offsetof(zero_plugin_table_v3, register_param)");
+_Static_assert(offsetof(zero_plugin_table_v3, params_done) == 64, "offsetof(zero_plugin_table_v3, params_done)");
+_Static_assert(offsetof(zero_plugin_table_v3, set_phase) == 72, "offsetof(zero_plugin_table_v3, set_phase)");
+_Static_assert(offsetof(zero_plugin_table_v3, gather) == 80, "offsetof(zero_plugin_table_v3, gather)");
+_Static_assert(offsetof(zero_plugin_table_v3, release) == 88, "offsetof(zero_plugin_table_v3, release)");
+_Static_assert(offsetof(zero_plugin_table_v3, grad_buffer) == 96, "offsetof(zero_plugin_table_v3, grad_buffer)");
+_Static_assert(offsetof(zero_plugin_table_v3, on_grad_ready) == 104, "offsetof(zero_plugin_table_v3, on_grad_ready)");
+_Static_assert(offsetof(zero_plugin_table_v3, step) == 112, "offsetof(zero_plugin_table_v3, step)");
+_Static_assert(offsetof(zero_plugin_table_v3, save) == 120, "offsetof(zero_plugin_table_v3, save)");
+_Static_assert(offsetof(zero_plugin_table_v3, load) == 128, "offsetof(zero_plugin_table_v3, load)");
+_Static_assert(offsetof(zero_plugin_table_v3, plan) == 136, "offsetof(zero_plugin_table_v3, plan)");
+_Static_assert(offsetof(zero_plugin_table_v3, gather_slices) == 144, "offsetof(zero_plugin_table_v3, gather_slices)");
+_Static_assert(offsetof(zero_plugin_table_v3, release_slices) == 152, "offsetof(zero_plugin_table_v3, release_slices)");
+
+/* zero_slice_ref (1.7) */
+_Static_assert(sizeof(zero_slice_ref) == 16, "sizeof(zero_slice_ref)");
+_Static_assert(offsetof(zero_slice_ref, layer) == 8, "offsetof(zero_slice_ref, layer)");
+_Static_assert(offsetof(zero_slice_ref, layers) == 12, "offsetof(zero_slice_ref, layers)");
 
 /* zero_services_v1 */
 _Static_assert(sizeof(zero_services_v1) == 488, "sizeof(zero_services_v1)");

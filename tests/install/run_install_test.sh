@@ -41,7 +41,7 @@ if grep -q -- "$src/abi" <<<"$cc_cmd"; then say "template compiled against the s
 grep -q -- "$prefix/include" <<<"$cc_cmd" || { say "template not compiled against $prefix/include"; exit 1; }
 [[ -f "$work/template/libzero-plugin-template-dp.so" ]] || { say "template plugin not built"; exit 1; }
 exports=$(nm -D --defined-only "$work/template/libzero-plugin-template-dp.so" | awk '{print $3}' | sort -u | tr '\n' ' ')
-[[ "$exports" == "zero_plugin_v2 " ]] || { say "template exports more than its table: $exports"; exit 1; }
+[[ "$exports" == "zero_plugin_v3 " ]] || { say "template exports more than its table: $exports"; exit 1; }
 say "template-dp built against the installed headers"
 
 # 3. A host through pkg-config.

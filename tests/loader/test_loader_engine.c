@@ -132,6 +132,42 @@ static void test_good_plugin_trains(void) {
     CHECK(!still_loaded(plugin_path("good")), "destroy unloads the plugin");
 }
 
+/* (1.7) A revision-2 plugin (built as the 1.6 headers made it) loads,
+ * trains, and serves zero_gather_slices through the core's fallback: a
+ * pointer to the slice inside the param's storage. */
+static void test_rev2_plugin_slices(void) {
+    zero_engine *e = NULL;
+    char err[4096] = "";
+    log_capture cap = {0};
+    zero_status s = create("loader-rev2", &e, err, sizeof err, &cap);
+    CHECK(s == ZERO_OK, "create with loader-rev2: %s", err);
+    if (s != ZERO_OK) return;
+    float w0[6] = {1, 2, 3, 4, 5, 6};
+    zero_param_desc d = ZERO_PARAM_DESC_INIT;
+    zero_param *p = NULL;
+    d.name = "stack"; d.data = w0; d.numel = 6;
+    CHECK_EQ_INT(zero_register_stacked(e, &d, 3, &p), ZERO_OK);
+    CHECK_EQ_INT(zero_params_done(e), ZERO_OK);
+    for (uint32_t l = 0; l < 3; ++l) {
+        void *w = NULL, *g = NULL;
+        CHECK_EQ_INT(zero_gather_slices(e, &p, &l, 1, &w), ZERO_OK);
+        CHECK(w && ((float *)w)[0] == w0[2 * l] && ((float *)w)[1] == w0[2 * l + 1], "slice %u values", l);
+        CHECK_EQ_INT(zero_slice_grad_buffer(e, p, l, &g), ZERO_OK);
+        for (int k = 0; g && w && k < 2; ++k) ((float *)g)[k] += ((const float *)w)[k];
+        CHECK_EQ_INT(zero_release_slices(e, &p, &l, 1), ZERO_OK);
+        CHECK_EQ_INT(zero_on_slice_ready(e, p, l, NULL), ZERO_OK);
+    }
+    zero_step_result r = ZERO_STEP_RESULT_INIT;
+    CHECK_EQ_INT(zero_step(e, NULL, &r), ZERO_OK);
+    void *w = NULL;
+    uint32_t l2 = 2, l3 = 3;
+    CHECK_EQ_INT(zero_gather_slices(e, &p, &l2, 1, &w), ZERO_OK);
+    CHECK(w && ((float *)w)[1] == (float)(w0[5] * 0.9), "after a step: %g", w ? ((float *)w)[1] : -1.0);
+    CHECK_EQ_INT(zero_release_slices(e, &p, &l2, 1), ZERO_OK);
+    CHECK_EQ_INT(zero_gather_slices(e, &p, &l3, 1, &w), ZERO_ERR_INVALID_ARGUMENT);
+    zero_engine_destroy(e);
+}
+
 /* Seconds since an arbitrary start (CLOCK_MONOTONIC). */
 static double now_s(void) {
     struct timespec t;
@@ -229,6 +265,7 @@ int main(int argc, char **argv) {
     test_good_plugin_trains();
     test_refusals(); /* the process is still usable after a full engine life */
     test_good_plugin_trains();
+    test_rev2_plugin_slices();
     test_not_regular_files();
     test_contract();
     return check_finish();
