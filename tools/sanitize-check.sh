@@ -160,6 +160,10 @@ if [ "$mode" = asan ]; then
         # parser and validator are under ASan+UBSan in fuzz_ckpt.  The pip wheel
         # test builds an uninstrumented libzero of its own: nothing to sanitize
         ci+='|ckpt_mutate_np2|bindings\.pip'
+        # (1.7) the hierarchical-qgZ world sweep (N = 3..9, four 100-step demo runs each: ~100 s plain, past its
+        # 600 s limit instrumented); the same exchange runs instrumented in contrib.zeropp (N=4, 2 per node) and
+        # contrib.zeropp_device_np6_nodes2/3
+        ci+='|contrib\.zeropp\.qgz'
         EXCLUDE="^($ci)${EXCLUDE:+|$EXCLUDE}"
     fi
     excl="^loader\.|^fuzz_${EXCLUDE:+|$EXCLUDE}"
