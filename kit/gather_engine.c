@@ -270,7 +270,18 @@ static zero_status slice_units(zero_kit_gather *g, const zero_slice_ref *refs, s
     return ZERO_OK;
 }
 
-static zero_status with_units(zero_kit_gather *g, size_t n, uint32_t **units, uint64_t **off) {
+/* Unit and offset arrays for one host call: the caller's stack arrays
+ * (UNITS_ON_STACK entries) for the usual few params of a layer, so the
+ * per-layer gather and release allocate nothing; heap beyond that.
+ * free_units() frees what came from the heap. */
+#define UNITS_ON_STACK 32
+static zero_status with_units(zero_kit_gather *g, size_t n, uint32_t *stack_units, uint64_t *stack_off,
+                              uint32_t **units, uint64_t **off) {
+    if (n <= UNITS_ON_STACK) {
+        *units = stack_units;
+        if (off) *off = stack_off;
+        return ZERO_OK;
+    }
     *units = malloc(n * sizeof **units);
     if (off) *off = malloc(n * sizeof **off);
     if (*units && (!off || *off)) return ZERO_OK;
@@ -279,50 +290,55 @@ static zero_status with_units(zero_kit_gather *g, size_t n, uint32_t **units, ui
     return g->svc->error(g->c, ZERO_ERR_OUT_OF_MEMORY, "%s: out of memory", g->spec.who);
 }
 
+static void free_units(size_t n, uint32_t *units, uint64_t *off) {
+    if (n <= UNITS_ON_STACK) return;
+    free(units);
+    free(off);
+}
+
 zero_status zero_kit_gather_get(zero_kit_gather *g, zero_param_info *const *params, size_t n, void **ptrs) {
     if (!n) return ZERO_OK;
-    uint32_t *units;
-    zero_status st = with_units(g, n, &units, NULL);
+    uint32_t su[UNITS_ON_STACK], *units;
+    zero_status st = with_units(g, n, su, NULL, &units, NULL);
     if (st != ZERO_OK) return st;
     for (size_t i = 0; i < n; i++) units[i] = params[i]->index;
     st = get_units(g, units, n, ptrs);
-    free(units);
+    free_units(n, units, NULL);
     return st;
 }
 
 zero_status zero_kit_gather_release(zero_kit_gather *g, zero_param_info *const *params, size_t n) {
     if (!n) return ZERO_OK;
-    uint32_t *units;
-    zero_status st = with_units(g, n, &units, NULL);
+    uint32_t su[UNITS_ON_STACK], *units;
+    zero_status st = with_units(g, n, su, NULL, &units, NULL);
     if (st != ZERO_OK) return st;
     for (size_t i = 0; i < n; i++) units[i] = params[i]->index;
     st = release_units(g, units, n);
-    free(units);
+    free_units(n, units, NULL);
     return st;
 }
 
 zero_status zero_kit_gather_get_slices(zero_kit_gather *g, const zero_slice_ref *refs, size_t n, void **ptrs) {
     if (!n) return ZERO_OK;
-    uint32_t *units;
-    uint64_t *off;
-    zero_status st = with_units(g, n, &units, &off);
+    uint32_t su[UNITS_ON_STACK], *units;
+    uint64_t so[UNITS_ON_STACK], *off;
+    zero_status st = with_units(g, n, su, so, &units, &off);
     if (st != ZERO_OK) return st;
     st = slice_units(g, refs, n, units, off);
     if (st == ZERO_OK) st = get_units(g, units, n, ptrs);
     for (size_t i = 0; st == ZERO_OK && i < n; i++) ptrs[i] = (char *)ptrs[i] + (size_t)off[i] * g->esize;
-    free(units);
-    free(off);
+    free_units(n, units, off);
     return st;
 }
 
 zero_status zero_kit_gather_release_slices(zero_kit_gather *g, const zero_slice_ref *refs, size_t n) {
     if (!n) return ZERO_OK;
-    uint32_t *units;
-    zero_status st = with_units(g, n, &units, NULL);
+    uint32_t su[UNITS_ON_STACK], *units;
+    zero_status st = with_units(g, n, su, NULL, &units, NULL);
     if (st != ZERO_OK) return st;
     st = slice_units(g, refs, n, units, NULL);
     if (st == ZERO_OK) st = release_units(g, units, n);
-    free(units);
+    free_units(n, units, NULL);
     return st;
 }
 
