@@ -227,8 +227,8 @@ zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *eng
      * (comm_mpi_shm.c) */
     zero_status sst = zero__zm_shm_setup(c, local);
     if (sst != ZERO_OK) {
-        snprintf(err, err_len, "comm: setting up the shared-memory collectives failed (an MPI call over the "
-                               "new communicator returned an error)");
+        snprintf(err, err_len, "comm: setting up the shared-memory collectives failed (an exchange over the "
+                               "new communicator failed or timed out)");
         zm_free(&c->base);
         return sst;
     }

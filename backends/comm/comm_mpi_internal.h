@@ -231,13 +231,15 @@ zero_status zero__zm_wait(zero_comm_req *req);
 zero_status zero__zm_test(zero_comm_req *req, int *done);
 
 /* ---- comm_mpi_shm.c: shared-memory collectives (issue 18) ----
- * Collective over c (at communicator creation): when every rank of c runs
- * on this node and each can map the others' memory, give c a shared
- * control area (c->shm) and enable shared blocks (shared_blocks.h).
- * Anything short of that leaves c->shm NULL and c on its transport path;
- * only an MPI failure is an error.  ZERO_COMM_SHM=0 keeps it off.
- * node_ranks: zero__zm_node_ranks(c->comm) when the caller has it, else -1
- * (it is then found out, collectively). */
+ * Collective over c (at communicator creation): when every rank of c sees
+ * all of c on its node, allows it (ZERO_COMM_SHM is not 0) and can map the
+ * others' memory, give c a shared control area (c->shm) and enable shared
+ * blocks (shared_blocks.h).  The ranks decide together (one all-gather of
+ * their answers, one all-reduce), never each on its own answer; anything
+ * short of "all yes" leaves c->shm NULL and c on its transport path.  Only
+ * an MPI failure or a peer that does not arrive within comm_timeout
+ * (ZERO_ERR_TIMEOUT) is an error.  node_ranks: zero__zm_node_ranks(c->comm)
+ * when the caller has it, else -1 (it is then found out, collectively). */
 zero_status zero__zm_shm_setup(zm_comm *c, int node_ranks);
 /* How many of m's collectives ran in shared memory / took the transport
  * path after the ranks' agreement (0, 0 without a control area).  Tests

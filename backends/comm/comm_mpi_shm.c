@@ -134,44 +134,76 @@ static void shm_release(zm_shm *sh) {
     free(sh);
 }
 
-zero_status zero__zm_shm_setup(zm_comm *c, int node_ranks) {
+/* Whether this rank may take part: the switch and the node query are
+ * answered per process, so the ranks compare their answers (below) rather
+ * than act on their own.  Two "hosts" made of network namespaces on one
+ * kernel gave different answers for one communicator: Open MPI's shared
+ * split put both ranks of {0, 2} on one node as rank 2 saw it and on two
+ * as rank 0 saw it, so rank 2 entered this setup's exchange and rank 0 did
+ * not, and both waited for ever (the ZeRO++ netns bench, issue 21). */
+static int shm_wanted(zm_comm *c, int node_ranks) {
+    /* the node query is itself collective (MPI_Comm_split_type): every rank
+     * makes it, whatever its switch says */
+    if (node_ranks < 0) node_ranks = zero__zm_node_ranks(c->comm);
     const char *env = getenv("ZERO_COMM_SHM");
-    const int n = c->base.size, r = c->base.rank;
-    if (n < 2 || (env && strcmp(env, "0") == 0)) return ZERO_OK;
-    /* every rank must share this node */
-    if (node_ranks < 0 && (node_ranks = zero__zm_node_ranks(c->comm)) < 0)
-        return zero__error(c->base.engine, ZERO_ERR_COMM, "comm: MPI_Comm_split_type failed");
-    if (node_ranks != n) return ZERO_OK; /* ranks on several nodes: the transport path */
-    int rc;
+    if (env && strcmp(env, "0") == 0) return 0;
+    return node_ranks == c->base.size; /* every rank on this node */
+}
 
-    zm_shm *sh = calloc(1, sizeof *sh);
-    int64_t info[4] = {0, -1, 0, 0}; /* pid, fd, inode, ok */
+zero_status zero__zm_shm_setup(zm_comm *c, int node_ranks) {
+    const int n = c->base.size, r = c->base.rank;
+    if (n < 2) return ZERO_OK;
+    const int want = shm_wanted(c, node_ranks);
+    zero_status st;
+
+    zm_shm *sh = want ? calloc(1, sizeof *sh) : NULL;
+    int64_t info[5] = {0, -1, 0, 0, want}; /* pid, fd, inode, ok, wanted */
     if (sh) {
         sh->n = n;
         sh->r = r;
         sh->fd = memfd_create("libzero-ctl", MFD_CLOEXEC);
         sh->peer = calloc((size_t)n, sizeof *sh->peer);
-        struct stat st;
-        if (sh->fd >= 0 && sh->peer && ftruncate(sh->fd, (off_t)sizeof(zm_shm_ctl)) == 0 && fstat(sh->fd, &st) == 0) {
+        struct stat sb;
+        if (sh->fd >= 0 && sh->peer && ftruncate(sh->fd, (off_t)sizeof(zm_shm_ctl)) == 0 && fstat(sh->fd, &sb) == 0) {
             void *p = mmap(NULL, sizeof(zm_shm_ctl), PROT_READ | PROT_WRITE, MAP_SHARED, sh->fd, 0);
             if (p != MAP_FAILED) {
                 sh->mine = p; /* zero-filled: every seq/f1/f2 is 0 */
                 info[0] = (int64_t)getpid();
                 info[1] = sh->fd;
-                info[2] = (int64_t)st.st_ino;
+                info[2] = (int64_t)sb.st_ino;
                 info[3] = 1;
             }
         }
     }
-    int64_t *all = calloc((size_t)n * 4, sizeof *all);
-    if (!all) { /* every rank is in this collective: cannot leave it alone */
+    /* Every rank joins this exchange whatever it wants (the decision is the
+     * ranks' together), through the communicator's own blocking all-gather:
+     * a rank that never arrives (here: out of memory for the table) ends
+     * its peers' wait in ZERO_ERR_TIMEOUT after comm_timeout, not in an
+     * unbounded MPI_Allgather. */
+    int64_t *all = calloc((size_t)n * 5, sizeof *all);
+    if (!all) {
         shm_release(sh);
         return zero__error(c->base.engine, ZERO_ERR_OUT_OF_MEMORY, "comm: out of memory setting up shared memory");
     }
-    rc = MPI_Allgather(info, 4, MPI_INT64_T, all, 4, MPI_INT64_T, c->comm);
-    int ok = info[3] && rc == MPI_SUCCESS;
+    st = c->base.ops->allgather_bytes(&c->base, info, all, sizeof info);
+    if (st != ZERO_OK) {
+        free(all);
+        shm_release(sh);
+        return st;
+    }
+    int every_wants = 1;
+    for (int q = 0; q < n; ++q) every_wants &= all[5 * q + 4] != 0;
+    if (!every_wants) { /* some rank is off or sees another node: all take the transport */
+        free(all);
+        shm_release(sh);
+        if (want)
+            zero__log(c->base.engine, ZERO_LOG_DEBUG, "comm: %s; collectives of this communicator take the "
+                      "transport path", "not every rank sees one node or allows shared memory (ZERO_COMM_SHM)");
+        return ZERO_OK;
+    }
+    int ok = info[3] != 0;
     for (int q = 0; ok && q < n; ++q) {
-        if (!all[4 * q + 3]) {
+        if (!all[5 * q + 3]) {
             ok = 0;
             break;
         }
@@ -179,16 +211,16 @@ zero_status zero__zm_shm_setup(zm_comm *c, int node_ranks) {
             sh->peer[q] = sh->mine;
             continue;
         }
-        sh->peer[q] = map_peer((int32_t)all[4 * q], (int32_t)all[4 * q + 1], (uint64_t)all[4 * q + 2],
+        sh->peer[q] = map_peer((int32_t)all[5 * q], (int32_t)all[5 * q + 1], (uint64_t)all[5 * q + 2],
                               sizeof(zm_shm_ctl));
         if (!sh->peer[q]) ok = 0;
     }
     free(all);
-    int every = 0;
-    int rc2 = MPI_Allreduce(&ok, &every, 1, MPI_INT, MPI_MIN, c->comm);
-    if (rc != MPI_SUCCESS || rc2 != MPI_SUCCESS) {
+    int64_t every = ok;
+    st = c->base.ops->allreduce(&c->base, &every, 1, ZERO_DTYPE_I64, ZERO_OP_MIN);
+    if (st != ZERO_OK) {
         shm_release(sh);
-        return zero__error(c->base.engine, ZERO_ERR_COMM, "comm: exchanging shared-memory control areas failed");
+        return st;
     }
     if (!every) {
         zero__log(c->base.engine, ZERO_LOG_DEBUG,

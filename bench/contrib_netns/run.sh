@@ -8,10 +8,11 @@
 # the limited link over TCP (btl self,tcp: no shared memory between the
 # hosts, which would bypass the link).  ZERO_RANKS_PER_NODE=2 tells libzero
 # where the node boundary is (both namespaces share one kernel, so
-# MPI_Comm_split_type(SHARED) would see one node), and ZERO_COMM_SHM=0 keeps
-# libzero's own shared-memory collectives (docs/comm.md, issue 18) from
-# bypassing the link the same way (with them on, mics also hung in its
-# first gather here, before and after the gather engine: not investigated).
+# MPI_Comm_split_type(SHARED) answers differently on different ranks), and
+# ZERO_COMM_SHM=0 keeps libzero's own shared-memory collectives (docs/comm.md,
+# issue 18) out of the comparison; SHM=1 in the environment turns them on
+# (inside each "host" only: the ranks of a communicator decide together
+# since 1.7.1; before, that disagreement hung zeropp and mics at setup).
 #
 # Configs: examples/configs/stage3.json as is (stage3), with qwZ + qgZ + hpZ
 # over the node pair (zeropp), and with mics_shard_size 2 (mics: one shard
@@ -135,7 +136,7 @@ run_one() { # config rep
     timeout 900 ip netns exec "$A" mpirun --allow-run-as-root --oversubscribe -np 4 --hostfile "$work/hosts" \
       --mca plm_rsh_agent "$work/ssh_ns.sh" --mca btl self,tcp --mca btl_tcp_if_include 10.21.0.0/24 \
       --mca oob_tcp_if_include 10.21.0.0/24 \
-      -x ZERO_PLUGIN_PATH="$pdir:$build/plugins" -x ZERO_RANKS_PER_NODE=2 -x ZERO_COMM_SHM=0 \
+      -x ZERO_PLUGIN_PATH="$pdir:$build/plugins" -x ZERO_RANKS_PER_NODE=2 -x ZERO_COMM_SHM="${SHM:-0}" \
       -x OPENBLAS_NUM_THREADS=1 -x OMP_NUM_THREADS=1 -x PEERS_LINK_IF="${tag}x" -x ZERO_LOG_LEVEL=info \
       "$peers" --data "$work/peers.bin" --stage 3 --plugin "$plugin" --zo "$(peers_zo "$cfg")" --mb 16 \
       --steps $((steps + 1)) --warmup 1 --label "$cfg" >"$work/$cfg.$r.log" 2>&1 || return 1
@@ -145,7 +146,7 @@ run_one() { # config rep
   timeout 300 ip netns exec "$A" mpirun --allow-run-as-root --oversubscribe -np 4 --hostfile "$work/hosts" \
     --mca plm_rsh_agent "$work/ssh_ns.sh" --mca btl self,tcp --mca btl_tcp_if_include 10.21.0.0/24 \
     --mca oob_tcp_if_include 10.21.0.0/24 \
-    -x ZERO_PLUGIN_PATH="$pdir:$build/plugins" -x ZERO_RANKS_PER_NODE=2 -x ZERO_COMM_SHM=0 \
+    -x ZERO_PLUGIN_PATH="$pdir:$build/plugins" -x ZERO_RANKS_PER_NODE=2 -x ZERO_COMM_SHM="${SHM:-0}" \
     "$demo" --config "$work/$cfg.json" --plugin "$plugin" --steps "$steps" --quiet \
     --summary "$work/$cfg.$r.json" >"$work/$cfg.$r.log" 2>&1
 }

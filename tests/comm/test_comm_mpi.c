@@ -660,6 +660,14 @@ int main(int argc, char **argv) {
             setenv(argv[i], eq + 1, 1);
         }
     }
+    /* ZERO_TEST_SHM_OFF_RANK=k: only world rank k turns the shared-memory
+     * collectives off (ZERO_COMM_SHM=0), before the world exists, so the
+     * ranks disagree at every communicator's setup: they must decide
+     * together (the transport everywhere) instead of some entering the
+     * setup's exchange alone and hanging (comm_mpi_shm.c, shm_wanted) */
+    const char *off_rank = getenv("ZERO_TEST_SHM_OFF_RANK");
+    const char *launcher_rank = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("PMI_RANK");
+    if (off_rank && launcher_rank && atoi(off_rank) == atoi(launcher_rank)) setenv("ZERO_COMM_SHM", "0", 1);
     int expect_thread = strcmp(mode, "host-single") != 0 && !(getenv("ZERO_COMM_PROGRESS_THREAD") &&
                                                                strcmp(getenv("ZERO_COMM_PROGRESS_THREAD"), "0") == 0);
     int host_inits = strcmp(mode, "auto") != 0;
@@ -679,7 +687,8 @@ int main(int argc, char **argv) {
     R = zero__comm_rank(w);
     N = zero__comm_size(w);
     const char *bufs = getenv("ZERO_TEST_BUFFERS");
-    g_shm_on = !(getenv("ZERO_COMM_SHM") && strcmp(getenv("ZERO_COMM_SHM"), "0") == 0);
+    g_shm_on = !(getenv("ZERO_COMM_SHM") && strcmp(getenv("ZERO_COMM_SHM"), "0") == 0) && !off_rank;
+    CHECK(!off_rank || launcher_rank, "ZERO_TEST_SHM_OFF_RANK needs the launcher's rank (OMPI_COMM_WORLD_RANK / PMI_RANK)");
     g_buffers = bufs && strcmp(bufs, "shared") == 0 ? 1 : bufs && strcmp(bufs, "mixed") == 0 ? 2 : 0;
     const char *stress = getenv("ZERO_TEST_PROGRESS_STRESS");
     if (stress && atoi(stress) > 0) {
