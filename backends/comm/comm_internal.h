@@ -18,6 +18,18 @@ int zero__comm_dtype_summable(zero_dtype dt);
 /* Monotonic wall clock in seconds. */
 double zero__comm_now(void);
 
+/* Nodes without MPI_Comm_split_type (comm_node.c): each rank's record of
+ * its machine, gathered over a communicator, gives every rank the same
+ * partition.  zero__node_record fills rec (ZERO__NODE_RECORD bytes: host
+ * name, then the kernel's boot id; zero-padded, so records compare with
+ * memcmp).  zero__node_leader: the lowest row of tbl (n records, row p
+ * from rank p) equal to row q, i.e. q's node's first rank; in *members
+ * (if not NULL) how many rows equal it, in *local_rank (if not NULL) how
+ * many of those come before q (q's rank on its node).  Thread-safe. */
+#define ZERO__NODE_RECORD 128
+void zero__node_record(char rec[ZERO__NODE_RECORD]);
+int zero__node_leader(const char *tbl, int n, int q, int *members, int *local_rank);
+
 #ifdef ZERO_HAVE_MPI
 /* MPI_Initialized() && !MPI_Finalized() (safe to call before MPI_Init). */
 int zero__comm_mpi_initialized(void);

@@ -225,7 +225,7 @@ zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *eng
     if (local > 0) zero__optim_set_node_ranks(local);
     /* ... and shared-memory collectives run when every rank is on this node
      * (comm_mpi_shm.c) */
-    zero_status sst = zero__zm_shm_setup(c, local);
+    zero_status sst = zero__zm_shm_setup(c);
     if (sst != ZERO_OK) {
         snprintf(err, err_len, "comm: setting up the shared-memory collectives failed (an exchange over the "
                                "new communicator failed or timed out)");
@@ -253,7 +253,7 @@ static zero_status adopt_split(zm_comm *c, MPI_Comm sub, zero_comm **out) {
         zero__zm_engine_release(c->pe);
         return ZERO_ERR_OUT_OF_MEMORY;
     }
-    zero_status st = zero__zm_shm_setup(s, -1); /* collective over sub */
+    zero_status st = zero__zm_shm_setup(s); /* collective over sub */
     if (st != ZERO_OK) {
         zm_free(&s->base);
         return st;
@@ -494,16 +494,30 @@ static zero_status zm_alltoallv_bytes(zero_comm *m, const void *send, const size
     return st == ZERO_OK ? ZERO_OK : block_failed(c);
 }
 
-/* As zm_split, with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) (one node). */
+/* As zm_split, one communicator per node.  The nodes come from one table
+ * of machine records gathered over m (comm_node.c), so every rank computes
+ * the same partition; MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) lets ranks
+ * see different nodes, and then crashed Open MPI in the split itself (two
+ * network-namespace hosts, bench/contrib_netns).  The gather is m's own
+ * blocking all-gather, bounded by comm_timeout. */
 static zero_status zm_split_node(zero_comm *m, zero_comm **out) {
     zm_comm *c = ZM(m);
-    MPI_Comm sub = MPI_COMM_NULL;
     *out = NULL;
+    char mine[ZERO__NODE_RECORD];
+    zero__node_record(mine);
+    char *tbl = malloc((size_t)m->size * ZERO__NODE_RECORD);
+    if (!tbl) return zero__error(m->engine, ZERO_ERR_OUT_OF_MEMORY, "comm: out of memory finding the nodes");
+    zero_status st = m->ops->allgather_bytes(m, mine, tbl, ZERO__NODE_RECORD);
+    const int color = st == ZERO_OK ? zero__node_leader(tbl, m->size, m->rank, NULL, NULL) : 0;
+    free(tbl);
+    if (st != ZERO_OK) return st;
+    if (atomic_load(&c->pe->failed)) return zero__zm_failed_error(c, "MPI_Comm_split");
+    MPI_Comm sub = MPI_COMM_NULL;
     blocking_enter(c);
     if (!c->pe->has_thread) zero__zm_drain_locked(c->pe, NULL);
-    int rc = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &sub);
+    int rc = MPI_Comm_split(c->comm, color, m->rank, &sub);
     blocking_leave(c);
-    if (rc != MPI_SUCCESS) return mpi_fail(m, rc, "MPI_Comm_split_type");
+    if (rc != MPI_SUCCESS) return mpi_fail(m, rc, "MPI_Comm_split");
     return adopt_split(c, sub, out);
 }
 

@@ -134,30 +134,33 @@ static void shm_release(zm_shm *sh) {
     free(sh);
 }
 
-/* Whether this rank may take part: the switch and the node query are
- * answered per process, so the ranks compare their answers (below) rather
- * than act on their own.  Two "hosts" made of network namespaces on one
- * kernel gave different answers for one communicator: Open MPI's shared
- * split put both ranks of {0, 2} on one node as rank 2 saw it and on two
- * as rank 0 saw it, so rank 2 entered this setup's exchange and rank 0 did
- * not, and both waited for ever (the ZeRO++ netns bench, issue 21). */
-static int shm_wanted(zm_comm *c, int node_ranks) {
-    /* the node query is itself collective (MPI_Comm_split_type): every rank
-     * makes it, whatever its switch says */
-    if (node_ranks < 0) node_ranks = zero__zm_node_ranks(c->comm);
-    const char *env = getenv("ZERO_COMM_SHM");
-    if (env && strcmp(env, "0") == 0) return 0;
-    return node_ranks == c->base.size; /* every rank on this node */
-}
+/* One rank's row of the setup's table: where its control area lies, and
+ * what it can say alone about taking part (the switch, its machine).  The
+ * ranks then decide from the whole table, never each on its own answer:
+ * that answer can differ between ranks.  Two network-namespace "hosts" on
+ * one kernel got different answers from Open MPI's shared split for one
+ * communicator (rank 2 saw the pair {0, 2} on one node, rank 0 on two), so
+ * rank 2 entered this setup's exchange and rank 0 did not, and both waited
+ * for ever (zeropp and mics in bench/contrib_netns); a rank alone with
+ * ZERO_COMM_SHM=0 did the same. */
+typedef struct {
+    int64_t pid, fd, ino, ok; /* the control area a peer maps (ok: made) */
+    int64_t allowed;          /* ZERO_COMM_SHM is not "0" here */
+    char node[ZERO__NODE_RECORD];
+} zm_shm_row;
 
-zero_status zero__zm_shm_setup(zm_comm *c, int node_ranks) {
+zero_status zero__zm_shm_setup(zm_comm *c) {
     const int n = c->base.size, r = c->base.rank;
     if (n < 2) return ZERO_OK;
-    const int want = shm_wanted(c, node_ranks);
+    const char *env = getenv("ZERO_COMM_SHM");
+    zm_shm_row mine;
+    memset(&mine, 0, sizeof mine);
+    mine.fd = -1;
+    mine.allowed = !(env && strcmp(env, "0") == 0);
+    zero__node_record(mine.node);
     zero_status st;
 
-    zm_shm *sh = want ? calloc(1, sizeof *sh) : NULL;
-    int64_t info[5] = {0, -1, 0, 0, want}; /* pid, fd, inode, ok, wanted */
+    zm_shm *sh = mine.allowed ? calloc(1, sizeof *sh) : NULL;
     if (sh) {
         sh->n = n;
         sh->r = r;
@@ -168,42 +171,42 @@ zero_status zero__zm_shm_setup(zm_comm *c, int node_ranks) {
             void *p = mmap(NULL, sizeof(zm_shm_ctl), PROT_READ | PROT_WRITE, MAP_SHARED, sh->fd, 0);
             if (p != MAP_FAILED) {
                 sh->mine = p; /* zero-filled: every seq/f1/f2 is 0 */
-                info[0] = (int64_t)getpid();
-                info[1] = sh->fd;
-                info[2] = (int64_t)sb.st_ino;
-                info[3] = 1;
+                mine.pid = (int64_t)getpid();
+                mine.fd = sh->fd;
+                mine.ino = (int64_t)sb.st_ino;
+                mine.ok = 1;
             }
         }
     }
-    /* Every rank joins this exchange whatever it wants (the decision is the
-     * ranks' together), through the communicator's own blocking all-gather:
-     * a rank that never arrives (here: out of memory for the table) ends
-     * its peers' wait in ZERO_ERR_TIMEOUT after comm_timeout, not in an
-     * unbounded MPI_Allgather. */
-    int64_t *all = calloc((size_t)n * 5, sizeof *all);
+    /* Every rank joins this exchange whatever it can say alone, through the
+     * communicator's own blocking all-gather: a rank that never arrives
+     * (here: out of memory for the table) ends its peers' wait in
+     * ZERO_ERR_TIMEOUT after comm_timeout, not in an unbounded
+     * MPI_Allgather. */
+    zm_shm_row *all = calloc((size_t)n, sizeof *all);
     if (!all) {
         shm_release(sh);
         return zero__error(c->base.engine, ZERO_ERR_OUT_OF_MEMORY, "comm: out of memory setting up shared memory");
     }
-    st = c->base.ops->allgather_bytes(&c->base, info, all, sizeof info);
+    st = c->base.ops->allgather_bytes(&c->base, &mine, all, sizeof mine);
     if (st != ZERO_OK) {
         free(all);
         shm_release(sh);
         return st;
     }
-    int every_wants = 1;
-    for (int q = 0; q < n; ++q) every_wants &= all[5 * q + 4] != 0;
-    if (!every_wants) { /* some rank is off or sees another node: all take the transport */
+    int every = 1; /* every rank allows it and runs on this machine */
+    for (int q = 0; q < n && every; ++q)
+        every = all[q].allowed && memcmp(all[q].node, all[0].node, sizeof mine.node) == 0;
+    if (!every) {
         free(all);
         shm_release(sh);
-        if (want)
-            zero__log(c->base.engine, ZERO_LOG_DEBUG, "comm: %s; collectives of this communicator take the "
-                      "transport path", "not every rank sees one node or allows shared memory (ZERO_COMM_SHM)");
+        zero__log(c->base.engine, ZERO_LOG_DEBUG, "comm: a communicator of %d ranks on the transport path: not every "
+                  "rank is on one machine and allows shared memory (ZERO_COMM_SHM)", n);
         return ZERO_OK;
     }
-    int ok = info[3] != 0;
+    int ok = sh && mine.ok;
     for (int q = 0; ok && q < n; ++q) {
-        if (!all[5 * q + 3]) {
+        if (!all[q].ok) {
             ok = 0;
             break;
         }
@@ -211,18 +214,17 @@ zero_status zero__zm_shm_setup(zm_comm *c, int node_ranks) {
             sh->peer[q] = sh->mine;
             continue;
         }
-        sh->peer[q] = map_peer((int32_t)all[5 * q], (int32_t)all[5 * q + 1], (uint64_t)all[5 * q + 2],
-                              sizeof(zm_shm_ctl));
+        sh->peer[q] = map_peer((int32_t)all[q].pid, (int32_t)all[q].fd, (uint64_t)all[q].ino, sizeof(zm_shm_ctl));
         if (!sh->peer[q]) ok = 0;
     }
     free(all);
-    int64_t every = ok;
-    st = c->base.ops->allreduce(&c->base, &every, 1, ZERO_DTYPE_I64, ZERO_OP_MIN);
+    int64_t mapped = ok;
+    st = c->base.ops->allreduce(&c->base, &mapped, 1, ZERO_DTYPE_I64, ZERO_OP_MIN);
     if (st != ZERO_OK) {
         shm_release(sh);
         return st;
     }
-    if (!every) {
+    if (!mapped) {
         zero__log(c->base.engine, ZERO_LOG_DEBUG,
                   "comm: ranks cannot map each other's memory; collectives take the transport path");
         shm_release(sh);

@@ -16,6 +16,7 @@
 #include <time.h>
 #ifdef ZERO_HAVE_MPI
 #include <mpi.h>
+#include "comm_internal.h" /* zero__node_record: the rank on this machine */
 #endif
 
 /* A request: the common header comm.c dispatches on, then a CUDA event
@@ -356,11 +357,18 @@ zero_status zero__comm_nccl_create_mpi(void *mpi_comm_handle, int device, struct
         return ZERO_ERR_DEVICE;
     }
     if (device < 0) {
-        MPI_Comm node;
+        /* the rank on this machine, from every rank's machine record
+         * (comm_node.c), not MPI_Comm_split_type, whose nodes may differ
+         * between ranks */
         int local = 0;
-        MPI_Comm_split_type(mc, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-        MPI_Comm_rank(node, &local);
-        MPI_Comm_free(&node);
+        char mine[ZERO__NODE_RECORD];
+        zero__node_record(mine);
+        char *tbl = malloc((size_t)size * ZERO__NODE_RECORD);
+        if (tbl && MPI_Allgather(mine, ZERO__NODE_RECORD, MPI_BYTE, tbl, ZERO__NODE_RECORD, MPI_BYTE, mc) == MPI_SUCCESS)
+            (void)zero__node_leader(tbl, size, rank, NULL, &local);
+        else
+            local = rank; /* out of memory (this rank then joined nothing) or MPI failed: still a device */
+        free(tbl);
         device = local % ndev;
     }
     ok = cudaSetDevice(device) == cudaSuccess;

@@ -8,11 +8,10 @@
 # the limited link over TCP (btl self,tcp: no shared memory between the
 # hosts, which would bypass the link).  ZERO_RANKS_PER_NODE=2 tells libzero
 # where the node boundary is (both namespaces share one kernel, so
-# MPI_Comm_split_type(SHARED) answers differently on different ranks), and
-# ZERO_COMM_SHM=0 keeps libzero's own shared-memory collectives (docs/comm.md,
-# issue 18) out of the comparison; SHM=1 in the environment turns them on
-# (inside each "host" only: the ranks of a communicator decide together
-# since 1.7.1; before, that disagreement hung zeropp and mics at setup).
+# libzero's own node records see one machine), and ZERO_COMM_SHM=0 keeps
+# libzero's shared-memory collectives (docs/comm.md, issue 18) from
+# bypassing the link the same way; SHM=1 in the environment turns them on
+# (correct since 1.7.1, but then the world's collectives skip the link).
 #
 # Configs: examples/configs/stage3.json as is (stage3), with qwZ + qgZ + hpZ
 # over the node pair (zeropp), and with mics_shard_size 2 (mics: one shard

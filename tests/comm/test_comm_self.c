@@ -5,8 +5,46 @@
 #include <string.h>
 #include "../common/check.h"
 #include "comm.h"
+#include "comm_internal.h"
+
+/* Nodes from gathered machine records (comm_node.c): what zm_split_node
+ * and the shared-memory setup read from their tables */
+static void set_row(char *tbl, int p, const char *host, const char *boot) {
+    char *row = tbl + (size_t)p * ZERO__NODE_RECORD;
+    memset(row, 0, ZERO__NODE_RECORD);
+    strcpy(row, host);
+    strcpy(row + 64, boot);
+}
+
+static void test_node_records(void) {
+    char a[ZERO__NODE_RECORD], b[ZERO__NODE_RECORD];
+    zero__node_record(a);
+    zero__node_record(b);
+    CHECK(memcmp(a, b, sizeof a) == 0 && a[0] != '\0', "this machine's record is stable and names the host");
+    char tbl[6 * ZERO__NODE_RECORD];
+    /* nodes {0, 2, 4} and {1, 3} (round-robin placement), and rank 5 on a
+     * machine with the same host name but another boot id */
+    for (int p = 0; p < 5; ++p) set_row(tbl, p, p % 2 ? "hostB" : "hostA", "boot-1\n");
+    set_row(tbl, 5, "hostA", "boot-2\n");
+    int members = -1, local = -1;
+    CHECK_EQ_INT(zero__node_leader(tbl, 6, 4, &members, &local), 0);
+    CHECK(members == 3 && local == 2, "rank 4: %d members, local rank %d", members, local);
+    CHECK_EQ_INT(zero__node_leader(tbl, 6, 3, &members, &local), 1);
+    CHECK(members == 2 && local == 1, "rank 3: %d members, local rank %d", members, local);
+    CHECK_EQ_INT(zero__node_leader(tbl, 6, 5, &members, &local), 5);
+    CHECK(members == 1 && local == 0, "rank 5: %d members, local rank %d", members, local);
+    CHECK_EQ_INT(zero__node_leader(tbl, 6, 0, NULL, NULL), 0);
+    /* every rank reads the same partition from the same table: each rank's
+     * leader leads itself and counts the same members */
+    for (int q = 0; q < 6; ++q) {
+        int mq = 0, ml = 0, l = zero__node_leader(tbl, 6, q, &mq, NULL);
+        CHECK(zero__node_leader(tbl, 6, l, &ml, NULL) == l && ml == mq, "rank %d: leader %d, %d vs %d members", q, l, mq,
+              ml);
+    }
+}
 
 int main(void) {
+    test_node_records();
     zero_comm *w = NULL;
     char err[128];
     CHECK_EQ_INT(zero__comm_world_create(ZERO_COMM_SELF, NULL, NULL, &w, err, sizeof err), ZERO_OK);
