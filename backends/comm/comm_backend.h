@@ -56,8 +56,9 @@ typedef struct zero__comm_ops {
     zero_status (*alltoallv_bytes)(zero_comm *m, const void *send, const size_t *scounts, const size_t *sdispls,
                                    void *recv, const size_t *rcounts, const size_t *rdispls);
     /* appended (issue 21).  Collective: the ranks of m that share memory
-     * (one node), ordered by their rank in m (MPI_Comm_split_type
-     * MPI_COMM_TYPE_SHARED).  NULL: see zero__comm_split_node. */
+     * (one node), ordered by their rank in m; every rank of m must get
+     * the same partition (the MPI backend reads it from gathered machine
+     * records, comm_node.c).  NULL: see zero__comm_split_node. */
     zero_status (*split_node)(zero_comm *m, zero_comm **out);
     /* appended (issue 17): the no-progress limit of every blocking wait on
      * m and the communicators that share its backend (comm_wait.h), seconds,
