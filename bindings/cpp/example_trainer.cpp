@@ -100,6 +100,20 @@ int main(int argc, char **argv) {
             std::fprintf(stderr, "loss did not fall: %g -> %g\n", first, last);
             failures++;
         }
+        e.set_phase("check");  // another gather order than training's: stage 3 records it apart, no warning
+        {  // one row of W at a time (zero_gather_slices, libzero >= 1.6): stage 3 all-gathers only that row
+            zero::gather_guard whole = e.gather({pw});
+            for (std::uint32_t o = DOUT; o-- > 0;) {
+                zero::gather_guard row = e.gather_slices({{pw, o}});
+                bool same = true;
+                for (int k = 0; k < DIN; k++) same = same && row.get<float>(0)[k] == whole.get<float>(0)[o * DIN + k];
+                if (!same) {
+                    std::fprintf(stderr, "row %u of W from gather_slices differs from the whole gather\n", o);
+                    failures++;
+                    break;
+                }
+            }
+        }
         if (!stage3) {  // the host's vectors are the parameters; libzero's own copy agrees
             zero::gather_guard g = e.gather({pw});
             const float *own = e.storage<float>(pw);

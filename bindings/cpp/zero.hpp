@@ -104,12 +104,13 @@ class engine;
 class gather_guard {
   public:
     gather_guard(gather_guard &&o) noexcept : e_(std::exchange(o.e_, nullptr)), ps_(std::move(o.ps_)),
-                                              ptrs_(std::move(o.ptrs_)) {}
+                                              layers_(std::move(o.layers_)), ptrs_(std::move(o.ptrs_)) {}
     gather_guard(const gather_guard &) = delete;
     gather_guard &operator=(const gather_guard &) = delete;
     gather_guard &operator=(gather_guard &&) = delete;
     ~gather_guard() { release_noexcept(); }
-    /// Full-tensor pointer of the i-th gathered param (read-only).
+    /// Full-tensor pointer of the i-th gathered param, or of the i-th slice for engine::gather_slices
+    /// (read-only).
     template <class T = void> const T *get(std::size_t i) const { return static_cast<const T *>(ptrs_.at(i)); }
     std::size_t size() const noexcept { return ptrs_.size(); }
     /// Release now (throws on failure; the destructor then does nothing).
@@ -117,13 +118,19 @@ class gather_guard {
 
   private:
     friend class engine;
-    gather_guard(zero_engine *e, std::vector<zero_param *> ps) : e_(e), ps_(std::move(ps)), ptrs_(ps_.size()) {}
+    gather_guard(zero_engine *e, std::vector<zero_param *> ps, std::vector<std::uint32_t> layers = {})
+        : e_(e), ps_(std::move(ps)), layers_(std::move(layers)), ptrs_(ps_.size()) {}
+    zero_status release_call(zero_engine *e) noexcept {
+        return layers_.empty() ? zero_release(e, ps_.data(), ps_.size())
+                               : zero_release_slices(e, ps_.data(), layers_.data(), ps_.size());
+    }
     void release_noexcept() noexcept {
-        if (e_) zero_release(e_, ps_.data(), ps_.size());
+        if (e_) release_call(e_);
         e_ = nullptr;
     }
     zero_engine *e_;
     std::vector<zero_param *> ps_;
+    std::vector<std::uint32_t> layers_; /* empty: whole params (zero_gather); else one layer per param */
     std::vector<void *> ptrs_;
 };
 
@@ -239,6 +246,25 @@ class engine {
         g.e_ = e_;
         return g;
     }
+    /// Gather single layers of stacked params (zero_gather_slices, libzero >= 1.6): slices[i] is
+    /// {param, layer}; get(i) points at numel / layers elements.  Stage 3 all-gathers only those slices,
+    /// other stages point into the full tensor.  Released (zero_release_slices) when the guard dies.
+    gather_guard gather_slices(const std::vector<std::pair<param, std::uint32_t>> &slices) {
+        std::vector<zero_param *> hs;
+        std::vector<std::uint32_t> ls;
+        hs.reserve(slices.size());
+        ls.reserve(slices.size());
+        for (const auto &sl : slices) {
+            hs.push_back(sl.first.handle);
+            ls.push_back(sl.second);
+        }
+        if (ls.empty()) return gather_guard(nullptr, {}, {});
+        gather_guard g(nullptr, std::move(hs), std::move(ls));
+        check(zero_gather_slices(e_, g.ps_.data(), g.layers_.data(), g.ps_.size(), g.ptrs_.data()),
+              "zero_gather_slices");
+        g.e_ = e_;
+        return g;
+    }
     void save(const std::string &dir) { check(zero_save(e_, dir.c_str()), "zero_save"); }
     void load(const std::string &dir) { check(zero_load(e_, dir.c_str()), "zero_load"); }
     zero_memory_stats memory_stats() const {
@@ -270,8 +296,8 @@ class engine {
 inline void gather_guard::release() {
     zero_engine *e = std::exchange(e_, nullptr);
     if (!e) return;
-    zero_status s = zero_release(e, ps_.data(), ps_.size());
-    if (s != ZERO_OK) throw error(s, zero_last_error(e), "zero_release");
+    zero_status s = release_call(e);
+    if (s != ZERO_OK) throw error(s, zero_last_error(e), layers_.empty() ? "zero_release" : "zero_release_slices");
 }
 
 }  // namespace zero

@@ -300,6 +300,23 @@ def main():
         check(list(v) == [2.0] * N, "stage 3 gather")
     e.close()
 
+    # one layer of a stacked tensor (ABI 1.6): the same slice views on every
+    # stage (stage 3 gathers only the slice), a whole param refused by libzero
+    for stage in (0, 2, 3):
+        e = zero.Engine(sgd_cfg(stage))
+        st = array.array("f", [float(k) for k in range(12)])
+        p = e.register("stack", st, layers=3)
+        q = e.register("flat", array.array("f", [1.0] * 4))
+        e.params_done()
+        with e.gather_slices([(p, 2), (p, 0)]) as (v2, v0):
+            check(list(v2) == [8.0, 9.0, 10.0, 11.0] and list(v0) == [0.0, 1.0, 2.0, 3.0],
+                  "stage %d slices: %r %r" % (stage, list(v2), list(v0)))
+        expect_error(lambda: e.gather_slice_addresses([(q, 0)]), "ZERO_ERR_INVALID_ARGUMENT", "zero_register_stacked",
+                     "stage %d slice of an unstacked param" % stage)
+        expect_error(lambda: e.gather_slice_addresses([(p, 3)]), "ZERO_ERR_INVALID_ARGUMENT", "layer 3 out of range",
+                     "stage %d layer out of range" % stage)
+        e.close()
+
     # numpy arrays are buffers too (where numpy is installed)
     try:
         import numpy as np

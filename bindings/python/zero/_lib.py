@@ -124,6 +124,8 @@ def _declare(lib):
         "zero_set_hparams": (c_i32, [c_vp, P(HParams)]),
         "zero_gather": (c_i32, [c_vp, P(c_vp), ctypes.c_size_t, P(c_vp)]),
         "zero_release": (c_i32, [c_vp, P(c_vp), ctypes.c_size_t]),
+        "zero_gather_slices": (c_i32, [c_vp, P(c_vp), P(c_u32), ctypes.c_size_t, P(c_vp)]),
+        "zero_release_slices": (c_i32, [c_vp, P(c_vp), P(c_u32), ctypes.c_size_t]),
         "zero_set_phase": (c_i32, [c_vp, c_cp]),
         "zero_grad_buffer": (c_i32, [c_vp, c_vp, P(c_vp)]),
         "zero_param_storage": (c_i32, [c_vp, c_vp, P(c_vp)]),
@@ -150,10 +152,10 @@ def _declare(lib):
 
 
 def require(name, what):
-    """Raise OSError if the loaded libzero lacks `name` (an ABI 1.1 call)."""
+    """Raise OSError if the loaded libzero lacks `name` (a call added after ABI 1.0)."""
     if name in lib().zero_missing:
         v = lib().zero_abi_version()
-        need = "1.3" if name == "zero_step_timing_get" else "1.1"
+        need = {"zero_step_timing_get": "1.3", "zero_gather_slices": "1.6", "zero_release_slices": "1.6"}.get(name, "1.1")
         raise OSError("%s needs libzero ABI %s (%s); the loaded library is %d.%d"
                       % (what, need, name, v // 10000, v % 10000))
 

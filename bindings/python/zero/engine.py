@@ -477,6 +477,42 @@ class Engine:
         finally:
             self.release(params)
 
+    def _slices(self, slices):
+        slices = [(p, int(layer)) for p, layer in slices]
+        params = self._array([p for p, _ in slices])
+        layers = (ctypes.c_uint32 * max(1, len(slices)))(*[layer for _, layer in slices])
+        return slices, params, layers
+
+    def gather_slice_addresses(self, slices):
+        """Addresses of the given (param, layer) slices of stacked params
+        (zero_gather_slices, ABI 1.6); release them with release_slices."""
+        L.require("zero_gather_slices", "gather_slices")
+        slices, params, layers = self._slices(slices)
+        ptrs = (ctypes.c_void_p * max(1, len(slices)))()
+        self._check(self._lib.zero_gather_slices(self._handle(), params, layers, len(slices), ptrs),
+                    "zero_gather_slices")
+        return [ptrs[i] for i in range(len(slices))]
+
+    def release_slices(self, slices):
+        L.require("zero_release_slices", "release_slices")
+        slices, params, layers = self._slices(slices)
+        self._check(self._lib.zero_release_slices(self._handle(), params, layers, len(slices)),
+                    "zero_release_slices")
+
+    @contextlib.contextmanager
+    def gather_slices(self, slices):
+        """with engine.gather_slices([(stack, 0), (stack, 1)]) as (v0, v1):
+        read-only views of single layers of stacked params (numel / layers
+        elements each).  In stage 3 only that layer's slice is all-gathered,
+        not the whole stack; below stage 3 the views point into the full
+        tensor, so the same code runs on every stage.  Released on exit."""
+        slices = list(slices)
+        addrs = self.gather_slice_addresses(slices)
+        try:
+            yield [view(a, p.numel // p.layers, p.dtype) for a, (p, _) in zip(addrs, slices)]
+        finally:
+            self.release_slices(slices)
+
     def set_phase(self, phase):
         L.require("zero_set_phase", "set_phase")
         self._check(self._lib.zero_set_phase(self._handle(), phase.encode()), "zero_set_phase")
