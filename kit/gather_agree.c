@@ -49,10 +49,10 @@ static zero_status wait_bounded(zero_kit_gather *g, zero_comm_req *req, const ch
     return st;
 }
 
-static const char *pname(zero_kit_gather *g, int64_t idx) {
-    if (idx < 0 || idx >= (int64_t)g->nparams) return "(nothing)";
-    return g->params[idx].info->name;
-}
+/* A unit's name (a slice as "name[layer L]"), in a buffer that lives until
+ * the end of the enclosing full expression's block: one per use, so a
+ * message can name several units. */
+#define pname(g, idx) zero_kit__unit_name((g), (idx), (char[ZERO_KIT__UNIT_NAME]){0}, ZERO_KIT__UNIT_NAME)
 
 /* Ranks that gathered different NUMBERS of params (the same params as far
  * as compared): name both counts and ranks, what each rank was doing, and

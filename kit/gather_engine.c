@@ -37,7 +37,9 @@ static zero_status issue(zero_kit_gather *g, zero_kit__gp *p, int demand, size_t
         if (!b)
             return demand ? g->svc->error(g->c, ZERO_ERR_OUT_OF_MEMORY,
                                           "%s: no memory for the gather buffer of '%s' (%zu bytes)", g->spec.who,
-                                          p->info->name, bytes)
+                                          zero_kit__unit_name(g, p->unit, (char[ZERO_KIT__UNIT_NAME]){0},
+                                                              ZERO_KIT__UNIT_NAME),
+                                          bytes)
                           : ZERO_ERR_OUT_OF_MEMORY;
         p->buf = b;
         p->buf_cap = cap;
@@ -132,18 +134,21 @@ static int order_matters(const zero_kit_gather *g) { return strcmp(zero_kit__pha
  * on.  Results stay exact; only overlap is lost. */
 static zero_status diverge(zero_kit_gather *g, uint32_t got) {
     const zero_kit__trace *t = &g->trace;
-    const char *expected = g->pos < t->len ? g->params[t->idx[g->pos]].info->name : "(end of the recorded order)";
+    char exp_buf[ZERO_KIT__UNIT_NAME], got_buf[ZERO_KIT__UNIT_NAME];
+    const char *expected = g->pos < t->len ? zero_kit__unit_name(g, t->idx[g->pos], exp_buf, sizeof exp_buf)
+                                           : "(end of the recorded order)";
+    const char *got_name = zero_kit__unit_name(g, got, got_buf, sizeof got_buf);
     if (!g->warned_divergence && order_matters(g)) {
         g->warned_divergence = 1;
         g->svc->log(g->c, ZERO_LOG_WARN,
                     "%s: gather order differs from the recorded one at position %zu of micro-step %llu "
                     "(expected '%s', got '%s'): gathering on demand for the rest of this step and re-recording "
                     "(warned once)",
-                    g->spec.who, g->pos, (unsigned long long)g->micro_steps, expected, g->params[got].info->name);
+                    g->spec.who, g->pos, (unsigned long long)g->micro_steps, expected, got_name);
     } else {
         g->svc->log(g->c, ZERO_LOG_DEBUG, "%s: gather order differs%s at position %zu of phase '%s' ('%s' vs '%s')",
                     g->spec.who, g->warned_divergence ? " again" : "", g->pos, zero_kit__phase_name(g), expected,
-                    g->params[got].info->name);
+                    got_name);
     }
     g->on_track = 0;
     zero_status first = ZERO_OK;
@@ -460,7 +465,7 @@ zero_status zero_kit_gather_set_phase(zero_kit_gather *g, const char *phase) {
         if (g->params[i].holds > 0)
             return g->svc->error(g->c, ZERO_ERR_STATE,
                                  "zero_set_phase('%s'): param '%s' is still gathered; release every param first",
-                                 phase, g->params[i].info->name);
+                                 phase, zero_kit__unit_name(g, i, (char[ZERO_KIT__UNIT_NAME]){0}, ZERO_KIT__UNIT_NAME));
     uint32_t next;
     if (zero_kit__phase_find_or_add(g, phase, &next) != 0)
         return g->svc->error(g->c, ZERO_ERR_INVALID_ARGUMENT, "zero_set_phase('%s'): more than %d distinct phases",
@@ -582,15 +587,15 @@ static void note_largest(zero_kit_gather *g) {
                     "%s: stage3_max_live_parameters (%llu elements) is smaller than param '%s' (%llu "
                     "elements): its gathers will exceed the limit (warned once)",
                     g->spec.who, (unsigned long long)(g->pool.user_limit / g->esize),
-                    g->params[largest].info->name, big);
+                    zero_kit__unit_name(g, largest, (char[ZERO_KIT__UNIT_NAME]){0}, ZERO_KIT__UNIT_NAME), big);
     } else {
         g->pool.noted_cap = 1;
         g->svc->log(g->c, ZERO_LOG_DEBUG,
                     "%s: the implicit gather cap (what partitioning saves over stage 2: %llu elements) is "
                     "smaller than param '%s' (%llu elements): stage 3 holds more than stage 2 while it is "
                     "gathered (noted once)",
-                    g->spec.who, (unsigned long long)(g->pool.limit / g->esize), g->params[largest].info->name,
-                    big);
+                    g->spec.who, (unsigned long long)(g->pool.limit / g->esize),
+                    zero_kit__unit_name(g, largest, (char[ZERO_KIT__UNIT_NAME]){0}, ZERO_KIT__UNIT_NAME), big);
     }
 }
 

@@ -119,6 +119,13 @@ int zero_kit__trace_finish(zero_kit__trace *t, const zero_kit__gp *params, uint3
 void zero_kit__trace_clear(zero_kit__trace *t); /* len = 0, invalid; keeps memory */
 void zero_kit__trace_free(zero_kit__trace *t);
 void zero_kit__trace_swap(zero_kit__trace *a, zero_kit__trace *b);
+/* A unit's name for messages: the param's name, or "name[layer L]" for a
+ * slice of a stacked param (so a mismatch names the layer, not only the
+ * stack); "(nothing)" for an index out of range.  Written into buf (len
+ * bytes, ZERO_KIT__UNIT_NAME is enough for names up to 127 characters);
+ * returns buf. */
+#define ZERO_KIT__UNIT_NAME 160
+const char *zero_kit__unit_name(const zero_kit_gather *g, int64_t idx, char *buf, size_t len);
 /* Phase table: the active phase's name ("train" before any), lookup/add,
  * free. */
 const char *zero_kit__phase_name(const zero_kit_gather *g);

@@ -5,6 +5,7 @@
  * one subtraction); and the table of phases, each with its parked order.
  * Engine thread only; uses nothing else of the engine. */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "gather_internal.h"
@@ -62,6 +63,16 @@ void zero_kit__trace_swap(zero_kit__trace *a, zero_kit__trace *b) {
     zero_kit__trace tmp = *a;
     *a = *b;
     *b = tmp;
+}
+
+const char *zero_kit__unit_name(const zero_kit_gather *g, int64_t idx, char *buf, size_t len) {
+    if (idx < 0 || idx >= (int64_t)g->nparams)
+        snprintf(buf, len, "(nothing)");
+    else if (g->params[idx].layer == UINT32_MAX)
+        snprintf(buf, len, "%s", g->params[idx].info->name);
+    else
+        snprintf(buf, len, "%s[layer %u]", g->params[idx].info->name, g->params[idx].layer);
+    return buf;
 }
 
 const char *zero_kit__phase_name(const zero_kit_gather *g) {

@@ -18,7 +18,9 @@
  *    under one whole stack, while the whole host's peak holds the stacks;
  *  - default stage 3 keys: no WARN line;
  *  - bad arguments: a non-stacked param, a layer out of range,
- *    ZERO_ERR_INVALID_ARGUMENT.
+ *    ZERO_ERR_INVALID_ARGUMENT;
+ *  - ranks gathering different layers: ZERO_ERR_MISMATCH naming both
+ *    slices by layer.
  * Usage: test_stage3_stacked [steps]   (under mpirun -np N) */
 #include <math.h>
 #include <mpi.h>
@@ -214,6 +216,50 @@ done:
 
 static double rel_l2(const float *a, const float *b, size_t n) { return th_rel_l2(a, b, n); }
 
+/* Ranks that gather different layers of one stack: ZERO_ERR_MISMATCH on
+ * every rank, naming both slices by layer ("blocks.weight[layer 1]"), not
+ * only the stack they belong to. */
+static void diverge(void) {
+    out o_, *o = &o_;
+    memset(o, 0, sizeof *o);
+    char json[256];
+    snprintf(json, sizeof json,
+             "{\"train_micro_batch_size_per_gpu\": %d, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": "
+             "0.003}}, \"zero_optimization\": {\"stage\": 3}}",
+             MB);
+    zero_engine *e = NULL;
+    zero_status st = th_engine_create(json, "stage3", 0, NULL, NULL, &e, o->error, sizeof o->error);
+    CHECK(st == ZERO_OK, "diverge: engine: %s", o->error);
+    if (st != ZERO_OK) return;
+    static float iw[L * D * D];
+    zero_param *W = NULL;
+    zero_param_desc d = ZERO_PARAM_DESC_INIT;
+    d.name = "blocks.weight";
+    d.data = iw;
+    d.numel = L * D * D;
+    TRY(zero_register_stacked(e, &d, L, &W), "zero_register_stacked(W)");
+    TRY(zero_params_done(e), "zero_params_done");
+    {
+        uint32_t layer = rank_ == 0 ? 1 : 2;
+        void *ptr = NULL;
+        /* the first micro-step's gathers are agreed on as they come (the
+         * order is being recorded), so the gather itself fails */
+        st = zero_gather_slices(e, &W, &layer, 1, &ptr);
+        if (st == ZERO_OK) {
+            TRY(zero_release_slices(e, &W, &layer, 1), "zero_release_slices");
+            st = zero_set_phase(e, "after"); /* verifies the gathers of the phase it leaves */
+        }
+        const char *msg = zero_last_error(e);
+        CHECK(st == ZERO_ERR_MISMATCH, "diverging slices: %s (%s)", zero_status_string(st), msg);
+        CHECK(strstr(msg, "'blocks.weight[layer 1]'") && strstr(msg, "'blocks.weight[layer 2]'"),
+              "the mismatch does not name both layers: %s", msg);
+        if (rank_ == 0) printf("diverging slices: %s\n", msg);
+    }
+done:
+    CHECK(o->status == ZERO_OK, "diverge: %s", o->error);
+    zero_engine_destroy(e);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -263,6 +309,7 @@ int main(int argc, char **argv) {
                    world_, max_live, (unsigned long long)b.gather_peak, (unsigned long long)a.gather_peak,
                    (unsigned long long)stack);
     }
+    if (world_ > 1) diverge();
     int rc = check_finish();
     MPI_Finalize();
     return rc;
