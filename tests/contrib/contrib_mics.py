@@ -21,8 +21,10 @@ Standard library only.
 import argparse
 import json
 import os
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from demo_runner import run_demo  # noqa: E402  (the shared zero-demo runner)
 
 BASE = {
     "train_micro_batch_size_per_gpu": 4,
@@ -49,28 +51,8 @@ def config(a, tag, shard, bf16=False, gas=1, bucket=0):
 
 
 def run(a, tag, np_, cfg, plugin=None, jitter=0, expect_fail=False, extra=(), steps=0):
-    summ = os.path.join(a.out, tag + ".summary.json")
-    log = os.path.join(a.out, tag + ".log")
-    if os.path.exists(summ):
-        os.remove(summ)
-    cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(np_), "--mca", "btl", "self,vader",
-           a.demo, "--config", cfg, "--steps", str(steps or a.steps), "--quiet", "--summary", summ] + (["--data", a.data] if a.data else []) + list(extra)
-    if plugin:
-        cmd += ["--plugin", plugin]
-    env = dict(os.environ)
-    env["ZERO_PLUGIN_PATH"] = a.plugin_dir + (":" + env["ZERO_PLUGIN_PATH"] if env.get("ZERO_PLUGIN_PATH") else "")
-    if jitter:
-        env["ZERO_DEBUG_JITTER"] = str(jitter)
-    with open(log, "w") as lf:
-        rc = subprocess.call(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, timeout=300)
-    text = open(log).read()
-    if expect_fail:
-        return rc, text
-    if rc != 0 or not os.path.exists(summ):
-        sys.stdout.write(text[-3000:])
-        print(f"contrib-mics: run {tag} failed (exit {rc})")
-        sys.exit(2)
-    return json.load(open(summ))
+    return run_demo(a, tag, np_, cfg, steps or a.steps, "contrib-mics", plugin=plugin,
+                    env={"ZERO_DEBUG_JITTER": jitter or None}, extra=extra, expect_fail=expect_fail)
 
 
 def params_bytes(s):

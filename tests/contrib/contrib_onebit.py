@@ -38,8 +38,10 @@ Standard library only.
 import argparse
 import json
 import os
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from demo_runner import run_demo  # noqa: E402  (the shared zero-demo runner)
 
 BASE = {
     "train_micro_batch_size_per_gpu": 8,
@@ -73,28 +75,8 @@ def adam_cfg(hp=None):
 
 
 def run(a, tag, cfg, n, steps, plugin=None, expect_fail=False, extra=()):
-    summ = os.path.join(a.out, tag + ".summary.json")
-    log = os.path.join(a.out, tag + ".log")
-    cpath = os.path.join(a.out, tag + ".json")
-    json.dump(cfg, open(cpath, "w"), indent=1)
-    if os.path.exists(summ):
-        os.remove(summ)
-    cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n), "--mca", "btl", "self,vader",
-           a.demo, "--config", cpath] + (["--plugin", plugin] if plugin else []) + \
-          ["--steps", str(steps), "--quiet", "--summary", summ] + (["--data", a.data] if a.data else []) + list(extra)
-    env = dict(os.environ)
-    env["ZERO_PLUGIN_PATH"] = a.plugin_dir + (":" + env["ZERO_PLUGIN_PATH"] if env.get("ZERO_PLUGIN_PATH") else "")
-    env["ZERO_LOG_LEVEL"] = "info"
-    with open(log, "w") as lf:
-        rc = subprocess.call(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, timeout=240)
-    text = open(log).read()
-    if expect_fail:
-        return rc, text
-    if rc != 0 or not os.path.exists(summ):
-        sys.stdout.write(text[-3000:])
-        print(f"contrib-onebit: run {tag} failed (exit {rc})")
-        sys.exit(2)
-    return json.load(open(summ))
+    return run_demo(a, tag, n, cfg, steps, "contrib-onebit", plugin=plugin, env={"ZERO_LOG_LEVEL": "info"},
+                    extra=extra, expect_fail=expect_fail, timeout=240)
 
 
 def main():

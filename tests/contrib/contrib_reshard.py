@@ -36,6 +36,9 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from demo_runner import run_demo  # noqa: E402  (the shared zero-demo runner)
+
 BASE = {
     "train_micro_batch_size_per_gpu": 4,
     "gradient_accumulation_steps": 1,
@@ -58,27 +61,9 @@ def config(a, tag, bf16=False, **zo):
 
 
 def run(a, tag, np_, cfg, plugin, steps, extra=(), ranks_per_node=None):
-    summ = os.path.join(a.out, tag + ".summary.json")
-    log = os.path.join(a.out, tag + ".log")
-    if os.path.exists(summ):
-        os.remove(summ)
-    cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(np_), "--mca", "btl", "self,vader",
-           a.demo, "--config", cfg, "--steps", str(steps), "--quiet", "--summary", summ, "--plugin", plugin]
-    cmd += (["--data", a.data] if a.data else []) + list(extra)
-    env = dict(os.environ)
-    env["ZERO_PLUGIN_PATH"] = a.plugin_dir + (":" + env["ZERO_PLUGIN_PATH"] if env.get("ZERO_PLUGIN_PATH") else "")
-    env["ZERO_RANKS_PER_NODE"] = str(ranks_per_node) if ranks_per_node else "2" if np_ % 2 == 0 else str(np_)
-    env["ZERO_LOG_LEVEL"] = "info"
-    with open(log, "w") as lf:
-        rc = subprocess.call(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, timeout=300)
-    text = open(log).read()
-    if rc != 0 or not os.path.exists(summ):
-        sys.stdout.write(text[-3000:])
-        print(f"contrib-reshard: run {tag} failed (exit {rc})")
-        sys.exit(2)
-    s = json.load(open(summ))
-    s["log"] = text
-    return s
+    rpn = str(ranks_per_node) if ranks_per_node else "2" if np_ % 2 == 0 else str(np_)
+    return run_demo(a, tag, np_, cfg, steps, "contrib-reshard", plugin=plugin,
+                    env={"ZERO_RANKS_PER_NODE": rpn, "ZERO_LOG_LEVEL": "info"}, extra=extra)
 
 
 def save(a, tag, np_, cfg, plugin):

@@ -37,8 +37,10 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from demo_runner import run_demo  # noqa: E402  (the shared zero-demo runner)
 
 
 QGZ_LINE = re.compile(r"zeropp: rank 0 qgZ (\w+) gradient exchange, (\d+) nodes of (\d+): (\d+) reductions; node (\d+) "
@@ -47,30 +49,13 @@ QGZ_LINE = re.compile(r"zeropp: rank 0 qgZ (\w+) gradient exchange, (\d+) nodes 
 
 
 def run(a, tag, cfg, plugin, expect_fail=False, steps=0, extra=(), np=4, rpn=2):
-    summ = os.path.join(a.out, tag + ".summary.json")
-    log = os.path.join(a.out, tag + ".log")
-    cpath = os.path.join(a.out, tag + ".json")
-    json.dump(cfg, open(cpath, "w"), indent=1)
-    if os.path.exists(summ):
-        os.remove(summ)
-    cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(np), "--mca", "btl", "self,vader",
-           a.demo, "--config", cpath] + (["--plugin", plugin] if plugin else []) + ["--steps", str(steps or a.steps), "--quiet", "--summary", summ] + (["--data", a.data] if a.data else []) + list(extra)
-    env = dict(os.environ)
-    env["ZERO_PLUGIN_PATH"] = a.plugin_dir + (":" + env["ZERO_PLUGIN_PATH"] if env.get("ZERO_PLUGIN_PATH") else "")
-    env.pop("ZERO_RANKS_PER_NODE", None)
-    if rpn:  # else nodes from MPI shared memory: one node on this machine
-        env["ZERO_RANKS_PER_NODE"] = str(rpn)
-    env["ZERO_LOG_LEVEL"] = "info"
-    with open(log, "w") as lf:
-        rc = subprocess.call(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, timeout=300)
-    text = open(log).read()
+    # rpn 0: no ZERO_RANKS_PER_NODE, nodes from the machine records: one node on this machine
+    r = run_demo(a, tag, np, cfg, steps or a.steps, "contrib-zeropp", plugin=plugin,
+                 env={"ZERO_RANKS_PER_NODE": rpn or None, "ZERO_LOG_LEVEL": "info"}, extra=extra,
+                 expect_fail=expect_fail)
     if expect_fail:
-        return rc, text
-    if rc != 0 or not os.path.exists(summ):
-        sys.stdout.write(text[-3000:])
-        print(f"contrib-zeropp: run {tag} failed (exit {rc})")
-        sys.exit(2)
-    s = json.load(open(summ))
+        return r
+    s, text = r, r["log"]
     m = re.search(r"zeropp: rank 0 parameter gathers: world (\d+) calls (\d+) bytes, hpZ group (\d+) calls (\d+) bytes; "
                   r"order agreements \(the gather engine's, over the world\) (\d+) calls (\d+) bytes", text)
     s["gathers"] = [int(x) for x in m.groups()] if m else None
