@@ -1048,7 +1048,9 @@ typedef struct zero_services_v1 {
     /* ---- appended in 1.3 (issue 21: ZeRO++ and MiCS as outside plugins; ---- */
     /* ---- check ZERO_SERVICES_HAS) ------------------------------------------ */
     /* Node groups: the ranks of m on this rank's node, ordered by their rank
-     * in m (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)).  The environment
+     * in m (the ranks whose host name and boot id match this rank's; every
+     * rank of m gets the same partition; before 1.7.1 MPI's shared-memory
+     * split, whose answer could differ between ranks).  The environment
      * variable ZERO_RANKS_PER_NODE=k makes "nodes" of k consecutive ranks of
      * m instead, so that tests and benchmarks simulate several nodes on one
      * machine.  Collective over m; free *out with comm_free. */

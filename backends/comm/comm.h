@@ -56,7 +56,8 @@ zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, si
 /* (issue 21) See the ops above.  zero__comm_split_node: with the environment
  * variable ZERO_RANKS_PER_NODE=k (k >= 1) the "nodes" are k consecutive
  * ranks of m (so tests simulate several nodes on one machine); else the
- * backend's shared-memory split; a backend without one answers m's size-1
+ * backend's node split (MPI: gathered machine records, comm_node.c); a
+ * backend without one answers m's size-1
  * split when m has one rank, else ZERO_ERR_UNSUPPORTED.  Collective. */
 zero_status zero__comm_split_node(zero_comm *m, zero_comm **out);
 zero_status zero__alltoallv_bytes(zero_comm *m, const void *send, const size_t *scounts, const size_t *sdispls,

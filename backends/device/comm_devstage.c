@@ -281,8 +281,8 @@ static zero_status ds_split(zero_comm *m, int color, int key, zero_comm **out) {
     return s;
 }
 
-/* The node of m (zero__comm_split_node on the inner communicator: MPI's
- * shared-memory split, or the inner backend's refusal), wrapped like a
+/* The node of m (zero__comm_split_node on the inner communicator: the MPI
+ * backend's node split, or the inner backend's refusal), wrapped like a
  * split, so that a device engine finds the same nodes as a host engine on
  * the same communicator (ZERO_RANKS_PER_NODE is handled before the ops). */
 static zero_status ds_split_node(zero_comm *m, zero_comm **out) {

@@ -41,8 +41,8 @@
  *            bucket reduces: an upper bound, as for the ring scratch).
  * Nodes (qgZ): the plan has no communicator.  It takes nodes of
  * k = ZERO_RANKS_PER_NODE consecutive ranks when that is set (as
- * comm_split_node does), else one node of all N ranks (MPI's shared-memory
- * split on one machine); M = N/k nodes.  k not dividing N (unequal nodes)
+ * comm_split_node does), else one node of all N ranks (what comm_split_node
+ * finds on one machine); M = N/k nodes.  k not dividing N (unequal nodes)
  * or zero_quantized_gradients_hierarchical false: the flat exchange.  A
  * job across machines without ZERO_RANKS_PER_NODE is planned as one node:
  * its node slice and error feedback are then planned M times too small,

@@ -71,7 +71,7 @@ static zero_status setup_hpz(zpp *s) {
     if (s->P > ns || ns % s->P != 0)
         return svc->error(s->c, ZERO_ERR_CONFIG,
                           ZO "zero_hpz_partition_size: got %d, expected a divisor of the %d ranks of this node "
-                             "(nodes from MPI shared memory, or ZERO_RANKS_PER_NODE)",
+                             "(nodes: the ranks on one machine, or ZERO_RANKS_PER_NODE)",
                           s->P, ns);
     if ((st = svc->comm_split(s->node, nr / s->P, nr, &s->hcomm)) != ZERO_OK) return st;
     s->hrank = svc->comm_rank(s->hcomm);

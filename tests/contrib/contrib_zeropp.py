@@ -90,7 +90,7 @@ def stage3_node_out(s3, nodes):
 
 def check_worlds(a, base, fails, QG):
     """Hierarchical qgZ (node reduce-scatter in fp32, quantized all-to-all across nodes) at each
-    N:k of --qgz-worlds (k = 0: no ZERO_RANKS_PER_NODE, one node from MPI shared memory; k not
+    N:k of --qgz-worlds (k = 0: no ZERO_RANKS_PER_NODE, one node: this machine; k not
     dividing N: unequal nodes, the flat exchange with a warning), int8:
     with error feedback, the loss within --tol of stage3 at every one of --steps steps and two runs
     with the same bits (error feedback is the default; the runs name it); without it, within --tol over the first --tol-steps steps (it
@@ -167,7 +167,7 @@ def main():
                    help="--qgz-worlds: steps over which qgZ without error feedback must stay within --tol")
     p.add_argument("--qgz-worlds", default="",
                    help="N:k,...: check only hierarchical qgZ at these world sizes and ranks per node (k = 0: "
-                        "one node from MPI shared memory)")
+                        "one node: this machine)")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     base = json.load(open(a.config))
