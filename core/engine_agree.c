@@ -3,12 +3,15 @@
  * Why here and why first: a plugin's params_done may split communicators
  * (stage 3's MPI_Comm_split) and every plugin issues its own collectives in
  * its own order.  Ranks that loaded different plugins (a node with another
- * ZERO_PLUGIN, another build, another install) or parsed different configs
+ * ZERO_PLUGIN, another build, another install), parsed different configs
+ * or run with different communication settings (ZERO_COMM_CHUNK_KB on one
+ * node only: mpirun forwards no variable to other nodes without -x)
  * then wait in collectives that never match -- past any timeout, since
  * MPI_Comm_split has none -- or, worse, match by accident and train on
  * wrong values.  So, before the plugin's create, every rank publishes one
  * fixed-size record (plugin name, build id, plugin ABI, libzero version,
- * config digest, its load outcome) and the job checks they are equal.
+ * config digest, comm settings, its load outcome) and the job checks they
+ * are equal.
  *
  * Cost when they agree: one allreduce of two 64-bit words (MAX of the
  * record hash and of its complement = max and min at once).  Only when they
@@ -28,6 +31,7 @@
 #define REC_NAME 64
 #define REC_BUILD 72
 #define REC_WHY 320
+#define REC_COMM 224
 #define TEXT_CAP ((uint64_t)1 << 20) /* a config longer than this is compared by digest only */
 #define MAX_SIDES 4                   /* sides named in one message; more are counted */
 
@@ -41,6 +45,7 @@ typedef struct agree_rec {
     char core[32];              /* libzero's version string */
     char what[48];              /* what failed: "load plugin 'x'", "parse its config" */
     char why[REC_WHY];          /* the failure's message, cut */
+    char comm[REC_COMM];        /* zero__comm_settings of the global communicator */
 } agree_rec;
 
 #ifndef ZERO_VERSION_STRING
@@ -67,6 +72,7 @@ static void make_record(const zero_engine *e, const char *requested, zero_status
         zero__plugin_build_id(&e->plugin, r->build, sizeof r->build);
     }
     snprintf(r->core, sizeof r->core, "%s", ZERO_VERSION_STRING);
+    zero__comm_settings(e->global ? e->global : e->world, r->comm, sizeof r->comm);
     if (load_status != ZERO_OK) {
         snprintf(r->what, sizeof r->what, "load plugin '%.32s'", requested ? requested : "?");
         snprintf(r->why, sizeof r->why, "%s", load_msg ? load_msg : "");
@@ -82,6 +88,7 @@ static int same_plugin(const agree_rec *a, const agree_rec *b) {
            a->abi_minor == b->abi_minor && a->core_abi == b->core_abi && !strcmp(a->core, b->core);
 }
 static int same_config(const agree_rec *a, const agree_rec *b) { return a->cfg_digest == b->cfg_digest; }
+static int same_comm(const agree_rec *a, const agree_rec *b) { return !strcmp(a->comm, b->comm); }
 
 /* "rank 3" / "ranks 0-1,4" for the ranks whose record is like recs[first]
  * by `same`, into out (cut with "..." when long). */
@@ -139,6 +146,43 @@ static void plugin_sides(const agree_rec *recs, int n, char *msg, size_t len) {
     }
     if (k > MAX_SIDES) zero__appendf(msg, len, " and %d more variant(s)", k - MAX_SIDES);
     zero__appendf(msg, len, "; every rank must load the same plugin build");
+}
+
+/* "ranks run with different communication settings: ZERO_COMM_CHUNK_KB
+ * is 8 on rank 0 but 512 on ranks 1-2": the first NAME whose value differs
+ * between the first two sides (the settings list the same names in the
+ * same order on every rank of one libzero build). */
+static void comm_sides(const agree_rec *recs, int n, char *msg, size_t len) {
+    int first[2];
+    const int k = sides(recs, n, same_comm, first, 2);
+    char who_a[160], who_b[160];
+    side_ranks(recs, n, first[0], same_comm, who_a, sizeof who_a);
+    side_ranks(recs, n, first[1], same_comm, who_b, sizeof who_b);
+    const char *a = recs[first[0]].comm, *b = recs[first[1]].comm;
+    char name[64] = "", va[64] = "", vb[64] = "";
+    while (*a && *b) { /* walk the "NAME=value" tokens of both */
+        size_t la = strcspn(a, " "), lb = strcspn(b, " ");
+        if (la != lb || strncmp(a, b, la) != 0) {
+            size_t na = strcspn(a, "="), nb = strcspn(b, "=");
+            if (na > la) na = la;
+            if (nb > lb) nb = lb;
+            snprintf(name, sizeof name, "%.*s", (int)na, a);
+            snprintf(va, sizeof va, "%.*s", (int)(la > na ? la - na - 1 : 0), a + (la > na ? na + 1 : la));
+            snprintf(vb, sizeof vb, "%.*s", (int)(lb > nb ? lb - nb - 1 : 0), b + (lb > nb ? nb + 1 : lb));
+            break;
+        }
+        a += la + (a[la] == ' ');
+        b += lb + (b[lb] == ' ');
+    }
+    if (name[0])
+        zero__appendf(msg, len, "ranks run with different communication settings: %s is %s on %s but %s on %s", name,
+                      va, who_a, vb, who_b);
+    else
+        zero__appendf(msg, len, "ranks run with different communication settings: '%s' on %s, '%s' on %s",
+                      recs[first[0]].comm, who_a, recs[first[1]].comm, who_b);
+    if (k > 2) zero__appendf(msg, len, " (and %d more variant(s))", k - 2);
+    zero__appendf(msg, len, "; every rank must see the same value (each process reads them from its own "
+                            "environment: with mpirun, forward them to every node with -x NAME)");
 }
 
 /* ---- the config's first difference ---- */
@@ -208,6 +252,10 @@ static zero_status explain(zero_engine *e, zero_comm *g, const agree_rec *recs, 
     int first[2];
     zero_status s = ZERO_OK;
     if (sides(recs, n, same_plugin, first, 2) > 1) plugin_sides(recs, n, msg, 4096);
+    if (sides(recs, n, same_comm, first, 2) > 1) {
+        if (msg[0]) zero__appendf(msg, 4096, "; and ");
+        comm_sides(recs, n, msg, 4096);
+    }
     if (sides(recs, n, same_config, first, 2) > 1) {
         if (msg[0]) zero__appendf(msg, 4096, "; and ");
         s = config_sides(g, recs, n, canon, msg, 4096);

@@ -222,6 +222,17 @@ zero_status zero__comm_split_node(zero_comm *m, zero_comm **out) {
                        "comm: the %s backend cannot find node boundaries (set ZERO_RANKS_PER_NODE)", m->ops->name);
 }
 
+void zero__comm_settings(zero_comm *m, char *buf, size_t len) {
+    if (!len) return;
+    const char *rpn = getenv("ZERO_RANKS_PER_NODE");
+    int used = snprintf(buf, len, "ZERO_RANKS_PER_NODE=%s", rpn && *rpn ? rpn : "(unset)");
+    if (m && m->ops->settings && used >= 0 && (size_t)used + 1 < len) {
+        buf[used] = ' ';
+        m->ops->settings(m, buf + used + 1, len - (size_t)used - 1);
+        if (!buf[used + 1]) buf[used] = '\0'; /* the backend had nothing to add */
+    }
+}
+
 zero_status zero__alltoallv_bytes(zero_comm *m, const void *send, const size_t *scounts, const size_t *sdispls,
                                   void *recv, const size_t *rcounts, const size_t *rdispls) {
     if (!m || !scounts || !sdispls || !rcounts || !rdispls) return ZERO_ERR_INVALID_ARGUMENT;

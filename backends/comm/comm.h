@@ -60,6 +60,12 @@ zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, si
  * backend without one answers m's size-1
  * split when m has one rank, else ZERO_ERR_UNSUPPORTED.  Collective. */
 zero_status zero__comm_split_node(zero_comm *m, zero_comm **out);
+/* (1.7.1) The settings every rank of m must share (the engine compares
+ * them at creation, engine_agree.c): ZERO_RANKS_PER_NODE (node splits),
+ * then the backend's (ops->settings).  "NAME=value ..." into buf (len
+ * bytes, terminated); "(unset)" for a variable that is not set.  Local,
+ * thread-safe. */
+void zero__comm_settings(zero_comm *m, char *buf, size_t len);
 zero_status zero__alltoallv_bytes(zero_comm *m, const void *send, const size_t *scounts, const size_t *sdispls,
                                   void *recv, const size_t *rcounts, const size_t *rdispls);
 /* Set the wait limit (comm_wait.h) of m's backend; thread-safe, takes effect

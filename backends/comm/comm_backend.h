@@ -85,6 +85,12 @@ typedef struct zero__comm_ops {
      * a later request of m (NULL: the caller waits instead). */
     int (*ordered_on)(zero_comm *m, void *stream);
     zero_status (*drop)(zero_comm_req *req);
+    /* appended (1.7.1): the backend's settings that every rank of m must
+     * share, or its collectives do not match (the MPI ring's chunk size and
+     * algorithm choices, read from the environment of each process), as
+     * "NAME=value" pairs separated by spaces, into buf (len bytes, always
+     * terminated).  NULL: nothing to share.  Thread-safe. */
+    void (*settings)(zero_comm *m, char *buf, size_t len);
 } zero__comm_ops;
 
 /* Common header of every communicator; backends embed it first. */

@@ -521,6 +521,17 @@ static zero_status zm_split_node(zero_comm *m, zero_comm **out) {
     return adopt_split(c, sub, out);
 }
 
+/* What the ring's peers must share: a message is cut into chunks of
+ * chunk_bytes on both ends, and the algorithm decides who sends to whom.
+ * (Window, poll interval and scratch cache are local.) */
+static void zm_settings(zero_comm *m, char *buf, size_t len) {
+    const zm_engine *pe = ZM(m)->pe;
+    static const char *const ag[] = {"auto", "ring", "direct", "mpi"};
+    const int mode = pe->allgather_mode >= 0 && pe->allgather_mode <= ZM_AG_MPI ? pe->allgather_mode : 0;
+    snprintf(buf, len, "ZERO_COMM_CHUNK_KB=%zu ZERO_COMM_ALLGATHER=%s ZERO_COMM_ALLREDUCE=%s", pe->chunk_bytes / 1024u,
+             ag[mode], pe->native_allreduce ? "mpi" : "ring");
+}
+
 static void zm_counters_get(zero_comm *m, zero__comm_counters *out) {
     zm_comm *c = ZM(m);
     pthread_mutex_lock(&c->stat_lock);
@@ -547,5 +558,6 @@ static const zero__comm_ops mpi_ops = {
     .alltoallv_bytes = zm_alltoallv_bytes,
     .split_node = zm_split_node,
     .set_timeout = zm_set_timeout,
+    .settings = zm_settings,
 };
 #endif

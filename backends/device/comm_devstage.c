@@ -294,6 +294,16 @@ static zero_status ds_split_node(zero_comm *m, zero_comm **out) {
     return s;
 }
 
+/* The inner communicator's settings: its collectives are the ones that
+ * must match. */
+static void ds_settings(zero_comm *m, char *buf, size_t len) {
+    const zero_comm *in = DS(m)->inner;
+    if (in->ops->settings)
+        in->ops->settings(DS(m)->inner, buf, len);
+    else if (len)
+        buf[0] = '\0';
+}
+
 /* Every request of m has completed (the contract of comm free).  Its
  * cached buffers go now even while splits share the pool: they are cheap
  * to take again, and nothing is left behind the world's free. */
@@ -532,4 +542,5 @@ static const zero__comm_ops devstage_ops = {
     .iallreducev = ds_iallreducev,
     .set_timeout = ds_set_timeout,
     .alltoallv_bytes = ds_alltoallv_bytes,
+    .settings = ds_settings,
 };
