@@ -4,8 +4,9 @@
  * the core's bookkeeping is small next to it) drives each flat plugin for a
  * few steps and checks, through the public ABI only:
  *  - the six in-step phases add up to the step time libzero measured within
- *    5 %, and that step time agrees with the host's own clock around
- *    zero_step within 5 % (+ 0.2 ms of call overhead per step);
+ *    5 % (in the median step), and that step time agrees with the host's
+ *    own clock around zero_step within 5 % (+ 0.2 ms of call overhead; in
+ *    the median step, and never more than the host's in all);
  *  - each phase shows up where it must (optimizer and norm at a boundary,
  *    gather for the partitioned stages at N > 1, copy with host-owned
  *    params, a reduction at N > 1) and is 0 where it cannot happen (no
@@ -34,6 +35,16 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The median of v[0..n) (sorted in place; a few dozen steps); 0 when empty. */
+static double median(double *v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1], v[j - 1] = x;
+        }
+    return n ? v[n / 2] : 0.0;
 }
 
 typedef struct log_capture {
@@ -105,7 +116,8 @@ static void run(const run_cfg *rc, int rank, int world) {
     zero_step_timing sum_last = ZERO_STEP_TIMING_INIT;
     int boundaries = 0;
     double frac[256]; /* each zero_step's named share (phases / step time) */
-    int nfrac = 0;
+    double hfrac[256]; /* each zero_step's time by libzero's clock / by the host's */
+    int nfrac = 0, nhfrac = 0;
     for (int s = 0; s < rc->steps * rc->gas; s++) {
         double h0 = now_s();
         for (int i = NPARAM - 1; i >= 0; i--) { /* backward: last layer first */
@@ -118,7 +130,8 @@ static void run(const run_cfg *rc, int rank, int world) {
         zero_step_result r = ZERO_STEP_RESULT_INIT;
         double s0 = now_s();
         CHECK_EQ_INT(zero_step(e, NULL, &r), ZERO_OK);
-        host_step += now_s() - s0;
+        const double host_this = now_s() - s0;
+        host_step += host_this;
         zero_step_timing l = ZERO_STEP_TIMING_INIT;
         CHECK_EQ_INT(zero_step_timing_get(e, ZERO_TIMING_LAST, &l), ZERO_OK);
         CHECK_EQ_INT(l.micro_steps, 1);
@@ -132,6 +145,8 @@ static void run(const run_cfg *rc, int rank, int world) {
                   l.optimizer_seconds, l.norm_seconds, l.gather_seconds);
         }
         if (nfrac < 256 && l.step_seconds > 0) frac[nfrac++] = in_step(&l) / l.step_seconds;
+        /* 0.2 ms of call overhead per step is the host's, not a phase's */
+        if (nhfrac < 256 && host_this > 0) hfrac[nhfrac++] = (l.step_seconds + 2e-4) / host_this;
         sum_last.step_seconds += l.step_seconds;
         sum_last.optimizer_seconds += l.optimizer_seconds;
         sum_last.hook_seconds += l.hook_seconds;
@@ -149,18 +164,19 @@ static void run(const run_cfg *rc, int rank, int world) {
      * build beside other tests on 2 cores) has unnamed time that no phase
      * can own, so the total alone would fail on the machine's load rather
      * than on a missing phase, which would be missing from every step. */
-    for (int i = 1; i < nfrac; i++) /* insertion sort: a few dozen steps */
-        for (int j = i; j > 0 && frac[j - 1] > frac[j]; j--) {
-            double x = frac[j];
-            frac[j] = frac[j - 1], frac[j - 1] = x;
-        }
-    const double median_frac = nfrac ? frac[nfrac / 2] : 0.0;
+    const double median_frac = median(frac, nfrac);
     CHECK(phases <= t.step_seconds * 1.0001 && median_frac >= 0.95,
           "%s N=%d: phases %.3f ms vs zero_step %.3f ms (%.1f %% in all, %.1f %% in the median step)", rc->plugin,
           world, 1e3 * phases, 1e3 * t.step_seconds, 100.0 * phases / t.step_seconds, 100.0 * median_frac);
-    CHECK(t.step_seconds <= host_step && t.step_seconds >= 0.95 * host_step - 2e-4 * n,
-          "%s: libzero's step %.3f ms vs the host's clock %.3f ms", rc->plugin, 1e3 * t.step_seconds,
-          1e3 * host_step);
+    /* libzero's clock covers the call: never more than the host's around
+     * it, and at least 95 % of it (less 0.2 ms of call overhead) in the
+     * median step, for the same reason as above: the process may lose its
+     * core between the host's clock and libzero's in some step (this check
+     * on the totals failed once in a loaded full ctest run on 2 cores) */
+    const double median_host = median(hfrac, nhfrac);
+    CHECK(t.step_seconds <= host_step && median_host >= 0.95,
+          "%s: libzero's step %.3f ms vs the host's clock %.3f ms (%.1f %% in the median step)", rc->plugin,
+          1e3 * t.step_seconds, 1e3 * host_step, 100.0 * median_host);
     CHECK(t.hook_seconds > 0 && t.hook_seconds <= host_hooks, "%s: hooks %.3f ms vs host %.3f ms", rc->plugin,
           1e3 * t.hook_seconds, 1e3 * host_hooks);
     CHECK(t.fetch_seconds == 0.0, "%s: fetch %g without a zero_gather", rc->plugin, t.fetch_seconds);
