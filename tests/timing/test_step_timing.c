@@ -172,7 +172,8 @@ static void run(const run_cfg *rc, int rank, int world) {
      * it, and at least 95 % of it (less 0.2 ms of call overhead) in the
      * median step, for the same reason as above: the process may lose its
      * core between the host's clock and libzero's in some step (this check
-     * on the totals failed once in a loaded full ctest run on 2 cores) */
+     * on the totals is the only one that load alone can fail; the test failed
+     * once in a loaded full ctest run on 2 cores) */
     const double median_host = median(hfrac, nhfrac);
     CHECK(t.step_seconds <= host_step && median_host >= 0.95,
           "%s: libzero's step %.3f ms vs the host's clock %.3f ms (%.1f %% in the median step)", rc->plugin,
