@@ -249,8 +249,12 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     e->pp_stages = 1;
     e->rank = zero__comm_rank(e->world);
     e->world_size = zero__comm_size(e->world);
-    s = pipeline_split(e, zero__config_peek_pipeline_stages(opts.config_json,
-                                                            opts.config_json ? NULL : opts.config_path));
+    /* pipeline.stages as this rank's config says, agreed by every rank
+     * before the split (a rank that skipped the split while the others
+     * made it would leave them in MPI_Comm_split, which has no timeout) */
+    int stages = zero__config_peek_pipeline_stages(opts.config_json, opts.config_json ? NULL : opts.config_path);
+    if ((s = zero__engine_agree_stages(e, &stages)) != ZERO_OK) return fail_create(e, s, err, err_len);
+    s = pipeline_split(e, stages);
     if (s != ZERO_OK) return fail_create(e, s, err, err_len);
 #if defined(ZERO_HAVE_NCCL)
     /* A pipeline's data-parallel group is a split of the NCCL world with a

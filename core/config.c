@@ -304,7 +304,7 @@ void zero__config_resolve_auto(zero__config *c, uint64_t largest_numel, char *no
 int zero__config_peek_pipeline_stages(const char *text, const char *path) {
     zero__cfg_ctx ctx = {NULL, NULL, NULL, 0};
     json_t *root = NULL;
-    if (load_json(&ctx, text, path, &root) != ZERO_OK) return 1;
+    if (load_json(&ctx, text, path, &root) != ZERO_OK) return 0; /* unreadable: the parse says why */
     /* The same reader as zero__cfg_parse_pipeline: an integral real (2.0)
      * counts as well, or the peek and the parse disagree (tests/fuzz found
      * "stages": 2.0 peeked as 1 while the parse ran 2 stages). */

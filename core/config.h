@@ -107,7 +107,7 @@ int64_t zero__config_int_or(const zero__config *c, const char *path, int64_t dfl
 #endif
 
 /* --- pipeline --- */
-/* pipeline.stages of the config text (or file at path; text wins), or 1 if
- * absent, invalid, or the config does not load (the real parse reports
- * that).  Pure; thread-safe. */
+/* pipeline.stages of the config text (or file at path; text wins), 1 if
+ * absent or invalid, 0 if the config does not load (the real parse reports
+ * that; the caller then splits nothing).  Pure; thread-safe. */
 int zero__config_peek_pipeline_stages(const char *text, const char *path);

@@ -316,6 +316,59 @@ zero_status zero__engine_agree(zero_engine *e, const char *requested, zero_statu
     return s;
 }
 
+/* "ranks 0-1" / "rank 3" / "ranks 0,2-3": the ranks q with v[q] == val. */
+static void ranks_with(const int64_t *v, int n, int64_t val, char *out, size_t len) {
+    int count = 0;
+    for (int q = 0; q < n; q++) count += v[q] == val;
+    size_t used = (size_t)snprintf(out, len, "rank%s ", count > 1 ? "s" : "");
+    int sep = 0;
+    for (int q = 0; q < n && used + 8 < len; q++) {
+        if (v[q] != val || (q > 0 && v[q - 1] == val)) continue;
+        int end = q;
+        while (end + 1 < n && v[end + 1] == val) end++;
+        used += (size_t)snprintf(out + used, len - used, end > q ? "%s%d-%d" : "%s%d", sep ? "," : "", q, end);
+        sep = 1;
+    }
+}
+
+zero_status zero__engine_agree_stages(zero_engine *e, int *stages) {
+    zero_comm *g = e->global ? e->global : e->world;
+    const int n = zero__comm_size(g);
+    if (n <= 1) {
+        if (*stages < 1) *stages = 1;
+        return ZERO_OK;
+    }
+    int64_t mine = *stages, *all = malloc((size_t)n * sizeof *all);
+    if (!all) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory agreeing on pipeline.stages");
+    zero_status s = zero__allgather_bytes(g, &mine, all, sizeof mine);
+    if (s != ZERO_OK) {
+        free(all);
+        return e->last_error[0] ? zero__error_context(e, s, "agreeing on pipeline.stages at zero_engine_create")
+                                : zero__error(e, s, "agreeing on pipeline.stages at zero_engine_create failed");
+    }
+    int unread = 0, first_other = -1;
+    for (int q = 0; q < n; q++) {
+        unread |= all[q] < 1;
+        if (all[q] != all[0] && first_other < 0) first_other = q;
+    }
+    if (unread) { /* the config agreement names the rank whose config did not load */
+        *stages = 1;
+    } else if (first_other >= 0) {
+        char a[160], b[160];
+        ranks_with(all, n, all[0], a, sizeof a);
+        ranks_with(all, n, all[first_other], b, sizeof b);
+        s = zero__error(e, ZERO_ERR_MISMATCH,
+                        "ranks were given different configs: 'pipeline.stages' is %lld on %s but %lld on %s; every "
+                        "rank must be given the same config (the pipeline split comes before the config "
+                        "agreement, so it is agreed on alone)",
+                        (long long)all[0], a, (long long)all[first_other], b);
+    } else {
+        *stages = (int)all[0];
+    }
+    free(all);
+    return s;
+}
+
 zero_status zero__engine_agree_failure(zero_engine *e, zero_status status, const char *what, const char *msg) {
     agree_rec *mine = calloc(1, sizeof *mine);
     if (!mine) return zero__error(e, status, "%s", msg ? msg : "");

@@ -26,6 +26,17 @@ struct zero_engine;
 zero_status zero__engine_agree(struct zero_engine *e, const char *requested, zero_status load_status,
                                const char *load_msg);
 
+/* Before the pipeline split (which every rank of e->global must make
+ * alike, and MPI_Comm_split has no timeout): agree on pipeline.stages as
+ * each rank's config says (*stages: this rank's peek, 0 when its config did
+ * not load).  On return *stages is what every rank splits by: the common
+ * value, or 1 when some rank's config did not load (no split; the config
+ * parse and zero__engine_agree_failure then name that rank).  Ranks that
+ * read different values fail alike with ZERO_ERR_MISMATCH naming both
+ * values and their ranks.  Collective over e->global, bounded by the comm
+ * timeout.  Engine thread only. */
+zero_status zero__engine_agree_stages(struct zero_engine *e, int *stages);
+
 /* This rank failed before it could agree (`what` failed: "parse its
  * config"; msg its message): publish the failure in the same agreement the
  * other ranks run in zero__engine_agree, so that they fail at once naming

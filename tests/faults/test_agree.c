@@ -13,7 +13,9 @@
  * collectives that never match: the ctest TIMEOUT turns that into a failure.
  * --want OK is the control: equal plugins and configs train.  --lr is
  * pasted into the JSON as is, so "--lr oops" makes that rank's config fail
- * to parse (the other ranks must not wait for it). */
+ * to parse (the other ranks must not wait for it).  --stages sets
+ * pipeline.stages (default 1): ranks given different values must fail
+ * before the pipeline split, which the others would wait in for ever. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,12 +77,13 @@ static zero_status train_one_step(zero_engine *e, float *w) {
 int main(int argc, char **argv) {
     int rank = 0, world = 1;
     check_mpi_init(&argc, &argv, &rank, &world);
-    const char *plugin = "stage2", *lr = "0.001", *want_name = "MISMATCH";
+    const char *plugin = "stage2", *lr = "0.001", *want_name = "MISMATCH", *stages = "1";
     const char *needles[MAX_NEEDLES];
     int nn = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--plugin")) plugin = argv[i + 1];
         else if (!strcmp(argv[i], "--lr")) lr = argv[i + 1];
+        else if (!strcmp(argv[i], "--stages")) stages = argv[i + 1];
         else if (!strcmp(argv[i], "--want")) want_name = argv[i + 1];
         else if (!strcmp(argv[i], "--needle") && nn < MAX_NEEDLES) needles[nn++] = argv[i + 1];
         else CHECK(0, "unknown argument %s", argv[i]);
@@ -90,8 +93,8 @@ int main(int argc, char **argv) {
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": %s}},"
-             " \"zero_optimization\": {\"reduce_bucket_size\": 64}}",
-             lr);
+             " \"zero_optimization\": {\"reduce_bucket_size\": 64}, \"pipeline\": {\"stages\": %s}}",
+             lr, stages);
     const char *tmo = getenv("ZERO_COMM_TIMEOUT");
     const double limit = tmo ? atof(tmo) : 0;
 
