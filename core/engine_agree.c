@@ -90,21 +90,39 @@ static int same_plugin(const agree_rec *a, const agree_rec *b) {
 static int same_config(const agree_rec *a, const agree_rec *b) { return a->cfg_digest == b->cfg_digest; }
 static int same_comm(const agree_rec *a, const agree_rec *b) { return !strcmp(a->comm, b->comm); }
 
-/* "rank 3" / "ranks 0-1,4" for the ranks whose record is like recs[first]
- * by `same`, into out (cut with "..." when long). */
-static void side_ranks(const agree_rec *recs, int n, int first, same_fn same, char *out, size_t len) {
+/* "rank 3" / "ranks 0-1,4": the ranks q of 0..n-1 for which in(ctx, q)
+ * holds, into out (cut with "..." when long).  Both the record sides and
+ * the pipeline.stages sides are named with it. */
+typedef int (*member_fn)(const void *ctx, int q);
+static void rank_list(int n, member_fn in, const void *ctx, char *out, size_t len) {
     int count = 0;
-    for (int r = first; r < n; r++) count += same(&recs[r], &recs[first]);
+    for (int r = 0; r < n; r++) count += in(ctx, r);
     size_t used = (size_t)snprintf(out, len, "rank%s ", count > 1 ? "s" : "");
     int sep = 0;
-    for (int r = first; r < n && used + 8 < len; r++) {
-        if (!same(&recs[r], &recs[first]) || (r > first && same(&recs[r - 1], &recs[first]))) continue;
+    for (int r = 0; r < n && used + 8 < len; r++) {
+        if (!in(ctx, r) || (r > 0 && in(ctx, r - 1))) continue;
         int end = r;
-        while (end + 1 < n && same(&recs[end + 1], &recs[first])) end++;
+        while (end + 1 < n && in(ctx, end + 1)) end++;
         used += (size_t)snprintf(out + used, len - used, end > r ? "%s%d-%d" : "%s%d", sep ? "," : "", r, end);
         sep = 1;
     }
     if (used + 8 >= len && len > 4) snprintf(out + len - 4, 4, "...");
+}
+
+typedef struct like_rec {
+    const agree_rec *recs;
+    int first;
+    same_fn same;
+} like_rec;
+static int is_like_rec(const void *ctx, int q) {
+    const like_rec *l = ctx;
+    return l->same(&l->recs[q], &l->recs[l->first]);
+}
+
+/* The ranks whose record is like recs[first] by `same`. */
+static void side_ranks(const agree_rec *recs, int n, int first, same_fn same, char *out, size_t len) {
+    const like_rec l = {recs, first, same};
+    rank_list(n, is_like_rec, &l, out, len);
 }
 
 /* The first rank of each side, in rank order: up to `max`; returns how
@@ -316,19 +334,19 @@ zero_status zero__engine_agree(zero_engine *e, const char *requested, zero_statu
     return s;
 }
 
-/* "ranks 0-1" / "rank 3" / "ranks 0,2-3": the ranks q with v[q] == val. */
+typedef struct equal_to {
+    const int64_t *v;
+    int64_t val;
+} equal_to;
+static int is_equal_to(const void *ctx, int q) {
+    const equal_to *x = ctx;
+    return x->v[q] == x->val;
+}
+
+/* The ranks q with v[q] == val. */
 static void ranks_with(const int64_t *v, int n, int64_t val, char *out, size_t len) {
-    int count = 0;
-    for (int q = 0; q < n; q++) count += v[q] == val;
-    size_t used = (size_t)snprintf(out, len, "rank%s ", count > 1 ? "s" : "");
-    int sep = 0;
-    for (int q = 0; q < n && used + 8 < len; q++) {
-        if (v[q] != val || (q > 0 && v[q - 1] == val)) continue;
-        int end = q;
-        while (end + 1 < n && v[end + 1] == val) end++;
-        used += (size_t)snprintf(out + used, len - used, end > q ? "%s%d-%d" : "%s%d", sep ? "," : "", q, end);
-        sep = 1;
-    }
+    const equal_to x = {v, val};
+    rank_list(n, is_equal_to, &x, out, len);
 }
 
 zero_status zero__engine_agree_stages(zero_engine *e, int *stages) {
