@@ -19,8 +19,20 @@ writes the bf16 model copy (mixed precision as ZeRO does it); torch's fused
 AdamW on bf16 parameters keeps bf16 moments and no master.  The like-for-like
 torch mixed-precision step is therefore also timed: fused AdamW on fp32
 master weights plus a copy into the bf16 model parameters
-(torch._foreach_copy_ where present).  Not a test: prints figures, exits 0;
-without CUDA it says so and exits 0.
+(torch._foreach_copy_ where present).
+
+Then the gradient norm's sum of squares: libzero's ordered kernel (the CPU's
+bits, fp64 lanes) against torch.linalg.vector_norm on the same tensor
+(torch's tuned, unordered reduction; fp32 accumulation, and fp64 with
+dtype=torch.float64), each as a ratio to a device-to-device copy moving the
+same DRAM traffic (copy time / kernel time, the ratio bench_gpu_kernels
+prints), the copy timed by torch in the same run:
+
+    RESULT sumsq <dtype>  libzero ratio <r>  torch vector_norm ratio <r> (fp32 sums) <r> (fp64 sums)
+
+What a tuned reduction that ignores the order reaches on this GPU is the
+fair measure of what libzero's order costs (issue 35's 0.9 goal).  Not a
+test: prints figures, exits 0; without CUDA it says so and exits 0.
 """
 import re
 import subprocess
@@ -45,10 +57,14 @@ def main():
     # libzero's side: its own bench, same element count, same GPU
     out = subprocess.run([kbench, str(n)], capture_output=True, text=True, timeout=300).stdout
     lz = {}
+    lz_sumsq = {}
     for line in out.splitlines():
         m = re.match(r"RESULT (adamw \w+ params, \d+ tensors?)\s+ratio .*kernel ([0-9.]+) ms", line)
         if m:
             lz[m.group(1)] = float(m.group(2))
+        m = re.match(r"RESULT sumsq (\w+)\s+ratio ([0-9.]+) .*kernel ([0-9.]+) ms", line)
+        if m:
+            lz_sumsq[m.group(1)] = (float(m.group(2)), float(m.group(3)))
     if not lz:
         print("bench_torch_adamw: no AdamW lines from %s:\n%s" % (kbench, out))
         return 0
@@ -124,6 +140,28 @@ def main():
                       % (case + " mp", lz[case], t_mp, t_mp / lz[case]), flush=True)
                 del opt, master, model
             torch.cuda.empty_cache()
+
+    # the sum of squares: libzero's ordered kernel vs torch's vector_norm,
+    # each against a copy of the same DRAM traffic (a norm reads its input once)
+    for dt_name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        if dt_name not in lz_sumsq:
+            continue
+        x = torch.randn(n, device=dev, dtype=torch.float32).to(dtype)
+        half = x.numel() * x.element_size() // 2
+        src = torch.empty(half, device=dev, dtype=torch.uint8)
+        dst = torch.empty_like(src)
+        t_copy = time_steps(lambda: dst.copy_(src))
+        t32 = time_steps(lambda: torch.linalg.vector_norm(x))
+        try:
+            t64 = time_steps(lambda: torch.linalg.vector_norm(x, dtype=torch.float64))
+            r64 = "%.3f (fp64 sums, %.3f ms)" % (t_copy / t64, t64)
+        except (RuntimeError, TypeError) as e:
+            r64 = "n/a (fp64 sums: %s)" % str(e).splitlines()[0][:80]
+        r_lz, t_lz = lz_sumsq[dt_name]
+        print("RESULT sumsq %-5s libzero ratio %.3f (%.3f ms, ordered)  torch vector_norm ratio %.3f (fp32 sums, "
+              "%.3f ms) %s  copy %.3f ms" % (dt_name, r_lz, t_lz, t_copy / t32, t32, r64, t_copy), flush=True)
+        del x, src, dst
+        torch.cuda.empty_cache()
     return 0
 
 
