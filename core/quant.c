@@ -97,7 +97,7 @@ void zero__dequantize_range(float *dst, const void *src, size_t n, size_t lo, si
 void zero__dequantize_add(float *acc, const void *src, size_t n, int bits, size_t block) {
     const float *scales = src;
     const uint8_t *data = (const uint8_t *)src + nblocks(n, block) * sizeof(float);
-    for (size_t i = 0; i < n; i++) acc[i] += value_at(scales, data, i, bits, block);
+    for (size_t i = 0; i < n; i++) acc[i] = zero_quant_add(acc[i], value_at(scales, data, i, bits, block));
 }
 
 /* ---- collectives --------------------------------------------------------- */
@@ -268,7 +268,7 @@ static zero_status quantize_block(zero_comm *m, const qside *sd, uint8_t *qd, co
         for (size_t lo = 0; lo < cnt; lo += 256) { /* the residual, in slices */
             size_t k = cnt - lo < 256 ? cnt - lo : 256;
             zero__dequantize_range(tmpd, qd, cnt, lo, k, bits, block);
-            for (size_t i = 0; i < k; i++) ef[lo + i] = xs[lo + i] - tmpd[i];
+            for (size_t i = 0; i < k; i++) ef[lo + i] = zero_quant_sub(xs[lo + i], tmpd[i]);
         }
         return ZERO_OK;
     }

@@ -49,7 +49,7 @@ archs=${GPU_CHECK_ARCHS:-native}
 jobs=${GPU_CHECK_JOBS:-$(nproc 2>/dev/null || echo 2)}
 parts=${GPU_CHECK_PARTS:-build,demo,ctest,bench,overlap,gpt2}
 deadline=${GPU_CHECK_DEADLINE:-540}
-alloc_modes=${GPU_CHECK_ALLOC_SYNC:-default 0}
+alloc_modes=${GPU_CHECK_ALLOC_SYNC:-default 1}
 demo_jobs=${GPU_CHECK_DEMO_JOBS:-4}
 results="$out/results.tsv" # part <TAB> name <TAB> status <TAB> detail
 : >"$results"

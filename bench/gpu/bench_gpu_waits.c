@@ -72,7 +72,7 @@ static long long cycles(double us) { return (long long)(us * cycles_per_us); }
 static void alloc_part(void) {
     const size_t bytes = (size_t)A.alloc_kb << 10;
     for (int before = 1; before >= 0; before--) {
-        setenv("ZERO_CUDA_ALLOC_SYNC", before ? "1" : "0", 1); /* 1 is the default */
+        setenv("ZERO_CUDA_ALLOC_SYNC", before ? "1" : "0", 1); /* 0 is the default (since 2026-11-28) */
         zero_cuda_device_options o = ZERO_CUDA_DEVICE_OPTIONS_INIT;
         o.ordinal = -1; /* local rank % GPUs */
         o.device_arena_bytes = bytes * (size_t)(A.allocs + 2) + ((size_t)1 << 20); /* no growth while timing */
@@ -151,7 +151,7 @@ static void step_variant(const variant *v, cudaStream_t compute, float *host_ini
              A.bucket, v->overlap ? "true" : "false");
     /* read when the device is opened (create) and when the bucket sets are
      * made (params_done) */
-    setenv("ZERO_CUDA_ALLOC_SYNC", v->before ? "1" : "0", 1); /* 1 is the default */
+    setenv("ZERO_CUDA_ALLOC_SYNC", v->before ? "1" : "0", 1); /* 0 is the default (since 2026-11-28) */
     set_env("ZERO_BUCKET_HOST_WAIT", v->before);
     zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
     o.config_json = json;

@@ -9,10 +9,12 @@
  * non-NaN values does not depend on the order it is taken in), one division
  * for the scale and one for its inverse, one product x * inv, rintf
  * (round to nearest even, the default mode on the host; cvt.rni on the
- * GPU), one product q * scale.  No FMA can form (no a*b+c anywhere), and
+ * GPU), one product q * scale, and in the users' loops one sum or
+ * difference (zero_quant_add, zero_quant_sub).  No FMA can form (no a*b+c anywhere), and
  * nvcc's default IEEE division is kept (no --use_fast_math; cmake/
  * ZeroCuda.cmake also passes --fmad=false).  Non-finite inputs are judged
- * on the bits, so no libm classification enters.
+ * on the bits, so no libm classification enters.  A NaN result is given one
+ * bit pattern (zero_quant_canon): hardware disagrees on NaN payloads.
  *
  * Thread-safety: pure functions of their arguments. */
 #ifndef ZERO_QUANT_MATH_H
@@ -91,8 +93,24 @@ ZERO_HD int zero_quant_code_at(const uint8_t *data, size_t i, int bits) {
     return nib >= 8 ? nib - 16 : nib;
 }
 
-/* The dequantized value of element i: code * scale of its block. */
+/* Every NaN this math returns is 0x7fc00000 (positive quiet NaN, no
+ * payload), whatever the hardware makes of NaN arithmetic: x86 propagates
+ * an operand's payload and sign (and makes 0xffc00000 of Inf - Inf), NVIDIA
+ * GPUs return 0x7fffffff for any NaN result.  Without it a block holding an
+ * Inf or NaN dequantized to other bits on the device than on the host (an
+ * H200, 2026-11-28: gpu_quant); with it the bytes agree, and NaN stays NaN. */
+ZERO_HD float zero_quant_canon(float r) { return r != r ? zero_bits_f32(0x7fc00000u) : r; }
+
+/* The dequantized value of element i: code * scale of its block (NaN for a
+ * block that held an Inf or NaN). */
 ZERO_HD float zero_quant_value_at(const float *scales, const uint8_t *data, size_t i, int bits, size_t block) {
-    return (float)zero_quant_code_at(data, i, bits) * scales[i / block];
+    return zero_quant_canon((float)zero_quant_code_at(data, i, bits) * scales[i / block]);
 }
+
+/* dequantize_add's element: acc + v. */
+ZERO_HD float zero_quant_add(float acc, float v) { return zero_quant_canon(acc + v); }
+
+/* Error feedback's residual element: x - v (x the value that was quantized,
+ * v its dequantized value). */
+ZERO_HD float zero_quant_sub(float x, float v) { return zero_quant_canon(x - v); }
 #endif

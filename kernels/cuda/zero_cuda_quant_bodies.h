@@ -119,7 +119,7 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_dequantize_add(float *acc, const uint8_t *src,
     const uint8_t *data = src + nb * sizeof(float);
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        acc[i] = acc[i] + zero_quant_value_at(scales, data, (size_t)i, bits, (size_t)block);
+        acc[i] = zero_quant_add(acc[i], zero_quant_value_at(scales, data, (size_t)i, bits, (size_t)block));
 }
 
 /* Error feedback's residual: ef[i] = x[i] - dequantized value i (fp32), as
@@ -131,7 +131,7 @@ ZERO_CUDA_GLOBAL void zero_cuda_k_quant_residual(float *ef, const float *x, cons
     const uint8_t *data = src + nb * sizeof(float);
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        ef[i] = x[i] - zero_quant_value_at(scales, data, (size_t)i, bits, (size_t)block);
+        ef[i] = zero_quant_sub(x[i], zero_quant_value_at(scales, data, (size_t)i, bits, (size_t)block));
 }
 
 /* Grid of the quantize kernel: one CUDA block per group, capped (the

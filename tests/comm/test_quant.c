@@ -9,6 +9,10 @@
  *    rank's dequantized block (recomputed locally), within the summed
  *    bound of the exact sum; counted as a reduce-scatter;
  *  - error feedback: received sum + carried errors == the exact sum;
+ *  - NaN bits: a dequantized Inf/NaN block, dequantize_add into a NaN and
+ *    the residual's Inf - Inf are all 0x7fc00000, whatever payload or sign
+ *    went in (the GPU makes 0x7fffffff of any NaN, x86 keeps payloads: one
+ *    pattern is what keeps device and host bytes equal);
  *  - comm_split_node: ZERO_RANKS_PER_NODE=2 gives pairs of consecutive
  *    ranks; without it, one machine is one node.
  * Run under mpirun with any N (engine-less: links the core objects). */
@@ -21,6 +25,7 @@
 #include "comm.h"
 #include "optim.h"
 #include "quant.h"
+#include "quant_math.h"
 
 static float value(int rank, size_t i) {
     /* varied magnitudes per 64 elements, both signs */
@@ -82,6 +87,47 @@ static void test_kernels(void) {
     free(q);
     free(x);
     free(y);
+}
+
+static uint32_t bits_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float of_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void test_nan_bits(void) {
+    enum { N = 12, BLOCK = 4 };
+    float x[N], y[N], acc[N];
+    for (size_t i = 0; i < N; i++) x[i] = 0.5f + (float)i;
+    x[5] = of_bits(0xffc00123u); /* block 1: a negative NaN with a payload */
+    x[9] = -INFINITY;            /* block 2: an Inf */
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        unsigned char q[64];
+        zero__quantize(q, x, ZERO_DTYPE_F32, N, bits, BLOCK);
+        zero__dequantize(y, ZERO_DTYPE_F32, q, N, bits, BLOCK);
+        int canon = 1, finite = 1;
+        for (size_t i = 4; i < N; i++) canon &= bits_of(y[i]) == 0x7fc00000u;
+        for (size_t i = 0; i < 4; i++) finite &= isfinite(y[i]) != 0;
+        CHECK(canon && finite, "int%d: non-finite blocks dequantize to 0x7fc00000 (%d), block 0 finite (%d)", bits,
+              canon, finite);
+        for (size_t i = 0; i < N; i++) acc[i] = 1.0f;
+        acc[1] = of_bits(0xffc00001u); /* a NaN already in the sum, in a finite block */
+        zero__dequantize_add(acc, q, N, bits, BLOCK);
+        CHECK(bits_of(acc[1]) == 0x7fc00000u && bits_of(acc[6]) == 0x7fc00000u && isfinite(acc[0]),
+              "int%d: dequantize_add NaN bits %08x %08x (want 7fc00000), acc[0] %g", bits, bits_of(acc[1]),
+              bits_of(acc[6]), acc[0]);
+    }
+    /* the residual's element: Inf - Inf and a NaN operand */
+    volatile float inf = INFINITY; /* not folded at compile time */
+    CHECK(bits_of(zero_quant_sub(inf, inf)) == 0x7fc00000u, "Inf - Inf: %08x", bits_of(zero_quant_sub(inf, inf)));
+    CHECK(bits_of(zero_quant_sub(of_bits(0xffc00123u), 1.0f)) == 0x7fc00000u, "NaN - 1: %08x",
+          bits_of(zero_quant_sub(of_bits(0xffc00123u), 1.0f)));
+    CHECK(zero_quant_sub(3.0f, 1.0f) == 2.0f && zero_quant_add(3.0f, 1.0f) == 4.0f, "finite arithmetic unchanged");
 }
 
 static uint64_t fnv(const void *p, size_t n) {
@@ -254,6 +300,7 @@ int main(void) {
         return 1;
     }
     test_kernels();
+    test_nan_bits();
     for (int bits = 8; bits >= 4; bits -= 4) {
         test_allgather(w, bits);
         test_reduce_scatter(w, bits);

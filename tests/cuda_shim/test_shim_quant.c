@@ -122,7 +122,7 @@ static void check_case(size_t n, zero_dtype dt, int bits, size_t block, int bad)
         for (size_t lo = 0; lo < n; lo += 256) {
             const size_t k = n - lo < 256 ? n - lo : 256;
             zero__dequantize_range(tmp, host, n, lo, k, bits, block);
-            for (size_t i = 0; i < k; i++) acc_h[lo + i] = xf[lo + i] - tmp[i];
+            for (size_t i = 0; i < k; i++) acc_h[lo + i] = zero_quant_sub(xf[lo + i], tmp[i]);
         }
         CHECK_EQ_INT(zero_cuda_quant_residual(acc_s, xf, host, n, bits, block, NULL), ZERO_OK);
         CHECK(memcmp(acc_h, acc_s, n * 4) == 0, "residual n=%zu int%d block %zu differs", n, bits, block);

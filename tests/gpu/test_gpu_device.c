@@ -19,8 +19,8 @@ static double now_s(void) {
  * is held by a kernel: zero_cuda_alloc returns at once (no host wait), the
  * fill is queued behind the hold, and the zeros are what the compute
  * stream reads after zero_cuda_order_before and what the legacy stream
- * reads after zero_cuda_fill_wait (ZERO_CUDA_ALLOC_SYNC=0, opt-in).  Without
- * the variable, the default, every allocation waits for its fill. */
+ * reads after zero_cuda_fill_wait (the default since 2026-11-28).  With
+ * ZERO_CUDA_ALLOC_SYNC=1 every allocation waits for its fill. */
 static void check_async_fill(zero_cuda_device *d, cudaStream_t compute, float *pin) {
     const size_t n = (size_t)1 << 20; /* 4 MiB */
     cudaStream_t comm = (cudaStream_t)zero_cuda_comm_stream(d);
@@ -73,8 +73,8 @@ static void check_async_fill(zero_cuda_device *d, cudaStream_t compute, float *p
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaFreeHost(flag));
 
-    /* the default: a wait per allocation */
-    unsetenv("ZERO_CUDA_ALLOC_SYNC");
+    /* ZERO_CUDA_ALLOC_SYNC=1: a wait per allocation */
+    setenv("ZERO_CUDA_ALLOC_SYNC", "1", 1);
     zero_cuda_device *old = NULL;
     zero_cuda_device_options o = ZERO_CUDA_DEVICE_OPTIONS_INIT;
     o.ordinal = zero_cuda_device_ordinal(d);
@@ -86,7 +86,7 @@ static void check_async_fill(zero_cuda_device *d, cudaStream_t compute, float *p
         void *p = zero_cuda_alloc(old, ZERO_TIER_DEVICE, 4096);
         zero_cuda_device_stats_get(old, &s1);
         CHECK(p && s1.host_waits == s0.host_waits + 1 && s1.fills_async == 0,
-              "default (no ZERO_CUDA_ALLOC_SYNC): %llu host waits, %llu async fills (expected 1 and 0)",
+              "ZERO_CUDA_ALLOC_SYNC=1: %llu host waits, %llu async fills (expected 1 and 0)",
               (unsigned long long)(s1.host_waits - s0.host_waits), (unsigned long long)s1.fills_async);
         zero_cuda_device_close(old);
     }
@@ -111,9 +111,8 @@ int main(void) {
     o.device_arena_bytes = (size_t)64 << 20;
     o.host_arena_bytes = (size_t)16 << 20;
     o.grow_bytes = (size_t)32 << 20;
-    setenv("ZERO_CUDA_ALLOC_SYNC", "0", 1); /* the queued fills (opt-in) are what check_async_fill checks */
+    unsetenv("ZERO_CUDA_ALLOC_SYNC"); /* the default, queued fills, is what check_async_fill checks */
     CHECK_EQ_INT(zero_cuda_device_open(&o, &d, err, sizeof err), ZERO_OK);
-    unsetenv("ZERO_CUDA_ALLOC_SYNC");
     if (!d) {
         fprintf(stderr, "open failed: %s\n", err);
         return 1;

@@ -78,7 +78,7 @@ static void check_kernels(size_t n, zero_dtype dt, int bits, size_t block) {
         for (size_t lo = 0; lo < n; lo += 256) {
             const size_t k = n - lo < 256 ? n - lo : 256;
             zero__dequantize_range(tmp, host, n, lo, k, bits, block);
-            for (size_t i = 0; i < k; i++) a[lo + i] = xf[lo + i] - tmp[i];
+            for (size_t i = 0; i < k; i++) a[lo + i] = zero_quant_sub(xf[lo + i], tmp[i]);
         }
         CHECK_EQ_INT(zero_cuda_quant_residual(dout, dx, dq, n, bits, block, NULL), ZERO_OK);
         gpu_download(b, dout, n * 4);

@@ -131,15 +131,16 @@ zero_status zero_cuda_device_open(const zero_cuda_device_options *o, zero_cuda_d
         goto fail;
     }
     {
-        /* Synchronous fills are the default again: with fills left queued,
+        /* Queued fills are the default (issue 35).  They were opt-in after
          * one H200 run (2026-11-27) ended stage 3 + offload_param +
-         * offload_optimizer at N = 1 (NCCL) away from the CPU engine while
-         * every other case stayed bitwise.  The unordered user was the NCCL
-         * backend's host-operand gather on a split (fixed, device_nccl_order);
-         * the default flips once a GPU run confirms.  ZERO_CUDA_ALLOC_SYNC=0
-         * opts into the queued fills. */
+         * offload_optimizer at N = 1 (NCCL) away from the CPU engine; the
+         * unordered user was the NCCL backend's host-operand gather on a
+         * split (fixed, device_nccl_order), and the next H200 run
+         * (2026-11-28) had all 63 device demo cases bitwise with queued
+         * fills, that one included.  ZERO_CUDA_ALLOC_SYNC=1 waits for every
+         * fill again (the behaviour before issue 35). */
         const char *sync = getenv("ZERO_CUDA_ALLOC_SYNC");
-        d->sync_alloc = !(sync && strcmp(sync, "0") == 0);
+        d->sync_alloc = sync && strcmp(sync, "1") == 0;
     }
     for (int t = 0; t < ZERO_NTIERS; ++t) {
         if (!(d->arena[t] = zero_cuda_arena_create(ARENA_ALIGN))) {
@@ -215,8 +216,8 @@ void *zero_cuda_alloc_ex(zero_cuda_device *d, zero_mem_tier tier, size_t bytes, 
      * collective queued on the stream, once per allocation.  fill_ev marks
      * the latest fill for zero_cuda_fill_wait; memset and record happen
      * under the lock so that the event's record is always the newest
-     * fill's.  Unless ZERO_CUDA_ALLOC_SYNC=0, the fill is waited for (the
-     * default; see zero_cuda_device_open). */
+     * fill's.  With ZERO_CUDA_ALLOC_SYNC=1 the fill is waited for (see
+     * zero_cuda_device_open). */
     pthread_mutex_lock(&d->lock);
     cudaError_t e = cudaMemsetAsync(p, 0, n, d->comm);
     if (e == cudaSuccess && !d->sync_alloc) e = cudaEventRecord(d->fill_ev, d->comm);

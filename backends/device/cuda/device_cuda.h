@@ -57,17 +57,16 @@ void zero_cuda_device_close(zero_cuda_device *d);
  * to d until zero_cuda_free or close.
  *
  * The zero-fill of a device block is queued on the comm stream and the
- * call returns without waiting for it when ZERO_CUDA_ALLOC_SYNC=0 was set
- * at zero_cuda_device_open (issue 35, experimental: it saves the stream
- * synchronisation per allocation, which also waits for every collective
- * queued there, but one H200 run of stage 3 with offload_param at N = 1
- * diverged with it; by default the fill is waited for, as before).  Work queued on the comm stream afterwards (libzero's
+ * call returns without waiting for it (issue 35: a stream synchronisation
+ * per allocation also waited for every collective queued there); with
+ * ZERO_CUDA_ALLOC_SYNC=1 set at zero_cuda_device_open the fill is waited
+ * for, as before issue 35.  Work queued on the comm stream afterwards (libzero's
  * kernels, NCCL on that stream, zero_cuda_copy, the fences) sees the zeros
  * by stream order; another stream sees them after zero_cuda_order_before
  * (event, no host wait); code that may touch the block from any stream
  * calls zero_cuda_fill_wait first.  Host-tier blocks are zeroed on the host
  * before the call returns.  bench/gpu/bench_gpu_waits measures both
- * (ZERO_CUDA_ALLOC_SYNC=1, the default, and =0). */
+ * (ZERO_CUDA_ALLOC_SYNC=1 and the default, =0). */
 void *zero_cuda_alloc(zero_cuda_device *d, zero_mem_tier tier, size_t bytes);
 /* flags for zero_cuda_alloc_ex */
 enum { ZERO_CUDA_ALLOC_NOFILL = 1 }; /* the caller overwrites the whole block before reading it: no fill */
