@@ -360,9 +360,9 @@ part_overlap() {
       for t in 1 2; do
         log="$out/bench_overlap_${dev}_t$t.log"
         if ZERO_PLUGIN_PATH="$build/plugins" bounded overlap "bench_overlap_${dev}_t$t" 300 "$log" \
-             mpirun --allow-run-as-root -np 2 --mca btl self,vader -x ZERO_PLUGIN_PATH \
+             mpirun --allow-run-as-root -np 2 --mca btl self,vader --bind-to none -x ZERO_PLUGIN_PATH \
              "$ovl" --reps 7 --compute-threads "$t" --device "$dev"; then
-          record overlap "bench_overlap_${dev}_t$t" ok "$(grep -E 'engine, N=|=>' "$log" | tr '\n' ';' | cut -c1-900)"
+          record overlap "bench_overlap_${dev}_t$t" ok "$(grep -E 'engine, N=|WARNING|=>' "$log" | tr '\n' ';' | cut -c1-1100)"
         fi
       done
     done

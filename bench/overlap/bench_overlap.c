@@ -37,9 +37,18 @@
  * and optimizer on the GPU, local rank % GPUs) over MPI behind libzero's
  * staging layer, so the ranks may share one GPU; the host writes each
  * layer's gradient into a host buffer registered as the param's `grad`,
- * which libzero copies to the device at zero_on_grad_ready. */
+ * which libzero copies to the device at zero_on_grad_ready.
+ *
+ * Cores: the figures mean "a core per thread" only when each rank may run
+ * on T + 1 cores (its compute threads and the MPI progress thread).
+ * mpirun binds each of 2 ranks to one core by default (Open MPI: --bind-to
+ * core for np <= 2), which puts all of a rank's threads on that core; the
+ * header line prints the cores each rank may use (sched_getaffinity, the
+ * fewest over ranks) and a WARNING when they are fewer than T + 1: run
+ * with `mpirun --bind-to none` then. */
 #include <mpi.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,6 +179,13 @@ int main(int argc, char **argv) {
     int rank, world;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    /* the cores this rank may run on (the fewest over ranks): see the top */
+    int cores = 0;
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    if (sched_getaffinity(0, sizeof mask, &mask) == 0) cores = CPU_COUNT(&mask);
+    if (cores < 1) cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    MPI_Allreduce(MPI_IN_PLACE, &cores, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     pthread_t helpers[MAXT];
     if (T > 1) {
         pthread_barrier_init(&bar_start, NULL, (unsigned)T);
@@ -206,9 +222,15 @@ int main(int argc, char **argv) {
     }
     if (rank == 0)
         printf("%s engine, N=%d, %d layers x %zu floats (%.1f MB of gradients), %.0f us of compute per layer on %d thread%s "
-               "(%.1f ms of backward compute), reduce_bucket_size %lld, reps=%d\n",
+               "(%.1f ms of backward compute), reduce_bucket_size %lld, reps=%d, cores per rank %d (affinity, fewest "
+               "over ranks)\n",
                cuda ? "CUDA (MPI staged)" : "CPU", world, layers, per, (double)per * layers * 4 / 1048576.0, layer_us, T, T > 1 ? "s" : "",
-               layer_us * layers / 1e3, bucket, reps);
+               layer_us * layers / 1e3, bucket, reps, cores);
+    if (rank == 0 && cores < T + 1)
+        printf("  WARNING: a rank may run on %d core%s for %d compute thread%s and the progress thread: they share "
+               "cores, so the figures measure that contention, not overlap (mpirun binds 2 ranks to one core each "
+               "by default: pass --bind-to none)\n",
+               cores, cores == 1 ? "" : "s", T, T > 1 ? "s" : "");
     double step_med[NCFG];
     for (int k = 0; k < NCFG; k++) {
         bench_sort(cs[k].t_bwd, (size_t)reps);
