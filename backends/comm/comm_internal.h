@@ -25,10 +25,14 @@ double zero__comm_now(void);
  * memcmp).  zero__node_leader: the lowest row of tbl (n records, row p
  * from rank p) equal to row q, i.e. q's node's first rank; in *members
  * (if not NULL) how many rows equal it, in *local_rank (if not NULL) how
- * many of those come before q (q's rank on its node).  Thread-safe. */
+ * many of those come before q (q's rank on its node).
+ * zero__node_leader_rows: the same over rows of `stride` bytes whose
+ * record starts at the row's first byte (a table of larger rows that
+ * carry a record among other fields).  Thread-safe. */
 #define ZERO__NODE_RECORD 128
 void zero__node_record(char rec[ZERO__NODE_RECORD]);
 int zero__node_leader(const char *tbl, int n, int q, int *members, int *local_rank);
+int zero__node_leader_rows(const char *rows, size_t stride, int n, int q, int *members, int *local_rank);
 
 #ifdef ZERO_HAVE_MPI
 /* MPI_Initialized() && !MPI_Finalized() (safe to call before MPI_Init). */

@@ -219,13 +219,14 @@ zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *eng
     }
     c->is_world = 1;
     c->owns_mpi = owns;
-    /* collective, like the dup above: the ranks sharing this node size the
-     * CPU kernels' thread team (kernels/cpu/optim_threads.c) ... */
-    const int local = zero__zm_node_ranks(dup);
-    if (local > 0) zero__optim_set_node_ranks(local);
-    /* ... and shared-memory collectives run when every rank is on this node
-     * (comm_mpi_shm.c) */
-    zero_status sst = zero__zm_shm_setup(c);
+    /* collective, like the dup above, and bounded by the comm timeout:
+     * shared-memory collectives run when every rank is on this node
+     * (comm_mpi_shm.c), and the same gathered table gives the ranks sharing
+     * this node, which size the CPU kernels' thread team
+     * (kernels/cpu/optim_threads.c) */
+    int local = 0;
+    zero_status sst = zero__zm_shm_setup(c, &local);
+    if (sst == ZERO_OK && local > 0) zero__optim_set_node_ranks(local);
     if (sst != ZERO_OK) {
         snprintf(err, err_len, "comm: setting up the shared-memory collectives failed (an exchange over the "
                                "new communicator failed or timed out)");
@@ -253,7 +254,7 @@ static zero_status adopt_split(zm_comm *c, MPI_Comm sub, zero_comm **out) {
         zero__zm_engine_release(c->pe);
         return ZERO_ERR_OUT_OF_MEMORY;
     }
-    zero_status st = zero__zm_shm_setup(s); /* collective over sub */
+    zero_status st = zero__zm_shm_setup(s, NULL); /* collective over sub */
     if (st != ZERO_OK) {
         zm_free(&s->base);
         return st;

@@ -177,11 +177,6 @@ zero_status zero__zm_error_text(int rc, const char *what, char *buf, size_t len)
 /* MPI datatype for dt: for_sum selects the arithmetic type; BF16/F16 map to
  * MPI_UINT16_T for data movement and to MPI_DATATYPE_NULL for sums. */
 MPI_Datatype zero__zm_datatype(zero_dtype dt, int for_sum);
-/* Collective over comm (a blocking MPI_Allgather of node records,
- * comm_node.c, not MPI_Comm_split_type, whose answer may differ between
- * ranks): how many of its ranks share this node; -1 if MPI failed or out
- * of memory. */
-int zero__zm_node_ranks(MPI_Comm comm);
 /* Counters: a collective starts / ends on m (busy time bookkeeping). */
 void zero__zm_busy_begin(zm_comm *c);
 void zero__zm_busy_end(zm_comm *c);
@@ -241,8 +236,10 @@ zero_status zero__zm_test(zero_comm_req *req, int *done);
  * an all-reduce of "mapped them all"), never each on its own answer;
  * anything short of "all yes" leaves c->shm NULL and c on its transport
  * path.  Only an MPI failure or a peer that does not arrive within
- * comm_timeout (ZERO_ERR_TIMEOUT) is an error. */
-zero_status zero__zm_shm_setup(zm_comm *c);
+ * comm_timeout (ZERO_ERR_TIMEOUT) is an error.  *node_ranks (if not NULL)
+ * receives how many of c's ranks share this machine, read from the same
+ * table (1 for a communicator of one rank; set before any error). */
+zero_status zero__zm_shm_setup(zm_comm *c, int *node_ranks);
 /* How many of m's collectives ran in shared memory / took the transport
  * path after the ranks' agreement (0, 0 without a control area).  Tests
  * and logs.  Thread-safe. */

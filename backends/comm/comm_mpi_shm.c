@@ -144,13 +144,14 @@ static void shm_release(zm_shm *sh) {
  * for ever (zeropp and mics in bench/contrib_netns); a rank alone with
  * ZERO_COMM_SHM=0 did the same. */
 typedef struct {
-    int64_t pid, fd, ino, ok; /* the control area a peer maps (ok: made) */
-    int64_t allowed;          /* ZERO_COMM_SHM is not "0" here */
-    char node[ZERO__NODE_RECORD];
+    char node[ZERO__NODE_RECORD]; /* first: zero__node_leader_rows reads it */
+    int64_t pid, fd, ino, ok;     /* the control area a peer maps (ok: made) */
+    int64_t allowed;              /* ZERO_COMM_SHM is not "0" here */
 } zm_shm_row;
 
-zero_status zero__zm_shm_setup(zm_comm *c) {
+zero_status zero__zm_shm_setup(zm_comm *c, int *node_ranks) {
     const int n = c->base.size, r = c->base.rank;
+    if (node_ranks) *node_ranks = 1;
     if (n < 2) return ZERO_OK;
     const char *env = getenv("ZERO_COMM_SHM");
     zm_shm_row mine;
@@ -194,6 +195,9 @@ zero_status zero__zm_shm_setup(zm_comm *c) {
         shm_release(sh);
         return st;
     }
+    /* the same table says how many ranks share this machine (the world's
+     * CPU thread team), so world creation gathers the records once */
+    if (node_ranks) (void)zero__node_leader_rows((const char *)all, sizeof *all, n, r, node_ranks, NULL);
     int every = 1; /* every rank allows it and runs on this machine */
     for (int q = 0; q < n && every; ++q)
         every = all[q].allowed && memcmp(all[q].node, all[0].node, sizeof mine.node) == 0;

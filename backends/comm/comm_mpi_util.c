@@ -42,20 +42,4 @@ void zero__zm_busy_end(zm_comm *c) {
     pthread_mutex_unlock(&c->stat_lock);
 }
 
-int zero__zm_node_ranks(MPI_Comm comm) {
-    int n = 0, r = 0;
-    if (MPI_Comm_size(comm, &n) != MPI_SUCCESS || MPI_Comm_rank(comm, &r) != MPI_SUCCESS) return -1;
-    char mine[ZERO__NODE_RECORD];
-    zero__node_record(mine);
-    char *tbl = malloc((size_t)n * ZERO__NODE_RECORD);
-    /* out of memory: this rank cannot join (MPI_Allgather needs the whole
-     * table); it reports -1 and fails its world creation, its peers wait in
-     * theirs, the one unbounded wait (docs/reliability.md) */
-    if (!tbl) return -1;
-    int members = -1;
-    if (MPI_Allgather(mine, ZERO__NODE_RECORD, MPI_BYTE, tbl, ZERO__NODE_RECORD, MPI_BYTE, comm) == MPI_SUCCESS)
-        (void)zero__node_leader(tbl, n, r, &members, NULL);
-    free(tbl);
-    return members;
-}
 #endif

@@ -29,10 +29,14 @@ void zero__node_record(char rec[ZERO__NODE_RECORD]) {
 }
 
 int zero__node_leader(const char *tbl, int n, int q, int *members, int *local_rank) {
-    const char *mine = tbl + (size_t)q * ZERO__NODE_RECORD;
+    return zero__node_leader_rows(tbl, ZERO__NODE_RECORD, n, q, members, local_rank);
+}
+
+int zero__node_leader_rows(const char *rows, size_t stride, int n, int q, int *members, int *local_rank) {
+    const char *mine = rows + (size_t)q * stride;
     int lead = q, count = 0, below = 0;
     for (int p = n - 1; p >= 0; --p)
-        if (memcmp(tbl + (size_t)p * ZERO__NODE_RECORD, mine, ZERO__NODE_RECORD) == 0) {
+        if (memcmp(rows + (size_t)p * stride, mine, ZERO__NODE_RECORD) == 0) {
             lead = p;
             ++count;
             below += p < q;

@@ -41,6 +41,20 @@ static void test_node_records(void) {
         CHECK(zero__node_leader(tbl, 6, l, &ml, NULL) == l && ml == mq, "rank %d: leader %d, %d vs %d members", q, l, mq,
               ml);
     }
+    /* the same records as the first field of larger rows (the shared-memory
+     * setup's table) with other fields that differ per rank: same partition */
+    enum { STRIDE = ZERO__NODE_RECORD + 40 };
+    char rows[6 * STRIDE];
+    for (int p = 0; p < 6; ++p) {
+        memcpy(rows + p * STRIDE, tbl + p * ZERO__NODE_RECORD, ZERO__NODE_RECORD);
+        memset(rows + p * STRIDE + ZERO__NODE_RECORD, 'a' + p, STRIDE - ZERO__NODE_RECORD);
+    }
+    for (int q = 0; q < 6; ++q) {
+        int m1 = -1, l1 = -1, m2 = -2, l2 = -2;
+        const int a = zero__node_leader(tbl, 6, q, &m1, &l1), b = zero__node_leader_rows(rows, STRIDE, 6, q, &m2, &l2);
+        CHECK(a == b && m1 == m2 && l1 == l2, "rank %d: rows of %d bytes give leader %d, %d members, local %d; "
+              "records %d, %d, %d", q, STRIDE, b, m2, l2, a, m1, l1);
+    }
 }
 
 int main(void) {
