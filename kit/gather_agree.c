@@ -23,14 +23,18 @@ enum { A_START = 0, A_END, A_HASH, A_LIVE, A_CALL, A_IDX0, A_NIDX = 6, A_NV = A_
 #define RANK_MASK ((INT64_C(1) << RANK_BITS) - 1)
 static int64_t with_rank(int64_t v, int rank) { return v * (RANK_MASK + 1) + (rank & RANK_MASK); }
 
-/* The call an agreement runs in (A_CALL), and its name. */
+/* The call an agreement runs in (A_CALL), and its name: the host's entry
+ * point, so that a message says zero_gather_slices where the host called
+ * that (codes are only compared for the message, never for the verdict). */
+static const char *const call_names[] = {"another call", "zero_gather", "zero_step", "zero_set_phase",
+                                         "zero_gather_slices"};
+enum { N_CALLS = sizeof call_names / sizeof call_names[0] };
 static int64_t call_code(const char *where) {
-    return !strcmp(where, "zero_gather") ? 1 : !strcmp(where, "zero_step") ? 2 : !strcmp(where, "zero_set_phase") ? 3 : 0;
+    for (int64_t k = 1; k < N_CALLS; k++)
+        if (!strcmp(where, call_names[k])) return k;
+    return 0;
 }
-static const char *call_name(int64_t code) {
-    static const char *const n[4] = {"another call", "zero_gather", "zero_step", "zero_set_phase"};
-    return code >= 0 && code < 4 ? n[code] : n[0];
-}
+static const char *call_name(int64_t code) { return code >= 0 && code < N_CALLS ? call_names[code] : call_names[0]; }
 
 /* Wait for the agreement's request.  The comm backend bounds every wait
  * (ZERO_COMM_TIMEOUT / comm_timeout, of which ZERO_STAGE3_TIMEOUT_S is now

@@ -165,7 +165,9 @@ static zero_status diverge(zero_kit_gather *g, uint32_t got) {
 
 /* ---- the host's calls ---------------------------------------------------- */
 
-static zero_status get_units(zero_kit_gather *g, const uint32_t *units, size_t n, void **ptrs) {
+/* `where`: the host's call, for the agreement's messages (zero_gather or
+ * zero_gather_slices). */
+static zero_status get_units(zero_kit_gather *g, const uint32_t *units, size_t n, void **ptrs, const char *where) {
     if (!n) return ZERO_OK;
     zero_status st = ZERO_OK;
     /* Local bookkeeping first (no communication): record, follow the trace.
@@ -199,7 +201,7 @@ static zero_status get_units(zero_kit_gather *g, const uint32_t *units, size_t n
         const zero_kit__gp *p = &g->params[units[i]];
         need = !(p->buf && p->fresh);
     }
-    if (need && (st = zero_kit__agree(g, "zero_gather")) != ZERO_OK) return st;
+    if (need && (st = zero_kit__agree(g, where)) != ZERO_OK) return st;
     /* Hold first: a later on-demand issue in this call may evict kept
      * buffers, and must not evict one the host is about to receive. */
     for (size_t i = 0; i < n; i++) {
@@ -307,7 +309,7 @@ zero_status zero_kit_gather_get(zero_kit_gather *g, zero_param_info *const *para
     zero_status st = with_units(g, n, su, NULL, &units, NULL);
     if (st != ZERO_OK) return st;
     for (size_t i = 0; i < n; i++) units[i] = params[i]->index;
-    st = get_units(g, units, n, ptrs);
+    st = get_units(g, units, n, ptrs, "zero_gather");
     free_units(n, units, NULL);
     return st;
 }
@@ -330,7 +332,7 @@ zero_status zero_kit_gather_get_slices(zero_kit_gather *g, const zero_slice_ref 
     zero_status st = with_units(g, n, su, so, &units, &off);
     if (st != ZERO_OK) return st;
     st = slice_units(g, refs, n, units, off);
-    if (st == ZERO_OK) st = get_units(g, units, n, ptrs);
+    if (st == ZERO_OK) st = get_units(g, units, n, ptrs, "zero_gather_slices");
     for (size_t i = 0; st == ZERO_OK && i < n; i++) ptrs[i] = (char *)ptrs[i] + (size_t)off[i] * g->esize;
     free_units(n, units, off);
     return st;

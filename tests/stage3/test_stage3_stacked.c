@@ -20,7 +20,10 @@
  *  - bad arguments: a non-stacked param, a layer out of range,
  *    ZERO_ERR_INVALID_ARGUMENT;
  *  - ranks gathering different layers: ZERO_ERR_MISMATCH naming both
- *    slices by layer.
+ *    slices by layer;
+ *  - rank 0 in zero_gather_slices while the others leave the phase
+ *    (zero_set_phase): ZERO_ERR_MISMATCH on every rank naming both calls
+ *    as the host made them ("zero_gather_slices", not "zero_gather").
  * Usage: test_stage3_stacked [steps]   (under mpirun -np N) */
 #include <math.h>
 #include <mpi.h>
@@ -260,6 +263,44 @@ done:
     zero_engine_destroy(e);
 }
 
+/* Rank 0 gathers a slice while the others change phase: the agreement of
+ * rank 0's zero_gather_slices meets theirs of zero_set_phase, and the
+ * message names both calls as the host made them. */
+static void uneven_calls(void) {
+    if (world_ < 2) return;
+    char json[256], err[512] = "";
+    snprintf(json, sizeof json,
+             "{\"train_micro_batch_size_per_gpu\": %d, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": "
+             "0.003}}, \"zero_optimization\": {\"stage\": 3}}",
+             MB);
+    zero_engine *e = NULL;
+    zero_status st = th_engine_create(json, "stage3", 0, NULL, NULL, &e, err, sizeof err);
+    CHECK(st == ZERO_OK, "uneven_calls: engine: %s", err);
+    if (st != ZERO_OK) return;
+    static float iw[L * D * D];
+    zero_param *W = NULL;
+    zero_param_desc d = ZERO_PARAM_DESC_INIT;
+    d.name = "blocks.weight";
+    d.data = iw;
+    d.numel = L * D * D;
+    CHECK_EQ_INT(zero_register_stacked(e, &d, L, &W), ZERO_OK);
+    CHECK_EQ_INT(zero_params_done(e), ZERO_OK);
+    if (rank_ == 0) {
+        uint32_t layer = 0;
+        void *ptr = NULL;
+        st = zero_gather_slices(e, &W, &layer, 1, &ptr);
+        if (st == ZERO_OK) st = zero_release_slices(e, &W, &layer, 1);
+    } else {
+        st = zero_set_phase(e, "eval");
+    }
+    const char *msg = zero_last_error(e);
+    CHECK(st == ZERO_ERR_MISMATCH, "uneven calls: %s (%s)", zero_status_string(st), msg);
+    CHECK(strstr(msg, "rank 0 is in zero_gather_slices") && strstr(msg, "is in zero_set_phase"),
+          "the mismatch does not name both calls: %s", msg);
+    if (rank_ == 0) printf("uneven calls: %s\n", msg);
+    zero_engine_destroy(e);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -310,6 +351,7 @@ int main(int argc, char **argv) {
                    (unsigned long long)stack);
     }
     if (world_ > 1) diverge();
+    uneven_calls();
     int rc = check_finish();
     MPI_Finalize();
     return rc;
