@@ -314,16 +314,18 @@ def main():
             if bf16:
                 autocast = lambda: torch.autocast(device_type=dev.type, dtype=torch.bfloat16)  # noqa: E731
 
-            def step(x, y):
+            def forward(x, y):
                 opt.zero_grad(set_to_none=True)
                 if autocast:
                     with autocast():
-                        loss = loss_of(net(x), y)
-                else:
-                    loss = loss_of(net(x), y)
+                        return loss_of(net(x), y)
+                return loss_of(net(x), y)
+
+            def backward(loss):
                 loss.backward()
+
+            def opt_step():
                 opt.step()
-                return loss
         else:
             base = variant[:-1] if variant.endswith("z") else variant
             cfg = {"train_micro_batch_size_per_gpu": args.batch,
@@ -338,11 +340,20 @@ def main():
                                             comm=comm,
                                             param_storage="libzero" if variant.endswith("z") else "host")
 
-            def step(x, y):
-                loss = loss_of(engine(x), y)
+            def forward(x, y):
+                return loss_of(engine(x), y)
+
+            def backward(loss):
                 engine.backward(loss)
+
+            def opt_step():
                 engine.step()
-                return loss
+
+        def step(x, y):
+            loss = forward(x, y)
+            backward(loss)
+            opt_step()
+            return loss
         times, losses = [], []
 
         def timed(k):
@@ -367,6 +378,25 @@ def main():
         med = statistics.median(measured) * 1e3
         torch_peak = torch.cuda.max_memory_allocated(dev) if cuda else 0
         torch_reserved = torch.cuda.max_memory_reserved(dev) if cuda else 0
+        # where torch's peak lies: one more (untimed) step with the peak reset
+        # before each phase; the phases' maxima are torch's peak of that step
+        phases = {}
+        if cuda:
+            x, y = batches[0]
+            sync()
+            torch.cuda.reset_peak_memory_stats(dev)
+            loss = forward(x, y)
+            sync()
+            phases["forward"] = torch.cuda.max_memory_allocated(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+            backward(loss)
+            del loss
+            sync()
+            phases["backward"] = torch.cuda.max_memory_allocated(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+            opt_step()
+            sync()
+            phases["step"] = torch.cuda.max_memory_allocated(dev)
         lz = engine.memory_stats() if engine is not None else None
         lz_dev = lz["peak_total"]["device"] if lz else 0
         lz_host = lz["peak_total"]["host"] if lz else 0
@@ -395,6 +425,7 @@ def main():
                 "torch_peak": torch_peak, "torch_reserved_peak": torch_reserved, "libzero_device_peak": lz_dev,
                 "libzero_host_peak": lz_host, "libzero_device_peak_tags": tags,
                 "model_states": torch_states + lz_states, "model_states_host": lz_states_host,
+                "torch_phase_peaks": phases,
                 "max_ranks": {"torch_peak": agg[1], "libzero_device_peak": agg[2], "libzero_host_peak": agg[3],
                               "model_states": agg[4], "model_states_host": agg[5], "maxrss_mib": agg[6]},
                 "maxrss_mib": rss, "losses": loss_vals}
@@ -451,6 +482,16 @@ def main():
             % (r["variant"], mib(e_dev), " + host %s" % mib(e_host) if e_host else "",
                mib(r["model_states"]), " + host %s" % mib(r["model_states_host"])
                if r["model_states_host"] else "", extra, tag_s))
+
+    if cuda:
+        say("")
+        say("torch's peak per phase of one more step (MiB, rank 0, torch's allocator only; libzero's memory is "
+            "outside it):")
+        for r in results:
+            ph = r.get("torch_phase_peaks") or {}
+            if ph:
+                say("TORCH_PEAKS %s forward %s backward %s step %s"
+                    % (r["variant"], mib(ph.get("forward", 0)), mib(ph.get("backward", 0)), mib(ph.get("step", 0))))
 
     # losses: all variants saw the same batches; compare at the last step they all ran
     say("")
