@@ -219,47 +219,53 @@ done:
 
 static double rel_l2(const float *a, const float *b, size_t n) { return th_rel_l2(a, b, n); }
 
-/* Ranks that gather different layers of one stack: ZERO_ERR_MISMATCH on
- * every rank, naming both slices by layer ("blocks.weight[layer 1]"), not
- * only the stack they belong to. */
-static void diverge(void) {
-    out o_, *o = &o_;
-    memset(o, 0, sizeof *o);
-    char json[256];
+/* A stage 3 engine holding one stack, "blocks.weight" (L x D x D), its
+ * params done, for the mismatch cases below; NULL (and a failed CHECK)
+ * when it cannot be made. */
+static zero_engine *stack_engine(const char *who, zero_param **W) {
+    char json[256], err[512] = "";
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": %d, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": "
              "0.003}}, \"zero_optimization\": {\"stage\": 3}}",
              MB);
     zero_engine *e = NULL;
-    zero_status st = th_engine_create(json, "stage3", 0, NULL, NULL, &e, o->error, sizeof o->error);
-    CHECK(st == ZERO_OK, "diverge: engine: %s", o->error);
-    if (st != ZERO_OK) return;
+    zero_status st = th_engine_create(json, "stage3", 0, NULL, NULL, &e, err, sizeof err);
+    CHECK(st == ZERO_OK, "%s: engine: %s", who, err);
+    if (st != ZERO_OK) return NULL;
     static float iw[L * D * D];
-    zero_param *W = NULL;
     zero_param_desc d = ZERO_PARAM_DESC_INIT;
     d.name = "blocks.weight";
     d.data = iw;
     d.numel = L * D * D;
-    TRY(zero_register_stacked(e, &d, L, &W), "zero_register_stacked(W)");
-    TRY(zero_params_done(e), "zero_params_done");
-    {
-        uint32_t layer = rank_ == 0 ? 1 : 2;
-        void *ptr = NULL;
-        /* the first micro-step's gathers are agreed on as they come (the
-         * order is being recorded), so the gather itself fails */
-        st = zero_gather_slices(e, &W, &layer, 1, &ptr);
-        if (st == ZERO_OK) {
-            TRY(zero_release_slices(e, &W, &layer, 1), "zero_release_slices");
-            st = zero_set_phase(e, "after"); /* verifies the gathers of the phase it leaves */
-        }
-        const char *msg = zero_last_error(e);
-        CHECK(st == ZERO_ERR_MISMATCH, "diverging slices: %s (%s)", zero_status_string(st), msg);
-        CHECK(strstr(msg, "'blocks.weight[layer 1]'") && strstr(msg, "'blocks.weight[layer 2]'"),
-              "the mismatch does not name both layers: %s", msg);
-        if (rank_ == 0) printf("diverging slices: %s\n", msg);
+    st = zero_register_stacked(e, &d, L, W);
+    if (st == ZERO_OK) st = zero_params_done(e);
+    CHECK(st == ZERO_OK, "%s: registering the stack: %s", who, zero_last_error(e));
+    if (st == ZERO_OK) return e;
+    zero_engine_destroy(e);
+    return NULL;
+}
+
+/* Ranks that gather different layers of one stack: ZERO_ERR_MISMATCH on
+ * every rank, naming both slices by layer ("blocks.weight[layer 1]"), not
+ * only the stack they belong to. */
+static void diverge(void) {
+    zero_param *W = NULL;
+    zero_engine *e = stack_engine("diverge", &W);
+    if (!e) return;
+    uint32_t layer = rank_ == 0 ? 1 : 2;
+    void *ptr = NULL;
+    /* the first micro-step's gathers are agreed on as they come (the
+     * order is being recorded), so the gather itself fails */
+    zero_status st = zero_gather_slices(e, &W, &layer, 1, &ptr);
+    if (st == ZERO_OK) {
+        st = zero_release_slices(e, &W, &layer, 1);
+        if (st == ZERO_OK) st = zero_set_phase(e, "after"); /* verifies the gathers of the phase it leaves */
     }
-done:
-    CHECK(o->status == ZERO_OK, "diverge: %s", o->error);
+    const char *msg = zero_last_error(e);
+    CHECK(st == ZERO_ERR_MISMATCH, "diverging slices: %s (%s)", zero_status_string(st), msg);
+    CHECK(strstr(msg, "'blocks.weight[layer 1]'") && strstr(msg, "'blocks.weight[layer 2]'"),
+          "the mismatch does not name both layers: %s", msg);
+    if (rank_ == 0) printf("diverging slices: %s\n", msg);
     zero_engine_destroy(e);
 }
 
@@ -268,23 +274,10 @@ done:
  * message names both calls as the host made them. */
 static void uneven_calls(void) {
     if (world_ < 2) return;
-    char json[256], err[512] = "";
-    snprintf(json, sizeof json,
-             "{\"train_micro_batch_size_per_gpu\": %d, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": "
-             "0.003}}, \"zero_optimization\": {\"stage\": 3}}",
-             MB);
-    zero_engine *e = NULL;
-    zero_status st = th_engine_create(json, "stage3", 0, NULL, NULL, &e, err, sizeof err);
-    CHECK(st == ZERO_OK, "uneven_calls: engine: %s", err);
-    if (st != ZERO_OK) return;
-    static float iw[L * D * D];
     zero_param *W = NULL;
-    zero_param_desc d = ZERO_PARAM_DESC_INIT;
-    d.name = "blocks.weight";
-    d.data = iw;
-    d.numel = L * D * D;
-    CHECK_EQ_INT(zero_register_stacked(e, &d, L, &W), ZERO_OK);
-    CHECK_EQ_INT(zero_params_done(e), ZERO_OK);
+    zero_engine *e = stack_engine("uneven_calls", &W);
+    if (!e) return;
+    zero_status st;
     if (rank_ == 0) {
         uint32_t layer = 0;
         void *ptr = NULL;
