@@ -132,8 +132,10 @@ zero_status zero__verror(struct zero_engine *e, zero_status s, const char *fmt, 
         if (pp_stages(o) > 1)
             snprintf(o->last_error, o->last_error_len, "rank %d (pipeline stage %d, data-parallel rank %d): %s",
                      global_rank(e), pp_stage(o), dp_rank(o), msg);
-        else
+        else if (dp_rank(o) >= 0)
             snprintf(o->last_error, o->last_error_len, "rank %d: %s", dp_rank(o), msg);
+        else /* before the communicator gave the engine its rank (a device that did not open, say) */
+            snprintf(o->last_error, o->last_error_len, "%s", msg);
         pthread_mutex_unlock(o->err_lock);
     }
     /* Debug only: the host receives the status and decides whether to print

@@ -104,6 +104,13 @@ int main(void) {
     CHECK(sscanf(e->last_error, "rank 3: thread error %d", &n) == 1 && n == 1999, "last_error after threads: '%s'",
           e->last_error);
 
+    /* Before the communicator gives the engine its rank (-1): the text
+     * alone, not "rank -1: ..." */
+    e->rank = -1;
+    zero__error(e, ZERO_ERR_DEVICE, "device_kind CUDA: no device");
+    CHECK(strcmp(e->last_error, "device_kind CUDA: no device") == 0, "rank unknown: '%s'", e->last_error);
+    e->rank = 3;
+
     zero__error(NULL, ZERO_ERR_STATE, "no engine: only logged"); /* must not crash */
     pthread_mutex_destroy(&e->err_lock);
     free(e);
