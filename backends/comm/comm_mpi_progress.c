@@ -18,6 +18,10 @@
  *    so far (20 us to 1 ms), and gives up with ZERO_ERR_TIMEOUT after
  *    ZERO_COMM_TIMEOUT seconds without progress (issue 17), leaving the
  *    world failed;
+ *  - a test() is one pass too: the bucket engine's hooks test the oldest
+ *    reduce-scatter in flight (stage 2 with overlap_comm, core/buckets.c
+ *    drive_inflight), so rings move at least once per hook when this
+ *    thread shares its core with the compute and runs only at ticks;
  *  - the thread's own back-off stops at ZERO_COMM_POLL_US while work moves
  *    (overlap latency), and stretches with the silence (1 % of it) up to
  *    1 ms (a stalled peer costs no core); it sleeps on the condition
