@@ -7,6 +7,11 @@
 #                                    .gpudeps/ (git-ignored)
 #   tools/gpu-lent.sh run [OUTDIR]   on the GPU machine: add Jansson where the
 #                                    image has none, then tools/gpu-check.sh OUTDIR
+#   tools/gpu-lent.sh packed OUT     the same into a scratch folder, then into
+#                                    OUT only summary.txt, summary.json,
+#                                    results.tsv and gpu-check-logs.tgz (every
+#                                    log): the device tool returns at most 8
+#                                    files from $OUT, and the check writes ~150
 #
 # Why: the lent machines (image 'cuda', 2026-11) have nvcc, Open MPI, CMake
 # and torch but no Jansson headers (docs/gpu.md).  Unpacking a .deb straight
@@ -14,8 +19,9 @@
 # linker, so `run` unpacks into a scratch folder and copies a file only where
 # nothing exists yet; it never overwrites a file of the image.  Device time is
 # short (15 minutes per task, starts included): the device tool's command is
-#   bash tools/gpu-lent.sh run "$OUT/gpu-check"      (carry: .gpudeps)
-# and OUTDIR/summary.txt comes back with the logs.
+#   bash tools/gpu-lent.sh packed "$OUT"      (carry: .gpudeps; timeout_s 600)
+# and the summary, the results and one archive of the logs come back
+# (gpu-check's own deadline, GPU_CHECK_DEADLINE, ends it inside 10 minutes).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 deps=$here/.gpudeps
@@ -54,8 +60,22 @@ case $cmd in
     [[ -n $root ]] && exit 0
     exec bash "$here/tools/gpu-check.sh" "$out"
     ;;
+  packed)
+    dest=${2:?usage: tools/gpu-lent.sh packed OUT}
+    mkdir -p "$dest" || exit 1
+    scratch=$(mktemp -d /tmp/gpu-check.XXXXXX)
+    bash "$here/tools/gpu-lent.sh" run "$scratch/gpu-check"
+    rc=$?
+    for f in summary.txt summary.json results.tsv; do
+      [[ -e $scratch/gpu-check/$f ]] && cp "$scratch/gpu-check/$f" "$dest/"
+    done
+    tar czf "$dest/gpu-check-logs.tgz" -C "$scratch" gpu-check
+    rm -rf "$scratch"
+    echo "gpu-lent: $dest holds summary.txt, summary.json, results.tsv and gpu-check-logs.tgz (exit $rc)"
+    exit $rc
+    ;;
   *)
-    echo "usage: tools/gpu-lent.sh fetch | run [OUTDIR]" >&2
+    echo "usage: tools/gpu-lent.sh fetch | run [OUTDIR] | packed OUT" >&2
     exit 2
     ;;
 esac
