@@ -226,13 +226,13 @@ zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *eng
      * (kernels/cpu/optim_threads.c) */
     int local = 0;
     zero_status sst = zero__zm_shm_setup(c, &local);
-    if (sst == ZERO_OK && local > 0) zero__optim_set_node_ranks(local);
     if (sst != ZERO_OK) {
         snprintf(err, err_len, "comm: setting up the shared-memory collectives failed (an exchange over the "
                                "new communicator failed or timed out)");
         zm_free(&c->base);
         return sst;
     }
+    zero__optim_set_node_ranks(local);
     zero__log(engine, ZERO_LOG_DEBUG, "comm: MPI world rank %d of %d, thread level %d, progress thread %s%s",
               c->base.rank, c->base.size, level, pe->has_thread ? "on" : "off",
               owns ? ", MPI initialised by libzero" : "");
