@@ -295,6 +295,35 @@ def main():
             return (P + G / n) * psi, (G + K) / n * psi
         return None, None
 
+    def proc_status(key):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def rss_now():
+        return proc_status("VmRSS")
+
+    def rss_peak():
+        return proc_status("VmHWM")
+
+    def rss_reset():
+        """The peak resident set back to the current one (Linux >= 4.0); False where not allowed."""
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            return True
+        except OSError:
+            return False
+
+    if not cuda:  # glibc: mmap every block over 64 KiB, so that freed tensors leave the resident set
+        try:
+            import ctypes
+            ctypes.CDLL(None).mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
+        except (OSError, AttributeError):
+            pass
+
     def maxrss_mib():
         import resource
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -381,6 +410,19 @@ def main():
         # where torch's peak lies: one more (untimed) step with the peak reset
         # before each phase; the phases' maxima are torch's peak of that step
         phases = {}
+        if not cuda and rss_reset():  # the CPU's stand-in: the resident set over the step's start
+            x, y = batches[0]
+            gc.collect()
+            start = rss_now()
+            loss = forward(x, y)
+            phases["forward"] = rss_peak() - start
+            rss_reset()
+            backward(loss)
+            del loss
+            phases["backward"] = rss_peak() - start
+            rss_reset()
+            opt_step()
+            phases["step"] = rss_peak() - start
         if cuda:
             x, y = batches[0]
             sync()
@@ -491,6 +533,15 @@ def main():
             ph = r.get("torch_phase_peaks") or {}
             if ph:
                 say("TORCH_PEAKS %s forward %s backward %s step %s"
+                    % (r["variant"], mib(ph.get("forward", 0)), mib(ph.get("backward", 0)), mib(ph.get("step", 0))))
+    elif any(r.get("torch_phase_peaks") for r in results):
+        say("")
+        say("the process's resident-set peak per phase of one more step, over the step's start (MiB, rank 0; "
+            "torch's and libzero's memory together):")
+        for r in results:
+            ph = r.get("torch_phase_peaks") or {}
+            if ph:
+                say("RSS_PEAKS %s forward %s backward %s step %s"
                     % (r["variant"], mib(ph.get("forward", 0)), mib(ph.get("backward", 0)), mib(ph.get("step", 0))))
 
     # losses: all variants saw the same batches; compare at the last step they all ran

@@ -18,6 +18,10 @@ What happens underneath:
     (zero_gather, copied into a torch tensor, zero_release), a forward hook
     empties it again, a hook on the module's outputs gathers it again before
     the module's backward, and it is emptied once its gradient is handed over.
+    While the model's forward runs, autograd saves a tensor that views a
+    gathered parameter (linear's weight.t(), ...) as a reference to the
+    parameter, rebuilt from the re-gathered one in backward: otherwise every
+    gathered copy would live from its forward to its backward (the model).
   * Gradients: the moment autograd has finished accumulating a parameter's
     gradient (register_post_accumulate_grad_hook on torch >= 2.1, the
     gradient-accumulator node's hook on older torch such as Debian's 1.13),
@@ -54,6 +58,7 @@ What happens underneath:
 import collections
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import warnings
@@ -175,6 +180,25 @@ def _torch_communicator(process_group, comm):
 
 _DL_TYPES = {torch.float32: (_dlpack.KDL_FLOAT, 32), torch.float16: (_dlpack.KDL_FLOAT, 16),
              torch.bfloat16: (_dlpack.KDL_BFLOAT, 16)}
+
+
+def _storage_ptr(t):
+    """The address of the storage `t` views (which tensors share memory)."""
+    return t.untyped_storage().data_ptr() if _UNTYPED_STORAGE else t.storage().data_ptr()
+
+
+_UNTYPED_STORAGE = hasattr(torch.Tensor, "untyped_storage")  # torch >= 2.0 (t.storage() warns there)
+
+
+class _SavedParamView:
+    """What autograd keeps, in place of a tensor that views a stage-3
+    parameter's gathered copy, from forward to backward: the parameter and
+    the view's geometry.  Holding the tensor would keep the gathered copy
+    alive after the module's forward hook emptied the parameter."""
+    __slots__ = ("param", "size", "stride", "offset")
+
+    def __init__(self, param, t):
+        self.param, self.size, self.stride, self.offset = param, t.size(), t.stride(), t.storage_offset()
 
 
 def _dlpack_tensor(address, numel, dtype, device):
@@ -381,6 +405,9 @@ class ZeroEngine:
     # Tests: wrap host memory through DLPack too, as on CUDA, so that the CUDA
     # path's tensor wrapping runs a whole training on a machine without a GPU.
     DLPACK_ON_CPU = False
+    # Stage 3: save views of gathered parameters as references (tests turn it
+    # off for a control run; _install_saved_param_refs says why it is on)
+    SAVED_PARAM_REFS = True
 
     def __init__(self, model, config, plugin=None, model_parameters=None, process_group=None, log=None,
                  param_storage="host", device=None, raise_on_nonfinite=True, comm="auto", optimizer=None):
@@ -483,12 +510,16 @@ class ZeroEngine:
                     zp = self._zp[id(p)]
                     p.data = self._tensor_at(self.z.storage_address(zp), zp.numel, p.dtype).view(p.shape)
         self._materialized = set()
+        self._gathered = {}     # stage 3: storage address of a gathered copy -> its parameter
+        self._forward_wrapped = None
         for p in self._params:  # while the tensors have their full shape: autograd records it
             self._install_grad_hook(p)
         if self._partitioned:
             for p in self._params:
                 p.data = self._empty(p.dtype)
             self._install_module_hooks(model)
+            if self.SAVED_PARAM_REFS:
+                self._install_saved_param_refs(model)
         # libzero starts from the config's values: push only what a group sets differently
         self.optimizer._pushed = [{k: (tuple(v) if k == "betas" else v) for k, v in defaults.items()
                                    if k not in fixed} for _ in groups]
@@ -596,6 +627,58 @@ class ZeroEngine:
             self._hooks.append(m.register_forward_pre_hook(pre))
             self._hooks.append(m.register_forward_hook(post))
 
+    def _install_saved_param_refs(self, model):
+        """Stage 3: run the model's forward under autograd saved-tensor hooks
+        that save a tensor viewing a gathered parameter as a _SavedParamView.
+        Linear saves weight.t() (a view, not the parameter), so without them
+        each gathered copy stays referenced by the graph after the module's
+        forward hook empties the parameter, and the torch side holds the whole
+        model at the end of forward.  In backward the hook on the module's
+        outputs has gathered the parameter again (same values: nothing steps
+        between a forward and its backward); unpack views that copy.  The
+        model's forward is wrapped (an instance attribute, removed by close()),
+        so engine(x) and model(x) both run under the hooks."""
+        gathered = self._gathered
+
+        def pack(t):
+            if gathered:
+                try:
+                    p = gathered.get(_storage_ptr(t))
+                except (RuntimeError, NotImplementedError):  # no storage (sparse, wrapper tensors)
+                    return t
+                if p is not None and t.dtype == p.dtype:
+                    return _SavedParamView(p, t)
+            return t
+
+        def unpack(x):
+            if type(x) is _SavedParamView:
+                p = x.param
+                self._fetch([p])  # normally a no-op: the output hook gathered it before this backward
+                return p.data.as_strided(x.size, x.stride, x.offset)
+            return x
+
+        inner = model.forward
+        had_own = "forward" in model.__dict__
+
+        @functools.wraps(inner)
+        def forward(*args, **kwargs):
+            with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+                return inner(*args, **kwargs)
+
+        model.forward = forward
+        self._forward_wrapped = (forward, inner if had_own else None)
+
+    def _remove_saved_param_refs(self):
+        if self._forward_wrapped is None:
+            return
+        forward, own = self._forward_wrapped
+        self._forward_wrapped = None
+        if self.module.__dict__.get("forward") is forward:  # not replaced since: put back what was there
+            if own is None:
+                del self.module.forward
+            else:
+                self.module.forward = own
+
     def _fetch(self, params):
         """Stage 3: gather params' full values into torch tensors (collective)."""
         need = [p for p in params if id(p) not in self._materialized]
@@ -608,12 +691,16 @@ class ZeroEngine:
                 for p, zp, a in zip(need, zps, addrs):
                     p.data = self._tensor_at(a, zp.numel, p.dtype).clone().view(self._shape[id(p)])
                     self._materialized.add(id(p))
+                    if p.numel():
+                        self._gathered[_storage_ptr(p.data)] = p
         finally:
             self.z.release(zps)
 
     def _drop(self, params):
         for p in params:
             if id(p) in self._materialized:
+                if p.numel():
+                    self._gathered.pop(_storage_ptr(p.data), None)
                 p.data = self._empty(p.dtype)
                 self._materialized.discard(id(p))
 
@@ -760,10 +847,12 @@ class ZeroEngine:
             h.remove()
         self._hooks = []
         self._acc_nodes = []
+        self._remove_saved_param_refs()
         with torch.no_grad():
             if self._partitioned:
                 self._fetch(self._params)
                 self._materialized.clear()
+                self._gathered.clear()
             elif self._views:
                 for p in self._params:
                     p.data = p.data.clone()
