@@ -511,6 +511,7 @@ class ZeroEngine:
                     p.data = self._tensor_at(self.z.storage_address(zp), zp.numel, p.dtype).view(p.shape)
         self._materialized = set()
         self._gathered = {}     # stage 3: storage address of a gathered copy -> its parameter
+        self._in_backward = False
         self._forward_wrapped = None
         for p in self._params:  # while the tensors have their full shape: autograd records it
             self._install_grad_hook(p)
@@ -617,7 +618,11 @@ class ZeroEngine:
                 self._fetch(own)
 
             def post(mod, inputs, output, own=own):
-                self._drop(own)
+                # In backward a forward runs again only to recompute activations
+                # (torch.utils.checkpoint): what it saves needs the parameters
+                # until their gradients are handed over, which empties them.
+                if not self._in_backward:
+                    self._drop(own)
                 if torch.is_grad_enabled():
                     for t in _tensors(output):
                         if t.requires_grad:
@@ -714,7 +719,11 @@ class ZeroEngine:
         """loss.backward(), the loss multiplied by libzero's loss scale (fp16).
         Every parameter's gradient goes to libzero as soon as it is final."""
         scale = self.z.loss_scale
-        (loss * scale if scale != 1.0 else loss).backward(retain_graph=retain_graph)
+        self._in_backward = True
+        try:
+            (loss * scale if scale != 1.0 else loss).backward(retain_graph=retain_graph)
+        finally:
+            self._in_backward = False
         if self._partitioned:  # params whose gradient never came are emptied too
             self._drop(list(self._params))
 
@@ -850,6 +859,10 @@ class ZeroEngine:
         self._remove_saved_param_refs()
         with torch.no_grad():
             if self._partitioned:
+                # the final gather in a phase of its own, as gathered_parameters():
+                # not the training order stage 3 records (and would warn about)
+                if "zero_set_phase" not in L.lib().zero_missing:
+                    self.z.set_phase("gathered_parameters")
                 self._fetch(self._params)
                 self._materialized.clear()
                 self._gathered.clear()
