@@ -649,7 +649,7 @@ class ZeroEngine:
             if gathered:
                 try:
                     p = gathered.get(_storage_ptr(t))
-                except (RuntimeError, NotImplementedError):  # no storage (sparse, wrapper tensors)
+                except Exception:  # no storage (sparse, wrapper tensors): kept as it is, as without the hooks
                     return t
                 if p is not None and t.dtype == p.dtype:
                     return _SavedParamView(p, t)
