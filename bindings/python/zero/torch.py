@@ -478,6 +478,8 @@ class ZeroEngine:
 
         self._params = []       # torch parameters, registration order
         self._zp = {}           # id(param) -> zero.Param
+        self._names = {}        # id(param) -> its name in libzero's messages
+        self._dtypes = {}       # id(param) -> its dtype at registration (libzero's memory is laid out in it)
         self._shape = {}
         self._hooks = []
         self._acc_nodes = []
@@ -502,6 +504,8 @@ class ZeroEngine:
                                  device=self.device.type)
             self._params.append(p)
             self._zp[id(p)] = zp
+            self._names[id(p)] = name
+            self._dtypes[id(p)] = p.dtype
             self._shape[id(p)] = p.shape
         self.z.params_done()
         if self._views:
@@ -512,6 +516,8 @@ class ZeroEngine:
         self._materialized = set()
         self._gathered = {}     # stage 3: storage address of a gathered copy -> its parameter
         self._in_backward = False
+        self._gathered_version = {}  # stage 3: id(param) -> its version counter when gathered
+        self._written = []      # stage 3: names of parameters written while gathered
         self._forward_wrapped = None
         for p in self._params:  # while the tensors have their full shape: autograd records it
             self._install_grad_hook(p)
@@ -529,6 +535,7 @@ class ZeroEngine:
                        "DeepSpeed's default 0 (torch.optim.AdamW's is 0.01); set optimizer.params.weight_decay "
                        "to say which you mean")
         self.optimizer._sync(self.z)
+        self._note_params()
         self.last_result = None
         self.micro_steps = 0
         self._phase = "train"  # stage 3's gather-order phase (zero_set_phase), kept by train()/eval()
@@ -587,6 +594,10 @@ class ZeroEngine:
         if g is None:
             return
         zp = self._zp[id(p)]
+        if g.dtype != self._dtypes[id(p)] or g.device != self.device or g.numel() != zp.numel:
+            # a view of libzero's buffer in another dtype or size would write past it
+            self._refuse_replaced([p], "its gradient is %s %s on %s, libzero's buffer %d x %s on %s"
+                                  % (tuple(g.shape), g.dtype, g.device, zp.numel, self._dtypes[id(p)], self.device))
         addr = self.z.grad_buffer_address(zp)
         with torch.no_grad():
             buf = self._tensor_at(addr, zp.numel, g.dtype)
@@ -631,6 +642,66 @@ class ZeroEngine:
 
             self._hooks.append(m.register_forward_pre_hook(pre))
             self._hooks.append(m.register_forward_hook(post))
+
+    # ------------------------------------------------------------------ the host's writes
+    # libzero keeps its own copy of every parameter for the optimizer and
+    # writes the model's tensors itself (host-owned: in place at each step;
+    # libzero storage: the tensors are its memory; stage 3: gathered scratch
+    # copies).  A write by the host is lost at the next step, silently unless
+    # someone looks: load_state_dict after initialize, an in-place update under
+    # no_grad, a second torch optimizer stepping the same tensors.  libzero's
+    # own writes go around torch, so a parameter's version counter moves only
+    # when the host writes it; a conversion (model.double(), .to(), .cuda())
+    # swaps the tensor itself.
+
+    def _note_params(self):
+        """Remember each parameter's tensor and version counter (after
+        initialize and after load)."""
+        self._seen = {id(p): (p.data_ptr(), p._version) for p in self._params}
+
+    def _refuse_replaced(self, params, detail):
+        names = [self._names[id(p)] for p in params]
+        raise ZeroError(10, "rank %d: parameter(s) %s were converted or moved after zt.initialize (%s; "
+                            "model.to(), .half(), .double(), .cuda(), p.data = ...): libzero's memory for them "
+                            "is laid out as registered; convert or move the model before zt.initialize"
+                        % (self.z.rank, ", ".join("'%s'" % n for n in names[:4])
+                           + (" and %d more" % (len(names) - 4) if len(names) > 4 else ""), detail), "zero.torch")
+
+    def _check_params(self, call):
+        """Raise ZERO_ERR_STATE before libzero would overwrite (or save
+        without) a change the host made to the parameters since initialize."""
+        def names(ps):
+            ps = list(dict.fromkeys(ps))
+            return ", ".join("'%s'" % n for n in ps[:4]) + (" and %d more" % (len(ps) - 4) if len(ps) > 4 else "")
+        replaced, written = [], list(self._written)
+        if not self._partitioned:
+            for p in self._params:
+                ptr, ver = self._seen[id(p)]
+                if p.data_ptr() != ptr or p.dtype != self._dtypes[id(p)]:
+                    replaced.append(self._names[id(p)])
+                elif p._version != ver:
+                    written.append(self._names[id(p)])
+        frozen = [self._names[id(p)] for p in self._params if not p.requires_grad]
+        why = []
+        if replaced:
+            why.append("parameter(s) %s were replaced by other tensors after zt.initialize (model.to(), .half(), "
+                       ".double(), .cuda(), p.data = ...): libzero updates the tensors it registered, not these; "
+                       "convert or move the model before zt.initialize" % names(replaced))
+        if written:
+            where = ("while gathered (engine.gathered_parameters(), a module's forward): stage 3 keeps each "
+                     "rank's shard in libzero and the gathered tensors are copies"
+                     if self._partitioned else
+                     "after zt.initialize (load_state_dict, copy_, an in-place update under no_grad, another "
+                     "optimizer's step): libzero keeps its own copy of the parameters for the optimizer and "
+                     "writes the model's tensors from it at each step")
+            why.append("parameter(s) %s were written %s, so the change would be lost; load weights before "
+                       "zt.initialize, or from a libzero checkpoint with engine.load()" % (names(written), where))
+        if frozen:
+            why.append("parameter(s) %s no longer require a gradient (requires_grad_(False) after zt.initialize): "
+                       "libzero registered them as trainable and would go on stepping them (momentum, weight "
+                       "decay); freeze parameters before zt.initialize" % names(frozen))
+        if why:
+            raise ZeroError(10, "rank %d: %s" % (self.z.rank, "; ".join(why)), "zero.torch " + call)
 
     def _install_saved_param_refs(self, model):
         """Stage 3: run the model's forward under autograd saved-tensor hooks
@@ -689,6 +760,10 @@ class ZeroEngine:
         need = [p for p in params if id(p) not in self._materialized]
         if not need:
             return
+        moved = [p for p in need if p.dtype != self._dtypes[id(p)] or p.device != self.device]
+        if moved:  # before the gather: a copy out of libzero's memory in another dtype would read past it
+            self._refuse_replaced(moved, "now %s on %s, registered %s on %s" % (
+                moved[0].dtype, moved[0].device, self._dtypes[id(moved[0])], self.device))
         zps = [self._zp[id(p)] for p in need]
         addrs = self.z.gather_addresses(zps)
         try:
@@ -696,6 +771,7 @@ class ZeroEngine:
                 for p, zp, a in zip(need, zps, addrs):
                     p.data = self._tensor_at(a, zp.numel, p.dtype).clone().view(self._shape[id(p)])
                     self._materialized.add(id(p))
+                    self._gathered_version[id(p)] = p._version
                     if p.numel():
                         self._gathered[_storage_ptr(p.data)] = p
         finally:
@@ -704,6 +780,8 @@ class ZeroEngine:
     def _drop(self, params):
         for p in params:
             if id(p) in self._materialized:
+                if p._version != self._gathered_version.get(id(p), p._version):
+                    self._written.append(self._names[id(p)])
                 if p.numel():
                     self._gathered.pop(_storage_ptr(p.data), None)
                 p.data = self._empty(p.dtype)
@@ -735,6 +813,7 @@ class ZeroEngine:
         return self.optimizer.step()
 
     def _step(self):
+        self._check_params("zero_step")
         self.optimizer._sync(self.z)
         try:
             r = self.z.step(stream=self._stream())
@@ -801,8 +880,11 @@ class ZeroEngine:
             raise
         if phased:
             self.z.set_phase(self._phase)
+        if self._written:  # said at the block's end, not only at the next step
+            self._check_params("gathered_parameters")
 
     def save(self, directory):
+        self._check_params("zero_save")
         self.z.save(directory)
 
     def load(self, directory):
@@ -811,6 +893,8 @@ class ZeroEngine:
         settings, ABI 1.4): optimizer.param_groups are set to them, so a
         resumed run steps as the saving run did."""
         self.z.load(directory)
+        self._written = []  # the checkpoint's values are the parameters' now
+        self._note_params()
         self.optimizer._adopt(_checkpoint_hparams(directory))
 
     def set_lr(self, lr, group=None):
@@ -863,7 +947,19 @@ class ZeroEngine:
                 # not the training order stage 3 records (and would warn about)
                 if "zero_set_phase" not in L.lib().zero_missing:
                     self.z.set_phase("gathered_parameters")
+                # a parameter converted or moved since initialize (refused by
+                # training) still gets its values: gathered as registered, then
+                # converted as asked
+                moved = {id(p): (p.dtype, p.device) for p in self._params
+                         if p.dtype != self._dtypes[id(p)] or p.device != self.device}
+                for p in self._params:
+                    if id(p) in moved:
+                        self._materialized.discard(id(p))
+                        p.data = self._empty(self._dtypes[id(p)])
                 self._fetch(self._params)
+                for p in self._params:
+                    if id(p) in moved:
+                        p.data = p.data.to(device=moved[id(p)][1], dtype=moved[id(p)][0])
                 self._materialized.clear()
                 self._gathered.clear()
             elif self._views:

@@ -1,0 +1,219 @@
+"""zero.torch refuses the host's changes to parameters that libzero would lose.
+
+libzero keeps its own copy of every parameter for the optimizer and writes the
+model's tensors from it at each step (host-owned stages 0-2 and offload; with
+param_storage="libzero" the tensors are its memory, with a separate fp32
+master under bf16; stage 3 gathers scratch copies).  Before 1.7.3 a change
+the host made after zt.initialize was lost at the next step without a word:
+model.load_state_dict() (measured: every plugin but fp32 stage 2 with
+libzero storage went back to the old values), an in-place update under
+no_grad, a second torch optimizer stepping the same tensors, a write inside
+engine.gathered_parameters() at stage 3; and a parameter frozen after
+initialize went on moving (momentum, weight decay).  model.double() at stage
+3 made zero.torch view libzero's fp32 memory as float64 (reading past it).
+
+Checked here, for stage 0, 1 (bf16), 2, 2 with libzero storage, offload and
+stage 3, under mpirun: each of these raises zero.ZeroError ZERO_ERR_STATE at
+the next step (save() too; stage 3's conversion at the next forward, its
+gathered write at the block's end), naming the parameter and what to do;
+close() still works and leaves the model its values; and a run that only
+trains, saves, loads and trains again raises nothing (no false alarm).
+Usage: mpirun -np N python3 test_torch_host_writes.py"""
+import os
+import shutil
+import sys
+
+try:
+    import torch
+except ImportError:
+    print("torch not importable by %s: skipped" % sys.executable)
+    sys.exit(77)
+import torch.nn as nn
+
+import zero
+import zero.torch as zt
+
+torch.set_num_threads(1)
+RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
+WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
+JOB = os.environ.get("OMPI_MCA_ess_base_jobid", str(os.getpid()))
+failures = []
+VARIANTS = [  # (name, stage, plugin, param_storage, bf16)
+    ("stage0", 0, None, "host", False),
+    ("stage1-bf16", 1, None, "host", True),
+    ("stage2", 2, None, "host", False),
+    ("stage2-libzero", 2, None, "libzero", False),
+    ("stage1-libzero-bf16", 1, None, "libzero", True),
+    ("offload", 2, "offload", "host", False),
+    ("stage3", 3, None, "host", False),
+]
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("rank %d FAIL: %s" % (RANK, what), file=sys.stderr)
+
+
+def build(variant):
+    name, stage, plugin, storage, bf16 = variant
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    cfg = {"train_micro_batch_size_per_gpu": 2,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}},
+           "zero_optimization": {"stage": stage}}
+    if plugin == "offload":
+        cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+    if bf16:
+        cfg["bf16"] = {"enabled": True}
+    engine, opt, _, _ = zt.initialize(model, cfg, plugin=plugin, param_storage=storage)
+    return model, engine, opt
+
+
+def train_step(model, engine, k):
+    g = torch.Generator().manual_seed(1000 * RANK + k)
+    x = torch.randn(2, 8, generator=g).to(next(p for p in model.parameters()).dtype
+                                          if engine.stage != 3 else engine.dtype)
+    loss = engine(x).float().square().mean()
+    engine.backward(loss)
+    return engine.step()
+
+
+def expect_state_error(fn, needles, what):
+    """fn() must raise ZERO_ERR_STATE whose message holds every needle."""
+    try:
+        fn()
+    except zero.ZeroError as ex:
+        check(ex.status_name == "ZERO_ERR_STATE", "%s: %s, not ZERO_ERR_STATE" % (what, ex.status_name))
+        missing = [n for n in needles if n not in ex.message]
+        check(not missing, "%s: message lacks %s: %s" % (what, missing, ex.message))
+        return ex
+    check(False, "%s: no error" % what)
+    return None
+
+
+def case(variant, action, needles, when="step"):
+    """Train a step, do `action(model, engine)`, then expect the refusal at
+    `when` ("step", "forward", "action": the action itself); close() must
+    still work and leave every parameter finite."""
+    name = variant[0]
+    model, engine, _ = build(variant)
+    train_step(model, engine, 0)
+    what = "%s %s" % (name, action.__name__)
+    if when == "action":
+        expect_state_error(lambda: action(model, engine), needles, what)
+    else:
+        action(model, engine)
+        if when == "forward":
+            expect_state_error(lambda: engine(torch.randn(2, 8, dtype=torch.float64)), needles, what)
+        else:
+            expect_state_error(lambda: train_step(model, engine, 1), needles, what)
+    try:
+        engine.close()
+    except zero.ZeroError as ex:
+        check(False, "%s: close() after the refusal: %s" % (what, ex))
+    check(all(p.numel() > 0 and torch.isfinite(p).all() for p in model.parameters()),
+          "%s: the model's parameters after close() are empty or not finite" % what)
+    return model
+
+
+def load_state_dict(model, engine):
+    model.load_state_dict({k: torch.full_like(v, 0.5) for k, v in model.state_dict().items()})
+
+
+def inplace_write(model, engine):
+    with torch.no_grad():
+        model[0].weight.mul_(2.0)
+
+
+def second_optimizer(model, engine):
+    params = [p for p in model.parameters()]
+    for p in params:
+        p.grad = torch.ones_like(p)
+    torch.optim.SGD(params, lr=0.1).step()
+    for p in params:
+        p.grad = None
+
+
+def convert(model, engine):
+    model.double()
+
+
+def freeze(model, engine):
+    model[0].weight.requires_grad_(False)
+
+
+def gathered_write(model, engine):
+    with engine.gathered_parameters() as ps:
+        with torch.no_grad():
+            ps[0].fill_(0.5)
+
+
+def save_after_write(model, engine):
+    inplace_write(model, engine)
+    engine.save(ckdir("refused"))
+
+
+def ckdir(tag):
+    return os.path.join(os.environ.get("TMPDIR", "/tmp"), "zero-host-writes-%s-%s" % (JOB, tag))
+
+
+def no_false_alarm(variant):
+    """Train, save, train, load, train, gathered_parameters (read only),
+    eval: nothing raises, and the loaded run steps like the saved one."""
+    name = variant[0]
+    model, engine, _ = build(variant)
+    d = ckdir(name)
+    try:
+        for k in range(2):
+            train_step(model, engine, k)
+        engine.save(d)
+        r1 = train_step(model, engine, 2)
+        engine.load(d)
+        r2 = train_step(model, engine, 2)
+        check(r1.grad_norm == r2.grad_norm, "%s: after load the step's grad norm %r, the saved run's %r"
+              % (name, r2.grad_norm, r1.grad_norm))
+        with engine.gathered_parameters() as ps:
+            total = sum(float(p.float().sum()) for p in ps)
+        check(total == total, "%s: gathered values" % name)
+        engine.eval()
+        with torch.no_grad():
+            engine(torch.randn(2, 8).to(engine.dtype))
+        engine.train()
+        train_step(model, engine, 3)
+    except zero.ZeroError as ex:
+        check(False, "%s: false alarm: %s" % (name, ex))
+    finally:
+        engine.close()
+        if RANK == 0:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def main():
+    for v in VARIANTS:
+        name, stage = v[0], v[1]
+        no_false_alarm(v)
+        if stage != 3:  # stage 3's tensors are empty between modules: torch itself refuses load_state_dict
+            case(v, load_state_dict, ["'0.weight'", "written after zt.initialize", "load weights before"])
+            case(v, inplace_write, ["'0.weight'", "written after zt.initialize"])
+            case(v, second_optimizer, ["'0.weight'", "'2.bias'", "another optimizer's step"])
+            case(v, convert, ["'0.weight'", ".double()", "before zt.initialize"])
+            case(v, save_after_write, ["'0.weight'", "written after"], when="action")
+        else:
+            case(v, gathered_write, ["'0.weight'", "written while gathered"], when="action")
+            m = case(v, convert, ["'0.weight'", "converted or moved", "torch.float64"], when="forward")
+            check(all(p.dtype == torch.float64 for p in m.parameters()),
+                  "stage3 convert: close() did not leave the parameters in the dtype asked for")
+        case(v, freeze, ["'0.weight'", "no longer require a gradient", "freeze parameters before"])
+    if failures:
+        print("rank %d: %d failure(s)" % (RANK, len(failures)), file=sys.stderr)
+        return 1
+    if RANK == 0:
+        print("N=%d: the host's writes, conversions and freezes after initialize are refused with "
+              "ZERO_ERR_STATE (%s); no false alarm in train/save/load/eval: ok"
+              % (WORLD, ", ".join(v[0] for v in VARIANTS)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
