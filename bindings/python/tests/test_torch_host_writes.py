@@ -9,7 +9,9 @@ model.load_state_dict() (measured: every plugin but fp32 stage 2 with
 libzero storage went back to the old values), an in-place update under
 no_grad, a second torch optimizer stepping the same tensors, a write inside
 engine.gathered_parameters() at stage 3; and a parameter frozen after
-initialize went on moving (momentum, weight decay).  model.double() at stage
+initialize went on moving (momentum, weight decay); and
+torch.nn.utils.clip_grad_norm_ between backward and step clipped nothing
+(the gradients live in libzero) and returned 0.  model.double() at stage
 3 made zero.torch view libzero's fp32 memory as float64 (reading past it).
 
 Checked here, for stage 0, 1 (bf16), 2, 2 with libzero storage, offload and
@@ -18,6 +20,9 @@ the next step (save() too; stage 3's conversion at the next forward, its
 gathered write at the block's end), naming the parameter and what to do;
 close() still works and leaves the model its values; and a run that only
 trains, saves, loads and trains again raises nothing (no false alarm).
+torch.nn.utils.clip_grad_norm_ / clip_grad_value_ on the engine's
+parameters raise ZERO_ERR_UNSUPPORTED naming the config key, while another
+model's parameters clip as in torch.
 Usage: mpirun -np N python3 test_torch_host_writes.py"""
 import os
 import shutil
@@ -189,7 +194,42 @@ def no_false_alarm(variant):
             shutil.rmtree(d, ignore_errors=True)
 
 
+def clipping():
+    """torch.nn.utils.clip_grad_norm_ / clip_grad_value_ on zero.torch's
+    parameters: refused (torch would clip nothing: p.grad is None), the
+    engine trains on; other models' parameters clip as in torch; after
+    close() the guard lets the former parameters through."""
+    model, engine, _ = build(VARIANTS[2])
+    other = nn.Linear(8, 4)
+    g = torch.Generator().manual_seed(5)
+    loss = engine(torch.randn(2, 8, generator=g)).square().mean()
+    engine.backward(loss)
+    for fn, arg, needle in ((torch.nn.utils.clip_grad_norm_, 1.0, "gradient_clipping"),
+                            (torch.nn.utils.clip_grad_value_, 0.1, "global norm only")):
+        try:
+            fn(model.parameters(), arg)
+            check(False, "%s on zero.torch's parameters: no error" % fn.__name__)
+        except zero.ZeroError as ex:
+            check(ex.status_name == "ZERO_ERR_UNSUPPORTED" and needle in ex.message and "p.grad is None" in ex.message,
+                  "%s: %s %s" % (fn.__name__, ex.status_name, ex.message))
+    other(torch.randn(2, 8, generator=g)).square().sum().backward()
+    before = other.weight.grad.clone()
+    n = torch.nn.utils.clip_grad_norm_(other.parameters(), 1e-3)
+    check(float(n) > 1e-3 and not torch.equal(before, other.weight.grad),
+          "clip_grad_norm_ on another model: norm %s, gradient %s" % (float(n), "clipped" if not
+                                                                      torch.equal(before, other.weight.grad)
+                                                                      else "unchanged"))
+    r = engine.step()
+    check(r.taken, "the step after the refused clip was not taken")
+    engine.close()
+    try:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    except zero.ZeroError as ex:
+        check(False, "clip_grad_norm_ after close(): %s" % ex)
+
+
 def main():
+    clipping()
     for v in VARIANTS:
         name, stage = v[0], v[1]
         no_false_alarm(v)
@@ -210,7 +250,8 @@ def main():
         return 1
     if RANK == 0:
         print("N=%d: the host's writes, conversions and freezes after initialize are refused with "
-              "ZERO_ERR_STATE (%s); no false alarm in train/save/load/eval: ok"
+              "ZERO_ERR_STATE (%s); no false alarm in train/save/load/eval; torch's gradient clipping refused "
+              "on them: ok"
               % (WORLD, ", ".join(v[0] for v in VARIANTS)))
     return 0
 

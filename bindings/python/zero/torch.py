@@ -28,6 +28,13 @@ What happens underneath:
     the gradient is ADDED into libzero's buffer (zero_grad_buffer, a
     zero-copy view), .grad is set to None (stage 2/3 keep no full gradient)
     and zero_on_grad_ready is called, so reduction overlaps backward.
+  * The parameters' values belong to libzero after initialize: a write,
+    conversion or freeze by the host afterwards would be lost at the next
+    step, so step()/save() (stage 3: the next forward, the end of a
+    gathered_parameters block) refuse it with ZERO_ERR_STATE.  Gradient
+    clipping is the config's "gradient_clipping"; torch.nn.utils.
+    clip_grad_norm_/clip_grad_value_ refuse the engine's parameters (they
+    would clip nothing: there is no .grad).
   * fp16: backward() multiplies the loss by libzero's loss scale; libzero
     unscales, checks overflow and skips steps.  bf16/fp16 configs convert the
     model to that dtype.
@@ -62,6 +69,7 @@ import functools
 import json
 import os
 import warnings
+import weakref
 
 import torch
 import torch.utils.dlpack
@@ -199,6 +207,61 @@ class _SavedParamView:
 
     def __init__(self, param, t):
         self.param, self.size, self.stride, self.offset = param, t.size(), t.stride(), t.storage_offset()
+
+
+# ---------------------------------------------------------------- gradient clipping
+# A torch habit: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+# between backward and step.  Under zero.torch the gradients live in libzero
+# (p.grad is None after backward), so torch would find no gradient, clip
+# nothing and return 0: training without the clipping asked for.  While an
+# engine lives, torch.nn.utils' clip functions refuse its parameters and say
+# what to use instead; other parameters pass through untouched.
+
+_engine_of_param = {}  # id(param) -> weakref to the live ZeroEngine that trains it
+
+
+def _engine_training(params):
+    if not _engine_of_param:
+        return None
+    if isinstance(params, torch.Tensor):
+        params = [params]
+    for p in params:
+        ref = _engine_of_param.get(id(p))
+        engine = ref() if ref is not None else None
+        if engine is not None and engine.z._e is not None:
+            return engine
+    return None
+
+
+def _guard_clip(name, advice):
+    import torch.nn.utils as U
+    import torch.nn.utils.clip_grad as C
+    inner = getattr(U, name, None)
+    if inner is None or getattr(inner, "_zero_guard", False):
+        return
+
+    @functools.wraps(inner)
+    def clip(parameters, *args, **kwargs):
+        if not isinstance(parameters, torch.Tensor):
+            parameters = list(parameters)  # may be a generator: read it once
+        engine = _engine_training(parameters)
+        if engine is not None:
+            raise ZeroError(11, "rank %d: torch.nn.utils.%s on parameters that zero.torch trains: their gradients "
+                                "live in libzero (p.grad is None after backward), so torch would clip nothing; %s"
+                            % (engine.z.rank, name, advice), "zero.torch")
+        return inner(parameters, *args, **kwargs)
+    clip._zero_guard = True
+    setattr(U, name, clip)
+    if getattr(C, name, None) is inner:
+        setattr(C, name, clip)
+
+
+def _guard_clipping():
+    _guard_clip("clip_grad_norm_", "set \"gradient_clipping\": max_norm in the config (libzero clips by the "
+                "global L2 norm at each step, as clip_grad_norm_ does) and read the norm from "
+                "engine.step().grad_norm")
+    _guard_clip("clip_grad_value_", "libzero clips by the global norm only: set \"gradient_clipping\" in the "
+                "config")
 
 
 def _dlpack_tensor(address, numel, dtype, device):
@@ -536,6 +599,10 @@ class ZeroEngine:
                        "to say which you mean")
         self.optimizer._sync(self.z)
         self._note_params()
+        me = weakref.ref(self)
+        for p in self._params:
+            _engine_of_param[id(p)] = me
+        _guard_clipping()
         self.last_result = None
         self.micro_steps = 0
         self._phase = "train"  # stage 3's gather-order phase (zero_set_phase), kept by train()/eval()
@@ -941,6 +1008,9 @@ class ZeroEngine:
         self._hooks = []
         self._acc_nodes = []
         self._remove_saved_param_refs()
+        for p in self._params:
+            if _engine_of_param.get(id(p)) is not None and _engine_of_param[id(p)]() is self:
+                del _engine_of_param[id(p)]
         with torch.no_grad():
             if self._partitioned:
                 # the final gather in a phase of its own, as gathered_parameters():
