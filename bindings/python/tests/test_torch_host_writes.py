@@ -11,7 +11,9 @@ no_grad, a second torch optimizer stepping the same tensors, a write inside
 engine.gathered_parameters() at stage 3; and a parameter frozen after
 initialize went on moving (momentum, weight decay); and
 torch.nn.utils.clip_grad_norm_ between backward and step clipped nothing
-(the gradients live in libzero) and returned 0.  model.double() at stage
+(the gradients live in libzero) and returned 0; with fp16, loss.backward()
+instead of engine.backward(loss) trained on gradients divided by a loss
+scale they were never multiplied by.  model.double() at stage
 3 made zero.torch view libzero's fp32 memory as float64 (reading past it).
 
 Checked here, for stage 0, 1 (bf16), 2, 2 with libzero storage, offload and
@@ -22,7 +24,8 @@ close() still works and leaves the model its values; and a run that only
 trains, saves, loads and trains again raises nothing (no false alarm).
 torch.nn.utils.clip_grad_norm_ / clip_grad_value_ on the engine's
 parameters raise ZERO_ERR_UNSUPPORTED naming the config key, while another
-model's parameters clip as in torch.
+model's parameters clip as in torch.  fp16's loss.backward() is refused in
+the gradient hook (stage 2 and 3).
 Usage: mpirun -np N python3 test_torch_host_writes.py"""
 import os
 import shutil
@@ -228,7 +231,41 @@ def clipping():
         check(False, "clip_grad_norm_ after close(): %s" % ex)
 
 
+class Elementwise(nn.Module):
+    """fp16 on the CPU: torch 1.13 has no half matmul there, but mul and sum."""
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8) * 0.1)
+        self.b = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        return (x * self.w).sum(-1) + self.b
+
+
+def fp16_plain_backward():
+    """fp16: loss.backward() instead of engine.backward(loss) skips the loss
+    scale that libzero divides every gradient by (it trained on gradients
+    65536x too small before 1.7.3): refused in the gradient hook."""
+    for stage in (2, 3):
+        torch.manual_seed(0)
+        model = Elementwise()
+        cfg = {"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": True},
+               "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.0}},
+               "zero_optimization": {"stage": stage}}
+        engine, _, _, _ = zt.initialize(model, cfg)
+        x = torch.randn(4, 8).half()
+        loss = engine(x).float().square().mean()
+        engine.backward(loss)
+        r = engine.step()
+        check(r.grad_norm > 1e-3, "fp16 stage %d: engine.backward's grad norm %g" % (stage, r.grad_norm))
+        loss = engine(x).float().square().mean()
+        expect_state_error(lambda: loss.backward(), ["engine.backward(loss)", "loss scal"],
+                           "fp16 stage %d loss.backward()" % stage)
+        engine.close()
+
+
 def main():
+    fp16_plain_backward()
     clipping()
     for v in VARIANTS:
         name, stage = v[0], v[1]

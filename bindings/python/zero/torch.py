@@ -661,6 +661,13 @@ class ZeroEngine:
         if g is None:
             return
         zp = self._zp[id(p)]
+        if not self._in_backward and self.z.loss_scale != 1.0:
+            # loss.backward() instead of engine.backward(loss): the loss was not
+            # multiplied by the loss scale, which libzero divides the gradient by
+            raise ZeroError(10, "rank %d: a gradient for '%s' arrived outside engine.backward() while fp16 loss "
+                                "scaling is on (scale %g): loss.backward() does not multiply the loss by the scale, "
+                                "and libzero divides every gradient by it; call engine.backward(loss)"
+                            % (self.z.rank, self._names[id(p)], self.z.loss_scale), "zero.torch")
         if g.dtype != self._dtypes[id(p)] or g.device != self.device or g.numel() != zp.numel:
             # a view of libzero's buffer in another dtype or size would write past it
             self._refuse_replaced([p], "its gradient is %s %s on %s, libzero's buffer %d x %s on %s"
