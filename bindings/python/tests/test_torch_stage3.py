@@ -31,6 +31,10 @@ output head), several steps of stage 3 under mpirun:
    the parameters gathered (the non-reentrant recompute failed with "The
    size of tensor a (0) must match ..." before 1.7.3); losses and final
    parameters bitwise equal to stage 0's on the same run.
+3. model.state_dict() outside engine.gathered_parameters() is refused
+   (ZERO_ERR_STATE; it held the empty tensors, so torch.save wrote no
+   weights); inside, a plain model loaded from it computes what the engine
+   computes, bitwise.
 Memory: on the CPU the process's resident set (glibc told to mmap every
 block over 64 KiB, so that a freed copy leaves the resident set; the peak
 through /proc/self/clear_refs), on CUDA torch.cuda.memory_allocated() and
@@ -234,6 +238,39 @@ def train_checkpointed(stage, mode):
     return losses, [p.detach().cpu().clone() for p in model.parameters()]
 
 
+def state_dict():
+    """model.state_dict() outside gathered_parameters() is refused (it held
+    empty tensors: torch.save wrote a checkpoint without weights); inside, it
+    is the full model: a plain torch copy loaded from it computes what the
+    engine computes, bitwise; after close() it is plain torch again."""
+    torch.manual_seed(2)
+    model = Net(d=32, layers=2).to(dev)
+    engine, _, _, _ = zt.initialize(model, config(3), comm=COMM, log=log)
+    ids = torch.randint(0, VOCAB, (2, SEQ), generator=torch.Generator().manual_seed(300)).to(dev)
+    loss = engine(ids).float().square().mean()
+    engine.backward(loss)
+    engine.step()
+    try:
+        model.state_dict()
+        check(False, "state_dict() at stage 3 outside gathered_parameters(): no error")
+    except zero.ZeroError as ex:
+        check(ex.status_name == "ZERO_ERR_STATE" and "gathered_parameters" in ex.message,
+              "state_dict() refusal: %s %s" % (ex.status_name, ex.message))
+    with engine.gathered_parameters():
+        sd = model.state_dict()
+    engine.eval()
+    with torch.no_grad():
+        want = engine(ids)
+    plain = Net(d=32, layers=2).to(dev)
+    plain.load_state_dict(sd)
+    with torch.no_grad():
+        got = plain(ids)
+    check(torch.equal(got, want), "a plain model loaded from the gathered state_dict computes otherwise than the engine")
+    engine.close()
+    after = model.state_dict()
+    check(all(torch.equal(after[k], sd[k]) for k in sd), "state_dict() after close() differs from the gathered one")
+
+
 def checkpointing():
     for mode in ("reentrant", "non-reentrant"):
         try:
@@ -272,6 +309,7 @@ def main():
     check(len(final) == len(final_c) and all(torch.equal(a, b) for a, b in zip(final, final_c)),
           "final parameters differ (bitwise) with references")
     checkpointing()
+    state_dict()
     check(not warnings, "libzero warned %d time(s) in training and close()" % len(warnings))
     if failures:
         print("rank %d: %d failure(s)" % (RANK, len(failures)), file=sys.stderr)

@@ -716,6 +716,23 @@ class ZeroEngine:
 
             self._hooks.append(m.register_forward_pre_hook(pre))
             self._hooks.append(m.register_forward_hook(post))
+        # model.state_dict() would hold the empty tensors of parameters not
+        # gathered now (torch.save of it: a checkpoint without weights)
+        for m in model.modules():
+            if any(id(p) in self._zp for p in m.parameters(recurse=False)):
+                self._hooks.append(m._register_state_dict_hook(self._state_dict_hook))
+
+    def _state_dict_hook(self, module, state_dict, prefix, local_metadata):
+        empty = [self._names[id(p)] for p in module.parameters(recurse=False)
+                 if id(p) in self._zp and id(p) not in self._materialized]
+        if empty:
+            raise ZeroError(10, "rank %d: state_dict() at stage 3 would hold empty tensors: each rank keeps a shard "
+                                "of '%s'%s in libzero and the model's tensors are empty between uses; take it inside "
+                                "'with engine.gathered_parameters():' on every rank (collective), or save a libzero "
+                                "checkpoint with engine.save()"
+                            % (self.z.rank, empty[0], " and %d more" % (len(empty) - 1) if len(empty) > 1 else ""),
+                            "zero.torch")
+        return None
 
     # ------------------------------------------------------------------ the host's writes
     # libzero keeps its own copy of every parameter for the optimizer and
