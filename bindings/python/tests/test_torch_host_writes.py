@@ -264,7 +264,22 @@ def fp16_plain_backward():
         engine.close()
 
 
+def two_backwards():
+    """Torch-style accumulation (two backward passes, one step) is libzero's
+    ZERO_ERR_DUPLICATE; zero.torch's message says what to do instead."""
+    model, engine, _ = build(VARIANTS[2])
+    try:
+        for _ in range(2):
+            engine.backward(engine(torch.randn(2, 8)).square().mean())
+        check(False, "two backward passes before one step: no error")
+    except zero.ZeroError as ex:
+        check(ex.status_name == "ZERO_ERR_DUPLICATE" and "gradient_accumulation_steps" in ex.message,
+              "two backward passes: %s %s" % (ex.status_name, ex.message))
+    engine.close()
+
+
 def main():
+    two_backwards()
     fp16_plain_backward()
     clipping()
     for v in VARIANTS:

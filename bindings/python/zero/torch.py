@@ -579,6 +579,7 @@ class ZeroEngine:
         self._materialized = set()
         self._gathered = {}     # stage 3: storage address of a gathered copy -> its parameter
         self._in_backward = False
+        self._reported = set()  # id(param) whose gradient went to libzero in this micro-step
         self._gathered_version = {}  # stage 3: id(param) -> its version counter when gathered
         self._written = []      # stage 3: names of parameters written while gathered
         self._forward_wrapped = None
@@ -661,6 +662,12 @@ class ZeroEngine:
         if g is None:
             return
         zp = self._zp[id(p)]
+        if id(p) in self._reported:  # before the add: libzero's buffer may be reduced already
+            raise ZeroError(17, "rank %d: a second gradient for '%s' before engine.step() (torch-style gradient "
+                                "accumulation, two backward passes per step?): set \"gradient_accumulation_steps\": "
+                                "N in the config and call engine.step() after every backward; libzero sums the "
+                                "micro-batches and steps the optimizer at every N-th call"
+                            % (self.z.rank, self._names[id(p)]), "zero.torch")
         if not self._in_backward and self.z.loss_scale != 1.0:
             # loss.backward() instead of engine.backward(loss): the loss was not
             # multiplied by the loss scale, which libzero divides the gradient by
@@ -679,6 +686,7 @@ class ZeroEngine:
         p.grad = None  # libzero has it now: no full gradient stays behind
         # CUDA: the add is queued on the current stream; libzero's reduction waits for it by event
         self.z.on_grad_ready(zp, stream=self._stream())
+        self._reported.add(id(p))
         if self._partitioned:
             self._drop([p])
 
@@ -906,6 +914,7 @@ class ZeroEngine:
     def _step(self):
         self._check_params("zero_step")
         self.optimizer._sync(self.z)
+        self._reported = set()  # a new micro-step, whether this step succeeds or not
         try:
             r = self.z.step(stream=self._stream())
         except ZeroError as ex:
