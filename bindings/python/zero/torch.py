@@ -579,6 +579,7 @@ class ZeroEngine:
         self._materialized = set()
         self._gathered = {}     # stage 3: storage address of a gathered copy -> its parameter
         self._in_backward = False
+        self._in_gathered = False  # inside gathered_parameters(): its own phase, parameters held
         self._reported = set()  # id(param) whose gradient went to libzero in this micro-step
         self._gathered_version = {}  # stage 3: id(param) -> its version counter when gathered
         self._written = []      # stage 3: names of parameters written while gathered
@@ -589,8 +590,7 @@ class ZeroEngine:
             for p in self._params:
                 p.data = self._empty(p.dtype)
             self._install_module_hooks(model)
-            if self.SAVED_PARAM_REFS:
-                self._install_saved_param_refs(model)
+            self._install_forward_wrapper(model)
         # libzero starts from the config's values: push only what a group sets differently
         self.optimizer._pushed = [{k: (tuple(v) if k == "betas" else v) for k, v in defaults.items()
                                    if k not in fixed} for _ in groups]
@@ -714,7 +714,8 @@ class ZeroEngine:
                 # In backward a forward runs again only to recompute activations
                 # (torch.utils.checkpoint): what it saves needs the parameters
                 # until their gradients are handed over, which empties them.
-                if not self._in_backward:
+                # Inside gathered_parameters() they stay for the block.
+                if not self._in_backward and not self._in_gathered:
                     self._drop(own)
                 if torch.is_grad_enabled():
                     for t in _tensors(output):
@@ -802,8 +803,20 @@ class ZeroEngine:
         if why:
             raise ZeroError(10, "rank %d: %s" % (self.z.rank, "; ".join(why)), "zero.torch " + call)
 
-    def _install_saved_param_refs(self, model):
-        """Stage 3: run the model's forward under autograd saved-tensor hooks
+    def _install_forward_wrapper(self, model):
+        """Stage 3: wrap the model's forward (an instance attribute, removed by
+        close(), so that engine(x) and model(x) both go through it) to
+
+        1. name the gather phase from the model's mode: a forward in eval mode
+           or without autograd (model.eval(), torch.no_grad()) gathers in
+           another order than training's forward + backward, and stage 3
+           records one order per phase (zero_set_phase); engine.eval() did
+           this, the torch habit model.eval() did not, so stage 3 warned and
+           re-recorded its training order every epoch.  A stage-3 forward is
+           collective already, so the phase switch (collective) is at the
+           same point on every rank;
+
+        2. run it under autograd saved-tensor hooks
         that save a tensor viewing a gathered parameter as a _SavedParamView.
         Linear saves weight.t() (a view, not the parameter), so without them
         each gathered copy stays referenced by the graph after the module's
@@ -834,14 +847,27 @@ class ZeroEngine:
 
         inner = model.forward
         had_own = "forward" in model.__dict__
+        refs = self.SAVED_PARAM_REFS
 
         @functools.wraps(inner)
         def forward(*args, **kwargs):
+            self._phase_from_mode()
+            if not refs:
+                return inner(*args, **kwargs)
             with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
                 return inner(*args, **kwargs)
 
         model.forward = forward
         self._forward_wrapped = (forward, inner if had_own else None)
+
+    def _phase_from_mode(self):
+        if (self._phase not in ("train", "eval") or self._in_gathered or self._in_backward
+                or "zero_set_phase" in L.lib().zero_missing):
+            return  # a phase the host named itself, or no phases (a 1.0 libzero)
+        want = "train" if self.module.training and torch.is_grad_enabled() else "eval"
+        if want != self._phase:
+            self.z.set_phase(want)
+            self._phase = want
 
     def _remove_saved_param_refs(self):
         if self._forward_wrapped is None:
@@ -967,9 +993,11 @@ class ZeroEngine:
             self.z.set_phase("gathered_parameters")
         try:
             self._fetch(self._params)
+            self._in_gathered = True  # a forward in the block leaves them gathered
             try:
                 yield self._params
             finally:
+                self._in_gathered = False
                 self._drop(self._params)
         except BaseException:
             if phased:  # back to the phase, without hiding the error that ended the block
