@@ -525,24 +525,18 @@ def main():
                mib(r["model_states"]), " + host %s" % mib(r["model_states_host"])
                if r["model_states_host"] else "", extra, tag_s))
 
-    if cuda:
+    if any(r.get("torch_phase_peaks") for r in results):
         say("")
         say("torch's peak per phase of one more step (MiB, rank 0, torch's allocator only; libzero's memory is "
-            "outside it):")
-        for r in results:
-            ph = r.get("torch_phase_peaks") or {}
-            if ph:
-                say("TORCH_PEAKS %s forward %s backward %s step %s"
-                    % (r["variant"], mib(ph.get("forward", 0)), mib(ph.get("backward", 0)), mib(ph.get("step", 0))))
-    elif any(r.get("torch_phase_peaks") for r in results):
-        say("")
-        say("the process's resident-set peak per phase of one more step, over the step's start (MiB, rank 0; "
+            "outside it):" if cuda else
+            "the process's resident-set peak per phase of one more step, over the step's start (MiB, rank 0; "
             "torch's and libzero's memory together):")
         for r in results:
             ph = r.get("torch_phase_peaks") or {}
             if ph:
-                say("RSS_PEAKS %s forward %s backward %s step %s"
-                    % (r["variant"], mib(ph.get("forward", 0)), mib(ph.get("backward", 0)), mib(ph.get("step", 0))))
+                say("%s %s forward %s backward %s step %s"
+                    % ("TORCH_PEAKS" if cuda else "RSS_PEAKS", r["variant"], mib(ph.get("forward", 0)),
+                       mib(ph.get("backward", 0)), mib(ph.get("step", 0))))
 
     # losses: all variants saw the same batches; compare at the last step they all ran
     say("")
