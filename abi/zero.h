@@ -380,7 +380,10 @@ ZERO_API zero_status zero_on_slice_ready(zero_engine *e, zero_param *p, uint32_t
 /* Freeze the layout, allocate partitions and optimizer state, copy initial
  * values.  Collective: compares a hash of the parameter list across ranks
  * and fails with ZERO_ERR_MISMATCH on every rank, naming the first
- * difference, if they disagree. */
+ * difference, if they disagree.  (1.7.3) Where ranks registered different
+ * initial values for a parameter, every rank starts from rank 0's (an
+ * expert group's: its expert-data-parallel group's first rank's), with a
+ * warning on rank 0; a host-owned tensor receives them. */
 ZERO_API zero_status zero_params_done(zero_engine *e);
 
 /* Hyper-parameters of one param group (optimizer.param_groups[i] in the

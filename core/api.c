@@ -578,9 +578,14 @@ zero_status zero_params_done(zero_engine *e) {
      * (non-blocking) stream: it must first wait for the host's stream, where
      * the host's init kernels or uploads may still be running. */
     if (e->dev && (s = device_order(e, 1, NULL)) != ZERO_OK) return s;
+    /* (1.7.3) one model on every rank: rank 0's values where they differ
+     * (after the ordering above: device values are read on that stream) */
+    void **adopted = NULL;
+    if ((s = zero__params_values_agree(e, &adopted)) != ZERO_OK) return s;
     s = e->plugin.table->params_done(e->pstate);
     /* The host's initial buffers are not referenced after this call. */
     for (uint32_t i = 0; i < e->nparams; i++) e->params[i]->info.init_data = NULL;
+    zero__params_values_free(e, adopted);
     if (s != ZERO_OK && !e->last_error[0]) zero__error(e, s, "plugin params_done failed");
     if (s == ZERO_OK) s = check_data_set(e);
     if (s == ZERO_OK) s = host_owned_writeback(e, "zero_params_done");

@@ -191,6 +191,10 @@ zero_status zero__experts_agree(struct zero_engine *e);
 zero_status zero__experts_setup(struct zero_engine *e, uint32_t *part_world, uint32_t *part_rank);
 /* (1.3) Free the expert communicators (destroy; NULL-safe). */
 void zero__experts_free(struct zero_engine *e);
+/* (1.7.3) out[i] (nparams entries): the expert-data-parallel communicator
+ * of param i's group (made by zero__experts_setup), NULL for a dense group
+ * or when there are none.  Reads the engine only; ZERO_ERR_OUT_OF_MEMORY. */
+zero_status zero__experts_param_comms(const struct zero_engine *e, zero_comm **out);
 /* Fill e->svc (services.c). */
 void zero__services_init(struct zero_engine *e);
 /* Learning-rate schedule: lr for optimizer step t (1-based), group 0 (sched.c). */

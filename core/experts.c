@@ -264,6 +264,22 @@ out:
     return s;
 }
 
+zero_status zero__experts_param_comms(const struct zero_engine *e, zero_comm **out) {
+    for (uint32_t i = 0; i < e->nparams; i++) out[i] = NULL;
+    if (!e->group_comms) return ZERO_OK;
+    int32_t *ids = malloc((e->nparams ? e->nparams : 1) * sizeof *ids);
+    if (!ids) return zero__error((struct zero_engine *)e, ZERO_ERR_OUT_OF_MEMORY, "zero_params_done: out of memory");
+    const uint32_t ng = group_ids(e, ids); /* group_comms is indexed like this */
+    for (uint32_t i = 0; i < e->nparams; i++)
+        for (uint32_t k = 0; k < ng && k < e->ngroup_comms; k++)
+            if (ids[k] == e->params[i]->info.group) {
+                out[i] = e->group_comms[k];
+                break;
+            }
+    free(ids);
+    return ZERO_OK;
+}
+
 void zero__experts_free(struct zero_engine *e) {
     if (!e->group_comms) return;
     for (uint32_t g = 0; g < e->ngroup_comms; g++)

@@ -15,4 +15,13 @@ void zero__param_unregister_last(struct zero_engine *e);
  * dtype, group, in order).  ZERO_ERR_MISMATCH on every rank otherwise,
  * naming the first difference as each rank sees it. */
 zero_status zero__params_agree(struct zero_engine *e);
+/* (1.7.3) Collective, after zero__params_agree and before the plugin's
+ * params_done: where ranks registered different initial values, every rank
+ * takes rank 0's (params_values.c says why and what it costs); rank 0 warns.
+ * Those params' info.init_data then point at host buffers in *adopted
+ * (NULL when nothing differed), which the caller frees with
+ * zero__params_values_free after params_done.  Every rank returns the same
+ * verdict. */
+zero_status zero__params_values_agree(struct zero_engine *e, void ***adopted);
+void zero__params_values_free(struct zero_engine *e, void **adopted);
 #endif

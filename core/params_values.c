@@ -1,0 +1,234 @@
+/* Ranks start from one model: the initial values agreement at
+ * zero_params_done (1.7.3).
+ *
+ * Data parallelism averages gradients of one model.  A host that seeds each
+ * rank differently before building its model (torch.manual_seed(rank), a
+ * common PyTorch habit that DistributedDataParallel hides by broadcasting
+ * rank 0's module at construction) registered different initial values:
+ * stage 0 then trained one diverged model per rank for ever, and the
+ * partitioning stages a patchwork of every rank's initial partition --
+ * silently.  Now every rank hashes each parameter's initial bytes, one
+ * all-reduce finds the parameters whose hashes differ (the same verdict on
+ * every rank), and for those every rank takes rank 0's values (broadcast
+ * into a host buffer that replaces init_data for the plugin's params_done),
+ * as DistributedDataParallel and DeepSpeed do; rank 0 logs a warning that
+ * names them.  Parameters of an expert group are different experts on
+ * different expert-data-parallel groups: they agree inside their
+ * expert-data-parallel group (its rank 0's values), not world-wide.
+ *
+ * Cost when the values agree (the usual case): one read of every initial
+ * value (device values copied to the host in 16 MiB pieces) and one
+ * all-reduce of 16 bytes per parameter, at zero_params_done only. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "comm_backend.h"
+#include "device.h"
+#include "log.h"
+#include "params.h"
+
+#define PIECE ((size_t)16 << 20) /* device values reach the host in pieces this large */
+
+/* 64-bit hash of n bytes: 8-byte words through a multiply-xorshift mix,
+ * then the tail bytes.  Not cryptographic: it tells different initial
+ * values apart, and hashing must not cost much more than reading them. */
+static uint64_t mix(uint64_t h, uint64_t w) {
+    h ^= w;
+    h *= 0x9e3779b97f4a7c15ULL;
+    return h ^ (h >> 29);
+}
+
+static uint64_t hash_bytes(uint64_t h, const unsigned char *b, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = mix(h, w);
+    }
+    uint64_t tail = 0;
+    memcpy(&tail, b + i, n - i);
+    return mix(h, tail ^ ((uint64_t)(n - i) << 56));
+}
+
+static size_t param_bytes(const struct zero_param *p) {
+    return (size_t)p->info.numel * zero__dtype_size(p->info.dtype);
+}
+
+/* The hash of p's initial values; device values go through `bounce`
+ * (PIECE bytes).  NULL init_data (zero-filled by the plugin) hashes as its
+ * length alone. */
+static zero_status hash_param(struct zero_engine *e, const struct zero_param *p, unsigned char *bounce,
+                              uint64_t *out) {
+    const unsigned char *src = p->info.init_data;
+    size_t n = param_bytes(p);
+    uint64_t h = mix(0x243f6a8885a308d3ULL, (uint64_t)n);
+    if (!src) {
+        *out = h;
+        return ZERO_OK;
+    }
+    if (!zero__dev_is_device(e->dev, src)) {
+        *out = hash_bytes(h, src, n);
+        return ZERO_OK;
+    }
+    for (size_t off = 0; off < n; off += PIECE) {
+        size_t k = n - off < PIECE ? n - off : PIECE;
+        zero_status s = zero__dev_copy(e->dev, bounce, src + off, k);
+        if (s != ZERO_OK)
+            return zero__error(e, s, "zero_params_done: reading the initial values of '%s' from the device: %s",
+                               p->name, e->dev->ops->error(e->dev));
+        h = hash_bytes(h, bounce, k);
+    }
+    *out = h;
+    return ZERO_OK;
+}
+
+/* The root's (rank 0 of comm) initial values of p into a new host buffer
+ * on every rank of comm (*out, owned by the caller; NULL for a param
+ * without bytes). */
+static zero_status adopt_rank0(struct zero_engine *e, zero_comm *comm, const struct zero_param *p, void **out) {
+    size_t n = param_bytes(p);
+    *out = NULL;
+    if (!n) return ZERO_OK;
+    unsigned char *buf = malloc(n);
+    if (!buf)
+        return zero__error(e, ZERO_ERR_OUT_OF_MEMORY,
+                           "zero_params_done: no host memory (%zu bytes) to take rank 0's initial values of '%s'",
+                           n, p->name);
+    zero_status s = ZERO_OK;
+    if (zero__comm_rank(comm) == 0) {
+        if (!p->info.init_data)
+            memset(buf, 0, n);
+        else
+            s = zero__dev_copy(e->dev, buf, p->info.init_data, n);
+        if (s != ZERO_OK)
+            s = zero__error(e, s, "zero_params_done: reading the initial values of '%s': %s", p->name,
+                            e->dev ? e->dev->ops->error(e->dev) : "copy failed");
+    }
+    /* Every rank enters the broadcast even if rank 0's copy failed (it then
+     * sends what it has and fails below): no rank is left waiting. */
+    for (size_t off = 0; off < n; off += PIECE) {
+        size_t k = n - off < PIECE ? n - off : PIECE;
+        zero_status b = zero__broadcast(comm, buf + off, k, ZERO_DTYPE_U8, 0);
+        if (b != ZERO_OK && s == ZERO_OK)
+            s = zero__error(e, b, "zero_params_done: broadcasting rank 0's initial values of '%s' failed", p->name);
+    }
+    if (s != ZERO_OK) {
+        free(buf);
+        return s;
+    }
+    *out = buf;
+    return ZERO_OK;
+}
+
+/* The agreement over `comm` for the params i with pc[i] == comm (bufs[i]
+ * receives what replaced init_data).  Every rank of comm calls it with the
+ * same params and returns the same verdict. */
+static zero_status agree_on(struct zero_engine *e, zero_comm *comm, zero_comm *const *pc, void **bufs,
+                            const char *where) {
+    uint32_t np = e->nparams;
+    uint64_t *h = calloc((size_t)np * 2 + 1, sizeof *h);
+    unsigned char *bounce = e->dev ? malloc(PIECE) : NULL;
+    if (!h || (e->dev && !bounce)) {
+        free(h);
+        free(bounce);
+        return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory in the initial values check");
+    }
+    /* [hash..., ~hash..., failed] under MAX: the first half is the largest
+     * hash, the second the complement of the smallest (equal iff every rank
+     * agrees), the last says whether a rank could not read its values (then
+     * every rank fails).  Params of other communicators: 0 and ~0 on every
+     * rank, never flagged. */
+    zero_status s = ZERO_OK;
+    for (uint32_t i = 0; i < np; i++) {
+        uint64_t v = 0;
+        if (pc[i] == comm && s == ZERO_OK) s = hash_param(e, e->params[i], bounce, &v);
+        h[i] = v;
+        h[np + i] = ~v;
+    }
+    free(bounce);
+    h[(size_t)np * 2] = s != ZERO_OK;
+    /* a rank whose read failed still joins the all-reduce, so none waits */
+    zero_status r = zero__allreduce(comm, h, (size_t)np * 2 + 1, ZERO_DTYPE_U64, ZERO_OP_MAX);
+    if (s == ZERO_OK && r != ZERO_OK) s = zero__error(e, r, "zero_params_done: the initial values check failed");
+    if (s == ZERO_OK && h[(size_t)np * 2])
+        s = zero__error(e, ZERO_ERR_DEVICE, "zero_params_done: another rank could not read its initial values");
+    uint32_t ndiff = 0, first = 0, nmine = 0;
+    for (uint32_t i = 0; i < np; i++) {
+        nmine += pc[i] == comm;
+        if (s == ZERO_OK && h[i] != ~h[np + i] && !ndiff++) first = i;
+    }
+    if (s != ZERO_OK || !ndiff) {
+        free(h);
+        return s;
+    }
+    /* Every rank walks the same differing params and enters each broadcast;
+     * what failed locally is agreed at the end.  (A rank out of host memory
+     * here still enters the broadcasts that follow, with no buffer: the
+     * others then fail with the communicator's timeout, not wait for ever.) */
+    for (uint32_t i = 0; i < np; i++) {
+        if (h[i] == ~h[np + i]) continue;
+        zero_status a = adopt_rank0(e, comm, e->params[i], &bufs[i]);
+        if (a == ZERO_OK) e->params[i]->info.init_data = bufs[i];
+        if (s == ZERO_OK) s = a;
+    }
+    free(h);
+    uint64_t failed = s != ZERO_OK;
+    r = zero__allreduce(comm, &failed, 1, ZERO_DTYPE_U64, ZERO_OP_MAX);
+    if (s == ZERO_OK && (r != ZERO_OK || failed))
+        s = zero__error(e, r != ZERO_OK ? r : ZERO_ERR_COMM,
+                        "zero_params_done: another rank could not take rank 0's initial values");
+    if (s == ZERO_OK && zero__comm_rank(comm) == 0)
+        zero__log(e, ZERO_LOG_WARN,
+                  "ranks registered different initial values for %u of %u parameters%s (first: '%s'): every rank "
+                  "now starts from rank 0's values, as DistributedDataParallel and DeepSpeed broadcast rank 0's "
+                  "model; to start from one model without this, seed every rank the same before building it",
+                  ndiff, nmine, where, e->params[first]->name);
+    return s;
+}
+
+zero_status zero__params_values_agree(struct zero_engine *e, void ***adopted) {
+    *adopted = NULL;
+    uint32_t np = e->nparams;
+    if (e->world_size <= 1 || !np) return ZERO_OK;
+    zero_comm **pc = calloc(np, sizeof *pc);
+    void **bufs = calloc(np, sizeof *bufs);
+    if (!pc || !bufs) {
+        free(pc);
+        free(bufs);
+        return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory in the initial values check");
+    }
+    zero_status s = zero__experts_param_comms(e, pc);
+    int any_expert = 0;
+    for (uint32_t i = 0; i < np; i++) {
+        any_expert |= pc[i] != NULL;
+        if (!pc[i]) pc[i] = e->world;
+    }
+    /* the world first, then each expert group's communicator, in the order
+     * of the params (the same on every rank: the group table agreed) */
+    if (s == ZERO_OK) s = agree_on(e, e->world, pc, bufs, "");
+    for (uint32_t i = 0; s == ZERO_OK && any_expert && i < np; i++) {
+        if (pc[i] == e->world) continue;
+        int seen = 0;
+        for (uint32_t j = 0; j < i && !seen; j++) seen = pc[j] == pc[i];
+        if (seen) continue;
+        char where[96];
+        snprintf(where, sizeof where, " of expert group %d (inside its expert-data-parallel group)",
+                 (int)e->params[i]->info.group);
+        if (zero__comm_size(pc[i]) > 1) s = agree_on(e, pc[i], pc, bufs, where);
+    }
+    free(pc);
+    if (s != ZERO_OK) {
+        zero__params_values_free(e, bufs);
+        return s;
+    }
+    *adopted = bufs;
+    return ZERO_OK;
+}
+
+void zero__params_values_free(struct zero_engine *e, void **adopted) {
+    if (!adopted) return;
+    for (uint32_t i = 0; i < e->nparams; i++) free(adopted[i]);
+    free(adopted);
+}
