@@ -32,8 +32,10 @@
 #define PIECE ((size_t)16 << 20) /* device values reach the host in pieces this large */
 
 /* 64-bit hash of n bytes: 8-byte words through a multiply-xorshift mix,
- * then the tail bytes.  Not cryptographic: it tells different initial
- * values apart, and hashing must not cost much more than reading them. */
+ * four independent lanes (a multiply's latency would otherwise bound it
+ * well below the memory's speed), then the tail.  Not cryptographic: it
+ * tells different initial values apart, and hashing must not cost much
+ * more than reading them. */
 static uint64_t mix(uint64_t h, uint64_t w) {
     h ^= w;
     h *= 0x9e3779b97f4a7c15ULL;
@@ -41,15 +43,23 @@ static uint64_t mix(uint64_t h, uint64_t w) {
 }
 
 static uint64_t hash_bytes(uint64_t h, const unsigned char *b, size_t n) {
+    uint64_t l[4] = {h, h ^ 0x9e3779b97f4a7c15ULL, h ^ 0xc2b2ae3d27d4eb4fULL, h ^ 0x165667b19e3779f9ULL};
     size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        uint64_t w[4];
+        memcpy(w, b + i, 32);
+        for (int k = 0; k < 4; k++) l[k] = mix(l[k], w[k]);
+    }
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, b + i, 8);
-        h = mix(h, w);
+        l[0] = mix(l[0], w);
     }
     uint64_t tail = 0;
     memcpy(&tail, b + i, n - i);
-    return mix(h, tail ^ ((uint64_t)(n - i) << 56));
+    h = mix(l[0], tail ^ ((uint64_t)(n - i) << 56));
+    for (int k = 1; k < 4; k++) h = mix(h, l[k]);
+    return h;
 }
 
 static size_t param_bytes(const struct zero_param *p) {
