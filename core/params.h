@@ -24,4 +24,7 @@ zero_status zero__params_agree(struct zero_engine *e);
  * verdict. */
 zero_status zero__params_values_agree(struct zero_engine *e, void ***adopted);
 void zero__params_values_free(struct zero_engine *e, void **adopted);
+/* The hash the agreement runs over each parameter's initial bytes (seed h,
+ * n bytes at b); pure, thread-safe.  Exposed for bench/agreement. */
+uint64_t zero__params_hash_bytes(uint64_t h, const unsigned char *b, size_t n);
 #endif

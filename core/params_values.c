@@ -42,7 +42,7 @@ static uint64_t mix(uint64_t h, uint64_t w) {
     return h ^ (h >> 29);
 }
 
-static uint64_t hash_bytes(uint64_t h, const unsigned char *b, size_t n) {
+uint64_t zero__params_hash_bytes(uint64_t h, const unsigned char *b, size_t n) {
     uint64_t l[4] = {h, h ^ 0x9e3779b97f4a7c15ULL, h ^ 0xc2b2ae3d27d4eb4fULL, h ^ 0x165667b19e3779f9ULL};
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -79,7 +79,7 @@ static zero_status hash_param(struct zero_engine *e, const struct zero_param *p,
         return ZERO_OK;
     }
     if (!zero__dev_is_device(e->dev, src)) {
-        *out = hash_bytes(h, src, n);
+        *out = zero__params_hash_bytes(h, src, n);
         return ZERO_OK;
     }
     for (size_t off = 0; off < n; off += PIECE) {
@@ -88,7 +88,7 @@ static zero_status hash_param(struct zero_engine *e, const struct zero_param *p,
         if (s != ZERO_OK)
             return zero__error(e, s, "zero_params_done: reading the initial values of '%s' from the device: %s",
                                p->name, e->dev->ops->error(e->dev));
-        h = hash_bytes(h, bounce, k);
+        h = zero__params_hash_bytes(h, bounce, k);
     }
     *out = h;
     return ZERO_OK;
