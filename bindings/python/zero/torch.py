@@ -469,7 +469,7 @@ class ZeroEngine:
     # path's tensor wrapping runs a whole training on a machine without a GPU.
     DLPACK_ON_CPU = False
     # Stage 3: save views of gathered parameters as references (tests turn it
-    # off for a control run; _install_saved_param_refs says why it is on)
+    # off for a control run; _install_forward_wrapper says why it is on)
     SAVED_PARAM_REFS = True
 
     def __init__(self, model, config, plugin=None, model_parameters=None, process_group=None, log=None,
@@ -816,16 +816,14 @@ class ZeroEngine:
            collective already, so the phase switch (collective) is at the
            same point on every rank;
 
-        2. run it under autograd saved-tensor hooks
-        that save a tensor viewing a gathered parameter as a _SavedParamView.
-        Linear saves weight.t() (a view, not the parameter), so without them
-        each gathered copy stays referenced by the graph after the module's
-        forward hook empties the parameter, and the torch side holds the whole
-        model at the end of forward.  In backward the hook on the module's
-        outputs has gathered the parameter again (same values: nothing steps
-        between a forward and its backward); unpack views that copy.  The
-        model's forward is wrapped (an instance attribute, removed by close()),
-        so engine(x) and model(x) both run under the hooks."""
+        2. run it under autograd saved-tensor hooks that save a tensor viewing
+           a gathered parameter as a _SavedParamView.  Linear saves weight.t()
+           (a view, not the parameter), so without them each gathered copy
+           stays referenced by the graph after the module's forward hook
+           empties the parameter, and the torch side holds the whole model at
+           the end of forward.  In backward the hook on the module's outputs
+           has gathered the parameter again (same values: nothing steps
+           between a forward and its backward); unpack views that copy."""
         gathered = self._gathered
 
         def pack(t):
@@ -861,6 +859,8 @@ class ZeroEngine:
         self._forward_wrapped = (forward, inner if had_own else None)
 
     def _phase_from_mode(self):
+        """Stage 3, at a forward: the phase "train" (training mode with
+        autograd) or "eval" (anything else), unless the host named another."""
         if (self._phase not in ("train", "eval") or self._in_gathered or self._in_backward
                 or "zero_set_phase" in L.lib().zero_missing):
             return  # a phase the host named itself, or no phases (a 1.0 libzero)
@@ -869,7 +869,7 @@ class ZeroEngine:
             self.z.set_phase(want)
             self._phase = want
 
-    def _remove_saved_param_refs(self):
+    def _remove_forward_wrapper(self):
         if self._forward_wrapped is None:
             return
         forward, own = self._forward_wrapped
@@ -1068,7 +1068,7 @@ class ZeroEngine:
             h.remove()
         self._hooks = []
         self._acc_nodes = []
-        self._remove_saved_param_refs()
+        self._remove_forward_wrapper()
         for p in self._params:
             if _engine_of_param.get(id(p)) is not None and _engine_of_param[id(p)]() is self:
                 del _engine_of_param[id(p)]
