@@ -17,6 +17,9 @@
  *  - every zero_on_grad_ready ordered the device after the host's stream,
  *    every step and gather ordered the host's stream after the device;
  *  - params registered from device memory (desc.device = CUDA) train the same;
+ *  - (1.7.3) ranks that register different initial values (from "device
+ *    memory" too) all start from rank 0's: training equals the CPU run
+ *    whose ranks all registered rank 0's, bitwise;
  *  - the bucket engine clears released device slots without a host wait:
  *    the stub's memset_async is deferred like work on a stream (it runs at
  *    the next device op or fence wait, never earlier), so a slot handed out
@@ -375,6 +378,8 @@ typedef struct run_opts {
     int no_overlap;  /* overlap_comm false (issue 35: the host waits per bucket are gone on a stream-ordered comm;
                         here, MPI behind the staging layer, they stay) */
     int offload_param; /* stage 3: offload_param cpu, pin_memory (the shard in the host tier; with `offload`) */
+    int rank_init;   /* (1.7.3) ranks other than 0 register other initial values: every rank must take rank 0's
+                        (read from "device memory" where dev_params), so training equals the CPU run's without */
 } run_opts;
 
 
@@ -412,7 +417,7 @@ static zero_engine *open_engine(const run_opts *ro, zero_param **h, size_t *tota
     for (int p = 0; p < NP && s == ZERO_OK; ++p) {
         float *init = inits[p] = malloc(sizes[p] * 4);
         for (size_t i = 0; i < sizes[p]; ++i) {
-            float v = exact_init(p, i);
+            float v = exact_init(p, i) + (ro->rank_init && rank_ ? 0.25f * (float)rank_ : 0.0f);
             if (ro->bf16)
                 ((uint16_t *)init)[i] = th_to_bf16(v);
             else
@@ -549,6 +554,7 @@ static void check_equal(const run_opts *ro) {
     cpu.device = 0;
     cpu.dev_params = 0;
     cpu.ckpt = 0; /* the reference runs uninterrupted */
+    cpu.rank_init = 0; /* ... from one model */
     char *a = train(&cpu, &n0);
     long before[OP_N], after[OP_N];
     snapshot(before);
@@ -914,16 +920,26 @@ int main(int argc, char **argv) {
     check_no_gpu_fails_cleanly();
     zero__device_set_factory(stub_open);
     static const run_opts runs[] = {
-        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0, 0, 0, 0},
-        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0, 0, 0, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 0, 0, 0, 0}, {"offload", 2, 1, 1, 1, 0, 0, 0, 0}, {"stage0", 0, 1, 0, 0, 1, 0, 0, 0},
-        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 1, 0, 0, 0}, {"stage3", 3, 1, 1, 0, 1, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 1, 0, 0, 0}, {"stage0", 0, 1, 0, 0, 0, 1, 0, 0}, {"stage1", 1, 1, 0, 0, 0, 1, 0, 0},
-        {"stage2", 2, 1, 0, 0, 1, 1, 0, 0}, {"stage3", 3, 1, 0, 0, 0, 1, 0, 0}, {"offload", 2, 1, 0, 1, 0, 1, 0, 0},
-        {"stage0", 0, 1, 0, 0, 0, 0, 1, 0}, {"stage2", 2, 1, 0, 0, 0, 0, 1, 0}, {"stage2", 2, 1, 0, 0, 1, 0, 1, 0},
+        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 0, 0, 0, 0, 0}, {"offload", 2, 1, 1, 1, 0, 0, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0},
+        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0},
+        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0}, {"stage0", 0, 1, 0, 0, 0, 1, 0, 0, 0},
+        {"stage1", 1, 1, 0, 0, 0, 1, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 1, 1, 0, 0, 0}, {"stage3", 3, 1, 0, 0, 0, 1, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 0, 1, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 0, 0, 1, 0, 0}, {"stage2", 2, 1, 0, 0, 0, 0, 1, 0, 0},
+        {"stage2", 2, 1, 0, 0, 1, 0, 1, 0, 0},
         /* the H200 demo case of issue 35: stage 3 offloading params and optimizer, bf16, accumulation 2 (the
            stream race it hit was in the NCCL backend's staged collectives: test_nccl_order) */
-        {"stage3", 3, 1, 0, 1, 1, 0, 0, 1}, {"stage3", 3, 1, 1, 1, 1, 0, 0, 1},
+        {"stage3", 3, 1, 0, 1, 1, 0, 0, 1, 0}, {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0},
+        /* (1.7.3) per-rank initial values, registered from device memory: rank 0's taken everywhere */
+        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 1}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 1},
+        {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 1},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) check_equal(&runs[i]);
     check_ordered_buckets();
