@@ -117,6 +117,22 @@ class TorchHostComm:
     def address(self):
         return ctypes.addressof(self.struct)
 
+    def _unlink(self):
+        """Break the cycle between this object and its ctypes callbacks (and
+        its splits') once libzero no longer holds the struct, so that it is
+        freed at once on the calling thread.  Left to the garbage collector,
+        the cycle (with the torch group it holds) was collected whenever a
+        collection happened to run, at exit on another thread: a process
+        that made and closed an engine over a 3-rank gloo group aborted at
+        exit ("terminate called without an active exception") in about one
+        run of seven.  Engine.close() calls it for the comms it made."""
+        for sub in list(self._subs.values()):
+            sub._unlink()
+        self._subs.clear()
+        self._works.clear()
+        self._cbs = None
+        self.struct = None
+
     # ------------------------------------------------------------ helpers
     def _view(self, address, nbytes, dtype):
         """A tensor over nbytes of host memory at address (no copy); on an

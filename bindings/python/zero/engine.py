@@ -209,8 +209,10 @@ class Engine:
             from . import _hostcomm
             if _hostcomm.default_group_active():
                 comm = "torch"
+        self._own_hostcomm = False
         if not isinstance(comm, str) or comm == "torch":
             self._hostcomm = _host_comm(comm, ranks)
+            self._own_hostcomm = self._hostcomm is not comm  # made here, not the caller's to reuse
             comm = "host"
         kind = _COMMS.get(comm) if isinstance(comm, str) else None
         if kind is None:
@@ -316,6 +318,9 @@ class Engine:
             self._e = None
             with _live_lock:
                 _live.discard(self)
+            if self._own_hostcomm:  # libzero is done with it: freed here, not by a collection elsewhere
+                self._hostcomm._unlink()
+                self._hostcomm = None
 
     def __enter__(self):
         return self
