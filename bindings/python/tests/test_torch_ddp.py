@@ -276,6 +276,7 @@ def errors():
     if TORCH_LAUNCH:
         host_comm_errors()
         host_comm_split()
+        host_comm_freed_at_close()
 
 
 def host_comm_split():
@@ -302,6 +303,30 @@ def host_comm_split():
     check(st == 0 and (not none if RANK == 0 else none.contents.size == WORLD - 1), "split with color < 0")
     if none:
         hc.struct.release(None, none)
+
+
+def host_comm_freed_at_close():
+    """The TorchHostComm an engine made over the default group is freed by
+    close() itself, with no garbage collection: left to one, it ran at exit
+    on another thread and the process aborted there ("terminate called
+    without an active exception", about 1 run in 7 before 1.7.3).  One the
+    caller passed stays usable for the next engine."""
+    import gc
+    import weakref
+    gc.disable()  # a collection must not be what frees it
+    try:
+        e = zero.Engine({"train_micro_batch_size_per_gpu": 1}, comm="torch")
+        made = weakref.ref(e._hostcomm)
+        e.close()
+        check(made() is None, "close() left the engine's TorchHostComm to the garbage collector")
+        mine = zero.TorchHostComm()
+        for _ in range(2):  # the caller's comm: two engines, one after the other
+            e = zero.Engine({"train_micro_batch_size_per_gpu": 1}, comm=mine)
+            check(e.world_size == WORLD, "an engine over the caller's TorchHostComm: world %d" % e.world_size)
+            e.close()
+        check(mine.struct is not None, "close() unlinked a TorchHostComm the caller owns")
+    finally:
+        gc.enable()
 
 
 def host_comm_errors():
