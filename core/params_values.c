@@ -24,7 +24,6 @@
 #include <string.h>
 
 #include "comm.h"
-#include "comm_backend.h"
 #include "device.h"
 #include "log.h"
 #include "params.h"
@@ -210,23 +209,22 @@ zero_status zero__params_values_agree(struct zero_engine *e, void ***adopted) {
         return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory in the initial values check");
     }
     zero_status s = zero__experts_param_comms(e, pc);
-    int any_expert = 0;
-    for (uint32_t i = 0; i < np; i++) {
-        any_expert |= pc[i] != NULL;
+    for (uint32_t i = 0; i < np; i++)
         if (!pc[i]) pc[i] = e->world;
-    }
     /* the world first, then each expert group's communicator, in the order
-     * of the params (the same on every rank: the group table agreed) */
+     * of the params (the same on every rank: the group table agreed); a
+     * group's params count as the world's once it is done, so the walk
+     * meets each group once */
     if (s == ZERO_OK) s = agree_on(e, e->world, pc, bufs, "");
-    for (uint32_t i = 0; s == ZERO_OK && any_expert && i < np; i++) {
-        if (pc[i] == e->world) continue;
-        int seen = 0;
-        for (uint32_t j = 0; j < i && !seen; j++) seen = pc[j] == pc[i];
-        if (seen) continue;
+    for (uint32_t i = 0; s == ZERO_OK && i < np; i++) {
+        zero_comm *c = pc[i];
+        if (c == e->world) continue;
         char where[96];
         snprintf(where, sizeof where, " of expert group %d (inside its expert-data-parallel group)",
                  (int)e->params[i]->info.group);
-        if (zero__comm_size(pc[i]) > 1) s = agree_on(e, pc[i], pc, bufs, where);
+        if (zero__comm_size(c) > 1) s = agree_on(e, c, pc, bufs, where);
+        for (uint32_t j = i; j < np; j++)
+            if (pc[j] == c) pc[j] = e->world;
     }
     free(pc);
     if (s != ZERO_OK) {

@@ -40,20 +40,8 @@ static void quiet(void *user, zero_log_level level, int rank, const char *msg) {
 static double time_params_done(const char *plugin, int np, size_t per, const float *init) {
     static const char *json = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\","
                               " \"params\": {\"lr\": 1e-3}}, \"zero_optimization\": {\"stage\": 2}}";
-    MPI_Comm comm = MPI_COMM_WORLD;
-    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
-    o.config_json = json;
-    o.plugin = plugin;
-    o.comm_kind = ZERO_COMM_MPI;
-    o.comm = &comm;
-    o.log_fn = quiet; /* the differing run's warning, once per repetition */
-    zero_engine *e = NULL;
-    char err[512];
-    zero_status s = zero_engine_create(&o, &e, err, sizeof err);
-    if (s != ZERO_OK) {
-        fprintf(stderr, "engine: %s\n", err);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    zero_engine *e = bench_engine_open(json, plugin, 0, quiet); /* quiet: the differing run's warning */
+    zero_status s = ZERO_OK;
     for (int i = 0; i < np; i++) {
         char name[32];
         snprintf(name, sizeof name, "w%d", i);

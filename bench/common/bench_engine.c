@@ -16,15 +16,15 @@ void bench_die(const char *what, zero_engine *e, zero_status s) {
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-static zero_engine *flat(const char *json, const char *plugin, int nparams, size_t per, const char *prefix,
-                        zero_param **h, float **host_grads) {
+zero_engine *bench_engine_open(const char *json, const char *plugin, int cuda, zero_log_fn log_fn) {
     MPI_Comm comm = MPI_COMM_WORLD;
     zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
     o.config_json = json;
     o.plugin = plugin;
     o.comm_kind = ZERO_COMM_MPI;
     o.comm = &comm;
-    if (host_grads) {
+    o.log_fn = log_fn;
+    if (cuda) {
         o.device_kind = ZERO_DEVICE_CUDA;
         o.device_index = ZERO_DEVICE_INDEX_AUTO;
     }
@@ -35,6 +35,13 @@ static zero_engine *flat(const char *json, const char *plugin, int nparams, size
         fprintf(stderr, "engine: %s\n", err);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    return e;
+}
+
+static zero_engine *flat(const char *json, const char *plugin, int nparams, size_t per, const char *prefix,
+                        zero_param **h, float **host_grads) {
+    zero_engine *e = bench_engine_open(json, plugin, host_grads != NULL, NULL);
+    zero_status s = ZERO_OK;
     float *init = calloc(per ? per : 1, sizeof(float));
     for (int i = 0; i < nparams; i++) {
         char name[32];

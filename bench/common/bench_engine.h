@@ -11,6 +11,11 @@
 double bench_slowest(double v);
 /* Print "<what>: <status> <last error>" and abort the job. */
 void bench_die(const char *what, zero_engine *e, zero_status s);
+/* An engine over MPI_COMM_WORLD from a JSON config and a plugin name, no
+ * params yet; `cuda`: device_kind CUDA (local rank % GPUs); log_fn may be
+ * NULL (libzero's stderr lines).  A failure aborts the job.  The caller
+ * destroys the engine.  Collective. */
+zero_engine *bench_engine_open(const char *json, const char *plugin, int cuda, zero_log_fn log_fn);
 /* An engine over MPI_COMM_WORLD from a JSON config and a plugin name, with
  * nparams fp32 params "<prefix><i>" of per elements each (zeros), params
  * done.  Handles go to h[0..nparams) (the caller's array).  Any failure

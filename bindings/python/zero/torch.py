@@ -198,6 +198,12 @@ def _storage_ptr(t):
 _UNTYPED_STORAGE = hasattr(torch.Tensor, "untyped_storage")  # torch >= 2.0 (t.storage() warns there)
 
 
+def _name_list(names):
+    """'a', 'b', 'c', 'd' and N more: parameter names for a message, each once."""
+    ns = list(dict.fromkeys(names))
+    return ", ".join("'%s'" % n for n in ns[:4]) + (" and %d more" % (len(ns) - 4) if len(ns) > 4 else "")
+
+
 class _SavedParamView:
     """What autograd keeps, in place of a tensor that views a stage-3
     parameter's gathered copy, from forward to backward: the parameter and
@@ -760,19 +766,14 @@ class ZeroEngine:
         self._seen = {id(p): (p.data_ptr(), p._version) for p in self._params}
 
     def _refuse_replaced(self, params, detail):
-        names = [self._names[id(p)] for p in params]
         raise ZeroError(10, "rank %d: parameter(s) %s were converted or moved after zt.initialize (%s; "
                             "model.to(), .half(), .double(), .cuda(), p.data = ...): libzero's memory for them "
                             "is laid out as registered; convert or move the model before zt.initialize"
-                        % (self.z.rank, ", ".join("'%s'" % n for n in names[:4])
-                           + (" and %d more" % (len(names) - 4) if len(names) > 4 else ""), detail), "zero.torch")
+                        % (self.z.rank, _name_list(self._names[id(p)] for p in params), detail), "zero.torch")
 
     def _check_params(self, call):
         """Raise ZERO_ERR_STATE before libzero would overwrite (or save
         without) a change the host made to the parameters since initialize."""
-        def names(ps):
-            ps = list(dict.fromkeys(ps))
-            return ", ".join("'%s'" % n for n in ps[:4]) + (" and %d more" % (len(ps) - 4) if len(ps) > 4 else "")
         replaced, written = [], list(self._written)
         if not self._partitioned:
             for p in self._params:
@@ -786,7 +787,7 @@ class ZeroEngine:
         if replaced:
             why.append("parameter(s) %s were replaced by other tensors after zt.initialize (model.to(), .half(), "
                        ".double(), .cuda(), p.data = ...): libzero updates the tensors it registered, not these; "
-                       "convert or move the model before zt.initialize" % names(replaced))
+                       "convert or move the model before zt.initialize" % _name_list(replaced))
         if written:
             where = ("while gathered (engine.gathered_parameters(), a module's forward): stage 3 keeps each "
                      "rank's shard in libzero and the gathered tensors are copies"
@@ -795,11 +796,11 @@ class ZeroEngine:
                      "optimizer's step): libzero keeps its own copy of the parameters for the optimizer and "
                      "writes the model's tensors from it at each step")
             why.append("parameter(s) %s were written %s, so the change would be lost; load weights before "
-                       "zt.initialize, or from a libzero checkpoint with engine.load()" % (names(written), where))
+                       "zt.initialize, or from a libzero checkpoint with engine.load()" % (_name_list(written), where))
         if frozen:
             why.append("parameter(s) %s no longer require a gradient (requires_grad_(False) after zt.initialize): "
                        "libzero registered them as trainable and would go on stepping them (momentum, weight "
-                       "decay); freeze parameters before zt.initialize" % names(frozen))
+                       "decay); freeze parameters before zt.initialize" % _name_list(frozen))
         if why:
             raise ZeroError(10, "rank %d: %s" % (self.z.rank, "; ".join(why)), "zero.torch " + call)
 
