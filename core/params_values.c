@@ -93,18 +93,10 @@ static zero_status hash_param(struct zero_engine *e, const struct zero_param *p,
     return ZERO_OK;
 }
 
-/* The root's (rank 0 of comm) initial values of p into a new host buffer
- * on every rank of comm (*out, owned by the caller; NULL for a param
- * without bytes). */
-static zero_status adopt_rank0(struct zero_engine *e, zero_comm *comm, const struct zero_param *p, void **out) {
+/* The root's (rank 0 of comm) initial values of p into buf (param_bytes(p)
+ * bytes) on every rank of comm. */
+static zero_status take_rank0(struct zero_engine *e, zero_comm *comm, const struct zero_param *p, unsigned char *buf) {
     size_t n = param_bytes(p);
-    *out = NULL;
-    if (!n) return ZERO_OK;
-    unsigned char *buf = malloc(n);
-    if (!buf)
-        return zero__error(e, ZERO_ERR_OUT_OF_MEMORY,
-                           "zero_params_done: no host memory (%zu bytes) to take rank 0's initial values of '%s'",
-                           n, p->name);
     zero_status s = ZERO_OK;
     if (zero__comm_rank(comm) == 0) {
         if (!p->info.init_data)
@@ -123,12 +115,16 @@ static zero_status adopt_rank0(struct zero_engine *e, zero_comm *comm, const str
         if (b != ZERO_OK && s == ZERO_OK)
             s = zero__error(e, b, "zero_params_done: broadcasting rank 0's initial values of '%s' failed", p->name);
     }
-    if (s != ZERO_OK) {
-        free(buf);
-        return s;
-    }
-    *out = buf;
-    return ZERO_OK;
+    return s;
+}
+
+/* 1 on every rank of comm if `failed` is on any (one MAX all-reduce);
+ * *s becomes `what` (or the all-reduce's status) where it was OK. */
+static int any_failed(struct zero_engine *e, zero_comm *comm, zero_status *s, const char *what) {
+    uint64_t failed = *s != ZERO_OK;
+    zero_status r = zero__allreduce(comm, &failed, 1, ZERO_DTYPE_U64, ZERO_OP_MAX);
+    if (*s == ZERO_OK && (r != ZERO_OK || failed)) *s = zero__error(e, r != ZERO_OK ? r : ZERO_ERR_COMM, "%s", what);
+    return *s != ZERO_OK;
 }
 
 /* The agreement over `comm` for the params i with pc[i] == comm (bufs[i]
@@ -172,22 +168,30 @@ static zero_status agree_on(struct zero_engine *e, zero_comm *comm, zero_comm *c
         free(h);
         return s;
     }
+    /* The host buffers first, agreed: a rank out of host memory fails every
+     * rank, each with a message, before any broadcast is entered.  (The
+     * caller frees bufs on failure.) */
+    for (uint32_t i = 0; i < np && s == ZERO_OK; i++) {
+        size_t n = param_bytes(e->params[i]);
+        if (h[i] != ~h[np + i] && n && !(bufs[i] = malloc(n)))
+            s = zero__error(e, ZERO_ERR_OUT_OF_MEMORY,
+                            "zero_params_done: no host memory (%zu bytes) to take rank 0's initial values of '%s'",
+                            n, e->params[i]->name);
+    }
+    if (any_failed(e, comm, &s, "zero_params_done: another rank has no host memory to take rank 0's initial values")) {
+        free(h);
+        return s;
+    }
     /* Every rank walks the same differing params and enters each broadcast;
-     * what failed locally is agreed at the end.  (A rank out of host memory
-     * here still enters the broadcasts that follow, with no buffer: the
-     * others then fail with the communicator's timeout, not wait for ever.) */
+     * what failed locally is agreed at the end. */
     for (uint32_t i = 0; i < np; i++) {
-        if (h[i] == ~h[np + i]) continue;
-        zero_status a = adopt_rank0(e, comm, e->params[i], &bufs[i]);
+        if (h[i] == ~h[np + i] || !bufs[i]) continue;
+        zero_status a = take_rank0(e, comm, e->params[i], bufs[i]);
         if (a == ZERO_OK) e->params[i]->info.init_data = bufs[i];
         if (s == ZERO_OK) s = a;
     }
     free(h);
-    uint64_t failed = s != ZERO_OK;
-    r = zero__allreduce(comm, &failed, 1, ZERO_DTYPE_U64, ZERO_OP_MAX);
-    if (s == ZERO_OK && (r != ZERO_OK || failed))
-        s = zero__error(e, r != ZERO_OK ? r : ZERO_ERR_COMM,
-                        "zero_params_done: another rank could not take rank 0's initial values");
+    any_failed(e, comm, &s, "zero_params_done: another rank could not take rank 0's initial values");
     if (s == ZERO_OK && zero__comm_rank(comm) == 0)
         zero__log(e, ZERO_LOG_WARN,
                   "ranks registered different initial values for %u of %u parameters%s (first: '%s'): every rank "

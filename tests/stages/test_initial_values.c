@@ -9,11 +9,18 @@
  *  - expert groups (stage2, even world sizes): ranks of different
  *    expert-data-parallel groups keep their own experts (no warning); ranks
  *    of one expert-DP group that differ take that group's first rank's.
+ *  - a rank without the host memory to take rank 0's values (its address
+ *    space capped with RLIMIT_AS around zero_params_done; skipped under a
+ *    sanitizer, whose shadow memory the cap would break) fails every rank
+ *    at once with a message: ZERO_ERR_OUT_OF_MEMORY there, ZERO_ERR_COMM
+ *    naming it elsewhere (it crashed MPI before the buffers were agreed).
  * Before 1.7.3 stage 0 trained one diverged model per rank and the
  * partitioning stages a patchwork of every rank's initial partition. */
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "../common/host_util.h"
 #include "../common/mpi_check.h"
@@ -153,6 +160,63 @@ static void expert_case(int within) {
     }
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define UNDER_SANITIZER 1
+#endif
+#endif
+
+static long address_space_bytes(void) {
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f || fscanf(f, "%ld", &pages) != 1) pages = -1;
+    if (f) fclose(f);
+    return pages < 0 ? -1 : pages * 4096;
+}
+
+/* The last rank cannot allocate the 64 MiB host buffer for rank 0's values. */
+static void oom_case(void) {
+#ifdef UNDER_SANITIZER
+    if (rank_ == 0) printf("out-of-memory case skipped: RLIMIT_AS would break the sanitizer's shadow memory\n");
+#else
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 2}}";
+    zero_engine *e = NULL;
+    char err[600] = "";
+    if (th_engine_create(cfg, "stage2", 0, NULL, NULL, &e, err, sizeof err) != ZERO_OK) {
+        CHECK(0, "oom: %s", err);
+        return;
+    }
+    const size_t n = (size_t)16 << 20;
+    float *w = malloc(n * sizeof *w);
+    CHECK(w != NULL, "oom: test buffer");
+    if (!w) return;
+    for (size_t k = 0; k < n; k++) w[k] = (float)rank_;
+    reg(e, "big", w, n, 0, 0);
+    const int capped = rank_ == world_ - 1;
+    struct rlimit old;
+    getrlimit(RLIMIT_AS, &old);
+    long now = address_space_bytes();
+    if (capped && now > 0) {
+        struct rlimit cap = {(rlim_t)now + ((rlim_t)16 << 20), old.rlim_max};
+        setrlimit(RLIMIT_AS, &cap);
+    }
+    zero_status s = zero_params_done(e);
+    if (capped) setrlimit(RLIMIT_AS, &old);
+    const char *msg = zero_last_error(e);
+    if (capped) {
+        CHECK(s == ZERO_ERR_OUT_OF_MEMORY, "oom: the capped rank got %s: %s", zero_status_string(s), msg);
+        CHECK_STR_CONTAINS(msg, "no host memory");
+    } else {
+        CHECK(s == ZERO_ERR_COMM, "oom: rank %d got %s: %s", rank_, zero_status_string(s), msg);
+        CHECK_STR_CONTAINS(msg, "another rank has no host memory");
+    }
+    zero_engine_destroy(e);
+    free(w);
+#endif
+}
+
 int main(int argc, char **argv) {
     check_mpi_init(&argc, &argv, &rank_, &world_);
     static const struct {
@@ -167,5 +231,6 @@ int main(int argc, char **argv) {
         expert_case(0);
         expert_case(1);
     }
+    if (world_ > 1) oom_case();
     return check_mpi_finish();
 }
