@@ -40,14 +40,26 @@ output head), several steps of stage 3 under mpirun:
    (ZERO_ERR_STATE; it held the empty tensors, so torch.save wrote no
    weights); inside, a plain model loaded from it computes what the engine
    computes, bitwise.
+5. Copies of the module (copy.deepcopy for an EMA or eval copy,
+   torch.save(model), copy.copy): outside gathered_parameters() refused with
+   ZERO_ERR_STATE naming the block (deepcopy failed inside ctypes and
+   torch.save on a local hook function before 1.7.4, neither saying why);
+   inside it a plain module -- full values, tied weights still tied, no
+   forward hooks, no wrapper -- that computes what the engine computes,
+   bitwise, deepcopy and torch.save/torch.load alike.  Training with such
+   copies taken (and the copy trained on its own) ends bitwise where
+   training without them does; stage 2's deepcopy, which needs no block,
+   too (its copy's backward does not reach libzero).
 Memory: on the CPU the process's resident set (glibc told to mmap every
 block over 64 KiB, so that a freed copy leaves the resident set; the peak
 through /proc/self/clear_refs), on CUDA torch.cuda.memory_allocated() and
 max_memory_allocated().  Exits 77 (skipped) without torch, or with
 --device cuda where there is no usable CUDA.
 Usage: mpirun -np N python3 test_torch_stage3.py [--device cpu|cuda] [steps]"""
+import copy
 import ctypes
 import gc
+import io
 import os
 import sys
 
@@ -275,6 +287,78 @@ def state_dict():
     check(all(torch.equal(after[k], sd[k]) for k in sd), "state_dict() after close() differs from the gathered one")
 
 
+def load_pickled(data):
+    buf = io.BytesIO(data)
+    try:
+        return torch.load(buf, weights_only=False)  # torch >= 2.6 loads weights only by default
+    except TypeError:  # a torch without the argument
+        buf.seek(0)
+        return torch.load(buf)
+
+
+def plain_module(m, what):
+    """m has none of zero.torch's forward hooks, wrapper or copy guards."""
+    extra = [n for n, s in m.named_modules() for k in ("forward", "__deepcopy__", "__reduce_ex__")
+             if k in s.__dict__ or s._forward_pre_hooks or s._forward_hooks]
+    check(not extra, "%s: zero.torch's hooks or attributes on the copy (%s)" % (what, sorted(set(extra))[:4]))
+
+
+def copies(stage, take):
+    """Train 4 steps at `stage`; if `take`, after step 2 exercise the module
+    copies (header, 5).  Returns the final parameters."""
+    torch.manual_seed(4)
+    model = Net(d=32, layers=2).to(dev)
+    engine, _, _, _ = zt.initialize(model, config(stage), comm=COMM, log=log)
+    g = torch.Generator().manual_seed(500 + RANK)
+    ema = None
+    for k in range(4):
+        ids = torch.randint(0, VOCAB, (2, SEQ), generator=g).to(dev)
+        engine.backward(engine(ids).float().square().mean())
+        engine.step()
+        if take and k == 1 and stage == 3:
+            for what, fn in (("copy.deepcopy", lambda: copy.deepcopy(model)),
+                             ("copy.deepcopy", lambda: copy.deepcopy(model.blocks[1])),
+                             ("pickling", lambda: torch.save(model, io.BytesIO())),
+                             ("pickling", lambda: copy.copy(model))):
+                try:
+                    fn()
+                    check(False, "%s of a stage-3 module outside gathered_parameters(): no error" % what)
+                except zero.ZeroError as ex:
+                    check(ex.status_name == "ZERO_ERR_STATE" and what in ex.message
+                          and "gathered_parameters" in ex.message, "%s refusal: %s %s" % (what, ex.status_name,
+                                                                                           ex.message))
+            with engine.gathered_parameters():
+                ema = copy.deepcopy(model)
+                block = copy.deepcopy(model.blocks[0])
+                buf = io.BytesIO()
+                torch.save(model, buf)
+            loaded = load_pickled(buf.getvalue())
+            for what, m in (("deepcopy", ema), ("torch.save", loaded), ("deepcopy of a block", block)):
+                plain_module(m, what)
+            for what, m in (("deepcopy", ema), ("torch.save", loaded)):
+                check(m.head.weight is m.emb.weight, "%s: the tied weight is two tensors in the copy" % what)
+            engine.eval()
+            with torch.no_grad():
+                want = engine(ids)
+                x = torch.randn(2, SEQ, 32, generator=torch.Generator().manual_seed(7)).to(dev)
+                with engine.gathered_parameters():
+                    want_block = model.blocks[0](x)
+                for what, got in (("deepcopy", ema(ids)), ("torch.save", loaded(ids)),
+                                  ("deepcopy of a block", block(x))):
+                    check(torch.equal(got, want_block if what.endswith("block") else want),
+                          "%s: the copy computes otherwise than the engine" % what)
+            engine.train()
+        if take and k == 1 and stage != 3:
+            ema = copy.deepcopy(model)  # no block needed: the model's tensors hold the full values
+            plain_module(ema, "stage %d deepcopy" % stage)
+        if ema is not None:  # the copy trains on its own: nothing of it reaches libzero
+            ema(ids).float().square().mean().backward()
+    engine.close()
+    check("__deepcopy__" not in model.__dict__ and "__reduce_ex__" not in model.__dict__,
+          "close() left the copy guards on the model")
+    return [p.detach().cpu().clone() for p in model.parameters()]
+
+
 def torch_modes(evaluate):
     """Epochs of training with the torch habits model.train() / model.eval()
     (not engine.train()/eval()) and, if `evaluate`, an eval forward under
@@ -343,13 +427,17 @@ def main():
     state_dict()
     check(all(torch.equal(a, b) for a, b in zip(torch_modes(True), torch_modes(False))),
           "model.eval() forwards between epochs changed the training (bitwise)")
+    for stage in (2, 3):
+        check(all(torch.equal(a, b) for a, b in zip(copies(stage, True), copies(stage, False))),
+              "stage %d: copies of the module changed the training (bitwise)" % stage)
     check(not warnings, "libzero warned %d time(s) in training and close()" % len(warnings))
     if failures:
         print("rank %d: %d failure(s)" % (RANK, len(failures)), file=sys.stderr)
         return 1
     if RANK == 0:
         print("N=%d stage 3 frees gathered parameters after forward (%s), bitwise equal to the control, "
-              "no libzero warning; under torch.utils.checkpoint (reentrant and not) bitwise equal to stage 0: ok"
+              "no libzero warning; under torch.utils.checkpoint (reentrant and not) bitwise equal to stage 0; module "
+              "copies refused outside gathered_parameters(), plain and bitwise inside: ok"
               % (WORLD, DEVICE))
     return 0
 

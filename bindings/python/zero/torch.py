@@ -18,6 +18,8 @@ What happens underneath:
     (zero_gather, copied into a torch tensor, zero_release), a forward hook
     empties it again, a hook on the module's outputs gathers it again before
     the module's backward, and it is emptied once its gradient is handed over.
+    copy.deepcopy / torch.save of the module: inside gathered_parameters()
+    (a plain module, without zero.torch's hooks); refused outside.
     While the model's forward runs, autograd saves a tensor that views a
     gathered parameter (linear's weight.t(), ...) as a reference to the
     parameter, rebuilt from the re-gathered one in backward: otherwise every
@@ -64,6 +66,7 @@ What happens underneath:
 """
 import collections
 import contextlib
+import copy
 import ctypes
 import functools
 import json
@@ -597,6 +600,7 @@ class ZeroEngine:
                 p.data = self._empty(p.dtype)
             self._install_module_hooks(model)
             self._install_forward_wrapper(model)
+            self._install_copy_guards(model)
         # libzero starts from the config's values: push only what a group sets differently
         self.optimizer._pushed = [{k: (tuple(v) if k == "betas" else v) for k, v in defaults.items()
                                    if k not in fixed} for _ in groups]
@@ -748,6 +752,93 @@ class ZeroEngine:
                             % (self.z.rank, empty[0], " and %d more" % (len(empty) - 1) if len(empty) > 1 else ""),
                             "zero.torch")
         return None
+
+    # ------------------------------------------------------------------ copies of a stage-3 module
+    # Torch habits that copy the whole module: copy.deepcopy(model) for an EMA
+    # or an eval copy, torch.save(model), a module handed to another process.
+    # At stage 3 the module's tensors are empty between uses and carry
+    # zero.torch's hooks and forward wrapper, which close over this engine:
+    # deepcopy failed inside ctypes ("ctypes objects containing pointers
+    # cannot be pickled"), torch.save on a hook ("Can't pickle local
+    # object"), neither saying why or what to do.  Each module that holds
+    # engine parameters gets instance attributes __deepcopy__ and
+    # __reduce_ex__ (looked up on the instance by copy and pickle): outside
+    # gathered_parameters() they refuse with ZERO_ERR_STATE and say what to
+    # use; inside it they give a plain module -- the full values, none of
+    # zero.torch's hooks or wrapper -- which is what an EMA copy or a pickled
+    # model needs.  close() removes them.
+
+    _COPY_HOOKS = ("__deepcopy__", "__reduce_ex__")
+
+    def _install_copy_guards(self, model):
+        self._copy_guarded = []
+        self._module_names = {id(m): "module '%s'" % n if n else "the model" for n, m in model.named_modules()}
+        for m in model.modules():
+            if any(id(p) in self._zp for p in m.parameters()):
+                m.__dict__["__deepcopy__"] = functools.partial(self._deepcopy_module, m)
+                m.__dict__["__reduce_ex__"] = functools.partial(self._reduce_module, m)
+                self._copy_guarded.append(m)
+
+    def _remove_copy_guards(self):
+        for m in getattr(self, "_copy_guarded", ()):
+            for k in self._COPY_HOOKS:
+                f = m.__dict__.get(k)
+                if isinstance(f, functools.partial) and f.func.__self__ is self:
+                    del m.__dict__[k]
+        self._copy_guarded = []
+
+    def _refuse_copy(self, m, how):
+        empty = [self._names[id(p)] for p in m.parameters() if id(p) in self._zp and id(p) not in self._materialized]
+        if not empty:
+            return
+        raise ZeroError(10, "rank %d: %s of %s at stage 3 would copy empty tensors: each rank keeps a shard of '%s'%s "
+                            "in libzero and the module's tensors are empty between uses; inside 'with "
+                            "engine.gathered_parameters():' (every rank, collective) it gives a plain module with "
+                            "the full values and none of zero.torch's hooks (an EMA or eval copy); for a checkpoint "
+                            "use engine.save(), or model.state_dict() inside that block"
+                        % (self.z.rank, how, self._module_names.get(id(m), type(m).__name__), empty[0],
+                           " and %d more" % (len(empty) - 1) if len(empty) > 1 else ""), "zero.torch")
+
+    @contextlib.contextmanager
+    def _plain(self, m):
+        """m's subtree without zero.torch's hooks, forward wrapper and copy
+        guards for the block (restored after, in their order)."""
+        attrs, dicts = [], {}
+        wrapper = self._forward_wrapped[0] if self._forward_wrapped else None
+        for s in m.modules():
+            for k in self._COPY_HOOKS + ("forward",):
+                v = s.__dict__.get(k)
+                if v is not None and (k != "forward" or v is wrapper):
+                    attrs.append((s, k, v))
+        for h in self._hooks:
+            refs = [getattr(h, "hooks_dict_ref", None)] + list(getattr(h, "extra_dict_ref", ()) or ())
+            for r in refs:
+                d = r() if r is not None else None
+                if d is not None and h.id in d:
+                    dicts.setdefault(id(d), (d, list(d.items())))
+                    del d[h.id]
+        for s, k, _ in attrs:
+            del s.__dict__[k]
+        try:
+            yield
+        finally:
+            for s, k, v in attrs:
+                s.__dict__[k] = v
+            for d, items in dicts.values():
+                d.clear()
+                d.update(items)
+
+    def _deepcopy_module(self, m, memo):
+        self._refuse_copy(m, "copy.deepcopy")
+        with self._plain(m):
+            return copy.deepcopy(m, memo)
+
+    def _reduce_module(self, m, protocol):
+        # pickle (torch.save(model), multiprocessing) and copy.copy: a plain copy's reduction
+        self._refuse_copy(m, "pickling (torch.save(model), copy.copy, another process)")
+        with self._plain(m):
+            plain = copy.deepcopy(m)
+        return plain.__reduce_ex__(protocol)
 
     # ------------------------------------------------------------------ the host's writes
     # libzero keeps its own copy of every parameter for the optimizer and
@@ -1070,6 +1161,7 @@ class ZeroEngine:
         self._hooks = []
         self._acc_nodes = []
         self._remove_forward_wrapper()
+        self._remove_copy_guards()
         for p in self._params:
             if _engine_of_param.get(id(p)) is not None and _engine_of_param[id(p)]() is self:
                 del _engine_of_param[id(p)]
