@@ -71,6 +71,7 @@ import ctypes
 import functools
 import json
 import os
+import sys
 import warnings
 import weakref
 
@@ -224,7 +225,12 @@ class _SavedParamView:
 # (p.grad is None after backward), so torch would find no gradient, clip
 # nothing and return 0: training without the clipping asked for.  While an
 # engine lives, torch.nn.utils' clip functions refuse its parameters and say
-# what to use instead; other parameters pass through untouched.
+# what to use instead; other parameters pass through untouched.  A script
+# that imported the function by name before (`from torch.nn.utils import
+# clip_grad_norm_`, the common form) holds the original: installing the
+# guard also rebinds every module-level name bound to the original in the
+# loaded modules (one scan of sys.modules, once per process).  A reference
+# kept elsewhere (a local variable, an object's attribute) stays unguarded.
 
 _engine_of_param = {}  # id(param) -> weakref to the live ZeroEngine that trains it
 
@@ -263,6 +269,22 @@ def _guard_clip(name, advice):
     setattr(U, name, clip)
     if getattr(C, name, None) is inner:
         setattr(C, name, clip)
+    _rebind(inner, clip)
+
+
+def _rebind(old, new):
+    """Module-level names bound to `old` in every loaded module now name `new`."""
+    for m in list(sys.modules.values()):
+        try:
+            d = vars(m)
+        except TypeError:  # a placeholder without __dict__
+            continue
+        try:
+            hits = [k for k, v in list(d.items()) if v is old]
+        except Exception:  # a module whose namespace cannot be read: left alone
+            continue
+        for k in hits:
+            d[k] = new
 
 
 def _guard_clipping():
