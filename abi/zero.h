@@ -335,7 +335,10 @@ typedef struct zero_param_desc {
  * zero_params_done and zero_load), so the host reads and uses its own
  * tensors directly and never calls zero_gather for them.  The host must not
  * write `data` itself after zero_params_done (libzero would overwrite the
- * change at the next step).  Stages 0/1/2, stage1-pp and offload (any plugin
+ * change at the next step); since 1.7.4 zero_step finds such a write at the
+ * window's boundary, before the optimizer, and refuses the step on every
+ * rank with ZERO_ERR_STATE (no weight moved, the window kept; CPU tensors,
+ * sampled unless ZERO_CHECK_HOST_WRITES=full, see docs/reliability.md).  Stages 0/1/2, stage1-pp and offload (any plugin
  * that keeps full parameters, including 1.0 plugins); a plugin that
  * partitions parameters (stage 3, ZERO_PLUGIN_CAP_PARTITIONS_PARAMS) refuses
  * it in zero_register_param with ZERO_ERR_UNSUPPORTED: there the host keeps

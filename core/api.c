@@ -11,6 +11,7 @@
 #include "engine.h"
 #include "engine_agree.h"
 #include "grad_window.h"
+#include "host_owned.h"
 #include "comm_wait.h"
 #include "ckpt/ckpt_engine.h"
 #include "comm_stats.h"
@@ -449,31 +450,6 @@ static zero_status pick_plugin(zero_engine *e) {
 
 static zero_status device_order(zero_engine *e, int after, void *stream);
 
-/* (1.1) ZERO_PARAM_HOST_OWNED: write libzero's current values of every
- * host-owned param into the host's tensor (mem_copy: any direction between
- * host and device memory, ordered on the device's stream; the step's
- * device_order(0) after this makes the host's stream wait for it). */
-static zero_status host_owned_writeback(zero_engine *e, const char *when) {
-    if (!e->any_host_owned) return ZERO_OK;
-    zero__span sp = zero__phase_begin(e); /* (1.3) zero_step's copy-out */
-    zero_status s = ZERO_OK;
-    for (uint32_t i = 0; i < e->nparams && s == ZERO_OK; i++) {
-        struct zero_param *p = e->params[i];
-        if (!p->host_data) continue;
-        if (!p->info.data) {
-            s = zero__error(e, ZERO_ERR_UNSUPPORTED,
-                            "%s: param '%s' is ZERO_PARAM_HOST_OWNED but plugin '%s' keeps no full copy of it "
-                            "(zero_param_info.data is NULL)",
-                            when, p->name, e->plugin.table->name ? e->plugin.table->name : "?");
-            break;
-        }
-        size_t es = p->info.dtype == ZERO_DTYPE_F32 ? 4 : 2;
-        zero__engine_copy(zero__core_of(e), p->host_data, p->info.data, (size_t)p->info.numel * es);
-    }
-    zero__phase_end(e, sp, ZERO__PH_COPY);
-    return s;
-}
-
 /* (1.3) Expert groups need a plugin that keeps one bucket set per
  * partition communicator (ZERO_PLUGIN_CAP_EXPERT_GROUPS).  The verdict is
  * the same on every rank: the group table was agreed, the plugin is the
@@ -588,7 +564,7 @@ zero_status zero_params_done(zero_engine *e) {
     zero__params_values_free(e, adopted);
     if (s != ZERO_OK && !e->last_error[0]) zero__error(e, s, "plugin params_done failed");
     if (s == ZERO_OK) s = check_data_set(e);
-    if (s == ZERO_OK) s = host_owned_writeback(e, "zero_params_done");
+    if (s == ZERO_OK) s = zero__host_owned_writeback(e, "zero_params_done");
     if (s == ZERO_OK && e->dev && e->any_host_owned) s = device_order(e, 0, NULL);
     return s;
 }
@@ -891,8 +867,9 @@ static zero_status on_slice_ready_impl(zero_engine *e, zero_param *p, uint32_t l
 
 /* Deliver what is missing; at the boundary, agree on the window
  * (grad_window.c).  A failure ends the micro-step on this rank. */
-static zero_status settle_missing(zero_engine *e, int hp_refused, int *verdict, char *why, size_t len) {
-    zero_status s = zero__grads_settle(e, hp_refused, verdict, why, len);
+static zero_status settle_missing(zero_engine *e, int hp_refused, int host_written, int *verdict, char *why,
+                                  size_t len) {
+    zero_status s = zero__grads_settle(e, hp_refused, host_written, verdict, why, len);
     if (s != ZERO_OK) {
         e->micro_step = 0;
         reset_ready(e);
@@ -987,16 +964,14 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
      * step's collectives while another returned */
     const int boundary = e->micro_step + 1 >= (uint32_t)e->rc->grad_accum_steps;
     const zero_status hp = boundary ? zero__hp_check_step(e, e->global_step + 1) : ZERO_OK;
+    /* (1.7.4) a host-owned tensor the host wrote itself: refused the same way */
+    const zero_status hw = boundary && hp == ZERO_OK ? zero__host_owned_check(e) : ZERO_OK;
     zero__span sp = zero__phase_begin(e);
-    zero_status s = settle_missing(e, hp != ZERO_OK, &verdict, why, sizeof why);
+    zero_status s = settle_missing(e, hp != ZERO_OK, hw != ZERO_OK, &verdict, why, sizeof why);
     zero__phase_end(e, sp, ZERO__PH_REDUCE);
     if (s != ZERO_OK) return s;
-    if (verdict == MG_HOLD)
-        return hp != ZERO_OK ? hp /* this rank's own message, from zero__hp_check_step */
-                             : zero__error(e, ZERO_ERR_STATE, "zero_step: another rank refused the hyper-parameters of "
-                                           "step %llu (a non-finite or out-of-range lr, weight decay, beta or eps: see "
-                                           "its message); no weight moved, the window is kept for a retry",
-                                           (unsigned long long)e->global_step + 1);
+    if (verdict == MG_HOLD) /* this rank's own message, else what another rank found (grad_window.c) */
+        return hp != ZERO_OK ? hp : hw != ZERO_OK ? hw : zero__error(e, ZERO_ERR_STATE, "%s", why);
     if (verdict != MG_PROCEED) return refuse_micro_step(e, args, result, verdict, why);
 
     zero_step_ctx ctx;
@@ -1016,7 +991,7 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
     zero__ps_step_end();
     reset_ready(e);
     /* (1.1) host-owned params get the new values before zero_step returns */
-    if (s == ZERO_OK && ctx.boundary && !rep.overflow) s = host_owned_writeback(e, "zero_step");
+    if (s == ZERO_OK && ctx.boundary && !rep.overflow) s = zero__host_owned_writeback(e, "zero_step");
     /* the next forward (on the host's stream) must see the refreshed params */
     if (s == ZERO_OK && e->dev) s = device_order(e, 0, ctx.stream);
     if (s != ZERO_OK) {
@@ -1193,7 +1168,7 @@ zero_status zero_load(zero_engine *e, const char *dir) {
     if (s == ZERO_OK) s = zero__ckpt_load(e, dir);
     if (s != ZERO_OK) return s;
     /* host-owned parameters (1.1): the loaded values go into the host's tensors */
-    if ((s = host_owned_writeback(e, "zero_load")) != ZERO_OK) return s;
+    if ((s = zero__host_owned_writeback(e, "zero_load")) != ZERO_OK) return s;
     if (e->dev && e->any_host_owned && (s = device_order(e, 0, NULL)) != ZERO_OK) return s;
     return ZERO_OK;
 }

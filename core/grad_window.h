@@ -12,14 +12,18 @@ struct zero_engine;
 /* The verdict of a window: train on (zeros delivered where allowed), skip
  * the step (ZERO_OK, taken = 0), refuse it (ZERO_ERR_STATE), or hold it
  * (ZERO_ERR_STATE, the window kept for a retry: some rank refused the
- * step's hyper-parameters); the same on every rank. */
+ * step's hyper-parameters or found a host-owned tensor its host wrote); the
+ * same on every rank. */
 enum { MG_PROCEED = 0, MG_SKIP = 1, MG_REFUSE = 2, MG_HOLD = 3 };
 
 /* Called by zero_step once per micro-step, after the host's hooks and
  * before the plugin's step, on the engine thread.  hp_refused: this rank
  * refused the step's hyper-parameters (zero__hp_check_step, boundary
  * only); it is agreed in the same all-reduce, and any rank's refusal makes
- * the verdict MG_HOLD everywhere, the window untouched.  Delivers every gradient
+ * the verdict MG_HOLD everywhere, the window untouched; host_written (1.7.4):
+ * this rank found a ZERO_PARAM_HOST_OWNED tensor written by its host
+ * (zero__host_owned_check, boundary only), agreed and held the same way.
+ * Delivers every gradient
  * this rank was not given as zeros to the plugin (so every bucket
  * collective is issued on every rank, in order) and records it in e->gwin;
  * at the window's boundary agrees the window over the ranks (collective:
@@ -27,7 +31,8 @@ enum { MG_PROCEED = 0, MG_SKIP = 1, MG_REFUSE = 2, MG_HOLD = 3 };
  * (and, unless MG_PROCEED, the reason in why[len], the same text on every
  * rank).  Returns the first failure (delivery or agreement); the caller
  * then ends the micro-step. */
-zero_status zero__grads_settle(struct zero_engine *e, int hp_refused, int *verdict, char *why, size_t len);
+zero_status zero__grads_settle(struct zero_engine *e, int hp_refused, int host_written, int *verdict, char *why,
+                               size_t len);
 
 /* Free e->gwin (NULL-safe); zero_engine_destroy. */
 void zero__grad_window_free(struct zero_engine *e);
