@@ -180,6 +180,15 @@ static void set_comm_timeout(zero_engine *e) {
     const char *src = "default";
     const int set = zero__config_double(e->cfg, "comm_timeout", &cfg) == 1;
     const double t = zero__comm_timeout_resolve(set, cfg, &src);
+    /* (1.7.4) a limit the host asked for that cannot hold: libzero never
+     * waits itself on a host communicator, it is inside the host's callback */
+    if (e->comm_kind == ZERO_COMM_HOST && strcmp(src, "default") != 0 && t > 0 && e->rank == 0)
+        zero__log(e, ZERO_LOG_WARN,
+                  "%s = %g s does not apply to a ZERO_COMM_HOST communicator: libzero waits inside the host's "
+                  "callbacks and cannot interrupt them, so a rank that stops answering hangs the others for as long "
+                  "as the transport waits; give the transport its own timeout (torch.distributed: "
+                  "init_process_group(..., timeout=datetime.timedelta(seconds=%g)))",
+                  src, t, t);
     zero__comm_set_timeout(e->global, t);
     if (e->world != e->global) zero__comm_set_timeout(e->world, t);
     if (e->boot) zero__comm_set_timeout(e->boot, t);
@@ -229,6 +238,7 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
 
     char msg[8192] = ""; /* loader messages list every path searched */
     zero_status s;
+    e->comm_kind = opts.comm_kind;
     if (opts.device_kind == ZERO_DEVICE_CUDA) {
         /* Before any communication: a machine without a usable GPU fails
          * here, on every rank alike, with the driver's reason. */

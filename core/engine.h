@@ -125,6 +125,8 @@ struct zero_engine {
      * made over MPI; the MPI world that bootstrapped it (and that finalizes
      * MPI if libzero initialized it) is kept here and freed after `global`. */
     zero_comm *boot;
+    /* (1.7.4) zero_engine_options.comm_kind as the host gave it */
+    zero_comm_kind comm_kind;
 
     /* (checkpoints) The save / load in progress, or NULL (core/ckpt/
      * ckpt_engine.h): consulted by the checkpoint services while the

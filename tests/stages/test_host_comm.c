@@ -16,7 +16,9 @@
  *  - a callback failing mid-training fails the call with ZERO_ERR_COMM and
  *    the engine's last error names the callback and its status, on every rank;
  *  - a NULL comm, a short struct, a missing callback, a bad rank are refused
- *    by zero_engine_create with a message saying which.
+ *    by zero_engine_create with a message saying which;
+ *  - (1.7.4) comm_timeout in the config, which cannot bound a host's
+ *    callback, is warned about on rank 0 (not without it).
  * Usage: test_host_comm [steps] */
 #include <mpi.h>
 #include <stdlib.h>
@@ -74,6 +76,48 @@ static void refused(zero_comm_kind kind, void *comm, zero_status want, const cha
     zero_engine_destroy(e);
 }
 
+typedef struct warned {
+    int timeout_lines;
+    char text[600];
+} warned;
+
+static void note_warn(void *user, zero_log_level lvl, int rank, const char *msg) {
+    (void)rank;
+    warned *w = user;
+    if (lvl == ZERO_LOG_WARN && strstr(msg, "does not apply to a ZERO_COMM_HOST communicator")) {
+        w->timeout_lines++;
+        snprintf(w->text, sizeof w->text, "%s", msg);
+    }
+}
+
+/* (1.7.4) comm_timeout with a host communicator: rank 0 says it cannot hold. */
+static void timeout_warned(const zero_host_comm *hc) {
+    const char *cfgs[2] = {"{\"train_micro_batch_size_per_gpu\": 1}",
+                           "{\"train_micro_batch_size_per_gpu\": 1, \"comm_timeout\": 7}"};
+    for (int with = 0; with < 2; with++) {
+        warned w = {0, ""};
+        zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
+        o.config_json = cfgs[with];
+        o.plugin = "stage0";
+        o.comm_kind = ZERO_COMM_HOST;
+        o.comm = (void *)hc;
+        o.log_fn = note_warn;
+        o.log_user = &w;
+        zero_engine *e = NULL;
+        char msg[600] = "";
+        CHECK(zero_engine_create(&o, &e, msg, sizeof msg) == ZERO_OK, "host comm engine: %s", msg);
+        const int want = with && rank_ == 0;
+        CHECK(w.timeout_lines == want, "comm_timeout %s: %d warning(s) on rank %d, want %d", with ? "7" : "unset",
+              w.timeout_lines, rank_, want);
+        if (want) {
+            CHECK_STR_CONTAINS(w.text, "config comm_timeout = 7 s");
+            CHECK_STR_CONTAINS(w.text, "timeout=datetime.timedelta(seconds=7)");
+            printf("N=%d  warned: %s\n", world_, w.text);
+        }
+        zero_engine_destroy(e);
+    }
+}
+
 int main(int argc, char **argv) {
     check_mpi_init(&argc, &argv, &rank_, &world_);
     const int steps = argc > 1 ? atoi(argv[1]) : 20;
@@ -83,6 +127,7 @@ int main(int argc, char **argv) {
     hcm plain, async;
     hcm_make(&plain, dup, 0); /* the required callbacks only */
     hcm_make(&async, dup, HCM_ALLTOALL | HCM_ASYNC | HCM_SPLIT);
+    timeout_warned(&H.hc);
     char label[160];
 
     const char *plugins[] = {"stage0", "stage1", "stage2", "stage3", "offload"};
