@@ -337,8 +337,9 @@ typedef struct zero_param_desc {
  * write `data` itself after zero_params_done (libzero would overwrite the
  * change at the next step); since 1.7.4 zero_step finds such a write at the
  * window's boundary, before the optimizer, and refuses the step on every
- * rank with ZERO_ERR_STATE (no weight moved, the window kept; CPU tensors,
- * sampled unless ZERO_CHECK_HOST_WRITES=full, see docs/reliability.md).  Stages 0/1/2, stage1-pp and offload (any plugin
+ * rank with ZERO_ERR_STATE (no weight moved, the window kept: restore the
+ * tensor or zero_load; CPU tensors, sampled unless
+ * ZERO_CHECK_HOST_WRITES=full, see docs/reliability.md).  Stages 0/1/2, stage1-pp and offload (any plugin
  * that keeps full parameters, including 1.0 plugins); a plugin that
  * partitions parameters (stage 3, ZERO_PLUGIN_CAP_PARTITIONS_PARAMS) refuses
  * it in zero_register_param with ZERO_ERR_UNSUPPORTED: there the host keeps
@@ -466,7 +467,9 @@ ZERO_API zero_status zero_set_hparams(zero_engine *e, const zero_hparams *h);
  * zero_release (stage 3) and in any case until the next zero_step.
  * Collective in stage 3: ranks must gather the same params in the same
  * order (a divergent order fails with ZERO_ERR_MISMATCH naming the params).
- * The host must not write through these pointers. */
+ * The host must not write through these pointers (below stage 3 they are
+ * libzero's own copy; since 1.7.4 zero_step refuses the boundary on every
+ * rank with ZERO_ERR_STATE when it finds such a write, docs/reliability.md). */
 ZERO_API zero_status zero_gather(zero_engine *e, zero_param *const *params, size_t n, void **ptrs);
 /* End the use of params gathered by zero_gather. No-op below stage 3. */
 ZERO_API zero_status zero_release(zero_engine *e, zero_param *const *params, size_t n);
@@ -520,7 +523,8 @@ ZERO_API zero_status zero_set_phase(zero_engine *e, const char *phase);
  * boundary) and zero_load; at any other time the host may read it directly,
  * without zero_gather, e.g. to make its own tensors views of it (zero-copy,
  * the alternative to ZERO_PARAM_HOST_OWNED's copy).  The host must not write
- * it.  ZERO_ERR_UNSUPPORTED for a plugin that partitions parameters (stage
+ * it (refused at the next boundary since 1.7.4, as for zero_gather's
+ * pointers).  ZERO_ERR_UNSUPPORTED for a plugin that partitions parameters (stage
  * 3: use zero_gather), ZERO_ERR_STATE before zero_params_done. */
 ZERO_API zero_status zero_param_storage(zero_engine *e, zero_param *p, void **data);
 

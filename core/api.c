@@ -12,6 +12,7 @@
 #include "engine_agree.h"
 #include "grad_window.h"
 #include "host_owned.h"
+#include "host_writes.h"
 #include "comm_wait.h"
 #include "ckpt/ckpt_engine.h"
 #include "comm_stats.h"
@@ -575,6 +576,7 @@ zero_status zero_params_done(zero_engine *e) {
     if (s != ZERO_OK && !e->last_error[0]) zero__error(e, s, "plugin params_done failed");
     if (s == ZERO_OK) s = check_data_set(e);
     if (s == ZERO_OK) s = zero__host_owned_writeback(e, "zero_params_done");
+    if (s == ZERO_OK) zero__host_writes_note(e);
     if (s == ZERO_OK && e->dev && e->any_host_owned) s = device_order(e, 0, NULL);
     return s;
 }
@@ -974,8 +976,8 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
      * step's collectives while another returned */
     const int boundary = e->micro_step + 1 >= (uint32_t)e->rc->grad_accum_steps;
     const zero_status hp = boundary ? zero__hp_check_step(e, e->global_step + 1) : ZERO_OK;
-    /* (1.7.4) a host-owned tensor the host wrote itself: refused the same way */
-    const zero_status hw = boundary && hp == ZERO_OK ? zero__host_owned_check(e) : ZERO_OK;
+    /* (1.7.4) a parameter the host wrote itself: refused the same way (host_writes.h) */
+    const zero_status hw = boundary && hp == ZERO_OK ? zero__host_writes_check(e) : ZERO_OK;
     zero__span sp = zero__phase_begin(e);
     zero_status s = settle_missing(e, hp != ZERO_OK, hw != ZERO_OK, &verdict, why, sizeof why);
     zero__phase_end(e, sp, ZERO__PH_REDUCE);
@@ -1002,6 +1004,7 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
     reset_ready(e);
     /* (1.1) host-owned params get the new values before zero_step returns */
     if (s == ZERO_OK && ctx.boundary && !rep.overflow) s = zero__host_owned_writeback(e, "zero_step");
+    if (s == ZERO_OK && ctx.boundary) zero__host_writes_note(e);
     /* the next forward (on the host's stream) must see the refreshed params */
     if (s == ZERO_OK && e->dev) s = device_order(e, 0, ctx.stream);
     if (s != ZERO_OK) {
@@ -1175,7 +1178,11 @@ zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_save_option
 zero_status zero_load(zero_engine *e, const char *dir) {
     zero_status s = ckpt_entry(e, dir, "zero_load", 1);
     ZERO_TRACE_SCOPE("zero_load", "ckpt", NULL, 0, NULL, 0);
-    if (s == ZERO_OK) s = zero__ckpt_load(e, dir);
+    if (s != ZERO_OK) return s;
+    s = zero__ckpt_load(e, dir);
+    /* libzero wrote its copies (all, or some before a failure): the
+     * host-write check must not take that for the host's doing */
+    zero__host_writes_note(e);
     if (s != ZERO_OK) return s;
     /* host-owned parameters (1.1): the loaded values go into the host's tensors */
     if ((s = zero__host_owned_writeback(e, "zero_load")) != ZERO_OK) return s;

@@ -30,6 +30,10 @@ struct zero_param {
     atomic_uint slices_ready; /* slices reported this micro-step */
     atomic_uchar *slice_seen; /* stack_layers flags (owned) */
     zero_device_kind host_device;
+    /* (1.7.4) host_writes.c: a fingerprint of info.data taken when libzero
+     * last wrote it (copy_printed), in mode copy_print_mode */
+    uint64_t copy_print;
+    int copy_printed, copy_print_mode;
 };
 
 /* Per-group hyper-parameters resolved at params_done. */

@@ -280,8 +280,8 @@ zero_status zero__grads_settle(zero_engine *e, int hp_refused, int host_written,
                      "out-of-range lr, weight decay, beta or eps: see its message); no weight moved, the window is "
                      "kept for a retry", (unsigned long long)e->global_step + 1);
         else
-            snprintf(why, len, "zero_step: another rank found a ZERO_PARAM_HOST_OWNED tensor written by its host "
-                     "after zero_params_done (see its message); no weight moved, the window is kept");
+            snprintf(why, len, "zero_step: another rank found a parameter written by its host after "
+                     "zero_params_done (see its message); no weight moved, the window is kept");
         return ZERO_OK;
     }
     any &= ~(FAILED | HP | HW);

@@ -35,9 +35,10 @@ static const size_t kNumel[NP] = {3001, 20000, 7}; /* p1: 80 KB in fp32, many 4 
 static int rank_ = 0, world_ = 1;
 static char ckdir_[256];
 
-typedef enum { W_NONE, W_ALL, W_RUN, W_FIRST, W_LAST, W_MIDDLE } write_kind;
-static const char *const kWriteName[] = {"no write", "every element", "an unaligned 4160-byte run",
-                                         "the first element", "the last element", "one middle element"};
+typedef enum { W_NONE, W_ALL, W_RUN, W_FIRST, W_LAST, W_MIDDLE, W_GATHER } write_kind;
+static const char *const kWriteName[] = {"no write",          "every element",     "an unaligned 4160-byte run",
+                                         "the first element", "the last element",  "one middle element",
+                                         "through zero_gather"};
 
 typedef struct run_cfg {
     const char *plugin;
@@ -45,6 +46,8 @@ typedef struct run_cfg {
     write_kind write;
     const char *mode; /* ZERO_CHECK_HOST_WRITES; NULL: unset */
     int refused;      /* expected: the write is found */
+    int plain;        /* params registered without ZERO_PARAM_HOST_OWNED */
+    int load;         /* W_GATHER's reference: gather, zero_load and step at the episode, no write */
 } run_cfg;
 
 static size_t esize(const run_cfg *c) { return c->bf16 ? 2 : 4; }
@@ -58,7 +61,8 @@ static void host_write(const run_cfg *c, unsigned char *t) {
     case W_FIRST: t[1] ^= 0x40; break;
     case W_LAST: t[n - 1] ^= 0x40; break;
     case W_MIDDLE: t[3 * 4096 + 1000] ^= 0x40; break; /* between two sampled lines */
-    case W_NONE: break;
+    case W_NONE:
+    case W_GATHER: break; /* not the tensor: see run() */
     }
 }
 
@@ -118,7 +122,7 @@ static void episode(const run_cfg *c, zero_engine *e, zero_param **h, unsigned c
                       strstr(msg, "element ") && strstr(msg, "no weight moved"),
                   "%s: the writer's message: %s", what, msg);
         } else {
-            CHECK(strstr(msg, "another rank found a ZERO_PARAM_HOST_OWNED tensor") != NULL,
+            CHECK(strstr(msg, "another rank found a parameter written by its host") != NULL,
                   "%s: another rank's message: %s", what, msg);
         }
         libzero_values(c, e, h, after);
@@ -141,7 +145,37 @@ static void episode(const run_cfg *c, zero_engine *e, zero_param **h, unsigned c
     free(after);
 }
 
-/* One run; the host tensors' final bytes into out (total_bytes). */
+/* W_GATHER (and its reference, c->load): the last rank wrote libzero's copy
+ * of p1 through zero_gather's pointer; it cannot be put back (the host has
+ * no other copy), so after the refusals the host loads the checkpoint of
+ * step 1 and trains on; the reference loads it at the same point. */
+static void gather_episode(const run_cfg *c, zero_engine *e, const char *what) {
+    zero_step_result r = ZERO_STEP_RESULT_INIT;
+    if (!c->load) {
+        for (int k = 0; k < 2; k++) { /* refused, and again while the copy differs */
+            const zero_status s = zero_step(e, NULL, &r);
+            CHECK(s == ZERO_ERR_STATE, "%s: zero_step %d gave %s, want ZERO_ERR_STATE", what, k,
+                  zero_status_string(s));
+            const char *msg = zero_last_error(e);
+            if (rank_ == world_ - 1) {
+                if (k == 0 && !c->bf16 && c->gas == 1 && !strcmp(c->plugin, "stage1"))
+                    printf("rank %d, %s: %s\n", rank_, what, msg); /* what a host reads */
+                CHECK(strstr(msg, "libzero's copy of param 'p1' changed since libzero last wrote it") &&
+                          strstr(msg, "zero_gather") && strstr(msg, "no weight moved"),
+                      "%s: the writer's message: %s", what, msg);
+            } else {
+                CHECK(strstr(msg, "another rank found a parameter written by its host") != NULL,
+                      "%s: another rank's message: %s", what, msg);
+            }
+        }
+    }
+    CHECK(zero_load(e, ckdir_) == ZERO_OK, "%s: zero_load: %s", what, zero_last_error(e));
+    const zero_status s = zero_step(e, NULL, &r);
+    CHECK(s == ZERO_OK && r.taken, "%s: zero_step after zero_load: %s (taken %d)", what, zero_last_error(e),
+          (int)r.taken);
+}
+
+/* One run; libzero's final values into out (total_bytes). */
 static void run(const run_cfg *c, unsigned char *out) {
     char what[160];
     snprintf(what, sizeof what, "%s %s gas %d, %s%s%s", c->plugin, c->bf16 ? "bf16" : "fp32", c->gas,
@@ -173,7 +207,7 @@ static void run(const run_cfg *c, unsigned char *out) {
         d.data = t[i];
         d.numel = kNumel[i];
         d.dtype = c->bf16 ? ZERO_DTYPE_BF16 : ZERO_DTYPE_F32;
-        d.flags = ZERO_PARAM_HOST_OWNED;
+        d.flags = c->plain ? 0 : ZERO_PARAM_HOST_OWNED;
         CHECK_EQ_INT(zero_register_param(e, &d, &h[i]), ZERO_OK);
     }
     CHECK(zero_params_done(e) == ZERO_OK, "%s: %s", what, zero_last_error(e));
@@ -185,9 +219,18 @@ static void run(const run_cfg *c, unsigned char *out) {
             CHECK(zero_load(e, ckdir_) == ZERO_OK, "%s: zero_load: %s", what, zero_last_error(e));
         }
         report_grads(c, e, h, s);
-        if (step == EPISODE && s % c->gas == 0 && c->write != W_NONE) { /* gas 2: inside the window */
+        if (step == EPISODE && s % c->gas == 0 && (c->write == W_GATHER || c->load)) { /* gas 2: in the window */
+            void *ptr = NULL;
+            CHECK_EQ_INT(zero_gather(e, &h[1], 1, &ptr), ZERO_OK);
+            if (ptr && c->write == W_GATHER && rank_ == world_ - 1) memset(ptr, 0x3c, kNumel[1] * esize(c));
+            CHECK_EQ_INT(zero_release(e, &h[1], 1), ZERO_OK);
+        } else if (step == EPISODE && s % c->gas == 0 && c->write != W_NONE) {
             memcpy(saved, t[1], kNumel[1] * esize(c));
             if (rank_ == world_ - 1) host_write(c, t[1]);
+        }
+        if (step == EPISODE && last_micro && (c->write == W_GATHER || c->load)) {
+            gather_episode(c, e, what);
+            continue;
         }
         if (step == EPISODE && last_micro && c->write != W_NONE) {
             episode(c, e, h, t, saved, what);
@@ -198,11 +241,12 @@ static void run(const run_cfg *c, unsigned char *out) {
         CHECK(r.taken == last_micro, "%s: micro-step %d taken %d", what, s, (int)r.taken);
     }
     free(saved);
-    for (int i = 0; i < NP; i++) {
-        memcpy(out, t[i], kNumel[i] * esize(c));
-        out += kNumel[i] * esize(c);
-        free(t[i]);
-    }
+    libzero_values(c, e, h, out);
+    for (int i = 0; i < NP && !c->plain; i++) /* host-owned: the tensors hold them too */
+        CHECK(memcmp(t[i], out + (i ? kNumel[0] : 0) * esize(c) + (i > 1 ? kNumel[1] * esize(c) : 0),
+                     kNumel[i] * esize(c)) == 0,
+              "%s: host-owned tensor p%d differs from libzero's values at the end", what, i);
+    for (int i = 0; i < NP; i++) free(t[i]);
     zero_engine_destroy(e);
 }
 
@@ -216,15 +260,15 @@ int main(int argc, char **argv) {
     for (size_t p = 0; p < sizeof plugins / sizeof plugins[0]; p++)
         for (int bf16 = 0; bf16 <= 1; bf16++)
             for (int gas = 1; gas <= 2; gas++) {
-                run_cfg c = {plugins[p], bf16, gas, W_NONE, NULL, 0};
+                run_cfg c = {plugins[p], bf16, gas, W_NONE, NULL, 0, 0, 0};
                 run(&c, clean);
                 /* every write kind with stage2 fp32 gas 1; the others take a full rewrite */
                 const int all = !strcmp(plugins[p], "stage2") && !bf16 && gas == 1;
                 const run_cfg cases[] = {
-                    {plugins[p], bf16, gas, W_ALL, NULL, 1},       {plugins[p], bf16, gas, W_RUN, NULL, 1},
-                    {plugins[p], bf16, gas, W_FIRST, NULL, 1},     {plugins[p], bf16, gas, W_LAST, NULL, 1},
-                    {plugins[p], bf16, gas, W_MIDDLE, NULL, 0},    {plugins[p], bf16, gas, W_MIDDLE, "full", 1},
-                    {plugins[p], bf16, gas, W_ALL, "off", 0},
+                    {plugins[p], bf16, gas, W_ALL, NULL, 1, 0, 0},    {plugins[p], bf16, gas, W_RUN, NULL, 1, 0, 0},
+                    {plugins[p], bf16, gas, W_FIRST, NULL, 1, 0, 0},  {plugins[p], bf16, gas, W_LAST, NULL, 1, 0, 0},
+                    {plugins[p], bf16, gas, W_MIDDLE, NULL, 0, 0, 0}, {plugins[p], bf16, gas, W_MIDDLE, "full", 1, 0, 0},
+                    {plugins[p], bf16, gas, W_ALL, "off", 0, 0, 0},
                 };
                 for (size_t k = 0; k < (all ? sizeof cases / sizeof cases[0] : 1); k++) {
                     run(&cases[k], got);
@@ -233,11 +277,25 @@ int main(int argc, char **argv) {
                           plugins[p], bf16 ? "bf16" : "fp32", gas, kWriteName[cases[k].write],
                           cases[k].mode ? ", ZERO_CHECK_HOST_WRITES=" : "", cases[k].mode ? cases[k].mode : "");
                 }
+                /* a write through zero_gather's pointer, host-owned params and plain ones, against a
+                 * reference that loads the same checkpoint at the same point (gas 1: a load puts the
+                 * checkpoint's micro-step back, so inside a window it would start another one) */
+                for (int plain = 0; plain <= 1 && gas == 1; plain++) {
+                    const run_cfg ref = {plugins[p], bf16, gas, W_NONE, NULL, 0, plain, 1};
+                    const run_cfg wrote = {plugins[p], bf16, gas, W_GATHER, NULL, 1, plain, 0};
+                    run(&ref, clean);
+                    run(&wrote, got);
+                    CHECK(memcmp(got, clean, total_bytes(&c)) == 0, "%s %s gas %d, %s params, a write through "
+                          "zero_gather: the run ends elsewhere than the reference", plugins[p], bf16 ? "bf16" : "fp32",
+                          gas, plain ? "plain" : "host-owned");
+                }
             }
     free(clean);
     free(got);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank_ == 0) th_remove_dir(ckdir_);
-    if (rank_ == 0) printf("N=%d: host-owned tensors written by the host are refused at the boundary: ok\n", world_);
+    if (rank_ == 0)
+        printf("N=%d: host-owned tensors and libzero's copies written by the host are refused at the boundary: ok\n",
+               world_);
     return check_mpi_finish();
 }

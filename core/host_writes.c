@@ -1,0 +1,140 @@
+/* (1.7.4) Parameters the host wrote after zero_params_done (host_writes.h
+ * says which writes, why they were silent and what is compared).
+ *
+ * Between two of libzero's own writes a parameter's bytes cannot change:
+ * a host-owned tensor must hold exactly what the last writeback put there,
+ * libzero's copy exactly what the last step (or params_done, or load) left.
+ * So the check needs no state beyond a fingerprint of libzero's copy, and
+ * runs at the boundary, before the optimizer moves that copy. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host_writes.h"
+#include "log.h"
+#include "optim_math.h"
+#include "params.h"
+#include "step_timing.h"
+
+enum { LINE = 64, STRIDE = 4096 };
+enum { CHECK_OFF, CHECK_SAMPLED, CHECK_FULL };
+#define PRINT_SEED 0x6a09e667f3bcc909ULL
+
+static int check_mode(const zero_engine *e) {
+    if (e->dev) return CHECK_OFF; /* device memory: not read from the host */
+    const char *m = getenv("ZERO_CHECK_HOST_WRITES");
+    if (m && !strcmp(m, "off")) return CHECK_OFF;
+    return m && !strcmp(m, "full") ? CHECK_FULL : CHECK_SAMPLED;
+}
+
+static size_t bytes_of(const struct zero_param *p) { return (size_t)p->info.numel * zero__dtype_size(p->info.dtype); }
+
+/* libzero's copy is what zero_gather / zero_param_storage hand out: a
+ * plugin that keeps full copies (one that partitions parameters gathers
+ * into scratch buffers, which the host's writes cannot reach the model
+ * through) */
+static int copy_handed_out(const zero_engine *e, const struct zero_param *p) {
+    return p->info.data && !(e->plugin.table->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS);
+}
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* The fingerprint of n bytes at b: all of them (full) or the sampled
+ * lines (host_writes.h). */
+static uint64_t print_of(const unsigned char *b, size_t n, int mode) {
+    if (mode == CHECK_FULL) return zero__params_hash_bytes(PRINT_SEED, b, n);
+    uint64_t h = PRINT_SEED ^ n;
+    for (size_t at = 0; at < n; at += STRIDE) h = zero__params_hash_bytes(h, b + at, min_size(LINE, n - at));
+    const size_t tail = n > LINE ? n - LINE : 0;
+    return zero__params_hash_bytes(h, b + tail, n - tail);
+}
+
+void zero__host_writes_note(zero_engine *e) {
+    const int mode = check_mode(e);
+    zero__span sp = zero__phase_begin(e); /* with the copy-out, which also follows libzero's writes */
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        struct zero_param *p = e->params[i];
+        p->copy_printed = mode != CHECK_OFF && copy_handed_out(e, p);
+        if (p->copy_printed) {
+            p->copy_print = print_of(p->info.data, bytes_of(p), mode);
+            p->copy_print_mode = mode;
+        }
+    }
+    zero__phase_end(e, sp, ZERO__PH_COPY);
+}
+
+/* The first byte in [at, at + len) where a and b differ, or SIZE_MAX. */
+static size_t differ_in(const unsigned char *a, const unsigned char *b, size_t at, size_t len) {
+    if (memcmp(a + at, b + at, len) == 0) return SIZE_MAX;
+    while (a[at] == b[at]) at++;
+    return at;
+}
+
+/* The first differing byte of a and b (n bytes) among those compared, or
+ * SIZE_MAX. */
+static size_t first_difference(const unsigned char *a, const unsigned char *b, size_t n, int mode) {
+    if (mode == CHECK_FULL) return n ? differ_in(a, b, 0, n) : SIZE_MAX;
+    for (size_t at = 0; at < n; at += STRIDE) {
+        const size_t r = differ_in(a, b, at, min_size(LINE, n - at));
+        if (r != SIZE_MAX) return r;
+    }
+    const size_t tail = n > LINE ? n - LINE : 0;
+    return differ_in(a, b, tail, n - tail);
+}
+
+static double value_at(const struct zero_param *p, const void *base, size_t i) {
+    if (p->info.dtype == ZERO_DTYPE_F32) {
+        float f;
+        memcpy(&f, (const char *)base + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, (const char *)base + 2 * i, 2);
+    return p->info.dtype == ZERO_DTYPE_BF16 ? zero_bf16_to_f32(h) : zero_f16_to_f32(h);
+}
+
+zero_status zero__host_writes_check(zero_engine *e) {
+    const int mode = check_mode(e);
+    if (mode == CHECK_OFF) return ZERO_OK;
+    zero__span sp = zero__phase_begin(e);
+    const struct zero_param *tensor = NULL, *copy = NULL; /* the first of each kind */
+    size_t tensor_at = 0;
+    uint32_t tensors = 0, copies = 0;
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        const struct zero_param *p = e->params[i];
+        const size_t n = bytes_of(p);
+        /* 2. libzero's copy (first: a host-owned tensor compared with a copy
+         * the host changed would name the wrong culprit) */
+        if (p->copy_printed && p->copy_print_mode == mode && print_of(p->info.data, n, mode) != p->copy_print) {
+            if (!copies++) copy = p;
+            continue;
+        }
+        /* 1. the host-owned tensor against libzero's copy */
+        if (!p->host_data || !p->info.data || p->host_device != ZERO_DEVICE_CPU) continue;
+        const size_t at = first_difference(p->host_data, p->info.data, n, mode);
+        if (at == SIZE_MAX) continue;
+        if (!tensors++) tensor = p, tensor_at = at / zero__dtype_size(p->info.dtype);
+    }
+    zero__phase_end(e, sp, ZERO__PH_COPY);
+    if (!tensors && !copies) return ZERO_OK;
+    const uint32_t more = tensors + copies - 1;
+    char also[64] = "";
+    if (more) snprintf(also, sizeof also, " (and %u more param%s)", more, more > 1 ? "s" : "");
+    const char *fix = "set initial values before zero_params_done (zero_param_desc.data) or load a checkpoint with "
+                      "zero_load; no weight moved, the accumulation window is kept";
+    if (copy)
+        return zero__error(e, ZERO_ERR_STATE,
+                           "zero_step: libzero's copy of param '%s'%s changed since libzero last wrote it: the host "
+                           "wrote through the pointer zero_gather (or zero_param_storage) returned, which it must "
+                           "not (with fp32 params the optimizer would go on from the written values on the ranks "
+                           "that wrote them, with bf16 or offload they would be lost: ranks that wrote differently "
+                           "would diverge); %s",
+                           copy->name, also, fix);
+    return zero__error(e, ZERO_ERR_STATE,
+                       "zero_step: param '%s'%s is ZERO_PARAM_HOST_OWNED and was written by the host after "
+                       "zero_params_done: element %zu is %.9g in the host's tensor but %.9g in libzero's copy, which "
+                       "is what the optimizer steps and what this step would write back over the host's change; %s",
+                       tensor->name, also, tensor_at, value_at(tensor, tensor->host_data, tensor_at),
+                       value_at(tensor, tensor->info.data, tensor_at), fix);
+}

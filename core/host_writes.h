@@ -1,0 +1,44 @@
+/* (1.7.4) Parameters the host wrote after zero_params_done (host_writes.c).
+ *
+ * Two ways a C host can write what libzero owns, both against the contract
+ * in abi/zero.h and both silent before 1.7.4:
+ *  1. a ZERO_PARAM_HOST_OWNED tensor: libzero steps its own copy and its
+ *     writeback overwrote the host's change at the next step;
+ *  2. libzero's own copy, through the pointer zero_gather (or
+ *     zero_param_storage) returned with a plugin that keeps full copies
+ *     (stage 0/1/2, offload): the outcome depended on the plugin and the
+ *     dtype (fp32: stepped on from the written values on that rank only;
+ *     bf16 or offload: overwritten from the fp32 master), so ranks that
+ *     wrote differently diverged for good.
+ * At a window's boundary, before the optimizer, zero_step looks for both
+ * and refuses the step on every rank (the verdict is agreed with the
+ * missing gradients, grad_window.c): ZERO_ERR_STATE, no weight moved, the
+ * window kept.
+ *
+ * What is looked at (ZERO_CHECK_HOST_WRITES in the environment):
+ *  - unset or "sampled" (the default): each tensor's first and last 64
+ *    bytes and one 64-byte line in every 4 KiB, so every write that changes
+ *    a contiguous run of 4160 bytes or more is found, and one that changes a
+ *    single element elsewhere in about 1 case in 64;
+ *  - "full": every byte;
+ *  - "off": nothing.
+ * For 1, the tensor is compared with libzero's copy; for 2, libzero's copy
+ * with a 64-bit fingerprint of the same bytes taken when libzero last wrote
+ * it (zero__host_writes_note).  CPU engines only: a device engine's
+ * tensors are device memory.  Not thread-safe: the engine thread. */
+#ifndef ZERO_CORE_HOST_WRITES_H
+#define ZERO_CORE_HOST_WRITES_H
+
+#include "engine.h"
+
+/* Fingerprint libzero's copy of every param after libzero wrote it
+ * (zero_params_done, a boundary zero_step, zero_load).  Cheap when
+ * sampled; nothing when off or on a device engine. */
+void zero__host_writes_note(struct zero_engine *e);
+
+/* This rank's verdict at a boundary, before the optimizer: ZERO_OK, or
+ * ZERO_ERR_STATE with a message naming the first param written (and, for a
+ * host-owned tensor, the element and both values) and how many more. */
+zero_status zero__host_writes_check(struct zero_engine *e);
+
+#endif
