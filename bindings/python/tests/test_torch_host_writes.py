@@ -24,7 +24,9 @@ close() still works and leaves the model its values; and a run that only
 trains, saves, loads and trains again raises nothing (no false alarm).
 torch.nn.utils.clip_grad_norm_ / clip_grad_value_ on the engine's
 parameters raise ZERO_ERR_UNSUPPORTED naming the config key (also
-clip_grad_norm_ imported by name before zero.torch was), while another
+clip_grad_norm_ imported by name before zero.torch was), an enabled AMP
+GradScaler's unscale_/step on the engine's optimizer ZERO_ERR_UNSUPPORTED
+naming the fp16 config (torch's "No inf checks were recorded"), while another
 model's parameters clip as in torch.  fp16's loss.backward() is refused in
 the gradient hook (stage 2 and 3).
 Usage: mpirun -np N python3 test_torch_host_writes.py"""
@@ -236,6 +238,37 @@ def clipping():
         check(False, "clip_grad_norm_ after close(): %s" % ex)
 
 
+def grad_scaler():
+    """AMP's GradScaler given zero.torch's optimizer: an enabled one is
+    refused at unscale_/step with ZERO_ERR_UNSUPPORTED naming the fp16 config
+    (torch's own error was "No inf checks were recorded for this optimizer");
+    a disabled one (as torch makes it without CUDA) only calls step()."""
+    import warnings as w
+    from torch.cuda.amp import GradScaler
+    model, engine, opt = build(VARIANTS[2])
+    g = torch.Generator().manual_seed(6)
+    with w.catch_warnings():
+        w.simplefilter("ignore")  # "GradScaler is enabled, but CUDA is not available"
+        scaler = GradScaler(enabled=torch.cuda.is_available())
+    engine.backward(engine(torch.randn(2, 8, generator=g)).square().mean())
+    if not scaler.is_enabled():
+        scaler.step(opt)  # disabled: plain optimizer.step()
+        scaler.update()
+        check(engine.micro_steps == 1, "a disabled GradScaler's step did not step the engine")
+        engine.backward(engine(torch.randn(2, 8, generator=g)).square().mean())
+        scaler._enabled = True  # what it is on a GPU machine (the guard answers before any CUDA call)
+    for call in ("unscale_", "step"):
+        try:
+            getattr(scaler, call)(opt)
+            check(False, "GradScaler.%s on zero.torch's optimizer: no error" % call)
+        except zero.ZeroError as ex:
+            check(ex.status_name == "ZERO_ERR_UNSUPPORTED" and ("GradScaler.%s" % call) in ex.message
+                  and "\"fp16\"" in ex.message, "GradScaler.%s: %s %s" % (call, ex.status_name, ex.message))
+    r = engine.step()
+    check(r.taken, "the step after the refused GradScaler was not taken")
+    engine.close()
+
+
 class Elementwise(nn.Module):
     """fp16 on the CPU: torch 1.13 has no half matmul there, but mul and sum."""
     def __init__(self):
@@ -287,6 +320,7 @@ def main():
     two_backwards()
     fp16_plain_backward()
     clipping()
+    grad_scaler()
     for v in VARIANTS:
         stage = v[1]
         no_false_alarm(v)

@@ -295,6 +295,44 @@ def _guard_clipping():
                 "config")
 
 
+# Another torch habit: automatic mixed precision's GradScaler,
+#   scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update().
+# Its step/unscale_ look for inf checks in p.grad, which zero.torch leaves
+# None, and fail with "No inf checks were recorded for this optimizer";
+# libzero scales fp16 losses itself.  An enabled GradScaler given the
+# engine's optimizer is refused with what to use instead (a disabled one,
+# as on a machine without CUDA, passes through: it only calls step()).
+
+def _guard_grad_scaler():
+    classes = []
+    for mod in ("torch.amp", "torch.cuda.amp"):
+        try:
+            cls = getattr(__import__(mod, fromlist=["GradScaler"]), "GradScaler", None)
+        except ImportError:
+            cls = None
+        if cls is not None and cls not in classes:
+            classes.append(cls)
+    for cls in classes:
+        for name in ("unscale_", "step"):
+            inner = cls.__dict__.get(name)  # a subclass that inherits it is covered by its base
+            if inner is None or getattr(inner, "_zero_guard", False):
+                continue
+
+            def guarded(self, optimizer, *args, _inner=inner, _name=name, **kwargs):
+                if isinstance(optimizer, _Optimizer) and self.is_enabled():
+                    engine = optimizer._engine
+                    raise ZeroError(11, "rank %d: GradScaler.%s on zero.torch's optimizer: libzero holds the "
+                                        "gradients (p.grad is None after backward, so the scaler finds nothing to "
+                                        "unscale or check) and scales fp16 losses itself; drop the GradScaler, set "
+                                        "\"fp16\": {\"enabled\": true} in the config (dynamic loss scaling by "
+                                        "default) and call engine.backward(loss) and engine.step() (bf16 and fp32 "
+                                        "need no scaler)" % (engine.z.rank if engine else -1, _name), "zero.torch")
+                return _inner(self, optimizer, *args, **kwargs)
+            functools.update_wrapper(guarded, inner)
+            guarded._zero_guard = True
+            setattr(cls, name, guarded)
+
+
 def _dlpack_tensor(address, numel, dtype, device):
     """A 1-D torch tensor over `numel` elements at `address` on `device`
     (libzero's memory; no copy) through a DLPack capsule (zero/_dlpack.py).
@@ -636,6 +674,7 @@ class ZeroEngine:
         for p in self._params:
             _engine_of_param[id(p)] = me
         _guard_clipping()
+        _guard_grad_scaler()
         self.last_result = None
         self.micro_steps = 0
         self._phase = "train"  # stage 3's gather-order phase (zero_set_phase), kept by train()/eval()
