@@ -468,7 +468,8 @@ ZERO_API zero_status zero_set_hparams(zero_engine *e, const zero_hparams *h);
  * Collective in stage 3: ranks must gather the same params in the same
  * order (a divergent order fails with ZERO_ERR_MISMATCH naming the params).
  * The host must not write through these pointers (below stage 3 they are
- * libzero's own copy; since 1.7.4 zero_step refuses the boundary on every
+ * libzero's own copy, at stage 3 a scratch copy whose writes are lost at
+ * zero_release; since 1.7.4 zero_step refuses the next boundary on every
  * rank with ZERO_ERR_STATE when it finds such a write, docs/reliability.md). */
 ZERO_API zero_status zero_gather(zero_engine *e, zero_param *const *params, size_t n, void **ptrs);
 /* End the use of params gathered by zero_gather. No-op below stage 3. */

@@ -621,6 +621,10 @@ static zero_status gather_impl(zero_engine *e, zero_param *const *params, size_t
                                 "zero_gather: plugin '%s' broke its contract: its gather returned OK but no "
                                 "pointer for param '%s' (position %zu of %zu)",
                                 e->plugin.table->name ? e->plugin.table->name : "?", params[i]->name, i, n);
+        /* (1.7.4) stage 3 hands out scratch copies: a host's write into one
+         * would be lost at its release (host_writes.h) */
+        if (s == ZERO_OK && (e->plugin.table->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS))
+            zero__host_writes_gathered(e, params, n, ptrs);
         /* the host's compute stream must see the gathered parameters (a
          * plugin that completes its gathers says so: no wait on libzero's
          * stream, whose queued reductions would hold the host's compute) */
@@ -654,6 +658,7 @@ static zero_status release_impl(zero_engine *e, zero_param *const *params, size_
     zero_param_info **infos = malloc((n ? n : 1) * sizeof *infos);
     if (!infos) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "out of memory");
     for (size_t i = 0; i < n; i++) infos[i] = &params[i]->info;
+    zero__host_writes_released(e, params, n); /* before the buffers can be reused */
     zero_status s = e->plugin.table->release(e->pstate, infos, n);
     free(infos);
     return s;

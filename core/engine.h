@@ -34,6 +34,11 @@ struct zero_param {
      * last wrote it (copy_printed), in mode copy_print_mode */
     uint64_t copy_print;
     int copy_printed, copy_print_mode;
+    /* (1.7.4) stage 3: the pointer zero_gather last handed out and its
+     * fingerprint then (gathered_mode 0: none) */
+    const void *gathered;
+    uint64_t gathered_print;
+    int gathered_mode;
 };
 
 /* Per-group hyper-parameters resolved at params_done. */
@@ -95,6 +100,8 @@ struct zero_engine {
     zero__hp_override *hp_over;  /* (1.1) zero_set_hparams, nhp_over entries */
     uint32_t nhp_over;
     int any_host_owned;          /* (1.1) some param is ZERO_PARAM_HOST_OWNED */
+    uint32_t gathered_writes;    /* (1.7.4) stage-3 gathers the host wrote before releasing them (host_writes.c) */
+    const struct zero_param *gathered_written; /* the first of them */
 
     /* step state */
     uint32_t micro_step;         /* within the accumulation window */

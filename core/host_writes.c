@@ -52,6 +52,8 @@ static uint64_t print_of(const unsigned char *b, size_t n, int mode) {
 
 void zero__host_writes_note(zero_engine *e) {
     const int mode = check_mode(e);
+    e->gathered_writes = 0; /* libzero's values are whole again (a load), or were checked (a step) */
+    e->gathered_written = NULL;
     zero__span sp = zero__phase_begin(e); /* with the copy-out, which also follows libzero's writes */
     for (uint32_t i = 0; i < e->nparams; i++) {
         struct zero_param *p = e->params[i];
@@ -62,6 +64,28 @@ void zero__host_writes_note(zero_engine *e) {
         }
     }
     zero__phase_end(e, sp, ZERO__PH_COPY);
+}
+
+void zero__host_writes_gathered(zero_engine *e, zero_param *const *params, size_t n, void *const *ptrs) {
+    const int mode = check_mode(e);
+    for (size_t i = 0; i < n; i++) {
+        struct zero_param *p = params[i];
+        p->gathered_mode = mode != CHECK_OFF && ptrs[i] ? mode : 0;
+        if (!p->gathered_mode) continue;
+        p->gathered = ptrs[i];
+        p->gathered_print = print_of(ptrs[i], bytes_of(p), mode);
+    }
+}
+
+void zero__host_writes_released(zero_engine *e, zero_param *const *params, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        struct zero_param *p = params[i];
+        if (!p->gathered_mode) continue;
+        const int mode = p->gathered_mode;
+        p->gathered_mode = 0;
+        if (print_of(p->gathered, bytes_of(p), mode) == p->gathered_print) continue;
+        if (!e->gathered_writes++) e->gathered_written = p;
+    }
 }
 
 /* The first byte in [at, at + len) where a and b differ, or SIZE_MAX. */
@@ -96,7 +120,11 @@ static double value_at(const struct zero_param *p, const void *base, size_t i) {
 
 zero_status zero__host_writes_check(zero_engine *e) {
     const int mode = check_mode(e);
-    if (mode == CHECK_OFF) return ZERO_OK;
+    if (mode == CHECK_OFF) {
+        e->gathered_writes = 0;
+        e->gathered_written = NULL;
+        return ZERO_OK;
+    }
     zero__span sp = zero__phase_begin(e);
     const struct zero_param *tensor = NULL, *copy = NULL; /* the first of each kind */
     size_t tensor_at = 0;
@@ -117,7 +145,20 @@ zero_status zero__host_writes_check(zero_engine *e) {
         if (!tensors++) tensor = p, tensor_at = at / zero__dtype_size(p->info.dtype);
     }
     zero__phase_end(e, sp, ZERO__PH_COPY);
-    if (!tensors && !copies) return ZERO_OK;
+    /* 3. stage 3: gathered copies written before their release (stands
+     * until a zero_load: whether the write reached libzero's values is not
+     * known here) */
+    const uint32_t gathered = e->gathered_writes;
+    if (!tensors && !copies && !gathered) return ZERO_OK;
+    if (!tensors && !copies)
+        return zero__error(e, ZERO_ERR_STATE,
+                           "zero_step: param '%s' was written through the pointer zero_gather returned (%u gather%s "
+                           "written since the last step), which the host must not do: at stage 3 that memory is a "
+                           "scratch copy, whose write is lost at zero_release, or, where a rank holds the whole "
+                           "parameter, libzero's own, whose write the optimizer would go on from on that rank "
+                           "alone; load a checkpoint with zero_load to go on (or set initial values before "
+                           "zero_params_done, zero_param_desc.data); no weight moved, the accumulation window is kept",
+                           e->gathered_written->name, gathered, gathered > 1 ? "s" : "");
     const uint32_t more = tensors + copies - 1;
     char also[64] = "";
     if (more) snprintf(also, sizeof also, " (and %u more param%s)", more, more > 1 ? "s" : "");

@@ -9,11 +9,17 @@
  *     (stage 0/1/2, offload): the outcome depended on the plugin and the
  *     dtype (fp32: stepped on from the written values on that rank only;
  *     bf16 or offload: overwritten from the fp32 master), so ranks that
- *     wrote differently diverged for good.
- * At a window's boundary, before the optimizer, zero_step looks for both
+ *     wrote differently diverged for good;
+ *  3. (stage 3) a gathered parameter, through zero_gather's pointer: a
+ *     scratch copy, whose write was lost at zero_release, or (where a rank
+ *     holds the whole parameter, e.g. one rank) libzero's own storage,
+ *     stepped on from the written values on that rank alone.
+ * At a window's boundary, before the optimizer, zero_step looks for them
  * and refuses the step on every rank (the verdict is agreed with the
  * missing gradients, grad_window.c): ZERO_ERR_STATE, no weight moved, the
- * window kept.
+ * window kept.  The refusal stands until the host restores the values (1)
+ * or loads a checkpoint (zero_load; 2 and 3: libzero's old values are
+ * nowhere else).
  *
  * What is looked at (ZERO_CHECK_HOST_WRITES in the environment):
  *  - unset or "sampled" (the default): each tensor's first and last 64
@@ -24,7 +30,8 @@
  *  - "off": nothing.
  * For 1, the tensor is compared with libzero's copy; for 2, libzero's copy
  * with a 64-bit fingerprint of the same bytes taken when libzero last wrote
- * it (zero__host_writes_note).  CPU engines only: a device engine's
+ * it (zero__host_writes_note); for 3, the gathered copy at zero_release
+ * with its fingerprint at zero_gather.  CPU engines only: a device engine's
  * tensors are device memory.  Not thread-safe: the engine thread. */
 #ifndef ZERO_CORE_HOST_WRITES_H
 #define ZERO_CORE_HOST_WRITES_H
@@ -35,6 +42,14 @@
  * (zero_params_done, a boundary zero_step, zero_load).  Cheap when
  * sampled; nothing when off or on a device engine. */
 void zero__host_writes_note(struct zero_engine *e);
+
+/* Stage 3 (a plugin that partitions parameters): zero_gather handed out
+ * ptrs[0..n) for params (fingerprinted here), zero_release takes params
+ * back (compared here: a gathered copy the host wrote is a write lost at
+ * the release, counted for the next boundary's check).  CPU engines; the
+ * engine thread. */
+void zero__host_writes_gathered(struct zero_engine *e, zero_param *const *params, size_t n, void *const *ptrs);
+void zero__host_writes_released(struct zero_engine *e, zero_param *const *params, size_t n);
 
 /* This rank's verdict at a boundary, before the optimizer: ZERO_OK, or
  * ZERO_ERR_STATE with a message naming the first param written (and, for a

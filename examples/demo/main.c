@@ -66,7 +66,7 @@ typedef struct trainer {
 static void die_zero(trainer *t, const char *what, zero_status s) {
     fprintf(stderr, "[rank %d] %s failed: %s: %s\n", t->rank, what, zero_status_string(s),
             t->e ? zero_last_error(t->e) : "");
-    MPI_Abort(t->comm, 1);
+    demo_abort_after_report(t->comm);
 }
 #define ZCALL(t, call)                                   \
     do {                                                 \

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 const demo_dims demo_default_dims = {.ctx = 8, .embed = 24, .hidden1 = 256, .hidden2 = 256, .vocab = DEMO_VOCAB};
 
@@ -30,9 +31,17 @@ zero_engine *demo_engine_create(const demo_options *opt, MPI_Comm *comm, int ran
     zero_status s = zero_engine_create(&eo, &e, err, sizeof err);
     if (s != ZERO_OK) {
         fprintf(stderr, "[rank %d] zero_engine_create failed: %s: %s\n", rank, zero_status_string(s), err);
-        MPI_Abort(*comm, 1);
+        demo_abort_after_report(*comm);
     }
     return e;
+}
+
+void demo_abort_after_report(MPI_Comm comm) {
+    fflush(stdout);
+    fflush(stderr);
+    const struct timespec pause = {0, 300 * 1000 * 1000}; /* long enough for a peer's fprintf, short for a human */
+    nanosleep(&pause, NULL);
+    MPI_Abort(comm, 1);
 }
 
 void demo_run_log_init(demo_run_log *l, long steps) {

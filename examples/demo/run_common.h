@@ -28,6 +28,13 @@ extern const demo_dims demo_default_dims;
  * owns the engine.  Collective over *comm. */
 zero_engine *demo_engine_create(const demo_options *opt, MPI_Comm *comm, int rank);
 
+/* After a failed libzero call (message printed): MPI_Abort(comm, 1), after
+ * a short pause.  libzero agrees on the failures ranks must share (engine
+ * creation, params_done, a step's verdict), so every rank fails at the same
+ * call; without the pause the first rank's abort killed the others before
+ * they printed their own message.  Does not return. */
+void demo_abort_after_report(MPI_Comm comm);
+
 /* What each optimizer step logged; arrays of steps + 1 entries, owned. */
 typedef struct demo_run_log {
     long steps;

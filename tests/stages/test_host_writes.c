@@ -1,23 +1,29 @@
-/* (1.7.4) A C host that writes a ZERO_PARAM_HOST_OWNED tensor after
- * zero_params_done: libzero steps its own copy and its writeback would
- * overwrite the change, so zero_step refuses the boundary instead
- * (core/host_owned.c).  Under mpirun with N ranks, for stage0, stage1,
- * stage2 and offload, fp32 and bf16 params, gradient accumulation 1 and 2
- * (the write then lands inside the window):
+/* (1.7.4) A C host that writes parameters after zero_params_done, against
+ * the contract (core/host_writes.h): a ZERO_PARAM_HOST_OWNED tensor (the
+ * step's writeback overwrote it), libzero's own copy through zero_gather's
+ * pointer below stage 3 (fp32 went on from it, bf16 and offload lost it),
+ * a stage-3 gathered parameter (lost at zero_release, or at N = 1 stepped
+ * on).  zero_step refuses the
+ * boundary instead.  Under mpirun with N ranks, for stage0, stage1, stage2
+ * and offload, fp32 and bf16 params, gradient accumulation 1 and 2 (the
+ * write then lands inside the window):
  *  - the host writes on the last rank only: zero_step returns
- *    ZERO_ERR_STATE on every rank, that rank naming the param and the
- *    element, the others saying that another rank found one; no weight
+ *    ZERO_ERR_STATE on every rank, that rank naming the param (and the
+ *    element), the others saying that another rank found one; no weight
  *    moved (libzero's values the same before and after); a second zero_step
- *    is refused again (the tensor still differs);
- *  - the window was kept: the host puts libzero's values back and calls
- *    zero_step again, which trains on; the run ends bitwise where a run
- *    without the episode ends;
+ *    is refused again (the write still stands);
+ *  - the window was kept: the host puts libzero's values back (a tensor)
+ *    or loads the checkpoint of step 1 (libzero's copy: its old values are
+ *    nowhere else) and calls zero_step again, which trains on; the run ends
+ *    bitwise where a run without the write (with the same load) ends;
  *  - what the default (sampled) check finds: every element rewritten
  *    (loading weights), a contiguous unaligned run of 4160 bytes in the
  *    middle, the first element, the last element; one element in the
  *    middle away from the sampled lines is found only with
  *    ZERO_CHECK_HOST_WRITES=full, and with =off nothing is refused and the
  *    write is overwritten by the step (the old behaviour, on request);
+ *  - stage 3: a write into a gathered parameter (a scratch copy, or at
+ *    N = 1 libzero's own storage) is refused the same way until a load;
  *  - no false alarm: plain training, and zero_save + zero_load between
  *    two steps, in every run.
  * Usage: test_host_writes (under mpirun, any N). */
@@ -158,9 +164,11 @@ static void gather_episode(const run_cfg *c, zero_engine *e, const char *what) {
                   zero_status_string(s));
             const char *msg = zero_last_error(e);
             if (rank_ == world_ - 1) {
-                if (k == 0 && !c->bf16 && c->gas == 1 && !strcmp(c->plugin, "stage1"))
+                if (k == 0 && !c->bf16 && c->gas == 1 && (!strcmp(c->plugin, "stage1") || !strcmp(c->plugin, "stage3")))
                     printf("rank %d, %s: %s\n", rank_, what, msg); /* what a host reads */
-                CHECK(strstr(msg, "libzero's copy of param 'p1' changed since libzero last wrote it") &&
+                const int s3 = !strcmp(c->plugin, "stage3");
+                CHECK(strstr(msg, s3 ? "param 'p1' was written through the pointer zero_gather returned"
+                                     : "libzero's copy of param 'p1' changed since libzero last wrote it") &&
                           strstr(msg, "zero_gather") && strstr(msg, "no weight moved"),
                       "%s: the writer's message: %s", what, msg);
             } else {
@@ -290,6 +298,15 @@ int main(int argc, char **argv) {
                           gas, plain ? "plain" : "host-owned");
                 }
             }
+    /* stage 3: a write into a gathered parameter (a scratch copy, or at N = 1 libzero's own storage) */
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        const run_cfg ref = {"stage3", bf16, 1, W_NONE, NULL, 0, 1, 1};
+        const run_cfg wrote = {"stage3", bf16, 1, W_GATHER, NULL, 1, 1, 0};
+        run(&ref, clean);
+        run(&wrote, got);
+        CHECK(memcmp(got, clean, total_bytes(&ref)) == 0, "stage3 %s: a write into a gathered parameter: the run ends "
+              "elsewhere than the reference", bf16 ? "bf16" : "fp32");
+    }
     free(clean);
     free(got);
     MPI_Barrier(MPI_COMM_WORLD);
