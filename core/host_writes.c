@@ -30,24 +30,59 @@ static int check_mode(const zero_engine *e) {
 
 static size_t bytes_of(const struct zero_param *p) { return (size_t)p->info.numel * zero__dtype_size(p->info.dtype); }
 
+/* A host-owned tensor on the host: compared with libzero's copy, which
+ * finds a write into either (kind 1 or 2), so its copy needs no
+ * fingerprint of its own. */
+static int tensor_compared(const struct zero_param *p) {
+    return p->host_data && p->info.data && p->host_device == ZERO_DEVICE_CPU;
+}
+
 /* libzero's copy is what zero_gather / zero_param_storage hand out: a
- * plugin that keeps full copies (one that partitions parameters gathers
- * into scratch buffers, which the host's writes cannot reach the model
- * through) */
+ * plugin that keeps full copies (stage 3 gathers separately, see
+ * zero__host_writes_gathered) */
 static int copy_handed_out(const zero_engine *e, const struct zero_param *p) {
-    return p->info.data && !(e->plugin.table->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS);
+    return p->info.data && !(e->plugin.table->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS) && !tensor_compared(p);
 }
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* How far ahead the sampled loops prefetch: each sampled line is on a page
+ * of its own, so neither the cache's nor the TLB's prefetcher sees it
+ * coming, and one miss at a time made the sampled check cost several times
+ * its bytes. */
+#define AHEAD (8 * STRIDE)
+
+static uint64_t mix(uint64_t h, uint64_t w) {
+    h ^= w;
+    h *= 0x9e3779b97f4a7c15ULL;
+    return h ^ (h >> 29);
+}
+
+/* One 64-byte line (or the len < 64 bytes of a short tensor) to a word:
+ * each 8-byte word times an odd constant of its own, summed (a change to
+ * any one word always changes the sum), then mixed into h. */
+static uint64_t line_print(uint64_t h, const unsigned char *b, size_t len) {
+    static const uint64_t K[8] = {0x9e3779b97f4a7c15ULL, 0xc2b2ae3d27d4eb4fULL, 0x165667b19e3779f9ULL,
+                                  0xd6e8feb86659fd93ULL, 0xa0761d6478bd642fULL, 0xe7037ed1a0b428dbULL,
+                                  0x8ebc6af09c88c6e3ULL, 0x589965cc75374cc3ULL};
+    uint64_t w[8] = {0};
+    memcpy(w, b, len < LINE ? len : LINE);
+    uint64_t a = len;
+    for (int k = 0; k < 8; k++) a += w[k] * K[k];
+    return mix(h, a);
+}
 
 /* The fingerprint of n bytes at b: all of them (full) or the sampled
  * lines (host_writes.h). */
 static uint64_t print_of(const unsigned char *b, size_t n, int mode) {
     if (mode == CHECK_FULL) return zero__params_hash_bytes(PRINT_SEED, b, n);
     uint64_t h = PRINT_SEED ^ n;
-    for (size_t at = 0; at < n; at += STRIDE) h = zero__params_hash_bytes(h, b + at, min_size(LINE, n - at));
+    for (size_t at = 0; at < n; at += STRIDE) {
+        if (at + AHEAD < n) __builtin_prefetch(b + at + AHEAD);
+        h = line_print(h, b + at, min_size(LINE, n - at));
+    }
     const size_t tail = n > LINE ? n - LINE : 0;
-    return zero__params_hash_bytes(h, b + tail, n - tail);
+    return line_print(h, b + tail, n - tail);
 }
 
 void zero__host_writes_note(zero_engine *e) {
@@ -100,6 +135,10 @@ static size_t differ_in(const unsigned char *a, const unsigned char *b, size_t a
 static size_t first_difference(const unsigned char *a, const unsigned char *b, size_t n, int mode) {
     if (mode == CHECK_FULL) return n ? differ_in(a, b, 0, n) : SIZE_MAX;
     for (size_t at = 0; at < n; at += STRIDE) {
+        if (at + AHEAD < n) {
+            __builtin_prefetch(a + at + AHEAD);
+            __builtin_prefetch(b + at + AHEAD);
+        }
         const size_t r = differ_in(a, b, at, min_size(LINE, n - at));
         if (r != SIZE_MAX) return r;
     }
@@ -132,14 +171,13 @@ zero_status zero__host_writes_check(zero_engine *e) {
     for (uint32_t i = 0; i < e->nparams; i++) {
         const struct zero_param *p = e->params[i];
         const size_t n = bytes_of(p);
-        /* 2. libzero's copy (first: a host-owned tensor compared with a copy
-         * the host changed would name the wrong culprit) */
+        /* 2. libzero's copy against its fingerprint */
         if (p->copy_printed && p->copy_print_mode == mode && print_of(p->info.data, n, mode) != p->copy_print) {
             if (!copies++) copy = p;
             continue;
         }
-        /* 1. the host-owned tensor against libzero's copy */
-        if (!p->host_data || !p->info.data || p->host_device != ZERO_DEVICE_CPU) continue;
+        /* 1 (or 2). the host-owned tensor against libzero's copy */
+        if (!tensor_compared(p)) continue;
         const size_t at = first_difference(p->host_data, p->info.data, n, mode);
         if (at == SIZE_MAX) continue;
         if (!tensors++) tensor = p, tensor_at = at / zero__dtype_size(p->info.dtype);
@@ -174,8 +212,9 @@ zero_status zero__host_writes_check(zero_engine *e) {
                            copy->name, also, fix);
     return zero__error(e, ZERO_ERR_STATE,
                        "zero_step: param '%s'%s is ZERO_PARAM_HOST_OWNED and was written by the host after "
-                       "zero_params_done: element %zu is %.9g in the host's tensor but %.9g in libzero's copy, which "
-                       "is what the optimizer steps and what this step would write back over the host's change; %s",
+                       "zero_params_done (its tensor, or libzero's copy through zero_gather's pointer): element %zu "
+                       "is %.9g in the host's tensor but %.9g in libzero's copy, which is what the optimizer steps "
+                       "and what this step would write back over the tensor; %s",
                        tensor->name, also, tensor_at, value_at(tensor, tensor->host_data, tensor_at),
                        value_at(tensor, tensor->info.data, tensor_at), fix);
 }

@@ -2,15 +2,18 @@
  *
  * At every optimizer step libzero compares each ZERO_PARAM_HOST_OWNED
  * tensor with its own copy before the optimizer moves it (a host that wrote
- * the tensor itself is refused).  This bench trains host-owned fp32 params
- * through the public ABI and times zero_step at a boundary with
+ * the tensor itself is refused), and fingerprints libzero's copy of the
+ * other params (a host that wrote it through zero_gather's pointer is
+ * refused).  This bench trains host-owned fp32 params (or, with --plain,
+ * params without the flag) through the public ABI and times zero_step at a
+ * boundary with
  * ZERO_CHECK_HOST_WRITES=off, the default sampled check and =full,
  * interleaved step by step (the library reads the variable at each step),
  * beside a memcpy of the params' bytes (STREAM-style: what one pass over
  * them costs on this machine).  It prints the medians of the slowest rank
  * and the ratios sampled/off and full/off.
  *
- *   mpirun -np N bench_host_writes [--mb 64] [--params 8] [--steps 15] [--plugin stage0]
+ *   mpirun -np N bench_host_writes [--mb 64] [--params 8] [--steps 15] [--plugin stage0] [--plain]
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -30,10 +33,12 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     double mb = 64;
-    int nparams = 8, steps = 15;
+    int nparams = 8, steps = 15, plain = 0;
     const char *plugin = "stage0";
-    for (int i = 1; i + 1 < argc; i++) {
-        if (!strcmp(argv[i], "--mb")) mb = atof(argv[++i]);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--plain")) plain = 1;
+        else if (i + 1 >= argc) break;
+        else if (!strcmp(argv[i], "--mb")) mb = atof(argv[++i]);
         else if (!strcmp(argv[i], "--params")) nparams = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--plugin")) plugin = argv[++i];
@@ -55,7 +60,7 @@ int main(int argc, char **argv) {
         d.name = name;
         d.data = t[i];
         d.numel = per;
-        d.flags = ZERO_PARAM_HOST_OWNED;
+        d.flags = plain ? 0 : ZERO_PARAM_HOST_OWNED;
         zero_status s = zero_register_param(e, &d, &h[i]);
         if (s != ZERO_OK) bench_die("zero_register_param", e, s);
     }
@@ -97,8 +102,9 @@ int main(int argc, char **argv) {
     bench_sort(copy, (size_t)steps);
     const double mc = copy[steps / 2];
     if (rank == 0) {
-        printf("bench_host_writes: %s, N=%d, %d host-owned fp32 params, %.1f MiB each rank, %d steps each, load %.1f\n",
-               plugin, world, nparams, (double)per * nparams * 4 / 1048576.0, steps, bench_loadavg1());
+        printf("bench_host_writes: %s, N=%d, %d %s fp32 params, %.1f MiB each rank, %d steps each, load %.1f\n",
+               plugin, world, nparams, plain ? "plain" : "host-owned", (double)per * nparams * 4 / 1048576.0, steps,
+               bench_loadavg1());
         printf("  median zero_step: off %.3f ms, sampled %.3f ms, full %.3f ms; memcpy of the params %.3f ms\n",
                1e3 * med[0], 1e3 * med[1], 1e3 * med[2], 1e3 * mc);
         printf("RATIO sampled/off %.3f full/off %.3f (full - off) / memcpy %.2f\n", med[1] / med[0], med[2] / med[0],
