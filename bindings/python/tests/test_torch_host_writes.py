@@ -26,7 +26,9 @@ torch.nn.utils.clip_grad_norm_ / clip_grad_value_ on the engine's
 parameters raise ZERO_ERR_UNSUPPORTED naming the config key (also
 clip_grad_norm_ imported by name before zero.torch was), an enabled AMP
 GradScaler's unscale_/step on the engine's optimizer ZERO_ERR_UNSUPPORTED
-naming the fp16 config (torch's "No inf checks were recorded"), while another
+naming the fp16 config (torch's "No inf checks were recorded"),
+DistributedDataParallel around the engine's model ZERO_ERR_UNSUPPORTED at
+its construction, while another
 model's parameters clip as in torch.  fp16's loss.backward() is refused in
 the gradient hook (stage 2 and 3).
 Usage: mpirun -np N python3 test_torch_host_writes.py"""
@@ -269,6 +271,30 @@ def grad_scaler():
     engine.close()
 
 
+def wrappers():
+    """DistributedDataParallel around the engine's model is refused at its
+    construction (before it needs a process group or touches a tensor);
+    around another model it is torch's as before (here: no process group,
+    so torch's own error)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model, engine, _ = build(VARIANTS[2])
+    try:
+        DDP(model)
+        check(False, "DistributedDataParallel around zero.torch's model: no error")
+    except zero.ZeroError as ex:
+        check(ex.status_name == "ZERO_ERR_UNSUPPORTED" and "DistributedDataParallel" in ex.message
+              and "call the model (or the engine) directly" in ex.message,
+              "DDP refusal: %s %s" % (ex.status_name, ex.message))
+    try:
+        DDP(nn.Linear(2, 2))
+    except zero.ZeroError as ex:
+        check(False, "DistributedDataParallel around another model refused by zero.torch: %s" % ex)
+    except Exception:
+        pass  # torch's own (no default process group here)
+    check(train_step(model, engine, 0).taken, "training after the refused wrapper")
+    engine.close()
+
+
 class Elementwise(nn.Module):
     """fp16 on the CPU: torch 1.13 has no half matmul there, but mul and sum."""
     def __init__(self):
@@ -321,6 +347,7 @@ def main():
     fp16_plain_backward()
     clipping()
     grad_scaler()
+    wrappers()
     for v in VARIANTS:
         stage = v[1]
         no_false_alarm(v)

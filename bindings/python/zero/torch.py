@@ -333,6 +333,43 @@ def _guard_grad_scaler():
             setattr(cls, name, guarded)
 
 
+# And data-parallel wrappers: DistributedDataParallel (or FSDP, when the
+# host imported it before initialize) around a
+# model zero.torch trains would broadcast rank 0's tensors into it (a write
+# libzero refuses at the next step, with a message about loading weights)
+# and reduce every gradient a second time through its own hooks.  zero.torch
+# is the data-parallel layer: wrapping the engine's model is refused at the
+# wrapper's construction, before it touches a tensor.
+
+def _guard_wrappers():
+    targets = []
+    try:
+        from torch.nn.parallel import DistributedDataParallel
+        targets.append(DistributedDataParallel)
+    except ImportError:
+        pass
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # not imported for this: heavy, and broken on some builds
+    if fsdp is not None and getattr(fsdp, "FullyShardedDataParallel", None) is not None:
+        targets.append(fsdp.FullyShardedDataParallel)
+    for cls in targets:
+        inner = cls.__dict__.get("__init__")
+        if inner is None or getattr(inner, "_zero_guard", False):
+            continue
+
+        def init(self, module, *args, _inner=inner, _name=cls.__name__, **kwargs):
+            engine = _engine_training(list(module.parameters())) if isinstance(module, torch.nn.Module) else None
+            if engine is not None:
+                raise ZeroError(11, "rank %d: %s around a model that zero.torch trains: libzero already reduces "
+                                    "the gradients over the ranks and partitions the states (a second "
+                                    "data-parallel layer would broadcast into its parameters and reduce every "
+                                    "gradient twice); call the model (or the engine) directly"
+                                % (engine.z.rank, _name), "zero.torch")
+            return _inner(self, module, *args, **kwargs)
+        functools.update_wrapper(init, inner)
+        init._zero_guard = True
+        cls.__init__ = init
+
+
 def _dlpack_tensor(address, numel, dtype, device):
     """A 1-D torch tensor over `numel` elements at `address` on `device`
     (libzero's memory; no copy) through a DLPack capsule (zero/_dlpack.py).
@@ -675,6 +712,7 @@ class ZeroEngine:
             _engine_of_param[id(p)] = me
         _guard_clipping()
         _guard_grad_scaler()
+        _guard_wrappers()
         self.last_result = None
         self.micro_steps = 0
         self._phase = "train"  # stage 3's gather-order phase (zero_set_phase), kept by train()/eval()
