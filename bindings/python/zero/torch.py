@@ -36,7 +36,9 @@ What happens underneath:
     gathered_parameters block) refuse it with ZERO_ERR_STATE.  Gradient
     clipping is the config's "gradient_clipping"; torch.nn.utils.
     clip_grad_norm_/clip_grad_value_ refuse the engine's parameters (they
-    would clip nothing: there is no .grad).
+    would clip nothing: there is no .grad), as an enabled AMP GradScaler
+    (fp16 loss scaling is the config's "fp16") and DistributedDataParallel
+    around the model (zero.torch is the data-parallel layer) do.
   * fp16: backward() multiplies the loss by libzero's loss scale; libzero
     unscales, checks overflow and skips steps.  bf16/fp16 configs convert the
     model to that dtype.
