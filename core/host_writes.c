@@ -52,11 +52,6 @@ static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
  * its bytes. */
 #define AHEAD (8 * STRIDE)
 
-static uint64_t mix(uint64_t h, uint64_t w) {
-    h ^= w;
-    h *= 0x9e3779b97f4a7c15ULL;
-    return h ^ (h >> 29);
-}
 
 /* One 64-byte line (or the len < 64 bytes of a short tensor) to a word:
  * each 8-byte word times an odd constant of its own, summed (a change to
@@ -69,7 +64,7 @@ static uint64_t line_print(uint64_t h, const unsigned char *b, size_t len) {
     memcpy(w, b, len < LINE ? len : LINE);
     uint64_t a = len;
     for (int k = 0; k < 8; k++) a += w[k] * K[k];
-    return mix(h, a);
+    return zero__hash_mix(h, a);
 }
 
 /* The fingerprint of n bytes at b: all of them (full) or the sampled

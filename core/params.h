@@ -27,4 +27,11 @@ void zero__params_values_free(struct zero_engine *e, void **adopted);
 /* The hash the agreement runs over each parameter's initial bytes (seed h,
  * n bytes at b); pure, thread-safe.  Exposed for bench/agreement. */
 uint64_t zero__params_hash_bytes(uint64_t h, const unsigned char *b, size_t n);
+/* One multiply-xorshift step of that hash (also host_writes.c's
+ * fingerprints).  Pure. */
+static inline uint64_t zero__hash_mix(uint64_t h, uint64_t w) {
+    h ^= w;
+    h *= 0x9e3779b97f4a7c15ULL;
+    return h ^ (h >> 29);
+}
 #endif

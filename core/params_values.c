@@ -35,11 +35,6 @@
  * well below the memory's speed), then the tail.  Not cryptographic: it
  * tells different initial values apart, and hashing must not cost much
  * more than reading them. */
-static uint64_t mix(uint64_t h, uint64_t w) {
-    h ^= w;
-    h *= 0x9e3779b97f4a7c15ULL;
-    return h ^ (h >> 29);
-}
 
 uint64_t zero__params_hash_bytes(uint64_t h, const unsigned char *b, size_t n) {
     uint64_t l[4] = {h, h ^ 0x9e3779b97f4a7c15ULL, h ^ 0xc2b2ae3d27d4eb4fULL, h ^ 0x165667b19e3779f9ULL};
@@ -47,17 +42,17 @@ uint64_t zero__params_hash_bytes(uint64_t h, const unsigned char *b, size_t n) {
     for (; i + 32 <= n; i += 32) {
         uint64_t w[4];
         memcpy(w, b + i, 32);
-        for (int k = 0; k < 4; k++) l[k] = mix(l[k], w[k]);
+        for (int k = 0; k < 4; k++) l[k] = zero__hash_mix(l[k], w[k]);
     }
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, b + i, 8);
-        l[0] = mix(l[0], w);
+        l[0] = zero__hash_mix(l[0], w);
     }
     uint64_t tail = 0;
     memcpy(&tail, b + i, n - i);
-    h = mix(l[0], tail ^ ((uint64_t)(n - i) << 56));
-    for (int k = 1; k < 4; k++) h = mix(h, l[k]);
+    h = zero__hash_mix(l[0], tail ^ ((uint64_t)(n - i) << 56));
+    for (int k = 1; k < 4; k++) h = zero__hash_mix(h, l[k]);
     return h;
 }
 
@@ -72,7 +67,7 @@ static zero_status hash_param(struct zero_engine *e, const struct zero_param *p,
                               uint64_t *out) {
     const unsigned char *src = p->info.init_data;
     size_t n = param_bytes(p);
-    uint64_t h = mix(0x243f6a8885a308d3ULL, (uint64_t)n);
+    uint64_t h = zero__hash_mix(0x243f6a8885a308d3ULL, (uint64_t)n);
     if (!src) {
         *out = h;
         return ZERO_OK;

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/bf16.h"
 #include "../common/host_util.h"
 #include "../common/mpi_check.h"
 
@@ -72,12 +73,6 @@ static void host_write(const run_cfg *c, unsigned char *t) {
     }
 }
 
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)(u >> 16);
-}
-
 /* Deterministic gradients of micro-step s (different on each rank). */
 static void report_grads(const run_cfg *c, zero_engine *e, zero_param **h, int s) {
     for (int i = NP - 1; i >= 0; i--) {
@@ -85,7 +80,7 @@ static void report_grads(const run_cfg *c, zero_engine *e, zero_param **h, int s
         CHECK_EQ_INT(zero_grad_buffer(e, h[i], &g), ZERO_OK);
         for (size_t k = 0; g && k < kNumel[i]; k++) {
             const float v = 0.01f * (float)th_u11(((uint64_t)s << 40) ^ ((uint64_t)i << 32) ^ (k * 31 + (uint64_t)rank_));
-            if (c->bf16) ((uint16_t *)g)[k] = to_bf16(v);
+            if (c->bf16) ((uint16_t *)g)[k] = th_to_bf16(v);
             else ((float *)g)[k] = v;
         }
         CHECK_EQ_INT(zero_on_grad_ready(e, h[i], NULL), ZERO_OK);
@@ -207,7 +202,7 @@ static void run(const run_cfg *c, unsigned char *out) {
         t[i] = malloc(kNumel[i] * esize(c));
         for (size_t k = 0; k < kNumel[i]; k++) {
             const float v = 0.1f * (float)th_u11(((uint64_t)i << 32) | k);
-            if (c->bf16) ((uint16_t *)t[i])[k] = to_bf16(v);
+            if (c->bf16) ((uint16_t *)t[i])[k] = th_to_bf16(v);
             else ((float *)t[i])[k] = v;
         }
         char name[8];
