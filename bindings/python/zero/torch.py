@@ -250,14 +250,26 @@ def _engine_training(params):
     return None
 
 
+def _unguarded(inner):
+    """inner exists and is not one of zero.torch's guards already (installing
+    twice would wrap the guard in itself)."""
+    return inner is not None and not getattr(inner, "_zero_guard", False)
+
+
+def _as_guard(guard, inner):
+    """guard, dressed as the torch function it stands in front of and marked."""
+    functools.update_wrapper(guard, inner)
+    guard._zero_guard = True
+    return guard
+
+
 def _guard_clip(name, advice):
     import torch.nn.utils as U
     import torch.nn.utils.clip_grad as C
     inner = getattr(U, name, None)
-    if inner is None or getattr(inner, "_zero_guard", False):
+    if not _unguarded(inner):
         return
 
-    @functools.wraps(inner)
     def clip(parameters, *args, **kwargs):
         if not isinstance(parameters, torch.Tensor):
             parameters = list(parameters)  # may be a generator: read it once
@@ -267,7 +279,7 @@ def _guard_clip(name, advice):
                                 "live in libzero (p.grad is None after backward), so torch would clip nothing; %s"
                             % (engine.z.rank, name, advice), "zero.torch")
         return inner(parameters, *args, **kwargs)
-    clip._zero_guard = True
+    clip = _as_guard(clip, inner)
     setattr(U, name, clip)
     if getattr(C, name, None) is inner:
         setattr(C, name, clip)
@@ -317,7 +329,7 @@ def _guard_grad_scaler():
     for cls in classes:
         for name in ("unscale_", "step"):
             inner = cls.__dict__.get(name)  # a subclass that inherits it is covered by its base
-            if inner is None or getattr(inner, "_zero_guard", False):
+            if not _unguarded(inner):
                 continue
 
             def guarded(self, optimizer, *args, _inner=inner, _name=name, **kwargs):
@@ -330,9 +342,7 @@ def _guard_grad_scaler():
                                         "default) and call engine.backward(loss) and engine.step() (bf16 and fp32 "
                                         "need no scaler)" % (engine.z.rank if engine else -1, _name), "zero.torch")
                 return _inner(self, optimizer, *args, **kwargs)
-            functools.update_wrapper(guarded, inner)
-            guarded._zero_guard = True
-            setattr(cls, name, guarded)
+            setattr(cls, name, _as_guard(guarded, inner))
 
 
 # And data-parallel wrappers: DistributedDataParallel (or FSDP, when the
@@ -355,7 +365,7 @@ def _guard_wrappers():
         targets.append(fsdp.FullyShardedDataParallel)
     for cls in targets:
         inner = cls.__dict__.get("__init__")
-        if inner is None or getattr(inner, "_zero_guard", False):
+        if not _unguarded(inner):
             continue
 
         def init(self, module, *args, _inner=inner, _name=cls.__name__, **kwargs):
@@ -367,9 +377,7 @@ def _guard_wrappers():
                                     "gradient twice); call the model (or the engine) directly"
                                 % (engine.z.rank, _name), "zero.torch")
             return _inner(self, module, *args, **kwargs)
-        functools.update_wrapper(init, inner)
-        init._zero_guard = True
-        cls.__init__ = init
+        cls.__init__ = _as_guard(init, inner)
 
 
 def _dlpack_tensor(address, numel, dtype, device):
