@@ -1,5 +1,6 @@
 /* ZERO_DEBUG_JITTER (contract in jitter.h). */
 #include "jitter.h"
+#include "env.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -20,17 +21,11 @@ static atomic_ullong g_count[ZERO_JITTER_NSITES];
 static _Thread_local uint64_t t_rng;  /* 0 = not seeded yet */
 
 static void init_once(void) {
-    const char *v = getenv("ZERO_DEBUG_JITTER");
-    long us = 0;
-    if (v && *v) {
-        char *end = NULL;
-        us = strtol(v, &end, 10);
-        if (end == v || us < 0) us = 0;
-        if (us > 100000) us = 100000; /* 0.1 s: perturb, never stall a run */
-    }
-    const char *s = getenv("ZERO_DEBUG_JITTER_SEED");
-    if (s && *s) {
-        g_seed = strtoull(s, NULL, 10);
+    long us = 0; /* at most 0.1 s (env.c's range): perturb, never stall a run */
+    if (zero__env_long("ZERO_DEBUG_JITTER", &us) != 1) us = 0;
+    uint64_t seed = 0;
+    if (zero__env_u64("ZERO_DEBUG_JITTER_SEED", &seed) == 1) {
+        g_seed = seed;
         g_seeded = 1;
     } else {
         struct timespec ts;

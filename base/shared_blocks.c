@@ -4,6 +4,7 @@
  * tens to hundreds of them) searched linearly: a lookup happens once per
  * collective, not per element. */
 #include "shared_blocks.h"
+#include "env.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -37,8 +38,8 @@ static size_t fd_budget(void) {
 }
 
 void zero__shared_blocks_enable(void) {
-    const char *env = getenv("ZERO_COMM_SHM");
-    if (env && strcmp(env, "0") == 0) return;
+    int shm = 1;
+    if (zero__env_flag("ZERO_COMM_SHM", &shm) == 1 && !shm) return;
     atomic_store(&enabled, 1);
 }
 

@@ -10,6 +10,7 @@
 #include "device.h"
 #include "engine.h"
 #include "engine_agree.h"
+#include "env.h"
 #include "grad_window.h"
 #include "host_owned.h"
 #include "host_writes.h"
@@ -283,6 +284,12 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
      * they still join the agreement, so the others fail at once naming
      * them instead of waiting out the comm timeout. */
     if (s != ZERO_OK) return fail_create(e, zero__engine_agree_failure(e, s, "parse its config", msg), err, err_len);
+    /* The environment next (env.c): a bad value of a variable that guards a
+     * result or a wait (ZERO_COMM_TIMEOUT=5m, ZERO_CHECK_HOST_WRITES=ful)
+     * is refused, agreed like a bad config so that no rank waits for it;
+     * the other bad values and near-miss names are warned about. */
+    s = zero__env_check(config_warn, e, msg, sizeof msg);
+    if (s != ZERO_OK) return fail_create(e, zero__engine_agree_failure(e, s, "read its environment", msg), err, err_len);
     e->rc = zero__config_run(e->cfg);
     if ((s = zero__trace_engine_start(e)) != ZERO_OK) return fail_create(e, s, err, err_len);
     set_comm_timeout(e);

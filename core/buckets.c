@@ -63,6 +63,7 @@
  * nothing changes; ZERO_BUCKET_HOST_WAIT=1 turns it off (the host then
  * waits per bucket as before: before/after measurements). */
 #include "buckets.h"
+#include "env.h"
 #include "bucket_plan.h"
 
 #include <pthread.h>
@@ -292,8 +293,8 @@ static int ordered_completion(const zero_buckets *b) {
     zero__device *d = b->e->dev;
     if (!d || b->spec.overlap || b->spec.on_block_final || !needs_comm(b)) return 0;
     if (!zero__dev_has_fences(d) || !d->ops->fence_order) return 0;
-    const char *env = getenv("ZERO_BUCKET_HOST_WAIT");
-    if (env && env[0] && strcmp(env, "0") != 0) return 0;
+    int host_wait = 0;
+    if (zero__env_flag("ZERO_BUCKET_HOST_WAIT", &host_wait) == 1 && host_wait) return 0;
     return zero__comm_ordered_on(b->comm, d->ops->stream(d));
 }
 

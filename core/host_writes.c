@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "host_writes.h"
 #include "log.h"
 #include "optim_math.h"
@@ -23,9 +24,9 @@ enum { CHECK_OFF, CHECK_SAMPLED, CHECK_FULL };
 
 static int check_mode(const zero_engine *e) {
     if (e->dev) return CHECK_OFF; /* device memory: not read from the host */
-    const char *m = getenv("ZERO_CHECK_HOST_WRITES");
-    if (m && !strcmp(m, "off")) return CHECK_OFF;
-    return m && !strcmp(m, "full") ? CHECK_FULL : CHECK_SAMPLED;
+    const char *m = NULL; /* a bad value was refused at engine creation (env.c) */
+    if (zero__env_choice("ZERO_CHECK_HOST_WRITES", &m) != 1) return CHECK_SAMPLED;
+    return !strcmp(m, "off") ? CHECK_OFF : !strcmp(m, "full") ? CHECK_FULL : CHECK_SAMPLED;
 }
 
 static size_t bytes_of(const struct zero_param *p) { return (size_t)p->info.numel * zero__dtype_size(p->info.dtype); }

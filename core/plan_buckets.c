@@ -25,6 +25,7 @@
 #include <stdlib.h>
 
 #include "bucket_plan.h"
+#include "env.h"
 #include "layout.h"
 #include "plan_buckets.h"
 
@@ -247,16 +248,13 @@ out:;
     return bytes;
 }
 
-/* comm_mpi_progress.c: ZERO_COMM_CHUNK_KB (default 512, 4..1<<20) and
- * ZERO_COMM_WINDOW (default 8, 1..ZM_MAX_WINDOW), read the same way so that
- * the plan follows the process's settings. */
-static long plan_env_long(const char *name, long def, long lo, long hi) {
-    const char *v = getenv(name);
-    if (!v || !*v) return def;
-    char *end = NULL;
-    long x = strtol(v, &end, 10);
-    if (end == v || *end) return def;
-    return x < lo ? lo : x > hi ? hi : x;
+/* comm_mpi_progress.c: ZERO_COMM_CHUNK_KB (default 512) and
+ * ZERO_COMM_WINDOW (default 8), read by the same table (env.c) so that the
+ * plan follows the process's settings: a value out of range is the default
+ * in both (the plan used to clamp it while the ring used the default). */
+static long plan_env_long(const char *name, long def) {
+    long v = def;
+    return zero__env_long(name, &v) == 1 ? v : def;
 }
 
 uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
@@ -268,8 +266,8 @@ uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *par
     const int wire16 = wire16_of(gdt, comm_dtype);
     /* bucket reductions run in fp32, or in the 16-bit wire dtype (buckets.c launch) */
     const uint64_t esz = wire16 ? 2 : 4;
-    const uint64_t chunk_bytes = (uint64_t)plan_env_long("ZERO_COMM_CHUNK_KB", 512, 4, 1L << 20) * 1024u;
-    const uint64_t window = (uint64_t)plan_env_long("ZERO_COMM_WINDOW", 8, 1, 64);
+    const uint64_t chunk_bytes = (uint64_t)plan_env_long("ZERO_COMM_CHUNK_KB", 512) * 1024u;
+    const uint64_t window = (uint64_t)plan_env_long("ZERO_COMM_WINDOW", 8);
     uint64_t chunk = chunk_bytes / esz ? chunk_bytes / esz : 1;
     if (chunk > (uint64_t)INT_MAX / esz) chunk = (uint64_t)INT_MAX / esz;
     const uint32_t N = L->world;

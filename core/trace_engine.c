@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "config.h"
 #include "engine.h"
 #include "log.h"
@@ -30,11 +31,8 @@ zero_status zero__trace_engine_start(struct zero_engine *e) {
     int r = zero__config_int(e->cfg, "trace.events_per_thread", &events);
     if (r < 0 || (r == 1 && (events < 16 || events > (1 << 26))))
         return zero__error(e, ZERO_ERR_CONFIG, "trace.events_per_thread: expected an integer in 16..67108864");
-    const char *env_ev = getenv("ZERO_TRACE_EVENTS");
-    if (env_ev && env_ev[0]) {
-        long v = strtol(env_ev, NULL, 10);
-        if (v >= 16 && v <= (1 << 26)) events = v;
-    }
+    long env_ev = 0;
+    if (zero__env_long("ZERO_TRACE_EVENTS", &env_ev) == 1) events = env_ev;
     if (zero__trace_start(path, e->rank, e->world_size, (size_t)events) != 0)
         return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "trace: out of memory starting the tracer");
     e->tracing = 1;

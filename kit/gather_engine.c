@@ -563,7 +563,8 @@ void zero_kit_gather_spec_from_config(const zero_services *svc, zero_dtype dtype
     spec->cap_bytes = UINT64_MAX;
     spec->poison = poison_default;
     const char *env = getenv("ZERO_DEBUG_POISON");
-    if (env && *env) spec->poison = env[0] != '0';
+    /* "0" or "1" (libzero warns about anything else at engine creation) */
+    if (env && (!strcmp(env, "0") || !strcmp(env, "1"))) spec->poison = env[0] == '1';
 }
 
 /* A param larger than the budget: warned (once, in elements; the pool then

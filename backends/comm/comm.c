@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "env.h"
 #include "comm.h"
 #include "comm_internal.h"
 #include "comm_nccl.h" /* empty without ZERO_HAVE_NCCL */
@@ -47,7 +48,8 @@ zero_status zero__comm_world_create(int kind, void *handle, struct zero_engine *
     }
     if (kind == ZERO_COMM_AUTO) {
         /* ZERO_COMM_BACKEND=self|mpi overrides the choice (documented knob). */
-        const char *forced = getenv("ZERO_COMM_BACKEND");
+        const char *forced = NULL; /* a bad value is refused once the engine checks its environment */
+        if (zero__env_choice("ZERO_COMM_BACKEND", &forced) != 1) forced = NULL;
         if (forced && strcmp(forced, "self") == 0) {
             *out = zero__comm_self_create(engine);
             return *out ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
@@ -207,15 +209,12 @@ zero_status zero__allgather_bytes(zero_comm *m, const void *send, void *recv, si
 zero_status zero__comm_split_node(zero_comm *m, zero_comm **out) {
     if (!m || !out) return ZERO_ERR_INVALID_ARGUMENT;
     *out = NULL;
-    const char *env = getenv("ZERO_RANKS_PER_NODE");
-    if (env && *env) {
-        char *end = NULL;
-        long k = strtol(env, &end, 10);
-        if (*end || k < 1)
-            return zero__error(m->engine, ZERO_ERR_CONFIG, "ZERO_RANKS_PER_NODE: got '%s', expected a positive integer",
-                               env);
-        return m->ops->split(m, (int)(m->rank / k), m->rank, out);
-    }
+    long k = 0;
+    const int rpn = zero__env_long("ZERO_RANKS_PER_NODE", &k);
+    if (rpn < 0)
+        return zero__error(m->engine, ZERO_ERR_CONFIG, "ZERO_RANKS_PER_NODE: got '%s', expected a positive integer",
+                           getenv("ZERO_RANKS_PER_NODE"));
+    if (rpn == 1) return m->ops->split(m, (int)(m->rank / k), m->rank, out);
     if (m->ops->split_node) return m->ops->split_node(m, out);
     if (m->size == 1) return m->ops->split(m, 0, 0, out);
     return zero__error(m->engine, ZERO_ERR_UNSUPPORTED,

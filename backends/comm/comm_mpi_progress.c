@@ -38,19 +38,18 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
+#include "env.h"
 #include "comm_mpi_internal.h"
 #include "comm_wait.h"
 #include "memory.h"
 #include "jitter.h"
 #include "log.h"
 
-static long env_long(const char *name, long dflt, long lo, long hi) {
-    const char *s = getenv(name);
-    if (!s || !*s) return dflt;
-    char *end = NULL;
-    long v = strtol(s, &end, 10);
-    if (end == s || v < lo || v > hi) return dflt;
-    return v;
+/* Ranges in env.c's table; a value out of range is the default (and was
+ * warned about when the engine checked its environment). */
+static long env_long(const char *name, long dflt) {
+    long v = dflt;
+    return zero__env_long(name, &v) == 1 ? v : dflt;
 }
 
 static void list_remove(zm_engine *pe, zm_op *op) {
@@ -148,20 +147,22 @@ zm_engine *zero__zm_engine_create(int thread_level, struct zero_engine *engine, 
     pe->engine = engine;
     pe->hooks = hooks;
     pe->thread_level = thread_level;
-    pe->poll_us = (unsigned)env_long("ZERO_COMM_POLL_US", 100, 1, 100000);
-    pe->chunk_bytes = (size_t)env_long("ZERO_COMM_CHUNK_KB", 512, 4, 1L << 20) * 1024u;
-    pe->window = (int)env_long("ZERO_COMM_WINDOW", 8, 1, ZM_MAX_WINDOW);
-    pe->cache_cap = (size_t)env_long("ZERO_COMM_SCRATCH_CACHE_MB", 64, 0, 1L << 20) << 20;
-    const char *ag = getenv("ZERO_COMM_ALLGATHER");
-    pe->allgather_mode = !ag ? ZM_AG_AUTO
-                         : strcmp(ag, "ring") == 0   ? ZM_AG_RING
+    pe->poll_us = (unsigned)env_long("ZERO_COMM_POLL_US", 100);
+    pe->chunk_bytes = (size_t)env_long("ZERO_COMM_CHUNK_KB", 512) * 1024u;
+    pe->window = (int)env_long("ZERO_COMM_WINDOW", 8);
+    _Static_assert(ZM_MAX_WINDOW == 64, "ZERO_COMM_WINDOW's range in base/env.c is 1..64");
+    pe->cache_cap = (size_t)env_long("ZERO_COMM_SCRATCH_CACHE_MB", 64) << 20;
+    const char *ag = "auto";
+    if (zero__env_choice("ZERO_COMM_ALLGATHER", &ag) != 1) ag = "auto";
+    pe->allgather_mode = strcmp(ag, "ring") == 0     ? ZM_AG_RING
                          : strcmp(ag, "direct") == 0 ? ZM_AG_DIRECT
                          : strcmp(ag, "mpi") == 0    ? ZM_AG_MPI
                                                      : ZM_AG_AUTO;
-    const char *ar = getenv("ZERO_COMM_ALLREDUCE");
-    pe->native_allreduce = ar && strcmp(ar, "mpi") == 0;
+    const char *ar = "ring";
+    pe->native_allreduce = zero__env_choice("ZERO_COMM_ALLREDUCE", &ar) == 1 && strcmp(ar, "mpi") == 0;
     pe->timeout_s = zero__comm_timeout_resolve(0, 0, NULL); /* the engine sets the config's later */
-    int want_thread = env_long("ZERO_COMM_PROGRESS_THREAD", 1, 0, 1) != 0;
+    int want_thread = 1;
+    if (zero__env_flag("ZERO_COMM_PROGRESS_THREAD", &want_thread) != 1) want_thread = 1;
     if (thread_level >= MPI_THREAD_MULTIPLE && want_thread) {
         if (pthread_create(&pe->thread, NULL, progress_main, pe) == 0)
             pe->has_thread = 1;

@@ -58,6 +58,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "env.h"
 #include "comm_mpi_internal.h"
 #include "jitter.h"
 #include "log.h"
@@ -153,11 +154,12 @@ zero_status zero__zm_shm_setup(zm_comm *c, int *node_ranks) {
     const int n = c->base.size, r = c->base.rank;
     if (node_ranks) *node_ranks = 1;
     if (n < 2) return ZERO_OK;
-    const char *env = getenv("ZERO_COMM_SHM");
+    int shm = 1;
+    if (zero__env_flag("ZERO_COMM_SHM", &shm) != 1) shm = 1;
     zm_shm_row mine;
     memset(&mine, 0, sizeof mine);
     mine.fd = -1;
-    mine.allowed = !(env && strcmp(env, "0") == 0);
+    mine.allowed = shm;
     zero__node_record(mine.node);
     zero_status st;
 

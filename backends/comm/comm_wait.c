@@ -1,6 +1,7 @@
 /* The wait policy of comm_wait.h: spin briefly, then back off to 1 ms
  * sleeps; give up after the no-progress limit. */
 #include "comm_wait.h"
+#include "env.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -12,11 +13,8 @@
 static unsigned spin_us_default(void) {
     /* Read once per wait: getenv is cheap next to a wait, and tests and
      * benchmarks can change it between engines. */
-    const char *s = getenv("ZERO_COMM_SPIN_US");
-    if (!s || !*s) return 2000u;
-    char *end = NULL;
-    long v = strtol(s, &end, 10);
-    return end != s && v >= 0 && v <= 1000000 ? (unsigned)v : 2000u;
+    long v = 2000;
+    return zero__env_long("ZERO_COMM_SPIN_US", &v) == 1 ? (unsigned)v : 2000u;
 }
 
 void zero__waiter_start(zero__waiter *w, double limit_s) {
@@ -54,15 +52,9 @@ int zero__waiter_pause(zero__waiter *w) {
     return 0;
 }
 
-static int env_seconds(const char *name, double *out) {
-    const char *s = getenv(name);
-    if (!s || !*s) return 0;
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end == s || !(v >= 0)) return 0;
-    *out = v;
-    return 1;
-}
+/* A bad value ("5m", "abc") is refused at engine creation (env.c); here it
+ * counts as unset, so that the next name in the order decides. */
+static int env_seconds(const char *name, double *out) { return zero__env_seconds(name, out) == 1; }
 
 double zero__comm_timeout_resolve(int cfg_set, double cfg_value, const char **source) {
     static const char *const vars[] = {"ZERO_COMM_TIMEOUT", "ZERO_NCCL_TIMEOUT_S", "ZERO_STAGE3_TIMEOUT_S"};

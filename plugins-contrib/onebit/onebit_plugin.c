@@ -85,7 +85,7 @@ static zero_status ob_create(const zero_services *svc, void **state) {
     int64_t fs;
     if (svc->cfg_int(c, "optimizer.params.freeze_step", &fs) == 1) s->freeze_step = fs;
     const char *ex = getenv("ZERO_ONEBIT_EXACT");
-    s->exact = ex && ex[0] == '1';
+    s->exact = ex && strcmp(ex, "1") == 0;
     return ZERO_OK;
 }
 

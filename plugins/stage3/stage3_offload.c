@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "stage3_tiers.h"
@@ -77,9 +78,12 @@ zero_status zero__s3_off_configure(zero__s3 *s) {
     s->off = calloc(1, sizeof *s->off);
     if (!s->off) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");
     const char *env = getenv("ZERO_OFFLOAD_SEQUENTIAL");
-    s->off->sequential = env && env[0] == '1';
-    s->off->alternate = env && strcmp(env, "alternate") == 0;
-    s->off->calibrate = !env || !*env;
+    /* "1", "0" (pipelined, not measured) or "alternate"; unset or anything
+     * else (warned about by libzero at engine creation): measured over the
+     * first steps, the faster kept */
+    s->off->sequential = env && strcmp(env, "1") == 0;
+    s->off->alternate = env && strcasecmp(env, "alternate") == 0;
+    s->off->calibrate = !env || (strcmp(env, "0") && !s->off->sequential && !s->off->alternate);
     return ZERO_OK;
 }
 

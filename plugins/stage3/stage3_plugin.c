@@ -34,7 +34,8 @@ static zero_status s3_create(const zero_services *svc, void **state) {
     s->poison = 1;
 #endif
     const char *env = getenv("ZERO_DEBUG_POISON");
-    if (env && *env) s->poison = env[0] != '0';
+    /* "0" or "1" (libzero warns about anything else at engine creation) */
+    if (env && (!strcmp(env, "0") || !strcmp(env, "1"))) s->poison = env[0] == '1';
     *state = s;
     return ZERO_OK;
 }

@@ -1,5 +1,6 @@
 /* CUDA device backend; see device_cuda.h. */
 #include "device_cuda.h"
+#include "env.h"
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -139,8 +140,8 @@ zero_status zero_cuda_device_open(const zero_cuda_device_options *o, zero_cuda_d
          * (2026-11-28) had all 63 device demo cases bitwise with queued
          * fills, that one included.  ZERO_CUDA_ALLOC_SYNC=1 waits for every
          * fill again (the behaviour before issue 35). */
-        const char *sync = getenv("ZERO_CUDA_ALLOC_SYNC");
-        d->sync_alloc = sync && strcmp(sync, "1") == 0;
+        int sync = 0;
+        d->sync_alloc = zero__env_flag("ZERO_CUDA_ALLOC_SYNC", &sync) == 1 && sync;
     }
     for (int t = 0; t < ZERO_NTIERS; ++t) {
         if (!(d->arena[t] = zero_cuda_arena_create(ARENA_ALIGN))) {
