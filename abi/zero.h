@@ -593,8 +593,10 @@ ZERO_API double zero_loss_scale(const zero_engine *e);
  * process killed at any point leaves `latest` naming a complete checkpoint.
  * Failures are agreed: every rank returns the same status, the message
  * naming the rank that failed and why (ENOSPC: "No space left on device");
- * the previous checkpoint is untouched.  Format and guarantees:
- * docs/checkpoints.md.  Collective over every rank of the job.
+ * the previous checkpoint is untouched.  In the middle of a micro-step
+ * (a gradient reported since the last zero_step on any rank) it is
+ * ZERO_ERR_STATE on every rank, nothing written (1.7.5).  Format and
+ * guarantees: docs/checkpoints.md.  Collective over every rank of the job.
  * (1.0 wrote one flat directory; 1.2 reads only the manifest format.) */
 ZERO_API zero_status zero_save(zero_engine *e, const char *dir);
 /* Load a checkpoint: `dir` is a checkpoint directory (holding
@@ -604,8 +606,10 @@ ZERO_API zero_status zero_save(zero_engine *e, const char *dir);
  * missing or foreign file is ZERO_ERR_IO / ZERO_ERR_MISMATCH on every rank.
  * A checkpoint written by another world size or plugin is resharded (every
  * built-in plugin except stage1-pp), each rank reading only the byte ranges
- * it needs; it must have been saved at an accumulation boundary.
- * Collective. */
+ * it needs; it must have been saved at an accumulation boundary.  The
+ * accumulation window in progress is dropped first (1.7.5): gradients of
+ * finished micro-steps, a backward cut short, a held step; run a backward
+ * before the next zero_step.  Collective. */
 ZERO_API zero_status zero_load(zero_engine *e, const char *dir);
 
 /* (1.2) zero_save with a tag and a retention policy. */

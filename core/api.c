@@ -1187,10 +1187,38 @@ zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_save_option
     return zero__ckpt_save(e, dir, opt.tag, opt.keep_last);
 }
 
+/* (1.7.5) zero_load first discards the accumulation window it finds: the
+ * gradients of finished micro-steps, a backward cut short (some params
+ * reported, bucket reductions in flight on some ranks only), a micro-step
+ * a refused zero_step holds.  Before, the window's gradients outlived the
+ * load: a half backward's params were refused as ZERO_ERR_DUPLICATE in the
+ * next one and their partial sums trained on, and a held micro-step let a
+ * zero_step without a backward train on the gradients computed before the
+ * load.  Agreed (one all-reduce over the job), since dropping the window
+ * runs the bucket collectives on every rank: each delivers zeros for what
+ * it was not given, in order, and the plugins clear their gradients as
+ * after an overflow (drop_window).  After the load, the checkpoint's
+ * micro-step starts a fresh one: the host runs a backward before zero_step. */
+static zero_status discard_window(zero_engine *e) {
+    double any = (e->micro_step || zero__grads_reported(e, NULL)) ? 1.0 : 0.0;
+    zero_status s = zero__allreduce(e->global, &any, 1, ZERO_DTYPE_F64, ZERO_OP_MAX);
+    if (s != ZERO_OK) return zero__error_context(e, s, "zero_load: agreeing to drop the accumulation window");
+    zero__grad_window_drop(e);
+    if (any == 0) return ZERO_OK;
+    zero__log(e, ZERO_LOG_INFO, "zero_load: dropping the accumulation window in progress (micro-step %u, %u param(s) "
+              "reported in it on this rank)", e->micro_step, zero__grads_reported(e, NULL));
+    s = zero__grads_fill_unrecorded(e);
+    zero_status d = drop_window(e, NULL);
+    zero__grad_window_drop(e);
+    if (s == ZERO_OK) s = d;
+    return s != ZERO_OK ? zero__error_context(e, s, "zero_load: dropping the accumulation window in progress") : s;
+}
+
 zero_status zero_load(zero_engine *e, const char *dir) {
     zero_status s = ckpt_entry(e, dir, "zero_load", 1);
     ZERO_TRACE_SCOPE("zero_load", "ckpt", NULL, 0, NULL, 0);
     if (s != ZERO_OK) return s;
+    if ((s = discard_window(e)) != ZERO_OK) return s;
     s = zero__ckpt_load(e, dir);
     /* libzero wrote its copies (all, or some before a failure): the
      * host-write check must not take that for the host's doing */

@@ -100,8 +100,9 @@ static uint64_t micro_sig(uint32_t m) {
 
 /* Deliver zeros for every param not reported in this micro-step (a
  * stacked param with some slices counts as reported: its other slices are
- * zero) and record them in the window.  Returns the first failure. */
-static zero_status deliver_missing(zero_engine *e) {
+ * zero) and, with `record`, record them in the window.  Returns the first
+ * failure. */
+static zero_status deliver_missing(zero_engine *e, int record) {
     uint32_t missing = 0;
     zero_status first = ZERO_OK;
     zero__grad_window *w = NULL;
@@ -111,14 +112,15 @@ static zero_status deliver_missing(zero_engine *e) {
         unsigned got = p->stack_layers ? atomic_load(&p->slices_ready) : 0;
         zero_status s;
         if (got) { /* (1.1) a stack with some slices: the others were never added, i.e. zero */
-            zero__log(e, ZERO_LOG_WARN, "stacked param '%s': %u of %u slices reported in micro-step %u; the other "
-                      "slices count as zero", p->name, got, p->stack_layers, e->micro_step);
+            if (record) /* (zero_load discards them: nothing to say) */
+                zero__log(e, ZERO_LOG_WARN, "stacked param '%s': %u of %u slices reported in micro-step %u; the "
+                          "other slices count as zero", p->name, got, p->stack_layers, e->micro_step);
             atomic_store(&p->ready, 1);
             s = e->plugin.table->on_grad_ready(e->pstate, &p->info, NULL);
         } else {
-            if (!w && !(w = gwin_at(e))) {
+            if (record && !w && !(w = gwin_at(e))) {
                 if (first == ZERO_OK) first = zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_step: out of memory");
-            } else if (w) {
+            } else if (record) {
                 w->miss[2 * i]++;
                 w->miss[2 * i + 1] = (int64_t)(((uint64_t)w->miss[2 * i + 1] + micro_sig(e->micro_step)) & MG_SIG_MASK);
             }
@@ -254,7 +256,7 @@ static zero_status judge_window(zero_engine *e, int *verdict, char *why, size_t 
 
 zero_status zero__grads_settle(zero_engine *e, int hp_refused, int host_written, int *verdict, char *why, size_t len) {
     *verdict = MG_PROCEED;
-    zero_status local = deliver_missing(e);
+    zero_status local = deliver_missing(e, 1);
     if (e->micro_step + 1 < (uint32_t)e->rc->grad_accum_steps) return local; /* agreed at the boundary */
     /* bit 63: a rank failed delivering (every rank stops, none hangs);
      * bit 62: a rank refused the step's hyper-parameters (hparams.c), bit
@@ -297,3 +299,20 @@ zero_status zero__grads_settle(zero_engine *e, int hp_refused, int host_written,
     return s;
 }
 
+
+zero_status zero__grads_fill_unrecorded(zero_engine *e) { return deliver_missing(e, 0); }
+
+void zero__grad_window_drop(zero_engine *e) {
+    if (e->gwin) gwin_clear(e->gwin);
+}
+
+uint32_t zero__grads_reported(const zero_engine *e, const char **first) {
+    uint32_t n = 0;
+    if (first) *first = NULL;
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        const struct zero_param *p = e->params[i];
+        if (!atomic_load(&p->ready) && !(p->stack_layers && atomic_load(&p->slices_ready))) continue;
+        if (!n++ && first) *first = p->name;
+    }
+    return n;
+}

@@ -34,6 +34,18 @@ enum { MG_PROCEED = 0, MG_SKIP = 1, MG_REFUSE = 2, MG_HOLD = 3 };
 zero_status zero__grads_settle(struct zero_engine *e, int hp_refused, int host_written, int *verdict, char *why,
                                size_t len);
 
+/* (1.7.5) zero_load discards the window it finds: every param not reported
+ * in this micro-step is delivered as zeros, as zero_step would, so that each
+ * rank issues every bucket collective in order, but nothing is recorded as
+ * missing.  Returns the first failure.  Engine thread, every rank. */
+zero_status zero__grads_fill_unrecorded(struct zero_engine *e);
+/* (1.7.5) Forget what the window record holds (zero_load: the window it
+ * described is gone).  NULL-safe record. */
+void zero__grad_window_drop(struct zero_engine *e);
+/* Params reported (a stacked one: any slice) since the last zero_step that
+ * ended a micro-step, or held by a refused one; *first (may be NULL) the
+ * first one's name.  Reads the ready flags: call with no hook running. */
+uint32_t zero__grads_reported(const struct zero_engine *e, const char **first);
 /* Free e->gwin (NULL-safe); zero_engine_destroy. */
 void zero__grad_window_free(struct zero_engine *e);
 #endif

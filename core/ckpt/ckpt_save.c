@@ -34,6 +34,7 @@
 #include "ckpt_hparams.h"
 #include "config_internal.h"
 #include "engine.h"
+#include "grad_window.h"
 #include "optim.h"
 
 static int plain_name(const char *s) {
@@ -341,15 +342,34 @@ static zero_status finish_on_root(struct zero_engine *e, const char *root, const
 zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char *tag_in, uint32_t keep) {
     zero_comm *g = e->global;
     const int grank = zero__comm_rank(g);
-    /* 1. the same step on every rank */
-    double v[4] = {(double)e->global_step, -(double)e->global_step, (double)e->micro_step, -(double)e->micro_step};
-    zero_status s = zero__allreduce(g, v, 4, ZERO_DTYPE_F64, ZERO_OP_MAX);
+    /* 1. the same step on every rank, and no micro-step in progress: the
+     * gradients a backward has added so far (or a refused zero_step holds)
+     * belong to no micro-step the checkpoint can name, so a resume would
+     * count them again (1.7.5; before, they were saved) */
+    const char *first = NULL;
+    const uint32_t reported = zero__grads_reported(e, &first);
+    const int gsize = zero__comm_size(g);
+    double v[6] = {(double)e->global_step, -(double)e->global_step, (double)e->micro_step, -(double)e->micro_step,
+                   reported ? (double)(gsize - grank) : 0.0, (double)reported};
+    zero_status s = zero__allreduce(g, v, 6, ZERO_DTYPE_F64, ZERO_OP_MAX);
     if (s != ZERO_OK) return s;
     if (v[0] != -v[1] || v[2] != -v[3])
         return zero__error(e, ZERO_ERR_MISMATCH,
                            "zero_save: ranks are at different steps (global_step %.0f..%.0f, micro_step %.0f..%.0f); "
                            "nothing written",
                            -v[1], v[0], -v[3], v[2]);
+    if (v[4] > 0) {
+        if (reported)
+            return zero__error(e, ZERO_ERR_STATE,
+                               "zero_save in the middle of a micro-step: %u of %u params ('%s' first) reported with "
+                               "zero_on_grad_ready since the last zero_step (or held by a refused zero_step); save "
+                               "before the backward or after the zero_step that ends it; nothing written",
+                               reported, e->nparams, first ? first : "?");
+        return zero__error(e, ZERO_ERR_STATE,
+                           "zero_save in the middle of a micro-step: rank %.0f has reported gradients since the last "
+                           "zero_step (up to %.0f params on a rank); nothing written",
+                           (double)gsize - v[4], v[5]);
+    }
     char tag[256];
     if (tag_in) snprintf(tag, sizeof tag, "%s", tag_in);
     else if (e->micro_step)

@@ -150,7 +150,7 @@ static void episode(const run_cfg *c, zero_engine *e, zero_param **h, unsigned c
  * of p1 through zero_gather's pointer; it cannot be put back (the host has
  * no other copy), so after the refusals the host loads the checkpoint of
  * step 1 and trains on; the reference loads it at the same point. */
-static void gather_episode(const run_cfg *c, zero_engine *e, const char *what) {
+static void gather_episode(const run_cfg *c, zero_engine *e, zero_param **h, int s_index, const char *what) {
     zero_step_result r = ZERO_STEP_RESULT_INIT;
     if (!c->load) {
         for (int k = 0; k < 2; k++) { /* refused, and again while the copy differs */
@@ -175,6 +175,8 @@ static void gather_episode(const run_cfg *c, zero_engine *e, const char *what) {
         }
     }
     CHECK(zero_load(e, ckdir_) == ZERO_OK, "%s: zero_load: %s", what, zero_last_error(e));
+    /* the load dropped the held micro-step (1.7.5): a new backward */
+    report_grads(c, e, h, s_index);
     const zero_status s = zero_step(e, NULL, &r);
     CHECK(s == ZERO_OK && r.taken, "%s: zero_step after zero_load: %s (taken %d)", what, zero_last_error(e),
           (int)r.taken);
@@ -234,7 +236,7 @@ static void run(const run_cfg *c, unsigned char *out) {
             if (rank_ == world_ - 1) host_write(c, t[1]);
         }
         if (step == EPISODE && last_micro && (c->write == W_GATHER || c->load)) {
-            gather_episode(c, e, what);
+            gather_episode(c, e, h, s, what);
             continue;
         }
         if (step == EPISODE && last_micro && c->write != W_NONE) {
