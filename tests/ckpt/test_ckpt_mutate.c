@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "../common/host_util.h"
+#include "../common/slurp.h"
 #include "../common/mpi_check.h"
 #include "../stages/mlp_host.h"
 
@@ -61,19 +62,6 @@ static host_run_cfg cfg(void) {
     c.mb = 2;
     c.hp_lr = 0.00135; /* zero_set_hparams(ALL_GROUPS, lr): state.hparams has an entry */
     return c;
-}
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
 }
 
 static void put(const char *path, const char *text) {
@@ -236,7 +224,7 @@ static void legacy_checkpoint(void) {
         char cmd[4000];
         snprintf(cmd, sizeof cmd, "'%s' verify '%s' > '%s' 2>&1", tool_, ck_, out_);
         int st = system(cmd);
-        char *o = slurp(out_);
+        char *o = th_slurp(out_);
         CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0 && o && strstr(o, "WARNING") && strstr(o, "1.5.1") &&
                   strstr(o, "OK"),
               "a 1.5.1 checkpoint: zero-ckpt verify exit %d: %.600s", WIFEXITED(st) ? WEXITSTATUS(st) : -1, o ? o : "");
@@ -285,7 +273,7 @@ static int verify_refuses(const char *what) {
     char cmd[4000];
     snprintf(cmd, sizeof cmd, "'%s' verify '%s' > '%s' 2>&1", tool_, ck_, out_);
     int st = system(cmd);
-    char *o = slurp(out_);
+    char *o = th_slurp(out_);
     int ok = WIFEXITED(st) && WEXITSTATUS(st) == 1 && o && (strstr(o, "BAD") || strstr(o, "manifest"));
     CHECK(ok, "%s: zero-ckpt verify exit %d, said: %.600s", what, WIFEXITED(st) ? WEXITSTATUS(st) : -1, o ? o : "");
     free(o);
@@ -296,7 +284,7 @@ static void verify_accepts(const char *what) {
     char cmd[4000];
     snprintf(cmd, sizeof cmd, "'%s' verify '%s' > '%s' 2>&1", tool_, ck_, out_);
     int st = system(cmd);
-    char *o = slurp(out_);
+    char *o = th_slurp(out_);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0 && o && strstr(o, "OK") && !strstr(o, "WARNING"),
           "%s: zero-ckpt verify exit %d: %.600s", what, WIFEXITED(st) ? WEXITSTATUS(st) : -1, o ? o : "");
     free(o);
@@ -403,7 +391,7 @@ static void issue_case(const char *what, void (*edit)(json_t *), int layout) {
         remove(st);
         snprintf(cmd, sizeof cmd, "'%s' consolidate '%s' '%s' > '%s' 2>&1", tool_, ck_, st, out_);
         int rc = system(cmd);
-        char *o = slurp(out_);
+        char *o = th_slurp(out_);
         CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 1 && access(st, F_OK) != 0 && o && strstr(o, "manifest"),
               "%s: zero-ckpt consolidate exit %d: %.300s", what, WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, o ? o : "");
         free(o);
@@ -506,7 +494,7 @@ int main(int argc, char **argv) {
     th_ckpt_latest(root_, ck_, sizeof ck_);
     snprintf(man_, sizeof man_, "%s/manifest.json", ck_);
     if (rank_ == 0) {
-        orig_ = slurp(man_);
+        orig_ = th_slurp(man_);
         json_error_t je;
         doc_ = orig_ ? json_loads(orig_, 0, &je) : NULL;
         CHECK(doc_ != NULL, "%s does not parse", man_);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "slurp.h"
 #include "env.h"
 
 static char warned[8192];
@@ -192,19 +193,6 @@ static void check_env(void) {
 
 /* ---- the docs and the sources against the table ---- */
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (b) b[n] = '\0';
-    fclose(f);
-    return b;
-}
-
 static int sources_read;
 static int scan_source(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
     (void)sb, (void)ftw;
@@ -212,7 +200,7 @@ static int scan_source(const char *path, const struct stat *sb, int type, struct
     if (type != FTW_F || n < 3 || (strcmp(path + n - 2, ".c") && strcmp(path + n - 2, ".h") &&
                                    (n < 4 || strcmp(path + n - 3, ".cu"))))
         return 0;
-    char *text = slurp(path);
+    char *text = th_slurp(path);
     if (!text) return 0;
     sources_read++;
     for (const char *p = text; (p = strstr(p, "getenv(\"ZERO_")); p += 8) {
@@ -228,7 +216,7 @@ static int scan_source(const char *path, const struct stat *sb, int type, struct
 static void docs_and_sources(const char *src) {
     char path[4096];
     snprintf(path, sizeof path, "%s/docs/environment.md", src);
-    char *doc = slurp(path);
+    char *doc = th_slurp(path);
     CHECK(doc != NULL, "cannot read %s", path);
     if (!doc) return;
     size_t n;
