@@ -311,8 +311,13 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     /* Plugin choice: explicit option, then $ZERO_PLUGIN, then the config.
      * "auto" ("stage": "auto"): zero_params_done picks one from the memory
      * plans of the parameters registered (plan_auto.c). */
-    const char *plugin = opts.plugin;
-    if (!plugin || !plugin[0]) plugin = getenv("ZERO_PLUGIN");
+    const char *plugin = opts.plugin, *env_plugin = getenv("ZERO_PLUGIN");
+    /* an operator's ZERO_PLUGIN that the host's own choice overrides is
+     * said, not dropped in silence (1.7.5) */
+    if (plugin && plugin[0] && env_plugin && env_plugin[0] && strcmp(plugin, env_plugin) != 0)
+        zero__log(e, ZERO_LOG_WARN, "ZERO_PLUGIN=%s is ignored: the host named plugin '%s' (zero_engine_options."
+                  "plugin), which comes first (docs/environment.md)", env_plugin, plugin);
+    if (!plugin || !plugin[0]) plugin = env_plugin;
     if (!plugin || !plugin[0]) plugin = zero__config_plugin(e->cfg);
     e->auto_pick = strcmp(plugin, "auto") == 0;
     const char *needs = zero__config_optim_plugin(e->cfg);

@@ -33,6 +33,7 @@ typedef struct log_capture {
     int warns;
     int saw_unknown_key;
     int bad_rank;
+    int saw_plugin_ignored;
 } log_capture;
 
 static void capture_log(void *user, zero_log_level lvl, int rank, const char *msg) {
@@ -40,6 +41,9 @@ static void capture_log(void *user, zero_log_level lvl, int rank, const char *ms
     if (lvl == ZERO_LOG_WARN) c->warns++;
     if (strstr(msg, "libzero_loader_test_unknown_key")) c->saw_unknown_key = 1;
     if (rank != 0 && rank != -1) c->bad_rank = 1;
+    if (lvl == ZERO_LOG_WARN &&
+        strstr(msg, "ZERO_PLUGIN=loader-other is ignored: the host named plugin 'loader-good'"))
+        c->saw_plugin_ignored = 1;
 }
 
 static zero_status create(const char *plugin, zero_engine **e, char *err, size_t len, log_capture *cap) {
@@ -248,6 +252,24 @@ static void contract_run(const char *variant, int fail_at_params_done) {
     zero_engine_destroy(e);
 }
 
+/* (1.7.5) An operator's ZERO_PLUGIN that the host's own choice overrides is
+ * warned about; the same name is not. */
+static void test_env_plugin_overridden(void) {
+    for (int same = 0; same <= 1; same++) {
+        setenv("ZERO_PLUGIN", same ? "loader-good" : "loader-other", 1);
+        zero_engine *e = NULL;
+        char err[4096] = "";
+        log_capture cap = {0};
+        zero_status s = create("loader-good", &e, err, sizeof err, &cap);
+        CHECK(s == ZERO_OK, "create with ZERO_PLUGIN set: %s", err);
+        CHECK(cap.saw_plugin_ignored == !same, "ZERO_PLUGIN=%s and the host's loader-good: warned %d",
+              same ? "loader-good" : "loader-other", cap.saw_plugin_ignored);
+        if (e) CHECK(strcmp(zero_plugin_name(e), "loader-good") == 0, "plugin %s", zero_plugin_name(e));
+        zero_engine_destroy(e);
+    }
+    unsetenv("ZERO_PLUGIN");
+}
+
 static void test_contract(void) {
     contract_run("null-data", 1);
     contract_run("null-gather", 0);
@@ -268,5 +290,6 @@ int main(int argc, char **argv) {
     test_rev2_plugin_slices();
     test_not_regular_files();
     test_contract();
+    test_env_plugin_overridden();
     return check_finish();
 }
