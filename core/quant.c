@@ -116,6 +116,8 @@ static zero_status check_args(zero_comm *m, const void *const *ops, const size_t
                               size_t *block, qside *side, const char *fn) {
     struct zero_engine *e = m ? m->engine : NULL;
     side->dev = NULL;
+    *bits = 0; /* set on every path: gcc -O3 cannot see that a failure returns before they are read */
+    *block = 0;
     if (!m || !counts) return ZERO_ERR_INVALID_ARGUMENT;
     if (dt != ZERO_DTYPE_F32 && dt != ZERO_DTYPE_BF16 && dt != ZERO_DTYPE_F16)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: dtype %d is not F32, BF16 or F16", fn, (int)dt);
