@@ -433,7 +433,29 @@ int zero__ck_mkdirs(const char *dir) {
  * (unlinkat), so neither `dir` nor anything in it is followed: a link
  * inside goes as a link, and a link put in place of `dir` after the lstat
  * fails the open (ELOOP) instead of emptying its target. */
-int zero__ck_remove_dir(const char *dir) {
+/* "<digits>" from s up to end, at least one digit */
+static int digits_to(const char *s, const char *end) {
+    if (s >= end) return 0;
+    for (; s < end; s++)
+        if (*s < '0' || *s > '9') return 0;
+    return 1;
+}
+
+int zero__ck_is_own_name(const char *name) {
+    if (!strcmp(name, "manifest.json")) return 1;
+    const size_t n = strlen(name);
+    const char *tmp = strstr(name, ".tmp."); /* zero__ck_write_atomic's temp names */
+    if (tmp && tmp > name && digits_to(tmp + 5, name + n)) return 1;
+    if (n < 10 || strcmp(name + n - 4, ".bin")) return 0; /* "x.rank0.bin" */
+    const char *end = name + n - 4, *r = end;
+    while (r > name && r[-1] >= '0' && r[-1] <= '9') r--;
+    return r < end && r - name >= 6 && !strncmp(r - 5, ".rank", 5) && r - 5 > name;
+}
+
+int zero__ck_remove_dir(const char *dir) { return zero__ck_remove_dir_kept(dir, NULL); }
+
+int zero__ck_remove_dir_kept(const char *dir, int *kept_out) {
+    if (kept_out) *kept_out = 0;
     struct stat sb;
     if (lstat(dir, &sb) != 0) return errno == ENOENT ? 0 : -1;
     if (!S_ISDIR(sb.st_mode)) return unlink(dir); /* a link or file at the name: the name goes, never a target */
@@ -450,13 +472,16 @@ int zero__ck_remove_dir(const char *dir) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         struct stat eb;
         if (fstatat(fd, de->d_name, &eb, AT_SYMLINK_NOFOLLOW) != 0) continue; /* gone meanwhile */
-        if (S_ISDIR(eb.st_mode)) { /* a checkpoint has no subdirectories: not ours, left alone */
-            kept = 1, e = ENOTEMPTY;
+        /* a checkpoint has no subdirectories, and what libzero did not name
+         * is the host's: left alone */
+        if (S_ISDIR(eb.st_mode) || !zero__ck_is_own_name(de->d_name)) {
+            kept++, e = ENOTEMPTY;
             continue;
         }
-        if (unlinkat(fd, de->d_name, 0) != 0 && errno != ENOENT) kept = 1, e = errno;
+        if (unlinkat(fd, de->d_name, 0) != 0 && errno != ENOENT) kept++, e = errno;
     }
     closedir(d);
+    if (kept_out) *kept_out = kept;
     if (kept) return errno = e, -1;
     return rmdir(dir);
 }

@@ -76,11 +76,21 @@ int zero__ck_write_atomic(const char *dir, const char *name, const char *text, s
 int zero__ck_fsync_dir(const char *dir);
 /* mkdir -p (0777 & umask). */
 int zero__ck_mkdirs(const char *dir);
-/* Remove a checkpoint directory: its files, then itself; 0 also when it
- * does not exist.  Follows no link: a link (or file) at `dir` is removed as
- * a name, never its target; the directory is opened O_NOFOLLOW and emptied
- * with unlinkat (links inside go as links).  A subdirectory (a checkpoint
- * has none) is left alone: -1 with ENOTEMPTY. */
+/* (1.7.5) Is `name` (an entry of a checkpoint directory) one libzero
+ * writes: "manifest.json", a blob "<x>.rank<R>.bin" / "<x>.pp<S>.rank<R>
+ * .bin", or an atomic write's "<x>.tmp.<pid>"?  Anything else is the
+ * host's (its data loader state, a tokenizer beside the weights), and
+ * libzero never removes it.  Pure. */
+int zero__ck_is_own_name(const char *name);
+/* Remove a checkpoint directory: libzero's files in it (zero__ck_is_own_name),
+ * then itself; 0 also when it does not exist.  Entries libzero did not
+ * write (files, subdirectories, links) are left where they are: then -1
+ * with ENOTEMPTY, and *kept (may be NULL) counts them (before 1.7.5 every
+ * plain file went).  Follows no link: a link (or file) at `dir` is removed
+ * as a name, never its target; the directory is opened O_NOFOLLOW and
+ * emptied with unlinkat (links inside go as links). */
+int zero__ck_remove_dir_kept(const char *dir, int *kept);
+/* zero__ck_remove_dir_kept without the count. */
 int zero__ck_remove_dir(const char *dir);
 /* 1 if path is a symbolic link (lstat), else 0. */
 int zero__ck_is_link(const char *path);

@@ -195,9 +195,61 @@ static int replaceable(const char *root, const char *tag) {
     return lstat(path, &sb) != 0 || S_ISDIR(sb.st_mode);
 }
 
+/* A directory that still holds entries libzero did not write goes aside as
+ * <root>/<base>.kept (or .kept.N), never removed: the host's files are the
+ * host's.  Said at WARN with where they are. */
+static void set_aside(struct zero_engine *e, const char *root, const char *dir, const char *base, int kept,
+                      const char *why) {
+    char aside[4400];
+    for (int k = 0; k < 1000; k++) {
+        if (k) snprintf(aside, sizeof aside, "%s/%s.kept.%d", root, base, k);
+        else snprintf(aside, sizeof aside, "%s/%s.kept", root, base);
+        struct stat sb;
+        if (lstat(aside, &sb) == 0) continue;
+        if (rename(dir, aside) == 0) {
+            zero__log(e, ZERO_LOG_WARN, "checkpoint: %d entr%s in %s that libzero did not write (%s) moved to %s, "
+                      "not removed", kept, kept == 1 ? "y" : "ies", dir, why, aside);
+            return;
+        }
+        break;
+    }
+    zero__log(e, ZERO_LOG_WARN, "checkpoint: %d entr%s that libzero did not write left in %s", kept,
+              kept == 1 ? "y" : "ies", dir);
+}
+
+/* The old directory of a tag that was just replaced (at `old`): entries
+ * libzero did not write (the host's files saved beside a checkpoint, or a
+ * directory of the host's that had the tag's name) move into the new
+ * checkpoint at `final`, libzero's old files are removed, and what remains
+ * (a name the new checkpoint uses) goes aside.  Before 1.7.5 the whole old
+ * directory was removed, the host's files with it. */
+static void retire_old(struct zero_engine *e, const char *root, const char *old, const char *final, const char *tag) {
+    DIR *d = opendir(old);
+    int moved = 0;
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || zero__ck_is_own_name(de->d_name)) continue;
+            char from[4400], to[4400];
+            struct stat sb;
+            snprintf(from, sizeof from, "%s/%s", old, de->d_name);
+            snprintf(to, sizeof to, "%s/%s", final, de->d_name);
+            if (lstat(to, &sb) == 0) continue; /* a name of the new checkpoint's: set aside below */
+            if (rename(from, to) == 0) moved++;
+        }
+        closedir(d);
+    }
+    if (moved)
+        zero__log(e, ZERO_LOG_INFO, "checkpoint: %d entr%s libzero did not write kept in %s (carried over from the "
+                  "directory it replaced)", moved, moved == 1 ? "y" : "ies", final);
+    int kept = 0;
+    if (zero__ck_remove_dir_kept(old, &kept) != 0 && kept) set_aside(e, root, old, tag, kept, "names the new checkpoint uses");
+}
+
 /* Move staging into place as root/tag: an atomic exchange when the tag
- * already exists (the old one is then removed), else a rename. */
-static int publish(const char *root, const char *staging, const char *tag, char *err, size_t errn) {
+ * already exists (the old one is then retired: retire_old), else a rename. */
+static int publish(struct zero_engine *e, const char *root, const char *staging, const char *tag, char *err,
+                   size_t errn) {
     char final[4352];
     snprintf(final, sizeof final, "%s/%s", root, tag);
     struct stat sb;
@@ -208,20 +260,22 @@ static int publish(const char *root, const char *staging, const char *tag, char 
     if (lstat(final, &sb) == 0) {
 #ifdef RENAME_EXCHANGE
         if (renameat2(AT_FDCWD, staging, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
-            zero__ck_remove_dir(staging); /* now the old checkpoint of that tag */
+            retire_old(e, root, staging, final, tag); /* staging is now the old directory of that tag */
             return zero__ck_fsync_dir(root);
         }
 #endif
         /* no atomic exchange here: the old one goes aside first (latest may
          * name the tag for a moment without it; docs/checkpoints.md) */
-        char old[4400];
+        char old[4400], old_base[300];
         snprintf(old, sizeof old, "%s/%s.old", root, tag);
-        zero__ck_remove_dir(old);
+        snprintf(old_base, sizeof old_base, "%s.old", tag);
+        int kept = 0;
+        if (zero__ck_remove_dir_kept(old, &kept) != 0 && kept) set_aside(e, root, old, old_base, kept, "left by an earlier save");
         if (rename(final, old) != 0 || rename(staging, final) != 0) {
             snprintf(err, errn, "zero_save: cannot move %s to %s: %s", staging, final, strerror(errno));
             return -1;
         }
-        zero__ck_remove_dir(old);
+        retire_old(e, root, old, final, tag);
         return zero__ck_fsync_dir(root);
     }
     if (rename(staging, final) != 0) {
@@ -284,7 +338,12 @@ static void prune(struct zero_engine *e, const char *root, const char *current, 
         if (!strcmp(c[i].name, current)) continue;
         char path[4600];
         snprintf(path, sizeof path, "%s/%s", root, c[i].name);
-        if (zero__ck_remove_dir(path) == 0) zero__log(e, ZERO_LOG_INFO, "checkpoint: removed %s (keep_last %u)", path, keep);
+        int kept = 0;
+        if (zero__ck_remove_dir_kept(path, &kept) == 0)
+            zero__log(e, ZERO_LOG_INFO, "checkpoint: removed %s (keep_last %u)", path, keep);
+        else if (kept) /* (1.7.5) the host's files in it stay, with the directory */
+            zero__log(e, ZERO_LOG_INFO, "checkpoint: keep_last %u: removed libzero's files of %s; %d entr%s it did "
+                      "not write left there", keep, path, kept, kept == 1 ? "y" : "ies");
     }
     free(c);
 }
@@ -328,7 +387,7 @@ static zero_status finish_on_root(struct zero_engine *e, const char *root, const
     if (!text) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_save: out of memory writing the manifest");
     int bad = zero__ck_write_atomic(staging, "manifest.json", text, strlen(text), err, sizeof err);
     free(text);
-    if (bad || publish(root, staging, tag, err, sizeof err))
+    if (bad || publish(e, root, staging, tag, err, sizeof err))
         return zero__error(e, ZERO_ERR_IO, "%s", err[0] ? err : "zero_save: cannot publish the checkpoint");
     zero__ck_fault_point("before_latest", 0);
     char line[300];
@@ -337,6 +396,20 @@ static zero_status finish_on_root(struct zero_engine *e, const char *root, const
         return zero__error(e, ZERO_ERR_IO, "%s", err);
     if (keep) prune(e, root, tag, keep);
     return ZERO_OK;
+}
+
+/* A leftover staging directory (a save killed before its publish, or after
+ * an exchange and before the old directory was retired): libzero's files
+ * go, the host's go aside with the directory.  0, or -1 with errno. */
+static int clear_staging(struct zero_engine *e, const char *root, const char *tag, const char *staging) {
+    int kept = 0;
+    if (zero__ck_remove_dir_kept(staging, &kept) == 0) return 0;
+    if (!kept) return -1;
+    char base[300];
+    snprintf(base, sizeof base, "%s.partial", tag);
+    set_aside(e, root, staging, base, kept, "in a staging directory an earlier save left");
+    struct stat sb;
+    return lstat(staging, &sb) == 0 ? (errno = ENOTEMPTY, -1) : 0;
 }
 
 zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char *tag_in, uint32_t keep) {
@@ -394,7 +467,7 @@ zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char 
                             "replaces only directories, never through a link (remove it or save under another "
                             "tag); nothing written",
                             root, tag);
-        else if (zero__ck_remove_dir(ss.dir) != 0) /* a leftover, or a link at its name (the link goes) */
+        else if (clear_staging(e, root, tag, ss.dir) != 0) /* a leftover, or a link at its name (the link goes) */
             s = zero__error(e, ZERO_ERR_IO, "zero_save: cannot clear %s: %s", ss.dir, strerror(errno));
         else if (mkdir(ss.dir, 0777) != 0)
             s = zero__error(e, ZERO_ERR_IO, "zero_save: cannot create %s: %s", ss.dir, strerror(errno));

@@ -19,6 +19,15 @@
  *     manifest.json write fails with ENOSPC after half its bytes):
  *     ZERO_ERR_IO on every rank naming manifest.json and ENOSPC; no
  *     step-2.partial, no step-2, `latest` still "step-1", which verifies;
+ *  6. host_files (1.7.5): the host's own files in a checkpoint's directory
+ *     (written there before zero_save, as a data loader state beside the
+ *     weights, or added to a saved checkpoint): a save publishing that tag
+ *     (a directory without a manifest, then a libzero checkpoint replaced
+ *     by the same tag), keep_last pruning it, and a leftover <tag>.partial
+ *     holding a file of the host's: the files stay, unchanged (carried into
+ *     the new checkpoint, left behind by the prune, set aside as
+ *     <tag>.partial.kept with a WARN), and every save succeeds.  Before
+ *     1.7.5 each of these removed them.
  *  5. tools (rank 0): zero-ckpt consolidate / convert with the output inside
  *     the checkpoint read, equal to a shard, through a link to one or into a
  *     linked directory: exit 2 naming both paths, the checkpoint (hashed)
@@ -134,12 +143,15 @@ typedef struct run {
     zero_param *h;
     float w[100], g[100];
     int warn_links; /* WARN lines naming a link that keep_last skipped */
+    int warn_kept;  /* WARN lines naming host files set aside */
 } run;
 
 static void on_log(void *user, zero_log_level level, int rank, const char *msg) {
     (void)rank;
     run *r = user;
     if (level == ZERO_LOG_WARN && strstr(msg, "is a symbolic link, not pruned")) r->warn_links++;
+    if (level == ZERO_LOG_WARN && strstr(msg, "that libzero did not write") && strstr(msg, "not removed"))
+        r->warn_kept++;
 }
 
 static int start(run *r) {
@@ -268,6 +280,88 @@ static void keep_last_over_link(const char *base) {
         CHECK(r.warn_links == 2, "rank 0: %d WARN lines naming the skipped link, want 2 (one per prune)", r.warn_links);
         printf("%-34s every rank ZERO_OK; step-2 pruned, the link skipped (WARN), %d sentinels unchanged\n",
                "keep_last over a linked checkpoint:", n1);
+    }
+    zero_engine_destroy(r.e);
+}
+
+/* The sentinels' three files under dir, as make_sentinels wrote them. */
+static int sentinels_intact(const char *dir) {
+    static const char *const names[] = {"a.txt", "b.bin", "sub/c.txt"};
+    static const char *const texts[] = {"the user's file a\n", "\x01\x02 the user's file b\n", "the user's file c\n"};
+    for (int i = 0; i < 3; i++) {
+        char p[4200], buf[128] = "";
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        FILE *f = fopen(p, "rb");
+        if (!f) return 0;
+        size_t k = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[k] = 0;
+        if (strcmp(buf, texts[i])) return 0;
+    }
+    return 1;
+}
+
+static void host_files(const char *base) {
+    char root[2048], p[4200];
+    snprintf(root, sizeof root, "%s/c6/root", base);
+    ON_ROOT({
+        snprintf(p, sizeof p, "%s/c6", base);
+        mkdir(p, 0777);
+        mkdir(root, 0777);
+        snprintf(p, sizeof p, "%s/step-1", root); /* the host's files first, then zero_save of that step */
+        make_sentinels(p);
+    });
+    run r;
+    if (start(&r)) return;
+    step(&r);
+    zero_status s = save(&r, root, NULL, 0);
+    CHECK(s == ZERO_OK, "rank %d: save into a directory of the host's: %s (%s)", rank_, zero_status_string(s),
+          zero_last_error(r.e));
+    snprintf(p, sizeof p, "%s/step-1", root);
+    CHECK(sentinels_intact(p), "rank %d: the host's files in %s are gone or changed after the save", rank_, p);
+    snprintf(p, sizeof p, "%s/step-1/manifest.json", root);
+    CHECK(exists(p), "rank %d: %s missing", rank_, p);
+    CHECK(zero_load(r.e, root) == ZERO_OK, "rank %d: load beside the host's files: %s", rank_, zero_last_error(r.e));
+    s = save(&r, root, "step-1", 0); /* the libzero checkpoint, with the host's files, replaced by the same tag */
+    CHECK(s == ZERO_OK, "rank %d: save over step-1: %s (%s)", rank_, zero_status_string(s), zero_last_error(r.e));
+    snprintf(p, sizeof p, "%s/step-1", root);
+    CHECK(sentinels_intact(p), "rank %d: the host's files in %s are gone after the tag was saved again", rank_, p);
+    step(&r);
+    s = save(&r, root, NULL, 1); /* keep_last 1: step-1 pruned */
+    CHECK(s == ZERO_OK, "rank %d: save step-2: %s (%s)", rank_, zero_status_string(s), zero_last_error(r.e));
+    MPI_Barrier(MPI_COMM_WORLD);
+    snprintf(p, sizeof p, "%s/step-1/manifest.json", root);
+    CHECK(!exists(p), "rank %d: step-1 was not pruned (keep_last 1)", rank_);
+    snprintf(p, sizeof p, "%s/step-1/core.rank0.bin", root);
+    CHECK(!exists(p), "rank %d: the prune left libzero's %s", rank_, p);
+    snprintf(p, sizeof p, "%s/step-1", root);
+    CHECK(sentinels_intact(p), "rank %d: keep_last removed the host's files in %s", rank_, p);
+    ON_ROOT({ /* a save killed after its exchange: the old directory, with a host file, at the staging name */
+        snprintf(p, sizeof p, "%s/step-3.partial", root);
+        mkdir(p, 0777);
+        snprintf(p, sizeof p, "%s/step-3.partial/notes.txt", root);
+        put_file(p, "the user's notes\n");
+        snprintf(p, sizeof p, "%s/step-3.partial/core.rank0.bin", root);
+        put_file(p, "a blob of libzero's\n");
+    });
+    step(&r);
+    s = save(&r, root, NULL, 0);
+    CHECK(s == ZERO_OK, "rank %d: save over a leftover staging directory: %s (%s)", rank_, zero_status_string(s),
+          zero_last_error(r.e));
+    MPI_Barrier(MPI_COMM_WORLD);
+    snprintf(p, sizeof p, "%s/step-3.partial.kept/notes.txt", root);
+    CHECK(exists(p), "rank %d: the host's file in the leftover staging directory is gone (%s)", rank_, p);
+    snprintf(p, sizeof p, "%s/step-3.partial.kept/core.rank0.bin", root);
+    CHECK(!exists(p), "rank %d: libzero's leftover blob was kept (%s)", rank_, p);
+    snprintf(p, sizeof p, "%s/step-3/manifest.json", root);
+    CHECK(exists(p), "rank %d: %s missing", rank_, p);
+    char latest[256];
+    read_latest(root, latest, sizeof latest);
+    CHECK(!strcmp(latest, "step-3\n"), "latest is '%s'", latest);
+    if (rank_ == 0) {
+        CHECK(r.warn_kept == 1, "rank 0: %d WARN lines naming the files set aside, want 1", r.warn_kept);
+        printf("%-34s every rank ZERO_OK; the host's files kept through a save, a re-save, keep_last and a "
+               "leftover .partial (set aside, WARN)\n", "host files in a checkpoint:");
     }
     zero_engine_destroy(r.e);
 }
@@ -466,6 +560,8 @@ int main(int argc, char **argv) {
     keep_last_over_link(base);
     MPI_Barrier(MPI_COMM_WORLD);
     tag_is_link(base);
+    MPI_Barrier(MPI_COMM_WORLD);
+    host_files(base);
     MPI_Barrier(MPI_COMM_WORLD);
     char root[2048];
     enospc_manifest(base, root, sizeof root);
