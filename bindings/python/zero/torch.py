@@ -1220,8 +1220,12 @@ class ZeroEngine:
         """zero_load; host-owned parameters receive the checkpoint's values,
         and libzero the saving run's hyper-parameters (zero_set_hparams
         settings, ABI 1.4): optimizer.param_groups are set to them, so a
-        resumed run steps as the saving run did."""
+        resumed run steps as the saving run did.  A backward not yet
+        followed by step() is dropped (1.7.5): run the next one afresh."""
         self.z.load(directory)
+        # (1.7.5) libzero dropped the micro-step in progress (a backward
+        # without its step): the next backward's gradients are its first
+        self._reported = set()
         self._written = []  # the checkpoint's values are the parameters' now
         self._note_params()
         self.optimizer._adopt(_checkpoint_hparams(directory))
