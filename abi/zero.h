@@ -343,7 +343,9 @@ typedef struct zero_param_desc {
  * that keeps full parameters, including 1.0 plugins); a plugin that
  * partitions parameters (stage 3, ZERO_PLUGIN_CAP_PARTITIONS_PARAMS) refuses
  * it in zero_register_param with ZERO_ERR_UNSUPPORTED: there the host keeps
- * using zero_gather / zero_release. */
+ * using zero_gather / zero_release.  Host-owned tensors must not overlap
+ * (tied weights are one param): an overlapping one is refused in
+ * zero_register_param with ZERO_ERR_INVALID_ARGUMENT (1.7.5). */
 #define ZERO_PARAM_HOST_OWNED 0x1u
 
 #define ZERO_PARAM_DESC_INIT \

@@ -110,6 +110,30 @@ zero_status zero__param_register(struct zero_engine *e, const zero_param_desc *d
                                e->params[i]->info.group != desc.group ? " (registered in two groups)" : "");
         }
 
+    /* (1.7.5) Two host-owned params on one tensor (tied weights registered
+     * under both names): libzero would keep two copies and two optimizer
+     * states for it and write both back into it, and the second step was
+     * refused as a host write to the first ("written by the host"), which
+     * it was not.  Any overlap is refused here, naming both. */
+    if (desc.flags & ZERO_PARAM_HOST_OWNED) {
+        const uintptr_t lo = (uintptr_t)desc.data, hi = lo + (uintptr_t)(desc.numel * zero__dtype_size(desc.dtype));
+        for (uint32_t i = 0; i < e->nparams; i++) {
+            const struct zero_param *q = e->params[i];
+            if (!q->host_data || q->host_device != desc.device) continue;
+            const uintptr_t qlo = (uintptr_t)q->host_data,
+                            qhi = qlo + (uintptr_t)(q->info.numel * zero__dtype_size(q->info.dtype));
+            if (lo < qhi && qlo < hi)
+                return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                                   "zero_register_param(%s): its ZERO_PARAM_HOST_OWNED tensor overlaps the one of "
+                                   "param '%s' (%llu bytes in common): one tensor cannot be two params (libzero "
+                                   "would keep two copies and two optimizer states and write both into it); for "
+                                   "tied weights register the tensor once and add the gradients of both uses into "
+                                   "its buffer",
+                                   desc.name, q->name,
+                                   (unsigned long long)((hi < qhi ? hi : qhi) - (lo > qlo ? lo : qlo)));
+        }
+    }
+
     if (e->nparams == e->params_cap) {
         uint32_t ncap = e->params_cap ? e->params_cap * 2 : 32;
         struct zero_param **np = realloc(e->params, ncap * sizeof *np);

@@ -8,6 +8,10 @@
  *    (plugin_dp_v1_0.c): close to stage0, and host arrays == gather;
  *  - stage 3 refuses the flag in zero_register_param (ZERO_ERR_UNSUPPORTED,
  *    the message says to use zero_gather), unknown flags are refused;
+ *  - (1.7.5) a second host-owned param on the same tensor, or on part of
+ *    it (tied weights registered twice), is refused naming both; disjoint
+ *    tensors side by side in one array, and a plain param whose initial
+ *    values come from a host-owned tensor, are not;
  *  - zero_set_hparams: a run configured with lr 0.05 but told lr = 0.001
  *    equals the run configured with 0.001 bitwise; zero_step_result.lr
  *    reports it; per-group and DEFAULT semantics; invalid values refused;
@@ -49,6 +53,48 @@ static zero_status register_owned(const char *plugin, uint32_t flags, char *msg,
     if (s == ZERO_OK) s = zero_params_done(e);
     zero_engine_destroy(e);
     return s;
+}
+
+/* (1.7.5) Host-owned tensors that overlap: one array w[16]; `second` is
+ * registered after "first" = w[0..8) with its offset and numel and flags. */
+static zero_status register_pair(size_t off, size_t numel, uint32_t flags, char *msg, size_t len) {
+    zero_engine *e = NULL;
+    zero_status s = th_engine_create(CFG, "stage2", 0, NULL, NULL, &e, msg, len);
+    if (s != ZERO_OK) return s;
+    float w[16] = {0};
+    zero_param_desc d = ZERO_PARAM_DESC_INIT;
+    d.name = "first";
+    d.data = w;
+    d.numel = 8;
+    d.flags = ZERO_PARAM_HOST_OWNED;
+    zero_param *p = NULL;
+    CHECK_EQ_INT(zero_register_param(e, &d, &p), ZERO_OK);
+    d.name = "second";
+    d.data = w + off;
+    d.numel = numel;
+    d.flags = flags;
+    s = zero_register_param(e, &d, &p);
+    snprintf(msg, len, "%s", zero_last_error(e));
+    zero_engine_destroy(e);
+    return s;
+}
+
+static void overlapping_tensors(void) {
+    char msg[1024];
+    const struct { size_t off, numel; uint32_t flags; zero_status want; const char *what; } cases[] = {
+        {0, 8, ZERO_PARAM_HOST_OWNED, ZERO_ERR_INVALID_ARGUMENT, "the same tensor twice (tied weights)"},
+        {4, 8, ZERO_PARAM_HOST_OWNED, ZERO_ERR_INVALID_ARGUMENT, "half of it"},
+        {7, 1, ZERO_PARAM_HOST_OWNED, ZERO_ERR_INVALID_ARGUMENT, "its last element"},
+        {8, 8, ZERO_PARAM_HOST_OWNED, ZERO_OK, "the next 8 floats of the same array"},
+        {0, 8, 0, ZERO_OK, "a plain param initialised from it"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        zero_status s = register_pair(cases[i].off, cases[i].numel, cases[i].flags, msg, sizeof msg);
+        CHECK(s == cases[i].want, "host-owned overlap, %s: %s (%s)", cases[i].what, zero_status_string(s), msg);
+        if (cases[i].want != ZERO_OK)
+            CHECK(strstr(msg, "zero_register_param(second)") && strstr(msg, "overlaps the one of param 'first'") &&
+                      strstr(msg, "tied weights"),
+                  "host-owned overlap, %s: message %s", cases[i].what, msg);
+    }
 }
 
 /* zero_set_hparams semantics on a one-param engine (world of this run). */
@@ -294,6 +340,7 @@ int main(int argc, char **argv) {
     CHECK_EQ_INT(register_owned("stage2", 0x80u, msg, sizeof msg), ZERO_ERR_INVALID_ARGUMENT);
     CHECK_STR_CONTAINS(m, "unknown flags");
     CHECK_EQ_INT(register_owned("stage2", ZERO_PARAM_HOST_OWNED, msg, sizeof msg), ZERO_OK);
+    overlapping_tensors();
     {   /* stage 3 keeps no full copy: zero_param_storage refuses, naming zero_gather */
         zero_engine *e = NULL;
         CHECK_EQ_INT(th_engine_create(CFG, "stage3", 0, NULL, NULL, &e, msg, sizeof msg), ZERO_OK);
