@@ -11,6 +11,7 @@
 
 #include "env.h"
 #include "log.h"
+#include "near_name.h"
 
 extern char **environ;
 
@@ -207,28 +208,6 @@ static int valid(const zero__env_var *d, const char *v) {
     }
 }
 
-/* Optimal string alignment distance (transpositions count 1), capped: the
- * names are short, so the full table is cheap. */
-static int distance(const char *a, const char *b) {
-    enum { MAXN = 64 };
-    size_t n = strlen(a), m = strlen(b);
-    if (n >= MAXN || m >= MAXN) return 99;
-    int d[MAXN][MAXN];
-    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
-    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
-    for (size_t i = 1; i <= n; i++)
-        for (size_t j = 1; j <= m; j++) {
-            int cost = a[i - 1] != b[j - 1];
-            int best = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
-            if (d[i - 1][j - 1] + cost < best) best = d[i - 1][j - 1] + cost;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
-                best = d[i - 2][j - 2] + 1;
-            d[i][j] = best;
-        }
-    return d[n][m];
-}
-
 /* Every "_"-separated word of name after ZERO_ is a word of cand. */
 static int words_inside(const char *name, const char *cand) {
     const char *w = name + 5;
@@ -257,7 +236,7 @@ const char *zero__env_suggest(const char *name) {
     const char *best = NULL;
     int best_d = 3;
     for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++) {
-        int dd = distance(name, TABLE[i].name);
+        int dd = zero__edit_distance(name, TABLE[i].name);
         if (dd < best_d) best_d = dd, best = TABLE[i].name;
     }
     if (best) return best;

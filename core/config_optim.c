@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "config_internal.h"
+#include "near_name.h"
 
 enum { T_ADAM = 1, T_ADAMW = 2, T_SGD = 4, T_LION = 8, T_ADAGRAD = 16, T_LAMB = 32, T_ONEBIT = 64, T_ALL = 127 };
 
@@ -107,7 +108,14 @@ static void check_params(zero__cfg_ctx *ctx, const json_t *params, const optim_t
     json_object_foreach((json_t *)params, key, v) {
         const param_key *k = param_keys;
         while (k->name && strcmp(k->name, key) != 0) ++k;
-        if (!k->name)
+        const char *near = NULL; /* (1.7.5) the nearest known key, for a misspelt one */
+        for (const param_key *c = param_keys; !k->name && c->name; ++c)
+            if (zero__near_name(key, c->name) && (!near || zero__edit_distance(key, c->name) <
+                                                               zero__edit_distance(key, near)))
+                near = c->name;
+        if (!k->name && near)
+            zero__cfg_warn(ctx, OP ".%s: unknown key, ignored (did you mean %s?)", key, near);
+        else if (!k->name)
             zero__cfg_warn(ctx, OP ".%s: unknown key, ignored", key);
         else if (!(k->types & t->bit))
             zero__cfg_warn(ctx, OP ".%s: not used by optimizer type %s, ignored", key, t->name);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "config_internal.h"
+#include "near_name.h"
 
 void zero__cfg_warn(zero__cfg_ctx *ctx, const char *fmt, ...) {
     char msg[1024];
@@ -192,7 +193,17 @@ void zero__cfg_check_keys(zero__cfg_ctx *ctx, const json_t *obj, const char *sec
         while (k->name && strcmp(k->name, key) != 0) ++k;
         zero__cfg_join(path, sizeof path, section, key);
         if (!k->name) {
-            zero__cfg_warn(ctx, "%s: unknown key, ignored", path);
+            /* (1.7.5) a misspelt key ("gradient_acumulation_steps") trains
+             * with the default: name the key it probably meant */
+            const char *near = NULL;
+            for (const zero__cfg_key *c = keys; c->name; ++c)
+                if (zero__near_name(key, c->name) &&
+                    (!near || zero__edit_distance(key, c->name) < zero__edit_distance(key, near)))
+                    near = c->name;
+            if (near)
+                zero__cfg_warn(ctx, "%s: unknown key, ignored (did you mean %s?)", path, near);
+            else
+                zero__cfg_warn(ctx, "%s: unknown key, ignored", path);
         } else if (k->kind == ZERO__KEY_IGNORED && !is_quiet(v, k->quiet)) {
             zero__cfg_warn(ctx, "%s: %s", path, k->why ? k->why : "not implemented by libzero, ignored");
         }

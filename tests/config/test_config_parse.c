@@ -364,6 +364,13 @@ static void test_good_table(void) {
          "/opt/x/libzero-plugin-foo.so", 0, NULL},
         {"{\"zero_optimization\":{\"stage\":1,\"foo\":1}}", "stage1", 1, "zero_optimization.foo: unknown key, ignored"},
         {"{\"bogus\":1}", "stage0", 1, "bogus: unknown key, ignored"},
+        /* (1.7.5) a misspelt key names the key it probably meant; a far one does not */
+        {"{\"gradient_acumulation_steps\":4}", "stage0", 1,
+         "gradient_acumulation_steps: unknown key, ignored (did you mean gradient_accumulation_steps?)"},
+        {"{\"zero_optimization\":{\"stage\":2,\"overlap_com\":true}}", "stage2", 1,
+         "zero_optimization.overlap_com: unknown key, ignored (did you mean overlap_comm?)"},
+        {"{\"optimizer\":{\"type\":\"AdamW\",\"params\":{\"weight_decy\":0.1}}}", "stage0", 1,
+         "optimizer.params.weight_decy: unknown key, ignored (did you mean weight_decay?)"},
         {"{\"zero_optimization\":{\"offload_param\":{\"device\":\"cpu\"}}}", "stage0", 1,
          "zero_optimization.offload_param: parameter offload is a stage-3 feature"},
         /* issue 20: stage 3 with offload runs in stage3 (host tiers), NVMe too */
