@@ -160,6 +160,41 @@ static zm_comm *comm_new(MPI_Comm comm, zm_engine *pe, struct zero_engine *engin
     return c;
 }
 
+/* (1.7.5) Our duplicate of the host's communicator, bounded: MPI_Comm_idup
+ * polled under the comm timeout (the environment's, or the default: the
+ * config is read once a communicator exists).  MPI_Comm_dup waited for
+ * ever for a rank that never called zero_engine_create (one stuck in its
+ * own data loading, or gone without mpirun noticing).  On expiry the
+ * request and the communicator are leaked (MPI cannot cancel a
+ * collective) and ZERO_ERR_TIMEOUT is returned.  Also returns the MPI error
+ * code in *rc_out. */
+static zero_status dup_bounded(MPI_Comm base, MPI_Comm *dup, int *rc_out, char *err, size_t err_len) {
+    MPI_Request rq = MPI_REQUEST_NULL;
+    int rc = MPI_Comm_idup(base, dup, &rq);
+    *rc_out = rc;
+    if (rc != MPI_SUCCESS) return ZERO_ERR_COMM;
+    const char *source = NULL;
+    const double limit = zero__comm_timeout_resolve(0, 0, &source);
+    zero__waiter w;
+    zero__waiter_start(&w, limit);
+    for (;;) {
+        int flag = 0;
+        rc = MPI_Test(&rq, &flag, MPI_STATUS_IGNORE);
+        *rc_out = rc;
+        if (rc != MPI_SUCCESS) return ZERO_ERR_COMM;
+        if (flag) return ZERO_OK;
+        if (zero__waiter_pause(&w)) break;
+    }
+    *dup = MPI_COMM_NULL;
+    int size = 0;
+    MPI_Comm_size(base, &size);
+    snprintf(err, err_len, "comm: duplicating the communicator for the engine (MPI_Comm_idup over its %d ranks) "
+                           "made no progress for %.1f s (%s): a rank of it has not called zero_engine_create (stuck "
+                           "before it, or gone); MPI does not say which",
+             size, zero__waiter_idle(&w), source && strcmp(source, "default") ? source : "the default comm timeout");
+    return ZERO_ERR_TIMEOUT;
+}
+
 zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *engine, zero_comm **out, char *err,
                                   size_t err_len) {
     *out = NULL;
@@ -200,12 +235,21 @@ zero_status zero__comm_mpi_create(void *mpi_comm_handle, struct zero_engine *eng
     MPI_Comm dup = MPI_COMM_NULL;
     /* Our own duplicate: our traffic never matches the host's messages, and
      * its error handler is ours (return codes, never abort). */
-    rc = MPI_Comm_dup(base, &dup);
-    zm_engine *pe = rc == MPI_SUCCESS ? zero__zm_engine_create(level, engine, &op_hooks) : NULL;
+    const zero_status dst = dup_bounded(base, &dup, &rc, err, err_len);
+    zm_engine *pe = dst == ZERO_OK ? zero__zm_engine_create(level, engine, &op_hooks) : NULL;
     zm_comm *c = pe ? comm_new(dup, pe, engine) : NULL;
     if (!c) {
+        if (dst == ZERO_ERR_TIMEOUT) {
+            /* the pending dup stays with MPI: no MPI_Finalize (it would wait for it) */
+            if (owns) {
+                pthread_mutex_lock(&g_init_lock);
+                g_owned_worlds--;
+                pthread_mutex_unlock(&g_init_lock);
+            }
+            return ZERO_ERR_TIMEOUT;
+        }
         if (rc != MPI_SUCCESS)
-            zero__zm_error_text(rc, "MPI_Comm_dup", err, err_len);
+            zero__zm_error_text(rc, "MPI_Comm_idup", err, err_len);
         else
             snprintf(err, err_len, "comm: out of memory creating the MPI communicator");
         if (pe) zero__zm_engine_release(pe);
@@ -263,13 +307,20 @@ static zero_status adopt_split(zm_comm *c, MPI_Comm sub, zero_comm **out) {
     return ZERO_OK;
 }
 
+static zero_status zm_barrier(zero_comm *m);
 static zero_status zm_split(zero_comm *m, int color, int key, zero_comm **out) {
     zm_comm *c = ZM(m);
     MPI_Comm sub = MPI_COMM_NULL;
     *out = NULL;
-    /* MPI_Comm_split has no nonblocking twin: it is the one unbounded wait
-     * (made at engine creation; docs/reliability.md). */
+    /* MPI_Comm_split has no nonblocking twin.  A bounded barrier first
+     * (1.7.5): a rank that never reaches the split fails the others after
+     * the comm timeout instead of leaving them in it for ever; only a rank
+     * that stops between the barrier and the split can still hang it
+     * (docs/reliability.md). */
     if (atomic_load(&c->pe->failed)) return zero__zm_failed_error(c, "MPI_Comm_split");
+    zero_status arrived = zm_barrier(m);
+    if (arrived != ZERO_OK)
+        return zero__error_context(m->engine, arrived, "comm: the ranks meeting before MPI_Comm_split");
     blocking_enter(c);
     /* MPI has no nonblocking split: complete what is in flight first, so
      * that no peer waits on ring messages we would not post meanwhile. */
@@ -511,7 +562,7 @@ static zero_status zm_split_node(zero_comm *m, zero_comm **out) {
     zero_status st = m->ops->allgather_bytes(m, mine, tbl, ZERO__NODE_RECORD);
     const int color = st == ZERO_OK ? zero__node_leader(tbl, m->size, m->rank, NULL, NULL) : 0;
     free(tbl);
-    if (st != ZERO_OK) return st;
+    if (st != ZERO_OK) return st; /* the all-gather is bounded: every rank arrived */
     if (atomic_load(&c->pe->failed)) return zero__zm_failed_error(c, "MPI_Comm_split");
     MPI_Comm sub = MPI_COMM_NULL;
     blocking_enter(c);

@@ -53,7 +53,7 @@ double zero__waiter_idle(const zero__waiter *w);
  * the older variables it replaces, $ZERO_NCCL_TIMEOUT_S then
  * $ZERO_STAGE3_TIMEOUT_S (aliases); the config key comm_timeout when
  * cfg_set; else ZERO_COMM_TIMEOUT_DEFAULT_S.  A variable that is not a
- * number >= 0 is ignored.  `source` (may be NULL) receives where the value
- * came from, for the log. */
+ * number >= 0 counts as unset here (engine creation refuses it: base/env.c).
+ * `source` (may be NULL) receives where the value came from, for the log. */
 double zero__comm_timeout_resolve(int cfg_set, double cfg_value, const char **source);
 #endif

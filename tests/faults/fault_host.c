@@ -21,7 +21,8 @@
  * Options: --plugin P --steps N --out DIR [--dtype f32|f16|bf16]
  *   [--timeout-config S] (the config's comm_timeout; the environment's
  *   ZERO_COMM_TIMEOUT applies otherwise)
- *   [--slow-rank R --slow-step K --slow-s S] (rank R sleeps S s before step K)
+ *   [--slow-rank R --slow-step K --slow-s S] (rank R sleeps S s before step K;
+ *   K = -1: before zero_engine_create)
  *   [--nan-rank R --nan-step K --nan-kind nan|inf]
  *   [--save-dir D --save-every K] [--step-sleep-ms M] [--print-steps]
  *   [--linger S] [--numel N] */
@@ -161,10 +162,21 @@ int main(int argc, char **argv) {
              extra, "");
     zero_engine *e = NULL;
     char err[1024];
+    if (o_.slow_step == -1 && rank_ == o_.slow_rank) sleep_s(o_.slow_s); /* late to zero_engine_create */
+    const double tc = mono_now(), cc = cpu_now();
     zero_status s = th_engine_create(json, o_.plugin, 0, quiet, NULL, &e, err, sizeof err);
     if (s != ZERO_OK) {
-        report("result", 1, "fail status=%s call=zero_engine_create step=-1 t=%.3f wall=0 cpu=0 msg=%s",
-               zero_status_string(s), real_now(), err);
+        for (char *p = err; *p; ++p)
+            if (*p == '\n') *p = ' ';
+        report("result", 1, "fail status=%s call=zero_engine_create step=-1 t=%.3f wall=%.3f cpu=%.3f msg=%s",
+               zero_status_string(s), real_now(), mono_now() - tc, cpu_now() - cc, err);
+        report("result", 1, "destroyed wall=0");
+        /* a timed-out creation leaves a collective pending: MPI_Finalize
+         * would wait for it; linger like fail() and let the driver end it */
+        if (s == ZERO_ERR_TIMEOUT) {
+            sleep_s(o_.linger);
+            return 3;
+        }
         MPI_Finalize();
         return 3;
     }

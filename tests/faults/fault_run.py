@@ -425,6 +425,32 @@ def case_full_fs(a, name):
         shutil.rmtree(mnt, ignore_errors=True)
 
 
+def case_late_create(a, name):
+    """(1.7.5) A rank reaches zero_engine_create long after the others (stuck
+    in its own start-up): the others fail with ZERO_ERR_TIMEOUT after the
+    comm timeout instead of waiting in MPI_Comm_dup for ever."""
+    np, late = 3, 2
+    env = {"ZERO_COMM_TIMEOUT": str(TIMEOUT_S)}
+    t0 = time.time()
+    job = Job(a, np, ["--plugin", "stage2", "--steps", "3", "--slow-rank", str(late), "--slow-step", "-1",
+                      "--slow-s", "60", "--linger", "30"], env)
+    try:
+        surv = [r for r in range(np) if r != late]
+        res = job.wait_reports(surv, "destroyed", 4 * TIMEOUT_S + 20)
+        # t_event: the job's start (MPI_Init and the host's set-up take a
+        # moment before the survivors enter zero_engine_create)
+        ok, lines = check_timeouts(name, job, res, surv, t0, TIMEOUT_S, 2 * TIMEOUT_S + 10)
+        for r in surv:
+            f = first(res[r], "fail")
+            if f and (f["call"] != "zero_engine_create" or "has not called zero_engine_create" not in f["msg"]):
+                ok = False
+                lines.append("rank %d failed in %s: %s" % (r, f["call"], f["msg"][:200]))
+        return verdict(name, ok, lines)
+    finally:
+        job.end()
+        job.cleanup()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--host", required=True)
@@ -451,6 +477,8 @@ def main():
         return case_nan(a, c, dtype, kind)
     if c == "full_fs":
         return case_full_fs(a, c)
+    if c == "late_create":
+        return case_late_create(a, c)
     print("unknown case", c)
     return 2
 
