@@ -224,21 +224,24 @@ static void set_aside(struct zero_engine *e, const char *root, const char *dir, 
  * (a name the new checkpoint uses) goes aside.  Before 1.7.5 the whole old
  * directory was removed, the host's files with it. */
 static void retire_old(struct zero_engine *e, const char *root, const char *old, const char *final, const char *tag) {
-    DIR *d = opendir(old);
+    /* the names first, then the moves: a directory renamed from while it
+     * is read may skip entries (they would only go aside, but need not) */
+    struct dirent **names = NULL;
+    const int n = scandir(old, &names, NULL, NULL);
     int moved = 0;
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d))) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || zero__ck_is_own_name(de->d_name)) continue;
+    for (int i = 0; i < n; i++) {
+        const char *name = names[i]->d_name;
+        if (strcmp(name, ".") && strcmp(name, "..") && !zero__ck_is_own_name(name)) {
             char from[4400], to[4400];
             struct stat sb;
-            snprintf(from, sizeof from, "%s/%s", old, de->d_name);
-            snprintf(to, sizeof to, "%s/%s", final, de->d_name);
-            if (lstat(to, &sb) == 0) continue; /* a name of the new checkpoint's: set aside below */
-            if (rename(from, to) == 0) moved++;
+            snprintf(from, sizeof from, "%s/%s", old, name);
+            snprintf(to, sizeof to, "%s/%s", final, name);
+            /* a name of the new checkpoint's stays, and goes aside below */
+            if (lstat(to, &sb) != 0 && rename(from, to) == 0) moved++;
         }
-        closedir(d);
+        free(names[i]);
     }
+    free(names);
     if (moved)
         zero__log(e, ZERO_LOG_INFO, "checkpoint: %d entr%s libzero did not write kept in %s (carried over from the "
                   "directory it replaced)", moved, moved == 1 ? "y" : "ies", final);
