@@ -291,7 +291,13 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     s = zero__env_check(config_warn, e, msg, sizeof msg);
     if (s != ZERO_OK) return fail_create(e, zero__engine_agree_failure(e, s, "read its environment", msg), err, err_len);
     e->rc = zero__config_run(e->cfg);
-    if ((s = zero__trace_engine_start(e)) != ZERO_OK) return fail_create(e, s, err, err_len);
+    /* a trace directory missing on one node only fails every rank at once */
+    if ((s = zero__trace_engine_start(e)) != ZERO_OK) {
+        const char *why = e->last_error; /* "rank R: ...": the agreement puts the rank in front again */
+        if (!strncmp(why, "rank ", 5) && strstr(why, ": ")) why = strstr(why, ": ") + 2;
+        snprintf(msg, sizeof msg, "%s", why);
+        return fail_create(e, zero__engine_agree_failure(e, s, "start its trace", msg), err, err_len);
+    }
     set_comm_timeout(e);
     /* offload_optimizer.pin_memory: host-tier blocks (fp32 master, states,
      * the gradient landing buffer) are pinned so host<->device copies DMA.

@@ -22,8 +22,13 @@ static int check_count_ = 0;
     } while (0)
 
 #define CHECK_EQ_INT(a, b) CHECK((long long)(a) == (long long)(b), "%lld != %lld", (long long)(a), (long long)(b))
-#define CHECK_STR_CONTAINS(hay, needle) \
-    CHECK((hay) && strstr((hay), (needle)), "\"%s\" does not contain \"%s\"", (hay) ? (hay) : "(null)", (needle))
+/* hay may be a pointer (NULL allowed) or a char array */
+#define CHECK_STR_CONTAINS(hay, needle)                                                                    \
+    do {                                                                                                   \
+        const char *check_hay_ = (hay);                                                                    \
+        CHECK(check_hay_ && strstr(check_hay_, (needle)), "\"%s\" does not contain \"%s\"",               \
+              check_hay_ ? check_hay_ : "(null)", (needle));                                               \
+    } while (0)
 #define CHECK_NEAR(a, b, tol) \
     CHECK(fabs((double)(a) - (double)(b)) <= (tol), "%.10g vs %.10g (tol %g)", (double)(a), (double)(b), (double)(tol))
 
