@@ -52,9 +52,10 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n) {
 
 /* One param in two groups: a name registered again in another group
  * (refused by zero_register_param, remembered), or one host tensor -- a
- * ZERO_PARAM_HOST_OWNED parameter, or a host-owned gradient buffer --
- * behind params of two groups.  (Plain initial values may be shared: they
- * are only copied.)  Describe the first into msg; 0 if none. */
+ * host-owned gradient buffer, or a ZERO_PARAM_HOST_OWNED parameter (which
+ * zero_register_param refuses first since 1.7.5, in any groups) -- behind
+ * params of two groups.  (Plain initial values may be shared: they are
+ * only copied.)  Describe the first into msg; 0 if none. */
 static int same_tensor(const struct zero_param *a, const struct zero_param *b) {
     return (a->host_data && a->host_data == b->host_data) ||
            (a->info.host_grad && a->info.host_grad == b->info.host_grad);

@@ -361,14 +361,28 @@ static void expect_error(misuse what, zero_status want, const char *needle) {
         CHECK_EQ_INT(zero_register_param(e, &d, &h), ZERO_ERR_INVALID_ARGUMENT);
         CHECK_STR_CONTAINS(zero_last_error(e), "two groups");
     }
-    if (what == HOST_TENSOR) { /* one host-owned tensor behind a dense and an expert param */
-        static float mine[64];
+    if (what == HOST_TENSOR) {
+        /* one host-owned tensor behind a dense and an expert param: refused
+         * at once since 1.7.5 (any two host-owned params on one tensor) */
+        static float mine[64], grad[64];
         d.name = "alias";
         d.flags = ZERO_PARAM_HOST_OWNED;
         d.data = mine;
-        d.group = rank_ == 0 ? 1 : 0;
+        d.group = 0;
         CHECK_EQ_INT(zero_register_param(e, &d, &h), ZERO_OK);
         d.name = "alias2";
+        d.group = 1;
+        CHECK_EQ_INT(zero_register_param(e, &d, &h), ZERO_ERR_INVALID_ARGUMENT);
+        CHECK_STR_CONTAINS(zero_last_error(e), "overlaps the one of param 'alias'");
+        /* one host gradient buffer behind a dense and an expert param, in
+         * groups that differ by rank: refused by every rank at params_done */
+        d.flags = 0;
+        d.data = other;
+        d.grad = grad;
+        d.name = "grad_alias";
+        d.group = rank_ == 0 ? 1 : 0;
+        CHECK_EQ_INT(zero_register_param(e, &d, &h), ZERO_OK);
+        d.name = "grad_alias2";
         d.group = rank_ == 0 ? 0 : 1;
         CHECK_EQ_INT(zero_register_param(e, &d, &h), ZERO_OK);
     }
