@@ -207,6 +207,7 @@ static zero_status get_units(zero_kit_gather *g, const uint32_t *units, size_t n
     for (size_t i = 0; i < n; i++) {
         zero_kit__gp *p = &g->params[units[i]];
         p->holds++;
+        p->ended = 0;
         p->kept = 0; /* in use again: no longer evictable */
     }
     /* the on-demand fetches and the prefetch behind them: one launch */
@@ -242,6 +243,12 @@ static int keep_for_reuse(const zero_kit_gather *g, const zero_kit__gp *p) {
 static zero_status release_units(zero_kit_gather *g, const uint32_t *units, size_t n) {
     for (size_t i = 0; i < n; i++) {
         zero_kit__gp *p = &g->params[units[i]];
+        if (p->holds <= 0 && p->ended) /* (1.7.5) the host read the pointer past the step, most likely */
+            return g->svc->error(g->c, ZERO_ERR_STATE,
+                                 "%s('%s'): its gather already ended at zero_step (or zero_load), which ends every "
+                                 "gather: the pointer zero_gather gave held the weights from before the step; "
+                                 "gather again after each zero_step",
+                                 p->layer == UINT32_MAX ? "zero_release" : "zero_release_slices", p->info->name);
         if (p->holds <= 0)
             return p->layer == UINT32_MAX
                        ? g->svc->error(g->c, ZERO_ERR_STATE, "zero_release('%s') without a matching zero_gather",
@@ -372,6 +379,7 @@ zero_status zero_kit_gather_drop_all(zero_kit_gather *g) {
     zero_status st = zero_kit_gather_wait_all(g);
     for (uint32_t i = 0; i < g->nparams; i++) {
         zero_kit__gp *p = &g->params[i];
+        p->ended = p->holds > 0; /* a later zero_release of it is told why it holds nothing */
         p->holds = 0;
         p->prefetched = 0;
         zero_kit__drop_buffer(g, p);

@@ -42,6 +42,7 @@ typedef struct zero_kit__gp {
     size_t last_pos;       /* trace position of the latest host gather of this param */
     int kept;              /* released but kept for reuse: evictable */
     int listed;            /* in g->kept (entries go stale when kept ends; victim() prunes) */
+    int ended;             /* still held by the host when zero_step / zero_load ended every gather */
 } zero_kit__gp;
 
 /* A gather order: param indices in request order, with what prefetch and

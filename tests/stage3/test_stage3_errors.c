@@ -6,7 +6,11 @@
  *  - a host that reads a param after releasing it reads NaN when poisoning
  *    is on (ZERO_DEBUG_POISON=1, the default of Debug builds), and the
  *    same host trains normally with poisoning off (so the NaN is the
- *    poison, not a bug of the host).
+ *    poison, not a bug of the host);
+ *  - (1.7.5) a param still gathered at zero_step: the step ends the gather
+ *    (its pointer held the old weights), and the late zero_release says
+ *    so instead of "without a matching zero_gather"; a gather after the
+ *    step sees the new weights.
  * Usage: test_stage3_errors   (under mpirun -np N, N >= 2) */
 #include <mpi.h>
 #include <stdio.h>
@@ -15,6 +19,41 @@
 
 #include "check.h"
 #include "s3_host.h"
+
+static void held_across_step(void) {
+    zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
+    o.config_json = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3}, "
+                    "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1}}}";
+    o.plugin = "stage3";
+    zero_engine *e = NULL;
+    char err[1024];
+    CHECK(zero_engine_create(&o, &e, err, sizeof err) == ZERO_OK, "%s", err);
+    if (!e) return;
+    static float w[1000];
+    for (int i = 0; i < 1000; i++) w[i] = 0.001f * (float)i;
+    zero_param_desc d = ZERO_PARAM_DESC_INIT;
+    d.name = "w";
+    d.data = w;
+    d.numel = 1000;
+    zero_param *h = NULL;
+    CHECK(zero_register_param(e, &d, &h) == ZERO_OK && zero_params_done(e) == ZERO_OK, "%s", zero_last_error(e));
+    void *ptr = NULL, *g = NULL;
+    CHECK(zero_gather(e, &h, 1, &ptr) == ZERO_OK, "%s", zero_last_error(e));
+    CHECK(zero_grad_buffer(e, h, &g) == ZERO_OK && g, "%s", zero_last_error(e));
+    for (int i = 0; g && i < 1000; i++) ((float *)g)[i] += 1.0f;
+    CHECK(zero_on_grad_ready(e, h, NULL) == ZERO_OK, "%s", zero_last_error(e));
+    zero_step_result r = ZERO_STEP_RESULT_INIT;
+    CHECK(zero_step(e, NULL, &r) == ZERO_OK && r.taken, "%s", zero_last_error(e));
+    zero_status s = zero_release(e, &h, 1);
+    CHECK(s == ZERO_ERR_STATE, "a release after the step ended the gather: %s", zero_status_string(s));
+    CHECK_STR_CONTAINS(zero_last_error(e), "zero_release('w'): its gather already ended at zero_step");
+    void *p2 = NULL;
+    CHECK(zero_gather(e, &h, 1, &p2) == ZERO_OK, "%s", zero_last_error(e));
+    /* SGD, lr 0.1, the mean gradient 1: every weight moved down by 0.1 */
+    if (p2) CHECK(((float *)p2)[500] < 0.5f - 0.09f, "the gather after the step reads %g", (double)((float *)p2)[500]);
+    CHECK(zero_release(e, &h, 1) == ZERO_OK, "%s", zero_last_error(e)); /* a matched release is fine again */
+    zero_engine_destroy(e);
+}
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
@@ -83,6 +122,7 @@ int main(int argc, char **argv) {
             CHECK(!o.nan_loss, "poisoning off (mode %d): loss is %g, the host itself is broken", mode, o.last_loss);
         s3_out_free(&o);
     }
+    held_across_step();
     int rc = check_finish();
     MPI_Finalize();
     return rc;
