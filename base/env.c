@@ -233,12 +233,8 @@ static int words_inside(const char *name, const char *cand) {
 
 const char *zero__env_suggest(const char *name) {
     if (!name || strncmp(name, "ZERO_", 5) || zero__env_find(name)) return NULL;
-    const char *best = NULL;
-    int best_d = 3;
-    for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++) {
-        int dd = zero__edit_distance(name, TABLE[i].name);
-        if (dd < best_d) best_d = dd, best = TABLE[i].name;
-    }
+    const char *best = NULL; /* within 2 edits: every ZERO_ name is longer than 5 */
+    for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++) best = zero__nearer(name, TABLE[i].name, best);
     if (best) return best;
     for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++)
         if (words_inside(name, TABLE[i].name)) return TABLE[i].name;

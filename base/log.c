@@ -154,6 +154,12 @@ zero_status zero__error(struct zero_engine *e, zero_status s, const char *fmt, .
     return s;
 }
 
+const char *zero__error_body(const char *text) {
+    /* skip "rank R: " or "rank R (pipeline stage ...): " */
+    const char *colon = strncmp(text, "rank ", 5) == 0 ? strstr(text, ": ") : NULL;
+    return colon ? colon + 2 : text;
+}
+
 zero_status zero__error_context(struct zero_engine *e, zero_status s, const char *fmt, ...) {
     const zero__owner *o = zero__owner_of(e);
     if (!o || !o->last_error) return s;
@@ -165,13 +171,7 @@ zero_status zero__error_context(struct zero_engine *e, zero_status s, const char
     pthread_mutex_lock(o->err_lock);
     snprintf(prev, sizeof prev, "%s", o->last_error);
     pthread_mutex_unlock(o->err_lock);
-    /* skip "rank R: " or "rank R (pipeline stage ...): " */
-    const char *body = prev;
-    if (strncmp(prev, "rank ", 5) == 0) {
-        const char *colon = strstr(prev, ": ");
-        if (colon) body = colon + 2;
-    }
-    return zero__error(e, s, "%s: %s", ctx, body);
+    return zero__error(e, s, "%s: %s", ctx, zero__error_body(prev));
 }
 
 void zero__appendf(char *buf, size_t len, const char *fmt, ...) {

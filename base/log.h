@@ -27,6 +27,9 @@ void zero__log_forced(const struct zero_engine *e, zero_log_level lvl, const cha
 zero_status zero__error(struct zero_engine *e, zero_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 zero_status zero__verror(struct zero_engine *e, zero_status s, const char *fmt, va_list ap);
+/* The message of an error text without its "rank R: " / "rank R (pipeline
+ * stage S, ...): " prefix: a pointer into `text` (or `text` itself).  Pure. */
+const char *zero__error_body(const char *text);
 /* Put context in front of e's current last error: "rank R: <ctx>: <the
  * previous message without its rank prefix>" (e.g. which bucket a timed-out
  * wait belonged to).  Returns s; e may be NULL (then nothing happens). */

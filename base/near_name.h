@@ -9,8 +9,9 @@
  * 64 bytes or more are 99 (never near). */
 int zero__edit_distance(const char *a, const char *b);
 
-/* Is `cand` a likely intended spelling of `name`: within 2 edits (within 1
- * for names of 5 characters or fewer, where 2 edits make most names
- * alike)? */
-int zero__near_name(const char *name, const char *cand);
+/* Walking candidates for the one `name` most likely meant: returns cand if
+ * it is near name -- within 2 edits, within 1 for names of 5 characters or
+ * fewer (where 2 edits make most names alike) -- and nearer than `best`
+ * (NULL: none yet), else best.  The first of equally near candidates stays. */
+const char *zero__nearer(const char *name, const char *cand, const char *best);
 #endif

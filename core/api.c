@@ -293,9 +293,8 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     e->rc = zero__config_run(e->cfg);
     /* a trace directory missing on one node only fails every rank at once */
     if ((s = zero__trace_engine_start(e)) != ZERO_OK) {
-        const char *why = e->last_error; /* "rank R: ...": the agreement puts the rank in front again */
-        if (!strncmp(why, "rank ", 5) && strstr(why, ": ")) why = strstr(why, ": ") + 2;
-        snprintf(msg, sizeof msg, "%s", why);
+        /* without "rank R: ": the agreement puts the rank in front again */
+        snprintf(msg, sizeof msg, "%s", zero__error_body(e->last_error));
         return fail_create(e, zero__engine_agree_failure(e, s, "start its trace", msg), err, err_len);
     }
     set_comm_timeout(e);

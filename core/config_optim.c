@@ -109,10 +109,7 @@ static void check_params(zero__cfg_ctx *ctx, const json_t *params, const optim_t
         const param_key *k = param_keys;
         while (k->name && strcmp(k->name, key) != 0) ++k;
         const char *near = NULL; /* (1.7.5) the nearest known key, for a misspelt one */
-        for (const param_key *c = param_keys; !k->name && c->name; ++c)
-            if (zero__near_name(key, c->name) && (!near || zero__edit_distance(key, c->name) <
-                                                               zero__edit_distance(key, near)))
-                near = c->name;
+        for (const param_key *c = param_keys; !k->name && c->name; ++c) near = zero__nearer(key, c->name, near);
         if (!k->name && near)
             zero__cfg_warn(ctx, OP ".%s: unknown key, ignored (did you mean %s?)", key, near);
         else if (!k->name)

@@ -196,10 +196,7 @@ void zero__cfg_check_keys(zero__cfg_ctx *ctx, const json_t *obj, const char *sec
             /* (1.7.5) a misspelt key ("gradient_acumulation_steps") trains
              * with the default: name the key it probably meant */
             const char *near = NULL;
-            for (const zero__cfg_key *c = keys; c->name; ++c)
-                if (zero__near_name(key, c->name) &&
-                    (!near || zero__edit_distance(key, c->name) < zero__edit_distance(key, near)))
-                    near = c->name;
+            for (const zero__cfg_key *c = keys; c->name; ++c) near = zero__nearer(key, c->name, near);
             if (near)
                 zero__cfg_warn(ctx, "%s: unknown key, ignored (did you mean %s?)", path, near);
             else
