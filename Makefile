@@ -31,26 +31,30 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j$(JOBS)
 
-# Two passes.  First the long tests whose checks are bits, memory counters or
-# tolerances on results -- no wall-clock assertion, no kill or timeout
-# being tested, timeouts far above their run time -- CTEST_PAR_JOBS at a
-# time (every core: on 2 cores a 2-rank run leaves much of the second one
-# idle in MPI startup and the demo's serial parts); then everything else
-# CTEST_JOBS at a time (timing_*, comm_timeout_*, faults_*, multihost_*,
-# the bindings...).  Each pass prints its own summary; either failing fails
-# the target, after both ran.  CTEST_PAR_TESTS= (empty) runs one pass.
+# Two passes.  First every test whose checks are bits, memory counters or
+# tolerances on results -- no wall-clock assertion, no kill, stop or
+# timeout being tested, timeouts far above their run time --
+# CTEST_PAR_JOBS at a time (every core: on 2 cores a 2-rank run leaves much
+# of the second one idle in MPI startup and the demo's serial parts); then
+# the tests labelled CTEST_SERIAL_LABELS, CTEST_JOBS at a time: the fault
+# catalogue (faults: SIGSTOP and kill -9 past a timeout, detection times),
+# the agreement and multi-host tests (timeouts, a link taken down) and
+# `serial` (a test that times itself: timing_*, a progress timeout under
+# stress).  A new test that asserts on time carries one of these labels.
+# Each pass prints its own summary; either failing fails the target, after
+# both ran.  CTEST_SERIAL_LABELS= (empty) runs one pass, CTEST_JOBS at a time.
 CTEST_PAR_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-CTEST_PAR_TESTS ?= ^(determinism_|fuzz_|plan_measured_np|plan_paper_tables$$|bucket_plan$$|memory_stage_sweep$$|memory_stage3_(offload|nvme_param)_sweep$$|precision_stage_trajectories$$|contrib\.|stage3_offload_ckpt$$|buckets_demo_memory_order$$|offload_demo$$|pipeline_demo_matches_stage0$$|demo_stages_agree$$|demo_precision_curve$$|stage3_demo_peak_np4$$|stage3_nvme_param_errors$$|config_hf_examples$$)
+CTEST_SERIAL_LABELS ?= faults|multihost|agree|serial
 CTEST_ARGS = --output-on-failure --timeout $(CTEST_TIMEOUT)
 test: build
-ifeq ($(strip $(CTEST_PAR_TESTS)),)
+ifeq ($(strip $(CTEST_SERIAL_LABELS)),)
 	cd $(BUILD) && ctest $(CTEST_ARGS) -j$(CTEST_JOBS)
 else
 	@cd $(BUILD) && st=0; \
 	echo "=== make test: pass 1, $(CTEST_PAR_JOBS) at a time: tests checking bits/memory/results only"; \
-	ctest $(CTEST_ARGS) -j$(CTEST_PAR_JOBS) -R '$(CTEST_PAR_TESTS)' || st=1; \
-	echo "=== make test: pass 2, $(CTEST_JOBS) at a time: the rest"; \
-	ctest $(CTEST_ARGS) -j$(CTEST_JOBS) -E '$(CTEST_PAR_TESTS)' || st=1; \
+	ctest $(CTEST_ARGS) -j$(CTEST_PAR_JOBS) -LE '$(CTEST_SERIAL_LABELS)' || st=1; \
+	echo "=== make test: pass 2, $(CTEST_JOBS) at a time: tests labelled $(CTEST_SERIAL_LABELS)"; \
+	ctest $(CTEST_ARGS) -j$(CTEST_JOBS) -L '$(CTEST_SERIAL_LABELS)' || st=1; \
 	exit $$st
 endif
 
