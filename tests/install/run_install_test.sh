@@ -32,23 +32,33 @@ have_stage0=0
 [[ -f "$libdir/zero/plugins/libzero-plugin-stage0.so" ]] && have_stage0=1
 say "installed into $prefix (stage0 plugin installed: $have_stage0)"
 
+# ZERO_OUTSIDE_CFLAGS / _LDFLAGS: the libzero build's own C and module link
+# flags (tests/install/CMakeLists.txt), so that a sanitizer build's
+# instrumented libzero_kit.a links into a template built the same way and
+# the hosts carry the same runtime; empty in a plain build.
+outside_cflags=${ZERO_OUTSIDE_CFLAGS:-}
+
 # 2. The template, out of tree, against the installed package only.
 cmake -S "$src/examples/plugin-template" -B "$work/template" -DCMAKE_PREFIX_PATH="$prefix" \
-      -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >"$work/template-configure.log"
+      -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+      -DCMAKE_C_FLAGS="$outside_cflags" -DCMAKE_MODULE_LINKER_FLAGS="${ZERO_OUTSIDE_LDFLAGS:-}" \
+      >"$work/template-configure.log"
 cmake --build "$work/template" >"$work/template-build.log" 2>&1 || { cat "$work/template-build.log"; exit 1; }
 cc_cmd=$(cat "$work/template/compile_commands.json")
 if grep -q -- "$src/abi" <<<"$cc_cmd"; then say "template compiled against the source tree's abi/"; exit 1; fi
 grep -q -- "$prefix/include" <<<"$cc_cmd" || { say "template not compiled against $prefix/include"; exit 1; }
 [[ -f "$work/template/libzero-plugin-template-dp.so" ]] || { say "template plugin not built"; exit 1; }
-exports=$(nm -D --defined-only "$work/template/libzero-plugin-template-dp.so" | awk '{print $3}' | sort -u | tr '\n' ' ')
+# (__odr_asan.*: the indicator symbols AddressSanitizer adds beside each exported global)
+exports=$(nm -D --defined-only "$work/template/libzero-plugin-template-dp.so" | awk '{print $3}' |
+  grep -v '^__odr_asan\.' | sort -u | tr '\n' ' ')
 [[ "$exports" == "zero_plugin_v3 " ]] || { say "template exports more than its table: $exports"; exit 1; }
 say "template-dp built against the installed headers"
 
 # 3. A host through pkg-config.
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 [[ "$(pkg-config --modversion zero)" == 1.* ]] || { say "pkg-config zero: bad version"; exit 1; }
-# shellcheck disable=SC2046
-cc -std=c11 -Wall -Wextra -Werror $(pkg-config --cflags zero) "$src/tests/install/install_host.c" \
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -Wall -Wextra -Werror $outside_cflags $(pkg-config --cflags zero) "$src/tests/install/install_host.c" \
    $(pkg-config --libs zero) -Wl,-rpath,"$libdir" -o "$work/host"
 ZERO_PLUGIN_PATH="$work/template" "$work/host" template-dp "$work/template.bin" "$work/ckpt-template"
 
@@ -62,7 +72,8 @@ add_executable(host "$src/tests/install/install_host.c")
 set_target_properties(host PROPERTIES C_STANDARD 11)
 target_link_libraries(host PRIVATE zero::zero)
 CMAKE
-cmake -S "$work/cmake-host" -B "$work/cmake-host/build" -DCMAKE_PREFIX_PATH="$prefix" >"$work/cmake-host.log"
+cmake -S "$work/cmake-host" -B "$work/cmake-host/build" -DCMAKE_PREFIX_PATH="$prefix" \
+      -DCMAKE_C_FLAGS="$outside_cflags" >"$work/cmake-host.log"
 cmake --build "$work/cmake-host/build" >>"$work/cmake-host.log" 2>&1 || { cat "$work/cmake-host.log"; exit 1; }
 ZERO_PLUGIN_PATH="$work/template" "$work/cmake-host/build/host" template-dp "$work/template-cmake.bin" \
     "$work/ckpt-template-cmake"
