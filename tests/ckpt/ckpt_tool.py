@@ -131,8 +131,29 @@ check(r.returncode == 2 and "No space left on device" in r.stderr, "convert onto
 check(os.listdir(c3) == [] if os.path.isdir(c3) else True, "full disk: nothing left in DST: %s"
       % (os.listdir(c3) if os.path.isdir(c3) else []))
 print("convert onto a full disk: " + r.stderr.strip())
+# a staging directory an earlier run left (DST/<tag>.partial) holding a file
+# that is not a checkpoint's: exit 2 naming it, the file left as it was (the
+# checkpoint's own leftover beside it removed), nothing published
+c4 = os.path.join(d, "small-kept")
+shutil.rmtree(c4, ignore_errors=True)
+tag = open(os.path.join(small, "latest")).read().strip()
+stage = os.path.join(c4, tag + ".partial")
+os.makedirs(stage)
+notes = os.path.join(stage, "notes.txt")
+with open(notes, "w") as f:
+    f.write("the host's\n")
+with open(os.path.join(stage, "manifest.json"), "w") as f:
+    f.write("{}")
+r = subprocess.run([tool, "convert", small, c4, "--ranks", "2", "--plugin", "stage2"], capture_output=True, text=True)
+check(r.returncode == 2 and "holds 1 file(s) that are not a checkpoint's" in r.stderr and stage in r.stderr,
+      "convert into a root whose leftover staging dir holds a host file: " + (r.stdout + r.stderr).strip())
+check(open(notes).read() == "the host's\n", "the host's file in the leftover staging dir kept as it was")
+check(not os.path.exists(os.path.join(stage, "manifest.json")), "the checkpoint's own leftover removed")
+check(sorted(os.listdir(c4)) == [tag + ".partial"], "nothing published: %s" % sorted(os.listdir(c4)))
+print("convert with a host file in a leftover staging dir: " + r.stderr.strip())
 shutil.rmtree(c2, ignore_errors=True)
 shutil.rmtree(c3, ignore_errors=True)
+shutil.rmtree(c4, ignore_errors=True)
 
 big = os.path.join(d, "big")
 largest_kib = 4 * (4 << 20) // 1024

@@ -543,9 +543,16 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
         free(lay);
         return conv_refuse("%s already exists; convert into an empty or new root", final);
     }
-    if (zero__ck_mkdirs(dst) != 0 || (zero__ck_remove_dir(staging) != 0 && errno != ENOENT) ||
+    int kept = 0;
+    if (zero__ck_mkdirs(dst) != 0 || (zero__ck_remove_dir_kept(staging, &kept) != 0 && errno != ENOENT) ||
         zero__ck_mkdirs(staging) != 0) {
-        fprintf(stderr, "zero-ckpt convert: cannot create %s: %s\n", staging, strerror(errno));
+        if (kept) /* a leftover staging dir holding files that are not a checkpoint's: never deleted */
+            fprintf(stderr,
+                    "zero-ckpt convert: %s, a staging directory an earlier run left, holds %d file(s) that are not "
+                    "a checkpoint's; they were left as they are: move them, or convert into another root\n",
+                    staging, kept);
+        else
+            fprintf(stderr, "zero-ckpt convert: cannot create %s: %s\n", staging, strerror(errno));
         for (int S = 0; S < P; S++) zero__layout_free(&lay[S]);
         free(lay);
         return 2;
