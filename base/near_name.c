@@ -23,12 +23,8 @@ int zero__edit_distance(const char *a, const char *b) {
     return d[n][m];
 }
 
-static int near_name(const char *name, const char *cand) {
-    const int limit = strlen(name) <= 5 ? 1 : 2;
-    return zero__edit_distance(name, cand) <= limit;
-}
-
 const char *zero__nearer(const char *name, const char *cand, const char *best) {
-    if (!near_name(name, cand)) return best;
-    return !best || zero__edit_distance(name, cand) < zero__edit_distance(name, best) ? cand : best;
+    const int d = zero__edit_distance(name, cand), limit = strlen(name) <= 5 ? 1 : 2;
+    if (d > limit) return best;
+    return !best || d < zero__edit_distance(name, best) ? cand : best;
 }
