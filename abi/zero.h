@@ -12,6 +12,13 @@
  *    struct you compiled against, the *_INIT macros do so).  Structs only
  *    grow at the end; the library reads only the fields your size covers and
  *    gives later fields their documented default.
+ *  - (1.7.7) A struct you pass in that is LONGER than the library's (a host
+ *    built against a newer header, run with an older library) is accepted
+ *    when the fields the library does not know are zero (their *_INIT
+ *    value), and refused with ZERO_ERR_INVALID_ARGUMENT, naming the struct
+ *    and the byte, when one is set: the library never ignores a setting it
+ *    cannot honour.  A struct_size above 4096 is refused unread.  Fields
+ *    named reserved* must be 0 (checked), so a later version can use them.
  *  - Status codes and enum values are never renumbered.
  *
  * Threading: unless a function says otherwise, calls on one engine must not
@@ -309,7 +316,7 @@ ZERO_API int zero_pipeline_stages(const zero_engine *e);
  * a shard. */
 typedef struct zero_param_desc {
     uint32_t struct_size; /* = sizeof(zero_param_desc) */
-    uint32_t reserved0;
+    uint32_t reserved0;   /* must be 0 (checked since 1.7.7) */
     const char *name;     /* copied; must be unique; used in error messages and checkpoints */
     const void *data;     /* initial values (numel elements of dtype); read at zero_params_done
                              (1.1: with ZERO_PARAM_HOST_OWNED, the parameter itself, written at each step) */
@@ -319,7 +326,7 @@ typedef struct zero_param_desc {
     void *grad;           /* optional host-owned gradient buffer (numel, dtype): libzero reads it in
                              zero_on_grad_ready; NULL = use zero_grad_buffer() */
     int32_t group;        /* param group (optimizer.param_groups index), default 0 */
-    int32_t reserved1;
+    int32_t reserved1;    /* must be 0 (checked since 1.7.7) */
     /* ---- appended in 1.1 (a 1.0 host's smaller struct_size leaves it 0) ---- */
     uint32_t flags;       /* ZERO_PARAM_* below; default 0 */
     uint32_t reserved2;   /* must be 0 */
@@ -547,7 +554,7 @@ ZERO_API zero_status zero_on_grad_ready(zero_engine *e, zero_param *p, void *str
 
 typedef struct zero_step_args {
     uint32_t struct_size;
-    uint32_t reserved0;
+    uint32_t reserved0; /* must be 0 (checked since 1.7.7) */
     void *stream; /* cudaStream_t or NULL */
 } zero_step_args;
 #define ZERO_STEP_ARGS_INIT { sizeof(zero_step_args), 0, NULL }

@@ -21,6 +21,7 @@
 #include "loss_scaler.h"
 #include "optim.h"
 #include "params.h"
+#include "struct_in.h"
 #include "partition_step.h"
 #include "trace.h"
 #include "trace_engine.h"
@@ -220,7 +221,20 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
     }
     /* Fields beyond the caller's struct_size keep their defaults. */
     zero_engine_options opts = ZERO_ENGINE_OPTIONS_INIT;
-    memcpy(&opts, user_opts, user_opts->struct_size < sizeof opts ? user_opts->struct_size : sizeof opts);
+    char why[512];
+    if (!zero__struct_in(&opts, user_opts, user_opts->struct_size, sizeof opts, "zero_engine_options", why,
+                         sizeof why)) {
+        if (err && err_len) snprintf(err, err_len, "zero_engine_create: %s", why);
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
+    if (opts.reserved0 != 0 || opts.reserved1 != 0) {
+        if (err && err_len)
+            snprintf(err, err_len,
+                     "zero_engine_create: zero_engine_options.reserved0 (%u) and reserved1 (%d) must be 0 "
+                     "(start from ZERO_ENGINE_OPTIONS_INIT)",
+                     (unsigned)opts.reserved0, (int)opts.reserved1);
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
 
     struct zero_engine *e = calloc(1, sizeof *e);
     if (!e) {
@@ -437,7 +451,9 @@ zero_status zero_set_group(zero_engine *e, const zero_group_desc *d) {
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_set_group: bad descriptor");
     if (e->params_frozen) return zero__error(e, ZERO_ERR_STATE, "zero_set_group after zero_params_done");
     zero_group_desc g = ZERO_GROUP_DESC_INIT;
-    memcpy(&g, d, d->struct_size < sizeof g ? d->struct_size : sizeof g);
+    char why[512];
+    if (!zero__struct_in(&g, d, d->struct_size, sizeof g, "zero_group_desc", why, sizeof why))
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_set_group: %s", why);
     /* (1.3) expert groups: a color >= 0, or ZERO_GROUP_DENSE */
     if (g.expert_color < ZERO_GROUP_DENSE || g.reserved0 != 0)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
@@ -989,6 +1005,15 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_step: result.struct_size too small");
     int verdict = MG_PROCEED;
     char why[1536] = "";
+    if (args) { /* read where used (step_ctx); checked here, before any collective */
+        zero_step_args a = ZERO_STEP_ARGS_INIT;
+        if (!zero__struct_in(&a, args, args->struct_size, sizeof a, "zero_step_args", why, sizeof why))
+            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_step: %s", why);
+        if (a.reserved0 != 0)
+            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                               "zero_step: zero_step_args.reserved0 is %u, must be 0 (ZERO_STEP_ARGS_INIT)",
+                               (unsigned)a.reserved0);
+    }
     /* timed with the reduction (zero_step_timing.reduce_seconds): part of
      * settling the micro-step's gradients, and a collective that waits for
      * the slowest rank as a flush would */
@@ -1192,7 +1217,9 @@ zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_save_option
     if (o) {
         if (o->struct_size < sizeof(uint32_t))
             return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_save_ex: options without struct_size");
-        memcpy(&opt, o, o->struct_size < sizeof opt ? o->struct_size : sizeof opt);
+        char why[512];
+        if (!zero__struct_in(&opt, o, o->struct_size, sizeof opt, "zero_save_options", why, sizeof why))
+            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_save_ex: %s", why);
     }
     return zero__ckpt_save(e, dir, opt.tag, opt.keep_last);
 }

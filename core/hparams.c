@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "struct_in.h"
 
 /* The overrides zero_set_group stored (api.c); here rather than in api.c
  * because params.c, experts.c and the checkpoint loader read them too, and
@@ -164,7 +165,9 @@ zero_status zero_set_hparams(zero_engine *e, const zero_hparams *h) {
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_set_hparams: NULL or too small zero_hparams "
                                                          "(use ZERO_HPARAMS_INIT)");
     zero_hparams r = ZERO_HPARAMS_INIT;
-    memcpy(&r, h, h->struct_size < sizeof r ? h->struct_size : sizeof r);
+    char why[512];
+    if (!zero__struct_in(&r, h, h->struct_size, sizeof r, "zero_hparams", why, sizeof why))
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_set_hparams: %s", why);
     if (r.group < 0 && r.group != ZERO_ALL_GROUPS)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_set_hparams: group %d is neither a group id (>= 0) "
                                                          "nor ZERO_ALL_GROUPS", (int)r.group);

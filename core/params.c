@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "params.h"
+#include "struct_in.h"
 
 /* Handles are validated by membership in an open-addressing pointer set, so
  * a stale or foreign pointer is rejected without being dereferenced. */
@@ -63,7 +64,18 @@ zero_status zero__param_register(struct zero_engine *e, const zero_param_desc *d
                            d->struct_size);
     /* Fields past the caller's struct_size take their documented defaults. */
     zero_param_desc desc = ZERO_PARAM_DESC_INIT;
-    memcpy(&desc, d, d->struct_size < sizeof desc ? d->struct_size : sizeof desc);
+    char why[512];
+    if (!zero__struct_in(&desc, d, d->struct_size, sizeof desc, "zero_param_desc", why, sizeof why))
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param(%s): %s",
+                           d->name ? d->name : "?", why);
+    /* reserved fields are zero in ZERO_PARAM_DESC_INIT; refused otherwise
+     * (1.7.7) so that a later ABI can give them a meaning */
+    if (desc.reserved0 != 0 || desc.reserved1 != 0 || desc.reserved2 != 0)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                           "zero_register_param(%s): zero_param_desc.reserved0/1/2 are %u/%d/%u, must be 0 "
+                           "(start from ZERO_PARAM_DESC_INIT)",
+                           d->name ? d->name : "?", (unsigned)desc.reserved0, (int)desc.reserved1,
+                           (unsigned)desc.reserved2);
     if (!desc.name || !desc.name[0])
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param: a name is required");
     if (desc.numel == 0)

@@ -12,6 +12,7 @@
 
 #include "plugin_abi.h"
 #include "layout.h"
+#include "struct_in.h"
 #include "optim.h"
 #include "plan.h"
 #include "plan_buckets.h"
@@ -196,6 +197,16 @@ ZERO_API zero_status zero_plan(const zero_plan_request *req, zero_memory_plan *o
     if (!req || !out || req->struct_size < offsetof(zero_plan_request, total_params) + sizeof req->total_params ||
         out->struct_size < offsetof(zero_memory_plan, total)) {
         copy_err(err, err_len, "zero_plan: request and out must be given with their struct_size set (*_INIT)");
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
+    zero_plan_request known = ZERO_PLAN_REQUEST_INIT;
+    char why[512];
+    if (!zero__struct_in(&known, req, req->struct_size, sizeof known, "zero_plan_request", why, sizeof why)) {
+        if (err && err_len) snprintf(err, err_len, "zero_plan: %s", why);
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
+    if (req->reserved0 != 0) {
+        copy_err(err, err_len, "zero_plan: zero_plan_request.reserved0 must be 0 (ZERO_PLAN_REQUEST_INIT)");
         return ZERO_ERR_INVALID_ARGUMENT;
     }
     if (req->world_size < 1) {

@@ -35,6 +35,7 @@
 #include "comm_internal.h"
 #include "log.h"
 #include "memory.h" /* zero__engine_note_scratch */
+#include "struct_in.h"
 
 /* Shared by a world and its splits: the callback lock and a reference count. */
 typedef struct host_family {
@@ -636,7 +637,11 @@ static zero_status copy_host(const zero_host_comm *user, zero_host_comm *hc, cha
                  what, (unsigned)user->struct_size, offsetof(zero_host_comm, alltoall));
         return ZERO_ERR_INVALID_ARGUMENT;
     }
-    memcpy(hc, user, user->struct_size < sizeof *hc ? user->struct_size : sizeof *hc);
+    char why[512];
+    if (!zero__struct_in(hc, user, user->struct_size, sizeof *hc, "zero_host_comm", why, sizeof why)) {
+        snprintf(err, err_len, "%s: %s", what, why);
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
     hc->struct_size = sizeof *hc;
     if (user->reserved0 != 0) {
         snprintf(err, err_len, "%s: zero_host_comm.reserved0 must be 0", what);

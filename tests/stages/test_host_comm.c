@@ -15,8 +15,9 @@
  *    every plugin agrees with MPI within 1e-6;
  *  - a callback failing mid-training fails the call with ZERO_ERR_COMM and
  *    the engine's last error names the callback and its status, on every rank;
- *  - a NULL comm, a short struct, a missing callback, a bad rank are refused
- *    by zero_engine_create with a message saying which;
+ *  - a NULL comm, a short struct, a missing callback, a bad rank, a newer
+ *    header's struct with a field set (1.7.7) are refused by
+ *    zero_engine_create with a message saying which;
  *  - (1.7.4) comm_timeout in the config, which cannot bound a host's
  *    callback, is warned about on rank 0 (not without it).
  * Usage: test_host_comm [steps] */
@@ -255,6 +256,23 @@ int main(int argc, char **argv) {
     bad = H.hc;
     bad.rank = bad.size;
     refused(ZERO_COMM_HOST, &bad, ZERO_ERR_INVALID_ARGUMENT, "need 0 <= rank < size", "rank out of range");
+    /* (1.7.7) a struct from a newer header: refused when a field this
+     * libzero does not know is set, taken when it is left zero */
+    struct { zero_host_comm hc; uint64_t added; } newer = {H.hc, 1};
+    newer.hc.struct_size = sizeof newer;
+    refused(ZERO_COMM_HOST, &newer.hc, ZERO_ERR_INVALID_ARGUMENT, "newer libzero header", "newer struct, field set");
+    newer.added = 0;
+    {
+        zero_engine_options o = ZERO_ENGINE_OPTIONS_INIT;
+        o.config_json = "{\"train_micro_batch_size_per_gpu\": 1}";
+        o.plugin = "stage0";
+        o.comm_kind = ZERO_COMM_HOST;
+        o.comm = &newer.hc;
+        zero_engine *e = NULL;
+        char msg[600] = "";
+        CHECK(zero_engine_create(&o, &e, msg, sizeof msg) == ZERO_OK, "newer struct, new field zero: %s", msg);
+        zero_engine_destroy(e);
+    }
 
     MPI_Comm_free(&dup);
     return check_mpi_finish();
