@@ -92,9 +92,10 @@ def check_worlds(a, base, fails, QG):
     """Hierarchical qgZ (node reduce-scatter in fp32, quantized all-to-all across nodes) at each
     N:k of --qgz-worlds (k = 0: no ZERO_RANKS_PER_NODE, one node: this machine; k not
     dividing N: unequal nodes, the flat exchange with a warning), int8:
-    with error feedback, the loss within --tol of stage3 at every one of --steps steps and two runs
-    with the same bits (error feedback is the default; the runs name it); without it, within --tol over the first --tol-steps steps (it
-    drifts further later: printed); bytes leaving a node <= 0.3x of stage 3's minimum; one node: the
+    with error feedback, the loss within --tol of stage3 at every one of --steps steps, and two runs
+    with the same bits at the worlds of --repeat-worlds (error feedback is the default; the runs
+    name it); without it, within --tol over a run of --tol-steps steps (it drifts further later, so
+    it is not run longer); bytes leaving a node <= 0.3x of stage 3's minimum; one node: the
     reduction is exact (stage 3's bits, nothing crosses)."""
     EF = {QG: True, "zero_quantized_gradients_error_feedback": True}
     for w in a.qgz_worlds.split(","):
@@ -102,21 +103,22 @@ def check_worlds(a, base, fails, QG):
         tag = f"n{n}k{k}"
         s3 = run(a, f"{tag}-stage3", base, "stage3", np=n, rpn=k)
         q1 = run(a, f"{tag}-qgz-ef", variant(base, **EF), "zeropp", np=n, rpn=k)
-        q2 = run(a, f"{tag}-qgz-ef-again", variant(base, **EF), "zeropp", np=n, rpn=k)
+        again = a.repeat_worlds == "all" or w in a.repeat_worlds.split(",")
+        q2 = run(a, f"{tag}-qgz-ef-again", variant(base, **EF), "zeropp", np=n, rpn=k) if again else None
         q0 = run(a, f"{tag}-qgz", variant(base, **{QG: True, "zero_quantized_gradients_error_feedback": False}),
-                 "zeropp", np=n, rpn=k)
+                 "zeropp", np=n, rpn=k, steps=a.tol_steps)
         if not q1["qgz"] or not q0["qgz"]:
             fails.append(f"{tag}: no qgZ exchange line from zeropp at destroy")
             continue
         d = [abs(x - y) for x, y in zip(q1["losses"], s3["losses"])]
         d0 = [abs(x - y) for x, y in zip(q0["losses"], s3["losses"])]
-        worst, worst0, early0 = max(d), max(d0), max(d0[:a.tol_steps])
+        worst, worst0 = max(d), max(d0)
         x = q1["qgz"]
         nodes = x["nodes"]
         print(f"  N={n} {x['nodes']} node(s) of {x['k']}: qgZ {x['mode']} max |loss - stage3| over {len(d)} steps: "
               f"{worst:.4f} nats with error feedback (step {d.index(worst) + 1}), {worst0:.4f} without "
-              f"(step {d0.index(worst0) + 1}; {early0:.4f} over the first {a.tol_steps}); bits "
-              f"{q1['digest']['bits']} / again {q2['digest']['bits']} (stage3 {s3['digest']['bits']})")
+              f"over {len(d0)} steps (step {d0.index(worst0) + 1}); bits {q1['digest']['bits']} / again "
+              f"{q2['digest']['bits'] if q2 else '(not run)'} (stage3 {s3['digest']['bits']})")
         # nodes of unequal size (k does not divide N): the flat exchange, with a warning
         want = "flat" if k and n % k else "hierarchical"
         if x["mode"] != want or q0["qgz"]["mode"] != want:
@@ -126,10 +128,10 @@ def check_worlds(a, base, fails, QG):
             fails.append(f"{tag}: no warning that unequal nodes fall back to the flat exchange")
         if len(d) != a.steps or worst > a.tol:
             fails.append(f"{tag}: loss {worst:.4f} nats from stage3's at step {d.index(worst) + 1} (tol {a.tol})")
-        if len(d0) != a.steps or early0 > a.tol:
-            fails.append(f"{tag}: without error feedback, loss {early0:.4f} nats from stage3's in the first "
+        if len(d0) != a.tol_steps or worst0 > a.tol:
+            fails.append(f"{tag}: without error feedback, loss {worst0:.4f} nats from stage3's in the first "
                          f"{a.tol_steps} steps (tol {a.tol})")
-        if q1["digest"]["bits"] != q2["digest"]["bits"]:
+        if q2 and q1["digest"]["bits"] != q2["digest"]["bits"]:
             fails.append(f"{tag}: two runs differ: {q1['digest']['bits']} != {q2['digest']['bits']}")
         if x["reductions"] != a.steps * base["gradient_accumulation_steps"]:
             fails.append(f"{tag}: {x['reductions']} gradient exchanges on rank 0, expected one per micro-step")
@@ -165,6 +167,9 @@ def main():
     p.add_argument("--bytes-steps", type=int, default=6, help="steps of the communication runs")
     p.add_argument("--tol-steps", type=int, default=20,
                    help="--qgz-worlds: steps over which qgZ without error feedback must stay within --tol")
+    p.add_argument("--repeat-worlds", default="all",
+                   help="--qgz-worlds: the N:k entries (or 'all') where qgZ with error feedback runs twice and "
+                        "must give the same bits")
     p.add_argument("--qgz-worlds", default="",
                    help="N:k,...: check only hierarchical qgZ at these world sizes and ranks per node (k = 0: "
                         "one node: this machine)")
