@@ -741,6 +741,9 @@ static zero_status gather_slices_impl(zero_engine *e, zero_param *const *params,
                                 "zero_gather_slices: plugin '%s' broke its contract: its gather_slices returned OK "
                                 "but no pointer for slice %u of '%s'",
                                 t->name ? t->name : "?", layers[i], params[i]->name);
+        /* (1.7.7) as zero_gather: a write into a stage-3 slice is lost at its release */
+        if (s == ZERO_OK && (t->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS))
+            zero__host_writes_slices_gathered(e, params, layers, n, ptrs);
         if (s != ZERO_OK || !e->dev || (t->caps & ZERO_PLUGIN_CAP_GATHER_COMPLETE)) return s;
         return gathered_order(e);
     }
@@ -771,6 +774,7 @@ static zero_status release_slices_impl(zero_engine *e, zero_param *const *params
         refs[i].layer = layers[i];
         refs[i].layers = params[i]->stack_layers;
     }
+    zero__host_writes_slices_released(e, params, layers, n); /* before the buffers can be reused */
     s = t->release_slices(e->pstate, refs, n);
     free(refs);
     return s;

@@ -39,6 +39,18 @@ struct zero_param {
     const void *gathered;
     uint64_t gathered_print;
     int gathered_mode;
+    /* (1.7.7) stage 3: the slices zero_gather_slices handed out, one entry
+     * per layer (stack_layers, allocated at the first slice gather, owned) */
+    struct zero__slice_print *slice_prints;
+};
+
+/* One held slice's pointer and fingerprint at its first gather; `held`
+ * counts its gathers not yet released (host_writes.c). */
+struct zero__slice_print {
+    const void *ptr;
+    uint64_t print;
+    uint32_t held;
+    int mode;
 };
 
 /* Per-group hyper-parameters resolved at params_done. */
@@ -102,6 +114,7 @@ struct zero_engine {
     int any_host_owned;          /* (1.1) some param is ZERO_PARAM_HOST_OWNED */
     uint32_t gathered_writes;    /* (1.7.4) stage-3 gathers the host wrote before releasing them (host_writes.c) */
     const struct zero_param *gathered_written; /* the first of them */
+    int64_t gathered_written_layer;              /* (1.7.7) its slice (zero_gather_slices), or -1: the whole param */
 
     /* step state */
     uint32_t micro_step;         /* within the accumulation window */

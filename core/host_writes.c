@@ -108,6 +108,14 @@ void zero__host_writes_gathered(zero_engine *e, zero_param *const *params, size_
     }
 }
 
+/* a gathered copy the host wrote: counted for the next boundary */
+static void count_write(zero_engine *e, const struct zero_param *p, int64_t layer) {
+    if (!e->gathered_writes++) {
+        e->gathered_written = p;
+        e->gathered_written_layer = layer;
+    }
+}
+
 void zero__host_writes_released(zero_engine *e, zero_param *const *params, size_t n) {
     for (size_t i = 0; i < n; i++) {
         struct zero_param *p = params[i];
@@ -115,7 +123,36 @@ void zero__host_writes_released(zero_engine *e, zero_param *const *params, size_
         const int mode = p->gathered_mode;
         p->gathered_mode = 0;
         if (print_of(p->gathered, bytes_of(p), mode) == p->gathered_print) continue;
-        if (!e->gathered_writes++) e->gathered_written = p;
+        count_write(e, p, -1);
+    }
+}
+
+static size_t slice_bytes(const struct zero_param *p) {
+    return (size_t)p->slice_numel * zero__dtype_size(p->info.dtype);
+}
+
+void zero__host_writes_slices_gathered(zero_engine *e, zero_param *const *params, const uint32_t *layers, size_t n,
+                                       void *const *ptrs) {
+    const int mode = check_mode(e);
+    for (size_t i = 0; i < n && mode != CHECK_OFF; i++) {
+        struct zero_param *p = params[i];
+        if (!ptrs[i]) continue;
+        if (!p->slice_prints && !(p->slice_prints = calloc(p->stack_layers, sizeof *p->slice_prints))) continue;
+        struct zero__slice_print *sp = &p->slice_prints[layers[i]];
+        if (sp->held++) continue; /* held already: compared at its last release against its first gather */
+        sp->ptr = ptrs[i];
+        sp->mode = mode;
+        sp->print = print_of(ptrs[i], slice_bytes(p), mode);
+    }
+}
+
+void zero__host_writes_slices_released(zero_engine *e, zero_param *const *params, const uint32_t *layers,
+                                       size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        struct zero_param *p = params[i];
+        struct zero__slice_print *sp = p->slice_prints ? &p->slice_prints[layers[i]] : NULL;
+        if (!sp || !sp->held || --sp->held) continue; /* not fingerprinted, or still held */
+        if (print_of(sp->ptr, slice_bytes(p), sp->mode) != sp->print) count_write(e, p, layers[i]);
     }
 }
 
@@ -184,15 +221,21 @@ zero_status zero__host_writes_check(zero_engine *e) {
      * known here) */
     const uint32_t gathered = e->gathered_writes;
     if (!tensors && !copies && !gathered) return ZERO_OK;
-    if (!tensors && !copies)
+    if (!tensors && !copies) {
+        char slice[48] = "";
+        if (e->gathered_written_layer >= 0)
+            snprintf(slice, sizeof slice, " (its slice %lld)", (long long)e->gathered_written_layer);
         return zero__error(e, ZERO_ERR_STATE,
-                           "zero_step: param '%s' was written through the pointer zero_gather returned (%u gather%s "
+                           "zero_step: param '%s'%s was written through the pointer %s returned (%u gather%s "
                            "written since the last step), which the host must not do: at stage 3 that memory is a "
                            "scratch copy, whose write is lost at zero_release, or, where a rank holds the whole "
                            "parameter, libzero's own, whose write the optimizer would go on from on that rank "
                            "alone; load a checkpoint with zero_load to go on (or set initial values before "
                            "zero_params_done, zero_param_desc.data); no weight moved, the accumulation window is kept",
-                           e->gathered_written->name, gathered, gathered > 1 ? "s" : "");
+                           e->gathered_written->name, slice,
+                           e->gathered_written_layer >= 0 ? "zero_gather_slices" : "zero_gather", gathered,
+                           gathered > 1 ? "s" : "");
+    }
     const uint32_t more = tensors + copies - 1;
     char also[64] = "";
     if (more) snprintf(also, sizeof also, " (and %u more param%s)", more, more > 1 ? "s" : "");

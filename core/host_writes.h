@@ -10,10 +10,11 @@
  *     dtype (fp32: stepped on from the written values on that rank only;
  *     bf16 or offload: overwritten from the fp32 master), so ranks that
  *     wrote differently diverged for good;
- *  3. (stage 3) a gathered parameter, through zero_gather's pointer: a
- *     scratch copy, whose write was lost at zero_release, or (where a rank
- *     holds the whole parameter, e.g. one rank) libzero's own storage,
- *     stepped on from the written values on that rank alone.
+ *  3. (stage 3) a gathered parameter, through zero_gather's pointer (since
+ *     1.7.7 also a slice, through zero_gather_slices'): a scratch copy,
+ *     whose write was lost at the release, or (where a rank holds the whole
+ *     parameter, e.g. one rank) libzero's own storage, stepped on from the
+ *     written values on that rank alone.
  * At a window's boundary, before the optimizer, zero_step looks for them
  * and refuses the step on every rank (the verdict is agreed with the
  * missing gradients, grad_window.c): ZERO_ERR_STATE, no weight moved, the
@@ -50,6 +51,15 @@ void zero__host_writes_note(struct zero_engine *e);
  * engine thread. */
 void zero__host_writes_gathered(struct zero_engine *e, zero_param *const *params, size_t n, void *const *ptrs);
 void zero__host_writes_released(struct zero_engine *e, zero_param *const *params, size_t n);
+/* (1.7.7) The same for slices of stacked params (zero_gather_slices /
+ * zero_release_slices with a plugin that gathers slices): fingerprinted at
+ * a slice's first gather, compared at its last release (a slice may be
+ * held several times).  params[i] is stacked and layers[i] in range
+ * (checked by the caller).  On out of memory a slice goes unchecked. */
+void zero__host_writes_slices_gathered(struct zero_engine *e, zero_param *const *params, const uint32_t *layers,
+                                       size_t n, void *const *ptrs);
+void zero__host_writes_slices_released(struct zero_engine *e, zero_param *const *params, const uint32_t *layers,
+                                       size_t n);
 
 /* This rank's verdict at a boundary, before the optimizer: ZERO_OK, or
  * ZERO_ERR_STATE with a message naming the first param written (and, for a

@@ -198,6 +198,7 @@ void zero__param_unregister_last(struct zero_engine *e) {
     set_rebuild(e);
     free(p->name);
     free(p->slice_seen);
+    free(p->slice_prints);
     p->magic = 0;
     free(p);
 }
@@ -206,6 +207,7 @@ void zero__params_free(struct zero_engine *e) {
     for (uint32_t i = 0; i < e->nparams; i++) {
         free(e->params[i]->name);
         free(e->params[i]->slice_seen);
+        free(e->params[i]->slice_prints);
         e->params[i]->magic = 0;
         free(e->params[i]);
     }

@@ -24,6 +24,8 @@
  *    write is overwritten by the step (the old behaviour, on request);
  *  - stage 3: a write into a gathered parameter (a scratch copy, or at
  *    N = 1 libzero's own storage) is refused the same way until a load;
+ *    (1.7.7) so is a write into a slice of a stacked param gathered with
+ *    zero_gather_slices (stage 3; stage 2's slices are its copy);
  *  - no false alarm: plain training, and zero_save + zero_load between
  *    two steps, in every run.
  * Usage: test_host_writes (under mpirun, any N). */
@@ -42,10 +44,12 @@ static const size_t kNumel[NP] = {3001, 20000, 7}; /* p1: 80 KB in fp32, many 4 
 static int rank_ = 0, world_ = 1;
 static char ckdir_[256];
 
-typedef enum { W_NONE, W_ALL, W_RUN, W_FIRST, W_LAST, W_MIDDLE, W_GATHER } write_kind;
+typedef enum { W_NONE, W_ALL, W_RUN, W_FIRST, W_LAST, W_MIDDLE, W_GATHER, W_SLICE } write_kind;
 static const char *const kWriteName[] = {"no write",          "every element",     "an unaligned 4160-byte run",
                                          "the first element", "the last element",  "one middle element",
-                                         "through zero_gather"};
+                                         "through zero_gather", "through zero_gather_slices"};
+/* W_SLICE: p1 is registered stacked, LAYERS slices, and slice SLICE written */
+enum { LAYERS = 4, SLICE = 2 };
 
 typedef struct run_cfg {
     const char *plugin;
@@ -55,6 +59,7 @@ typedef struct run_cfg {
     int refused;      /* expected: the write is found */
     int plain;        /* params registered without ZERO_PARAM_HOST_OWNED */
     int load;         /* W_GATHER's reference: gather, zero_load and step at the episode, no write */
+    int stacked;      /* p1 registered with zero_register_stacked; the episode gathers its slice SLICE */
 } run_cfg;
 
 static size_t esize(const run_cfg *c) { return c->bf16 ? 2 : 4; }
@@ -69,7 +74,8 @@ static void host_write(const run_cfg *c, unsigned char *t) {
     case W_LAST: t[n - 1] ^= 0x40; break;
     case W_MIDDLE: t[3 * 4096 + 1000] ^= 0x40; break; /* between two sampled lines */
     case W_NONE:
-    case W_GATHER: break; /* not the tensor: see run() */
+    case W_GATHER:
+    case W_SLICE: break; /* not the tensor: see run() */
     }
 }
 
@@ -163,7 +169,9 @@ static void gather_episode(const run_cfg *c, zero_engine *e, zero_param **h, int
                     printf("rank %d, %s: %s\n", rank_, what, msg); /* what a host reads */
                 /* a host-owned param's tensor no longer matches the copy; a plain one's copy its fingerprint */
                 const char *want = !strcmp(c->plugin, "stage3")
-                                       ? "param 'p1' was written through the pointer zero_gather returned"
+                                       ? (c->stacked ? "param 'p1' (its slice 2) was written through the pointer "
+                                                       "zero_gather_slices returned"
+                                                     : "param 'p1' was written through the pointer zero_gather returned")
                                    : c->plain ? "libzero's copy of param 'p1' changed since libzero last wrote it"
                                               : "param 'p1' is ZERO_PARAM_HOST_OWNED and was written by the host";
                 CHECK(strstr(msg, want) && strstr(msg, "zero_gather") && strstr(msg, "no weight moved"),
@@ -215,7 +223,8 @@ static void run(const run_cfg *c, unsigned char *out) {
         d.numel = kNumel[i];
         d.dtype = c->bf16 ? ZERO_DTYPE_BF16 : ZERO_DTYPE_F32;
         d.flags = c->plain ? 0 : ZERO_PARAM_HOST_OWNED;
-        CHECK_EQ_INT(zero_register_param(e, &d, &h[i]), ZERO_OK);
+        if (i == 1 && c->stacked) CHECK_EQ_INT(zero_register_stacked(e, &d, LAYERS, &h[i]), ZERO_OK);
+        else CHECK_EQ_INT(zero_register_param(e, &d, &h[i]), ZERO_OK);
     }
     CHECK(zero_params_done(e) == ZERO_OK, "%s: %s", what, zero_last_error(e));
     unsigned char *saved = malloc(kNumel[1] * esize(c));
@@ -226,16 +235,21 @@ static void run(const run_cfg *c, unsigned char *out) {
             CHECK(zero_load(e, ckdir_) == ZERO_OK, "%s: zero_load: %s", what, zero_last_error(e));
         }
         report_grads(c, e, h, s);
-        if (step == EPISODE && s % c->gas == 0 && (c->write == W_GATHER || c->load)) { /* gas 2: in the window */
+        const int via_gather = c->write == W_GATHER || c->write == W_SLICE || c->load;
+        if (step == EPISODE && s % c->gas == 0 && via_gather) { /* gas 2: in the window */
             void *ptr = NULL;
-            CHECK_EQ_INT(zero_gather(e, &h[1], 1, &ptr), ZERO_OK);
-            if (ptr && c->write == W_GATHER && rank_ == world_ - 1) memset(ptr, 0x3c, kNumel[1] * esize(c));
-            CHECK_EQ_INT(zero_release(e, &h[1], 1), ZERO_OK);
+            const uint32_t layer = SLICE;
+            if (c->stacked) CHECK_EQ_INT(zero_gather_slices(e, &h[1], &layer, 1, &ptr), ZERO_OK);
+            else CHECK_EQ_INT(zero_gather(e, &h[1], 1, &ptr), ZERO_OK);
+            if (ptr && c->write != W_NONE && rank_ == world_ - 1)
+                memset(ptr, 0x3c, kNumel[1] / (c->stacked ? LAYERS : 1) * esize(c));
+            if (c->stacked) CHECK_EQ_INT(zero_release_slices(e, &h[1], &layer, 1), ZERO_OK);
+            else CHECK_EQ_INT(zero_release(e, &h[1], 1), ZERO_OK);
         } else if (step == EPISODE && s % c->gas == 0 && c->write != W_NONE) {
             memcpy(saved, t[1], kNumel[1] * esize(c));
             if (rank_ == world_ - 1) host_write(c, t[1]);
         }
-        if (step == EPISODE && last_micro && (c->write == W_GATHER || c->load)) {
+        if (step == EPISODE && last_micro && via_gather) {
             gather_episode(c, e, h, s, what);
             continue;
         }
@@ -267,15 +281,15 @@ int main(int argc, char **argv) {
     for (size_t p = 0; p < sizeof plugins / sizeof plugins[0]; p++)
         for (int bf16 = 0; bf16 <= 1; bf16++)
             for (int gas = 1; gas <= 2; gas++) {
-                run_cfg c = {plugins[p], bf16, gas, W_NONE, NULL, 0, 0, 0};
+                run_cfg c = {plugins[p], bf16, gas, W_NONE, NULL, 0, 0, 0, 0};
                 run(&c, clean);
                 /* every write kind with stage2 fp32 gas 1; the others take a full rewrite */
                 const int all = !strcmp(plugins[p], "stage2") && !bf16 && gas == 1;
                 const run_cfg cases[] = {
-                    {plugins[p], bf16, gas, W_ALL, NULL, 1, 0, 0},    {plugins[p], bf16, gas, W_RUN, NULL, 1, 0, 0},
-                    {plugins[p], bf16, gas, W_FIRST, NULL, 1, 0, 0},  {plugins[p], bf16, gas, W_LAST, NULL, 1, 0, 0},
-                    {plugins[p], bf16, gas, W_MIDDLE, NULL, 0, 0, 0}, {plugins[p], bf16, gas, W_MIDDLE, "full", 1, 0, 0},
-                    {plugins[p], bf16, gas, W_ALL, "off", 0, 0, 0},
+                    {plugins[p], bf16, gas, W_ALL, NULL, 1, 0, 0, 0},    {plugins[p], bf16, gas, W_RUN, NULL, 1, 0, 0, 0},
+                    {plugins[p], bf16, gas, W_FIRST, NULL, 1, 0, 0, 0},  {plugins[p], bf16, gas, W_LAST, NULL, 1, 0, 0, 0},
+                    {plugins[p], bf16, gas, W_MIDDLE, NULL, 0, 0, 0, 0}, {plugins[p], bf16, gas, W_MIDDLE, "full", 1, 0, 0, 0},
+                    {plugins[p], bf16, gas, W_ALL, "off", 0, 0, 0, 0},
                 };
                 for (size_t k = 0; k < (all ? sizeof cases / sizeof cases[0] : 1); k++) {
                     run(&cases[k], got);
@@ -288,8 +302,8 @@ int main(int argc, char **argv) {
                  * reference that loads the same checkpoint at the same point (gas 1: a load puts the
                  * checkpoint's micro-step back, so inside a window it would start another one) */
                 for (int plain = 0; plain <= 1 && gas == 1; plain++) {
-                    const run_cfg ref = {plugins[p], bf16, gas, W_NONE, NULL, 0, plain, 1};
-                    const run_cfg wrote = {plugins[p], bf16, gas, W_GATHER, NULL, 1, plain, 0};
+                    const run_cfg ref = {plugins[p], bf16, gas, W_NONE, NULL, 0, plain, 1, 0};
+                    const run_cfg wrote = {plugins[p], bf16, gas, W_GATHER, NULL, 1, plain, 0, 0};
                     run(&ref, clean);
                     run(&wrote, got);
                     CHECK(memcmp(got, clean, total_bytes(&c)) == 0, "%s %s gas %d, %s params, a write through "
@@ -299,12 +313,23 @@ int main(int argc, char **argv) {
             }
     /* stage 3: a write into a gathered parameter (a scratch copy, or at N = 1 libzero's own storage) */
     for (int bf16 = 0; bf16 <= 1; bf16++) {
-        const run_cfg ref = {"stage3", bf16, 1, W_NONE, NULL, 0, 1, 1};
-        const run_cfg wrote = {"stage3", bf16, 1, W_GATHER, NULL, 1, 1, 0};
+        const run_cfg ref = {"stage3", bf16, 1, W_NONE, NULL, 0, 1, 1, 0};
+        const run_cfg wrote = {"stage3", bf16, 1, W_GATHER, NULL, 1, 1, 0, 0};
         run(&ref, clean);
         run(&wrote, got);
         CHECK(memcmp(got, clean, total_bytes(&ref)) == 0, "stage3 %s: a write into a gathered parameter: the run ends "
               "elsewhere than the reference", bf16 ? "bf16" : "fp32");
+    }
+    /* (1.7.7) a write into a slice of a stacked param: stage 3's scratch slice (fp32, bf16), and
+     * stage 2's, which is its copy (found by the copy's fingerprint, as a write through zero_gather) */
+    const struct { const char *plugin; int bf16; } sliced[] = {{"stage3", 0}, {"stage3", 1}, {"stage2", 0}};
+    for (size_t k = 0; k < sizeof sliced / sizeof sliced[0]; k++) {
+        const run_cfg ref = {sliced[k].plugin, sliced[k].bf16, 1, W_NONE, NULL, 0, 1, 1, 1};
+        const run_cfg wrote = {sliced[k].plugin, sliced[k].bf16, 1, W_SLICE, NULL, 1, 1, 0, 1};
+        run(&ref, clean);
+        run(&wrote, got);
+        CHECK(memcmp(got, clean, total_bytes(&ref)) == 0, "%s %s: a write into a gathered slice: the run ends "
+              "elsewhere than the reference", sliced[k].plugin, sliced[k].bf16 ? "bf16" : "fp32");
     }
     free(clean);
     free(got);
