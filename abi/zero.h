@@ -18,7 +18,8 @@
  *    value), and refused with ZERO_ERR_INVALID_ARGUMENT, naming the struct
  *    and the byte, when one is set: the library never ignores a setting it
  *    cannot honour.  A struct_size above 4096 is refused unread.  Fields
- *    named reserved* must be 0 (checked), so a later version can use them.
+ *    named reserved* must be 0 (checked), so a later version can use them;
+ *    no struct has implicit padding (tests/abi checks with -Wpadded).
  *  - Status codes and enum values are never renumbered.
  *
  * Threading: unless a function says otherwise, calls on one engine must not
