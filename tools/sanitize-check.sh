@@ -193,7 +193,7 @@ else
     # (trace_*), the step timing's atomic sums, expert-group comms, and the
     # bounded waits (comm_timeout_*; their deliberate leaks are LSan's
     # business, not TSan's).
-    sel=${TESTS:-"^(comm_mpi_|comm_ring_order_|comm_self|memory$|log\.|stages_|stage3_equiv_|offload_equivalence_|offload_block_final_|trace_unit$|trace_valid$|timing_step_timing_np2$|moe_np4$|comm_timeout_np3$)"}
+    sel=${TESTS:-"^(comm_mpi_|comm_ring_order_|comm_self|memory$|log\.|stages_|stage3_equiv_|offload_equivalence_|offload_block_final_|trace_unit$|trace_valid$|timing_step_timing_np2$|moe_np4$|comm_timeout_np3$|tsan_selftest_np2$)"}
     # TSAN_SET=ci (issue 17, CI's time): the same paths at fewer world
     # sizes -- each test at np2/np3 where it also runs at np4 (the ring
     # allgather and no-thread variants, np4 only, stay), ring order at 3 and

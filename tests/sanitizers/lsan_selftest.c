@@ -1,5 +1,5 @@
 /* The sanitizer harness still sees a leak of ours (ASan builds only;
- * test asan_lsan_selftest_np2, run by lsan_selftest.sh).
+ * test asan_lsan_selftest_np2, run by selftest.sh).
  *
  * tools/sanitize-check.sh unwinds allocation stacks with frame pointers and
  * suppresses Open MPI's leaks by library name (tests/sanitizers/lsan.supp).
