@@ -49,6 +49,8 @@
 #  - TSan: tests/sanitizers/tsan.supp suppresses races whose stacks are inside
 #    libmpi / libopen-pal (their shared-memory transport synchronises through
 #    memory TSan does not see).  Reports with a libzero frame are kept.
+#    tsan_selftest_np2 checks it: a race of ours is reported, none of Open
+#    MPI's in the same process.
 # Sanitizer builds use ZERO_WERROR=OFF: instrumentation (and -O1) changes
 # GCC's flow analysis and produces warnings (e.g. -Wformat-truncation) that
 # the normal -Werror build does not have; they are still printed.
