@@ -70,6 +70,8 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$src/build-$mode}
 jobs=${JOBS:-2}
 supp=$src/tests/sanitizers
+# shellcheck source=../tests/sanitizers/options.sh
+. "$supp/options.sh"
 
 if [ "$mode" = asan ]; then
     san="-fsanitize=address,undefined"
@@ -123,8 +125,7 @@ run_ctest() { # name, env..., -- ctest args...
 
 status=0
 if [ "$mode" = asan ]; then
-    common=(ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:fast_unwind_on_malloc=1:verify_asan_link_order=0
-        LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0)
+    common=(ASAN_OPTIONS=$zero_asan_options LSAN_OPTIONS=$zero_lsan_options)
     sel=${TESTS:-.}
     # ASAN_SET=ci: the whole suite under ASan takes far longer than CI's
     # budget (the demo- and sweep-driven tests run zero-demo for many steps,
@@ -190,7 +191,7 @@ if [ "$mode" = asan ]; then
     # the loader tests check that plugins are really unloaded: no shim
     run_ctest loader "${common[@]}" -- -R "^loader\." --no-tests=ignore "$@" || status=1
 else
-    tsan_opts="suppressions=$supp/tsan.supp:halt_on_error=0:second_deadlock_stack=1:history_size=7"
+    tsan_opts=$zero_tsan_options
     # (1.3) plus the threads 1.3 added: the tracer on the progress thread
     # (trace_*), the step timing's atomic sums, expert-group comms, and the
     # bounded waits (comm_timeout_*; their deliberate leaks are LSan's
