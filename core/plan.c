@@ -199,6 +199,7 @@ ZERO_API zero_status zero_plan(const zero_plan_request *req, zero_memory_plan *o
         copy_err(err, err_len, "zero_plan: request and out must be given with their struct_size set (*_INIT)");
         return ZERO_ERR_INVALID_ARGUMENT;
     }
+    /* (1.7.7) only the check: req's size covers every field read below */
     zero_plan_request known = ZERO_PLAN_REQUEST_INIT;
     char why[512];
     if (!zero__struct_in(&known, req, req->struct_size, sizeof known, "zero_plan_request", why, sizeof why)) {

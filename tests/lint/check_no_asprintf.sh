@@ -5,7 +5,8 @@
 # every leak allocated there as Open MPI's (its strings); a libzero leak
 # through asprintf would be hidden.  Usage: check_no_asprintf.sh NM PATH...
 # (a shared library: its dynamic symbols; a directory: every object file
-# under it, e.g. the contrib plugins' objects that lint compiles).
+# and shared library under it -- the plugins' build directory, the contrib
+# plugins' objects that lint compiles -- so a new plugin is checked too).
 set -u
 nm=$1
 shift
@@ -14,7 +15,7 @@ checked=0
 files=()
 for p in "$@"; do
     if [ -d "$p" ]; then
-        while IFS= read -r o; do files+=("$o"); done < <(find "$p" -name '*.o')
+        while IFS= read -r o; do files+=("$o"); done < <(find "$p" -name '*.o' -o -name '*.so')
     elif [ -e "$p" ]; then
         files+=("$p")
     fi
