@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 #define ZERO_ABI_VERSION_MAJOR 1
-#define ZERO_ABI_VERSION_MINOR 6
+#define ZERO_ABI_VERSION_MINOR 7
 /* Encoded as major * 10000 + minor. */
 #define ZERO_ABI_VERSION (ZERO_ABI_VERSION_MAJOR * 10000 + ZERO_ABI_VERSION_MINOR)
 
@@ -628,10 +628,34 @@ typedef struct zero_save_options {
     uint32_t keep_last;     /* after a successful save, keep only the newest K checkpoints of dir
                                (by step; never the one just written); 0 = keep all */
     const char *tag;        /* checkpoint directory name (plain name, not "latest"); NULL = "step-<N>" */
+    /* ---- appended in 1.7 (read only when struct_size covers them) ---- */
+    /* The host's own state, saved with the checkpoint and handed back by
+     * zero_client_state after zero_load (DeepSpeed's client_state: the
+     * step counter, the LR scheduler's and data loader's state, RNG
+     * seeds).  Opaque bytes: libzero checksums and stores them as they
+     * are.  Global rank 0's bytes are saved (one copy, like DeepSpeed);
+     * every rank should pass the same, and a rank whose bytes differ from
+     * rank 0's is told at WARN (the checkpoint keeps rank 0's).  They stay
+     * with the checkpoint when it is resharded at load or by
+     * `zero-ckpt convert`.  client_state_bytes 0 = none (client_state is
+     * then not read); client_state NULL with bytes > 0 is
+     * ZERO_ERR_INVALID_ARGUMENT.  Borrowed for the call. */
+    const void *client_state;
+    uint64_t client_state_bytes;
 } zero_save_options;
-#define ZERO_SAVE_OPTIONS_INIT {sizeof(zero_save_options), 0, NULL}
+#define ZERO_SAVE_OPTIONS_INIT {sizeof(zero_save_options), 0, NULL, NULL, 0}
 /* o may be NULL (= zero_save).  Borrowed for the call.  Collective. */
 ZERO_API zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_save_options *o);
+
+/* (1.7) The client state of the checkpoint the last successful zero_load
+ * read (zero_save_options.client_state, as global rank 0 saved it; the
+ * same bytes on every rank).  *data = NULL and *bytes = 0 when there is
+ * none: no zero_load yet, or a checkpoint saved without client state
+ * (every checkpoint of libzero < 1.8).  The bytes are owned by the engine
+ * and stay valid until the next successful zero_load or
+ * zero_engine_destroy; copy them to keep them.  Not collective; call it
+ * from the thread that calls zero_load. */
+ZERO_API zero_status zero_client_state(const zero_engine *e, const void **data, uint64_t *bytes);
 
 /* ------------------------------------------------------------------------ */
 /* Statistics                                                                */

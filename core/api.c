@@ -390,6 +390,7 @@ void zero_engine_destroy(zero_engine *e) {
     if (e->params_frozen) zero__layout_free(&e->layout);
     free(e->groups);
     free(e->hp_over);
+    free(e->ck_client);
     zero__params_free(e);
     if (e->cfg) zero__config_free(e->cfg);
     if (e->world && e->world != e->global) { /* a pipeline's sub-communicator goes before its world */
@@ -1210,22 +1211,43 @@ static zero_status ckpt_entry(zero_engine *e, const char *dir, const char *who, 
 zero_status zero_save(zero_engine *e, const char *dir) {
     zero_status s = ckpt_entry(e, dir, "zero_save", 0);
     ZERO_TRACE_SCOPE("zero_save", "ckpt", NULL, 0, NULL, 0);
-    return s != ZERO_OK ? s : zero__ckpt_save(e, dir, NULL, 0);
+    return s != ZERO_OK ? s : zero__ckpt_save(e, dir, NULL, 0, ZERO_OK);
 }
 
+/* The options are judged on each rank, and the verdict goes into the
+ * save's first agreement (1.8): a rank whose options are refused (a newer
+ * header's field, a NULL client state) makes every rank return an error
+ * naming it at once, instead of leaving the others waiting in the save's
+ * collectives until the communication timeout. */
 zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_save_options *o) {
     zero_status s = ckpt_entry(e, dir, "zero_save_ex", 0);
     ZERO_TRACE_SCOPE("zero_save", "ckpt", NULL, 0, NULL, 0);
     if (s != ZERO_OK) return s;
     zero_save_options opt = ZERO_SAVE_OPTIONS_INIT;
-    if (o) {
-        if (o->struct_size < sizeof(uint32_t))
-            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_save_ex: options without struct_size");
-        char why[512];
-        if (!zero__struct_in(&opt, o, o->struct_size, sizeof opt, "zero_save_options", why, sizeof why))
-            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_save_ex: %s", why);
-    }
-    return zero__ckpt_save(e, dir, opt.tag, opt.keep_last);
+    zero_status local = ZERO_OK;
+    char why[512];
+    if (o && o->struct_size < sizeof(uint32_t))
+        local = zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_save_ex: options without struct_size");
+    else if (o && !zero__struct_in(&opt, o, o->struct_size, sizeof opt, "zero_save_options", why, sizeof why))
+        local = zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_save_ex: %s", why);
+    else if (opt.client_state_bytes && !opt.client_state)
+        local = zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                            "zero_save_ex: client_state is NULL with client_state_bytes %llu; nothing written",
+                            (unsigned long long)opt.client_state_bytes);
+    if (local != ZERO_OK) opt = (zero_save_options)ZERO_SAVE_OPTIONS_INIT; /* nothing of a refused struct is used */
+    e->ck_client_save = opt.client_state_bytes ? opt.client_state : NULL;
+    e->ck_client_save_bytes = e->ck_client_save ? opt.client_state_bytes : 0;
+    s = zero__ckpt_save(e, dir, opt.tag, opt.keep_last, local);
+    e->ck_client_save = NULL;
+    e->ck_client_save_bytes = 0;
+    return s;
+}
+
+zero_status zero_client_state(const zero_engine *e, const void **data, uint64_t *bytes) {
+    if (!e || !data || !bytes) return ZERO_ERR_INVALID_ARGUMENT;
+    *data = e->ck_client_bytes ? e->ck_client : NULL;
+    *bytes = e->ck_client_bytes;
+    return ZERO_OK;
 }
 
 /* (1.7.5) zero_load first discards the accumulation window it finds: the

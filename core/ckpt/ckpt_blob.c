@@ -23,6 +23,10 @@ static zero_status ckpt_write_host(zero_core *c, const char *dir, const char *na
                                    size_t bytes) {
     struct zero_engine *e = E(c);
     char file[512], err[1200];
+    if (!strcmp(name, ZERO__CK_CLIENT_BLOB)) /* (1.7) its file is the host's client state */
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                           "checkpoint blob name '%s' is reserved (libzero keeps the host's client state under it); "
+                           "give the blob another name", name);
     if (zero__ck_file_name(e, name, file, sizeof file))
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "checkpoint blob name too long: %s", name);
     zero__ck_save *ss = e->ck_save;

@@ -64,7 +64,12 @@ typedef struct zero__core_blob {
 #define ZERO__CORE_BLOB_V1_BYTES offsetof(zero__core_blob, hp_digest)
 
 /* zero_save_ex / zero_load bodies (collective over every rank of the job). */
-zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char *tag, uint32_t keep_last);
+/* zero__ckpt_save: `local` is this rank's verdict on its own arguments
+ * (ZERO_OK, or the error it set): agreed in the save's first collective,
+ * so a refusal on one rank is an error on every rank, nothing written.
+ * The client state to save is e->ck_client_save (zero_save_ex). */
+zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char *tag, uint32_t keep_last,
+                            zero_status local);
 zero_status zero__ckpt_load(struct zero_engine *e, const char *path);
 
 /* Agree over the whole job (every pipeline stage) on `local`: every rank

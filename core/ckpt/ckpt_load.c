@@ -223,6 +223,37 @@ static zero_status allow_reshard(struct zero_engine *e, zero__ck_load *ld) {
     return ZERO_OK;
 }
 
+/* (1.7) The checkpoint's client state, the same bytes on every rank:
+ * global rank 0 reads it through the verifying reader (every chunk
+ * against its CRC-32C) and broadcasts it, so a checkpoint directory that
+ * only rank 0's node holds serves it too.  Read before anything is
+ * restored: a damaged client state fails the load with the engine as it
+ * was.  Collective. */
+static zero_status read_client_state(struct zero_engine *e, zero__ck_load *ld, void **out, uint64_t *bytes) {
+    *out = NULL;
+    *bytes = 0;
+    const zero__ck_file *f = ld->m->client; /* every rank parsed the same manifest text */
+    if (!f || !f->bytes) return ZERO_OK;
+    void *buf = malloc((size_t)f->bytes);
+    zero_status s = buf ? ZERO_OK
+                        : zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory for the client state (%llu "
+                                      "bytes)", (unsigned long long)f->bytes);
+    if (s == ZERO_OK && zero__comm_rank(e->global) == 0) {
+        char err[1200];
+        if (zero__ck_read(ld->r, f, 0, buf, f->bytes, err, sizeof err))
+            s = zero__error(e, ZERO_ERR_IO, "checkpoint %s: the client state: %s", ld->dir, err);
+    }
+    s = zero__ck_agree(e, s, "zero_load");
+    if (s == ZERO_OK) s = zero__broadcast(e->global, buf, (size_t)f->bytes, ZERO_DTYPE_U8, 0);
+    if (s != ZERO_OK) {
+        free(buf);
+        return s;
+    }
+    *out = buf;
+    *bytes = f->bytes;
+    return ZERO_OK;
+}
+
 zero_status zero__ckpt_load(struct zero_engine *e, const char *path) {
     zero__ck_load ld;
     memset(&ld, 0, sizeof ld);
@@ -243,6 +274,9 @@ zero_status zero__ckpt_load(struct zero_engine *e, const char *path) {
         }
         s = zero__ck_agree(e, s, "zero_load");
     }
+    void *client = NULL;
+    uint64_t client_bytes = 0;
+    if (s == ZERO_OK) s = read_client_state(e, &ld, &client, &client_bytes);
     if (s == ZERO_OK) {
         e->ck_load = &ld;
         s = e->plugin.table->load(e->pstate, ld.dir);
@@ -271,7 +305,12 @@ zero_status zero__ckpt_load(struct zero_engine *e, const char *path) {
             e->nhp_over = ld.nhp;
             ld.hp = NULL;
         }
+        free(e->ck_client); /* (1.7) this checkpoint's, or none */
+        e->ck_client = client;
+        e->ck_client_bytes = client_bytes;
+        client = NULL;
     }
+    free(client);
     free(ld.hp);
     zero__ck_reader_close(ld.r);
     zero__ck_manifest_free(ld.m);

@@ -203,10 +203,12 @@ static int hexval(int ch) {
     return -1;
 }
 
+/* i: the index in "files", or (size_t)-1 for the "client_state" record */
 static int parse_file(pctx *c, const zero__ck_manifest *m, json_t *o, size_t i, zero__ck_file *f) {
     char w[48];
-    snprintf(w, sizeof w, "files[%zu].", i);
-    if (!json_is_object(o)) return fail(c, "files[%zu]: not an object", i);
+    if (i == (size_t)-1) snprintf(w, sizeof w, "client_state.");
+    else snprintf(w, sizeof w, "files[%zu].", i);
+    if (!json_is_object(o)) return fail(c, "%.*s: not an object", (int)strlen(w) - 1, w);
     char *kind = NULL;
     if (get_str(c, o, w, "file", &f->file) || get_str(c, o, w, "blob", &f->blob) ||
         get_i32(c, o, w, "rank", 0, m->world - 1, &f->rank) ||
@@ -383,10 +385,25 @@ static int parse(pctx *c, zero__ck_manifest *m, json_t *root) {
 
     if (get_array(c, root, "files", &a)) return -1;
     m->nfiles = (uint32_t)json_array_size(a);
-    m->files = calloc(m->nfiles ? m->nfiles : 1, sizeof *m->files);
+    /* one more slot: the client state's record (1.7) sits after the files,
+     * so that a reader serves it like any file (zero__ck_reader_open) */
+    m->files = calloc(m->nfiles + 1u, sizeof *m->files);
     if (!m->files) return fail(c, "out of memory");
     for (uint32_t i = 0; i < m->nfiles; i++)
         if (parse_file(c, m, json_array_get(a, i), i, &m->files[i])) return -1;
+    json_t *cs = json_object_get(root, "client_state");
+    if (cs) {
+        zero__ck_file *f = &m->files[m->nfiles];
+        m->client = f; /* set first: freed with the files whatever parse_file leaves */
+        if (parse_file(c, m, cs, (size_t)-1, f)) return -1;
+        if (f->kind != ZERO__CK_OPAQUE || f->rank != 0 || f->pp_stage != 0 || strcmp(f->blob, ZERO__CK_CLIENT_BLOB) ||
+            strcmp(f->file, ZERO__CK_CLIENT_FILE))
+            return fail(c, "client_state: expected the opaque blob '%s' of rank 0 in '%s'", ZERO__CK_CLIENT_BLOB,
+                        ZERO__CK_CLIENT_FILE);
+        for (uint32_t i = 0; i < m->nfiles; i++)
+            if (!strcmp(m->files[i].file, f->file))
+                return fail(c, "client_state: '%s' is also files[%u]", f->file, i);
+    }
     return 0;
 }
 
@@ -415,7 +432,7 @@ zero__ck_manifest *zero__ck_manifest_parse(const char *text, size_t len, char *e
 
 void zero__ck_manifest_free(zero__ck_manifest *m) {
     if (!m) return;
-    for (uint32_t i = 0; i < m->nfiles; i++) {
+    for (uint32_t i = 0; m->files && i < m->nfiles + (m->client ? 1u : 0u); i++) {
         free(m->files[i].file);
         free(m->files[i].blob);
         free(m->files[i].crc);

@@ -29,6 +29,10 @@
 #define ZERO__CK_CHUNK ((uint64_t)1 << 20) /* bytes per checksummed chunk */
 #define ZERO__CK_HEADER 16               /* blob header: "ZEROCKB1" + payload bytes (u64 LE) */
 #define ZERO__CK_MAGIC "ZEROCKB1"
+/* The client state's record (zero_save_options.client_state, 1.7): the
+ * manifest's "client_state", one opaque blob of global rank 0. */
+#define ZERO__CK_CLIENT_BLOB "client_state"
+#define ZERO__CK_CLIENT_FILE "client_state.rank0.bin"
 
 /* What a blob's payload is, for resharding and consolidation: the owned
  * ranges of the model-dtype parameters, of the fp32 master, or of an
@@ -97,6 +101,10 @@ typedef struct zero__ck_manifest {
     zero__ck_param *params;
     zero__ck_layout *layouts;
     zero__ck_file *files;
+    /* (1.7) the host's client state (zero_save_options.client_state):
+     * &files[nfiles] (one slot past the files, so a reader serves it), or
+     * NULL when the checkpoint has none; not counted in nfiles */
+    const zero__ck_file *client;
     json_t *root; /* the parsed document (config, scheduler: shown by zero-ckpt info) */
 } zero__ck_manifest;
 

@@ -32,6 +32,7 @@
 #include "ckpt_blob.h"
 #include "ckpt_engine.h"
 #include "ckpt_hparams.h"
+#include "crc32c.h"
 #include "config_internal.h"
 #include "engine.h"
 #include "grad_window.h"
@@ -129,7 +130,7 @@ static zero_status gather(struct zero_engine *e, const char *mine, char **all, s
 }
 
 static json_t *build_manifest(struct zero_engine *e, const char *tag, const char *all, size_t each, int n,
-                              char *err, size_t errn) {
+                              json_t *client, char *err, size_t errn) {
     json_t *m = json_object();
     json_object_set_new(m, "format", json_string(ZERO__CK_FORMAT));
     json_object_set_new(m, "version", json_integer(ZERO__CK_VERSION));
@@ -178,6 +179,7 @@ static json_t *build_manifest(struct zero_engine *e, const char *tag, const char
     json_object_set_new(m, "layouts", layouts);
     json_object_set_new(m, "params", params);
     json_object_set_new(m, "files", files);
+    if (client) json_object_set(m, "client_state", client); /* (1.7) */
     if (zero__ck_manifest_seal(m) != 0) { /* last: over everything above */
         snprintf(err, errn, "zero_save: out of memory sealing the manifest");
         json_decref(m);
@@ -379,11 +381,11 @@ static zero_status write_core_blob(struct zero_engine *e, const char *dir) {
 
 /* Steps 4-5 on global rank 0. */
 static zero_status finish_on_root(struct zero_engine *e, const char *root, const char *staging, const char *tag,
-                                  uint32_t keep, const char *all, size_t each, int n) {
+                                  uint32_t keep, const char *all, size_t each, int n, json_t *client) {
     char err[10000] = ""; /* room for two full paths */
     if (zero__ck_fsync_dir(staging) != 0)
         return zero__error(e, ZERO_ERR_IO, "zero_save: cannot sync %s: %s", staging, strerror(errno));
-    json_t *m = build_manifest(e, tag, all, each, n, err, sizeof err);
+    json_t *m = build_manifest(e, tag, all, each, n, client, err, sizeof err);
     if (!m) return zero__error(e, ZERO_ERR_IO, "%s", err);
     char *text = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(m);
@@ -415,7 +417,30 @@ static int clear_staging(struct zero_engine *e, const char *root, const char *ta
     return lstat(staging, &sb) == 0 ? (errno = ENOTEMPTY, -1) : 0;
 }
 
-zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char *tag_in, uint32_t keep) {
+/* (1.7) Global rank 0's client state into the staging directory, its
+ * record (a new reference) in *rec.  Other ranks: nothing. */
+static zero_status write_client_state(struct zero_engine *e, const char *dir, json_t **rec) {
+    *rec = NULL;
+    if (zero__comm_rank(e->global) != 0 || !e->ck_client_save) return ZERO_OK;
+    char err[1200];
+    uint32_t *crc = NULL, nc = 0;
+    if (zero__ck_write_blob(dir, ZERO__CK_CLIENT_FILE, e->ck_client_save, e->ck_client_save_bytes, ZERO__CK_CHUNK, 0,
+                            &crc, &nc, err, sizeof err))
+        return zero__error(e, ZERO_ERR_IO, "zero_save: the client state: %s", err);
+    zero__ck_file f = {0};
+    f.file = (char *)ZERO__CK_CLIENT_FILE;
+    f.blob = (char *)ZERO__CK_CLIENT_BLOB;
+    f.bytes = e->ck_client_save_bytes;
+    f.nchunks = nc;
+    f.crc = crc;
+    f.kind = ZERO__CK_OPAQUE;
+    *rec = zero__ck_file_json(&f);
+    free(crc);
+    return *rec ? ZERO_OK : zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_save: out of memory");
+}
+
+zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char *tag_in, uint32_t keep,
+                            zero_status local) {
     zero_comm *g = e->global;
     const int grank = zero__comm_rank(g);
     /* 1. the same step on every rank, and no micro-step in progress: the
@@ -425,10 +450,21 @@ zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char 
     const char *first = NULL;
     const uint32_t reported = zero__grads_reported(e, &first);
     const int gsize = zero__comm_size(g);
-    double v[6] = {(double)e->global_step, -(double)e->global_step, (double)e->micro_step, -(double)e->micro_step,
-                   reported ? (double)(gsize - grank) : 0.0, (double)reported};
-    zero_status s = zero__allreduce(g, v, 6, ZERO_DTYPE_F64, ZERO_OP_MAX);
-    if (s != ZERO_OK) return s;
+    /* (1.8) and each rank's verdict on its arguments, and (1.7) the size
+     * and checksum of its client state: ranks that pass different bytes
+     * are told (the checkpoint keeps global rank 0's) */
+    const double cb = (double)e->ck_client_save_bytes;
+    const double cc = e->ck_client_save ? (double)zero__crc32c(0, e->ck_client_save, e->ck_client_save_bytes) : 0.0;
+    double v[11] = {(double)e->global_step, -(double)e->global_step, (double)e->micro_step, -(double)e->micro_step,
+                    reported ? (double)(gsize - grank) : 0.0, (double)reported,
+                    local != ZERO_OK ? (double)(gsize - grank) : 0.0, cb, -cb, cc, -cc};
+    zero_status s = zero__allreduce(g, v, 11, ZERO_DTYPE_F64, ZERO_OP_MAX);
+    if (s != ZERO_OK) return local != ZERO_OK ? local : s;
+    if (local != ZERO_OK) return local; /* its own message */
+    if (v[6] > 0)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                           "zero_save_ex: rank %.0f refused its arguments (its message says why); nothing written",
+                           (double)gsize - v[6]);
     if (v[0] != -v[1] || v[2] != -v[3])
         return zero__error(e, ZERO_ERR_MISMATCH,
                            "zero_save: ranks are at different steps (global_step %.0f..%.0f, micro_step %.0f..%.0f); "
@@ -446,6 +482,11 @@ zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char 
                            "zero_step (up to %.0f params on a rank); nothing written",
                            (double)gsize - v[4], v[5]);
     }
+    if ((v[7] != -v[8] || v[9] != -v[10]) && grank == 0)
+        zero__log(e, ZERO_LOG_WARN,
+                  "zero_save: the ranks passed different client states (%.0f to %.0f bytes, or the same size with "
+                  "other bytes); the checkpoint keeps global rank 0's (%.0f bytes), which zero_load hands to every rank",
+                  -v[8], v[7], cb);
     char tag[256];
     if (tag_in) snprintf(tag, sizeof tag, "%s", tag_in);
     else if (e->micro_step)
@@ -485,28 +526,35 @@ zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char 
     ss.files = json_array();
     ss.kind = ZERO__CK_OPAQUE;
     e->ck_save = &ss;
+    json_t *client = NULL;
     s = write_core_blob(e, ss.dir);
     if (s == ZERO_OK) s = e->plugin.table->save(e->pstate, ss.dir);
     e->ck_save = NULL;
+    if (s == ZERO_OK) s = write_client_state(e, ss.dir, &client);
     /* 3. the outcome, agreed */
     s = zero__ck_agree(e, s, "zero_save");
     if (s != ZERO_OK) {
         if (grank == 0) zero__ck_remove_dir(ss.dir); /* a full disk gets its space back */
         json_decref(ss.files);
+        json_decref(client);
         return s;
     }
     /* 4. records to rank 0, manifest, publish, latest */
     char *mine = contribution(e, ss.files);
     json_decref(ss.files);
-    if (!mine) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_save: out of memory");
+    if (!mine) {
+        json_decref(client);
+        return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_save: out of memory");
+    }
     char *all = NULL;
     size_t each = 0;
     int n = 0;
     zero__ck_fault_point("before_manifest", grank);
     s = gather(e, mine, &all, &each, &n);
     free(mine);
-    if (s == ZERO_OK && grank == 0) s = finish_on_root(e, root, ss.dir, tag, keep, all, each, n);
+    if (s == ZERO_OK && grank == 0) s = finish_on_root(e, root, ss.dir, tag, keep, all, each, n, client);
     free(all);
+    json_decref(client);
     s = zero__ck_agree(e, s, "zero_save");
     /* a failed save leaves no staging directory (ENOSPC on the manifest
      * included); after publish it is gone already */

@@ -96,10 +96,12 @@ _Static_assert(offsetof(zero_step_result, loss_scale) == 32, "offsetof(zero_step
 _Static_assert(offsetof(zero_step_result, lr) == 40, "offsetof(zero_step_result, lr)");
 
 /* zero_save_options */
-_Static_assert(sizeof(zero_save_options) == 16, "sizeof(zero_save_options)");
+_Static_assert(sizeof(zero_save_options) == 32, "sizeof(zero_save_options)"); /* 16 until 1.6 */
 _Static_assert(offsetof(zero_save_options, struct_size) == 0, "offsetof(zero_save_options, struct_size)");
 _Static_assert(offsetof(zero_save_options, keep_last) == 4, "offsetof(zero_save_options, keep_last)");
 _Static_assert(offsetof(zero_save_options, tag) == 8, "offsetof(zero_save_options, tag)");
+_Static_assert(offsetof(zero_save_options, client_state) == 16, "offsetof(zero_save_options, client_state)"); /* 1.7 */
+_Static_assert(offsetof(zero_save_options, client_state_bytes) == 24, "offsetof(zero_save_options, client_state_bytes)");
 
 /* zero_memory_stats */
 _Static_assert(sizeof(zero_memory_stats) == 288, "sizeof(zero_memory_stats)");

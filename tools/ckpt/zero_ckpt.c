@@ -121,6 +121,8 @@ static int cmd_info(const zero__ck_manifest *m, const char *dir, int as_json) {
         json_object_set_new(o, "largest_param_numel", json_integer((json_int_t)largest));
         json_object_set_new(o, "files", json_integer(m->nfiles));
         json_object_set_new(o, "bytes", json_integer((json_int_t)bytes));
+        json_object_set_new(o, "client_state_bytes",
+                            m->client ? json_integer((json_int_t)m->client->bytes) : json_null()); /* (1.7) */
         json_object_set_new(o, "library_version", json_string(m->library_version));
         json_object_set_new(o, "abi_version", json_integer(m->abi_version));
         json_t *ps = json_array();
@@ -159,6 +161,9 @@ static int cmd_info(const zero__ck_manifest *m, const char *dir, int as_json) {
            m->reshardable ? (m->pp_stages > 1 ? "reshardable (loads at another data-parallel size, same pipeline split)"
                                              : "reshardable (loads at any world size into stage0/1/2/3/offload)")
                           : "loads only into the same plugin and world size");
+    if (m->client) /* (1.7) zero_save_options.client_state */
+        printf("client state %llu bytes (%s; zero_client_state after zero_load)\n",
+               (unsigned long long)m->client->bytes, m->client->file);
     return 0;
 }
 
@@ -192,14 +197,24 @@ static int cmd_verify(const zero__ck_manifest *m, const char *dir) {
             bad++;
         }
     }
+    /* (1.7) the client state, one file past the shards */
+    const uint32_t nall = m->nfiles + (m->client ? 1u : 0u);
+    for (uint64_t off = 0; r && buf && m->client && off < m->client->bytes; off += m->chunk_bytes) {
+        const uint64_t left = m->client->bytes - off, n = left < m->chunk_bytes ? left : m->chunk_bytes;
+        if (zero__ck_read(r, m->client, off, buf, n, err, sizeof err)) {
+            printf("BAD  %s\n", err);
+            bad++;
+            break;
+        }
+    }
     uint64_t total = zero__ck_reader_bytes(r);
     zero__ck_reader_close(r);
     free(buf);
     if (bad) {
-        printf("%s: %d of %u files damaged\n", dir, bad, m->nfiles);
+        printf("%s: %d of %u files damaged\n", dir, bad, nall);
         return 1;
     }
-    printf("%s: OK, %u files, %llu bytes verified\n", dir, m->nfiles, (unsigned long long)total);
+    printf("%s: OK, %u files, %llu bytes verified\n", dir, nall, (unsigned long long)total);
     return 0;
 }
 
@@ -434,6 +449,27 @@ static int conv_blob(conv_ctx *x, const char *blob, int rank, int32_t kind, zero
     return 0;
 }
 
+/* (1.7) The client state (zero_save_options.client_state) into the new
+ * checkpoint, the bytes as saved: streamed in pieces through the verifying
+ * reader, its record (a new reference) in *rec. */
+static int conv_client(conv_ctx *x, json_t **rec, char *err, size_t errn) {
+    const zero__ck_file *f = x->m->client;
+    zero__ck_blob_writer *w = zero__ck_blob_begin(x->dir, ZERO__CK_CLIENT_FILE, f->bytes, x->m->chunk_bytes, err, errn);
+    if (!w) return 2;
+    const uint64_t piece = (uint64_t)CONV_PIECE * 4;
+    for (uint64_t o = 0; o < f->bytes; o += piece) {
+        const uint64_t n = f->bytes - o < piece ? f->bytes - o : piece;
+        if (zero__ck_read(x->r, f, o, x->buf, n, err, errn)) return zero__ck_blob_abort(w), 1;
+        if (zero__ck_blob_put(w, x->buf, n, err, errn)) return zero__ck_blob_abort(w), 2;
+    }
+    zero__ck_file c = *f;
+    if (zero__ck_blob_end(w, &c.crc, &c.nchunks, err, errn)) return 2;
+    *rec = zero__ck_file_json(&c);
+    free(c.crc);
+    if (!*rec) return snprintf(err, errn, "zero-ckpt: out of memory"), 2;
+    return 0;
+}
+
 /* The gradient accumulation dtype the target would use, and its layout's
  * ownership (round_robin_gradients and reduce_bucket_size: the engine cuts
  * the same stripes at any world size, core/layout.h): the saver's config
@@ -606,6 +642,8 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
             rc = conv_blob(&x, blob, (int)r, ZERO__CK_OPAQUE, mdt, NULL, 0,
                            (t->grads_part ? V->part_numel : V->flat_numel) * ges, err, sizeof err);
     }
+    json_t *client = NULL;
+    if (!rc && m->client) rc = conv_client(&x, &client, err, sizeof err);
     uint64_t read_bytes = zero__ck_reader_bytes(x.r);
     zero__ck_reader_close(x.r);
     free(x.buf);
@@ -652,6 +690,8 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
         }
         json_object_set_new(doc, "layouts", los);
         json_object_set(doc, "files", x.files);
+        if (client) json_object_set(doc, "client_state", client); /* the record of the copy written above */
+        else json_object_del(doc, "client_state");
         json_object_set_new(doc, "version", json_integer(ZERO__CK_VERSION)); /* its core blobs are version 2 */
         if (zero__ck_manifest_seal(doc) != 0) rc = 2;
         char *text = json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
@@ -676,6 +716,7 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
         }
     }
     json_decref(x.files);
+    json_decref(client);
     if (rc) {
         zero__ck_remove_dir(staging);
         fprintf(stderr, "zero-ckpt convert: %s\n", err);
