@@ -4,13 +4,16 @@
 // registered as a stacked tensor of its rows, each row's gradient reported
 // as soon as it is computed (ABI 1.1).
 //
-//   example_trainer [plugin] [steps]        (default: stage2, 60 steps)
+//   example_trainer [plugin] [steps] [ckpt] (default: stage2, 60 steps, no checkpoint)
 //   mpirun -np 2 example_trainer stage1
 //
 // Every rank sees different samples; libzero averages the gradients.  The
 // trainer exits 0 only if the loss fell below a tenth of its start, the
 // errors it provokes arrive as zero::error with status and message, and a
-// gather guard returns the same values as the host's tensor.
+// gather guard returns the same values as the host's tensor.  With a
+// checkpoint root it also saves there with a client state (the host's own
+// bytes: here its step counter and data position), loads it back and
+// checks that the bytes and the parameters came back.
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -130,6 +133,30 @@ int main(int argc, char **argv) {
                 failures++;
             } catch (const zero::error &ex) {
                 if (ex.status() != ZERO_ERR_UNSUPPORTED) failures++;
+            }
+        }
+        if (argc > 3) {  // a checkpoint with the host's own state in it (libzero >= 1.8)
+            const std::string state = "step=" + std::to_string(steps) + " samples=" + std::to_string((long)steps * MB);
+            std::vector<float> before;
+            {
+                zero::gather_guard g = e.gather({pw});
+                before.assign(g.get<float>(0), g.get<float>(0) + W.size());
+            }
+            e.save(argv[3], "final", 1, std::vector<unsigned char>(state.begin(), state.end()));
+            if (!e.client_state().empty()) {  // nothing loaded yet
+                std::fprintf(stderr, "client_state() before any load is not empty\n");
+                failures++;
+            }
+            e.load(argv[3]);
+            std::vector<unsigned char> back = e.client_state();
+            zero::gather_guard g = e.gather({pw});
+            bool same = std::string(back.begin(), back.end()) == state;
+            for (std::size_t i = 0; same && i < W.size(); i++) same = g.get<float>(0)[i] == before[i];
+            if (!same) {
+                std::fprintf(stderr, "the checkpoint's client state or W did not come back\n");
+                failures++;
+            } else if (e.rank() == 0) {
+                std::printf("checkpoint %s/final: client state \"%s\" and W came back\n", argv[3], state.c_str());
             }
         }
         zero_memory_stats m = e.memory_stats();

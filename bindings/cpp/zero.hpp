@@ -266,7 +266,26 @@ class engine {
         return g;
     }
     void save(const std::string &dir) { check(zero_save(e_, dir.c_str()), "zero_save"); }
+    /// zero_save_ex (libzero >= 1.8, ABI 1.7 for the client state): a tag ("" = "step-<N>"), keep_last,
+    /// and the host's own bytes saved with the checkpoint (global rank 0's; client_state() after load).
+    void save(const std::string &dir, const std::string &tag, std::uint32_t keep_last = 0,
+              const std::vector<unsigned char> &client_state = {}) {
+        zero_save_options o = ZERO_SAVE_OPTIONS_INIT;
+        o.tag = tag.empty() ? nullptr : tag.c_str();
+        o.keep_last = keep_last;
+        o.client_state = client_state.empty() ? nullptr : client_state.data();
+        o.client_state_bytes = client_state.size();
+        check(zero_save_ex(e_, dir.c_str(), &o), "zero_save_ex");
+    }
     void load(const std::string &dir) { check(zero_load(e_, dir.c_str()), "zero_load"); }
+    /// The client state of the checkpoint the last load() read (a copy; empty when it had none).
+    std::vector<unsigned char> client_state() const {
+        const void *data = nullptr;
+        std::uint64_t n = 0;
+        check(zero_client_state(e_, &data, &n), "zero_client_state");
+        const auto *b = static_cast<const unsigned char *>(data);
+        return n ? std::vector<unsigned char>(b, b + n) : std::vector<unsigned char>();
+    }
     zero_memory_stats memory_stats() const {
         zero_memory_stats m = ZERO_MEMORY_STATS_INIT;
         check(zero_memory_stats_get(e_, &m), "zero_memory_stats_get");

@@ -103,6 +103,11 @@ class StepTimingC(ctypes.Structure):  # (1.3) zero_step_timing
                 ("hook_seconds", c_dbl), ("fetch_seconds", c_dbl)]
 
 
+class SaveOptions(ctypes.Structure):  # (1.2) tag, keep_last; (1.7) client state
+    _fields_ = [("struct_size", c_u32), ("keep_last", c_u32), ("tag", c_cp), ("client_state", c_vp),
+                ("client_state_bytes", c_u64)]
+
+
 def _declare(lib):
     P = ctypes.POINTER
     sigs = {
@@ -134,6 +139,8 @@ def _declare(lib):
         "zero_loss_scale": (c_dbl, [c_vp]),
         "zero_save": (c_i32, [c_vp, c_cp]),
         "zero_load": (c_i32, [c_vp, c_cp]),
+        "zero_save_ex": (c_i32, [c_vp, c_cp, P(SaveOptions)]),
+        "zero_client_state": (c_i32, [c_vp, P(c_vp), P(c_u64)]),
         "zero_memory_stats_get": (c_i32, [c_vp, P(MemoryStatsC)]),
         "zero_comm_stats_get": (c_i32, [c_vp, P(CommStatsC)]),
         "zero_step_timing_get": (c_i32, [c_vp, c_i32, P(StepTimingC)]),
@@ -155,7 +162,8 @@ def require(name, what):
     """Raise OSError if the loaded libzero lacks `name` (a call added after ABI 1.0)."""
     if name in lib().zero_missing:
         v = lib().zero_abi_version()
-        need = {"zero_step_timing_get": "1.3", "zero_gather_slices": "1.6", "zero_release_slices": "1.6"}.get(name, "1.1")
+        need = {"zero_step_timing_get": "1.3", "zero_gather_slices": "1.6", "zero_release_slices": "1.6",
+                "zero_save_ex": "1.2", "zero_client_state": "1.7"}.get(name, "1.1")
         raise OSError("%s needs libzero ABI %s (%s); the loaded library is %d.%d"
                       % (what, need, name, v // 10000, v % 10000))
 

@@ -523,11 +523,41 @@ class Engine:
         self._check(self._lib.zero_set_phase(self._handle(), phase.encode()), "zero_set_phase")
 
     # -------------------------------------------------------------- checkpoints, stats
-    def save(self, directory):
-        self._check(self._lib.zero_save(self._handle(), os.fspath(directory).encode()), "zero_save")
+    def save(self, directory, tag=None, keep_last=0, client_state=None):
+        """zero_save, or zero_save_ex with a tag, keep_last, or client_state
+        (bytes-like, ABI 1.7: saved with the checkpoint, global rank 0's
+        copy; client_state() returns it after load()).  Collective."""
+        path = os.fspath(directory).encode()
+        if tag is None and not keep_last and client_state is None:
+            self._check(self._lib.zero_save(self._handle(), path), "zero_save")
+            return
+        L.require("zero_save_ex", "save(tag=, keep_last=)")
+        o = L.SaveOptions()
+        o.struct_size = ctypes.sizeof(o)
+        o.keep_last = int(keep_last)
+        o.tag = None if tag is None else str(tag).encode()
+        buf = None
+        if client_state is not None:
+            L.require("zero_client_state", "save(client_state=)")
+            data = bytes(client_state)
+            buf = ctypes.create_string_buffer(data, len(data)) if data else None
+            o.client_state = ctypes.cast(buf, ctypes.c_void_p) if buf is not None else None
+            o.client_state_bytes = len(data)
+        self._check(self._lib.zero_save_ex(self._handle(), path, ctypes.byref(o)), "zero_save_ex")
 
     def load(self, directory):
         self._check(self._lib.zero_load(self._handle(), os.fspath(directory).encode()), "zero_load")
+
+    def client_state(self):
+        """The client state of the checkpoint the last load() read (bytes),
+        or None: no load yet, a checkpoint saved without one, or a libzero
+        older than ABI 1.7 (which saves none)."""
+        if "zero_client_state" in self._lib.zero_missing:
+            return None
+        data, n = ctypes.c_void_p(), ctypes.c_uint64()
+        self._check(self._lib.zero_client_state(self._handle(), ctypes.byref(data), ctypes.byref(n)),
+                    "zero_client_state")
+        return ctypes.string_at(data.value, n.value) if n.value else None
 
     def memory_stats(self):
         """{"current": {tier: {tag: bytes}}, "peak": ..., "current_total": {tier: bytes}, "peak_total": ...}"""

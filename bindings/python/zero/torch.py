@@ -71,6 +71,7 @@ import contextlib
 import copy
 import ctypes
 import functools
+import io
 import json
 import os
 import sys
@@ -1213,7 +1214,13 @@ class ZeroEngine:
             self._check_params("gathered_parameters")
 
     def save(self, directory):
+        """zero_save.  The param_groups' hyper-parameters go to libzero
+        first (as at a step): a scheduler stepped after the last step()
+        has set the lr the next step uses, which is what a resumed run must
+        start with (before 1.8 the checkpoint kept the last step's, and a
+        StepLR resumed from it stayed one decay behind for good)."""
         self._check_params("zero_save")
+        self.optimizer._sync(self.z)
         self.z.save(directory)
 
     def load(self, directory):
@@ -1229,6 +1236,79 @@ class ZeroEngine:
         self._written = []  # the checkpoint's values are the parameters' now
         self._note_params()
         self.optimizer._adopt(_checkpoint_hparams(directory))
+
+    def save_checkpoint(self, save_dir, tag=None, client_state=None, save_latest=True,
+                        exclude_frozen_parameters=False):
+        """DeepSpeed's save_checkpoint: a libzero checkpoint under save_dir
+        (tag None: "step-<global step>") with `client_state` (any object
+        torch.save takes: a step counter, the LR scheduler's and data
+        loader's state_dict, RNG states) saved with it, atomically: it is
+        in the checkpoint `latest` names, or neither is.  Global rank 0's
+        client_state is the one saved (as in DeepSpeed); every rank should
+        pass the same, and libzero warns when they differ.  Collective.
+        Returns True.  `save_latest=False` and `exclude_frozen_parameters`
+        are refused (ValueError): libzero always moves `latest` with a
+        complete checkpoint, and saves every registered parameter."""
+        if not save_latest:
+            raise ValueError("save_checkpoint(save_latest=False): libzero always points save_dir/latest at the "
+                             "checkpoint it completed (docs/checkpoints.md); save into another save_dir instead")
+        if exclude_frozen_parameters:
+            raise ValueError("save_checkpoint(exclude_frozen_parameters=True): a libzero checkpoint holds every "
+                             "parameter the engine trains; frozen ones (requires_grad False) are not in it anyway")
+        self._check_params("zero_save")
+        self.optimizer._sync(self.z)  # the lr the next step uses (save())
+        blob = None
+        if client_state is not None:
+            buf = io.BytesIO()
+            torch.save(client_state, buf)
+            blob = buf.getvalue()
+        self.z.save(save_dir, tag=tag, client_state=blob)
+        return True
+
+    def load_checkpoint(self, load_dir, tag=None, load_module_strict=True, load_optimizer_states=True,
+                        load_lr_scheduler_states=True, load_module_only=False, custom_load_fn=None):
+        """DeepSpeed's load_checkpoint: load() of load_dir/tag, or of the
+        checkpoint load_dir/latest names (tag None).  Returns (path of the
+        checkpoint directory, client_state): the object save_checkpoint
+        saved, unpickled on the CPU ({} for a checkpoint saved without
+        one).  As in DeepSpeed, a load_dir with no checkpoint at all (no
+        `latest`, no manifest.json) and tag None returns (None, None) with
+        a warning, so `if path is None: start fresh` works; any other
+        failure raises.  The client state is a pickle: like torch.load,
+        load only checkpoints you trust.  Collective.  A partial load
+        (load_optimizer_states=False, load_module_only=True,
+        load_lr_scheduler_states=False), load_module_strict=False and
+        custom_load_fn are refused (ValueError): a libzero load restores
+        the whole training state and the model must match."""
+        partial = [k for k, v in (("load_module_strict=False", not load_module_strict),
+                                  ("load_optimizer_states=False", not load_optimizer_states),
+                                  ("load_lr_scheduler_states=False", not load_lr_scheduler_states),
+                                  ("load_module_only=True", load_module_only),
+                                  ("custom_load_fn", custom_load_fn is not None)) if v]
+        if partial:
+            raise ValueError("load_checkpoint(%s): a libzero load restores the whole training state (parameters, "
+                             "optimizer state, step, lr schedule) and the model must match; for the weights "
+                             "alone: `zero-ckpt consolidate DIR model.safetensors`, then load_state_dict before "
+                             "initialize" % ", ".join(partial))
+        path = os.fspath(load_dir)
+        if tag is not None:
+            path = os.path.join(path, str(tag))
+        try:
+            self.load(path)
+        except ZeroError as err:
+            if tag is None and "no checkpoint in" in err.message:
+                warnings.warn("load_checkpoint: no checkpoint in %s (neither latest nor manifest.json); "
+                              "returning (None, None)" % path, stacklevel=2)
+                return None, None
+            raise
+        blob = self.z.client_state()
+        if blob is None:
+            return _checkpoint_dir(path), {}
+        try:
+            state = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
+        except TypeError:  # a torch without weights_only (< 1.13)
+            state = torch.load(io.BytesIO(blob), map_location="cpu")
+        return _checkpoint_dir(path), state
 
     def set_lr(self, lr, group=None):
         groups = self.optimizer.param_groups if group is None else [self.optimizer.param_groups[group]]
@@ -1305,17 +1385,27 @@ class ZeroEngine:
         self.z.close()
 
 
+def _checkpoint_dir(directory):
+    """The checkpoint directory zero_load reads for `directory`: itself when
+    it holds manifest.json, else the one its `latest` names (None when
+    neither can be read here)."""
+    path = os.fspath(directory)
+    if os.path.exists(os.path.join(path, "manifest.json")):
+        return path
+    try:
+        with open(os.path.join(path, "latest")) as f:
+            return os.path.join(path, f.read().strip())
+    except OSError:
+        return None
+
+
 def _checkpoint_hparams(directory):
     """The "state.hparams" of the checkpoint zero_load read from `directory`
     (the checkpoint itself, or a root whose `latest` names it); None when the
     manifest has none (written before libzero 1.4) or cannot be read here."""
-    path = os.fspath(directory)
-    if not os.path.exists(os.path.join(path, "manifest.json")):
-        try:
-            with open(os.path.join(path, "latest")) as f:
-                path = os.path.join(path, f.read().strip())
-        except OSError:
-            return None
+    path = _checkpoint_dir(directory)
+    if path is None:
+        return None
     try:
         with open(os.path.join(path, "manifest.json")) as f:
             return (json.load(f).get("state") or {}).get("hparams")

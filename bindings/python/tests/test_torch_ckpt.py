@@ -1,0 +1,156 @@
+"""DeepSpeed's checkpoint calls on zero.torch (ABI 1.7 client state), under mpirun -np N.
+
+* save_checkpoint(dir, client_state={step, the StepLR's state_dict, a torch
+  RNG state, a tensor}) after 6 of 12 steps; a fresh engine's
+  load_checkpoint(dir) returns (dir/step-6, that dict), the scheduler
+  resumes from it, and the 6 remaining steps give the parameters and the
+  lr of every step of the uninterrupted run, bitwise -- at the saving
+  stage (2) and at stage 3 (a resharding load);
+* load_checkpoint(dir, tag="step-6") and a checkpoint saved by
+  engine.save() (no client state: {});
+* a directory without any checkpoint: (None, None) and one warning;
+  a damaged one still raises;
+* refused with ValueError naming the argument: save_latest=False,
+  load_module_only=True, load_optimizer_states=False.
+Usage: mpirun -np N python3 test_torch_ckpt.py DIR"""
+import os
+import shutil
+import sys
+import warnings
+
+try:
+    import torch
+except ImportError:
+    print("torch not importable by %s: skipped" % sys.executable)
+    sys.exit(77)
+import torch.nn as nn
+from torch.optim import lr_scheduler as S
+
+import zero.torch as zt
+
+torch.set_num_threads(1)
+RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
+WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
+STEPS, SAVE_AT, MB = 12, 6, 4
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("rank %d FAIL: %s" % (RANK, what), file=sys.stderr)
+
+
+def make_model():
+    torch.manual_seed(1234)
+    return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+
+
+def shard(step):
+    g = torch.Generator().manual_seed(100 + step)
+    x = torch.randn(MB * WORLD, 6, generator=g)
+    y = torch.randn(MB * WORLD, 3, generator=g)
+    return x[RANK * MB:(RANK + 1) * MB], y[RANK * MB:(RANK + 1) * MB]
+
+
+def config(stage):
+    return {"train_micro_batch_size_per_gpu": MB, "zero_optimization": {"stage": stage},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}}}
+
+
+def start(stage):
+    engine, opt, _, _ = zt.initialize(make_model(), config(stage))
+    return engine, S.StepLR(opt, step_size=2, gamma=0.5)
+
+
+def run(engine, sched, first, last):
+    lrs = []
+    for s in range(first, last):
+        x, y = shard(s)
+        engine.backward(nn.functional.mse_loss(engine(x), y))
+        lrs.append(engine.step().lr)
+        sched.step()
+    return lrs
+
+
+def values(engine):
+    with engine.gathered_parameters() as ps:
+        return [p.detach().clone() for p in ps]
+
+
+def main():
+    root = sys.argv[1]
+    ckdir, empty = os.path.join(root, "ck"), os.path.join(root, "empty")
+    if RANK == 0:
+        shutil.rmtree(root, ignore_errors=True)
+        os.makedirs(empty)
+    # the uninterrupted run, saving at SAVE_AT with its client state
+    engine, sched = start(2)
+    lrs = run(engine, sched, 0, SAVE_AT)
+    client = {"step": SAVE_AT, "sched": sched.state_dict(), "rng": torch.get_rng_state(),
+              "tensor": torch.arange(5, dtype=torch.float64), "note": "resume here"}
+    check(engine.save_checkpoint(ckdir, client_state=client) is True, "save_checkpoint returns True")
+    engine.save(os.path.join(root, "plain"))  # no client state
+    lrs += run(engine, sched, SAVE_AT, STEPS)
+    want = values(engine)
+    for bad in ({"save_latest": False}, {"exclude_frozen_parameters": True}):
+        try:
+            engine.save_checkpoint(ckdir, client_state=client, **bad)
+            check(False, "save_checkpoint(%s) was not refused" % bad)
+        except ValueError as err:
+            check(list(bad)[0] in str(err), "the refusal names %s: %s" % (list(bad)[0], err))
+    engine.close()
+
+    for stage in (2, 3):
+        engine, sched = start(stage)
+        path, state = engine.load_checkpoint(ckdir)
+        check(path == os.path.join(ckdir, "step-%d" % SAVE_AT), "stage %d: load path %s" % (stage, path))
+        check(isinstance(state, dict) and state.get("step") == SAVE_AT and state.get("note") == "resume here",
+              "stage %d: client state %r" % (stage, state))
+        check(torch.equal(state["rng"], client["rng"]) and torch.equal(state["tensor"], client["tensor"]),
+              "stage %d: the client state's tensors" % stage)
+        sched.load_state_dict(state["sched"])
+        got_lrs = run(engine, sched, state["step"], STEPS)
+        got = values(engine)
+        check(got_lrs == lrs[SAVE_AT:], "stage %d: lrs after resume %s, uninterrupted %s"
+              % (stage, got_lrs, lrs[SAVE_AT:]))
+        same = all(torch.equal(a, b) for a, b in zip(got, want))
+        check(same, "stage %d: resumed parameters differ from the uninterrupted run's (max %.3e)"
+              % (stage, max(float((a - b).abs().max()) for a, b in zip(got, want))))
+        if RANK == 0:
+            print("N=%d stage %d: load_checkpoint -> %s, client state %d keys; 6 resumed steps bitwise the "
+                  "uninterrupted run: %s" % (WORLD, stage, os.path.basename(path), len(state), same))
+        # a tag, and a checkpoint without client state
+        path, state = engine.load_checkpoint(ckdir, tag="step-%d" % SAVE_AT)
+        check(state.get("step") == SAVE_AT, "stage %d: load with tag" % stage)
+        path, state = engine.load_checkpoint(os.path.join(root, "plain"))
+        check(state == {}, "stage %d: a checkpoint saved by save(): client state %r" % (stage, state))
+        engine.close()
+
+    engine, _ = start(2)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = engine.load_checkpoint(empty)
+    check(got == (None, None), "no checkpoint: %r" % (got,))
+    check(sum("no checkpoint in" in str(x.message) for x in w) == 1, "no checkpoint: one warning")
+    try:
+        engine.load_checkpoint(empty, tag="step-1")
+        check(False, "a missing tag was not an error")
+    except zt.ZeroError:
+        pass
+    for bad in ({"load_module_only": True}, {"load_optimizer_states": False}):
+        try:
+            engine.load_checkpoint(ckdir, **bad)
+            check(False, "load_checkpoint(%s) was not refused" % bad)
+        except ValueError as err:
+            check(list(bad)[0] in str(err), "the refusal names %s: %s" % (list(bad)[0], err))
+    engine.close()
+    if failures:
+        return 1
+    if RANK == 0:
+        print("test_torch_ckpt: all checks passed on %d ranks" % WORLD)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
