@@ -1,6 +1,7 @@
 /* Checkpoint mutation test (issue 31): a checkpoint is valid only as a
  * whole.  One stage2 checkpoint of the small MLP at 2 ranks (with
- * zero_set_hparams settings, so that state.hparams is not empty); then,
+ * zero_set_hparams settings, so that state.hparams is not empty, and (1.7)
+ * a client state, whose record and file are changed like the rest); then,
  * one change at a time in a working copy, each undone before the next:
  *
  *  1. every leaf of manifest.json (walked as JSON: every number +1 or its
@@ -61,6 +62,8 @@ static host_run_cfg cfg(void) {
     c.gas = 1;
     c.mb = 2;
     c.hp_lr = 0.00135; /* zero_set_hparams(ALL_GROUPS, lr): state.hparams has an entry */
+    /* (1.7) a client state: its record and its file are mutated too */
+    c.client_state = "{\"step\": 3, \"sampler\": [17, 4, 2026], \"note\": \"the host's own state\"}";
     return c;
 }
 
@@ -151,7 +154,7 @@ static int role(const char *path) {
         "format", "version", "world_size", "pp_stages", "chunk_bytes", "state.global_step", "state.skipped_steps",
         "state.micro_step", "state.lr", "state.loss_scaler.", "state.hparams", "params[*].flat_offset",
         "params[*].pp_stage", "files[*].", "layouts[*].pp_stage", "layouts[*].align", "layouts[*].flat_numel",
-        "layouts[*].groups[*].flat_begin"};
+        "layouts[*].groups[*].flat_begin", "client_state."};
     static const char *const load[] = {"params[*].name", "params[*].numel", "params[*].dtype", "params[*].group",
                                        "model_dtype", "optimizer", "optimizer_states"};
     for (size_t k = 0; k < sizeof both / sizeof *both; k++) {
@@ -438,15 +441,17 @@ static void drop_file_entry(json_t *d) { /* rank 1's last shard record */
 /* Pass 4: one bit in the header and at the start, middle and end of every
  * blob's payload. */
 static void blob_pass(void) {
+    /* the shards, then (1.7) the client state's file */
     int nfiles = rank_ == 0 ? (int)json_array_size(json_object_get(doc_, "files")) : 0, nmsg = 0;
     long refused = 0;
     MPI_Bcast(&nfiles, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    for (int i = 0; i < nfiles; i++)
+    for (int i = 0; i <= nfiles; i++)
         for (int where = 0; where < 4; where++) {
             char path[1600] = "", what[1800] = "";
             long off = 0;
             if (rank_ == 0) {
-                json_t *f = json_array_get(json_object_get(doc_, "files"), (size_t)i);
+                json_t *f = i < nfiles ? json_array_get(json_object_get(doc_, "files"), (size_t)i)
+                                       : json_object_get(doc_, "client_state");
                 const long bytes = (long)json_integer_value(json_object_get(f, "bytes"));
                 snprintf(path, sizeof path, "%s/%s", ck_, json_string_value(json_object_get(f, "file")));
                 off = where == 0 ? 3 : where == 1 ? 16 : where == 2 ? 16 + bytes / 2 : 16 + bytes - 1;
@@ -469,7 +474,7 @@ static void blob_pass(void) {
             }
             MPI_Barrier(MPI_COMM_WORLD);
         }
-    if (rank_ == 0) printf("blobs: %ld of %d bit flips refused\n", refused, 4 * nfiles);
+    if (rank_ == 0) printf("blobs: %ld of %d bit flips refused\n", refused, 4 * (nfiles + 1));
 }
 
 int main(int argc, char **argv) {
@@ -500,6 +505,7 @@ int main(int argc, char **argv) {
         CHECK(doc_ != NULL, "%s does not parse", man_);
         CHECK(json_array_size(json_object_get(json_object_get(doc_, "state"), "hparams")) == 1,
               "the fixture has no zero_set_hparams entry");
+        CHECK(json_is_object(json_object_get(doc_, "client_state")), "the fixture has no client state");
         verify_accepts("the saved checkpoint");
     }
     MPI_Barrier(MPI_COMM_WORLD);

@@ -19,6 +19,9 @@
  * load do.  A failed read must leave an error message; a broken contract
  * aborts (libFuzzer keeps the input).
  *
+ * (1.7) A manifest's "client_state" record is parsed, written and read
+ * like the files.
+ *
  * (issue 31) The whole-checkpoint validator too (zero__ck_manifest_validate,
  * what zero_load and zero-ckpt verify both run before restoring anything):
  * with pool bit 2 the harness recomputes the manifest's own checksum
@@ -71,6 +74,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
+/* The files and (1.7) the client state's record, files[nfiles]: the
+ * reader serves both the same way. */
+static uint32_t nall(const zero__ck_manifest *m) { return m->nfiles + (m->client ? 1u : 0u); }
+
 /* Parsed-manifest promises (ckpt_manifest.h: "a damaged or foreign
  * manifest is a named error, never an over-read"). */
 static void check_manifest(const zero__ck_manifest *m) {
@@ -82,6 +89,14 @@ static void check_manifest(const zero__ck_manifest *m) {
         const zero__ck_layout *L = zero__ck_layout_of(m, p->pp_stage);
         REQUIRE(L && p->flat_offset <= L->flat_numel && p->numel <= L->flat_numel - p->flat_offset,
                 "param %u outside its flat space", i);
+    }
+    if (m->client) {
+        const zero__ck_file *c = m->client;
+        REQUIRE(c == &m->files[m->nfiles] && c->kind == ZERO__CK_OPAQUE && c->rank == 0 && c->pp_stage == 0 &&
+                    !strcmp(c->file, ZERO__CK_CLIENT_FILE) && !strcmp(c->blob, ZERO__CK_CLIENT_BLOB) &&
+                    c->nchunks == (c->bytes + m->chunk_bytes - 1) / m->chunk_bytes,
+                "client_state record '%s' rank %d stage %d kind %d", c->file, c->rank, c->pp_stage, c->kind);
+        for (uint32_t i = 0; i < m->nfiles; i++) REQUIRE(strcmp(m->files[i].file, c->file), "client file twice");
     }
     for (uint32_t i = 0; i < m->nfiles; i++) {
         const zero__ck_file *f = &m->files[i];
@@ -147,7 +162,7 @@ static uint8_t take(pool *q) { return q->n ? q->p[q->at++ % q->n] : 0; }
 
 /* Write the files the manifest lists; returns how many were written. */
 static void write_files(zero__ck_manifest *m, pool *q, int raw_headers, int fix_crc) {
-    for (uint32_t i = 0; i < m->nfiles && i < MAX_FILES; i++) {
+    for (uint32_t i = 0; i < nall(m) && i < MAX_FILES; i++) {
         zero__ck_file *f = &m->files[i];
         if (f->bytes > MAX_FILE_BYTES || strlen(dir) + strlen(f->file) + 2 > 4000) continue;
         const size_t n = ZERO__CK_HEADER + (size_t)f->bytes;
@@ -179,7 +194,7 @@ static void write_files(zero__ck_manifest *m, pool *q, int raw_headers, int fix_
 
 static void read_files(zero__ck_reader *r, const zero__ck_manifest *m, pool *q) {
     char err[1024];
-    for (uint32_t i = 0; i < m->nfiles && i < MAX_FILES; i++) {
+    for (uint32_t i = 0; i < nall(m) && i < MAX_FILES; i++) {
         const zero__ck_file *f = &m->files[i];
         if (f->bytes > MAX_FILE_BYTES) continue;
         uint8_t *buf = malloc((size_t)f->bytes + 1);

@@ -144,6 +144,12 @@ for name, m in seeds.items():
     pool = bytes([0]) + bytes(rng.getrandbits(8) for _ in range(512))
     write("ckpt", name, json.dumps(m, separators=(",", ":")).encode() + b"\0" + pool)
 
+# (1.7) a client state record: global rank 0's opaque blob beside the files
+m = manifest(1, 2, "fp32", [10, 33, 7], partitioned(2, ["master", "state0", "state1"]))
+m["client_state"] = file_rec("client_state.rank0.bin", "client_state", 0, 0, "opaque", "fp32", [(0, 300)])
+pool = bytes([0]) + bytes(random.Random(18).getrandbits(8) for _ in range(512))
+write("ckpt", "fp32_w2_client_state", json.dumps(m, separators=(",", ":")).encode() + b"\0" + pool)
+
 # Real manifests (from zero-demo --save-dir), compacted; their blobs are
 # too big for the harness to write, so they exercise the parser.
 for i, path in enumerate(sys.argv[1:]):

@@ -262,6 +262,15 @@ static void micro_step(run_state *r, uint64_t gm, int m, int drank, int dworld) 
     }
 }
 
+/* The save at save_after: zero_save, or zero_save_ex with the client state. */
+static zero_status save_now(zero_engine *e, const host_run_cfg *c) {
+    if (!c->client_state) return zero_save(e, c->ckpt_dir);
+    zero_save_options o = ZERO_SAVE_OPTIONS_INIT;
+    o.client_state = c->client_state;
+    o.client_state_bytes = strlen(c->client_state);
+    return zero_save_ex(e, c->ckpt_dir, &o);
+}
+
 void host_run(const host_run_cfg *c, host_run_out *out) {
     memset(out, 0, sizeof *out);
     run_state r;
@@ -364,7 +373,7 @@ void host_run(const host_run_cfg *c, host_run_out *out) {
             }
             free(g);
         }
-        if ((int64_t)gm + 1 == c->save_after && (s = zero_save(r.e, c->ckpt_dir)) != ZERO_OK) fail(&r, s, "zero_save");
+        if ((int64_t)gm + 1 == c->save_after && (s = save_now(r.e, c)) != ZERO_OK) fail(&r, s, "zero_save");
     }
     if (out->status == ZERO_OK && c->host_owned) {
         /* the final parameters straight from the host's own arrays */

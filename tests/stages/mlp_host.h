@@ -63,6 +63,8 @@ typedef struct host_run_cfg {
     void *on_step_user;
     /* (appended by issue18a) */
     int round_robin;       /* zero_optimization.round_robin_gradients: interleaved ownership */
+    /* (appended by the client state, ABI 1.7) */
+    const char *client_state; /* non-NULL: the save at save_after is zero_save_ex with these bytes (strlen) */
 } host_run_cfg;
 
 /* Defaults: stage0, small model, 30 steps, gas 1, mb 3, overlap 1,
