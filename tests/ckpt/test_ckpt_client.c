@@ -6,7 +6,10 @@
  *  2. saved: stage2 at W ranks, three steps, then zero_save_ex with
  *     2.5 MiB + 3 bytes of client state (several checksummed chunks, an
  *     odd size): the checkpoint holds client_state.rank0.bin, zero-ckpt
- *     verify passes and info --json reports its size;
+ *     verify passes, info --json reports its size, and zero-ckpt
+ *     client-state writes the same bytes to a file and to stdout (exit 3
+ *     on a checkpoint without one, 2 for an output inside the checkpoint,
+ *     1 with nothing written for a damaged one);
  *  3. loaded: a stage3 engine at W ranks (a resharding load) and a stage1
  *     engine on the first ceil(W/2) ranks (another world size) get the
  *     same bytes on every rank, and their parameters are the saver's;
@@ -147,6 +150,17 @@ static int run0(const char *cmd) {
     return rc;
 }
 
+static int same_file(const char *path, const unsigned char *want, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    unsigned char *got = malloc(n + 1);
+    const size_t k = fread(got, 1, n + 1, f);
+    fclose(f);
+    const int same = k == n && !memcmp(got, want, n);
+    free(got);
+    return same;
+}
+
 static unsigned char *pattern(size_t n, unsigned seed) {
     unsigned char *p = malloc(n);
     for (size_t i = 0; i < n; i++) p[i] = (unsigned char)((i * 2654435761u + seed) >> 7);
@@ -189,6 +203,18 @@ int main(int argc, char **argv) {
     CHECK_EQ_INT(run0(cmd), 0);
     snprintf(cmd, sizeof cmd, "'%s' info '%s/with' --json | grep -q '\"client_state_bytes\": %zu'", tool_, root, big);
     CHECK(run0(cmd) == 0, "zero-ckpt info --json does not report client_state_bytes %zu", big);
+    /* zero-ckpt client-state: the bytes, verified, to a file or stdout; refused inside the checkpoint */
+    char out[4400];
+    snprintf(out, sizeof out, "%s/client.bin", dir);
+    snprintf(cmd, sizeof cmd, "'%s' client-state '%s' '%s' >/dev/null", tool_, root, out);
+    CHECK_EQ_INT(run0(cmd), 0);
+    if (rank_ == 0) CHECK(same_file(out, cs, big), "zero-ckpt client-state wrote other bytes to %s", out);
+    snprintf(cmd, sizeof cmd, "'%s' client-state '%s/with' - | cmp -s - '%s'", tool_, root, out);
+    CHECK_EQ_INT(run0(cmd), 0);
+    snprintf(cmd, sizeof cmd, "'%s' client-state '%s/with' '%s/with/copy.bin' 2>/dev/null", tool_, root, root);
+    CHECK_EQ_INT(run0(cmd), 2);
+    snprintf(path, sizeof path, "%s/with/copy.bin", root);
+    CHECK(stat(path, &sb) != 0, "client-state wrote %s inside the checkpoint", path);
     /* 5. without client state, and with 1.6-sized options (fields past struct_size are never read) */
     CHECK(save(&a, root, "without", NULL, 0) == ZERO_OK, "save without: %s", zero_last_error(a.e));
     zero_save_options old = ZERO_SAVE_OPTIONS_INIT;
@@ -199,6 +225,8 @@ int main(int argc, char **argv) {
     CHECK(zero_save_ex(a.e, root, &old) == ZERO_OK, "save with 1.6 options: %s", zero_last_error(a.e));
     snprintf(path, sizeof path, "%s/old-options/client_state.rank0.bin", root);
     CHECK(stat(path, &sb) != 0, "a 1.6-sized zero_save_options wrote %s", path);
+    snprintf(cmd, sizeof cmd, "'%s' client-state '%s/without' - 2>/dev/null >/dev/null", tool_, root);
+    CHECK_EQ_INT(run0(cmd), 3);
 
     /* 6. every rank its own bytes: rank 0's kept, said at WARN */
     unsigned char *mine = pattern(1000 + (size_t)rank_, 1000u + (unsigned)rank_);
@@ -252,6 +280,10 @@ int main(int argc, char **argv) {
         MPI_Barrier(MPI_COMM_WORLD);
         snprintf(cmd, sizeof cmd, "'%s' verify '%s/with' >/dev/null", tool_, root);
         CHECK_EQ_INT(run0(cmd), 1);
+        snprintf(cmd, sizeof cmd, "'%s' client-state '%s/with' '%s/damaged.bin' 2>/dev/null", tool_, root, dir);
+        CHECK_EQ_INT(run0(cmd), 1);
+        snprintf(cmd, sizeof cmd, "%s/damaged.bin", dir);
+        CHECK(stat(cmd, &sb) != 0, "client-state left %s from a damaged checkpoint", cmd);
         s = zero_load(b.e, path);
         CHECK(s == ZERO_ERR_IO && strstr(zero_last_error(b.e), "client state"), "damaged: rank %d: %s (%s)", rank_,
               zero_status_string(s), zero_last_error(b.e));

@@ -9,6 +9,9 @@
  *                                    against the manifest), then every chunk of every
  *                                    file against its CRC-32C
  *   zero-ckpt consolidate DIR OUT    full fp32 parameters as one safetensors file
+ *   zero-ckpt client-state DIR OUT   (1.7) the host's client state (zero_save_options.
+ *                                    client_state), verified, into OUT ("-": stdout);
+ *                                    exit 3 when the checkpoint has none
  *   zero-ckpt convert SRC DST --ranks M [--plugin T]
  *                                    reshard offline: DST holds the checkpoint as
  *                                    plugin T (default: SRC's) at M ranks would
@@ -26,7 +29,8 @@
  * checkpoint being read (or, for consolidate, the same file as one of its
  * files) is refused, naming both paths; nothing is written through a link.
  * Exit status 0 on success, 1 on
- * a damaged checkpoint, 2 on usage or I/O errors and refused conversions. */
+ * a damaged checkpoint, 2 on usage or I/O errors and refused conversions, 3
+ * from client-state on a checkpoint without one. */
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -49,6 +53,7 @@ static int usage(void) {
             "       zero-ckpt verify DIR\n"
             "       zero-ckpt consolidate DIR OUT.safetensors\n"
             "       zero-ckpt convert SRC DST --ranks M [--plugin stage0|stage1|stage2|stage1-pp]\n"
+            "       zero-ckpt client-state DIR OUT|-   (the host's client state, verified; exit 3: none)\n"
             "         (M: the data-parallel size; a pipeline checkpoint keeps its stages)\n"
             "DIR: a checkpoint directory (manifest.json) or a root whose 'latest' names one\n");
     return 2;
@@ -259,7 +264,67 @@ static int refuse_same_file(const char *cmd, const char *out, const zero__ck_man
             return 1;
         }
     }
+    snprintf(path, sizeof path, "%s/%s", dir, m->client ? m->client->file : ZERO__CK_CLIENT_FILE); /* (1.7) */
+    if (stat(path, &f) == 0 && f.st_dev == o.st_dev && f.st_ino == o.st_ino) {
+        fprintf(stderr, "zero-ckpt %s: the output %s is the same file as %s of the checkpoint being read; nothing "
+                        "written, write it elsewhere\n",
+                cmd, out, path);
+        return 1;
+    }
     return 0;
+}
+
+/* (1.7) The client state's bytes, verified chunk by chunk, into OUT ("-":
+ * stdout).  Exit 3 when the checkpoint has none. */
+static int cmd_client_state(const zero__ck_manifest *m, const char *dir, const char *arg, const char *out) {
+    if (!m->client) {
+        fprintf(stderr, "zero-ckpt client-state: %s has no client state (saved without one, or by libzero < 1.8)\n",
+                dir);
+        return 3;
+    }
+    const int to_stdout = !strcmp(out, "-");
+    char parent[4096];
+    const char *slash = strrchr(out, '/');
+    if (slash == out) snprintf(parent, sizeof parent, "/");
+    else if (slash) snprintf(parent, sizeof parent, "%.*s", (int)(slash - out), out);
+    else snprintf(parent, sizeof parent, ".");
+    if (!to_stdout && (refuse_inside("client-state", out, parent, dir) ||
+                       refuse_same_file("client-state", out, m, dir, arg)))
+        return 2;
+    zero__ck_reader *r = zero__ck_reader_open(dir, m);
+    char *buf = malloc((size_t)m->chunk_bytes), err[2048];
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", out, (int)getpid());
+    FILE *f = to_stdout ? stdout : fopen(tmp, "wb");
+    int rc = r && buf && f ? 0 : 2;
+    if (rc) fprintf(stderr, "zero-ckpt client-state: %s\n", f ? "out of memory" : strerror(errno));
+    for (uint64_t off = 0; !rc && off < m->client->bytes; off += m->chunk_bytes) {
+        const uint64_t left = m->client->bytes - off, n = left < m->chunk_bytes ? left : m->chunk_bytes;
+        if (zero__ck_read(r, m->client, off, buf, n, err, sizeof err)) {
+            fprintf(stderr, "zero-ckpt client-state: %s\n", err);
+            rc = 1;
+        } else if (fwrite(buf, 1, (size_t)n, f) != (size_t)n) {
+            fprintf(stderr, "zero-ckpt client-state: writing %s: %s\n", to_stdout ? "stdout" : tmp, strerror(errno));
+            rc = 2;
+        }
+    }
+    if (f && !to_stdout && fclose(f) != 0 && !rc) {
+        fprintf(stderr, "zero-ckpt client-state: writing %s: %s\n", tmp, strerror(errno));
+        rc = 2;
+    }
+    if (to_stdout && fflush(stdout) != 0 && !rc) rc = 2;
+    if (!to_stdout && f) {
+        if (!rc && rename(tmp, out) != 0) {
+            fprintf(stderr, "zero-ckpt client-state: cannot move %s to %s: %s\n", tmp, out, strerror(errno));
+            rc = 2;
+        }
+        if (rc) unlink(tmp); /* a damaged client state leaves no output behind */
+    }
+    zero__ck_reader_close(r);
+    free(buf);
+    if (!rc && !to_stdout)
+        printf("%s: the client state of %s, %llu bytes, verified\n", out, dir, (unsigned long long)m->client->bytes);
+    return rc;
 }
 
 /* safetensors: u64 LE header length, JSON header (padded with spaces to a
@@ -767,6 +832,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[1], "verify")) rc = cmd_verify(m, dir);
     else if (!strcmp(argv[1], "consolidate") && argc == 4) rc = cmd_consolidate(m, dir, argv[2], argv[3]);
     else if (!strcmp(argv[1], "convert")) rc = cmd_convert(m, dir, argv[3], ranks, plugin);
+    else if (!strcmp(argv[1], "client-state") && argc == 4) rc = cmd_client_state(m, dir, argv[2], argv[3]);
     else rc = usage();
     zero__ck_manifest_free(m);
     return rc;
