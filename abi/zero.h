@@ -591,6 +591,34 @@ ZERO_API zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_
 /* Loss scale to apply to the current micro-batch's loss (1 unless fp16). */
 ZERO_API double zero_loss_scale(const zero_engine *e);
 
+/* (1.7) Where training stands and the batch geometry the engine resolved
+ * from the config, at any time (between steps, right after zero_load,
+ * before the first step): what DeepSpeed's engine answers as global_steps,
+ * gradient_accumulation_steps(), train_micro_batch_size_per_gpu(),
+ * train_batch_size(), is_gradient_accumulation_boundary() and get_lr(). */
+typedef struct zero_engine_info {
+    uint32_t struct_size;                    /* = sizeof(zero_engine_info) */
+    int32_t stage;                           /* the ZeRO stage the engine runs (0..3; "auto" resolved) */
+    uint64_t global_step;                    /* optimizer steps taken (as zero_step_result.global_step; the
+                                                checkpoint's after zero_load); skipped ones not counted */
+    uint64_t skipped_steps;                  /* boundaries whose step was skipped (a non-finite gradient) */
+    uint32_t micro_step;                     /* micro-steps done in the window in progress (0 at a boundary):
+                                                the next zero_step is a boundary when
+                                                micro_step + 1 == gradient_accumulation_steps */
+    uint32_t gradient_accumulation_steps;
+    uint64_t train_micro_batch_size_per_gpu; /* 0: the config gives none (and no train_batch_size) */
+    uint64_t train_batch_size;               /* micro batch x accumulation steps x data-parallel size; 0: none */
+    double lr;                               /* the schedule's lr for the next optimizer step (the config's
+                                                optimizer lr, scheduler applied; per-group lr_scale and
+                                                zero_set_hparams overrides apart) */
+    double loss_scale;                       /* as zero_loss_scale */
+} zero_engine_info;
+#define ZERO_ENGINE_INFO_INIT {sizeof(zero_engine_info), 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0}
+/* Fill *out (the first out->struct_size bytes; struct_size kept).  Not
+ * collective (every rank answers the same, the step state being agreed);
+ * from the thread that calls zero_step, not during one. */
+ZERO_API zero_status zero_engine_info_get(const zero_engine *e, zero_engine_info *out);
+
 /* ------------------------------------------------------------------------ */
 /* Checkpoints                                                               */
 /* ------------------------------------------------------------------------ */

@@ -419,6 +419,25 @@ const char *zero_plugin_name(const zero_engine *e) {
 }
 double zero_loss_scale(const zero_engine *e) { return e ? e->scaler.scale : 1.0; }
 
+zero_status zero_engine_info_get(const zero_engine *e, zero_engine_info *out) {
+    if (!e || !out || out->struct_size < sizeof(uint32_t)) return ZERO_ERR_INVALID_ARGUMENT;
+    const zero_run_config *rc = e->rc;
+    zero_engine_info i = ZERO_ENGINE_INFO_INIT;
+    i.stage = rc->stage;
+    i.global_step = e->global_step;
+    i.skipped_steps = e->skipped_steps;
+    i.micro_step = e->micro_step;
+    i.gradient_accumulation_steps = rc->grad_accum_steps > 0 ? (uint32_t)rc->grad_accum_steps : 1u;
+    i.train_micro_batch_size_per_gpu = rc->micro_batch_per_gpu > 0 ? (uint64_t)rc->micro_batch_per_gpu : 0u;
+    i.train_batch_size = rc->train_batch_size > 0 ? (uint64_t)rc->train_batch_size : 0u;
+    i.lr = e->lr;
+    i.loss_scale = e->scaler.scale;
+    const uint32_t size = out->struct_size; /* an older header's shorter struct gets its fields */
+    memcpy(out, &i, size < sizeof i ? size : sizeof i);
+    out->struct_size = size;
+    return ZERO_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 
 static zero_status need_engine(const zero_engine *e) { return e ? ZERO_OK : ZERO_ERR_INVALID_ARGUMENT; }

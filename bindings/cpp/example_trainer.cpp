@@ -148,6 +148,11 @@ int main(int argc, char **argv) {
                 failures++;
             }
             e.load(argv[3]);
+            if (e.info().global_step != (std::uint64_t)steps) {  // the checkpoint's step, before any step
+                std::fprintf(stderr, "info().global_step %llu after the load, saved at %d\n",
+                             (unsigned long long)e.info().global_step, steps);
+                failures++;
+            }
             std::vector<unsigned char> back = e.client_state();
             zero::gather_guard g = e.gather({pw});
             bool same = std::string(back.begin(), back.end()) == state;

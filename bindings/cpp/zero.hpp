@@ -286,6 +286,12 @@ class engine {
         const auto *b = static_cast<const unsigned char *>(data);
         return n ? std::vector<unsigned char>(b, b + n) : std::vector<unsigned char>();
     }
+    /// Step state and batch geometry (zero_engine_info_get, libzero >= 1.8 / ABI 1.7).
+    zero_engine_info info() const {
+        zero_engine_info i = ZERO_ENGINE_INFO_INIT;
+        check(zero_engine_info_get(e_, &i), "zero_engine_info_get");
+        return i;
+    }
     zero_memory_stats memory_stats() const {
         zero_memory_stats m = ZERO_MEMORY_STATS_INIT;
         check(zero_memory_stats_get(e_, &m), "zero_memory_stats_get");

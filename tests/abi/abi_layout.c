@@ -95,6 +95,21 @@ _Static_assert(offsetof(zero_step_result, grad_norm) == 24, "offsetof(zero_step_
 _Static_assert(offsetof(zero_step_result, loss_scale) == 32, "offsetof(zero_step_result, loss_scale)");
 _Static_assert(offsetof(zero_step_result, lr) == 40, "offsetof(zero_step_result, lr)");
 
+/* zero_engine_info (1.7) */
+_Static_assert(sizeof(zero_engine_info) == 64, "sizeof(zero_engine_info)");
+_Static_assert(offsetof(zero_engine_info, struct_size) == 0, "offsetof(zero_engine_info, struct_size)");
+_Static_assert(offsetof(zero_engine_info, stage) == 4, "offsetof(zero_engine_info, stage)");
+_Static_assert(offsetof(zero_engine_info, global_step) == 8, "offsetof(zero_engine_info, global_step)");
+_Static_assert(offsetof(zero_engine_info, skipped_steps) == 16, "offsetof(zero_engine_info, skipped_steps)");
+_Static_assert(offsetof(zero_engine_info, micro_step) == 24, "offsetof(zero_engine_info, micro_step)");
+_Static_assert(offsetof(zero_engine_info, gradient_accumulation_steps) == 28,
+               "offsetof(zero_engine_info, gradient_accumulation_steps)");
+_Static_assert(offsetof(zero_engine_info, train_micro_batch_size_per_gpu) == 32,
+               "offsetof(zero_engine_info, train_micro_batch_size_per_gpu)");
+_Static_assert(offsetof(zero_engine_info, train_batch_size) == 40, "offsetof(zero_engine_info, train_batch_size)");
+_Static_assert(offsetof(zero_engine_info, lr) == 48, "offsetof(zero_engine_info, lr)");
+_Static_assert(offsetof(zero_engine_info, loss_scale) == 56, "offsetof(zero_engine_info, loss_scale)");
+
 /* zero_save_options */
 _Static_assert(sizeof(zero_save_options) == 32, "sizeof(zero_save_options)"); /* 16 until 1.6 */
 _Static_assert(offsetof(zero_save_options, struct_size) == 0, "offsetof(zero_save_options, struct_size)");

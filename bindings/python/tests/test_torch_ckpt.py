@@ -11,7 +11,13 @@
 * a directory without any checkpoint: (None, None) and one warning;
   a damaged one still raises;
 * refused with ValueError naming the argument: save_latest=False,
-  load_module_only=True, load_optimizer_states=False.
+  load_module_only=True, load_optimizer_states=False;
+* DeepSpeed's engine accessors (ABI 1.7 zero_engine_info): global_steps
+  (a checkpoint's right after load, before any step), the batch geometry,
+  is_gradient_accumulation_boundary() over a window of 3, get_lr() from a
+  config WarmupLR (the lr the next step reports) and from a torch
+  scheduler, get_global_grad_norm(), was_step_applied() (False after a
+  skipped step, and global_steps counting it as DeepSpeed does).
 Usage: mpirun -np N python3 test_torch_ckpt.py DIR"""
 import os
 import shutil
@@ -78,6 +84,53 @@ def values(engine):
         return [p.detach().clone() for p in ps]
 
 
+def accessors(ckdir):
+    # a fresh engine right after load: the checkpoint's step, before any step
+    engine, sched = start(3)
+    engine.load_checkpoint(ckdir)
+    check(engine.global_steps == SAVE_AT and engine.state["global_step"] == SAVE_AT,
+          "after load: global_steps %d, state %d" % (engine.global_steps, engine.state["global_step"]))
+    check(engine.zero_optimization_stage() == 3, "zero_optimization_stage %r" % engine.zero_optimization_stage())
+    check(engine.gradient_accumulation_steps() == 1 and engine.train_micro_batch_size_per_gpu() == MB and
+          engine.train_batch_size() == MB * WORLD, "batch geometry %d %d %d" % (
+              engine.gradient_accumulation_steps(), engine.train_micro_batch_size_per_gpu(), engine.train_batch_size()))
+    check(engine.get_global_grad_norm() is None and not engine.was_step_applied(), "no step yet")
+    check(engine.get_lr() == [g["lr"] for g in engine.optimizer.param_groups], "get_lr: the torch scheduler's")
+    run(engine, sched, SAVE_AT, SAVE_AT + 1)
+    check(engine.global_steps == SAVE_AT + 1 and engine.was_step_applied(), "one more step")
+    check(engine.get_global_grad_norm() == engine.last_result.grad_norm > 0, "get_global_grad_norm")
+    engine.close()
+    # gas 3, a config scheduler, a skipped step
+    cfg = config(2)
+    cfg["gradient_accumulation_steps"] = 3
+    cfg["scheduler"] = {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-2,
+                                                       "warmup_num_steps": 5, "warmup_type": "linear"}}
+    engine, _, _, _ = zt.initialize(make_model(), cfg, raise_on_nonfinite=False)
+    check(engine.train_batch_size() == MB * 3 * WORLD, "train_batch_size with gas 3: %d" % engine.train_batch_size())
+    bounds, lrs = [], []
+    for s in range(9):
+        x, y = shard(s)
+        bounds.append(engine.is_gradient_accumulation_boundary())
+        want = engine.get_lr()[0]
+        loss = nn.functional.mse_loss(engine(x), y)
+        if s == 8:
+            loss = loss * float("inf")  # the last window's gradient is not finite: its step is skipped
+        engine.backward(loss)
+        r = engine.step()
+        check(r.lr == want, "step %d: get_lr() said %r, the step used %r" % (s, want, r.lr))
+        lrs.append(r.lr)
+    check(bounds == [False, False, True] * 3, "is_gradient_accumulation_boundary: %r" % bounds)
+    check(len(set(lrs)) > 1, "the config scheduler's lr moved: %r" % lrs)
+    check(not engine.was_step_applied() and engine.skipped_steps == 1 and engine.global_steps == 3 and
+          engine.state["global_step"] == 2, "after the skipped step: applied %r, skipped %d, global_steps %d, "
+          "taken %d" % (engine.was_step_applied(), engine.skipped_steps, engine.global_steps,
+                        engine.state["global_step"]))
+    check(engine.global_samples == 3 * MB * 3 * WORLD, "global_samples %d" % engine.global_samples)
+    engine.close()
+    if RANK == 0:
+        print("N=%d accessors: global_steps after load %d; boundaries %s; lrs %s" % (WORLD, SAVE_AT, bounds[:3], lrs[:4]))
+
+
 def main():
     root = sys.argv[1]
     ckdir, empty = os.path.join(root, "ck"), os.path.join(root, "empty")
@@ -127,6 +180,7 @@ def main():
         check(state == {}, "stage %d: a checkpoint saved by save(): client state %r" % (stage, state))
         engine.close()
 
+    accessors(ckdir)
     engine, _ = start(2)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")

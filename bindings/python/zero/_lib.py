@@ -103,6 +103,13 @@ class StepTimingC(ctypes.Structure):  # (1.3) zero_step_timing
                 ("hook_seconds", c_dbl), ("fetch_seconds", c_dbl)]
 
 
+class EngineInfoC(ctypes.Structure):  # (1.7) zero_engine_info
+    _fields_ = [("struct_size", c_u32), ("stage", c_i32), ("global_step", c_u64), ("skipped_steps", c_u64),
+                ("micro_step", c_u32), ("gradient_accumulation_steps", c_u32),
+                ("train_micro_batch_size_per_gpu", c_u64), ("train_batch_size", c_u64), ("lr", c_dbl),
+                ("loss_scale", c_dbl)]
+
+
 class SaveOptions(ctypes.Structure):  # (1.2) tag, keep_last; (1.7) client state
     _fields_ = [("struct_size", c_u32), ("keep_last", c_u32), ("tag", c_cp), ("client_state", c_vp),
                 ("client_state_bytes", c_u64)]
@@ -141,6 +148,7 @@ def _declare(lib):
         "zero_load": (c_i32, [c_vp, c_cp]),
         "zero_save_ex": (c_i32, [c_vp, c_cp, P(SaveOptions)]),
         "zero_client_state": (c_i32, [c_vp, P(c_vp), P(c_u64)]),
+        "zero_engine_info_get": (c_i32, [c_vp, P(EngineInfoC)]),
         "zero_memory_stats_get": (c_i32, [c_vp, P(MemoryStatsC)]),
         "zero_comm_stats_get": (c_i32, [c_vp, P(CommStatsC)]),
         "zero_step_timing_get": (c_i32, [c_vp, c_i32, P(StepTimingC)]),
@@ -163,7 +171,7 @@ def require(name, what):
     if name in lib().zero_missing:
         v = lib().zero_abi_version()
         need = {"zero_step_timing_get": "1.3", "zero_gather_slices": "1.6", "zero_release_slices": "1.6",
-                "zero_save_ex": "1.2", "zero_client_state": "1.7"}.get(name, "1.1")
+                "zero_save_ex": "1.2", "zero_client_state": "1.7", "zero_engine_info_get": "1.7"}.get(name, "1.1")
         raise OSError("%s needs libzero ABI %s (%s); the loaded library is %d.%d"
                       % (what, need, name, v // 10000, v % 10000))
 

@@ -573,6 +573,18 @@ class Engine:
             out[key] = {t: int(arr[i]) for i, t in enumerate(L.TIERS)}
         return out
 
+    def info(self):
+        """(ABI 1.7) zero_engine_info_get: {"stage", "global_step" (steps
+        taken), "skipped_steps", "micro_step" (in the window in progress),
+        "gradient_accumulation_steps", "train_micro_batch_size_per_gpu",
+        "train_batch_size", "lr" (the schedule's, next step), "loss_scale"},
+        valid between steps and right after load()."""
+        L.require("zero_engine_info_get", "info")
+        i = L.EngineInfoC()
+        i.struct_size = ctypes.sizeof(i)
+        self._check(self._lib.zero_engine_info_get(self._handle(), ctypes.byref(i)), "zero_engine_info_get")
+        return {name: getattr(i, name) for name, _ in L.EngineInfoC._fields_[1:]}
+
     def step_timing(self, total=False):
         """(ABI 1.3) Where the time of the last zero_step went (total=True: sums
         over all steps): {"micro_steps", "step_seconds", "exposed_comm_seconds",

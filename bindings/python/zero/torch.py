@@ -725,6 +725,7 @@ class ZeroEngine:
         _guard_grad_scaler()
         _guard_wrappers()
         self.last_result = None
+        self._last_boundary = None  # the last boundary's StepResult (get_global_grad_norm, was_step_applied)
         self.micro_steps = 0
         self._phase = "train"  # stage 3's gather-order phase (zero_set_phase), kept by train()/eval()
 
@@ -1152,6 +1153,8 @@ class ZeroEngine:
             raise NonFiniteGradientError(ex.status, ex.message, ex.call) from None
         self.micro_steps += 1
         self.last_result = r
+        if r.boundary:
+            self._last_boundary = r
         # without a dynamic loss scaler (fp32, bf16) an overflow is a non-finite gradient nothing absorbs
         if r.overflow and self.raise_on_nonfinite and self.dtype != torch.float16:
             # libzero's text names the rank(s) that found it and the param, the same on every rank
@@ -1315,11 +1318,83 @@ class ZeroEngine:
         for g in groups:
             g["lr"] = lr
 
+    # ---- DeepSpeed's engine accessors (1.8): the names a ported loop calls ----
+    def _info(self):
+        """zero_engine_info_get (ABI 1.7); None from an older libzero."""
+        return None if "zero_engine_info_get" in L.lib().zero_missing else self.z.info()
+
+    def _need_info(self, what):
+        i = self._info()
+        if i is None:
+            L.require("zero_engine_info_get", what)
+        return i
+
+    @property
+    def global_steps(self):
+        """DeepSpeed's global_steps: accumulation boundaries passed, skipped
+        (overflow) steps included, as DeepSpeed counts them; a checkpoint's
+        after load.  libzero's own count of steps taken is
+        state["global_step"] (= global_steps - skipped_steps)."""
+        i = self._need_info("global_steps")
+        return i["global_step"] + i["skipped_steps"]
+
+    @property
+    def skipped_steps(self):
+        """Boundaries whose step was skipped (a non-finite gradient)."""
+        return self._need_info("skipped_steps")["skipped_steps"]
+
+    @property
+    def global_samples(self):
+        """DeepSpeed's global_samples: global_steps x train_batch_size()."""
+        i = self._need_info("global_samples")
+        return (i["global_step"] + i["skipped_steps"]) * i["train_batch_size"]
+
+    def gradient_accumulation_steps(self):
+        return self._need_info("gradient_accumulation_steps()")["gradient_accumulation_steps"]
+
+    def train_micro_batch_size_per_gpu(self):
+        return self._need_info("train_micro_batch_size_per_gpu()")["train_micro_batch_size_per_gpu"]
+
+    def train_batch_size(self):
+        return self._need_info("train_batch_size()")["train_batch_size"]
+
+    def is_gradient_accumulation_boundary(self):
+        """Whether the next step() (the one after this micro-batch's
+        backward) ends the accumulation window: the optimizer steps there."""
+        i = self._need_info("is_gradient_accumulation_boundary()")
+        return i["micro_step"] + 1 >= i["gradient_accumulation_steps"]
+
+    def get_lr(self):
+        """The lr for the next step, one per param group: the config's
+        "scheduler" as libzero computes it, or, without one,
+        optimizer.param_groups' (which a torch scheduler sets)."""
+        if self.config.get("scheduler"):
+            lr = self._need_info("get_lr()")["lr"]
+            return [lr for _ in self.optimizer.param_groups]
+        return [g["lr"] for g in self.optimizer.param_groups]
+
+    def get_global_grad_norm(self):
+        """The gradient norm of the last optimizer step (before clipping), or
+        None before the first accumulation boundary."""
+        r = self._last_boundary
+        return None if r is None else r.grad_norm
+
+    def was_step_applied(self):
+        """Whether the last accumulation boundary stepped (False: skipped,
+        a non-finite gradient; also False before the first boundary)."""
+        r = self._last_boundary
+        return bool(r is not None and r.taken)
+
+    def zero_optimization_stage(self):
+        return self.stage
+
     @property
     def state(self):
         """Where training stands: global step, loss scale, last step's result, memory."""
         r = self.last_result
-        return {"global_step": r.global_step if r else 0, "micro_steps": self.micro_steps,
+        i = self._info()
+        step = i["global_step"] if i is not None else (r.global_step if r else 0)
+        return {"global_step": step, "micro_steps": self.micro_steps,
                 "loss_scale": self.z.loss_scale, "lr": r.lr if r else None,
                 "grad_norm": r.grad_norm if r else None, "overflow": r.overflow if r else False,
                 "stage": self.stage, "plugin": self.z.plugin, "rank": self.z.rank,
