@@ -941,9 +941,9 @@ static zero_status on_slice_ready_impl(zero_engine *e, zero_param *p, uint32_t l
 
 /* Deliver what is missing; at the boundary, agree on the window
  * (grad_window.c).  A failure ends the micro-step on this rank. */
-static zero_status settle_missing(zero_engine *e, int hp_refused, int host_written, int *verdict, char *why,
-                                  size_t len) {
-    zero_status s = zero__grads_settle(e, hp_refused, host_written, verdict, why, len);
+static zero_status settle_missing(zero_engine *e, int hp_refused, int host_written, int args_refused, int *verdict,
+                                  char *why, size_t len) {
+    zero_status s = zero__grads_settle(e, hp_refused, host_written, args_refused, verdict, why, len);
     if (s != ZERO_OK) {
         e->micro_step = 0;
         reset_ready(e);
@@ -1029,14 +1029,21 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_step: result.struct_size too small");
     int verdict = MG_PROCEED;
     char why[1536] = "";
-    if (args) { /* read where used (step_ctx); checked here, before any collective */
+    /* the arguments are read where used (step_ctx) and checked here: at a
+     * boundary the verdict is agreed with the window (1.8), so that every
+     * rank returns at once instead of waiting in the step's collectives
+     * for the one that refused; between boundaries it returns alone (no
+     * collective runs there to carry it) */
+    zero_status av = ZERO_OK;
+    if (args) {
         zero_step_args a = ZERO_STEP_ARGS_INIT;
         if (!zero__struct_in(&a, args, args->struct_size, sizeof a, "zero_step_args", why, sizeof why))
-            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_step: %s", why);
-        if (a.reserved0 != 0)
-            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
-                               "zero_step: zero_step_args.reserved0 is %u, must be 0 (ZERO_STEP_ARGS_INIT)",
-                               (unsigned)a.reserved0);
+            av = zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_step: %s", why);
+        else if (a.reserved0 != 0)
+            av = zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                             "zero_step: zero_step_args.reserved0 is %u, must be 0 (ZERO_STEP_ARGS_INIT)",
+                             (unsigned)a.reserved0);
+        why[0] = 0;
     }
     /* timed with the reduction (zero_step_timing.reduce_seconds): part of
      * settling the micro-step's gradients, and a collective that waits for
@@ -1046,15 +1053,19 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
      * the missing gradients (one all-reduce), so that no rank enters the
      * step's collectives while another returned */
     const int boundary = e->micro_step + 1 >= (uint32_t)e->rc->grad_accum_steps;
-    const zero_status hp = boundary ? zero__hp_check_step(e, e->global_step + 1) : ZERO_OK;
+    if (av != ZERO_OK && !boundary) return av;
+    const zero_status hp = boundary && av == ZERO_OK ? zero__hp_check_step(e, e->global_step + 1) : ZERO_OK;
     /* (1.7.4) a parameter the host wrote itself: refused the same way (host_writes.h) */
-    const zero_status hw = boundary && hp == ZERO_OK ? zero__host_writes_check(e) : ZERO_OK;
+    const zero_status hw = boundary && av == ZERO_OK && hp == ZERO_OK ? zero__host_writes_check(e) : ZERO_OK;
     zero__span sp = zero__phase_begin(e);
-    zero_status s = settle_missing(e, hp != ZERO_OK, hw != ZERO_OK, &verdict, why, sizeof why);
+    zero_status s = settle_missing(e, hp != ZERO_OK, hw != ZERO_OK, av != ZERO_OK, &verdict, why, sizeof why);
     zero__phase_end(e, sp, ZERO__PH_REDUCE);
-    if (s != ZERO_OK) return s;
+    if (s != ZERO_OK) return av != ZERO_OK ? av : s;
     if (verdict == MG_HOLD) /* this rank's own message, else what another rank found (grad_window.c) */
-        return hp != ZERO_OK ? hp : hw != ZERO_OK ? hw : zero__error(e, ZERO_ERR_STATE, "%s", why);
+        return av != ZERO_OK ? av
+               : hp != ZERO_OK ? hp
+               : hw != ZERO_OK ? hw
+                               : zero__error(e, ZERO_ERR_STATE, "%s", why);
     if (verdict != MG_PROCEED) return refuse_micro_step(e, args, result, verdict, why);
 
     zero_step_ctx ctx;

@@ -254,18 +254,20 @@ static zero_status judge_window(zero_engine *e, int *verdict, char *why, size_t 
     return s;
 }
 
-zero_status zero__grads_settle(zero_engine *e, int hp_refused, int host_written, int *verdict, char *why, size_t len) {
+zero_status zero__grads_settle(zero_engine *e, int hp_refused, int host_written, int args_refused, int *verdict,
+                               char *why, size_t len) {
     *verdict = MG_PROCEED;
     zero_status local = deliver_missing(e, 1);
     if (e->micro_step + 1 < (uint32_t)e->rc->grad_accum_steps) return local; /* agreed at the boundary */
     /* bit 63: a rank failed delivering (every rank stops, none hangs);
      * bit 62: a rank refused the step's hyper-parameters (hparams.c), bit
      * 61: a rank found a host-owned tensor written by its host
-     * (host_owned.c): the others must hear of either before they enter the
-     * plugin's collectives */
-    const uint64_t FAILED = (uint64_t)1 << 63, HP = (uint64_t)1 << 62, HW = (uint64_t)1 << 61;
+     * (host_owned.c); bit 60 (1.8): a rank refused its zero_step_args:
+     * the others must hear of any of them before they enter the plugin's
+     * collectives */
+    const uint64_t FAILED = (uint64_t)1 << 63, HP = (uint64_t)1 << 62, HW = (uint64_t)1 << 61, AR = (uint64_t)1 << 60;
     uint64_t any = (e->gwin ? e->gwin->total : 0) | (local != ZERO_OK ? FAILED : 0) | (hp_refused ? HP : 0) |
-                   (host_written ? HW : 0);
+                   (host_written ? HW : 0) | (args_refused ? AR : 0);
     /* over every pipeline stage too: a refusal must reach ranks that are
      * about to meet this one in a world-wide collective */
     zero_status s = zero__allreduce(e->global, &any, 1, ZERO_DTYPE_U64, ZERO_OP_MAX);
@@ -273,11 +275,14 @@ zero_status zero__grads_settle(zero_engine *e, int hp_refused, int host_written,
         s = local != ZERO_OK ? local
                              : zero__error(e, ZERO_ERR_STATE, "zero_step: another rank failed to deliver a missing "
                                            "gradient; this micro-step is abandoned");
-    if (s == ZERO_OK && any & (HP | HW)) {
+    if (s == ZERO_OK && any & (HP | HW | AR)) {
         /* the window is kept as it is (its missing-gradient record too):
          * the host fixes the value and calls zero_step again */
         *verdict = MG_HOLD;
-        if (any & HP)
+        if (any & AR)
+            snprintf(why, len, "zero_step: another rank refused its zero_step_args (a field of a newer header set, or "
+                     "reserved0 not 0: see its message); no weight moved, the window is kept for a retry");
+        else if (any & HP)
             snprintf(why, len, "zero_step: another rank refused the hyper-parameters of step %llu (a non-finite or "
                      "out-of-range lr, weight decay, beta or eps: see its message); no weight moved, the window is "
                      "kept for a retry", (unsigned long long)e->global_step + 1);
@@ -286,7 +291,7 @@ zero_status zero__grads_settle(zero_engine *e, int hp_refused, int host_written,
                      "zero_params_done (see its message); no weight moved, the window is kept");
         return ZERO_OK;
     }
-    any &= ~(FAILED | HP | HW);
+    any &= ~(FAILED | HP | HW | AR);
     if (s == ZERO_OK && any) s = judge_window(e, verdict, why, len);
     if (s == ZERO_OK && any && e->global != e->world) { /* a pipeline: every stage takes the strictest verdict */
         uint64_t v = (uint64_t)*verdict;

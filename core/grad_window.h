@@ -22,8 +22,10 @@ enum { MG_PROCEED = 0, MG_SKIP = 1, MG_REFUSE = 2, MG_HOLD = 3 };
  * only); it is agreed in the same all-reduce, and any rank's refusal makes
  * the verdict MG_HOLD everywhere, the window untouched; host_written (1.7.4):
  * this rank found a ZERO_PARAM_HOST_OWNED tensor written by its host
- * (zero__host_owned_check, boundary only), agreed and held the same way.
- * Delivers every gradient
+ * (zero__host_owned_check, boundary only), agreed and held the same way;
+ * args_refused (1.8): this rank refused its zero_step_args (a newer
+ * header's field set, reserved0 not 0), agreed and held the same way at a
+ * boundary.  Delivers every gradient
  * this rank was not given as zeros to the plugin (so every bucket
  * collective is issued on every rank, in order) and records it in e->gwin;
  * at the window's boundary agrees the window over the ranks (collective:
@@ -31,8 +33,8 @@ enum { MG_PROCEED = 0, MG_SKIP = 1, MG_REFUSE = 2, MG_HOLD = 3 };
  * (and, unless MG_PROCEED, the reason in why[len], the same text on every
  * rank).  Returns the first failure (delivery or agreement); the caller
  * then ends the micro-step. */
-zero_status zero__grads_settle(struct zero_engine *e, int hp_refused, int host_written, int *verdict, char *why,
-                               size_t len);
+zero_status zero__grads_settle(struct zero_engine *e, int hp_refused, int host_written, int args_refused,
+                               int *verdict, char *why, size_t len);
 
 /* (1.7.5) zero_load discards the window it finds: every param not reported
  * in this micro-step is delivered as zeros, as zero_step would, so that each

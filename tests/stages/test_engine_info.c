@@ -13,6 +13,11 @@
  *    the step is skipped, skipped_steps 1, global_step unchanged;
  *  - after zero_load into a fresh engine (another stage): the saver's
  *    global and skipped steps and lr, before any step;
+ *  - (1.8) zero_step_args with reserved0 set on the last rank at a
+ *    boundary: ZERO_ERR_INVALID_ARGUMENT there and ZERO_ERR_STATE naming
+ *    it on the others, all within seconds (before, the others waited in
+ *    the step's collectives until the communication timeout), the window
+ *    held; the retry with good arguments steps;
  *  - a 1.6-era caller with a struct cut after micro_step gets those
  *    fields and nothing written past its struct_size; NULL or a
  *    struct_size of 0 is ZERO_ERR_INVALID_ARGUMENT.
@@ -136,6 +141,36 @@ static void run(const char *plugin, int stage, const char *dir, const char *load
     CHECK_EQ_INT(zero_engine_info_get(e, &z), ZERO_ERR_INVALID_ARGUMENT);
     CHECK_EQ_INT(zero_engine_info_get(e, NULL), ZERO_ERR_INVALID_ARGUMENT);
     CHECK_EQ_INT(zero_engine_info_get(NULL, &z), ZERO_ERR_INVALID_ARGUMENT);
+    /* (1.8) one rank's bad zero_step_args at a boundary: refused on every
+     * rank at once (agreed with the window), the window held; the retry
+     * with good arguments steps */
+    for (int m = 0; m < GAS - 1; m++) micro(e, h, 200 + m, 0);
+    void *g = NULL;
+    CHECK_EQ_INT(zero_grad_buffer(e, h, &g), ZERO_OK);
+    for (int k = 0; g && k < NUMEL; k++) ((float *)g)[k] = (float)th_u11(300000 + (uint64_t)k);
+    CHECK_EQ_INT(zero_on_grad_ready(e, h, NULL), ZERO_OK);
+    zero_step_args bad = ZERO_STEP_ARGS_INIT;
+    bad.reserved0 = rank_ == world_ - 1 ? 1u : 0u;
+    const double t0 = MPI_Wtime();
+    zero_status st = zero_step(e, &bad, NULL);
+    const char *msg = zero_last_error(e);
+    if (rank_ == world_ - 1)
+        CHECK(st == ZERO_ERR_INVALID_ARGUMENT && strstr(msg, "reserved0 is 1"), "%s: the refusing rank: %s (%s)", plugin,
+              zero_status_string(st), msg);
+    else
+        CHECK(st == ZERO_ERR_STATE && strstr(msg, "another rank refused its zero_step_args"),
+              "%s: rank %d: %s (%s)", plugin, rank_, zero_status_string(st), msg);
+    CHECK(MPI_Wtime() - t0 < 20, "%s: rank %d: the refusal took %.1f s", plugin, rank_, MPI_Wtime() - t0);
+    i = info(e);
+    CHECK(i.global_step == 3 && i.micro_step == GAS - 1, "%s: after the refusal: step %llu micro %u", plugin,
+          (unsigned long long)i.global_step, i.micro_step);
+    zero_step_args good = ZERO_STEP_ARGS_INIT;
+    zero_step_result r = ZERO_STEP_RESULT_INIT;
+    CHECK(zero_step(e, &good, &r) == ZERO_OK && r.boundary && r.taken, "%s: the retry: %s", plugin,
+          zero_last_error(e));
+    i = info(e);
+    CHECK(i.global_step == 4 && i.micro_step == 0, "%s: after the retry: step %llu micro %u", plugin,
+          (unsigned long long)i.global_step, i.micro_step);
     const zero_engine_info saved = i;
     CHECK(zero_save(e, dir) == ZERO_OK, "%s: save: %s", plugin, zero_last_error(e));
     zero_engine_destroy(e);
