@@ -585,7 +585,11 @@ typedef struct zero_step_result {
  * missing on every rank counts as zero with a warning naming it (or
  * ZERO_ERR_STATE with zero_optimization.strict_grads).  A non-finite lr,
  * weight decay, beta or eps for the step is ZERO_ERR_STATE before any
- * weight moves.  Collective.  `args` may be NULL. */
+ * weight moves.  `args` refused (a newer header's field set, reserved0 not
+ * 0) is ZERO_ERR_INVALID_ARGUMENT; at a boundary the refusal is agreed
+ * (1.8): every other rank returns ZERO_ERR_STATE naming it, the window is
+ * kept, and the next zero_step (without a new backward) retries it.
+ * Collective.  `args` may be NULL. */
 ZERO_API zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_result *result);
 
 /* Loss scale to apply to the current micro-batch's loss (1 unless fp16). */
