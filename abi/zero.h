@@ -331,7 +331,19 @@ typedef struct zero_param_desc {
     /* ---- appended in 1.1 (a 1.0 host's smaller struct_size leaves it 0) ---- */
     uint32_t flags;       /* ZERO_PARAM_* below; default 0 */
     uint32_t reserved2;   /* must be 0 */
+    /* ---- appended in 1.7 (libzero 1.8; read only when struct_size covers them) ---- */
+    /* The tensor's shape, for what is written outside the engine: the
+     * checkpoint manifest records it, and `zero-ckpt consolidate` writes
+     * each tensor with it (a safetensors file another framework loads as
+     * it is).  ndim sizes whose product is numel (a stacked tensor: the
+     * whole stack's, layers first); copied.  ndim 0 (shape NULL): the flat
+     * [numel], as before 1.8.  At most ZERO_MAX_NDIM dimensions.  Nothing
+     * in training depends on it. */
+    const uint64_t *shape;
+    uint32_t ndim;
+    uint32_t reserved3;   /* must be 0 */
 } zero_param_desc;
+#define ZERO_MAX_NDIM 8
 
 /* (1.1) zero_param_desc.flags.
  *
@@ -357,7 +369,7 @@ typedef struct zero_param_desc {
 #define ZERO_PARAM_HOST_OWNED 0x1u
 
 #define ZERO_PARAM_DESC_INIT \
-    { sizeof(zero_param_desc), 0, NULL, NULL, 0, ZERO_DTYPE_F32, ZERO_DEVICE_CPU, NULL, 0, 0, 0, 0 }
+    { sizeof(zero_param_desc), 0, NULL, NULL, 0, ZERO_DTYPE_F32, ZERO_DEVICE_CPU, NULL, 0, 0, 0, 0, NULL, 0, 0 }
 
 /* Register a parameter.  Order matters: it defines the flat layout, and
  * every rank must register the same list (checked in zero_params_done).

@@ -30,6 +30,9 @@ struct zero_param {
     atomic_uint slices_ready; /* slices reported this micro-step */
     atomic_uchar *slice_seen; /* stack_layers flags (owned) */
     zero_device_kind host_device;
+    /* (1.8) zero_param_desc.shape, for the checkpoint manifest; ndim 0: [numel] */
+    uint32_t ndim;
+    uint64_t shape[ZERO_MAX_NDIM];
     /* (1.7.4) host_writes.c: a fingerprint of info.data taken when libzero
      * last wrote it (copy_printed), in mode copy_print_mode */
     uint64_t copy_print;

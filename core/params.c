@@ -78,6 +78,35 @@ zero_status zero__param_register(struct zero_engine *e, const zero_param_desc *d
                            (unsigned)desc.reserved2);
     if (!desc.name || !desc.name[0])
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param: a name is required");
+    if (desc.reserved3 != 0)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                           "zero_register_param(%s): zero_param_desc.reserved3 is %u, must be 0 (start from "
+                           "ZERO_PARAM_DESC_INIT)",
+                           desc.name, (unsigned)desc.reserved3);
+    /* (1.8) the shape: only recorded, but a wrong one would name another
+     * tensor in every file written from the checkpoint */
+    if (desc.ndim > ZERO_MAX_NDIM || (desc.ndim && !desc.shape))
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                           "zero_register_param(%s): ndim %u with shape %s (at most %d dimensions, and a shape "
+                           "array for any)",
+                           desc.name, (unsigned)desc.ndim, desc.shape ? "given" : "NULL", ZERO_MAX_NDIM);
+    if (desc.ndim) {
+        uint64_t prod = 1;
+        int over = 0;
+        for (uint32_t k = 0; k < desc.ndim; k++) {
+            if (desc.shape[k] && prod > UINT64_MAX / desc.shape[k]) over = 1;
+            prod *= desc.shape[k];
+        }
+        if (over || prod != desc.numel) {
+            char dims[200] = "";
+            for (uint32_t k = 0; k < desc.ndim; k++)
+                snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%llu", k ? " x " : "",
+                         (unsigned long long)desc.shape[k]);
+            return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                               "zero_register_param(%s): shape %s holds %s elements, numel is %llu", desc.name, dims,
+                               over ? "more than 2^64" : "another number of", (unsigned long long)desc.numel);
+        }
+    }
     if (desc.numel == 0)
         return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_register_param(%s): numel is 0", desc.name);
     if (!desc.data)
@@ -173,6 +202,8 @@ zero_status zero__param_register(struct zero_engine *e, const zero_param_desc *d
     p->info.init_data = desc.data;
     p->info.init_device = desc.device;
     p->info.host_grad = desc.grad;
+    p->ndim = desc.ndim;
+    for (uint32_t k = 0; k < desc.ndim; k++) p->shape[k] = desc.shape[k];
     if (desc.flags & ZERO_PARAM_HOST_OWNED) {
         p->host_data = (void *)(uintptr_t)desc.data; /* the host promised writable memory */
         p->host_device = desc.device;

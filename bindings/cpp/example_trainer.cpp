@@ -62,7 +62,9 @@ int main(int argc, char **argv) {
         zero::param_options owned;
         owned.host_owned = !stage3;  // stage 3 keeps only a shard: gather instead
         // W as a stack of DOUT rows (ABI 1.1): each row's gradient is reported on its own
-        zero::param pw = e.register_stacked("W", W.data(), W.size(), DOUT, owned);
+        zero::param_options wo = owned;
+        wo.shape = {DOUT, DIN};  // recorded in checkpoints (zero-ckpt consolidate writes W as 4 x 8)
+        zero::param pw = e.register_stacked("W", W.data(), W.size(), DOUT, wo);
         zero::param_options bo = owned;
         bo.group = 1;
         zero::param pb = e.register_param("b", b.data(), b.size(), bo);

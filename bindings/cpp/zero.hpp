@@ -92,6 +92,8 @@ struct param_options {
     bool host_owned = false;   ///< ZERO_PARAM_HOST_OWNED: `data` is the parameter, updated in place at each step
     void *grad = nullptr;      ///< optional host-owned gradient buffer
     zero_device_kind device = ZERO_DEVICE_CPU;
+    /// (libzero >= 1.8, ABI 1.7) the tensor's sizes, recorded in checkpoints (product = numel); empty: flat
+    std::vector<std::uint64_t> shape;
 };
 
 template <class T> constexpr zero_dtype dtype_of();
@@ -310,6 +312,8 @@ class engine {
         d.grad = po.grad;
         d.group = po.group;
         d.flags = po.host_owned ? ZERO_PARAM_HOST_OWNED : 0u;
+        d.shape = po.shape.empty() ? nullptr : po.shape.data(); // borrowed: po outlives the register call
+        d.ndim = static_cast<std::uint32_t>(po.shape.size());
         return d;
     }
     void check(zero_status s, const std::string &call) const {

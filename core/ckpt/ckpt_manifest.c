@@ -376,6 +376,28 @@ static int parse(pctx *c, zero__ck_manifest *m, json_t *root) {
             get_i32(c, o, wp, "pp_stage", 0, m->pp_stages - 1, &p->pp_stage) ||
             get_u64(c, o, wp, "flat_offset", MAX_BYTES, &p->flat_offset))
             return -1;
+        /* (1.8) "shape": the host's (zero_param_desc.shape), or [numel];
+         * optional, and only recorded, but it must hold numel elements */
+        json_t *sh = json_object_get(o, "shape");
+        if (sh) {
+            if (!json_is_array(sh) || json_array_size(sh) > ZERO_MAX_NDIM)
+                return fail(c, "params[%u] '%s'.shape: not an array of at most %d sizes", i, p->name, ZERO_MAX_NDIM);
+            uint64_t prod = 1;
+            int over = 0;
+            p->ndim = (uint32_t)json_array_size(sh);
+            for (uint32_t k = 0; k < p->ndim; k++) {
+                json_t *d = json_array_get(sh, k);
+                if (!json_is_integer(d) || json_integer_value(d) < 0)
+                    return fail(c, "params[%u] '%s'.shape[%u]: not a size", i, p->name, k);
+                p->shape[k] = (uint64_t)json_integer_value(d);
+                if (p->shape[k] && prod > UINT64_MAX / p->shape[k]) over = 1;
+                prod *= p->shape[k];
+            }
+            if (over || prod != p->numel)
+                return fail(c, "params[%u] '%s'.shape: holds another number of elements than numel %llu", i, p->name,
+                            (unsigned long long)p->numel);
+            p->has_shape = 1;
+        }
         const zero__ck_layout *L = zero__ck_layout_of(m, p->pp_stage);
         if (p->flat_offset + p->numel > L->flat_numel)
             return fail(c, "params[%u] '%s': elements [%llu, %llu) outside the flat space of %llu", i, p->name,

@@ -65,6 +65,11 @@ typedef struct zero__ck_param {
     int32_t group;
     int32_t pp_stage;
     uint64_t flat_offset; /* in the saver's layout of its pipeline stage */
+    /* (1.8) "shape" as recorded (has_shape 0: absent); [numel] when the host
+     * gave none; its product is numel (checked) */
+    int32_t has_shape;
+    uint32_t ndim;
+    uint64_t shape[ZERO_MAX_NDIM];
 } zero__ck_param;
 
 typedef struct zero__ck_layout {

@@ -68,8 +68,11 @@ static char *contribution(struct zero_engine *e, json_t *files) {
             const zero_param_info *p = &e->params[i]->info;
             json_t *q = json_object();
             json_object_set_new(q, "name", json_string(p->name));
-            json_t *shape = json_array();
-            json_array_append_new(shape, json_integer((json_int_t)p->numel));
+            json_t *shape = json_array(); /* (1.8) the host's shape, else [numel] */
+            const struct zero_param *zp = e->params[i];
+            if (zp->ndim)
+                for (uint32_t k = 0; k < zp->ndim; k++) json_array_append_new(shape, json_integer((json_int_t)zp->shape[k]));
+            else json_array_append_new(shape, json_integer((json_int_t)p->numel));
             json_object_set_new(q, "shape", shape);
             json_object_set_new(q, "numel", json_integer((json_int_t)p->numel));
             json_object_set_new(q, "dtype", json_string(zero__ck_dtype_name(p->dtype)));
@@ -482,11 +485,15 @@ zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char 
                            "zero_step (up to %.0f params on a rank); nothing written",
                            (double)gsize - v[4], v[5]);
     }
-    if ((v[7] != -v[8] || v[9] != -v[10]) && grank == 0)
+    if ((v[7] != -v[8] || v[9] != -v[10]) && grank == 0) {
+        char sizes[96];
+        if (v[7] == -v[8]) snprintf(sizes, sizeof sizes, "%.0f bytes on every rank, not the same bytes", v[7]);
+        else snprintf(sizes, sizeof sizes, "%.0f to %.0f bytes", -v[8], v[7]);
         zero__log(e, ZERO_LOG_WARN,
-                  "zero_save: the ranks passed different client states (%.0f to %.0f bytes, or the same size with "
-                  "other bytes); the checkpoint keeps global rank 0's (%.0f bytes), which zero_load hands to every rank",
-                  -v[8], v[7], cb);
+                  "zero_save: the ranks passed different client states (%s); the checkpoint keeps global rank 0's "
+                  "(%.0f bytes), which zero_load hands to every rank",
+                  sizes, cb);
+    }
     char tag[256];
     if (tag_in) snprintf(tag, sizeof tag, "%s", tag_in);
     else if (e->micro_step)

@@ -45,7 +45,7 @@ _Static_assert(offsetof(zero_engine_options, log_fn) == 64, "offsetof(zero_engin
 _Static_assert(offsetof(zero_engine_options, log_user) == 72, "offsetof(zero_engine_options, log_user)");
 
 /* zero_param_desc */
-_Static_assert(sizeof(zero_param_desc) == 64, "sizeof(zero_param_desc)");
+_Static_assert(sizeof(zero_param_desc) == 80, "sizeof(zero_param_desc)"); /* 64 until 1.6 */
 _Static_assert(offsetof(zero_param_desc, struct_size) == 0, "offsetof(zero_param_desc, struct_size)");
 _Static_assert(offsetof(zero_param_desc, reserved0) == 4, "offsetof(zero_param_desc, reserved0)");
 _Static_assert(offsetof(zero_param_desc, name) == 8, "offsetof(zero_param_desc, name)");
@@ -58,6 +58,9 @@ _Static_assert(offsetof(zero_param_desc, group) == 48, "offsetof(zero_param_desc
 _Static_assert(offsetof(zero_param_desc, reserved1) == 52, "offsetof(zero_param_desc, reserved1)");
 _Static_assert(offsetof(zero_param_desc, flags) == 56, "offsetof(zero_param_desc, flags)");
 _Static_assert(offsetof(zero_param_desc, reserved2) == 60, "offsetof(zero_param_desc, reserved2)");
+_Static_assert(offsetof(zero_param_desc, shape) == 64, "offsetof(zero_param_desc, shape)"); /* 1.7 */
+_Static_assert(offsetof(zero_param_desc, ndim) == 72, "offsetof(zero_param_desc, ndim)");
+_Static_assert(offsetof(zero_param_desc, reserved3) == 76, "offsetof(zero_param_desc, reserved3)");
 
 /* zero_group_desc */
 _Static_assert(sizeof(zero_group_desc) == 32, "sizeof(zero_group_desc)");

@@ -25,6 +25,10 @@
  *     rank returns ZERO_ERR_INVALID_ARGUMENT at once (well inside the
  *     communication timeout), that rank's message says why, the others'
  *     name it, and nothing is written;
+ *  9. (1.8) shapes: p0 registered 25 x 40 and p2 3 x 111 reach the
+ *     manifest and zero-ckpt consolidate's header (p1 without one: [7]);
+ *     a shape of another element count, 9 dimensions, ndim without a
+ *     shape array and reserved3 set are each refused;
  *  8. damaged: one byte of client_state.rank0.bin flipped: zero-ckpt
  *     verify exits 1 and zero_load is ZERO_ERR_IO on every rank naming
  *     the client state; the engine keeps the client state of its last
@@ -72,6 +76,9 @@ static int model_open(model *m, const char *plugin, const char *json, MPI_Comm c
     th_set_comm(MPI_COMM_WORLD);
     CHECK(s == ZERO_OK, "%s", err);
     if (s != ZERO_OK) return 0;
+    /* (1.8) shapes: p0 25 x 40, p2 3 x 111, p1 and p3 without (flat) */
+    static const uint64_t shape0[2] = {25, 40}, shape2[2] = {3, 111}, bad[2] = {25, 41}, nine[9] = {1, 1, 1, 1, 1,
+                                                                                                   1, 1, 1, 1000};
     for (int i = 0; i < NP; i++) {
         m->w[i] = malloc(numel_[i] * sizeof(float));
         for (size_t k = 0; k < numel_[i]; k++) m->w[i][k] = (float)th_u11((uint64_t)i * 100000 + k);
@@ -81,6 +88,21 @@ static int model_open(model *m, const char *plugin, const char *json, MPI_Comm c
         d.name = name;
         d.data = m->w[i];
         d.numel = numel_[i];
+        if (i == 0) { /* a shape is checked against numel: refused, nothing registered */
+            zero_param *x;
+            d.shape = bad, d.ndim = 2;
+            CHECK(zero_register_param(m->e, &d, &x) == ZERO_ERR_INVALID_ARGUMENT &&
+                      strstr(zero_last_error(m->e), "shape 25 x 41"),
+                  "a shape of 1025 elements for 1000: %s", zero_last_error(m->e));
+            d.shape = nine, d.ndim = 9;
+            CHECK_EQ_INT(zero_register_param(m->e, &d, &x), ZERO_ERR_INVALID_ARGUMENT);
+            d.shape = NULL, d.ndim = 1;
+            CHECK_EQ_INT(zero_register_param(m->e, &d, &x), ZERO_ERR_INVALID_ARGUMENT);
+            d.shape = shape0, d.ndim = 2, d.reserved3 = 1;
+            CHECK_EQ_INT(zero_register_param(m->e, &d, &x), ZERO_ERR_INVALID_ARGUMENT);
+            d.reserved3 = 0;
+        }
+        if (i == 2) d.shape = shape2, d.ndim = 2;
         CHECK_EQ_INT(zero_register_param(m->e, &d, &m->h[i]), ZERO_OK);
     }
     CHECK_EQ_INT(zero_params_done(m->e), ZERO_OK);
@@ -201,6 +223,14 @@ int main(int argc, char **argv) {
           (long long)sb.st_size);
     snprintf(cmd, sizeof cmd, "'%s' verify '%s/with' >/dev/null", tool_, root);
     CHECK_EQ_INT(run0(cmd), 0);
+    /* (1.8) the registered shapes reach the manifest and consolidate's safetensors header */
+    snprintf(cmd, sizeof cmd,
+             "'%s' consolidate '%s/with' '%s/model.safetensors' >/dev/null && head -c 600 '%s/model.safetensors' | "
+             "grep -q '\"p0\":{\"dtype\":\"F32\",\"shape\":\\[25,40\\]' && head -c 600 '%s/model.safetensors' | "
+             "grep -q '\"p1\":{\"dtype\":\"F32\",\"shape\":\\[7\\]' && head -c 600 '%s/model.safetensors' | "
+             "grep -q '\"p2\":{\"dtype\":\"F32\",\"shape\":\\[3,111\\]'",
+             tool_, root, dir, dir, dir, dir);
+    CHECK(run0(cmd) == 0, "consolidate does not write the registered shapes (25 x 40, 7, 3 x 111)");
     snprintf(cmd, sizeof cmd, "'%s' info '%s/with' --json | grep -q '\"client_state_bytes\": %zu'", tool_, root, big);
     CHECK(run0(cmd) == 0, "zero-ckpt info --json does not report client_state_bytes %zu", big);
     /* zero-ckpt client-state: the bytes, verified, to a file or stdout; refused inside the checkpoint */

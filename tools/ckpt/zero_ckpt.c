@@ -358,7 +358,9 @@ static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const ch
             return 2;
         }
         json_t *t = json_object(), *shape = json_array(), *offs = json_array();
-        json_array_append_new(shape, json_integer((json_int_t)p->numel));
+        if (p->has_shape) /* (1.8) the host's shape (zero_param_desc.shape), else [numel] */
+            for (uint32_t k = 0; k < p->ndim; k++) json_array_append_new(shape, json_integer((json_int_t)p->shape[k]));
+        else json_array_append_new(shape, json_integer((json_int_t)p->numel));
         json_array_append_new(offs, json_integer((json_int_t)off));
         off += p->numel * 4;
         json_array_append_new(offs, json_integer((json_int_t)off));

@@ -6,12 +6,20 @@
   resumes from it, and the 6 remaining steps give the parameters and the
   lr of every step of the uninterrupted run, bitwise -- at the saving
   stage (2) and at stage 3 (a resharding load);
+* save_16bit_model: one file with every parameter, equal to the gathered
+  parameters, at stage 2 and 3;
 * load_checkpoint(dir, tag="step-6") and a checkpoint saved by
   engine.save() (no client state: {});
 * a directory without any checkpoint: (None, None) and one warning;
   a damaged one still raises;
 * refused with ValueError naming the argument: save_latest=False,
   load_module_only=True, load_optimizer_states=False;
+* (1.8) get_fp32_state_dict_from_zero_checkpoint / load_state_dict_from_
+  zero_checkpoint: the saved parameters, shaped as the module's, without
+  an engine; a tied model's alias gets the weight;
+* (1.8) a BatchNorm model's running statistics come back with the
+  checkpoint (a fresh stage-3 engine from a stage-2 save), and load()
+  returns the client state;
 * DeepSpeed's engine accessors (ABI 1.7 zero_engine_info): global_steps
   (a checkpoint's right after load, before any step), the batch geometry,
   is_gradient_accumulation_boundary() over a window of 3, get_lr() from a
@@ -84,6 +92,80 @@ def values(engine):
         return [p.detach().clone() for p in ps]
 
 
+def offline(ckdir, at_save, root):
+    """get_fp32_state_dict_from_zero_checkpoint / load_state_dict_from_zero_checkpoint: the checkpoint's
+    weights without an engine, shaped as the module's; a tied model's alias gets the weight."""
+    if RANK == 0:
+        sd = zt.get_fp32_state_dict_from_zero_checkpoint(ckdir)
+        model = make_model()
+        names = [n for n, _ in model.named_parameters()]
+        check(list(sd) == names, "fp32 state dict keys %s" % list(sd))
+        check(all(sd[n].shape == p.shape and torch.equal(sd[n], v) for (n, p), v in zip(model.named_parameters(),
+                                                                                         at_save)),
+              "the fp32 state dict is not the parameters at the save (shapes %s)" % [tuple(t.shape) for t in sd.values()])
+        zt.load_state_dict_from_zero_checkpoint(model, ckdir)
+        check(all(torch.equal(p.detach(), v) for p, v in zip(model.parameters(), at_save)),
+              "load_state_dict_from_zero_checkpoint: the model's parameters are not the saved ones")
+        print("N=%d offline: %d fp32 tensors from %s, shaped %s" % (WORLD, len(sd), os.path.basename(ckdir),
+                                                                   [tuple(t.shape) for t in sd.values()]))
+    # tied weights: registered once, both names get it
+    def tied():
+        torch.manual_seed(99)
+        m = nn.Sequential(nn.Embedding(10, 6), nn.Linear(6, 10, bias=False))
+        m[1].weight = m[0].weight
+        return m
+    engine, _, _, _ = zt.initialize(tied(), config(2))
+    for s in range(2):
+        idx = torch.arange(MB) % 10 + s
+        engine.backward(engine(idx % 10).pow(2).mean())
+        engine.step()
+    d = os.path.join(root, "tied")
+    engine.save(d)
+    want = values(engine)
+    engine.close()
+    if RANK == 0:
+        m = zt.load_state_dict_from_zero_checkpoint(tied(), d)
+        check(torch.equal(m[0].weight.detach(), want[0]) and m[1].weight is m[0].weight,
+              "tied weights: the embedding and its tied head did not get the saved weight")
+    # a checkpoint that is not there: a clear error
+    try:
+        zt.get_fp32_state_dict_from_zero_checkpoint(os.path.join(root, "empty"))
+        check(False, "no checkpoint: no error")
+    except ValueError as err:
+        check("no checkpoint" in str(err), "no checkpoint: %s" % err)
+
+
+def buffers(root):
+    """(1.8) the module's persistent buffers go into the checkpoint: BatchNorm's running statistics
+    after 3 training steps come back into a fresh stage-3 engine (rank 0's, as every rank gets them)."""
+    def bn_model():
+        torch.manual_seed(4321)
+        return nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 3))
+    engine, _, _, _ = zt.initialize(bn_model(), config(2))
+    for s in range(3):
+        x, y = shard(s)
+        engine.backward(nn.functional.mse_loss(engine(x), y))
+        engine.step()
+    bn = engine.module[1]
+    saved = {k: getattr(bn, k).clone() for k in ("running_mean", "running_var", "num_batches_tracked")}
+    d = os.path.join(root, "bn")
+    engine.save(d, client_state={"k": 1})
+    engine.close()
+    fresh = bn_model()[1]
+    engine, _, _, _ = zt.initialize(bn_model(), config(3))
+    check(not torch.equal(engine.module[1].running_mean, saved["running_mean"]), "the fresh model's statistics differ")
+    cs = engine.load(d)
+    check(cs == {"k": 1}, "load() returns the client state: %r" % (cs,))
+    bn = engine.module[1]
+    check(int(bn.num_batches_tracked) == 3, "num_batches_tracked %d after the load" % int(bn.num_batches_tracked))
+    if RANK == 0:  # each rank's statistics differ (its own data): the checkpoint holds rank 0's
+        same = all(torch.equal(getattr(bn, k), v) for k, v in saved.items())
+        check(same, "BatchNorm's running statistics did not come back (mean %s, saved %s, fresh %s)"
+              % (bn.running_mean[:3].tolist(), saved["running_mean"][:3].tolist(), fresh.running_mean[:3].tolist()))
+        print("N=%d buffers: BatchNorm running statistics restored from the checkpoint: %s" % (WORLD, same))
+    engine.close()
+
+
 def accessors(ckdir):
     # a fresh engine right after load: the checkpoint's step, before any step
     engine, sched = start(3)
@@ -143,6 +225,7 @@ def main():
     client = {"step": SAVE_AT, "sched": sched.state_dict(), "rng": torch.get_rng_state(),
               "tensor": torch.arange(5, dtype=torch.float64), "note": "resume here"}
     check(engine.save_checkpoint(ckdir, client_state=client) is True, "save_checkpoint returns True")
+    at_save = values(engine)
     engine.save(os.path.join(root, "plain"))  # no client state
     lrs += run(engine, sched, SAVE_AT, STEPS)
     want = values(engine)
@@ -173,6 +256,14 @@ def main():
         if RANK == 0:
             print("N=%d stage %d: load_checkpoint -> %s, client state %d keys; 6 resumed steps bitwise the "
                   "uninterrupted run: %s" % (WORLD, stage, os.path.basename(path), len(state), same))
+        # the whole model in one file (DeepSpeed's save_16bit_model): rank 0 writes, rank 0 reads it back
+        out = os.path.join(root, "model-stage%d" % stage)
+        check(engine.save_16bit_model(out) is True, "save_16bit_model returns True")
+        if RANK == 0:
+            sd = torch.load(os.path.join(out, "pytorch_model.bin"))
+            names = [n for n, _ in engine.module.named_parameters()]
+            check(list(sd) == names and all(torch.equal(sd[n], v) for n, v in zip(names, got)),
+                  "stage %d: save_16bit_model's tensors are not the parameters" % stage)
         # a tag, and a checkpoint without client state
         path, state = engine.load_checkpoint(ckdir, tag="step-%d" % SAVE_AT)
         check(state.get("step") == SAVE_AT, "stage %d: load with tag" % stage)
@@ -181,6 +272,8 @@ def main():
         engine.close()
 
     accessors(ckdir)
+    buffers(root)
+    offline(ckdir, at_save, root)
     engine, _ = start(2)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")

@@ -60,10 +60,14 @@ class EngineOptions(ctypes.Structure):
                 ("reserved1", c_i32), ("stream", c_vp), ("plugin", c_cp), ("log_fn", LOG_FN), ("log_user", c_vp)]
 
 
-class ParamDesc(ctypes.Structure):
+class ParamDesc(ctypes.Structure):  # (1.7) shape, ndim appended
     _fields_ = [("struct_size", c_u32), ("reserved0", c_u32), ("name", c_cp), ("data", c_vp), ("numel", c_u64),
                 ("dtype", c_i32), ("device", c_i32), ("grad", c_vp), ("group", c_i32), ("reserved1", c_i32),
-                ("flags", c_u32), ("reserved2", c_u32)]
+                ("flags", c_u32), ("reserved2", c_u32), ("shape", ctypes.POINTER(c_u64)), ("ndim", c_u32),
+                ("reserved3", c_u32)]
+
+
+MAX_NDIM = 8
 
 
 class GroupDesc(ctypes.Structure):

@@ -336,14 +336,16 @@ class Engine:
 
     # -------------------------------------------------------------- params
     def register(self, name, data, numel=None, dtype="f32", group=0, host_owned=False, grad=None,
-                 device="cpu", layers=None):
+                 device="cpu", layers=None, shape=None):
         """Register a parameter.  `data`: a buffer (array.array, bytearray,
         numpy array, torch tensor) or an int address (then give numel).
         host_owned=True: `data` IS the parameter; libzero writes the updated
         values into it at every step (stage 0/1/2/offload).  Otherwise it is
         read at params_done.  layers=L: a stacked tensor of L equal slices
         (zero_register_stacked); report its slices with on_slice_ready.
-        Returns a Param."""
+        shape (ABI 1.7): the tensor's sizes, recorded in checkpoints (their
+        product must be numel); ignored by an older libzero.  Returns a
+        Param."""
         dt = _dtype(dtype)
         if host_owned and L.lib().zero_abi_version() < 10001:
             # a 1.0 library would read the descriptor only up to its own size and ignore the flag
@@ -370,6 +372,11 @@ class Engine:
         d.grad = gaddr
         d.group = int(group)
         d.flags = L.PARAM_HOST_OWNED if host_owned else 0
+        dims = None
+        if shape is not None and L.lib().zero_abi_version() >= 10007:  # an older libzero would refuse the field
+            dims = (ctypes.c_uint64 * max(1, len(shape)))(*[int(x) for x in shape])
+            d.shape = ctypes.cast(dims, ctypes.POINTER(ctypes.c_uint64))
+            d.ndim = len(shape)
         h = ctypes.c_void_p()
         if layers is None:
             self._check(self._lib.zero_register_param(self._handle(), ctypes.byref(d), ctypes.byref(h)),

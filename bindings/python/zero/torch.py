@@ -74,7 +74,10 @@ import functools
 import io
 import json
 import os
+import struct
+import subprocess
 import sys
+import tempfile
 import warnings
 import weakref
 
@@ -86,7 +89,8 @@ from . import _lib as L
 from .engine import Engine as _CEngine
 from .engine import ZeroError
 
-__all__ = ["initialize", "ZeroEngine", "ZeroError", "NonFiniteGradientError"]
+__all__ = ["initialize", "ZeroEngine", "ZeroError", "NonFiniteGradientError",
+           "get_fp32_state_dict_from_zero_checkpoint", "load_state_dict_from_zero_checkpoint"]
 
 
 class NonFiniteGradientError(ZeroError):
@@ -681,7 +685,7 @@ class ZeroEngine:
             name = names.get(id(p), "param%d" % len(self._params))
             zp = self.z.register(name, p.data_ptr(), numel=p.numel(), dtype=str(p.dtype), group=gi,
                                  host_owned=not self._partitioned and not self._views,
-                                 device=self.device.type)
+                                 device=self.device.type, shape=tuple(p.shape))
             self._params.append(p)
             self._zp[id(p)] = zp
             self._names[id(p)] = name
@@ -1216,22 +1220,44 @@ class ZeroEngine:
         if self._written:  # said at the block's end, not only at the next step
             self._check_params("gathered_parameters")
 
-    def save(self, directory):
-        """zero_save.  The param_groups' hyper-parameters go to libzero
-        first (as at a step): a scheduler stepped after the last step()
-        has set the lr the next step uses, which is what a resumed run must
-        start with (before 1.8 the checkpoint kept the last step's, and a
-        StepLR resumed from it stayed one decay behind for good)."""
+    def save(self, directory, tag=None, client_state=None, keep_last=0):
+        """zero_save (zero_save_ex with a tag, keep_last or a client state).
+        With the parameters and libzero's optimizer state the checkpoint
+        holds (1.8) the module's persistent buffers (BatchNorm's running
+        statistics, registered tables: before 1.8 they were not saved, and
+        a resumed model ran with fresh ones) and `client_state`, any object
+        torch.save takes, in one pickle that libzero stores as the host's
+        client state (ABI 1.7).  Global rank 0's is the one kept; libzero
+        warns when the ranks' differ (a BatchNorm whose statistics differ
+        between ranks, or different client states).  The param_groups'
+        hyper-parameters go to libzero first (as at a step): a scheduler
+        stepped after the last step() has set the lr the next step uses,
+        which is what a resumed run must start with (before 1.8 the
+        checkpoint kept the last step's, and a StepLR resumed from it
+        stayed one decay behind for good).  Collective."""
         self._check_params("zero_save")
         self.optimizer._sync(self.z)
-        self.z.save(directory)
+        blob = None
+        if "zero_client_state" not in L.lib().zero_missing:
+            buf = io.BytesIO()
+            torch.save({"format": _BLOB_FORMAT, "client_state": client_state,
+                        "buffers": {k: b.detach().cpu().clone() for k, b in _persistent_buffers(self.module).items()}},
+                       buf)
+            blob = buf.getvalue()
+        elif client_state is not None:
+            L.require("zero_client_state", "save(client_state=)")
+        self.z.save(directory, tag=tag, keep_last=keep_last, client_state=blob)
 
     def load(self, directory):
         """zero_load; host-owned parameters receive the checkpoint's values,
-        and libzero the saving run's hyper-parameters (zero_set_hparams
-        settings, ABI 1.4): optimizer.param_groups are set to them, so a
-        resumed run steps as the saving run did.  A backward not yet
-        followed by step() is dropped (1.7.5): run the next one afresh."""
+        the module's persistent buffers the saved ones (1.8), and libzero
+        the saving run's hyper-parameters (zero_set_hparams settings, ABI
+        1.4): optimizer.param_groups are set to them, so a resumed run
+        steps as the saving run did.  A backward not yet followed by step()
+        is dropped (1.7.5): run the next one afresh.  Returns the client
+        state saved with the checkpoint ({} when none; the raw bytes of a
+        checkpoint a C host saved).  The client state is a pickle: like
+        torch.load, load only checkpoints you trust.  Collective."""
         self.z.load(directory)
         # (1.7.5) libzero dropped the micro-step in progress (a backward
         # without its step): the next backward's gradients are its first
@@ -1239,14 +1265,70 @@ class ZeroEngine:
         self._written = []  # the checkpoint's values are the parameters' now
         self._note_params()
         self.optimizer._adopt(_checkpoint_hparams(directory))
+        return self._restore_blob(self.z.client_state(), directory)
+
+    def _restore_blob(self, blob, directory):
+        """The client state out of zero.torch's blob, the buffers into the module."""
+        if blob is None:
+            return {}
+        try:
+            try:
+                saved = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
+            except TypeError:  # a torch without weights_only (< 1.13)
+                saved = torch.load(io.BytesIO(blob), map_location="cpu")
+        except Exception:  # not a torch pickle: a C host's own bytes
+            return blob
+        if not (isinstance(saved, dict) and saved.get("format") == _BLOB_FORMAT):
+            return saved
+        mine = _persistent_buffers(self.module)
+        theirs = saved.get("buffers") or {}
+        missing, extra = sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine))
+        if missing or extra:
+            warnings.warn("load: the checkpoint in %s holds buffers %s the model lacks and lacks %s the model has; "
+                          "those were left as they are (another model's checkpoint?)"
+                          % (os.fspath(directory), extra or "none", missing or "none"), stacklevel=3)
+        with torch.no_grad():
+            for k in sorted(set(mine) & set(theirs)):
+                if mine[k].shape != theirs[k].shape:
+                    raise ValueError("load: buffer %r is %s in the checkpoint, %s in the model"
+                                     % (k, tuple(theirs[k].shape), tuple(mine[k].shape)))
+                mine[k].copy_(theirs[k])
+        cs = saved.get("client_state")
+        return {} if cs is None else cs
+
+    def save_16bit_model(self, save_dir, save_filename="pytorch_model.bin", exclude_frozen_parameters=False):
+        """DeepSpeed's save_16bit_model: the whole model's state_dict (every
+        parameter full, in the model's dtype, and the buffers) as one
+        torch.save file, save_dir/save_filename, for inference or another
+        framework.  Stage 3 gathers the parameters for it; collective (every
+        rank calls it), global rank 0 writes (a temp file renamed into
+        place: a reader never sees half a file).  exclude_frozen_parameters
+        leaves out parameters with requires_grad False.  Returns True."""
+        path = os.path.join(os.fspath(save_dir), save_filename)
+        frozen = set()
+        if exclude_frozen_parameters:
+            frozen = {n for n, p in self.module.named_parameters() if not p.requires_grad}
+        with self.gathered_parameters():
+            if self.z.rank == 0:
+                # copies: outside the block stage 3's gathered tensors are emptied
+                sd = {k: v.detach().cpu().clone() for k, v in self.module.state_dict().items() if k not in frozen}
+                os.makedirs(os.fspath(save_dir), exist_ok=True)
+                tmp = "%s.tmp.%d" % (path, os.getpid())
+                try:
+                    torch.save(sd, tmp)
+                    os.replace(tmp, path)
+                finally:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+        return True
 
     def save_checkpoint(self, save_dir, tag=None, client_state=None, save_latest=True,
                         exclude_frozen_parameters=False):
-        """DeepSpeed's save_checkpoint: a libzero checkpoint under save_dir
-        (tag None: "step-<global step>") with `client_state` (any object
-        torch.save takes: a step counter, the LR scheduler's and data
-        loader's state_dict, RNG states) saved with it, atomically: it is
-        in the checkpoint `latest` names, or neither is.  Global rank 0's
+        """DeepSpeed's save_checkpoint: save() under save_dir (tag None:
+        "step-<global step>") with `client_state` (any object torch.save
+        takes: a step counter, the LR scheduler's and data loader's
+        state_dict, RNG states) saved with it, atomically: it is in the
+        checkpoint `latest` names, or neither is.  Global rank 0's
         client_state is the one saved (as in DeepSpeed); every rank should
         pass the same, and libzero warns when they differ.  Collective.
         Returns True.  `save_latest=False` and `exclude_frozen_parameters`
@@ -1258,14 +1340,7 @@ class ZeroEngine:
         if exclude_frozen_parameters:
             raise ValueError("save_checkpoint(exclude_frozen_parameters=True): a libzero checkpoint holds every "
                              "parameter the engine trains; frozen ones (requires_grad False) are not in it anyway")
-        self._check_params("zero_save")
-        self.optimizer._sync(self.z)  # the lr the next step uses (save())
-        blob = None
-        if client_state is not None:
-            buf = io.BytesIO()
-            torch.save(client_state, buf)
-            blob = buf.getvalue()
-        self.z.save(save_dir, tag=tag, client_state=blob)
+        self.save(save_dir, tag=tag, client_state=client_state)
         return True
 
     def load_checkpoint(self, load_dir, tag=None, load_module_strict=True, load_optimizer_states=True,
@@ -1297,20 +1372,13 @@ class ZeroEngine:
         if tag is not None:
             path = os.path.join(path, str(tag))
         try:
-            self.load(path)
+            state = self.load(path)
         except ZeroError as err:
             if tag is None and "no checkpoint in" in err.message:
                 warnings.warn("load_checkpoint: no checkpoint in %s (neither latest nor manifest.json); "
                               "returning (None, None)" % path, stacklevel=2)
                 return None, None
             raise
-        blob = self.z.client_state()
-        if blob is None:
-            return _checkpoint_dir(path), {}
-        try:
-            state = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
-        except TypeError:  # a torch without weights_only (< 1.13)
-            state = torch.load(io.BytesIO(blob), map_location="cpu")
         return _checkpoint_dir(path), state
 
     def set_lr(self, lr, group=None):
@@ -1460,6 +1528,22 @@ class ZeroEngine:
         self.z.close()
 
 
+_BLOB_FORMAT = "zero.torch checkpoint state 1"  # what save() stores as libzero's client state
+
+
+def _persistent_buffers(module):
+    """name -> tensor of the module's buffers that state_dict saves (not the
+    non-persistent ones), each once."""
+    out, seen = {}, set()
+    for mname, m in module.named_modules():
+        for bname, b in m._buffers.items():
+            if b is None or bname in getattr(m, "_non_persistent_buffers_set", ()) or id(b) in seen:
+                continue
+            seen.add(id(b))
+            out[(mname + "." if mname else "") + bname] = b
+    return out
+
+
 def _checkpoint_dir(directory):
     """The checkpoint directory zero_load reads for `directory`: itself when
     it holds manifest.json, else the one its `latest` names (None when
@@ -1486,6 +1570,105 @@ def _checkpoint_hparams(directory):
             return (json.load(f).get("state") or {}).get("hparams")
     except (OSError, ValueError):
         return None
+
+
+# ---------------------------------------------------------------- offline: a checkpoint's weights
+def _zero_ckpt_tool():
+    """The zero-ckpt tool: $ZERO_CKPT, the one bundled with the package (pip
+    install), the build or install tree of the loaded libzero (<build>/tools,
+    <prefix>/bin), then PATH."""
+    cands = [os.environ.get("ZERO_CKPT")]
+    from . import tools
+    if tools.bin_dir():
+        cands.append(os.path.join(tools.bin_dir(), "zero-ckpt"))
+    lib = L.loaded_path()
+    if lib:
+        d = os.path.dirname(os.path.realpath(lib))
+        cands += [os.path.join(d, "..", "tools", "zero-ckpt"), os.path.join(d, "..", "bin", "zero-ckpt")]
+    import shutil
+    cands.append(shutil.which("zero-ckpt"))
+    for c in cands:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return os.path.normpath(c)
+    raise OSError("zero-ckpt not found (set ZERO_CKPT to its path; it is bundled by pip install, and built as "
+                  "<build>/tools/zero-ckpt)")
+
+
+def _read_safetensors(path):
+    """{name: tensor} of a safetensors file of F32 tensors (what zero-ckpt consolidate writes)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        if t.get("dtype") != "F32":
+            raise ValueError("%s: tensor %r is %s, expected F32" % (path, name, t.get("dtype")))
+        lo, hi = t["data_offsets"]
+        flat = torch.frombuffer(bytearray(data[lo:hi]), dtype=torch.float32) if hi > lo else torch.empty(0)
+        out[name] = flat.reshape(t["shape"])
+    return out
+
+
+def get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag=None):
+    """DeepSpeed's get_fp32_state_dict_from_zero_checkpoint: the fp32
+    weights of a libzero checkpoint (the optimizer's master copy), as
+    {parameter name: CPU tensor}, without an engine, at any world size,
+    stage or pipeline split: `zero-ckpt consolidate` (every byte verified)
+    into a temporary safetensors file, read back.  checkpoint_dir: a
+    checkpoint directory or a root whose `latest` names one (tag: a
+    checkpoint under the root).  Each tensor has the shape its parameter was
+    registered with (zero.torch: the module's, since 1.8; flat [numel] for
+    a checkpoint of an older libzero).  Tied weights appear once, under
+    the name they were registered with; buffers are not in it
+    (load_state_dict_from_zero_checkpoint keeps the model's)."""
+    path = os.fspath(checkpoint_dir)
+    if tag is not None:
+        path = os.path.join(path, str(tag))
+    with tempfile.TemporaryDirectory(prefix="zero-fp32-") as d:
+        out = os.path.join(d, "model.safetensors")
+        r = subprocess.run([_zero_ckpt_tool(), "consolidate", path, out], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ValueError("zero-ckpt consolidate %s failed (exit %d): %s"
+                             % (path, r.returncode, (r.stderr or r.stdout).strip()))
+        return _read_safetensors(out)
+
+
+def load_state_dict_from_zero_checkpoint(model, checkpoint_dir, tag=None):
+    """DeepSpeed's load_state_dict_from_zero_checkpoint: the checkpoint's
+    fp32 weights into `model` (a plain torch module, not an engine's: for
+    inference, export, or a fresh run), converted to its parameters'
+    dtypes; tied parameters get the weight once registered; buffers keep
+    the model's own values (a libzero checkpoint holds them in zero.torch's
+    client state: engine.load restores them).  A parameter the checkpoint
+    lacks, or one of another size, is a ValueError naming it.  Returns
+    model."""
+    sd = get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag)
+    first = {}
+    full = {}
+    missing = []
+    for name, t in model.state_dict(keep_vars=True).items():
+        if not isinstance(t, torch.nn.Parameter):
+            continue  # a buffer
+        src = sd.get(name)
+        if src is None and id(t) in first:
+            src = sd.get(first[id(t)])
+        first.setdefault(id(t), name)
+        if src is None:
+            if t.requires_grad:  # a frozen parameter was never registered: it keeps the model's value
+                missing.append(name)
+            continue
+        if src.numel() != t.numel():
+            raise ValueError("load_state_dict_from_zero_checkpoint: %r has %d elements in the checkpoint, %d in "
+                             "the model" % (name, src.numel(), t.numel()))
+        full[name] = src.reshape(t.shape)
+    if missing:
+        raise ValueError("load_state_dict_from_zero_checkpoint: the checkpoint has no %s (another model's "
+                         "checkpoint, or parameters frozen when it was trained)" % ", ".join(missing))
+    model.load_state_dict(full, strict=False)
+    return model
 
 
 def _tensors(obj):
