@@ -11,7 +11,8 @@
  *     EVERY rank with a message;
  *  2. the same changes with the checksum recomputed (tests/ckpt/ckpt_reseal,
  *     as a buggy writer would leave them), for every field the load uses:
- *     the steps, lr, every loss-scaler field, the hparams, parameter offsets,
+ *     the steps, lr, every loss-scaler field, the hparams, parameter offsets
+ *     and (1.8) shapes (their product must stay numel),
  *     file records, layouts, world size (verify and load both refuse); the
  *     parameters' names, sizes, dtypes, groups and the optimizer (load
  *     refuses: they are compared with the run's model);
@@ -154,7 +155,7 @@ static int role(const char *path) {
         "format", "version", "world_size", "pp_stages", "chunk_bytes", "state.global_step", "state.skipped_steps",
         "state.micro_step", "state.lr", "state.loss_scaler.", "state.hparams", "params[*].flat_offset",
         "params[*].pp_stage", "files[*].", "layouts[*].pp_stage", "layouts[*].align", "layouts[*].flat_numel",
-        "layouts[*].groups[*].flat_begin", "client_state."};
+        "layouts[*].groups[*].flat_begin", "client_state.", "params[*].shape"};
     static const char *const load[] = {"params[*].name", "params[*].numel", "params[*].dtype", "params[*].group",
                                        "model_dtype", "optimizer", "optimizer_states"};
     for (size_t k = 0; k < sizeof both / sizeof *both; k++) {
