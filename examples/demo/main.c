@@ -147,6 +147,9 @@ static void register_params(trainer *t, uint64_t seed) {
         desc.data = init[k];
         desc.numel = n;
         desc.dtype = t->dtype;
+        uint64_t dims[2];
+        desc.ndim = demo_param_shape(&t->d, k, dims); /* (ABI 1.7) recorded in checkpoints */
+        desc.shape = dims;
         ZCALL(t, zero_register_param(t->e, &desc, &t->p[k]));
     }
     ZCALL(t, zero_params_done(t->e));

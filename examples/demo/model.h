@@ -69,6 +69,19 @@ static inline uint64_t demo_param_numel(const demo_dims *d, int which) {
     }
 }
 
+/* The shape of parameter `which` as stored ([in][out] for the dense
+ * weights, above) into dims[0..1]; returns ndim (libzero records it in
+ * checkpoints: zero-ckpt consolidate writes each tensor with it). */
+static inline uint32_t demo_param_shape(const demo_dims *d, int which, uint64_t dims[2]) {
+    switch (which) {
+    case DEMO_P_EMB: dims[0] = (uint64_t)d->vocab, dims[1] = (uint64_t)d->embed; return 2;
+    case DEMO_P_W1: dims[0] = (uint64_t)d->ctx * (uint64_t)d->embed, dims[1] = (uint64_t)d->hidden1; return 2;
+    case DEMO_P_W2: dims[0] = (uint64_t)d->hidden1, dims[1] = (uint64_t)d->hidden2; return 2;
+    case DEMO_P_W3: dims[0] = (uint64_t)d->hidden2, dims[1] = (uint64_t)d->vocab; return 2;
+    default: dims[0] = demo_param_numel(d, which); return 1;
+    }
+}
+
 /* Stable parameter names (used as libzero param names and in summaries). */
 static inline const char *demo_param_name(int which) {
     static const char *const names[DEMO_NPARAMS] = {"embed.weight", "hidden1.weight", "hidden1.bias",
