@@ -678,8 +678,8 @@ typedef struct zero_save_options {
      * step counter, the LR scheduler's and data loader's state, RNG
      * seeds).  Opaque bytes: libzero checksums and stores them as they
      * are.  Global rank 0's bytes are saved (one copy, like DeepSpeed);
-     * every rank should pass the same, and a rank whose bytes differ from
-     * rank 0's is told at WARN (the checkpoint keeps rank 0's).  They stay
+     * every rank should pass the same, and when the ranks' bytes differ
+     * rank 0 says so at WARN (the checkpoint keeps rank 0's).  They stay
      * with the checkpoint when it is resharded at load or by
      * `zero-ckpt convert`.  client_state_bytes 0 = none (client_state is
      * then not read); client_state NULL with bytes > 0 is
