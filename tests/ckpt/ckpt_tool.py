@@ -85,6 +85,10 @@ joined = b"".join(tensors[p["name"]] for p in info["param_list"])
 check(joined == gathered, "consolidated tensors == gathered parameters, bitwise (%d bytes)" % len(gathered))
 check([k for k in header if k != "__metadata__"] == [p["name"] for p in info["param_list"]],
       "tensor names in registration order")
+# (1.8) info --json and consolidate give each tensor the shape in the manifest ([numel]: this host
+# registers none), whose product is its element count
+check(all(header[p["name"]]["shape"] == p["shape"] and p["shape"] == [p["numel"]] for p in info["param_list"]),
+      "shapes in info --json and the safetensors header")
 try:
     from safetensors import safe_open  # optional: the reference reader
     with safe_open(out, framework="numpy") as f:

@@ -138,6 +138,12 @@ static int cmd_info(const zero__ck_manifest *m, const char *dir, int as_json) {
             json_object_set_new(p, "dtype", json_string(zero__ck_dtype_name(m->params[i].dtype)));
             json_object_set_new(p, "group", json_integer(m->params[i].group));
             json_object_set_new(p, "pp_stage", json_integer(m->params[i].pp_stage));
+            json_t *sh = json_array(); /* (1.8) as registered, else [numel] */
+            if (m->params[i].has_shape)
+                for (uint32_t k = 0; k < m->params[i].ndim; k++)
+                    json_array_append_new(sh, json_integer((json_int_t)m->params[i].shape[k]));
+            else json_array_append_new(sh, json_integer((json_int_t)m->params[i].numel));
+            json_object_set_new(p, "shape", sh);
             json_array_append_new(ps, p);
         }
         json_object_set_new(o, "param_list", ps);
