@@ -83,7 +83,9 @@ class BuildPy(build_py):
         prefix = os.path.join(bdir, "_prefix")
         jobs = os.environ.get("ZERO_BUILD_JOBS") or str(os.cpu_count() or 1)
         configure = [cmake, "-S", ROOT, "-B", bdir, "--log-level=WARNING", "-DCMAKE_BUILD_TYPE=Release",
-                     "-DBUILD_TESTING=OFF", "-DCMAKE_INSTALL_PREFIX=" + prefix, "-DCMAKE_INSTALL_LIBDIR=lib",
+                     # what the wheel bundles only: no tests, no benchmark programs
+                     "-DBUILD_TESTING=OFF", "-DZERO_BUILD_BENCH=OFF",
+                     "-DCMAKE_INSTALL_PREFIX=" + prefix, "-DCMAKE_INSTALL_LIBDIR=lib",
                      "-DCMAKE_INSTALL_BINDIR=bin",
                      # a libjansson / libmpi / CUDA outside the system dirs stays findable
                      "-DCMAKE_INSTALL_RPATH_USE_LINK_PATH=ON"]
