@@ -5,7 +5,9 @@
  * the mean gradient is the same at any DP size):
  *
  *  1. 2 stages x DP 2 (ranks 0-3) train 2 steps (AdamW, 2 micro-batches)
- *     and save; each stage's parameters are kept aside;
+ *     and save, with (1.8) a client state that every rank of both stages
+ *     gets back from each load below, the converted checkpoint's too;
+ *     each stage's parameters are kept aside;
  *  2. the checkpoint is loaded by 2 x 1 (ranks 0-1) and 2 x 3 (ranks 0-5):
  *     right after the load each stage's parameters are bitwise the saved
  *     ones; 2 more steps are then compared with an uninterrupted 4-step run
@@ -141,6 +143,8 @@ static double rel_l2(const float *a, const float *b, size_t n) {
     return r > 0 ? sqrt(d / r) : sqrt(d);
 }
 
+static const char PP_CLIENT[] = "pipeline client state: step 6";
+
 static void save_2x2(const char *root, float **saved, size_t *nsaved) {
     MPI_Comm c = first(4);
     float *mine = NULL;
@@ -152,7 +156,11 @@ static void save_2x2(const char *root, float **saved, size_t *nsaved) {
             train(&T, 0, SAVE_AT);
             mine = snap(&T, &n);
             stage = T.stage;
-            zero_status s = zero_save(T.e, root);
+            /* (1.8) with a client state: global rank 0 writes it, every stage's ranks get it back */
+            zero_save_options o = ZERO_SAVE_OPTIONS_INIT;
+            o.client_state = PP_CLIENT;
+            o.client_state_bytes = sizeof PP_CLIENT;
+            zero_status s = zero_save_ex(T.e, root, &o);
             CHECK(s == ZERO_OK, "2x2 save: %s", zero_last_error(T.e));
         }
         if (T.e) zero_engine_destroy(T.e);
@@ -184,6 +192,12 @@ static void resume_case(const char *root, int dp, float **saved, const size_t *n
         if (tiny_make(&R, c, P) == 0) {
             zero_status s = zero_load(R.e, root);
             CHECK(s == ZERO_OK, "2x2 -> 2x%d load: %s", dp, zero_last_error(R.e));
+            const void *cs = NULL;
+            uint64_t cn = 0;
+            CHECK(zero_client_state(R.e, &cs, &cn) == ZERO_OK && cn == sizeof PP_CLIENT &&
+                      !memcmp(cs, PP_CLIENT, sizeof PP_CLIENT),
+                  "2x2 -> 2x%d: rank %d (stage %d): the client state did not come back (%llu bytes)", dp, g_rank,
+                  R.stage, (unsigned long long)cn);
             l = snap(&R, &nl);
             CHECK(nl == nsaved[R.stage] && !memcmp(l, saved[R.stage], nl * sizeof(float)),
                   "2x2 -> 2x%d: rank %d (stage %d): parameters after the load differ from the saved ones", dp, g_rank,
