@@ -187,7 +187,8 @@ def accessors(ckdir):
     cfg["gradient_accumulation_steps"] = 3
     cfg["scheduler"] = {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-2,
                                                        "warmup_num_steps": 5, "warmup_type": "linear"}}
-    engine, _, _, _ = zt.initialize(make_model(), cfg, raise_on_nonfinite=False)
+    engine, _, _, sched = zt.initialize(make_model(), cfg, raise_on_nonfinite=False)
+    check(isinstance(sched, zt.ConfigScheduler) and engine.lr_scheduler is sched, "the 4th element: %r" % (sched,))
     check(engine.train_batch_size() == MB * 3 * WORLD, "train_batch_size with gas 3: %d" % engine.train_batch_size())
     bounds, lrs = [], []
     for s in range(9):
@@ -202,6 +203,15 @@ def accessors(ckdir):
         check(r.lr == want, "step %d: get_lr() said %r, the step used %r" % (s, want, r.lr))
         lrs.append(r.lr)
     check(bounds == [False, False, True] * 3, "is_gradient_accumulation_boundary: %r" % bounds)
+    check(sched.get_last_lr() == engine.get_lr() and sched.state_dict()["last_batch_iteration"] == 1,
+          "ConfigScheduler: %r, %r" % (sched.get_last_lr(), sched.state_dict()))
+    for bad in (sched.step, lambda: sched.load_state_dict({"last_batch_iteration": 7})):
+        try:
+            bad()
+            check(False, "ConfigScheduler: a double step / another position was not refused")
+        except ValueError:
+            pass
+    sched.load_state_dict(sched.state_dict())  # where the engine stands: accepted
     check(len(set(lrs)) > 1, "the config scheduler's lr moved: %r" % lrs)
     check(not engine.was_step_applied() and engine.skipped_steps == 1 and engine.global_steps == 3 and
           engine.state["global_step"] == 2, "after the skipped step: applied %r, skipped %d, global_steps %d, "

@@ -89,7 +89,7 @@ from . import _lib as L
 from .engine import Engine as _CEngine
 from .engine import ZeroError
 
-__all__ = ["initialize", "ZeroEngine", "ZeroError", "NonFiniteGradientError",
+__all__ = ["initialize", "ZeroEngine", "ZeroError", "NonFiniteGradientError", "ConfigScheduler",
            "get_fp32_state_dict_from_zero_checkpoint", "load_state_dict_from_zero_checkpoint"]
 
 
@@ -730,6 +730,7 @@ class ZeroEngine:
         _guard_wrappers()
         self.last_result = None
         self._last_boundary = None  # the last boundary's StepResult (get_global_grad_norm, was_step_applied)
+        self.lr_scheduler = None  # initialize sets a ConfigScheduler when the config has a "scheduler"
         self.micro_steps = 0
         self._phase = "train"  # stage 3's gather-order phase (zero_set_phase), kept by train()/eval()
 
@@ -1694,7 +1695,9 @@ _DS_ONLY = {"training_data": "build your own DataLoader (zero.torch returns None
 
 def initialize(model, config, *, optimizer=None, plugin=None, model_parameters=None, process_group=None, log=None,
                param_storage="host", device=None, raise_on_nonfinite=True, comm="auto", **unsupported):
-    """Like deepspeed.initialize: returns (engine, optimizer, None, None).
+    """Like deepspeed.initialize: returns (engine, optimizer, None,
+    lr_scheduler): lr_scheduler is a ConfigScheduler reporting the config's
+    "scheduler" (libzero runs it), or None without one.
 
     model: a torch.nn.Module on the CPU (converted to fp16/bf16 when the
     config enables them).  config: DeepSpeed config dict, JSON text or path.
@@ -1742,4 +1745,56 @@ def initialize(model, config, *, optimizer=None, plugin=None, model_parameters=N
     e = ZeroEngine(model, config, plugin=plugin, model_parameters=model_parameters, process_group=process_group,
                    log=log, param_storage=param_storage, device=device, raise_on_nonfinite=raise_on_nonfinite,
                    comm=comm, optimizer=optimizer)
-    return e, e.optimizer, None, None
+    sched = ConfigScheduler(e) if e.config.get("scheduler") and "zero_engine_info_get" not in L.lib().zero_missing \
+        else None
+    e.lr_scheduler = sched
+    return e, e.optimizer, None, sched
+
+
+class ConfigScheduler:
+    """(1.8) What initialize returns as its fourth element when the config
+    has a "scheduler" section (DeepSpeed returns its scheduler there):
+    libzero runs that schedule itself, stepping it at every optimizer step
+    and saving it in checkpoints, so this object only reports it.
+    get_last_lr() / get_lr(): the lr of the next step, one per param group
+    (zero_engine_info); state_dict() describes the position (global step);
+    load_state_dict() checks that a saved position matches the engine's
+    (engine.load restores the schedule with the checkpoint).  step() is
+    refused: a second stepping of the schedule (DeepSpeed's engine steps it
+    too, and calling step() there as well is a double step)."""
+
+    def __init__(self, engine):
+        self._engine = weakref.ref(engine)
+        self.type = engine.config["scheduler"].get("type")
+
+    def _e(self):
+        e = self._engine()
+        if e is None:
+            raise ValueError("zero.torch: the engine of this scheduler is gone")
+        return e
+
+    def get_last_lr(self):
+        return self._e().get_lr()
+
+    def get_lr(self):
+        return self._e().get_lr()
+
+    @property
+    def last_batch_iteration(self):
+        """DeepSpeed's counter: optimizer steps taken, minus one (-1 before the first)."""
+        return self._e().state["global_step"] - 1
+
+    def state_dict(self):
+        return {"type": self.type, "last_batch_iteration": self.last_batch_iteration}
+
+    def load_state_dict(self, state_dict):
+        if state_dict.get("last_batch_iteration") != self.last_batch_iteration:
+            raise ValueError("zero.torch: the schedule is libzero's and comes back with engine.load() / "
+                             "load_checkpoint(); this state (step %s) is not where the engine stands (step %s): "
+                             "load the checkpoint it was saved with" % (state_dict.get("last_batch_iteration"),
+                                                                       self.last_batch_iteration))
+
+    def step(self, *args, **kwargs):
+        raise ValueError("zero.torch: libzero steps the config's %r schedule at every optimizer step itself; "
+                         "calling step() would be a second step (remove the call, as with DeepSpeed's engine)"
+                         % self.type)
