@@ -563,7 +563,9 @@ typedef struct zero_services_v2 {
     /* ---- 10. checkpoints --------------------------------------------- */
     /* Inside the plugin's save / load only (step thread).  ckpt_write /
      * ckpt_read: one named blob per rank, atomic (temp file, fsync,
-     * rename), host or device buffer (borrowed).  ckpt_shard: this rank's
+     * rename), host or device buffer (borrowed); the name "client_state"
+     * is the host's (zero_save_options.client_state) and refused (libzero
+     * 1.8).  ckpt_shard: this rank's
      * shard of a partitioned optimizer as blobs "<prefix>.params" (owned
      * shares of params, skipped when NULL), ".master" (when separate) and
      * ".state<k>", each the concatenation of ps's ranges; with a
