@@ -225,12 +225,24 @@ def main():
               and 0 < named <= tl["step_seconds"] and tl["optimizer_seconds"] > 0 and tl["hook_seconds"] > 0,
               "step timing %r" % tl)
         ck = os.path.join(tmp, "ckpt")
+        check(e.client_state() is None, "no client state before a load")
         e.save(ck)
         saved = list(w)
         one_step(1.0)
         check(list(w) != saved, "a step changed the host-owned tensor")
         e.load(ck)
         check(list(w) == saved, "load wrote the checkpoint's values into the host-owned tensor")
+        check(e.client_state() is None, "a checkpoint saved without client state: None")
+        # (1.8) zero_save_ex with a tag and a client state; zero_engine_info before and after a load
+        info = e.info()
+        check(info["global_step"] == 1 and info["micro_step"] == 0 and info["stage"] == 2 and
+              info["gradient_accumulation_steps"] == 1, "info after the load: %r" % info)
+        one_step(1.0)
+        check(e.info()["global_step"] == 2, "info after a step: %r" % e.info())
+        e.save(ck, tag="tagged", client_state=b"\x00host bytes\xff" * 3)
+        e.load(os.path.join(ck, "tagged"))
+        check(e.client_state() == b"\x00host bytes\xff" * 3 and e.info()["global_step"] == 2,
+              "client state / step after the tagged load: %r %r" % (e.client_state(), e.info()))
         # errors from calls on a live engine
         g = e.grad_buffer(p)
         e.on_grad_ready(p)
