@@ -635,6 +635,17 @@ typedef struct zero_engine_info {
  * from the thread that calls zero_step, not during one. */
 ZERO_API zero_status zero_engine_info_get(const zero_engine *e, zero_engine_info *out);
 
+/* (1.7) Broadcast `bytes` bytes of host memory at `buf` from data-parallel
+ * rank `root` to every rank of the engine's data-parallel group (with a
+ * pipeline: this stage's ranks), over libzero's own communicator: for
+ * state libzero does not keep but the ranks must agree on, such as a
+ * model's buffers (torch DDP's broadcast_buffers).  Every rank of the
+ * group passes the same bytes and root.  bytes 0: nothing, no collective.
+ * A CPU engine only (device_kind CUDA: ZERO_ERR_UNSUPPORTED; use the
+ * framework's collectives for device memory).  Collective; from the
+ * engine thread, not during zero_step. */
+ZERO_API zero_status zero_broadcast(zero_engine *e, void *buf, uint64_t bytes, int root);
+
 /* ------------------------------------------------------------------------ */
 /* Checkpoints                                                               */
 /* ------------------------------------------------------------------------ */

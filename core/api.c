@@ -419,6 +419,22 @@ const char *zero_plugin_name(const zero_engine *e) {
 }
 double zero_loss_scale(const zero_engine *e) { return e ? e->scaler.scale : 1.0; }
 
+zero_status zero_broadcast(zero_engine *e, void *buf, uint64_t bytes, int root) {
+    if (!e) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!bytes) return ZERO_OK;
+    if (!buf) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_broadcast: buf is NULL for %llu bytes",
+                                 (unsigned long long)bytes);
+    if (root < 0 || root >= e->world_size)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_broadcast: root %d, the data-parallel group has %d "
+                           "ranks", root, e->world_size);
+    if (e->dev)
+        return zero__error(e, ZERO_ERR_UNSUPPORTED, "zero_broadcast: a device engine (device_kind CUDA): its "
+                           "communicator moves device memory; broadcast with the framework's collectives");
+    if (bytes > (uint64_t)SIZE_MAX) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_broadcast: too large");
+    zero_status s = zero__broadcast(e->world, buf, (size_t)bytes, ZERO_DTYPE_U8, root);
+    return s != ZERO_OK ? zero__error_context(e, s, "zero_broadcast") : s;
+}
+
 zero_status zero_engine_info_get(const zero_engine *e, zero_engine_info *out) {
     if (!e || !out || out->struct_size < sizeof(uint32_t)) return ZERO_ERR_INVALID_ARGUMENT;
     const zero_run_config *rc = e->rc;

@@ -18,6 +18,8 @@
  *    it on the others, all within seconds (before, the others waited in
  *    the step's collectives until the communication timeout), the window
  *    held; the retry with good arguments steps;
+ *  - (1.7) zero_broadcast delivers the last rank's 1001 bytes to every
+ *    rank; 0 bytes is nothing; NULL or a root outside the group refused;
  *  - a 1.6-era caller with a struct cut after micro_step gets those
  *    fields and nothing written past its struct_size; NULL or a
  *    struct_size of 0 is ZERO_ERR_INVALID_ARGUMENT.
@@ -171,6 +173,18 @@ static void run(const char *plugin, int stage, const char *dir, const char *load
     i = info(e);
     CHECK(i.global_step == 4 && i.micro_step == 0, "%s: after the retry: step %llu micro %u", plugin,
           (unsigned long long)i.global_step, i.micro_step);
+    /* (1.7) zero_broadcast: host bytes from the last rank to every rank */
+    {
+        unsigned char b[1001];
+        for (int k = 0; k < (int)sizeof b; k++) b[k] = rank_ == world_ - 1 ? (unsigned char)(k * 7 + 3) : 0;
+        CHECK_EQ_INT(zero_broadcast(e, b, sizeof b, world_ - 1), ZERO_OK);
+        int same = 1;
+        for (int k = 0; k < (int)sizeof b; k++) same &= b[k] == (unsigned char)(k * 7 + 3);
+        CHECK(same, "%s: rank %d: zero_broadcast did not deliver the root's bytes", plugin, rank_);
+        CHECK_EQ_INT(zero_broadcast(e, NULL, 0, 0), ZERO_OK); /* nothing: no collective */
+        CHECK_EQ_INT(zero_broadcast(e, NULL, 4, 0), ZERO_ERR_INVALID_ARGUMENT);
+        CHECK_EQ_INT(zero_broadcast(e, b, 4, world_), ZERO_ERR_INVALID_ARGUMENT);
+    }
     const zero_engine_info saved = i;
     CHECK(zero_save(e, dir) == ZERO_OK, "%s: save: %s", plugin, zero_last_error(e));
     zero_engine_destroy(e);

@@ -153,6 +153,7 @@ def _declare(lib):
         "zero_save_ex": (c_i32, [c_vp, c_cp, P(SaveOptions)]),
         "zero_client_state": (c_i32, [c_vp, P(c_vp), P(c_u64)]),
         "zero_engine_info_get": (c_i32, [c_vp, P(EngineInfoC)]),
+        "zero_broadcast": (c_i32, [c_vp, c_vp, c_u64, ctypes.c_int]),
         "zero_memory_stats_get": (c_i32, [c_vp, P(MemoryStatsC)]),
         "zero_comm_stats_get": (c_i32, [c_vp, P(CommStatsC)]),
         "zero_step_timing_get": (c_i32, [c_vp, c_i32, P(StepTimingC)]),
@@ -175,7 +176,8 @@ def require(name, what):
     if name in lib().zero_missing:
         v = lib().zero_abi_version()
         need = {"zero_step_timing_get": "1.3", "zero_gather_slices": "1.6", "zero_release_slices": "1.6",
-                "zero_save_ex": "1.2", "zero_client_state": "1.7", "zero_engine_info_get": "1.7"}.get(name, "1.1")
+                "zero_save_ex": "1.2", "zero_client_state": "1.7", "zero_engine_info_get": "1.7",
+                "zero_broadcast": "1.7"}.get(name, "1.1")
         raise OSError("%s needs libzero ABI %s (%s); the loaded library is %d.%d"
                       % (what, need, name, v // 10000, v % 10000))
 

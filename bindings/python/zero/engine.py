@@ -580,6 +580,12 @@ class Engine:
             out[key] = {t: int(arr[i]) for i, t in enumerate(L.TIERS)}
         return out
 
+    def broadcast(self, address, nbytes, root=0):
+        """(ABI 1.7) zero_broadcast: nbytes of host memory at `address` from
+        data-parallel rank `root` to every rank of the group.  Collective."""
+        L.require("zero_broadcast", "broadcast")
+        self._check(self._lib.zero_broadcast(self._handle(), address, int(nbytes), int(root)), "zero_broadcast")
+
     def info(self):
         """(ABI 1.7) zero_engine_info_get: {"stage", "global_step" (steps
         taken), "skipped_steps", "micro_step" (in the window in progress),

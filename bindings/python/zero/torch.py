@@ -594,7 +594,8 @@ class ZeroEngine:
     SAVED_PARAM_REFS = True
 
     def __init__(self, model, config, plugin=None, model_parameters=None, process_group=None, log=None,
-                 param_storage="host", device=None, raise_on_nonfinite=True, comm="auto", optimizer=None):
+                 param_storage="host", device=None, raise_on_nonfinite=True, comm="auto", optimizer=None,
+                 broadcast_buffers=False):
         if param_storage not in ("host", "libzero"):
             raise ValueError("param_storage must be 'host' or 'libzero'")
         cfg = _load_config(config)
@@ -609,6 +610,12 @@ class ZeroEngine:
         self.raise_on_nonfinite = bool(raise_on_nonfinite)
         self.device = _resolve_device(model, device)
         self._cuda = self.device.type == "cuda"
+        if broadcast_buffers:  # refused before libzero's engine exists
+            L.require("zero_broadcast", "broadcast_buffers=True")
+            if self._cuda:
+                raise ZeroError(11, "broadcast_buffers=True is not supported on a CUDA engine yet (libzero's "
+                                "zero_broadcast moves host memory); leave it False or broadcast the buffers with "
+                                "torch.distributed", "zero.torch")
         self.dtype = _model_dtype(cfg)
         if self.dtype != torch.float32:
             model.to(self.dtype)
@@ -731,6 +738,8 @@ class ZeroEngine:
         self.last_result = None
         self._last_boundary = None  # the last boundary's StepResult (get_global_grad_norm, was_step_applied)
         self.lr_scheduler = None  # initialize sets a ConfigScheduler when the config has a "scheduler"
+        if broadcast_buffers:
+            self._install_buffer_broadcast(model)
         self.micro_steps = 0
         self._phase = "train"  # stage 3's gather-order phase (zero_set_phase), kept by train()/eval()
 
@@ -772,6 +781,30 @@ class ZeroEngine:
                 r: r for r in range(dist.get_world_size())}
             ranks = [g for g, _ in sorted(m.items(), key=lambda kv: kv[1])]
         return None if ranks == list(range(mpi_size)) else ranks
+
+    def _install_buffer_broadcast(self, model):
+        """(1.8) broadcast_buffers=True: as torch DDP does by default, every
+        training-mode forward of the model first takes global rank 0's
+        buffers (BatchNorm's running statistics...), all of them packed into
+        one zero_broadcast; eval-mode forwards do not.  The forward is then
+        collective: every rank runs it."""
+        def pre(mod, inputs):
+            if mod.training:
+                self._broadcast_buffers()
+        self._hooks.append(model.register_forward_pre_hook(pre))
+
+    def _broadcast_buffers(self):
+        bufs = [b for b in self.module.buffers() if b.numel()]
+        if not bufs:
+            return
+        with torch.no_grad():
+            flat = torch.cat([b.detach().contiguous().reshape(-1).view(torch.uint8) for b in bufs])
+            self.z.broadcast(flat.data_ptr(), flat.numel(), 0)
+            at = 0
+            for b in bufs:
+                n = b.numel() * b.element_size()
+                b.copy_(flat[at:at + n].view(b.dtype).view(b.shape))
+                at += n
 
     def _install_grad_hook(self, p):
         def on_grad(param=p):
@@ -1694,7 +1727,8 @@ _DS_ONLY = {"training_data": "build your own DataLoader (zero.torch returns None
 
 
 def initialize(model, config, *, optimizer=None, plugin=None, model_parameters=None, process_group=None, log=None,
-               param_storage="host", device=None, raise_on_nonfinite=True, comm="auto", **unsupported):
+               param_storage="host", device=None, raise_on_nonfinite=True, comm="auto", broadcast_buffers=False,
+               **unsupported):
     """Like deepspeed.initialize: returns (engine, optimizer, None,
     lr_scheduler): lr_scheduler is a ConfigScheduler reporting the config's
     "scheduler" (libzero runs it), or None without one.
@@ -1725,7 +1759,11 @@ def initialize(model, config, *, optimizer=None, plugin=None, model_parameters=N
     torch.distributed group.  Every rank must build the model with the
     same initial values (seed it).  A job started without mpirun whose
     WORLD_SIZE > 1 but torch.distributed is not initialised is refused
-    with ZeroError (each process would train alone).
+    with ZeroError (each process would train alone).  broadcast_buffers
+    (1.8): True makes every training-mode forward take global rank 0's
+    buffers first (BatchNorm statistics), as torch DDP does by default;
+    False (default, as DeepSpeed): each rank keeps its own, and a
+    checkpoint keeps rank 0's.  CPU engines.
 
     optimizer: a torch.optim.Adam, AdamW or SGD (momentum, nesterov) built
     on the model's parameters: translated into libzero's optimizer, its
@@ -1744,7 +1782,7 @@ def initialize(model, config, *, optimizer=None, plugin=None, model_parameters=N
             "%s= (%s)" % (k, _DS_ONLY.get(k, "unknown argument")) for k in sorted(unsupported)))
     e = ZeroEngine(model, config, plugin=plugin, model_parameters=model_parameters, process_group=process_group,
                    log=log, param_storage=param_storage, device=device, raise_on_nonfinite=raise_on_nonfinite,
-                   comm=comm, optimizer=optimizer)
+                   comm=comm, optimizer=optimizer, broadcast_buffers=broadcast_buffers)
     sched = ConfigScheduler(e) if e.config.get("scheduler") and "zero_engine_info_get" not in L.lib().zero_missing \
         else None
     e.lr_scheduler = sched
