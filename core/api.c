@@ -1257,7 +1257,8 @@ static zero_status ckpt_entry(zero_engine *e, const char *dir, const char *who, 
 zero_status zero_save(zero_engine *e, const char *dir) {
     zero_status s = ckpt_entry(e, dir, "zero_save", 0);
     ZERO_TRACE_SCOPE("zero_save", "ckpt", NULL, 0, NULL, 0);
-    return s != ZERO_OK ? s : zero__ckpt_save(e, dir, NULL, 0, ZERO_OK);
+    const zero__ck_save_args a = {NULL, 0, ZERO_OK, NULL, 0};
+    return s != ZERO_OK ? s : zero__ckpt_save(e, dir, &a);
 }
 
 /* The options are judged on each rank, and the verdict goes into the
@@ -1281,12 +1282,8 @@ zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_save_option
                             "zero_save_ex: client_state is NULL with client_state_bytes %llu; nothing written",
                             (unsigned long long)opt.client_state_bytes);
     if (local != ZERO_OK) opt = (zero_save_options)ZERO_SAVE_OPTIONS_INIT; /* nothing of a refused struct is used */
-    e->ck_client_save = opt.client_state_bytes ? opt.client_state : NULL;
-    e->ck_client_save_bytes = e->ck_client_save ? opt.client_state_bytes : 0;
-    s = zero__ckpt_save(e, dir, opt.tag, opt.keep_last, local);
-    e->ck_client_save = NULL;
-    e->ck_client_save_bytes = 0;
-    return s;
+    const zero__ck_save_args a = {opt.tag, opt.keep_last, local, opt.client_state, opt.client_state_bytes};
+    return zero__ckpt_save(e, dir, &a);
 }
 
 zero_status zero_client_state(const zero_engine *e, const void **data, uint64_t *bytes) {

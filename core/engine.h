@@ -163,13 +163,9 @@ struct zero_engine {
     struct zero__ck_load *ck_load;
     int ck_echo;
     /* (1.7) The client state of the checkpoint the last successful
-     * zero_load read (zero_client_state), owned; NULL / 0 when none.
-     * ck_client_save: the bytes the zero_save_ex in progress saves
-     * (borrowed from the host for that call), NULL outside it. */
+     * zero_load read (zero_client_state), owned; NULL / 0 when none. */
     void *ck_client;
     uint64_t ck_client_bytes;
-    const void *ck_client_save;
-    uint64_t ck_client_save_bytes;
 
     /* (1.3) Expert groups (core/experts.c).  group_comms: one entry per
      * layout group, the expert-data-parallel communicator of an expert

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "params.h"
+#include "shape.h"
 #include "struct_in.h"
 
 /* Handles are validated by membership in an open-addressing pointer set, so
@@ -90,13 +91,9 @@ zero_status zero__param_register(struct zero_engine *e, const zero_param_desc *d
                            "zero_register_param(%s): ndim %u with shape %s (at most %d dimensions, and a shape "
                            "array for any)",
                            desc.name, (unsigned)desc.ndim, desc.shape ? "given" : "NULL", ZERO_MAX_NDIM);
+    uint64_t prod = 0;
     if (desc.ndim) {
-        uint64_t prod = 1;
-        int over = 0;
-        for (uint32_t k = 0; k < desc.ndim; k++) {
-            if (desc.shape[k] && prod > UINT64_MAX / desc.shape[k]) over = 1;
-            prod *= desc.shape[k];
-        }
+        const int over = zero__shape_numel(desc.shape, desc.ndim, &prod) != 0;
         if (over || prod != desc.numel) {
             char dims[200] = "";
             for (uint32_t k = 0; k < desc.ndim; k++)

@@ -64,12 +64,19 @@ typedef struct zero__core_blob {
 #define ZERO__CORE_BLOB_V1_BYTES offsetof(zero__core_blob, hp_digest)
 
 /* zero_save_ex / zero_load bodies (collective over every rank of the job). */
-/* zero__ckpt_save: `local` is this rank's verdict on its own arguments
- * (ZERO_OK, or the error it set): agreed in the save's first collective,
- * so a refusal on one rank is an error on every rank, nothing written.
- * The client state to save is e->ck_client_save (zero_save_ex). */
-zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char *tag, uint32_t keep_last,
-                            zero_status local);
+/* What zero_save / zero_save_ex ask of a save.  local: this rank's
+ * verdict on its own arguments (ZERO_OK, or the error it set), agreed in
+ * the save's first collective, so that a refusal on one rank is an error
+ * on every rank with nothing written.  client / client_bytes (1.7): the
+ * host's client state (borrowed for the call; 0 bytes: none). */
+typedef struct zero__ck_save_args {
+    const char *tag; /* NULL: "step-<N>" */
+    uint32_t keep_last;
+    zero_status local;
+    const void *client;
+    uint64_t client_bytes;
+} zero__ck_save_args;
+zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const zero__ck_save_args *a);
 zero_status zero__ckpt_load(struct zero_engine *e, const char *path);
 
 /* Agree over the whole job (every pipeline stage) on `local`: every rank

@@ -245,7 +245,7 @@ zero__ck_reader *zero__ck_reader_open(const char *dir, const zero__ck_manifest *
     if (!r) return NULL;
     snprintf(r->dir, sizeof r->dir, "%s", dir);
     r->m = m;
-    const uint32_t n = m->nfiles + (m->client ? 1u : 0u); /* the client state: files[nfiles] */
+    const uint32_t n = zero__ck_nrecords(m); /* the client state: files[nfiles] */
     r->fd = malloc((n ? n : 1) * sizeof *r->fd);
     for (uint32_t i = 0; r->fd && i < n; i++) r->fd[i] = -2; /* before any close: none is open */
     r->chunk = malloc((size_t)m->chunk_bytes);
@@ -258,7 +258,7 @@ zero__ck_reader *zero__ck_reader_open(const char *dir, const zero__ck_manifest *
 
 void zero__ck_reader_close(zero__ck_reader *r) {
     if (!r) return;
-    for (uint32_t i = 0; r->fd && i < r->m->nfiles + (r->m->client ? 1u : 0u); i++)
+    for (uint32_t i = 0; r->fd && i < zero__ck_nrecords(r->m); i++)
         if (r->fd[i] >= 0) close(r->fd[i]);
     free(r->fd);
     free(r->chunk);

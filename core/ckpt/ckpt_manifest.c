@@ -4,6 +4,7 @@
 #include "ckpt_manifest.h"
 
 #include "crc32c.h"
+#include "shape.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -382,18 +383,15 @@ static int parse(pctx *c, zero__ck_manifest *m, json_t *root) {
         if (sh) {
             if (!json_is_array(sh) || json_array_size(sh) > ZERO_MAX_NDIM)
                 return fail(c, "params[%u] '%s'.shape: not an array of at most %d sizes", i, p->name, ZERO_MAX_NDIM);
-            uint64_t prod = 1;
-            int over = 0;
             p->ndim = (uint32_t)json_array_size(sh);
             for (uint32_t k = 0; k < p->ndim; k++) {
                 json_t *d = json_array_get(sh, k);
                 if (!json_is_integer(d) || json_integer_value(d) < 0)
                     return fail(c, "params[%u] '%s'.shape[%u]: not a size", i, p->name, k);
                 p->shape[k] = (uint64_t)json_integer_value(d);
-                if (p->shape[k] && prod > UINT64_MAX / p->shape[k]) over = 1;
-                prod *= p->shape[k];
             }
-            if (over || prod != p->numel)
+            uint64_t prod = 0;
+            if (zero__shape_numel(p->shape, p->ndim, &prod) != 0 || prod != p->numel)
                 return fail(c, "params[%u] '%s'.shape: holds another number of elements than numel %llu", i, p->name,
                             (unsigned long long)p->numel);
             p->has_shape = 1;
@@ -454,7 +452,7 @@ zero__ck_manifest *zero__ck_manifest_parse(const char *text, size_t len, char *e
 
 void zero__ck_manifest_free(zero__ck_manifest *m) {
     if (!m) return;
-    for (uint32_t i = 0; m->files && i < m->nfiles + (m->client ? 1u : 0u); i++) {
+    for (uint32_t i = 0; m->files && i < zero__ck_nrecords(m); i++) {
         free(m->files[i].file);
         free(m->files[i].blob);
         free(m->files[i].crc);

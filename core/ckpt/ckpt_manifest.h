@@ -142,6 +142,10 @@ const char *zero__ck_kind_name(int32_t kind, char *buf, size_t n);
 /* JSON of one file record (new reference), as the saving rank describes it. */
 json_t *zero__ck_file_json(const zero__ck_file *f);
 
+/* The file records a reader serves: the files and (1.7) the client
+ * state's record after them, files[0 .. zero__ck_nrecords(m)). */
+static inline uint32_t zero__ck_nrecords(const zero__ck_manifest *m) { return m->nfiles + (m->client ? 1u : 0u); }
+
 /* Find the file with this blob name written by (rank, pp_stage), or NULL. */
 const zero__ck_file *zero__ck_find(const zero__ck_manifest *m, const char *blob, int rank, int pp_stage);
 /* The layout record of a pipeline stage, or NULL. */

@@ -422,18 +422,19 @@ static int clear_staging(struct zero_engine *e, const char *root, const char *ta
 
 /* (1.7) Global rank 0's client state into the staging directory, its
  * record (a new reference) in *rec.  Other ranks: nothing. */
-static zero_status write_client_state(struct zero_engine *e, const char *dir, json_t **rec) {
+static zero_status write_client_state(struct zero_engine *e, const char *dir, const zero__ck_save_args *a,
+                                      json_t **rec) {
     *rec = NULL;
-    if (zero__comm_rank(e->global) != 0 || !e->ck_client_save) return ZERO_OK;
+    if (zero__comm_rank(e->global) != 0 || !a->client_bytes) return ZERO_OK;
     char err[1200];
     uint32_t *crc = NULL, nc = 0;
-    if (zero__ck_write_blob(dir, ZERO__CK_CLIENT_FILE, e->ck_client_save, e->ck_client_save_bytes, ZERO__CK_CHUNK, 0,
-                            &crc, &nc, err, sizeof err))
+    if (zero__ck_write_blob(dir, ZERO__CK_CLIENT_FILE, a->client, a->client_bytes, ZERO__CK_CHUNK, 0, &crc, &nc, err,
+                            sizeof err))
         return zero__error(e, ZERO_ERR_IO, "zero_save: the client state: %s", err);
     zero__ck_file f = {0};
     f.file = (char *)ZERO__CK_CLIENT_FILE;
     f.blob = (char *)ZERO__CK_CLIENT_BLOB;
-    f.bytes = e->ck_client_save_bytes;
+    f.bytes = a->client_bytes;
     f.nchunks = nc;
     f.crc = crc;
     f.kind = ZERO__CK_OPAQUE;
@@ -442,8 +443,8 @@ static zero_status write_client_state(struct zero_engine *e, const char *dir, js
     return *rec ? ZERO_OK : zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_save: out of memory");
 }
 
-zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char *tag_in, uint32_t keep,
-                            zero_status local) {
+zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const zero__ck_save_args *a) {
+    const zero_status local = a->local;
     zero_comm *g = e->global;
     const int grank = zero__comm_rank(g);
     /* 1. the same step on every rank, and no micro-step in progress: the
@@ -456,8 +457,8 @@ zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char 
     /* (1.8) and each rank's verdict on its arguments, and (1.7) the size
      * and checksum of its client state: ranks that pass different bytes
      * are told (the checkpoint keeps global rank 0's) */
-    const double cb = (double)e->ck_client_save_bytes;
-    const double cc = e->ck_client_save ? (double)zero__crc32c(0, e->ck_client_save, e->ck_client_save_bytes) : 0.0;
+    const double cb = (double)a->client_bytes;
+    const double cc = a->client_bytes ? (double)zero__crc32c(0, a->client, a->client_bytes) : 0.0;
     double v[11] = {(double)e->global_step, -(double)e->global_step, (double)e->micro_step, -(double)e->micro_step,
                     reported ? (double)(gsize - grank) : 0.0, (double)reported,
                     local != ZERO_OK ? (double)(gsize - grank) : 0.0, cb, -cb, cc, -cc};
@@ -495,7 +496,7 @@ zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char 
                   sizes, cb);
     }
     char tag[256];
-    if (tag_in) snprintf(tag, sizeof tag, "%s", tag_in);
+    if (a->tag) snprintf(tag, sizeof tag, "%s", a->tag);
     else if (e->micro_step)
         snprintf(tag, sizeof tag, "step-%llu-micro%u", (unsigned long long)e->global_step, e->micro_step);
     else snprintf(tag, sizeof tag, "step-%llu", (unsigned long long)e->global_step);
@@ -537,7 +538,7 @@ zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char 
     s = write_core_blob(e, ss.dir);
     if (s == ZERO_OK) s = e->plugin.table->save(e->pstate, ss.dir);
     e->ck_save = NULL;
-    if (s == ZERO_OK) s = write_client_state(e, ss.dir, &client);
+    if (s == ZERO_OK) s = write_client_state(e, ss.dir, a, &client);
     /* 3. the outcome, agreed */
     s = zero__ck_agree(e, s, "zero_save");
     if (s != ZERO_OK) {
@@ -559,7 +560,7 @@ zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const char 
     zero__ck_fault_point("before_manifest", grank);
     s = gather(e, mine, &all, &each, &n);
     free(mine);
-    if (s == ZERO_OK && grank == 0) s = finish_on_root(e, root, ss.dir, tag, keep, all, each, n, client);
+    if (s == ZERO_OK && grank == 0) s = finish_on_root(e, root, ss.dir, tag, a->keep_last, all, each, n, client);
     free(all);
     json_decref(client);
     s = zero__ck_agree(e, s, "zero_save");

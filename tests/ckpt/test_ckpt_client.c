@@ -183,6 +183,41 @@ static int same_file(const char *path, const unsigned char *want, size_t n) {
     return same;
 }
 
+/* Rank 0 flips one bit of a file (flipping it again restores it). */
+static void flip_bit(const char *path, long off) {
+    if (rank_ == 0) {
+        FILE *fp = fopen(path, "r+b");
+        CHECK(fp != NULL, "open %s", path);
+        int c = fp && fseek(fp, off, SEEK_SET) == 0 ? fgetc(fp) : EOF;
+        CHECK(c != EOF, "%s: byte %ld", path, off);
+        if (c != EOF) fseek(fp, off, SEEK_SET), fputc(c ^ 0x10, fp);
+        if (fp) fclose(fp);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* A stage1 engine on the first k ranks loads dir: the client state is
+ * (cs, bytes) on each, and the parameters are `saved` (unless NULL). */
+static void load_on_first(int k, const char *dir, const unsigned char *cs, uint64_t bytes, const float *saved,
+                          const char *what) {
+    MPI_Comm sub;
+    MPI_Comm_split(MPI_COMM_WORLD, rank_ < k ? 0 : MPI_UNDEFINED, rank_, &sub);
+    if (sub == MPI_COMM_NULL) return;
+    model c;
+    if (model_open(&c, "stage1", CONFIG(1), sub)) {
+        CHECK(zero_load(c.e, dir) == ZERO_OK, "%s: stage1 x%d load: %s", what, k, zero_last_error(c.e));
+        expect_client(&c, cs, bytes, what);
+        if (saved) {
+            float *v = model_values(&c);
+            CHECK(!memcmp(v, saved, total_numel() * sizeof *v), "%s: rank %d: the parameters are not the saver's",
+                  what, rank_);
+            free(v);
+        }
+        model_close(&c);
+    }
+    MPI_Comm_free(&sub);
+}
+
 static unsigned char *pattern(size_t n, unsigned seed) {
     unsigned char *p = malloc(n);
     for (size_t i = 0; i < n; i++) p[i] = (unsigned char)((i * 2654435761u + seed) >> 7);
@@ -207,6 +242,9 @@ int main(int argc, char **argv) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
     const size_t big = (5u << 19) + 3; /* 2.5 MiB + 3: three 1 MiB chunks, the last partial */
+    const long DAMAGE_AT = 16 + (long)(3u << 19); /* past the 16-byte header, inside the second chunk */
+    char client_file[4400];
+    snprintf(client_file, sizeof client_file, "%s/with/client_state.rank0.bin", root);
     unsigned char *cs = pattern(big, 17);
     const size_t n = total_numel();
 
@@ -294,20 +332,7 @@ int main(int argc, char **argv) {
         CHECK(!memcmp(v, saved, n * sizeof *v), "rank %d: stage3's parameters are not the saver's", rank_);
         free(v);
         /* 8. damaged: the last good load's client state stays */
-        if (rank_ == 0) {
-            char f[4400];
-            snprintf(f, sizeof f, "%s/with/client_state.rank0.bin", root);
-            FILE *fp = fopen(f, "r+b");
-            CHECK(fp != NULL, "open %s", f);
-            if (fp) {
-                fseek(fp, 16 + (long)(3u << 19), SEEK_SET); /* inside the second chunk */
-                int c = fgetc(fp);
-                fseek(fp, 16 + (long)(3u << 19), SEEK_SET);
-                fputc(c ^ 0x10, fp);
-                fclose(fp);
-            }
-        }
-        MPI_Barrier(MPI_COMM_WORLD);
+        flip_bit(client_file, DAMAGE_AT);
         snprintf(cmd, sizeof cmd, "'%s' verify '%s/with' >/dev/null", tool_, root);
         CHECK_EQ_INT(run0(cmd), 1);
         snprintf(cmd, sizeof cmd, "'%s' client-state '%s/with' '%s/damaged.bin' 2>/dev/null", tool_, root, dir);
@@ -330,53 +355,19 @@ int main(int argc, char **argv) {
         expect_client(&b, NULL, 0, "without");
         model_close(&b);
     }
-    /* repair the flipped byte for the next loads: rewrite it from the pattern */
-    if (rank_ == 0) {
-        char f[4400];
-        snprintf(f, sizeof f, "%s/with/client_state.rank0.bin", root);
-        FILE *fp = fopen(f, "r+b");
-        if (fp) {
-            fseek(fp, 16 + (long)(3u << 19), SEEK_SET);
-            fputc(cs[3u << 19], fp);
-            fclose(fp);
-        }
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
+    flip_bit(client_file, DAMAGE_AT); /* the same bit again: repaired for the next loads */
     snprintf(cmd, sizeof cmd, "'%s' verify '%s/with' >/dev/null", tool_, root);
     CHECK_EQ_INT(run0(cmd), 0);
 
-    const int half = (world_ + 1) / 2;
-    MPI_Comm sub;
-    MPI_Comm_split(MPI_COMM_WORLD, rank_ < half ? 0 : MPI_UNDEFINED, rank_, &sub);
-    if (sub != MPI_COMM_NULL) {
-        model c;
-        snprintf(path, sizeof path, "%s/with", root);
-        if (model_open(&c, "stage1", CONFIG(1), sub)) {
-            CHECK(zero_load(c.e, path) == ZERO_OK, "stage1 x%d load: %s", half, zero_last_error(c.e));
-            expect_client(&c, cs, big, "loaded (another world size)");
-            model_close(&c);
-        }
-        MPI_Comm_free(&sub);
-    }
+    snprintf(path, sizeof path, "%s/with", root);
+    load_on_first((world_ + 1) / 2, path, cs, big, NULL, "loaded (another world size)");
     MPI_Barrier(MPI_COMM_WORLD);
 
     /* 4. zero-ckpt convert carries it */
     snprintf(cmd, sizeof cmd, "'%s' convert '%s/with' '%s' --ranks 2 --plugin stage1 >/dev/null && '%s' verify '%s' >/dev/null",
              tool_, root, conv, tool_, conv);
     CHECK_EQ_INT(run0(cmd), 0);
-    MPI_Comm_split(MPI_COMM_WORLD, rank_ < 2 ? 0 : MPI_UNDEFINED, rank_, &sub);
-    if (sub != MPI_COMM_NULL) {
-        model c;
-        if (model_open(&c, "stage1", CONFIG(1), sub)) {
-            CHECK(zero_load(c.e, conv) == ZERO_OK, "converted load: %s", zero_last_error(c.e));
-            expect_client(&c, cs, big, "converted");
-            float *v = model_values(&c);
-            CHECK(!memcmp(v, saved, n * sizeof *v), "rank %d: the converted parameters are not the saver's", rank_);
-            free(v);
-            model_close(&c);
-        }
-        MPI_Comm_free(&sub);
-    }
+    load_on_first(2, conv, cs, big, saved, "converted");
     free(saved);
     free(cs);
     free(mine);

@@ -74,10 +74,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-/* The files and (1.7) the client state's record, files[nfiles]: the
- * reader serves both the same way. */
-static uint32_t nall(const zero__ck_manifest *m) { return m->nfiles + (m->client ? 1u : 0u); }
-
 /* Parsed-manifest promises (ckpt_manifest.h: "a damaged or foreign
  * manifest is a named error, never an over-read"). */
 static void check_manifest(const zero__ck_manifest *m) {
@@ -162,7 +158,7 @@ static uint8_t take(pool *q) { return q->n ? q->p[q->at++ % q->n] : 0; }
 
 /* Write the files the manifest lists; returns how many were written. */
 static void write_files(zero__ck_manifest *m, pool *q, int raw_headers, int fix_crc) {
-    for (uint32_t i = 0; i < nall(m) && i < MAX_FILES; i++) {
+    for (uint32_t i = 0; i < zero__ck_nrecords(m) && i < MAX_FILES; i++) {
         zero__ck_file *f = &m->files[i];
         if (f->bytes > MAX_FILE_BYTES || strlen(dir) + strlen(f->file) + 2 > 4000) continue;
         const size_t n = ZERO__CK_HEADER + (size_t)f->bytes;
@@ -194,7 +190,7 @@ static void write_files(zero__ck_manifest *m, pool *q, int raw_headers, int fix_
 
 static void read_files(zero__ck_reader *r, const zero__ck_manifest *m, pool *q) {
     char err[1024];
-    for (uint32_t i = 0; i < nall(m) && i < MAX_FILES; i++) {
+    for (uint32_t i = 0; i < zero__ck_nrecords(m) && i < MAX_FILES; i++) {
         const zero__ck_file *f = &m->files[i];
         if (f->bytes > MAX_FILE_BYTES) continue;
         uint8_t *buf = malloc((size_t)f->bytes + 1);

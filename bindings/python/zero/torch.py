@@ -74,6 +74,7 @@ import functools
 import io
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -86,6 +87,7 @@ import torch.utils.dlpack
 
 from . import _dlpack
 from . import _lib as L
+from . import tools as _tools
 from .engine import Engine as _CEngine
 from .engine import ZeroError
 
@@ -1612,14 +1614,12 @@ def _zero_ckpt_tool():
     install), the build or install tree of the loaded libzero (<build>/tools,
     <prefix>/bin), then PATH."""
     cands = [os.environ.get("ZERO_CKPT")]
-    from . import tools
-    if tools.bin_dir():
-        cands.append(os.path.join(tools.bin_dir(), "zero-ckpt"))
+    if _tools.bin_dir():
+        cands.append(os.path.join(_tools.bin_dir(), "zero-ckpt"))
     lib = L.loaded_path()
     if lib:
         d = os.path.dirname(os.path.realpath(lib))
         cands += [os.path.join(d, "..", "tools", "zero-ckpt"), os.path.join(d, "..", "bin", "zero-ckpt")]
-    import shutil
     cands.append(shutil.which("zero-ckpt"))
     for c in cands:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
