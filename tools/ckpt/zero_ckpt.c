@@ -292,7 +292,12 @@ static int cmd_client_state(const zero__ck_manifest *m, const char *dir, const c
     char *buf = malloc((size_t)m->chunk_bytes), err[2048];
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", out, (int)getpid());
-    FILE *f = to_stdout ? stdout : fopen(tmp, "wb");
+    FILE *f = stdout;
+    if (!to_stdout) { /* never through a link at the temp name (as consolidate) */
+        const int fd = zero__ck_open_new(tmp);
+        f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+        if (!f && fd >= 0) close(fd), unlink(tmp);
+    }
     int rc = r && buf && f ? 0 : 2;
     if (rc) fprintf(stderr, "zero-ckpt client-state: %s\n", f ? "out of memory" : strerror(errno));
     for (uint64_t off = 0; !rc && off < m->client->bytes; off += m->chunk_bytes) {
