@@ -11,7 +11,7 @@
 static void usage(void) {
     printf("usage: zero-demo [--config FILE] [--plugin NAME] [--steps N] [--seed S]\n"
            "                 [--summary FILE] [--data PATH] [--device cpu|cuda] [--comm auto|mpi]\n"
-           "                 [--quiet]\n"
+           "                 [--quiet] [--no-validation]\n"
            "                 [--save-dir DIR [--save-every K] [--keep-last K]] [--resume DIR]\n"
            "Trains a character-level MLP language model with libzero (run under mpirun).\n"
            "  --config FILE   DeepSpeed JSON config (batch, optimizer, scheduler, zero_optimization)\n"
@@ -26,6 +26,9 @@ static void usage(void) {
            "  --comm C        with --device cuda: auto (default; NCCL, one rank per GPU) or mpi (MPI\n"
            "                  behind libzero's staging layer: several ranks may share one GPU)\n"
            "  --quiet         no per-step lines\n"
+           "  --no-validation skip the final pass over the held-out text (val_loss null in the\n"
+           "                  summary): a short run's checks that compare bits, not the loss, take\n"
+           "                  most of their time there\n"
            "  --save-dir DIR  save checkpoints under DIR (DIR/step-N, DIR/latest); at the end, and\n"
            "  --save-every K  after every K-th step\n"
            "  --keep-last K   keep only the newest K checkpoints in DIR\n"
@@ -56,6 +59,10 @@ int demo_options_parse(int argc, char **argv, demo_options *o, int print, char *
         }
         if (!strcmp(a, "--quiet")) {
             o->quiet = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-validation")) {
+            o->no_validation = 1;
             continue;
         }
         static const char *const with_value[] = {"--config", "--plugin", "--steps", "--seed",

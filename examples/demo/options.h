@@ -18,6 +18,7 @@ typedef struct demo_options {
     const char *summary_path; /* --summary FILE (NULL: none) */
     const char *data_path;    /* --data PATH file or directory */
     int quiet;                /* --quiet: no per-step lines */
+    int no_validation;        /* --no-validation: no final pass over the held-out text */
     int device_cuda;          /* --device cuda: libzero keeps params, grads and optimizer state on the GPU */
     int comm_mpi;             /* --comm mpi: with --device cuda, MPI behind the staging layer instead of NCCL */
     const char *save_dir;     /* --save-dir DIR: checkpoint root (zero_save_ex; DIR/latest names the newest) */

@@ -126,10 +126,13 @@ uint64_t *demo_mem_gather(zero_engine *e, MPI_Comm comm, int rank, int world) {
 }
 
 void demo_print_final(const demo_report *rep, const demo_run_log *l, double mean_ms) {
-    printf("final: loss=%.4f, val_loss=%.4f over %llu held-out chars, mean step %.2f ms, skipped %ld, "
-           "digest sum=%.17g sumsq=%.17g\n",
-           l->steps > 0 ? l->losses[l->steps - 1] : 0.0, rep->val_loss, (unsigned long long)rep->val_tokens, mean_ms,
-           l->skipped, rep->digest_sum, rep->digest_sumsq);
+    char val[96] = "val_loss skipped (--no-validation)";
+    if (rep->val_tokens)
+        snprintf(val, sizeof val, "val_loss=%.4f over %llu held-out chars", rep->val_loss,
+                 (unsigned long long)rep->val_tokens);
+    printf("final: loss=%.4f, %s, mean step %.2f ms, skipped %ld, digest sum=%.17g sumsq=%.17g\n",
+           l->steps > 0 ? l->losses[l->steps - 1] : 0.0, val, mean_ms, l->skipped, rep->digest_sum,
+           rep->digest_sumsq);
 }
 
 void demo_report_fill(demo_report *rep, zero_engine *e, int world, const demo_options *opt,

@@ -129,6 +129,9 @@ def run_one(a, np_, plugin, rep, cfg_path):
     cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(np_), "--mca", "btl", "self,vader",
            a.demo, "--config", cfg_path, "--plugin", plugin, "--steps", str(a.steps), "--quiet",
            "--summary", summ] + (["--data", a.data] if a.data else [])
+    # Only the digest and the per-step losses are compared: the final pass over the held-out text
+    # (a third of a 3-step 9-rank run's CPU time, on the smaller corpus) is left out.
+    cmd.append("--no-validation")
     env = dict(os.environ)
     if a.jitter > 0:
         env["ZERO_DEBUG_JITTER"] = str(a.jitter)
@@ -194,8 +197,8 @@ def main():
     p.add_argument("--run-timeout", type=int, default=300)
     p.add_argument("--json", default="")
     p.add_argument("--data", default="",
-                   help="zero-demo --data (default: the demo's corpus); a smaller corpus shortens the final "
-                        "validation pass, which dominates a 3-step run, and changes nothing that is compared")
+                   help="zero-demo --data (default: the demo's corpus); a smaller corpus shortens the data "
+                        "loading and changes nothing that is compared (the runs skip the validation pass)")
     a = p.parse_args()
     if a.tol <= 0:
         a.tol = 1e-3 if a.precision == "bf16" else 1e-5
