@@ -48,8 +48,8 @@ def main():
     hp = dict(ob.HP, betas=[0.9, 0.98])
     fails = []
     for n in a.np:
-        ref = ob.run(a, f"curve-adam-n{n}", ob.adam_cfg(hp), n, a.steps, plugin="stage0")
-        one = ob.run(a, f"curve-onebit-n{n}", ob.onebit_cfg(a.freeze, hp=hp), n, a.steps)
+        ref = ob.run(a, f"curve-adam-n{n}", ob.adam_cfg(hp), n, a.steps, plugin="stage0", validation=True)
+        one = ob.run(a, f"curve-onebit-n{n}", ob.onebit_cfg(a.freeze, hp=hp), n, a.steps, validation=True)
         la, lo = ref["losses"], one["losses"]
         if len(la) != a.steps or len(lo) != a.steps:
             fails.append(f"N={n}: {len(lo)} / {len(la)} losses, expected {a.steps}")
