@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 #define ZERO_ABI_VERSION_MAJOR 1
-#define ZERO_ABI_VERSION_MINOR 7
+#define ZERO_ABI_VERSION_MINOR 8
 /* Encoded as major * 10000 + minor. */
 #define ZERO_ABI_VERSION (ZERO_ABI_VERSION_MAJOR * 10000 + ZERO_ABI_VERSION_MINOR)
 
@@ -711,6 +711,32 @@ ZERO_API zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_sa
  * zero_engine_destroy; copy them to keep them.  Not collective; call it
  * from the thread that calls zero_load. */
 ZERO_API zero_status zero_client_state(const zero_engine *e, const void **data, uint64_t *bytes);
+
+/* (1.8) zero_load with options. */
+typedef struct zero_load_options {
+    uint32_t struct_size; /* = sizeof(zero_load_options) */
+    /* 1: load the weights only (DeepSpeed's load_module_only; fine-tuning
+     * from a trained checkpoint).  The parameters (and the fp32 master of a
+     * 16-bit model) become the checkpoint's, read through the resharding
+     * reader: any world size and plugin wrote it, at any micro-step.  The
+     * optimizer starts over as after zero_params_done: its states zero (this
+     * run's optimizer, which may be another than the saver's), the step
+     * counters 0 (the lr schedule and Adam's bias correction restart), the
+     * loss scaler as the config sets it; this engine's zero_set_hparams
+     * settings stay.  The checkpoint's client state is read as by zero_load
+     * (zero_client_state).  The model must match as for zero_load (names,
+     * element counts, dtypes, groups, model dtype); the plugin must declare
+     * ZERO_PLUGIN_CAP_RESHARD (not stage1-pp); models with expert groups
+     * are refused.  0: zero_load. */
+    uint32_t weights_only;
+} zero_load_options;
+#define ZERO_LOAD_OPTIONS_INIT {sizeof(zero_load_options), 0}
+/* o may be NULL (= zero_load).  Every rank must pass the same options: a
+ * rank whose options are refused (a newer header's field set), or ranks
+ * that disagree on weights_only, make every rank return
+ * ZERO_ERR_INVALID_ARGUMENT with nothing loaded.  Borrowed for the call.
+ * Collective, like zero_load. */
+ZERO_API zero_status zero_load_ex(zero_engine *e, const char *dir, const zero_load_options *o);
 
 /* ------------------------------------------------------------------------ */
 /* Statistics                                                                */

@@ -357,9 +357,7 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
                                        "runs with a pipeline; name it",
                                        (int)e->rc->pipeline_stages),
                            err, err_len);
-    zero__scaler_init(&e->scaler, e->rc->model_dtype == ZERO_DTYPE_F16, e->rc->fp16_loss_scale,
-                      e->rc->fp16_initial_scale_power, e->rc->fp16_loss_scale_window, e->rc->fp16_hysteresis,
-                      e->rc->fp16_consecutive_hysteresis, e->rc->fp16_min_loss_scale);
+    zero__engine_steps_init(e); /* no step taken, the configured loss scaler, the lr of step 1 */
     /* LAMB has no per-range kernel: its trust ratios need whole-parameter
      * norms, which the part_step/boundary_step services compute across
      * partitions (partition_lamb.c); a plugin stepping ranges itself through
@@ -370,7 +368,6 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
                                        "optimizer.type: this optimizer is not implemented by libzero's kernels yet "
                                        "(supported: Adam, AdamW, SGD, Lion, Adagrad, Lamb)"),
                            err, err_len);
-    e->lr = zero__schedule_lr(e, 1);
 
     if (!e->auto_pick && (s = bind_plugin(e, plugin)) != ZERO_OK) return fail_create(e, s, err, err_len);
     *out = e;
@@ -1304,11 +1301,26 @@ zero_status zero_client_state(const zero_engine *e, const void **data, uint64_t 
  * runs the bucket collectives on every rank: each delivers zeros for what
  * it was not given, in order, and the plugins clear their gradients as
  * after an overflow (drop_window).  After the load, the checkpoint's
- * micro-step starts a fresh one: the host runs a backward before zero_step. */
-static zero_status discard_window(zero_engine *e) {
-    double any = (e->micro_step || zero__grads_reported(e, NULL)) ? 1.0 : 0.0;
-    zero_status s = zero__allreduce(e->global, &any, 1, ZERO_DTYPE_F64, ZERO_OP_MAX);
+ * micro-step starts a fresh one: the host runs a backward before zero_step.
+ * (1.8) The same all-reduce agrees on zero_load_ex's options first: a rank
+ * that refused its own (`local`) or ranks that disagree on weights_only
+ * fail the call on every rank before anything changes, window included. */
+static zero_status discard_window(zero_engine *e, zero_status local, int weights_only) {
+    const int me = zero__comm_rank(e->global);
+    double v[4] = {(e->micro_step || zero__grads_reported(e, NULL)) ? 1.0 : 0.0, local != ZERO_OK ? me + 1.0 : 0.0,
+                   weights_only, !weights_only};
+    zero_status s = zero__allreduce(e->global, v, 4, ZERO_DTYPE_F64, ZERO_OP_MAX);
     if (s != ZERO_OK) return zero__error_context(e, s, "zero_load: agreeing to drop the accumulation window");
+    if (local != ZERO_OK) return local;
+    if (v[1] > 0)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                           "zero_load_ex: rank %.0f refused its zero_load_options (its message says why); nothing "
+                           "loaded", v[1] - 1);
+    if (v[2] > 0 && v[3] > 0)
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                           "zero_load_ex: the ranks disagree on zero_load_options.weights_only (this rank: %d); "
+                           "nothing loaded", weights_only);
+    const double any = v[0];
     zero__grad_window_drop(e);
     if (any == 0) return ZERO_OK;
     zero__log(e, ZERO_LOG_INFO, "zero_load: dropping the accumulation window in progress (micro-step %u, %u param(s) "
@@ -1320,12 +1332,11 @@ static zero_status discard_window(zero_engine *e) {
     return s != ZERO_OK ? zero__error_context(e, s, "zero_load: dropping the accumulation window in progress") : s;
 }
 
-zero_status zero_load(zero_engine *e, const char *dir) {
-    zero_status s = ckpt_entry(e, dir, "zero_load", 1);
-    ZERO_TRACE_SCOPE("zero_load", "ckpt", NULL, 0, NULL, 0);
+static zero_status load_with(zero_engine *e, const char *dir, zero_status local, int weights_only) {
+    zero_status s = discard_window(e, local, weights_only);
     if (s != ZERO_OK) return s;
-    if ((s = discard_window(e)) != ZERO_OK) return s;
-    s = zero__ckpt_load(e, dir);
+    const zero__ck_load_args a = {weights_only};
+    s = zero__ckpt_load(e, dir, &a);
     /* libzero wrote its copies (all, or some before a failure): the
      * host-write check must not take that for the host's doing */
     zero__host_writes_note(e);
@@ -1334,6 +1345,33 @@ zero_status zero_load(zero_engine *e, const char *dir) {
     if ((s = zero__host_owned_writeback(e, "zero_load")) != ZERO_OK) return s;
     if (e->dev && e->any_host_owned && (s = device_order(e, 0, NULL)) != ZERO_OK) return s;
     return ZERO_OK;
+}
+
+zero_status zero_load(zero_engine *e, const char *dir) {
+    zero_status s = ckpt_entry(e, dir, "zero_load", 1);
+    ZERO_TRACE_SCOPE("zero_load", "ckpt", NULL, 0, NULL, 0);
+    return s != ZERO_OK ? s : load_with(e, dir, ZERO_OK, 0);
+}
+
+/* As zero_save_ex: each rank judges its options and the verdict is agreed
+ * in the load's first all-reduce (discard_window), so one rank's refusal
+ * is an error on every rank at once, nothing loaded. */
+zero_status zero_load_ex(zero_engine *e, const char *dir, const zero_load_options *o) {
+    zero_status s = ckpt_entry(e, dir, "zero_load_ex", 1);
+    ZERO_TRACE_SCOPE("zero_load", "ckpt", NULL, 0, NULL, 0);
+    if (s != ZERO_OK) return s;
+    zero_load_options opt = ZERO_LOAD_OPTIONS_INIT;
+    zero_status local = ZERO_OK;
+    char why[512];
+    if (o && o->struct_size < sizeof(uint32_t))
+        local = zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_load_ex: options without struct_size");
+    else if (o && !zero__struct_in(&opt, o, o->struct_size, sizeof opt, "zero_load_options", why, sizeof why))
+        local = zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_load_ex: %s", why);
+    else if (opt.weights_only > 1)
+        local = zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_load_ex: weights_only is %u (0 or 1)",
+                            opt.weights_only);
+    if (local != ZERO_OK) opt = (zero_load_options)ZERO_LOAD_OPTIONS_INIT; /* nothing of a refused struct is used */
+    return load_with(e, dir, local, (int)opt.weights_only);
 }
 
 /* ------------------------------------------------------------------------ */

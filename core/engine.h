@@ -232,6 +232,11 @@ zero_status zero__experts_param_comms(const struct zero_engine *e, zero_comm **o
 void zero__services_init(struct zero_engine *e);
 /* Learning-rate schedule: lr for optimizer step t (1-based), group 0 (sched.c). */
 double zero__schedule_lr(const struct zero_engine *e, uint64_t t);
+/* The step state a run starts from: no step taken (global, skipped and
+ * micro-step 0), the loss scaler as the config sets it, the lr of the
+ * schedule's first step.  At engine creation and by a weights-only load
+ * (1.8).  Step thread. */
+void zero__engine_steps_init(struct zero_engine *e);
 /* Optimizer betas for step t: the configured ones, or OneCycle's cycled
  * momentum (sched.c).  Pure; any thread. */
 void zero__schedule_betas(const struct zero_engine *e, uint64_t t, double *beta1, double *beta2);

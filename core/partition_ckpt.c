@@ -62,7 +62,8 @@ zero_status zero__svc_master_init(zero_core *c, const zero_part_step *ps, const 
  * Saving, the blob is recorded as holding `ck_kind` of those flat ranges
  * (the manifest's resharding map); loading a checkpoint of another world
  * size or plugin, each range is read element by element from the saver's
- * files instead (ckpt_source.h), converted to dt. */
+ * files instead (ckpt_source.h), converted to dt.  A weights-only load
+ * (1.8) reads no optimizer state: those ranges are zero, as a new run's. */
 static zero_status shard_blob(struct zero_engine *e, const char *dir, const char *name, const zero_part_step *ps,
                               void *base, zero_index_kind kind, zero_dtype dt, int32_t ck_kind, int write) {
     zero_core *c = zero__core_of(e);
@@ -75,14 +76,17 @@ static zero_status shard_blob(struct zero_engine *e, const char *dir, const char
     size_t off = 0;
     zero__ck_load *ld = e->ck_load;
     const int reshard = !write && ld && ld->reshard;
+    const int fresh = reshard && ld->weights_only && ck_kind >= ZERO__CK_STATE0;
+    if (fresh) memset(buf, 0, total ? total * es : 1);
     if (!write && !reshard) st = zero__ckpt_blob_read(c, dir, name, buf, total * es);
     for (uint32_t i = 0; st == ZERO_OK && i < ps->nranges; i++) {
         const zero_owned_range *r = &ps->ranges[i];
         size_t n = (size_t)(r->flat_hi - r->flat_lo) * es;
         char *arr = (char *)base + at(r, kind) * es;
         char err[1200];
-        if (reshard && zero__ck_read_mapped(ld->r, e->pp_stage, ck_kind, ld->new_off, r->flat_lo, r->flat_hi,
-                                            buf + off, dt, err, sizeof err))
+        if (reshard && !fresh &&
+            zero__ck_read_mapped(ld->r, e->pp_stage, ck_kind, ld->new_off, r->flat_lo, r->flat_hi, buf + off, dt, err,
+                                 sizeof err))
             st = zero__error(e, ZERO_ERR_IO, "%s", err);
         else if (write)
             zero__engine_copy(c, buf + off, arr, n);

@@ -34,7 +34,8 @@ typedef struct zero__ck_load {
     char dir[4096];      /* the checkpoint directory being read */
     zero__ck_manifest *m;
     zero__ck_reader *r;
-    int reshard;         /* another world size / plugin / layout wrote it */
+    int reshard;         /* another world size / plugin / layout wrote it, or weights_only */
+    int weights_only;    /* (1.8) zero_load_options.weights_only: params and master only, states zero */
     uint64_t *new_off;   /* resharding: this run's flat offset of each param of its stage */
     /* (1.4) the saver's zero_set_hparams settings (ckpt_hparams.h), adopted
      * when the load succeeds; has_hp 0: an older manifest without them */
@@ -77,7 +78,13 @@ typedef struct zero__ck_save_args {
     uint64_t client_bytes;
 } zero__ck_save_args;
 zero_status zero__ckpt_save(struct zero_engine *e, const char *root, const zero__ck_save_args *a);
-zero_status zero__ckpt_load(struct zero_engine *e, const char *path);
+/* What zero_load / zero_load_ex ask of a load (1.8): weights_only is
+ * zero_load_options.weights_only, the same on every rank (zero_load_ex
+ * agreed on it before). */
+typedef struct zero__ck_load_args {
+    int weights_only;
+} zero__ck_load_args;
+zero_status zero__ckpt_load(struct zero_engine *e, const char *path, const zero__ck_load_args *a);
 
 /* Agree over the whole job (every pipeline stage) on `local`: every rank
  * returns the failing status of the lowest failing rank, with its message

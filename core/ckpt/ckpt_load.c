@@ -18,7 +18,14 @@
  *     declare ZERO_PLUGIN_CAP_RESHARD, the save must sit at an accumulation
  *     boundary (no gradient in flight) and the pipeline split must be the
  *     same; the plugin's ckpt_shard reads are served element by element
- *     from whichever of the saver's files hold them (ckpt_source.h).
+ *     from whichever of the saver's files hold them (ckpt_source.h);
+ *   - (1.8) a weights-only load is a resharding load of the parameters and
+ *     the master alone: ckpt_shard zero-fills the optimizer states (of this
+ *     run's optimizer, which need not be the saver's), the plugin drops
+ *     what it keeps privately as on any reshard (ckpt_reshard), and the
+ *     engine's step state is reset as zero_params_done left it -- training
+ *     starts over from the checkpoint's weights.  The saver's micro-step
+ *     does not matter then: its gradients in flight are not read.
  * Every failure is agreed over the job with its message (zero__ck_agree). */
 #include <errno.h>
 #include <stdio.h>
@@ -91,8 +98,9 @@ static zero_status share(struct zero_engine *e, const char *path, char *dir, siz
     return zero__broadcast(g, *text, *len, ZERO_DTYPE_U8, 0);
 }
 
-/* The model and optimizer against this run's; the first difference named. */
-static zero_status check_model(struct zero_engine *e, const zero__ck_manifest *m, const char *dir) {
+/* The model and optimizer against this run's; the first difference named.
+ * A weights-only load reads no optimizer state: any optimizer wrote it. */
+static zero_status check_model(struct zero_engine *e, const zero__ck_manifest *m, const char *dir, int weights_only) {
     if (m->pp_stages != e->pp_stages)
         return zero__error(e, ZERO_ERR_MISMATCH, "checkpoint %s: written with %d pipeline stages, this run has %d", dir,
                            m->pp_stages, e->pp_stages);
@@ -100,7 +108,7 @@ static zero_status check_model(struct zero_engine *e, const zero__ck_manifest *m
         return zero__error(e, ZERO_ERR_MISMATCH, "checkpoint %s: model dtype %s, this run trains in %s", dir,
                            zero__ck_dtype_name(m->model_dtype), zero__ck_dtype_name(e->rc->model_dtype));
     const uint32_t ns = zero__optim_state_count(e->rc->optim, e->rc->momentum);
-    if (m->optim != e->rc->optim || m->nstate != ns)
+    if (!weights_only && (m->optim != e->rc->optim || m->nstate != ns))
         return zero__error(e, ZERO_ERR_MISMATCH,
                            "checkpoint %s: optimizer %s with %u state arrays, this run's optimizer %s has %u", dir,
                            zero__ck_optim_name(m->optim), m->nstate, zero__ck_optim_name(e->rc->optim), ns);
@@ -172,7 +180,7 @@ static zero_status prepare(struct zero_engine *e, zero__ck_load *ld, const char 
     char err[1024];
     ld->m = zero__ck_manifest_parse(text, len, err, sizeof err);
     if (!ld->m) return zero__error(e, ZERO_ERR_IO, "checkpoint %s: %s", ld->dir, err);
-    zero_status s = check_model(e, ld->m, ld->dir);
+    zero_status s = check_model(e, ld->m, ld->dir, ld->weights_only);
     if (s != ZERO_OK) return s;
     if (zero__ck_hparams_parse(ld->m->root, &ld->hp, &ld->nhp, &ld->has_hp, err, sizeof err) != 0)
         return zero__error(e, ZERO_ERR_IO, "checkpoint %s: %s", ld->dir, err);
@@ -186,8 +194,12 @@ static zero_status allow_reshard(struct zero_engine *e, zero__ck_load *ld) {
      * element-by-element sources do not know which file holds which expert */
     if (e->group_comms)
         return zero__error(e, ZERO_ERR_UNSUPPORTED,
-                           "checkpoint %s: resharding a model with expert groups (another world size or plugin) is "
-                           "not implemented; load it with '%s' at %d ranks",
+                           ld->weights_only
+                               ? "checkpoint %s: a weights-only load of a model with expert groups is not implemented "
+                                 "(it reads through the resharding reader); load the whole checkpoint with '%s' at %d "
+                                 "ranks"
+                               : "checkpoint %s: resharding a model with expert groups (another world size or plugin) "
+                                 "is not implemented; load it with '%s' at %d ranks",
                            ld->dir, ld->m->plugin, ld->m->world);
     const zero__ck_manifest *m = ld->m;
     const char *mine = e->plugin.table->name;
@@ -198,10 +210,14 @@ static zero_status allow_reshard(struct zero_engine *e, zero__ck_load *ld) {
                            ld->dir, m->plugin, m->world, m->plugin, m->world);
     if (!(e->plugin.table->caps & ZERO_PLUGIN_CAP_RESHARD))
         return zero__error(e, ZERO_ERR_UNSUPPORTED,
-                           "checkpoint %s: written by plugin '%s' at %d ranks; plugin '%s' cannot load another "
-                           "plugin's or world size's checkpoint (no ZERO_PLUGIN_CAP_RESHARD)",
+                           ld->weights_only
+                               ? "checkpoint %s: written by plugin '%s' at %d ranks; plugin '%s' cannot load weights "
+                                 "only (no ZERO_PLUGIN_CAP_RESHARD: a weights-only load reads through the resharding "
+                                 "reader)"
+                               : "checkpoint %s: written by plugin '%s' at %d ranks; plugin '%s' cannot load another "
+                                 "plugin's or world size's checkpoint (no ZERO_PLUGIN_CAP_RESHARD)",
                            ld->dir, m->plugin, m->world, mine);
-    if (m->st.micro_step)
+    if (m->st.micro_step && !ld->weights_only)
         return zero__error(e, ZERO_ERR_UNSUPPORTED,
                            "checkpoint %s: saved in the middle of an accumulation window (micro-step %u): only plugin "
                            "'%s' at %d ranks %scan resume it (gradients in flight are not resharded)",
@@ -210,7 +226,7 @@ static zero_status allow_reshard(struct zero_engine *e, zero__ck_load *ld) {
                                ? "with the saver's partition layout (zero_optimization.round_robin_gradients and "
                                  "reduce_bucket_size as saved) "
                                : "");
-    for (int k = -1; k < (int)m->nstate; k++) {
+    for (int k = -1; k < (ld->weights_only ? 0 : (int)m->nstate); k++) {
         int kind = k < 0 ? ZERO__CK_MASTER : ZERO__CK_STATE0 + k;
         if (!zero__ck_has(m, e->pp_stage, kind))
             return zero__error(e, ZERO_ERR_IO, "checkpoint %s: no shard data of kind %d for resharding", ld->dir, kind);
@@ -218,8 +234,8 @@ static zero_status allow_reshard(struct zero_engine *e, zero__ck_load *ld) {
     ld->new_off = calloc(e->nparams ? e->nparams : 1, sizeof *ld->new_off);
     if (!ld->new_off) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory");
     for (uint32_t i = 0; i < e->nparams; i++) ld->new_off[i] = e->params[i]->info.flat_offset;
-    zero__log(e, ZERO_LOG_INFO, "checkpoint %s: resharding %s x%d -> %s x%d", ld->dir, m->plugin, m->world, mine,
-              e->world_size);
+    zero__log(e, ZERO_LOG_INFO, "checkpoint %s: %s %s x%d -> %s x%d", ld->dir,
+              ld->weights_only ? "loading the weights only of" : "resharding", m->plugin, m->world, mine, e->world_size);
     return ZERO_OK;
 }
 
@@ -254,9 +270,10 @@ static zero_status read_client_state(struct zero_engine *e, zero__ck_load *ld, v
     return ZERO_OK;
 }
 
-zero_status zero__ckpt_load(struct zero_engine *e, const char *path) {
+zero_status zero__ckpt_load(struct zero_engine *e, const char *path, const zero__ck_load_args *a) {
     zero__ck_load ld;
     memset(&ld, 0, sizeof ld);
+    ld.weights_only = a->weights_only != 0;
     char *text = NULL;
     size_t len = 0;
     zero_status s = share(e, path, ld.dir, sizeof ld.dir, &text, &len);
@@ -266,7 +283,7 @@ zero_status zero__ckpt_load(struct zero_engine *e, const char *path) {
     if (s == ZERO_OK) {
         double need = same_layout(e, ld.m) ? 0 : 1;
         s = zero__allreduce(e->global, &need, 1, ZERO_DTYPE_F64, ZERO_OP_MAX);
-        ld.reshard = need > 0;
+        ld.reshard = need > 0 || ld.weights_only;
         if (s == ZERO_OK) {
             e->ck_load = &ld;
             s = ld.reshard ? allow_reshard(e, &ld) : ZERO_OK;
@@ -283,7 +300,15 @@ zero_status zero__ckpt_load(struct zero_engine *e, const char *path) {
         e->ck_load = NULL;
         s = zero__ck_agree(e, s, "zero_load");
     }
-    if (s == ZERO_OK) {
+    if (s == ZERO_OK && ld.weights_only) {
+        /* training starts over from these weights: the optimizer states are zero (ckpt_shard), the plugin
+         * dropped its gradients (a resharding load), the step state is a new run's */
+        zero__engine_steps_init(e);
+        free(e->ck_client); /* the client state is read as by a whole load */
+        e->ck_client = client;
+        e->ck_client_bytes = client_bytes;
+        client = NULL;
+    } else if (s == ZERO_OK) {
         const zero__ck_state *st = &ld.m->st;
         e->global_step = st->global_step;
         e->skipped_steps = st->skipped_steps;

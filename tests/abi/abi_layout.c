@@ -113,6 +113,11 @@ _Static_assert(offsetof(zero_engine_info, train_batch_size) == 40, "offsetof(zer
 _Static_assert(offsetof(zero_engine_info, lr) == 48, "offsetof(zero_engine_info, lr)");
 _Static_assert(offsetof(zero_engine_info, loss_scale) == 56, "offsetof(zero_engine_info, loss_scale)");
 
+/* zero_load_options (1.8) */
+_Static_assert(sizeof(zero_load_options) == 8, "sizeof(zero_load_options)");
+_Static_assert(offsetof(zero_load_options, struct_size) == 0, "offsetof(zero_load_options, struct_size)");
+_Static_assert(offsetof(zero_load_options, weights_only) == 4, "offsetof(zero_load_options, weights_only)");
+
 /* zero_save_options */
 _Static_assert(sizeof(zero_save_options) == 32, "sizeof(zero_save_options)"); /* 16 until 1.6 */
 _Static_assert(offsetof(zero_save_options, struct_size) == 0, "offsetof(zero_save_options, struct_size)");

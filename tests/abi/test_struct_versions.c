@@ -6,7 +6,8 @@
  *    and a message naming the struct, the byte and the newer header, for
  *    every input struct: zero_engine_options, zero_param_desc,
  *    zero_group_desc, zero_hparams, zero_step_args, zero_save_options,
- *    zero_plan_request (zero_host_comm: tests/stages/test_host_comm.c);
+ *    zero_load_options (1.8), zero_plan_request (zero_host_comm:
+ *    tests/stages/test_host_comm.c);
  *  - a struct_size past any struct (garbage) is refused without reading it;
  *  - every reserved field documented "must be 0" is checked, so that a later
  *    ABI can give it a meaning;
@@ -204,6 +205,13 @@ static void engine_calls(void) {
               zero_last_error(e));
         snprintf(path, sizeof path, "%s/kept", dir);
         CHECK(stat(path, &st) == 0, "no checkpoint at %s", path);
+        NEWER(zero_load_options) lo = {ZERO_LOAD_OPTIONS_INIT, 1}; /* (1.8) */
+        lo.s.struct_size = sizeof lo;
+        lo.s.weights_only = 1;
+        expect_refused(zero_load_ex(e, path, &lo.s), zero_last_error(e), "zero_load_options.struct_size is",
+                       "load_options: new field set");
+        lo.added = 0;
+        CHECK(zero_load_ex(e, path, &lo.s) == ZERO_OK, "load (newer options, new field zero): %s", zero_last_error(e));
         char cmd[160];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         CHECK(system(cmd) == 0, "rm %s", dir);
