@@ -165,6 +165,16 @@ int main(int argc, char **argv) {
             } else if (e.rank() == 0) {
                 std::printf("checkpoint %s/final: client state \"%s\" and W came back\n", argv[3], state.c_str());
             }
+            g.release();
+            e.load(argv[3], true);  // (libzero >= 1.9) the weights alone: W again, the optimizer from step 0
+            zero::gather_guard w = e.gather({pw});
+            same = e.info().global_step == 0;
+            for (std::size_t i = 0; same && i < W.size(); i++) same = w.get<float>(0)[i] == before[i];
+            if (!same) {
+                std::fprintf(stderr, "a weights-only load: step %llu (expected 0) or W differs\n",
+                             (unsigned long long)e.info().global_step);
+                failures++;
+            }
         }
         zero_memory_stats m = e.memory_stats();
         if (e.rank() == 0)

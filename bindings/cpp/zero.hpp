@@ -280,6 +280,13 @@ class engine {
         check(zero_save_ex(e_, dir.c_str(), &o), "zero_save_ex");
     }
     void load(const std::string &dir) { check(zero_load(e_, dir.c_str()), "zero_load"); }
+    /// (libzero >= 1.9, ABI 1.8) load(dir) or, weights_only, the checkpoint's parameters alone (any world size,
+    /// plugin or micro-step wrote it); the optimizer starts over: states zero, step 0, schedule from the start.
+    void load(const std::string &dir, bool weights_only) {
+        zero_load_options o = ZERO_LOAD_OPTIONS_INIT;
+        o.weights_only = weights_only ? 1u : 0u;
+        check(zero_load_ex(e_, dir.c_str(), &o), "zero_load_ex");
+    }
     /// The client state of the checkpoint the last load() read (a copy; empty when it had none).
     std::vector<unsigned char> client_state() const {
         const void *data = nullptr;

@@ -13,7 +13,13 @@
 * a directory without any checkpoint: (None, None) and one warning;
   a damaged one still raises;
 * refused with ValueError naming the argument: save_latest=False,
-  load_module_only=True, load_optimizer_states=False;
+  load_optimizer_states=False or load_lr_scheduler_states=False alone,
+  load_module_strict=False;
+* (1.9) load_checkpoint(load_module_only=True) into a fresh stage-3 engine
+  (and load_optimizer_states=False with load_lr_scheduler_states=False into
+  stage 1): the parameters at the save, global_steps 0, the client state;
+  4 steps later the parameters of an engine whose module held those
+  weights at initialize, bitwise (the optimizer started over);
 * (1.8) get_fp32_state_dict_from_zero_checkpoint / load_state_dict_from_
   zero_checkpoint: the saved parameters, shaped as the module's, without
   an engine; a tied model's alias gets the weight;
@@ -90,6 +96,35 @@ def run(engine, sched, first, last):
 def values(engine):
     with engine.gathered_parameters() as ps:
         return [p.detach().clone() for p in ps]
+
+
+def module_only(ckdir, at_save):
+    """load_module_only: the weights alone; the optimizer, step and schedule start over."""
+    for stage, kw in ((3, {"load_module_only": True}),
+                      (1, {"load_optimizer_states": False, "load_lr_scheduler_states": False})):
+        engine, sched = start(stage)
+        path, state = engine.load_checkpoint(ckdir, **kw)
+        check(state.get("step") == SAVE_AT, "%s: client state %r" % (kw, state))
+        got = values(engine)
+        check(all(torch.equal(a, b) for a, b in zip(got, at_save)), "%s: not the parameters at the save" % kw)
+        check(engine.global_steps == 0, "%s: global_steps %d after a module-only load" % (kw, engine.global_steps))
+        run(engine, sched, 0, 4)
+        after = values(engine)
+        engine.close()
+        model = make_model()
+        with torch.no_grad():
+            for p, v in zip(model.parameters(), at_save):
+                p.copy_(v)
+        ref, opt, _, _ = zt.initialize(model, config(stage))
+        run(ref, S.StepLR(opt, step_size=2, gamma=0.5), 0, 4)
+        want = values(ref)
+        ref.close()
+        same = all(torch.equal(a, b) for a, b in zip(after, want))
+        check(same, "%s at stage %d: 4 steps after the load differ from a run initialized with those weights "
+              "(max %.3e)" % (kw, stage, max(float((a - b).abs().max()) for a, b in zip(after, want))))
+        if RANK == 0:
+            print("N=%d stage %d load_checkpoint(%s): the saved weights, global_steps 0; 4 steps later bitwise a "
+                  "run initialized with them: %s" % (WORLD, stage, ", ".join("%s=%s" % x for x in kw.items()), same))
 
 
 def offline(ckdir, at_save, root):
@@ -282,6 +317,7 @@ def main():
         engine.close()
 
     accessors(ckdir)
+    module_only(ckdir, at_save)
     buffers(root)
     offline(ckdir, at_save, root)
     engine, _ = start(2)
@@ -295,7 +331,8 @@ def main():
         check(False, "a missing tag was not an error")
     except zt.ZeroError:
         pass
-    for bad in ({"load_module_only": True}, {"load_optimizer_states": False}):
+    for bad in ({"load_optimizer_states": False}, {"load_lr_scheduler_states": False},
+                {"load_module_strict": False}):
         try:
             engine.load_checkpoint(ckdir, **bad)
             check(False, "load_checkpoint(%s) was not refused" % bad)

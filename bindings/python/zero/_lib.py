@@ -119,6 +119,10 @@ class SaveOptions(ctypes.Structure):  # (1.2) tag, keep_last; (1.7) client state
                 ("client_state_bytes", c_u64)]
 
 
+class LoadOptions(ctypes.Structure):  # (1.8) weights_only
+    _fields_ = [("struct_size", c_u32), ("weights_only", c_u32)]
+
+
 def _declare(lib):
     P = ctypes.POINTER
     sigs = {
@@ -152,6 +156,7 @@ def _declare(lib):
         "zero_load": (c_i32, [c_vp, c_cp]),
         "zero_save_ex": (c_i32, [c_vp, c_cp, P(SaveOptions)]),
         "zero_client_state": (c_i32, [c_vp, P(c_vp), P(c_u64)]),
+        "zero_load_ex": (c_i32, [c_vp, c_cp, P(LoadOptions)]),
         "zero_engine_info_get": (c_i32, [c_vp, P(EngineInfoC)]),
         "zero_broadcast": (c_i32, [c_vp, c_vp, c_u64, ctypes.c_int]),
         "zero_memory_stats_get": (c_i32, [c_vp, P(MemoryStatsC)]),
@@ -177,7 +182,7 @@ def require(name, what):
         v = lib().zero_abi_version()
         need = {"zero_step_timing_get": "1.3", "zero_gather_slices": "1.6", "zero_release_slices": "1.6",
                 "zero_save_ex": "1.2", "zero_client_state": "1.7", "zero_engine_info_get": "1.7",
-                "zero_broadcast": "1.7"}.get(name, "1.1")
+                "zero_broadcast": "1.7", "zero_load_ex": "1.8"}.get(name, "1.1")
         raise OSError("%s needs libzero ABI %s (%s); the loaded library is %d.%d"
                       % (what, need, name, v // 10000, v % 10000))
 

@@ -552,8 +552,21 @@ class Engine:
             o.client_state_bytes = len(data)
         self._check(self._lib.zero_save_ex(self._handle(), path, ctypes.byref(o)), "zero_save_ex")
 
-    def load(self, directory):
-        self._check(self._lib.zero_load(self._handle(), os.fspath(directory).encode()), "zero_load")
+    def load(self, directory, weights_only=False):
+        """zero_load; weights_only=True (ABI 1.8, zero_load_ex): the
+        checkpoint's parameters only, from any world size, plugin or
+        micro-step, and the optimizer starts over (states zero, steps 0,
+        schedule and loss scaler as configured): fine-tuning from a trained
+        checkpoint.  Collective."""
+        path = os.fspath(directory).encode()
+        if not weights_only:
+            self._check(self._lib.zero_load(self._handle(), path), "zero_load")
+            return
+        L.require("zero_load_ex", "load(weights_only=True)")
+        o = L.LoadOptions()
+        o.struct_size = ctypes.sizeof(o)
+        o.weights_only = 1
+        self._check(self._lib.zero_load_ex(self._handle(), path, ctypes.byref(o)), "zero_load_ex")
 
     def client_state(self):
         """The client state of the checkpoint the last load() read (bytes),

@@ -1284,7 +1284,7 @@ class ZeroEngine:
             L.require("zero_client_state", "save(client_state=)")
         self.z.save(directory, tag=tag, keep_last=keep_last, client_state=blob)
 
-    def load(self, directory):
+    def load(self, directory, weights_only=False):
         """zero_load; host-owned parameters receive the checkpoint's values,
         the module's persistent buffers the saved ones (1.8), and libzero
         the saving run's hyper-parameters (zero_set_hparams settings, ABI
@@ -1293,14 +1293,22 @@ class ZeroEngine:
         is dropped (1.7.5): run the next one afresh.  Returns the client
         state saved with the checkpoint ({} when none; the raw bytes of a
         checkpoint a C host saved).  The client state is a pickle: like
-        torch.load, load only checkpoints you trust.  Collective."""
-        self.z.load(directory)
+        torch.load, load only checkpoints you trust.  Collective.
+
+        weights_only=True (1.9, ABI 1.8; DeepSpeed's load_module_only): the
+        module alone -- parameters and persistent buffers -- from a
+        checkpoint of any world size, stage or micro-step; the optimizer
+        starts over (states zero, step 0, the lr schedule and loss scaler
+        from the start) and param_groups keep this run's settings.  For
+        fine-tuning from a trained checkpoint."""
+        self.z.load(directory, weights_only=weights_only)
         # (1.7.5) libzero dropped the micro-step in progress (a backward
         # without its step): the next backward's gradients are its first
         self._reported = set()
         self._written = []  # the checkpoint's values are the parameters' now
         self._note_params()
-        self.optimizer._adopt(_checkpoint_hparams(directory))
+        if not weights_only:
+            self.optimizer._adopt(_checkpoint_hparams(directory))
         return self._restore_blob(self.z.client_state(), directory)
 
     def _restore_blob(self, blob, directory):
@@ -1389,26 +1397,32 @@ class ZeroEngine:
         `latest`, no manifest.json) and tag None returns (None, None) with
         a warning, so `if path is None: start fresh` works; any other
         failure raises.  The client state is a pickle: like torch.load,
-        load only checkpoints you trust.  Collective.  A partial load
-        (load_optimizer_states=False, load_module_only=True,
-        load_lr_scheduler_states=False), load_module_strict=False and
-        custom_load_fn are refused (ValueError): a libzero load restores
-        the whole training state and the model must match."""
+        load only checkpoints you trust.  Collective.
+
+        load_module_only=True, or load_optimizer_states=False together with
+        load_lr_scheduler_states=False (1.9): the module alone, for
+        fine-tuning -- load(weights_only=True): the optimizer, the step and
+        the lr schedule start over.  Refused (ValueError): one of
+        load_optimizer_states / load_lr_scheduler_states False without the
+        other (libzero keeps the step, the schedule and the optimizer
+        together), load_module_strict=False (the model must match) and
+        custom_load_fn."""
+        weights_only = load_module_only or (not load_optimizer_states and not load_lr_scheduler_states)
         partial = [k for k, v in (("load_module_strict=False", not load_module_strict),
-                                  ("load_optimizer_states=False", not load_optimizer_states),
-                                  ("load_lr_scheduler_states=False", not load_lr_scheduler_states),
-                                  ("load_module_only=True", load_module_only),
+                                  ("load_optimizer_states=False", not load_optimizer_states and not weights_only),
+                                  ("load_lr_scheduler_states=False",
+                                   not load_lr_scheduler_states and not weights_only),
                                   ("custom_load_fn", custom_load_fn is not None)) if v]
         if partial:
             raise ValueError("load_checkpoint(%s): a libzero load restores the whole training state (parameters, "
-                             "optimizer state, step, lr schedule) and the model must match; for the weights "
-                             "alone: `zero-ckpt consolidate DIR model.safetensors`, then load_state_dict before "
-                             "initialize" % ", ".join(partial))
+                             "optimizer state, step, lr schedule) or, with load_module_only=True, the module "
+                             "alone (the optimizer, step and schedule start over); the model must match"
+                             % ", ".join(partial))
         path = os.fspath(load_dir)
         if tag is not None:
             path = os.path.join(path, str(tag))
         try:
-            state = self.load(path)
+            state = self.load(path, weights_only=weights_only)
         except ZeroError as err:
             if tag is None and "no checkpoint in" in err.message:
                 warnings.warn("load_checkpoint: no checkpoint in %s (neither latest nor manifest.json); "
