@@ -725,9 +725,9 @@ typedef struct zero_load_options {
      * loss scaler as the config sets it; this engine's zero_set_hparams
      * settings stay.  The checkpoint's client state is read as by zero_load
      * (zero_client_state).  The model must match as for zero_load (names,
-     * element counts, dtypes, groups, model dtype); the plugin must declare
-     * ZERO_PLUGIN_CAP_RESHARD (not stage1-pp); models with expert groups
-     * are refused.  0: zero_load. */
+     * element counts, dtypes, groups, model dtype, pipeline split); the
+     * plugin must declare ZERO_PLUGIN_CAP_RESHARD (every built-in one
+     * does); models with expert groups are refused.  0: zero_load. */
     uint32_t weights_only;
 } zero_load_options;
 #define ZERO_LOAD_OPTIONS_INIT {sizeof(zero_load_options), 0}

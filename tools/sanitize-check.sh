@@ -27,7 +27,9 @@
 # they run clang-built fuzzers that carry ASan+UBSan already, unaffected by
 # this build), ASAN_SET=ci (the subset CI runs, below: EXCLUDE then adds
 # to it),
-# SKIP_BUILD=1 (reuse an existing build).  Logs: $BUILD_DIR/sanitize-*.log.
+# SKIP_BUILD=1 (reuse an existing build), BUILD_ONLY=1 (build and stop: .ci/run
+# builds both trees in the background while make test runs).  Logs:
+# $BUILD_DIR/sanitize-*.log.
 #
 # How Open MPI is kept out of the verdict (it is not built with sanitizers):
 #  - LSan: tests/sanitizers/lsan.supp suppresses leaks whose allocation stack
@@ -96,6 +98,10 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
         { cat "$build/sanitize-configure.log"; exit 1; }
     cmake --build "$build" -j"$jobs" >"$build/sanitize-build.log" 2>&1 ||
         { tail -40 "$build/sanitize-build.log"; echo "sanitize-check: build failed" >&2; exit 1; }
+fi
+if [ "${BUILD_ONLY:-0}" = 1 ]; then
+    echo "sanitize-check: $mode build ready in $build"
+    exit 0
 fi
 
 # dlclose no-op shim (tests/sanitizers/CMakeLists.txt builds it, not

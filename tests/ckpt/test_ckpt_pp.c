@@ -24,6 +24,11 @@
  *     pipeline split kept) verifies, and, marked "reshardable": 0 (so only
  *     the native path can load it), loads at 2 x 3 with the same checks as
  *     2.; converting it to stage2 is refused (no pipeline support).
+ *  6. (1.9) a weights-only load (zero_load_options.weights_only) of the
+ *     2 x 2 checkpoint at 2 x 3 after a step of its own: each stage's
+ *     parameters are the saved ones, the step state 0, and 2 steps later
+ *     they are those of a 2 x 3 run whose stages registered the saved
+ *     values (relative L2 <= 1e-6 as in 2.; measured bitwise);
  * Usage: test_ckpt_pp DIR ZERO_CKPT   (under mpirun -np 6) */
 #include <math.h>
 #include <mpi.h>
@@ -50,7 +55,8 @@ typedef struct tiny {
     int stage;
 } tiny;
 
-static int tiny_make(tiny *T, MPI_Comm comm, int stages) {
+/* init: NULL, or per pipeline stage the concatenated initial values (p0 then p1). */
+static int tiny_make(tiny *T, MPI_Comm comm, int stages, float *const *init) {
     char cfg[512], err[1024] = "";
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d, \"gradient_clipping\": 0,"
@@ -70,7 +76,8 @@ static int tiny_make(tiny *T, MPI_Comm comm, int stages) {
     for (int j = 0; j < NPAR; j++) {
         uint64_t n = numel_of(T->stage, j);
         inits[j] = calloc(n, sizeof(float));
-        for (uint64_t i = 0; i < n; i++) inits[j][i] = (float)(0.01 * (double)i - 0.1 * j);
+        for (uint64_t i = 0; i < n; i++)
+            inits[j][i] = init ? init[T->stage][(j ? numel_of(T->stage, 0) : 0) + i] : (float)(0.01 * (double)i - 0.1 * j);
         char name[32];
         snprintf(name, sizeof name, "stage%d.p%d", T->stage, j);
         zero_param_desc d = ZERO_PARAM_DESC_INIT;
@@ -152,7 +159,7 @@ static void save_2x2(const char *root, float **saved, size_t *nsaved) {
     int stage = -1;
     if (c != MPI_COMM_NULL) {
         tiny T = {0};
-        if (tiny_make(&T, c, P) == 0) {
+        if (tiny_make(&T, c, P, NULL) == 0) {
             train(&T, 0, SAVE_AT);
             mine = snap(&T, &n);
             stage = T.stage;
@@ -185,11 +192,11 @@ static void resume_case(const char *root, int dp, float **saved, const size_t *n
         tiny U = {0}, R = {0};
         size_t nu = 0, nl = 0, nr = 0;
         float *u = NULL, *l = NULL, *r = NULL;
-        if (tiny_make(&U, c, P) == 0) {
+        if (tiny_make(&U, c, P, NULL) == 0) {
             train(&U, 0, STEPS);
             u = snap(&U, &nu);
         }
-        if (tiny_make(&R, c, P) == 0) {
+        if (tiny_make(&R, c, P, NULL) == 0) {
             zero_status s = zero_load(R.e, root);
             CHECK(s == ZERO_OK, "2x2 -> 2x%d load: %s", dp, zero_last_error(R.e));
             const void *cs = NULL;
@@ -223,6 +230,52 @@ static void resume_case(const char *root, int dp, float **saved, const size_t *n
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Case 6: a weights-only load at 2 x dp, against a run from the saved values. */
+static void weights_only_case(const char *root, int dp, float **saved, const size_t *nsaved) {
+    MPI_Comm c = first(P * dp);
+    if (c != MPI_COMM_NULL) {
+        tiny W = {0}, F = {0};
+        size_t nw = 0, nf = 0;
+        float *w = NULL, *f = NULL;
+        if (tiny_make(&W, c, P, NULL) == 0) {
+            train(&W, 0, 1); /* a step of its own: its states and counters must go */
+            zero_load_options o = ZERO_LOAD_OPTIONS_INIT;
+            o.weights_only = 1;
+            zero_status s = zero_load_ex(W.e, root, &o);
+            CHECK(s == ZERO_OK, "2x2 -> 2x%d weights-only load: %s", dp, zero_last_error(W.e));
+            zero_engine_info in = ZERO_ENGINE_INFO_INIT;
+            CHECK(zero_engine_info_get(W.e, &in) == ZERO_OK && in.global_step == 0 && in.micro_step == 0,
+                  "2x2 -> 2x%d weights only: rank %d: step %llu after the load", dp, g_rank,
+                  (unsigned long long)in.global_step);
+            w = snap(&W, &nw);
+            CHECK(nw == nsaved[W.stage] && !memcmp(w, saved[W.stage], nw * sizeof(float)),
+                  "2x2 -> 2x%d weights only: rank %d (stage %d): parameters differ from the saved ones", dp, g_rank,
+                  W.stage);
+            free(w);
+            train(&W, 0, 2);
+            w = snap(&W, &nw);
+        }
+        if (tiny_make(&F, c, P, saved) == 0) {
+            train(&F, 0, 2);
+            f = snap(&F, &nf);
+        }
+        if (w && f && nw == nf) {
+            double d = rel_l2(w, f, nw), dmax = d;
+            MPI_Allreduce(&d, &dmax, 1, MPI_DOUBLE, MPI_MAX, c);
+            CHECK(dmax <= 1e-6, "2x2 -> 2x%d weights only: 2 steps later rel L2 %.3e from a run that registered the "
+                  "saved values", dp, dmax);
+            if (g_rank == 0)
+                printf("stage1-pp 2x2 -> 2x%d weights only: loaded == saved, step 0; 2 steps later vs a run from the "
+                       "saved values: rel L2 %.3e%s\n", dp, dmax, dmax == 0 ? " (bitwise)" : "");
+        }
+        free(w), free(f);
+        if (W.e) zero_engine_destroy(W.e);
+        if (F.e) zero_engine_destroy(F.e);
+        MPI_Comm_free(&c);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* Inside an accumulation window: the window's gradient is in the
  * checkpoint (stage1-pp.grads), so 2 x 2 resumes bitwise; another DP size
  * refuses it (gradients in flight are not resharded). */
@@ -233,7 +286,7 @@ static void mid_window(const char *root) {
         size_t na = 0, nb = 0;
         float *a = NULL, *b = NULL;
         zero_step_result res = ZERO_STEP_RESULT_INIT;
-        if (tiny_make(&A, c, P) == 0) {
+        if (tiny_make(&A, c, P, NULL) == 0) {
             train(&A, 0, 1);
             micro(&A, 1, 0, 1, &res);
             CHECK(res.boundary == 0, "micro-batch 0 of 2 is not a boundary");
@@ -243,7 +296,7 @@ static void mid_window(const char *root) {
             train(&A, 2, 3);
             a = snap(&A, &na);
         }
-        if (tiny_make(&B, c, P) == 0) {
+        if (tiny_make(&B, c, P, NULL) == 0) {
             zero_status s = zero_load(B.e, root);
             CHECK(s == ZERO_OK, "mid-window load: %s", zero_last_error(B.e));
             micro(&B, 1, 1, M, &res);
@@ -263,7 +316,7 @@ static void mid_window(const char *root) {
     c = first(2);
     if (c != MPI_COMM_NULL) {
         tiny T = {0};
-        if (tiny_make(&T, c, P) == 0) {
+        if (tiny_make(&T, c, P, NULL) == 0) {
             zero_status s = zero_load(T.e, root);
             const char *msg = zero_last_error(T.e);
             CHECK(s == ZERO_ERR_UNSUPPORTED && strstr(msg, "middle of an accumulation window"),
@@ -280,7 +333,7 @@ static void other_split(const char *root) {
     MPI_Comm c = first(2);
     if (c != MPI_COMM_NULL) {
         tiny T = {0};
-        if (tiny_make(&T, c, 1) == 0) {
+        if (tiny_make(&T, c, 1, NULL) == 0) {
             zero_status s = zero_load(T.e, root);
             const char *msg = zero_last_error(T.e);
             CHECK(s == ZERO_ERR_MISMATCH && strstr(msg, "written with 2 pipeline stages, this run has 1"),
@@ -311,6 +364,7 @@ int main(int argc, char **argv) {
     save_2x2(root, saved, nsaved);
     resume_case(root, 1, saved, nsaved);
     resume_case(root, 3, saved, nsaved);
+    weights_only_case(root, 3, saved, nsaved);
     other_split(root);
     char conv[600];
     snprintf(conv, sizeof conv, "%s-x3", root);
