@@ -16,6 +16,9 @@
  *       optimizer states),
  *       offload + AdamW after 2 steps of its own (a run in progress
  *       starts over too),
+ *       stage3 with the optimizer's tiles (of 100) on NVMe and the parameter
+ *       shard in host memory, AdamW, after a step of its own (the states
+ *       are zeroed through the tiles),
  *       stage1 + Adam on the first ceil(W/2) ranks (another world size);
  *  3. bf16: a bf16 stage2 checkpoint loaded weights-only by bf16 stage3:
  *     the 16-bit parameters are the saver's, the steps 0;
@@ -30,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../common/host_util.h"
 #include "../common/mpi_check.h"
@@ -154,13 +158,14 @@ static zero_status load_weights(model *m, const char *dir, uint32_t weights_only
 
 static const char client_[] = "step 7, epoch 2";
 
-/* Case 2 for one (plugin, config) on comm: loaded vs registered. */
-static void equals_new_run(const char *what, const char *plugin, const char *json, MPI_Comm comm, const char *dir,
-                           const float *v, int own_steps) {
+/* Case 2 for one (plugin, config) on comm: loaded vs registered (rjson:
+ * the reference's config, NULL = json; another NVMe path). */
+static void equals_new_run_2(const char *what, const char *plugin, const char *json, const char *rjson, MPI_Comm comm,
+                             const char *dir, const float *v, int own_steps) {
     if (comm == MPI_COMM_NULL) return;
     model b, r;
     if (!model_open(&b, plugin, json, comm, NULL, 77, 0, NULL)) return;
-    if (!model_open(&r, plugin, json, comm, v, 0, 0, NULL)) {
+    if (!model_open(&r, plugin, rjson ? rjson : json, comm, v, 0, 0, NULL)) {
         model_close(&b);
         return;
     }
@@ -187,6 +192,11 @@ static void equals_new_run(const char *what, const char *plugin, const char *jso
     free(x), free(y);
     model_close(&b);
     model_close(&r);
+}
+
+static void equals_new_run(const char *what, const char *plugin, const char *json, MPI_Comm comm, const char *dir,
+                           const float *v, int own_steps) {
+    equals_new_run_2(what, plugin, json, NULL, comm, dir, v, own_steps);
 }
 
 /* Case 4: a refused call changes nothing. */
@@ -239,6 +249,19 @@ int main(int argc, char **argv) {
                        "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 2, "
                        "\"offload_optimizer\": {\"device\": \"cpu\"}}, \"optimizer\": " ADAMW ", " WARMUP "}",
                        MPI_COMM_WORLD, dir, v, 2);
+        char nvme[2][4300], cfg[2][9200];
+        for (int i = 0; i < 2; i++) {
+            snprintf(nvme[i], sizeof nvme[i], "%s/nvme-%c", root, "br"[i]);
+            if (rank_ == 0) mkdir(nvme[i], 0755);
+            snprintf(cfg[i], sizeof cfg[i],
+                     "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3, \"sub_group_size\": 100, "
+                     "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}, "
+                     "\"offload_param\": {\"device\": \"cpu\"}}, \"optimizer\": " ADAMW ", " WARMUP "}",
+                     nvme[i]);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        equals_new_run_2("stage3, optimizer tiles on NVMe, after a step of its own", "stage3", cfg[0], cfg[1],
+                         MPI_COMM_WORLD, dir, v, 1);
         const int k = (world_ + 1) / 2;
         MPI_Comm half;
         MPI_Comm_split(MPI_COMM_WORLD, rank_ < k ? 0 : MPI_UNDEFINED, rank_, &half);
