@@ -196,6 +196,8 @@ if [ "$mode" = asan ]; then
         ci+='|contrib\.zeropp$'
         # (1.8.1) the host-write check at 5 ranks (~23 s instrumented): np1 and np3 run it, as under TSan
         ci+='|stages_host_writes_np5'
+        # (1.9) zero-demo fine-tuning (three demo runs): the weights-only load runs instrumented in ckpt_weights_*
+        ci+='|ckpt_finetune_demo'
         EXCLUDE="^($ci)${EXCLUDE:+|$EXCLUDE}"
     fi
     excl="^loader\.|^fuzz_${EXCLUDE:+|$EXCLUDE}"

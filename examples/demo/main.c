@@ -408,6 +408,12 @@ int main(int argc, char **argv) {
         }
         if (root) printf("zero-demo: resumed from %s at step %ld\n", opt.resume_dir, first);
     }
+    if (opt.init_dir) { /* fine-tuning: the weights alone; this run's optimizer and schedule from step 0 */
+        zero_load_options lo = ZERO_LOAD_OPTIONS_INIT;
+        lo.weights_only = 1;
+        ZCALL(t, zero_load_ex(T.e, opt.init_dir, &lo));
+        if (root) printf("zero-demo: weights from %s, optimizer and schedule from step 0\n", opt.init_dir);
+    }
     zero_save_options so = ZERO_SAVE_OPTIONS_INIT;
     so.keep_last = (uint32_t)opt.keep_last;
 

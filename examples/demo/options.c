@@ -12,7 +12,7 @@ static void usage(void) {
     printf("usage: zero-demo [--config FILE] [--plugin NAME] [--steps N] [--seed S]\n"
            "                 [--summary FILE] [--data PATH] [--device cpu|cuda] [--comm auto|mpi]\n"
            "                 [--quiet] [--no-validation]\n"
-           "                 [--save-dir DIR [--save-every K] [--keep-last K]] [--resume DIR]\n"
+           "                 [--save-dir DIR [--save-every K] [--keep-last K]] [--resume DIR | --init-from DIR]\n"
            "Trains a character-level MLP language model with libzero (run under mpirun).\n"
            "  --config FILE   DeepSpeed JSON config (batch, optimizer, scheduler, zero_optimization)\n"
            "  --plugin NAME   libzero strategy plugin, overriding the config (stage0, stage1, ...)\n"
@@ -32,6 +32,8 @@ static void usage(void) {
            "  --save-dir DIR  save checkpoints under DIR (DIR/step-N, DIR/latest); at the end, and\n"
            "  --save-every K  after every K-th step\n"
            "  --keep-last K   keep only the newest K checkpoints in DIR\n"
+           "  --init-from DIR fine-tune: the weights of DIR's latest checkpoint (any rank count,\n"
+           "                  plugin, optimizer), a fresh optimizer and schedule from step 0\n"
            "  --resume DIR    load DIR's latest checkpoint (any rank count, any plugin) and continue\n"
            "                  from its step to --steps\n",
            DEMO_DEFAULT_STEPS, DEMO_DEFAULT_DATA);
@@ -67,7 +69,7 @@ int demo_options_parse(int argc, char **argv, demo_options *o, int print, char *
         }
         static const char *const with_value[] = {"--config", "--plugin", "--steps", "--seed",
                                                  "--summary", "--data", "--device", "--comm", "--save-dir",
-                                                 "--save-every", "--keep-last", "--resume"};
+                                                 "--save-every", "--keep-last", "--resume", "--init-from"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; ++k) known |= !strcmp(a, with_value[k]);
         if (!known) {
@@ -86,6 +88,7 @@ int demo_options_parse(int argc, char **argv, demo_options *o, int print, char *
         else if (!strcmp(a, "--data")) o->data_path = v;
         else if (!strcmp(a, "--save-dir")) o->save_dir = v;
         else if (!strcmp(a, "--resume")) o->resume_dir = v;
+        else if (!strcmp(a, "--init-from")) o->init_dir = v;
         else if (!strcmp(a, "--save-every") || !strcmp(a, "--keep-last")) {
             if (parse_u64(v, &u) || u > 100000000) {
                 snprintf(err, err_len, "%s: '%s' is not a non-negative integer", a, v);
@@ -120,6 +123,11 @@ int demo_options_parse(int argc, char **argv, demo_options *o, int print, char *
             }
             o->steps = (long)u;
         }
+    }
+    if (o->resume_dir && o->init_dir) {
+        snprintf(err, err_len, "--resume and --init-from exclude each other (the first continues a run, the "
+                 "second starts one from another run's weights)");
+        return -1;
     }
     return 0;
 }

@@ -25,6 +25,7 @@ typedef struct demo_options {
     long save_every;          /* --save-every K: save after every K-th step (and the last); 0: only the last */
     long keep_last;           /* --keep-last K: keep only the newest K checkpoints (0: all) */
     const char *resume_dir;   /* --resume DIR: zero_load(DIR) (its latest), continue from its step */
+    const char *init_dir;     /* --init-from DIR: zero_load_ex weights only, from step 0 (fine-tuning) */
 } demo_options;
 
 #define DEMO_DEFAULT_STEPS 150
