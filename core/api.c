@@ -1258,6 +1258,23 @@ zero_status zero_save(zero_engine *e, const char *dir) {
     return s != ZERO_OK ? s : zero__ckpt_save(e, dir, &a);
 }
 
+/* A checkpoint call's options struct (o may be NULL: the defaults already
+ * in `opt`) read into opt, `size` bytes, by its leading struct_size; the
+ * error that refuses it (a missing struct_size, a newer header's field set)
+ * is the engine's last error.  `who` names the call. */
+static zero_status options_in(zero_engine *e, void *opt, size_t size, const void *o, const char *type,
+                              const char *who) {
+    if (!o) return ZERO_OK;
+    uint32_t have;
+    memcpy(&have, o, sizeof have); /* every options struct starts with uint32_t struct_size */
+    char why[512];
+    if (have < sizeof(uint32_t))
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: options without struct_size", who);
+    if (!zero__struct_in(opt, o, have, size, type, why, sizeof why))
+        return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "%s: %s", who, why);
+    return ZERO_OK;
+}
+
 /* The options are judged on each rank, and the verdict goes into the
  * save's first agreement (1.8): a rank whose options are refused (a newer
  * header's field, a NULL client state) makes every rank return an error
@@ -1268,13 +1285,8 @@ zero_status zero_save_ex(zero_engine *e, const char *dir, const zero_save_option
     ZERO_TRACE_SCOPE("zero_save", "ckpt", NULL, 0, NULL, 0);
     if (s != ZERO_OK) return s;
     zero_save_options opt = ZERO_SAVE_OPTIONS_INIT;
-    zero_status local = ZERO_OK;
-    char why[512];
-    if (o && o->struct_size < sizeof(uint32_t))
-        local = zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_save_ex: options without struct_size");
-    else if (o && !zero__struct_in(&opt, o, o->struct_size, sizeof opt, "zero_save_options", why, sizeof why))
-        local = zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_save_ex: %s", why);
-    else if (opt.client_state_bytes && !opt.client_state)
+    zero_status local = options_in(e, &opt, sizeof opt, o, "zero_save_options", "zero_save_ex");
+    if (local == ZERO_OK && opt.client_state_bytes && !opt.client_state)
         local = zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
                             "zero_save_ex: client_state is NULL with client_state_bytes %llu; nothing written",
                             (unsigned long long)opt.client_state_bytes);
@@ -1361,13 +1373,8 @@ zero_status zero_load_ex(zero_engine *e, const char *dir, const zero_load_option
     ZERO_TRACE_SCOPE("zero_load", "ckpt", NULL, 0, NULL, 0);
     if (s != ZERO_OK) return s;
     zero_load_options opt = ZERO_LOAD_OPTIONS_INIT;
-    zero_status local = ZERO_OK;
-    char why[512];
-    if (o && o->struct_size < sizeof(uint32_t))
-        local = zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_load_ex: options without struct_size");
-    else if (o && !zero__struct_in(&opt, o, o->struct_size, sizeof opt, "zero_load_options", why, sizeof why))
-        local = zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_load_ex: %s", why);
-    else if (opt.weights_only > 1)
+    zero_status local = options_in(e, &opt, sizeof opt, o, "zero_load_options", "zero_load_ex");
+    if (local == ZERO_OK && opt.weights_only > 1)
         local = zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_load_ex: weights_only is %u (0 or 1)",
                             opt.weights_only);
     if (local != ZERO_OK) opt = (zero_load_options)ZERO_LOAD_OPTIONS_INIT; /* nothing of a refused struct is used */
