@@ -22,31 +22,18 @@ Usage: mpirun -np N python3 test_torch_adamw.py [steps]"""
 import os
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("torch not importable by %s: skipped" % sys.executable)
-    sys.exit(77)
+from torch_test_util import RANK, WORLD, check, failures  # exits 77 (skipped) without torch
+import torch
 import torch.distributed as dist
 import torch.nn as nn
 
 import zero.torch as zt
 
-torch.set_num_threads(1)
-RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
-WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 25
 MB = 4
 LR, BETAS, EPS, WD = 1e-2, (0.9, 0.999), 1e-8, 0.01
 TOL = 1e-6
 JOB = os.environ.get("OMPI_MCA_ess_base_jobid", str(os.getpid()))
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("rank %d FAIL: %s" % (RANK, what), file=sys.stderr)
 
 
 def make_model():

@@ -10,28 +10,14 @@ its running mean to rank + 1, runs one training step, and
   * an eval-mode forward does not broadcast (rank + 5 stays);
 at stage 2 and 3.
 Usage: mpirun -np N python3 test_torch_buffers.py"""
-import os
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("torch not importable by %s: skipped" % sys.executable)
-    sys.exit(77)
+from torch_test_util import RANK, WORLD, check, failures  # exits 77 (skipped) without torch
+import torch
 import torch.nn as nn
 
 import zero.torch as zt
 
-torch.set_num_threads(1)
-RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
-WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("rank %d FAIL: %s" % (RANK, what), file=sys.stderr)
 
 
 def model():

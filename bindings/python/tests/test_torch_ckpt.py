@@ -38,27 +38,14 @@ import shutil
 import sys
 import warnings
 
-try:
-    import torch
-except ImportError:
-    print("torch not importable by %s: skipped" % sys.executable)
-    sys.exit(77)
+from torch_test_util import RANK, WORLD, check, failures  # exits 77 (skipped) without torch
+import torch
 import torch.nn as nn
 from torch.optim import lr_scheduler as S
 
 import zero.torch as zt
 
-torch.set_num_threads(1)
-RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
-WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
 STEPS, SAVE_AT, MB = 12, 6, 4
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("rank %d FAIL: %s" % (RANK, what), file=sys.stderr)
 
 
 def make_model():

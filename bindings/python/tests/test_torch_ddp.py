@@ -21,22 +21,16 @@ Usage: mpirun -np N python3 test_torch_ddp.py [--device cpu|cuda] [--group-backe
 import os
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("torch not importable by %s: skipped" % sys.executable)
-    sys.exit(77)
+from torch_test_util import RANK, WORLD, check, failures  # exits 77 (skipped) without torch
+import torch
 import torch.distributed as dist
 import torch.nn as nn
 
 import zero
 import zero.torch as zt
 
-torch.set_num_threads(1)
 # mpirun, or (run_torch_group.py, torchrun) RANK/WORLD_SIZE: libzero then
 # trains over the torch.distributed group itself (ZERO_COMM_HOST, ABI 1.5)
-RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", 0)))
-WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))
 TORCH_LAUNCH = "OMPI_COMM_WORLD_SIZE" not in os.environ and "WORLD_SIZE" in os.environ
 ARGS = sys.argv[1:]
 DEVICE = "cpu"
@@ -54,13 +48,6 @@ if "--group-backend" in ARGS:
 MB = 4
 # one id per mpirun job, the same on its ranks: gloo's port and the checkpoint dir
 JOB = os.environ.get("OMPI_MCA_ess_base_jobid", os.environ.get("MASTER_PORT", str(os.getpid())))
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("rank %d FAIL: %s" % (RANK, what), file=sys.stderr)
 
 
 class Block(nn.Module):

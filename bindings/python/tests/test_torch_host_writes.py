@@ -36,11 +36,8 @@ import os
 import shutil
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("torch not importable by %s: skipped" % sys.executable)
-    sys.exit(77)
+from torch_test_util import RANK, WORLD, check, failures  # exits 77 (skipped) without torch
+import torch
 import torch.nn as nn
 # the habit the guard must reach too: the function imported by name before
 # zero.torch installs its guard (checked in clipping())
@@ -49,11 +46,7 @@ from torch.nn.utils import clip_grad_norm_
 import zero
 import zero.torch as zt
 
-torch.set_num_threads(1)
-RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
-WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
 JOB = os.environ.get("OMPI_MCA_ess_base_jobid", str(os.getpid()))
-failures = []
 VARIANTS = [  # (name, stage, plugin, param_storage, bf16)
     ("stage0", 0, None, "host", False),
     ("stage1-bf16", 1, None, "host", True),
@@ -63,12 +56,6 @@ VARIANTS = [  # (name, stage, plugin, param_storage, bf16)
     ("offload", 2, "offload", "host", False),
     ("stage3", 3, None, "host", False),
 ]
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("rank %d FAIL: %s" % (RANK, what), file=sys.stderr)
 
 
 def build(variant):

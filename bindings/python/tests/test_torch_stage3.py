@@ -60,14 +60,10 @@ import copy
 import ctypes
 import gc
 import io
-import os
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("torch not importable by %s: skipped" % sys.executable)
-    sys.exit(77)
+from torch_test_util import RANK, WORLD, check, failures  # exits 77 (skipped) without torch
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
@@ -75,8 +71,6 @@ import torch.utils.checkpoint
 import zero
 import zero.torch as zt
 
-RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
-WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
 ARGS = sys.argv[1:]
 DEVICE = "cpu"
 if "--device" in ARGS:
@@ -88,14 +82,6 @@ SETTLED = 2  # steps 0-1 also pay for first touches (libzero's gather trace and 
 GPU = DEVICE != "cpu"
 MIB = 1024.0 * 1024.0
 D, LAYERS, VOCAB, SEQ = 512, 6, 512, 8
-failures = []
-torch.set_num_threads(1)
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("rank %d FAIL: %s" % (RANK, what), file=sys.stderr)
 
 
 class Block(nn.Module):
