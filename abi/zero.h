@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 #define ZERO_ABI_VERSION_MAJOR 1
-#define ZERO_ABI_VERSION_MINOR 8
+#define ZERO_ABI_VERSION_MINOR 9
 /* Encoded as major * 10000 + minor. */
 #define ZERO_ABI_VERSION (ZERO_ABI_VERSION_MAJOR * 10000 + ZERO_ABI_VERSION_MINOR)
 
@@ -860,8 +860,22 @@ typedef struct zero_plan_request {
     const int32_t *groups;      /* param group of each entry, or NULL (all group 0) */
     uint64_t total_params;      /* numels NULL: a bare count, laid out as tensors of at most
                                    ZERO_PLAN_TENSOR_NUMEL elements */
+    /* (1.9) Expert groups (docs/moe.md), as zero_set_group's expert_color
+     * makes them: param group expert_groups[k] is partitioned over
+     * expert_dp_sizes[k] ranks (its expert-data-parallel group: the ranks
+     * that give it the same color) instead of world_size, and its
+     * gradients are reduced by a bucket set of their own.  Each size
+     * divides world_size; each group appears once and holds a param of
+     * numels/groups.  The model is this rank's registrations (its own
+     * experts).  Only plugins that declare ZERO_PLUGIN_CAP_EXPERT_GROUPS
+     * plan them (the others: ZERO_ERR_UNSUPPORTED, as at
+     * zero_params_done).  0 / NULL: every group dense (a 1.8 request). */
+    uint32_t nexpert_groups;
+    uint32_t reserved1;         /* must be 0 */
+    const int32_t *expert_groups;
+    const uint32_t *expert_dp_sizes;
 } zero_plan_request;
-#define ZERO_PLAN_REQUEST_INIT { sizeof(zero_plan_request), 0, NULL, NULL, NULL, 1, 0, NULL, NULL, 0 }
+#define ZERO_PLAN_REQUEST_INIT { sizeof(zero_plan_request), 0, NULL, NULL, NULL, 1, 0, NULL, NULL, 0, 0, 0, NULL, NULL }
 /* A bare parameter count has no tensor shapes; it is planned as tensors of
  * this many elements (a 4096 x 4096 matrix) and one remainder, so that
  * per-tensor floors (a bucket holds at least the largest tensor) stay

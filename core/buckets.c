@@ -245,6 +245,9 @@ static zero_status build_buckets(zero_buckets *b) {
 /* SCATTER's staging budget, in slot elements (buckets.h states the rule):
  * the gradient bytes that partitioning saves, flat - part elements of
  * grad_dtype, so that stage 2 never holds more gradient memory than stage 1.
+ * (1.9) Of this set's own groups: with expert groups each set spends what
+ * its groups save, so that the sets together stay within the model's
+ * saving (each spending the whole model's let stage 2 pass stage 1).
  * A slot element costs es bytes plus 4 for the fp32 staging of a 16-bit
  * model.  Never below one largest bucket: with contiguous_gradients a
  * param's whole gradient must fit one slot.  In-place modes stage only
@@ -252,8 +255,9 @@ static zero_status build_buckets(zero_buckets *b) {
  * no budget (two slots, as ever).  Rank-independent, like the buckets. */
 static uint64_t staging_budget(const zero_buckets *b) {
     if (b->spec.mode != ZERO_BUCKETS_SCATTER) return UINT64_MAX;
-    const uint64_t flat = b->layout->flat_numel, part = b->layout->part_numel;
-    const uint64_t saved = flat > part ? flat - part : 0;
+    uint64_t saved = 0;
+    for (uint32_t g = 0; g < b->layout->ngroups; g++)
+        if (!b->in_set || b->in_set[g]) saved += b->layout->groups[g].numel - b->layout->groups[g].part_numel;
     const uint64_t per = (uint64_t)b->es + (b->mixed ? sizeof(float) : 0) + (b->wire16 ? 2 : 0);
     const uint64_t budget = saved * b->es / per;
     return budget > b->slot_cap ? budget : b->slot_cap;

@@ -222,6 +222,14 @@ zero_status zero__hp_check_step(struct zero_engine *e, uint64_t t);
  * e->world; every rank returns the same verdict. */
 zero_status zero__experts_agree(struct zero_engine *e);
 zero_status zero__experts_setup(struct zero_engine *e, uint32_t *part_world, uint32_t *part_rank);
+/* (1.9) For "stage": "auto", before zero__experts_setup: the expert groups
+ * (ids, in registration order) and the partition size each will have --
+ * the largest set of ranks that gave it one color, the same figure on
+ * every rank (sizes that differ are refused by the setup, by name).
+ * ids and sizes hold nparams entries; *n = 0 without expert groups.  After
+ * zero__experts_agree; collective over e->world (one all-gather) when the
+ * (agreed) group table has an expert group, local otherwise. */
+zero_status zero__experts_plan_sizes(struct zero_engine *e, int32_t *ids, uint32_t *sizes, uint32_t *n);
 /* (1.3) Free the expert communicators (destroy; NULL-safe). */
 void zero__experts_free(struct zero_engine *e);
 /* (1.7.3) out[i] (nparams entries): the expert-data-parallel communicator

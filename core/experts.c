@@ -265,6 +265,37 @@ out:
     return s;
 }
 
+zero_status zero__experts_plan_sizes(struct zero_engine *e, int32_t *ids, uint32_t *sizes, uint32_t *n) {
+    *n = 0;
+    int32_t *gid = malloc((e->nparams ? e->nparams : 1) * sizeof *gid);
+    if (!gid) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_params_done: out of memory");
+    const uint32_t ng = group_ids(e, gid);
+    uint32_t nexp = 0;
+    for (uint32_t g = 0; g < ng; g++)
+        if (color_of(e, gid[g]) >= 0) gid[nexp++] = gid[g]; /* the expert ones, in order */
+    zero_status s = ZERO_OK;
+    const int w = e->world_size;
+    int32_t *colors = nexp ? malloc(nexp * sizeof *colors) : NULL, *all = nexp ? calloc((size_t)w * nexp, sizeof *all) : NULL;
+    if (nexp && (!colors || !all)) s = zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_params_done: out of memory");
+    for (uint32_t k = 0; s == ZERO_OK && k < nexp; k++) colors[k] = color_of(e, gid[k]);
+    if (s == ZERO_OK && nexp) s = zero__allgather_bytes(e->world, colors, all, nexp * sizeof *colors);
+    for (uint32_t k = 0; s == ZERO_OK && k < nexp; k++) {
+        uint32_t best = 0;
+        for (int r = 0; r < w; r++) {
+            uint32_t same = 0;
+            for (int q = 0; q < w; q++) same += all[(size_t)q * nexp + k] == all[(size_t)r * nexp + k];
+            if (same > best) best = same;
+        }
+        ids[k] = gid[k];
+        sizes[k] = best;
+    }
+    if (s == ZERO_OK) *n = nexp;
+    free(gid);
+    free(colors);
+    free(all);
+    return s;
+}
+
 zero_status zero__experts_param_comms(const struct zero_engine *e, zero_comm **out) {
     for (uint32_t i = 0; i < e->nparams; i++) out[i] = NULL;
     if (!e->group_comms) return ZERO_OK;

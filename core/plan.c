@@ -31,6 +31,13 @@ typedef struct zero__plan_ctx {
     zero_memory_plan acc;
     char *err;
     size_t err_len;
+    /* (1.9) the bucket sets the engine makes (kit/kit_glue.c bsets, buckets.c
+     * in_set): one for every group without expert groups; with them, the
+     * dense groups' set and one per expert group, each over its own
+     * communicator (nsets x ngroups flags, NULL: one set of every group) */
+    uint32_t nsets;
+    uint8_t *in_set;
+    uint32_t *set_world;
 } zero__plan_ctx;
 
 #define P(c) ((zero__plan_ctx *)(void *)(c))
@@ -56,14 +63,25 @@ static uint64_t ps_buckets_bytes(zero_core *c, const zero_bucket_spec *plugin_sp
     zero_bucket_spec full; /* a plugin of any revision: older layouts get their defaults */
     if (zero__adopt_bucket_spec(plugin_spec, &full) != 0) return 0;
     const zero_bucket_spec *spec = &full;
-    /* The bucket set's reductions also bring the MPI ring scratch, which the
-     * engine accounts as ZERO_MEM_OTHER on the host tier (docs/memory.md):
-     * planned here, one reduction's set, for every plugin that plans buckets. */
-    ps_add(c, ZERO_TIER_HOST, ZERO_MEM_OTHER,
-           zero__plan_ring_scratch_bytes(&P(c)->layout.view, P(c)->layout.param_offset, P(c)->numel, P(c)->n, spec,
-                                         P(c)->rc->round_robin_gradients, P(c)->rc->comm_dtype));
-    return zero__plan_buckets_bytes(&P(c)->layout.view, P(c)->layout.param_offset, P(c)->numel, spec,
-                                    P(c)->rc->round_robin_gradients, P(c)->rc->comm_dtype);
+    zero__plan_ctx *x = P(c);
+    const zero_layout *L = &x->layout.view;
+    uint64_t bytes = 0, ring = 0;
+    /* With expert groups a plugin that declares ZERO_PLUGIN_CAP_EXPERT_GROUPS
+     * makes one set per partition communicator from this one spec; each set
+     * stages and reduces only its own groups.  The bucket sets' reductions
+     * also bring the MPI ring scratch, which the engine accounts as
+     * ZERO_MEM_OTHER on the host tier (docs/memory.md): one reduction's per
+     * set, summed over the sets (the progress engine lets another
+     * communicator's reduction hold its own scratch at the same time). */
+    for (uint32_t k = 0; k < x->nsets; k++) {
+        const uint8_t *in = x->in_set ? x->in_set + (size_t)k * L->ngroups : NULL;
+        ring += zero__plan_ring_scratch_bytes(L, x->layout.param_offset, x->numel, x->n, spec,
+                                              x->rc->round_robin_gradients, x->rc->comm_dtype, in, x->set_world[k]);
+        bytes += zero__plan_buckets_bytes(L, x->layout.param_offset, x->numel, spec, x->rc->round_robin_gradients,
+                                          x->rc->comm_dtype, in, x->set_world[k]);
+    }
+    ps_add(c, ZERO_TIER_HOST, ZERO_MEM_OTHER, ring);
+    return bytes;
 }
 static zero_status ps_error(zero_core *c, zero_status s, const char *fmt, ...) {
     zero__plan_ctx *x = P(c);
@@ -101,9 +119,101 @@ uint64_t *zero__plan_split_count(uint64_t total, uint32_t *n) {
     return v;
 }
 
+/* (1.9) What zero_params_done would say of these expert groups
+ * (core/api.c expert_support, core/experts.c), before anything is built;
+ * fills part_world (per param: its group's partition size, 0 = dense). */
+static zero_status experts_check(const zero_plugin_table *table, const zero_run_config *rc, uint32_t world,
+                                 const int32_t *groups, uint32_t nparams, const zero__plan_experts *ex,
+                                 uint32_t *part_world, char *err, size_t err_len) {
+    for (uint32_t k = 0; k < ex->n; k++) {
+        const int32_t g = ex->groups[k];
+        const uint32_t d = ex->sizes[k];
+        if (d < 1 || d > world || world % d != 0) {
+            copy_err(err, err_len,
+                     "zero_plan: expert group %d: expert_dp_sizes %u must divide world_size %u (every "
+                     "expert-data-parallel group of a run has the same size)",
+                     (int)g, d, world);
+            return ZERO_ERR_INVALID_ARGUMENT;
+        }
+        uint32_t held = 0;
+        for (uint32_t j = 0; j < k; j++)
+            if (ex->groups[j] == g) {
+                copy_err(err, err_len, "zero_plan: expert group %d is given twice", (int)g);
+                return ZERO_ERR_INVALID_ARGUMENT;
+            }
+        for (uint32_t i = 0; i < nparams; i++)
+            if ((groups ? groups[i] : 0) == g) {
+                part_world[i] = d;
+                held++;
+            }
+        if (!held) {
+            copy_err(err, err_len, "zero_plan: expert group %d holds no parameter (groups names none)", (int)g);
+            return ZERO_ERR_INVALID_ARGUMENT;
+        }
+        if (d == 1 && world > 1 && rc->grad_accum_dtype != ZERO_DTYPE_F32) {
+            copy_err(err, err_len,
+                     "zero_plan: expert group %d has expert-data-parallel groups of one rank, which 16-bit "
+                     "gradient accumulation (data_types.grad_accum_dtype) cannot scale to the mean over the "
+                     "world; use grad_accum_dtype fp32 (the default) or larger expert-DP groups",
+                     (int)g);
+            return ZERO_ERR_UNSUPPORTED;
+        }
+    }
+    if (!(table->caps & ZERO_PLUGIN_CAP_EXPERT_GROUPS)) {
+        copy_err(err, err_len,
+                 "zero_plan: param group %d is an expert group but plugin '%s' does not support expert groups "
+                 "(no ZERO_PLUGIN_CAP_EXPERT_GROUPS); use stage1, stage2 or offload",
+                 (int)ex->groups[0], table->name ? table->name : "?");
+        return ZERO_ERR_UNSUPPORTED;
+    }
+    if (rc->optim == ZERO_OPTIM_LAMB) {
+        copy_err(err, err_len,
+                 "zero_plan: param group %d is an expert group but optimizer.type Lamb completes each "
+                 "parameter's trust ratio over every rank; use Adam, AdamW, SGD, Lion or Adagrad",
+                 (int)ex->groups[0]);
+        return ZERO_ERR_UNSUPPORTED;
+    }
+    if (rc->round_robin_gradients) {
+        copy_err(err, err_len,
+                 "zero_plan: zero_optimization.round_robin_gradients with expert groups: not supported (as at "
+                 "zero_params_done); set round_robin_gradients to false");
+        return ZERO_ERR_UNSUPPORTED;
+    }
+    return ZERO_OK;
+}
+
+/* The bucket sets of x's layout (buckets.c zero__buckets_create in_set):
+ * set 0 the dense groups (every group without expert groups), then one per
+ * expert group, in layout order.  part_world: experts_check's (NULL: no
+ * expert groups).  0, or -1 when out of memory. */
+static int plan_sets(zero__plan_ctx *x, uint32_t world, const uint32_t *part_world) {
+    const zero_layout *L = &x->layout.view;
+    const uint32_t ng = L->ngroups;
+    uint32_t nexp = 0;
+    for (uint32_t g = 0; part_world && g < ng; g++)
+        nexp += L->groups[g].nparams && part_world[L->param_order[L->groups[g].first_param]] > 0;
+    x->nsets = 1 + nexp;
+    x->set_world = calloc(x->nsets, sizeof *x->set_world);
+    if (!x->set_world) return -1;
+    x->set_world[0] = world;
+    if (!nexp) return 0;
+    x->in_set = calloc((size_t)x->nsets * ng, 1);
+    if (!x->in_set) return -1;
+    for (uint32_t g = 0, k = 1; g < ng; g++) {
+        const uint32_t d = L->groups[g].nparams ? part_world[L->param_order[L->groups[g].first_param]] : 0;
+        if (!d) {
+            x->in_set[g] = 1; /* set 0 */
+            continue;
+        }
+        x->in_set[(size_t)k * ng + g] = 1;
+        x->set_world[k++] = d;
+    }
+    return 0;
+}
+
 zero_status zero__plan_table(const zero_plugin_table *table, const zero__config *cfg, uint32_t world,
-                             const uint64_t *numels, const int32_t *groups, uint32_t nparams, zero_memory_plan *out,
-                             char *err, size_t err_len) {
+                             const uint64_t *numels, const int32_t *groups, uint32_t nparams,
+                             const zero__plan_experts *ex, zero_memory_plan *out, char *err, size_t err_len) {
     if (!zero__plan_supported(table)) {
         copy_err(err, err_len, "plugin '%s' has no plan function (the table's plan entry, ABI 1.2)",
                  table && table->name ? table->name : "?");
@@ -124,6 +234,7 @@ zero_status zero__plan_table(const zero_plugin_table *table, const zero__config 
     zero__layout_input *in = calloc(nparams ? nparams : 1, sizeof *in);
     x.infos = calloc(nparams ? nparams : 1, sizeof *x.infos);
     x.numel = calloc(nparams ? nparams : 1, sizeof *x.numel);
+    uint32_t *part_world = NULL, *part_rank = NULL;
     zero_status s = ZERO_OK;
     if (!in || !x.infos || !x.numel) {
         copy_err(err, err_len, "zero_plan: out of memory");
@@ -131,9 +242,24 @@ zero_status zero__plan_table(const zero_plugin_table *table, const zero__config 
         goto done;
     }
     for (uint32_t i = 0; i < nparams; i++) in[i] = (zero__layout_input){numels[i], groups ? groups[i] : 0};
-    /* the engine's layout, interleaved or not (api.c zero_params_done) */
-    if (zero__layout_build_run(&x.layout, in, nparams, world, 0, PLAN_ALIGN_ELEMS, x.rc->round_robin_gradients,
-                               x.rc->reduce_bucket_size > 0 ? (uint64_t)x.rc->reduce_bucket_size : 0) != 0) {
+    const int experts = ex && ex->n > 0;
+    if (experts) { /* (1.9) partition sizes per param; rank 0's place (0) in each group */
+        part_world = calloc(nparams ? nparams : 1, sizeof *part_world);
+        part_rank = calloc(nparams ? nparams : 1, sizeof *part_rank);
+        if (!part_world || !part_rank) {
+            copy_err(err, err_len, "zero_plan: out of memory");
+            s = ZERO_ERR_OUT_OF_MEMORY;
+            goto done;
+        }
+        if ((s = experts_check(table, x.rc, world, groups, nparams, ex, part_world, err, err_len)) != ZERO_OK)
+            goto done;
+    }
+    /* the engine's layout, interleaved or not, or with expert groups (api.c zero_params_done) */
+    if ((experts ? zero__layout_build_parts(&x.layout, in, nparams, world, 0, PLAN_ALIGN_ELEMS, part_world, part_rank)
+                 : zero__layout_build_run(&x.layout, in, nparams, world, 0, PLAN_ALIGN_ELEMS,
+                                          x.rc->round_robin_gradients,
+                                          x.rc->reduce_bucket_size > 0 ? (uint64_t)x.rc->reduce_bucket_size : 0)) != 0 ||
+        plan_sets(&x, world, part_world) != 0) {
         copy_err(err, err_len, "zero_plan: could not build the partition layout");
         s = ZERO_ERR_OUT_OF_MEMORY;
         goto done;
@@ -186,6 +312,10 @@ zero_status zero__plan_table(const zero_plugin_table *table, const zero__config 
     }
 done:
     if (x.layout.view.groups || x.layout.param_offset) zero__layout_free(&x.layout);
+    free(part_world);
+    free(part_rank);
+    free(x.in_set);
+    free(x.set_world);
     free(in);
     free(x.infos);
     free(x.numel);
@@ -206,8 +336,19 @@ ZERO_API zero_status zero_plan(const zero_plan_request *req, zero_memory_plan *o
         if (err && err_len) snprintf(err, err_len, "zero_plan: %s", why);
         return ZERO_ERR_INVALID_ARGUMENT;
     }
-    if (req->reserved0 != 0) {
-        copy_err(err, err_len, "zero_plan: zero_plan_request.reserved0 must be 0 (ZERO_PLAN_REQUEST_INIT)");
+    if (req->reserved0 != 0 || known.reserved1 != 0) {
+        copy_err(err, err_len, "zero_plan: zero_plan_request.%s must be 0 (ZERO_PLAN_REQUEST_INIT)",
+                 req->reserved0 ? "reserved0" : "reserved1");
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
+    if (known.nexpert_groups && (!known.expert_groups || !known.expert_dp_sizes)) {
+        copy_err(err, err_len, "zero_plan: nexpert_groups %u without expert_groups and expert_dp_sizes",
+                 known.nexpert_groups);
+        return ZERO_ERR_INVALID_ARGUMENT;
+    }
+    if (known.nexpert_groups && !req->numels) {
+        copy_err(err, err_len, "zero_plan: expert groups need the model's tensors (numels and groups), not a bare "
+                               "total_params");
         return ZERO_ERR_INVALID_ARGUMENT;
     }
     if (req->world_size < 1) {
@@ -258,8 +399,9 @@ ZERO_API zero_status zero_plan(const zero_plan_request *req, zero_memory_plan *o
             zero__config_set_stage(cfg, zero__auto_stage_of(name));
         if (!(pl.table->caps & ZERO_PLUGIN_CAP_GRAD_DTYPES))
             zero__config_set_grad_dtypes(cfg, rc->model_dtype, rc->model_dtype);
-        s = zero__plan_table(pl.table, cfg, req->world_size, numels, numels == split ? NULL : req->groups, n, out, err,
-                             err_len);
+        const zero__plan_experts ex = {known.nexpert_groups, known.expert_groups, known.expert_dp_sizes};
+        s = zero__plan_table(pl.table, cfg, req->world_size, numels, numels == split ? NULL : req->groups, n, &ex, out,
+                             err, err_len);
         zero__plugin_unload(&pl);
     }
     zero__config_free(cfg);

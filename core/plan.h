@@ -16,13 +16,26 @@
 #include "loader.h"
 #include "zero_plugin.h"
 
+/* (1.9) A plan's expert groups (zero_plan_request.expert_groups): n param
+ * group ids and the size of each one's partition communicator.  Borrowed. */
+typedef struct zero__plan_experts {
+    uint32_t n;
+    const int32_t *groups;
+    const uint32_t *sizes;
+} zero__plan_experts;
+
 /* Plan `table` (already loaded) for `nparams` tensors of `numels`
  * (groups may be NULL) over `world` ranks under config `cfg` (borrowed; its
- * grad dtypes must already be resolved for this plugin).  Fills *out
- * (struct_size honoured, plugin name set).  Errors go to err. */
+ * grad dtypes must already be resolved for this plugin).  ex: the expert
+ * groups (NULL or n 0: every group dense); checked here as
+ * zero_params_done checks them (sizes dividing world, the plugin's
+ * ZERO_PLUGIN_CAP_EXPERT_GROUPS, the optimizer, round_robin_gradients,
+ * 16-bit accumulation over groups of one), so "stage": "auto" skips a
+ * candidate the engine would refuse.  Fills *out (struct_size honoured,
+ * plugin name set).  Errors go to err. */
 zero_status zero__plan_table(const zero_plugin_table *table, const zero__config *cfg, uint32_t world,
-                             const uint64_t *numels, const int32_t *groups, uint32_t nparams, zero_memory_plan *out,
-                             char *err, size_t err_len);
+                             const uint64_t *numels, const int32_t *groups, uint32_t nparams,
+                             const zero__plan_experts *ex, zero_memory_plan *out, char *err, size_t err_len);
 
 /* Does this table have a plan entry a 1.2 core may call? */
 int zero__plan_supported(const zero_plugin_table *table);

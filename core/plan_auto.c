@@ -72,6 +72,22 @@ zero_status zero__auto_pick(struct zero_engine *e, char *name, size_t len) {
         numel[i] = e->params[i]->info.numel;
         group[i] = e->params[i]->info.group;
     }
+    /* (1.9) expert groups are planned partitioned over their own ranks (a
+     * dense plan would give an expert's states world_size ranks to share and
+     * pick a stage that does not fit); candidates that do not support them
+     * are not planned, as zero_params_done would refuse them */
+    int32_t *xid = calloc(e->nparams ? e->nparams : 1, sizeof *xid);
+    uint32_t *xsize = calloc(e->nparams ? e->nparams : 1, sizeof *xsize), nx = 0;
+    if (!xid || !xsize) s = zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "stage auto: out of memory");
+    else s = zero__experts_plan_sizes(e, xid, xsize, &nx);
+    if (s != ZERO_OK) {
+        free(numel);
+        free(group);
+        free(xid);
+        free(xsize);
+        return s;
+    }
+    const zero__plan_experts ex = {nx, xid, xsize};
     /* the configured optimizer offload (the offload candidate's pin_memory log); parameter offload is
      * the stage3+offload candidate's alone */
     const char *opt0 = zero__config_offload_device(e->cfg, 0);
@@ -90,7 +106,7 @@ zero_status zero__auto_pick(struct zero_engine *e, char *name, size_t len) {
         /* offload only where the candidate says so: stage3 plain and stage3+offload are two candidates */
         zero__config_set_offload(e->cfg, zero__auto_candidates[c].offload ? "cpu" : opt0, zero__auto_candidates[c].offload ? "cpu" : NULL);
         zero_memory_plan p = ZERO_MEMORY_PLAN_INIT;
-        zero_status ps = zero__plan_table(pl.table, e->cfg, (uint32_t)e->world_size, numel, group, e->nparams, &p,
+        zero_status ps = zero__plan_table(pl.table, e->cfg, (uint32_t)e->world_size, numel, group, e->nparams, &ex, &p,
                                           err, sizeof err);
         zero__plugin_unload(&pl);
         if (ps != ZERO_OK) {
@@ -108,6 +124,8 @@ zero_status zero__auto_pick(struct zero_engine *e, char *name, size_t len) {
     }
     free(numel);
     free(group);
+    free(xid);
+    free(xsize);
     char bb[32], cb[32], rb[32];
     fmt_bytes(budget, bb, sizeof bb);
     if (chosen < 0) {

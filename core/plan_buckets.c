@@ -86,8 +86,8 @@ static int push(uint64_t **v, uint32_t *n, uint32_t *cap, uint64_t x) {
     return 0;
 }
 
-static int build(const zero_layout *L, const uint64_t *off, const zero_bucket_spec *spec, uint64_t B, uint64_t **out,
-                 uint32_t *nb) {
+static int build(const zero_layout *L, const uint64_t *off, const zero_bucket_spec *spec, uint64_t B,
+                 const uint8_t *in_set, uint64_t **out, uint32_t *nb) {
     uint32_t cap = 0;
     const uint32_t last = zero__bucket_plan_last_group(L);
     const uint64_t slack = zero__bucket_plan_slack(L, off, B, spec->mode == ZERO_BUCKETS_SCATTER);
@@ -97,6 +97,7 @@ static int build(const zero_layout *L, const uint64_t *off, const zero_bucket_sp
         for (uint32_t g = g1; g-- > g0;) {
             const zero_layout_group *lg = &L->groups[g];
             if (lg->nparams == 0 || lg->numel == 0) continue;
+            if (in_set && !in_set[g]) continue; /* buckets.c keep_own_groups: another set's group */
             const uint32_t tail = g == last ? zero__bucket_plan_tail(L, off, g, B) : 0;
             uint64_t cur_hi = lg->flat_begin + lg->numel, cur_lo = cur_hi;
             uint32_t parts = 0;
@@ -180,9 +181,10 @@ static int wire16_of(zero_dtype gdt, zero_dtype comm_dtype) {
 }
 
 uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
-                                  const zero_bucket_spec *spec, int striped, zero_dtype comm_dtype) {
+                                  const zero_bucket_spec *spec, int striped, zero_dtype comm_dtype,
+                                  const uint8_t *in_set, uint32_t set_world) {
     (void)param_numel;
-    if (!L || !spec || L->world <= 1 || L->flat_numel == 0) return 0; /* world 1 stages nothing */
+    if (!L || !spec || set_world <= 1 || L->flat_numel == 0) return 0; /* world 1 stages nothing */
     const zero_dtype gdt = spec->grad_dtype; /* complete: plugin_abi.c adopted it */
     const int mixed = gdt != ZERO_DTYPE_F32, wire16 = wire16_of(gdt, comm_dtype);
     if (spec->mode != ZERO_BUCKETS_SCATTER && !mixed && !wire16) return 0; /* fp32 in-place modes allocate nothing */
@@ -192,7 +194,7 @@ uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_of
     uint64_t *nb_sz = NULL;
     uint32_t nb = 0;
     const uint64_t B = effective(L, param_offset, spec, mixed || wire16, striped);
-    if (build(L, param_offset, spec, B, &nb_sz, &nb) != 0 || nb == 0) {
+    if (build(L, param_offset, spec, B, in_set, &nb_sz, &nb) != 0 || nb == 0) {
         free(nb_sz);
         return 0;
     }
@@ -200,8 +202,10 @@ uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_of
     uint64_t slot_cap = 0;
     for (uint32_t k = 0; k < nb; k++)
         if (nb_sz[k] > slot_cap) slot_cap = nb_sz[k];
-    if (spec->mode == ZERO_BUCKETS_SCATTER) { /* buckets.c staging_budget */
-        const uint64_t saved = L->flat_numel > L->part_numel ? L->flat_numel - L->part_numel : 0;
+    if (spec->mode == ZERO_BUCKETS_SCATTER) { /* buckets.c staging_budget: what this set's groups save */
+        uint64_t saved = 0;
+        for (uint32_t g = 0; g < L->ngroups; g++)
+            if (!in_set || in_set[g]) saved += L->groups[g].numel - L->groups[g].part_numel;
         const uint64_t budget = saved * es / (es + (mixed ? 4 : 0) + (wire16 ? 2 : 0));
         s.budget = budget > slot_cap ? budget : slot_cap;
     } else {
@@ -259,8 +263,8 @@ static long plan_env_long(const char *name, long def) {
 
 uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
                                        uint32_t nparams, const zero_bucket_spec *spec, int striped,
-                                       zero_dtype comm_dtype) {
-    if (!L || !spec || L->world <= 1 || L->flat_numel == 0) return 0; /* world 1: no ring, no scratch */
+                                       zero_dtype comm_dtype, const uint8_t *in_set, uint32_t set_world) {
+    if (!L || !spec || set_world <= 1 || L->flat_numel == 0) return 0; /* world 1: no ring, no scratch */
     const zero_dtype gdt = spec->grad_dtype; /* complete: plugin_abi.c adopted it */
     const int mixed = gdt != ZERO_DTYPE_F32, scatter = spec->mode == ZERO_BUCKETS_SCATTER;
     const int wire16 = wire16_of(gdt, comm_dtype);
@@ -270,7 +274,7 @@ uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *par
     const uint64_t window = (uint64_t)plan_env_long("ZERO_COMM_WINDOW", 8);
     uint64_t chunk = chunk_bytes / esz ? chunk_bytes / esz : 1;
     if (chunk > (uint64_t)INT_MAX / esz) chunk = (uint64_t)INT_MAX / esz;
-    const uint32_t N = L->world;
+    const uint32_t N = set_world;
     const uint64_t nbufs = N - 2 > 2 ? 2 : N - 2; /* forwarding steps - 1, at most 2 buffers */
     /* fp32 ALLREDUCE always reduces in place (iallreducev); the other modes
      * reduce a bucket straight into the partition at a window start (no
@@ -292,6 +296,7 @@ uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *par
         for (uint32_t r = 0; r < N; r++) {
             uint64_t sum = 0;
             for (uint32_t k = 0; k < bp.nb; k++) {
+                if (in_set && !in_set[bp.b[k].group]) continue; /* another set's reduction */
                 uint64_t maxc = 0, mine = 0;
                 for (uint32_t q = 0; q < N; q++) {
                     uint64_t lo, n, pos;

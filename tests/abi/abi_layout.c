@@ -169,7 +169,7 @@ _Static_assert(offsetof(zero_step_timing, hook_seconds) == 72, "offsetof(zero_st
 _Static_assert(offsetof(zero_step_timing, fetch_seconds) == 80, "offsetof(zero_step_timing, fetch_seconds)");
 
 /* zero_plan_request */
-_Static_assert(sizeof(zero_plan_request) == 64, "sizeof(zero_plan_request)");
+_Static_assert(sizeof(zero_plan_request) == 88, "sizeof(zero_plan_request)");
 _Static_assert(offsetof(zero_plan_request, struct_size) == 0, "offsetof(zero_plan_request, struct_size)");
 _Static_assert(offsetof(zero_plan_request, reserved0) == 4, "offsetof(zero_plan_request, reserved0)");
 _Static_assert(offsetof(zero_plan_request, config_json) == 8, "offsetof(zero_plan_request, config_json)");
@@ -180,6 +180,11 @@ _Static_assert(offsetof(zero_plan_request, nparams) == 36, "offsetof(zero_plan_r
 _Static_assert(offsetof(zero_plan_request, numels) == 40, "offsetof(zero_plan_request, numels)");
 _Static_assert(offsetof(zero_plan_request, groups) == 48, "offsetof(zero_plan_request, groups)");
 _Static_assert(offsetof(zero_plan_request, total_params) == 56, "offsetof(zero_plan_request, total_params)");
+/* (1.9) expert groups, appended */
+_Static_assert(offsetof(zero_plan_request, nexpert_groups) == 64, "offsetof(zero_plan_request, nexpert_groups)");
+_Static_assert(offsetof(zero_plan_request, reserved1) == 68, "offsetof(zero_plan_request, reserved1)");
+_Static_assert(offsetof(zero_plan_request, expert_groups) == 72, "offsetof(zero_plan_request, expert_groups)");
+_Static_assert(offsetof(zero_plan_request, expert_dp_sizes) == 80, "offsetof(zero_plan_request, expert_dp_sizes)");
 
 /* zero_memory_plan */
 _Static_assert(sizeof(zero_memory_plan) == 200, "sizeof(zero_memory_plan)");

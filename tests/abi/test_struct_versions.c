@@ -236,6 +236,28 @@ static void plan_request(void) {
     CHECK(zero_plan(&r.s, &out, msg, sizeof msg) == ZERO_OK, "plan (newer request, new field zero): %s", msg);
     r.s.reserved0 = 2;
     expect_refused(zero_plan(&r.s, &out, msg, sizeof msg), msg, "reserved0 must be 0", "plan_request: reserved0");
+    r.s.reserved0 = 0;
+    /* (1.9) a 1.8 host's request ends before the expert groups: whatever
+     * lies past its struct_size is not read (here: a group that would be
+     * refused), and it plans as before */
+    zero_memory_plan full = ZERO_MEMORY_PLAN_INIT;
+    CHECK(zero_plan(&r.s, &full, msg, sizeof msg) == ZERO_OK, "plan (whole request): %s", msg);
+    const int32_t gid = 7;
+    const uint32_t gsize = 3;
+    r.s.nexpert_groups = 1;
+    r.s.expert_groups = &gid;
+    r.s.expert_dp_sizes = &gsize;
+    r.s.struct_size = (uint32_t)offsetof(zero_plan_request, nexpert_groups);
+    zero_memory_plan old = ZERO_MEMORY_PLAN_INIT;
+    CHECK(zero_plan(&r.s, &old, msg, sizeof msg) == ZERO_OK, "plan (1.8 request): %s", msg);
+    CHECK(old.total[ZERO_TIER_DEVICE] == full.total[ZERO_TIER_DEVICE] && old.total[ZERO_TIER_DEVICE] > 0,
+          "1.8 request plans %llu device bytes, the same request whole %llu",
+          (unsigned long long)old.total[ZERO_TIER_DEVICE], (unsigned long long)full.total[ZERO_TIER_DEVICE]);
+    r.s.struct_size = sizeof r.s; /* the same fields read: group 7 names no param, size 3 does not divide 4 */
+    expect_refused(zero_plan(&r.s, &out, msg, sizeof msg), msg, "must divide world_size 4",
+                   "plan_request: expert group read at 1.9");
+    r.s.reserved1 = 1;
+    expect_refused(zero_plan(&r.s, &out, msg, sizeof msg), msg, "reserved1 must be 0", "plan_request: reserved1");
 }
 
 int main(void) {

@@ -4,7 +4,13 @@
  * the lower stages no longer fit), says so in one INFO line naming the
  * runner-up, trains within the budget, and a budget one byte below the
  * smallest plan fails at zero_params_done naming that plan and plugin.
- * The budgets come from zero_plan (never typed in).  Run with 4 ranks. */
+ * The budgets come from zero_plan (never typed in).  Run with 4 ranks.
+ *
+ * (1.9) Then with an expert group (two expert tensors, expert-DP groups of
+ * 2): a budget of exactly stage1's expert-aware plan picks stage1 and holds;
+ * one byte less, which a dense plan of the same model would still call
+ * enough for stage1, picks another plugin that stays within it; stage0 and
+ * stage3 (no expert groups) are never picked. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,7 +20,10 @@
 #include "check.h"
 #include "zero.h"
 
-static const uint64_t numel[7] = {256 * 24, 8 * 24 * 256, 256, 256 * 256, 256, 256 * 256, 256};
+static const uint64_t numel[9] = {256 * 24, 8 * 24 * 256, 256, 256 * 256, 256, 256 * 256, 256,
+                                  /* (1.9) the experts (group 1) */ 256 * 96 + 7, 96 * 256 + 1};
+static const int32_t groups[9] = {0, 0, 0, 0, 0, 0, 0, 1, 1};
+static int experts_; /* register the expert tensors, group 1 with expert-DP groups of 2 */
 /* (issue 20: then stage3 with offload_optimizer and offload_param, plugin stage3) */
 #define NC 6
 static const char *order[NC] = {"stage0", "stage1", "stage2", "stage3", "offload", "stage3+offload"};
@@ -66,28 +75,40 @@ static zero_status run(uint64_t budget, char *picked, size_t plen, uint64_t *pea
     if (s != ZERO_OK) return s;
     CHECK(strcmp(zero_plugin_name(e), "auto") == 0, "before params_done the plugin is 'auto', got '%s'",
           zero_plugin_name(e));
-    zero_param *p[7];
-    float *init[7];
-    for (int i = 0; i < 7; i++) {
+    const int np = experts_ ? 9 : 7;
+    int rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (experts_) {
+        zero_group_desc gd = ZERO_GROUP_DESC_INIT;
+        gd.group = 1;
+        gd.expert_color = rank % (world / 2);
+        CHECK(zero_set_group(e, &gd) == ZERO_OK, "set_group: %s", zero_last_error(e));
+    }
+    zero_param *p[9];
+    float *init[9];
+    for (int i = 0; i < np; i++) {
         init[i] = calloc(numel[i], sizeof(float));
-        char name[16];
-        snprintf(name, sizeof name, "t%d", i);
+        char name[32];
+        if (i < 7) snprintf(name, sizeof name, "t%d", i);
+        else snprintf(name, sizeof name, "expert%d.w%d", rank % (world / 2), i - 7);
         zero_param_desc d = ZERO_PARAM_DESC_INIT;
         d.name = name;
         d.data = init[i];
         d.numel = numel[i];
+        d.group = groups[i];
         CHECK(zero_register_param(e, &d, &p[i]) == ZERO_OK, "register: %s", zero_last_error(e));
     }
     s = zero_params_done(e);
-    for (int i = 0; i < 7; i++) free(init[i]);
+    for (int i = 0; i < np; i++) free(init[i]);
     snprintf(picked, plen, "%s", zero_plugin_name(e));
     snprintf(err, elen, "%s", zero_last_error(e));
     for (int m = 0; s == ZERO_OK && m < 4; m++) { /* canonical host: see test_plan_measured.c */
         zero_status t = ZERO_OK;
         void *w, *g;
-        for (int i = 0; i < 7 && t == ZERO_OK; i++)
+        for (int i = 0; i < np && t == ZERO_OK; i++)
             if ((t = zero_gather(e, &p[i], 1, &w)) == ZERO_OK) t = zero_release(e, &p[i], 1);
-        for (int i = 6; i >= 0 && t == ZERO_OK; i--) {
+        for (int i = np - 1; i >= 0 && t == ZERO_OK; i--) {
             if ((t = zero_gather(e, &p[i], 1, &w)) != ZERO_OK || (t = zero_grad_buffer(e, p[i], &g)) != ZERO_OK)
                 break;
             ((float *)g)[0] += 1e-3f;
@@ -103,6 +124,57 @@ static zero_status run(uint64_t budget, char *picked, size_t plen, uint64_t *pea
     *peak = ms.peak_total[ZERO_TIER_DEVICE];
     zero_engine_destroy(e);
     return s;
+}
+
+/* Device bytes zero_plan gives plugin for the 9 tensors, with group 1 an
+ * expert group of 2 ranks (xp) or dense. */
+static uint64_t plan9(const char *plugin, int xp, int world) {
+    char cfg[1024], err[1024];
+    config(cfg, sizeof cfg, 1);
+    const int32_t xg = 1;
+    const uint32_t xs = 2;
+    zero_plan_request rq = ZERO_PLAN_REQUEST_INIT;
+    rq.config_json = cfg;
+    rq.plugin = plugin;
+    rq.world_size = (uint32_t)world;
+    rq.nparams = 9;
+    rq.numels = numel;
+    rq.groups = groups;
+    if (xp) {
+        rq.nexpert_groups = 1;
+        rq.expert_groups = &xg;
+        rq.expert_dp_sizes = &xs;
+    }
+    zero_memory_plan p = ZERO_MEMORY_PLAN_INIT;
+    CHECK(zero_plan(&rq, &p, err, sizeof err) == ZERO_OK, "plan %s (experts %d): %s", plugin, xp, err);
+    return p.total[ZERO_TIER_DEVICE];
+}
+
+static void experts(void) {
+    int rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    experts_ = 1;
+    const uint64_t s1 = plan9("stage1", 1, world), s1_dense = plan9("stage1", 0, world);
+    /* the premise: the dense plan undercounts (expert states shared by 4 ranks instead of 2) */
+    CHECK(s1_dense < s1 - 1, "stage1: dense plan %llu, expert-aware %llu", (unsigned long long)s1_dense,
+          (unsigned long long)s1);
+    char picked[64], err[2048];
+    uint64_t peak = 0;
+    zero_status s = run(s1, picked, sizeof picked, &peak, err, sizeof err);
+    CHECK(s == ZERO_OK && !strcmp(picked, "stage1"), "experts, budget %llu (stage1's plan): %s picked, %s",
+          (unsigned long long)s1, picked, err);
+    CHECK(peak <= s1, "experts, stage1: device peak %llu over the budget %llu", (unsigned long long)peak,
+          (unsigned long long)s1);
+    if (rank == 0) printf("experts budget %9llu: %s (peak %llu)\n", (unsigned long long)s1, info, (unsigned long long)peak);
+    s = run(s1 - 1, picked, sizeof picked, &peak, err, sizeof err);
+    CHECK(s == ZERO_OK && strcmp(picked, "stage1") && strcmp(picked, "stage0") && strcmp(picked, "stage3"),
+          "experts, budget %llu (1 below stage1's plan, above its dense plan %llu): picked %s, %s",
+          (unsigned long long)(s1 - 1), (unsigned long long)s1_dense, picked, err);
+    CHECK(peak <= s1 - 1, "experts, %s: device peak %llu over the budget %llu", picked, (unsigned long long)peak,
+          (unsigned long long)(s1 - 1));
+    if (rank == 0) printf("experts budget %9llu: %s (peak %llu)\n", (unsigned long long)(s1 - 1), info, (unsigned long long)peak);
+    experts_ = 0;
 }
 
 int main(int argc, char **argv) {
@@ -181,6 +253,7 @@ int main(int argc, char **argv) {
     CHECK(strstr(err, want) != NULL, "\"%s\" lacks \"%s\"", err, want);
     CHECK(strstr(err, "with stage3+offload") != NULL, "\"%s\" lacks \"%s\"", err, "with stage3+offload");
     if (rank == 0) printf("budget %9llu: %s\n", (unsigned long long)(plan[NC - 1] - 1), err);
+    experts();
     int rc = check_finish(), any = 0;
     MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Finalize();

@@ -16,7 +16,16 @@
  * and ZeRO++ from plugins-contrib, found on ZERO_PLUGIN_PATH) the same
  * way: each shard size that divides N (1, 2, 3, N), fp32 and bf16; ZeRO++
  * with no switch, each switch alone, qgZ with error feedback, all three,
- * all three in bf16. */
+ * all three in bf16.
+ *
+ * `test_plan_measured --experts` (1.9) checks expert groups: the demo's
+ * tensors dense (group 0) and two expert tensors (group 1, whose sizes do
+ * not divide the ranks) that each expert-data-parallel group of d ranks
+ * holds (color rank % (N / d)), for every d that divides N, with stage1,
+ * stage2 and offload, planned with zero_plan_request.expert_groups; a
+ * dense plan of the same model would give the experts' states N ranks to
+ * share.  stage0 and stage3 are refused alike by zero_plan and by
+ * zero_params_done. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +49,9 @@ static int wire16_;
 /* --contrib: what the outside plugins add to stage 3's keys, and bf16 */
 static const char *contrib_zo_;
 static int bf16_;
+/* --experts: the expert-data-parallel size (0: no expert group) */
+static uint32_t expert_dp_;
+static const uint64_t expert_numel[2] = {24 * 256 + 5, 256 * 24 + 3};
 
 static const char *config_for(const char *plugin, uint64_t scale) {
     /* the demo's configs (examples/configs); stage3's pool settings scale
@@ -83,16 +95,30 @@ static const char *config_for(const char *plugin, uint64_t scale) {
 
 static int run_one(const char *plugin, uint64_t scale, int rank, int world) {
     const char *cfg = config_for(plugin, scale);
-    uint64_t numel[7];
+    const int np = expert_dp_ ? 9 : 7;
+    uint64_t numel[9];
+    int32_t group[9] = {0};
     for (int i = 0; i < 7; i++) numel[i] = demo_numel[i] * scale;
+    for (int i = 7; i < np; i++) {
+        numel[i] = expert_numel[i - 7] * scale;
+        group[i] = 1;
+    }
+    const int32_t xgroup = 1;
+    const uint32_t xsize = expert_dp_;
 
     zero_plan_request rq = ZERO_PLAN_REQUEST_INIT;
     rq.config_json = cfg;
     const char *real = !strncmp(plugin, "stage3-", 7) ? "stage3" : plugin; /* the offload variants */
     rq.plugin = real;
     rq.world_size = (uint32_t)world;
-    rq.nparams = 7;
+    rq.nparams = (uint32_t)np;
     rq.numels = numel;
+    if (expert_dp_) {
+        rq.groups = group;
+        rq.nexpert_groups = 1;
+        rq.expert_groups = &xgroup;
+        rq.expert_dp_sizes = &xsize;
+    }
     zero_memory_plan plan = ZERO_MEMORY_PLAN_INIT;
     char err[1024];
     zero_status s = zero_plan(&rq, &plan, err, sizeof err);
@@ -109,18 +135,27 @@ static int run_one(const char *plugin, uint64_t scale, int rank, int world) {
     s = zero_engine_create(&o, &e, err, sizeof err);
     CHECK(s == ZERO_OK, "create %s: %s", plugin, err);
     if (s != ZERO_OK) return 1;
-    zero_param *p[7];
-    float *inits[7];
-    uint16_t *inits16[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    for (int i = 0; i < 7; i++) { /* read at zero_params_done: kept until then */
+    if (expert_dp_) { /* group 1: the experts of this rank's expert-DP group */
+        zero_group_desc gd = ZERO_GROUP_DESC_INIT;
+        gd.group = 1;
+        gd.expert_color = rank % (world / (int)expert_dp_);
+        s = zero_set_group(e, &gd);
+        CHECK(s == ZERO_OK, "set_group: %s", zero_last_error(e));
+    }
+    zero_param *p[9];
+    float *inits[9];
+    uint16_t *inits16[9] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    for (int i = 0; i < np; i++) { /* read at zero_params_done: kept until then */
         float *init = inits[i] = calloc(numel[i], sizeof *init);
         for (uint64_t k = 0; k < numel[i]; k++) init[k] = 0.01f * (float)((k * 7 + (uint64_t)i) % 13) - 0.06f;
-        char name[32];
-        snprintf(name, sizeof name, "t%d", i);
+        char name[48];
+        if (i < 7) snprintf(name, sizeof name, "t%d", i);
+        else snprintf(name, sizeof name, "expert%d.w%d", rank % (world / (int)expert_dp_), i - 7);
         zero_param_desc d = ZERO_PARAM_DESC_INIT;
         d.name = name;
         d.data = init;
         d.numel = numel[i];
+        d.group = group[i];
         uint16_t *b16 = NULL;
         if (bf16_) { /* the model in bf16 (the top half of each fp32 value) */
             b16 = calloc(numel[i] ? numel[i] : 1, sizeof *b16);
@@ -136,14 +171,14 @@ static int run_one(const char *plugin, uint64_t scale, int rank, int world) {
         CHECK(s == ZERO_OK, "register: %s", zero_last_error(e));
     }
     s = zero_params_done(e);
-    for (int i = 0; i < 7; i++) free(inits[i]), free(inits16[i]);
+    for (int i = 0; i < np; i++) free(inits[i]), free(inits16[i]);
     CHECK(s == ZERO_OK, "params_done: %s", zero_last_error(e));
     for (int m = 0; s == ZERO_OK && m < 6; m++) {
         void *w;
-        for (int i = 0; i < 7 && s == ZERO_OK; i++) {
+        for (int i = 0; i < np && s == ZERO_OK; i++) {
             if ((s = zero_gather(e, &p[i], 1, &w)) == ZERO_OK) s = zero_release(e, &p[i], 1);
         }
-        for (int i = 6; i >= 0 && s == ZERO_OK; i--) {
+        for (int i = np - 1; i >= 0 && s == ZERO_OK; i--) {
             void *g;
             if ((s = zero_gather(e, &p[i], 1, &w)) != ZERO_OK) break;
             if ((s = zero_grad_buffer(e, p[i], &g)) != ZERO_OK) break;
@@ -175,6 +210,8 @@ static int run_one(const char *plugin, uint64_t scale, int rank, int world) {
                   (unsigned long long)scale, rank, t, zero_mem_tag_name(g), got, want);
             bad |= !ok;
         }
+    if (rank == 0 && expert_dp_)
+        printf("experts d=%u ", expert_dp_);
     if (rank == 0)
         printf("%-8s%s%s%s N=%d x%-3llu device plan %12llu measured %12llu | host plan %12llu measured %12llu %s\n", plugin,
                round_robin_ ? " rr" : wire16_ ? " w16" : "", bf16_ ? " bf16 " : " ", contrib_zo_ ? contrib_zo_ : "", world, (unsigned long long)scale, (unsigned long long)plan.total[0],
@@ -228,6 +265,56 @@ static void run_contrib(int rank, int world) {
     contrib_zo_ = NULL;
 }
 
+/* --experts: every expert-DP size d that divides N, stage1 / stage2 /
+ * offload (fp32, bf16 at the largest d, 100x at d = N / 2 or 1); stage0
+ * and stage3 refused by the plan and by the engine with the same status. */
+static void run_experts(int rank, int world) {
+    static const char *ok[] = {"stage1", "stage2", "offload"};
+    for (uint32_t d = 1; d <= (uint32_t)world; d++) {
+        if (world % d) continue;
+        expert_dp_ = d;
+        for (size_t k = 0; k < 3; k++) run_one(ok[k], 1, rank, world);
+        if (d == (uint32_t)world) {
+            bf16_ = 1;
+            for (size_t k = 0; k < 3; k++) run_one(ok[k], 1, rank, world);
+            bf16_ = 0;
+        }
+        if (d == (world % 2 ? 1u : (uint32_t)world / 2))
+            for (size_t k = 0; k < 3; k++) run_one(ok[k], 100, rank, world);
+    }
+    /* the refusals agree: plan and engine */
+    expert_dp_ = (uint32_t)world;
+    static const char *no[] = {"stage0", "stage3"};
+    for (size_t k = 0; k < 2; k++) {
+        const int32_t xg = 1;
+        const uint32_t xs = (uint32_t)world;
+        uint64_t numel[9];
+        int32_t group[9] = {0, 0, 0, 0, 0, 0, 0, 1, 1};
+        for (int i = 0; i < 7; i++) numel[i] = demo_numel[i];
+        numel[7] = expert_numel[0];
+        numel[8] = expert_numel[1];
+        zero_plan_request rq = ZERO_PLAN_REQUEST_INIT;
+        rq.config_json = config_for(no[k], 1);
+        rq.plugin = no[k];
+        rq.world_size = (uint32_t)world;
+        rq.nparams = 9;
+        rq.numels = numel;
+        rq.groups = group;
+        rq.nexpert_groups = 1;
+        rq.expert_groups = &xg;
+        rq.expert_dp_sizes = &xs;
+        zero_memory_plan plan = ZERO_MEMORY_PLAN_INIT;
+        char err[1024] = "";
+        zero_status s = zero_plan(&rq, &plan, err, sizeof err);
+        CHECK(s == ZERO_ERR_UNSUPPORTED && strstr(err, "expert group") && strstr(err, no[k]),
+              "zero_plan(%s) with an expert group: %s '%s', expected ZERO_ERR_UNSUPPORTED naming it", no[k],
+              zero_status_string(s), err);
+        rq.nexpert_groups = 0; /* the same model dense: planned */
+        CHECK(zero_plan(&rq, &plan, err, sizeof err) == ZERO_OK, "zero_plan(%s) dense: %s", no[k], err);
+    }
+    expert_dp_ = 0;
+}
+
 int main(int argc, char **argv) {
     int prov;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &prov);
@@ -236,6 +323,13 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     static const char *plugins[] = {"stage0",         "stage1", "stage2", "stage3", "offload", "stage1-pp",
                                     "stage3-offload", "stage3-offload-param", "stage3-nvme"};
+    if (argc > 1 && !strcmp(argv[1], "--experts")) {
+        run_experts(rank, world);
+        int rc = check_finish(), any = 0;
+        MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Finalize();
+        return any;
+    }
     if (argc > 1 && !strcmp(argv[1], "--contrib")) {
         run_contrib(rank, world);
         int rc = check_finish(), any = 0;

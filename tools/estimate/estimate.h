@@ -12,6 +12,12 @@ typedef struct est_model {
     uint32_t n;
     uint64_t total;    /* sum of numel, or the bare count */
     char what[256];    /* how the model was described, for the header line */
+    /* (1.9) a mixture of experts (est_model_gpt_moe): the param group of
+     * each tensor (0 dense, 1 this rank's experts; NULL: all dense), the
+     * expert-parallel size and the elements of each kind on one rank */
+    int32_t *group;
+    uint64_t ep;
+    uint64_t dense, expert;
 } est_model;
 
 /* "7.5e9", "7.5B", "1T", "350M", "125k", "187136" -> count; 0 on a bad string. */
@@ -22,6 +28,14 @@ uint64_t est_parse_bytes(const char *s);
  * ln1 w/b, attn qkv w/b, attn proj w/b, ln2 w/b, mlp fc w/b (4h), mlp
  * proj w/b, then the final ln w/b.  Returns 0, or -1 on bad dims. */
 int est_model_gpt(est_model *m, uint32_t layers, uint64_t hidden, uint64_t vocab, uint64_t seq);
+/* (1.9) The same GPT with DeepSpeed-MoE's layers: every `every`-th layer
+ * (the 2nd, 4th, ... for every = 2) has `experts` experts in place of its
+ * MLP (fc w/b, proj w/b each) and a gate (hidden x experts, dense), spread
+ * over `ep` expert-parallel ranks: one rank registers the dense tensors
+ * and experts / ep experts (group 1, partitioned over world / ep ranks).
+ * ep must divide experts.  Returns 0, or -1 on bad dims. */
+int est_model_gpt_moe(est_model *m, uint32_t layers, uint64_t hidden, uint64_t vocab, uint64_t seq, uint64_t experts,
+                      uint64_t ep, uint64_t every);
 /* A checkpoint manifest (reads the file): a JSON object with an array
  * "params" (or "tensors") whose entries have "numel" or "shape".  Returns 0,
  * or -1 with the reason in err. */

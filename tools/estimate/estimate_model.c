@@ -42,18 +42,26 @@ uint64_t est_parse_bytes(const char *s) {
     return v < 1 ? 0 : (uint64_t)llround(v);
 }
 
-static int add(est_model *m, uint32_t *cap, uint64_t numel) {
+static int add_in(est_model *m, uint32_t *cap, uint64_t numel, int32_t group) {
     if (m->n == *cap) {
         uint32_t nc = *cap ? *cap * 2 : 64;
         uint64_t *v = realloc(m->numel, nc * sizeof *v);
         if (!v) return -1;
         m->numel = v;
+        int32_t *g = realloc(m->group, nc * sizeof *g);
+        if (!g) return -1;
+        m->group = g;
         *cap = nc;
     }
+    m->group[m->n] = group;
     m->numel[m->n++] = numel;
     m->total += numel;
+    if (group) m->expert += numel;
+    else m->dense += numel;
     return 0;
 }
+
+static int add(est_model *m, uint32_t *cap, uint64_t numel) { return add_in(m, cap, numel, 0); }
 
 int est_model_gpt(est_model *m, uint32_t L, uint64_t h, uint64_t V, uint64_t S) {
     memset(m, 0, sizeof *m);
@@ -67,6 +75,36 @@ int est_model_gpt(est_model *m, uint32_t L, uint64_t h, uint64_t V, uint64_t S) 
     bad |= add(m, &cap, h) | add(m, &cap, h);
     snprintf(m->what, sizeof m->what, "GPT (layers %u, hidden %llu, vocab %llu, sequence %llu), %u tensors", L,
              (unsigned long long)h, (unsigned long long)V, (unsigned long long)S, m->n);
+    return bad ? -1 : 0;
+}
+
+int est_model_gpt_moe(est_model *m, uint32_t L, uint64_t h, uint64_t V, uint64_t S, uint64_t experts, uint64_t ep,
+                      uint64_t every) {
+    memset(m, 0, sizeof *m);
+    if (!L || !h || !V || !S || !experts || !ep || !every || experts % ep) return -1;
+    uint32_t cap = 0;
+    int bad = add(m, &cap, V * h) | add(m, &cap, S * h);
+    uint32_t moe_layers = 0;
+    for (uint32_t l = 0; l < L && !bad; l++) {
+        const uint64_t attn[8] = {h, h, h * 3 * h, 3 * h, h * h, h, h, h}; /* ln1, qkv, proj, ln2 */
+        for (int i = 0; i < 8; i++) bad |= add(m, &cap, attn[i]);
+        const uint64_t mlp[4] = {h * 4 * h, 4 * h, 4 * h * h, h};
+        if ((l + 1) % every) {
+            for (int i = 0; i < 4; i++) bad |= add(m, &cap, mlp[i]);
+            continue;
+        }
+        moe_layers++;
+        bad |= add(m, &cap, h * experts); /* the gate: every rank routes to every expert */
+        for (uint64_t x = 0; x < experts / ep; x++)
+            for (int i = 0; i < 4; i++) bad |= add_in(m, &cap, mlp[i], 1);
+    }
+    bad |= add(m, &cap, h) | add(m, &cap, h);
+    m->ep = ep;
+    snprintf(m->what, sizeof m->what,
+             "GPT-MoE (layers %u, hidden %llu, vocab %llu, sequence %llu; %u MoE layers of %llu experts, "
+             "expert-parallel %llu: %llu experts per rank), %u tensors per rank",
+             L, (unsigned long long)h, (unsigned long long)V, (unsigned long long)S, moe_layers,
+             (unsigned long long)experts, (unsigned long long)ep, (unsigned long long)(experts / ep), m->n);
     return bad ? -1 : 0;
 }
 
@@ -118,6 +156,8 @@ int est_model_manifest(est_model *m, const char *path, char *err, size_t err_len
 
 void est_model_free(est_model *m) {
     free(m->numel);
+    free(m->group);
     m->numel = NULL;
+    m->group = NULL;
     m->n = 0;
 }

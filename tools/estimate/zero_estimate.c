@@ -44,7 +44,10 @@ static void usage(FILE *f) {
             "                     [--config ds_config.json] [--dtype fp16|bf16|fp32] [--grad-dtype model|fp32]\n"
             "                     [--k 12] [--budget 32GB [--mp 1,2,4]] [--unit GB|MB|kB|GiB|MiB|KiB] [--json]\n"
             "MODEL: --params 7.5e9 | --params 7.5B | --gpt LAYERS,HIDDEN,VOCAB,SEQ |\n"
-            "       --layers L --hidden H --vocab V --seq S | --manifest checkpoint-manifest.json\n");
+            "       --layers L --hidden H --vocab V --seq S | --manifest checkpoint-manifest.json\n"
+            "       with the GPT shape, --moe EXPERTS,EP[,EVERY]: every EVERY-th layer (default 2) has EXPERTS\n"
+            "       experts in place of its MLP, EP-way expert parallel (a rank holds EXPERTS/EP of them,\n"
+            "       partitioned over N/EP ranks; N not divisible by EP is shown as n/a)\n");
 }
 
 static int parse_list(const char *s, uint64_t *out, int max) {
@@ -115,11 +118,19 @@ static zero_status plan(const char *cfg, const char *plugin, uint64_t n, const e
     rq.config_json = cfg3 ? cfg3 : cfg;
     rq.plugin = cfg3 ? "stage3" : plugin;
     rq.world_size = (uint32_t)n;
+    const int32_t xg = 1;
+    const uint32_t xs = m && m->ep ? (uint32_t)(n / m->ep) : 0;
     if (bare) {
         rq.total_params = bare;
     } else if (m->numel) {
         rq.nparams = m->n;
         rq.numels = m->numel;
+        if (m->ep) { /* (1.9) this rank's experts, over its expert-data-parallel group */
+            rq.groups = m->group;
+            rq.nexpert_groups = 1;
+            rq.expert_groups = &xg;
+            rq.expert_dp_sizes = &xs;
+        }
     } else {
         rq.total_params = m->total;
     }
@@ -164,7 +175,8 @@ static const char *gb_of(double bytes, double unit, char *buf, size_t len) {
 
 int main(int argc, char **argv) {
     opts o = {.nranks = 0, .nplugins = 0, .k = 12, .nmp = 0};
-    uint64_t L = 0, H = 0, V = 0, S = 0, count = 0;
+    uint64_t L = 0, H = 0, V = 0, S = 0, count = 0, moe[3] = {0, 0, 2};
+    int nmoe = 0;
     const char *manifest = NULL;
     char err[2048];
     for (int i = 1; i < argc; i++) {
@@ -182,6 +194,10 @@ int main(int argc, char **argv) {
         else if (ARG("--vocab")) V = est_parse_count(v);
         else if (ARG("--seq")) S = est_parse_count(v);
         else if (ARG("--manifest")) manifest = v;
+        else if (ARG("--moe")) {
+            if ((nmoe = parse_list(v, moe, 3)) < 2 || !moe[0] || !moe[1] || !moe[2] || moe[0] % moe[1])
+                return fprintf(stderr, "--moe: expected EXPERTS,EP[,EVERY], EP dividing EXPERTS (e.g. 8,4 or 64,8,2)\n"), 2;
+        }
         else if (ARG("--ranks")) {
             if ((o.nranks = parse_list(v, o.ranks, MAXL)) <= 0) return fprintf(stderr, "--ranks: bad list\n"), 2;
         } else if (ARG("--mp")) {
@@ -213,7 +229,8 @@ int main(int argc, char **argv) {
     if (manifest) {
         if (est_model_manifest(&o.model, manifest, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 2;
     } else if (L || H || V || S) {
-        if (est_model_gpt(&o.model, (uint32_t)L, H, V, S) != 0)
+        if ((nmoe ? est_model_gpt_moe(&o.model, (uint32_t)L, H, V, S, moe[0], moe[1], moe[2])
+                  : est_model_gpt(&o.model, (uint32_t)L, H, V, S)) != 0)
             return fprintf(stderr, "GPT shape: give layers, hidden, vocab and seq (all > 0)\n"), 2;
     } else if (count) {
         o.model.total = count;
@@ -222,12 +239,20 @@ int main(int argc, char **argv) {
     } else if (!o.budget) {
         return usage(stderr), 2;
     }
+    if (nmoe && !o.model.ep)
+        return fprintf(stderr, "--moe describes the experts of a GPT shape: give --gpt (or --layers ...) too\n"), 2;
+    if (nmoe && o.budget)
+        return fprintf(stderr, "--budget searches dense parameter counts; it does not combine with --moe\n"), 2;
     if (!o.nranks) {
         const uint64_t d[] = {1, 4, 16, 64, 256, 1024};
         memcpy(o.ranks, d, sizeof d);
         o.nranks = 6;
     }
-    if (!o.nplugins) {
+    if (!o.nplugins && o.model.ep) { /* the plugins that run expert groups (ZERO_PLUGIN_CAP_EXPERT_GROUPS) */
+        static const char *d[] = {"stage1", "stage2", "offload"};
+        memcpy(o.plugins, d, sizeof d);
+        o.nplugins = 3;
+    } else if (!o.nplugins) {
         static const char *d[] = {"stage0", "stage1", "stage2", "stage3", "offload", "stage3+offload"};
         memcpy(o.plugins, d, sizeof d);
         o.nplugins = 6;
@@ -251,8 +276,12 @@ int main(int argc, char **argv) {
         json_object_set_new(J, "model", json_pack("{s:s,s:I,s:I}", "description", o.model.what, "params",
                                                  (json_int_t)o.model.total, "tensors", (json_int_t)o.model.n));
         const double psi = (double)o.model.total;
-        if (!o.json) {
+        if (!o.json && o.model.ep)
+            printf("model: %s; Psi = %.4g per rank (dense %.4g, this rank's experts %.4g)\n", o.model.what, psi,
+                   (double)o.model.dense, (double)o.model.expert);
+        else if (!o.json)
             printf("model: %s; Psi = %.4g\n", o.model.what, psi);
+        if (!o.json) {
             printf("\nModel states per rank, GB (the ZeRO paper's formula: (%g + %g + K)Psi, K = %g, partitioned by "
                    "stage; Table 1)\n%-20s", pb, gb, o.k, "N_d");
             for (int r = 0; r < o.nranks; r++) printf("%10llu", (unsigned long long)o.ranks[r]);
@@ -264,7 +293,17 @@ int main(int argc, char **argv) {
             json_t *row = json_array();
             if (!o.json) printf("%-20s", names[st]);
             for (int r = 0; r < o.nranks; r++) {
-                double bytes = psi * est_paper_bytes_per_param(st, (double)o.ranks[r], o.k, pb, gb);
+                const double n = (double)o.ranks[r];
+                /* with experts: the dense part over N ranks, the experts over their N / EP */
+                double bytes = o.model.ep ? (double)o.model.dense * est_paper_bytes_per_param(st, n, o.k, pb, gb) +
+                                                (double)o.model.expert *
+                                                    est_paper_bytes_per_param(st, n / (double)o.model.ep, o.k, pb, gb)
+                                          : psi * est_paper_bytes_per_param(st, n, o.k, pb, gb);
+                if (o.model.ep && o.ranks[r] % o.model.ep) {
+                    if (!o.json) printf("%10s", "n/a");
+                    json_array_append_new(row, json_null());
+                    continue;
+                }
                 est_fmt_paper_gb(bytes / 1e9, c1, sizeof c1);
                 if (!o.json) printf("%10s", c1);
                 json_array_append_new(row, json_pack("{s:f,s:s}", "bytes", bytes, "gb", c1));
@@ -289,8 +328,15 @@ int main(int argc, char **argv) {
             char line[2][1024] = {"", ""};
             for (int r = 0; r < o.nranks; r++) {
                 zero_memory_plan p;
-                zero_status s = plan(cfg, o.plugins[pi], o.ranks[r], &o.model, 0, &p, err, sizeof err);
                 char cell[64], tmp[64];
+                if (o.model.ep && o.ranks[r] % o.model.ep) { /* no expert-parallel layout at this N */
+                    snprintf(cell, sizeof cell, "%10s", "n/a");
+                    strcat(line[0], cell);
+                    strcat(line[1], cell);
+                    json_array_append_new(row, json_null());
+                    continue;
+                }
+                zero_status s = plan(cfg, o.plugins[pi], o.ranks[r], &o.model, 0, &p, err, sizeof err);
                 if (s != ZERO_OK) {
                     fprintf(stderr, "zero-estimate: %s at N = %llu: %s\n", o.plugins[pi],
                             (unsigned long long)o.ranks[r], err);
