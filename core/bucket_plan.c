@@ -23,8 +23,10 @@ static void extent(const zero_layout *L, const zero__bplan_param *pm, uint32_t g
  * (16-bit ones stage fp32 copies: bounded like SCATTER's, params may split,
  * so no floor). */
 uint64_t zero__bucket_plan_size(const zero_layout *L, const zero__bplan_param *pm, uint64_t requested, int scatter,
-                                int mixed, int striped) {
-    const uint64_t flat = L->flat_numel;
+                                int mixed, int striped, const uint8_t *in_set) {
+    uint64_t flat = 0; /* the elements this set reduces (the model's without expert groups) */
+    for (uint32_t g = 0; g < L->ngroups; g++)
+        if (!in_set || in_set[g]) flat += L->groups[g].numel;
     uint64_t B = requested ? requested : flat;
     if (!scatter && mixed) {
         uint64_t lim = flat / 8 ? flat / 8 : 1;
@@ -32,7 +34,7 @@ uint64_t zero__bucket_plan_size(const zero_layout *L, const zero__bplan_param *p
     } else if (scatter) {
         if (B > flat / 8) B = flat / 8;
         for (uint32_t g = 0; g < L->ngroups; g++)
-            for (uint32_t j = 0; j < L->groups[g].nparams; j++) {
+            for (uint32_t j = 0; (!in_set || in_set[g]) && j < L->groups[g].nparams; j++) {
                 uint64_t lo, hi;
                 extent(L, pm, g, j, &lo, &hi);
                 if (hi - lo > B) B = hi - lo;
@@ -42,7 +44,7 @@ uint64_t zero__bucket_plan_size(const zero_layout *L, const zero__bplan_param *p
     }
     if (striped)
         for (uint32_t g = 0; g < L->ngroups; g++)
-            if (L->groups[g].numel > B) B = L->groups[g].numel;
+            if ((!in_set || in_set[g]) && L->groups[g].numel > B) B = L->groups[g].numel;
     return B ? B : 1;
 }
 

@@ -48,9 +48,13 @@ typedef struct zero__bucket_plan {
  * exactly one bucket and each bucket's reduce-scatter gives every rank an
  * equal block (its padding can take a stripe a little past the size the
  * stripes were cut at).
- * pm[i].offset, pm[i].group must be filled for every param. */
+ * pm[i].offset, pm[i].group must be filled for every param.
+ * (libzero 1.10) in_set: the layout groups one bucket set reduces (buckets.c, with
+ * expert groups: the dense ones or one expert group's), NULL = all; the
+ * size follows that set's own elements and extents, so a small expert set
+ * is not staged in buckets sized for the whole model. */
 uint64_t zero__bucket_plan_size(const zero_layout *L, const zero__bplan_param *pm, uint64_t requested, int scatter,
-                                int mixed, int striped);
+                                int mixed, int striped, const uint8_t *in_set);
 
 /* Build the buckets of every group for bucket size B (> 0); fills
  * pm[].first_bucket / nbuckets.  Returns ZERO_OK or ZERO_ERR_OUT_OF_MEMORY

@@ -245,7 +245,7 @@ static zero_status build_buckets(zero_buckets *b) {
 /* SCATTER's staging budget, in slot elements (buckets.h states the rule):
  * the gradient bytes that partitioning saves, flat - part elements of
  * grad_dtype, so that stage 2 never holds more gradient memory than stage 1.
- * (1.9) Of this set's own groups: with expert groups each set spends what
+ * (libzero 1.10) Of this set's own groups: with expert groups each set spends what
  * its groups save, so that the sets together stay within the model's
  * saving (each spending the whole model's let stage 2 pass stage 1).
  * A slot element costs es bytes plus 4 for the fp32 staging of a 16-bit
@@ -375,7 +375,7 @@ zero_status zero__buckets_create(zero_core *c, const zero_bucket_spec *spec, zer
     b->last_window = UINT64_MAX;
     b->bucket_numel = zero__bucket_plan_size(b->layout, b->pm, b->spec.bucket_numel,
                                              b->spec.mode == ZERO_BUCKETS_SCATTER, b->mixed || b->wire16,
-                                             e->rc->round_robin_gradients);
+                                             e->rc->round_robin_gradients, b->in_set);
     if ((s = build_buckets(b)) != ZERO_OK) goto fail_s;
     b->fifo = calloc(b->nb ? b->nb : 1, sizeof *b->fifo);
     if (!b->fifo) goto oom;

@@ -37,10 +37,10 @@ uint64_t zero__buckets_staging_bytes(const zero_buckets *b);
  *    sized to the largest bucket it has held, and the slots together stay
  *    within what partitioning saves, (flat_numel - part_numel) elements of
  *    grad_dtype (a slot element costs grad bytes + 4 fp32 bytes for a 16-bit
- *    model), but never below one largest bucket; (1.9) with expert groups
- *    each bucket set counts what its own groups save, so the sets together
- *    keep the rule.  A bucket that finds no free
- *    slot large enough takes a new or enlarged one while within budget, else
+ *    model), but never below one largest bucket; (libzero 1.10) with expert
+ *    groups each bucket set sizes its buckets and counts its budget from
+ *    its own groups (bucket_plan.h), so the sets together keep the rule.
+ *    A bucket that finds no free slot large enough takes a new or enlarged one while within budget, else
  *    waits for the oldest in-flight bucket.  So stage 2's gradient memory
  *    (partition + staging) never exceeds stage 1's full gradient, for any
  *    model and N >= 2, as long as the largest param extent fits what

@@ -5,7 +5,7 @@
  * extents (largest param extent as a floor, flat/8 as a cap, the budget of
  * what partitioning saves) and from which slot each bucket takes in
  * acquire_slot, so the only exact answer is to run the same decisions.  The
- * functions below mirror core/buckets.c (effective_bucket, build_group,
+ * functions below mirror core/buckets.c (build_group,
  * staging_budget, acquire_slot, advance); tests/plan compares the result
  * with the accountant's measured peak for every plugin, so a change there
  * that is not made here fails a test instead of drifting silently.
@@ -38,39 +38,11 @@ typedef struct sim {
     uint64_t stage_cap, budget, peak;
 } sim;
 
-/* Extents [lo, hi) of every param of group g, in flat order, as the engine
- * walks them (the first param absorbs a head gap, the last the tail). */
-static uint64_t extent_hi(const zero_layout *L, const uint64_t *off, uint32_t g, uint32_t j) {
-    const zero_layout_group *lg = &L->groups[g];
-    return j + 1 < lg->nparams ? off[L->param_order[lg->first_param + j + 1]] : lg->flat_begin + lg->numel;
-}
+/* Where the extent of param j of group g starts, in flat order, as the
+ * engine walks them (the first param absorbs a head gap). */
 static uint64_t extent_lo(const zero_layout *L, const uint64_t *off, uint32_t g, uint32_t j) {
     const zero_layout_group *lg = &L->groups[g];
     return j == 0 ? lg->flat_begin : off[L->param_order[lg->first_param + j]];
-}
-
-/* buckets.c effective_bucket */
-static uint64_t effective(const zero_layout *L, const uint64_t *off, const zero_bucket_spec *spec, int mixed,
-                          int striped) {
-    const uint64_t flat = L->flat_numel;
-    uint64_t B = spec->bucket_numel ? spec->bucket_numel : flat;
-    if (spec->mode != ZERO_BUCKETS_SCATTER && mixed) {
-        uint64_t lim = flat / 8 ? flat / 8 : 1;
-        if (B > lim) B = lim;
-    } else if (spec->mode == ZERO_BUCKETS_SCATTER) {
-        if (B > flat / 8) B = flat / 8;
-        for (uint32_t g = 0; g < L->ngroups; g++)
-            for (uint32_t j = 0; j < L->groups[g].nparams; j++) {
-                uint64_t e = extent_hi(L, off, g, j) - extent_lo(L, off, g, j);
-                if (e > B) B = e;
-            }
-    } else if (B > flat) {
-        B = flat;
-    }
-    if (striped) /* bucket_plan.c: one bucket per stripe */
-        for (uint32_t g = 0; g < L->ngroups; g++)
-            if (L->groups[g].numel > B) B = L->groups[g].numel;
-    return B ? B : 1;
 }
 
 /* buckets.c build_group, keeping only the bucket sizes (in bucket order). */
@@ -183,7 +155,6 @@ static int wire16_of(zero_dtype gdt, zero_dtype comm_dtype) {
 uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
                                   const zero_bucket_spec *spec, int striped, zero_dtype comm_dtype,
                                   const uint8_t *in_set, uint32_t set_world) {
-    (void)param_numel;
     if (!L || !spec || set_world <= 1 || L->flat_numel == 0) return 0; /* world 1 stages nothing */
     const zero_dtype gdt = spec->grad_dtype; /* complete: plugin_abi.c adopted it */
     const int mixed = gdt != ZERO_DTYPE_F32, wire16 = wire16_of(gdt, comm_dtype);
@@ -193,7 +164,19 @@ uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_of
 
     uint64_t *nb_sz = NULL;
     uint32_t nb = 0;
-    const uint64_t B = effective(L, param_offset, spec, mixed || wire16, striped);
+    /* buckets.c: the set's bucket size (bucket_plan.c, the engine's own function) */
+    const uint32_t np = L->nparams;
+    zero__bplan_param *pm = calloc(np ? np : 1, sizeof *pm);
+    if (!pm) return 0;
+    for (uint32_t i = 0; i < np; i++) {
+        pm[i].offset = param_offset[i];
+        pm[i].numel = param_numel ? param_numel[i] : 0;
+        int g = zero__layout_group_of(L, pm[i].offset);
+        pm[i].group = g < 0 ? 0 : (uint32_t)g;
+    }
+    const uint64_t B = zero__bucket_plan_size(L, pm, spec->bucket_numel, spec->mode == ZERO_BUCKETS_SCATTER,
+                                              mixed || wire16, striped, in_set);
+    free(pm);
     if (build(L, param_offset, spec, B, in_set, &nb_sz, &nb) != 0 || nb == 0) {
         free(nb_sz);
         return 0;
@@ -290,7 +273,7 @@ uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *par
         pm[i].group = g < 0 ? 0 : (uint32_t)g;
     }
     zero__bucket_plan bp = {0};
-    const uint64_t B = zero__bucket_plan_size(L, pm, spec->bucket_numel, scatter, mixed || wire16, striped);
+    const uint64_t B = zero__bucket_plan_size(L, pm, spec->bucket_numel, scatter, mixed || wire16, striped, in_set);
     uint64_t worst = 0;
     if (zero__bucket_plan_build(&bp, L, pm, B, scatter) == ZERO_OK) {
         for (uint32_t r = 0; r < N; r++) {

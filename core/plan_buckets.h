@@ -15,7 +15,7 @@
  * layout has interleaved ownership (round_robin_gradients; bucket_plan.h).
  * comm_dtype: the run's communication_data_type (a 16-bit one with fp32
  * gradients adds the 16-bit wire arrays, buckets.c wire_setup).
- * (1.9) in_set: the layout groups this set reduces (buckets.c in_set:
+ * (libzero 1.10) in_set: the layout groups this set reduces (buckets.c in_set:
  * with expert groups, the dense groups or one expert group's), NULL =
  * every group; set_world: its communicator's size (the layout's world, or
  * the expert group's partition size). */

@@ -323,7 +323,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &m.world);
     const char *config = NULL, *plugin = NULL, *data = "/usr/share/common-licenses";
     long steps = 40;
-    int check = 0, quiet = 0, micro = 8, gas = 2;
+    int check = 0, quiet = 0, digest = 0, micro = 8, gas = 2;
     m.experts = 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--config") && i + 1 < argc) config = argv[++i];
@@ -335,12 +335,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--data") && i + 1 < argc) data = argv[++i];
         else if (!strcmp(argv[i], "--bf16")) m.dtype = ZERO_DTYPE_BF16;
         else if (!strcmp(argv[i], "--check")) check = 1;
+        else if (!strcmp(argv[i], "--digest")) digest = 1;
         else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else {
             if (m.rank == 0)
                 fprintf(stderr, "usage: zero-moe-demo --config FILE [--plugin NAME] [--steps N] [--experts E] "
                                 "[--micro-batch B --grad-accum G (must match the config)] [--bf16 (the config "
-                                "enables bf16)] [--data PATH] [--check] [--quiet]\n");
+                                "enables bf16)] [--data PATH] [--check] [--quiet] [--digest]\n");
             MPI_Finalize();
             return 2;
         }
@@ -418,6 +419,26 @@ int main(int argc, char **argv) {
         printf("tiled step: peak fp32 temporary %llu bytes (largest tile %llu elements) vs %llu bytes for one "
                "whole-partition upcast: %.1f%% saved\n",
                mx[0], mx[1], mx[2] * 4, mx[2] ? 100.0 * (1.0 - (double)mx[0] / (double)(mx[2] * 4)) : 0.0);
+    }
+    if (digest) { /* FNV-1a of every rank's final parameters (its own experts included), rank order */
+        uint64_t h = 0xcbf29ce484222325ULL;
+        for (int i = 0; i < NP; i++) {
+            void *w = NULL;
+            ZCALL(&m, zero_gather(m.e, &m.p[i], 1, &w));
+            const unsigned char *b = w;
+            for (size_t k = 0; k < (size_t)m.n[i] * (m.dtype == ZERO_DTYPE_F32 ? 4 : 2); k++) {
+                h ^= b[k];
+                h *= 0x100000001b3ULL;
+            }
+            ZCALL(&m, zero_release(m.e, &m.p[i], 1));
+        }
+        uint64_t *all = m.rank == 0 ? xcalloc((size_t)m.world, sizeof *all) : NULL;
+        MPI_Gather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+        if (m.rank == 0) {
+            printf("digest:");
+            for (int r = 0; r < m.world; r++) printf(" %016llx", (unsigned long long)all[r]);
+            printf("\n");
+        }
     }
     zero_engine_destroy(m.e);
     demo_corpus_free(&corpus);

@@ -66,7 +66,7 @@ static void check_small_buckets_merge(void) {
             pm[i].numel = m->p[i].numel;
             pm[i].group = 0;
         }
-        const uint64_t B = zero__bucket_plan_size(l, pm, 1000, scatter, 0, 0);
+        const uint64_t B = zero__bucket_plan_size(l, pm, 1000, scatter, 0, 0, NULL);
         CHECK_EQ_INT(B, 1000);
         CHECK_EQ_INT(zero__bucket_plan_slack(l, offs, B, scatter), scatter ? 62 : 0);
         zero__bucket_plan plan;
@@ -79,9 +79,41 @@ static void check_small_buckets_merge(void) {
         }
         zero__bucket_plan_free(&plan);
         /* a request of flat/8 or more leaves no slack: B is the cap */
-        CHECK_EQ_INT(zero__bucket_plan_slack(l, offs, zero__bucket_plan_size(l, pm, 5000, scatter, 0, 0), scatter), 0);
+        CHECK_EQ_INT(zero__bucket_plan_slack(l, offs, zero__bucket_plan_size(l, pm, 5000, scatter, 0, 0, NULL), scatter), 0);
         zero__layout_free(&L);
     }
+}
+
+/* (1.9) A bucket set of some groups (expert groups: one set per partition
+ * communicator) sizes its buckets from its own groups: the dense group of
+ * 8 x 1000 and an expert group of 2 x 300 partitioned over 2 of 4 ranks.
+ * Whole model (NULL): flat/8 = 8600/8 = 1075; the dense set: 8000/8 = 1000.
+ * Expert set: its 600 elements / 8 = 75, raised to its own largest extent
+ * (300), not to 1075; in-place modes cap a request at its 600 elements
+ * (the whole model's 8600 leave 5000 as asked). */
+static void check_set_size(void) {
+    zero__layout_input in[10];
+    for (int i = 0; i < 8; ++i) in[i] = (zero__layout_input){1000, 0};
+    in[8] = in[9] = (zero__layout_input){300, 1};
+    uint32_t pw[10] = {0, 0, 0, 0, 0, 0, 0, 0, 2, 2}, pr[10] = {0};
+    zero__layout L;
+    CHECK_EQ_INT(zero__layout_build_parts(&L, in, 10, 4, 0, 1, pw, pr), 0);
+    const zero_layout *l = &L.view;
+    CHECK_EQ_INT(l->ngroups, 2);
+    zero__bplan_param pm[10];
+    memset(pm, 0, sizeof pm);
+    for (uint32_t i = 0; i < 10; ++i) {
+        pm[i].offset = L.param_offset[i];
+        pm[i].numel = in[i].numel;
+        pm[i].group = (uint32_t)in[i].group;
+    }
+    const uint8_t dense[2] = {1, 0}, expert[2] = {0, 1};
+    CHECK_EQ_INT(zero__bucket_plan_size(l, pm, 0, 1, 0, 0, NULL), 1075);
+    CHECK_EQ_INT(zero__bucket_plan_size(l, pm, 0, 1, 0, 0, dense), 1000);
+    CHECK_EQ_INT(zero__bucket_plan_size(l, pm, 0, 1, 0, 0, expert), 300);
+    CHECK_EQ_INT(zero__bucket_plan_size(l, pm, 5000, 0, 0, 0, expert), 600);
+    CHECK_EQ_INT(zero__bucket_plan_size(l, pm, 5000, 0, 0, 0, NULL), 5000);
+    zero__layout_free(&L);
 }
 
 static uint64_t oracle_owner(const zero_layout *l, uint64_t x, uint64_t *part_pos) {
@@ -143,7 +175,7 @@ static int check_one(const model *m, uint32_t N, uint64_t align, uint64_t req, i
             if (hi - lo > largest) largest = hi - lo;
         }
     }
-    const uint64_t B = zero__bucket_plan_size(l, pm, req, scatter, mixed, striped);
+    const uint64_t B = zero__bucket_plan_size(l, pm, req, scatter, mixed, striped, NULL);
     const uint64_t want = req ? req : flat;
     PROP(B >= 1, "bucket size 0");
     if (striped) {
@@ -309,6 +341,7 @@ int main(void) {
     static const uint64_t aligns[] = {1, 4, 16};
     int bad = 0;
     check_small_buckets_merge();
+    check_set_size();
     for (size_t mi = 0; mi < sizeof MODELS / sizeof MODELS[0]; ++mi) {
         for (uint32_t ni = 1; ni <= 33 + 3; ++ni) {
             const uint32_t N = ni <= 33 ? ni : extra_n[ni - 34];
