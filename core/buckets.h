@@ -40,8 +40,9 @@ uint64_t zero__buckets_staging_bytes(const zero_buckets *b);
  *    model), but never below one largest bucket; (libzero 1.10) with expert
  *    groups each bucket set sizes its buckets and counts its budget from
  *    its own groups (bucket_plan.h), so the sets together keep the rule.
- *    A bucket that finds no free slot large enough takes a new or enlarged one while within budget, else
- *    waits for the oldest in-flight bucket.  So stage 2's gradient memory
+ *    A bucket that finds no free slot large enough takes a new or
+ *    enlarged one while within budget, else waits for the oldest
+ *    in-flight bucket.  So stage 2's gradient memory
  *    (partition + staging) never exceeds stage 1's full gradient, for any
  *    model and N >= 2, as long as the largest param extent fits what
  *    partitioning saves (L <= Psi(1-1/N) for fp32); a model dominated by one
