@@ -197,11 +197,15 @@ class engine {
         check(zero_on_slice_ready(e_, p.handle, layer, stream), "zero_on_slice_ready");
     }
     void params_done() { check(zero_params_done(e_), "zero_params_done"); }
-    void set_group(int group, double lr_scale = 1.0, double weight_decay = -1.0) {
+    /// Options of param group `group`, before params_done.  expert_color: ZERO_GROUP_DENSE, or >= 0 for a
+    /// mixture-of-experts group partitioned over the ranks that give it the same color (docs/moe.md).
+    void set_group(int group, double lr_scale = 1.0, double weight_decay = -1.0,
+                   std::int32_t expert_color = ZERO_GROUP_DENSE) {
         zero_group_desc g = ZERO_GROUP_DESC_INIT;
         g.group = group;
         g.lr_scale = lr_scale;
         g.weight_decay = weight_decay;
+        g.expert_color = expert_color;
         check(zero_set_group(e_, &g), "zero_set_group");
     }
     /// Hyper-parameters for the next steps (fields of h: ZERO_HPARAM_KEEP / _DEFAULT or values).

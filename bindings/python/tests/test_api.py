@@ -346,6 +346,36 @@ def main():
         check(np.allclose(a, 0.0), "numpy host-owned: %r" % a)
         e.close()
 
+    # (1.10) an expert group through set_group(expert_color=): each rank its own expert (expert-DP
+    # groups of one rank).  Every rank adds gradient 1: a dense param steps by lr x (sum over N) / N,
+    # an expert by lr x (its own 1) / N -- libzero's mean over the data-parallel group (docs/moe.md)
+    for stage in (1, 2):
+        e = zero.Engine(sgd_cfg(stage, lr=0.5))
+        e.set_group(1, expert_color=e.rank)
+        n_ranks = e.world_size
+        d = array.array("f", [1.0] * 16)
+        x = array.array("f", [1.0] * 16)
+        pd = e.register("dense", d, host_owned=True)
+        px = e.register("expert%d" % e.rank, x, group=1, host_owned=True)
+        e.params_done()
+        for p in (px, pd):
+            g = e.grad_buffer(p)
+            for k in range(p.numel):
+                g[k] += 1.0
+            e.on_grad_ready(p)
+        e.step()
+        check(list(d) == [0.5] * 16, "stage %d expert group: the dense param %r, expected 0.5" % (stage, d[0]))
+        check(list(x) == [1.0 - 0.5 / n_ranks] * 16, "stage %d expert group: the expert %r, expected %r"
+              % (stage, x[0], 1.0 - 0.5 / n_ranks))
+        e.close()
+    e = zero.Engine(sgd_cfg(2))
+    try:
+        e.set_group(1, expert_color=-2)
+        check(False, "set_group(expert_color=-2) accepted")
+    except ValueError as ex:
+        check("expert_color" in str(ex), "set_group(expert_color=-2): %s" % ex)
+    e.close()
+
     # an engine over a subset of the MPI world: every rank alone
     world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "0"))
     if world >= 2:

@@ -71,7 +71,12 @@ MAX_NDIM = 8
 
 
 class GroupDesc(ctypes.Structure):
-    _fields_ = [("struct_size", c_u32), ("group", c_i32), ("lr_scale", c_dbl), ("weight_decay", c_dbl)]
+    # expert_color (1.3): GROUP_DENSE or >= 0 (a mixture-of-experts group)
+    _fields_ = [("struct_size", c_u32), ("group", c_i32), ("lr_scale", c_dbl), ("weight_decay", c_dbl),
+                ("expert_color", c_i32), ("reserved0", c_i32)]
+
+
+GROUP_DENSE = -1
 
 
 class HParams(ctypes.Structure):

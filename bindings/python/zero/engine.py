@@ -396,9 +396,16 @@ class Engine:
             if not p.host_owned:
                 p._keep = (None, p._keep[1])
 
-    def set_group(self, group, lr_scale=1.0, weight_decay=None):
+    def set_group(self, group, lr_scale=1.0, weight_decay=None, expert_color=None):
+        """Options of param group `group`, before params_done (zero_set_group).
+        expert_color (1.10): None for a dense group, or an int >= 0 that makes
+        it an expert group partitioned over the ranks giving it the same color
+        (its expert-data-parallel group; docs/moe.md)."""
+        color = L.GROUP_DENSE if expert_color is None else int(expert_color)
+        if expert_color is not None and color < 0:
+            raise ValueError("set_group: expert_color must be >= 0 (None for a dense group), got %r" % expert_color)
         g = L.GroupDesc(ctypes.sizeof(L.GroupDesc), int(group), float(lr_scale),
-                        -1.0 if weight_decay is None else float(weight_decay))
+                        -1.0 if weight_decay is None else float(weight_decay), color, 0)
         self._check(self._lib.zero_set_group(self._handle(), ctypes.byref(g)), "zero_set_group")
 
     def set_hparams(self, group=None, lr=None, weight_decay=None, betas=None, eps=None):

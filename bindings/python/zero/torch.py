@@ -92,6 +92,7 @@ from .engine import Engine as _CEngine
 from .engine import ZeroError
 
 __all__ = ["initialize", "ZeroEngine", "ZeroError", "NonFiniteGradientError", "ConfigScheduler",
+           "is_moe_param", "split_params_into_different_moe_groups_for_optimizer",
            "get_fp32_state_dict_from_zero_checkpoint", "load_state_dict_from_zero_checkpoint"]
 
 
@@ -420,6 +421,90 @@ def _same(a, b):
     return float(a) == float(b)
 
 
+def is_moe_param(param):
+    """DeepSpeed's test (deepspeed.moe.utils.is_moe_param): a mixture-of-
+    experts layer marks its experts' parameters with allreduce = False
+    (and group_name = "ep_size_<E>", E its expert-parallel size)."""
+    return getattr(param, "allreduce", True) is False
+
+
+def split_params_into_different_moe_groups_for_optimizer(param_groups):
+    """DeepSpeed's name (deepspeed.moe.utils): each param group's expert
+    parameters (is_moe_param) move into a group of their own per
+    group_name, with the group's other settings, "name": the group_name and
+    "moe": True; dense parameters stay where they were (a group left empty
+    stays, so group indices keep their meaning).  param_groups: a dict, a
+    list or tuple of dicts, or parameters.  Returns a new list of dicts."""
+    if isinstance(param_groups, dict):
+        param_groups = [param_groups]
+    else:
+        param_groups = list(param_groups)
+        if not param_groups or not isinstance(param_groups[0], dict):
+            param_groups = [{"params": param_groups}]
+    out, moe = [], {}
+    for g in param_groups:
+        params = list(g["params"])
+        out.append(dict(g, params=[p for p in params if not is_moe_param(p)]))
+        for p in params:
+            if not is_moe_param(p):
+                continue
+            name = getattr(p, "group_name", None)
+            if not isinstance(name, str):
+                raise ValueError("zero.torch: an expert parameter (allreduce=False) has no group_name; a "
+                                 "mixture-of-experts layer names it \"ep_size_<E>\" after its expert-parallel size")
+            key = (id(g), name)
+            if key not in moe:
+                moe[key] = dict(g, params=[], name=name, moe=True)
+            moe[key]["params"].append(p)
+    return out + list(moe.values())
+
+
+def _ep_size(name, what):
+    """The expert-parallel size in DeepSpeed's group name "ep_size_<E>"."""
+    if isinstance(name, str) and name.startswith("ep_size_") and name[8:].isdigit() and int(name[8:]) > 0:
+        return int(name[8:])
+    raise ValueError("zero.torch: %s: expected DeepSpeed's expert group name \"ep_size_<E>\" (E the expert-"
+                     "parallel size), got %r" % (what, name))
+
+
+def _moe_groups(groups, auto, names):
+    """(1.10) Which param groups are expert groups, and their expert-parallel
+    size: {group index: E}.  A group mixing expert (is_moe_param) and dense
+    parameters is split (split_params_into_different_moe_groups_for_
+    optimizer) when zero.torch made the groups itself (auto), refused
+    otherwise, as DeepSpeed refuses it: expert gradients are reduced over
+    other ranks than dense ones, so they need their own group."""
+    if not any(is_moe_param(p) for g in groups for p in g["params"]) and not any(g.get("moe") for g in groups):
+        return groups, {}
+    if auto:
+        groups = split_params_into_different_moe_groups_for_optimizer(groups)
+    experts = {}
+    for i, g in enumerate(groups):
+        params = list(g["params"])
+        moe = [p for p in params if is_moe_param(p)]
+        if moe and len(moe) != len(params):
+            raise ValueError("zero.torch: param_groups[%d] mixes expert parameters (allreduce=False, e.g. %s) with "
+                             "dense ones (e.g. %s); give the experts groups of their own with "
+                             "zero.torch.split_params_into_different_moe_groups_for_optimizer(param_groups), as "
+                             "with DeepSpeed" % (i, names.get(id(moe[0]), "?"),
+                                                 names.get(id(next(p for p in params if not is_moe_param(p))), "?")))
+        if g.get("moe") and not moe:
+            raise ValueError("zero.torch: param_groups[%d] says \"moe\": True but holds no expert parameter "
+                             "(allreduce=False)" % i)
+        if not moe:
+            continue
+        sizes = {_ep_size(getattr(p, "group_name", None), "expert parameter %s" % names.get(id(p), "?"))
+                 for p in moe}
+        if g.get("name") is not None:
+            sizes.add(_ep_size(g["name"], "param_groups[%d] name" % i))
+        if len(sizes) != 1:
+            raise ValueError("zero.torch: param_groups[%d] holds experts of several expert-parallel sizes %s; one "
+                             "group per size (split_params_into_different_moe_groups_for_optimizer)"
+                             % (i, sorted(sizes)))
+        experts[i] = sizes.pop()
+    return groups, experts
+
+
 def _translate_optimizer(opt, cfg):
     """A torch optimizer passed to initialize, as libzero's: returns (the
     config's "optimizer" section, param groups for libzero).  Refuses with
@@ -489,7 +574,9 @@ def _translate_optimizer(opt, cfg):
                              % (kind, "; ".join(diff)))
         tp.update(params)
         mine = dict(theirs, type=kind, params=tp)
-    groups = [dict({k: (tuple(g[k]) if k == "betas" else g[k]) for k in hp}, params=list(g["params"]))
+    # (1.10) DeepSpeed's mixture-of-experts marks ("moe", "name") stay with their group
+    groups = [dict({k: (tuple(g[k]) if k == "betas" else g[k]) for k in hp},
+                   **{k: g[k] for k in ("moe", "name") if k in g}, params=list(g["params"]))
               for g in pgs]
     return mine, groups
 
@@ -646,6 +733,17 @@ class ZeroEngine:
             mp = list(model_parameters)
             groups = [dict(g) for g in mp] if mp and isinstance(mp[0], dict) else [{"params": mp}]
         names = {id(p): n for n, p in model.named_parameters()}
+        # (1.10) mixture of experts: DeepSpeed's expert parameters (allreduce=False) in groups of their own,
+        # each an expert group of libzero over the ranks that hold the same experts
+        groups, experts = _moe_groups(groups, torch_groups is None and model_parameters is None, names)
+        for gi, ep in sorted(experts.items()):
+            world = self.z.world_size
+            if world % ep:
+                raise ValueError("zero.torch: param_groups[%d] is an expert group of expert-parallel size %d, which "
+                                 "does not divide the %d data-parallel ranks" % (gi, ep, world))
+            # DeepSpeed's layout: expert-parallel groups of E consecutive ranks, so the ranks that hold the
+            # same experts (one expert-data-parallel group) are those with the same rank % E
+            self.z.set_group(gi, expert_color=self.z.rank % ep)
         osec = cfg.get("optimizer") or {}
         oparams = osec.get("params") or {}
         otype = str(osec.get("type", "adam")).lower()  # no section: libzero runs DeepSpeed's default Adam
