@@ -141,6 +141,29 @@ static zero_status check_model(struct zero_engine *e, const zero__ck_manifest *m
     return ZERO_OK;
 }
 
+/* (libzero 1.10) Does this rank hold, under the same names, the experts
+ * the saver's rank of the same number held (so that its blobs are ours),
+ * and is every group dense or expert as it was?  Otherwise the load
+ * reshards, which finds each expert by name (map_experts) or names the
+ * difference; before 1.10 a permuted assignment loaded other experts'
+ * values under this rank's names.  A manifest without the record (dense,
+ * or older) is not checked here. */
+static int same_experts(struct zero_engine *e, const zero__ck_manifest *m) {
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        const zero_param_info *q = &e->params[i]->info;
+        const zero__group_hp *gh = zero__group_hp_of(e, q->group);
+        const int mine = gh && gh->expert_color >= 0, xi = zero__ck_expert_index(m, q->group);
+        if (mine != (xi >= 0)) return 0;
+        if (!mine) continue;
+        const zero__ck_experts *x = &m->experts[xi];
+        uint32_t k = 0, s = 0;
+        for (uint32_t j = 0; j < i; j++) k += e->params[j]->info.group == q->group;
+        while (s < x->nsets && x->sets[s].color != x->colors[e->rank]) s++;
+        if (s == x->nsets || k >= x->nnames || strcmp(x->sets[s].names[k], q->name)) return 0;
+    }
+    return 1;
+}
+
 /* Is this rank's layout the saver's (same plugin and world size too)?
  * Ownership included: the same params at the same offsets can still be
  * owned differently (round_robin_gradients cuts the flat space into more
@@ -158,7 +181,7 @@ static int same_layout(struct zero_engine *e, const zero__ck_manifest *m) {
     for (uint32_t i = 0; i < m->nparams; i++)
         if (m->params[i].pp_stage == e->pp_stage && m->params[i].flat_offset != e->params[j++]->info.flat_offset)
             return 0;
-    return 1;
+    return m->nexperts ? same_experts(e, m) : 1;
 }
 
 /* The whole checkpoint (ckpt_validate.h: what zero-ckpt verify checks
@@ -189,19 +212,61 @@ static zero_status prepare(struct zero_engine *e, zero__ck_load *ld, const char 
     return check_whole(e, ld);
 }
 
-static zero_status allow_reshard(struct zero_engine *e, zero__ck_load *ld) {
-    /* (1.3) the saver's files hold each expert-DP group's own experts; the
-     * element-by-element sources do not know which file holds which expert */
-    if (e->group_comms)
-        return zero__error(e, ZERO_ERR_UNSUPPORTED,
-                           ld->weights_only
-                               ? "checkpoint %s: a weights-only load of a model with expert groups is not implemented "
-                                 "(it reads through the resharding reader); load the whole checkpoint with '%s' at %d "
-                                 "ranks"
-                               : "checkpoint %s: resharding a model with expert groups (another world size or plugin) "
-                                 "is not implemented; load it with '%s' at %d ranks",
-                           ld->dir, ld->m->plugin, ld->m->world);
+/* (libzero 1.10) A resharding load with expert groups: the saver's files
+ * hold each expert-DP group's own experts over the same flat range, so each
+ * of this rank's experts is found by name among the colors the manifest
+ * records (ld->old_color) and read from the files of that color's ranks.
+ * Expert-ness must agree group by group; a checkpoint that records no
+ * expert groups (dense, or written before 1.10) cannot say which rank held
+ * which expert. */
+static zero_status map_experts(struct zero_engine *e, zero__ck_load *ld) {
     const zero__ck_manifest *m = ld->m;
+    if (!e->group_comms && !m->nexperts) return ZERO_OK;
+    ld->old_color = calloc(e->nparams ? e->nparams : 1, sizeof *ld->old_color);
+    if (!ld->old_color) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory");
+    for (uint32_t i = 0, k = 0; i < e->nparams; i++, k = 0) {
+        const zero_param_info *q = &e->params[i]->info;
+        const zero__group_hp *gh = zero__group_hp_of(e, q->group);
+        const int mine = gh && gh->expert_color >= 0, xi = zero__ck_expert_index(m, q->group);
+        ld->old_color[i] = -1;
+        if (mine && !m->nexperts)
+            return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                               "checkpoint %s: records no expert groups (written by a run without them, or by libzero "
+                               "before 1.10, which did not record which ranks held which experts); param group %d is "
+                               "an expert group here: load it with '%s' at %d ranks",
+                               ld->dir, (int)q->group, m->plugin, m->world);
+        if (mine != (xi >= 0))
+            return zero__error(e, ZERO_ERR_MISMATCH,
+                               "checkpoint %s: param group %d is %s in the checkpoint and %s in this run "
+                               "(zero_group_desc.expert_color)",
+                               ld->dir, (int)q->group, xi >= 0 ? "an expert group" : "dense",
+                               mine ? "an expert group" : "dense");
+        if (!mine) continue;
+        for (uint32_t j = 0; j < i; j++) k += e->params[j]->info.group == q->group; /* its place in the group */
+        const zero__ck_experts *x = &m->experts[xi];
+        int found = -1, twice = -1;
+        for (uint32_t s = 0; s < x->nsets && k < x->nnames; s++)
+            if (!strcmp(x->sets[s].names[k], q->name)) {
+                if (found >= 0) twice = (int)s;
+                else found = (int)s;
+            }
+        if (found < 0 || twice >= 0)
+            return zero__error(e, ZERO_ERR_MISMATCH,
+                               found < 0 ? "checkpoint %s: this rank's expert '%s' (param group %d) is in none of the "
+                                           "checkpoint's expert-data-parallel groups (another model's checkpoint, or "
+                                           "experts renamed?)"
+                                         : "checkpoint %s: expert '%s' (param group %d) is held by two of the "
+                                           "checkpoint's expert-data-parallel groups: which to load is ambiguous",
+                               ld->dir, q->name, (int)q->group);
+        ld->old_color[i] = x->sets[found].color;
+    }
+    return ZERO_OK;
+}
+
+static zero_status allow_reshard(struct zero_engine *e, zero__ck_load *ld) {
+    const zero__ck_manifest *m = ld->m;
+    zero_status xs = map_experts(e, ld);
+    if (xs != ZERO_OK) return xs;
     const char *mine = e->plugin.table->name;
     if (!m->reshardable)
         return zero__error(e, ZERO_ERR_UNSUPPORTED,
@@ -340,5 +405,6 @@ zero_status zero__ckpt_load(struct zero_engine *e, const char *path, const zero_
     zero__ck_reader_close(ld.r);
     zero__ck_manifest_free(ld.m);
     free(ld.new_off);
+    free(ld.old_color);
     return s;
 }

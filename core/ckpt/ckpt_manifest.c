@@ -290,6 +290,72 @@ static int check_sum(pctx *c, const zero__ck_manifest *m, json_t *root) {
     return 0;
 }
 
+/* (libzero 1.10) "experts": [{"group", "colors": [per rank], "sets":
+ * [{"color", "names": [...]}]}]: every rank's color known, every color's
+ * names given once, as many as the group's params. */
+static int parse_experts(pctx *c, zero__ck_manifest *m, json_t *root) {
+    json_t *a = json_object_get(root, "experts");
+    if (!a) return 0;
+    if (get_array(c, root, "experts", &a)) return -1;
+    m->nexperts = (uint32_t)json_array_size(a);
+    m->experts = calloc(m->nexperts ? m->nexperts : 1, sizeof *m->experts);
+    if (!m->experts) return fail(c, "out of memory");
+    for (uint32_t i = 0; i < m->nexperts; i++) {
+        zero__ck_experts *x = &m->experts[i];
+        json_t *o = json_array_get(a, i), *cs = json_object_get(o, "colors"), *ss = json_object_get(o, "sets");
+        char w[32];
+        snprintf(w, sizeof w, "experts[%u].", i);
+        if (!json_is_object(o) || get_i32(c, o, w, "group", -(1 << 30), 1 << 30, &x->group))
+            return c->err[0] ? -1 : fail(c, "experts[%u]: not an object", i);
+        for (uint32_t k = 0; k < i; k++)
+            if (m->experts[k].group == x->group) return fail(c, "experts[%u]: group %d twice", i, (int)x->group);
+        for (uint32_t k = 0; k < m->nparams; k++) x->nnames += m->params[k].group == x->group;
+        if (!x->nnames) return fail(c, "experts[%u]: group %d holds no parameter", i, (int)x->group);
+        if (!json_is_array(cs) || json_array_size(cs) != (size_t)m->world)
+            return fail(c, "experts[%u].colors: not an array of world_size %d colors", i, (int)m->world);
+        if (!json_is_array(ss) || json_array_size(ss) < 1 || json_array_size(ss) > (size_t)m->world)
+            return fail(c, "experts[%u].sets: not an array of 1 to %d entries", i, (int)m->world);
+        x->nsets = (uint32_t)json_array_size(ss);
+        x->colors = calloc((size_t)m->world, sizeof *x->colors);
+        x->sets = calloc(x->nsets, sizeof *x->sets);
+        if (!x->colors || !x->sets) return fail(c, "out of memory");
+        for (uint32_t k = 0; k < x->nsets; k++) {
+            zero__ck_expert_set *e = &x->sets[k];
+            json_t *so = json_array_get(ss, k), *ns = json_object_get(so, "names");
+            char ws[48];
+            snprintf(ws, sizeof ws, "experts[%u].sets[%u].", i, k);
+            if (!json_is_object(so) || get_i32(c, so, ws, "color", 0, 1 << 30, &e->color))
+                return c->err[0] ? -1 : fail(c, "experts[%u].sets[%u]: not an object", i, k);
+            for (uint32_t q = 0; q < k; q++)
+                if (x->sets[q].color == e->color) return fail(c, "%scolor: %d twice", ws, (int)e->color);
+            if (!json_is_array(ns) || json_array_size(ns) != x->nnames)
+                return fail(c, "%snames: not an array of the group's %u parameter names", ws, x->nnames);
+            if (!(e->names = calloc(x->nnames, sizeof *e->names))) return fail(c, "out of memory");
+            for (uint32_t q = 0; q < x->nnames; q++) {
+                json_t *n = json_array_get(ns, q);
+                if (!json_is_string(n)) return fail(c, "%snames[%u]: not a string", ws, q);
+                if (!(e->names[q] = strdup(json_string_value(n)))) return fail(c, "out of memory");
+            }
+        }
+        for (int r = 0; r < m->world; r++) {
+            json_t *v = json_array_get(cs, (size_t)r);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 30))
+                return fail(c, "experts[%u].colors[%d]: not a color", i, r);
+            x->colors[r] = (int32_t)json_integer_value(v);
+            uint32_t k = 0;
+            while (k < x->nsets && x->sets[k].color != x->colors[r]) k++;
+            if (k == x->nsets) return fail(c, "experts[%u].colors[%d]: color %d has no names", i, r, (int)x->colors[r]);
+        }
+    }
+    return 0;
+}
+
+int zero__ck_expert_index(const zero__ck_manifest *m, int32_t group) {
+    for (uint32_t i = 0; i < m->nexperts; i++)
+        if (m->experts[i].group == group) return (int)i;
+    return -1;
+}
+
 static int parse(pctx *c, zero__ck_manifest *m, json_t *root) {
     if (!json_is_object(root)) return fail(c, "not a JSON object");
     json_t *fmt = json_object_get(root, "format");
@@ -424,7 +490,7 @@ static int parse(pctx *c, zero__ck_manifest *m, json_t *root) {
             if (!strcmp(m->files[i].file, f->file))
                 return fail(c, "client_state: '%s' is also files[%u]", f->file, i);
     }
-    return 0;
+    return parse_experts(c, m, root);
 }
 
 zero__ck_manifest *zero__ck_manifest_parse(const char *text, size_t len, char *err, size_t errn) {
@@ -463,6 +529,16 @@ void zero__ck_manifest_free(zero__ck_manifest *m) {
     free(m->params);
     for (uint32_t i = 0; m->layouts && i < m->nlayouts; i++) free(m->layouts[i].group_begin);
     free(m->layouts);
+    for (uint32_t i = 0; m->experts && i < m->nexperts; i++) {
+        for (uint32_t k = 0; m->experts[i].sets && k < m->experts[i].nsets; k++) {
+            for (uint32_t q = 0; m->experts[i].sets[k].names && q < m->experts[i].nnames; q++)
+                free(m->experts[i].sets[k].names[q]);
+            free(m->experts[i].sets[k].names);
+        }
+        free(m->experts[i].sets);
+        free(m->experts[i].colors);
+    }
+    free(m->experts);
     free(m->tag);
     free(m->plugin);
     free(m->library_version);

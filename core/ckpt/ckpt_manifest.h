@@ -81,6 +81,22 @@ typedef struct zero__ck_layout {
     uint64_t *group_begin;
 } zero__ck_layout;
 
+/* (libzero 1.10) One expert group (zero_group_desc.expert_color) of the
+ * saving run: which ranks held which experts.  "experts" in the manifest;
+ * a checkpoint without it (dense, or written before 1.10) has none. */
+typedef struct zero__ck_expert_set {
+    int32_t color;  /* the expert-data-parallel group's color */
+    char **names;   /* its ranks' names of the group's params, registration order (nnames) */
+} zero__ck_expert_set;
+
+typedef struct zero__ck_experts {
+    int32_t group;        /* the param group id */
+    int32_t *colors;      /* world entries: the color of each data-parallel rank (file.rank) */
+    uint32_t nnames;      /* params of the group on every rank (the manifest's params of that group) */
+    uint32_t nsets;       /* distinct colors */
+    zero__ck_expert_set *sets;
+} zero__ck_experts;
+
 /* Step state of the core (identical on every rank; checked at save). */
 typedef struct zero__ck_state {
     uint64_t global_step, skipped_steps;
@@ -111,6 +127,9 @@ typedef struct zero__ck_manifest {
      * NULL when the checkpoint has none; not counted in nfiles */
     const zero__ck_file *client;
     json_t *root; /* the parsed document (config, scheduler: shown by zero-ckpt info) */
+    /* (libzero 1.10) the expert groups, in the params' group order */
+    uint32_t nexperts;
+    zero__ck_experts *experts;
 } zero__ck_manifest;
 
 /* Parse manifest text (len bytes, not necessarily NUL-terminated): the
@@ -150,4 +169,6 @@ static inline uint32_t zero__ck_nrecords(const zero__ck_manifest *m) { return m-
 const zero__ck_file *zero__ck_find(const zero__ck_manifest *m, const char *blob, int rank, int pp_stage);
 /* The layout record of a pipeline stage, or NULL. */
 const zero__ck_layout *zero__ck_layout_of(const zero__ck_manifest *m, int pp_stage);
+/* (libzero 1.10) Index in m->experts of param group `group`, or -1 (dense). */
+int zero__ck_expert_index(const zero__ck_manifest *m, int32_t group);
 #endif

@@ -57,11 +57,40 @@ static json_t *scaler_json(const zero__scaler *s) {
     return o;
 }
 
+/* (libzero 1.10) With expert groups: this rank's color in each, and the
+ * names of its experts from the first rank of each expert-data-parallel
+ * group (its place 0 in the group's communicator), so that a load at
+ * another world size finds each expert by name (docs/checkpoints.md). */
+static json_t *expert_contribution(struct zero_engine *e) {
+    json_t *xs = json_array();
+    const zero_layout *L = &e->layout.view;
+    for (uint32_t g = 0; g < L->ngroups; g++) {
+        const int32_t gid = L->groups[g].group_id;
+        const zero__group_hp *hp = zero__group_hp_of(e, gid);
+        if (!hp || hp->expert_color < 0) continue;
+        json_t *x = json_object();
+        json_object_set_new(x, "group", json_integer(gid));
+        json_object_set_new(x, "color", json_integer(hp->expert_color));
+        if (L->group_rank && L->group_rank[g] == 0) {
+            json_t *names = json_array();
+            for (uint32_t i = 0; i < e->nparams; i++)
+                if (e->params[i]->info.group == gid) json_array_append_new(names, json_string(e->params[i]->info.name));
+            json_object_set_new(x, "names", names);
+        }
+        json_array_append_new(xs, x);
+    }
+    return xs;
+}
+
 /* This rank's contribution: its files, and (data-parallel rank 0 of each
  * pipeline stage) that stage's params and layout. */
 static char *contribution(struct zero_engine *e, json_t *files) {
     json_t *o = json_object();
     json_object_set(o, "files", files);
+    if (e->group_comms) {
+        json_object_set_new(o, "rank", json_integer(e->rank));
+        json_object_set_new(o, "experts", expert_contribution(e));
+    }
     if (e->rank == 0) {
         json_t *ps = json_array();
         for (uint32_t i = 0; i < e->nparams; i++) {
@@ -165,23 +194,43 @@ static json_t *build_manifest(struct zero_engine *e, const char *tag, const char
     json_object_set_new(st, "hparams", zero__ck_hparams_json(e)); /* (1.4) zero_set_hparams */
     json_object_set_new(m, "state", st);
     json_object_set(m, "config", e->cfg->root ? e->cfg->root : json_null());
-    json_t *params = json_array(), *layouts = json_array(), *files = json_array();
+    json_t *params = json_array(), *layouts = json_array(), *files = json_array(), *experts = NULL;
     for (int r = 0; r < n; r++) {
         json_error_t je;
         json_t *c = json_loads(all + (size_t)r * each, 0, &je);
         if (!c) {
             snprintf(err, errn, "zero_save: rank %d's file records do not parse: %s", r, je.text);
-            json_decref(params), json_decref(layouts), json_decref(files), json_decref(m);
+            json_decref(params), json_decref(layouts), json_decref(files), json_decref(m), json_decref(experts);
             return NULL;
         }
         json_array_extend(files, json_object_get(c, "files"));
         if (json_object_get(c, "params")) json_array_extend(params, json_object_get(c, "params"));
         if (json_object_get(c, "layout")) json_array_append(layouts, json_object_get(c, "layout"));
+        json_t *xs = json_object_get(c, "experts");
+        if (json_is_array(xs)) { /* (libzero 1.10) colors by rank, names by color */
+            if (!experts) experts = json_array();
+            const json_int_t rank = json_integer_value(json_object_get(c, "rank"));
+            for (size_t k = 0; k < json_array_size(xs); k++) {
+                json_t *x = json_array_get(xs, k), *dst = json_array_get(experts, k);
+                if (!dst) {
+                    dst = json_pack("{s:O,s:o,s:o}", "group", json_object_get(x, "group"), "colors", json_array(),
+                                    "sets", json_array());
+                    for (int q = 0; q < e->world_size; q++) json_array_append_new(json_object_get(dst, "colors"), json_integer(0));
+                    json_array_append_new(experts, dst);
+                }
+                json_array_set(json_object_get(dst, "colors"), (size_t)rank, json_object_get(x, "color"));
+                if (json_object_get(x, "names"))
+                    json_array_append_new(json_object_get(dst, "sets"),
+                                          json_pack("{s:O,s:O}", "color", json_object_get(x, "color"), "names",
+                                                    json_object_get(x, "names")));
+            }
+        }
         json_decref(c);
     }
     json_object_set_new(m, "layouts", layouts);
     json_object_set_new(m, "params", params);
     json_object_set_new(m, "files", files);
+    if (experts) json_object_set_new(m, "experts", experts);
     if (client) json_object_set(m, "client_state", client); /* (1.7) */
     if (zero__ck_manifest_seal(m) != 0) { /* last: over everything above */
         snprintf(err, errn, "zero_save: out of memory sealing the manifest");

@@ -25,12 +25,14 @@ static int source_kind(const zero__ck_manifest *m, int pp, int kind) {
 int zero__ck_has(const zero__ck_manifest *m, int pp, int kind) { return source_kind(m, pp, kind) != -2; }
 
 /* The file of `kind` holding flat element pos: its byte offset and how many
- * elements follow contiguously. */
-static const zero__ck_file *locate(const zero__ck_manifest *m, int pp, int kind, uint64_t pos, uint64_t *byte_off,
-                                   uint64_t *run) {
+ * elements follow contiguously.  xi >= 0: only files of ranks of `color`
+ * in expert group m->experts[xi]. */
+static const zero__ck_file *locate(const zero__ck_manifest *m, int pp, int kind, int xi, int32_t color, uint64_t pos,
+                                   uint64_t *byte_off, uint64_t *run) {
     for (uint32_t i = 0; i < m->nfiles; i++) {
         const zero__ck_file *f = &m->files[i];
         if (f->kind != kind || f->pp_stage != pp) continue;
+        if (xi >= 0 && (f->rank < 0 || f->rank >= m->world || m->experts[xi].colors[f->rank] != color)) continue;
         uint64_t before = 0;
         for (uint32_t k = 0; k < f->nranges; k++) {
             const zero__ck_range *g = &f->ranges[k];
@@ -47,7 +49,13 @@ static const zero__ck_file *locate(const zero__ck_manifest *m, int pp, int kind,
 
 int zero__ck_read_elems(zero__ck_reader *r, int pp, int kind, uint64_t lo, uint64_t hi, void *dst,
                         zero_dtype dst_dt, char *err, size_t errn) {
+    return zero__ck_read_expert(r, pp, kind, -1, -1, lo, hi, dst, dst_dt, err, errn);
+}
+
+int zero__ck_read_expert(zero__ck_reader *r, int pp, int kind, int xi, int32_t color, uint64_t lo, uint64_t hi,
+                         void *dst, zero_dtype dst_dt, char *err, size_t errn) {
     const zero__ck_manifest *m = zero__ck_reader_manifest(r);
+    if (xi >= (int)m->nexperts) xi = -1;
     const int sk = source_kind(m, pp, kind);
     char kb[16];
     if (sk == -2) {
@@ -60,10 +68,12 @@ int zero__ck_read_elems(zero__ck_reader *r, int pp, int kind, uint64_t lo, uint6
     char *tmp = NULL;
     for (uint64_t pos = lo; pos < hi;) {
         uint64_t off = 0, run = 0;
-        const zero__ck_file *f = locate(m, pp, sk, pos, &off, &run);
+        const zero__ck_file *f = locate(m, pp, sk, xi, color, pos, &off, &run);
         if (!f) {
-            snprintf(err, errn, "checkpoint holds no %s data for flat element %llu of pipeline stage %d (damaged manifest?)",
-                     zero__ck_kind_name(sk, kb, sizeof kb), (unsigned long long)pos, pp);
+            snprintf(err, errn,
+                     "checkpoint holds no %s data for flat element %llu of pipeline stage %d%s (damaged manifest?)",
+                     zero__ck_kind_name(sk, kb, sizeof kb), (unsigned long long)pos, pp,
+                     xi >= 0 ? " from the ranks of the expert's color" : "");
             free(tmp);
             return -1;
         }
@@ -87,8 +97,8 @@ int zero__ck_read_elems(zero__ck_reader *r, int pp, int kind, uint64_t lo, uint6
     return 0;
 }
 
-int zero__ck_read_mapped(zero__ck_reader *r, int pp, int kind, const uint64_t *new_off, uint64_t lo, uint64_t hi,
-                         void *dst, zero_dtype dst_dt, char *err, size_t errn) {
+int zero__ck_read_mapped(zero__ck_reader *r, int pp, int kind, const uint64_t *new_off, const int32_t *color,
+                         uint64_t lo, uint64_t hi, void *dst, zero_dtype dst_dt, char *err, size_t errn) {
     const zero__ck_manifest *m = zero__ck_reader_manifest(r);
     const size_t des = zero__ck_dtype_size(dst_dt);
     memset(dst, 0, (size_t)(hi - lo) * des);
@@ -101,7 +111,9 @@ int zero__ck_read_mapped(zero__ck_reader *r, int pp, int kind, const uint64_t *n
         j++;
         if (a >= b) continue;
         const uint64_t old = p->flat_offset + (a - new_off[j - 1]);
-        if (zero__ck_read_elems(r, pp, kind, old, old + (b - a), (char *)dst + (a - lo) * des, dst_dt, err, errn))
+        const int32_t c = color ? color[j - 1] : -1;
+        if (zero__ck_read_expert(r, pp, kind, c >= 0 ? zero__ck_expert_index(m, p->group) : -1, c, old, old + (b - a),
+                                 (char *)dst + (a - lo) * des, dst_dt, err, errn))
             return -1;
     }
     return 0;

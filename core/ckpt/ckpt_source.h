@@ -23,11 +23,19 @@ int zero__ck_has(const zero__ck_manifest *m, int pp, int kind);
  * used. */
 int zero__ck_read_elems(zero__ck_reader *r, int pp, int kind, uint64_t lo, uint64_t hi, void *dst,
                         zero_dtype dst_dt, char *err, size_t errn);
+/* (libzero 1.10) The same for elements of an expert group (m->experts[xi]):
+ * only the files of the ranks of color `color` hold that group's experts
+ * (every expert-data-parallel group has the same flat range of it).  xi < 0:
+ * zero__ck_read_elems. */
+int zero__ck_read_expert(zero__ck_reader *r, int pp, int kind, int xi, int32_t color, uint64_t lo, uint64_t hi,
+                         void *dst, zero_dtype dst_dt, char *err, size_t errn);
 
 /* The loader's view: its parameters (the manifest's params of stage pp, in
  * the same order) sit at new_off[i] in ITS flat space.  Fill dst with
  * `kind` for the loader's flat range [lo, hi) (hi - lo elements of dst_dt);
- * elements no parameter covers (alignment padding) are zero. */
-int zero__ck_read_mapped(zero__ck_reader *r, int pp, int kind, const uint64_t *new_off, uint64_t lo, uint64_t hi,
-                         void *dst, zero_dtype dst_dt, char *err, size_t errn);
+ * elements no parameter covers (alignment padding) are zero.  (libzero
+ * 1.10) color: NULL, or per parameter the saver's color whose experts it
+ * takes (its expert group's, -1 for a dense parameter). */
+int zero__ck_read_mapped(zero__ck_reader *r, int pp, int kind, const uint64_t *new_off, const int32_t *color,
+                         uint64_t lo, uint64_t hi, void *dst, zero_dtype dst_dt, char *err, size_t errn);
 #endif

@@ -323,7 +323,8 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &m.world);
     const char *config = NULL, *plugin = NULL, *data = "/usr/share/common-licenses";
     long steps = 40;
-    int check = 0, quiet = 0, digest = 0, micro = 8, gas = 2;
+    int check = 0, quiet = 0, digest = 0, micro = 8, gas = 2, shift = 0, weights_only = 0;
+    const char *save_dir = NULL, *load_dir = NULL;
     m.experts = 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--config") && i + 1 < argc) config = argv[++i];
@@ -336,12 +337,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--bf16")) m.dtype = ZERO_DTYPE_BF16;
         else if (!strcmp(argv[i], "--check")) check = 1;
         else if (!strcmp(argv[i], "--digest")) digest = 1;
+        else if (!strcmp(argv[i], "--save") && i + 1 < argc) save_dir = argv[++i];
+        else if (!strcmp(argv[i], "--load") && i + 1 < argc) load_dir = argv[++i];
+        else if (!strcmp(argv[i], "--weights-only")) weights_only = 1;
+        else if (!strcmp(argv[i], "--expert-shift") && i + 1 < argc) shift = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else {
             if (m.rank == 0)
                 fprintf(stderr, "usage: zero-moe-demo --config FILE [--plugin NAME] [--steps N] [--experts E] "
                                 "[--micro-batch B --grad-accum G (must match the config)] [--bf16 (the config "
-                                "enables bf16)] [--data PATH] [--check] [--quiet] [--digest]\n");
+                                "enables bf16)] [--data PATH] [--check] [--quiet] [--digest] [--save DIR] [--load DIR "
+                                "[--weights-only]] [--expert-shift S]\n");
             MPI_Finalize();
             return 2;
         }
@@ -351,7 +357,8 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 2;
     }
-    m.expert = m.rank % m.experts;
+    /* --expert-shift S: rank r holds expert (r + S) % E (another assignment of the same experts) */
+    m.expert = (m.rank + (shift % m.experts + m.experts)) % m.experts;
     MPI_Comm_split(MPI_COMM_WORLD, m.rank / m.experts, m.rank, &m.ep); /* expert-parallel group */
     m.d = (demo_dims){.ctx = 8, .embed = 24, .hidden1 = 256, .hidden2 = 256, .vocab = DEMO_VOCAB};
     demo_corpus corpus;
@@ -389,9 +396,21 @@ int main(int argc, char **argv) {
     a.order = xcalloc((size_t)cap, sizeof(int));
     a.p = xcalloc((size_t)cap, 4);
     a.dp = xcalloc((size_t)cap, 4);
+    /* --load: a checkpoint of any world size and expert assignment (each
+     * rank's experts found by name); the data resumes where it stopped */
+    long start = 0;
+    if (load_dir) {
+        zero_load_options lo = ZERO_LOAD_OPTIONS_INIT;
+        lo.weights_only = weights_only;
+        ZCALL(&m, zero_load_ex(m.e, load_dir, &lo));
+        zero_engine_info info = ZERO_ENGINE_INFO_INIT;
+        ZCALL(&m, zero_engine_info_get(m.e, &info));
+        start = (long)(info.global_step + info.skipped_steps);
+        if (m.rank == 0 && !quiet) printf("loaded %s%s at step %ld\n", load_dir, weights_only ? " (weights)" : "", start);
+    }
     double first = 0.0, last = 0.0;
-    uint64_t ms = 0;
-    for (long s = 0; s < steps; s++) {
+    uint64_t ms = (uint64_t)start * (uint64_t)gas;
+    for (long s = start; s < steps; s++) {
         double sum = 0.0;
         zero_step_result res = ZERO_STEP_RESULT_INIT;
         for (int k = 0; k < gas; k++) {
@@ -401,7 +420,7 @@ int main(int argc, char **argv) {
         double loss = sum / gas, global = 0.0;
         MPI_Allreduce(&loss, &global, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         global /= m.world;
-        if (s == 0) first = global;
+        if (s == start) first = global;
         last = global;
         if (m.rank == 0 && !quiet && (s % 10 == 0 || s == steps - 1))
             printf("step %4ld loss %.4f grad_norm %.4f lr %.3g%s\n", s + 1, global, res.grad_norm, res.lr,
@@ -420,6 +439,7 @@ int main(int argc, char **argv) {
                "whole-partition upcast: %.1f%% saved\n",
                mx[0], mx[1], mx[2] * 4, mx[2] ? 100.0 * (1.0 - (double)mx[0] / (double)(mx[2] * 4)) : 0.0);
     }
+    if (save_dir) ZCALL(&m, zero_save(m.e, save_dir));
     if (digest) { /* FNV-1a of every rank's final parameters (its own experts included), rank order */
         uint64_t h = 0xcbf29ce484222325ULL;
         for (int i = 0; i < NP; i++) {

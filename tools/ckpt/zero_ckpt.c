@@ -329,6 +329,15 @@ static int cmd_client_state(const zero__ck_manifest *m, const char *dir, const c
     return rc;
 }
 
+/* A tensor consolidate writes: a parameter, or one expert of an expert
+ * group (xi >= 0: read from the ranks of `color`). */
+typedef struct cons_entry {
+    const zero__ck_param *p;
+    const char *name;
+    int xi;
+    int32_t color;
+} cons_entry;
+
 /* safetensors: u64 LE header length, JSON header (padded with spaces to a
  * multiple of 8), then the tensors' bytes in header order.  arg: the path
  * given (DIR or its root), for the output checks. */
@@ -343,6 +352,31 @@ static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const ch
         return 2;
     }
     if (refuse_inside("consolidate", out, parent, dir) || refuse_same_file("consolidate", out, m, dir, arg)) return 2;
+    /* (libzero 1.10) one tensor per parameter, and per expert of an expert
+     * group: each expert-data-parallel group's, under its own name */
+    uint32_t ne = 0;
+    for (uint32_t i = 0; i < m->nparams; i++) {
+        const int xi = zero__ck_expert_index(m, m->params[i].group);
+        ne += xi >= 0 ? m->experts[xi].nsets : 1;
+    }
+    cons_entry *ents = calloc(ne ? ne : 1, sizeof *ents);
+    if (!ents) {
+        fprintf(stderr, "zero-ckpt: out of memory\n");
+        return 2;
+    }
+    ne = 0;
+    for (uint32_t i = 0; i < m->nparams; i++) {
+        const zero__ck_param *p = &m->params[i];
+        const int xi = zero__ck_expert_index(m, p->group);
+        if (xi < 0) {
+            ents[ne++] = (cons_entry){p, p->name, -1, -1};
+            continue;
+        }
+        uint32_t k = 0; /* its place in the group */
+        for (uint32_t j = 0; j < i; j++) k += m->params[j].group == p->group;
+        for (uint32_t q = 0; q < m->experts[xi].nsets; q++)
+            ents[ne++] = (cons_entry){p, m->experts[xi].sets[q].names[k], xi, m->experts[xi].sets[q].color};
+    }
     uint64_t largest = 0, off = 0;
     json_t *h = json_object();
     json_t *meta = json_object();
@@ -352,11 +386,12 @@ static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const ch
     snprintf(step, sizeof step, "%llu", (unsigned long long)m->st.global_step);
     json_object_set_new(meta, "global_step", json_string(step));
     json_object_set_new(h, "__metadata__", meta);
-    for (uint32_t i = 0; i < m->nparams; i++) {
-        const zero__ck_param *p = &m->params[i];
-        if (json_object_get(h, p->name)) {
-            fprintf(stderr, "zero-ckpt: parameter name '%s' appears twice\n", p->name);
+    for (uint32_t i = 0; i < ne; i++) {
+        const zero__ck_param *p = ents[i].p;
+        if (json_object_get(h, ents[i].name)) {
+            fprintf(stderr, "zero-ckpt: parameter name '%s' appears twice\n", ents[i].name);
             json_decref(h);
+            free(ents);
             return 2;
         }
         json_t *t = json_object(), *shape = json_array(), *offs = json_array();
@@ -369,7 +404,7 @@ static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const ch
         json_object_set_new(t, "dtype", json_string("F32"));
         json_object_set_new(t, "shape", shape);
         json_object_set_new(t, "data_offsets", offs);
-        json_object_set_new(h, p->name, t);
+        json_object_set_new(h, ents[i].name, t);
         if (p->numel > largest) largest = p->numel;
     }
     char *hs = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -384,7 +419,7 @@ static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const ch
     if (!f || !buf || !r) {
         fprintf(stderr, "zero-ckpt: cannot write %s: %s\n", tmp, strerror(errno));
         if (f) fclose(f), unlink(tmp);
-        free(hs), free(buf), zero__ck_reader_close(r);
+        free(hs), free(buf), zero__ck_reader_close(r), free(ents);
         return 2;
     }
     size_t hl = strlen(hs), padded = (hl + 7) / 8 * 8;
@@ -395,10 +430,10 @@ static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const ch
     free(hs);
     char err[2048] = "";
     int damaged = 0;
-    for (uint32_t i = 0; ok && i < m->nparams; i++) {
-        const zero__ck_param *p = &m->params[i];
-        if (zero__ck_read_elems(r, p->pp_stage, ZERO__CK_MASTER, p->flat_offset, p->flat_offset + p->numel, buf,
-                                ZERO_DTYPE_F32, err, sizeof err)) {
+    for (uint32_t i = 0; ok && i < ne; i++) {
+        const zero__ck_param *p = ents[i].p;
+        if (zero__ck_read_expert(r, p->pp_stage, ZERO__CK_MASTER, ents[i].xi, ents[i].color, p->flat_offset,
+                                 p->flat_offset + p->numel, buf, ZERO_DTYPE_F32, err, sizeof err)) {
             damaged = 1;
             break;
         }
@@ -408,12 +443,13 @@ static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const ch
     ok = fclose(f) == 0 && ok;
     zero__ck_reader_close(r);
     free(buf);
+    free(ents);
     if (damaged || !ok || rename(tmp, out) != 0) {
         unlink(tmp);
         fprintf(stderr, "zero-ckpt: %s\n", damaged ? err : strerror(errno));
         return damaged ? 1 : 2;
     }
-    printf("%s: %u tensors, %llu fp32 values from %s (step %llu)\n", out, m->nparams,
+    printf("%s: %u tensors, %llu fp32 values from %s (step %llu)\n", out, ne,
            (unsigned long long)(off / 4), dir, (unsigned long long)m->st.global_step);
     return 0;
 }
@@ -503,7 +539,7 @@ static int conv_blob(conv_ctx *x, const char *blob, int rank, int32_t kind, zero
     for (uint32_t k = 0; kind != ZERO__CK_OPAQUE && k < nown; k++)
         for (uint64_t lo = own[k].flat_lo; lo < own[k].flat_hi; lo += CONV_PIECE) {
             uint64_t hi = own[k].flat_hi - lo < CONV_PIECE ? own[k].flat_hi : lo + CONV_PIECE;
-            if (zero__ck_read_mapped(x->r, x->pp, kind, x->new_off, lo, hi, x->buf, dt, err, errn))
+            if (zero__ck_read_mapped(x->r, x->pp, kind, x->new_off, NULL, lo, hi, x->buf, dt, err, errn))
                 return zero__ck_blob_abort(w), 1;
             if (zero__ck_blob_put(w, x->buf, (hi - lo) * es, err, errn)) return zero__ck_blob_abort(w), 2;
         }
@@ -595,6 +631,10 @@ static int cmd_convert(const zero__ck_manifest *m, const char *src, const char *
     if (m->st.micro_step)
         return conv_refuse("%s: saved in the middle of an accumulation window (micro-step %u); gradients in "
                            "flight are not resharded", src, m->st.micro_step);
+    if (m->nexperts) /* (libzero 1.10) a target rank's experts depend on the colors of the run that loads it */
+        return conv_refuse("%s: the model has expert groups (param group %d: mixture of experts); zero_load at the "
+                           "new world size reads it directly, finding each rank's experts by name",
+                           src, (int)m->experts[0].group);
     const int P = m->pp_stages;
     if (P < 1 || P > 4096) return conv_refuse("%s: %d pipeline stages", src, P);
     if (P > 1 && !t->pipeline)

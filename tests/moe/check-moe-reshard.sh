@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# (libzero 1.10) Checkpoints of a model with expert groups move between
+# world sizes, expert-data-parallel sizes, expert assignments and plugins:
+# the manifest records which ranks held which experts (by color) and their
+# names, and a resharding load finds each rank's experts by name.
+#   A  N=4 stage2, 8 steps: the reference (per-rank digests of every param)
+#   B  N=4 stage2, 4 steps, saved
+#   C  N=2 stage1 loads B (expert-DP groups of 2 -> 1): its ranks hold
+#      expert 0 and 1, bitwise B's; saved again at once
+#   D  N=4 stage2 loads C and trains to step 8: bitwise A (params and
+#      optimizer states went 4 -> 2 -> 4 ranks intact)
+#   E  N=6 offload loads B (groups of 3): bitwise B's experts by color
+#   F  N=4 stage2 with the experts assigned the other way round
+#      (--expert-shift 1) loads B: each rank gets its own experts by name
+#      (before 1.10 this native-layout load took the saver's rank's blobs:
+#      the other expert's values under this rank's names)
+#   G  N=2 weights-only load of B: the same parameters
+#   H  bf16 with 16-bit gradients: N=4 -> N=8 (groups of 2 -> 4) bitwise
+#   I  zero-ckpt consolidate writes every expert under its own name
+# usage: check-moe-reshard.sh MOE_DEMO ZERO_CKPT SOURCE_DIR
+set -u
+demo=$1 ckpt=$2 src=$3
+data=(${DEMO_DATA:+--data "$DEMO_DATA"})  # ctest: one file of the corpus (tests/CMakeLists.txt)
+mpirun=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader)
+work=$(mktemp -d /tmp/zero-moe-reshard-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+python3 - "$src/examples/configs/moe.json" "$work/fp32.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.pop("bf16", None)
+c.pop("data_types", None)
+json.dump(c, open(sys.argv[2], "w"))
+PY
+fail=0
+# run NAME NP PLUGIN CONFIG ARGS... -> $work/NAME.digest (the digest line's hashes)
+run() {
+  local name=$1 np=$2 plugin=$3 cfg=$4
+  shift 4
+  "${mpirun[@]}" -np "$np" "$demo" "${data[@]}" --config "$cfg" --plugin "$plugin" --quiet --digest "$@" \
+    >"$work/$name.log" 2>&1 || { echo "check-moe-reshard: run $name failed:"; tail -8 "$work/$name.log"; exit 1; }
+  grep '^digest:' "$work/$name.log" | cut -d' ' -f2- >"$work/$name.digest"
+  echo "$name (N=$np $plugin $*): $(cat "$work/$name.digest")"
+}
+# expect NAME HASHES...: the run's per-rank digests
+expect() {
+  local name=$1
+  shift
+  if [ "$(cat "$work/$name.digest")" != "$*" ]; then
+    echo "check-moe-reshard: $name: got $(cat "$work/$name.digest"), expected $*"
+    fail=1
+  fi
+}
+f32=$work/fp32.json
+run A 4 stage2 "$f32" --steps 8
+run B 4 stage2 "$f32" --steps 4 --save "$work/b"
+read -r b0 b1 b2 b3 <"$work/B.digest"
+[ "$b0" = "$b2" ] && [ "$b1" = "$b3" ] && [ "$b0" != "$b1" ] ||
+  { echo "check-moe-reshard: B: ranks of one expert differ, or the experts are equal"; fail=1; }
+run C 2 stage1 "$f32" --steps 4 --load "$work/b" --save "$work/c"
+expect C "$b0 $b1"
+run D 4 stage2 "$f32" --steps 8 --load "$work/c"
+expect D "$(cat "$work/A.digest")"
+run E 6 offload "$f32" --steps 4 --load "$work/b"
+expect E "$b0 $b1 $b0 $b1 $b0 $b1"
+run F 4 stage2 "$f32" --steps 4 --load "$work/b" --expert-shift 1
+expect F "$b1 $b0 $b1 $b0"
+run G 2 stage2 "$f32" --steps 0 --load "$work/b" --weights-only  # starts over at step 0: no step taken
+expect G "$b0 $b1"
+bf=$src/examples/configs/moe.json
+run H4 4 stage2 "$bf" --bf16 --steps 4 --save "$work/h"
+read -r h0 h1 _ _ <"$work/H4.digest"
+run H8 8 stage1 "$bf" --bf16 --steps 4 --load "$work/h"
+expect H8 "$h0 $h1 $h0 $h1 $h0 $h1 $h0 $h1"
+"$ckpt" consolidate "$work/b" "$work/b.safetensors" >"$work/I.log" 2>&1 ||
+  { echo "check-moe-reshard: consolidate failed:"; cat "$work/I.log"; exit 1; }
+python3 - "$work/b.safetensors" <<'PY' || fail=1
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    names = sorted(k for k in json.loads(f.read(n)) if k != "__metadata__")
+want = {"expert0.weight", "expert0.bias", "expert1.weight", "expert1.bias"}
+print("I consolidate:", len(names), "tensors:", " ".join(names))
+if not want <= set(names) or len(names) != 11:
+    print("check-moe-reshard: consolidate lacks an expert (expected 7 dense tensors and", sorted(want), ")")
+    sys.exit(1)
+PY
+exit $fail
