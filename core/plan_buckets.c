@@ -45,6 +45,20 @@ static uint64_t extent_lo(const zero_layout *L, const uint64_t *off, uint32_t g,
     return j == 0 ? lg->flat_begin : off[L->param_order[lg->first_param + j]];
 }
 
+/* The bucket plan's view of the params (as buckets.c fills b->pm): offset,
+ * numel, layout group.  malloc'd; NULL when out of memory. */
+static zero__bplan_param *plan_params(const zero_layout *L, const uint64_t *param_offset,
+                                      const uint64_t *param_numel, uint32_t nparams) {
+    zero__bplan_param *pm = calloc(nparams ? nparams : 1, sizeof *pm);
+    for (uint32_t i = 0; pm && i < nparams; i++) {
+        pm[i].offset = param_offset[i];
+        pm[i].numel = param_numel ? param_numel[i] : 0;
+        int g = zero__layout_group_of(L, pm[i].offset);
+        pm[i].group = g < 0 ? 0 : (uint32_t)g;
+    }
+    return pm;
+}
+
 /* buckets.c build_group, keeping only the bucket sizes (in bucket order). */
 static int push(uint64_t **v, uint32_t *n, uint32_t *cap, uint64_t x) {
     if (*n == *cap) {
@@ -165,15 +179,8 @@ uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_of
     uint64_t *nb_sz = NULL;
     uint32_t nb = 0;
     /* buckets.c: the set's bucket size (bucket_plan.c, the engine's own function) */
-    const uint32_t np = L->nparams;
-    zero__bplan_param *pm = calloc(np ? np : 1, sizeof *pm);
+    zero__bplan_param *pm = plan_params(L, param_offset, param_numel, L->nparams);
     if (!pm) return 0;
-    for (uint32_t i = 0; i < np; i++) {
-        pm[i].offset = param_offset[i];
-        pm[i].numel = param_numel ? param_numel[i] : 0;
-        int g = zero__layout_group_of(L, pm[i].offset);
-        pm[i].group = g < 0 ? 0 : (uint32_t)g;
-    }
     const uint64_t B = zero__bucket_plan_size(L, pm, spec->bucket_numel, spec->mode == ZERO_BUCKETS_SCATTER,
                                               mixed || wire16, striped, in_set);
     free(pm);
@@ -264,14 +271,8 @@ uint64_t zero__plan_ring_scratch_bytes(const zero_layout *L, const uint64_t *par
      * last-step slots) and in place otherwise: both are counted */
     const int both = !(spec->mode == ZERO_BUCKETS_ALLREDUCE && !mixed);
 
-    zero__bplan_param *pm = calloc(nparams ? nparams : 1, sizeof *pm);
+    zero__bplan_param *pm = plan_params(L, param_offset, param_numel, nparams);
     if (!pm) return 0;
-    for (uint32_t i = 0; i < nparams; i++) {
-        pm[i].offset = param_offset[i];
-        pm[i].numel = param_numel ? param_numel[i] : 0;
-        int g = zero__layout_group_of(L, pm[i].offset);
-        pm[i].group = g < 0 ? 0 : (uint32_t)g;
-    }
     zero__bucket_plan bp = {0};
     const uint64_t B = zero__bucket_plan_size(L, pm, spec->bucket_numel, scatter, mixed || wire16, striped, in_set);
     uint64_t worst = 0;

@@ -198,6 +198,8 @@ if [ "$mode" = asan ]; then
         ci+='|stages_host_writes_np5'
         # (1.9) zero-demo fine-tuning (three demo runs): the weights-only load runs instrumented in ckpt_weights_*
         ci+='|ckpt_finetune_demo'
+        # (1.10) the expert-group planner at 6 and 9 ranks (~46 s instrumented): np4 runs the same code instrumented
+        ci+='|plan_measured_experts_np[69]'
         EXCLUDE="^($ci)${EXCLUDE:+|$EXCLUDE}"
     fi
     excl="^loader\.|^fuzz_${EXCLUDE:+|$EXCLUDE}"

@@ -2,23 +2,13 @@
 # (1.10) Every plugin that runs expert groups (stage1, stage2, offload)
 # ends the MoE demo with bitwise the same parameters on every rank, bf16
 # with 16-bit gradients (examples/configs/moe.json) and fp32: 4 ranks with
-# 2 experts (expert-DP groups of 2) and 6 ranks with 3 experts (groups of 2,
-# the same expert set size on every rank).  Each bucket set sizes its buckets from its own
-# groups since 1.10 (bucket_plan.h): a change of bucketing must not change
-# a value.  usage: check-moe-digests.sh MOE_DEMO SOURCE_DIR
+# 2 experts and 6 ranks with 3 experts (expert-DP groups of 2 in both).
+# Each bucket set sizes its buckets from its own groups since 1.10
+# (bucket_plan.h): a change of bucketing must not change a value.
+# usage: check-moe-digests.sh MOE_DEMO SOURCE_DIR
 set -u
 demo=$1 src=$2
-data=(${DEMO_DATA:+--data "$DEMO_DATA"})  # ctest: one file of the corpus (tests/CMakeLists.txt)
-mpirun=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader)
-work=$(mktemp -d /tmp/zero-moe-digests-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-python3 - "$src/examples/configs/moe.json" "$work/fp32.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c.pop("bf16", None)
-c.pop("data_types", None)
-json.dump(c, open(sys.argv[2], "w"))
-PY
+. "$(dirname "$0")/moe_test_lib.sh"
 fail=0
 for case in "4 2" "6 3"; do
   set -- $case

@@ -20,17 +20,7 @@
 # usage: check-moe-reshard.sh MOE_DEMO ZERO_CKPT SOURCE_DIR
 set -u
 demo=$1 ckpt=$2 src=$3
-data=(${DEMO_DATA:+--data "$DEMO_DATA"})  # ctest: one file of the corpus (tests/CMakeLists.txt)
-mpirun=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader)
-work=$(mktemp -d /tmp/zero-moe-reshard-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-python3 - "$src/examples/configs/moe.json" "$work/fp32.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c.pop("bf16", None)
-c.pop("data_types", None)
-json.dump(c, open(sys.argv[2], "w"))
-PY
+. "$(dirname "$0")/moe_test_lib.sh"
 fail=0
 # run NAME NP PLUGIN CONFIG ARGS... -> $work/NAME.digest (the digest line's hashes)
 run() {

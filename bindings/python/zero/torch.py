@@ -428,13 +428,19 @@ def is_moe_param(param):
     return getattr(param, "allreduce", True) is False
 
 
-def split_params_into_different_moe_groups_for_optimizer(param_groups):
+def split_params_into_different_moe_groups_for_optimizer(param_groups, max_group_size=None):
     """DeepSpeed's name (deepspeed.moe.utils): each param group's expert
     parameters (is_moe_param) move into a group of their own per
     group_name, with the group's other settings, "name": the group_name and
     "moe": True; dense parameters stay where they were (a group left empty
     stays, so group indices keep their meaning).  param_groups: a dict, a
-    list or tuple of dicts, or parameters.  Returns a new list of dicts."""
+    list or tuple of dicts, or parameters.  Returns a new list of dicts.
+    max_group_size (DeepSpeed's split of big expert groups) is libzero's
+    config key moe.max_group_size (its tiled step, docs/moe.md): given
+    here it is refused, not ignored."""
+    if max_group_size is not None:
+        raise ValueError("zero.torch: max_group_size is the config's \"moe\": {\"max_group_size\": N} in libzero "
+                         "(its optimizer step runs in tiles of that size); leave it out here")
     if isinstance(param_groups, dict):
         param_groups = [param_groups]
     else:
