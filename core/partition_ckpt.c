@@ -85,8 +85,8 @@ static zero_status shard_blob(struct zero_engine *e, const char *dir, const char
         char *arr = (char *)base + at(r, kind) * es;
         char err[1200];
         if (reshard && !fresh &&
-            zero__ck_read_mapped(ld->r, e->pp_stage, ck_kind, ld->new_off, ld->old_color, r->flat_lo, r->flat_hi, buf + off, dt, err,
-                                 sizeof err))
+            zero__ck_read_srcs(ld->r, ck_kind, ld->src, e->nparams, r->flat_lo, r->flat_hi, buf + off, dt, err,
+                               sizeof err))
             st = zero__error(e, ZERO_ERR_IO, "%s", err);
         else if (write)
             zero__engine_copy(c, buf + off, arr, n);

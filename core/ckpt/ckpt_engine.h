@@ -36,9 +36,10 @@ typedef struct zero__ck_load {
     zero__ck_reader *r;
     int reshard;         /* another world size / plugin / layout wrote it, or weights_only */
     int weights_only;    /* (1.8) zero_load_options.weights_only: params and master only, states zero */
-    uint64_t *new_off;   /* resharding: this run's flat offset of each param of its stage */
-    int32_t *old_color;  /* (libzero 1.10) resharding with expert groups: per param, the saver's color
-                            whose experts it reads (-1 dense); NULL without expert groups */
+    int *idx;            /* per param of this rank: the manifest param it loads from (check_model) */
+    zero__ck_src *src;   /* resharding: where each of this rank's params comes from (ckpt_source.h):
+                            its offset here and in the saver's stage, (1.10) the saver's stage (another
+                            pipeline split) and an expert's color */
     /* (1.4) the saver's zero_set_hparams settings (ckpt_hparams.h), adopted
      * when the load succeeds; has_hp 0: an older manifest without them */
     struct zero__hp_override *hp;

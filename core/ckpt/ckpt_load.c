@@ -98,12 +98,81 @@ static zero_status share(struct zero_engine *e, const char *path, char *dir, siz
     return zero__broadcast(g, *text, *len, ZERO_DTYPE_U8, 0);
 }
 
-/* The model and optimizer against this run's; the first difference named.
- * A weights-only load reads no optimizer state: any optimizer wrote it. */
-static zero_status check_model(struct zero_engine *e, const zero__ck_manifest *m, const char *dir, int weights_only) {
-    if (m->pp_stages != e->pp_stages)
-        return zero__error(e, ZERO_ERR_MISMATCH, "checkpoint %s: written with %d pipeline stages, this run has %d", dir,
-                           m->pp_stages, e->pp_stages);
+/* (libzero 1.10) Another pipeline split: the manifest index of the param
+ * named `name`, among every stage's params; -1 none, -2 two. */
+static int by_name(const zero__ck_manifest *m, const char *name) {
+    int at = -1;
+    for (uint32_t k = 0; k < m->nparams; k++)
+        if (!strcmp(m->params[k].name, name)) {
+            if (at >= 0) return -2;
+            at = (int)k;
+        }
+    return at;
+}
+
+/* This run's param i against manifest param k; the difference named. */
+static zero_status check_param(struct zero_engine *e, const zero__ck_manifest *m, const char *dir, uint32_t i,
+                               uint32_t k) {
+    const zero_param_info *q = &e->params[i]->info;
+    const zero__ck_param *p = &m->params[k];
+    /* (1.3) an expert group's params are other experts on other
+     * expert-DP groups (the manifest names rank 0's): shapes only */
+    const zero__group_hp *gh = zero__group_hp_of(e, q->group);
+    const int expert = gh && gh->expert_color >= 0;
+    if ((!expert && strcmp(p->name, q->name)) || p->numel != q->numel || p->dtype != q->dtype || p->group != q->group)
+        return zero__error(e, ZERO_ERR_MISMATCH,
+                           "checkpoint %s: parameter %u is '%s' (%llu elements, %s, group %d), this run registered "
+                           "'%s' (%llu elements, %s, group %d) (another model's checkpoint?)",
+                           dir, i, p->name, (unsigned long long)p->numel, zero__ck_dtype_name(p->dtype), p->group,
+                           q->name, (unsigned long long)q->numel, zero__ck_dtype_name(q->dtype), q->group);
+    return ZERO_OK;
+}
+
+/* Each of this run's params against the manifest param it loads from
+ * (idx[i], filled): positionally within this pipeline stage, or (libzero
+ * 1.10, another number of pipeline stages) by name across the stages. */
+static zero_status check_params(struct zero_engine *e, const zero__ck_manifest *m, const char *dir, int *idx) {
+    if (m->pp_stages != e->pp_stages) {
+        for (uint32_t i = 0; i < e->nparams; i++) {
+            const char *name = e->params[i]->info.name;
+            if ((idx[i] = by_name(m, name)) < 0)
+                return zero__error(e, ZERO_ERR_MISMATCH,
+                                   idx[i] == -1 ? "checkpoint %s (%d pipeline stages; this run has %d) holds no "
+                                                  "parameter '%s' (another model's checkpoint?)"
+                                                : "checkpoint %s (%d pipeline stages; this run has %d): parameter '%s' "
+                                                  "is in two of its stages; with another pipeline split parameters "
+                                                  "are found by name",
+                                   dir, m->pp_stages, e->pp_stages, name);
+            zero_status s = check_param(e, m, dir, i, (uint32_t)idx[i]);
+            if (s != ZERO_OK) return s;
+        }
+        return ZERO_OK;
+    }
+    uint32_t j = 0;
+    for (uint32_t k = 0; k < m->nparams; k++) {
+        if (m->params[k].pp_stage != e->pp_stage) continue;
+        if (j >= e->nparams)
+            return zero__error(e, ZERO_ERR_MISMATCH,
+                               "checkpoint %s: holds parameter %u '%s', this run registered only %u parameters "
+                               "(another model's checkpoint?)",
+                               dir, j, m->params[k].name, e->nparams);
+        idx[j] = (int)k;
+        zero_status s = check_param(e, m, dir, j++, k);
+        if (s != ZERO_OK) return s;
+    }
+    if (j != e->nparams)
+        return zero__error(e, ZERO_ERR_MISMATCH,
+                           "checkpoint %s: holds %u parameters, this run registered %u; the first missing is '%s'",
+                           dir, j, e->nparams, e->params[j]->info.name);
+    return ZERO_OK;
+}
+
+/* The model and optimizer against this run's; the first difference named
+ * (idx: check_params').  A weights-only load reads no optimizer state: any
+ * optimizer wrote it.  (libzero 1.10) Another pipeline split is not a
+ * difference: its parameters are found by name. */
+static zero_status check_model(struct zero_engine *e, const zero__ck_manifest *m, const char *dir, int weights_only,
+                               int *idx) {
     if (m->model_dtype != e->rc->model_dtype)
         return zero__error(e, ZERO_ERR_MISMATCH, "checkpoint %s: model dtype %s, this run trains in %s", dir,
                            zero__ck_dtype_name(m->model_dtype), zero__ck_dtype_name(e->rc->model_dtype));
@@ -112,33 +181,7 @@ static zero_status check_model(struct zero_engine *e, const zero__ck_manifest *m
         return zero__error(e, ZERO_ERR_MISMATCH,
                            "checkpoint %s: optimizer %s with %u state arrays, this run's optimizer %s has %u", dir,
                            zero__ck_optim_name(m->optim), m->nstate, zero__ck_optim_name(e->rc->optim), ns);
-    uint32_t j = 0;
-    for (uint32_t i = 0; i < m->nparams; i++) {
-        const zero__ck_param *p = &m->params[i];
-        if (p->pp_stage != e->pp_stage) continue;
-        if (j >= e->nparams)
-            return zero__error(e, ZERO_ERR_MISMATCH,
-                               "checkpoint %s: holds parameter %u '%s', this run registered only %u parameters "
-                               "(another model's checkpoint?)",
-                               dir, j, p->name, e->nparams);
-        const zero_param_info *q = &e->params[j]->info;
-        /* (1.3) an expert group's params are other experts on other
-         * expert-DP groups (the manifest names rank 0's): shapes only */
-        const zero__group_hp *gh = zero__group_hp_of(e, q->group);
-        const int expert = gh && gh->expert_color >= 0;
-        if ((!expert && strcmp(p->name, q->name)) || p->numel != q->numel || p->dtype != q->dtype || p->group != q->group)
-            return zero__error(e, ZERO_ERR_MISMATCH,
-                               "checkpoint %s: parameter %u is '%s' (%llu elements, %s, group %d), this run registered "
-                               "'%s' (%llu elements, %s, group %d) (another model's checkpoint?)",
-                               dir, j, p->name, (unsigned long long)p->numel, zero__ck_dtype_name(p->dtype), p->group,
-                               q->name, (unsigned long long)q->numel, zero__ck_dtype_name(q->dtype), q->group);
-        j++;
-    }
-    if (j != e->nparams)
-        return zero__error(e, ZERO_ERR_MISMATCH,
-                           "checkpoint %s: holds %u parameters, this run registered %u; the first missing is '%s'",
-                           dir, j, e->nparams, e->params[j]->info.name);
-    return ZERO_OK;
+    return check_params(e, m, dir, idx);
 }
 
 /* (libzero 1.10) Does this rank hold, under the same names, the experts
@@ -169,7 +212,8 @@ static int same_experts(struct zero_engine *e, const zero__ck_manifest *m) {
  * owned differently (round_robin_gradients cuts the flat space into more
  * layout groups), and a shard is only native when its ranges are ours. */
 static int same_layout(struct zero_engine *e, const zero__ck_manifest *m) {
-    if (strcmp(m->plugin, e->plugin.table->name) || m->world != e->world_size) return 0;
+    if (strcmp(m->plugin, e->plugin.table->name) || m->world != e->world_size || m->pp_stages != e->pp_stages)
+        return 0;
     const zero__ck_layout *L = zero__ck_layout_of(m, e->pp_stage);
     if (!L || L->align != e->layout.view.align || L->flat_numel != e->layout.view.flat_numel) return 0;
     if (L->ngroups) { /* recorded by every libzero that writes checkpoints */
@@ -194,7 +238,9 @@ static zero_status check_whole(struct zero_engine *e, zero__ck_load *ld) {
         return zero__error(e, ZERO_ERR_IO, "checkpoint %s: %s", ld->dir, err);
     const char *note = zero__ck_legacy_note(ld->m);
     if (note && zero__comm_rank(e->global) == 0) zero__log(e, ZERO_LOG_WARN, "checkpoint %s: %s", ld->dir, note);
-    if (zero__ck_core_verify(ld->r, ld->m, e->rank % ld->m->world, e->pp_stage, err, sizeof err) != 0)
+    /* another pipeline split (1.10): a stage of the saver's; every core blob repeats the same step state */
+    const int pp = e->pp_stage < ld->m->pp_stages ? e->pp_stage : 0;
+    if (zero__ck_core_verify(ld->r, ld->m, e->rank % ld->m->world, pp, err, sizeof err) != 0)
         return zero__error(e, ZERO_ERR_IO, "checkpoint %s: %s", ld->dir, err);
     return ZERO_OK;
 }
@@ -203,7 +249,9 @@ static zero_status prepare(struct zero_engine *e, zero__ck_load *ld, const char 
     char err[1024];
     ld->m = zero__ck_manifest_parse(text, len, err, sizeof err);
     if (!ld->m) return zero__error(e, ZERO_ERR_IO, "checkpoint %s: %s", ld->dir, err);
-    zero_status s = check_model(e, ld->m, ld->dir, ld->weights_only);
+    ld->idx = calloc(e->nparams ? e->nparams : 1, sizeof *ld->idx);
+    if (!ld->idx) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory");
+    zero_status s = check_model(e, ld->m, ld->dir, ld->weights_only, ld->idx);
     if (s != ZERO_OK) return s;
     if (zero__ck_hparams_parse(ld->m->root, &ld->hp, &ld->nhp, &ld->has_hp, err, sizeof err) != 0)
         return zero__error(e, ZERO_ERR_IO, "checkpoint %s: %s", ld->dir, err);
@@ -215,20 +263,18 @@ static zero_status prepare(struct zero_engine *e, zero__ck_load *ld, const char 
 /* (libzero 1.10) A resharding load with expert groups: the saver's files
  * hold each expert-DP group's own experts over the same flat range, so each
  * of this rank's experts is found by name among the colors the manifest
- * records (ld->old_color) and read from the files of that color's ranks.
+ * records (ld->src[i].xi / color) and read from the files of that color's
+ * ranks.
  * Expert-ness must agree group by group; a checkpoint that records no
  * expert groups (dense, or written before 1.10) cannot say which rank held
  * which expert. */
 static zero_status map_experts(struct zero_engine *e, zero__ck_load *ld) {
     const zero__ck_manifest *m = ld->m;
     if (!e->group_comms && !m->nexperts) return ZERO_OK;
-    ld->old_color = calloc(e->nparams ? e->nparams : 1, sizeof *ld->old_color);
-    if (!ld->old_color) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory");
     for (uint32_t i = 0, k = 0; i < e->nparams; i++, k = 0) {
         const zero_param_info *q = &e->params[i]->info;
         const zero__group_hp *gh = zero__group_hp_of(e, q->group);
         const int mine = gh && gh->expert_color >= 0, xi = zero__ck_expert_index(m, q->group);
-        ld->old_color[i] = -1;
         if (mine && !m->nexperts)
             return zero__error(e, ZERO_ERR_UNSUPPORTED,
                                "checkpoint %s: records no expert groups (written by a run without them, or by libzero "
@@ -258,13 +304,23 @@ static zero_status map_experts(struct zero_engine *e, zero__ck_load *ld) {
                                          : "checkpoint %s: expert '%s' (param group %d) is held by two of the "
                                            "checkpoint's expert-data-parallel groups: which to load is ambiguous",
                                ld->dir, q->name, (int)q->group);
-        ld->old_color[i] = x->sets[found].color;
+        ld->src[i].xi = xi;
+        ld->src[i].color = x->sets[found].color;
     }
     return ZERO_OK;
 }
 
 static zero_status allow_reshard(struct zero_engine *e, zero__ck_load *ld) {
     const zero__ck_manifest *m = ld->m;
+    /* where each param comes from: check_model's manifest index (its stage
+     * and offset there), then an expert's color */
+    ld->src = calloc(e->nparams ? e->nparams : 1, sizeof *ld->src);
+    if (!ld->src) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory");
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        const zero__ck_param *p = &m->params[ld->idx[i]];
+        ld->src[i] = (zero__ck_src){e->params[i]->info.flat_offset, e->params[i]->info.numel, p->flat_offset,
+                                    p->pp_stage, -1, -1};
+    }
     zero_status xs = map_experts(e, ld);
     if (xs != ZERO_OK) return xs;
     const char *mine = e->plugin.table->name;
@@ -287,20 +343,26 @@ static zero_status allow_reshard(struct zero_engine *e, zero__ck_load *ld) {
                            "checkpoint %s: saved in the middle of an accumulation window (micro-step %u): only plugin "
                            "'%s' at %d ranks %scan resume it (gradients in flight are not resharded)",
                            ld->dir, m->st.micro_step, m->plugin, m->world,
-                           !strcmp(m->plugin, mine) && m->world == e->world_size
+                           m->pp_stages != e->pp_stages ? "with the saver's pipeline split "
+                           : !strcmp(m->plugin, mine) && m->world == e->world_size
                                ? "with the saver's partition layout (zero_optimization.round_robin_gradients and "
                                  "reduce_bucket_size as saved) "
                                : "");
     for (int k = -1; k < (ld->weights_only ? 0 : (int)m->nstate); k++) {
         int kind = k < 0 ? ZERO__CK_MASTER : ZERO__CK_STATE0 + k;
-        if (!zero__ck_has(m, e->pp_stage, kind))
-            return zero__error(e, ZERO_ERR_IO, "checkpoint %s: no shard data of kind %d for resharding", ld->dir, kind);
+        for (uint32_t i = 0; i < e->nparams; i++) /* every saver's stage this rank reads from */
+            if (!zero__ck_has(m, ld->src[i].pp, kind))
+                return zero__error(e, ZERO_ERR_IO, "checkpoint %s: no shard data of kind %d of pipeline stage %d for "
+                                   "resharding", ld->dir, kind, (int)ld->src[i].pp);
     }
-    ld->new_off = calloc(e->nparams ? e->nparams : 1, sizeof *ld->new_off);
-    if (!ld->new_off) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory");
-    for (uint32_t i = 0; i < e->nparams; i++) ld->new_off[i] = e->params[i]->info.flat_offset;
-    zero__log(e, ZERO_LOG_INFO, "checkpoint %s: %s %s x%d -> %s x%d", ld->dir,
-              ld->weights_only ? "loading the weights only of" : "resharding", m->plugin, m->world, mine, e->world_size);
+    if (m->pp_stages != e->pp_stages)
+        zero__log(e, ZERO_LOG_INFO, "checkpoint %s: %s %s x%d in %d pipeline stages -> %s x%d in %d", ld->dir,
+                  ld->weights_only ? "loading the weights only of" : "resharding", m->plugin, m->world, m->pp_stages,
+                  mine, e->world_size, e->pp_stages);
+    else
+        zero__log(e, ZERO_LOG_INFO, "checkpoint %s: %s %s x%d -> %s x%d", ld->dir,
+                  ld->weights_only ? "loading the weights only of" : "resharding", m->plugin, m->world, mine,
+                  e->world_size);
     return ZERO_OK;
 }
 
@@ -335,6 +397,28 @@ static zero_status read_client_state(struct zero_engine *e, zero__ck_load *ld, v
     return ZERO_OK;
 }
 
+/* (libzero 1.10) Another pipeline split: the stages of this run together
+ * take every parameter of the checkpoint exactly once (each stage's
+ * data-parallel rank 0 counts its params' manifest entries; one all-reduce
+ * over every rank).  A layer left out, or registered on two stages, is
+ * named.  Collective; every rank returns the same verdict. */
+static zero_status resplit_coverage(struct zero_engine *e, zero__ck_load *ld) {
+    const zero__ck_manifest *m = ld->m;
+    double *cnt = calloc(m->nparams ? m->nparams : 1, sizeof *cnt);
+    if (!cnt) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory");
+    for (uint32_t i = 0; e->rank == 0 && i < e->nparams; i++) cnt[ld->idx[i]] += 1;
+    zero_status s = zero__allreduce(e->global, cnt, m->nparams, ZERO_DTYPE_F64, ZERO_OP_SUM);
+    for (uint32_t k = 0; s == ZERO_OK && k < m->nparams; k++)
+        if (cnt[k] != 1)
+            s = zero__error(e, ZERO_ERR_MISMATCH,
+                            "checkpoint %s: parameter '%s' (pipeline stage %d of %d) is registered by %.0f of this "
+                            "run's %d pipeline stages; with another pipeline split every parameter must be on exactly "
+                            "one stage",
+                            ld->dir, m->params[k].name, (int)m->params[k].pp_stage, m->pp_stages, cnt[k], e->pp_stages);
+    free(cnt);
+    return s;
+}
+
 zero_status zero__ckpt_load(struct zero_engine *e, const char *path, const zero__ck_load_args *a) {
     zero__ck_load ld;
     memset(&ld, 0, sizeof ld);
@@ -349,6 +433,7 @@ zero_status zero__ckpt_load(struct zero_engine *e, const char *path, const zero_
         double need = same_layout(e, ld.m) ? 0 : 1;
         s = zero__allreduce(e->global, &need, 1, ZERO_DTYPE_F64, ZERO_OP_MAX);
         ld.reshard = need > 0 || ld.weights_only;
+        if (s == ZERO_OK && ld.m->pp_stages != e->pp_stages) s = resplit_coverage(e, &ld);
         if (s == ZERO_OK) {
             e->ck_load = &ld;
             s = ld.reshard ? allow_reshard(e, &ld) : ZERO_OK;
@@ -404,7 +489,7 @@ zero_status zero__ckpt_load(struct zero_engine *e, const char *path, const zero_
     free(ld.hp);
     zero__ck_reader_close(ld.r);
     zero__ck_manifest_free(ld.m);
-    free(ld.new_off);
-    free(ld.old_color);
+    free(ld.src);
+    free(ld.idx);
     return s;
 }

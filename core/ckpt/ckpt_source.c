@@ -97,24 +97,38 @@ int zero__ck_read_expert(zero__ck_reader *r, int pp, int kind, int xi, int32_t c
     return 0;
 }
 
-int zero__ck_read_mapped(zero__ck_reader *r, int pp, int kind, const uint64_t *new_off, const int32_t *color,
-                         uint64_t lo, uint64_t hi, void *dst, zero_dtype dst_dt, char *err, size_t errn) {
-    const zero__ck_manifest *m = zero__ck_reader_manifest(r);
+int zero__ck_read_srcs(zero__ck_reader *r, int kind, const zero__ck_src *src, uint32_t n, uint64_t lo, uint64_t hi,
+                       void *dst, zero_dtype dst_dt, char *err, size_t errn) {
     const size_t des = zero__ck_dtype_size(dst_dt);
     memset(dst, 0, (size_t)(hi - lo) * des);
-    uint32_t j = 0; /* index among the params of stage pp */
-    for (uint32_t i = 0; i < m->nparams; i++) {
-        const zero__ck_param *p = &m->params[i];
-        if (p->pp_stage != pp) continue;
-        const uint64_t a = new_off[j] > lo ? new_off[j] : lo;
-        const uint64_t b = new_off[j] + p->numel < hi ? new_off[j] + p->numel : hi;
-        j++;
+    for (uint32_t j = 0; j < n; j++) {
+        const zero__ck_src *p = &src[j];
+        const uint64_t a = p->new_off > lo ? p->new_off : lo;
+        const uint64_t b = p->new_off + p->numel < hi ? p->new_off + p->numel : hi;
         if (a >= b) continue;
-        const uint64_t old = p->flat_offset + (a - new_off[j - 1]);
-        const int32_t c = color ? color[j - 1] : -1;
-        if (zero__ck_read_expert(r, pp, kind, c >= 0 ? zero__ck_expert_index(m, p->group) : -1, c, old, old + (b - a),
-                                 (char *)dst + (a - lo) * des, dst_dt, err, errn))
+        const uint64_t old = p->old_off + (a - p->new_off);
+        if (zero__ck_read_expert(r, p->pp, kind, p->xi, p->color, old, old + (b - a), (char *)dst + (a - lo) * des,
+                                 dst_dt, err, errn))
             return -1;
     }
     return 0;
+}
+
+int zero__ck_read_mapped(zero__ck_reader *r, int pp, int kind, const uint64_t *new_off, uint64_t lo, uint64_t hi,
+                         void *dst, zero_dtype dst_dt, char *err, size_t errn) {
+    const zero__ck_manifest *m = zero__ck_reader_manifest(r);
+    zero__ck_src *src = calloc(m->nparams ? m->nparams : 1, sizeof *src);
+    if (!src) {
+        snprintf(err, errn, "checkpoint: out of memory");
+        return -1;
+    }
+    uint32_t n = 0; /* the params of stage pp, in the same order as the loader's */
+    for (uint32_t i = 0; i < m->nparams; i++)
+        if (m->params[i].pp_stage == pp) {
+            src[n] = (zero__ck_src){new_off[n], m->params[i].numel, m->params[i].flat_offset, pp, -1, -1};
+            n++;
+        }
+    int rc = zero__ck_read_srcs(r, kind, src, n, lo, hi, dst, dst_dt, err, errn);
+    free(src);
+    return rc;
 }

@@ -33,9 +33,22 @@ int zero__ck_read_expert(zero__ck_reader *r, int pp, int kind, int xi, int32_t c
 /* The loader's view: its parameters (the manifest's params of stage pp, in
  * the same order) sit at new_off[i] in ITS flat space.  Fill dst with
  * `kind` for the loader's flat range [lo, hi) (hi - lo elements of dst_dt);
- * elements no parameter covers (alignment padding) are zero.  (libzero
- * 1.10) color: NULL, or per parameter the saver's color whose experts it
- * takes (its expert group's, -1 for a dense parameter). */
-int zero__ck_read_mapped(zero__ck_reader *r, int pp, int kind, const uint64_t *new_off, const int32_t *color,
-                         uint64_t lo, uint64_t hi, void *dst, zero_dtype dst_dt, char *err, size_t errn);
+ * elements no parameter covers (alignment padding) are zero. */
+int zero__ck_read_mapped(zero__ck_reader *r, int pp, int kind, const uint64_t *new_off, uint64_t lo, uint64_t hi,
+                         void *dst, zero_dtype dst_dt, char *err, size_t errn);
+
+/* (libzero 1.10) Where one of the loader's parameters comes from: the
+ * saver's pipeline stage and flat offset (another pipeline split moves a
+ * parameter between stages), and for an expert its group in m->experts and
+ * the color whose experts it takes (xi -1: dense). */
+typedef struct zero__ck_src {
+    uint64_t new_off, numel; /* the loader's flat offset and element count */
+    uint64_t old_off;        /* the saver's flat offset, in the flat space of its stage pp */
+    int32_t pp, xi, color;
+} zero__ck_src;
+
+/* zero__ck_read_mapped for any map: src[0..n) in the loader's flat order or
+ * not (each piece is placed by new_off). */
+int zero__ck_read_srcs(zero__ck_reader *r, int kind, const zero__ck_src *src, uint32_t n, uint64_t lo, uint64_t hi,
+                       void *dst, zero_dtype dst_dt, char *err, size_t errn);
 #endif

@@ -230,7 +230,7 @@ static void read_elements(zero__ck_reader *r, const zero__ck_manifest *m) {
                                     sizeof err) != 0)
                 REQUIRE(err[0], "read_elems failed silently");
             err[0] = 0;
-            if (zero__ck_read_mapped(r, pp, kind, new_off, NULL, 0, L->flat_numel, dst, ZERO_DTYPE_F32, err, sizeof err) != 0)
+            if (zero__ck_read_mapped(r, pp, kind, new_off, 0, L->flat_numel, dst, ZERO_DTYPE_F32, err, sizeof err) != 0)
                 REQUIRE(err[0], "read_mapped failed silently");
         }
         free(dst);

@@ -539,7 +539,7 @@ static int conv_blob(conv_ctx *x, const char *blob, int rank, int32_t kind, zero
     for (uint32_t k = 0; kind != ZERO__CK_OPAQUE && k < nown; k++)
         for (uint64_t lo = own[k].flat_lo; lo < own[k].flat_hi; lo += CONV_PIECE) {
             uint64_t hi = own[k].flat_hi - lo < CONV_PIECE ? own[k].flat_hi : lo + CONV_PIECE;
-            if (zero__ck_read_mapped(x->r, x->pp, kind, x->new_off, NULL, lo, hi, x->buf, dt, err, errn))
+            if (zero__ck_read_mapped(x->r, x->pp, kind, x->new_off, lo, hi, x->buf, dt, err, errn))
                 return zero__ck_blob_abort(w), 1;
             if (zero__ck_blob_put(w, x->buf, (hi - lo) * es, err, errn)) return zero__ck_blob_abort(w), 2;
         }
