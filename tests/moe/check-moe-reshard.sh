@@ -16,7 +16,8 @@
 #      the other expert's values under this rank's names)
 #   G  N=2 weights-only load of B: the same parameters
 #   H  bf16 with 16-bit gradients: N=4 -> N=8 (groups of 2 -> 4) bitwise
-#   I  zero-ckpt consolidate writes every expert under its own name
+#   I  zero-ckpt consolidate writes every expert under its own name, and
+#      zero-ckpt info describes the expert group
 # usage: check-moe-reshard.sh MOE_DEMO ZERO_CKPT SOURCE_DIR
 set -u
 demo=$1 ckpt=$2 src=$3
@@ -74,4 +75,6 @@ if not want <= set(names) or len(names) != 11:
     print("check-moe-reshard: consolidate lacks an expert (expected 7 dense tensors and", sorted(want), ")")
     sys.exit(1)
 PY
+"$ckpt" info "$work/b" | grep -q "experts      group 1: 2 parameters on each of 2 expert-data-parallel groups" ||
+  { echo "check-moe-reshard: zero-ckpt info does not describe the expert group"; "$ckpt" info "$work/b"; fail=1; }
 exit $fail

@@ -147,6 +147,20 @@ static int cmd_info(const zero__ck_manifest *m, const char *dir, int as_json) {
             json_array_append_new(ps, p);
         }
         json_object_set_new(o, "param_list", ps);
+        json_t *xs = json_array(); /* (libzero 1.10) the expert groups as the manifest records them */
+        for (uint32_t x = 0; x < m->nexperts; x++) {
+            json_t *sets = json_object();
+            for (uint32_t k = 0; k < m->experts[x].nsets; k++) {
+                json_t *names = json_array();
+                for (uint32_t q = 0; q < m->experts[x].nnames; q++)
+                    json_array_append_new(names, json_string(m->experts[x].sets[k].names[q]));
+                char key[16];
+                snprintf(key, sizeof key, "%d", (int)m->experts[x].sets[k].color);
+                json_object_set_new(sets, key, names);
+            }
+            json_array_append_new(xs, json_pack("{s:i,s:o}", "group", (int)m->experts[x].group, "names_by_color", sets));
+        }
+        json_object_set_new(o, "experts", xs);
         char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         puts(s ? s : "{}");
         free(s);
@@ -169,9 +183,15 @@ static int cmd_info(const zero__ck_manifest *m, const char *dir, int as_json) {
            m->nparams, (unsigned long long)numel, zero__ck_dtype_name(m->model_dtype), (unsigned long long)largest,
            zero__ck_optim_name(m->optim), m->nstate);
     printf("files        %u, %.1f MiB; %s\n", m->nfiles, (double)bytes / 1048576.0,
-           m->reshardable ? (m->pp_stages > 1 ? "reshardable (loads at another data-parallel size, same pipeline split)"
-                                             : "reshardable (loads at any world size into stage0/1/2/3/offload)")
+           m->reshardable ? (m->pp_stages > 1 ? "reshardable (loads at another data-parallel size or pipeline split)"
+                             : m->nexperts ? "reshardable (loads at any world size into stage1/2/offload, experts by name)"
+                                           : "reshardable (loads at any world size into stage0/1/2/3/offload)")
                           : "loads only into the same plugin and world size");
+    for (uint32_t x = 0; x < m->nexperts; x++) /* (libzero 1.10) */
+        printf("experts      group %d: %u parameters on each of %u expert-data-parallel groups (colors) of %d "
+               "ranks; %s, ...\n",
+               (int)m->experts[x].group, m->experts[x].nnames, m->experts[x].nsets,
+               m->world / (int)m->experts[x].nsets, m->experts[x].sets[0].names[0]);
     if (m->client) /* (1.7) zero_save_options.client_state */
         printf("client state %llu bytes (%s; zero_client_state after zero_load)\n",
                (unsigned long long)m->client->bytes, m->client->file);
