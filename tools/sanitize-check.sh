@@ -198,8 +198,10 @@ if [ "$mode" = asan ]; then
         ci+='|stages_host_writes_np5'
         # (1.9) zero-demo fine-tuning (three demo runs): the weights-only load runs instrumented in ckpt_weights_*
         ci+='|ckpt_finetune_demo'
-        # (1.10) the expert-group planner at 6 and 9 ranks (~46 s instrumented): np4 runs the same code instrumented
-        ci+='|plan_measured_experts_np[69]'
+        # (1.10) the expert-group planner against the accountant (~62 s instrumented at N = 4, 6, 9): plan_auto_np4
+        # plans and trains expert groups instrumented (stage1, stage2, offload); and the MoE demo's cross-plugin
+        # digests (~18 s: twelve demo runs), whose code moe_demo_* and moe_ckpt_reshard run instrumented
+        ci+='|plan_measured_experts_np[469]|moe_demo_plugins_agree'
         EXCLUDE="^($ci)${EXCLUDE:+|$EXCLUDE}"
     fi
     excl="^loader\.|^fuzz_${EXCLUDE:+|$EXCLUDE}"
