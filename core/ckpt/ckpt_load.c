@@ -419,6 +419,48 @@ static zero_status resplit_coverage(struct zero_engine *e, zero__ck_load *ld) {
     return s;
 }
 
+/* (libzero 1.10) A resharding load with expert groups finds each rank's
+ * experts by name; experts of the checkpoint that no rank of this run holds
+ * (a run with fewer experts) are not loaded.  Not an error -- pruning
+ * experts is a choice -- but said: the first rank of each expert-DP group
+ * marks what its group takes, one all-reduce sums the marks, and global
+ * rank 0 warns naming how many and the first.  Collective; after
+ * map_experts agreed on every rank. */
+static zero_status expert_coverage(struct zero_engine *e, zero__ck_load *ld) {
+    const zero__ck_manifest *m = ld->m;
+    size_t n = 0;
+    for (uint32_t x = 0; x < m->nexperts; x++) n += (size_t)m->experts[x].nsets * m->experts[x].nnames;
+    double *held = calloc(n ? n : 1, sizeof *held);
+    if (!held) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory");
+    const zero_layout *L = &e->layout.view;
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        const zero__ck_src *src = &ld->src[i];
+        const int g = zero__layout_group_of(L, e->params[i]->info.flat_offset);
+        if (src->xi < 0 || g < 0 || !L->group_rank || L->group_rank[g] != 0) continue;
+        size_t at = 0;
+        for (int x = 0; x < src->xi; x++) at += (size_t)m->experts[x].nsets * m->experts[x].nnames;
+        const zero__ck_experts *x = &m->experts[src->xi];
+        uint32_t set = 0, k = 0;
+        while (set < x->nsets && x->sets[set].color != src->color) set++;
+        for (uint32_t j = 0; j < i; j++) k += e->params[j]->info.group == e->params[i]->info.group;
+        if (set < x->nsets && k < x->nnames) held[at + (size_t)set * x->nnames + k] = 1;
+    }
+    zero_status s = zero__allreduce(e->world, held, n, ZERO_DTYPE_F64, ZERO_OP_SUM);
+    size_t missing = 0, at = 0;
+    const char *first = NULL;
+    for (uint32_t x = 0; s == ZERO_OK && x < m->nexperts; x++)
+        for (uint32_t set = 0; set < m->experts[x].nsets; set++)
+            for (uint32_t k = 0; k < m->experts[x].nnames; k++, at++)
+                if (held[at] == 0 && !missing++) first = m->experts[x].sets[set].names[k];
+    if (missing && zero__comm_rank(e->global) == 0)
+        zero__log(e, ZERO_LOG_WARN,
+                  "checkpoint %s: %zu expert parameter%s of the checkpoint %s held by no rank of this run and not "
+                  "loaded (the first: '%s'); a run with fewer experts drops them",
+                  ld->dir, missing, missing == 1 ? "" : "s", missing == 1 ? "is" : "are", first);
+    free(held);
+    return s;
+}
+
 zero_status zero__ckpt_load(struct zero_engine *e, const char *path, const zero__ck_load_args *a) {
     zero__ck_load ld;
     memset(&ld, 0, sizeof ld);
@@ -440,6 +482,7 @@ zero_status zero__ckpt_load(struct zero_engine *e, const char *path, const zero_
             e->ck_load = NULL;
         }
         s = zero__ck_agree(e, s, "zero_load");
+        if (s == ZERO_OK && ld.reshard && ld.m->nexperts && e->group_comms) s = expert_coverage(e, &ld);
     }
     void *client = NULL;
     uint64_t client_bytes = 0;
