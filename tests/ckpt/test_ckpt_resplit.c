@@ -23,7 +23,6 @@
  *     register layer 2 (ZERO_ERR_MISMATCH); a checkpoint saved inside an
  *     accumulation window (gradients in flight are not resharded).
  * Usage: test_ckpt_resplit DIR   (under mpirun -np 6) */
-#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,15 +141,6 @@ static MPI_Comm first(int n) {
     return c;
 }
 
-static double rel_l2(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* Reference: `steps` steps at this split from the start. */
 static float *reference(MPI_Comm c, int stages, const char *plugin, int steps, size_t *n) {
     net R;
@@ -190,11 +180,11 @@ static void resplit(const char *dir, int at, int stages, const char *plugin, int
             float *got = snap(&N, &n);
             CHECK(n == n0 && memcmp(got, ref0, n * sizeof *got) == 0,
                   "%dx%d rank %d: the loaded parameters differ from a run at this split (rel L2 %.3g)", stages, dp,
-                  g_rank, n == n0 ? rel_l2(got, ref0, n) : -1.0);
+                  g_rank, n == n0 ? th_rel_l2(got, ref0, n) : -1.0);
             free(got);
             train(&N, at, at + 2, -1);
             got = snap(&N, &n);
-            const double d = n == n1 ? rel_l2(got, ref1, n) : 1.0;
+            const double d = n == n1 ? th_rel_l2(got, ref1, n) : 1.0;
             CHECK(d <= tol, "%dx%d rank %d: 2 steps after the load, rel L2 %.3g from an uninterrupted run (> %.0e)",
                   stages, dp, g_rank, d, tol);
             if (g_rank == 0)
