@@ -17,7 +17,9 @@
  *  3. plugin stage1 without a pipeline (1 stage) at DP 3 (ranks 0-2): the
  *     same against 1 x 3 runs (relative L2 <= 1e-6 allowed after the steps:
  *     the saver scaled by 1/4, DP 3 scales by float(1/6); measured bitwise).
- *  4. a 1-stage save at DP 2 loads at 2 stages x DP 3 (the other way).
+ *  4. a weights-only load (zero_load_ex) at 3 x 2: the parameters bitwise,
+ *     the step count 0; a 1-stage save at DP 2 loads at 2 stages x DP 3
+ *     (the other way).
  *  5. refused on every rank, naming the parameter: 3 stages whose last
  *     stage leaves layer 5 out, and 3 stages where two stages both
  *     register layer 2 (ZERO_ERR_MISMATCH); a checkpoint saved inside an
@@ -200,6 +202,36 @@ static void resplit(const char *dir, int at, int stages, const char *plugin, int
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* A weights-only load (zero_load_ex) at stages x dp: the parameters are
+ * those of a run at this split trained `at` steps, the step count 0. */
+static void weights_only(const char *dir, int at, int stages, int dp) {
+    MPI_Comm c = first(stages * dp);
+    if (c != MPI_COMM_NULL) {
+        size_t n0 = 0, n = 0;
+        float *ref0 = reference(c, stages, "stage1-pp", at, &n0);
+        net N;
+        if (ref0 && make(&N, c, stages, "stage1-pp", 0) == 0) {
+            zero_load_options lo = ZERO_LOAD_OPTIONS_INIT;
+            lo.weights_only = 1;
+            zero_status s = zero_load_ex(N.e, dir, &lo);
+            CHECK(s == ZERO_OK, "weights-only load at %dx%d: %s", stages, dp, zero_last_error(N.e));
+            zero_engine_info info = ZERO_ENGINE_INFO_INIT;
+            CHECK_EQ_INT(zero_engine_info_get(N.e, &info), ZERO_OK);
+            CHECK(info.global_step == 0, "weights only at %dx%d: step %llu, expected 0", stages, dp,
+                  (unsigned long long)info.global_step);
+            float *got = snap(&N, &n);
+            CHECK(n == n0 && memcmp(got, ref0, n * sizeof *got) == 0,
+                  "%dx%d rank %d: the weights-only parameters differ from a run at this split", stages, dp, g_rank);
+            if (g_rank == 0) printf("%d stages x DP %d: weights only, bitwise, step 0\n", stages, dp);
+            free(got);
+        }
+        if (N.e) zero_engine_destroy(N.e);
+        free(ref0);
+        MPI_Comm_free(&c);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 static void refused(const char *dir, int stages, int dp, int bad, const char *needle, const char *what) {
     MPI_Comm c = first(stages * dp);
     if (c != MPI_COMM_NULL) {
@@ -236,6 +268,7 @@ int main(int argc, char **argv) {
     save(a, 2, "stage1-pp", 2, 2, -1);
     resplit(a, 2, 3, "stage1-pp", 2, 0.0);
     resplit(a, 2, 1, "stage1", 3, 1e-6);
+    weights_only(a, 2, 3, 2);
     save(b, 1, "stage1", 2, 2, -1);
     resplit(b, 2, 2, "stage1-pp", 3, 1e-6);
     refused(a, 3, 2, 1, "parameter 'layer5.w' (pipeline stage 1 of 2) is registered by 0 of this run's 3 pipeline stages",
