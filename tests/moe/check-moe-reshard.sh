@@ -18,9 +18,10 @@
 #   H  bf16 with 16-bit gradients: N=4 -> N=8 (groups of 2 -> 4) bitwise
 #   I  zero-ckpt consolidate writes every expert under its own name, and
 #      zero-ckpt info describes the expert group
-# usage: check-moe-reshard.sh MOE_DEMO ZERO_CKPT SOURCE_DIR
+#   J  zero-estimate --manifest of B plans the expert group (expert-parallel 2)
+# usage: check-moe-reshard.sh MOE_DEMO ZERO_CKPT SOURCE_DIR ZERO_ESTIMATE
 set -u
-demo=$1 ckpt=$2 src=$3
+demo=$1 ckpt=$2 src=$3 estimate=$4
 . "$(dirname "$0")/moe_test_lib.sh"
 fail=0
 # run NAME NP PLUGIN CONFIG ARGS... -> $work/NAME.digest (the digest line's hashes)
@@ -77,4 +78,10 @@ if not want <= set(names) or len(names) != 11:
 PY
 "$ckpt" info "$work/b" | grep -q "experts      group 1: 2 parameters on each of 2 expert-data-parallel groups" ||
   { echo "check-moe-reshard: zero-ckpt info does not describe the expert group"; "$ckpt" info "$work/b"; fail=1; }
+man=$(ls "$work"/b/step-*/manifest.json | head -1)
+"$estimate" --manifest "$man" --dtype fp32 --ranks 1,4,8 --unit KiB >"$work/J.log" 2>&1
+grep -q "(mixture of experts, expert-parallel 2), 9 tensors per rank" "$work/J.log" &&
+  grep -Eq "^stage1 +n/a +[0-9.]+ +[0-9.]+" "$work/J.log" && ! grep -Eq "^stage3 +[0-9]" "$work/J.log" ||
+  { echo "check-moe-reshard: zero-estimate does not plan the manifest's expert group:"; cat "$work/J.log"; fail=1; }
+echo "J $(head -1 "$work/J.log")"
 exit $fail

@@ -18,6 +18,7 @@ typedef struct est_model {
     int32_t *group;
     uint64_t ep;
     uint64_t dense, expert;
+    int32_t xgroup;    /* the expert group's id (1 for --moe; a manifest's own) */
 } est_model;
 
 /* "7.5e9", "7.5B", "1T", "350M", "125k", "187136" -> count; 0 on a bad string. */
@@ -37,8 +38,12 @@ int est_model_gpt(est_model *m, uint32_t layers, uint64_t hidden, uint64_t vocab
 int est_model_gpt_moe(est_model *m, uint32_t layers, uint64_t hidden, uint64_t vocab, uint64_t seq, uint64_t experts,
                       uint64_t ep, uint64_t every);
 /* A checkpoint manifest (reads the file): a JSON object with an array
- * "params" (or "tensors") whose entries have "numel" or "shape".  Returns 0,
- * or -1 with the reason in err. */
+ * "params" (or "tensors") whose entries have "numel" or "shape" (and
+ * optionally "group").  (1.10) A libzero manifest of a mixture of experts
+ * has "experts" (one group of them; its number of colors is the
+ * expert-parallel size): the params are rank 0's, dense and its own
+ * experts, planned as --moe plans them.  Returns 0, or -1 with the reason
+ * in err. */
 int est_model_manifest(est_model *m, const char *path, char *err, size_t err_len);
 void est_model_free(est_model *m);
 

@@ -100,6 +100,7 @@ int est_model_gpt_moe(est_model *m, uint32_t L, uint64_t h, uint64_t V, uint64_t
     }
     bad |= add(m, &cap, h) | add(m, &cap, h);
     m->ep = ep;
+    m->xgroup = 1;
     snprintf(m->what, sizeof m->what,
              "GPT-MoE (layers %u, hidden %llu, vocab %llu, sequence %llu; %u MoE layers of %llu experts, "
              "expert-parallel %llu: %llu experts per rank), %u tensors per rank",
@@ -142,15 +143,42 @@ int est_model_manifest(est_model *m, const char *path, char *err, size_t err_len
             est_model_free(m);
             return -1;
         }
-        if (add(m, &cap, numel)) {
+        json_t *g = json_object_get(it, "group");
+        if (add_in(m, &cap, numel, json_is_integer(g) ? (int32_t)json_integer_value(g) : 0)) {
             snprintf(err, err_len, "out of memory");
             json_decref(root);
             est_model_free(m);
             return -1;
         }
     }
+    /* (1.10) a mixture of experts: which group holds this rank's experts,
+     * and over how many colors (the expert-parallel size) */
+    json_t *xs = json_object_get(root, "experts");
+    if (json_is_array(xs) && json_array_size(xs) > 0) {
+        json_t *x = json_array_get(xs, 0), *sets = json_object_get(x, "sets");
+        if (json_array_size(xs) > 1 || !json_is_integer(json_object_get(x, "group")) || !json_is_array(sets) ||
+            json_array_size(sets) < 1) {
+            snprintf(err, err_len, "%s: \"experts\": zero-estimate plans one expert group with its \"sets\"", path);
+            json_decref(root);
+            est_model_free(m);
+            return -1;
+        }
+        m->xgroup = (int32_t)json_integer_value(json_object_get(x, "group"));
+        m->ep = json_array_size(sets);
+        m->dense = m->expert = 0;
+        for (uint32_t k = 0; k < m->n; k++) {
+            if (m->group[k] == m->xgroup) m->expert += m->numel[k];
+            else m->dense += m->numel[k];
+        }
+    } else {
+        for (uint32_t k = 0; k < m->n; k++) m->group[k] = 0; /* dense: every group planned alike */
+    }
     json_decref(root);
-    snprintf(m->what, sizeof m->what, "manifest %s, %u tensors", path, m->n);
+    if (m->ep)
+        snprintf(m->what, sizeof m->what, "manifest %s (mixture of experts, expert-parallel %llu), %u tensors per rank",
+                 path, (unsigned long long)m->ep, m->n);
+    else
+        snprintf(m->what, sizeof m->what, "manifest %s, %u tensors", path, m->n);
     return 0;
 }
 

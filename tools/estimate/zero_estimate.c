@@ -118,7 +118,7 @@ static zero_status plan(const char *cfg, const char *plugin, uint64_t n, const e
     rq.config_json = cfg3 ? cfg3 : cfg;
     rq.plugin = cfg3 ? "stage3" : plugin;
     rq.world_size = (uint32_t)n;
-    const int32_t xg = 1;
+    const int32_t xg = m ? m->xgroup : 1;
     const uint32_t xs = m && m->ep ? (uint32_t)(n / m->ep) : 0;
     if (bare) {
         rq.total_params = bare;
