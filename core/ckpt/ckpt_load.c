@@ -184,6 +184,21 @@ static zero_status check_model(struct zero_engine *e, const zero__ck_manifest *m
     return check_params(e, m, dir, idx);
 }
 
+/* (libzero 1.10) Param i's place among this rank's params of its group
+ * (registration order): the index of its name in an expert set. */
+static uint32_t place_in_group(const struct zero_engine *e, uint32_t i) {
+    uint32_t k = 0;
+    for (uint32_t j = 0; j < i; j++) k += e->params[j]->info.group == e->params[i]->info.group;
+    return k;
+}
+
+/* The set of x holding `color`'s names; x->nsets if none. */
+static uint32_t set_of(const zero__ck_experts *x, int32_t color) {
+    uint32_t s = 0;
+    while (s < x->nsets && x->sets[s].color != color) s++;
+    return s;
+}
+
 /* (libzero 1.10) Does this rank hold, under the same names, the experts
  * the saver's rank of the same number held (so that its blobs are ours),
  * and is every group dense or expert as it was?  Otherwise the load
@@ -199,9 +214,7 @@ static int same_experts(struct zero_engine *e, const zero__ck_manifest *m) {
         if (mine != (xi >= 0)) return 0;
         if (!mine) continue;
         const zero__ck_experts *x = &m->experts[xi];
-        uint32_t k = 0, s = 0;
-        for (uint32_t j = 0; j < i; j++) k += e->params[j]->info.group == q->group;
-        while (s < x->nsets && x->sets[s].color != x->colors[e->rank]) s++;
+        const uint32_t k = place_in_group(e, i), s = set_of(x, x->colors[e->rank]);
         if (s == x->nsets || k >= x->nnames || strcmp(x->sets[s].names[k], q->name)) return 0;
     }
     return 1;
@@ -271,7 +284,7 @@ static zero_status prepare(struct zero_engine *e, zero__ck_load *ld, const char 
 static zero_status map_experts(struct zero_engine *e, zero__ck_load *ld) {
     const zero__ck_manifest *m = ld->m;
     if (!e->group_comms && !m->nexperts) return ZERO_OK;
-    for (uint32_t i = 0, k = 0; i < e->nparams; i++, k = 0) {
+    for (uint32_t i = 0; i < e->nparams; i++) {
         const zero_param_info *q = &e->params[i]->info;
         const zero__group_hp *gh = zero__group_hp_of(e, q->group);
         const int mine = gh && gh->expert_color >= 0, xi = zero__ck_expert_index(m, q->group);
@@ -288,7 +301,7 @@ static zero_status map_experts(struct zero_engine *e, zero__ck_load *ld) {
                                ld->dir, (int)q->group, xi >= 0 ? "an expert group" : "dense",
                                mine ? "an expert group" : "dense");
         if (!mine) continue;
-        for (uint32_t j = 0; j < i; j++) k += e->params[j]->info.group == q->group; /* its place in the group */
+        const uint32_t k = place_in_group(e, i);
         const zero__ck_experts *x = &m->experts[xi];
         int found = -1, twice = -1;
         for (uint32_t s = 0; s < x->nsets && k < x->nnames; s++)
@@ -440,9 +453,7 @@ static zero_status expert_coverage(struct zero_engine *e, zero__ck_load *ld) {
         size_t at = 0;
         for (int x = 0; x < src->xi; x++) at += (size_t)m->experts[x].nsets * m->experts[x].nnames;
         const zero__ck_experts *x = &m->experts[src->xi];
-        uint32_t set = 0, k = 0;
-        while (set < x->nsets && x->sets[set].color != src->color) set++;
-        for (uint32_t j = 0; j < i; j++) k += e->params[j]->info.group == e->params[i]->info.group;
+        const uint32_t set = set_of(x, src->color), k = place_in_group(e, i);
         if (set < x->nsets && k < x->nnames) held[at + (size_t)set * x->nnames + k] = 1;
     }
     zero_status s = zero__allreduce(e->world, held, n, ZERO_DTYPE_F64, ZERO_OP_SUM);
