@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "mpi_check.h"
 #include "host_util.h"
 #include "zero.h"
 
@@ -138,12 +138,6 @@ static float *snap(tiny *T, size_t *n) {
     return out;
 }
 
-static MPI_Comm first(int n) {
-    MPI_Comm c = MPI_COMM_NULL;
-    MPI_Comm_split(MPI_COMM_WORLD, g_rank < n ? 0 : MPI_UNDEFINED, g_rank, &c);
-    return c;
-}
-
 static double rel_l2(const float *a, const float *b, size_t n) {
     double d = 0, r = 0;
     for (size_t i = 0; i < n; i++) {
@@ -156,7 +150,7 @@ static double rel_l2(const float *a, const float *b, size_t n) {
 static const char PP_CLIENT[] = "pipeline client state: step 6";
 
 static void save_2x2(const char *root, float **saved, size_t *nsaved) {
-    MPI_Comm c = first(4);
+    MPI_Comm c = check_mpi_first(4);
     float *mine = NULL;
     size_t n = 0;
     int stage = -1;
@@ -190,7 +184,7 @@ static void save_2x2(const char *root, float **saved, size_t *nsaved) {
 }
 
 static void resume_case(const char *root, int dp, float **saved, const size_t *nsaved) {
-    MPI_Comm c = first(P * dp);
+    MPI_Comm c = check_mpi_first(P * dp);
     if (c != MPI_COMM_NULL) {
         tiny U = {0}, R = {0};
         size_t nu = 0, nl = 0, nr = 0;
@@ -235,7 +229,7 @@ static void resume_case(const char *root, int dp, float **saved, const size_t *n
 
 /* Case 6: a weights-only load at 2 x dp, against a run from the saved values. */
 static void weights_only_case(const char *root, int dp, float **saved, const size_t *nsaved) {
-    MPI_Comm c = first(P * dp);
+    MPI_Comm c = check_mpi_first(P * dp);
     if (c != MPI_COMM_NULL) {
         tiny W = {0}, F = {0};
         size_t nw = 0, nf = 0;
@@ -283,7 +277,7 @@ static void weights_only_case(const char *root, int dp, float **saved, const siz
  * checkpoint (stage1-pp.grads), so 2 x 2 resumes bitwise; another DP size
  * refuses it (gradients in flight are not resharded). */
 static void mid_window(const char *root) {
-    MPI_Comm c = first(4);
+    MPI_Comm c = check_mpi_first(4);
     if (c != MPI_COMM_NULL) {
         tiny A = {0}, B = {0};
         size_t na = 0, nb = 0;
@@ -316,7 +310,7 @@ static void mid_window(const char *root) {
         MPI_Comm_free(&c);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    c = first(2);
+    c = check_mpi_first(2);
     if (c != MPI_COMM_NULL) {
         tiny T = {0};
         if (tiny_make(&T, c, P, NULL) == 0) {
@@ -333,7 +327,7 @@ static void mid_window(const char *root) {
 }
 
 static void other_split(const char *root) {
-    MPI_Comm c = first(2);
+    MPI_Comm c = check_mpi_first(2);
     if (c != MPI_COMM_NULL) {
         tiny T = {0};
         if (tiny_make(&T, c, 1, NULL) == 0) {

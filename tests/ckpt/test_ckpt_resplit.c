@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "mpi_check.h"
 #include "host_util.h"
 #include "zero.h"
 
@@ -137,12 +137,6 @@ static float *snap(net *N, size_t *n) {
     return out;
 }
 
-static MPI_Comm first(int n) {
-    MPI_Comm c = MPI_COMM_NULL;
-    MPI_Comm_split(MPI_COMM_WORLD, g_rank < n ? 0 : MPI_UNDEFINED, g_rank, &c);
-    return c;
-}
-
 /* Reference: `steps` steps at this split from the start. */
 static float *reference(MPI_Comm c, int stages, const char *plugin, int steps, size_t *n) {
     net R;
@@ -154,7 +148,7 @@ static float *reference(MPI_Comm c, int stages, const char *plugin, int steps, s
 }
 
 static void save(const char *dir, int stages, const char *plugin, int dp, int steps, int m_stop) {
-    MPI_Comm c = first(stages * dp);
+    MPI_Comm c = check_mpi_first(stages * dp);
     if (c != MPI_COMM_NULL) {
         net N;
         if (make(&N, c, stages, plugin, 0) == 0) {
@@ -171,7 +165,7 @@ static void save(const char *dir, int stages, const char *plugin, int dp, int st
 /* Load `dir` (saved at step `at`) at stages x dp, compare with references
  * at that split, train 2 more steps, compare again. */
 static void resplit(const char *dir, int at, int stages, const char *plugin, int dp, double tol) {
-    MPI_Comm c = first(stages * dp);
+    MPI_Comm c = check_mpi_first(stages * dp);
     if (c != MPI_COMM_NULL) {
         size_t n0 = 0, n1 = 0, n = 0;
         float *ref0 = reference(c, stages, plugin, at, &n0), *ref1 = reference(c, stages, plugin, at + 2, &n1);
@@ -205,7 +199,7 @@ static void resplit(const char *dir, int at, int stages, const char *plugin, int
 /* A weights-only load (zero_load_ex) at stages x dp: the parameters are
  * those of a run at this split trained `at` steps, the step count 0. */
 static void weights_only(const char *dir, int at, int stages, int dp) {
-    MPI_Comm c = first(stages * dp);
+    MPI_Comm c = check_mpi_first(stages * dp);
     if (c != MPI_COMM_NULL) {
         size_t n0 = 0, n = 0;
         float *ref0 = reference(c, stages, "stage1-pp", at, &n0);
@@ -233,7 +227,7 @@ static void weights_only(const char *dir, int at, int stages, int dp) {
 }
 
 static void refused(const char *dir, int stages, int dp, int bad, const char *needle, const char *what) {
-    MPI_Comm c = first(stages * dp);
+    MPI_Comm c = check_mpi_first(stages * dp);
     if (c != MPI_COMM_NULL) {
         net N;
         if (make(&N, c, stages, "stage1-pp", bad) == 0) {
@@ -250,10 +244,7 @@ static void refused(const char *dir, int stages, int dp, int bad, const char *ne
 }
 
 int main(int argc, char **argv) {
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    check_mpi_init(&argc, &argv, &g_rank, &g_size);
     if (argc != 2 || g_size != 6) {
         if (g_rank == 0) fprintf(stderr, "usage: mpirun -np 6 test_ckpt_resplit DIR\n");
         MPI_Finalize();
@@ -279,8 +270,5 @@ int main(int argc, char **argv) {
     refused(mid, 3, 2, 0, "saved in the middle of an accumulation window", "a mid-window checkpoint");
     MPI_Barrier(MPI_COMM_WORLD);
     if (g_rank == 0) th_remove_dir(argv[1]);
-    int fails = check_failures_, all = 0;
-    MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return all ? 1 : 0;
+    return check_mpi_finish();
 }

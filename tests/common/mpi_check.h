@@ -17,6 +17,17 @@ static inline void check_mpi_init(int *argc, char ***argv, int *rank, int *world
     MPI_Comm_size(MPI_COMM_WORLD, world);
 }
 
+/* A communicator of MPI_COMM_WORLD's first n ranks (in rank order), or
+ * MPI_COMM_NULL on the others.  Collective over MPI_COMM_WORLD; the caller
+ * frees it. */
+static inline MPI_Comm check_mpi_first(int n) {
+    int rank = 0;
+    MPI_Comm c = MPI_COMM_NULL;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_split(MPI_COMM_WORLD, rank < n ? 0 : MPI_UNDEFINED, rank, &c);
+    return c;
+}
+
 /* check_finish() on every rank, the worst result over MPI_COMM_WORLD,
  * MPI_Finalize; returns main's exit status. */
 static inline int check_mpi_finish(void) {

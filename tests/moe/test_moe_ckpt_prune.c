@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "mpi_check.h"
 #include "host_util.h"
 #include "zero.h"
 
@@ -103,10 +103,8 @@ static float *snap(net *N) {
 }
 
 int main(int argc, char **argv) {
-    int provided, size;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int size;
+    check_mpi_init(&argc, &argv, &g_rank, &size);
     if (argc != 2 || size != 4) {
         if (g_rank == 0) fprintf(stderr, "usage: mpirun -np 4 test_moe_ckpt_prune DIR\n");
         MPI_Finalize();
@@ -129,8 +127,7 @@ int main(int argc, char **argv) {
         free(mine);
     }
     if (S.e) zero_engine_destroy(S.e);
-    MPI_Comm two = MPI_COMM_NULL;
-    MPI_Comm_split(MPI_COMM_WORLD, g_rank < 2 ? 0 : MPI_UNDEFINED, g_rank, &two);
+    MPI_Comm two = check_mpi_first(2);
     for (int all_experts = 0; two != MPI_COMM_NULL && all_experts <= 1; all_experts++) {
         const int color = all_experts ? g_rank : 0;
         net N;
@@ -155,8 +152,5 @@ int main(int argc, char **argv) {
     if (two != MPI_COMM_NULL) MPI_Comm_free(&two);
     MPI_Barrier(MPI_COMM_WORLD);
     if (g_rank == 0) th_remove_dir(dir);
-    int fails = check_failures_, any = 0;
-    MPI_Allreduce(&fails, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return any ? 1 : 0;
+    return check_mpi_finish();
 }
