@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 #define ZERO_ABI_VERSION_MAJOR 1
-#define ZERO_ABI_VERSION_MINOR 9
+#define ZERO_ABI_VERSION_MINOR 10
 /* Encoded as major * 10000 + minor. */
 #define ZERO_ABI_VERSION (ZERO_ABI_VERSION_MAJOR * 10000 + ZERO_ABI_VERSION_MINOR)
 
@@ -550,6 +550,46 @@ ZERO_API zero_status zero_set_phase(zero_engine *e, const char *phase);
  * pointers).  ZERO_ERR_UNSUPPORTED for a plugin that partitions parameters (stage
  * 3: use zero_gather), ZERO_ERR_STATE before zero_params_done. */
 ZERO_API zero_status zero_param_storage(zero_engine *e, zero_param *p, void **data);
+
+/* (1.10) Set parameters' values after zero_params_done: DeepSpeed's
+ * GatheredParameters(params, modifier_rank=root) -- a weight surgery
+ * (resize or re-initialize an embedding, copy pretrained rows in, scale a
+ * layer) on a model libzero already holds, at any stage.
+ *
+ * values[i] holds params[i]'s numel elements in its dtype (host memory, or
+ * device memory on a CUDA engine), read on the root rank only (the other
+ * ranks may pass NULL there, or a NULL `values`); libzero broadcasts them
+ * over the ranks that hold the param -- its data-parallel group: the world,
+ * a pipeline stage's ranks, an expert group's expert-data-parallel ranks --
+ * from the rank at place `root` of that group (0 <= root < its size; for a
+ * model without pipeline or experts, the world rank).  Afterwards every
+ * copy libzero keeps is those values on every rank of the group: the
+ * parameter (every stage's copy or shard, every offload tier), the fp32
+ * master of a 16-bit model (widened from the values exactly), a
+ * ZERO_PARAM_HOST_OWNED tensor (written back, as after a step), and what
+ * zero_gather / zero_param_storage show.  Nothing else moves: the
+ * optimizer's states (Adam's moments of the written params included, as in
+ * DeepSpeed), step counters, the loss scaler and every other parameter stay
+ * bitwise as they were, so a run that writes and trains on ends where a
+ * run that started from those values with those states would.
+ *
+ * Collective over the engine's ranks: every rank calls it once, with the
+ * params it holds to be written and the same root; the ranks of each
+ * data-parallel group pass the same params in the same order (n may be 0
+ * on a rank with nothing to write).  Verified before anything is written,
+ * with the same verdict on every rank: ranks whose lists differ
+ * (ZERO_ERR_MISMATCH, naming the first difference), a root outside a
+ * group, NULL values on a root, a param given twice or not this engine's
+ * (ZERO_ERR_INVALID_ARGUMENT), a gradient reported in the current
+ * accumulation window or a param held by zero_gather / zero_gather_slices
+ * (ZERO_ERR_STATE: write between windows, with everything released), a
+ * plugin without the entry (ZERO_ERR_UNSUPPORTED, naming it).  Then
+ * nothing was written anywhere.  Costs one broadcast of the written bytes
+ * and three small all-reduces; stage 3 with NVMe offload also reads and
+ * rewrites its tile files.  params and values are borrowed for the call.
+ * Engine thread, between micro-batches; not during zero_step. */
+ZERO_API zero_status zero_params_write(zero_engine *e, zero_param *const *params, const void *const *values,
+                                       size_t n, int root);
 
 /* Where to put p's gradient for the current micro-batch: `numel` elements
  * of p's dtype.  ADD (+=) your gradient into it: the buffer may already

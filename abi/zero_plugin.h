@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 #define ZERO_PLUGIN_ABI_MAJOR 1
-#define ZERO_PLUGIN_ABI_MINOR 7
+#define ZERO_PLUGIN_ABI_MINOR 8
 
 #if defined(__GNUC__)
 #define ZERO_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -832,6 +832,109 @@ typedef struct zero_plugin_table_v3 {
 /* The symbol a revision-3 plugin exports (and nothing else). */
 #define ZERO_PLUGIN_SYMBOL_V3 "zero_plugin_v3"
 
+/* ------------------------------------------------------------------------ */
+/* The plugin table, revision 4 (plugin ABI 1.8): revision 3 plus           */
+/* write_params (zero_params_write, host ABI 1.10).  Frozen like the        */
+/* others: a later change is zero_plugin_table_v5 / zero_plugin_v5.  It     */
+/* receives the services of revision 2 (unchanged).  The first six fields   */
+/* are those of every revision (the loader reads them before it knows       */
+/* which it holds).                                                         */
+/* ------------------------------------------------------------------------ */
+typedef struct zero_plugin_table_v4 {
+    uint32_t struct_size; /* sizeof(zero_plugin_table_v4) */
+    uint32_t abi_major;   /* ZERO_PLUGIN_ABI_MAJOR the plugin was built with */
+    uint32_t abi_minor;   /* ZERO_PLUGIN_ABI_MINOR: 8 or later */
+    uint32_t caps;        /* ZERO_PLUGIN_CAP_* */
+    const char *name;     /* what the host selects it by; static storage */
+    const char *description;
+
+    /* ---- lifecycle --------------------------------------------------- */
+    /* Required.  Allocate the plugin's state; keep svc (valid until
+     * destroy returns).  On error free everything (destroy is not called). */
+    zero_status (*create)(const zero_services_v2 *svc, void **state);
+    /* Required.  Free everything the plugin allocated (mem_free, comm_free,
+     * buckets_destroy); the core calls sync first when given. */
+    void (*destroy)(void *state);
+    /* Optional: drain asynchronous work (before step, save and destroy). */
+    zero_status (*sync)(void *state);
+
+    /* ---- parameters -------------------------------------------------- */
+    /* Optional: inspect or veto a registration (the core recorded it). */
+    zero_status (*register_param)(void *state, zero_param_info *p);
+    /* Required.  The layout is final: allocate storage, copy init_data,
+     * set p->data for every param (params_place does it for flat layouts). */
+    zero_status (*params_done)(void *state);
+    /* Optional: zero_set_phase(phase) (1..63 characters, checked by the
+     * core).  NULL: phases change nothing for this plugin. */
+    zero_status (*set_phase)(void *state, const char *phase);
+
+    /* ---- gather (stage 3) -------------------------------------------- */
+    /* Optional (NULL: ptrs[i] = params[i]->data).  See zero_gather /
+     * zero_release in zero.h; params and ptrs are borrowed for the call. */
+    zero_status (*gather)(void *state, zero_param_info *const *params, size_t n, void **ptrs);
+    zero_status (*release)(void *state, zero_param_info *const *params, size_t n);
+
+    /* ---- gradients (hook threads) ------------------------------------ */
+    /* Required: where to add p's gradient this micro-step. */
+    zero_status (*grad_buffer)(void *state, zero_param_info *p, void **buf);
+    /* Required: p's gradient is final (host_grad, if any, holds it). */
+    zero_status (*on_grad_ready)(void *state, zero_param_info *p, void *stream);
+
+    /* ---- step -------------------------------------------------------- */
+    /* Required: end of micro-step; at a boundary reduce, step and refresh
+     * the parameters (ctx and rep are the core's, valid for the call). */
+    zero_status (*step)(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
+
+    /* ---- checkpoints ------------------------------------------------- */
+    /* Optional: this rank's shard, through the checkpoint services. */
+    zero_status (*save)(void *state, const char *dir);
+    zero_status (*load)(void *state, const char *dir);
+
+    /* ---- planning ---------------------------------------------------- */
+    /* Optional: record through ps->add every byte this plugin would
+     * allocate per rank for the model ps describes (zero_plan,
+     * tools/zero-estimate, "stage": "auto").  No engine or state exists.
+     * NULL: the plugin cannot be planned. */
+    zero_status (*plan)(const zero_plan_services_v1 *ps);
+
+    /* ---- slices of stacked params (1.7, host ABI 1.6) ------------------ */
+    /* Optional, both or neither (NULL: the core serves zero_gather_slices
+     * from gather of the whole param plus the slice's offset).  See
+     * zero_gather_slices / zero_release_slices in zero.h: ptrs[i] is slice
+     * refs[i].layer's refs[i].param->numel / refs[i].layers elements,
+     * plugin-owned, valid until the matching release_slices and at most
+     * until step.  The core has checked that every ref names a stacked
+     * param and a layer in range.  refs and ptrs are borrowed for the call.
+     * Engine thread, like gather. */
+    zero_status (*gather_slices)(void *state, const zero_slice_ref *refs, size_t n, void **ptrs);
+    zero_status (*release_slices)(void *state, const zero_slice_ref *refs, size_t n);
+
+    /* ---- parameter values the host sets (1.8, host ABI 1.10) ----------- */
+    /* Optional (NULL: zero_params_write is ZERO_ERR_UNSUPPORTED naming the
+     * plugin).  Make params[i]'s values values[i] -- its numel elements in
+     * its dtype, in the engine's device tier (device memory on a CUDA
+     * engine), owned by the core, the same bytes on every rank of the
+     * param's data-parallel group (the core broadcast them), valid for the
+     * call -- in every copy the plugin keeps: the parameter (every rank's
+     * copy or shard, every tier), and the fp32 master of a 16-bit model
+     * widened from the values exactly (svc->convert), as params_done does
+     * with init_data.  Optimizer states, step counters and every other
+     * parameter stay bitwise as they are.  The core calls it between
+     * accumulation windows (no gradient reported, none in flight), with
+     * nothing gathered (zero_gather and zero_gather_slices all released),
+     * on every rank of the engine with the params of this rank, each group
+     * of ranks with the same params in the same order; it may split one
+     * zero_params_write into several calls.  Gathered copies the plugin
+     * caches (stage 3's persistent or prefetched params) must not show the
+     * old values afterwards.  May communicate over the plugin's own
+     * communicators (every rank of them is in the call).  params and values
+     * are borrowed for the call.  Engine thread. */
+    zero_status (*write_params)(void *state, zero_param_info *const *params, size_t n, const void *const *values);
+} zero_plugin_table_v4;
+
+/* The symbol a revision-4 plugin exports (and nothing else). */
+#define ZERO_PLUGIN_SYMBOL_V4 "zero_plugin_v4"
+
 
 /* The symbol a revision-2 plugin exports (and nothing else):
  *   ZERO_PLUGIN_EXPORT const zero_plugin_table_v2 zero_plugin_v2 = { ... };
@@ -843,10 +946,10 @@ typedef struct zero_plugin_table_v3 {
  * newest ABI it is compiled against (the plugin kit, in-tree plugins) names
  * these; code that must stay on one released layout names the _vN. */
 typedef zero_services_v2 zero_services;
-typedef zero_plugin_table_v3 zero_plugin_table;
+typedef zero_plugin_table_v4 zero_plugin_table;
 typedef zero_plan_services_v1 zero_plan_services;
-#define ZERO_PLUGIN_TABLE zero_plugin_v3
-#define ZERO_PLUGIN_SYMBOL ZERO_PLUGIN_SYMBOL_V3
+#define ZERO_PLUGIN_TABLE zero_plugin_v4
+#define ZERO_PLUGIN_SYMBOL ZERO_PLUGIN_SYMBOL_V4
 /* The fields every table starts with, for the headers in use:
  *   ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
  *       ZERO_PLUGIN_TABLE_HEAD, .caps = ..., .name = "mine", .create = ..., ... };

@@ -12,7 +12,7 @@ function(zero_add_subdirs dir)
 endfunction()
 
 # zero_add_plugin(NAME name SOURCES ...): builds libzero-plugin-<name>.so into
-# ${ZERO_PLUGIN_BUILD_DIR}, exporting only its table (zero_plugin_v3), and
+# ${ZERO_PLUGIN_BUILD_DIR}, exporting only its table (zero_plugin_v4), and
 # installs it.  A plugin sees only abi/ and the plugin kit (kit/, linked in
 # statically as zero::kit), like a third-party plugin built on the
 # installed kit would.

@@ -13,6 +13,7 @@
 #include "env.h"
 #include "grad_window.h"
 #include "host_owned.h"
+#include "params_write.h"
 #include "host_writes.h"
 #include "comm_wait.h"
 #include "ckpt/ckpt_engine.h"
@@ -691,6 +692,7 @@ static zero_status gather_impl(zero_engine *e, zero_param *const *params, size_t
          * would be lost at its release (host_writes.h) */
         if (s == ZERO_OK && (e->plugin.table->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS))
             zero__host_writes_gathered(e, params, n, ptrs);
+        for (size_t i = 0; s == ZERO_OK && i < n; i++) params[i]->holds++;
         /* the host's compute stream must see the gathered parameters (a
          * plugin that completes its gathers says so: no wait on libzero's
          * stream, whose queued reductions would hold the host's compute) */
@@ -727,6 +729,8 @@ static zero_status release_impl(zero_engine *e, zero_param *const *params, size_
     zero__host_writes_released(e, params, n); /* before the buffers can be reused */
     zero_status s = e->plugin.table->release(e->pstate, infos, n);
     free(infos);
+    for (size_t i = 0; s == ZERO_OK && i < n; i++)
+        if (params[i]->holds) params[i]->holds--;
     return s;
 }
 
@@ -777,6 +781,7 @@ static zero_status gather_slices_impl(zero_engine *e, zero_param *const *params,
         /* (1.7.7) as zero_gather: a write into a stage-3 slice is lost at its release */
         if (s == ZERO_OK && (t->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS))
             zero__host_writes_slices_gathered(e, params, layers, n, ptrs);
+        for (size_t i = 0; s == ZERO_OK && i < n; i++) params[i]->holds++;
         if (s != ZERO_OK || !e->dev || (t->caps & ZERO_PLUGIN_CAP_GATHER_COMPLETE)) return s;
         return gathered_order(e);
     }
@@ -810,6 +815,8 @@ static zero_status release_slices_impl(zero_engine *e, zero_param *const *params
     zero__host_writes_slices_released(e, params, layers, n); /* before the buffers can be reused */
     s = t->release_slices(e->pstate, refs, n);
     free(refs);
+    for (size_t i = 0; s == ZERO_OK && i < n; i++)
+        if (params[i]->holds) params[i]->holds--;
     return s;
 }
 
@@ -1355,6 +1362,23 @@ static zero_status load_with(zero_engine *e, const char *dir, zero_status local,
     if (s != ZERO_OK) return s;
     /* host-owned parameters (1.1): the loaded values go into the host's tensors */
     if ((s = zero__host_owned_writeback(e, "zero_load")) != ZERO_OK) return s;
+    if (e->dev && e->any_host_owned && (s = device_order(e, 0, NULL)) != ZERO_OK) return s;
+    return ZERO_OK;
+}
+
+/* (1.10) As after a load, for the written params alone: libzero wrote its
+ * copies of them (also after a partial failure), so new fingerprints for
+ * the host-write check, then their values into host-owned tensors.  A
+ * write the host made to any other param is still found at the boundary. */
+zero_status zero_params_write(zero_engine *e, zero_param *const *params, const void *const *values, size_t n,
+                              int root) {
+    if (need_engine(e)) return ZERO_ERR_INVALID_ARGUMENT;
+    ZERO_TRACE_SCOPE("zero_params_write", "params", "params", n, "root", root);
+    int wrote = 0;
+    zero_status s = zero__params_write(e, params, values, n, root, &wrote);
+    if (wrote) zero__host_writes_note_params(e, params, n);
+    if (s != ZERO_OK) return s;
+    if ((s = zero__host_owned_writeback_params(e, params, n, "zero_params_write")) != ZERO_OK) return s;
     if (e->dev && e->any_host_owned && (s = device_order(e, 0, NULL)) != ZERO_OK) return s;
     return ZERO_OK;
 }

@@ -45,6 +45,10 @@ struct zero_param {
     /* (1.7.7) stage 3: the slices zero_gather_slices handed out, one entry
      * per layer (stack_layers, allocated at the first slice gather, owned) */
     struct zero__slice_print *slice_prints;
+    /* (1.10) gathers (zero_gather, zero_gather_slices) of this param the
+     * host has not released yet, whatever the host-write check does:
+     * zero_params_write refuses while a stage-3 copy is held.  Engine thread. */
+    uint32_t holds;
 };
 
 /* One held slice's pointer and fingerprint at its first gather; `held`

@@ -10,11 +10,15 @@
 static size_t elem_size(const struct zero_param *p) { return p->info.dtype == ZERO_DTYPE_F32 ? 4 : 2; }
 
 zero_status zero__host_owned_writeback(zero_engine *e, const char *when) {
+    return e->any_host_owned ? zero__host_owned_writeback_params(e, e->params, e->nparams, when) : ZERO_OK;
+}
+
+zero_status zero__host_owned_writeback_params(zero_engine *e, zero_param *const *params, size_t n, const char *when) {
     if (!e->any_host_owned) return ZERO_OK;
     zero__span sp = zero__phase_begin(e); /* (1.3) zero_step's copy-out */
     zero_status s = ZERO_OK;
-    for (uint32_t i = 0; i < e->nparams && s == ZERO_OK; i++) {
-        struct zero_param *p = e->params[i];
+    for (size_t i = 0; i < n && s == ZERO_OK; i++) {
+        struct zero_param *p = params[i];
         if (!p->host_data) continue;
         if (!p->info.data) {
             s = zero__error(e, ZERO_ERR_UNSUPPORTED,

@@ -10,5 +10,8 @@
  * tensor (zero_params_done, each taken step, zero_load).  `when` names the
  * call in errors.  Engine thread; not thread-safe. */
 zero_status zero__host_owned_writeback(struct zero_engine *e, const char *when);
+/* (1.10) The same for params[0..n) alone (zero_params_write). */
+zero_status zero__host_owned_writeback_params(struct zero_engine *e, zero_param *const *params, size_t n,
+                                              const char *when);
 
 #endif

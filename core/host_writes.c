@@ -81,20 +81,26 @@ static uint64_t print_of(const unsigned char *b, size_t n, int mode) {
     return line_print(h, b + tail, n - tail);
 }
 
+static void note_one(zero_engine *e, struct zero_param *p, int mode) {
+    p->copy_printed = mode != CHECK_OFF && copy_handed_out(e, p);
+    if (p->copy_printed) {
+        p->copy_print = print_of(p->info.data, bytes_of(p), mode);
+        p->copy_print_mode = mode;
+    }
+}
+
 void zero__host_writes_note(zero_engine *e) {
     const int mode = check_mode(e);
     e->gathered_writes = 0; /* libzero's values are whole again (a load), or were checked (a step) */
     e->gathered_written = NULL;
     zero__span sp = zero__phase_begin(e); /* with the copy-out, which also follows libzero's writes */
-    for (uint32_t i = 0; i < e->nparams; i++) {
-        struct zero_param *p = e->params[i];
-        p->copy_printed = mode != CHECK_OFF && copy_handed_out(e, p);
-        if (p->copy_printed) {
-            p->copy_print = print_of(p->info.data, bytes_of(p), mode);
-            p->copy_print_mode = mode;
-        }
-    }
+    for (uint32_t i = 0; i < e->nparams; i++) note_one(e, e->params[i], mode);
     zero__phase_end(e, sp, ZERO__PH_COPY);
+}
+
+void zero__host_writes_note_params(zero_engine *e, zero_param *const *params, size_t n) {
+    const int mode = check_mode(e);
+    for (size_t i = 0; i < n; i++) note_one(e, params[i], mode);
 }
 
 void zero__host_writes_gathered(zero_engine *e, zero_param *const *params, size_t n, void *const *ptrs) {

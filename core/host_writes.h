@@ -43,6 +43,10 @@
  * (zero_params_done, a boundary zero_step, zero_load).  Cheap when
  * sampled; nothing when off or on a device engine. */
 void zero__host_writes_note(struct zero_engine *e);
+/* (1.10) The same for params[0..n) alone (zero_params_write wrote them and
+ * nothing else: the other params' fingerprints still hold, and a write
+ * the host made to them is still found at the next boundary). */
+void zero__host_writes_note_params(struct zero_engine *e, zero_param *const *params, size_t n);
 
 /* Stage 3 (a plugin that partitions parameters): zero_gather handed out
  * ptrs[0..n) for params (fingerprinted here), zero_release takes params

@@ -20,9 +20,10 @@
 /* A revision-1 table of 1.0 ends with `destroy`: anything shorter predates
  * the ABI. */
 #define TABLE_V1_0_SIZE (offsetof(zero_plugin_table_v1, destroy) + sizeof(void (*)(void *)))
-/* The first minors of revisions 2 and 3. */
+/* The first minors of revisions 2, 3 and 4. */
 #define REV2_FIRST_MINOR 6u
 #define REV3_FIRST_MINOR 7u
+#define REV4_FIRST_MINOR 8u
 
 static void set_err(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void set_err(char *err, size_t len, const char *fmt, ...) {
@@ -50,9 +51,12 @@ static zero_status check_common(const zero_plugin_table_v1 *t, int rev, const ch
                 path, t->abi_major, t->abi_minor, ZERO_PLUGIN_ABI_MAJOR, ZERO_PLUGIN_ABI_MINOR);
         return ZERO_ERR_PLUGIN_ABI;
     }
-    const size_t lo = rev == 1 ? TABLE_V1_0_SIZE : rev == 2 ? sizeof(zero_plugin_table_v2) : sizeof(zero_plugin_table_v3);
+    const size_t lo = rev == 1   ? TABLE_V1_0_SIZE
+                      : rev == 2 ? sizeof(zero_plugin_table_v2)
+                      : rev == 3 ? sizeof(zero_plugin_table_v3)
+                                 : sizeof(zero_plugin_table_v4);
     const size_t hi = rev == 1 ? sizeof(zero_plugin_table_v1) : lo;
-    const unsigned first = rev == 1 ? 0u : rev == 2 ? REV2_FIRST_MINOR : REV3_FIRST_MINOR;
+    const unsigned first = rev == 1 ? 0u : rev == 2 ? REV2_FIRST_MINOR : rev == 3 ? REV3_FIRST_MINOR : REV4_FIRST_MINOR;
     if (t->struct_size < lo || t->struct_size > hi || t->abi_minor < first) {
         set_err(err, len,
                 "plugin %s has a table of %u bytes (zero_plugin_v%d, built for ABI %u.%u), but revision-%d "
@@ -69,7 +73,7 @@ static zero_status check_common(const zero_plugin_table_v1 *t, int rev, const ch
 }
 
 /* Required entries, named in one message. */
-static zero_status check_required(const zero_plugin_table_v3 *t, int has_create, const char *path, char *err,
+static zero_status check_required(const zero_plugin_table_v4 *t, int has_create, const char *path, char *err,
                                   size_t len) {
     const char *missing[6];
     int n = 0;
@@ -88,7 +92,7 @@ static zero_status check_required(const zero_plugin_table_v3 *t, int has_create,
 /* Revision 1 -> the current table.  `create` stays NULL: its services
  * differ, so zero__plugin_create calls the revision-1 entry itself.
  * set_phase (1.1) and plan (1.2) only where the table's size covers them. */
-static void from_v1(const zero_plugin_table_v1 *t, zero_plugin_table_v3 *o) {
+static void from_v1(const zero_plugin_table_v1 *t, zero_plugin_table_v4 *o) {
     memset(o, 0, sizeof *o);
     o->struct_size = sizeof *o;
     o->abi_major = t->abi_major;
@@ -111,19 +115,25 @@ static void from_v1(const zero_plugin_table_v1 *t, zero_plugin_table_v3 *o) {
     if (t->struct_size >= offsetof(zero_plugin_table_v1, plan) + sizeof t->plan) o->plan = t->plan;
 }
 
-/* Revision 2 -> the current table: the same entries, no slice gathers
- * (the core serves zero_gather_slices through gather).  Revision 3 only
- * appended to revision 2's layout, and create takes the same services. */
-static void from_v2(const zero_plugin_table_v2 *t, zero_plugin_table_v3 *o) {
+/* Revisions 2 and 3 -> the current table: the same entries, without the
+ * slice gathers (revision 2: the core serves zero_gather_slices through
+ * gather) and without write_params (zero_params_write is refused naming
+ * the plugin).  Revisions 3 and 4 only appended to revision 2's layout, and
+ * create takes the same services.  `size` is the revision's table size. */
+static void from_older(const void *t, size_t size, zero_plugin_table_v4 *o) {
     memset(o, 0, sizeof *o);
-    memcpy(o, t, sizeof *t);
+    memcpy(o, t, size);
     o->struct_size = sizeof *o;
 }
 
 zero_status zero__plugin_adopt(void *dl, const char *path, zero__plugin *out, char *err, size_t len) {
     dlerror(); /* clear */
-    const void *sym = dlsym(dl, ZERO_PLUGIN_SYMBOL_V3);
-    int rev = 3;
+    const void *sym = dlsym(dl, ZERO_PLUGIN_SYMBOL_V4);
+    int rev = 4;
+    if (!sym) {
+        sym = dlsym(dl, ZERO_PLUGIN_SYMBOL_V3);
+        rev = 3;
+    }
     if (!sym) {
         sym = dlsym(dl, ZERO_PLUGIN_SYMBOL_V2);
         rev = 2;
@@ -139,44 +149,48 @@ zero_status zero__plugin_adopt(void *dl, const char *path, zero__plugin *out, ch
         snprintf(why, sizeof why, "%s", dl_why ? dl_why : "symbol is NULL");
         /* A revision this library does not know yet: say so rather than "not
          * a plugin", since the fix is different. */
-        for (int r = 4; r <= 9; r++) {
+        for (int r = 5; r <= 9; r++) {
             char name[32];
             snprintf(name, sizeof name, "zero_plugin_v%d", r);
             if (dlsym(dl, name)) {
                 set_err(err, len,
                         "plugin %s was built for a newer libzero plugin ABI (exports %s only); this library "
-                        "implements %d.%d (tables zero_plugin_v1 to zero_plugin_v3): upgrade libzero",
+                        "implements %d.%d (tables zero_plugin_v1 to zero_plugin_v4): upgrade libzero",
                         path, name, ZERO_PLUGIN_ABI_MAJOR, ZERO_PLUGIN_ABI_MINOR);
                 return ZERO_ERR_PLUGIN_ABI;
             }
         }
-        set_err(err, len, "%s is not a libzero plugin: it exports none of %s, %s, %s (%s)", path,
-                ZERO_PLUGIN_SYMBOL_V3, ZERO_PLUGIN_SYMBOL_V2, ZERO_PLUGIN_SYMBOL_V1, why);
+        set_err(err, len, "%s is not a libzero plugin: it exports none of %s, %s, %s, %s (%s)", path,
+                ZERO_PLUGIN_SYMBOL_V4, ZERO_PLUGIN_SYMBOL_V3, ZERO_PLUGIN_SYMBOL_V2, ZERO_PLUGIN_SYMBOL_V1, why);
         return ZERO_ERR_PLUGIN_SYMBOL;
     }
-    /* Both revisions start with the same six fields. */
+    /* Every revision starts with the same six fields. */
     zero_status s = check_common((const zero_plugin_table_v1 *)sym, rev, path, err, len);
     if (s != ZERO_OK) return s;
     out->symbol = sym;
     out->revision = rev;
     out->v1 = NULL;
     out->adapted = NULL;
-    if (rev == 3) {
-        const zero_plugin_table_v3 *t = sym;
+    if (rev == 4) {
+        const zero_plugin_table_v4 *t = sym;
         if ((s = check_required(t, t->create != NULL, path, err, len)) != ZERO_OK) return s;
         out->table = t;
         return ZERO_OK;
     }
-    zero_plugin_table_v3 *a = malloc(sizeof *a);
+    zero_plugin_table_v4 *a = malloc(sizeof *a);
     if (!a) {
         set_err(err, len, "plugin %s: out of memory adapting its table", path);
         return ZERO_ERR_OUT_OF_MEMORY;
     }
     const zero_plugin_table_v1 *t1 = NULL;
     int has_create;
-    if (rev == 2) {
+    if (rev == 3) {
+        const zero_plugin_table_v3 *t3 = sym;
+        from_older(t3, sizeof *t3, a);
+        has_create = t3->create != NULL;
+    } else if (rev == 2) {
         const zero_plugin_table_v2 *t2 = sym;
-        from_v2(t2, a);
+        from_older(t2, sizeof *t2, a);
         has_create = t2->create != NULL;
     } else {
         t1 = sym;

@@ -1,9 +1,9 @@
 /* The plugin ABI's revisions, in one place (abi/zero_plugin.h, "Evolution").
  *
- * A plugin exports zero_plugin_v3 (plugin ABI 1.7 on), zero_plugin_v2
- * (1.6) or zero_plugin_v1 (1.0-1.5).  This file is the only part of libzero that knows there is
- * more than one: at load it turns whatever table a plugin exports into the
- * current zero_plugin_table_v3 (zero__plugin.table), at create it hands the
+ * A plugin exports zero_plugin_v4 (plugin ABI 1.8 on), zero_plugin_v3
+ * (1.7), zero_plugin_v2 (1.6) or zero_plugin_v1 (1.0-1.5).  This file is
+ * the only part of libzero that knows there is more than one: at load it turns whatever table a plugin exports into the
+ * current zero_plugin_table_v4 (zero__plugin.table), at create it hands the
  * plugin the services table of its own revision, and it adopts the structs
  * plugins pass to services (zero_bucket_spec, zero_part_step,
  * zero_opt_range, zero_quant_spec), whose older, shorter layouts get their
@@ -21,11 +21,11 @@ struct zero_engine;
  * unloaded once. */
 typedef struct zero__plugin {
     void *dl;                          /* dlopen handle */
-    const zero_plugin_table_v3 *table; /* the current face: the plugin's own, or `adapted` */
-    zero_plugin_table_v3 *adapted;     /* malloc'd for an older revision, else NULL */
+    const zero_plugin_table_v4 *table; /* the current face: the plugin's own, or `adapted` */
+    zero_plugin_table_v4 *adapted;     /* malloc'd for an older revision, else NULL */
     const zero_plugin_table_v1 *v1;    /* a revision-1 plugin's own table, else NULL */
     const void *symbol;                /* the exported table inside the library (build id) */
-    int revision;                      /* 1, 2 or 3 */
+    int revision;                      /* 1, 2, 3 or 4 */
     zero_services_v1 services_v1;      /* a revision-1 plugin's services, filled by zero__plugin_create */
     char path[4096];                   /* file actually loaded */
 } zero__plugin;

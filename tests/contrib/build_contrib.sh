@@ -31,7 +31,7 @@ n=0
 for so in "$work"/build/libzero-plugin-*.so; do
   # (__odr_asan.*: the indicator symbols AddressSanitizer adds beside each exported global)
   exports=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^__odr_asan\.' | sort -u | tr '\n' ' ')
-  [[ "$exports" == "zero_plugin_v3 " ]] || { say "$(basename "$so") exports more than its table: $exports"; exit 1; }
+  [[ "$exports" == "zero_plugin_v4 " ]] || { say "$(basename "$so") exports more than its table: $exports"; exit 1; }
   # links no libzero: services come through the table
   if ldd "$so" | grep -q "libzero\.so"; then say "$(basename "$so") links libzero"; exit 1; fi
   n=$((n + 1))

@@ -51,7 +51,7 @@ grep -q -- "$prefix/include" <<<"$cc_cmd" || { say "template not compiled agains
 # (__odr_asan.*: the indicator symbols AddressSanitizer adds beside each exported global)
 exports=$(nm -D --defined-only "$work/template/libzero-plugin-template-dp.so" | awk '{print $3}' |
   grep -v '^__odr_asan\.' | sort -u | tr '\n' ' ')
-[[ "$exports" == "zero_plugin_v3 " ]] || { say "template exports more than its table: $exports"; exit 1; }
+[[ "$exports" == "zero_plugin_v4 " ]] || { say "template exports more than its table: $exports"; exit 1; }
 say "template-dp built against the installed headers"
 
 # 3. A host through pkg-config.

@@ -55,8 +55,8 @@ def check_so(so):
     # (__odr_asan.*: the indicator symbols AddressSanitizer adds beside each exported global)
     names = sorted({line.split()[-1] for line in out.splitlines()
                     if line.strip() and not line.split()[-1].startswith("__odr_asan.")})
-    if names != ["zero_plugin_v3"]:
-        fails.append(f"{so} exports {names}, expected only zero_plugin_v3")
+    if names != ["zero_plugin_v4"]:
+        fails.append(f"{so} exports {names}, expected only zero_plugin_v4")
     ldd = subprocess.run(["ldd", so], capture_output=True, text=True).stdout
     if "libzero.so" in ldd:
         fails.append(f"{so} links libzero (services come through the table)")

@@ -142,8 +142,8 @@ int main(int argc, char **argv) {
                    "this library implements 1." ZERO_STR(ZERO_PLUGIN_ABI_MINOR));
     expect_refused("newer-minor", ZERO_ERR_PLUGIN_ABI, "ABI 1.9", "newer than the 1." ZERO_STR(ZERO_PLUGIN_ABI_MINOR));
     expect_refused("bad-size", ZERO_ERR_PLUGIN_ABI, "table of 16 bytes", NULL);
-    expect_refused("no-symbol", ZERO_ERR_PLUGIN_SYMBOL, "exports none of zero_plugin_v3, zero_plugin_v2, zero_plugin_v1", NULL);
-    expect_refused("v4-only", ZERO_ERR_PLUGIN_ABI, "exports zero_plugin_v4 only", "implements 1." ZERO_STR(ZERO_PLUGIN_ABI_MINOR));
+    expect_refused("no-symbol", ZERO_ERR_PLUGIN_SYMBOL, "exports none of zero_plugin_v4, zero_plugin_v3, zero_plugin_v2, zero_plugin_v1", NULL);
+    expect_refused("v5-only", ZERO_ERR_PLUGIN_ABI, "exports zero_plugin_v5 only", "implements 1." ZERO_STR(ZERO_PLUGIN_ABI_MINOR));
     expect_refused("no-step", ZERO_ERR_PLUGIN_SYMBOL, "lacks required functions: step, destroy", NULL);
     expect_refused("undefined-ref", ZERO_ERR_PLUGIN_NOT_FOUND, "could not be loaded",
                    "zero_test_symbol_that_does_not_exist");

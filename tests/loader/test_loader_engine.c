@@ -138,13 +138,14 @@ static void test_good_plugin_trains(void) {
 
 /* (1.7) A revision-2 plugin (built as the 1.6 headers made it) loads,
  * trains, and serves zero_gather_slices through the core's fallback: a
- * pointer to the slice inside the param's storage. */
-static void test_rev2_plugin_slices(void) {
+ * pointer to the slice inside the param's storage.  (1.10) So does a
+ * revision-3 one (1.7); both refuse zero_params_write by name. */
+static void test_old_plugin_slices(const char *name, const char *abi) {
     zero_engine *e = NULL;
     char err[4096] = "";
     log_capture cap = {0};
-    zero_status s = create("loader-rev2", &e, err, sizeof err, &cap);
-    CHECK(s == ZERO_OK, "create with loader-rev2: %s", err);
+    zero_status s = create(name, &e, err, sizeof err, &cap);
+    CHECK(s == ZERO_OK, "create with %s: %s", name, err);
     if (s != ZERO_OK) return;
     float w0[6] = {1, 2, 3, 4, 5, 6};
     zero_param_desc d = ZERO_PARAM_DESC_INIT;
@@ -169,6 +170,16 @@ static void test_rev2_plugin_slices(void) {
     CHECK(w && ((float *)w)[1] == (float)(w0[5] * 0.9), "after a step: %g", w ? ((float *)w)[1] : -1.0);
     CHECK_EQ_INT(zero_release_slices(e, &p, &l2, 1), ZERO_OK);
     CHECK_EQ_INT(zero_gather_slices(e, &p, &l3, 1, &w), ZERO_ERR_INVALID_ARGUMENT);
+    /* (1.10) no write_params before plugin ABI 1.8: refused by name, nothing written */
+    const float w1[6] = {9, 9, 9, 9, 9, 9};
+    const void *vals[1] = {w1};
+    CHECK_EQ_INT(zero_params_write(e, &p, vals, 1, 0), ZERO_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(zero_last_error(e), name);
+    CHECK_STR_CONTAINS(zero_last_error(e), abi);
+    CHECK_STR_CONTAINS(zero_last_error(e), "no write_params");
+    CHECK_EQ_INT(zero_gather_slices(e, &p, &l2, 1, &w), ZERO_OK);
+    CHECK(w && ((float *)w)[1] == (float)(w0[5] * 0.9), "not written: %g", w ? ((float *)w)[1] : -1.0);
+    CHECK_EQ_INT(zero_release_slices(e, &p, &l2, 1), ZERO_OK);
     zero_engine_destroy(e);
 }
 
@@ -287,7 +298,8 @@ int main(int argc, char **argv) {
     test_good_plugin_trains();
     test_refusals(); /* the process is still usable after a full engine life */
     test_good_plugin_trains();
-    test_rev2_plugin_slices();
+    test_old_plugin_slices("loader-rev2", "plugin ABI 1.6");
+    test_old_plugin_slices("loader-rev3", "plugin ABI 1.7");
     test_not_regular_files();
     test_contract();
     test_env_plugin_overridden();

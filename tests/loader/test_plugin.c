@@ -141,9 +141,9 @@ __attribute__((unused)) static void p_destroy(void *st) {
 __attribute__((used)) static const zero_plugin_table_v1 zero_plugin_v1_typo = {
     sizeof(zero_plugin_table_v1), 1, 0, 0, VARIANT_NAME, "typo", p_create, NULL, p_params_done,
     NULL, NULL, p_grad_buffer, p_on_grad_ready, p_step, NULL, NULL, NULL, p_destroy, NULL, NULL};
-#elif defined(VARIANT_V4_ONLY)
+#elif defined(VARIANT_V5_ONLY)
 /* What a plugin built for a later table revision looks like to this core. */
-ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v4 = {
+ZERO_PLUGIN_EXPORT const zero_plugin_table_v1 zero_plugin_v5 = {
     sizeof(zero_plugin_table_v1), 2, 0, 0, VARIANT_NAME, "future plugin", p_create, NULL, p_params_done,
     NULL, NULL, p_grad_buffer, p_on_grad_ready, p_step, NULL, NULL, NULL, p_destroy, NULL, NULL};
 #else

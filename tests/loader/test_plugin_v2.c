@@ -1,8 +1,11 @@
 /* A plugin exactly as the 1.6 headers made it: it names the revision-2
  * table (zero_plugin_table_v2, exported as zero_plugin_v2) and receives
  * zero_services_v2.  Plain SGD on one rank, like test_plugin.c's good
- * variant.  The core adapts its table to revision 3 at load (no slice
- * gathers: zero_gather_slices is served from the whole param's storage). */
+ * variant.  The core adapts its table to the current revision at load (no
+ * slice gathers: zero_gather_slices is served from the whole param's
+ * storage; no write_params: zero_params_write is refused naming it).
+ * VARIANT_REV3: the same plugin as the 1.7 headers made it, a revision-3
+ * table (zero_plugin_v3). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,6 +81,15 @@ static void p_destroy(void *st) {
     free(s);
 }
 
+#ifdef VARIANT_REV3
+ZERO_PLUGIN_EXPORT const zero_plugin_table_v3 zero_plugin_v3 = {
+    .struct_size = sizeof(zero_plugin_table_v3),
+    .abi_major = 1,
+    .abi_minor = 7,
+    .caps = 0,
+    .name = VARIANT_NAME,
+    .description = "loader test plugin: a revision-3 (1.7) table",
+#else
 ZERO_PLUGIN_EXPORT const zero_plugin_table_v2 zero_plugin_v2 = {
     .struct_size = sizeof(zero_plugin_table_v2),
     .abi_major = 1,
@@ -85,6 +97,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table_v2 zero_plugin_v2 = {
     .caps = 0,
     .name = VARIANT_NAME,
     .description = "loader test plugin: a revision-2 (1.6) table",
+#endif
     .create = p_create,
     .destroy = p_destroy,
     .params_done = p_params_done,
