@@ -160,6 +160,12 @@ zero_status zero_kit_dp_load(void *state, const char *dir) {
     return zero_kit_flat_load(&s->f, dir, s->spec->name, grads_blob(s), agree_comm(s));
 }
 
+zero_status zero_kit_dp_write_params(void *state, zero_param_info *const *params, size_t n,
+                                     const void *const *values) {
+    kit_dp *s = state;
+    return zero_kit_flat_write(&s->f, params, n, values);
+}
+
 void zero_kit_dp_destroy(void *state) {
     kit_dp *s = state;
     if (!s) return;

@@ -146,6 +146,29 @@ zero_status zero_kit_flat_load_buf(zero_kit_flat *f, const char *dir, const char
     return f->svc->allgather_shares(f->c, f->gather_comm, f->params, f->dtype);
 }
 
+zero_status zero_kit_flat_write(zero_kit_flat *f, zero_param_info *const *params, size_t n,
+                                const void *const *values) {
+    const zero_services *svc = f->svc;
+    const int mixed = (void *)f->master != f->params;
+    for (size_t i = 0; i < n; i++) {
+        const zero_param_info *p = params[i];
+        if (p->dtype != f->dtype)
+            return svc->error(f->c, ZERO_ERR_INVALID_ARGUMENT, "write_params: param '%s' is not in the model dtype",
+                              p->name);
+        const uint64_t lo = p->flat_offset, hi = lo + p->numel;
+        svc->mem_copy(f->c, (char *)f->params + (size_t)lo * f->esize, values[i], (size_t)p->numel * f->esize);
+        /* the master of what this rank steps, widened as master_init does */
+        for (uint32_t r = 0; mixed && r < f->nowned; r++) {
+            const zero_owned_range *o = &f->owned[r];
+            const uint64_t a = lo > o->flat_lo ? lo : o->flat_lo, b = hi < o->flat_hi ? hi : o->flat_hi;
+            if (a >= b) continue;
+            svc->convert(f->c, f->master + o->part_lo + (a - o->flat_lo), ZERO_DTYPE_F32,
+                         (const char *)values[i] + (size_t)(a - lo) * f->esize, f->dtype, (size_t)(b - a));
+        }
+    }
+    return ZERO_OK;
+}
+
 /* ---- planning ---------------------------------------------------------- */
 
 void zero_kit_flat_plan(const zero_plan_services *ps, int replicated, uint64_t grad_numel, zero_bucket_mode mode) {

@@ -114,6 +114,15 @@ zero_status zero_kit_flat_load(zero_kit_flat *f, const char *dir, const char *pr
 /* zero_kit_flat_load with the gradient blob read into `grads`. */
 zero_status zero_kit_flat_load_buf(zero_kit_flat *f, const char *dir, const char *prefix, const char *grads_blob,
                                    void *grads, size_t grad_bytes, zero_comm *agree_comm);
+
+/* (plugin ABI 1.8) write_params for a flat state: params[i]'s values
+ * (values[i], its numel elements in the model dtype, device tier, the same
+ * on every rank) into its slot of the flat params on this rank, and, for a
+ * 16-bit model, widened into the fp32 master where this rank owns them.
+ * Gradients and optimizer states are untouched; no communication (every
+ * rank holds the full flat params and was handed the same values). */
+zero_status zero_kit_flat_write(zero_kit_flat *f, zero_param_info *const *params, size_t n,
+                                const void *const *values);
 /* Plan (ABI 1.2) of what zero_kit_flat_init and a bucket set in `mode`
  * allocate, recorded through ps->add without allocating: params (flat,
  * model dtype), master (16-bit models: partition- or, replicated,
@@ -166,6 +175,8 @@ zero_status zero_kit_dp_step(void *state, const zero_step_ctx *ctx, zero_step_re
  * on every rank before the all-gather. */
 zero_status zero_kit_dp_save(void *state, const char *dir);
 zero_status zero_kit_dp_load(void *state, const char *dir);
+zero_status zero_kit_dp_write_params(void *state, zero_param_info *const *params, size_t n,
+                                     const void *const *values);
 void zero_kit_dp_destroy(void *state);
 /* The engine's entries of a plugin table, for a preset:
  *   ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
@@ -177,7 +188,7 @@ void zero_kit_dp_destroy(void *state);
 #define ZERO_KIT_DP_ENTRIES                                                                                    \
     .params_done = zero_kit_dp_params_done, .grad_buffer = zero_kit_dp_grad_buffer,                           \
     .on_grad_ready = zero_kit_dp_on_grad_ready, .step = zero_kit_dp_step, .save = zero_kit_dp_save,            \
-    .load = zero_kit_dp_load, .destroy = zero_kit_dp_destroy
+    .load = zero_kit_dp_load, .write_params = zero_kit_dp_write_params, .destroy = zero_kit_dp_destroy
 /* The table's plan entry (ABI 1.2) for `spec`: what params_done and the
  * bucket engine will allocate, plus the per-param gradient temporaries when
  * they are used.  A preset's plan is
