@@ -79,11 +79,18 @@ static zero_status check_local(struct zero_engine *e, zero_param *const *params,
     if (!e->params_frozen)
         return zero__error(e, ZERO_ERR_STATE, "zero_params_write before zero_params_done (initial values are "
                                               "zero_param_desc.data)");
-    if (!e->plugin.table->write_params)
+    if (!e->plugin.table->write_params) {
+        char why[120];
+        if (e->plugin.table->abi_minor < 8)
+            snprintf(why, sizeof why, "it was built for plugin ABI 1.%u, which has no write_params: 1.8 added it",
+                     e->plugin.table->abi_minor);
+        else
+            snprintf(why, sizeof why, "it leaves the optional write_params out");
         return zero__error(e, ZERO_ERR_UNSUPPORTED,
-                           "zero_params_write: plugin '%s' (plugin ABI 1.%u) cannot set parameter values (it has "
-                           "no write_params, plugin ABI 1.8); load a checkpoint with zero_load_ex instead",
-                           plugin, e->plugin.table->abi_minor);
+                           "zero_params_write: plugin '%s' cannot set parameter values (%s); load a checkpoint with "
+                           "zero_load_ex instead",
+                           plugin, why);
+    }
     if (n && !params) return zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_params_write: params is NULL");
     unsigned char *seen = calloc(e->nparams ? e->nparams : 1, 1);
     if (!seen) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_params_write: out of memory");

@@ -104,6 +104,9 @@ zero_status zero__of_boundary(offload *s, const zero_step_ctx *ctx, zero_step_re
  * collective (agreed status, then the all-gather).  Step thread only. */
 zero_status zero__of_save(void *state, const char *dir);
 zero_status zero__of_load(void *state, const char *dir);
+/* write_params (offload_write.c): the device params and the owned fp32
+ * master of each param; no communication. */
+zero_status zero__of_write_params(void *state, zero_param_info *const *params, size_t n, const void *const *values);
 /* Monotonic seconds (offload_step.c, where the step times its copies).
  * Thread-safe. */
 double zero__of_now(void);

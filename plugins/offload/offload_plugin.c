@@ -202,6 +202,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .step = of_step,
     .save = zero__of_save,
     .load = zero__of_load,
+    .write_params = zero__of_write_params,
     .destroy = of_destroy,
     .plan = of_plan,
 };

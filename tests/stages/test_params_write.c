@@ -1,0 +1,385 @@
+/* zero_params_write (1.10, core/params_write.c), under mpirun, with every
+ * plugin (stage0/1/2/3, offload, stage 3 with offload_optimizer cpu and
+ * with offload_param cpu), fp32 and bf16:
+ *  - a run trains 2 steps, writes three params (sizes 1, 217 and 13 of a
+ *    model whose sizes straddle every partition) from the root given on
+ *    the last rank only (the others pass a NULL `values`), trains 2 more:
+ *    right after the write zero_gather shows the new values bitwise on
+ *    every rank and every other param unchanged bitwise; a host-owned
+ *    array (below stage 3) holds the new values; at the end every plugin
+ *    holds stage 0's values, bitwise;
+ *  - writing every param's current values changes nothing (fp32; a
+ *    16-bit model's master would become the widened 16-bit values): the
+ *    run ends bitwise where a run without the write ends (optimizer
+ *    states, step counters and the other params are untouched);
+ *  - refused on every rank with nothing written (in every run above): inside the accumulation
+ *    window (ZERO_ERR_STATE), a root outside the group, a NULL value on the
+ *    root, a param given twice (ZERO_ERR_INVALID_ARGUMENT; the other ranks
+ *    name the rank that refused), ranks that pass different lists
+ *    (ZERO_ERR_MISMATCH), a stage-3 param still gathered (ZERO_ERR_STATE);
+ *  - expert groups (stage1, stage2, offload; even world sizes >= 4): an
+ *    expert is written from place 0 of its own expert-data-parallel group,
+ *    each group with its own values, and the three plugins end bitwise
+ *    equal. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/host_util.h"
+#include "../common/mpi_check.h"
+
+static int rank_ = 0, world_ = 1;
+
+enum { NP = 6, STEPS = 2 };
+static const uint64_t SIZES[NP] = {1, 7, 31, 217, 899, 13};
+static const int32_t GROUPS[NP] = {1, 0, 1, 0, 0, 1};
+static const char *NAMES[NP] = {"gain", "w_a", "b_a", "w_b", "w_c", "b_c"};
+/* what the write writes: gain, w_b and b_c (and a host-owned array) */
+static const int WRITTEN[3] = {0, 3, 5};
+enum { HOST_N = 45 };
+
+typedef struct run_spec {
+    const char *plugin;
+    const char *extra; /* more zero_optimization keys */
+    int stage;
+    int bf16;
+    int write;    /* 0: none, 1: new values, 2: every param's current values */
+    int refusals; /* exercise the refused calls on the way */
+    int experts;  /* param group 1 is an expert group, color rank % 2 */
+} run_spec;
+
+static size_t esize(const run_spec *r) { return r->bf16 ? 2 : 4; }
+
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even (finite values only here) */
+    return (uint16_t)(u >> 16);
+}
+static float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float get(const run_spec *r, const void *a, uint64_t k) {
+    return r->bf16 ? from_bf16(((const uint16_t *)a)[k]) : ((const float *)a)[k];
+}
+static void put(const run_spec *r, void *a, uint64_t k, float v) {
+    if (r->bf16)
+        ((uint16_t *)a)[k] = to_bf16(v);
+    else
+        ((float *)a)[k] = v;
+}
+
+/* Values of param `pid`: salt 0 the initial values, >0 a write's.  An
+ * expert's depend on its group's color. */
+static float value(int pid, uint64_t k, int salt, int color) {
+    return (float)(0.5 * th_u11(((uint64_t)pid << 40) ^ ((uint64_t)salt << 32) ^ ((uint64_t)(color + 1) << 24) ^ k));
+}
+
+static int color_of(const run_spec *r, int pid) { return r->experts && GROUPS[pid] == 1 ? rank_ % 2 : 0; }
+
+typedef struct model {
+    zero_engine *e;
+    zero_param *p[NP];
+    zero_param *host; /* a host-owned array (below stage 3), else NULL */
+    void *init[NP];
+    void *host_data;
+} model;
+
+static zero_status gather_raw(const run_spec *r, zero_engine *e, zero_param *p, uint64_t n, void *dst) {
+    void *ptr = NULL;
+    zero_status s = zero_gather(e, &p, 1, &ptr);
+    if (s == ZERO_OK) memcpy(dst, ptr, (size_t)n * esize(r));
+    zero_status t = zero_release(e, &p, 1);
+    return s != ZERO_OK ? s : t;
+}
+
+/* Every param's values, one after another (and the host-owned array). */
+static size_t total_numel(void) {
+    size_t t = HOST_N;
+    for (int i = 0; i < NP; i++) t += SIZES[i];
+    return t;
+}
+static void snapshot(const run_spec *r, model *m, unsigned char *out) {
+    size_t off = 0;
+    for (int i = 0; i < NP; i++) {
+        CHECK_EQ_INT(gather_raw(r, m->e, m->p[i], SIZES[i], out + off), ZERO_OK);
+        off += SIZES[i] * esize(r);
+    }
+    if (m->host)
+        CHECK_EQ_INT(gather_raw(r, m->e, m->host, HOST_N, out + off), ZERO_OK);
+    else
+        memset(out + off, 0, HOST_N * esize(r));
+}
+
+static int build(const run_spec *r, model *m) {
+    char cfg[700], err[600] = "";
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, "
+             "\"weight_decay\": 0.1}}, \"bf16\": {\"enabled\": %s}, \"zero_optimization\": {\"stage\": %d, "
+             "\"reduce_bucket_size\": 300, \"allgather_bucket_size\": 300%s%s}}",
+             r->bf16 ? "true" : "false", r->stage, r->extra ? ", " : "", r->extra ? r->extra : "");
+    memset(m, 0, sizeof *m);
+    if (th_engine_create(cfg, r->plugin, 0, NULL, NULL, &m->e, err, sizeof err) != ZERO_OK) {
+        CHECK(0, "%s: %s", r->plugin, err);
+        return 0;
+    }
+    if (r->experts) {
+        zero_group_desc g = ZERO_GROUP_DESC_INIT;
+        g.group = 1;
+        g.expert_color = rank_ % 2;
+        CHECK_EQ_INT(zero_set_group(m->e, &g), ZERO_OK);
+    }
+    for (int i = 0; i < NP; i++) {
+        m->init[i] = malloc(SIZES[i] * esize(r));
+        for (uint64_t k = 0; k < SIZES[i]; k++) put(r, m->init[i], k, value(i, k, 0, color_of(r, i)));
+        zero_param_desc d = ZERO_PARAM_DESC_INIT;
+        d.name = NAMES[i];
+        d.data = m->init[i];
+        d.numel = SIZES[i];
+        d.dtype = r->bf16 ? ZERO_DTYPE_BF16 : ZERO_DTYPE_F32;
+        d.group = GROUPS[i];
+        CHECK_EQ_INT(zero_register_param(m->e, &d, &m->p[i]), ZERO_OK);
+    }
+    if (r->stage < 3) {
+        m->host_data = malloc(HOST_N * esize(r));
+        for (uint64_t k = 0; k < HOST_N; k++) put(r, m->host_data, k, value(9, k, 0, 0));
+        zero_param_desc d = ZERO_PARAM_DESC_INIT;
+        d.name = "host_owned";
+        d.data = m->host_data;
+        d.numel = HOST_N;
+        d.dtype = r->bf16 ? ZERO_DTYPE_BF16 : ZERO_DTYPE_F32;
+        d.flags = ZERO_PARAM_HOST_OWNED;
+        CHECK_EQ_INT(zero_register_param(m->e, &d, &m->host), ZERO_OK);
+    }
+    zero_status s = zero_params_done(m->e);
+    CHECK(s == ZERO_OK, "%s params_done: %s", r->plugin, zero_last_error(m->e));
+    return s == ZERO_OK;
+}
+
+static void destroy(model *m) {
+    zero_engine_destroy(m->e);
+    for (int i = 0; i < NP; i++) free(m->init[i]);
+    free(m->host_data);
+}
+
+/* One micro-step's gradients: g = 0.05 w + 0.01 u(step, param, k, rank),
+ * so a written value shows in every later step.  Reported last param
+ * first, as a backward does; the step itself is the caller's. */
+static void backward(const run_spec *r, model *m, int step) {
+    zero_param *all[NP + 1];
+    uint64_t n[NP + 1];
+    int np = 0;
+    for (int i = 0; i < NP; i++) all[np] = m->p[i], n[np++] = SIZES[i];
+    if (m->host) all[np] = m->host, n[np++] = HOST_N;
+    for (int i = np - 1; i >= 0; i--) {
+        unsigned char w[4 * 899];
+        CHECK_EQ_INT(gather_raw(r, m->e, all[i], n[i], w), ZERO_OK);
+        void *g = NULL;
+        CHECK_EQ_INT(zero_grad_buffer(m->e, all[i], &g), ZERO_OK);
+        for (uint64_t k = 0; g && k < n[i]; k++) {
+            const float u = (float)th_u11(((uint64_t)step << 48) ^ ((uint64_t)i << 40) ^ ((uint64_t)rank_ << 32) ^ k);
+            put(r, g, k, get(r, g, k) + 0.05f * get(r, w, k) + 0.01f * u);
+        }
+        CHECK_EQ_INT(zero_on_grad_ready(m->e, all[i], NULL), ZERO_OK);
+    }
+}
+
+static void train(const run_spec *r, model *m, int from, int steps) {
+    for (int t = from; t < from + steps; t++) {
+        backward(r, m, t);
+        zero_step_result res = ZERO_STEP_RESULT_INIT;
+        zero_status s = zero_step(m->e, NULL, &res);
+        CHECK(s == ZERO_OK, "%s step %d: %s", r->plugin, t, zero_last_error(m->e));
+    }
+}
+
+/* The root of a param's group: the last place of its data-parallel group
+ * (the world, or an expert group of world / 2 ranks); experts from place 0. */
+static int root_for(const run_spec *r) { return r->experts ? 0 : world_ - 1; }
+static int is_root(const run_spec *r) { return r->experts ? rank_ < 2 : rank_ == world_ - 1; }
+
+static void expect_refused(const run_spec *r, model *m, zero_param *const *ps, const void *const *vals, size_t n,
+                           int root, zero_status want, const char *text, const char *what) {
+    const size_t bytes = total_numel() * 4;
+    unsigned char *before = calloc(1, bytes), *after = calloc(1, bytes);
+    snapshot(r, m, before);
+    zero_status s = zero_params_write(m->e, ps, vals, n, root);
+    const char *msg = zero_last_error(m->e);
+    CHECK(s == want, "%s %s: got %s, want %s: %s", r->plugin, what, zero_status_string(s), zero_status_string(want), msg);
+    if (text) CHECK(strstr(msg, text) != NULL, "%s %s: the message lacks '%s': %s", r->plugin, what, text, msg);
+    CHECK(strstr(msg, "zero_params_write") != NULL, "%s %s: the message does not name the call: %s", r->plugin, what,
+          msg);
+    snapshot(r, m, after);
+    CHECK(!memcmp(before, after, bytes), "%s %s: values changed by a refused call", r->plugin, what);
+    free(before);
+    free(after);
+}
+
+/* The refused calls, between windows (and one inside). */
+static void refusals(const run_spec *r, model *m, void *const *vals) {
+    zero_param *w[3] = {m->p[WRITTEN[0]], m->p[WRITTEN[1]], m->p[WRITTEN[2]]};
+    const int root = root_for(r);
+    const void *const *mine = is_root(r) ? (const void *const *)vals : NULL;
+    expect_refused(r, m, w, mine, 3, world_, ZERO_ERR_INVALID_ARGUMENT, "not a place", "root out of range");
+    /* the root's values NULL: first-hand there, "rank R refused" elsewhere */
+    const void *none[3] = {vals[0], NULL, vals[2]};
+    expect_refused(r, m, w, is_root(r) ? none : NULL, 3, root, ZERO_ERR_INVALID_ARGUMENT,
+                   is_root(r) ? "values are NULL" : "refused the call", "NULL root values");
+    zero_param *twice[2] = {w[1], w[1]};
+    expect_refused(r, m, twice, mine, 2, root, ZERO_ERR_INVALID_ARGUMENT, "given twice", "a param twice");
+    if (world_ > 1) /* rank 0 leaves b_c out */
+        expect_refused(r, m, w, mine, rank_ == 0 ? 2 : 3, root, ZERO_ERR_MISMATCH, "different parameters",
+                       "different lists");
+    if (r->stage == 3) {
+        void *ptr = NULL;
+        CHECK_EQ_INT(zero_gather(m->e, &w[1], 1, &ptr), ZERO_OK);
+        expect_refused(r, m, w, mine, 3, root, ZERO_ERR_STATE, "gathered and not released", "a held gather");
+        CHECK_EQ_INT(zero_release(m->e, &w[1], 1), ZERO_OK);
+    }
+    /* inside the window: the gradients of a backward are reported */
+    backward(r, m, 100);
+    expect_refused(r, m, w, mine, 3, root, ZERO_ERR_STATE, "accumulation window", "inside a window");
+    zero_step_result res = ZERO_STEP_RESULT_INIT;
+    CHECK_EQ_INT(zero_step(m->e, NULL, &res), ZERO_OK);
+}
+
+/* One run; returns the final values (every param and the host-owned
+ * array, malloc'd) or NULL. */
+static unsigned char *run(const run_spec *r) {
+    model m;
+    if (!build(r, &m)) return NULL;
+    train(r, &m, 0, STEPS);
+    const size_t bytes = total_numel() * 4;
+    unsigned char *before = calloc(1, bytes), *after = calloc(1, bytes);
+    void *vals[4] = {0};
+    zero_param *w[4] = {m.p[WRITTEN[0]], m.p[WRITTEN[1]], m.p[WRITTEN[2]], m.host};
+    const uint64_t wn[4] = {SIZES[WRITTEN[0]], SIZES[WRITTEN[1]], SIZES[WRITTEN[2]], HOST_N};
+    const size_t nw = m.host ? 4 : 3;
+    for (size_t i = 0; i < nw; i++) {
+        vals[i] = malloc(wn[i] * esize(r));
+        const int pid = i < 3 ? WRITTEN[i] : 9;
+        for (uint64_t k = 0; k < wn[i]; k++) put(r, vals[i], k, value(pid, k, 7, i < 3 ? color_of(r, pid) : 0));
+    }
+    if (r->refusals) refusals(r, &m, vals);
+    snapshot(r, &m, before);
+    if (r->write == 2) { /* every param's current values, written back */
+        zero_param *all[NP + 1];
+        void *cur[NP + 1];
+        size_t off = 0, na = 0;
+        for (int i = 0; i < NP; i++) all[na] = m.p[i], cur[na++] = before + off, off += SIZES[i] * esize(r);
+        if (m.host) all[na] = m.host, cur[na++] = before + off;
+        zero_status s = zero_params_write(m.e, all, is_root(r) ? (const void *const *)cur : NULL, na, root_for(r));
+        CHECK(s == ZERO_OK, "%s write current: %s", r->plugin, zero_last_error(m.e));
+    } else if (r->write == 1) {
+        zero_status s =
+            zero_params_write(m.e, w, is_root(r) ? (const void *const *)vals : NULL, nw, root_for(r));
+        CHECK(s == ZERO_OK, "%s write: %s", r->plugin, zero_last_error(m.e));
+        snapshot(r, &m, after);
+        size_t off = 0;
+        for (int i = 0; i < NP; i++) {
+            const size_t b = SIZES[i] * esize(r);
+            int wi = -1;
+            for (int q = 0; q < 3; q++)
+                if (WRITTEN[q] == i) wi = q;
+            if (wi >= 0) {
+                /* the values of the root of this rank's group: experts by color */
+                void *want = malloc(b);
+                for (uint64_t k = 0; k < SIZES[i]; k++) put(r, want, k, value(i, k, 7, color_of(r, i)));
+                CHECK(!memcmp(after + off, want, b), "%s%s rank %d: '%s' is not the written values", r->plugin,
+                      r->bf16 ? " bf16" : "", rank_, NAMES[i]);
+                free(want);
+            } else {
+                CHECK(!memcmp(after + off, before + off, b), "%s%s rank %d: '%s' changed without being written",
+                      r->plugin, r->bf16 ? " bf16" : "", rank_, NAMES[i]);
+            }
+            off += b;
+        }
+        if (m.host) {
+            CHECK(!memcmp(after + off, vals[3], HOST_N * esize(r)), "%s rank %d: libzero's host-owned copy", r->plugin,
+                  rank_);
+            CHECK(!memcmp(m.host_data, vals[3], HOST_N * esize(r)), "%s rank %d: the host-owned array was not written",
+                  r->plugin, rank_);
+        }
+    }
+    train(r, &m, STEPS, STEPS);
+    unsigned char *final = calloc(1, bytes);
+    snapshot(r, &m, final);
+    for (size_t i = 0; i < 4; i++) free(vals[i]);
+    free(before);
+    free(after);
+    destroy(&m);
+    return final;
+}
+
+static void compare(const char *what, const run_spec *r, const unsigned char *got, const unsigned char *want) {
+    const size_t bytes = total_numel() * esize(r);
+    CHECK(got && want && !memcmp(got, want, bytes), "%s%s rank %d: %s", r->plugin, r->bf16 ? " bf16" : "", rank_, what);
+}
+
+int main(int argc, char **argv) {
+    check_mpi_init(&argc, &argv, &rank_, &world_);
+    static const run_spec plugins[] = {
+        {"stage0", NULL, 0, 0, 0, 0, 0},
+        {"stage1", NULL, 1, 0, 0, 0, 0},
+        {"stage2", NULL, 2, 0, 0, 0, 0},
+        {"stage3", NULL, 3, 0, 0, 0, 0},
+        {"offload", "\"offload_optimizer\": {\"device\": \"cpu\"}", 2, 0, 0, 0, 0},
+        {"stage3", "\"offload_optimizer\": {\"device\": \"cpu\"}", 3, 0, 0, 0, 0},
+        {"stage3", "\"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}", 3, 0, 0,
+         0, 0},
+    };
+    const size_t nplugins = sizeof plugins / sizeof plugins[0];
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        unsigned char *ref = NULL;
+        for (size_t i = 0; i < nplugins; i++) {
+            run_spec r = plugins[i];
+            r.bf16 = bf16;
+            r.write = 1;
+            r.refusals = 1; /* the refused calls on the way (their window's step is part of every run) */
+            unsigned char *got = run(&r);
+            if (!ref)
+                ref = got;
+            else {
+                compare("written and trained on: not stage 0's values", &r, got, ref);
+                free(got);
+            }
+            /* writing the current values is no write at all (fp32: the
+             * values are the master; a 16-bit model's master becomes the
+             * widened 16-bit values, as at zero_params_done) */
+            if (!bf16 && (i == 0 || i == 3 || i == 4)) {
+                r.refusals = 0;
+                r.write = 0;
+                unsigned char *plain = run(&r);
+                r.write = 2;
+                unsigned char *same = run(&r);
+                compare("writing the current values changed the run", &r, same, plain);
+                free(plain);
+                free(same);
+            }
+        }
+        free(ref);
+    }
+    if (world_ % 2 == 0 && world_ >= 4) { /* expert-DP groups of world / 2 ranks */
+        static const char *const ex[] = {"stage1", "stage2", "offload"};
+        for (int bf16 = 0; bf16 <= 1; bf16++) {
+            unsigned char *ref = NULL;
+            for (int i = 0; i < 3; i++) {
+                run_spec r = {ex[i], i == 2 ? "\"offload_optimizer\": {\"device\": \"cpu\"}" : NULL, i == 0 ? 1 : 2,
+                              bf16, 1, 0, 1};
+                unsigned char *got = run(&r);
+                if (!ref)
+                    ref = got;
+                else {
+                    compare("experts: not stage1's values", &r, got, ref);
+                    free(got);
+                }
+            }
+            free(ref);
+        }
+    }
+    return check_mpi_finish();
+}
