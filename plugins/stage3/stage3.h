@@ -118,6 +118,9 @@ void zero__s3_gather_free(zero__s3 *s);
 
 /* ---- step (stage3_step.c) ---------------------------------------------- */
 zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep);
+/* write_params (stage3_write.c): each rank's piece of each param into
+ * its master and shard, in every tier; cached gathers dropped. */
+zero_status zero__s3_write_params(void *state, zero_param_info *const *params, size_t n, const void *const *values);
 /* What the core's boundary_step and ckpt_shard services need: the owned
  * ranges of the partition-indexed shard, master, states and gradient
  * partition.  fp32: the shard is the master, updated in place; mixed

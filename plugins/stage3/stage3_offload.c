@@ -445,6 +445,24 @@ zero_status zero__s3_off_master_to_shard(zero__s3 *s) {
     return ZERO_OK;
 }
 
+zero_status zero__s3_off_write_master(zero__s3 *s, uint64_t part_lo, const float *src, uint64_t n) {
+    zero__s3_off *o = s->off;
+    const uint64_t hi = part_lo + n;
+    for (uint64_t k = part_lo / o->tile; k < o->ntiles && k * o->tile < hi; k++) {
+        uint64_t t0, t1;
+        tile_bounds(s, k, &t0, &t1);
+        const uint64_t a = part_lo > t0 ? part_lo : t0, b = hi < t1 ? hi : t1;
+        if (a >= b) continue;
+        /* read-modify-write of the whole tile: its states stay as they are */
+        if (zero__s3_nvme_io(o->nvme, k, (void *const *)o->buf[0], 0) != 0)
+            return s->svc->error(s->c, ZERO_ERR_IO, "stage3: NVMe read: %s", zero__s3_nvme_error(o->nvme));
+        memcpy(o->buf[0][0] + (a - t0), src + (a - part_lo), (size_t)(b - a) * sizeof(float));
+        if (zero__s3_nvme_io(o->nvme, k, (void *const *)o->buf[0], 1) != 0)
+            return s->svc->error(s->c, ZERO_ERR_IO, "stage3: NVMe write: %s", zero__s3_nvme_error(o->nvme));
+    }
+    return ZERO_OK;
+}
+
 zero_status zero__s3_off_blobs(zero__s3 *s, const char *dir, int write) {
     const zero_services *svc = s->svc;
     zero__s3_off *o = s->off;

@@ -304,6 +304,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .step = zero__s3_step,
     .save = s3_save,
     .load = s3_load,
+    .write_params = zero__s3_write_params,
     .sync = s3_sync,
     .destroy = s3_destroy,
     .set_phase = zero__s3_set_phase,

@@ -161,6 +161,11 @@ zero_status zero__s3_off_blobs(zero__s3 *s, const char *dir, int write);
  * offload_param nvme, after any load without a 16-bit params blob).
  * ZERO_ERR_IO with the engine's error set when the NVMe I/O fails. */
 zero_status zero__s3_off_master_to_shard(zero__s3 *s);
+/* (plugin ABI 1.8, write_params) The NVMe optimizer tiles' master
+ * elements [part_lo, part_lo + n) = src (fp32, host memory): each tile it
+ * touches read, patched and written back (its optimizer states kept).
+ * Step thread, between steps. */
+zero_status zero__s3_off_write_master(zero__s3 *s, uint64_t part_lo, const float *src, uint64_t n);
 void zero__s3_off_free(zero__s3 *s);
 
 /* ---- parameter window (stage3_pwin.c): offload_param.device "nvme" ------- */

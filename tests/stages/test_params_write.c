@@ -1,6 +1,7 @@
 /* zero_params_write (1.10, core/params_write.c), under mpirun, with every
  * plugin (stage0/1/2/3, offload, stage 3 with offload_optimizer cpu and
- * with offload_param cpu), fp32 and bf16:
+ * with offload_param cpu, with the optimizer tiles on NVMe and with the
+ * parameter shard there too), fp32 and bf16:
  *  - a run trains 2 steps, writes three params (sizes 1, 217 and 13 of a
  *    model whose sizes straddle every partition) from the root given on
  *    the last rank only (the others pass a NULL `values`), trains 2 more:
@@ -84,7 +85,7 @@ static int color_of(const run_spec *r, int pid) { return r->experts && GROUPS[pi
 typedef struct model {
     zero_engine *e;
     zero_param *p[NP];
-    zero_param *host; /* a host-owned array (below stage 3), else NULL */
+    zero_param *host; /* a host-owned array (below stage 3; at stage 3 a plain param) */
     void *init[NP];
     void *host_data;
 } model;
@@ -109,14 +110,11 @@ static void snapshot(const run_spec *r, model *m, unsigned char *out) {
         CHECK_EQ_INT(gather_raw(r, m->e, m->p[i], SIZES[i], out + off), ZERO_OK);
         off += SIZES[i] * esize(r);
     }
-    if (m->host)
-        CHECK_EQ_INT(gather_raw(r, m->e, m->host, HOST_N, out + off), ZERO_OK);
-    else
-        memset(out + off, 0, HOST_N * esize(r));
+    CHECK_EQ_INT(gather_raw(r, m->e, m->host, HOST_N, out + off), ZERO_OK);
 }
 
 static int build(const run_spec *r, model *m) {
-    char cfg[700], err[600] = "";
+    char cfg[2400], err[600] = "";
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, "
              "\"weight_decay\": 0.1}}, \"bf16\": {\"enabled\": %s}, \"zero_optimization\": {\"stage\": %d, "
@@ -144,7 +142,7 @@ static int build(const run_spec *r, model *m) {
         d.group = GROUPS[i];
         CHECK_EQ_INT(zero_register_param(m->e, &d, &m->p[i]), ZERO_OK);
     }
-    if (r->stage < 3) {
+    { /* host-owned below stage 3 (stage 3 cannot: it keeps no full copy), a plain param at stage 3 */
         m->host_data = malloc(HOST_N * esize(r));
         for (uint64_t k = 0; k < HOST_N; k++) put(r, m->host_data, k, value(9, k, 0, 0));
         zero_param_desc d = ZERO_PARAM_DESC_INIT;
@@ -152,7 +150,7 @@ static int build(const run_spec *r, model *m) {
         d.data = m->host_data;
         d.numel = HOST_N;
         d.dtype = r->bf16 ? ZERO_DTYPE_BF16 : ZERO_DTYPE_F32;
-        d.flags = ZERO_PARAM_HOST_OWNED;
+        d.flags = r->stage < 3 ? ZERO_PARAM_HOST_OWNED : 0;
         CHECK_EQ_INT(zero_register_param(m->e, &d, &m->host), ZERO_OK);
     }
     zero_status s = zero_params_done(m->e);
@@ -174,7 +172,7 @@ static void backward(const run_spec *r, model *m, int step) {
     uint64_t n[NP + 1];
     int np = 0;
     for (int i = 0; i < NP; i++) all[np] = m->p[i], n[np++] = SIZES[i];
-    if (m->host) all[np] = m->host, n[np++] = HOST_N;
+    all[np] = m->host, n[np++] = HOST_N;
     for (int i = np - 1; i >= 0; i--) {
         unsigned char w[4 * 899];
         CHECK_EQ_INT(gather_raw(r, m->e, all[i], n[i], w), ZERO_OK);
@@ -258,7 +256,7 @@ static unsigned char *run(const run_spec *r) {
     void *vals[4] = {0};
     zero_param *w[4] = {m.p[WRITTEN[0]], m.p[WRITTEN[1]], m.p[WRITTEN[2]], m.host};
     const uint64_t wn[4] = {SIZES[WRITTEN[0]], SIZES[WRITTEN[1]], SIZES[WRITTEN[2]], HOST_N};
-    const size_t nw = m.host ? 4 : 3;
+    const size_t nw = 4;
     for (size_t i = 0; i < nw; i++) {
         vals[i] = malloc(wn[i] * esize(r));
         const int pid = i < 3 ? WRITTEN[i] : 9;
@@ -271,7 +269,7 @@ static unsigned char *run(const run_spec *r) {
         void *cur[NP + 1];
         size_t off = 0, na = 0;
         for (int i = 0; i < NP; i++) all[na] = m.p[i], cur[na++] = before + off, off += SIZES[i] * esize(r);
-        if (m.host) all[na] = m.host, cur[na++] = before + off;
+        all[na] = m.host, cur[na++] = before + off;
         zero_status s = zero_params_write(m.e, all, is_root(r) ? (const void *const *)cur : NULL, na, root_for(r));
         CHECK(s == ZERO_OK, "%s write current: %s", r->plugin, zero_last_error(m.e));
     } else if (r->write == 1) {
@@ -298,12 +296,11 @@ static unsigned char *run(const run_spec *r) {
             }
             off += b;
         }
-        if (m.host) {
-            CHECK(!memcmp(after + off, vals[3], HOST_N * esize(r)), "%s rank %d: libzero's host-owned copy", r->plugin,
-                  rank_);
+        CHECK(!memcmp(after + off, vals[3], HOST_N * esize(r)), "%s rank %d: libzero's copy of 'host_owned'",
+              r->plugin, rank_);
+        if (r->stage < 3)
             CHECK(!memcmp(m.host_data, vals[3], HOST_N * esize(r)), "%s rank %d: the host-owned array was not written",
                   r->plugin, rank_);
-        }
     }
     train(r, &m, STEPS, STEPS);
     unsigned char *final = calloc(1, bytes);
@@ -322,7 +319,15 @@ static void compare(const char *what, const run_spec *r, const unsigned char *go
 
 int main(int argc, char **argv) {
     check_mpi_init(&argc, &argv, &rank_, &world_);
-    static const run_spec plugins[] = {
+    /* stage 3 with the optimizer tiles (100 elements: pieces straddle
+     * tiles) and then also the parameter shard on NVMe */
+    char nvme[] = "/tmp/zero-params-write-XXXXXX", opt_nvme[800], both_nvme[1600];
+    th_mkdtemp_bcast(nvme, (int)sizeof nvme);
+    snprintf(opt_nvme, sizeof opt_nvme,
+             "\"sub_group_size\": 100, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}", nvme);
+    snprintf(both_nvme, sizeof both_nvme, "%s, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}",
+             opt_nvme, nvme);
+    const run_spec plugins[] = {
         {"stage0", NULL, 0, 0, 0, 0, 0},
         {"stage1", NULL, 1, 0, 0, 0, 0},
         {"stage2", NULL, 2, 0, 0, 0, 0},
@@ -331,6 +336,8 @@ int main(int argc, char **argv) {
         {"stage3", "\"offload_optimizer\": {\"device\": \"cpu\"}", 3, 0, 0, 0, 0},
         {"stage3", "\"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}", 3, 0, 0,
          0, 0},
+        {"stage3", opt_nvme, 3, 0, 0, 0, 0},
+        {"stage3", both_nvme, 3, 0, 0, 0, 0},
     };
     const size_t nplugins = sizeof plugins / sizeof plugins[0];
     for (int bf16 = 0; bf16 <= 1; bf16++) {
@@ -381,5 +388,7 @@ int main(int argc, char **argv) {
             free(ref);
         }
     }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank_ == 0) th_remove_dir(nvme);
     return check_mpi_finish();
 }
