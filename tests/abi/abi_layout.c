@@ -512,6 +512,31 @@ _Static_assert(offsetof(zero_plugin_table_v3, load) == 128, "offsetof(zero_plugi
 _Static_assert(offsetof(zero_plugin_table_v3, plan) == 136, "offsetof(zero_plugin_table_v3, plan)");
 _Static_assert(offsetof(zero_plugin_table_v3, gather_slices) == 144, "offsetof(zero_plugin_table_v3, gather_slices)");
 _Static_assert(offsetof(zero_plugin_table_v3, release_slices) == 152, "offsetof(zero_plugin_table_v3, release_slices)");
+/* zero_plugin_table_v4 */
+_Static_assert(sizeof(zero_plugin_table_v4) == 168, "sizeof(zero_plugin_table_v4)");
+_Static_assert(offsetof(zero_plugin_table_v4, struct_size) == 0, "offsetof(zero_plugin_table_v4, struct_size)");
+_Static_assert(offsetof(zero_plugin_table_v4, abi_major) == 4, "offsetof(zero_plugin_table_v4, abi_major)");
+_Static_assert(offsetof(zero_plugin_table_v4, abi_minor) == 8, "offsetof(zero_plugin_table_v4, abi_minor)");
+_Static_assert(offsetof(zero_plugin_table_v4, caps) == 12, "offsetof(zero_plugin_table_v4, caps)");
+_Static_assert(offsetof(zero_plugin_table_v4, name) == 16, "offsetof(zero_plugin_table_v4, name)");
+_Static_assert(offsetof(zero_plugin_table_v4, description) == 24, "offsetof(zero_plugin_table_v4, description)");
+_Static_assert(offsetof(zero_plugin_table_v4, create) == 32, "offsetof(zero_plugin_table_v4, create)");
+_Static_assert(offsetof(zero_plugin_table_v4, destroy) == 40, "offsetof(zero_plugin_table_v4, destroy)");
+_Static_assert(offsetof(zero_plugin_table_v4, sync) == 48, "offsetof(zero_plugin_table_v4, sync)");
+_Static_assert(offsetof(zero_plugin_table_v4, register_param) == 56, "offsetof(zero_plugin_table_v4, register_param)");
+_Static_assert(offsetof(zero_plugin_table_v4, params_done) == 64, "offsetof(zero_plugin_table_v4, params_done)");
+_Static_assert(offsetof(zero_plugin_table_v4, set_phase) == 72, "offsetof(zero_plugin_table_v4, set_phase)");
+_Static_assert(offsetof(zero_plugin_table_v4, gather) == 80, "offsetof(zero_plugin_table_v4, gather)");
+_Static_assert(offsetof(zero_plugin_table_v4, release) == 88, "offsetof(zero_plugin_table_v4, release)");
+_Static_assert(offsetof(zero_plugin_table_v4, grad_buffer) == 96, "offsetof(zero_plugin_table_v4, grad_buffer)");
+_Static_assert(offsetof(zero_plugin_table_v4, on_grad_ready) == 104, "offsetof(zero_plugin_table_v4, on_grad_ready)");
+_Static_assert(offsetof(zero_plugin_table_v4, step) == 112, "offsetof(zero_plugin_table_v4, step)");
+_Static_assert(offsetof(zero_plugin_table_v4, save) == 120, "offsetof(zero_plugin_table_v4, save)");
+_Static_assert(offsetof(zero_plugin_table_v4, load) == 128, "offsetof(zero_plugin_table_v4, load)");
+_Static_assert(offsetof(zero_plugin_table_v4, plan) == 136, "offsetof(zero_plugin_table_v4, plan)");
+_Static_assert(offsetof(zero_plugin_table_v4, gather_slices) == 144, "offsetof(zero_plugin_table_v4, gather_slices)");
+_Static_assert(offsetof(zero_plugin_table_v4, release_slices) == 152, "offsetof(zero_plugin_table_v4, release_slices)");
+_Static_assert(offsetof(zero_plugin_table_v4, write_params) == 160, "offsetof(zero_plugin_table_v4, write_params)");
 
 /* zero_slice_ref (1.7) */
 _Static_assert(sizeof(zero_slice_ref) == 16, "sizeof(zero_slice_ref)");
