@@ -29,9 +29,7 @@
 
 #define PIECE ((size_t)64 << 20) /* scratch per plugin call; a larger param goes alone */
 
-static size_t bytes_of(const struct zero_param *p) {
-    return (size_t)p->info.numel * zero__dtype_size(p->info.dtype);
-}
+static size_t bytes_of(const struct zero_param *p) { return (size_t)p->info.numel * zero__dtype_size(p->info.dtype); }
 
 /* The communicator over which p is replicated in the data-parallel sense:
  * its expert group's expert-data-parallel ranks, else `world` (this
@@ -53,10 +51,12 @@ static uint64_t list_hash(const struct zero_engine *e, zero_param *const *params
         const struct zero_param *p = params[i];
         if (!p->info.numel || group_of(e, p) != g) continue;
         const unsigned char *s = (const unsigned char *)p->name;
-        for (; *s; s++) h = (h ^ *s) * 0x100000001b3ULL;
+        for (; *s; s++)
+            h = (h ^ *s) * 0x100000001b3ULL;
         const uint64_t tail[2] = {p->info.numel, (uint64_t)p->info.dtype + 1};
         const unsigned char *t = (const unsigned char *)tail;
-        for (size_t k = 0; k < sizeof tail; k++) h = (h ^ t[k]) * 0x100000001b3ULL;
+        for (size_t k = 0; k < sizeof tail; k++)
+            h = (h ^ t[k]) * 0x100000001b3ULL;
         count++;
     }
     return h ^ count;
@@ -73,12 +73,13 @@ static zero_status same_everywhere(zero_comm *comm, uint64_t h, int *same) {
 }
 
 /* This rank's own objections, first-hand (the message is the last error). */
-static zero_status check_local(struct zero_engine *e, zero_param *const *params, const void *const *values,
-                               size_t n, int root) {
+static zero_status check_local(struct zero_engine *e, zero_param *const *params, const void *const *values, size_t n,
+                               int root) {
     const char *plugin = e->plugin.table && e->plugin.table->name ? e->plugin.table->name : "?";
     if (!e->params_frozen)
-        return zero__error(e, ZERO_ERR_STATE, "zero_params_write before zero_params_done (initial values are "
-                                              "zero_param_desc.data)");
+        return zero__error(e, ZERO_ERR_STATE,
+                           "zero_params_write before zero_params_done (initial values are "
+                           "zero_param_desc.data)");
     if (!e->plugin.table->write_params) {
         char why[120];
         if (e->plugin.table->abi_minor < 8)
@@ -98,8 +99,10 @@ static zero_status check_local(struct zero_engine *e, zero_param *const *params,
     for (size_t i = 0; i < n && s == ZERO_OK; i++) {
         const struct zero_param *p = params[i];
         if (!zero__param_valid(e, p) || p->magic != ZERO__PARAM_MAGIC) {
-            s = zero__error(e, ZERO_ERR_INVALID_ARGUMENT, "zero_params_write: params[%zu] (%p) is not a parameter "
-                            "of this engine", i, (const void *)p);
+            s = zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
+                            "zero_params_write: params[%zu] (%p) is not a parameter "
+                            "of this engine",
+                            i, (const void *)p);
             break;
         }
         if (seen[p->info.index]++) {
@@ -111,7 +114,8 @@ static zero_status check_local(struct zero_engine *e, zero_param *const *params,
         if (root < 0 || root >= size) {
             s = zero__error(e, ZERO_ERR_INVALID_ARGUMENT,
                             "zero_params_write: root %d is not a place in param '%s''s data-parallel group of %d "
-                            "rank(s)", root, p->name, size);
+                            "rank(s)",
+                            root, p->name, size);
             break;
         }
         if (p->info.numel && zero__comm_rank(comm) == root && (!values || !values[i]))
@@ -127,7 +131,8 @@ static zero_status check_local(struct zero_engine *e, zero_param *const *params,
     if (held && (e->plugin.table->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS))
         return zero__error(e, ZERO_ERR_STATE,
                            "zero_params_write: %u param(s) are gathered and not released ('%s' first); release "
-                           "them (zero_release / zero_release_slices) first", held, first);
+                           "them (zero_release / zero_release_slices) first",
+                           held, first);
     const char *reported = NULL;
     const uint32_t nrep = zero__grads_reported(e, &reported);
     if (e->micro_step || nrep)
@@ -158,7 +163,8 @@ static zero_status check_lists(struct zero_engine *e, zero_param *const *params,
 static zero_status write_piece(struct zero_engine *e, zero_param *const *ps, void *const *vals, size_t k) {
     zero_param_info **infos = malloc(k * sizeof *infos);
     if (!infos) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_params_write: out of memory");
-    for (size_t i = 0; i < k; i++) infos[i] = &ps[i]->info;
+    for (size_t i = 0; i < k; i++)
+        infos[i] = &ps[i]->info;
     zero_status s = e->plugin.table->write_params(e->pstate, infos, k, (const void *const *)vals);
     free(infos);
     return s;
@@ -174,7 +180,8 @@ static zero_status write_group(struct zero_engine *e, zero_param *const *params,
     const int is_root = zero__comm_rank(comm) == root;
     zero_param **ps = malloc((n ? n : 1) * sizeof *ps);
     void **vals = malloc((n ? n : 1) * sizeof *vals);
-    zero_status first = ps && vals ? ZERO_OK : zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_params_write: out of memory");
+    zero_status first =
+        ps && vals ? ZERO_OK : zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_params_write: out of memory");
     size_t i = 0;
     while (ps && vals && i < n) {
         /* the next piece: params of group g up to PIECE bytes (at least one) */

@@ -21,7 +21,10 @@
  *  - expert groups (stage1, stage2, offload; even world sizes >= 4): an
  *    expert is written from place 0 of its own expert-data-parallel group,
  *    each group with its own values, and the three plugins end bitwise
- *    equal. */
+ *    equal;
+ *  - stage1-pp over two pipeline stages (even world sizes >= 4): each
+ *    stage writes its own params from a place of its own data-parallel
+ *    group, and a stage whose ranks disagree fails every rank. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,7 +104,8 @@ static zero_status gather_raw(const run_spec *r, zero_engine *e, zero_param *p, 
 /* Every param's values, one after another (and the host-owned array). */
 static size_t total_numel(void) {
     size_t t = HOST_N;
-    for (int i = 0; i < NP; i++) t += SIZES[i];
+    for (int i = 0; i < NP; i++)
+        t += SIZES[i];
     return t;
 }
 static void snapshot(const run_spec *r, model *m, unsigned char *out) {
@@ -133,7 +137,8 @@ static int build(const run_spec *r, model *m) {
     }
     for (int i = 0; i < NP; i++) {
         m->init[i] = malloc(SIZES[i] * esize(r));
-        for (uint64_t k = 0; k < SIZES[i]; k++) put(r, m->init[i], k, value(i, k, 0, color_of(r, i)));
+        for (uint64_t k = 0; k < SIZES[i]; k++)
+            put(r, m->init[i], k, value(i, k, 0, color_of(r, i)));
         zero_param_desc d = ZERO_PARAM_DESC_INIT;
         d.name = NAMES[i];
         d.data = m->init[i];
@@ -144,7 +149,8 @@ static int build(const run_spec *r, model *m) {
     }
     { /* host-owned below stage 3 (stage 3 cannot: it keeps no full copy), a plain param at stage 3 */
         m->host_data = malloc(HOST_N * esize(r));
-        for (uint64_t k = 0; k < HOST_N; k++) put(r, m->host_data, k, value(9, k, 0, 0));
+        for (uint64_t k = 0; k < HOST_N; k++)
+            put(r, m->host_data, k, value(9, k, 0, 0));
         zero_param_desc d = ZERO_PARAM_DESC_INIT;
         d.name = "host_owned";
         d.data = m->host_data;
@@ -160,7 +166,8 @@ static int build(const run_spec *r, model *m) {
 
 static void destroy(model *m) {
     zero_engine_destroy(m->e);
-    for (int i = 0; i < NP; i++) free(m->init[i]);
+    for (int i = 0; i < NP; i++)
+        free(m->init[i]);
     free(m->host_data);
 }
 
@@ -171,7 +178,8 @@ static void backward(const run_spec *r, model *m, int step) {
     zero_param *all[NP + 1];
     uint64_t n[NP + 1];
     int np = 0;
-    for (int i = 0; i < NP; i++) all[np] = m->p[i], n[np++] = SIZES[i];
+    for (int i = 0; i < NP; i++)
+        all[np] = m->p[i], n[np++] = SIZES[i];
     all[np] = m->host, n[np++] = HOST_N;
     for (int i = np - 1; i >= 0; i--) {
         unsigned char w[4 * 899];
@@ -207,7 +215,8 @@ static void expect_refused(const run_spec *r, model *m, zero_param *const *ps, c
     snapshot(r, m, before);
     zero_status s = zero_params_write(m->e, ps, vals, n, root);
     const char *msg = zero_last_error(m->e);
-    CHECK(s == want, "%s %s: got %s, want %s: %s", r->plugin, what, zero_status_string(s), zero_status_string(want), msg);
+    CHECK(s == want, "%s %s: got %s, want %s: %s", r->plugin, what, zero_status_string(s), zero_status_string(want),
+          msg);
     if (text) CHECK(strstr(msg, text) != NULL, "%s %s: the message lacks '%s': %s", r->plugin, what, text, msg);
     CHECK(strstr(msg, "zero_params_write") != NULL, "%s %s: the message does not name the call: %s", r->plugin, what,
           msg);
@@ -260,7 +269,8 @@ static unsigned char *run(const run_spec *r) {
     for (size_t i = 0; i < nw; i++) {
         vals[i] = malloc(wn[i] * esize(r));
         const int pid = i < 3 ? WRITTEN[i] : 9;
-        for (uint64_t k = 0; k < wn[i]; k++) put(r, vals[i], k, value(pid, k, 7, i < 3 ? color_of(r, pid) : 0));
+        for (uint64_t k = 0; k < wn[i]; k++)
+            put(r, vals[i], k, value(pid, k, 7, i < 3 ? color_of(r, pid) : 0));
     }
     if (r->refusals) refusals(r, &m, vals);
     snapshot(r, &m, before);
@@ -268,13 +278,13 @@ static unsigned char *run(const run_spec *r) {
         zero_param *all[NP + 1];
         void *cur[NP + 1];
         size_t off = 0, na = 0;
-        for (int i = 0; i < NP; i++) all[na] = m.p[i], cur[na++] = before + off, off += SIZES[i] * esize(r);
+        for (int i = 0; i < NP; i++)
+            all[na] = m.p[i], cur[na++] = before + off, off += SIZES[i] * esize(r);
         all[na] = m.host, cur[na++] = before + off;
         zero_status s = zero_params_write(m.e, all, is_root(r) ? (const void *const *)cur : NULL, na, root_for(r));
         CHECK(s == ZERO_OK, "%s write current: %s", r->plugin, zero_last_error(m.e));
     } else if (r->write == 1) {
-        zero_status s =
-            zero_params_write(m.e, w, is_root(r) ? (const void *const *)vals : NULL, nw, root_for(r));
+        zero_status s = zero_params_write(m.e, w, is_root(r) ? (const void *const *)vals : NULL, nw, root_for(r));
         CHECK(s == ZERO_OK, "%s write: %s", r->plugin, zero_last_error(m.e));
         snapshot(r, &m, after);
         size_t off = 0;
@@ -286,7 +296,8 @@ static unsigned char *run(const run_spec *r) {
             if (wi >= 0) {
                 /* the values of the root of this rank's group: experts by color */
                 void *want = malloc(b);
-                for (uint64_t k = 0; k < SIZES[i]; k++) put(r, want, k, value(i, k, 7, color_of(r, i)));
+                for (uint64_t k = 0; k < SIZES[i]; k++)
+                    put(r, want, k, value(i, k, 7, color_of(r, i)));
                 CHECK(!memcmp(after + off, want, b), "%s%s rank %d: '%s' is not the written values", r->plugin,
                       r->bf16 ? " bf16" : "", rank_, NAMES[i]);
                 free(want);
@@ -296,8 +307,8 @@ static unsigned char *run(const run_spec *r) {
             }
             off += b;
         }
-        CHECK(!memcmp(after + off, vals[3], HOST_N * esize(r)), "%s rank %d: libzero's copy of 'host_owned'",
-              r->plugin, rank_);
+        CHECK(!memcmp(after + off, vals[3], HOST_N * esize(r)), "%s rank %d: libzero's copy of 'host_owned'", r->plugin,
+              rank_);
         if (r->stage < 3)
             CHECK(!memcmp(m.host_data, vals[3], HOST_N * esize(r)), "%s rank %d: the host-owned array was not written",
                   r->plugin, rank_);
@@ -305,7 +316,8 @@ static unsigned char *run(const run_spec *r) {
     train(r, &m, STEPS, STEPS);
     unsigned char *final = calloc(1, bytes);
     snapshot(r, &m, final);
-    for (size_t i = 0; i < 4; i++) free(vals[i]);
+    for (size_t i = 0; i < 4; i++)
+        free(vals[i]);
     free(before);
     free(after);
     destroy(&m);
@@ -315,6 +327,119 @@ static unsigned char *run(const run_spec *r) {
 static void compare(const char *what, const run_spec *r, const unsigned char *got, const unsigned char *want) {
     const size_t bytes = total_numel() * esize(r);
     CHECK(got && want && !memcmp(got, want, bytes), "%s%s rank %d: %s", r->plugin, r->bf16 ? " bf16" : "", rank_, what);
+}
+
+/* stage1-pp over two pipeline stages (global rank = stage * dp + place):
+ * each stage holds its own params (the even ones, the odd ones) and
+ * writes them from the last place of its own data-parallel group; the
+ * ranks of one stage end equal, and a stage whose ranks pass different
+ * lists fails every rank of the job. */
+static void pipeline_case(int bf16) {
+    const int dp = world_ / 2, stage = rank_ / dp, place = rank_ % dp;
+    const run_spec r = {"stage1-pp", NULL, 1, bf16, 1, 0, 0};
+    char cfg[600], err[600] = "";
+    snprintf(
+        cfg, sizeof cfg,
+        "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}, "
+        "\"bf16\": {\"enabled\": %s}, \"zero_optimization\": {\"stage\": 1}, \"pipeline\": {\"stages\": 2}}",
+        bf16 ? "true" : "false");
+    zero_engine *e = NULL;
+    if (th_engine_create(cfg, NULL, 0, NULL, NULL, &e, err, sizeof err) != ZERO_OK) {
+        CHECK(0, "pipeline: %s", err);
+        return;
+    }
+    CHECK_EQ_INT(zero_pipeline_stage(e), stage);
+    zero_param *p[NP] = {0};
+    void *init[NP] = {0};
+    int mine[NP], nmine = 0;
+    for (int i = 0; i < NP; i++) {
+        if (i % 2 != stage) continue;
+        mine[nmine++] = i;
+        init[i] = malloc(SIZES[i] * esize(&r));
+        for (uint64_t k = 0; k < SIZES[i]; k++)
+            put(&r, init[i], k, value(i, k, 0, 0));
+        zero_param_desc d = ZERO_PARAM_DESC_INIT;
+        d.name = NAMES[i];
+        d.data = init[i];
+        d.numel = SIZES[i];
+        d.dtype = bf16 ? ZERO_DTYPE_BF16 : ZERO_DTYPE_F32;
+        CHECK_EQ_INT(zero_register_param(e, &d, &p[i]), ZERO_OK);
+    }
+    zero_status s = zero_params_done(e);
+    CHECK(s == ZERO_OK, "pipeline params_done: %s", zero_last_error(e));
+    for (int t = 0; s == ZERO_OK && t < 2 * STEPS; t++) {
+        if (t == STEPS) { /* the write, after two steps */
+            zero_param *w[NP];
+            void *vals[NP];
+            size_t nw = 0;
+            for (int q = 0; q < 3; q++) {
+                const int i = WRITTEN[q];
+                if (i % 2 != stage) continue;
+                w[nw] = p[i];
+                vals[nw] = malloc(SIZES[i] * esize(&r));
+                for (uint64_t k = 0; k < SIZES[i]; k++)
+                    put(&r, vals[nw], k, value(i, k, 7, 0));
+                nw++;
+            }
+            const int root = dp - 1;
+            /* stage 1's first place leaves its last param out: every rank of the job refuses */
+            const size_t short_n = stage == 1 && place == 0 ? nw - 1 : nw;
+            s = zero_params_write(e, w, place == root ? (const void *const *)vals : NULL, short_n, root);
+            CHECK(s == ZERO_ERR_MISMATCH, "pipeline: a stage's different lists: %s: %s", zero_status_string(s),
+                  zero_last_error(e));
+            unsigned char before[NP][4 * 899];
+            for (int q = 0; q < nmine; q++)
+                CHECK_EQ_INT(gather_raw(&r, e, p[mine[q]], SIZES[mine[q]], before[q]), ZERO_OK);
+            s = zero_params_write(e, w, place == root ? (const void *const *)vals : NULL, nw, root);
+            CHECK(s == ZERO_OK, "pipeline write: %s", zero_last_error(e));
+            for (int q = 0; q < nmine; q++) {
+                const int i = mine[q];
+                unsigned char got[4 * 899];
+                CHECK_EQ_INT(gather_raw(&r, e, p[i], SIZES[i], got), ZERO_OK);
+                int wi = -1;
+                for (size_t k = 0; k < nw; k++)
+                    if (w[k] == p[i]) wi = (int)k;
+                CHECK(!memcmp(got, wi >= 0 ? vals[wi] : before[q], SIZES[i] * esize(&r)), "pipeline%s rank %d: '%s' %s",
+                      bf16 ? " bf16" : "", rank_, NAMES[i],
+                      wi >= 0 ? "is not the written values" : "changed without being written");
+            }
+            for (size_t k = 0; k < nw; k++)
+                free(vals[k]);
+        }
+        for (int q = nmine - 1; q >= 0; q--) {
+            const int i = mine[q];
+            unsigned char w[4 * 899];
+            CHECK_EQ_INT(gather_raw(&r, e, p[i], SIZES[i], w), ZERO_OK);
+            void *g = NULL;
+            CHECK_EQ_INT(zero_grad_buffer(e, p[i], &g), ZERO_OK);
+            for (uint64_t k = 0; g && k < SIZES[i]; k++)
+                put(&r, g, k,
+                    get(&r, g, k) + 0.05f * get(&r, w, k) +
+                        0.01f * (float)th_u11(((uint64_t)t << 48) ^ ((uint64_t)place << 32) ^ k));
+            CHECK_EQ_INT(zero_on_grad_ready(e, p[i], NULL), ZERO_OK);
+        }
+        zero_step_result res = ZERO_STEP_RESULT_INIT;
+        s = zero_step(e, NULL, &res);
+        CHECK(s == ZERO_OK, "pipeline step %d: %s", t, zero_last_error(e));
+    }
+    /* the ranks of a stage end with one model: the hash of its values, max and min over the stage */
+    uint64_t h = 1469598103934665603ULL;
+    for (int q = 0; q < nmine; q++) {
+        unsigned char got[4 * 899];
+        CHECK_EQ_INT(gather_raw(&r, e, p[mine[q]], SIZES[mine[q]], got), ZERO_OK);
+        for (size_t k = 0; k < SIZES[mine[q]] * esize(&r); k++)
+            h = (h ^ got[k]) * 1099511628211ULL;
+    }
+    MPI_Comm sc;
+    MPI_Comm_split(MPI_COMM_WORLD, stage, place, &sc);
+    unsigned long long hv[2] = {h, ~h}, mx[2];
+    MPI_Allreduce(hv, mx, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, sc);
+    CHECK(mx[0] == h && mx[1] == ~h, "pipeline%s rank %d: the ranks of stage %d differ", bf16 ? " bf16" : "", rank_,
+          stage);
+    MPI_Comm_free(&sc);
+    zero_engine_destroy(e);
+    for (int i = 0; i < NP; i++)
+        free(init[i]);
 }
 
 int main(int argc, char **argv) {
@@ -334,8 +459,8 @@ int main(int argc, char **argv) {
         {"stage3", NULL, 3, 0, 0, 0, 0},
         {"offload", "\"offload_optimizer\": {\"device\": \"cpu\"}", 2, 0, 0, 0, 0},
         {"stage3", "\"offload_optimizer\": {\"device\": \"cpu\"}", 3, 0, 0, 0, 0},
-        {"stage3", "\"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}", 3, 0, 0,
-         0, 0},
+        {"stage3", "\"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}", 3, 0, 0, 0,
+         0},
         {"stage3", opt_nvme, 3, 0, 0, 0, 0},
         {"stage3", both_nvme, 3, 0, 0, 0, 0},
     };
@@ -375,8 +500,9 @@ int main(int argc, char **argv) {
         for (int bf16 = 0; bf16 <= 1; bf16++) {
             unsigned char *ref = NULL;
             for (int i = 0; i < 3; i++) {
-                run_spec r = {ex[i], i == 2 ? "\"offload_optimizer\": {\"device\": \"cpu\"}" : NULL, i == 0 ? 1 : 2,
-                              bf16, 1, 0, 1};
+                run_spec r = {
+                    ex[i], i == 2 ? "\"offload_optimizer\": {\"device\": \"cpu\"}" : NULL, i == 0 ? 1 : 2, bf16, 1, 0,
+                    1};
                 unsigned char *got = run(&r);
                 if (!ref)
                     ref = got;
@@ -388,6 +514,9 @@ int main(int argc, char **argv) {
             free(ref);
         }
     }
+    if (world_ % 2 == 0 && world_ >= 4)
+        for (int bf16 = 0; bf16 <= 1; bf16++)
+            pipeline_case(bf16);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank_ == 0) th_remove_dir(nvme);
     return check_mpi_finish();
