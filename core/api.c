@@ -377,6 +377,7 @@ zero_status zero_engine_create(const zero_engine_options *user_opts, zero_engine
 
 void zero_engine_destroy(zero_engine *e) {
     if (!e) return;
+    zero__params_write_release(e);
     if (e->plugin.table && e->pstate) {
         if (e->plugin.table->sync) e->plugin.table->sync(e->pstate);
         e->plugin.table->destroy(e->pstate);
@@ -1223,6 +1224,7 @@ zero_status zero_on_slice_ready(zero_engine *e, zero_param *p, uint32_t layer, v
 zero_status zero_step(zero_engine *e, const zero_step_args *args, zero_step_result *result) {
     int taken = 0;
     if (!e) return step_impl(e, args, result, &taken);
+    zero__params_write_release(e); /* (1.10) a burst of writes is over */
     zero__timing_step_begin(e);
     zero_status s = step_impl(e, args, result, &taken);
     zero__timing_step_end(e);

@@ -188,6 +188,10 @@ struct zero_engine {
     int tracing;
     /* (1.3) where the time of each step goes (step_timing.h) */
     zero__timing timing;
+    /* (1.10) zero_params_write's broadcast scratch, kept until the next
+     * zero_step (params_write.c); NULL / 0 when none.  Engine thread. */
+    char *pw_scratch;
+    size_t pw_scratch_bytes;
 };
 _Static_assert(offsetof(struct zero_engine, head) == 0, "base/owner.h: the head comes first");
 _Static_assert(sizeof(((struct zero_engine *)0)->last_error) <= 8192, "base/log.c copies at most 8192 bytes");

@@ -13,8 +13,9 @@
  *
  * Cost: the written bytes broadcast once (in pieces of at most PIECE bytes
  * of scratch, or one param when it is larger), and two all-reduces of a
- * few doubles over the job plus one over each data-parallel group that
- * has params (the list check).  Engine thread only. */
+ * few doubles over the job plus one over each data-parallel group (the
+ * list check); bench/params_write compares it with one MPI_Bcast of the
+ * same bytes.  Engine thread only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,26 @@ static zero_status check_lists(struct zero_engine *e, zero_param *const *params,
     return s;
 }
 
+/* The broadcast scratch, at least `bytes`, in the device tier (what the
+ * plugin and the engine's communicator take: device memory on a CUDA
+ * engine).  Kept between the calls of a burst (a host writes module by
+ * module, as DeepSpeed's GatheredParameters is used): a fresh buffer costs
+ * its page faults, as much again as the copy into it, so it stays until
+ * the next zero_step or the engine's end (zero__params_write_release). */
+static char *scratch_for(struct zero_engine *e, size_t bytes) {
+    if (e->pw_scratch && e->pw_scratch_bytes >= bytes) return e->pw_scratch;
+    zero__params_write_release(e);
+    e->pw_scratch = zero__mem_alloc(e->mem, ZERO_TIER_DEVICE, ZERO_MEM_OTHER, bytes);
+    e->pw_scratch_bytes = e->pw_scratch ? bytes : 0;
+    return e->pw_scratch;
+}
+
+void zero__params_write_release(struct zero_engine *e) {
+    if (e->pw_scratch) zero__mem_free(e->mem, e->pw_scratch);
+    e->pw_scratch = NULL;
+    e->pw_scratch_bytes = 0;
+}
+
 /* Hand the plugin params[0..k) (one group) with their broadcast values. */
 static zero_status write_piece(struct zero_engine *e, zero_param *const *ps, void *const *vals, size_t k) {
     zero_param_info **infos = malloc(k * sizeof *infos);
@@ -197,8 +218,7 @@ static zero_status write_group(struct zero_engine *e, zero_param *const *params,
         }
         i = j;
         if (!k) break;
-        /* device tier: what the plugin and the engine's communicator take (device memory on a CUDA engine) */
-        char *scratch = zero__mem_alloc(e->mem, ZERO_TIER_DEVICE, ZERO_MEM_OTHER, bytes);
+        char *scratch = scratch_for(e, bytes);
         zero_status s = scratch ? ZERO_OK
                                 : zero__error(e, ZERO_ERR_OUT_OF_MEMORY,
                                               "zero_params_write: no memory for %zu bytes of values", bytes);
@@ -216,7 +236,6 @@ static zero_status write_group(struct zero_engine *e, zero_param *const *params,
         }
         if (s == ZERO_OK && first == ZERO_OK) s = write_piece(e, ps, vals, k);
         if (first == ZERO_OK) first = s;
-        zero__mem_free(e->mem, scratch);
         if (!scratch) break; /* a rank without scratch cannot follow the pieces: the timeout ends the others */
     }
     free(ps);

@@ -15,4 +15,9 @@
 zero_status zero__params_write(struct zero_engine *e, zero_param *const *params, const void *const *values, size_t n,
                                int root, int *wrote);
 
+/* Free the broadcast scratch zero_params_write keeps between the calls of
+ * a burst (accounted as ZERO_MEM_OTHER until then): zero_step and
+ * zero_engine_destroy call it.  Engine thread. */
+void zero__params_write_release(struct zero_engine *e);
+
 #endif
