@@ -578,16 +578,22 @@ ZERO_API zero_status zero_param_storage(zero_engine *e, zero_param *p, void **da
  * data-parallel group pass the same params in the same order (n may be 0
  * on a rank with nothing to write).  Verified before anything is written,
  * with the same verdict on every rank: ranks whose lists differ
- * (ZERO_ERR_MISMATCH, naming the first difference), a root outside a
+ * (ZERO_ERR_MISMATCH, naming this rank's list), a root outside a
  * group, NULL values on a root, a param given twice or not this engine's
  * (ZERO_ERR_INVALID_ARGUMENT), a gradient reported in the current
  * accumulation window or a param held by zero_gather / zero_gather_slices
  * (ZERO_ERR_STATE: write between windows, with everything released), a
  * plugin without the entry (ZERO_ERR_UNSUPPORTED, naming it).  Then
- * nothing was written anywhere.  Costs one broadcast of the written bytes
- * and three small all-reduces; stage 3 with NVMe offload also reads and
- * rewrites its tile files.  params and values are borrowed for the call.
- * Engine thread, between micro-batches; not during zero_step. */
+ * nothing was written anywhere; a rank that refused says why, the others
+ * name it.  A failure while writing (an NVMe tile's I/O) is reported on
+ * every rank, and the written params may then differ between ranks.
+ * Costs one broadcast of the written bytes (through device-tier scratch of
+ * up to 64 MiB, or the largest param, kept as ZERO_MEM_OTHER until the
+ * next zero_step so that a burst of writes reuses it), two small
+ * all-reduces over the job and one over each data-parallel group; stage
+ * 3 with NVMe offload also reads and rewrites its tile files.  params and
+ * values are borrowed for the call.  Engine thread, between micro-batches;
+ * not during zero_step. */
 ZERO_API zero_status zero_params_write(zero_engine *e, zero_param *const *params, const void *const *values,
                                        size_t n, int root);
 
