@@ -30,7 +30,9 @@ static zero_status write_master(zero__s3 *s, uint64_t part_lo, const void *src, 
         svc->convert(s->c, s->master + part_lo, ZERO_DTYPE_F32, src, s->dtype, (size_t)n);
         return ZERO_OK;
     }
-    const size_t need = (size_t)n * (s->esize + sizeof(float));
+    /* one host block: the model-dtype piece, then (NVMe) its fp32 widening, 4-byte aligned */
+    const size_t at = ((size_t)n * s->esize + sizeof(float) - 1) / sizeof(float) * sizeof(float);
+    const size_t need = at + (size_t)n * sizeof(float);
     if (need > *tmp_bytes) {
         void *t = realloc(*tmp, need);
         if (!t) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: no host memory to write a parameter");
@@ -38,7 +40,7 @@ static zero_status write_master(zero__s3 *s, uint64_t part_lo, const void *src, 
         *tmp_bytes = need;
     }
     char *raw = *tmp;
-    float *wide = (float *)(raw + (((size_t)n * s->esize + sizeof(float) - 1) / sizeof(float)) * sizeof(float));
+    float *wide = (float *)(raw + at);
     svc->mem_copy(s->c, raw, src, (size_t)n * s->esize);
     if (s->master) { /* host tier */
         svc->convert(s->c, s->master + part_lo, ZERO_DTYPE_F32, raw, s->dtype, (size_t)n);
