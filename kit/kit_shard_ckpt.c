@@ -1,8 +1,9 @@
 /* A partition-indexed shard's checkpoint that reshards (zero_kit_glue.h,
  * zero_kit_shard_ckpt): the model state through the core's ckpt_shard,
  * so another world size or plugin can read it range by range, plus the
- * blobs only a native load reads.  Used by MiCS and ZeRO++; stage 3 does
- * the same in plugins/stage3/stage3_plugin.c with its offload tiers. */
+ * blobs only a native load reads; and the same shard's write_params
+ * (zero_kit_shard_write).  Used by MiCS and ZeRO++; stage 3 does the same
+ * in plugins/stage3/stage3_plugin.c with its offload tiers. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,4 +48,32 @@ zero_status zero_kit_shard_ckpt(const zero_services *svc, const char *dir, const
     if (sep) b[n++] = (zero_kit_blob){"params", sc->params, (size_t)sc->numel * zero_kit_dtype_size(sc->dtype)};
     if (sc->acc) b[n++] = (zero_kit_blob){"acc", sc->acc, sc->acc_bytes};
     return zero_kit_blobs_io(svc, dir, prefix, b, n, write);
+}
+
+/* (plugin ABI 1.8) The written values into the shard's pieces of each
+ * param, and widened into the fp32 master of a 16-bit shard; the values and
+ * the shard are both device tier, so convert reads them on one side. */
+zero_status zero_kit_shard_write(const zero_services *svc, const zero_kit_shard_ckpt_spec *sc,
+                                 zero_param_info *const *params, size_t n, const void *const *values) {
+    zero_core *c = svc->core;
+    const size_t es = zero_kit_dtype_size(sc->dtype);
+    const int sep = (void *)sc->master != sc->params; /* a 16-bit shard besides its fp32 master */
+    for (size_t i = 0; i < n; i++) /* checked first: a refusal writes nothing */
+        if (params[i]->dtype != sc->dtype)
+            return svc->error(c, ZERO_ERR_INVALID_ARGUMENT, "write_params: param '%s' is not in the model dtype",
+                              params[i]->name);
+    for (size_t i = 0; i < n; i++) {
+        const zero_param_info *p = params[i];
+        const uint64_t lo = p->flat_offset, hi = lo + p->numel;
+        for (uint32_t r = 0; r < sc->nranges; r++) {
+            const zero_owned_range *o = &sc->ranges[r];
+            const uint64_t a = lo > o->flat_lo ? lo : o->flat_lo, b = hi < o->flat_hi ? hi : o->flat_hi;
+            if (a >= b) continue;
+            const uint64_t at = o->part_lo + (a - o->flat_lo);
+            const char *src = (const char *)values[i] + (size_t)(a - lo) * es;
+            svc->mem_copy(c, (char *)sc->params + (size_t)at * es, src, (size_t)(b - a) * es);
+            if (sep) svc->convert(c, sc->master + at, ZERO_DTYPE_F32, src, sc->dtype, (size_t)(b - a));
+        }
+    }
+    return ZERO_OK;
 }

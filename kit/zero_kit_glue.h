@@ -281,6 +281,26 @@ typedef struct zero_kit_shard_ckpt_spec {
  * zero_kit_blobs_agree.  Step thread (save / load). */
 zero_status zero_kit_shard_ckpt(const zero_services *svc, const char *dir, const char *prefix,
                                 const zero_kit_shard_ckpt_spec *sc, int write, int *resharded);
+/* (plugin ABI 1.8) write_params for a partition-indexed shard described as
+ * zero_kit_shard_ckpt's spec (ranges, dtype, params, master; the states,
+ * numel and acc are not read; params and master in the device tier, like
+ * the values): params[i]'s values (values[i], its numel elements in the
+ * model dtype, the same on every rank that holds the param) into every
+ * piece of the shard that lies in it -- each range [flat_lo, flat_hi)
+ * meeting [p->flat_offset, p->flat_offset + p->numel) -- and, for a 16-bit
+ * shard (master != params), widened into the fp32 master there exactly
+ * (svc->convert), as params_done does with init_data.  A shard whose
+ * ranges repeat world shares (MiCS's replication group blocks) gets every
+ * copy written.  Optimizer states, the accumulator and every other element
+ * stay as they are.  No communication: every rank writes its own shard
+ * from the values it was handed.  A param not in sc->dtype is
+ * ZERO_ERR_INVALID_ARGUMENT, checked before anything is written.  Gathered
+ * copies are the caller's: drop them first (zero_kit_gather_drop_all) and
+ * mark them stale after (zero_kit_gather_mark_stale), as a load does.  sc,
+ * params and values are borrowed for the call.  Step thread (the table's
+ * write_params). */
+zero_status zero_kit_shard_write(const zero_services *svc, const zero_kit_shard_ckpt_spec *sc,
+                                 zero_param_info *const *params, size_t n, const void *const *values);
 
 /* ---- planning (the table's optional `plan` entry) ------------------------ */
 

@@ -1,20 +1,17 @@
 /* template-dp: a libzero strategy written on the plugin kit -- copy, rename, change.
  * (docs/plugin-kit.md walks through every call.)
  *
- * Strategy: partitioned data parallelism.  Every rank keeps the full flat
- * parameters (model dtype: fp32, bf16 or fp16), but the fp32 master, the
- * optimizer states and the gradient only for its own share of the layout.
- * Each bucket of gradients is reduce-scattered as soon as it is complete and
- * added into this rank's partition accumulator; at the boundary the core's
- * boundary_step takes the norm, clips and steps the share, and the updated
- * shares are all-gathered.  Bitwise the same parameters as stage0 at every
- * world size (tests/kit).
+ * Strategy: partitioned data parallelism.  Every rank keeps the full flat parameters (model
+ * dtype: fp32, bf16 or fp16), but the fp32 master, the optimizer states and the gradient only
+ * for its own share of the layout.  Each bucket of gradients is reduce-scattered as soon as it
+ * is complete and added into this rank's partition accumulator; at the boundary the core's
+ * boundary_step takes the norm, clips and steps the share, and the updated shares are
+ * all-gathered.  Bitwise the same parameters as stage0 at every world size (tests/kit).
  *
- * Rules: include only the installed headers (zero_kit.h brings zero_plugin.h);
- * allocate through the kit or svc->mem_alloc; report errors with svc->error;
- * export only the table.  Threading: grad_buffer / on_grad_ready may run
- * concurrently for distinct params (the kit calls they make are safe for
- * that); everything else runs on the engine's step thread. */
+ * Rules: include only the installed headers (zero_kit.h brings zero_plugin.h); allocate
+ * through the kit or svc->mem_alloc; report errors with svc->error; export only the table.
+ * Threading: grad_buffer / on_grad_ready may run concurrently for distinct params (the kit
+ * calls they make are safe for that); everything else runs on the engine's step thread. */
 #include <stdlib.h>
 
 #include "zero_kit.h"
@@ -66,12 +63,15 @@ static zero_status tdp_step(void *state, const zero_step_ctx *ctx, zero_step_rep
     return st != ZERO_OK || !ctx->boundary ? st : zero_kit_flat_boundary(&s->f, ctx, rep);
 }
 
+/* Checkpoints, and zero_params_write: the param's slot of the flat params, widened into the owned master. */
 static zero_status tdp_save(void *state, const char *dir) {
     return zero_kit_flat_ckpt(&((tdp *)state)->f, dir, WHO, "part", 1);
 }
-
 static zero_status tdp_load(void *state, const char *dir) {
     return zero_kit_flat_load(&((tdp *)state)->f, dir, WHO, "part", NULL);
+}
+static zero_status tdp_write_params(void *state, zero_param_info *const *params, size_t n, const void *const *vals) {
+    return zero_kit_flat_write(&((tdp *)state)->f, params, n, vals);
 }
 
 static void tdp_destroy(void *state) {
@@ -95,5 +95,5 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .name = "template-dp", .description = "partitioned data parallelism on the libzero plugin kit (template)",
     .create = tdp_create, .params_done = tdp_params_done, .grad_buffer = tdp_grad_buffer,
     .on_grad_ready = tdp_on_grad_ready, .step = tdp_step, .save = tdp_save, .load = tdp_load,
-    .destroy = tdp_destroy, .plan = tdp_plan,
+    .write_params = tdp_write_params, .destroy = tdp_destroy, .plan = tdp_plan,
 };

@@ -104,6 +104,9 @@ zero_part_step mics_part_step(const mics *s);
  * plugin or shard size) */
 zero_status mics_save(void *state, const char *dir);
 zero_status mics_load(void *state, const char *dir);
+/* ... and the table's write_params (zero_params_write): the shard, every
+ * replica block, and the master; gathered copies dropped and refetched */
+zero_status mics_write_params(void *state, zero_param_info *const *params, size_t n, const void *const *values);
 
 /* mics_plan.c: the table's plan entry (formulas there and in README.md) */
 zero_status mics_plan(const zero_plan_services *ps);

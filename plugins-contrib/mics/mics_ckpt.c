@@ -1,4 +1,5 @@
-/* mics: checkpoints, which reshard (ZERO_PLUGIN_CAP_RESHARD).
+/* mics: checkpoints, which reshard (ZERO_PLUGIN_CAP_RESHARD), and
+ * write_params (at the end).
  *
  * Every rank writes its shard -- the R world shares of its replication
  * group -- through the core's ckpt_shard (zero_kit_shard_ckpt): the
@@ -17,7 +18,8 @@
  * share in the old shard (rank r is share r, block r / S_old of shard
  * r mod S_old), so the load reads the old shard into scratch and
  * all-gathers the own shares over the new replication group, as the
- * boundary step does with gradients.  Engine step thread (save / load). */
+ * boundary step does with gradients.  Engine step thread (save / load /
+ * write_params). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,6 +142,22 @@ zero_status mics_load(void *state, const char *dir) {
         zero_kit_shard_ckpt_spec sc = spec_of(s);
         st = zero_kit_blobs_agree(svc, NULL, zero_kit_shard_ckpt(svc, dir, WHO, &sc, 0, &resharded), dir, WHO);
     }
+    zero_kit_gather_mark_stale(s->gather);
+    return st;
+}
+
+/* write_params (plugin ABI 1.8, zero_params_write): the values into this
+ * rank's shard -- every block of its replication group that holds a piece
+ * of the param, so all R replicas of a share are written alike, since every
+ * rank was handed the same values -- and widened into the fp32 master of a
+ * 16-bit model (zero_kit_shard_write).  Gathered copies are dropped first
+ * and persistent ones refetched at their next use, as after a load; the
+ * optimizer states and the gradient accumulator are not touched. */
+zero_status mics_write_params(void *state, zero_param_info *const *params, size_t n, const void *const *values) {
+    mics *s = state;
+    zero_status st = zero_kit_gather_drop_all(s->gather); /* gathered values are about to be stale */
+    zero_kit_shard_ckpt_spec sc = spec_of(s);
+    if (st == ZERO_OK) st = zero_kit_shard_write(s->svc, &sc, params, n, values);
     zero_kit_gather_mark_stale(s->gather);
     return st;
 }

@@ -1,6 +1,6 @@
-/* mics: the plugin table, setup and teardown, gradient hand-in (checkpoints:
- * mics_ckpt.c; plan: mics_plan.c).  See mics.h for the partitioning and
- * README.md for what it trades. */
+/* mics: the plugin table, setup and teardown, gradient hand-in (checkpoints
+ * and write_params: mics_ckpt.c; plan: mics_plan.c).  See mics.h for the
+ * partitioning and README.md for what it trades. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +182,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .step = mics_step,
     .save = mics_save,
     .load = mics_load,
+    .write_params = mics_write_params,
     .sync = NULL,
     .destroy = mics_destroy,
     .set_phase = mics_set_phase,

@@ -418,6 +418,19 @@ static zero_status ob_load(void *state, const char *dir) {
     return ZERO_OK;
 }
 
+/* write_params (plugin ABI 1.8, zero_params_write): every rank holds the
+ * whole flat state and was handed the same values, so each writes the
+ * param's slot of the flat params and, for a bf16 model, widens it into
+ * its replicated fp32 master (zero_kit_flat_write; no communication).  The
+ * momentum, the variance and the frozen variance, the error-feedback
+ * buffers and the phase are not touched: a write in the compressed phase
+ * stays in it. */
+static zero_status ob_write_params(void *state, zero_param_info *const *params, size_t n,
+                                   const void *const *values) {
+    onebit *s = state;
+    return zero_kit_flat_write(&s->f, params, n, values);
+}
+
 static void ob_destroy(void *state) {
     onebit *s = state;
     if (!s) return;
@@ -477,6 +490,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .step = ob_step,
     .save = ob_save,
     .load = ob_load,
+    .write_params = ob_write_params,
     .destroy = ob_destroy,
     .plan = ob_plan,
 };

@@ -113,8 +113,9 @@ zero_status zpp_gather_setup(zpp *s);
 zero_status zpp_gather(void *state, zero_param_info *const *params, size_t n, void **ptrs);
 zero_status zpp_release(void *state, zero_param_info *const *params, size_t n);
 zero_status zpp_set_phase(void *state, const char *phase);
-/* The parameters changed (step, load): gathered tensors and secondary
- * chunks are stale; the next fetch of each param spans the world again. */
+/* The parameters changed (step, load, write_params): gathered tensors and
+ * secondary chunks are stale; the next fetch of each param spans the world
+ * again. */
 void zpp_params_changed(zpp *s);
 
 /* zeropp_grads.c */
@@ -142,6 +143,9 @@ void zpp_qgz_free(zpp *s);
  * plugin; error feedback reset, secondary partition rebuilt) */
 zero_status zpp_save(void *state, const char *dir);
 zero_status zpp_load(void *state, const char *dir);
+/* ... and the table's write_params (zero_params_write): the share and its
+ * master; gathered tensors and hpZ secondary chunks refetched over the world */
+zero_status zpp_write_params(void *state, zero_param_info *const *params, size_t n, const void *const *values);
 
 /* zeropp_plan.c: the table's plan entry (formulas there and in README.md) */
 zero_status zpp_plan(const zero_plan_services *ps);

@@ -1,4 +1,5 @@
-/* zeropp: checkpoints, which reshard (ZERO_PLUGIN_CAP_RESHARD).
+/* zeropp: checkpoints, which reshard (ZERO_PLUGIN_CAP_RESHARD), and
+ * write_params (at the end).
  *
  * The share is stage 3's (this rank's world share of the layout), written
  * through the core's ckpt_shard (zero_kit_shard_ckpt): a load at another
@@ -25,15 +26,15 @@
  * README.md), the same as the first step of a run.  hpZ's secondary
  * partition is derived state: it is never saved, and the first gather of
  * each parameter after a load spans the world again and rebuilds it
- * (zpp_params_changed).  Engine step thread (save / load). */
+ * (zpp_params_changed).  Engine step thread (save / load / write_params). */
 #include <string.h>
 
 #include "zeropp.h"
 
 #define WHO "zeropp"
 
-static zero_status ckpt(zpp *s, const char *dir, int write) {
-    const zero_services *svc = s->svc;
+/* The share as the kit's shard (checkpoints and write_params). */
+static zero_kit_shard_ckpt_spec spec_of(const zpp *s) {
     zero_kit_shard_ckpt_spec sc;
     memset(&sc, 0, sizeof sc);
     sc.ranges = s->mine;
@@ -46,6 +47,12 @@ static zero_status ckpt(zpp *s, const char *dir, int write) {
     sc.numel = s->part;
     sc.acc = s->acc;
     sc.acc_bytes = (size_t)s->part * s->gesize;
+    return sc;
+}
+
+static zero_status ckpt(zpp *s, const char *dir, int write) {
+    const zero_services *svc = s->svc;
+    zero_kit_shard_ckpt_spec sc = spec_of(s);
     int resharded = 0;
     zero_status st = zero_kit_shard_ckpt(svc, dir, WHO, &sc, write, &resharded);
     if (st != ZERO_OK || !s->ef) return st;
@@ -77,6 +84,23 @@ zero_status zpp_load(void *state, const char *dir) {
     zpp *s = state;
     zero_status st = zero_kit_gather_drop_all(s->gather); /* gathered values are about to be stale */
     st = zero_kit_blobs_agree(s->svc, NULL, st == ZERO_OK ? ckpt(s, dir, 0) : st, dir, WHO);
+    zpp_params_changed(s); /* gathered tensors and secondary chunks: refetched over the world */
+    return st;
+}
+
+/* write_params (plugin ABI 1.8, zero_params_write): the values into this
+ * rank's world share and, for a 16-bit model, widened into its fp32 master
+ * (zero_kit_shard_write).  Every copy derived from the share is refreshed
+ * as after a load: gathered tensors are dropped (persistent ones refetched
+ * at their next use) and the hpZ secondary chunks invalidated, so the next
+ * gather of each param spans the world again (qwZ: quantized from the new
+ * share, as after a step) and rebuilds them.  The optimizer states, the
+ * gradient accumulator and qgZ's error feedback are not touched. */
+zero_status zpp_write_params(void *state, zero_param_info *const *params, size_t n, const void *const *values) {
+    zpp *s = state;
+    zero_status st = zero_kit_gather_drop_all(s->gather); /* gathered values are about to be stale */
+    zero_kit_shard_ckpt_spec sc = spec_of(s);
+    if (st == ZERO_OK) st = zero_kit_shard_write(s->svc, &sc, params, n, values);
     zpp_params_changed(s); /* gathered tensors and secondary chunks: refetched over the world */
     return st;
 }

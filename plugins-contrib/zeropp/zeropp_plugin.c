@@ -1,5 +1,5 @@
-/* zeropp: the plugin table, configuration, setup and teardown (checkpoints:
- * zeropp_ckpt.c; plan: zeropp_plan.c).
+/* zeropp: the plugin table, configuration, setup and teardown (checkpoints
+ * and write_params: zeropp_ckpt.c; plan: zeropp_plan.c).
  * See zeropp.h for the strategy and README.md for what it trades. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,6 +203,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     .step = zpp_step,
     .save = zpp_save,
     .load = zpp_load,
+    .write_params = zpp_write_params,
     .sync = NULL,
     .destroy = zpp_destroy,
     .set_phase = zpp_set_phase,
