@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/bf16.h"
 #include "../common/host_util.h"
 #include "../common/mpi_check.h"
 
@@ -55,24 +56,12 @@ typedef struct run_spec {
 
 static size_t esize(const run_spec *r) { return r->bf16 ? 2 : 4; }
 
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even (finite values only here) */
-    return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 static float get(const run_spec *r, const void *a, uint64_t k) {
-    return r->bf16 ? from_bf16(((const uint16_t *)a)[k]) : ((const float *)a)[k];
+    return r->bf16 ? th_from_bf16(((const uint16_t *)a)[k]) : ((const float *)a)[k];
 }
 static void put(const run_spec *r, void *a, uint64_t k, float v) {
     if (r->bf16)
-        ((uint16_t *)a)[k] = to_bf16(v);
+        ((uint16_t *)a)[k] = th_to_bf16(v);
     else
         ((float *)a)[k] = v;
 }
