@@ -380,7 +380,42 @@ typedef struct run_opts {
     int offload_param; /* stage 3: offload_param cpu, pin_memory (the shard in the host tier; with `offload`) */
     int rank_init;   /* (1.7.3) ranks other than 0 register other initial values: every rank must take rank 0's
                         (read from "device memory" where dev_params), so training equals the CPU run's without */
+    int write;       /* (1.10) zero_params_write of p1 and p3 after the first window, from the last rank (values in
+                        "device memory" where dev_params): gathered at once, then trained on like the CPU run's */
 } run_opts;
+
+/* (1.10) The write of run_opts.write: p1 and p3 from the last rank, their
+ * values a function of the element (the model dtype), given from "device
+ * memory" (dev_params) or host memory; the ranks read them back at once. */
+static zero_status write_two(const run_opts *ro, zero_engine *e, zero_param **h) {
+    const int ids[2] = {1, 3};
+    const size_t es = ro->bf16 ? 2 : 4;
+    void *vals[2] = {NULL, NULL};
+    zero_param *ps[2] = {h[1], h[3]};
+    for (int q = 0; q < 2; q++) {
+        vals[q] = malloc(sizes[ids[q]] * es);
+        for (size_t i = 0; i < sizes[ids[q]]; i++) {
+            const float v = 0.125f * (float)((i * 7 + (size_t)ids[q]) % 23) - 1.0f;
+            if (ro->bf16)
+                ((uint16_t *)vals[q])[i] = th_to_bf16(v);
+            else
+                ((float *)vals[q])[i] = v;
+        }
+    }
+    const void *given[2] = {ro->dev_params ? fake(vals[0]) : vals[0], ro->dev_params ? fake(vals[1]) : vals[1]};
+    zero_status s = zero_params_write(e, ps, rank_ == world_ - 1 ? given : NULL, 2, world_ - 1);
+    CHECK(s == ZERO_OK, "%s dev=%d: zero_params_write: %s", ro->plugin, ro->device, zero_last_error(e));
+    void *ptrs[2];
+    if (s == ZERO_OK && (s = zero_gather(e, ps, 2, ptrs)) == ZERO_OK) {
+        for (int q = 0; q < 2; q++)
+            CHECK(!memcmp(real(ptrs[q]), vals[q], sizes[ids[q]] * es), "%s dev=%d: p%d after zero_params_write",
+                  ro->plugin, ro->device, ids[q]);
+        zero_release(e, ps, 2);
+    }
+    free(vals[0]);
+    free(vals[1]);
+    return s;
+}
 
 
 /* Create an engine and register the model (initial values read at
@@ -477,6 +512,7 @@ static void *train(const run_opts *ro, size_t *total) {
             before0 = atomic_load(&g_ops[OP_BEFORE]);
             ready_calls = syncs = releases = steps = 0;
         }
+        if (ro->write && gm == GAS && (s = write_two(ro, e, h)) != ZERO_OK) break;
         void *ptrs[NP];
         if ((s = zero_gather(e, h, NP, ptrs)) != ZERO_OK) break;
         /* stage 3 completes its gathers (ZERO_PLUGIN_CAP_GATHER_COMPLETE):
@@ -510,7 +546,7 @@ static void *train(const run_opts *ro, size_t *total) {
         syncs++;
         CHECK(s == ZERO_OK, "%s dev=%d: step %d: %s", ro->plugin, ro->device, gm, zero_last_error(e));
     }
-    if (ro->device) {
+    if (ro->device && !ro->write) { /* (a write's read-back gathers and releases are not counted) */
         CHECK(atomic_load(&g_ops[OP_AFTER]) - after0 == ready_calls + releases + steps,
               "%s: %ld grad-ready calls, %ld stage-3 releases and %ld steps ordered the device after the host stream "
               "%ld times",
@@ -595,11 +631,12 @@ static void check_equal(const run_opts *ro) {
               ro->plugin, d[OP_CONVERT], d[OP_SCALE]);
     CHECK(atomic_load(&g_live) == 0, "%s: %ld device blocks leaked", ro->plugin, atomic_load(&g_live));
     if (rank_ == 0 && a && b && !bad)
-        printf("%s%s%s%s%s: bitwise equal to the CPU engine; device ops: optim %ld norm batches %ld add %ld convert %ld memset %ld "
+        printf("%s%s%s%s%s%s: bitwise equal to the CPU engine; device ops: optim %ld norm batches %ld add %ld convert %ld memset %ld "
                "(async %ld) copy %ld pinned %ld\n",
                ro->plugin, ro->offload && ro->stage == 3 ? (ro->offload_param ? " offload_param+optimizer" : " offload")
                                                          : "",
-               ro->bf16 ? " bf16" : "", ro->ckpt ? " (saved and resumed in a new engine)" : "", ro->dev_params ? " (device-registered params)" : "", d[OP_OPTIM], d[OP_NORM_PIECES], d[OP_ADD],
+               ro->bf16 ? " bf16" : "", ro->ckpt ? " (saved and resumed in a new engine)" : "", ro->dev_params ? " (device-registered params)" : "",
+               ro->write ? " (zero_params_write)" : "", d[OP_OPTIM], d[OP_NORM_PIECES], d[OP_ADD],
                d[OP_CONVERT], d[OP_MEMSET], d[OP_MEMSET_ASYNC], d[OP_COPY], d[OP_HOSTALLOC]);
     free(a);
     free(b);
@@ -920,26 +957,31 @@ int main(int argc, char **argv) {
     check_no_gpu_fails_cleanly();
     zero__device_set_factory(stub_open);
     static const run_opts runs[] = {
-        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0, 0, 0, 0, 0},
-        {"stage2", 2, 1, 0, 0, 0, 0, 0, 0, 0},
-        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0, 0, 0, 0, 0},
-        {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 0, 0, 0, 0, 0}, {"offload", 2, 1, 1, 1, 0, 0, 0, 0, 0},
-        {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0},
-        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0},
-        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0}, {"stage0", 0, 1, 0, 0, 0, 1, 0, 0, 0},
-        {"stage1", 1, 1, 0, 0, 0, 1, 0, 0, 0},
-        {"stage2", 2, 1, 0, 0, 1, 1, 0, 0, 0}, {"stage3", 3, 1, 0, 0, 0, 1, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 0, 1, 0, 0, 0},
-        {"stage0", 0, 1, 0, 0, 0, 0, 1, 0, 0}, {"stage2", 2, 1, 0, 0, 0, 0, 1, 0, 0},
-        {"stage2", 2, 1, 0, 0, 1, 0, 1, 0, 0},
+        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 0, 0, 0, 0, 0, 0}, {"offload", 2, 1, 1, 1, 0, 0, 0, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0, 0},
+        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0}, {"stage0", 0, 1, 0, 0, 0, 1, 0, 0, 0, 0},
+        {"stage1", 1, 1, 0, 0, 0, 1, 0, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 1, 1, 0, 0, 0, 0}, {"stage3", 3, 1, 0, 0, 0, 1, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 0, 1, 0, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 0, 0, 1, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0, 0, 1, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 1, 0, 1, 0, 0, 0},
         /* the H200 demo case of issue 35: stage 3 offloading params and optimizer, bf16, accumulation 2 (the
            stream race it hit was in the NCCL backend's staged collectives: test_nccl_order) */
-        {"stage3", 3, 1, 0, 1, 1, 0, 0, 1, 0}, {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0},
+        {"stage3", 3, 1, 0, 1, 1, 0, 0, 1, 0, 0}, {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0, 0},
         /* (1.7.3) per-rank initial values, registered from device memory: rank 0's taken everywhere */
-        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 1}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 1},
-        {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 1},
+        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 1, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 1, 0},
+        {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 1, 0},
+        /* (1.10) zero_params_write from "device memory" (and once from host memory) into every plugin's tiers */
+        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 0, 1}, {"stage1", 1, 1, 1, 0, 1, 0, 0, 0, 0, 1},
+        {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0, 1}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 1},
+        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 1}, {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 0, 1},
+        {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0, 1},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) check_equal(&runs[i]);
     check_ordered_buckets();
