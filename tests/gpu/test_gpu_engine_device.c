@@ -18,7 +18,9 @@
  *    norm in the CPU's order);
  *  - every stage matches stage0 within fp32 rounding (DESIGN.md section 9);
  *  - gathered parameters and gradient buffers are device pointers, and the
- *    device tier of zero_memory_stats holds the model states.
+ *    device tier of zero_memory_stats holds the model states;
+ *  - (1.10) a zero_params_write of p1 after the first window (from device
+ *    memory on the GPU) is part of every run, so it is compared too.
  * Without a usable GPU the program prints why and exits 77 (Skipped). */
 #include "gpu_engine_fixture.h"
 #include "zero.h"
@@ -90,6 +92,14 @@ static float *run(const char *plugin, int stage, int mode, ncclComm_t *nc, size_
     }
     float *tmp = malloc(1000 * 4);
     for (int gm = 0; gm < STEPS * GAS && s == ZERO_OK; ++gm) {
+        if (gm == GAS) { /* (1.10) after the first window: p1 from the last rank, from device memory on the GPU */
+            for (size_t i = 0; i < sizes[1]; ++i) tmp[i] = 0.125f * (float)(i % 17) - 1.0f;
+            void *dv = mode != ON_CPU ? gpu_upload(tmp, sizes[1] * 4) : NULL;
+            const void *val = dv ? dv : tmp;
+            s = zero_params_write(e, &h[1], rank_ == world_ - 1 ? &val : NULL, 1, world_ - 1);
+            CHECK(s == ZERO_OK, "%s on %s: zero_params_write: %s", plugin, where, zero_last_error(e));
+            if (dv) CUDA_OK(cudaFree(dv));
+        }
         void *ptrs[NP];
         if ((s = zero_gather(e, h, NP, ptrs)) != ZERO_OK) break; /* forward would read them */
         if (mode != ON_CPU)
