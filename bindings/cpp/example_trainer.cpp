@@ -9,8 +9,9 @@
 //
 // Every rank sees different samples; libzero averages the gradients.  The
 // trainer exits 0 only if the loss fell below a tenth of its start, the
-// errors it provokes arrive as zero::error with status and message, and a
-// gather guard returns the same values as the host's tensor.  With a
+// errors it provokes arrive as zero::error with status and message, a
+// gather guard returns the same values as the host's tensor, and
+// params_write makes the last rank's values for b every rank's.  With a
 // checkpoint root it also saves there with a client state (the host's own
 // bytes: here its step counter and data position), loads it back and
 // checks that the bytes and the parameters came back.
@@ -135,6 +136,23 @@ int main(int argc, char **argv) {
                 failures++;
             } catch (const zero::error &ex) {
                 if (ex.status() != ZERO_ERR_UNSUPPORTED) failures++;
+            }
+        }
+        {  // (libzero >= 1.10) the last rank's values for b become every rank's -- DeepSpeed's
+           // GatheredParameters(modifier_rank=...); the other ranks' values are not read
+            const int root = e.world_size() - 1;
+            std::vector<float> mine(DOUT);
+            for (int o = 0; o < DOUT; o++) mine[o] = 0.25f * (float)(o + 1) + (float)e.rank();
+            e.params_write({pb}, {e.rank() == root ? mine.data() : nullptr}, root);
+            zero::gather_guard g = e.gather({pb});
+            bool same = true;
+            for (int o = 0; o < DOUT; o++) {
+                const float want = 0.25f * (float)(o + 1) + (float)root;
+                same = same && g.get<float>(0)[o] == want && (stage3 || b[o] == want);
+            }
+            if (!same) {
+                std::fprintf(stderr, "params_write: b is not rank %d's values on rank %d\n", root, e.rank());
+                failures++;
             }
         }
         if (argc > 3) {  // a checkpoint with the host's own state in it (libzero >= 1.8)

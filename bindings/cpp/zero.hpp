@@ -271,6 +271,26 @@ class engine {
         g.e_ = e_;
         return g;
     }
+    /// (libzero >= 1.10, ABI 1.10) Set params' values between accumulation windows (zero_params_write):
+    /// DeepSpeed's GatheredParameters(modifier_rank=root).  values[i]: params[i].numel elements of its dtype
+    /// (device memory on a CUDA engine), read on the rank at place `root` of each param's data-parallel
+    /// group only; the other ranks may pass nullptr entries, or no values at all.  Every copy libzero keeps
+    /// (shards, fp32 masters, offload tiers) and every host-owned tensor then holds the root's values on
+    /// every rank; optimizer states stay.  Collective: the ranks of a group pass the same params in the same
+    /// order.  Inside an accumulation window, or with params gathered, ZERO_ERR_STATE on every rank.
+    ///   e.params_write({pb}, {e.rank() == 0 ? new_b.data() : nullptr}, 0);
+    void params_write(const std::vector<param> &ps, const std::vector<const void *> &values, int root) {
+        if (!values.empty() && values.size() != ps.size())
+            throw error(ZERO_ERR_INVALID_ARGUMENT,
+                        std::to_string(ps.size()) + " params but " + std::to_string(values.size()) +
+                            " values (one per param, nullptr where this rank is not the root, or none)",
+                        "zero_params_write");
+        std::vector<zero_param *> hs;
+        hs.reserve(ps.size());
+        for (const param &p : ps) hs.push_back(p.handle);
+        check(zero_params_write(e_, hs.data(), values.empty() ? nullptr : values.data(), hs.size(), root),
+              "zero_params_write");
+    }
     void save(const std::string &dir) { check(zero_save(e_, dir.c_str()), "zero_save"); }
     /// zero_save_ex (libzero >= 1.8, ABI 1.7 for the client state): a tag ("" = "step-<N>"), keep_last,
     /// and the host's own bytes saved with the checkpoint (global rank 0's; client_state() after load).

@@ -152,6 +152,47 @@ def hparams_resume():
             shutil.rmtree(ck, ignore_errors=True)
 
 
+def params_write():
+    """(ABI 1.10) Engine.params_write: the last rank's values become every
+    rank's (its host-owned buffer and what gather shows), the other ranks
+    passing None; the next SGD step starts from them; refusals: a root
+    outside the group, one value per param, a write inside the window."""
+    for stage, plugin, owned in ((0, None, True), (1, None, True), (2, None, True), (2, None, False),
+                                 (2, "offload", True), (3, None, False)):
+        what = "params_write %s%s" % (plugin or "stage %d" % stage, " host-owned" if owned else "")
+        e = zero.Engine(sgd_cfg(stage), plugin=plugin)
+        w = array.array("f", [1.0] * N)
+        b = array.array("f", [2.0] * 3)
+        pw = e.register("w", w, host_owned=owned)
+        pb = e.register("b", b, host_owned=owned)
+        e.params_done()
+        root = e.world_size - 1
+        mine = array.array("f", [float(e.rank + k) for k in range(N)])
+        e.params_write([pw], [mine] if e.rank == root else None, root=root)
+        want = [float(root + k) for k in range(N)]
+        with e.gather([pw, pb]) as (vw, vb):
+            check(list(vw) == want and list(vb) == [2.0] * 3, "%s: gathered %r %r" % (what, list(vw)[:3], list(vb)))
+        check(not owned or list(w) == want, "%s: the host-owned buffer %r" % (what, list(w)[:3]))
+        expect_error(lambda: e.params_write([pw], [mine], root=e.world_size), "ZERO_ERR_INVALID_ARGUMENT",
+                     "root %d" % e.world_size, "%s: root outside the group" % what)
+        try:
+            e.params_write([pw, pb], [mine])
+            check(False, "%s: 2 params, 1 value accepted" % what)
+        except ValueError as ex:
+            check("2 params but 1 values" in str(ex), "%s: %s" % (what, ex))
+        g = e.grad_buffer(pw)
+        for k in range(N):
+            g[k] += 1.0
+        e.on_grad_ready(pw)
+        expect_error(lambda: e.params_write([pb], [b], root=0), "ZERO_ERR_STATE", "accumulation window",
+                     "%s: inside the window" % what)
+        e.on_grad_ready(pb)  # a zero gradient
+        e.step()  # the window goes on as if nothing was asked; SGD lr 0.5 from the written values
+        with e.gather([pw]) as (vw,):
+            check(list(vw) == [x - 0.5 for x in want], "%s: the step after the write %r" % (what, list(vw)[:3]))
+        e.close()
+
+
 def main():
     check(zero.abi_version() >= (1, 1), "abi_version %s" % (zero.abi_version(),))
     check(zero.version().count(".") == 2, "version string")
@@ -255,6 +296,7 @@ def main():
             shutil.rmtree(tmp, ignore_errors=True)
 
     hparams_resume()
+    params_write()
 
     # errors cross the boundary: bad config, missing plugin, NaN gradient
     expect_error(lambda: zero.Engine({"optimizer": {"type": "AdamW", "params": {"lr": "fast"}}}),

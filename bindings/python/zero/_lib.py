@@ -167,6 +167,7 @@ def _declare(lib):
         "zero_memory_stats_get": (c_i32, [c_vp, P(MemoryStatsC)]),
         "zero_comm_stats_get": (c_i32, [c_vp, P(CommStatsC)]),
         "zero_step_timing_get": (c_i32, [c_vp, c_i32, P(StepTimingC)]),
+        "zero_params_write": (c_i32, [c_vp, P(c_vp), P(c_vp), ctypes.c_size_t, ctypes.c_int]),
     }
     missing = []
     for name, (res, args) in sigs.items():
@@ -187,7 +188,8 @@ def require(name, what):
         v = lib().zero_abi_version()
         need = {"zero_step_timing_get": "1.3", "zero_gather_slices": "1.6", "zero_release_slices": "1.6",
                 "zero_save_ex": "1.2", "zero_client_state": "1.7", "zero_engine_info_get": "1.7",
-                "zero_broadcast": "1.7", "zero_load_ex": "1.8"}.get(name, "1.1")
+                "zero_broadcast": "1.7", "zero_load_ex": "1.8",
+                "zero_params_write": "1.10"}.get(name, "1.1")
         raise OSError("%s needs libzero ABI %s (%s); the loaded library is %d.%d"
                       % (what, need, name, v // 10000, v % 10000))
 

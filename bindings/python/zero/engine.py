@@ -532,6 +532,31 @@ class Engine:
         finally:
             self.release_slices(slices)
 
+    def params_write(self, params, values=None, root=0):
+        """(ABI 1.10) zero_params_write: set params' values between
+        accumulation windows -- DeepSpeed's GatheredParameters(modifier_rank=
+        root).  values[i]: params[i]'s numel elements in its dtype (a buffer,
+        a torch tensor or an int address), read on the rank at place `root`
+        of each param's data-parallel group only: the other ranks may pass
+        None entries, or values=None.  Afterwards every copy libzero keeps
+        (and every host-owned buffer) holds the root's values on every rank;
+        optimizer states stay.  Collective: every rank calls it with the
+        params its group holds, in the same order, and the same root."""
+        L.require("zero_params_write", "params_write")
+        params = list(params)
+        values = [None] * len(params) if values is None else list(values)
+        if len(values) != len(params):
+            raise ValueError("params_write: %d params but %d values (one per param, None where this rank "
+                             "is not the root)" % (len(params), len(values)))
+        addrs, keep = [], []
+        for v in values:
+            addr, k = _address(v, False)
+            addrs.append(addr)
+            keep.append(k)  # a read-only buffer's copy lives until the call returns
+        vals = (ctypes.c_void_p * max(1, len(params)))(*addrs)
+        self._check(self._lib.zero_params_write(self._handle(), self._array(params), vals, len(params), int(root)),
+                    "zero_params_write")
+
     def set_phase(self, phase):
         L.require("zero_set_phase", "set_phase")
         self._check(self._lib.zero_set_phase(self._handle(), phase.encode()), "zero_set_phase")

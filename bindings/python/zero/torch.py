@@ -33,7 +33,11 @@ What happens underneath:
   * The parameters' values belong to libzero after initialize: a write,
     conversion or freeze by the host afterwards would be lost at the next
     step, so step()/save() (stage 3: the next forward, the end of a
-    gathered_parameters block) refuse it with ZERO_ERR_STATE.  Gradient
+    gathered_parameters block) refuse it with ZERO_ERR_STATE.  Weights
+    change through DeepSpeed's GatheredParameters(params, modifier_rank=r)
+    (or engine.gathered_parameters(params, modifier_rank=r)): rank r's
+    changes in the block become every rank's values and libzero's
+    (zero_params_write, ABI 1.10), at every stage.  Gradient
     clipping is the config's "gradient_clipping"; torch.nn.utils.
     clip_grad_norm_/clip_grad_value_ refuse the engine's parameters (they
     would clip nothing: there is no .grad), as an enabled AMP GradScaler
@@ -91,7 +95,7 @@ from . import tools as _tools
 from .engine import Engine as _CEngine
 from .engine import ZeroError
 
-__all__ = ["initialize", "ZeroEngine", "ZeroError", "NonFiniteGradientError", "ConfigScheduler",
+__all__ = ["initialize", "ZeroEngine", "ZeroError", "NonFiniteGradientError", "ConfigScheduler", "GatheredParameters",
            "is_moe_param", "split_params_into_different_moe_groups_for_optimizer",
            "get_fp32_state_dict_from_zero_checkpoint", "load_state_dict_from_zero_checkpoint"]
 
@@ -218,6 +222,13 @@ def _name_list(names):
     return ", ".join("'%s'" % n for n in ns[:4]) + (" and %d more" % (len(ns) - 4) if len(ns) > 4 else "")
 
 
+def _fingerprint(t):
+    """The sum of a tensor's bit patterns: any one element changed changes
+    it (stage 3's read-only blocks find writes through p.data with it)."""
+    bits = t.detach().reshape(-1).view(torch.int16 if t.element_size() == 2 else torch.int32)
+    return int(bits.sum(dtype=torch.int64))
+
+
 class _SavedParamView:
     """What autograd keeps, in place of a tensor that views a stage-3
     parameter's gathered copy, from forward to backward: the parameter and
@@ -256,6 +267,85 @@ def _engine_training(params):
         if engine is not None and engine.z._e is not None:
             return engine
     return None
+
+
+def _by_engine(params):
+    """([(engine, its params)] in the engines' creation order -- the same
+    on every rank, for their collective blocks --, the params of no live
+    engine)."""
+    blocks, foreign = {}, []
+    for p in params:
+        ref = _engine_of_param.get(id(p))
+        engine = ref() if ref is not None else None
+        if engine is None or engine.z._e is None:
+            foreign.append(p)
+        else:
+            blocks.setdefault(id(engine), (engine, []))[1].append(p)
+    return sorted(blocks.values(), key=lambda b: b[0].z._serial), foreign
+
+
+def _describe(module, params):
+    """Tensors for a message: their names in `module`, else their shapes."""
+    names = {id(p): n for n, p in module.named_parameters()} if module is not None else {}
+    return ", ".join("'%s'" % names[id(p)] if id(p) in names else "a tensor of shape %s" % (tuple(p.shape),)
+                     for p in params[:4]) + (" and %d more" % (len(params) - 4) if len(params) > 4 else "")
+
+
+class GatheredParameters:
+    """DeepSpeed's deepspeed.zero.GatheredParameters for the parameters of
+    zero.torch engines: code written for DeepSpeed ports by changing the
+    import.
+
+        with zero.torch.GatheredParameters([emb.weight, lin.bias], modifier_rank=0):
+            if rank == 0:
+                emb.weight.data[3] = 7.0      # or nn.init.*_(p) under torch.no_grad()
+
+    Each parameter's engine is found from the parameter (engines in their
+    creation order when the block spans several); the block is that
+    engine's gathered_parameters(params, modifier_rank), which says what
+    happens at each stage: inside, the full values (stage 3 gathers them:
+    collective, every rank enters the block); with modifier_rank=r the
+    block's changes on rank r (of the data-parallel group) become the
+    parameters' values on every rank and in libzero (zero_params_write),
+    between accumulation windows; without it the block is read-only and a
+    write is refused.  enabled=False: a no-op.  fwd_module (DeepSpeed
+    registers the params as the module's external parameters for a
+    forward inside the block) is accepted and not needed: at stage 3 the
+    block's parameters stay gathered for any forward inside it.
+
+    A tensor no live engine trains (a parameter frozen when zt.initialize
+    ran, another model's, one whose engine was closed) is a plain torch
+    tensor that already holds its full value: a read-only block leaves it
+    alone, as DeepSpeed does for a parameter it does not partition.  With
+    modifier_rank it is refused (ValueError): libzero holds no copy of it,
+    so the block could not make rank r's value every rank's, and DeepSpeed's
+    silent no-op would leave the ranks with different values.  __enter__
+    returns None, as DeepSpeed's does."""
+
+    def __init__(self, params, modifier_rank=None, fwd_module=None, enabled=True):
+        self._blocks, self._modifier_rank, self._stack = [], modifier_rank, None
+        if not enabled:
+            return
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        self._blocks, foreign = _by_engine(params)
+        if foreign and modifier_rank is not None:
+            module = self._blocks[0][0].module if self._blocks else None
+            raise ValueError("GatheredParameters(modifier_rank=%r): %s trained by no live zero.torch engine (frozen "
+                             "when zt.initialize ran, another model's, or its engine was closed): libzero holds no "
+                             "copy of them, so the block cannot make rank %r's values every rank's; leave them out "
+                             "(e.g. [p for p in model.parameters() if p.requires_grad]) and write plain tensors on "
+                             "every rank" % (modifier_rank, _describe(module, foreign), modifier_rank))
+
+    def __enter__(self):
+        with contextlib.ExitStack() as stack:  # a block that fails to open closes those opened before it
+            for engine, params in self._blocks:
+                stack.enter_context(engine.gathered_parameters(params, self._modifier_rank))
+            self._stack = stack.pop_all()
+        return None
+
+    def __exit__(self, *exc):
+        stack, self._stack = self._stack, None
+        return stack.__exit__(*exc) if stack is not None else False
 
 
 def _unguarded(inner):
@@ -750,6 +840,7 @@ class ZeroEngine:
             # DeepSpeed's layout: expert-parallel groups of E consecutive ranks, so the ranks that hold the
             # same experts (one expert-data-parallel group) are those with the same rank % E
             self.z.set_group(gi, expert_color=self.z.rank % ep)
+        self._experts = experts  # group index -> expert-parallel size (a modifier block's group of ranks)
         osec = cfg.get("optimizer") or {}
         oparams = osec.get("params") or {}
         otype = str(osec.get("type", "adam")).lower()  # no section: libzero runs DeepSpeed's default Adam
@@ -812,10 +903,12 @@ class ZeroEngine:
                     p.data = self._tensor_at(self.z.storage_address(zp), zp.numel, p.dtype).view(p.shape)
         self._materialized = set()
         self._gathered = {}     # stage 3: storage address of a gathered copy -> its parameter
+        self._gathered_at = {}  # stage 3: id(param) -> that address (the block may replace p.data)
         self._in_backward = False
-        self._in_gathered = False  # inside gathered_parameters(): its own phase, parameters held
+        self._in_gathered = 0   # gathered_parameters() blocks open (nested): their own phase, parameters held
         self._reported = set()  # id(param) whose gradient went to libzero in this micro-step
         self._gathered_version = {}  # stage 3: id(param) -> its version counter when gathered
+        self._prints = {}       # stage 3: id(param) -> _fingerprint when a read-only block gathered it
         self._written = []      # stage 3: names of parameters written while gathered
         self._forward_wrapped = None
         for p in self._params:  # while the tensors have their full shape: autograd records it
@@ -921,6 +1014,24 @@ class ZeroEngine:
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
             self._hooks.append(acc.register_hook(lambda grad_inputs, grad_outputs, param=p: on_grad(param)))
             self._acc_nodes.append(acc)  # the node lives as long as someone holds it
+
+    def _rehook(self, p):
+        """After p.data went to another dtype and back (a modifier block's
+        refused tensor): torch < 2.1 then gives p a new AccumulateGrad node,
+        without the hook _install_grad_hook put on the old one, and p's
+        gradients would no longer reach libzero.  Hooks the new node."""
+        if hasattr(p, "register_post_accumulate_grad_hook"):  # on the tensor: kept
+            return
+        held = p.data
+        if held.shape != self._shape[id(p)]:  # stage 3's empty tensor: a new node records the shape it sees
+            p.data = torch.empty(self._shape[id(p)], dtype=held.dtype, device=held.device)
+        try:
+            with torch.enable_grad():
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                if all(acc is not a for a in self._acc_nodes):
+                    self._install_grad_hook(p)
+        finally:
+            p.data = held
 
     def _grad_ready(self, p):
         g = p.grad
@@ -1245,7 +1356,8 @@ class ZeroEngine:
                     self._materialized.add(id(p))
                     self._gathered_version[id(p)] = p._version
                     if p.numel():
-                        self._gathered[_storage_ptr(p.data)] = p
+                        self._gathered_at[id(p)] = _storage_ptr(p.data)
+                        self._gathered[self._gathered_at[id(p)]] = p
         finally:
             self.z.release(zps)
 
@@ -1254,8 +1366,8 @@ class ZeroEngine:
             if id(p) in self._materialized:
                 if p._version != self._gathered_version.get(id(p), p._version):
                     self._written.append(self._names[id(p)])
-                if p.numel():
-                    self._gathered.pop(_storage_ptr(p.data), None)
+                # by the address gathered: a modifier block may have replaced p.data since
+                self._gathered.pop(self._gathered_at.pop(id(p), None), None)
                 p.data = self._empty(p.dtype)
                 self._materialized.discard(id(p))
 
@@ -1324,32 +1436,221 @@ class ZeroEngine:
     def eval(self):
         return self.train(False)
 
+    # ------------------------------------------------------------------ gathered_parameters blocks
     @contextlib.contextmanager
-    def gathered_parameters(self):
-        """Full values of every parameter inside the block (stage 3 gathers,
-        in a phase of its own, "gathered_parameters", so the training order
-        stage 3 prefetches by is kept; other stages: the model's own
-        tensors).  Collective: every rank enters the block."""
-        if not self._partitioned:
-            yield self._params
+    def gathered_parameters(self, params=None, modifier_rank=None):
+        """Full values of parameters inside the block: `params` (this
+        engine's parameters, an iterable or one tensor; None: all of them).
+        Yields them as a list.  Stage 3 gathers them into the model's tensors
+        (collective: every rank enters the block), in a stage-3 phase of its
+        own ("gathered_parameters", so the training order stage 3 prefetches
+        by is kept), and empties them again at the end; a forward inside the
+        block leaves what it gathers gathered until then.  Other stages: the
+        model's own tensors, nothing to gather.
+
+        modifier_rank=None: read-only.  A write is refused (ZERO_ERR_STATE):
+        at stage 3 at the block's end, on the other stages at the next step.
+
+        modifier_rank=r (DeepSpeed's GatheredParameters(modifier_rank=r); r
+        is a rank of the data-parallel group: the global rank of a plain
+        run, for an expert parameter its place in its expert-data-parallel
+        group): what the block leaves in the parameters' tensors on rank r
+        becomes their value on every rank and in every copy libzero keeps
+        (zero_params_write, ABI 1.10: broadcast from r, the fp32 master of
+        a 16-bit model widened from it, optimizer states kept); the other
+        ranks' changes are discarded.  Write in place -- p.data[...] = ...,
+        p.data.copy_(...), nn.init.*_(p) under torch.no_grad() -- or replace
+        p.data by a tensor of the same shape, dtype and device.  Collective.
+        Open it between accumulation windows, after the engine.step() that
+        ends one: inside a window (between backward and step, or between
+        the micro-steps of gradient_accumulation_steps) libzero refuses it
+        with ZERO_ERR_STATE on every rank, at the block's start.  An
+        exception inside the block writes nothing; a change the block made
+        before it is then refused at the next step, as any write outside a
+        modifier block is."""
+        block = self._block_params(params)
+        root = self._modifier_root(block, modifier_rank)
+        if not block:
+            yield block
             return
-        # Its own stage-3 phase (collective, like the gather): gathering every
-        # parameter at once is not the training order, which stage 3 records
-        # for prefetching and warns about when it changes; between steps, as
-        # eval and generate passes have theirs (issue 34).
-        phased = "zero_set_phase" not in L.lib().zero_missing
+        if root is not None:
+            self._check_writable(root)
+        with (self._stage3_block if self._partitioned else self._host_block)(block, root):
+            yield block
+
+    def _block_params(self, params):
+        """A block's parameters, each once, in registration order: the order
+        zero_params_write needs the same on every rank, whatever order the
+        caller listed them in.  A tensor this engine does not train is
+        refused: libzero holds no copy of it to gather or write."""
+        if params is None:
+            return list(self._params)
+        if isinstance(params, torch.Tensor):
+            params = [params]
+        mine, foreign = {}, []
+        for p in params:
+            if id(p) in self._zp:
+                mine[id(p)] = p
+            elif all(p is not f for f in foreign):
+                foreign.append(p)
+        if foreign:
+            raise ValueError("rank %d: gathered_parameters: %s not trained by this engine (frozen when "
+                             "zt.initialize ran, another model's, or not a parameter): libzero holds no copy of "
+                             "them; leave them out of the block" % (self.z.rank, _describe(self.module, foreign)))
+        return sorted(mine.values(), key=lambda p: self._zp[id(p)].index)
+
+    def _group_of(self, p):
+        """(this rank's place, size) of p's data-parallel group: the
+        engine's ranks, or for an expert parameter the ranks that hold the
+        same experts (DeepSpeed's layout: rank % E alike, in rank order)."""
+        ep = self._experts.get(self._zp[id(p)].group)
+        if ep is None:
+            return self.z.rank, self.z.world_size
+        return self.z.rank // ep, self.z.world_size // ep
+
+    def _modifier_root(self, block, modifier_rank):
+        """modifier_rank checked against every block parameter's group (the
+        same verdict on every rank: refused before any collective)."""
+        if modifier_rank is None:
+            return None
+        if isinstance(modifier_rank, bool) or not hasattr(modifier_rank, "__index__"):
+            raise TypeError("gathered_parameters: modifier_rank must be an int (a rank of the data-parallel group) "
+                            "or None, not %r" % (modifier_rank,))
+        root = modifier_rank.__index__()
+        for p in block:
+            _, size = self._group_of(p)
+            if not 0 <= root < size:
+                raise ValueError("rank %d: gathered_parameters(modifier_rank=%d): not a rank of the data-parallel "
+                                 "group of parameter '%s'%s, whose %d rank(s) are 0 to %d"
+                                 % (self.z.rank, root, self._names[id(p)],
+                                    " (an expert parameter: its expert-data-parallel group)"
+                                    if size != self.z.world_size else "", size, size - 1))
+        return root
+
+    def _check_writable(self, root):
+        """At a modifier block's start, zero_params_write of no parameter:
+        libzero judges it as the real write and agrees the verdict over the
+        ranks (three small all-reduces), so a block that could not be written
+        -- inside an accumulation window, or a plugin without write_params --
+        is refused on every rank before the block's code changes anything."""
+        L.require("zero_params_write", "gathered_parameters(modifier_rank=)")
+        try:
+            self.z.params_write([], None, root)
+        except ZeroError as ex:
+            raise self._write_error(ex, root) from None
+
+    def _write_error(self, ex, root):
+        """libzero's refusal of a modifier block, its message kept, with what to do."""
+        hint = ("; open the modifier block after the engine.step() that ends an accumulation window, not between "
+                "engine.backward() and engine.step()" if ex.status_name == "ZERO_ERR_STATE" else "")
+        return ZeroError(ex.status, ex.message + hint, "zero.torch gathered_parameters(modifier_rank=%d)" % root)
+
+    def _value_of(self, p):
+        """p's tensor as zero_params_write's values for p (contiguous, in
+        its registered shape, dtype and device), or None when the block
+        replaced it by a tensor libzero cannot take."""
+        t = p.data
+        if t.dtype != self._dtypes[id(p)] or t.device != self.device or t.shape != self._shape[id(p)]:
+            return None
+        return t.contiguous()
+
+    def _write_block(self, block, root):
+        """zero_params_write of a modifier block's parameters from place
+        `root` of their groups.  Every rank offers its tensors and libzero
+        reads the root's.  A tensor it cannot take goes as NULL: on the root
+        libzero then refuses the call on every rank (nothing written), on
+        another rank it is not read (its changes are discarded anyway)."""
+        values = [self._value_of(p) for p in block]
+        if self._cuda:  # the block's writes are queued on torch's stream; libzero copies on its own
+            torch.cuda.current_stream(self.device).synchronize()
+        try:
+            self.z.params_write([self._zp[id(p)] for p in block], values, root)
+        except ZeroError as ex:
+            unfit = [p for p, v in zip(block, values) if v is None and self._group_of(p)[0] == root]
+            if not unfit:
+                raise self._write_error(ex, root) from None
+            p = unfit[0]
+            raise ZeroError(1, "rank %d: parameter(s) %s: the block replaced the tensor by one of shape %s, %s on "
+                               "%s, but libzero holds it as %s, %s on %s (fixed at zt.initialize); write it in place "
+                               "(p.data[...] = ..., p.data.copy_(...)) or replace it by a tensor of the same shape, "
+                               "dtype and device; nothing was written"
+                            % (self.z.rank, _name_list(self._names[id(q)] for q in unfit), tuple(p.data.shape),
+                               p.data.dtype, p.data.device, tuple(self._shape[id(p)]), self._dtypes[id(p)],
+                               self.device), "zero.torch gathered_parameters(modifier_rank=%d)" % root) from None
+
+    @contextlib.contextmanager
+    def _host_block(self, block, root):
+        """Stages 0-2 and offload: the model's tensors are the parameters.
+        A modifier block writes rank `root`'s into libzero at its end, and
+        libzero writes them back into every rank's tensors."""
+        if root is None:
+            yield
+            return
+        own = {id(p): p.data for p in block}  # the registered tensors, put back if the block replaced one
+        yield
+        try:
+            self._write_block(block, root)
+        finally:
+            for p in block:
+                t = own[id(p)]
+                if p.data_ptr() != t.data_ptr() or p.dtype != t.dtype or p.shape != t.shape:
+                    p.data = t
+                    self._rehook(p)
+        for p in block:  # libzero wrote these itself: not a write the next step's check must refuse
+            self._seen[id(p)] = (self._seen[id(p)][0], p._version)
+
+    @contextlib.contextmanager
+    def _stage3_block(self, block, root):
+        """Stage 3: the block's parameters gathered until its end.  A
+        modifier block then writes rank `root`'s gathered tensors into
+        libzero (which holds nothing by then: _fetch releases at once), and
+        the copies are emptied as after a read-only block."""
+        before = set(self._materialized)  # gathered already: a module's forward the block runs inside
+        with self._gathered_phase():
+            self._fetch(block)
+            mine = [p for p in block if id(p) not in before] if root is None else []
+            for p in mine:  # read-only: writes through p.data, which no version counter sees, by a fingerprint
+                self._prints[id(p)] = _fingerprint(p.data)
+            self._in_gathered += 1  # a forward in the block leaves what it gathers gathered
+            try:
+                yield
+                if root is not None:
+                    self._write_block(block, root)
+                    self._absorb(block)
+            finally:
+                self._in_gathered -= 1
+                self._note_data_writes(mine)
+                self._drop([p for p in self._params if id(p) in self._materialized and id(p) not in before])
+                if root is not None:
+                    for p in block:  # a tensor of another kind was not written: the parameter stays as registered
+                        if p.dtype != self._dtypes[id(p)] or p.device != self.device:
+                            p.data = self._empty(self._dtypes[id(p)])
+                            self._rehook(p)
+            stale = [p for p in block if id(p) in before] if root is not None else []
+            if stale:  # gathered before the block, they hold this rank's values, not rank root's
+                self._drop(stale)
+                self._fetch(stale)
+                for p in stale:  # what a read-only block around this one must find unchanged at its end
+                    if id(p) in self._prints:
+                        self._prints[id(p)] = _fingerprint(p.data)
+        if self._written:  # said at the block's end, not only at the next step
+            self._check_params("gathered_parameters")
+
+    @contextlib.contextmanager
+    def _gathered_phase(self):
+        """Stage 3's phase "gathered_parameters" around the outermost block
+        (collective, like the gather): gathering these parameters is not the
+        training order, which stage 3 records per phase for prefetching and
+        warns about when it changes; back to the engine's phase after (as
+        eval and generate passes have theirs, issue 34), without hiding the
+        error that ended the block."""
+        phased = not self._in_gathered and "zero_set_phase" not in L.lib().zero_missing
         if phased:
             self.z.set_phase("gathered_parameters")
         try:
-            self._fetch(self._params)
-            self._in_gathered = True  # a forward in the block leaves them gathered
-            try:
-                yield self._params
-            finally:
-                self._in_gathered = False
-                self._drop(self._params)
+            yield
         except BaseException:
-            if phased:  # back to the phase, without hiding the error that ended the block
+            if phased:
                 try:
                     self.z.set_phase(self._phase)
                 except ZeroError:
@@ -1357,8 +1658,32 @@ class ZeroEngine:
             raise
         if phased:
             self.z.set_phase(self._phase)
-        if self._written:  # said at the block's end, not only at the next step
-            self._check_params("gathered_parameters")
+
+    def _note_data_writes(self, params):
+        """Stage 3, at the end of the read-only block that gathered `params`:
+        those whose values changed without moving their version counter
+        (p.data[...] = ..., p.data.copy_(...), p.data = another tensor) were
+        written, and the write would be lost with the gathered copy: refused
+        as _drop refuses the writes it sees."""
+        for p in params:
+            print_ = self._prints.pop(id(p), None)
+            if (print_ is None or id(p) not in self._materialized
+                    or p._version != self._gathered_version.get(id(p), p._version)):
+                continue  # emptied already (a backward in the block), or a write _drop reports itself
+            t = p.data
+            if (t.dtype != self._dtypes[id(p)] or t.shape != self._shape[id(p)] or t.device != self.device
+                    or _fingerprint(t) != print_):
+                self._written.append(self._names[id(p)])
+
+    def _absorb(self, block):
+        """Stage 3, after a modifier block's write: libzero holds the block's
+        values, so emptying their gathered copies loses no write; a write
+        lost earlier (in a read-only block) is superseded too."""
+        names = set()
+        for p in block:
+            self._gathered_version[id(p)] = p._version
+            names.add(self._names[id(p)])
+        self._written = [n for n in self._written if n not in names]
 
     def save(self, directory, tag=None, client_state=None, keep_last=0):
         """zero_save (zero_save_ex with a tag, keep_last or a client state).
@@ -1676,6 +2001,7 @@ class ZeroEngine:
                         p.data = p.data.to(device=moved[id(p)][1], dtype=moved[id(p)][0])
                 self._materialized.clear()
                 self._gathered.clear()
+                self._gathered_at.clear()
             elif self._views:
                 for p in self._params:
                     p.data = p.data.clone()
