@@ -36,6 +36,21 @@
 
 static int rank_ = 0, world_ = 1;
 
+/* Under ThreadSanitizer the NVMe runs are left out: glibc's POSIX AIO
+ * (stage 3's tile and shard files) starts its helper threads from threads
+ * TSan did not see created, and the process dies in TLS setup before
+ * anything of libzero's runs.  The plain and ASan runs cover them. */
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+#ifndef UNDER_TSAN
+#define UNDER_TSAN 0
+#endif
+
 enum { NP = 6, STEPS = 2 };
 static const uint64_t SIZES[NP] = {1, 7, 31, 217, 899, 13};
 static const int32_t GROUPS[NP] = {1, 0, 1, 0, 0, 1};
@@ -453,7 +468,8 @@ int main(int argc, char **argv) {
         {"stage3", opt_nvme, 3, 0, 0, 0, 0},
         {"stage3", both_nvme, 3, 0, 0, 0, 0},
     };
-    const size_t nplugins = sizeof plugins / sizeof plugins[0];
+    const size_t nplugins = sizeof plugins / sizeof plugins[0] - (UNDER_TSAN ? 2 : 0); /* the NVMe runs are last */
+    if (UNDER_TSAN && rank_ == 0) printf("ThreadSanitizer build: the two NVMe runs are left out (glibc AIO)\n");
     for (int bf16 = 0; bf16 <= 1; bf16++) {
         unsigned char *ref = NULL;
         for (size_t i = 0; i < nplugins; i++) {
