@@ -191,63 +191,78 @@ static zero_status write_piece(struct zero_engine *e, zero_param *const *ps, voi
     return s;
 }
 
-/* Broadcast and write group g's params (in the caller's order), in pieces.
- * After a local failure the broadcasts go on (the other ranks are in them)
- * but nothing more is written; the first failure is returned. */
+/* The next piece of group g's params from params[*i] on: up to PIECE bytes
+ * (at least one param), into ps[0..k) with their indexes in the caller's
+ * arrays (at[]); *bytes their size.  Returns k (0: no more); advances *i.
+ * The same on every rank of the group (their lists agree). */
+static size_t next_piece(const struct zero_engine *e, zero_param *const *params, size_t n, int g, size_t *i,
+                         zero_param **ps, size_t *at, size_t *bytes) {
+    size_t k = 0, j = *i;
+    *bytes = 0;
+    for (; j < n; j++) {
+        zero_param *p = params[j];
+        if (!p->info.numel || group_of(e, p) != g) continue;
+        if (k && *bytes + bytes_of(p) > PIECE) break;
+        ps[k] = p;
+        at[k++] = j;
+        *bytes += bytes_of(p);
+    }
+    *i = j;
+    return k;
+}
+
+/* The largest piece of any group: the scratch the write needs, taken
+ * before the verdict so that a rank without it refuses with the others
+ * instead of leaving them in a broadcast. */
+static size_t largest_piece(const struct zero_engine *e, zero_param *const *params, size_t n, zero_param **ps,
+                            size_t *at) {
+    size_t need = 0;
+    for (int g = -1; g < (int)e->ngroup_comms; g++) {
+        if (g >= 0 && !e->group_comms[g]) continue;
+        size_t i = 0, bytes = 0;
+        while (next_piece(e, params, n, g, &i, ps, at, &bytes))
+            if (bytes > need) need = bytes;
+    }
+    return need;
+}
+
+/* Broadcast and write group g's params (in the caller's order), in pieces
+ * through the scratch taken before the verdict (ps, at: n entries).  After
+ * a local failure the broadcasts go on (the other ranks are in them) but
+ * nothing more is written; the first failure is returned. */
 static zero_status write_group(struct zero_engine *e, zero_param *const *params, const void *const *values, size_t n,
-                               int root, int g) {
+                               int root, int g, zero_param **ps, size_t *at) {
     zero_core *c = zero__core_of(e);
     zero_comm *comm = comm_of(e, g);
     const int is_root = zero__comm_rank(comm) == root;
-    zero_param **ps = malloc((n ? n : 1) * sizeof *ps);
     void **vals = malloc((n ? n : 1) * sizeof *vals);
-    zero_status first =
-        ps && vals ? ZERO_OK : zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_params_write: out of memory");
-    size_t i = 0;
-    while (ps && vals && i < n) {
-        /* the next piece: params of group g up to PIECE bytes (at least one) */
-        size_t k = 0, bytes = 0, j = i;
-        for (; j < n; j++) {
-            zero_param *p = params[j];
-            if (!p->info.numel || group_of(e, p) != g) continue;
-            if (k && bytes + bytes_of(p) > PIECE) break;
-            ps[k] = p;
-            vals[k] = (void *)(uintptr_t)j; /* the caller's index, replaced by the scratch below */
-            bytes += bytes_of(p);
-            k++;
-        }
-        i = j;
-        if (!k) break;
-        char *scratch = scratch_for(e, bytes);
-        zero_status s = scratch ? ZERO_OK
-                                : zero__error(e, ZERO_ERR_OUT_OF_MEMORY,
-                                              "zero_params_write: no memory for %zu bytes of values", bytes);
+    zero_status first = vals ? ZERO_OK : zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_params_write: out of memory");
+    size_t i = 0, bytes = 0, k;
+    while ((k = next_piece(e, params, n, g, &i, ps, at, &bytes)) != 0) {
+        char *scratch = e->pw_scratch; /* at least the largest piece (zero__params_write) */
         size_t off = 0;
         for (size_t q = 0; q < k; q++) {
-            const size_t b = bytes_of(ps[q]), at = (size_t)(uintptr_t)vals[q];
-            char *dst = scratch ? scratch + off : NULL;
-            if (dst && is_root) zero__engine_copy(c, dst, values[at], b);
+            const size_t b = bytes_of(ps[q]);
+            if (is_root) zero__engine_copy(c, scratch + off, values[at[q]], b);
             /* every rank takes part in every broadcast, even after a failure of its own */
-            zero_status b_s = dst ? zero__broadcast(comm, dst, b, ZERO_DTYPE_U8, root) : ZERO_ERR_OUT_OF_MEMORY;
-            if (b_s != ZERO_OK && s == ZERO_OK)
-                s = zero__error(e, b_s, "zero_params_write: broadcasting param '%s' from place %d", ps[q]->name, root);
-            vals[q] = dst;
+            zero_status b_s = zero__broadcast(comm, scratch + off, b, ZERO_DTYPE_U8, root);
+            if (b_s != ZERO_OK && first == ZERO_OK)
+                first =
+                    zero__error(e, b_s, "zero_params_write: broadcasting param '%s' from place %d", ps[q]->name, root);
+            if (vals) vals[q] = scratch + off;
             off += b;
         }
-        if (s == ZERO_OK && first == ZERO_OK) s = write_piece(e, ps, vals, k);
-        if (first == ZERO_OK) first = s;
-        if (!scratch) break; /* a rank without scratch cannot follow the pieces: the timeout ends the others */
+        if (first == ZERO_OK) first = write_piece(e, ps, vals, k);
     }
-    free(ps);
     free(vals);
     return first;
 }
 
-zero_status zero__params_write(struct zero_engine *e, zero_param *const *params, const void *const *values, size_t n,
-                               int root, int *wrote) {
-    *wrote = 0;
+/* zero__params_write once this rank's own verdict (`local`) and the
+ * scratch are settled: the agreement, then the writes. */
+static zero_status write_agreed(struct zero_engine *e, zero_param *const *params, const void *const *values, size_t n,
+                                int root, zero_status local, zero_param **ps, size_t *at, int *wrote) {
     const int me = zero__comm_rank(e->global);
-    zero_status local = check_local(e, params, values, n, root);
     int same = 1;
     zero_status s = local == ZERO_OK ? check_lists(e, params, n, &same) : check_lists(e, NULL, 0, &same);
     if (s != ZERO_OK) return zero__error_context(e, s, "zero_params_write: agreeing on the parameters");
@@ -274,10 +289,10 @@ zero_status zero__params_write(struct zero_engine *e, zero_param *const *params,
     *wrote = 1;
     /* dense params first, then each expert group's: the same order of
      * collectives on every rank of every communicator */
-    zero_status w = write_group(e, params, values, n, root, -1);
+    zero_status w = write_group(e, params, values, n, root, -1, ps, at);
     for (uint32_t g = 0; g < e->ngroup_comms; g++) {
         if (!e->group_comms[g]) continue;
-        zero_status gs = write_group(e, params, values, n, root, (int)g);
+        zero_status gs = write_group(e, params, values, n, root, (int)g, ps, at);
         if (w == ZERO_OK) w = gs;
     }
     double fail = w != ZERO_OK ? me + 1.0 : 0.0;
@@ -289,4 +304,21 @@ zero_status zero__params_write(struct zero_engine *e, zero_param *const *params,
                            "written params may differ between ranks: write them again or load a checkpoint",
                            fail - 1);
     return ZERO_OK;
+}
+
+zero_status zero__params_write(struct zero_engine *e, zero_param *const *params, const void *const *values, size_t n,
+                               int root, int *wrote) {
+    *wrote = 0;
+    zero_status local = check_local(e, params, values, n, root);
+    zero_param **ps = malloc((n ? n : 1) * sizeof *ps);
+    size_t *at = malloc((n ? n : 1) * sizeof *at);
+    if (local == ZERO_OK && (!ps || !at))
+        local = zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_params_write: out of memory");
+    const size_t need = local == ZERO_OK ? largest_piece(e, params, n, ps, at) : 0;
+    if (local == ZERO_OK && need && !scratch_for(e, need))
+        local = zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_params_write: no memory for %zu bytes of values", need);
+    zero_status w = write_agreed(e, params, values, n, root, local, ps, at, wrote);
+    free(ps);
+    free(at);
+    return w;
 }
