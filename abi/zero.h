@@ -583,7 +583,8 @@ ZERO_API zero_status zero_param_storage(zero_engine *e, zero_param *p, void **da
  * (ZERO_ERR_INVALID_ARGUMENT), a gradient reported in the current
  * accumulation window or a param held by zero_gather / zero_gather_slices
  * (ZERO_ERR_STATE: write between windows, with everything released), a
- * plugin without the entry (ZERO_ERR_UNSUPPORTED, naming it).  Then
+ * plugin without the entry (ZERO_ERR_UNSUPPORTED, naming it), a rank
+ * without the memory for the broadcast scratch (ZERO_ERR_OUT_OF_MEMORY).  Then
  * nothing was written anywhere; a rank that refused says why, the others
  * name it.  A failure while writing (an NVMe tile's I/O) is reported on
  * every rank, and the written params may then differ between ranks.
