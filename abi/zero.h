@@ -589,7 +589,7 @@ ZERO_API zero_status zero_param_storage(zero_engine *e, zero_param *p, void **da
  * name it.  A failure while writing (an NVMe tile's I/O) is reported on
  * every rank, and the written params may then differ between ranks.
  * Costs one broadcast of the written bytes (through device-tier scratch of
- * up to 64 MiB, or the largest param, kept as ZERO_MEM_OTHER until the
+ * up to 16 MiB, or the largest param, kept as ZERO_MEM_OTHER until the
  * next zero_step so that a burst of writes reuses it), two small
  * all-reduces over the job and one over each data-parallel group; stage
  * 3 with NVMe offload also reads and rewrites its tile files.  params and

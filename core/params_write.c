@@ -28,7 +28,12 @@
 #include "params.h"
 #include "params_write.h"
 
-#define PIECE ((size_t)64 << 20) /* scratch per plugin call; a larger param goes alone */
+/* Scratch per plugin call; a larger param goes alone.  The scratch is the
+ * largest piece: 64 MiB made a burst's first call cost ~13 broadcasts of
+ * its bytes in page faults (bench/params_write), 16 MiB ~4; smaller pieces
+ * mean more write_params calls (stage 3 with NVMe offload rewrites its
+ * shard once per call). */
+#define PIECE ((size_t)16 << 20)
 
 static size_t bytes_of(const struct zero_param *p) { return (size_t)p->info.numel * zero__dtype_size(p->info.dtype); }
 
