@@ -35,8 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16.h"
 #include "host_util.h"
+#include "params_write_host.h"
 #include "mpi_check.h"
 
 static int rank_ = 0, world_ = 1;
@@ -71,15 +71,8 @@ static size_t esize(const run_spec *r) { return r->bf16 ? 2 : 4; }
 /* The plugin keeps no full copy of a param (no host-owned params there). */
 static int partitions(const run_spec *r) { return r->stage == 3; }
 
-static float get(const run_spec *r, const void *a, uint64_t k) {
-    return r->bf16 ? th_from_bf16(((const uint16_t *)a)[k]) : ((const float *)a)[k];
-}
-static void put(const run_spec *r, void *a, uint64_t k, float v) {
-    if (r->bf16)
-        ((uint16_t *)a)[k] = th_to_bf16(v);
-    else
-        ((float *)a)[k] = v;
-}
+static float get(const run_spec *r, const void *a, uint64_t k) { return pw_get(r->bf16, a, k); }
+static void put(const run_spec *r, void *a, uint64_t k, float v) { pw_put(r->bf16, a, k, v); }
 
 /* Values of param `pid`: salt 0 the initial values, > 0 a write's. */
 static float value(int pid, uint64_t k, int salt) {
@@ -95,11 +88,7 @@ typedef struct model {
 } model;
 
 static zero_status gather_raw(const run_spec *r, zero_engine *e, zero_param *p, uint64_t n, void *dst) {
-    void *ptr = NULL;
-    zero_status s = zero_gather(e, &p, 1, &ptr);
-    if (s == ZERO_OK) memcpy(dst, ptr, (size_t)n * esize(r));
-    zero_status t = zero_release(e, &p, 1);
-    return s != ZERO_OK ? s : t;
+    return pw_gather_raw(e, p, n, esize(r), dst);
 }
 
 /* Every param's values, one after another (the host-owned one last). */
@@ -168,25 +157,13 @@ static void destroy(model *m) {
     free(m->host_data);
 }
 
-/* One micro-step's gradients: g = 0.05 w + 0.01 u(step, param, k, rank),
- * so a written value shows in every later step.  Reported last param
- * first, as a backward does. */
+/* One micro-step's gradients of every param (params_write_host.h). */
 static void backward(const run_spec *r, model *m, int step) {
     zero_param *all[NP + 1];
     uint64_t n[NP + 1];
     for (int i = 0; i < NP; i++) all[i] = m->p[i], n[i] = SIZES[i];
     all[NP] = m->host, n[NP] = HOST_N;
-    for (int i = NP; i >= 0; i--) {
-        unsigned char w[4 * 899];
-        CHECK_EQ_INT(gather_raw(r, m->e, all[i], n[i], w), ZERO_OK);
-        void *g = NULL;
-        CHECK_EQ_INT(zero_grad_buffer(m->e, all[i], &g), ZERO_OK);
-        for (uint64_t k = 0; g && k < n[i]; k++) {
-            const float u = (float)th_u11(((uint64_t)step << 48) ^ ((uint64_t)i << 40) ^ ((uint64_t)rank_ << 32) ^ k);
-            put(r, g, k, get(r, g, k) + 0.05f * get(r, w, k) + 0.01f * u);
-        }
-        CHECK_EQ_INT(zero_on_grad_ready(m->e, all[i], NULL), ZERO_OK);
-    }
+    pw_backward(m->e, all, n, NP + 1, r->bf16, step, rank_);
 }
 
 static void train(const run_spec *r, model *m, int from, int steps) {
@@ -367,6 +344,19 @@ static run_spec spec(const char *plugin, int stage, int bf16, int opt, const cha
  * each gather of the others) */
 #define GATHER_KEYS "\"stage3_param_persistence_threshold\": 100, \"stage3_max_reuse_distance\": 0"
 
+/* Writing every param's current values is no write at all: r run
+ * without a write and with one end bitwise equal. */
+static void identity_case(run_spec r) {
+    r.refusals = 0;
+    r.write = 0;
+    unsigned char *plain = run(&r);
+    r.write = 2;
+    unsigned char *same = run(&r);
+    compare("writing the current values changed the run", &r, same, plain);
+    free(plain);
+    free(same);
+}
+
 /* --template (tests/kit): examples/plugin-template's template-dp, written
  * and trained on, bitwise stage 0 with the same write (fp32, bf16), and
  * writing the current values changes nothing (fp32). */
@@ -378,15 +368,7 @@ static void template_cases(void) {
         free(got);
         free(want);
     }
-    run_spec r = spec("template-dp", 0, 0, OPT_ADAMW, NULL);
-    r.refusals = 0;
-    r.write = 0;
-    unsigned char *plain = run(&r);
-    r.write = 2;
-    unsigned char *same = run(&r);
-    compare("writing the current values changed the run", &r, same, plain);
-    free(plain);
-    free(same);
+    identity_case(spec("template-dp", 0, 0, OPT_ADAMW, NULL));
 }
 
 int main(int argc, char **argv) {
@@ -438,17 +420,7 @@ int main(int argc, char **argv) {
         cases[1] = spec("zeropp", 3, 0, OPT_ADAMW, zo);
         cases[2] = spec("onebit", 0, 0, OPT_ONEBIT, NULL);
         cases[2].freeze = 1; /* written in the compressed phase */
-        for (int i = 0; i < 3; i++) {
-            run_spec r = cases[i];
-            r.refusals = 0;
-            r.write = 0;
-            unsigned char *plain = run(&r);
-            r.write = 2;
-            unsigned char *same = run(&r);
-            compare("writing the current values changed the run", &r, same, plain);
-            free(plain);
-            free(same);
-        }
+        for (int i = 0; i < 3; i++) identity_case(cases[i]);
     }
     /* 3. no bitwise reference: ZeRO++ with qwZ, 1-bit Adam compressed (the checks inside run) */
     for (int bf16 = 0; bf16 <= 1; bf16++) {

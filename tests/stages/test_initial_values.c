@@ -24,6 +24,7 @@
 
 #include "../common/host_util.h"
 #include "../common/mpi_check.h"
+#include "../common/sanitizer_env.h"
 
 static int rank_ = 0, world_ = 1;
 
@@ -160,22 +161,6 @@ static void expert_case(int within) {
     }
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
-
-static long address_space_bytes(void) {
-    long pages = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f || fscanf(f, "%ld", &pages) != 1) pages = -1;
-    if (f) fclose(f);
-    return pages < 0 ? -1 : pages * 4096;
-}
-
 /* The last rank cannot allocate the 64 MiB host buffer for rank 0's values. */
 static void oom_case(void) {
 #ifdef UNDER_SANITIZER
@@ -197,7 +182,7 @@ static void oom_case(void) {
     const int capped = rank_ == world_ - 1;
     struct rlimit old;
     getrlimit(RLIMIT_AS, &old);
-    long now = address_space_bytes();
+    long now = th_address_space_bytes();
     if (capped && now > 0) {
         struct rlimit cap = {(rlim_t)now + ((rlim_t)16 << 20), old.rlim_max};
         setrlimit(RLIMIT_AS, &cap);

@@ -34,8 +34,9 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "../common/bf16.h"
 #include "../common/host_util.h"
+#include "../common/params_write_host.h"
+#include "../common/sanitizer_env.h"
 #include "../common/mpi_check.h"
 
 static int rank_ = 0, world_ = 1;
@@ -43,17 +44,8 @@ static int rank_ = 0, world_ = 1;
 /* Under ThreadSanitizer the NVMe runs are left out: glibc's POSIX AIO
  * (stage 3's tile and shard files) starts its helper threads from threads
  * TSan did not see created, and the process dies in TLS setup before
- * anything of libzero's runs.  The plain and ASan runs cover them. */
-#if defined(__SANITIZE_THREAD__)
-#define UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define UNDER_TSAN 1
-#endif
-#endif
-#ifndef UNDER_TSAN
-#define UNDER_TSAN 0
-#endif
+ * anything of libzero's runs.  The plain and ASan runs cover them
+ * (UNDER_TSAN: sanitizer_env.h). */
 
 enum { NP = 6, STEPS = 2 };
 static const uint64_t SIZES[NP] = {1, 7, 31, 217, 899, 13};
@@ -75,15 +67,8 @@ typedef struct run_spec {
 
 static size_t esize(const run_spec *r) { return r->bf16 ? 2 : 4; }
 
-static float get(const run_spec *r, const void *a, uint64_t k) {
-    return r->bf16 ? th_from_bf16(((const uint16_t *)a)[k]) : ((const float *)a)[k];
-}
-static void put(const run_spec *r, void *a, uint64_t k, float v) {
-    if (r->bf16)
-        ((uint16_t *)a)[k] = th_to_bf16(v);
-    else
-        ((float *)a)[k] = v;
-}
+static float get(const run_spec *r, const void *a, uint64_t k) { return pw_get(r->bf16, a, k); }
+static void put(const run_spec *r, void *a, uint64_t k, float v) { pw_put(r->bf16, a, k, v); }
 
 /* Values of param `pid`: salt 0 the initial values, >0 a write's.  An
  * expert's depend on its group's color. */
@@ -102,11 +87,7 @@ typedef struct model {
 } model;
 
 static zero_status gather_raw(const run_spec *r, zero_engine *e, zero_param *p, uint64_t n, void *dst) {
-    void *ptr = NULL;
-    zero_status s = zero_gather(e, &p, 1, &ptr);
-    if (s == ZERO_OK) memcpy(dst, ptr, (size_t)n * esize(r));
-    zero_status t = zero_release(e, &p, 1);
-    return s != ZERO_OK ? s : t;
+    return pw_gather_raw(e, p, n, esize(r), dst);
 }
 
 /* Every param's values, one after another (and the host-owned array). */
@@ -179,27 +160,14 @@ static void destroy(model *m) {
     free(m->host_data);
 }
 
-/* One micro-step's gradients: g = 0.05 w + 0.01 u(step, param, k, rank),
- * so a written value shows in every later step.  Reported last param
- * first, as a backward does; the step itself is the caller's. */
+/* One micro-step's gradients of every param (params_write_host.h). */
 static void backward(const run_spec *r, model *m, int step) {
     zero_param *all[NP + 1];
     uint64_t n[NP + 1];
-    int np = 0;
     for (int i = 0; i < NP; i++)
-        all[np] = m->p[i], n[np++] = SIZES[i];
-    all[np] = m->host, n[np++] = HOST_N;
-    for (int i = np - 1; i >= 0; i--) {
-        unsigned char w[4 * 899];
-        CHECK_EQ_INT(gather_raw(r, m->e, all[i], n[i], w), ZERO_OK);
-        void *g = NULL;
-        CHECK_EQ_INT(zero_grad_buffer(m->e, all[i], &g), ZERO_OK);
-        for (uint64_t k = 0; g && k < n[i]; k++) {
-            const float u = (float)th_u11(((uint64_t)step << 48) ^ ((uint64_t)i << 40) ^ ((uint64_t)rank_ << 32) ^ k);
-            put(r, g, k, get(r, g, k) + 0.05f * get(r, w, k) + 0.01f * u);
-        }
-        CHECK_EQ_INT(zero_on_grad_ready(m->e, all[i], NULL), ZERO_OK);
-    }
+        all[i] = m->p[i], n[i] = SIZES[i];
+    all[NP] = m->host, n[NP] = HOST_N;
+    pw_backward(m->e, all, n, NP + 1, r->bf16, step, rank_);
 }
 
 static void train(const run_spec *r, model *m, int from, int steps) {
@@ -450,22 +418,6 @@ static void pipeline_case(int bf16) {
         free(init[i]);
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
-
-static long address_space_bytes(void) {
-    long pages = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f || fscanf(f, "%ld", &pages) != 1) pages = -1;
-    if (f) fclose(f);
-    return pages < 0 ? -1 : pages * 4096;
-}
-
 /* The last rank cannot take the 64 MiB broadcast scratch: it refuses in
  * the verdict with the others (ZERO_ERR_OUT_OF_MEMORY there, naming it
  * elsewhere), so no rank waits in a broadcast it never joins, and nothing
@@ -497,7 +449,7 @@ static void oom_case(void) {
     const int capped = rank_ == world_ - 1;
     struct rlimit old;
     getrlimit(RLIMIT_AS, &old);
-    const long now = address_space_bytes();
+    const long now = th_address_space_bytes();
     if (capped && now > 0) {
         struct rlimit cap = {(rlim_t)now + ((rlim_t)16 << 20), old.rlim_max};
         setrlimit(RLIMIT_AS, &cap);
