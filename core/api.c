@@ -552,14 +552,14 @@ static zero_status expert_support(zero_engine *e) {
     const zero_plugin_table *t = e->plugin.table;
     if (t->caps & ZERO_PLUGIN_CAP_EXPERT_GROUPS) return ZERO_OK;
     const char *why = (t->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS)
-                          ? "stage 3 would have to gather each expert's shards over its expert-data-parallel group "
-                            "and keep a gather order per group; not implemented"
+                          ? "it partitions parameters but does not gather an expert group over its own "
+                            "expert-data-parallel group"
                       : (t->caps & ZERO_PLUGIN_CAP_PIPELINE)
                           ? "it reduces over one data-parallel group only"
                           : "it does not declare ZERO_PLUGIN_CAP_EXPERT_GROUPS (ABI 1.3)";
     return zero__error(e, ZERO_ERR_UNSUPPORTED,
                        "zero_params_done: param group %d is an expert group (zero_group_desc.expert_color %d) but "
-                       "plugin '%s' does not support expert groups: %s; use stage1, stage2 or offload",
+                       "plugin '%s' does not support expert groups: %s; use stage1, stage2, stage3 or offload",
                        (int)expert->group_id, (int)expert->expert_color, t->name ? t->name : "?", why);
 }
 

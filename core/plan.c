@@ -162,7 +162,7 @@ static zero_status experts_check(const zero_plugin_table *table, const zero_run_
     if (!(table->caps & ZERO_PLUGIN_CAP_EXPERT_GROUPS)) {
         copy_err(err, err_len,
                  "zero_plan: param group %d is an expert group but plugin '%s' does not support expert groups "
-                 "(no ZERO_PLUGIN_CAP_EXPERT_GROUPS); use stage1, stage2 or offload",
+                 "(no ZERO_PLUGIN_CAP_EXPERT_GROUPS); use stage1, stage2, stage3 or offload",
                  (int)ex->groups[0], table->name ? table->name : "?");
         return ZERO_ERR_UNSUPPORTED;
     }

@@ -31,6 +31,7 @@ typedef struct sp_param {
     uint64_t numel;
     size_t cap;      /* buffer bytes, 0 = none */
     int has_buf, fresh, holds, prefetched, persistent, landing;
+    int alias;       /* its own full tensor (ops.alias): no buffer, never stale */
     size_t last_pos;
 } sp_param;
 
@@ -274,6 +275,11 @@ static void settle(sp *s) { /* the engine's settle: every micro-step follows the
 }
 
 uint64_t zero_kit_gather_plan_peak(const zero_plan_services *ps, size_t esize, uint64_t cap_bytes, int staging) {
+    return zero_kit_gather_plan_peak_aliased(ps, esize, cap_bytes, staging, NULL);
+}
+
+uint64_t zero_kit_gather_plan_peak_aliased(const zero_plan_services *ps, size_t esize, uint64_t cap_bytes, int staging,
+                                           const uint8_t *alias) {
     zero_core *c = ps->core;
     const zero_run_config *rc = ps->config(c);
     sp s;
@@ -305,9 +311,9 @@ uint64_t zero_kit_gather_plan_peak(const zero_plan_services *ps, size_t esize, u
         sp_param *p = &s.p[i];
         p->numel = ps->param(c, i)->numel;
         size_t b = (size_t)p->numel * esize;
-        /* a permanent buffer, in registration order, while the budget
-         * still leaves room for two largest params */
-        if (p->numel < persist_below && s.persistent + b + 2 * largest_bytes <= s.limit) {
+        if (alias && alias[i]) { /* gather_engine.c setup_param: resident for good, outside the pool */
+            p->alias = p->persistent = p->has_buf = p->fresh = 1;
+        } else if (p->numel < persist_below && s.persistent + b + 2 * largest_bytes <= s.limit) {
             p->persistent = p->has_buf = p->fresh = 1;
             p->cap = b;
             s.persistent += b;
@@ -333,7 +339,7 @@ uint64_t zero_kit_gather_plan_peak(const zero_plan_services *ps, size_t esize, u
         settle(&s);
         if ((m + 1) % gas == 0) /* boundary step: persistent buffers go stale */
             for (uint32_t i = 0; i < s.n; i++)
-                if (s.p[i].persistent) s.p[i].fresh = 0;
+                if (s.p[i].persistent && !s.p[i].alias) s.p[i].fresh = 0;
         prefetch(&s); /* zero_kit_gather_prefetch_ahead */
     }
     peak = s.peak;

@@ -267,9 +267,16 @@ void zero_kit_gather_get_stats(const zero_kit_gather *g, zero_kit_gather_stats *
  * also allocates numel * esize ZERO_MEM_GATHER bytes of its own from its
  * issue until it lands (MiCS's member-major receive buffer).  A strategy
  * whose engine aliases every param (ops.alias: world 1 for stage 3) has
- * no gather buffers and does not call this.  Records nothing: pass the
+ * no gather buffers and does not call this (one that aliases some: the
+ * _aliased variant below).  Records nothing: pass the
  * result to ps->add.  Pure; thread-safe. */
 uint64_t zero_kit_gather_plan_peak(const zero_plan_services *ps, size_t esize, uint64_t cap_bytes, int staging);
+/* (libzero 1.12) The same for an engine whose ops.alias gives some params
+ * their own memory (stage 3: an expert group partitioned over one rank):
+ * alias[i] nonzero for those (ps->nparams entries, borrowed; NULL: none).
+ * They hold no gather buffer and never go stale, as in the engine. */
+uint64_t zero_kit_gather_plan_peak_aliased(const zero_plan_services *ps, size_t esize, uint64_t cap_bytes, int staging,
+                                           const uint8_t *alias);
 
 #ifdef __cplusplus
 }

@@ -39,15 +39,18 @@
  * request are the gather engine's.) */
 typedef struct zero__s3_param {
     zero_param_info *info;
-    size_t *counts;        /* world entries: elements of this param each rank owns (all-gather blocks) */
-    uint64_t part_lo;      /* where this rank's piece starts in the shard (valid if counts[rank] > 0) */
+    zero_comm *comm;       /* its all-gathers' communicator: gcomm, or (expert groups) s->xcomms' duplicate of
+                              its expert-data-parallel group (borrowed from s) */
+    size_t *counts;        /* one entry per rank of comm: elements of this param each owns (all-gather blocks) */
+    uint64_t count;        /* this rank's elements of it: counts[its place in comm] */
+    uint64_t part_lo;      /* where this rank's piece starts in the shard (valid if count > 0) */
     uint64_t piece_off;    /* ... and where it starts in the param (elements), for the NVMe shard's init */
     void *grad_tmp;        /* contiguous_gradients off: per-param gradient temporary */
 } zero__s3_param;
 
 typedef struct zero__s3_slice {
-    size_t *counts;        /* world entries, NULL until the slice's first fetch */
-    uint64_t part_lo;      /* this rank's piece in the shard (valid if counts[rank] > 0) */
+    size_t *counts;        /* one entry per rank of its param's comm, NULL until the slice's first fetch */
+    uint64_t part_lo;      /* this rank's piece in the shard (valid if its count > 0) */
 } zero__s3_slice;
 
 typedef struct zero__s3 {
@@ -61,6 +64,15 @@ typedef struct zero__s3 {
                               thread gathers, and collectives on one communicator must be issued in the same
                               order on every rank */
     int rank, nranks;
+    /* (libzero 1.12) expert groups: layout group g's pieces are all-gathered over fcomm[g] -- gcomm
+     * for a dense group, a private duplicate of the group's expert-data-parallel communicator
+     * (svc->group_comm) for an expert group, one duplicate per distinct communicator (xcomms, owned:
+     * freed at destroy) for the same reason gcomm exists.  group_of[i]: param i's layout group. */
+    zero_comm **fcomm;
+    uint32_t *group_of;
+    zero_comm **xcomms;    /* owned duplicates */
+    zero_comm **xsrc;      /* ... and the core's communicators they duplicate (borrowed) */
+    uint32_t nxcomms;
     zero_dtype dtype;      /* model dtype: shard and gather buffers */
     size_t esize;
     zero_dtype gdtype;     /* gradient partition: fp32 (grad_accum_dtype fp32) or the model dtype */
@@ -74,7 +86,7 @@ typedef struct zero__s3 {
     uint32_t nstate;
     zero_owned_range *owned;
     uint32_t nowned;
-    zero_buckets *b;
+    zero_kit_bsets bs;     /* bucket sets: one per partition communicator (expert groups: libzero 1.12) */
     int contiguous;
 
     zero__s3_param *params;
@@ -98,6 +110,18 @@ typedef struct zero__s3 {
     struct zero__s3_off *off; /* the tiled step's buffers, worker, NVMe file; NULL without offload */
 } zero__s3;
 
+/* ---- where pieces live (stage3_plugin.c) -------------------------------- */
+/* The pieces of flat range [lo, hi) (inside layout group g) held by each
+ * rank of g's partition communicator, in its rank order: counts[k] elements
+ * for place k (size zero__s3_group_world(s, g)); this rank's starts at
+ * *part_lo of its shard and *piece_lo elements into the range (both left
+ * alone when it holds none).  Returns this rank's count.  Pure. */
+uint64_t zero__s3_pieces(const zero__s3 *s, uint32_t g, uint64_t lo, uint64_t hi, size_t *counts, uint64_t *part_lo,
+                         uint64_t *piece_lo);
+/* The number of ranks layout group g is partitioned over (the world for a
+ * dense group; its expert-data-parallel size for an expert group). */
+uint32_t zero__s3_group_world(const zero__s3 *s, uint32_t g);
+
 /* ---- gathers (stage3_gather.c) ----------------------------------------- */
 /* Create s->gather over every param (params_done, after the shard holds
  * the initial values and s->params their counts): stage 3's config keys,
@@ -113,6 +137,9 @@ zero_status zero__s3_set_phase(void *state, const char *phase);
  * range (offload_param nvme: through the whole param's gather). */
 zero_status zero__s3_gather_slices(void *state, const zero_slice_ref *refs, size_t n, void **ptrs);
 zero_status zero__s3_release_slices(void *state, const zero_slice_ref *refs, size_t n);
+/* Is param idx's full tensor its place in the shard (a param partitioned
+ * over one rank, without offload_param)?  Pure. */
+int zero__s3_aliased(const zero__s3 *s, uint32_t idx);
 /* Free what the slice fetches made (destroy, after the engine's). */
 void zero__s3_gather_free(zero__s3 *s);
 

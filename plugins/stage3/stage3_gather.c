@@ -32,19 +32,17 @@ static zero_status fetch_slice(zero__s3 *s, uint32_t idx, void *buf, zero_comm_r
         s->nslices = k + 1;
     }
     zero__s3_slice *sl = &s->slices[k];
+    const zero__s3_param *p = &s->params[param];
     if (!sl->counts) {
-        if (!(sl->counts = calloc((size_t)s->nranks, sizeof *sl->counts)))
+        const uint32_t g = s->group_of[param];
+        if (!(sl->counts = calloc(zero__s3_group_world(s, g), sizeof *sl->counts)))
             return s->svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");
-        const uint64_t lo = s->params[param].info->flat_offset + offset, hi = lo + numel;
-        for (int r = 0; r < s->nranks; r++) {
-            zero_owned_range o;
-            if (!numel || s->svc->owned_ranges(s->c, (uint32_t)r, lo, hi, &o, 1) == 0) continue;
-            sl->counts[r] = (size_t)(o.flat_hi - o.flat_lo);
-            if (r == s->rank) sl->part_lo = o.part_lo;
-        }
+        const uint64_t lo = p->info->flat_offset + offset;
+        uint64_t piece_lo = 0;
+        if (numel) zero__s3_pieces(s, g, lo, lo + numel, sl->counts, &sl->part_lo, &piece_lo);
     }
     const char *send = (const char *)s->shard + (size_t)sl->part_lo * s->esize;
-    zero_status st = s->svc->iallgatherv(s->gcomm, send, buf, sl->counts, s->dtype, req);
+    zero_status st = s->svc->iallgatherv(p->comm, send, buf, sl->counts, s->dtype, req);
     if (st != ZERO_OK) *req = NULL;
     return st;
 }
@@ -57,7 +55,7 @@ static zero_status fetch(void *ctx, uint32_t idx, void *buf, zero_comm_req **req
     int slot = -1;
     if (s->off_param_nvme && !(send = zero__s3_pwin_piece(s, p, &slot))) /* from the file (error set) */
         return s->off->send_err != ZERO_OK ? s->off->send_err : ZERO_ERR_IO;
-    zero_status st = s->svc->iallgatherv(s->gcomm, send, buf, p->counts, s->dtype, req);
+    zero_status st = s->svc->iallgatherv(p->comm, send, buf, p->counts, s->dtype, req);
     if (st != ZERO_OK) *req = NULL;
     if (s->off_param_nvme) zero__s3_pwin_sent(s, slot, p, *req); /* the slot is busy until *req is waited for */
     return st;
@@ -68,11 +66,17 @@ static void after_issue(void *ctx) { zero__s3_pwin_readahead(ctx); }
 
 /* World 1: this rank's shard is the whole model in flat order, so the
  * "gathered" tensor is the shard itself: no buffer, no copy, no
- * all-gather, and stage 3 holds exactly what stage 2 does.
- * (offload_param: the shard is host memory; gather a device copy.) */
+ * all-gather, and stage 3 holds exactly what stage 2 does.  The same for
+ * an expert group partitioned over one rank (expert parallelism = world:
+ * each rank holds its experts whole).  (offload_param: the shard is host
+ * memory; gather a device copy.) */
+int zero__s3_aliased(const zero__s3 *s, uint32_t idx) {
+    return !s->off_param && zero__s3_group_world(s, s->group_of[idx]) == 1;
+}
+
 static void *alias(void *ctx, uint32_t idx) {
     zero__s3 *s = ctx;
-    if (s->nranks != 1 || s->off_param) return NULL;
+    if (!zero__s3_aliased(s, idx)) return NULL;
     const zero__s3_param *p = &s->params[idx];
     return p->info->numel ? (char *)s->shard + (size_t)p->part_lo * s->esize : s->shard;
 }

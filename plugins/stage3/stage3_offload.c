@@ -110,7 +110,7 @@ static zero_status init_nvme_tile(zero__s3 *s, uint64_t t0, size_t n, char *dst)
     memset(dst, 0, n * s->esize);
     for (uint32_t i = 0; i < s->nparams; i++) {
         const zero__s3_param *p = &s->params[i];
-        const uint64_t cnt = p->counts[s->rank], lo0 = p->part_lo;
+        const uint64_t cnt = p->count, lo0 = p->part_lo;
         if (!cnt || !p->info->init_data) continue;
         const uint64_t lo = lo0 > t0 ? lo0 : t0, hi = lo0 + cnt < t0 + n ? lo0 + cnt : t0 + n;
         if (lo >= hi) continue;

@@ -5,6 +5,7 @@
  * (zero_kit_gather_plan_peak, kit/gather_plan.c: shared with MiCS and
  * ZeRO++, which run on the same engine); tests/plan checks it against the
  * accountant's measured peak.  Pure; thread-safe. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "stage3.h"
@@ -14,11 +15,20 @@
  * the engine's budget is capped at what sharding saves (s3_params_done). */
 static uint64_t gather_peak(const zero_plan_services *ps, size_t esize, int off_param) {
     const zero_layout *L = ps->layout(ps->core);
-    /* World 1: every gather aliases the shard (stage3_plugin.c setup_param):
-     * no gather buffer, persistent or pooled, is ever allocated. */
+    /* World 1: every gather aliases the shard (stage3_gather.c alias): no
+     * gather buffer, persistent or pooled, is ever allocated. */
     if (L->world <= 1 && !off_param) return 0; /* (offload_param: the host-tier shard is gathered from) */
     const uint64_t saved = (L->flat_numel - (off_param ? 0 : L->part_numel)) * (uint64_t)esize;
-    return zero_kit_gather_plan_peak(ps, esize, saved, 0);
+    /* (1.12) so do the params of an expert group partitioned over one rank */
+    const int experts = L->struct_size >= offsetof(zero_layout, group_world) + sizeof L->group_world && L->group_world;
+    const uint32_t n = ps->nparams(ps->core);
+    uint8_t *alias = experts && !off_param ? calloc(n ? n : 1, 1) : NULL;
+    for (uint32_t g = 0; alias && g < L->ngroups; g++)
+        for (uint32_t j = 0; j < L->groups[g].nparams; j++)
+            alias[L->param_order[L->groups[g].first_param + j]] = L->group_world[g] == 1;
+    const uint64_t peak = zero_kit_gather_plan_peak_aliased(ps, esize, saved, 0, alias);
+    free(alias);
+    return peak;
 }
 
 /* stage3_offload.c zero__s3_off_configure, without an engine. */

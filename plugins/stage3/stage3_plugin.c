@@ -47,6 +47,69 @@ static void *alloc_state(zero__s3 *s, int host, zero_mem_tag tag, size_t bytes) 
 
 static uint64_t nonneg(int64_t v) { return v > 0 ? (uint64_t)v : 0; }
 
+uint32_t zero__s3_group_world(const zero__s3 *s, uint32_t g) {
+    const zero_layout *L = s->L;
+    const int has = L->struct_size >= offsetof(zero_layout, group_rank) + sizeof L->group_rank && L->group_world;
+    return has ? L->group_world[g] : L->world;
+}
+
+/* The layout's rule (abi/zero_plugin.h zero_layout): group g's place k owns
+ * [flat_begin + k * part_numel, + part_numel), at part_offset of its
+ * partition.  Computed here over the places of g's communicator, not with
+ * svc->owned_ranges, whose `rank` is a world rank. */
+uint64_t zero__s3_pieces(const zero__s3 *s, uint32_t g, uint64_t lo, uint64_t hi, size_t *counts, uint64_t *part_lo,
+                         uint64_t *piece_lo) {
+    const zero_layout *L = s->L;
+    const zero_layout_group *G = &L->groups[g];
+    const int has = L->struct_size >= offsetof(zero_layout, group_rank) + sizeof L->group_rank && L->group_rank;
+    const uint32_t gw = zero__s3_group_world(s, g), mine = has ? L->group_rank[g] : L->rank;
+    uint64_t own = 0;
+    for (uint32_t k = 0; k < gw; k++) {
+        const uint64_t own_lo = G->flat_begin + (uint64_t)k * G->part_numel, own_hi = own_lo + G->part_numel;
+        const uint64_t a = lo > own_lo ? lo : own_lo, b = hi < own_hi ? hi : own_hi;
+        counts[k] = b > a ? (size_t)(b - a) : 0;
+        if (k != mine || b <= a) continue;
+        own = b - a;
+        *part_lo = G->part_offset + (a - own_lo);
+        *piece_lo = a - lo;
+    }
+    return own;
+}
+
+/* (libzero 1.12) Each layout group's param communicator (stage3.h fcomm):
+ * gcomm for a dense group, a duplicate of an expert group's expert-data-
+ * parallel communicator (one per distinct communicator, made in layout
+ * order: every rank of that communicator makes the same splits in the same
+ * order, since the group tables were agreed at zero_params_done).  And
+ * each param's layout group. */
+static zero_status setup_comms(zero__s3 *s) {
+    const zero_services *svc = s->svc;
+    const zero_layout *L = s->L;
+    const uint32_t ng = L->ngroups;
+    s->fcomm = calloc(ng ? ng : 1, sizeof *s->fcomm);
+    s->group_of = calloc(s->nparams ? s->nparams : 1, sizeof *s->group_of);
+    s->xcomms = calloc(ng ? ng : 1, sizeof *s->xcomms);
+    s->xsrc = calloc(ng ? ng : 1, sizeof *s->xsrc);
+    if (!s->fcomm || !s->group_of || !s->xcomms || !s->xsrc)
+        return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");
+    for (uint32_t g = 0; g < ng; g++) {
+        for (uint32_t j = 0; j < L->groups[g].nparams; j++) s->group_of[L->param_order[L->groups[g].first_param + j]] = g;
+        zero_comm *gc = svc->group_comm(s->c, g);
+        s->fcomm[g] = s->gcomm;
+        if (!gc || gc == s->world) continue;
+        uint32_t k = 0;
+        while (k < s->nxcomms && s->xsrc[k] != gc) k++;
+        if (k == s->nxcomms) {
+            zero_status st = svc->comm_split(gc, 0, svc->comm_rank(gc), &s->xcomms[k]);
+            if (st != ZERO_OK) return st;
+            s->xsrc[k] = gc;
+            s->nxcomms++;
+        }
+        s->fcomm[g] = s->xcomms[k];
+    }
+    return ZERO_OK;
+}
+
 /* Per-param all-gather counts and this rank's piece; copy the initial
  * values of the piece into the shard (the master is widened from the whole
  * shard afterwards). */
@@ -62,22 +125,16 @@ static zero_status setup_param(zero__s3 *s, uint32_t i) {
                           info->name, (int)info->dtype, (int)s->dtype);
     /* initial values may be host or device memory (CUDA engine): they are
      * read only through mem_copy / convert, which take either */
-    p->counts = calloc((size_t)s->nranks, sizeof *p->counts);
+    const uint32_t g = s->group_of[i];
+    p->comm = s->fcomm[g];
+    p->counts = calloc(zero__s3_group_world(s, g), sizeof *p->counts);
     if (!p->counts) return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: out of memory");
     const uint64_t lo = info->flat_offset, hi = lo + info->numel;
-    for (int r = 0; r < s->nranks; r++) {
-        zero_owned_range o;
-        if (!info->numel || svc->owned_ranges(s->c, (uint32_t)r, lo, hi, &o, 1) == 0) continue;
-        p->counts[r] = (size_t)(o.flat_hi - o.flat_lo);
-        if (r != s->rank) continue;
-        p->part_lo = o.part_lo;
-        p->piece_off = o.flat_lo - lo;
-        if (!s->shard) continue; /* offload_param nvme: the file is written tile by tile (zero__s3_off_init) */
-        const char *src = (const char *)info->init_data + (size_t)(o.flat_lo - lo) * s->esize;
-        size_t n = (size_t)(o.flat_hi - o.flat_lo);
-        if (!info->init_data) continue; /* zero-filled already */
-        svc->mem_copy(s->c, (char *)s->shard + (size_t)o.part_lo * s->esize, src, n * s->esize);
-    }
+    p->count = info->numel ? zero__s3_pieces(s, g, lo, hi, p->counts, &p->part_lo, &p->piece_off) : 0;
+    /* offload_param nvme: the file is written tile by tile (zero__s3_off_init); no values: zero-filled */
+    if (!p->count || !s->shard || !info->init_data) return ZERO_OK;
+    svc->mem_copy(s->c, (char *)s->shard + (size_t)p->part_lo * s->esize,
+                  (const char *)info->init_data + (size_t)p->piece_off * s->esize, (size_t)p->count * s->esize);
     /* (the gather engine decides persistence and world 1's aliases: stage3_gather.c) */
     return ZERO_OK;
 }
@@ -125,6 +182,8 @@ static zero_status s3_params_done(void *state) {
         return svc->error(s->c, ZERO_ERR_OUT_OF_MEMORY, "stage3: cannot allocate the %zu-element model-state shard",
                           part);
     s->nowned = s->L->flat_numel ? svc->owned_ranges(s->c, s->L->rank, 0, s->L->flat_numel, s->owned, ng) : 0;
+    zero_status ms = setup_comms(s);
+    if (ms != ZERO_OK) return ms;
     for (uint32_t i = 0; i < s->nparams; i++) {
         zero_status st = setup_param(s, i);
         if (st != ZERO_OK) return st;
@@ -151,13 +210,15 @@ static zero_status s3_params_done(void *state) {
     spec.partition = s->grads;
     spec.reduce_every_micro_step = 1; /* no full gradient may exist: reduce every micro-step */
     spec.grad_dtype = s->gdtype;
-    return svc->buckets_create(s->c, &spec, &s->b);
+    /* one set per partition communicator: the dense groups' over the world,
+     * each expert group's over its expert-data-parallel group (1.12) */
+    return zero_kit_bsets_create(&s->bs, svc, &spec);
 }
 
 /* Thread-safe for distinct params (the bucket engine is; grad_tmp is per param). */
 static zero_status s3_grad_buffer(void *state, zero_param_info *p, void **buf) {
     zero__s3 *s = state;
-    if (s->contiguous) return s->svc->buckets_grad_slot(s->b, p->index, buf);
+    if (s->contiguous) return s->svc->buckets_grad_slot(zero_kit_bsets_of(&s->bs, p->index), p->index, buf);
     zero__s3_param *sp = p->plugin_data;
     return zero_kit_grad_tmp(s->svc, p, s->esize, &sp->grad_tmp, buf, "stage3");
 }
@@ -166,7 +227,7 @@ static zero_status s3_on_grad_ready(void *state, zero_param_info *p, void *strea
     zero__s3 *s = state;
     (void)stream;
     zero__s3_param *sp = p->plugin_data;
-    return zero_kit_grad_ready(s->svc, s->b, p, &sp->grad_tmp);
+    return zero_kit_grad_ready(s->svc, zero_kit_bsets_of(&s->bs, p->index), p, &sp->grad_tmp);
 }
 
 static zero_status s3_sync(void *state) {
@@ -266,7 +327,12 @@ static void s3_destroy(void *state) {
     zero_kit_gather_destroy(s->gather); /* waits for its all-gathers, logs how gathers were served */
     s->gather = NULL;                   /* the NVMe window (zero__s3_off_free) must not ask it any more */
     zero__s3_gather_free(s);
-    if (s->b) svc->buckets_destroy(s->b);
+    zero_kit_bsets_destroy(&s->bs);
+    for (uint32_t k = 0; k < s->nxcomms; k++) svc->comm_free(s->xcomms[k]);
+    free(s->xcomms);
+    free(s->xsrc);
+    free(s->fcomm);
+    free(s->group_of);
     if (s->gcomm) svc->comm_free(s->gcomm);
     for (uint32_t i = 0; s->params && i < s->nparams; i++) {
         zero__s3_param *p = &s->params[i];
@@ -289,7 +355,7 @@ ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     /* GATHER_COMPLETE: zero__s3_gather waits for every all-gather it hands
      * out (and world-1 aliases of the shard were ordered by the step) */
     .caps = ZERO_PLUGIN_CAP_PARTITIONS_PARAMS | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD |
-            ZERO_PLUGIN_CAP_OFFLOAD | ZERO_PLUGIN_CAP_GATHER_COMPLETE,
+            ZERO_PLUGIN_CAP_OFFLOAD | ZERO_PLUGIN_CAP_GATHER_COMPLETE | ZERO_PLUGIN_CAP_EXPERT_GROUPS,
     .name = "stage3",
     .description = "ZeRO-3: parameters, gradients and optimizer states partitioned; params gathered just in time "
                    "with trace-driven prefetch",

@@ -45,7 +45,7 @@ struct zero__s3_pslot {
 };
 
 static uint64_t piece_off(const zero__s3 *s, const zero__s3_param *p) { return p->part_lo * (uint64_t)s->esize; }
-static size_t piece_len(const zero__s3 *s, const zero__s3_param *p) { return p->counts[s->rank] * s->esize; }
+static size_t piece_len(const zero__s3 *s, const zero__s3_param *p) { return (size_t)p->count * s->esize; }
 
 zero_status zero__s3_pwin_init(zero__s3 *s) {
     const zero_services *svc = s->svc;

@@ -18,7 +18,7 @@
 
 static zero_status flush(void *state) {
     zero__s3 *s = state;
-    return s->svc->buckets_flush(s->b);
+    return zero_kit_bsets_flush(&s->bs); /* every partition communicator's set (expert groups: one each) */
 }
 
 zero_status zero__s3_step(void *state, const zero_step_ctx *ctx, zero_step_report *rep) {

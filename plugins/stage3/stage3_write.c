@@ -1,6 +1,6 @@
 /* stage3: write_params (plugin ABI 1.8, zero_params_write).
  *
- * Each rank owns one contiguous piece of a param (counts[rank] elements at
+ * Each rank owns one contiguous piece of a param (`count` elements at
  * part_lo of its shard, piece_off of the param).  A write puts that piece
  * of the broadcast values into the fp32 master, wherever the master lives
  * (the device, the host tier, the NVMe optimizer tiles), and into the
@@ -59,7 +59,7 @@ zero_status zero__s3_write_params(void *state, zero_param_info *const *params, s
     size_t tmp_bytes = 0;
     for (size_t i = 0; i < n && st == ZERO_OK; i++) {
         const zero__s3_param *p = &s->params[params[i]->index];
-        const uint64_t cnt = p->counts ? p->counts[s->rank] : 0;
+        const uint64_t cnt = p->count;
         if (!cnt) continue; /* none of this param is this rank's */
         const char *src = (const char *)values[i] + (size_t)p->piece_off * s->esize;
         st = write_master(s, p->part_lo, src, cnt, &tmp, &tmp_bytes);

@@ -12,7 +12,7 @@
  *
  * The oracle: one process (ZERO_COMM_SELF, stage0, every expert a plain
  * dense param) fed the mean gradient over all N sources.  Checked for
- * stage1, stage2 and offload (stage-1 and stage-2 partitioning), fp32 and
+ * stage1, stage2, offload and stage3 (stage-1 and stage-2 partitioning), fp32 and
  * bf16, with gradient accumulation and active clipping (a wrong expert norm
  * -- counted N/2 times, or not at all -- changes the clip coefficient and
  * every parameter): final parameters and every boundary's grad norm.
@@ -20,7 +20,12 @@
  * temporary is one tile (<= max_group_size x 4 bytes), reported against
  * the whole-partition upcast.  Misuse: a tensor in two groups, group
  * tables that differ, unequal expert-DP groups, different experts inside
- * one expert-DP group, stage 3: a named error on every rank. */
+ * one expert-DP group, stage 0: a named error on every rank.
+ * (libzero 1.12) Stage 3 too: each expert's pieces all-gathered over its
+ * expert-DP group (N = 2: groups of one rank, the shard itself), gathering
+ * for real (nothing persistent, a budget of about two params, prefetch),
+ * fp32 and bf16, 16-bit gradients with tiles, offload_optimizer and
+ * offload_param cpu, and a save and load of the same world. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <math.h>
 #include <mpi.h>
@@ -69,13 +74,21 @@ static float contrib(int pid, int src, int m, float w, uint64_t i) {
 }
 
 typedef struct run_cfg {
-    const char *plugin; /* stage1, stage2, offload */
+    const char *plugin; /* stage1, stage2, offload, stage3 */
     int stage;          /* zero_optimization.stage (offload: 1 or 2 partitioning) */
     int bf16;
     int accum16;        /* data_types.grad_accum_dtype bf16: 16-bit gradients, the step upcasts tiles */
     int max_group;      /* moe.max_group_size, 0 = unset */
     int ckpt;           /* also save and load (same world) */
+    const char *extra;  /* more zero_optimization keys (",\"key\": ..."), NULL: none */
 } run_cfg;
+
+/* stage 3 gathering for real: nothing persistent, a budget of about two
+ * params, prefetch along the recorded order */
+#define S3_GATHER ", \"stage3_param_persistence_threshold\": 0, \"stage3_max_live_parameters\": 700," \
+                  " \"stage3_prefetch_bucket_size\": 400, \"stage3_max_reuse_distance\": 0"
+#define S3_OFFLOAD_OPT ", \"offload_optimizer\": {\"device\": \"cpu\"}"
+#define S3_OFFLOAD_PARAM ", \"offload_param\": {\"device\": \"cpu\"}"
 
 static void config(char *buf, size_t n, const run_cfg *c, int stage) {
     char moe[64] = "";
@@ -84,8 +97,8 @@ static void config(char *buf, size_t n, const run_cfg *c, int stage) {
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 2,"
              " \"gradient_clipping\": 0.05,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}},"
-             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 96}%s%s%s}",
-             stage, c->bf16 ? ", \"bf16\": {\"enabled\": true}" : "",
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 96%s}%s%s%s}",
+             stage, c->extra && stage ? c->extra : "", c->bf16 ? ", \"bf16\": {\"enabled\": true}" : "",
              c->accum16 ? ", \"data_types\": {\"grad_accum_dtype\": \"bf16\"}" : "", moe);
 }
 
@@ -249,6 +262,8 @@ static void run_one(const run_cfg *c) {
         }
     }
     CHECK_EQ_INT(boundaries, 4);
+    /* the checks below gather in another order than training did */
+    if (c->stage == 3) CHECK_EQ_INT(zero_set_phase(d.e, "check"), ZERO_OK);
     CHECK(clipped == boundaries, "clipping must be active at every step (%d of %d)", clipped, boundaries);
     /* every param this rank holds equals the oracle's copy of it */
     double worst = 0.0;
@@ -329,12 +344,12 @@ static void check_refusal(const run_cfg *c) {
 }
 
 /* ---- misuse: a named error on every rank ---------------------------------- */
-typedef enum { TWO_GROUPS, HOST_TENSOR, TABLES_DIFFER, UNEQUAL, NAMES_DIFFER, STAGE3, LAMB } misuse;
+typedef enum { TWO_GROUPS, HOST_TENSOR, TABLES_DIFFER, UNEQUAL, NAMES_DIFFER, STAGE0, LAMB } misuse;
 
 static void expect_error(misuse what, zero_status want, const char *needle) {
     char json[256];
     snprintf(json, sizeof json, "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": %d}%s}",
-             what == STAGE3 ? 3 : 2, what == LAMB ? ", \"optimizer\": {\"type\": \"Lamb\"}" : "");
+             what == STAGE0 ? 0 : 2, what == LAMB ? ", \"optimizer\": {\"type\": \"Lamb\"}" : "");
     zero_engine *e = open_world(json, NULL);
     if (!e) return;
     zero_group_desc g = ZERO_GROUP_DESC_INIT;
@@ -442,9 +457,13 @@ int main(int argc, char **argv) {
     }
     const int only = argc > 1 ? atoi(argv[1]) : -1; /* run one configuration (debugging) */
     const run_cfg runs[] = {
-        {"stage1", 1, 0, 0, 0, 1}, {"stage2", 2, 0, 0, 0, 0},  {"offload", 2, 0, 0, 0, 1}, {"offload", 1, 0, 0, 0, 0},
-        {"stage1", 1, 1, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0},  {"offload", 2, 1, 0, 0, 0},
-        {"stage2", 2, 1, 1, 0, 0}, {"stage2", 2, 1, 1, 40, 0}, {"stage1", 1, 1, 1, 40, 0}, {"offload", 2, 1, 1, 40, 0},
+        {"stage1", 1, 0, 0, 0, 1, NULL}, {"stage2", 2, 0, 0, 0, 0, NULL},  {"offload", 2, 0, 0, 0, 1, NULL}, {"offload", 1, 0, 0, 0, 0, NULL},
+        {"stage1", 1, 1, 0, 0, 0, NULL}, {"stage2", 2, 1, 0, 0, 0, NULL},  {"offload", 2, 1, 0, 0, 0, NULL},
+        {"stage2", 2, 1, 1, 0, 0, NULL}, {"stage2", 2, 1, 1, 40, 0, NULL}, {"stage1", 1, 1, 1, 40, 0, NULL}, {"offload", 2, 1, 1, 40, 0, NULL},
+        /* (libzero 1.12) stage 3: each expert's pieces gathered over its expert-DP group */
+        {"stage3", 3, 0, 0, 0, 1, S3_GATHER}, {"stage3", 3, 1, 0, 0, 1, S3_GATHER}, {"stage3", 3, 0, 0, 0, 0, NULL},
+        {"stage3", 3, 1, 1, 40, 0, S3_GATHER}, {"stage3", 3, 0, 0, 0, 1, S3_GATHER S3_OFFLOAD_OPT},
+        {"stage3", 3, 1, 0, 0, 1, S3_GATHER S3_OFFLOAD_OPT S3_OFFLOAD_PARAM},
     };
     for (int i = 0; i < (int)(sizeof runs / sizeof runs[0]); i++) {
         if (only >= 0 && only != i) continue;
@@ -462,7 +481,8 @@ int main(int argc, char **argv) {
             expect_error(UNEQUAL, ZERO_ERR_MISMATCH, "expert groups differ across ranks");
             expect_error(NAMES_DIFFER, ZERO_ERR_MISMATCH, "different experts");
         }
-        expect_error(STAGE3, ZERO_ERR_UNSUPPORTED, "does not support expert groups");
+        /* (stage 3 gathers expert groups since libzero 1.12; stage 0 all-reduces over the world) */
+        expect_error(STAGE0, ZERO_ERR_UNSUPPORTED, "does not support expert groups");
         expect_error(LAMB, ZERO_ERR_UNSUPPORTED, "Lamb");
         check_overflow();
     }
