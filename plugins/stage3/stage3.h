@@ -110,7 +110,7 @@ typedef struct zero__s3 {
     struct zero__s3_off *off; /* the tiled step's buffers, worker, NVMe file; NULL without offload */
 } zero__s3;
 
-/* ---- where pieces live (stage3_plugin.c) -------------------------------- */
+/* ---- where pieces live (stage3_layout.c) -------------------------------- */
 /* The pieces of flat range [lo, hi) (inside layout group g) held by each
  * rank of g's partition communicator, in its rank order: counts[k] elements
  * for place k (size zero__s3_group_world(s, g)); this rank's starts at

@@ -86,7 +86,11 @@ zero_status zero__s3_gather_setup(zero__s3 *s) {
     zero_kit_gather_spec_from_config(s->svc, s->dtype, s->poison, &spec);
     spec.who = "stage3";
     spec.comm = s->gcomm;
-    spec.group_comm = s->gcomm;
+    /* Batch one call's fetches into one launch -- unless expert groups put
+     * some of them on other communicators: NCCL's group is the thread's,
+     * and a collective issued on a communicator outside the open group would
+     * record its completion event before the group's end launched it. */
+    spec.group_comm = s->nxcomms ? NULL : s->gcomm;
     spec.gathers_world = s->nranks > 1;
     /* The gather budget never exceeds what partitioning the parameters
      * saves: stage 2 holds flat model-dtype elements, stage 3 part of them

@@ -16,9 +16,15 @@
 #      the other expert's values under this rank's names)
 #   G  N=2 weights-only load of B: the same parameters
 #   H  bf16 with 16-bit gradients: N=4 -> N=8 (groups of 2 -> 4) bitwise
+#   K  (1.12) N=4 stage3 loads C and trains to step 8: bitwise A
+#   L  (1.12) N=2 stage3 loads B (expert-DP groups of 1: each rank's experts
+#      whole) and saves again; M  N=6 offload loads that stage-3 checkpoint:
+#      bitwise B's experts by color
+#   H3 (1.12) bf16: N=8 stage3 loads H4 (groups of 2 -> 4) bitwise
 #   I  zero-ckpt consolidate writes every expert under its own name, and
 #      zero-ckpt info describes the expert group
-#   J  zero-estimate --manifest of B plans the expert group (expert-parallel 2)
+#   J  zero-estimate --manifest of B plans the expert group (expert-parallel 2),
+#      at every stage but 0 (stage 3 since 1.12)
 # usage: check-moe-reshard.sh MOE_DEMO ZERO_CKPT SOURCE_DIR ZERO_ESTIMATE
 set -u
 demo=$1 ckpt=$2 src=$3 estimate=$4
@@ -58,11 +64,19 @@ run F 4 stage2 "$f32" --steps 4 --load "$work/b" --expert-shift 1
 expect F "$b1 $b0 $b1 $b0"
 run G 2 stage2 "$f32" --steps 0 --load "$work/b" --weights-only  # starts over at step 0: no step taken
 expect G "$b0 $b1"
+run K 4 stage3 "$f32" --steps 8 --load "$work/c"
+expect K "$(cat "$work/A.digest")"
+run L 2 stage3 "$f32" --steps 4 --load "$work/b" --save "$work/l"
+expect L "$b0 $b1"
+run M 6 offload "$f32" --steps 4 --load "$work/l"
+expect M "$b0 $b1 $b0 $b1 $b0 $b1"
 bf=$src/examples/configs/moe.json
 run H4 4 stage2 "$bf" --bf16 --steps 4 --save "$work/h"
 read -r h0 h1 _ _ <"$work/H4.digest"
 run H8 8 stage1 "$bf" --bf16 --steps 4 --load "$work/h"
 expect H8 "$h0 $h1 $h0 $h1 $h0 $h1 $h0 $h1"
+run H3 8 stage3 "$bf" --bf16 --steps 4 --load "$work/h"
+expect H3 "$h0 $h1 $h0 $h1 $h0 $h1 $h0 $h1"
 "$ckpt" consolidate "$work/b" "$work/b.safetensors" >"$work/I.log" 2>&1 ||
   { echo "check-moe-reshard: consolidate failed:"; cat "$work/I.log"; exit 1; }
 python3 - "$work/b.safetensors" <<'PY' || fail=1
@@ -81,7 +95,7 @@ PY
 man=$(ls "$work"/b/step-*/manifest.json | head -1)
 "$estimate" --manifest "$man" --dtype fp32 --ranks 1,4,8 --unit KiB >"$work/J.log" 2>&1
 grep -q "(mixture of experts, expert-parallel 2), 9 tensors per rank" "$work/J.log" &&
-  grep -Eq "^stage1 +n/a +[0-9.]+ +[0-9.]+" "$work/J.log" && ! grep -Eq "^stage3 +[0-9]" "$work/J.log" ||
+  grep -Eq "^stage1 +n/a +[0-9.]+ +[0-9.]+" "$work/J.log" && grep -Eq "^stage3 +n/a +[0-9.]+ +[0-9.]+" "$work/J.log" ||
   { echo "check-moe-reshard: zero-estimate does not plan the manifest's expert group:"; cat "$work/J.log"; fail=1; }
 echo "J $(head -1 "$work/J.log")"
 exit $fail

@@ -10,7 +10,8 @@
  * 2): a budget of exactly stage1's expert-aware plan picks stage1 and holds;
  * one byte less, which a dense plan of the same model would still call
  * enough for stage1, picks stage2 (below stage1 with experts too) and holds;
- * stage0 and stage3 (no expert groups) are never planned. */
+ * (1.12) one byte below stage2's plan picks stage3 (its experts gathered
+ * over their expert-DP group) and holds; stage0 is never planned. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -181,6 +182,17 @@ static void experts(void) {
     CHECK(peak <= s1 - 1, "experts, %s: device peak %llu over the budget %llu", picked, (unsigned long long)peak,
           (unsigned long long)(s1 - 1));
     if (rank == 0) printf("experts budget %9llu: %s (peak %llu)\n", (unsigned long long)(s1 - 1), info, (unsigned long long)peak);
+    /* (1.12) stage 3 runs expert groups: below stage 2's plan it is the
+     * next candidate, planned with its experts gathered over their group */
+    const uint64_t s3 = plan9("stage3", 1, world);
+    CHECK(s3 < s2, "experts: stage3 plans %llu, not below stage2's %llu", (unsigned long long)s3,
+          (unsigned long long)s2);
+    s = run(s2 - 1, picked, sizeof picked, &peak, err, sizeof err);
+    CHECK(s == ZERO_OK && !strcmp(picked, "stage3"), "experts, budget %llu (1 below stage2's plan): picked %s, %s",
+          (unsigned long long)(s2 - 1), picked, err);
+    CHECK(peak <= s2 - 1, "experts, %s: device peak %llu over the budget %llu", picked, (unsigned long long)peak,
+          (unsigned long long)(s2 - 1));
+    if (rank == 0) printf("experts budget %9llu: %s (peak %llu)\n", (unsigned long long)(s2 - 1), info, (unsigned long long)peak);
     experts_ = 0;
 }
 

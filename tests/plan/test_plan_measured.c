@@ -22,10 +22,10 @@
  * tensors dense (group 0) and two expert tensors (group 1, whose sizes do
  * not divide the ranks) that each expert-data-parallel group of d ranks
  * holds (color rank % (N / d)), for every d that divides N, with stage1,
- * stage2 and offload, planned with zero_plan_request.expert_groups; a
- * dense plan of the same model would give the experts' states N ranks to
- * share.  stage0 and stage3 are refused alike by zero_plan and by
- * zero_params_done. */
+ * stage2, offload, stage3 and stage3 with offload_optimizer (1.12),
+ * planned with zero_plan_request.expert_groups; a dense plan of the same
+ * model would give the experts' states N ranks to share.  stage0 is
+ * refused alike by zero_plan and by zero_params_done. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -266,26 +266,28 @@ static void run_contrib(int rank, int world) {
 }
 
 /* --experts: every expert-DP size d that divides N, stage1 / stage2 /
- * offload (fp32, bf16 at the largest d, 100x at d = N / 2 or 1); stage0
- * and stage3 refused by the plan and by the engine with the same status. */
+ * offload / stage3 (1.12) / stage3 with offload_optimizer (fp32, bf16 at
+ * the largest d, 100x at d = N / 2 or 1); stage0 refused by the plan and
+ * by the engine with the same status. */
 static void run_experts(int rank, int world) {
-    static const char *ok[] = {"stage1", "stage2", "offload"};
+    static const char *ok[] = {"stage1", "stage2", "offload", "stage3", "stage3-offload"};
+    const size_t nok = sizeof ok / sizeof ok[0];
     for (uint32_t d = 1; d <= (uint32_t)world; d++) {
         if (world % d) continue;
         expert_dp_ = d;
-        for (size_t k = 0; k < 3; k++) run_one(ok[k], 1, rank, world);
+        for (size_t k = 0; k < nok; k++) run_one(ok[k], 1, rank, world);
         if (d == (uint32_t)world) {
             bf16_ = 1;
-            for (size_t k = 0; k < 3; k++) run_one(ok[k], 1, rank, world);
+            for (size_t k = 0; k < nok; k++) run_one(ok[k], 1, rank, world);
             bf16_ = 0;
         }
         if (d == (world % 2 ? 1u : (uint32_t)world / 2))
-            for (size_t k = 0; k < 3; k++) run_one(ok[k], 100, rank, world);
+            for (size_t k = 0; k < nok; k++) run_one(ok[k], 100, rank, world);
     }
     /* the refusals agree: plan and engine */
     expert_dp_ = (uint32_t)world;
-    static const char *no[] = {"stage0", "stage3"};
-    for (size_t k = 0; k < 2; k++) {
+    static const char *no[] = {"stage0"};
+    for (size_t k = 0; k < sizeof no / sizeof no[0]; k++) {
         const int32_t xg = 1;
         const uint32_t xs = (uint32_t)world;
         uint64_t numel[9];

@@ -18,7 +18,7 @@
  *    root, a param given twice (ZERO_ERR_INVALID_ARGUMENT; the other ranks
  *    name the rank that refused), ranks that pass different lists
  *    (ZERO_ERR_MISMATCH), a stage-3 param still gathered (ZERO_ERR_STATE);
- *  - expert groups (stage1, stage2, offload; even world sizes >= 4): an
+ *  - expert groups (stage1, stage2, offload, stage3 since 1.12; even world sizes >= 4): an
  *    expert is written from place 0 of its own expert-data-parallel group,
  *    each group with its own values, and the three plugins end bitwise
  *    equal;
@@ -530,13 +530,18 @@ int main(int argc, char **argv) {
         free(ref);
     }
     if (world_ % 2 == 0 && world_ >= 4) { /* expert-DP groups of world / 2 ranks */
-        static const char *const ex[] = {"stage1", "stage2", "offload"};
+        /* (1.12) stage 3 too: each expert's pieces gathered over its group */
+        static const char *const ex[] = {"stage1", "stage2", "offload", "stage3"};
+        static const int ex_stage[] = {1, 2, 2, 3};
         for (int bf16 = 0; bf16 <= 1; bf16++) {
             unsigned char *ref = NULL;
-            for (int i = 0; i < 3; i++) {
+            for (int i = 0; i < 4; i++) {
                 run_spec r = {
-                    ex[i], i == 2 ? "\"offload_optimizer\": {\"device\": \"cpu\"}" : NULL, i == 0 ? 1 : 2, bf16, 1, 0,
-                    1};
+                    ex[i],
+                    i == 2   ? "\"offload_optimizer\": {\"device\": \"cpu\"}"
+                    : i == 3 ? "\"stage3_param_persistence_threshold\": 0"
+                             : NULL,
+                    ex_stage[i], bf16, 1, 0, 1};
                 unsigned char *got = run(&r);
                 if (!ref)
                     ref = got;

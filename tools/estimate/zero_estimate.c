@@ -249,9 +249,9 @@ int main(int argc, char **argv) {
         o.nranks = 6;
     }
     if (!o.nplugins && o.model.ep) { /* the plugins that run expert groups (ZERO_PLUGIN_CAP_EXPERT_GROUPS) */
-        static const char *d[] = {"stage1", "stage2", "offload"};
+        static const char *d[] = {"stage1", "stage2", "stage3", "offload", "stage3+offload"};
         memcpy(o.plugins, d, sizeof d);
-        o.nplugins = 3;
+        o.nplugins = 5;
     } else if (!o.nplugins) {
         static const char *d[] = {"stage0", "stage1", "stage2", "stage3", "offload", "stage3+offload"};
         memcpy(o.plugins, d, sizeof d);
