@@ -6,7 +6,7 @@
  *    array is rewritten with them; params that agree keep their values;
  *  - rank 0 logs one warning naming how many params differed and the first
  *    one; no other rank warns, and no rank warns when everything agrees;
- *  - expert groups (stage2, even world sizes): ranks of different
+ *  - expert groups (stage2 and, since 1.12, stage3; even world sizes): ranks of different
  *    expert-data-parallel groups keep their own experts (no warning); ranks
  *    of one expert-DP group that differ take that group's first rank's.
  *  - a rank without the host memory to take rank 0's values (its address
@@ -116,15 +116,21 @@ static void dense_case(const char *plugin, int stage, int differ) {
     }
 }
 
-/* stage2 with an expert group (param group 1, color rank % 2): expert
- * values depend on the color, or (`within`) on the rank. */
-static void expert_case(int within) {
-    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
-                      "{\"lr\": 0.001}}, \"zero_optimization\": {\"stage\": 2}}";
+/* stage2 / stage3 with an expert group (param group 1, color rank % 2):
+ * expert values depend on the color, or (`within`) on the rank.  Stage 3
+ * keeps nothing gathered (persistence 0): its gather assembles the pieces
+ * of the expert-DP group's ranks. */
+static void expert_case(const char *plugin, int within) {
+    const int s3 = !strcmp(plugin, "stage3");
+    char cfg[400];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+             "{\"lr\": 0.001}}, \"zero_optimization\": {\"stage\": %d%s}}",
+             s3 ? 3 : 2, s3 ? ", \"stage3_param_persistence_threshold\": 0" : "");
     logbook book = {0};
     zero_engine *e = NULL;
     char err[600] = "";
-    if (th_engine_create(cfg, "stage2", 0, on_log, &book, &e, err, sizeof err) != ZERO_OK) {
+    if (th_engine_create(cfg, plugin, 0, on_log, &book, &e, err, sizeof err) != ZERO_OK) {
         CHECK(0, "experts: %s", err);
         return;
     }
@@ -213,8 +219,10 @@ int main(int argc, char **argv) {
         dense_case(runs[i].plugin, runs[i].stage, 0);
     }
     if (world_ % 2 == 0 && world_ >= 4) { /* expert-DP groups of two or more */
-        expert_case(0);
-        expert_case(1);
+        for (int s3 = 0; s3 <= 1; s3++) {
+            expert_case(s3 ? "stage3" : "stage2", 0);
+            expert_case(s3 ? "stage3" : "stage2", 1);
+        }
     }
     if (world_ > 1) oom_case();
     return check_mpi_finish();
