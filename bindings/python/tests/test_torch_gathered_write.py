@@ -33,6 +33,7 @@ Usage: mpirun -np N python3 test_torch_gathered_write.py [stage ...] (default: a
 import contextlib
 import os
 import sys
+import time
 
 from torch_test_util import RANK, WORLD, check, failures  # exits 77 (skipped) without torch
 import torch
@@ -369,6 +370,50 @@ def refusals(stage):
     engine.close()
 
 
+def raising(stage):
+    """A modifier block that raises on one rank -- the modifier rank, or
+    another -- leaves every rank at once: that rank with its own exception,
+    the others with a ZeroError naming it (before, they waited in the write
+    until comm_timeout, here 60 s, 1800 s by default), nothing written; the
+    run then trains on bitwise as one without the block."""
+    cfg = cfg_of(stage)
+    cfg["comm_timeout"] = 60
+    kw = dict(plugin="offload" if stage == "offload" else None,
+              param_storage="libzero" if stage.endswith("-libzero") else "host", log=log)
+    model = make_model()
+    engine, _, _, _ = zt.initialize(model, cfg, **kw)
+    ref, _, _, _ = zt.initialize(make_model(), cfg, **kw)
+    try:
+        train_step(engine, 0)
+        train_step(ref, 0)
+        for culprit in (ROOT, (ROOT + 1) % WORLD):
+            def block():
+                with zt.GatheredParameters([model.lin.bias, model.emb.weight], modifier_rank=ROOT):
+                    if RANK == culprit:
+                        raise RuntimeError("the block failed on rank %d" % RANK)
+            t0 = time.monotonic()
+            what = "%s: a block raising on rank %d" % (stage, culprit)
+            if RANK == culprit:
+                expect_error(block, RuntimeError, ["the block failed on rank %d" % RANK], what)
+            else:
+                expect_error(block, zero.ZeroError, ["rank %d refused the call" % culprit, "raised an exception"],
+                             what)
+            took = time.monotonic() - t0
+            check(took < 20, "%s: rank %d left after %.1f s" % (what, RANK, took))
+        a, b = state(engine), state(ref)
+        check(all(torch.equal(a[n], b[n]) for n in a), "%s: a refused block changed a parameter" % stage)
+        train_step(engine, 1)
+        train_step(ref, 1)
+        a, b = state(engine), state(ref)
+        check(all(torch.equal(a[n], b[n]) for n in a), "%s: the step after a refused block is not bitwise the run "
+              "without it" % stage)
+    except zero.ZeroError as ex:
+        check(False, "%s: %s" % (stage, ex))
+    finally:
+        engine.close()
+        ref.close()
+
+
 def experts():
     """An expert parameter (DeepSpeed's marks, expert-parallel size E =
     WORLD: every rank holds its own expert, a group of one rank): its
@@ -413,6 +458,7 @@ def main():
         engine_form(stage)
         outside_writes(stage)
         refusals(stage)
+        raising(stage)
     experts()
     check(not LOST, "a parameter's gradient stopped reaching libzero after a block: %s" % LOST[:1])
     dist.destroy_process_group()

@@ -1465,9 +1465,12 @@ class ZeroEngine:
         ends one: inside a window (between backward and step, or between
         the micro-steps of gradient_accumulation_steps) libzero refuses it
         with ZERO_ERR_STATE on every rank, at the block's start.  An
-        exception inside the block writes nothing; a change the block made
-        before it is then refused at the next step, as any write outside a
-        modifier block is."""
+        exception inside the block writes nothing, on every rank: the rank
+        it was raised on refuses the collective write (the others learn it
+        at once, a ZeroError naming that rank, instead of waiting in the
+        write until comm_timeout) and re-raises its exception; a change the
+        block made before it is then refused at the next step, as any write
+        outside a modifier block is."""
         block = self._block_params(params)
         root = self._modifier_root(block, modifier_rank)
         if not block:
@@ -1543,6 +1546,9 @@ class ZeroEngine:
         """libzero's refusal of a modifier block, its message kept, with what to do."""
         hint = ("; open the modifier block after the engine.step() that ends an accumulation window, not between "
                 "engine.backward() and engine.step()" if ex.status_name == "ZERO_ERR_STATE" else "")
+        if "refused the call" in ex.message:
+            hint += ("; a rank whose modifier block raised an exception refuses the write this way: its exception "
+                     "says what went wrong")
         return ZeroError(ex.status, ex.message + hint, "zero.torch gathered_parameters(modifier_rank=%d)" % root)
 
     def _value_of(self, p):
@@ -1553,6 +1559,18 @@ class ZeroEngine:
         if t.dtype != self._dtypes[id(p)] or t.device != self.device or t.shape != self._shape[id(p)]:
             return None
         return t.contiguous()
+
+    def _refuse_block(self, block):
+        """The block raised on this rank: the other ranks are entering
+        zero_params_write for it, so this rank enters it too, with a root
+        libzero refuses (-1), and every rank learns the refusal from the
+        call's agreement at once -- nothing written anywhere -- instead of
+        waiting in the write until comm_timeout.  The caller re-raises the
+        block's exception; libzero's refusal of it is not news."""
+        try:
+            self.z.params_write([self._zp[id(p)] for p in block], None, -1)
+        except ZeroError:
+            pass
 
     def _write_block(self, block, root):
         """zero_params_write of a modifier block's parameters from place
@@ -1587,15 +1605,23 @@ class ZeroEngine:
             yield
             return
         own = {id(p): p.data for p in block}  # the registered tensors, put back if the block replaced one
-        yield
-        try:
-            self._write_block(block, root)
-        finally:
+
+        def put_back():
             for p in block:
                 t = own[id(p)]
                 if p.data_ptr() != t.data_ptr() or p.dtype != t.dtype or p.shape != t.shape:
                     p.data = t
                     self._rehook(p)
+        try:
+            yield
+        except BaseException:
+            self._refuse_block(block)
+            put_back()
+            raise
+        try:
+            self._write_block(block, root)
+        finally:
+            put_back()
         for p in block:  # libzero wrote these itself: not a write the next step's check must refuse
             self._seen[id(p)] = (self._seen[id(p)][0], p._version)
 
@@ -1613,7 +1639,12 @@ class ZeroEngine:
                 self._prints[id(p)] = _fingerprint(p.data)
             self._in_gathered += 1  # a forward in the block leaves what it gathers gathered
             try:
-                yield
+                try:
+                    yield
+                except BaseException:
+                    if root is not None:
+                        self._refuse_block(block)
+                    raise
                 if root is not None:
                     self._write_block(block, root)
                     self._absorb(block)
