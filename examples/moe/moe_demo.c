@@ -408,9 +408,10 @@ int main(int argc, char **argv) {
         start = (long)(info.global_step + info.skipped_steps);
         if (m.rank == 0 && !quiet) printf("loaded %s%s at step %ld\n", load_dir, weights_only ? " (weights)" : "", start);
     }
-    double first = 0.0, last = 0.0;
+    double first = 0.0, last = 0.0, timed = 0.0; /* seconds of the steps after the first (warm-up) */
     uint64_t ms = (uint64_t)start * (uint64_t)gas;
     for (long s = start; s < steps; s++) {
+        const double t0 = MPI_Wtime();
         double sum = 0.0;
         zero_step_result res = ZERO_STEP_RESULT_INIT;
         for (int k = 0; k < gas; k++) {
@@ -421,6 +422,7 @@ int main(int argc, char **argv) {
         MPI_Allreduce(&loss, &global, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         global /= m.world;
         if (s == start) first = global;
+        else timed += MPI_Wtime() - t0;
         last = global;
         if (m.rank == 0 && !quiet && (s % 10 == 0 || s == steps - 1))
             printf("step %4ld loss %.4f grad_norm %.4f lr %.3g%s\n", s + 1, global, res.grad_norm, res.lr,
@@ -429,8 +431,12 @@ int main(int argc, char **argv) {
     /* the tiled step's fp32 temporaries, the largest over ranks */
     zero_memory_stats st = ZERO_MEMORY_STATS_INIT;
     ZCALL(&m, zero_memory_stats_get(m.e, &st));
-    unsigned long long mine[3] = {st.step_fp32_peak_bytes, st.step_tile_max_numel, st.step_untiled_numel}, mx[3];
-    MPI_Allreduce(mine, mx, 3, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    unsigned long long mine[4] = {st.step_fp32_peak_bytes, st.step_tile_max_numel, st.step_untiled_numel,
+                                  st.peak_total[ZERO_TIER_DEVICE]},
+                       mx[4];
+    MPI_Allreduce(mine, mx, 4, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    double slowest = 0.0; /* the slowest rank's mean step: what the job waits for */
+    MPI_Allreduce(&timed, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     int ok = last < first && mx[0] <= mx[1] * 4;
     if (m.rank == 0) {
         printf("final: loss %.4f (first %.4f), %d ranks, %d experts, expert-DP groups of %d, plugin %s\n", last, first,
@@ -438,6 +444,10 @@ int main(int argc, char **argv) {
         printf("tiled step: peak fp32 temporary %llu bytes (largest tile %llu elements) vs %llu bytes for one "
                "whole-partition upcast: %.1f%% saved\n",
                mx[0], mx[1], mx[2] * 4, mx[2] ? 100.0 * (1.0 - (double)mx[0] / (double)(mx[2] * 4)) : 0.0);
+        if (steps - start > 1)
+            printf("timing: mean step %.3f ms over steps %ld-%ld (the slowest rank), device peak %llu bytes (the "
+                   "largest rank)\n",
+                   1e3 * slowest / (double)(steps - start - 1), start + 2, steps, mx[3]);
     }
     if (save_dir) ZCALL(&m, zero_save(m.e, save_dir));
     if (digest) { /* FNV-1a of every rank's final parameters (its own experts included), rank order */
