@@ -112,7 +112,11 @@ typedef struct zero_kit_gather_spec {
                                     the host may fire grad hooks (bucket collectives on the world) from
                                     other threads while the engine thread agrees */
     zero_comm *group_comm;       /* fetches issued in one call are batched between comm_group_start/end on
-                                    this communicator (one NCCL launch); NULL: no batching */
+                                    this communicator (one NCCL launch); NULL: no batching.  Only when every
+                                    fetch issues its collectives on this communicator: NCCL's group belongs to
+                                    the thread, and a collective on another communicator inside it would
+                                    record its completion before the group's end launched it (stage 3 with
+                                    expert groups passes NULL) */
     zero_dtype dtype;            /* dtype of the full tensors (the model dtype) */
     uint64_t prefetch_numel;     /* stage3_prefetch_bucket_size: elements fetched ahead (0: no prefetch) */
     uint64_t max_reuse;          /* stage3_max_reuse_distance, elements */
