@@ -184,7 +184,7 @@ static int cmd_info(const zero__ck_manifest *m, const char *dir, int as_json) {
            zero__ck_optim_name(m->optim), m->nstate);
     printf("files        %u, %.1f MiB; %s\n", m->nfiles, (double)bytes / 1048576.0,
            m->reshardable ? (m->pp_stages > 1 ? "reshardable (loads at another data-parallel size or pipeline split)"
-                             : m->nexperts ? "reshardable (loads at any world size into stage1/2/offload, experts by name)"
+                             : m->nexperts ? "reshardable (loads at any world size into stage1/2/3/offload, experts by name)"
                                            : "reshardable (loads at any world size into stage0/1/2/3/offload)")
                           : "loads only into the same plugin and world size");
     for (uint32_t x = 0; x < m->nexperts; x++) /* (libzero 1.10) */
