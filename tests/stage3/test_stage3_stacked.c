@@ -23,7 +23,10 @@
  *    slices by layer;
  *  - rank 0 in zero_gather_slices while the others leave the phase
  *    (zero_set_phase): ZERO_ERR_MISMATCH on every rank naming both calls
- *    as the host made them ("zero_gather_slices", not "zero_gather").
+ *    as the host made them ("zero_gather_slices", not "zero_gather");
+ *  - (1.12) the stacks in an expert group spanning every rank: stage 3
+ *    (slices and whole, under a 3-slice budget and default keys) bitwise
+ *    stage 2 with the same groups, within 1e-6 of the dense runs.
  * Usage: test_stage3_stacked [steps]   (under mpirun -np N) */
 #include <math.h>
 #include <mpi.h>
@@ -39,6 +42,7 @@
 enum { L = 7, D = 128, DOUT = 3, MB = 2 };
 
 static int rank_, world_ = 1;
+static int experts_; /* (1.12) the stacks in an expert group (param group 1) */
 
 typedef struct out {
     zero_status status;
@@ -86,6 +90,12 @@ static void run(const char *plugin, int slices, int steps, long long max_live, o
         o->status = st;
         return;
     }
+    if (experts_) { /* every rank one color: the expert-DP group is every rank, on its own communicator */
+        zero_group_desc g = ZERO_GROUP_DESC_INIT;
+        g.group = 1;
+        g.expert_color = 0;
+        TRY(zero_set_group(e, &g), "zero_set_group");
+    }
     zero_param *W = NULL, *B = NULL, *V = NULL;
     static float iw[L * D * D], ib[L * D], iv[DOUT * D];
     for (size_t k = 0; k < L * D * D; k++) iw[k] = (float)(th_u11((1ull << 32) + k) / sqrt((double)D));
@@ -95,11 +105,13 @@ static void run(const char *plugin, int slices, int steps, long long max_live, o
     d.name = "blocks.weight";
     d.data = iw;
     d.numel = L * D * D;
+    d.group = experts_;
     TRY(zero_register_stacked(e, &d, L, &W), "zero_register_stacked(W)");
     d.name = "blocks.bias";
     d.data = ib;
     d.numel = L * D;
     TRY(zero_register_stacked(e, &d, L, &B), "zero_register_stacked(b)");
+    d.group = 0;
     d.name = "head.weight";
     d.data = iv;
     d.numel = DOUT * D;
@@ -300,7 +312,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world_);
     int steps = argc > 1 ? atoi(argv[1]) : 6;
     const size_t n = L * D * D + L * D + DOUT * D;
-    static out ref, a, b;
+    static out ref, a, b, dense[4];
     const char *plugins[] = {"stage0", "stage1", "stage2", "stage3"};
     for (int pi = 0; pi < 4; pi++) {
         run(plugins[pi], 0, steps, -1, &a);
@@ -312,6 +324,7 @@ int main(int argc, char **argv) {
               plugins[pi]);
         CHECK(!b.warnings, "%s slices: %d WARN lines", plugins[pi], b.warnings);
         if (pi == 0) ref = a;
+        dense[pi] = b;
         double rel = rel_l2(b.p, ref.p, n);
         CHECK(rel <= 1e-6, "%s slices vs stage0: relative L2 %.3g", plugins[pi], rel);
         if (rank_ == 0)
@@ -343,6 +356,37 @@ int main(int argc, char **argv) {
                    world_, max_live, (unsigned long long)b.gather_peak, (unsigned long long)a.gather_peak,
                    (unsigned long long)stack);
     }
+    /* (1.12) The stacks in an expert group whose expert-data-parallel group
+     * is every rank: the same partition as dense, reduced and (stage 3)
+     * slice-gathered over the expert group's own communicator.  The expert
+     * group has a bucket set of its own, so sums group differently from the
+     * dense run (bitwise at N = 2 only): within 1e-6 of it, and stage 3
+     * (slices and whole, under a 3-slice budget and with default keys)
+     * bitwise stage 2 with the same groups. */
+    experts_ = 1;
+    static out xref;
+    for (int pi = 2; pi < 4; pi++)
+        for (int slices = 1; slices >= 0; slices--)
+            for (int keys = 0; keys < (pi == 3 ? 2 : 1); keys++) {
+                run(plugins[pi], slices, steps, pi == 3 && !keys ? 3LL * D * D : -1, &b);
+                CHECK(b.status == ZERO_OK, "%s experts: %s (%s)", plugins[pi], zero_status_string(b.status), b.error);
+                if (b.status != ZERO_OK) continue;
+                if (pi == 2 && slices) xref = b;
+                const double rel = rel_l2(b.p, dense[pi].p, n);
+                CHECK(rel <= 1e-6, "%s experts (%s): relative L2 %.3g from the dense run", plugins[pi],
+                      slices ? "slices" : "whole", rel);
+                CHECK(memcmp(b.p, xref.p, sizeof b.p) == 0, "%s experts (%s%s): not bitwise stage2 with the experts",
+                      plugins[pi], slices ? "slices" : "whole", keys ? ", default keys" : "");
+                /* (whole stacks under the 3-slice budget are over it: warned once, as dense) */
+                CHECK(!b.warnings || (pi == 3 && !slices && !keys), "%s experts (%s): %d WARN lines", plugins[pi],
+                      slices ? "slices" : "whole", b.warnings);
+                if (rank_ == 0)
+                    printf("%s N=%d, stacks in an expert group (%s%s): bitwise stage2's, %.3g from the dense run, "
+                           "gather peak %llu B\n",
+                           plugins[pi], world_, slices ? "slices" : "whole", keys ? ", default keys" : "", rel,
+                           (unsigned long long)b.gather_peak);
+            }
+    experts_ = 0;
     if (world_ > 1) diverge();
     uneven_calls();
     int rc = check_finish();
