@@ -543,12 +543,6 @@ static zero_status expert_support(zero_engine *e) {
         if (g && g->expert_color >= 0) expert = g;
     }
     if (!expert) return ZERO_OK;
-    if (e->rc->optim == ZERO_OPTIM_LAMB) /* its per-param sums are all-reduced by param index over the world */
-        return zero__error(e, ZERO_ERR_UNSUPPORTED,
-                           "zero_params_done: param group %d is an expert group but optimizer.type Lamb completes "
-                           "each parameter's trust ratio over every rank, which would mix different experts; use "
-                           "Adam, AdamW, SGD, Lion or Adagrad",
-                           (int)expert->group_id);
     const zero_plugin_table *t = e->plugin.table;
     if (t->caps & ZERO_PLUGIN_CAP_EXPERT_GROUPS) return ZERO_OK;
     const char *why = (t->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS)

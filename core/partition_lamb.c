@@ -13,7 +13,8 @@
  * parameter, this rank's partial ||w||^2 and ||u||^2 (fp64); ONE all-reduce
  * of the 2 x nparams array over the data-parallel group (comm_world: the
  * ranks that partition this layout; with a pipeline, one stage's params)
- * completes every norm; pass 2 recomputes u from the stored m, v and the
+ * completes every norm (with expert groups, 1.12: an expert group's over
+ * its expert-data-parallel group, complete_norms); pass 2 recomputes u from the stored m, v and the
  * unchanged w (the same float expression, so bitwise the same u) and
  * applies it.  A replicated plugin (stage 0) holds every element on every
  * rank: only its rank 0 contributes, so the sums count each element once.
@@ -83,6 +84,52 @@ static lamb_piece *pieces_of(struct zero_engine *e, const zero_part_step *ps, ui
     return v;
 }
 
+/* Complete every parameter's norms: sum the ranks' partial squares over
+ * the ranks that partition it.  Dense params: one all-reduce over the
+ * data-parallel group.  (libzero 1.12) An expert group's params: over its
+ * expert-data-parallel communicator, where every rank holds the same
+ * experts -- the other expert-DP groups hold other experts at the same
+ * param indices, so their partials must not be added in; one all-reduce
+ * per expert layout group, in layout order (every rank has every layout
+ * group: the same sequence of collectives on each communicator). */
+static zero_status complete_norms(struct zero_engine *e, double *sums) {
+    const size_t n2 = 2 * (size_t)e->nparams;
+    if (!e->group_comms) return zero__allreduce(e->world, sums, n2, ZERO_DTYPE_F64, ZERO_OP_SUM);
+    const zero_layout *L = &e->layout.view;
+    double *local = malloc((n2 ? n2 : 1) * sizeof *local);
+    double *part = malloc((n2 ? n2 : 1) * sizeof *part);
+    if (!local || !part) {
+        free(local);
+        free(part);
+        return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "LAMB: out of memory");
+    }
+    memcpy(local, sums, n2 * sizeof *sums);
+    for (uint32_t g = 0; g < L->ngroups && g < e->ngroup_comms; g++) /* the world's sum: dense params only */
+        for (uint32_t j = 0; e->group_comms[g] && j < L->groups[g].nparams; j++) {
+            const uint32_t i = L->param_order[L->groups[g].first_param + j];
+            sums[2 * i] = sums[2 * i + 1] = 0.0;
+        }
+    zero_status st = zero__allreduce(e->world, sums, n2, ZERO_DTYPE_F64, ZERO_OP_SUM);
+    for (uint32_t g = 0; st == ZERO_OK && g < L->ngroups && g < e->ngroup_comms; g++) {
+        if (!e->group_comms[g]) continue;
+        const uint32_t first = L->groups[g].first_param, np = L->groups[g].nparams;
+        for (uint32_t j = 0; j < np; j++) {
+            const uint32_t i = L->param_order[first + j];
+            part[2 * j] = local[2 * i];
+            part[2 * j + 1] = local[2 * i + 1];
+        }
+        if (np) st = zero__allreduce(e->group_comms[g], part, 2 * (size_t)np, ZERO_DTYPE_F64, ZERO_OP_SUM);
+        for (uint32_t j = 0; st == ZERO_OK && j < np; j++) {
+            const uint32_t i = L->param_order[first + j];
+            sums[2 * i] = part[2 * j];
+            sums[2 * i + 1] = part[2 * j + 1];
+        }
+    }
+    free(local);
+    free(part);
+    return st;
+}
+
 zero_status zero__lamb_part_step(struct zero_engine *e, const zero_part_step *ps, float grad_mul) {
     const size_t es = ps->dtype == ZERO_DTYPE_F32 ? 4 : 2;
     const zero_dtype gdt = zero__ps_grad_dtype(ps);
@@ -129,7 +176,7 @@ zero_status zero__lamb_part_step(struct zero_engine *e, const zero_part_step *ps
         sums[2 * q->param + 1] += usq;
     }
     if (ps->replicated && zero__comm_rank(e->world) != 0) memset(sums, 0, 2 * (size_t)e->nparams * sizeof *sums);
-    zero_status st = zero__allreduce(e->world, sums, 2 * (size_t)e->nparams, ZERO_DTYPE_F64, ZERO_OP_SUM);
+    zero_status st = complete_norms(e, sums);
     /* pass 2: apply with each parameter's trust ratio */
     for (uint32_t k = 0; st == ZERO_OK && k < npieces; k++) {
         const lamb_piece *q = &pc[k];

@@ -166,13 +166,6 @@ static zero_status experts_check(const zero_plugin_table *table, const zero_run_
                  (int)ex->groups[0], table->name ? table->name : "?");
         return ZERO_ERR_UNSUPPORTED;
     }
-    if (rc->optim == ZERO_OPTIM_LAMB) {
-        copy_err(err, err_len,
-                 "zero_plan: param group %d is an expert group but optimizer.type Lamb completes each "
-                 "parameter's trust ratio over every rank; use Adam, AdamW, SGD, Lion or Adagrad",
-                 (int)ex->groups[0]);
-        return ZERO_ERR_UNSUPPORTED;
-    }
     if (rc->round_robin_gradients) {
         copy_err(err, err_len,
                  "zero_plan: zero_optimization.round_robin_gradients with expert groups: not supported (as at "
