@@ -123,4 +123,15 @@ static inline int zero__bucket_plan_merges(uint64_t open_n, uint64_t ext_n, uint
  * buffer (*part_pos). */
 void zero__bucket_plan_block(const zero_layout *L, const zero__bplan_bucket *bk, uint32_t r, uint64_t *lo,
                              uint64_t *n, uint64_t *part_pos);
+/* Does a bucket set exchange anything (stage its buckets and run its
+ * collectives)?  A set over one rank has nothing to reduce -- except with
+ * 16-bit gradients in a job of several ranks (libzero 1.12): the
+ * reduction is where the mean's 1/world scaling happens (buckets.c
+ * pre/post), so an expert group partitioned over one rank still runs it
+ * (a collective over one rank: a copy) and its gradient is the mean like
+ * every other.  buckets.c and the planner (plan_buckets.c) both ask here. */
+static inline int zero__bucket_set_exchanges(uint32_t set_world, int mixed, uint32_t world_size) {
+    return set_world > 1 || (mixed && world_size > 1);
+}
+
 #endif

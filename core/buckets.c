@@ -171,8 +171,11 @@ static int is_reducing(const zero_buckets *b) {
 }
 
 /* Does this bucket set exchange anything?  World 1 has nothing to reduce:
- * the local sum is the global sum. */
-static int needs_comm(const zero_buckets *b) { return b->world > 1; }
+ * the local sum is the global sum -- but for 16-bit gradients in a job of
+ * several ranks (an expert group over one rank: bucket_plan.h). */
+static int needs_comm(const zero_buckets *b) {
+    return zero__bucket_set_exchanges((uint32_t)b->world, b->mixed, (uint32_t)b->e->world_size);
+}
 
 /* ---------------------------------------------------------------- build */
 

@@ -209,18 +209,9 @@ zero_status zero__experts_setup(struct zero_engine *e, uint32_t *part_world, uin
                 bad = 1;
                 break;
             }
-    /* 16-bit gradient accumulation reduces means (the bucket engine scales
-     * by 1/world around each collective); an expert-DP group of one rank
-     * exchanges nothing, so its gradient would stay a plain sum */
-    for (uint32_t g = 0; g < ng && !bad; g++)
-        if (e->group_comms[g] && sizes[g] == 1 && e->world_size > 1 && e->rc->grad_accum_dtype != ZERO_DTYPE_F32) {
-            s = zero__error(e, ZERO_ERR_UNSUPPORTED,
-                            "zero_params_done: expert group %d has expert-data-parallel groups of one rank, which "
-                            "16-bit gradient accumulation (data_types.grad_accum_dtype) cannot scale to the mean "
-                            "over the world; use grad_accum_dtype fp32 (the default) or larger expert-DP groups",
-                            (int)ids[g]);
-            goto out; /* sizes agree on every rank: every rank refuses */
-        }
+    /* (16-bit gradient accumulation with expert-DP groups of one rank: the
+     * bucket set still runs its one-rank reduction, where the mean's
+     * scaling is, since libzero 1.12: bucket_plan.h) */
     /* inside each expert-DP group: the same experts (names) */
     for (uint32_t g = 0; g < ng && !bad; g++) {
         if (!e->group_comms[g] || sizes[g] <= 1) continue;

@@ -150,14 +150,6 @@ static zero_status experts_check(const zero_plugin_table *table, const zero_run_
             copy_err(err, err_len, "zero_plan: expert group %d holds no parameter (groups names none)", (int)g);
             return ZERO_ERR_INVALID_ARGUMENT;
         }
-        if (d == 1 && world > 1 && rc->grad_accum_dtype != ZERO_DTYPE_F32) {
-            copy_err(err, err_len,
-                     "zero_plan: expert group %d has expert-data-parallel groups of one rank, which 16-bit "
-                     "gradient accumulation (data_types.grad_accum_dtype) cannot scale to the mean over the "
-                     "world; use grad_accum_dtype fp32 (the default) or larger expert-DP groups",
-                     (int)g);
-            return ZERO_ERR_UNSUPPORTED;
-        }
     }
     if (!(table->caps & ZERO_PLUGIN_CAP_EXPERT_GROUPS)) {
         copy_err(err, err_len,

@@ -169,9 +169,10 @@ static int wire16_of(zero_dtype gdt, zero_dtype comm_dtype) {
 uint64_t zero__plan_buckets_bytes(const zero_layout *L, const uint64_t *param_offset, const uint64_t *param_numel,
                                   const zero_bucket_spec *spec, int striped, zero_dtype comm_dtype,
                                   const uint8_t *in_set, uint32_t set_world) {
-    if (!L || !spec || set_world <= 1 || L->flat_numel == 0) return 0; /* world 1 stages nothing */
+    if (!L || !spec || L->flat_numel == 0) return 0;
     const zero_dtype gdt = spec->grad_dtype; /* complete: plugin_abi.c adopted it */
     const int mixed = gdt != ZERO_DTYPE_F32, wire16 = wire16_of(gdt, comm_dtype);
+    if (!zero__bucket_set_exchanges(set_world, mixed, L->world)) return 0; /* world 1 stages nothing */
     if (spec->mode != ZERO_BUCKETS_SCATTER && !mixed && !wire16) return 0; /* fp32 in-place modes allocate nothing */
     const uint64_t es = mixed ? 2 : 4;
     const uint64_t per = (spec->mode == ZERO_BUCKETS_SCATTER ? es : 0) + (mixed ? 4 : 0) + (wire16 ? 2 : 0);

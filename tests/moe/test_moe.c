@@ -320,30 +320,6 @@ static void run_one(const run_cfg *c) {
     zero_engine_destroy(r.e);
 }
 
-/* 16-bit accumulation with expert-DP groups of one rank: refused on every rank. */
-static void check_refusal(const run_cfg *c) {
-    char json[768];
-    config(json, sizeof json, c, c->stage);
-    zero_engine *e = open_world(json, c->plugin);
-    if (!e) return;
-    join_experts(e);
-    static uint16_t data[2][64];
-    zero_param *h;
-    zero_param_desc d = ZERO_PARAM_DESC_INIT;
-    d.name = "dense";
-    d.data = data[0];
-    d.numel = 64;
-    d.dtype = ZERO_DTYPE_BF16;
-    CHECK_EQ_INT(zero_register_param(e, &d, &h), ZERO_OK);
-    d.name = rank_ ? "expert1" : "expert0";
-    d.data = data[1];
-    d.group = 1;
-    CHECK_EQ_INT(zero_register_param(e, &d, &h), ZERO_OK);
-    CHECK_EQ_INT(zero_params_done(e), ZERO_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(zero_last_error(e), "expert-data-parallel groups of one rank");
-    zero_engine_destroy(e);
-}
-
 /* ---- misuse: a named error on every rank ---------------------------------- */
 typedef enum { TWO_GROUPS, HOST_TENSOR, TABLES_DIFFER, UNEQUAL, NAMES_DIFFER, STAGE0 } misuse;
 
@@ -471,10 +447,6 @@ int main(int argc, char **argv) {
     };
     for (int i = 0; i < (int)(sizeof runs / sizeof runs[0]); i++) {
         if (only >= 0 && only != i) continue;
-        if (runs[i].accum16 && world_ == EXPERTS) { /* expert-DP groups of one rank: refused, named */
-            check_refusal(&runs[i]);
-            continue;
-        }
         run_one(&runs[i]);
     }
     if (only < 0) {

@@ -49,6 +49,8 @@ static int wire16_;
 /* --contrib: what the outside plugins add to stage 3's keys, and bf16 */
 static const char *contrib_zo_;
 static int bf16_;
+/* (1.12) data_types.grad_accum_dtype bf16 (with bf16_): 16-bit gradients */
+static int accum16_;
 /* --experts: the expert-data-parallel size (0: no expert group) */
 static uint32_t expert_dp_;
 static const uint64_t expert_numel[2] = {24 * 256 + 5, 256 * 24 + 3};
@@ -87,8 +89,9 @@ static const char *config_for(const char *plugin, uint64_t scale) {
     snprintf(buf, sizeof buf,
              "{\"train_micro_batch_size_per_gpu\": 8, \"gradient_accumulation_steps\": 2, \"gradient_clipping\": 1.0, "
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, \"weight_decay\": 0.01}}, "
-             "%s%s\"zero_optimization\": {%s%s}}",
-             wire16_ ? "\"communication_data_type\": \"bf16\", " : "", bf16_ ? "\"bf16\": {\"enabled\": true}, " : "", zo,
+             "%s%s%s\"zero_optimization\": {%s%s}}",
+             wire16_ ? "\"communication_data_type\": \"bf16\", " : "", bf16_ ? "\"bf16\": {\"enabled\": true}, " : "",
+             accum16_ ? "\"data_types\": {\"grad_accum_dtype\": \"bf16\"}, " : "", zo,
              round_robin_ ? ", \"round_robin_gradients\": true" : "");
     return buf;
 }
@@ -214,7 +217,7 @@ static int run_one(const char *plugin, uint64_t scale, int rank, int world) {
         printf("experts d=%u ", expert_dp_);
     if (rank == 0)
         printf("%-8s%s%s%s N=%d x%-3llu device plan %12llu measured %12llu | host plan %12llu measured %12llu %s\n", plugin,
-               round_robin_ ? " rr" : wire16_ ? " w16" : "", bf16_ ? " bf16 " : " ", contrib_zo_ ? contrib_zo_ : "", world, (unsigned long long)scale, (unsigned long long)plan.total[0],
+               round_robin_ ? " rr" : wire16_ ? " w16" : "", bf16_ ? (accum16_ ? " bf16/16 " : " bf16 ") : " ", contrib_zo_ ? contrib_zo_ : "", world, (unsigned long long)scale, (unsigned long long)plan.total[0],
                (unsigned long long)ms.peak_total[0], (unsigned long long)plan.total[1],
                (unsigned long long)ms.peak_total[1], bad ? "MISMATCH" : "ok");
     zero_engine_destroy(e);
@@ -283,6 +286,12 @@ static void run_experts(int rank, int world) {
         }
         if (d == (world % 2 ? 1u : (uint32_t)world / 2))
             for (size_t k = 0; k < nbig; k++) run_one(ok[k], 100, rank, world);
+        if (d == 1 && world > 1) { /* (1.12) 16-bit gradients over expert groups of one rank: the set still
+                                      stages and runs its one-rank reduction (bucket_plan.h) */
+            bf16_ = accum16_ = 1;
+            for (size_t k = 0; k < nbig; k++) run_one(ok[k], 1, rank, world);
+            bf16_ = accum16_ = 0;
+        }
     }
     /* the refusals agree: plan and engine */
     expert_dp_ = (uint32_t)world;
