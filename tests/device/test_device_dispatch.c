@@ -17,6 +17,10 @@
  *  - every zero_on_grad_ready ordered the device after the host's stream,
  *    every step and gather ordered the host's stream after the device;
  *  - params registered from device memory (desc.device = CUDA) train the same;
+ *  - (1.12) expert groups: stage 1, 2 and offload with bf16 gradients (at
+ *    N = 2 groups of one rank, whose 16-bit sets still run a one-rank
+ *    reduction), stage 3 gathering over the expert communicator, fp32 and
+ *    bf16, with a zero_params_write from each group's place 0;
  *  - (1.7.3) ranks that register different initial values (from "device
  *    memory" too) all start from rank 0's: training equals the CPU run
  *    whose ranks all registered rank 0's, bitwise;
@@ -382,6 +386,9 @@ typedef struct run_opts {
                         (read from "device memory" where dev_params), so training equals the CPU run's without */
     int write;       /* (1.10) zero_params_write of p1 and p3 after the first window, from the last rank (values in
                         "device memory" where dev_params): gathered at once, then trained on like the CPU run's */
+    int experts;     /* (1.12) p3 and p4 in an expert group, color rank % 2 at even world sizes (N = 2: groups of
+                        one rank, whose 16-bit gradients still go through a one-rank reduction), one color
+                        otherwise: reduced (stage 3: gathered) over the expert-data-parallel communicator */
 } run_opts;
 
 /* (1.10) The write of run_opts.write: p1 and p3 from the last rank, their
@@ -403,7 +410,10 @@ static zero_status write_two(const run_opts *ro, zero_engine *e, zero_param **h)
         }
     }
     const void *given[2] = {ro->dev_params ? fake(vals[0]) : vals[0], ro->dev_params ? fake(vals[1]) : vals[1]};
-    zero_status s = zero_params_write(e, ps, rank_ == world_ - 1 ? given : NULL, 2, world_ - 1);
+    /* (1.12) with experts from place 0 of each group (p3's group may be one rank): every rank offers the
+     * same values, each group's root's are read */
+    const int root = ro->experts ? 0 : world_ - 1;
+    zero_status s = zero_params_write(e, ps, ro->experts || rank_ == world_ - 1 ? given : NULL, 2, root);
     CHECK(s == ZERO_OK, "%s dev=%d: zero_params_write: %s", ro->plugin, ro->device, zero_last_error(e));
     void *ptrs[2];
     if (s == ZERO_OK && (s = zero_gather(e, ps, 2, ptrs)) == ZERO_OK) {
@@ -447,6 +457,13 @@ static zero_engine *open_engine(const run_opts *ro, zero_param **h, size_t *tota
     zero_status s = zero_engine_create(&o, &e, err, sizeof err);
     CHECK(s == ZERO_OK, "%s dev=%d: create: %s", ro->plugin, ro->device, err);
     if (s != ZERO_OK) return NULL;
+    if (ro->experts) {
+        zero_group_desc g = ZERO_GROUP_DESC_INIT;
+        g.group = 1;
+        g.expert_color = world_ % 2 ? 0 : rank_ % 2;
+        s = zero_set_group(e, &g);
+        CHECK(s == ZERO_OK, "%s: set_group: %s", ro->plugin, zero_last_error(e));
+    }
     float *inits[NP] = {0};
     *total = 0;
     for (int p = 0; p < NP && s == ZERO_OK; ++p) {
@@ -466,6 +483,7 @@ static zero_engine *open_engine(const run_opts *ro, zero_param **h, size_t *tota
         d.device = ro->dev_params ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU;
         d.numel = sizes[p];
         d.dtype = ro->bf16 ? ZERO_DTYPE_BF16 : ZERO_DTYPE_F32;
+        d.group = ro->experts && p >= 3;
         s = zero_register_param(e, &d, &h[p]);
         CHECK(s == ZERO_OK, "register %s: %s", name, zero_last_error(e));
         *total += sizes[p];
@@ -957,31 +975,36 @@ int main(int argc, char **argv) {
     check_no_gpu_fails_cleanly();
     zero__device_set_factory(stub_open);
     static const run_opts runs[] = {
-        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"stage2", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0, 0, 0, 0, 0, 0},
-        {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 0, 0, 0, 0, 0, 0}, {"offload", 2, 1, 1, 1, 0, 0, 0, 0, 0, 0},
-        {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0, 0},
-        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0, 0},
-        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0}, {"stage0", 0, 1, 0, 0, 0, 1, 0, 0, 0, 0},
-        {"stage1", 1, 1, 0, 0, 0, 1, 0, 0, 0, 0},
-        {"stage2", 2, 1, 0, 0, 1, 1, 0, 0, 0, 0}, {"stage3", 3, 1, 0, 0, 0, 1, 0, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 0, 1, 0, 0, 0, 0},
-        {"stage0", 0, 1, 0, 0, 0, 0, 1, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0, 0, 1, 0, 0, 0},
-        {"stage2", 2, 1, 0, 0, 1, 0, 1, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0}, {"offload", 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0}, {"stage0", 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+        {"stage1", 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0}, {"stage3", 3, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 1, 0, 1, 0, 0, 0, 0},
         /* the H200 demo case of issue 35: stage 3 offloading params and optimizer, bf16, accumulation 2 (the
            stream race it hit was in the NCCL backend's staged collectives: test_nccl_order) */
-        {"stage3", 3, 1, 0, 1, 1, 0, 0, 1, 0, 0}, {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0, 0},
+        {"stage3", 3, 1, 0, 1, 1, 0, 0, 1, 0, 0, 0}, {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0},
         /* (1.7.3) per-rank initial values, registered from device memory: rank 0's taken everywhere */
-        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 1, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 1, 0},
-        {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 1, 0},
+        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0},
+        {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0},
         /* (1.10) zero_params_write from "device memory" (and once from host memory) into every plugin's tiers */
-        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 0, 1}, {"stage1", 1, 1, 1, 0, 1, 0, 0, 0, 0, 1},
-        {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0, 1}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 1},
-        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 1}, {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 0, 1},
-        {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0, 1},
+        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0}, {"stage1", 1, 1, 1, 0, 1, 0, 0, 0, 0, 1, 0},
+        {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0},
+        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 1, 0}, {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},
+        {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0, 1, 0},
+        /* (1.12) expert groups on the device: stage 1, 2 and offload with bf16 gradients (N = 2: one-rank
+           reductions of the 16-bit sets), stage 3 fp32 and bf16 gathering over the expert communicator */
+        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1}, {"stage2", 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1},
+        {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 1}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1},
+        {"stage3", 3, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) check_equal(&runs[i]);
     check_ordered_buckets();
