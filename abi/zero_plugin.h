@@ -401,7 +401,14 @@ typedef struct zero_services_v2 {
      * then owned by the core and fixed for the engine's life.  Any thread. */
     const zero_layout *(*layout)(zero_core *c);
     /* Pieces of [flat_lo, flat_hi) owned by `rank` (at most one per group
-     * the range touches) into out[0..cap); returns how many.  Any thread. */
+     * the range touches) into out[0..cap); returns how many.  Any thread.
+     * With expert groups (layout->group_world) `rank` is read per group: for
+     * this rank's own number, its place in each group's communicator; any
+     * other value is taken as a place in that communicator (a group with
+     * fewer places is skipped).  So it answers "what do I own" everywhere,
+     * but for another rank's pieces of an expert group compute them from
+     * the layout (group g's place k owns [flat_begin + k * part_numel,
+     * + part_numel) at part_offset): plugins/stage3/stage3_layout.c. */
     uint32_t (*owned_ranges)(zero_core *c, uint32_t rank, uint64_t flat_lo, uint64_t flat_hi,
                              zero_owned_range *out, uint32_t cap);
     /* Is the current micro-step the last of its accumulation window?  Step
