@@ -414,17 +414,18 @@ def raising(stage):
         ref.close()
 
 
-def experts():
+def experts(stage):
     """An expert parameter (DeepSpeed's marks, expert-parallel size E =
     WORLD: every rank holds its own expert, a group of one rank): its
     modifier rank is its place in that group, so modifier_rank 0 keeps
     every rank's own value and modifier_rank 1 is refused, naming the
-    expert group; the dense parameters of the same block take rank 0's."""
+    expert group; the dense parameters of the same block take rank 0's.
+    Stage 2, and (1.12) stage 3, whose expert is then its own shard."""
     model = make_model()
     for p in model.out.parameters():
         p.allreduce = False
         p.group_name = "ep_size_%d" % WORLD
-    model, engine = build("stage2", model=model)
+    model, engine = build(stage, model=model)
     try:
         train_step(engine, 0)
         expect_error(lambda: zt.GatheredParameters([model.out.bias], modifier_rank=1).__enter__(), ValueError,
@@ -435,11 +436,11 @@ def experts():
                 model.lin.bias.fill_(float(RANK))
         got = state(engine)
         check(torch.equal(got["out.bias"], torch.full((4,), float(RANK))) and
-              torch.equal(got["lin.bias"], torch.zeros(8)), "experts: out.bias %s (this rank's own expected), "
-              "lin.bias %s (rank 0's expected)" % (got["out.bias"], got["lin.bias"]))
-        check(train_step(engine, 1).taken, "experts: the step after the block")
+              torch.equal(got["lin.bias"], torch.zeros(8)), "experts (%s): out.bias %s (this rank's own expected), "
+              "lin.bias %s (rank 0's expected)" % (stage, got["out.bias"], got["lin.bias"]))
+        check(train_step(engine, 1).taken, "experts (%s): the step after the block" % stage)
     except zero.ZeroError as ex:
-        check(False, "experts: %s" % ex)
+        check(False, "experts (%s): %s" % (stage, ex))
     finally:
         engine.close()
 
@@ -459,7 +460,8 @@ def main():
         outside_writes(stage)
         refusals(stage)
         raising(stage)
-    experts()
+    for stage in ("stage2", "stage3"):
+        experts(stage)
     check(not LOST, "a parameter's gradient stopped reaching libzero after a block: %s" % LOST[:1])
     dist.destroy_process_group()
     if failures:
