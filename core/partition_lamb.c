@@ -14,9 +14,9 @@
  * of the 2 x nparams array over the data-parallel group (comm_world: the
  * ranks that partition this layout; with a pipeline, one stage's params)
  * completes every norm (with expert groups, 1.12: an expert group's over
- * its expert-data-parallel group, complete_norms); pass 2 recomputes u from the stored m, v and the
- * unchanged w (the same float expression, so bitwise the same u) and
- * applies it.  A replicated plugin (stage 0) holds every element on every
+ * its expert-data-parallel group, complete_norms); pass 2 recomputes u
+ * from the stored m, v and the unchanged w (the same float expression, so
+ * bitwise the same u) and applies it.  A replicated plugin (stage 0) holds every element on every
  * rank: only its rank 0 contributes, so the sums count each element once.
  * Alignment padding between params belongs to no parameter and is left
  * alone.  Host arrays only (the CUDA path has no LAMB kernel yet).
