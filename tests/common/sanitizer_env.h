@@ -4,7 +4,9 @@
  * Header-only; pure apart from reading /proc/self/statm. */
 #ifndef ZERO_TESTS_SANITIZER_ENV_H
 #define ZERO_TESTS_SANITIZER_ENV_H
+#include <stddef.h>
 #include <stdio.h>
+#include <sys/resource.h>
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define UNDER_SANITIZER 1
@@ -33,4 +35,18 @@ static inline long th_address_space_bytes(void) {
     if (f) fclose(f);
     return pages < 0 ? -1 : pages * 4096;
 }
+/* Cap this process's address space (RLIMIT_AS) at what it maps now plus
+ * `headroom` bytes, so that its next large allocation fails; *old gets
+ * the limit to put back with th_address_space_restore.  Returns 1 when
+ * capped, 0 when the size is unknown (nothing changed).  Never under a
+ * sanitizer: its shadow memory needs the address space. */
+static inline int th_address_space_cap(size_t headroom, struct rlimit *old) {
+    getrlimit(RLIMIT_AS, old);
+    const long now = th_address_space_bytes();
+    if (now <= 0) return 0;
+    struct rlimit cap = {(rlim_t)now + (rlim_t)headroom, old->rlim_max};
+    setrlimit(RLIMIT_AS, &cap);
+    return 1;
+}
+static inline void th_address_space_restore(const struct rlimit *old) { setrlimit(RLIMIT_AS, old); }
 #endif

@@ -187,14 +187,9 @@ static void oom_case(void) {
     reg(e, "big", w, n, 0, 0);
     const int capped = rank_ == world_ - 1;
     struct rlimit old;
-    getrlimit(RLIMIT_AS, &old);
-    long now = th_address_space_bytes();
-    if (capped && now > 0) {
-        struct rlimit cap = {(rlim_t)now + ((rlim_t)16 << 20), old.rlim_max};
-        setrlimit(RLIMIT_AS, &cap);
-    }
+    const int cap = capped && th_address_space_cap((size_t)16 << 20, &old);
     zero_status s = zero_params_done(e);
-    if (capped) setrlimit(RLIMIT_AS, &old);
+    if (cap) th_address_space_restore(&old);
     const char *msg = zero_last_error(e);
     if (capped) {
         CHECK(s == ZERO_ERR_OUT_OF_MEMORY, "oom: the capped rank got %s: %s", zero_status_string(s), msg);
