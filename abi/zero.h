@@ -437,13 +437,11 @@ typedef struct zero_group_desc {
      * registered again in another group -- that call fails too -- or one
      * host-owned tensor or host gradient buffer behind params of two
      * groups) fail zero_params_done with ZERO_ERR_MISMATCH on every rank,
-     * naming what differs.  16-bit gradient accumulation with expert-DP
-     * groups of one rank is ZERO_ERR_UNSUPPORTED (nothing to scale it by).  Plugins that support expert
-     * groups declare ZERO_PLUGIN_CAP_EXPERT_GROUPS (stage1, stage2,
-     * offload); the others (stage0, stage1-pp, stage3, 1.0-1.2 plugins)
+     * naming what differs.  Plugins that support expert groups declare
+     * ZERO_PLUGIN_CAP_EXPERT_GROUPS (stage1, stage2, offload; stage3 since
+     * 1.12, stage0 since 1.13); the others (stage1-pp, 1.0-1.2 plugins)
      * refuse at zero_params_done with ZERO_ERR_UNSUPPORTED naming why, as
-     * does optimizer.type Lamb (its trust ratios are completed per param
-     * index over every rank). */
+     * does pipeline.stages > 1 (1.13). */
     int32_t expert_color;
     int32_t reserved0;   /* must be 0 */
 } zero_group_desc;

@@ -543,6 +543,14 @@ static zero_status expert_support(zero_engine *e) {
         if (g && g->expert_color >= 0) expert = g;
     }
     if (!expert) return ZERO_OK;
+    /* (1.13) stage0 runs expert groups and pipelines, not both at once: an
+     * expert group would be split from one stage's data-parallel group and
+     * the clipping norm summed over the stages, neither of which has run */
+    if (e->pp_stages > 1)
+        return zero__error(e, ZERO_ERR_UNSUPPORTED,
+                           "zero_params_done: param group %d is an expert group (zero_group_desc.expert_color %d) "
+                           "and pipeline.stages is %d: expert groups with pipeline parallelism are not supported",
+                           (int)expert->group_id, (int)expert->expert_color, e->pp_stages);
     const zero_plugin_table *t = e->plugin.table;
     if (t->caps & ZERO_PLUGIN_CAP_EXPERT_GROUPS) return ZERO_OK;
     const char *why = (t->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS)
@@ -553,7 +561,7 @@ static zero_status expert_support(zero_engine *e) {
                           : "it does not declare ZERO_PLUGIN_CAP_EXPERT_GROUPS (ABI 1.3)";
     return zero__error(e, ZERO_ERR_UNSUPPORTED,
                        "zero_params_done: param group %d is an expert group (zero_group_desc.expert_color %d) but "
-                       "plugin '%s' does not support expert groups: %s; use stage1, stage2, stage3 or offload",
+                       "plugin '%s' does not support expert groups: %s; use stage0, stage1, stage2, stage3 or offload",
                        (int)expert->group_id, (int)expert->expert_color, t->name ? t->name : "?", why);
 }
 

@@ -16,8 +16,10 @@
  * completes every norm (with expert groups, 1.12: an expert group's over
  * its expert-data-parallel group, complete_norms); pass 2 recomputes u
  * from the stored m, v and the unchanged w (the same float expression, so
- * bitwise the same u) and applies it.  A replicated plugin (stage 0) holds every element on every
- * rank: only its rank 0 contributes, so the sums count each element once.
+ * bitwise the same u) and applies it.  A replicated plugin (stage 0) holds
+ * every element on every rank: only one rank of each param's group (world
+ * rank 0; an expert group's first expert-DP rank) contributes, so the sums
+ * count each element once.
  * Alignment padding between params belongs to no parameter and is left
  * alone.  Host arrays only (the CUDA path has no LAMB kernel yet).
  * Engine step thread only. */
@@ -92,10 +94,16 @@ static lamb_piece *pieces_of(struct zero_engine *e, const zero_part_step *ps, ui
  * param indices, so their partials must not be added in; one all-reduce
  * per expert layout group, in layout order (every rank has every layout
  * group: the same sequence of collectives on each communicator). */
-static zero_status complete_norms(struct zero_engine *e, double *sums) {
+static zero_status complete_norms(struct zero_engine *e, double *sums, int replicated) {
     const size_t n2 = 2 * (size_t)e->nparams;
-    if (!e->group_comms) return zero__allreduce(e->world, sums, n2, ZERO_DTYPE_F64, ZERO_OP_SUM);
     const zero_layout *L = &e->layout.view;
+    /* A replicated plugin (stage 0) holds whole params on every rank: one
+     * copy of each counts, world rank 0's for the dense ones */
+    const int dense_mine = !replicated || zero__comm_rank(e->world) == 0;
+    if (!e->group_comms) {
+        if (!dense_mine) memset(sums, 0, n2 * sizeof *sums);
+        return zero__allreduce(e->world, sums, n2, ZERO_DTYPE_F64, ZERO_OP_SUM);
+    }
     double *local = malloc((n2 ? n2 : 1) * sizeof *local);
     double *part = malloc((n2 ? n2 : 1) * sizeof *part);
     if (!local || !part) {
@@ -104,6 +112,7 @@ static zero_status complete_norms(struct zero_engine *e, double *sums) {
         return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "LAMB: out of memory");
     }
     memcpy(local, sums, n2 * sizeof *sums);
+    if (!dense_mine) memset(sums, 0, n2 * sizeof *sums);
     for (uint32_t g = 0; g < L->ngroups && g < e->ngroup_comms; g++) /* the world's sum: dense params only */
         for (uint32_t j = 0; e->group_comms[g] && j < L->groups[g].nparams; j++) {
             const uint32_t i = L->param_order[L->groups[g].first_param + j];
@@ -113,10 +122,13 @@ static zero_status complete_norms(struct zero_engine *e, double *sums) {
     for (uint32_t g = 0; st == ZERO_OK && g < L->ngroups && g < e->ngroup_comms; g++) {
         if (!e->group_comms[g]) continue;
         const uint32_t first = L->groups[g].first_param, np = L->groups[g].nparams;
+        /* replicated: the copy counted is the expert-DP group's first
+         * rank's (world rank 0 holds only its own experts) */
+        const int mine = !replicated || zero__comm_rank(e->group_comms[g]) == 0;
         for (uint32_t j = 0; j < np; j++) {
             const uint32_t i = L->param_order[first + j];
-            part[2 * j] = local[2 * i];
-            part[2 * j + 1] = local[2 * i + 1];
+            part[2 * j] = mine ? local[2 * i] : 0.0;
+            part[2 * j + 1] = mine ? local[2 * i + 1] : 0.0;
         }
         if (np) st = zero__allreduce(e->group_comms[g], part, 2 * (size_t)np, ZERO_DTYPE_F64, ZERO_OP_SUM);
         for (uint32_t j = 0; st == ZERO_OK && j < np; j++) {
@@ -175,8 +187,7 @@ zero_status zero__lamb_part_step(struct zero_engine *e, const zero_part_step *ps
         sums[2 * q->param] += wsq;
         sums[2 * q->param + 1] += usq;
     }
-    if (ps->replicated && zero__comm_rank(e->world) != 0) memset(sums, 0, 2 * (size_t)e->nparams * sizeof *sums);
-    zero_status st = complete_norms(e, sums);
+    zero_status st = complete_norms(e, sums, ps->replicated);
     /* pass 2: apply with each parameter's trust ratio */
     for (uint32_t k = 0; st == ZERO_OK && k < npieces; k++) {
         const lamb_piece *q = &pc[k];

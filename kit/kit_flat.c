@@ -183,5 +183,6 @@ void zero_kit_flat_plan(const zero_plan_services *ps, int replicated, uint64_t g
     ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_OPTIM, (uint64_t)ps->optim_state_count(c) * mine * sizeof(float));
     zero_bucket_spec spec = zero_kit_plan_bucket_spec(ps, mode);
     ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, ps->buckets_bytes(c, &spec));
+    zero_kit_step_tile_plan(ps, replicated ? 0 : 1);
 }
 

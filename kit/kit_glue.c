@@ -254,6 +254,23 @@ zero_bucket_spec zero_kit_plan_bucket_spec(const zero_plan_services *ps, zero_bu
     return spec;
 }
 
+void zero_kit_step_tile_plan(const zero_plan_services *ps, uint32_t shares) {
+    zero_core *c = ps->core;
+    const zero_layout *L = ps->layout(c);
+    if (zero_kit_grad_dtype(ps->config(c)) == ZERO_DTYPE_F32) return;
+    int64_t cap = 0, v = 0; /* as the engine reads it: zero_optimization's key over moe's */
+    if (ps->cfg_int(c, "moe.max_group_size", &v) == 1 && v > 0) cap = v;
+    if (ps->cfg_int(c, "zero_optimization.max_group_size", &v) == 1 && v > 0) cap = v;
+    if (!cap && !L->group_world) return; /* the kernel widens on the fly: no temporary */
+    uint64_t largest = 0;
+    for (uint32_t g = 0; g < L->ngroups; g++) {
+        const uint64_t piece = shares ? (uint64_t)shares * L->groups[g].part_numel : L->groups[g].numel;
+        if (piece > largest) largest = piece;
+    }
+    if (cap && largest > (uint64_t)cap) largest = (uint64_t)cap;
+    ps->add(c, ZERO_TIER_HOST, ZERO_MEM_OTHER, largest * sizeof(float));
+}
+
 void zero_kit_grad_tmp_plan(const zero_plan_services *ps) {
     zero_core *c = ps->core;
     uint64_t largest = 0;

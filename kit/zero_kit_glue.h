@@ -313,6 +313,17 @@ zero_bucket_spec zero_kit_plan_bucket_spec(const zero_plan_services *ps, zero_bu
  * in one gradient at a time: the largest param's, model dtype, GRADS,
  * recorded through ps->add.  Pure apart from ps->add. */
 void zero_kit_grad_tmp_plan(const zero_plan_services *ps);
+/* (1.13) The fp32 tile the core's part_step / boundary_step service upcasts
+ * 16-bit gradients into when expert groups exist or max_group_size is set
+ * (moe. or zero_optimization.max_group_size): one tile of the largest
+ * stepped piece of a param group, capped by max_group_size.  `shares`: how
+ * many consecutive layout shares (part_numel) of each group this rank
+ * steps -- 1 for a partitioning plugin, R for one that steps R places
+ * (MiCS's shard), 0 for the whole group (a replicated plugin, stage 0).
+ * Recorded as ZERO_MEM_OTHER, host tier (a plan is a CPU engine's; on a
+ * device engine the tile is device memory); nothing with fp32 gradients.
+ * Pure apart from ps->add. */
+void zero_kit_step_tile_plan(const zero_plan_services *ps, uint32_t shares);
 
 #ifdef __cplusplus
 }

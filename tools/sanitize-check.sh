@@ -199,8 +199,8 @@ if [ "$mode" = asan ]; then
         # (1.9) zero-demo fine-tuning (three demo runs): the weights-only load runs instrumented in ckpt_weights_*
         ci+='|ckpt_finetune_demo'
         # (1.10) the expert-group planner against the accountant (~62 s instrumented at N = 4, 6, 9): plan_auto_np4
-        # plans and trains expert groups instrumented (stage1, stage2, offload); and the MoE demo's cross-plugin
-        # digests (~18 s: twelve demo runs), whose code moe_demo_* and moe_ckpt_reshard run instrumented
+        # plans and trains expert groups instrumented (stage0, stage1, stage2, stage3); and the MoE demo's cross-plugin
+        # digests (~18 s: twenty demo runs), whose code moe_demo_* and moe_ckpt_reshard run instrumented
         ci+='|plan_measured_experts_np[469]|moe_demo_plugins_agree'
         # (1.11) zero_params_write at 4 and 9 ranks: np3 (odd, refusals, NVMe) and np6 (experts, pipeline) run
         ci+='|stages_params_write_np[49]'

@@ -54,6 +54,7 @@ zero_status mics_plan(const zero_plan_services *ps) {
     ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, (at_least_1(shard) + at_least_1(part)) * ges);
     const int contiguous = gdt == dt && rc->contiguous_gradients;
     if (!contiguous) zero_kit_grad_tmp_plan(ps);
+    zero_kit_step_tile_plan(ps, (uint32_t)R); /* the step's fp32 tile (16-bit gradients with max_group_size) */
     zero_bucket_spec spec = zero_kit_plan_bucket_spec(ps, ZERO_BUCKETS_SCATTER);
     spec.contiguous = contiguous;
     ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, ps->buckets_bytes(c, &spec));

@@ -186,6 +186,7 @@ zero_status zpp_plan(const zero_plan_services *ps) {
         if (!contiguous) zero_kit_grad_tmp_plan(ps);
     }
     ps->add(c, ZERO_TIER_HOST, ZERO_MEM_OTHER, scratch);
+    zero_kit_step_tile_plan(ps, 1); /* the step's fp32 tile (16-bit gradients with max_group_size) */
     ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GATHER, zero_kit_gather_plan_peak(ps, es, (flat - part) * (uint64_t)es, 0));
     return ZERO_OK;
 }

@@ -185,6 +185,7 @@ static zero_status of_plan(const zero_plan_services *ps) {
     ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_BUCKETS, ps->buckets_bytes(c, &spec));
     const int contiguous = gdt != rc->model_dtype ? 0 : part_stage == 1 ? 1 : rc->contiguous_gradients;
     if (!contiguous) zero_kit_grad_tmp_plan(ps);
+    zero_kit_step_tile_plan(ps, 1); /* the step's fp32 tile (16-bit gradients with experts / max_group_size) */
     return ZERO_OK;
 }
 

@@ -40,7 +40,7 @@ static zero_status s0_create(const zero_services *svc, void **state) {
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     ZERO_PLUGIN_TABLE_HEAD,
-    .caps = ZERO_PLUGIN_CAP_PIPELINE | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD, /* reduces only at the boundary */
+    .caps = ZERO_PLUGIN_CAP_PIPELINE | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD | ZERO_PLUGIN_CAP_EXPERT_GROUPS,
     .name = "stage0",
     .description = "plain data parallelism: full gradients all-reduced, every rank steps everything",
     .create = s0_create,

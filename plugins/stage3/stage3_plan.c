@@ -104,5 +104,6 @@ zero_status zero__s3_plan(const zero_plan_services *ps) {
             if (ps->param(c, i)->numel > largest) largest = ps->param(c, i)->numel;
         ps->add(c, ZERO_TIER_DEVICE, ZERO_MEM_GRADS, largest * es);
     }
+    zero_kit_step_tile_plan(ps, 1); /* the step's fp32 tile (16-bit gradients with experts / max_group_size) */
     return ZERO_OK;
 }

@@ -20,7 +20,10 @@
 #   L  (1.12) N=2 stage3 loads B (expert-DP groups of 1: each rank's experts
 #      whole) and saves again; M  N=6 offload loads that stage-3 checkpoint:
 #      bitwise B's experts by color
-#   H3 (1.12) bf16: N=8 stage3 loads H4 (groups of 2 -> 4) bitwise
+#   H3 (1.12) bf16: N=8 stage3 loads H4 (groups of 2 -> 4) bitwise; H0 (1.13) stage0 alike
+#   P  (1.13) N=4 stage0 loads C and trains to step 8: bitwise A
+#   Q  (1.13) N=2 stage0 loads B and saves again; R  N=4 stage2 loads that
+#      stage-0 checkpoint and trains to step 8: bitwise A
 #   I  zero-ckpt consolidate writes every expert under its own name, and
 #      zero-ckpt info describes the expert group
 #   J  zero-estimate --manifest of B plans the expert group (expert-parallel 2),
@@ -70,6 +73,12 @@ run L 2 stage3 "$f32" --steps 4 --load "$work/b" --save "$work/l"
 expect L "$b0 $b1"
 run M 6 offload "$f32" --steps 4 --load "$work/l"
 expect M "$b0 $b1 $b0 $b1 $b0 $b1"
+run P 4 stage0 "$f32" --steps 8 --load "$work/c"
+expect P "$(cat "$work/A.digest")"
+run Q 2 stage0 "$f32" --steps 4 --load "$work/b" --save "$work/q"
+expect Q "$b0 $b1"
+run R 4 stage2 "$f32" --steps 8 --load "$work/q"
+expect R "$(cat "$work/A.digest")"
 bf=$src/examples/configs/moe.json
 run H4 4 stage2 "$bf" --bf16 --steps 4 --save "$work/h"
 read -r h0 h1 _ _ <"$work/H4.digest"
@@ -77,6 +86,8 @@ run H8 8 stage1 "$bf" --bf16 --steps 4 --load "$work/h"
 expect H8 "$h0 $h1 $h0 $h1 $h0 $h1 $h0 $h1"
 run H3 8 stage3 "$bf" --bf16 --steps 4 --load "$work/h"
 expect H3 "$h0 $h1 $h0 $h1 $h0 $h1 $h0 $h1"
+run H0 8 stage0 "$bf" --bf16 --steps 4 --load "$work/h"
+expect H0 "$h0 $h1 $h0 $h1 $h0 $h1 $h0 $h1"
 "$ckpt" consolidate "$work/b" "$work/b.safetensors" >"$work/I.log" 2>&1 ||
   { echo "check-moe-reshard: consolidate failed:"; cat "$work/I.log"; exit 1; }
 python3 - "$work/b.safetensors" <<'PY' || fail=1

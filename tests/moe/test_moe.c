@@ -12,7 +12,7 @@
  *
  * The oracle: one process (ZERO_COMM_SELF, stage0, every expert a plain
  * dense param) fed the mean gradient over all N sources.  Checked for
- * stage1, stage2, offload and stage3 (stage-1 and stage-2 partitioning), fp32 and
+ * stage0 (1.13), stage1, stage2, offload and stage3 (stage-1 and stage-2 partitioning), fp32 and
  * bf16, with gradient accumulation and active clipping (a wrong expert norm
  * -- counted N/2 times, or not at all -- changes the clip coefficient and
  * every parameter): final parameters and every boundary's grad norm.
@@ -20,7 +20,8 @@
  * temporary is one tile (<= max_group_size x 4 bytes), reported against
  * the whole-partition upcast.  Misuse: a tensor in two groups, group
  * tables that differ, unequal expert-DP groups, different experts inside
- * one expert-DP group, stage 0: a named error on every rank.
+ * one expert-DP group, a plugin without ZERO_PLUGIN_CAP_EXPERT_GROUPS
+ * (stage1-pp), stage 0 with a pipeline: a named error on every rank.
  * (libzero 1.12) Stage 3 too: each expert's pieces all-gathered over its
  * expert-DP group (N = 2: groups of one rank, the shard itself), gathering
  * for real (nothing persistent, a budget of about two params, prefetch),
@@ -74,7 +75,7 @@ static float contrib(int pid, int src, int m, float w, uint64_t i) {
 }
 
 typedef struct run_cfg {
-    const char *plugin; /* stage1, stage2, offload, stage3 */
+    const char *plugin; /* stage0, stage1, stage2, offload, stage3 */
     int stage;          /* zero_optimization.stage (offload: 1 or 2 partitioning) */
     int bf16;
     int accum16;        /* data_types.grad_accum_dtype bf16: 16-bit gradients, the step upcasts tiles */
@@ -321,13 +322,13 @@ static void run_one(const run_cfg *c) {
 }
 
 /* ---- misuse: a named error on every rank ---------------------------------- */
-typedef enum { TWO_GROUPS, HOST_TENSOR, TABLES_DIFFER, UNEQUAL, NAMES_DIFFER, STAGE0 } misuse;
+typedef enum { TWO_GROUPS, HOST_TENSOR, TABLES_DIFFER, UNEQUAL, NAMES_DIFFER, NO_CAP, PIPELINE } misuse;
 
 static void expect_error(misuse what, zero_status want, const char *needle) {
     char json[256];
     snprintf(json, sizeof json, "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": %d}%s}",
-             what == STAGE0 ? 0 : 2, "");
-    zero_engine *e = open_world(json, NULL);
+             what == PIPELINE ? 0 : what == NO_CAP ? 1 : 2, what == PIPELINE ? ", \"pipeline\": {\"stages\": 2}" : "");
+    zero_engine *e = open_world(json, what == NO_CAP ? "stage1-pp" : NULL);
     if (!e) return;
     zero_group_desc g = ZERO_GROUP_DESC_INIT;
     g.group = 1;
@@ -444,6 +445,10 @@ int main(int argc, char **argv) {
         /* (libzero 1.12) Lamb: each expert's trust ratio from its norms over its expert-DP group */
         {"stage1", 1, 0, 0, 0, 0, NULL, "Lamb"}, {"stage2", 2, 1, 0, 0, 0, NULL, "Lamb"},
         {"offload", 2, 0, 0, 0, 0, NULL, "Lamb"}, {"stage3", 3, 0, 0, 0, 0, S3_GATHER, "Lamb"},
+        /* (libzero 1.13) stage 0: every bucket all-reduced over its own set's communicator (expert-DP for the
+         * experts), each expert counted once in the clipping norm and in Lamb's trust ratios */
+        {"stage0", 0, 0, 0, 0, 1, NULL, NULL}, {"stage0", 0, 1, 0, 0, 0, NULL, NULL}, {"stage0", 0, 1, 1, 40, 0, NULL, NULL},
+        {"stage0", 0, 0, 0, 0, 0, NULL, "Lamb"},
     };
     for (int i = 0; i < (int)(sizeof runs / sizeof runs[0]); i++) {
         if (only >= 0 && only != i) continue;
@@ -457,8 +462,10 @@ int main(int argc, char **argv) {
             expect_error(UNEQUAL, ZERO_ERR_MISMATCH, "expert groups differ across ranks");
             expect_error(NAMES_DIFFER, ZERO_ERR_MISMATCH, "different experts");
         }
-        /* (stage 3 gathers expert groups since libzero 1.12; stage 0 all-reduces over the world) */
-        expect_error(STAGE0, ZERO_ERR_UNSUPPORTED, "does not support expert groups");
+        /* (stage 3 gathers expert groups since libzero 1.12, stage 0 runs them since 1.13; stage1-pp
+         * reduces over one data-parallel group only) */
+        expect_error(NO_CAP, ZERO_ERR_UNSUPPORTED, "does not support expert groups");
+        expect_error(PIPELINE, ZERO_ERR_UNSUPPORTED, "expert groups with pipeline parallelism are not supported");
         check_overflow();
     }
     int rc = check_finish(), any = 0;

@@ -11,7 +11,8 @@
  * one byte less, which a dense plan of the same model would still call
  * enough for stage1, picks stage2 (below stage1 with experts too) and holds;
  * (1.12) one byte below stage2's plan picks stage3 (its experts gathered
- * over their expert-DP group) and holds; stage0 is never planned. */
+ * over their expert-DP group) and holds; (1.13) a budget of stage0's plan
+ * picks stage0, which runs expert groups too, and holds. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -169,7 +170,18 @@ static void experts(void) {
           (unsigned long long)s1);
     char picked[64], err[2048];
     uint64_t peak = 0;
-    zero_status s = run(s1, picked, sizeof picked, &peak, err, sizeof err);
+    /* (1.13) stage 0 runs expert groups: with its plan as the budget it is
+     * the first candidate that fits, and holds */
+    const uint64_t s0 = plan9("stage0", 1, world);
+    CHECK(s0 > s1, "experts: stage0 plans %llu, not above stage1's %llu", (unsigned long long)s0,
+          (unsigned long long)s1);
+    zero_status s = run(s0, picked, sizeof picked, &peak, err, sizeof err);
+    CHECK(s == ZERO_OK && !strcmp(picked, "stage0"), "experts, budget %llu (stage0's plan): %s picked, %s",
+          (unsigned long long)s0, picked, err);
+    CHECK(peak <= s0, "experts, stage0: device peak %llu over the budget %llu", (unsigned long long)peak,
+          (unsigned long long)s0);
+    if (rank == 0) printf("experts budget %9llu: %s (peak %llu)\n", (unsigned long long)s0, info, (unsigned long long)peak);
+    s = run(s1, picked, sizeof picked, &peak, err, sizeof err);
     CHECK(s == ZERO_OK && !strcmp(picked, "stage1"), "experts, budget %llu (stage1's plan): %s picked, %s",
           (unsigned long long)s1, picked, err);
     CHECK(peak <= s1, "experts, stage1: device peak %llu over the budget %llu", (unsigned long long)peak,

@@ -18,7 +18,7 @@
  *    root, a param given twice (ZERO_ERR_INVALID_ARGUMENT; the other ranks
  *    name the rank that refused), ranks that pass different lists
  *    (ZERO_ERR_MISMATCH), a stage-3 param still gathered (ZERO_ERR_STATE);
- *  - expert groups (stage1, stage2, offload, stage3 since 1.12; even world sizes >= 4): an
+ *  - expert groups (stage1, stage2, offload, stage3 since 1.12, stage0 since 1.13; even world sizes >= 4): an
  *    expert is written from place 0 of its own expert-data-parallel group,
  *    each group with its own values, and the three plugins end bitwise
  *    equal;
@@ -529,12 +529,13 @@ int main(int argc, char **argv) {
         free(ref);
     }
     if (world_ % 2 == 0 && world_ >= 4) { /* expert-DP groups of world / 2 ranks */
-        /* (1.12) stage 3 too: each expert's pieces gathered over its group */
-        static const char *const ex[] = {"stage1", "stage2", "offload", "stage3"};
-        static const int ex_stage[] = {1, 2, 2, 3};
+        /* (1.12) stage 3 too: each expert's pieces gathered over its group;
+         * (1.13) stage 0, every expert whole on each of its holders */
+        static const char *const ex[] = {"stage1", "stage2", "offload", "stage3", "stage0"};
+        static const int ex_stage[] = {1, 2, 2, 3, 0};
         for (int bf16 = 0; bf16 <= 1; bf16++) {
             unsigned char *ref = NULL;
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < 5; i++) {
                 run_spec r = {
                     ex[i],
                     i == 2   ? "\"offload_optimizer\": {\"device\": \"cpu\"}"

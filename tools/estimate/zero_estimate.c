@@ -248,11 +248,7 @@ int main(int argc, char **argv) {
         memcpy(o.ranks, d, sizeof d);
         o.nranks = 6;
     }
-    if (!o.nplugins && o.model.ep) { /* the plugins that run expert groups (ZERO_PLUGIN_CAP_EXPERT_GROUPS) */
-        static const char *d[] = {"stage1", "stage2", "stage3", "offload", "stage3+offload"};
-        memcpy(o.plugins, d, sizeof d);
-        o.nplugins = 5;
-    } else if (!o.nplugins) {
+    if (!o.nplugins) { /* every one runs expert groups too (ZERO_PLUGIN_CAP_EXPERT_GROUPS; stage0 since 1.13) */
         static const char *d[] = {"stage0", "stage1", "stage2", "stage3", "offload", "stage3+offload"};
         memcpy(o.plugins, d, sizeof d);
         o.nplugins = 6;
