@@ -17,7 +17,7 @@
  *  - every zero_on_grad_ready ordered the device after the host's stream,
  *    every step and gather ordered the host's stream after the device;
  *  - params registered from device memory (desc.device = CUDA) train the same;
- *  - (1.12) expert groups: stage 1, 2 and offload with bf16 gradients (at
+ *  - (1.12) expert groups: stage 1, 2, offload (and stage 0, 1.13) with bf16 gradients (at
  *    N = 2 groups of one rank, whose 16-bit sets still run a one-rank
  *    reduction), stage 3 gathering over the expert communicator, fp32 and
  *    bf16, with a zero_params_write from each group's place 0;
@@ -1005,6 +1005,8 @@ int main(int argc, char **argv) {
         {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1}, {"stage2", 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1},
         {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 1}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1},
         {"stage3", 3, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1},
+        /* (1.13) stage 0 with expert groups: each expert whole on its holders, fp32 and bf16, a write */
+        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1}, {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) check_equal(&runs[i]);
     check_ordered_buckets();
