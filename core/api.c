@@ -15,6 +15,7 @@
 #include "host_owned.h"
 #include "params_write.h"
 #include "host_writes.h"
+#include "host_writes_device.h"
 #include "comm_wait.h"
 #include "ckpt/ckpt_engine.h"
 #include "comm_stats.h"
@@ -386,6 +387,7 @@ void zero_engine_destroy(zero_engine *e) {
     if (e->plugin.dl) zero__plugin_unload(&e->plugin);
     zero__experts_free(e); /* sub-communicators of the world, freed before it */
     zero__grad_window_free(e); /* (issue 31) */
+    zero__hwd_free(e);         /* (1.13) the device host-write check's slots, before the accountant goes */
     if (e->params_frozen) zero__layout_free(&e->layout);
     free(e->groups);
     free(e->hp_over);
@@ -1078,7 +1080,18 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
     const int boundary = e->micro_step + 1 >= (uint32_t)e->rc->grad_accum_steps;
     if (av != ZERO_OK && !boundary) return av;
     const zero_status hp = boundary && av == ZERO_OK ? zero__hp_check_step(e, e->global_step + 1) : ZERO_OK;
-    /* (1.7.4) a parameter the host wrote itself: refused the same way (host_writes.h) */
+    /* (1.7.4) a parameter the host wrote itself: refused the same way
+     * (host_writes.h).  (1.13) On a device the check reads the params on
+     * libzero's stream, which must come after the host's writes: the
+     * step's ordering after the host's stream (below) moves before it. */
+    int ordered = 0;
+    if (boundary && av == ZERO_OK && hp == ZERO_OK && e->dev) {
+        zero_step_ctx pre;
+        step_ctx(e, args, &pre);
+        const zero_status so = device_order(e, 1, pre.stream);
+        if (so != ZERO_OK) return so;
+        ordered = 1;
+    }
     const zero_status hw = boundary && av == ZERO_OK && hp == ZERO_OK ? zero__host_writes_check(e) : ZERO_OK;
     zero__span sp = zero__phase_begin(e);
     zero_status s = settle_missing(e, hp != ZERO_OK, hw != ZERO_OK, av != ZERO_OK, &verdict, why, sizeof why);
@@ -1102,7 +1115,7 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
      * it must come after everything the host queued on its stream so far
      * (gradient kernels after the last zero_on_grad_ready, reads of the old
      * weights), or the optimizer races them. */
-    if (e->dev && (s = device_order(e, 1, ctx.stream)) != ZERO_OK) return s;
+    if (e->dev && !ordered && (s = device_order(e, 1, ctx.stream)) != ZERO_OK) return s;
     zero__ps_step_begin(e, 0);
     s = e->plugin.table->step(e->pstate, &ctx, &rep);
     zero__ps_step_end();

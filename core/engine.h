@@ -122,6 +122,12 @@ struct zero_engine {
     uint32_t gathered_writes;    /* (1.7.4) stage-3 gathers the host wrote before releasing them (host_writes.c) */
     const struct zero_param *gathered_written; /* the first of them */
     int64_t gathered_written_layer;              /* (1.7.7) its slice (zero_gather_slices), or -1: the whole param */
+    /* (1.13) host_writes_device.c: the fingerprints of a device engine's
+     * check, ZERO__HW_KINDS x nparams words in device memory and their host
+     * mirror (NULL until first used); hwd_off: the check could not run on
+     * this device (warned once) */
+    uint64_t *hwd_slots, *hwd_host;
+    int hwd_off;
 
     /* step state */
     uint32_t micro_step;         /* within the accumulation window */

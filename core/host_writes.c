@@ -11,38 +11,45 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "env.h"
 #include "host_writes.h"
+#include "host_writes_device.h"
 #include "log.h"
 #include "optim_math.h"
 #include "params.h"
+#include "print_math.h"
 #include "step_timing.h"
 
 enum { LINE = 64, STRIDE = 4096 };
 enum { CHECK_OFF, CHECK_SAMPLED, CHECK_FULL };
 #define PRINT_SEED 0x6a09e667f3bcc909ULL
 
-static int check_mode(const zero_engine *e) {
-    if (e->dev) return CHECK_OFF; /* device memory: not read from the host */
+static int check_mode(zero_engine *e) {
     const char *m = NULL; /* a bad value was refused at engine creation (env.c) */
-    if (zero__env_choice("ZERO_CHECK_HOST_WRITES", &m) != 1) return CHECK_SAMPLED;
-    return !strcmp(m, "off") ? CHECK_OFF : !strcmp(m, "full") ? CHECK_FULL : CHECK_SAMPLED;
+    const int mode = zero__env_choice("ZERO_CHECK_HOST_WRITES", &m) != 1 ? CHECK_SAMPLED
+                     : !strcmp(m, "off")                                   ? CHECK_OFF
+                     : !strcmp(m, "full")                                  ? CHECK_FULL
+                                                                           : CHECK_SAMPLED;
+    /* (1.13) a device engine's copies are fingerprinted on the device
+     * (host_writes_device.h), where the device can */
+    return mode != CHECK_OFF && e->dev && !zero__hwd_ready(e) ? CHECK_OFF : mode;
 }
 
 static size_t bytes_of(const struct zero_param *p) { return (size_t)p->info.numel * zero__dtype_size(p->info.dtype); }
 
-/* A host-owned tensor on the host: compared with libzero's copy, which
- * finds a write into either (kind 1 or 2), so its copy needs no
- * fingerprint of its own. */
-static int tensor_compared(const struct zero_param *p) {
-    return p->host_data && p->info.data && p->host_device == ZERO_DEVICE_CPU;
+/* A host-owned tensor (on the host; on a device engine, anywhere):
+ * compared with libzero's copy, which finds a write into either (kind 1
+ * or 2), so its copy needs no fingerprint of its own. */
+static int tensor_compared(const zero_engine *e, const struct zero_param *p) {
+    return p->host_data && p->info.data && (e->dev || p->host_device == ZERO_DEVICE_CPU);
 }
 
 /* libzero's copy is what zero_gather / zero_param_storage hand out: a
  * plugin that keeps full copies (stage 3 gathers separately, see
  * zero__host_writes_gathered) */
 static int copy_handed_out(const zero_engine *e, const struct zero_param *p) {
-    return p->info.data && !(e->plugin.table->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS) && !tensor_compared(p);
+    return p->info.data && !(e->plugin.table->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS) && !tensor_compared(e, p);
 }
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
@@ -89,22 +96,72 @@ static void note_one(zero_engine *e, struct zero_param *p, int mode) {
     }
 }
 
+/* (1.13) A device engine: the copies' fingerprints queued on the device
+ * (no wait), into their NOTED slots. */
+static void note_device(zero_engine *e, zero_param *const *params, size_t n, int mode) {
+    const void **x = malloc((n ? n : 1) * sizeof *x);
+    uint64_t *bytes = malloc((n ? n : 1) * sizeof *bytes);
+    for (size_t i = 0; i < n; i++) {
+        struct zero_param *p = params[i];
+        p->copy_printed = x && bytes && mode != CHECK_OFF && copy_handed_out(e, p);
+        p->copy_print_mode = mode;
+        if (x && bytes) x[i] = p->info.data, bytes[i] = p->copy_printed ? bytes_of(p) : 0;
+    }
+    if (x && bytes && mode != CHECK_OFF)
+        zero__hwd_queue(e, ZERO__HW_NOTED, params, x, bytes, n, mode == CHECK_FULL, 0);
+    free(x);
+    free(bytes);
+}
+
 void zero__host_writes_note(zero_engine *e) {
     const int mode = check_mode(e);
     e->gathered_writes = 0; /* libzero's values are whole again (a load), or were checked (a step) */
     e->gathered_written = NULL;
     zero__span sp = zero__phase_begin(e); /* with the copy-out, which also follows libzero's writes */
-    for (uint32_t i = 0; i < e->nparams; i++) note_one(e, e->params[i], mode);
+    if (e->dev) note_device(e, e->params, e->nparams, mode);
+    else
+        for (uint32_t i = 0; i < e->nparams; i++) note_one(e, e->params[i], mode);
     zero__phase_end(e, sp, ZERO__PH_COPY);
 }
 
 void zero__host_writes_note_params(zero_engine *e, zero_param *const *params, size_t n) {
     const int mode = check_mode(e);
+    if (e->dev) {
+        note_device(e, params, n, mode);
+        return;
+    }
     for (size_t i = 0; i < n; i++) note_one(e, params[i], mode);
+}
+
+/* (1.13) A device engine: each gathered (or released) copy's fingerprint
+ * added to the param's GATHER (RELEASE) sum on the device, no wait; the
+ * boundary's check compares the two sums of every param no longer held. */
+static void gathers_device(zero_engine *e, int kind, zero_param *const *params, size_t n, const void *const *ptrs,
+                           int mode) {
+    /* only the copies handed out: a sum must not take in anything else */
+    zero_param **ps = malloc((n ? n : 1) * sizeof *ps);
+    const void **xs = malloc((n ? n : 1) * sizeof *xs);
+    uint64_t *bytes = malloc((n ? n : 1) * sizeof *bytes);
+    size_t k = 0;
+    for (size_t i = 0; ps && xs && bytes && i < n; i++)
+        if (ptrs[i]) ps[k] = params[i], xs[k] = ptrs[i], bytes[k++] = bytes_of(params[i]);
+    zero__hwd_queue(e, kind, ps, xs, bytes, k, mode == CHECK_FULL, 1);
+    free(ps);
+    free(xs);
+    free(bytes);
 }
 
 void zero__host_writes_gathered(zero_engine *e, zero_param *const *params, size_t n, void *const *ptrs) {
     const int mode = check_mode(e);
+    if (e->dev) {
+        if (mode == CHECK_OFF) return;
+        for (size_t i = 0; i < n; i++) {
+            params[i]->gathered_mode = ptrs[i] ? mode : params[i]->gathered_mode;
+            if (ptrs[i]) params[i]->gathered = ptrs[i];
+        }
+        gathers_device(e, ZERO__HW_GATHER, params, n, (const void *const *)ptrs, mode);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         struct zero_param *p = params[i];
         p->gathered_mode = mode != CHECK_OFF && ptrs[i] ? mode : 0;
@@ -123,6 +180,17 @@ static void count_write(zero_engine *e, const struct zero_param *p, int64_t laye
 }
 
 void zero__host_writes_released(zero_engine *e, zero_param *const *params, size_t n) {
+    if (e->dev) { /* the sums stay until the boundary: gathered_mode marks the params in them */
+        const void **ptrs = malloc((n ? n : 1) * sizeof *ptrs);
+        int mode = 0;
+        for (size_t i = 0; ptrs && i < n; i++) {
+            ptrs[i] = params[i]->gathered_mode ? params[i]->gathered : NULL;
+            if (params[i]->gathered_mode) mode = params[i]->gathered_mode;
+        }
+        if (ptrs && mode && zero__hwd_ready(e)) gathers_device(e, ZERO__HW_RELEASE, params, n, ptrs, mode);
+        free(ptrs);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         struct zero_param *p = params[i];
         if (!p->gathered_mode) continue;
@@ -139,6 +207,7 @@ static size_t slice_bytes(const struct zero_param *p) {
 
 void zero__host_writes_slices_gathered(zero_engine *e, zero_param *const *params, const uint32_t *layers, size_t n,
                                        void *const *ptrs) {
+    if (e->dev) return; /* a device engine's slices are not checked (host_writes.h) */
     const int mode = check_mode(e);
     for (size_t i = 0; i < n && mode != CHECK_OFF; i++) {
         struct zero_param *p = params[i];
@@ -196,6 +265,96 @@ static double value_at(const struct zero_param *p, const void *base, size_t i) {
     return p->info.dtype == ZERO_DTYPE_BF16 ? zero_bf16_to_f32(h) : zero_f16_to_f32(h);
 }
 
+/* What one boundary's check found: the first param of each kind, how
+ * many, and for a host-owned tensor the element and both values (bytes
+ * of the param's dtype: the host's, then libzero's). */
+typedef struct hw_found {
+    const struct zero_param *tensor, *copy;
+    size_t tensor_at;
+    unsigned char tv[4], cv[4];
+    uint32_t tensors, copies;
+} hw_found;
+
+static void found_tensor(hw_found *f, const struct zero_param *p, size_t at, const void *tv, const void *cv) {
+    if (f->tensors++) return;
+    const size_t es = zero__dtype_size(p->info.dtype);
+    f->tensor = p, f->tensor_at = at;
+    memcpy(f->tv, tv, es);
+    memcpy(f->cv, cv, es);
+}
+
+static void scan_host(zero_engine *e, int mode, hw_found *f) {
+    for (uint32_t i = 0; i < e->nparams; i++) {
+        const struct zero_param *p = e->params[i];
+        const size_t n = bytes_of(p);
+        /* 2. libzero's copy against its fingerprint */
+        if (p->copy_printed && p->copy_print_mode == mode && print_of(p->info.data, n, mode) != p->copy_print) {
+            if (!f->copies++) f->copy = p;
+            continue;
+        }
+        /* 1 (or 2). the host-owned tensor against libzero's copy */
+        if (!tensor_compared(e, p)) continue;
+        const size_t at = first_difference(p->host_data, p->info.data, n, mode);
+        if (at == SIZE_MAX) continue;
+        found_tensor(f, p, at / zero__dtype_size(p->info.dtype), (const char *)p->host_data + at,
+                     (const char *)p->info.data + at);
+    }
+}
+
+/* (1.13) A device engine: this boundary's fingerprints queued on the
+ * device (libzero's copies, host-owned tensors in device memory) and read
+ * back with every slot in one copy; a host-owned tensor in host memory is
+ * fingerprinted here with the same function.  Stage 3: the GATHER and
+ * RELEASE sums of every param no longer held are compared, then cleared. */
+static zero_status scan_device(zero_engine *e, int mode, hw_found *f) {
+    const uint32_t np = e->nparams;
+    zero_param **ps = malloc((np ? np : 1) * sizeof *ps), **ts = malloc((np ? np : 1) * sizeof *ts);
+    const void **xs = malloc((np ? np : 1) * sizeof *xs), **tx = malloc((np ? np : 1) * sizeof *tx);
+    uint64_t *nb = malloc((np ? np : 1) * sizeof *nb), *tb = malloc((np ? np : 1) * sizeof *tb);
+    zero_status st = ps && ts && xs && tx && nb && tb ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
+    size_t k = 0, kt = 0;
+    for (uint32_t i = 0; st == ZERO_OK && i < np; i++) {
+        struct zero_param *p = e->params[i];
+        const int copy = p->copy_printed && p->copy_print_mode == mode, tensor = tensor_compared(e, p);
+        if (copy || tensor) ps[k] = p, xs[k] = p->info.data, nb[k++] = bytes_of(p);
+        if (tensor && zero__dev_is_device(e->dev, p->host_data)) ts[kt] = p, tx[kt] = p->host_data, tb[kt++] = bytes_of(p);
+    }
+    if (st == ZERO_OK) {
+        zero__hwd_queue(e, ZERO__HW_NOW, ps, xs, nb, k, mode == CHECK_FULL, 0);
+        zero__hwd_queue(e, ZERO__HW_TENSOR, ts, tx, tb, kt, mode == CHECK_FULL, 0);
+        st = zero__hwd_ready(e) ? zero__hwd_read(e) : ZERO_OK; /* turned off meanwhile: nothing to compare */
+    }
+    int sums_changed = 0;
+    for (uint32_t i = 0; st == ZERO_OK && e->hwd_host && i < np; i++) {
+        struct zero_param *p = e->params[i];
+        const uint64_t now = ZERO__HW_AT(e, ZERO__HW_NOW, i);
+        if (p->copy_printed && p->copy_print_mode == mode && now != ZERO__HW_AT(e, ZERO__HW_NOTED, i)) {
+            if (!f->copies++) f->copy = p;
+        } else if (tensor_compared(e, p)) {
+            const uint64_t t = zero__dev_is_device(e->dev, p->host_data)
+                                   ? ZERO__HW_AT(e, ZERO__HW_TENSOR, i)
+                                   : zero_print_bytes(p->host_data, bytes_of(p),
+                                                      mode == CHECK_FULL ? ZERO_PRINT_LINE : ZERO_PRINT_STRIDE);
+            unsigned char tv[4], cv[4];
+            size_t at;
+            if (t != now && (at = zero__hwd_first_difference(e, p, p->host_data, p->info.data, tv, cv)) != SIZE_MAX)
+                found_tensor(f, p, at, tv, cv);
+        }
+        if (p->gathered_mode && !p->holds) { /* 3. every gather of the window released */
+            if (ZERO__HW_AT(e, ZERO__HW_GATHER, i) != ZERO__HW_AT(e, ZERO__HW_RELEASE, i) && !e->gathered_writes++) {
+                e->gathered_written = p;
+                e->gathered_written_layer = -1;
+            }
+            ZERO__HW_AT(e, ZERO__HW_GATHER, i) = ZERO__HW_AT(e, ZERO__HW_RELEASE, i) = 0;
+            p->gathered_mode = 0;
+            sums_changed = 1;
+        }
+    }
+    if (st == ZERO_OK && sums_changed) st = zero__hwd_write_sums(e);
+    free(ps), free(ts), free(xs), free(tx), free(nb), free(tb);
+    return st;
+}
+
 zero_status zero__host_writes_check(zero_engine *e) {
     const int mode = check_mode(e);
     if (mode == CHECK_OFF) {
@@ -204,24 +363,16 @@ zero_status zero__host_writes_check(zero_engine *e) {
         return ZERO_OK;
     }
     zero__span sp = zero__phase_begin(e);
-    const struct zero_param *tensor = NULL, *copy = NULL; /* the first of each kind */
-    size_t tensor_at = 0;
-    uint32_t tensors = 0, copies = 0;
-    for (uint32_t i = 0; i < e->nparams; i++) {
-        const struct zero_param *p = e->params[i];
-        const size_t n = bytes_of(p);
-        /* 2. libzero's copy against its fingerprint */
-        if (p->copy_printed && p->copy_print_mode == mode && print_of(p->info.data, n, mode) != p->copy_print) {
-            if (!copies++) copy = p;
-            continue;
-        }
-        /* 1 (or 2). the host-owned tensor against libzero's copy */
-        if (!tensor_compared(p)) continue;
-        const size_t at = first_difference(p->host_data, p->info.data, n, mode);
-        if (at == SIZE_MAX) continue;
-        if (!tensors++) tensor = p, tensor_at = at / zero__dtype_size(p->info.dtype);
-    }
+    hw_found f = {0};
+    zero_status st = ZERO_OK;
+    if (e->dev) st = scan_device(e, mode, &f);
+    else scan_host(e, mode, &f);
     zero__phase_end(e, sp, ZERO__PH_COPY);
+    if (st != ZERO_OK && st != ZERO_ERR_DEVICE) /* out of memory: say so (a device failure turned the check off) */
+        return zero__error(e, st, "zero_step: the host-write check ran out of memory");
+    const struct zero_param *tensor = f.tensor, *copy = f.copy;
+    const size_t tensor_at = f.tensor_at;
+    const uint32_t tensors = f.tensors, copies = f.copies;
     /* 3. stage 3: gathered copies written before their release (stands
      * until a zero_load: whether the write reached libzero's values is not
      * known here) */
@@ -260,6 +411,5 @@ zero_status zero__host_writes_check(zero_engine *e) {
                        "zero_params_done (its tensor, or libzero's copy through zero_gather's pointer): element %zu "
                        "is %.9g in the host's tensor but %.9g in libzero's copy, which is what the optimizer steps "
                        "and what this step would write back over the tensor; %s",
-                       tensor->name, also, tensor_at, value_at(tensor, tensor->host_data, tensor_at),
-                       value_at(tensor, tensor->info.data, tensor_at), fix);
+                       tensor->name, also, tensor_at, value_at(tensor, f.tv, 0), value_at(tensor, f.cv, 0), fix);
 }

@@ -287,6 +287,17 @@ zero_status zero__dev_norm_pieces(zero__device *d, const zero__norm_piece *p, si
     return ZERO_OK;
 }
 
+int zero__dev_has_prints(zero__device *d) { return d && d->ops->prints; }
+
+zero_status zero__dev_prints(zero__device *d, const void *const *x, const uint64_t *bytes, const uint32_t *slot,
+                             size_t k, int full, uint64_t *out, int add) {
+    if (!zero__dev_has_prints(d)) return ZERO_ERR_UNSUPPORTED;
+    for (size_t i = 0; i < k; i++)
+        if (bytes[i] && !zero__dev_is_device(d, x[i])) return ZERO_ERR_INVALID_ARGUMENT;
+    if (!zero__dev_is_device(d, out)) return ZERO_ERR_INVALID_ARGUMENT;
+    return k ? d->ops->prints(d, x, bytes, slot, k, full, out, add) : ZERO_OK;
+}
+
 /* ---- block quantization (issue 33) ---- */
 
 int zero__dev_has_quant(zero__device *d) {

@@ -93,6 +93,13 @@ zero_status zero__dev_nonfinite(zero__device *d, const void *x, zero_dtype dt, s
  * in all when every piece is device memory and d has norm_pieces; else
  * piece by piece.  On failure the outputs are undefined. */
 zero_status zero__dev_norm_pieces(zero__device *d, const zero__norm_piece *p, size_t k, double *sums, int *flags);
+/* (1.13) Fingerprints of device memory (device_ops.h `prints`): 1 when d
+ * has the op (0 for NULL); else zero__dev_prints is ZERO_ERR_UNSUPPORTED
+ * and does nothing.  Every x[i] with bytes[i] > 0 must be device memory
+ * (ZERO_ERR_INVALID_ARGUMENT, nothing queued).  Engine thread. */
+int zero__dev_has_prints(zero__device *d);
+zero_status zero__dev_prints(zero__device *d, const void *const *x, const uint64_t *bytes, const uint32_t *slot,
+                             size_t k, int full, uint64_t *out, int add);
 /* One optimizer pass over n elements (master/state/grad/out as in
  * zero__optim_step; grad in grad_dt, tiled to fp32 on the host).  Where
  * master is device memory, everything runs on d (a host grad is staged);

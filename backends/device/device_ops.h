@@ -113,6 +113,17 @@ typedef struct zero__device_ops {
     zero_status (*dequantize_add)(zero__device *d, float *acc, const void *q, size_t n, int bits, size_t block);
     zero_status (*quant_residual)(zero__device *d, float *ef, const float *x, const void *q, size_t n, int bits,
                                   size_t block);
+    /* ---- appended (1.13: the host-write check of a device engine);
+     * optional (NULL: a device engine's copies are not checked).
+     * prints: the fingerprint (kernels/cpu/print_math.h, zero_print_bytes:
+     * every byte when `full`, else the sampled lines) of the k pieces
+     * x[i] (device memory, bytes[i] bytes, any alignment) into
+     * out[slot[i]] (slot NULL: out[i]; out device memory; the slots of one
+     * call differ), or added to it when `add`; queued on the device's
+     * stream, no host wait.  x, bytes and slot are read during the call
+     * only. */
+    zero_status (*prints)(zero__device *d, const void *const *x, const uint64_t *bytes, const uint32_t *slot, size_t k,
+                          int full, uint64_t *out, int add);
 } zero__device_ops;
 
 /* Common header; implementations embed it first. */

@@ -8,3 +8,4 @@
 #include "zero_cuda_kernels.h"
 #include "zero_cuda_launchers.h"
 #include "zero_cuda_quant_launchers.h"
+#include "zero_cuda_print_launchers.h"

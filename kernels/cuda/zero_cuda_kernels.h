@@ -77,6 +77,18 @@ zero_status zero_cuda_dequantize_add(float *acc, const void *src, uint64_t n, in
 zero_status zero_cuda_quant_residual(float *ef, const float *x, const void *src, uint64_t n, int bits, uint64_t block,
                                      void *stream);
 
+/* ---- (1.13) fingerprints of device tensors (the host-write check; math
+ * in kernels/cpu/print_math.h, so each equals zero_print_bytes of the same
+ * bytes).  x[i] (device memory, any alignment) holds bytes[i] bytes;
+ * full: every byte, else the sampled lines.  out[slot[i]] (slot NULL:
+ * out[i]; device memory) = the fingerprint of piece i, or += it when
+ * `add`; the slots of one call differ.  scratch: device memory of
+ * zero_cuda_prints_scratch() uint64 words, reused launch after launch
+ * (stream order).  x, bytes and slot are read during the call only. */
+size_t zero_cuda_prints_scratch(void);
+zero_status zero_cuda_prints(const void *const *x, const uint64_t *bytes, const uint32_t *slot, size_t k, int full,
+                             uint64_t *scratch, uint64_t *out, int add, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

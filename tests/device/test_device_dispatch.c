@@ -60,6 +60,7 @@
 #include "comm.h"
 #include "device.h"
 #include "exact_data.h"
+#include "print_math.h"
 #include "zero.h"
 
 /* ---------------------------------------------------------------- stub */
@@ -71,7 +72,7 @@ static int tagged(const void *p) { return ((uintptr_t)p & TAG) != 0; }
 
 enum { OP_ALLOC, OP_HOSTALLOC, OP_COPY, OP_MEMSET, OP_OPTIM, OP_SUMSQ, OP_NONFINITE, OP_CONVERT, OP_ADD, OP_SCALE,
        OP_AFTER, OP_BEFORE, OP_MEMSET_ASYNC, OP_FENCE_WAIT, OP_NORM_PIECES, OP_FILL_WAIT, OP_FENCE_ORDER, OP_NOFILL,
-       OP_HOSTWAIT, OP_N };
+       OP_HOSTWAIT, OP_PRINTS, OP_N };
 static atomic_long g_ops[OP_N];
 static atomic_long g_live; /* device blocks not yet freed */
 /* a host wait: the host blocks until the stub's stream has caught up */
@@ -299,6 +300,24 @@ static zero_status st_norm_pieces(zero__device *d, const zero__norm_piece *p, si
     atomic_fetch_add(&g_ops[OP_NORM_PIECES], 1);
     return ZERO_OK;
 }
+/* (1.13) The host-write check's fingerprints: the CPU reference
+ * (kernels/cpu/print_math.h, which the CUDA kernels share) on the real
+ * memory, written or added into the (device) slots. */
+static zero_status st_prints(zero__device *d, const void *const *x, const uint64_t *bytes, const uint32_t *slot,
+                             size_t k, int full, uint64_t *out, int add) {
+    (void)d;
+    run_pending();
+    NEED_DEV(out);
+    for (size_t i = 0; i < k; i++) {
+        if (bytes[i]) NEED_DEV(x[i]);
+        const uint64_t f = zero_print_bytes(bytes[i] ? real(x[i]) : NULL, bytes[i],
+                                            full ? ZERO_PRINT_LINE : ZERO_PRINT_STRIDE);
+        uint64_t *o = (uint64_t *)real(out) + (slot ? slot[i] : i);
+        *o = add ? *o + f : f;
+    }
+    atomic_fetch_add(&g_ops[OP_PRINTS], 1);
+    return ZERO_OK;
+}
 static zero_status st_convert(zero__device *d, void *dst, zero_dtype ddt, const void *src, zero_dtype sdt, size_t n) {
     (void)d;
     run_pending();
@@ -352,7 +371,7 @@ static const zero__device_ops stub_ops = {"stub", st_alloc, st_free, st_is_devic
                                           st_sumsq, st_nonfinite, st_convert, st_add, st_scale, st_after, st_before,
                                           st_sync, st_stream, st_error, st_close, st_memset_async, st_fence,
                                           st_fence_wait, NULL, st_norm_pieces, st_fill_wait, st_alloc_nofill,
-                                          st_fence_order, st_host_waits, NULL, NULL, NULL, NULL};
+                                          st_fence_order, st_host_waits, NULL, NULL, NULL, NULL, st_prints};
 
 static zero_status stub_open(int ordinal, void *stream, zero__device **out, char *err, size_t len) {
     (void)stream, (void)err, (void)len;
@@ -501,6 +520,82 @@ static zero_engine *open_engine(const run_opts *ro, zero_param **h, size_t *tota
         return NULL;
     }
     return e;
+}
+
+/* (1.13) The host-write check on a device engine: after the first window,
+ * rank 0 writes one element of p4 (517 elements) the way a host kernel
+ * would -- through zero_gather's pointer (stages 0-2: libzero's own copy;
+ * stage 3: the gathered scratch copy, before its release), at `elem`.
+ * The next boundary's zero_step must fail on every rank with
+ * ZERO_ERR_STATE, rank 0 naming p4, unless the write is on no line the
+ * check reads (`found` 0); every boundary before it passes.  The
+ * fingerprints ran on the device (the stub's prints op) and the host never
+ * read device memory (the stub's pointers fault on the host). */
+static void check_host_write(const run_opts *ro, const char *mode, size_t elem, int found) {
+    if (mode) setenv("ZERO_CHECK_HOST_WRITES", mode, 1);
+    zero_param *h[NP];
+    size_t total = 0;
+    zero_engine *e = open_engine(ro, h, &total); /* the mode is read at each check: set for the whole run */
+    if (!e) {
+        unsetenv("ZERO_CHECK_HOST_WRITES");
+        return;
+    }
+    const long prints0 = atomic_load(&g_ops[OP_PRINTS]);
+    zero_status s = ZERO_OK;
+    int refused_at = -1;
+    for (int gm = 0; gm < 2 * GAS && s == ZERO_OK; ++gm) {
+        void *ptrs[NP];
+        if ((s = zero_gather(e, h, NP, ptrs)) != ZERO_OK) break;
+        if (gm == GAS && rank_ == 0) { /* the host's kernel writes the weight it was handed */
+            if (ro->bf16) ((uint16_t *)real(ptrs[4]))[elem] ^= 0x0040;
+            else ((float *)real(ptrs[4]))[elem] += 0.5f;
+        }
+        zero_release(e, h, NP);
+        for (int p = NP - 1; p >= 0 && s == ZERO_OK; --p) {
+            void *buf = NULL;
+            if ((s = zero_grad_buffer(e, h[p], &buf)) != ZERO_OK) break;
+            for (size_t i = 0; i < sizes[p]; ++i) {
+                if (ro->bf16) ((uint16_t *)real(buf))[i] = th_to_bf16(exact_grad(rank_, gm, p, i));
+                else ((float *)real(buf))[i] = exact_grad(rank_, gm, p, i);
+            }
+            s = zero_on_grad_ready(e, h[p], NULL);
+        }
+        zero_step_result r = ZERO_STEP_RESULT_INIT;
+        if (s == ZERO_OK && (s = zero_step(e, NULL, &r)) != ZERO_OK) refused_at = gm;
+    }
+    const char *name = mode ? mode : "sampled";
+    if (found) {
+        CHECK(s == ZERO_ERR_STATE && refused_at == 2 * GAS - 1,
+              "%s %s: a host write of p4[%zu] after the first window: step %d returned %s (%s), expected "
+              "ZERO_ERR_STATE at the second boundary",
+              ro->plugin, name, elem, refused_at, zero_status_string(s), zero_last_error(e));
+        if (rank_ == 0 && s == ZERO_ERR_STATE)
+            CHECK_STR_CONTAINS(zero_last_error(e), "'p4'");
+    } else {
+        CHECK(s == ZERO_OK, "%s %s: step %d: %s", ro->plugin, name, refused_at, zero_last_error(e));
+    }
+    const long prints = atomic_load(&g_ops[OP_PRINTS]) - prints0;
+    if (mode && !strcmp(mode, "off"))
+        CHECK(prints == 0, "%s: ZERO_CHECK_HOST_WRITES=off, but %ld fingerprint calls ran", ro->plugin, prints);
+    else
+        CHECK(prints > 0, "%s %s: no fingerprint ran on the device", ro->plugin, name);
+    zero_engine_destroy(e);
+    unsetenv("ZERO_CHECK_HOST_WRITES");
+}
+
+static void check_host_writes(void) {
+    static const run_opts ro[] = {
+        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"stage2", 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof ro / sizeof ro[0]; i++) {
+        check_host_write(&ro[i], NULL, 0, 1);       /* the first line: sampled finds it */
+        check_host_write(&ro[i], "full", 200, 1);   /* inside, on no sampled line: full finds it */
+        check_host_write(&ro[i], NULL, 200, 0);     /* ... and sampled does not (the CPU check's lines) */
+        check_host_write(&ro[i], "off", 0, 0);      /* off: nothing runs */
+    }
+    if (rank_ == 0) printf("device host-write check: stage 0, 1, 2, offload, 3: found, missed as the CPU check\n");
 }
 
 /* Train; returns all params concatenated (host memory, model dtype) or NULL.
@@ -1009,6 +1104,7 @@ int main(int argc, char **argv) {
         {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1}, {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) check_equal(&runs[i]);
+    check_host_writes();
     check_ordered_buckets();
     zero__device_set_factory(NULL);
     int rc = check_finish();

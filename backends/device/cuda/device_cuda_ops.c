@@ -27,6 +27,11 @@ typedef struct cuda_dev {
     pthread_mutex_t red_lock;
     double *red;     /* device, red_cap doubles */
     size_t red_cap;
+    /* (1.13) the fingerprint kernels' scratch: fixed size, never regrown
+     * (their launches stay queued after cd_prints returns, so a block a
+     * regrowth freed could be handed to another stream's work meanwhile);
+     * allocated at the first cd_prints, under red_lock */
+    uint64_t *prints_scratch;
 } cuda_dev;
 
 /* At least `doubles` of reduction scratch; called with red_lock held. */
@@ -213,6 +218,21 @@ static zero_status cd_norm_pieces(zero__device *d, const zero__norm_piece *p, si
     return s;
 }
 
+/* (1.13) Fingerprints, queued on the stream (no host wait). */
+static zero_status cd_prints(zero__device *d, const void *const *x, const uint64_t *bytes, const uint32_t *slot,
+                             size_t k, int full, uint64_t *out, int add) {
+    current(d);
+    cuda_dev *c = (cuda_dev *)d;
+    pthread_mutex_lock(&c->red_lock);
+    if (!c->prints_scratch)
+        c->prints_scratch = zero_cuda_alloc(CD(d), ZERO_TIER_DEVICE, zero_cuda_prints_scratch() * sizeof(uint64_t));
+    zero_status s = c->prints_scratch ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
+    if (s == ZERO_OK)
+        s = launched(d, zero_cuda_prints(x, bytes, slot, k, full, c->prints_scratch, out, add, stream_of(d)), "prints");
+    pthread_mutex_unlock(&c->red_lock);
+    return s;
+}
+
 static zero_status cd_convert(zero__device *d, void *dst, zero_dtype ddt, const void *src, zero_dtype sdt, size_t n) {
     current(d);
     return launched(d, zero_cuda_convert(dst, ddt, src, sdt, n, stream_of(d)), "convert");
@@ -288,6 +308,7 @@ static const zero__device_ops cuda_ops = {
     .sumsq = cd_sumsq,
     .nonfinite = cd_nonfinite,
     .norm_pieces = cd_norm_pieces,
+    .prints = cd_prints,
     .convert = cd_convert,
     .add_into = cd_add_into,
     .scale = cd_scale,
