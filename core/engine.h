@@ -127,6 +127,7 @@ struct zero_engine {
      * mirror (NULL until first used); hwd_off: the check could not run on
      * this device (warned once) */
     uint64_t *hwd_slots, *hwd_host;
+    uint64_t *hwd_side; /* the same layout: fingerprints of pieces in host memory, taken on the host */
     int hwd_off;
 
     /* step state */

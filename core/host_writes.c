@@ -18,7 +18,6 @@
 #include "log.h"
 #include "optim_math.h"
 #include "params.h"
-#include "print_math.h"
 #include "step_timing.h"
 
 enum { LINE = 64, STRIDE = 4096 };
@@ -317,7 +316,7 @@ static zero_status scan_device(zero_engine *e, int mode, hw_found *f) {
         struct zero_param *p = e->params[i];
         const int copy = p->copy_printed && p->copy_print_mode == mode, tensor = tensor_compared(e, p);
         if (copy || tensor) ps[k] = p, xs[k] = p->info.data, nb[k++] = bytes_of(p);
-        if (tensor && zero__dev_is_device(e->dev, p->host_data)) ts[kt] = p, tx[kt] = p->host_data, tb[kt++] = bytes_of(p);
+        if (tensor) ts[kt] = p, tx[kt] = p->host_data, tb[kt++] = bytes_of(p);
     }
     if (st == ZERO_OK) {
         zero__hwd_queue(e, ZERO__HW_NOW, ps, xs, nb, k, mode == CHECK_FULL, 0);
@@ -327,25 +326,28 @@ static zero_status scan_device(zero_engine *e, int mode, hw_found *f) {
     int sums_changed = 0;
     for (uint32_t i = 0; st == ZERO_OK && e->hwd_host && i < np; i++) {
         struct zero_param *p = e->params[i];
-        const uint64_t now = ZERO__HW_AT(e, ZERO__HW_NOW, i);
-        if (p->copy_printed && p->copy_print_mode == mode && now != ZERO__HW_AT(e, ZERO__HW_NOTED, i)) {
+        const int on_dev = zero__dev_is_device(e->dev, p->info.data); /* where NOTED and NOW were taken */
+        const uint64_t now = on_dev ? ZERO__HW_AT(e, ZERO__HW_NOW, i) : ZERO__HW_SIDE(e, ZERO__HW_NOW, i);
+        const uint64_t noted = on_dev ? ZERO__HW_AT(e, ZERO__HW_NOTED, i) : ZERO__HW_SIDE(e, ZERO__HW_NOTED, i);
+        if (p->copy_printed && p->copy_print_mode == mode && now != noted) {
             if (!f->copies++) f->copy = p;
         } else if (tensor_compared(e, p)) {
-            const uint64_t t = zero__dev_is_device(e->dev, p->host_data)
-                                   ? ZERO__HW_AT(e, ZERO__HW_TENSOR, i)
-                                   : zero_print_bytes(p->host_data, bytes_of(p),
-                                                      mode == CHECK_FULL ? ZERO_PRINT_LINE : ZERO_PRINT_STRIDE);
+            const uint64_t t = zero__dev_is_device(e->dev, p->host_data) ? ZERO__HW_AT(e, ZERO__HW_TENSOR, i)
+                                                                          : ZERO__HW_SIDE(e, ZERO__HW_TENSOR, i);
             unsigned char tv[4], cv[4];
             size_t at;
             if (t != now && (at = zero__hwd_first_difference(e, p, p->host_data, p->info.data, tv, cv)) != SIZE_MAX)
                 found_tensor(f, p, at, tv, cv);
         }
         if (p->gathered_mode && !p->holds) { /* 3. every gather of the window released */
-            if (ZERO__HW_AT(e, ZERO__HW_GATHER, i) != ZERO__HW_AT(e, ZERO__HW_RELEASE, i) && !e->gathered_writes++) {
+            const uint64_t g = ZERO__HW_AT(e, ZERO__HW_GATHER, i) + ZERO__HW_SIDE(e, ZERO__HW_GATHER, i);
+            const uint64_t r = ZERO__HW_AT(e, ZERO__HW_RELEASE, i) + ZERO__HW_SIDE(e, ZERO__HW_RELEASE, i);
+            if (g != r && !e->gathered_writes++) {
                 e->gathered_written = p;
                 e->gathered_written_layer = -1;
             }
             ZERO__HW_AT(e, ZERO__HW_GATHER, i) = ZERO__HW_AT(e, ZERO__HW_RELEASE, i) = 0;
+            ZERO__HW_SIDE(e, ZERO__HW_GATHER, i) = ZERO__HW_SIDE(e, ZERO__HW_RELEASE, i) = 0;
             p->gathered_mode = 0;
             sums_changed = 1;
         }

@@ -8,6 +8,7 @@
 #include "host_writes_device.h"
 #include "log.h"
 #include "memory.h"
+#include "print_math.h"
 
 static size_t slot_words(const struct zero_engine *e) { return (size_t)ZERO__HW_KINDS * e->nparams; }
 
@@ -30,7 +31,8 @@ int zero__hwd_ready(struct zero_engine *e) {
     const size_t bytes = (slot_words(e) ? slot_words(e) : 1) * sizeof(uint64_t);
     e->hwd_slots = zero__mem_alloc(e->mem, ZERO_TIER_DEVICE, ZERO_MEM_OTHER, bytes); /* zero-filled */
     e->hwd_host = calloc(slot_words(e) ? slot_words(e) : 1, sizeof(uint64_t));
-    if (!e->hwd_slots || !e->hwd_host) {
+    e->hwd_side = calloc(slot_words(e) ? slot_words(e) : 1, sizeof(uint64_t));
+    if (!e->hwd_slots || !e->hwd_host || !e->hwd_side) {
         zero__hwd_free(e);
         turn_off(e, "out of memory for the fingerprint slots");
         return 0;
@@ -42,13 +44,26 @@ void zero__hwd_queue(struct zero_engine *e, int kind, struct zero_param *const *
                      const uint64_t *bytes, size_t n, int full, int add) {
     if (!n || !zero__hwd_ready(e)) return;
     uint32_t *slot = malloc(n * sizeof *slot);
-    if (!slot) {
+    const void **dx = malloc(n * sizeof *dx);
+    uint64_t *db = malloc(n * sizeof *db);
+    if (!slot || !dx || !db) {
+        free(slot), free(dx), free(db);
         turn_off(e, "out of memory");
         return;
     }
-    for (size_t i = 0; i < n; i++) slot[i] = (uint32_t)kind * e->nparams + params[i]->info.index;
-    const zero_status s = zero__dev_prints(e->dev, x, bytes, slot, n, full, e->hwd_slots, add);
-    free(slot);
+    size_t k = 0; /* the pieces in device memory, queued together */
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t at = (uint32_t)kind * e->nparams + params[i]->info.index;
+        if (!bytes[i]) continue;
+        if (zero__dev_is_device(e->dev, x[i])) {
+            slot[k] = at, dx[k] = x[i], db[k++] = bytes[i];
+            continue;
+        }
+        const uint64_t f = zero_print_bytes(x[i], bytes[i], full ? ZERO_PRINT_LINE : ZERO_PRINT_STRIDE);
+        e->hwd_side[at] = add ? e->hwd_side[at] + f : f;
+    }
+    const zero_status s = zero__dev_prints(e->dev, dx, db, slot, k, full, e->hwd_slots, add);
+    free(slot), free(dx), free(db);
     if (s != ZERO_OK) turn_off(e, zero__dev_error(e->dev));
 }
 
@@ -87,5 +102,6 @@ size_t zero__hwd_first_difference(struct zero_engine *e, const struct zero_param
 void zero__hwd_free(struct zero_engine *e) {
     if (e->hwd_slots) zero__mem_free(e->mem, e->hwd_slots);
     free(e->hwd_host);
-    e->hwd_slots = e->hwd_host = NULL;
+    free(e->hwd_side);
+    e->hwd_slots = e->hwd_host = e->hwd_side = NULL;
 }

@@ -22,17 +22,24 @@
 
 enum { ZERO__HW_NOTED, ZERO__HW_NOW, ZERO__HW_TENSOR, ZERO__HW_GATHER, ZERO__HW_RELEASE, ZERO__HW_KINDS };
 
-/* The slot of (kind, param) in e->hwd_host after zero__hwd_read. */
+/* The slot of (kind, param) in e->hwd_host after zero__hwd_read: what the
+ * device computed.  A piece in host memory (pinned host-tier params, a
+ * host-owned tensor on the host) is fingerprinted on the host with the
+ * same function, into ZERO__HW_SIDE: a set kind's value is in the one
+ * array its pointer's memory says, a sum (GATHER, RELEASE) is the two
+ * added. */
 #define ZERO__HW_AT(e, kind, i) ((e)->hwd_host[(size_t)(kind) * (e)->nparams + (i)])
+#define ZERO__HW_SIDE(e, kind, i) ((e)->hwd_side[(size_t)(kind) * (e)->nparams + (i)])
 
 /* 1 when this device engine's check can run: the device has the
  * fingerprint kernels and the slots exist (allocated at the first call);
  * 0 otherwise, after one warning saying why (the check is then off for
  * the engine's life, as ZERO_CHECK_HOST_WRITES=off). */
 int zero__hwd_ready(struct zero_engine *e);
-/* Queue the fingerprint of bytes[i] bytes at x[i] (device memory; 0 bytes:
- * an empty piece, x unused) into the (kind, params[i]) slot, or add it to
- * the slot (`add`).  On failure the check is turned off (warned). */
+/* Queue the fingerprint of bytes[i] bytes at x[i] (0 bytes: nothing
+ * happens) into the (kind, params[i]) slot, or add it to the slot (`add`);
+ * a piece in host memory is fingerprinted at once into ZERO__HW_SIDE.  On
+ * failure the check is turned off (warned). */
 void zero__hwd_queue(struct zero_engine *e, int kind, struct zero_param *const *params, const void *const *x,
                      const uint64_t *bytes, size_t n, int full, int add);
 /* Every slot into e->hwd_host (waits for the device's stream).  On failure

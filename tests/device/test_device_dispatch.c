@@ -408,7 +408,9 @@ typedef struct run_opts {
     int experts;     /* (1.12) p3 and p4 in an expert group, color rank % 2 at even world sizes (N = 2: groups of
                         one rank, whose 16-bit gradients still go through a one-rank reduction), one color
                         otherwise: reduced (stage 3: gathered) over the expert-data-parallel communicator */
+    int host_owned;  /* (1.13) p4 ZERO_PARAM_HOST_OWNED, its tensor in "device memory" (g_owned) */
 } run_opts;
+static float g_owned[600]; /* p4's host-owned tensor (517 elements, fp32 or bf16), tagged as device memory */
 
 /* (1.10) The write of run_opts.write: p1 and p3 from the last rank, their
  * values a function of the element (the model dtype), given from "device
@@ -500,6 +502,12 @@ static zero_engine *open_engine(const run_opts *ro, zero_param **h, size_t *tota
         d.name = name;
         d.data = ro->dev_params ? fake(init) : init; /* "device memory" the host cannot read */
         d.device = ro->dev_params ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU;
+        if (ro->host_owned && p == 4) { /* the host's own tensor, which libzero writes after every step */
+            memcpy(g_owned, init, sizes[p] * (ro->bf16 ? 2 : 4));
+            d.data = fake(g_owned);
+            d.device = ZERO_DEVICE_CUDA;
+            d.flags = ZERO_PARAM_HOST_OWNED;
+        }
         d.numel = sizes[p];
         d.dtype = ro->bf16 ? ZERO_DTYPE_BF16 : ZERO_DTYPE_F32;
         d.group = ro->experts && p >= 3;
@@ -546,9 +554,10 @@ static void check_host_write(const run_opts *ro, const char *mode, size_t elem, 
     for (int gm = 0; gm < 2 * GAS && s == ZERO_OK; ++gm) {
         void *ptrs[NP];
         if ((s = zero_gather(e, h, NP, ptrs)) != ZERO_OK) break;
-        if (gm == GAS && rank_ == 0) { /* the host's kernel writes the weight it was handed */
-            if (ro->bf16) ((uint16_t *)real(ptrs[4]))[elem] ^= 0x0040;
-            else ((float *)real(ptrs[4]))[elem] += 0.5f;
+        if (gm == GAS && rank_ == 0) { /* the host's kernel writes the weight it was handed (or its own tensor) */
+            void *w = ro->host_owned ? (void *)g_owned : real(ptrs[4]);
+            if (ro->bf16) ((uint16_t *)w)[elem] ^= 0x0040;
+            else ((float *)w)[elem] += 0.5f;
         }
         zero_release(e, h, NP);
         for (int p = NP - 1; p >= 0 && s == ZERO_OK; --p) {
@@ -569,8 +578,15 @@ static void check_host_write(const run_opts *ro, const char *mode, size_t elem, 
               "%s %s: a host write of p4[%zu] after the first window: step %d returned %s (%s), expected "
               "ZERO_ERR_STATE at the second boundary",
               ro->plugin, name, elem, refused_at, zero_status_string(s), zero_last_error(e));
-        if (rank_ == 0 && s == ZERO_ERR_STATE)
+        if (rank_ == 0 && s == ZERO_ERR_STATE) {
             CHECK_STR_CONTAINS(zero_last_error(e), "'p4'");
+            if (ro->host_owned) { /* the element and both values, read back from the device */
+                char at[48];
+                snprintf(at, sizeof at, "element %zu is ", elem);
+                CHECK_STR_CONTAINS(zero_last_error(e), "ZERO_PARAM_HOST_OWNED");
+                CHECK_STR_CONTAINS(zero_last_error(e), at);
+            }
+        }
     } else {
         CHECK(s == ZERO_OK, "%s %s: step %d: %s", ro->plugin, name, refused_at, zero_last_error(e));
     }
@@ -585,9 +601,13 @@ static void check_host_write(const run_opts *ro, const char *mode, size_t elem, 
 
 static void check_host_writes(void) {
     static const run_opts ro[] = {
-        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
-        {"stage2", 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0},
-        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"stage2", 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+        /* stage 3 with offload_param: the shard in pinned host memory */
+        {"stage3", 3, 1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0},
+        /* a host-owned tensor in device memory, fp32 and bf16: the host writes its own tensor */
+        {"stage2", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1},
     };
     for (size_t i = 0; i < sizeof ro / sizeof ro[0]; i++) {
         check_host_write(&ro[i], NULL, 0, 1);       /* the first line: sampled finds it */
@@ -595,7 +615,9 @@ static void check_host_writes(void) {
         check_host_write(&ro[i], NULL, 200, 0);     /* ... and sampled does not (the CPU check's lines) */
         check_host_write(&ro[i], "off", 0, 0);      /* off: nothing runs */
     }
-    if (rank_ == 0) printf("device host-write check: stage 0, 1, 2, offload, 3: found, missed as the CPU check\n");
+    if (rank_ == 0)
+        printf("device host-write check: stage 0, 1, 2, offload, 3 (and offload_param), host-owned device tensors: "
+               "found, missed as the CPU check\n");
 }
 
 /* Train; returns all params concatenated (host memory, model dtype) or NULL.
@@ -1070,38 +1092,38 @@ int main(int argc, char **argv) {
     check_no_gpu_fails_cleanly();
     zero__device_set_factory(stub_open);
     static const run_opts runs[] = {
-        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"stage2", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0}, {"offload", 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0},
-        {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
-        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
-        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0}, {"stage0", 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0},
-        {"stage1", 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0},
-        {"stage2", 2, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0}, {"stage3", 3, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 0, 1, 0, 0, 0, 0, 0},
-        {"stage0", 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0},
-        {"stage2", 2, 1, 0, 0, 1, 0, 1, 0, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"offload", 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0}, {"stage0", 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"stage1", 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0}, {"stage3", 3, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
         /* the H200 demo case of issue 35: stage 3 offloading params and optimizer, bf16, accumulation 2 (the
            stream race it hit was in the NCCL backend's staged collectives: test_nccl_order) */
-        {"stage3", 3, 1, 0, 1, 1, 0, 0, 1, 0, 0, 0}, {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0},
+        {"stage3", 3, 1, 0, 1, 1, 0, 0, 1, 0, 0, 0, 0}, {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0},
         /* (1.7.3) per-rank initial values, registered from device memory: rank 0's taken everywhere */
-        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0},
-        {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0},
+        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0},
+        {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0},
         /* (1.10) zero_params_write from "device memory" (and once from host memory) into every plugin's tiers */
-        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0}, {"stage1", 1, 1, 1, 0, 1, 0, 0, 0, 0, 1, 0},
-        {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0},
-        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 1, 0}, {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},
-        {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0, 1, 0},
+        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0}, {"stage1", 1, 1, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0},
+        {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0},
+        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0}, {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0},
+        {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0, 1, 0, 0},
         /* (1.12) expert groups on the device: stage 1, 2 and offload with bf16 gradients (N = 2: one-rank
            reductions of the 16-bit sets), stage 3 fp32 and bf16 gathering over the expert communicator */
-        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1}, {"stage2", 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1},
-        {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 1}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1},
-        {"stage3", 3, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1},
+        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0}, {"stage2", 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0},
+        {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 1, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+        {"stage3", 3, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0},
         /* (1.13) stage 0 with expert groups: each expert whole on its holders, fp32 and bf16, a write */
-        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1}, {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1},
+        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0}, {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) check_equal(&runs[i]);
     check_host_writes();

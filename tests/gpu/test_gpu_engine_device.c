@@ -20,7 +20,10 @@
  *  - gathered parameters and gradient buffers are device pointers, and the
  *    device tier of zero_memory_stats holds the model states;
  *  - (1.10) a zero_params_write of p1 after the first window (from device
- *    memory on the GPU) is part of every run, so it is compared too.
+ *    memory on the GPU) is part of every run, so it is compared too;
+ *  - (1.13) a host write of p3 through zero_gather's pointer after the
+ *    first window is refused at the next boundary on every rank, on the
+ *    CPU engine and on the GPU (fingerprints taken by the device).
  * Without a usable GPU the program prints why and exits 77 (Skipped). */
 #include "gpu_engine_fixture.h"
 #include "zero.h"
@@ -39,7 +42,13 @@ static int is_device_ptr(const void *p) {
 enum { ON_CPU = 0, ON_GPU_AUTO = 1, ON_GPU_HOST_NCCL = 2 };
 
 /* Train; returns the final parameters (host copy, all params concatenated). */
-static float *run(const char *plugin, int stage, int mode, ncclComm_t *nc, size_t *total) {
+/* write_host (1.13): after the first window rank 0's host writes p3[0]
+ * through the pointer zero_gather handed out (a kernel would; here a
+ * cudaMemcpy on the GPU), before releasing it: the second boundary's
+ * zero_step must fail with ZERO_ERR_STATE on every rank (the host-write
+ * check: on the GPU, fingerprints taken by the device), and no output is
+ * returned. */
+static float *run(const char *plugin, int stage, int mode, ncclComm_t *nc, size_t *total, int write_host) {
     char json[640];
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
@@ -104,6 +113,11 @@ static float *run(const char *plugin, int stage, int mode, ncclComm_t *nc, size_
         if ((s = zero_gather(e, h, NP, ptrs)) != ZERO_OK) break; /* forward would read them */
         if (mode != ON_CPU)
             for (int p = 0; p < NP; ++p) CHECK(is_device_ptr(ptrs[p]), "%s: gathered p%d is not device memory", plugin, p);
+        if (write_host && gm == GAS && rank_ == 0) {
+            const float v = 42.0f;
+            if (mode == ON_CPU) memcpy(ptrs[3], &v, sizeof v);
+            else CUDA_OK(cudaMemcpy(ptrs[3], &v, sizeof v, cudaMemcpyHostToDevice));
+        }
         zero_release(e, h, NP);
         for (int p = NP - 1; p >= 0 && s == ZERO_OK; --p) { /* backward: last layer first */
             void *buf = NULL;
@@ -121,6 +135,18 @@ static float *run(const char *plugin, int stage, int mode, ncclComm_t *nc, size_
         }
         zero_step_result res = ZERO_STEP_RESULT_INIT;
         if (s == ZERO_OK) s = zero_step(e, NULL, &res);
+        if (write_host && gm == 2 * GAS - 1) {
+            CHECK(s == ZERO_ERR_STATE, "%s on %s: the host wrote p3 through zero_gather's pointer: the boundary's "
+                  "zero_step returned %s (%s), expected ZERO_ERR_STATE",
+                  plugin, where, zero_status_string(s), zero_last_error(e));
+            if (rank_ == 0 && s == ZERO_ERR_STATE) CHECK_STR_CONTAINS(zero_last_error(e), "'p3'");
+            if (rank_ == 0 && s == ZERO_ERR_STATE)
+                printf("world %d %s on %s: a host write through zero_gather's pointer refused at the boundary\n", world_,
+                       plugin, where);
+            free(tmp);
+            zero_engine_destroy(e);
+            return NULL;
+        }
     }
     free(tmp);
     CHECK(s == ZERO_OK, "%s on %s: training: %s", plugin, where, zero_last_error(e));
@@ -161,9 +187,9 @@ int main(int argc, char **argv) {
     float *ref = NULL;
     size_t total = 0;
     for (size_t r = 0; r < sizeof runs / sizeof runs[0] && nr == ncclSuccess; ++r) {
-        float *cpu = run(runs[r].plugin, runs[r].stage, ON_CPU, &nc, &total);
+        float *cpu = run(runs[r].plugin, runs[r].stage, ON_CPU, &nc, &total, 0);
         for (int mode = ON_GPU_AUTO; mode <= ON_GPU_HOST_NCCL; ++mode) {
-            float *gpu = run(runs[r].plugin, runs[r].stage, mode, &nc, &total);
+            float *gpu = run(runs[r].plugin, runs[r].stage, mode, &nc, &total, 0);
             if (cpu && gpu) {
                 CHECK(memcmp(cpu, gpu, total * 4) == 0, "%s: CUDA engine (%s) differs from the CPU engine (world %d)",
                       runs[r].plugin, mode == ON_GPU_AUTO ? "auto NCCL" : "host ncclComm", world_);
@@ -175,6 +201,9 @@ int main(int argc, char **argv) {
             }
             free(gpu);
         }
+        /* (1.13) the host-write check on the GPU, as on the CPU engine */
+        free(run(runs[r].plugin, runs[r].stage, ON_CPU, &nc, &total, 1));
+        free(run(runs[r].plugin, runs[r].stage, ON_GPU_AUTO, &nc, &total, 1));
         if (!ref && cpu) {
             ref = cpu;
             cpu = NULL;
