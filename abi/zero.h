@@ -358,8 +358,9 @@ typedef struct zero_param_desc {
  * change at the next step); since 1.7.4 zero_step finds such a write at the
  * window's boundary, before the optimizer, and refuses the step on every
  * rank with ZERO_ERR_STATE (no weight moved, the window kept: restore the
- * tensor or zero_load; CPU tensors, sampled unless
- * ZERO_CHECK_HOST_WRITES=full, see docs/reliability.md).  Stages 0/1/2, stage1-pp and offload (any plugin
+ * tensor or zero_load; CPU tensors, and device tensors of a CUDA engine
+ * since 1.13; sampled unless ZERO_CHECK_HOST_WRITES=full, see
+ * docs/reliability.md).  Stages 0/1/2, stage1-pp and offload (any plugin
  * that keeps full parameters, including 1.0 plugins); a plugin that
  * partitions parameters (stage 3, ZERO_PLUGIN_CAP_PARTITIONS_PARAMS) refuses
  * it in zero_register_param with ZERO_ERR_UNSUPPORTED: there the host keeps

@@ -32,8 +32,10 @@
  * For 1, the tensor is compared with libzero's copy; for 2, libzero's copy
  * with a 64-bit fingerprint of the same bytes taken when libzero last wrote
  * it (zero__host_writes_note); for 3, the gathered copy at zero_release
- * with its fingerprint at zero_gather.  CPU engines only: a device engine's
- * tensors are device memory.  Not thread-safe: the engine thread. */
+ * with its fingerprint at zero_gather.  (1.13) A device engine's copies
+ * are fingerprinted by the device (host_writes_device.h), the stage-3
+ * gathers as sums compared at the boundary; its stacked slices are not
+ * checked.  Not thread-safe: the engine thread. */
 #ifndef ZERO_CORE_HOST_WRITES_H
 #define ZERO_CORE_HOST_WRITES_H
 
@@ -51,8 +53,9 @@ void zero__host_writes_note_params(struct zero_engine *e, zero_param *const *par
 /* Stage 3 (a plugin that partitions parameters): zero_gather handed out
  * ptrs[0..n) for params (fingerprinted here), zero_release takes params
  * back (compared here: a gathered copy the host wrote is a write lost at
- * the release, counted for the next boundary's check).  CPU engines; the
- * engine thread. */
+ * the release, counted for the next boundary's check; on a device engine
+ * both fingerprints are added to sums the boundary compares).  The engine
+ * thread. */
 void zero__host_writes_gathered(struct zero_engine *e, zero_param *const *params, size_t n, void *const *ptrs);
 void zero__host_writes_released(struct zero_engine *e, zero_param *const *params, size_t n);
 /* (1.7.7) The same for slices of stacked params (zero_gather_slices /

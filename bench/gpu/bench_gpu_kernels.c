@@ -71,6 +71,20 @@ static void measure(const char *name, op_fn f, void *ctx, double traffic) {
            r[REPS - 1], op_ms[REPS / 2], traffic / (op_ms[REPS / 2] * 1e-3) / 1e9);
 }
 
+/* (1.13) The host-write check's fingerprints of k tensors sharing n fp32
+ * elements (full: every byte; sampled: the lines the check reads). */
+typedef struct print_ctx {
+    const void **x;
+    uint64_t *bytes;
+    size_t k;
+    int full;
+    uint64_t *scratch, *out;
+} print_ctx;
+static int do_prints(void *p) {
+    print_ctx *c = p;
+    return zero_cuda_prints(c->x, c->bytes, NULL, c->k, c->full, c->scratch, c->out, 0, 0) != ZERO_OK;
+}
+
 typedef struct optim_ctx {
     zero_cuda_mt_tensor *ts;
     size_t nt;
@@ -163,6 +177,39 @@ int main(int argc, char **argv) {
             snprintf(name, sizeof name, "%s %s", nf ? "nonfinite" : "sumsq", dname(dts[k]));
             measure(name, do_red, &c, (double)n * dsz(dts[k]));
         }
+    }
+    /* (1.13) The device host-write check: full reads every byte once (ratio
+     * against a copy of the same bytes read); sampled reads one 64-byte line
+     * in 64 -- its time is reported against the fp32 AdamW step of the same
+     * tensors (what it adds to a boundary, twice: after the step and at the
+     * next check). */
+    {
+        uint64_t *pscratch, *pout;
+        CK(cudaMalloc((void **)&pscratch, zero_cuda_prints_scratch() * sizeof(uint64_t)));
+        CK(cudaMalloc((void **)&pout, MANY * sizeof(uint64_t)));
+        const void *px[MANY];
+        uint64_t pb[MANY];
+        for (int kk = 0; kk < 2; ++kk) {
+            const size_t k = kk ? MANY : 1, each = n / k;
+            for (size_t t = 0; t < k; ++t) px[t] = master + t * each, pb[t] = each * 4;
+            print_ctx full = {px, pb, k, 1, pscratch, pout}, samp = {px, pb, k, 0, pscratch, pout};
+            char name[64];
+            snprintf(name, sizeof name, "prints full fp32, %zu tensor%s", k, k > 1 ? "s" : "");
+            measure(name, do_prints, &full, 2.0 * (double)n * 4); /* the copy of n*4 bytes: same bytes read */
+            zero_cuda_mt_tensor one = {master, m, v, grad, NULL, n};
+            optim_ctx c = {&one, 1, ZERO_DTYPE_F32, ZERO_DTYPE_F32, s};
+            double fr[REPS];
+            time_op(do_prints, &samp), time_op(do_optim, &c);
+            for (int i = 0; i < REPS; ++i) {
+                const float a = time_op(do_prints, &samp), o = time_op(do_optim, &c);
+                fr[i] = o > 0 ? a / o : 0;
+            }
+            bench_sort(fr, REPS);
+            printf("RESULT prints sampled fp32, %zu tensor%s: %.4f of an fp32 AdamW step of the same elements "
+                   "(min %.4f max %.4f)\n", k, k > 1 ? "s" : "", fr[REPS / 2], fr[0], fr[REPS - 1]);
+        }
+        CK(cudaFree(pscratch));
+        CK(cudaFree(pout));
     }
     CK(cudaDeviceSynchronize());
     printf("load average %.2f (host; the GPU was not shared)\n", bench_loadavg1());
