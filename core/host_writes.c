@@ -204,10 +204,44 @@ static size_t slice_bytes(const struct zero_param *p) {
     return (size_t)p->slice_numel * zero__dtype_size(p->info.dtype);
 }
 
+/* (1.13) A device engine's slices: added to their param's GATHER and
+ * RELEASE sums like whole gathers (compared at the boundary once the param
+ * is no longer held), the pointer handed out kept per layer for the
+ * release; one slice per call, since two slices of one param in a call
+ * would write its slot twice. */
+static void slices_device(zero_engine *e, zero_param *const *params, const uint32_t *layers, size_t n,
+                          void *const *ptrs, int mode) {
+    for (size_t i = 0; i < n; i++) {
+        struct zero_param *p = params[i];
+        struct zero__slice_print *sp = p->slice_prints ? &p->slice_prints[layers[i]] : NULL;
+        int kind = ZERO__HW_RELEASE;
+        if (ptrs) { /* a gather */
+            if (mode == CHECK_OFF || !ptrs[i]) continue;
+            if (!sp && (p->slice_prints = calloc(p->stack_layers, sizeof *p->slice_prints)))
+                sp = &p->slice_prints[layers[i]];
+            if (!sp) continue; /* out of memory: this slice goes unchecked */
+            sp->ptr = ptrs[i];
+            sp->mode = mode;
+            sp->held++;
+            p->gathered_mode = mode;
+            kind = ZERO__HW_GATHER;
+        } else {
+            if (!sp || !sp->held) continue; /* not fingerprinted at its gather */
+            sp->held--;
+        }
+        const void *x = sp->ptr;
+        const uint64_t b = slice_bytes(p);
+        zero__hwd_queue(e, kind, &params[i], &x, &b, 1, sp->mode == CHECK_FULL, 1);
+    }
+}
+
 void zero__host_writes_slices_gathered(zero_engine *e, zero_param *const *params, const uint32_t *layers, size_t n,
                                        void *const *ptrs) {
-    if (e->dev) return; /* a device engine's slices are not checked (host_writes.h) */
     const int mode = check_mode(e);
+    if (e->dev) {
+        slices_device(e, params, layers, n, ptrs, mode);
+        return;
+    }
     for (size_t i = 0; i < n && mode != CHECK_OFF; i++) {
         struct zero_param *p = params[i];
         if (!ptrs[i]) continue;
@@ -222,6 +256,10 @@ void zero__host_writes_slices_gathered(zero_engine *e, zero_param *const *params
 
 void zero__host_writes_slices_released(zero_engine *e, zero_param *const *params, const uint32_t *layers,
                                        size_t n) {
+    if (e->dev) {
+        slices_device(e, params, layers, n, NULL, CHECK_OFF);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         struct zero_param *p = params[i];
         struct zero__slice_print *sp = p->slice_prints ? &p->slice_prints[layers[i]] : NULL;

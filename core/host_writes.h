@@ -34,8 +34,8 @@
  * it (zero__host_writes_note); for 3, the gathered copy at zero_release
  * with its fingerprint at zero_gather.  (1.13) A device engine's copies
  * are fingerprinted by the device (host_writes_device.h), the stage-3
- * gathers as sums compared at the boundary; its stacked slices are not
- * checked.  Not thread-safe: the engine thread. */
+ * gathers (whole and slices) as sums compared at the boundary.  Not
+ * thread-safe: the engine thread. */
 #ifndef ZERO_CORE_HOST_WRITES_H
 #define ZERO_CORE_HOST_WRITES_H
 

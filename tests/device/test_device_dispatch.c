@@ -409,7 +409,9 @@ typedef struct run_opts {
                         one rank, whose 16-bit gradients still go through a one-rank reduction), one color
                         otherwise: reduced (stage 3: gathered) over the expert-data-parallel communicator */
     int host_owned;  /* (1.13) p4 ZERO_PARAM_HOST_OWNED, its tensor in "device memory" (g_owned) */
+    int stacked;     /* (1.13) p4 stacked, STACK layers; check_host_write writes through a slice */
 } run_opts;
+enum { STACK = 11, SLICE_AT = 5 }; /* 517 = 11 x 47 */
 static float g_owned[600]; /* p4's host-owned tensor (517 elements, fp32 or bf16), tagged as device memory */
 
 /* (1.10) The write of run_opts.write: p1 and p3 from the last rank, their
@@ -511,7 +513,7 @@ static zero_engine *open_engine(const run_opts *ro, zero_param **h, size_t *tota
         d.numel = sizes[p];
         d.dtype = ro->bf16 ? ZERO_DTYPE_BF16 : ZERO_DTYPE_F32;
         d.group = ro->experts && p >= 3;
-        s = zero_register_param(e, &d, &h[p]);
+        s = ro->stacked && p == 4 ? zero_register_stacked(e, &d, STACK, &h[p]) : zero_register_param(e, &d, &h[p]);
         CHECK(s == ZERO_OK, "register %s: %s", name, zero_last_error(e));
         *total += sizes[p];
     }
@@ -554,10 +556,18 @@ static void check_host_write(const run_opts *ro, const char *mode, size_t elem, 
     for (int gm = 0; gm < 2 * GAS && s == ZERO_OK; ++gm) {
         void *ptrs[NP];
         if ((s = zero_gather(e, h, NP, ptrs)) != ZERO_OK) break;
-        if (gm == GAS && rank_ == 0) { /* the host's kernel writes the weight it was handed (or its own tensor) */
+        if (gm == GAS && rank_ == 0 && !ro->stacked) { /* the host's kernel writes the weight it was handed (or its own tensor) */
             void *w = ro->host_owned ? (void *)g_owned : real(ptrs[4]);
             if (ro->bf16) ((uint16_t *)w)[elem] ^= 0x0040;
             else ((float *)w)[elem] += 0.5f;
+        }
+        if (gm == GAS && ro->stacked) { /* one layer's slice, as a layer-by-layer host holds it; elem in the slice */
+            const uint32_t layer = SLICE_AT;
+            void *sl = NULL;
+            if ((s = zero_gather_slices(e, &h[4], &layer, 1, &sl)) != ZERO_OK) break;
+            if (rank_ == 0 && ro->bf16) ((uint16_t *)real(sl))[elem] ^= 0x0040;
+            else if (rank_ == 0) ((float *)real(sl))[elem] += 0.5f;
+            if ((s = zero_release_slices(e, &h[4], &layer, 1)) != ZERO_OK) break;
         }
         zero_release(e, h, NP);
         for (int p = NP - 1; p >= 0 && s == ZERO_OK; --p) {
@@ -601,23 +611,34 @@ static void check_host_write(const run_opts *ro, const char *mode, size_t elem, 
 
 static void check_host_writes(void) {
     static const run_opts ro[] = {
-        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
-        {"stage2", 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0},
-        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage2", 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
         /* stage 3 with offload_param: the shard in pinned host memory */
-        {"stage3", 3, 1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0},
+        {"stage3", 3, 1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0},
         /* a host-owned tensor in device memory, fp32 and bf16: the host writes its own tensor */
-        {"stage2", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1},
+        {"stage2", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0}, {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0},
+        /* a slice of a stacked param (47 elements): stage 3 gathers the slice, stage 2 points into its copy */
+        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {"stage3", 3, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1},
+        {"stage2", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
     };
     for (size_t i = 0; i < sizeof ro / sizeof ro[0]; i++) {
-        check_host_write(&ro[i], NULL, 0, 1);       /* the first line: sampled finds it */
-        check_host_write(&ro[i], "full", 200, 1);   /* inside, on no sampled line: full finds it */
-        check_host_write(&ro[i], NULL, 200, 0);     /* ... and sampled does not (the CPU check's lines) */
-        check_host_write(&ro[i], "off", 0, 0);      /* off: nothing runs */
+        /* inside: element 200 of p4 (800 bytes in: fp32 and bf16 alike, on no sampled line); a slice's
+         * element 20 (80 or 40 bytes in: past the first line, before the last 64 bytes of 188 or 94 --
+         * bf16: inside the tail line, so sampled finds that one) */
+        const size_t inside = ro[i].stacked ? 20 : 200;
+        const int sampled_finds_inside = ro[i].stacked && ro[i].bf16 && ro[i].stage == 3;
+        /* below stage 3 a slice is libzero's copy, whose sampled lines are the whole tensor's: slice 5's
+         * first element is on none of them, as on the CPU */
+        const int sampled_finds_first = !(ro[i].stacked && ro[i].stage != 3);
+        check_host_write(&ro[i], NULL, 0, sampled_finds_first);         /* the first line: sampled finds it */
+        check_host_write(&ro[i], "full", inside, 1);                    /* full finds any byte */
+        check_host_write(&ro[i], NULL, inside, sampled_finds_inside);   /* sampled: the CPU check's lines */
+        check_host_write(&ro[i], "off", 0, 0);                          /* off: nothing runs */
     }
     if (rank_ == 0)
-        printf("device host-write check: stage 0, 1, 2, offload, 3 (and offload_param), host-owned device tensors: "
-               "found, missed as the CPU check\n");
+        printf("device host-write check: stage 0, 1, 2, offload, 3 (and offload_param), host-owned device tensors, "
+               "slices of stacked params: found, missed as the CPU check\n");
 }
 
 /* Train; returns all params concatenated (host memory, model dtype) or NULL.
@@ -1092,38 +1113,38 @@ int main(int argc, char **argv) {
     check_no_gpu_fails_cleanly();
     zero__device_set_factory(stub_open);
     static const run_opts runs[] = {
-        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"stage2", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"offload", 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
-        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
-        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0}, {"stage0", 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
-        {"stage1", 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
-        {"stage2", 2, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0}, {"stage3", 3, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
-        {"offload", 2, 1, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
-        {"stage0", 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
-        {"stage2", 2, 1, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage1", 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"offload", 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"stage0", 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"stage1", 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0}, {"stage3", 3, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"offload", 2, 1, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"stage0", 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0}, {"stage2", 2, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
         /* the H200 demo case of issue 35: stage 3 offloading params and optimizer, bf16, accumulation 2 (the
            stream race it hit was in the NCCL backend's staged collectives: test_nccl_order) */
-        {"stage3", 3, 1, 0, 1, 1, 0, 0, 1, 0, 0, 0, 0}, {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0},
+        {"stage3", 3, 1, 0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0}, {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0},
         /* (1.7.3) per-rank initial values, registered from device memory: rank 0's taken everywhere */
-        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0},
-        {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0},
+        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0},
+        {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0},
         /* (1.10) zero_params_write from "device memory" (and once from host memory) into every plugin's tiers */
-        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0}, {"stage1", 1, 1, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0},
-        {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0},
-        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0}, {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0},
-        {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0, 1, 0, 0},
+        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}, {"stage1", 1, 1, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0},
+        {"stage2", 2, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0},
+        {"stage3", 3, 1, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0}, {"offload", 2, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0},
+        {"stage3", 3, 1, 1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 0},
         /* (1.12) expert groups on the device: stage 1, 2 and offload with bf16 gradients (N = 2: one-rank
            reductions of the 16-bit sets), stage 3 fp32 and bf16 gathering over the expert communicator */
-        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0}, {"stage2", 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0},
-        {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 1, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
-        {"stage3", 3, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0},
+        {"stage1", 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0}, {"stage2", 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0},
+        {"offload", 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0}, {"stage3", 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0},
+        {"stage3", 3, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0},
         /* (1.13) stage 0 with expert groups: each expert whole on its holders, fp32 and bf16, a write */
-        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0}, {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0},
+        {"stage0", 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0}, {"stage0", 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) check_equal(&runs[i]);
     check_host_writes();
