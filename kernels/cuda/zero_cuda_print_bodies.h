@@ -14,9 +14,10 @@
 #include "zero_cuda_kernel_bodies.h"
 
 /* Pieces per launch (they travel in the kernel's arguments), blocks per
- * piece and threads per block. */
+ * piece (enough to spread one large tensor's lines over the SMs of a big
+ * GPU; the fold adds that many partials) and threads per block. */
 #define ZERO_CUDA_PRINT_PIECES 32
-#define ZERO_CUDA_PRINT_BLOCKS 16
+#define ZERO_CUDA_PRINT_BLOCKS 64
 #define ZERO_CUDA_PRINT_THREADS 256
 
 typedef struct zero_cuda_print_args {

@@ -47,10 +47,10 @@ static uint64_t ref_print(const unsigned char *b, uint64_t n, uint64_t step) {
     return zero_print_mix(sum + zero_print_mix(n ^ 0x6a09e667f3bcc909ULL));
 }
 
-/* 300007 in full: more lines (4688) than one piece's threads (16 x 256), so
- * threads take several lines each */
-enum { NSIZES = 15, MAXN = 300007 };
-static const uint64_t sizes[NSIZES] = {0, 1, 63, 64, 65, 127, 4095, 4096, 4097, 8192, 8257, 12345, 70001, 150001, 300007};
+/* 1200007 in full: more lines (18751) than one piece's threads (64 x 256),
+ * so threads take several lines each */
+enum { NSIZES = 15, MAXN = 1200007 };
+static const uint64_t sizes[NSIZES] = {0, 1, 63, 64, 65, 127, 4095, 4096, 4097, 8192, 8257, 12345, 70001, 300007, 1200007};
 
 int main(void) {
     unsigned char *buf = malloc(MAXN + 8);
