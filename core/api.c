@@ -545,9 +545,11 @@ static zero_status expert_support(zero_engine *e) {
         if (g && g->expert_color >= 0) expert = g;
     }
     if (!expert) return ZERO_OK;
-    /* (1.13) stage0 runs expert groups and pipelines, not both at once: an
-     * expert group would be split from one stage's data-parallel group and
-     * the clipping norm summed over the stages, neither of which has run */
+    /* (1.13) stage0 runs expert groups and pipelines, not both at once.
+     * The training math would hold (tried: the norm over both stages with
+     * each expert once, each color's update, N = 2..10), but a checkpoint's
+     * "experts" record has no pipeline-stage dimension: every stage's
+     * colors and names land in one record, which a load refuses */
     if (e->pp_stages > 1)
         return zero__error(e, ZERO_ERR_UNSUPPORTED,
                            "zero_params_done: param group %d is an expert group (zero_group_desc.expert_color %d) "
