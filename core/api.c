@@ -545,16 +545,9 @@ static zero_status expert_support(zero_engine *e) {
         if (g && g->expert_color >= 0) expert = g;
     }
     if (!expert) return ZERO_OK;
-    /* (1.13) stage0 runs expert groups and pipelines, not both at once.
-     * The training math would hold (tried: the norm over both stages with
-     * each expert once, each color's update, N = 2..10), but a checkpoint's
-     * "experts" record has no pipeline-stage dimension: every stage's
-     * colors and names land in one record, which a load refuses */
-    if (e->pp_stages > 1)
-        return zero__error(e, ZERO_ERR_UNSUPPORTED,
-                           "zero_params_done: param group %d is an expert group (zero_group_desc.expert_color %d) "
-                           "and pipeline.stages is %d: expert groups with pipeline parallelism are not supported",
-                           (int)expert->group_id, (int)expert->expert_color, e->pp_stages);
+    /* (1.13) with a pipeline each stage's expert groups split from its own
+     * data-parallel group; the clipping norm sums every stage's shares (each
+     * expert counted once) and a checkpoint records the groups per stage */
     const zero_plugin_table *t = e->plugin.table;
     if (t->caps & ZERO_PLUGIN_CAP_EXPERT_GROUPS) return ZERO_OK;
     const char *why = (t->caps & ZERO_PLUGIN_CAP_PARTITIONS_PARAMS)

@@ -151,13 +151,6 @@ static zero_status experts_check(const zero_plugin_table *table, const zero_run_
             return ZERO_ERR_INVALID_ARGUMENT;
         }
     }
-    if (rc->pipeline_stages > 1) {
-        copy_err(err, err_len,
-                 "zero_plan: param group %d is an expert group and pipeline.stages is %d: expert groups with "
-                 "pipeline parallelism are not supported",
-                 (int)ex->groups[0], (int)rc->pipeline_stages);
-        return ZERO_ERR_UNSUPPORTED;
-    }
     if (!(table->caps & ZERO_PLUGIN_CAP_EXPERT_GROUPS)) {
         copy_err(err, err_len,
                  "zero_plan: param group %d is an expert group but plugin '%s' does not support expert groups "

@@ -210,7 +210,7 @@ static int same_experts(struct zero_engine *e, const zero__ck_manifest *m) {
     for (uint32_t i = 0; i < e->nparams; i++) {
         const zero_param_info *q = &e->params[i]->info;
         const zero__group_hp *gh = zero__group_hp_of(e, q->group);
-        const int mine = gh && gh->expert_color >= 0, xi = zero__ck_expert_index(m, q->group);
+        const int mine = gh && gh->expert_color >= 0, xi = zero__ck_expert_index(m, q->group, e->pp_stage);
         if (mine != (xi >= 0)) return 0;
         if (!mine) continue;
         const zero__ck_experts *x = &m->experts[xi];
@@ -287,7 +287,9 @@ static zero_status map_experts(struct zero_engine *e, zero__ck_load *ld) {
     for (uint32_t i = 0; i < e->nparams; i++) {
         const zero_param_info *q = &e->params[i]->info;
         const zero__group_hp *gh = zero__group_hp_of(e, q->group);
-        const int mine = gh && gh->expert_color >= 0, xi = zero__ck_expert_index(m, q->group);
+        /* (1.13) the record of the checkpoint's stage that held this param */
+        const int mine = gh && gh->expert_color >= 0,
+                  xi = zero__ck_expert_index(m, q->group, m->params[ld->idx[i]].pp_stage);
         if (mine && !m->nexperts)
             return zero__error(e, ZERO_ERR_UNSUPPORTED,
                                "checkpoint %s: records no expert groups (written by a run without them, or by libzero "
@@ -441,7 +443,7 @@ static zero_status resplit_coverage(struct zero_engine *e, zero__ck_load *ld) {
  * map_experts agreed on every rank. */
 static zero_status expert_coverage(struct zero_engine *e, zero__ck_load *ld) {
     const zero__ck_manifest *m = ld->m;
-    size_t n = 0;
+    size_t n = 0; /* (1.13) with a pipeline: this stage's records, which its data-parallel group loads */
     for (uint32_t x = 0; x < m->nexperts; x++) n += (size_t)m->experts[x].nsets * m->experts[x].nnames;
     double *held = calloc(n ? n : 1, sizeof *held);
     if (!held) return zero__error(e, ZERO_ERR_OUT_OF_MEMORY, "zero_load: out of memory");
@@ -462,8 +464,9 @@ static zero_status expert_coverage(struct zero_engine *e, zero__ck_load *ld) {
     for (uint32_t x = 0; s == ZERO_OK && x < m->nexperts; x++)
         for (uint32_t set = 0; set < m->experts[x].nsets; set++)
             for (uint32_t k = 0; k < m->experts[x].nnames; k++, at++)
-                if (held[at] == 0 && !missing++) first = m->experts[x].sets[set].names[k];
-    if (missing && zero__comm_rank(e->global) == 0)
+                if (m->experts[x].pp_stage == e->pp_stage && held[at] == 0 && !missing++)
+                    first = m->experts[x].sets[set].names[k];
+    if (missing && zero__comm_rank(e->world) == 0) /* the first rank of the job, or of each pipeline stage */
         zero__log(e, ZERO_LOG_WARN,
                   "checkpoint %s: %zu expert parameter%s of the checkpoint %s held by no rank of this run and not "
                   "loaded (the first: '%s'); a run with fewer experts drops them",

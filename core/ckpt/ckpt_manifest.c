@@ -292,7 +292,10 @@ static int check_sum(pctx *c, const zero__ck_manifest *m, json_t *root) {
 
 /* (libzero 1.10) "experts": [{"group", "colors": [per rank], "sets":
  * [{"color", "names": [...]}]}]: every rank's color known, every color's
- * names given once, as many as the group's params. */
+ * names given once, as many as the group's params.  (1.13) With a
+ * pipeline, one record per stage that has the group: "pp_stage" (absent:
+ * 0), its colors those of the stage's data-parallel ranks and its names
+ * that stage's params of the group. */
 static int parse_experts(pctx *c, zero__ck_manifest *m, json_t *root) {
     json_t *a = json_object_get(root, "experts");
     if (!a) return 0;
@@ -307,10 +310,16 @@ static int parse_experts(pctx *c, zero__ck_manifest *m, json_t *root) {
         snprintf(w, sizeof w, "experts[%u].", i);
         if (!json_is_object(o) || get_i32(c, o, w, "group", -(1 << 30), 1 << 30, &x->group))
             return c->err[0] ? -1 : fail(c, "experts[%u]: not an object", i);
+        x->pp_stage = 0;
+        if (json_object_get(o, "pp_stage") && get_i32(c, o, w, "pp_stage", 0, m->pp_stages - 1, &x->pp_stage)) return -1;
         for (uint32_t k = 0; k < i; k++)
-            if (m->experts[k].group == x->group) return fail(c, "experts[%u]: group %d twice", i, (int)x->group);
-        for (uint32_t k = 0; k < m->nparams; k++) x->nnames += m->params[k].group == x->group;
-        if (!x->nnames) return fail(c, "experts[%u]: group %d holds no parameter", i, (int)x->group);
+            if (m->experts[k].group == x->group && m->experts[k].pp_stage == x->pp_stage)
+                return fail(c, "experts[%u]: group %d of pipeline stage %d twice", i, (int)x->group, (int)x->pp_stage);
+        for (uint32_t k = 0; k < m->nparams; k++)
+            x->nnames += m->params[k].group == x->group && m->params[k].pp_stage == x->pp_stage;
+        if (!x->nnames)
+            return fail(c, "experts[%u]: group %d holds no parameter of pipeline stage %d", i, (int)x->group,
+                        (int)x->pp_stage);
         if (!json_is_array(cs) || json_array_size(cs) != (size_t)m->world)
             return fail(c, "experts[%u].colors: not an array of world_size %d colors", i, (int)m->world);
         if (!json_is_array(ss) || json_array_size(ss) < 1 || json_array_size(ss) > (size_t)m->world)
@@ -350,9 +359,9 @@ static int parse_experts(pctx *c, zero__ck_manifest *m, json_t *root) {
     return 0;
 }
 
-int zero__ck_expert_index(const zero__ck_manifest *m, int32_t group) {
+int zero__ck_expert_index(const zero__ck_manifest *m, int32_t group, int32_t pp_stage) {
     for (uint32_t i = 0; i < m->nexperts; i++)
-        if (m->experts[i].group == group) return (int)i;
+        if (m->experts[i].group == group && m->experts[i].pp_stage == pp_stage) return (int)i;
     return -1;
 }
 

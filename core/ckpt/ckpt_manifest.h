@@ -91,6 +91,7 @@ typedef struct zero__ck_expert_set {
 
 typedef struct zero__ck_experts {
     int32_t group;        /* the param group id */
+    int32_t pp_stage;     /* (1.13) the pipeline stage whose group it is ("pp_stage", absent: 0) */
     int32_t *colors;      /* world entries: the color of each data-parallel rank (file.rank) */
     uint32_t nnames;      /* params of the group on every rank (the manifest's params of that group) */
     uint32_t nsets;       /* distinct colors */
@@ -169,6 +170,7 @@ static inline uint32_t zero__ck_nrecords(const zero__ck_manifest *m) { return m-
 const zero__ck_file *zero__ck_find(const zero__ck_manifest *m, const char *blob, int rank, int pp_stage);
 /* The layout record of a pipeline stage, or NULL. */
 const zero__ck_layout *zero__ck_layout_of(const zero__ck_manifest *m, int pp_stage);
-/* (libzero 1.10) Index in m->experts of param group `group`, or -1 (dense). */
-int zero__ck_expert_index(const zero__ck_manifest *m, int32_t group);
+/* (libzero 1.10) Index in m->experts of param group `group` of pipeline
+ * stage `pp_stage` (1.13; 0 without a pipeline), or -1 (dense). */
+int zero__ck_expert_index(const zero__ck_manifest *m, int32_t group, int32_t pp_stage);
 #endif

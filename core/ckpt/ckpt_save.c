@@ -70,6 +70,8 @@ static json_t *expert_contribution(struct zero_engine *e) {
         if (!hp || hp->expert_color < 0) continue;
         json_t *x = json_object();
         json_object_set_new(x, "group", json_integer(gid));
+        /* (1.13) with a pipeline each stage's groups are records of their own */
+        if (e->pp_stages > 1) json_object_set_new(x, "pp_stage", json_integer(e->pp_stage));
         json_object_set_new(x, "color", json_integer(hp->expert_color));
         if (L->group_rank && L->group_rank[g] == 0) {
             json_t *names = json_array();
@@ -211,10 +213,18 @@ static json_t *build_manifest(struct zero_engine *e, const char *tag, const char
             if (!experts) experts = json_array();
             const json_int_t rank = json_integer_value(json_object_get(c, "rank"));
             for (size_t k = 0; k < json_array_size(xs); k++) {
-                json_t *x = json_array_get(xs, k), *dst = json_array_get(experts, k);
+                json_t *x = json_array_get(xs, k), *dst = NULL;
+                json_t *stage = json_object_get(x, "pp_stage"); /* (1.13) present with a pipeline only */
+                for (size_t q = 0; q < json_array_size(experts) && !dst; q++) { /* its (group, stage) record */
+                    json_t *d = json_array_get(experts, q);
+                    if (json_equal(json_object_get(d, "group"), json_object_get(x, "group")) &&
+                        (!stage || json_equal(json_object_get(d, "pp_stage"), stage)))
+                        dst = d;
+                }
                 if (!dst) {
                     dst = json_pack("{s:O,s:o,s:o}", "group", json_object_get(x, "group"), "colors", json_array(),
                                     "sets", json_array());
+                    if (stage) json_object_set(dst, "pp_stage", stage);
                     for (int q = 0; q < e->world_size; q++) json_array_append_new(json_object_get(dst, "colors"), json_integer(0));
                     json_array_append_new(experts, dst);
                 }

@@ -18,7 +18,12 @@
  *   - refusals: ZeRO stage 2/3 with a pipeline, a non-pipeline plugin forced
  *     onto a pipeline config, and a stage count that does not divide the
  *     world all fail zero_engine_create on every rank with the documented
- *     text.
+ *     text;
+ *   - (1.13) stage0 with an expert group in each stage (run_experts): the
+ *     norm over both stages counts each expert once, each rank's update is
+ *     its color's mean times the clip coefficient, a save and load repeat
+ *     the next step; --experts-save / --experts-load DIR: a checkpoint
+ *     resharded across data-parallel sizes (check-experts-reshard.sh).
  * Run with any world size W >= 2 (P = 2 stages, D = W / 2). */
 #include <math.h>
 #include <mpi.h>
@@ -247,6 +252,181 @@ static long run_and_check(int M) {
     return rs_per_step;
 }
 
+/* (1.13) stage0 with the pipeline and an expert group: param 1 of every
+ * stage is an expert (group 1, color dp_rank % E, E = 2 where the stage has
+ * an even number of ranks, else 1), its gradient summed over the stage's
+ * ranks of its color and divided by D * M (libzero's mean over the global
+ * batch, docs/moe.md); dense param 0 over all D.  The reported norm is the
+ * whole model's with each color's expert counted once, over both stages;
+ * every rank's update is the clip coefficient times its own mean (SGD,
+ * lr 1), so the experts of different colors move apart. */
+static int g_E = 1;
+static int same_params(float **a, float **b);
+static double mean_grad_expert(int t, int M, int s, uint64_t i, int color) {
+    double sum = 0.0;
+    for (int r = 0; r < g_dp; r++)
+        if (r % g_E == color)
+            for (int m = 0; m < M; m++) sum += grad_value(t, m, r, s, 1, i);
+    return sum / (double)(g_dp * M);
+}
+static double full_norm_experts(int t, int M) {
+    double q = 0.0;
+    for (int s = 0; s < P; s++) {
+        for (uint64_t i = 0; i < numel_of(s, 0); i++) q += mean_grad(t, M, s, 0, i) * mean_grad(t, M, s, 0, i);
+        for (int c = 0; c < g_E; c++)
+            for (uint64_t i = 0; i < numel_of(s, 1); i++) {
+                const double g = mean_grad_expert(t, M, s, i, c);
+                q += g * g;
+            }
+    }
+    return sqrt(q);
+}
+
+/* The experts engine: stage0, P stages, param 1 of each stage in expert
+ * group 1 with color dp_rank % g_E, named by stage and color. */
+static zero_status experts_engine(tiny *T, int M) {
+    const int color = g_dprank % g_E;
+    char err[1024] = "";
+    char *cfg = config_text(M, 0, P, kClip);
+    zero_status s = create(cfg, "stage0", &T->e, err, sizeof err);
+    free(cfg);
+    CHECK(s == ZERO_OK, "experts: create: %s", err);
+    if (s != ZERO_OK) return s;
+    zero_group_desc g = ZERO_GROUP_DESC_INIT;
+    g.group = 1;
+    g.expert_color = color;
+    CHECK_EQ_INT(zero_set_group(T->e, &g), ZERO_OK);
+    float *inits[NPAR];
+    for (int j = 0; j < NPAR; j++) {
+        const uint64_t n = numel_of(g_stage, j);
+        float *init = inits[j] = calloc(n, sizeof *init);
+        for (uint64_t i = 0; i < n; i++) init[i] = (float)(0.01 * (double)i - 0.1 * j);
+        char name[48];
+        if (j == 1) snprintf(name, sizeof name, "stage%d.expert%d", g_stage, color);
+        else snprintf(name, sizeof name, "stage%d.p%d", g_stage, j);
+        zero_param_desc d = ZERO_PARAM_DESC_INIT;
+        d.name = name;
+        d.data = init;
+        d.numel = n;
+        d.group = j == 1;
+        CHECK_EQ_INT(zero_register_param(T->e, &d, &T->p[j]), ZERO_OK);
+    }
+    s = zero_params_done(T->e);
+    CHECK(s == ZERO_OK, "experts: params_done: %s", zero_last_error(T->e));
+    for (int j = 0; j < NPAR; j++) free(inits[j]);
+    if (s != ZERO_OK) zero_engine_destroy(T->e);
+    return s;
+}
+
+/* --experts-save DIR (N = 4: expert-DP groups of one rank) trains two steps,
+ * saves, and the first rank of each color in each stage writes what it
+ * holds; --experts-load DIR (N = 8: groups of two, the same colors) loads
+ * that checkpoint -- a resharding load, each expert found by name in its
+ * stage's record -- and every rank must hold its color's values bitwise. */
+static void experts_reshard(const char *dir, int save) {
+    g_E = 2;
+    if (g_dp % g_E) {
+        CHECK(0, "experts reshard: needs an even number of ranks per stage, got %d", g_dp);
+        return;
+    }
+    const int color = g_dprank % g_E, M = 2;
+    tiny T = {0};
+    if (experts_engine(&T, M) != ZERO_OK) return;
+    char path[512];
+    snprintf(path, sizeof path, "%s/expect.s%d.c%d.bin", dir, g_stage, color);
+    if (save) {
+        zero_step_result res = ZERO_STEP_RESULT_INIT;
+        for (int t = 0; t < 2; t++)
+            for (int m = 0; m < M; m++) micro_backward(&T, t, m, 0), zero_step(T.e, NULL, &res);
+        CHECK(zero_save(T.e, dir) == ZERO_OK, "experts: save: %s", zero_last_error(T.e));
+        if (g_dprank < g_E) { /* the first rank of each color */
+            float **w = snapshot(&T);
+            FILE *f = fopen(path, "wb");
+            CHECK(f != NULL, "cannot write %s", path);
+            for (int j = 0; f && j < NPAR; j++) fwrite(w[j], sizeof(float), numel_of(g_stage, j), f);
+            if (f) fclose(f);
+            snapshot_free(w);
+        }
+    } else {
+        const zero_status s = zero_load(T.e, dir);
+        CHECK(s == ZERO_OK, "experts: load at %d ranks per stage: %s", g_dp, zero_last_error(T.e));
+        float **w = snapshot(&T);
+        FILE *f = fopen(path, "rb");
+        CHECK(f != NULL, "cannot read %s", path);
+        for (int j = 0; f && s == ZERO_OK && j < NPAR; j++) {
+            const uint64_t n = numel_of(g_stage, j);
+            float *want = malloc(n * sizeof *want);
+            CHECK(fread(want, sizeof(float), n, f) == n, "%s: short", path);
+            CHECK(!memcmp(want, w[j], n * sizeof *want), "experts: rank %d (stage %d, color %d): param %d after the "
+                  "resharding load differs from the saver's of that color", g_rank, g_stage, color, j);
+            free(want);
+        }
+        if (f) fclose(f);
+        snapshot_free(w);
+        if (g_rank == 0)
+            printf("stage0, %d pipeline stages, expert groups of 2 colors: a checkpoint of 2 ranks per stage loads "
+                   "at %d, each expert by name from its stage's record\n", P, g_dp);
+    }
+    zero_engine_destroy(T.e);
+}
+
+static void run_experts(int M) {
+    g_E = g_dp % 2 == 0 ? 2 : g_dp; /* odd D: expert-DP groups of one rank */
+    const int color = g_dprank % g_E;
+    tiny T = {0};
+    zero_status s = experts_engine(&T, M);
+    if (s != ZERO_OK) return;
+    for (int t = 0; t < STEPS && s == ZERO_OK; t++) {
+        float **before = snapshot(&T);
+        zero_step_result res = ZERO_STEP_RESULT_INIT;
+        for (int m = 0; m < M; m++) {
+            micro_backward(&T, t, m, 0);
+            CHECK_EQ_INT(zero_step(T.e, NULL, &res), ZERO_OK);
+        }
+        const double norm = full_norm_experts(t, M);
+        CHECK(fabs(res.grad_norm - norm) <= 1e-5 * norm, "experts M=%d step %d: grad_norm %.9g, expected %.9g", M, t,
+              res.grad_norm, norm);
+        const double coef = norm > kClip ? kClip / (norm + 1e-6) : 1.0;
+        float **after = snapshot(&T);
+        double worst = 0.0;
+        for (int j = 0; j < NPAR; j++)
+            for (uint64_t i = 0; i < numel_of(g_stage, j); i++) {
+                const double mg = j == 1 ? mean_grad_expert(t, M, g_stage, i, color) : mean_grad(t, M, g_stage, j, i);
+                const double err2 = fabs((double)before[j][i] - (double)after[j][i] - coef * mg);
+                if (err2 > worst) worst = err2;
+            }
+        CHECK(worst <= 1e-6, "experts M=%d step %d stage %d color %d: worst update error %g", M, t, g_stage, color,
+              worst);
+        snapshot_free(before);
+        snapshot_free(after);
+    }
+    /* a save and a load in place: the next step repeats bitwise */
+    if (s == ZERO_OK) {
+        char dir[128];
+        int pid = (int)getpid();
+        MPI_Bcast(&pid, 1, MPI_INT, 0, g_comm);
+        snprintf(dir, sizeof dir, "/tmp/zero-pp-experts-%d", pid);
+        float **saved = snapshot(&T);
+        CHECK(zero_save(T.e, dir) == ZERO_OK, "experts: save: %s", zero_last_error(T.e));
+        zero_step_result res = ZERO_STEP_RESULT_INIT;
+        for (int m = 0; m < M; m++) micro_backward(&T, STEPS, m, 0), zero_step(T.e, NULL, &res);
+        float **first = snapshot(&T);
+        CHECK(zero_load(T.e, dir) == ZERO_OK, "experts: load: %s", zero_last_error(T.e));
+        float **loaded = snapshot(&T);
+        CHECK(same_params(saved, loaded), "experts: rank %d: params after the load differ from the saved ones", g_rank);
+        for (int m = 0; m < M; m++) micro_backward(&T, STEPS, m, 0), zero_step(T.e, NULL, &res);
+        float **again = snapshot(&T);
+        CHECK(same_params(first, again), "experts: rank %d: the step after the load differs", g_rank);
+        snapshot_free(saved), snapshot_free(first), snapshot_free(loaded), snapshot_free(again);
+        MPI_Barrier(g_comm);
+        if (g_rank == 0) th_remove_dir(dir);
+    }
+    if (g_rank == 0)
+        printf("stage0, %d pipeline stages, expert groups of %d colors, M=%d: norm and updates as computed, a "
+               "save and load repeat the next step\n", P, g_E, M);
+    zero_engine_destroy(T.e);
+}
+
 /* An Inf on one rank of the last stage skips the step everywhere.  (fp16
  * loss scaling needs fp16 params, which the fp32-only bucket engine and
  * stage1-pp do not take yet; the fp16 branch is ready for when they do: every
@@ -411,10 +591,20 @@ int main(int argc, char **argv) {
     g_dp = g_size / P;
     g_stage = g_rank / g_dp;
     g_dprank = g_rank % g_dp;
+    if (argc == 3 && (!strcmp(argv[1], "--experts-save") || !strcmp(argv[1], "--experts-load"))) {
+        experts_reshard(argv[2], !strcmp(argv[1], "--experts-save"));
+        int rc = check_finish(), any = 0;
+        MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, g_comm);
+        MPI_Comm_free(&g_comm);
+        MPI_Finalize();
+        return any;
+    }
 
     long rs1 = run_and_check(1), rs4 = run_and_check(4), rs8 = run_and_check(8);
     CHECK(rs1 >= 0 && rs1 == rs4 && rs4 == rs8,
               "reduce-scatter calls per step depend on M: %ld (M=1), %ld (M=4), %ld (M=8)", rs1, rs4, rs8);
+    run_experts(1);
+    run_experts(4);
     check_overflow(0);
     check_checkpoint();
     check_refusals();

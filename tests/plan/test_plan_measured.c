@@ -24,9 +24,8 @@
  * holds (color rank % (N / d)), for every d that divides N, with stage0
  * (1.13), stage1, stage2, offload, stage3 and stage3 with offload_optimizer
  * (1.12), planned with zero_plan_request.expert_groups; a dense plan of the
- * same model would give the experts' states N ranks to share.  stage1-pp,
- * and stage0 with a pipeline, are refused by zero_plan as by
- * zero_params_done (tests/moe/test_moe.c). */
+ * same model would give the experts' states N ranks to share.  stage1-pp
+ * is refused by zero_plan as by zero_params_done (tests/moe/test_moe.c). */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -272,8 +271,8 @@ static void run_contrib(int rank, int world) {
 /* --experts: every expert-DP size d that divides N, stage1 / stage2 /
  * offload / stage3 (1.12) (fp32, bf16 at the largest d, 100x at d = N / 2
  * or 1), stage3 with offload_optimizer (fp32) and stage0 (1.13; fp32, and
- * 16-bit gradients at d = 1); stage1-pp and stage0 with a pipeline refused
- * by the plan with the engine's status. */
+ * 16-bit gradients at d = 1); stage1-pp refused by the plan with the
+ * engine's status. */
 static void run_experts(int rank, int world) {
     static const char *ok[] = {"stage1", "stage2", "offload", "stage3", "stage3-offload"};
     const size_t nok = sizeof ok / sizeof ok[0], nbig = nok - 1; /* stage3-offload: fp32 at scale 1 (CI time) */
@@ -299,9 +298,8 @@ static void run_experts(int rank, int world) {
     }
     /* the refusals agree: plan and engine */
     expert_dp_ = (uint32_t)world;
-    static const char *no[] = {"stage1-pp", "stage0"}; /* stage0: with pipeline.stages 2 */
+    static const char *no[] = {"stage1-pp"};
     for (size_t k = 0; k < sizeof no / sizeof no[0]; k++) {
-        const int pipeline = !strcmp(no[k], "stage0");
         const int32_t xg = 1;
         const uint32_t xs = (uint32_t)world;
         uint64_t numel[9];
@@ -310,9 +308,7 @@ static void run_experts(int rank, int world) {
         numel[7] = expert_numel[0];
         numel[8] = expert_numel[1];
         zero_plan_request rq = ZERO_PLAN_REQUEST_INIT;
-        char cfg[2200];
-        snprintf(cfg, sizeof cfg, "{%s%s", pipeline ? "\"pipeline\": {\"stages\": 2}, " : "", config_for(no[k], 1) + 1);
-        rq.config_json = cfg;
+        rq.config_json = config_for(no[k], 1);
         rq.plugin = no[k];
         rq.world_size = (uint32_t)world;
         rq.nparams = 9;
@@ -324,8 +320,7 @@ static void run_experts(int rank, int world) {
         zero_memory_plan plan = ZERO_MEMORY_PLAN_INIT;
         char err[1024] = "";
         zero_status s = zero_plan(&rq, &plan, err, sizeof err);
-        CHECK(s == ZERO_ERR_UNSUPPORTED && strstr(err, "expert group") &&
-                  strstr(err, pipeline ? "pipeline parallelism" : no[k]),
+        CHECK(s == ZERO_ERR_UNSUPPORTED && strstr(err, "expert group") && strstr(err, no[k]),
               "zero_plan(%s) with an expert group: %s '%s', expected ZERO_ERR_UNSUPPORTED naming it", no[k],
               zero_status_string(s), err);
         rq.nexpert_groups = 0; /* the same model dense: planned */

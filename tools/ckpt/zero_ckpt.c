@@ -158,7 +158,9 @@ static int cmd_info(const zero__ck_manifest *m, const char *dir, int as_json) {
                 snprintf(key, sizeof key, "%d", (int)m->experts[x].sets[k].color);
                 json_object_set_new(sets, key, names);
             }
-            json_array_append_new(xs, json_pack("{s:i,s:o}", "group", (int)m->experts[x].group, "names_by_color", sets));
+            json_t *xo = json_pack("{s:i,s:o}", "group", (int)m->experts[x].group, "names_by_color", sets);
+            if (m->pp_stages > 1) json_object_set_new(xo, "pp_stage", json_integer(m->experts[x].pp_stage)); /* (1.13) */
+            json_array_append_new(xs, xo);
         }
         json_object_set_new(o, "experts", xs);
         char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -187,11 +189,14 @@ static int cmd_info(const zero__ck_manifest *m, const char *dir, int as_json) {
                              : m->nexperts ? "reshardable (loads at any world size into stage1/2/3/offload, experts by name)"
                                            : "reshardable (loads at any world size into stage0/1/2/3/offload)")
                           : "loads only into the same plugin and world size");
-    for (uint32_t x = 0; x < m->nexperts; x++) /* (libzero 1.10) */
-        printf("experts      group %d: %u parameters on each of %u expert-data-parallel groups (colors) of %d "
+    for (uint32_t x = 0; x < m->nexperts; x++) { /* (libzero 1.10; the pipeline stage since 1.13) */
+        char stage[40] = "";
+        if (m->pp_stages > 1) snprintf(stage, sizeof stage, " of pipeline stage %d", (int)m->experts[x].pp_stage);
+        printf("experts      group %d%s: %u parameters on each of %u expert-data-parallel groups (colors) of %d "
                "ranks; %s, ...\n",
-               (int)m->experts[x].group, m->experts[x].nnames, m->experts[x].nsets,
+               (int)m->experts[x].group, stage, m->experts[x].nnames, m->experts[x].nsets,
                m->world / (int)m->experts[x].nsets, m->experts[x].sets[0].names[0]);
+    }
     if (m->client) /* (1.7) zero_save_options.client_state */
         printf("client state %llu bytes (%s; zero_client_state after zero_load)\n",
                (unsigned long long)m->client->bytes, m->client->file);
@@ -376,7 +381,7 @@ static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const ch
      * group: each expert-data-parallel group's, under its own name */
     uint32_t ne = 0;
     for (uint32_t i = 0; i < m->nparams; i++) {
-        const int xi = zero__ck_expert_index(m, m->params[i].group);
+        const int xi = zero__ck_expert_index(m, m->params[i].group, m->params[i].pp_stage);
         ne += xi >= 0 ? m->experts[xi].nsets : 1;
     }
     cons_entry *ents = calloc(ne ? ne : 1, sizeof *ents);
@@ -387,7 +392,7 @@ static int cmd_consolidate(const zero__ck_manifest *m, const char *dir, const ch
     ne = 0;
     for (uint32_t i = 0; i < m->nparams; i++) {
         const zero__ck_param *p = &m->params[i];
-        const int xi = zero__ck_expert_index(m, p->group);
+        const int xi = zero__ck_expert_index(m, p->group, p->pp_stage);
         if (xi < 0) {
             ents[ne++] = (cons_entry){p, p->name, -1, -1};
             continue;
