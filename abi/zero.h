@@ -440,10 +440,10 @@ typedef struct zero_group_desc {
      * groups) fail zero_params_done with ZERO_ERR_MISMATCH on every rank,
      * naming what differs.  Plugins that support expert groups declare
      * ZERO_PLUGIN_CAP_EXPERT_GROUPS (stage1, stage2, offload; stage3 since
-     * 1.12, stage0 since 1.13, with a pipeline too: each stage's groups
-     * over its own data-parallel ranks); the others (stage1-pp, 1.0-1.2
-     * plugins) refuse at zero_params_done with ZERO_ERR_UNSUPPORTED naming
-     * why. */
+     * 1.12, stage0 and stage1-pp since 1.13, with a pipeline too: each
+     * stage's groups over its own data-parallel ranks); the others (1.0-1.2
+     * plugins, the kit's template, the contrib plugins) refuse at
+     * zero_params_done with ZERO_ERR_UNSUPPORTED naming why. */
     int32_t expert_color;
     int32_t reserved0;   /* must be 0 */
 } zero_group_desc;

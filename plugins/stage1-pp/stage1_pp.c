@@ -89,7 +89,7 @@ static zero_status pp_plan(const zero_plan_services *ps) { return zero_kit_dp_pl
 
 ZERO_PLUGIN_EXPORT const zero_plugin_table ZERO_PLUGIN_TABLE = {
     ZERO_PLUGIN_TABLE_HEAD,
-    .caps = ZERO_PLUGIN_CAP_PIPELINE | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD,
+    .caps = ZERO_PLUGIN_CAP_PIPELINE | ZERO_PLUGIN_CAP_GRAD_DTYPES | ZERO_PLUGIN_CAP_RESHARD | ZERO_PLUGIN_CAP_EXPERT_GROUPS,
     .name = "stage1-pp",
     .description = "ZeRO-1 inside pipeline parallelism: optimizer states partitioned over the stage's "
                    "data-parallel group; gradients accumulate locally over all micro-batches, one "

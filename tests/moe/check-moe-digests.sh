@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # (1.10) Every plugin that runs expert groups (stage1, stage2, offload;
-# stage3 since 1.12, stage0 since 1.13)
+# stage3 since 1.12, stage0 and stage1-pp since 1.13)
 # ends the MoE demo with bitwise the same parameters on every rank, bf16
 # with 16-bit gradients (examples/configs/moe.json) and fp32: 4 ranks with
 # 2 experts and 6 ranks with 3 experts (expert-DP groups of 2 in both).
@@ -17,7 +17,7 @@ for case in "4 2" "6 3"; do
   for dt in bf16 fp32; do
     if [ "$dt" = bf16 ]; then cfg=(--config "$src/examples/configs/moe.json" --bf16); else cfg=(--config "$work/fp32.json"); fi
     first=""
-    for plugin in stage1 stage0 stage2 offload stage3; do
+    for plugin in stage1 stage0 stage1-pp stage2 offload stage3; do
       out=$("${mpirun[@]}" -np "$np" "$demo" "${data[@]}" "${cfg[@]}" --plugin "$plugin" --experts "$experts" \
             --steps 6 --quiet --digest 2>&1)
       d=$(printf '%s\n' "$out" | grep '^digest:')

@@ -19,10 +19,10 @@
  *     onto a pipeline config, and a stage count that does not divide the
  *     world all fail zero_engine_create on every rank with the documented
  *     text;
- *   - (1.13) stage0 with an expert group in each stage (run_experts): the
+ *   - (1.13) stage0 and stage1-pp with an expert group in each stage (run_experts): the
  *     norm over both stages counts each expert once, each rank's update is
  *     its color's mean times the clip coefficient, a save and load repeat
- *     the next step; --experts-save / --experts-load DIR: a checkpoint
+ *     the next step; --experts-save / --experts-load DIR PLUGIN: a checkpoint
  *     resharded across data-parallel sizes (check-experts-reshard.sh).
  * Run with any world size W >= 2 (P = 2 stages, D = W / 2). */
 #include <math.h>
@@ -252,7 +252,7 @@ static long run_and_check(int M) {
     return rs_per_step;
 }
 
-/* (1.13) stage0 with the pipeline and an expert group: param 1 of every
+/* (1.13) stage0 and stage1-pp with the pipeline and an expert group: param 1 of every
  * stage is an expert (group 1, color dp_rank % E, E = 2 where the stage has
  * an even number of ranks, else 1), its gradient summed over the stage's
  * ranks of its color and divided by D * M (libzero's mean over the global
@@ -282,13 +282,14 @@ static double full_norm_experts(int t, int M) {
     return sqrt(q);
 }
 
-/* The experts engine: stage0, P stages, param 1 of each stage in expert
+/* The experts engine: g_xplugin, P stages, param 1 of each stage in expert
  * group 1 with color dp_rank % g_E, named by stage and color. */
+static const char *g_xplugin = "stage0";
 static zero_status experts_engine(tiny *T, int M) {
     const int color = g_dprank % g_E;
     char err[1024] = "";
-    char *cfg = config_text(M, 0, P, kClip);
-    zero_status s = create(cfg, "stage0", &T->e, err, sizeof err);
+    char *cfg = config_text(M, strcmp(g_xplugin, "stage0") ? 1 : 0, P, kClip);
+    zero_status s = create(cfg, g_xplugin, &T->e, err, sizeof err);
     free(cfg);
     CHECK(s == ZERO_OK, "experts: create: %s", err);
     if (s != ZERO_OK) return s;
@@ -364,8 +365,8 @@ static void experts_reshard(const char *dir, int save) {
         if (f) fclose(f);
         snapshot_free(w);
         if (g_rank == 0)
-            printf("stage0, %d pipeline stages, expert groups of 2 colors: a checkpoint of 2 ranks per stage loads "
-                   "at %d, each expert by name from its stage's record\n", P, g_dp);
+            printf("%s, %d pipeline stages, expert groups of 2 colors: a checkpoint of 2 ranks per stage loads "
+                   "at %d, each expert by name from its stage's record\n", g_xplugin, P, g_dp);
     }
     zero_engine_destroy(T.e);
 }
@@ -422,8 +423,8 @@ static void run_experts(int M) {
         if (g_rank == 0) th_remove_dir(dir);
     }
     if (g_rank == 0)
-        printf("stage0, %d pipeline stages, expert groups of %d colors, M=%d: norm and updates as computed, a "
-               "save and load repeat the next step\n", P, g_E, M);
+        printf("%s, %d pipeline stages, expert groups of %d colors, M=%d: norm and updates as computed, a "
+               "save and load repeat the next step\n", g_xplugin, P, g_E, M);
     zero_engine_destroy(T.e);
 }
 
@@ -591,7 +592,8 @@ int main(int argc, char **argv) {
     g_dp = g_size / P;
     g_stage = g_rank / g_dp;
     g_dprank = g_rank % g_dp;
-    if (argc == 3 && (!strcmp(argv[1], "--experts-save") || !strcmp(argv[1], "--experts-load"))) {
+    if (argc == 4 && (!strcmp(argv[1], "--experts-save") || !strcmp(argv[1], "--experts-load"))) {
+        g_xplugin = argv[3];
         experts_reshard(argv[2], !strcmp(argv[1], "--experts-save"));
         int rc = check_finish(), any = 0;
         MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, g_comm);
@@ -603,8 +605,11 @@ int main(int argc, char **argv) {
     long rs1 = run_and_check(1), rs4 = run_and_check(4), rs8 = run_and_check(8);
     CHECK(rs1 >= 0 && rs1 == rs4 && rs4 == rs8,
               "reduce-scatter calls per step depend on M: %ld (M=1), %ld (M=4), %ld (M=8)", rs1, rs4, rs8);
-    run_experts(1);
-    run_experts(4);
+    for (int k = 0; k < 2; k++) { /* (1.13) stage0 and stage1-pp with an expert group in each stage */
+        g_xplugin = k ? "stage1-pp" : "stage0";
+        run_experts(1);
+        run_experts(4);
+    }
     check_overflow(0);
     check_checkpoint();
     check_refusals();
