@@ -271,8 +271,8 @@ static void run_contrib(int rank, int world) {
 
 /* --experts: every expert-DP size d that divides N, stage1 / stage2 /
  * offload / stage3 (1.12) (fp32, bf16 at the largest d, 100x at d = N / 2
- * or 1), stage3 with offload_optimizer (fp32) and stage0 (1.13; fp32, and
- * 16-bit gradients at d = 1); the kit's template (no
+ * or 1), stage3 with offload_optimizer (fp32), stage0 (1.13; fp32, and
+ * 16-bit gradients at d = 1) and stage1-pp (1.13, fp32); the kit's template (no
  * ZERO_PLUGIN_CAP_EXPERT_GROUPS) refused by the plan with the engine's
  * status. */
 static void run_experts(int rank, int world) {
@@ -283,6 +283,7 @@ static void run_experts(int rank, int world) {
         expert_dp_ = d;
         for (size_t k = 0; k < nok; k++) run_one(ok[k], 1, rank, world);
         run_one("stage0", 1, rank, world); /* (1.13) replicated: every expert whole on its holders */
+        run_one("stage1-pp", 1, rank, world); /* (1.13) stage 1's layout, reduced once per window */
         if (d == (uint32_t)world) {
             bf16_ = 1;
             for (size_t k = 0; k < nbig; k++) run_one(ok[k], 1, rank, world);
