@@ -333,8 +333,9 @@ static void scan_host(zero_engine *e, int mode, hw_found *f) {
         if (!tensor_compared(e, p)) continue;
         const size_t at = first_difference(p->host_data, p->info.data, n, mode);
         if (at == SIZE_MAX) continue;
-        found_tensor(f, p, at / zero__dtype_size(p->info.dtype), (const char *)p->host_data + at,
-                     (const char *)p->info.data + at);
+        /* the element holding the first differing byte (which may be any of its bytes) */
+        const size_t es = zero__dtype_size(p->info.dtype), el = at / es;
+        found_tensor(f, p, el, (const char *)p->host_data + el * es, (const char *)p->info.data + el * es);
     }
 }
 
