@@ -972,6 +972,12 @@ static zero_status settle_missing(zero_engine *e, int hp_refused, int host_writt
 }
 
 /* The context of the plugin's step for this micro-step. */
+/* The host's compute stream zero_step_args names (NULL: none, or a struct
+ * older than the field). */
+static void *args_stream(const zero_step_args *args) {
+    return args && args->struct_size >= offsetof(zero_step_args, stream) + sizeof(void *) ? args->stream : NULL;
+}
+
 static void step_ctx(const zero_engine *e, const zero_step_args *args, zero_step_ctx *ctx) {
     const uint32_t gas = (uint32_t)e->rc->grad_accum_steps;
     memset(ctx, 0, sizeof *ctx);
@@ -988,7 +994,7 @@ static void step_ctx(const zero_engine *e, const zero_step_args *args, zero_step
      * bucket engine scales by 1/world around its fp32 reduction, see
      * buckets.c), so only the micro-steps remain to divide by. */
     ctx->grad_divisor = (double)gas * (e->rc->grad_accum_dtype == ZERO_DTYPE_F32 ? (double)e->world_size : 1.0);
-    ctx->stream = args && args->struct_size >= offsetof(zero_step_args, stream) + sizeof(void *) ? args->stream : NULL;
+    ctx->stream = args_stream(args);
 }
 
 /* Drop the accumulation window without moving a weight: the plugin's step
@@ -1081,9 +1087,7 @@ static zero_status step_impl(zero_engine *e, const zero_step_args *args, zero_st
      * step's ordering after the host's stream (below) moves before it. */
     int ordered = 0;
     if (boundary && av == ZERO_OK && hp == ZERO_OK && e->dev) {
-        zero_step_ctx pre;
-        step_ctx(e, args, &pre);
-        const zero_status so = device_order(e, 1, pre.stream);
+        const zero_status so = device_order(e, 1, args_stream(args));
         if (so != ZERO_OK) return so;
         ordered = 1;
     }

@@ -137,16 +137,12 @@ void zero__host_writes_note_params(zero_engine *e, zero_param *const *params, si
  * boundary's check compares the two sums of every param no longer held. */
 static void gathers_device(zero_engine *e, int kind, zero_param *const *params, size_t n, const void *const *ptrs,
                            int mode) {
-    /* only the copies handed out: a sum must not take in anything else */
-    zero_param **ps = malloc((n ? n : 1) * sizeof *ps);
-    const void **xs = malloc((n ? n : 1) * sizeof *xs);
+    /* a param handed no copy is a piece of 0 bytes, which zero__hwd_queue
+     * leaves out: a sum takes in nothing else */
     uint64_t *bytes = malloc((n ? n : 1) * sizeof *bytes);
-    size_t k = 0;
-    for (size_t i = 0; ps && xs && bytes && i < n; i++)
-        if (ptrs[i]) ps[k] = params[i], xs[k] = ptrs[i], bytes[k++] = bytes_of(params[i]);
-    zero__hwd_queue(e, kind, ps, xs, bytes, k, mode == CHECK_FULL, 1);
-    free(ps);
-    free(xs);
+    if (!bytes) return;
+    for (size_t i = 0; i < n; i++) bytes[i] = ptrs[i] ? bytes_of(params[i]) : 0;
+    zero__hwd_queue(e, kind, params, ptrs, bytes, n, mode == CHECK_FULL, 1);
     free(bytes);
 }
 
@@ -346,20 +342,20 @@ static void scan_host(zero_engine *e, int mode, hw_found *f) {
  * RELEASE sums of every param no longer held are compared, then cleared. */
 static zero_status scan_device(zero_engine *e, int mode, hw_found *f) {
     const uint32_t np = e->nparams;
-    zero_param **ps = malloc((np ? np : 1) * sizeof *ps), **ts = malloc((np ? np : 1) * sizeof *ts);
+    /* every param a piece of each call, 0 bytes where there is nothing to
+     * fingerprint (zero__hwd_queue leaves those out) */
     const void **xs = malloc((np ? np : 1) * sizeof *xs), **tx = malloc((np ? np : 1) * sizeof *tx);
     uint64_t *nb = malloc((np ? np : 1) * sizeof *nb), *tb = malloc((np ? np : 1) * sizeof *tb);
-    zero_status st = ps && ts && xs && tx && nb && tb ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
-    size_t k = 0, kt = 0;
+    zero_status st = xs && tx && nb && tb ? ZERO_OK : ZERO_ERR_OUT_OF_MEMORY;
     for (uint32_t i = 0; st == ZERO_OK && i < np; i++) {
-        struct zero_param *p = e->params[i];
+        const struct zero_param *p = e->params[i];
         const int copy = p->copy_printed && p->copy_print_mode == mode, tensor = tensor_compared(e, p);
-        if (copy || tensor) ps[k] = p, xs[k] = p->info.data, nb[k++] = bytes_of(p);
-        if (tensor) ts[kt] = p, tx[kt] = p->host_data, tb[kt++] = bytes_of(p);
+        xs[i] = p->info.data, nb[i] = copy || tensor ? bytes_of(p) : 0;
+        tx[i] = p->host_data, tb[i] = tensor ? bytes_of(p) : 0;
     }
     if (st == ZERO_OK) {
-        zero__hwd_queue(e, ZERO__HW_NOW, ps, xs, nb, k, mode == CHECK_FULL, 0);
-        zero__hwd_queue(e, ZERO__HW_TENSOR, ts, tx, tb, kt, mode == CHECK_FULL, 0);
+        zero__hwd_queue(e, ZERO__HW_NOW, e->params, xs, nb, np, mode == CHECK_FULL, 0);
+        zero__hwd_queue(e, ZERO__HW_TENSOR, e->params, tx, tb, np, mode == CHECK_FULL, 0);
         st = zero__hwd_ready(e) ? zero__hwd_read(e) : ZERO_OK; /* turned off meanwhile: nothing to compare */
     }
     int sums_changed = 0;
@@ -392,7 +388,7 @@ static zero_status scan_device(zero_engine *e, int mode, hw_found *f) {
         }
     }
     if (st == ZERO_OK && sums_changed) st = zero__hwd_write_sums(e);
-    free(ps), free(ts), free(xs), free(tx), free(nb), free(tb);
+    free(xs), free(tx), free(nb), free(tb);
     return st;
 }
 
